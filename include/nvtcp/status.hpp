@@ -1,0 +1,69 @@
+// NVMe completion status: status code type (SCT) + status code (SC), with names.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace nvtcp::wire {
+
+enum class Sct : uint8_t { Generic = 0, CommandSpecific = 1, Media = 2, Path = 3, Vendor = 7 };
+
+// A status as (SCT << 8) | SC, the form the CQE status field holds shifted left by one.
+struct Status {
+  uint16_t value = 0;
+
+  constexpr Status() = default;
+  constexpr Status(Sct sct, uint8_t sc) : value(static_cast<uint16_t>((uint16_t(sct) << 8) | sc)) {}
+  static constexpr Status from_cqe(uint16_t cqe_status) {
+    Status s;
+    s.value = static_cast<uint16_t>((cqe_status >> 1) & 0x7FF);
+    return s;
+  }
+  constexpr Sct sct() const { return static_cast<Sct>((value >> 8) & 0x7); }
+  constexpr uint8_t sc() const { return value & 0xFF; }
+  constexpr bool ok() const { return value == 0; }
+  // The CQE status field; DNR set for errors a retry cannot fix.
+  constexpr uint16_t to_cqe(bool dnr = true) const {
+    uint16_t v = static_cast<uint16_t>(value << 1);
+    if (value != 0 && dnr) v |= 0x8000;
+    return v;
+  }
+  constexpr bool operator==(const Status&) const = default;
+};
+
+namespace sc {
+inline constexpr Status Success{Sct::Generic, 0x00};
+inline constexpr Status InvalidOpcode{Sct::Generic, 0x01};
+inline constexpr Status InvalidField{Sct::Generic, 0x02};
+inline constexpr Status CidConflict{Sct::Generic, 0x03};
+inline constexpr Status DataTransferError{Sct::Generic, 0x04};
+inline constexpr Status InternalError{Sct::Generic, 0x06};
+inline constexpr Status AbortRequested{Sct::Generic, 0x07};
+inline constexpr Status SqDeletion{Sct::Generic, 0x08};
+inline constexpr Status InvalidNamespace{Sct::Generic, 0x0B};
+inline constexpr Status CommandSequenceError{Sct::Generic, 0x0C};
+inline constexpr Status InvalidSglSegment{Sct::Generic, 0x0D};
+inline constexpr Status DataSglLengthInvalid{Sct::Generic, 0x0F};
+inline constexpr Status SglDescriptorTypeInvalid{Sct::Generic, 0x11};
+inline constexpr Status SglOffsetInvalid{Sct::Generic, 0x16};
+inline constexpr Status KeepAliveExpired{Sct::Generic, 0x19};
+inline constexpr Status LbaOutOfRange{Sct::Generic, 0x80};
+inline constexpr Status NamespaceNotReady{Sct::Generic, 0x82};
+inline constexpr Status InvalidQueueIdentifier{Sct::CommandSpecific, 0x01};
+inline constexpr Status AbortLimitExceeded{Sct::CommandSpecific, 0x03};
+inline constexpr Status AerLimitExceeded{Sct::CommandSpecific, 0x05};
+inline constexpr Status InvalidLogPage{Sct::CommandSpecific, 0x09};
+inline constexpr Status FeatureNotSaveable{Sct::CommandSpecific, 0x0D};
+inline constexpr Status ConnectIncompatibleFormat{Sct::CommandSpecific, 0x80};
+inline constexpr Status ConnectControllerBusy{Sct::CommandSpecific, 0x81};
+inline constexpr Status ConnectInvalidParameters{Sct::CommandSpecific, 0x82};
+inline constexpr Status ConnectInvalidHost{Sct::CommandSpecific, 0x84};
+inline constexpr Status WriteFault{Sct::Media, 0x80};
+inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
+// Host-side only: the transport failed before the target answered (path-related, SCT 3).
+inline constexpr Status TransportError{Sct::Path, 0x70};
+}  // namespace sc
+
+// "Invalid Field in Command (SCT 0h / SC 02h)"
+std::string status_name(Status s);
+
+}  // namespace nvtcp::wire

@@ -1,0 +1,21 @@
+// NVMe/TCP header and data digests: CRC32C (Castagnoli), seed ~0, final XOR ~0.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace nvtcp::wire {
+
+// Running CRC32C, so data that arrives in pieces can be digested as it streams in.
+class Crc32c {
+ public:
+  void update(const void* data, size_t len);
+  uint32_t value() const { return ~state_; }
+  void reset() { state_ = 0xFFFFFFFFu; }
+
+ private:
+  uint32_t state_ = 0xFFFFFFFFu;
+};
+
+uint32_t crc32c(const void* data, size_t len);
+
+}  // namespace nvtcp::wire

@@ -1,0 +1,49 @@
+#include "nvtcp/status.hpp"
+
+#include <fmt/format.h>
+
+namespace nvtcp::wire {
+
+namespace {
+const char* known_name(Status s) {
+  switch (s.value) {
+    case sc::Success.value: return "Success";
+    case sc::InvalidOpcode.value: return "Invalid Command Opcode";
+    case sc::InvalidField.value: return "Invalid Field in Command";
+    case sc::CidConflict.value: return "Command ID Conflict";
+    case sc::DataTransferError.value: return "Data Transfer Error";
+    case sc::InternalError.value: return "Internal Error";
+    case sc::AbortRequested.value: return "Command Abort Requested";
+    case sc::SqDeletion.value: return "Command Aborted due to SQ Deletion";
+    case sc::InvalidNamespace.value: return "Invalid Namespace or Format";
+    case sc::CommandSequenceError.value: return "Command Sequence Error";
+    case sc::InvalidSglSegment.value: return "Invalid SGL Segment Descriptor";
+    case sc::DataSglLengthInvalid.value: return "Data SGL Length Invalid";
+    case sc::SglDescriptorTypeInvalid.value: return "SGL Descriptor Type Invalid";
+    case sc::SglOffsetInvalid.value: return "SGL Offset Invalid";
+    case sc::KeepAliveExpired.value: return "Keep Alive Timer Expired";
+    case sc::LbaOutOfRange.value: return "LBA Out of Range";
+    case sc::NamespaceNotReady.value: return "Namespace Not Ready";
+    case sc::InvalidQueueIdentifier.value: return "Invalid Queue Identifier";
+    case sc::AbortLimitExceeded.value: return "Abort Command Limit Exceeded";
+    case sc::AerLimitExceeded.value: return "Asynchronous Event Request Limit Exceeded";
+    case sc::InvalidLogPage.value: return "Invalid Log Page";
+    case sc::FeatureNotSaveable.value: return "Feature Identifier Not Saveable";
+    case sc::ConnectIncompatibleFormat.value: return "Connect Incompatible Format";
+    case sc::ConnectControllerBusy.value: return "Connect Controller Busy";
+    case sc::ConnectInvalidParameters.value: return "Connect Invalid Parameters";
+    case sc::ConnectInvalidHost.value: return "Connect Invalid Host";
+    case sc::WriteFault.value: return "Write Fault";
+    case sc::UnrecoveredReadError.value: return "Unrecovered Read Error";
+    case sc::TransportError.value: return "Transport Error (host)";
+    default: return nullptr;
+  }
+}
+}  // namespace
+
+std::string status_name(Status s) {
+  const char* n = known_name(s);
+  return fmt::format("{} (SCT {:x}h / SC {:02x}h)", n ? n : "Unknown Status", unsigned(s.sct()), s.sc());
+}
+
+}  // namespace nvtcp::wire
