@@ -24,7 +24,8 @@ struct Status {
   // The CQE status field; DNR set for errors a retry cannot fix.
   constexpr uint16_t to_cqe(bool dnr = true) const {
     uint16_t v = static_cast<uint16_t>(value << 1);
-    if (value != 0 && dnr) v |= 0x8000;
+    // Do Not Retry, except for errors a retry can cure.
+    if (value != 0 && dnr && value != 0x22) v |= 0x8000;
     return v;
   }
   constexpr bool operator==(const Status&) const = default;
@@ -46,6 +47,7 @@ inline constexpr Status DataSglLengthInvalid{Sct::Generic, 0x0F};
 inline constexpr Status SglDescriptorTypeInvalid{Sct::Generic, 0x11};
 inline constexpr Status SglOffsetInvalid{Sct::Generic, 0x16};
 inline constexpr Status KeepAliveExpired{Sct::Generic, 0x19};
+inline constexpr Status TransientTransportError{Sct::Generic, 0x22};
 inline constexpr Status LbaOutOfRange{Sct::Generic, 0x80};
 inline constexpr Status NamespaceNotReady{Sct::Generic, 0x82};
 inline constexpr Status InvalidQueueIdentifier{Sct::CommandSpecific, 0x01};

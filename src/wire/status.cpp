@@ -22,6 +22,7 @@ const char* known_name(Status s) {
     case sc::SglDescriptorTypeInvalid.value: return "SGL Descriptor Type Invalid";
     case sc::SglOffsetInvalid.value: return "SGL Offset Invalid";
     case sc::KeepAliveExpired.value: return "Keep Alive Timer Expired";
+    case sc::TransientTransportError.value: return "Transient Transport Error";
     case sc::LbaOutOfRange.value: return "LBA Out of Range";
     case sc::NamespaceNotReady.value: return "Namespace Not Ready";
     case sc::InvalidQueueIdentifier.value: return "Invalid Queue Identifier";

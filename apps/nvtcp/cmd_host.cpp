@@ -1,0 +1,240 @@
+// Host-side commands: discover, identify, perf.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "nvtcp/host.hpp"
+#include "backend/block_device.hpp"
+#include "perf.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/identify.hpp"
+#include "wire/log_pages.hpp"
+
+namespace nvtcp::app {
+
+using namespace nvtcp::wire;
+
+namespace {
+std::string trimmed(const char* p, size_t n) {
+  std::string s(p, strnlen(p, n));
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+const char* trtype_str(uint8_t t) { return t == kTrtypeTcp ? "tcp" : t == 1 ? "rdma" : t == 2 ? "fc" : "unrecognized"; }
+const char* adrfam_str(uint8_t a) { return a == kAdrfamIpv4 ? "ipv4" : a == kAdrfamIpv6 ? "ipv6" : "unrecognized"; }
+const char* subtype_str(uint8_t s) {
+  switch (s) {
+    case kSubtypeDiscoveryReferral: return "discovery subsystem referral";
+    case kSubtypeNvme: return "nvme subsystem";
+    case kSubtypeCurrentDiscovery: return "current discovery subsystem";
+  }
+  return "unrecognized";
+}
+std::string treq_str(uint8_t t) {
+  std::string s;
+  switch (t & 3) {
+    case 0: s = "not specified"; break;
+    case 1: s = "required"; break;
+    case 2: s = "not required"; break;
+    default: s = "reserved"; break;
+  }
+  if (t & kTreqDisableSqFlow) s += ", sq flow control disable supported";
+  return s;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += fmt::format("{:02x}", p[i]);
+  return s;
+}
+
+struct DiscoverArgs {
+  std::string addr = "127.0.0.1";
+  uint16_t port = kDiscoveryPort;
+  std::string hostnqn;
+  bool hdgst = false, ddgst = false;
+};
+
+int run_discover(const DiscoverArgs& a) {
+  host::TransportId t;
+  t.traddr = a.addr;
+  t.trsvcid = a.port;
+  t.subnqn = kDiscoveryNqn;
+  t.hostnqn = a.hostnqn;
+  host::ControllerOptions o;
+  o.hdgst = a.hdgst;
+  o.ddgst = a.ddgst;
+  o.kato_ms = 0;
+  std::string err;
+  auto ctrl = host::Controller::connect(t, o, err);
+  if (!ctrl) {
+    fmt::print(stderr, "nvtcp discover: {}\n", err);
+    return 1;
+  }
+  std::vector<uint8_t> log;
+  if (!ctrl->discovery_log(log, err)) {
+    fmt::print(stderr, "nvtcp discover: {}\n", err);
+    return 1;
+  }
+  const auto* h = reinterpret_cast<const DiscoveryLogHeader*>(log.data());
+  fmt::print("\nDiscovery Log Number of Records {}, Generation counter {}\n", h->numrec, h->genctr);
+  size_t n = (log.size() - sizeof(DiscoveryLogHeader)) / sizeof(DiscoveryLogEntry);
+  for (size_t i = 0; i < n; ++i) {
+    const auto* e = reinterpret_cast<const DiscoveryLogEntry*>(log.data() + sizeof(DiscoveryLogHeader) +
+                                                                i * sizeof(DiscoveryLogEntry));
+    fmt::print("=====Discovery Log Entry {}======\n", i);
+    fmt::print("trtype:  {}\n", trtype_str(e->trtype));
+    fmt::print("adrfam:  {}\n", adrfam_str(e->adrfam));
+    fmt::print("subtype: {}\n", subtype_str(e->subtype));
+    fmt::print("treq:    {}\n", treq_str(e->treq));
+    fmt::print("portid:  {}\n", e->portid);
+    fmt::print("trsvcid: {}\n", trimmed(e->trsvcid, sizeof(e->trsvcid)));
+    fmt::print("subnqn:  {}\n", trimmed(e->subnqn, sizeof(e->subnqn)));
+    fmt::print("traddr:  {}\n", trimmed(e->traddr, sizeof(e->traddr)));
+    fmt::print("eflags:  {}\n", e->eflags ? fmt::format("0x{:x}", e->eflags) : "none");
+    fmt::print("sectype: {}\n", e->tsas[0] == kTcpSectypeNone ? "none" : "tls");
+  }
+  return 0;
+}
+
+struct IdentifyArgs {
+  std::string trid;
+  std::string hostnqn;
+};
+
+int run_identify(const IdentifyArgs& a) {
+  host::TransportId t;
+  std::string err;
+  if (!host::TransportId::parse(a.trid, t, err)) {
+    fmt::print(stderr, "nvtcp identify: {}\n", err);
+    return 2;
+  }
+  if (!a.hostnqn.empty()) t.hostnqn = a.hostnqn;
+  host::ControllerOptions o;
+  auto ctrl = host::Controller::connect(t, o, err);
+  if (!ctrl) {
+    fmt::print(stderr, "nvtcp identify: {}\n", err);
+    return 1;
+  }
+  const auto* id = reinterpret_cast<const IdentifyController*>(ctrl->identify_data());
+  fmt::print("NVMe Identify Controller ({})\n", t.to_string());
+  fmt::print("vid       : 0x{:x}\n", id->vid);
+  fmt::print("ssvid     : 0x{:x}\n", id->ssvid);
+  fmt::print("sn        : {}\n", trimmed(id->sn, sizeof(id->sn)));
+  fmt::print("mn        : {}\n", trimmed(id->mn, sizeof(id->mn)));
+  fmt::print("fr        : {}\n", trimmed(id->fr, sizeof(id->fr)));
+  fmt::print("cntlid    : 0x{:x}\n", id->cntlid);
+  fmt::print("ver       : {}.{}.{}\n", id->ver >> 16, (id->ver >> 8) & 0xFF, id->ver & 0xFF);
+  fmt::print("cntrltype : {}\n", id->cntrltype == kCntrlTypeIo ? "I/O" : id->cntrltype == kCntrlTypeDiscovery ? "discovery" : "other");
+  fmt::print("mdts      : {} ({} bytes)\n", id->mdts, ctrl->max_transfer_bytes());
+  fmt::print("kas       : {}\n", id->kas);
+  fmt::print("aerl      : {}\n", id->aerl);
+  fmt::print("sqes      : 0x{:x}\n", id->sqes);
+  fmt::print("cqes      : 0x{:x}\n", id->cqes);
+  fmt::print("maxcmd    : {}\n", id->maxcmd);
+  fmt::print("nn        : {}\n", id->nn);
+  fmt::print("oncs      : 0x{:x}\n", id->oncs);
+  fmt::print("vwc       : 0x{:x}\n", id->vwc);
+  fmt::print("sgls      : 0x{:x}\n", id->sgls);
+  fmt::print("subnqn    : {}\n", trimmed(id->subnqn, sizeof(id->subnqn)));
+  fmt::print("ioccsz    : {}\n", id->ioccsz);
+  fmt::print("iorcsz    : {}\n", id->iorcsz);
+  fmt::print("icdoff    : {}\n", id->icdoff);
+  fmt::print("msdbd     : {}\n", id->msdbd);
+  fmt::print("cap       : 0x{:x} (mqes {}, timeout {} ms)\n", ctrl->cap(), prop::cap_mqes(ctrl->cap()) + 1u,
+             prop::cap_timeout_ms(ctrl->cap()));
+  fmt::print("io queues : {}\n", ctrl->io_queues_granted());
+  for (uint32_t nsid : ctrl->active_namespaces()) {
+    host::NamespaceInfo ni;
+    if (!ctrl->namespace_info(nsid, ni, err)) {
+      fmt::print("namespace {}: {}\n", nsid, err);
+      continue;
+    }
+    fmt::print("\nNamespace {}\n", nsid);
+    fmt::print("nsze      : {} blocks ({} bytes)\n", ni.blocks, ni.blocks * ni.block_size);
+    fmt::print("lba size  : {}\n", ni.block_size);
+    fmt::print("nguid     : {}\n", hex(ni.nguid, 16));
+    fmt::print("eui64     : {}\n", hex(ni.eui64, 8));
+  }
+  return 0;
+}
+
+struct PerfArgs {
+  std::string trid;
+  PerfOptions o;
+  bool json = false;
+  bool hdgst = false, ddgst = false;
+  std::string io_size = "4096";
+};
+
+int run_perf_cmd(PerfArgs& a) {
+  std::string err;
+  if (!host::TransportId::parse(a.trid, a.o.trid, err)) {
+    fmt::print(stderr, "nvtcp perf: {}\n", err);
+    return 2;
+  }
+  uint64_t sz = 0;
+  if (!backend::parse_size(a.io_size, sz) || sz == 0 || sz > (64u << 20)) {
+    fmt::print(stderr, "nvtcp perf: -o '{}' is not an I/O size\n", a.io_size);
+    return 2;
+  }
+  a.o.io_size = uint32_t(sz);
+  a.o.ctrl.hdgst = a.hdgst || a.o.trid.hdgst;
+  a.o.ctrl.ddgst = a.ddgst || a.o.trid.ddgst;
+  a.o.ctrl.io_queues = std::max<uint32_t>(a.o.qpairs, 1);
+  PerfResult r;
+  if (!run_perf(a.o, r, err)) {
+    fmt::print(stderr, "nvtcp perf: {}\n", err);
+    return 1;
+  }
+  if (a.json) fmt::print("{}\n", format_perf_json(a.o, r));
+  else fmt::print("{}", format_perf_text(a.o, r));
+  return (r.errors || r.verify_failures) ? 1 : 0;
+}
+}  // namespace
+
+void add_discover_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<DiscoverArgs>();
+  CLI::App* c = app.add_subcommand("discover", "Print a discovery log, like nvme-cli's nvme discover");
+  c->add_option("-a,--traddr", a->addr, "target address");
+  c->add_option("-s,--trsvcid", a->port, "discovery port (default 8009)");
+  c->add_option("-q,--hostnqn", a->hostnqn, "host NQN");
+  c->add_flag("--hdgst", a->hdgst, "header digest");
+  c->add_flag("--ddgst", a->ddgst, "data digest");
+  c->callback([a, &rc] { rc = run_discover(*a); });
+}
+
+void add_identify_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<IdentifyArgs>();
+  CLI::App* c = app.add_subcommand("identify", "Print Identify Controller and Namespace fields");
+  c->add_option("-r,--trid", a->trid, "transport ID, e.g. 'trtype:tcp traddr:127.0.0.1 trsvcid:4420 subnqn:NQN'")
+      ->required();
+  c->add_option("-q,--hostnqn", a->hostnqn, "host NQN");
+  c->callback([a, &rc] { rc = run_identify(*a); });
+}
+
+void add_perf_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<PerfArgs>();
+  CLI::App* c = app.add_subcommand("perf", "Measure IOPS, bandwidth and latency against a namespace");
+  c->add_option("-r,--trid", a->trid, "transport ID (ns:N picks the namespace)")->required();
+  c->add_option("-q,--queue-depth", a->o.queue_depth, "commands outstanding per queue pair")->check(CLI::Range(1, 1023));
+  c->add_option("-o,--io-size", a->io_size, "bytes per I/O (4096, 4K, 128K)");
+  c->add_option("-w,--workload", a->o.workload, "read, write, randread, randwrite, randrw or rw")
+      ->check(CLI::IsMember({"read", "write", "randread", "randwrite", "randrw", "rw"}));
+  c->add_option("-M,--read-percent", a->o.read_percent, "reads in a mixed workload, %")->check(CLI::Range(0, 100));
+  c->add_option("-t,--time", a->o.seconds, "seconds to run")->check(CLI::Range(0.1, 86400.0));
+  c->add_option("-P,--qpairs", a->o.qpairs, "queue pairs (TCP connections) on this thread")->check(CLI::Range(1, 1024));
+  c->add_flag("--hdgst", a->hdgst, "header digest");
+  c->add_flag("--ddgst", a->ddgst, "data digest");
+  c->add_flag("--json", a->json, "print one JSON object");
+  c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
+  c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
+  c->add_flag("--busy-poll", a->o.ctrl.busy_poll, "spin on the queue pairs instead of sleeping");
+  c->callback([a, &rc] { rc = run_perf_cmd(*a); });
+}
+
+}  // namespace nvtcp::app

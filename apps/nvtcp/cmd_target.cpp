@@ -1,0 +1,161 @@
+// `nvtcp target`: serve namespaces until SIGINT/SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "backend/block_device.hpp"
+#include "commands.hpp"
+#include "target/target.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::app {
+
+namespace {
+struct TargetArgs {
+  std::string config;
+  std::vector<std::string> listen;
+  std::string nqn = "nqn.2026-11.io.nvtcp:default";
+  std::vector<std::string> null_sizes, ram_sizes, files;
+  uint32_t block_size = 512;
+  unsigned cores = 1;
+  uint16_t discovery_port = 8009;
+  bool no_hdgst = false, no_ddgst = false;
+  std::string tcp_congestion;
+  uint32_t in_capsule = 8192;
+  uint32_t max_h2c = 128 * 1024;
+  std::vector<std::string> hosts;
+  bool busy_poll = false;
+  std::string ready_file;
+};
+
+bool split_host_port(const std::string& s, std::string& host, uint16_t& port) {
+  size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  host = s.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  try {
+    unsigned long p = std::stoul(s.substr(colon + 1));
+    if (p > 65535) return false;
+    port = uint16_t(p);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+int run_target(const TargetArgs& a) {
+  target::TargetConfig cfg;
+  if (!a.config.empty()) {
+    if (std::string err = target::load_config_file(a.config, cfg); !err.empty()) {
+      fmt::print(stderr, "nvtcp target: {}\n", err);
+      return 2;
+    }
+  }
+  for (const auto& l : a.listen) {
+    target::ListenerConfig lc;
+    if (!split_host_port(l, lc.address, lc.port)) {
+      fmt::print(stderr, "nvtcp target: --listen '{}' is not ADDRESS:PORT\n", l);
+      return 2;
+    }
+    cfg.listeners.push_back(lc);
+  }
+  if (!a.null_sizes.empty() || !a.ram_sizes.empty() || !a.files.empty()) {
+    target::SubsystemConfig sc;
+    sc.nqn = a.nqn;
+    sc.allow_any_host = a.hosts.empty();
+    sc.hosts = a.hosts;
+    auto add = [&](const std::string& type, const std::string& size_or_path) -> bool {
+      target::NamespaceConfig nc;
+      nc.type = type;
+      nc.block_size = a.block_size;
+      if (type == "file") {
+        // PATH or PATH,SIZE
+        size_t comma = size_or_path.find(',');
+        nc.path = size_or_path.substr(0, comma);
+        if (comma != std::string::npos && !backend::parse_size(size_or_path.substr(comma + 1), nc.size)) return false;
+      } else if (!backend::parse_size(size_or_path, nc.size)) {
+        return false;
+      }
+      sc.namespaces.push_back(nc);
+      return true;
+    };
+    for (const auto& s : a.null_sizes)
+      if (!add("null", s)) return fmt::print(stderr, "nvtcp target: bad size '{}'\n", s), 2;
+    for (const auto& s : a.ram_sizes)
+      if (!add("ram", s)) return fmt::print(stderr, "nvtcp target: bad size '{}'\n", s), 2;
+    for (const auto& s : a.files)
+      if (!add("file", s)) return fmt::print(stderr, "nvtcp target: bad file spec '{}'\n", s), 2;
+    cfg.subsystems.push_back(sc);
+  }
+  if (cfg.subsystems.empty()) {
+    fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH or --config FILE\n");
+    return 2;
+  }
+  cfg.cores = a.cores;
+  cfg.discovery_port = a.discovery_port;
+  if (a.no_hdgst) cfg.allow_hdgst = false;
+  if (a.no_ddgst) cfg.allow_ddgst = false;
+  if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
+  cfg.in_capsule_data = a.in_capsule;
+  cfg.max_h2c_data = a.max_h2c;
+  cfg.busy_poll = a.busy_poll;
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // reactor threads inherit the mask
+
+  target::Target t(cfg);
+  if (std::string err = t.start(); !err.empty()) {
+    fmt::print(stderr, "nvtcp target: {}\n", err);
+    return 1;
+  }
+  for (const auto& s : t.state().subsystems) {
+    for (const auto& ns : s->namespaces())
+      log::info("{} namespace {}: {} {} bytes, {}-byte blocks", s->nqn(), ns->nsid, ns->device->kind(),
+                ns->device->size_bytes(), ns->block_size);
+  }
+  if (!a.ready_file.empty()) {
+    // Scripts wait for this file: its content is the port of the first listener.
+    if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
+      std::fprintf(f, "%u\n", unsigned(t.port(0)));
+      std::fclose(f);
+    }
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  log::info("signal {}: shutting down", sig);
+  t.stop();
+  log::info("target CPU: {:.2f} s in {} reactor thread(s)", t.cpu_seconds(), cfg.cores);
+  return 0;
+}
+}  // namespace
+
+void add_target_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<TargetArgs>();
+  CLI::App* c = app.add_subcommand("target", "Serve NVMe namespaces over NVMe/TCP");
+  c->add_option("--config", a->config, "JSON configuration file (subsystems, namespaces, listeners)");
+  c->add_option("--listen,-l", a->listen, "ADDRESS:PORT to listen on (default 127.0.0.1:4420; repeatable)");
+  c->add_option("--nqn", a->nqn, "subsystem NQN for namespaces given on the command line");
+  c->add_option("--null", a->null_sizes, "add a NULL namespace of SIZE (e.g. 1T): reads zeros, drops writes");
+  c->add_option("--ram", a->ram_sizes, "add a RAM namespace of SIZE (e.g. 1G)");
+  c->add_option("--file", a->files, "add a file or block-device namespace: PATH[,SIZE]");
+  c->add_option("--block-size", a->block_size, "namespace block size: 512 or 4096")->check(CLI::IsMember({512, 4096}));
+  c->add_option("--cores", a->cores, "reactor threads")->check(CLI::Range(1, 256));
+  c->add_option("--discovery-port", a->discovery_port, "discovery service port (0: only on the listeners)");
+  c->add_option("--allow-host", a->hosts, "host NQN allowed to connect (repeatable; default: any host)");
+  c->add_flag("--no-hdgst", a->no_hdgst, "refuse header digests");
+  c->add_flag("--no-ddgst", a->no_ddgst, "refuse data digests");
+  c->add_option("--tcp-congestion", a->tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
+  c->add_option("--in-capsule", a->in_capsule, "I/O queue in-capsule data bytes (IOCCSZ - 64)");
+  c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp");
+  c->add_flag("--busy-poll", a->busy_poll, "reactors spin instead of sleeping");
+  c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
+  c->callback([a, &rc] { rc = run_target(*a); });
+}
+
+}  // namespace nvtcp::app

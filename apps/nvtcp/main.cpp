@@ -1,0 +1,23 @@
+// nvtcp: the command-line front end. Each subcommand is a thin layer over the libraries.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "util/log.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"nvtcp: a userspace NVMe/TCP target, initiator and benchmark"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off (also NVTCP_LOG)");
+  app.parse_complete_callback([&] {
+    nvtcp::log::Level l;
+    if (!log_level.empty() && nvtcp::log::parse_level(log_level, l)) nvtcp::log::set_level(l);
+  });
+  int rc = 0;
+  nvtcp::app::add_target_command(app, rc);
+  nvtcp::app::add_discover_command(app, rc);
+  nvtcp::app::add_identify_command(app, rc);
+  nvtcp::app::add_perf_command(app, rc);
+  CLI11_PARSE(app, argc, argv);
+  return rc;
+}

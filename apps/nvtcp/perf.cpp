@@ -1,0 +1,263 @@
+#include "perf.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "reactor/reactor.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::app {
+
+namespace {
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+};
+
+struct Job;
+
+// One outstanding I/O slot: its buffer and where it is going.
+struct Slot {
+  Job* job = nullptr;
+  host::QueuePair* qp = nullptr;
+  uint8_t* buf = nullptr;
+  uint64_t lba = 0;
+  uint64_t start_ns = 0;
+  bool is_read = true;
+};
+
+struct Job {
+  const PerfOptions* o = nullptr;
+  PerfResult* r = nullptr;
+  uint32_t nsid = 1;
+  uint32_t bs = 512;
+  uint64_t blocks = 0;
+  uint32_t nlb = 8;
+  uint64_t span = 0;     // number of io_size units in the namespace
+  uint64_t seq = 0;
+  Rng rng{0x9E3779B97F4A7C15ull};
+  bool random = true;
+  uint32_t read_pct = 100;
+  bool stopping = false;
+  uint64_t outstanding = 0;
+  bool verify_phase_read = false;
+  uint64_t issued = 0;
+  uint64_t issue_limit = 0;  // verify read-back: exactly as many I/Os as were written
+
+  void fill_pattern(Slot* s) {
+    // Each block carries its LBA and a fixed tag, so a misplaced or stale block shows.
+    for (uint32_t b = 0; b < nlb; ++b) {
+      uint64_t lba = s->lba + b;
+      auto* p = reinterpret_cast<uint64_t*>(s->buf + size_t(b) * bs);
+      for (uint32_t i = 0; i < bs / 8; ++i) p[i] = lba * 0x100000001B3ull ^ (0xA5A5A5A5ull + i);
+    }
+  }
+  bool check_pattern(const Slot* s) {
+    for (uint32_t b = 0; b < nlb; ++b) {
+      uint64_t lba = s->lba + b;
+      auto* p = reinterpret_cast<const uint64_t*>(s->buf + size_t(b) * bs);
+      for (uint32_t i = 0; i < bs / 8; ++i)
+        if (p[i] != (lba * 0x100000001B3ull ^ (0xA5A5A5A5ull + i))) return false;
+    }
+    return true;
+  }
+
+  bool issue(Slot* s) {
+    if (issue_limit && issued >= issue_limit) return false;
+    ++issued;
+    uint64_t unit = random ? rng.next() % span : (seq++ % span);
+    s->lba = unit * nlb;
+    if (o->verify) s->is_read = verify_phase_read;
+    else s->is_read = read_pct >= 100 ? true : read_pct == 0 ? false : (rng.next() % 100) < read_pct;
+    if (o->verify && !s->is_read) fill_pattern(s);
+    s->start_ns = reactor::monotonic_ns();
+    int rc = s->is_read ? s->qp->read(nsid, s->lba, nlb, s->buf, on_done, s)
+                        : s->qp->write(nsid, s->lba, nlb, s->buf, on_done, s);
+    if (rc != 0) return false;
+    ++outstanding;
+    return true;
+  }
+
+  static void on_done(void* ctx, const host::Completion& c) {
+    auto* s = static_cast<Slot*>(ctx);
+    Job* j = s->job;
+    uint64_t now = reactor::monotonic_ns();
+    --j->outstanding;
+    j->r->lat.record(now - s->start_ns);
+    ++j->r->ios;
+    if (s->is_read) ++j->r->reads; else ++j->r->writes;
+    if (!c.status.ok()) {
+      if (j->r->errors++ < 5) log::warn("I/O error at LBA {}: {}", s->lba, wire::status_name(c.status));
+    } else if (j->o->verify && s->is_read && !j->check_pattern(s)) {
+      if (j->r->verify_failures++ < 5) log::error("verify: data at LBA {} does not match what was written", s->lba);
+    }
+    if (!j->stopping) j->issue(s);
+  }
+};
+}  // namespace
+
+bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
+  auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
+  if (!ctrl) return false;
+  host::NamespaceInfo ni;
+  if (!ctrl->namespace_info(o.trid.nsid, ni, err)) return false;
+  if (o.io_size == 0 || o.io_size % ni.block_size) {
+    err = fmt::format("I/O size {} is not a multiple of the namespace block size {}", o.io_size, ni.block_size);
+    return false;
+  }
+  if (o.io_size > ctrl->max_transfer_bytes()) {
+    err = fmt::format("I/O size {} is over the controller's largest transfer ({})", o.io_size,
+                      ctrl->max_transfer_bytes());
+    return false;
+  }
+  Job job;
+  job.o = &o;
+  job.r = &out;
+  job.nsid = o.trid.nsid;
+  job.bs = ni.block_size;
+  job.blocks = ni.blocks;
+  job.nlb = o.io_size / ni.block_size;
+  job.span = ni.blocks / job.nlb;
+  if (job.span == 0) {
+    err = "namespace smaller than one I/O";
+    return false;
+  }
+  const std::string& w = o.workload;
+  job.random = w.rfind("rand", 0) == 0;
+  if (w == "read" || w == "randread") job.read_pct = 100;
+  else if (w == "write" || w == "randwrite") job.read_pct = 0;
+  else if (w == "randrw" || w == "rw") job.read_pct = o.read_percent;
+  else {
+    err = fmt::format("unknown workload '{}' (read, write, randread, randwrite, randrw, rw)", w);
+    return false;
+  }
+
+  std::vector<std::unique_ptr<host::QueuePair>> qps;
+  for (uint32_t i = 0; i < o.qpairs; ++i) {
+    auto qp = ctrl->create_io_qpair(o.queue_depth, err);
+    if (!qp) return false;
+    qps.push_back(std::move(qp));
+  }
+  size_t nslots = size_t(o.qpairs) * o.queue_depth;
+  std::vector<Slot> slots(nslots);
+  size_t buf_bytes = nslots * size_t(o.io_size);
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, buf_bytes) != 0) {
+    err = "out of memory for I/O buffers";
+    return false;
+  }
+  std::unique_ptr<uint8_t, void (*)(void*)> bufs(static_cast<uint8_t*>(mem), free);
+  std::memset(bufs.get(), 0, buf_bytes);
+  for (size_t i = 0; i < nslots; ++i) {
+    slots[i].job = &job;
+    slots[i].qp = qps[i / o.queue_depth].get();
+    slots[i].buf = bufs.get() + i * o.io_size;
+  }
+
+  auto run_phase = [&](double secs) {
+    job.stopping = false;
+    double cpu0 = process_cpu_seconds();
+    uint64_t t0 = reactor::monotonic_ns();
+    for (auto& s : slots) job.issue(&s);
+    uint64_t end = t0 + uint64_t(secs * 1e9);
+    while (true) {
+      // One reactor serves every queue pair of this thread: polling any one drives all.
+      qps[0]->process_completions(o.ctrl.busy_poll ? 0 : 1000);
+      if (reactor::monotonic_ns() >= end) break;
+      bool all_failed = true;
+      for (auto& q : qps) all_failed &= q->failed();
+      if (all_failed) break;
+    }
+    job.stopping = true;
+    uint64_t drain_end = reactor::monotonic_ns() + 5'000'000'000ull;
+    while (job.outstanding > 0 && reactor::monotonic_ns() < drain_end) qps[0]->process_completions(1000);
+    out.seconds += double(reactor::monotonic_ns() - t0) / 1e9;
+    out.cpu_seconds += process_cpu_seconds() - cpu0;
+  };
+
+  if (o.verify) {
+    // Write phase then read-back phase over the same sequence of offsets.
+    job.verify_phase_read = false;
+    Rng saved = job.rng;
+    uint64_t saved_seq = job.seq;
+    run_phase(o.seconds / 2);
+    job.rng = saved;
+    job.seq = saved_seq;
+    job.issue_limit = job.issued;
+    job.issued = 0;
+    job.verify_phase_read = true;
+    run_phase(o.seconds / 2);
+  } else {
+    run_phase(o.seconds);
+  }
+  for (auto& q : qps) {
+    if (q->failed()) {
+      err = "a queue pair failed during the run (see the log above)";
+      qps.clear();
+      return false;
+    }
+  }
+  qps.clear();
+  return true;
+}
+
+std::string format_perf_text(const PerfOptions& o, const PerfResult& r) {
+  auto us = [](double ns) { return ns / 1000.0; };
+  std::string s;
+  s += fmt::format("nvtcp perf: {} {} B, QD {} x {} queue pair(s), {:.1f} s against {}:{} ns {}\n", o.workload,
+                   o.io_size, o.queue_depth, o.qpairs, r.seconds, o.trid.traddr, o.trid.trsvcid, o.trid.nsid);
+  s += fmt::format("  IOPS {:>12.0f}   MiB/s {:>10.1f}   Gb/s {:>7.2f}   ({} reads, {} writes, {} errors)\n", r.iops(),
+                   r.mibps(o.io_size), r.gbps(o.io_size), r.reads, r.writes, r.errors);
+  s += fmt::format("  latency us: avg {:.1f}  min {:.1f}  max {:.1f}  p50 {:.1f}  p99 {:.1f}  p99.9 {:.1f}\n",
+                   us(r.lat.mean_ns()), us(double(r.lat.min_ns())), us(double(r.lat.max_ns())),
+                   us(r.lat.percentile_ns(0.5)), us(r.lat.percentile_ns(0.99)), us(r.lat.percentile_ns(0.999)));
+  s += fmt::format("  CPU: {:.2f} s, {:.3f} s per million I/Os\n", r.cpu_seconds, r.cpu_s_per_mio());
+  if (o.verify) s += fmt::format("  verify: {} mismatches\n", r.verify_failures);
+  return s;
+}
+
+std::string format_perf_json(const PerfOptions& o, const PerfResult& r) {
+  nlohmann::json j;
+  j["workload"] = o.workload;
+  j["io_size"] = o.io_size;
+  j["queue_depth"] = o.queue_depth;
+  j["qpairs"] = o.qpairs;
+  j["seconds"] = r.seconds;
+  j["ios"] = r.ios;
+  j["reads"] = r.reads;
+  j["writes"] = r.writes;
+  j["errors"] = r.errors;
+  j["iops"] = r.iops();
+  j["mibps"] = r.mibps(o.io_size);
+  j["gbps"] = r.gbps(o.io_size);
+  j["lat_avg_us"] = r.lat.mean_ns() / 1000.0;
+  j["lat_min_us"] = double(r.lat.min_ns()) / 1000.0;
+  j["lat_max_us"] = double(r.lat.max_ns()) / 1000.0;
+  j["lat_p50_us"] = r.lat.percentile_ns(0.5) / 1000.0;
+  j["lat_p99_us"] = r.lat.percentile_ns(0.99) / 1000.0;
+  j["lat_p999_us"] = r.lat.percentile_ns(0.999) / 1000.0;
+  j["cpu_seconds"] = r.cpu_seconds;
+  j["cpu_s_per_mio"] = r.cpu_s_per_mio();
+  if (o.verify) j["verify_failures"] = r.verify_failures;
+  return j.dump();
+}
+
+}  // namespace nvtcp::app

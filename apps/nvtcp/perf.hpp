@@ -1,0 +1,41 @@
+// The workload generator behind `nvtcp perf` (and later `nvtcp bench`): queue pairs on the
+// calling thread, each kept full, with random or sequential offsets and a latency histogram.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nvtcp/host.hpp"
+#include "util/histogram.hpp"
+
+namespace nvtcp::app {
+
+struct PerfOptions {
+  host::TransportId trid;
+  host::ControllerOptions ctrl;
+  uint32_t queue_depth = 32;
+  uint32_t io_size = 4096;
+  std::string workload = "randread";  // read | write | randread | randwrite | randrw | rw
+  uint32_t read_percent = 50;         // for randrw / rw
+  double seconds = 5;
+  uint32_t qpairs = 1;
+  bool verify = false;                // write tagged blocks, then read back and check
+};
+
+struct PerfResult {
+  uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_failures = 0;
+  double seconds = 0;
+  double cpu_seconds = 0;
+  LatencyHistogram lat;
+  double iops() const { return seconds > 0 ? double(ios) / seconds : 0; }
+  double mibps(uint32_t io_size) const { return iops() * io_size / (1024.0 * 1024.0); }
+  double gbps(uint32_t io_size) const { return iops() * io_size * 8 / 1e9; }
+  double cpu_s_per_mio() const { return ios ? cpu_seconds / (double(ios) / 1e6) : 0; }
+};
+
+// Runs the workload; returns false with err on a setup failure. I/O errors are counted.
+bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err);
+
+std::string format_perf_text(const PerfOptions& o, const PerfResult& r);
+std::string format_perf_json(const PerfOptions& o, const PerfResult& r);
+
+}  // namespace nvtcp::app

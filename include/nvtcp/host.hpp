@@ -1,0 +1,149 @@
+// nvtcp host library: connect to an NVMe/TCP controller, make I/O queue pairs, submit NVMe
+// commands with a completion callback, and poll for completions.
+//
+//   auto ctrl = nvtcp::host::Controller::connect(trid, opts, err);
+//   auto qp = ctrl->create_io_qpair(128, err);          // one TCP connection
+//   qp->read(1, lba, nlb, buf, on_done, ctx);           // asynchronous
+//   while (...) qp->process_completions();               // drives this thread's reactor
+//
+// A queue pair belongs to the thread that created it (shared-nothing); several queue pairs
+// on one thread share that thread's reactor. The admin queue runs on a thread of its own,
+// which also sends Keep Alive.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
+
+namespace nvtcp::host {
+
+// A transport ID in SPDK's form: "trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420
+// subnqn:nqn... [hostnqn:nqn...] [ns:1] [hdgst] [ddgst]". '=' may replace ':' (fio splits
+// file names on ':').
+struct TransportId {
+  std::string trtype = "tcp";
+  std::string adrfam = "IPv4";
+  std::string traddr = "127.0.0.1";
+  uint16_t trsvcid = 4420;
+  std::string subnqn;
+  std::string hostnqn;
+  uint32_t nsid = 1;
+  bool hdgst = false;
+  bool ddgst = false;
+
+  static bool parse(const std::string& text, TransportId& out, std::string& err);
+  std::string to_string() const;
+};
+
+struct ControllerOptions {
+  std::string hostnqn;               // empty: derived from the host ID
+  uint8_t hostid[16] = {};           // all zero: a random one per process
+  uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
+  uint16_t admin_queue_depth = 32;
+  uint32_t connect_timeout_ms = 5000;
+  uint32_t io_queues = 64;           // how many I/O queues to ask for
+  bool hdgst = false;
+  bool ddgst = false;
+  std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
+  bool busy_poll = false;            // I/O queues spin instead of sleeping in io_uring
+};
+
+// What a completion callback receives: the CQE's status and command-specific dwords.
+struct Completion {
+  wire::Status status;
+  uint32_t dw0 = 0;
+  uint32_t dw1 = 0;
+};
+using CompletionFn = void (*)(void* ctx, const Completion& cpl);
+
+namespace detail {
+class QueuePairImpl;
+class AdminQueue;
+}  // namespace detail
+
+class QueuePair {
+ public:
+  ~QueuePair();
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+
+  // Submits one NVMe command. data/len describe its data buffer (nullptr/0 for none);
+  // to_controller says which way it flows. Returns 0, -EBUSY when the queue is full, or
+  // -ENOTCONN when the connection has failed. cb runs inside process_completions().
+  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
+  int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
+  int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx);
+  int flush(uint32_t nsid, CompletionFn cb, void* ctx);
+  int write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx);
+  // ranges: n Dataset Management ranges (16 bytes each), sent with the Deallocate attribute.
+  int deallocate(uint32_t nsid, const wire::DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx);
+
+  // Runs this thread's reactor once: sends what was submitted, waits up to timeout_us for
+  // something to arrive (0 = don't wait), and delivers completions. Returns how many
+  // completions this queue pair delivered.
+  int process_completions(uint32_t timeout_us = 0);
+
+  uint16_t qid() const;
+  uint32_t depth() const;
+  uint32_t outstanding() const;
+  bool failed() const;
+  // The block size of a namespace as the controller reported it (0 if unknown).
+  uint32_t block_size(uint32_t nsid) const;
+
+ private:
+  friend class Controller;
+  explicit QueuePair(std::unique_ptr<detail::QueuePairImpl> impl);
+  std::unique_ptr<detail::QueuePairImpl> impl_;
+};
+
+struct NamespaceInfo {
+  uint32_t nsid = 0;
+  uint64_t blocks = 0;
+  uint32_t block_size = 0;
+  uint8_t nguid[16] = {};
+  uint8_t eui64[8] = {};
+};
+
+class Controller {
+ public:
+  // Connects the admin queue, enables the controller, identifies it and (for an I/O
+  // controller) negotiates the number of I/O queues. Returns nullptr and err on failure.
+  static std::unique_ptr<Controller> connect(const TransportId& trid, const ControllerOptions& opts,
+                                             std::string& err);
+  ~Controller();  // shuts the controller down (CC.SHN) and closes the admin queue
+
+  // A new I/O queue pair with its own TCP connection, driven by the calling thread.
+  std::unique_ptr<QueuePair> create_io_qpair(uint32_t depth, std::string& err);
+
+  // Synchronous admin commands (the admin thread runs them).
+  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  Completion identify(uint8_t cns, uint32_t nsid, void* buf4k, uint32_t cdw11 = 0);
+  Completion get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset = 0);
+  bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
+  std::vector<uint32_t> active_namespaces();
+  // The discovery log (header + entries), read in two steps as nvme-cli does.
+  bool discovery_log(std::vector<uint8_t>& out, std::string& err);
+
+  const uint8_t* identify_data() const;   // the 4 KiB Identify Controller structure
+  uint16_t cntlid() const;
+  uint32_t io_queues_granted() const;
+  uint32_t max_transfer_bytes() const;
+  uint64_t cap() const;
+  uint32_t version() const;
+  const TransportId& trid() const;
+  const std::string& hostnqn() const;
+  bool failed() const;
+
+ private:
+  Controller();
+  struct State;
+  std::shared_ptr<State> s_;  // shared with queue pairs, which return their qid to it
+};
+
+// The host NQN nvtcp uses when none is given: nqn.2014-08.org.nvmexpress:uuid:<uuid>.
+std::string default_hostnqn(const uint8_t hostid[16]);
+
+}  // namespace nvtcp::host

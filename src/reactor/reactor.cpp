@@ -1,0 +1,194 @@
+#include "reactor/reactor.hpp"
+
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace nvtcp::reactor {
+
+namespace {
+thread_local Reactor* tls_current = nullptr;
+}
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+Reactor* Reactor::current() { return tls_current; }
+
+Reactor::Reactor(unsigned entries, PollMode mode) : mode_(mode) {
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+            IORING_SETUP_DEFER_TASKRUN;
+  p.cq_entries = entries * 4;
+  p.flags |= IORING_SETUP_CQSIZE;
+  int rc = io_uring_queue_init_params(entries, &ring_, &p);
+  if (rc < 0) {
+    // Older kernels lack some flags; fall back to a plain ring.
+    io_uring_params plain{};
+    plain.flags = IORING_SETUP_CQSIZE;
+    plain.cq_entries = entries * 4;
+    rc = io_uring_queue_init_params(entries, &ring_, &plain);
+  }
+  if (rc < 0) throw std::runtime_error(std::string("io_uring_queue_init: ") + strerror(-rc));
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
+  wake_completion_.owner = this;
+  wake_completion_.fn = [](Completion* c, int, uint32_t) {
+    static_cast<OwnedCompletion<Reactor>*>(c)->owner->arm_wakeup();
+  };
+  now_ns_ = monotonic_ns();
+  // DEFER_TASKRUN requires that only the creating thread submits; the owner thread calls
+  // run()/run_once(), and a reactor is created on the thread that runs it.
+  tls_current = this;
+  arm_wakeup();
+}
+
+Reactor::~Reactor() {
+  if (tls_current == this) tls_current = nullptr;
+  io_uring_queue_exit(&ring_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Reactor::arm_wakeup() {
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_read(sqe, wake_fd_, &wake_buf_, sizeof(wake_buf_), 0);
+  prep(sqe, &wake_completion_);
+}
+
+io_uring_sqe* Reactor::get_sqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (!sqe) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  return sqe;
+}
+
+unsigned Reactor::run_once(uint32_t timeout_us) {
+  tls_current = this;
+  io_uring_cqe* cqe = nullptr;
+  run_deferred();
+  if (mode_ == PollMode::BusyPoll || timeout_us == 0) {
+    io_uring_submit_and_get_events(&ring_);
+  } else {
+    // Don't sleep past the next timer.
+    uint64_t now = monotonic_ns();
+    uint64_t wait_ns = uint64_t(timeout_us) * 1000;
+    for (Timer* t = timers_; t; t = t->next) {
+      uint64_t d = t->deadline_ns > now ? t->deadline_ns - now : 0;
+      if (d < wait_ns) wait_ns = d;
+    }
+    __kernel_timespec ts{};
+    ts.tv_sec = static_cast<long long>(wait_ns / 1000000000ull);
+    ts.tv_nsec = static_cast<long long>(wait_ns % 1000000000ull);
+    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  }
+  now_ns_ = monotonic_ns();
+  unsigned handled = 0;
+  unsigned head;
+  // Completions may queue new SQEs; those go out on the next turn, batched.
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    auto* c = static_cast<Completion*>(io_uring_cqe_get_data(cqe));
+    int res = cqe->res;
+    uint32_t flags = cqe->flags;
+    io_uring_cq_advance(&ring_, 1);
+    if (c && c->fn) c->fn(c, res, flags);
+    ++handled;
+  }
+  if (timers_) run_timers();
+  if (has_posted_.load(std::memory_order_acquire)) run_posted();
+  return handled;
+}
+
+void Reactor::run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) run_once(100000);
+}
+
+void Reactor::undefer(Deferred* d) {
+  if (!d->queued) return;
+  Deferred* prev = nullptr;
+  for (Deferred* it = deferred_; it; prev = it, it = it->next) {
+    if (it != d) continue;
+    if (prev) prev->next = it->next; else deferred_ = it->next;
+    if (deferred_tail_ == it) deferred_tail_ = prev;
+    break;
+  }
+  d->next = nullptr;
+  d->queued = false;
+}
+
+void Reactor::run_deferred() {
+  while (deferred_) {
+    Deferred* d = deferred_;
+    deferred_ = d->next;
+    if (!deferred_) deferred_tail_ = nullptr;
+    d->next = nullptr;
+    d->queued = false;
+    d->fn(d);
+  }
+}
+
+void Reactor::arm_timer(Timer* t, uint64_t delay_ns) {
+  t->deadline_ns = monotonic_ns() + delay_ns;
+  if (t->linked) return;
+  t->linked = true;
+  t->prev = nullptr;
+  t->next = timers_;
+  if (timers_) timers_->prev = t;
+  timers_ = t;
+}
+
+void Reactor::cancel_timer(Timer* t) {
+  if (!t->linked) return;
+  if (t->prev) t->prev->next = t->next; else timers_ = t->next;
+  if (t->next) t->next->prev = t->prev;
+  t->next = t->prev = nullptr;
+  t->linked = false;
+  t->deadline_ns = 0;
+}
+
+void Reactor::run_timers() {
+  // Timers are per connection, not per I/O: a short list. A fired timer is unlinked
+  // before its callback so the callback may re-arm or destroy it.
+  Timer* t = timers_;
+  while (t) {
+    Timer* next = t->next;
+    if (t->deadline_ns <= now_ns_) {
+      cancel_timer(t);
+      t->fn(t);
+      next = timers_;  // the list may have changed; rescan (fired timers are unlinked)
+      while (next && next->deadline_ns > now_ns_) next = next->next;
+    }
+    t = next;
+  }
+}
+
+void Reactor::post(std::function<void()> fn) {
+  {
+    std::lock_guard lk(posted_mu_);
+    posted_.push_back(std::move(fn));
+  }
+  has_posted_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;
+}
+
+void Reactor::run_posted() {
+  {
+    std::lock_guard lk(posted_mu_);
+    running_.swap(posted_);
+    has_posted_.store(false, std::memory_order_release);
+  }
+  for (auto& fn : running_) fn();
+  running_.clear();
+}
+
+}  // namespace nvtcp::reactor

@@ -1,0 +1,120 @@
+// Per-core event loop on io_uring. One Reactor is owned by one thread; everything it drives
+// (sockets, timers, file I/O) belongs to that thread, so the data path needs no locks.
+// Other threads reach a reactor only through post(), which is for the control path.
+#pragma once
+#include <liburing.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace nvtcp::reactor {
+
+// Every io_uring submission carries a pointer to one of these as user_data; the reactor
+// calls fn with the CQE result. Owners embed Completions, so nothing is allocated per I/O.
+struct Completion {
+  void (*fn)(Completion* self, int res, uint32_t cqe_flags) = nullptr;
+};
+
+// A Completion that knows its owner, for owners that need more than one.
+template <class T>
+struct OwnedCompletion : Completion {
+  T* owner = nullptr;
+};
+
+// Work to run once at the end of the current loop turn, just before the ring is submitted:
+// owners queue sends here so that everything produced in one turn leaves in one batch.
+struct Deferred {
+  void (*fn)(Deferred* self) = nullptr;
+  Deferred* next = nullptr;
+  bool queued = false;
+};
+
+template <class T>
+struct OwnedDeferred : Deferred {
+  T* owner = nullptr;
+};
+
+// A periodic or one-shot deadline checked by the loop; owners embed it (intrusive list).
+struct Timer {
+  uint64_t deadline_ns = 0;        // 0 = not armed
+  void (*fn)(Timer* self) = nullptr;
+  Timer* next = nullptr;
+  Timer* prev = nullptr;
+  bool linked = false;
+};
+
+enum class PollMode { Interrupt, BusyPoll };
+
+uint64_t monotonic_ns();
+
+class Reactor {
+ public:
+  explicit Reactor(unsigned entries = 4096, PollMode mode = PollMode::Interrupt);
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  // An SQE to fill; submits queued entries first when the ring is full.
+  io_uring_sqe* get_sqe();
+  void prep(io_uring_sqe* sqe, Completion* c) { io_uring_sqe_set_data(sqe, c); }
+
+  // One loop turn: submit what is queued, wait up to timeout_us (0 = don't block) for a
+  // completion, dispatch every completion, run due timers and posted tasks.
+  // Returns the number of completions handled.
+  unsigned run_once(uint32_t timeout_us);
+  // Loops until stop becomes true.
+  void run(const std::atomic<bool>& stop);
+
+  // FIFO: work runs in the order it was deferred.
+  void defer(Deferred* d) {
+    if (d->queued) return;
+    d->queued = true;
+    d->next = nullptr;
+    if (deferred_tail_) deferred_tail_->next = d; else deferred_ = d;
+    deferred_tail_ = d;
+  }
+  // Removes d if queued (for owners destroyed while work is pending).
+  void undefer(Deferred* d);
+  // Runs deferred work now (done automatically at the start of every loop turn).
+  void run_deferred();
+
+  void arm_timer(Timer* t, uint64_t delay_ns);
+  void cancel_timer(Timer* t);
+
+  // Cross-thread hand-off (control path only: accepted connections, shutdown, teardown).
+  void post(std::function<void()> fn);
+
+  uint64_t now_ns() const { return now_ns_; }
+  PollMode poll_mode() const { return mode_; }
+  void set_poll_mode(PollMode m) { mode_ = m; }
+  io_uring* ring() { return &ring_; }
+  int ring_fd() const { return ring_.ring_fd; }
+
+  // The reactor that the calling thread is running, if any.
+  static Reactor* current();
+
+ private:
+  void run_timers();
+  void run_posted();
+  void arm_wakeup();
+
+  io_uring ring_{};
+  PollMode mode_;
+  uint64_t now_ns_ = 0;
+  Timer* timers_ = nullptr;
+  Deferred* deferred_ = nullptr;
+  Deferred* deferred_tail_ = nullptr;
+
+  int wake_fd_ = -1;               // eventfd: post() wakes a reactor blocked in io_uring
+  uint64_t wake_buf_ = 0;
+  OwnedCompletion<Reactor> wake_completion_{};
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+  std::vector<std::function<void()>> running_;
+  std::atomic<bool> has_posted_{false};
+};
+
+}  // namespace nvtcp::reactor

@@ -1,0 +1,241 @@
+#include "reactor/tcp_stream.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace nvtcp::reactor {
+
+std::string apply_socket_options(int fd, const SocketOptions& o) {
+  int one = 1;
+  if (o.nodelay && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+    return fmt::format("TCP_NODELAY: {}", strerror(errno));
+  if (o.sndbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &o.sndbuf, sizeof(o.sndbuf)) < 0)
+    return fmt::format("SO_SNDBUF: {}", strerror(errno));
+  if (o.rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o.rcvbuf, sizeof(o.rcvbuf)) < 0)
+    return fmt::format("SO_RCVBUF: {}", strerror(errno));
+  if (!o.congestion.empty() &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, o.congestion.data(), socklen_t(o.congestion.size())) < 0)
+    return fmt::format("TCP_CONGESTION {}: {}", o.congestion, strerror(errno));
+  return {};
+}
+
+TcpStream::TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer)
+    : reactor_(r), fd_(fd), owner_(owner), rx_(new uint8_t[rx_buffer]), rx_size_(rx_buffer), seg_(256) {
+  recv_c_.owner = this;
+  recv_c_.fn = [](Completion* c, int res, uint32_t) {
+    static_cast<OwnedCompletion<TcpStream>*>(c)->owner->on_recv(res);
+  };
+  send_c_.owner = this;
+  send_c_.fn = [](Completion* c, int res, uint32_t) {
+    static_cast<OwnedCompletion<TcpStream>*>(c)->owner->on_send(res);
+  };
+  flush_d_.owner = this;
+  flush_d_.fn = [](Deferred* d) { static_cast<OwnedDeferred<TcpStream>*>(d)->owner->flush(); };
+  close_d_.owner = this;
+  close_d_.fn = [](Deferred* d) {
+    auto* self = static_cast<OwnedDeferred<TcpStream>*>(d)->owner;
+    self->owner_->on_closed(self->close_err_);
+  };
+}
+
+TcpStream::~TcpStream() {
+  reactor_.undefer(&flush_d_);
+  reactor_.undefer(&close_d_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TcpStream::start() { post_recv(); }
+
+void TcpStream::post_recv() {
+  if (closing_ || recv_inflight_) return;
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  io_uring_prep_recv(sqe, fd_, rx_.get(), rx_size_, 0);
+  reactor_.prep(sqe, &recv_c_);
+  recv_inflight_ = true;
+}
+
+void TcpStream::on_recv(int res) {
+  recv_inflight_ = false;
+  if (res <= 0) {
+    if (res == -EAGAIN || res == -EINTR) {
+      post_recv();
+      return;
+    }
+    if (!closing_) close_err_ = res;  // 0: orderly shutdown by the peer
+    close();
+    return;
+  }
+  if (closing_) {
+    maybe_finish_close();
+    return;
+  }
+  owner_->on_receive(rx_.get(), size_t(res));
+  // The owner may have closed us while handling the bytes.
+  if (closing_) maybe_finish_close();
+  else post_recv();
+}
+
+void TcpStream::push_segment(const Segment& s) {
+  if (seg_count_ == seg_.size()) {
+    std::vector<Segment> bigger(seg_.size() * 2);
+    for (size_t i = 0; i < seg_count_; ++i) bigger[i] = seg_[(seg_head_ + i) % seg_.size()];
+    seg_.swap(bigger);
+    seg_head_ = 0;
+  }
+  seg_[(seg_head_ + seg_count_) % seg_.size()] = s;
+  ++seg_count_;
+}
+
+void TcpStream::send(const void* data, size_t len, SendDone* done) {
+  if (closing_) {
+    // Nothing more leaves a closing connection; still release the owner's memory.
+    if (done) done->fn(done);
+    return;
+  }
+  push_segment({static_cast<const uint8_t*>(data), len, done});
+  queued_bytes_ += len;
+  if (!send_inflight_) reactor_.defer(&flush_d_);
+}
+
+void TcpStream::flush() {
+  if (send_inflight_ || closing_ || seg_count_ == 0) return;
+  int n = 0;
+  size_t off = head_offset_;
+  for (size_t i = 0; i < seg_count_ && n < kMaxIov; ++i) {
+    const Segment& s = seg_[(seg_head_ + i) % seg_.size()];
+    if (s.len - off > 0) {
+      iov_[n].iov_base = const_cast<uint8_t*>(s.data + off);
+      iov_[n].iov_len = s.len - off;
+      ++n;
+    }
+    off = 0;
+  }
+  if (n == 0) {
+    on_send(0);  // only zero-length segments: complete them
+    return;
+  }
+  msg_ = {};
+  msg_.msg_iov = iov_;
+  msg_.msg_iovlen = size_t(n);
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
+  reactor_.prep(sqe, &send_c_);
+  send_inflight_ = true;
+}
+
+void TcpStream::on_send(int res) {
+  send_inflight_ = false;
+  if (res < 0) {
+    if (res == -EAGAIN || res == -EINTR) {
+      if (!closing_) flush();
+      else maybe_finish_close();
+      return;
+    }
+    if (!closing_) close_err_ = res;
+    close();
+    return;
+  }
+  size_t left = size_t(res);
+  queued_bytes_ -= left;
+  while (seg_count_ > 0) {
+    Segment& s = seg_[seg_head_];
+    size_t remain = s.len - head_offset_;
+    if (left < remain) {
+      head_offset_ += left;
+      break;
+    }
+    left -= remain;
+    head_offset_ = 0;
+    SendDone* done = s.done;
+    seg_head_ = (seg_head_ + 1) % seg_.size();
+    --seg_count_;
+    if (done) done->fn(done);
+  }
+  if (closing_) maybe_finish_close();
+  else if (seg_count_ > 0) flush();
+}
+
+void TcpStream::close() {
+  if (!closing_) {
+    closing_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    // Release every queued segment: none of it will be sent.
+    while (seg_count_ > 0) {
+      SendDone* done = seg_[seg_head_].done;
+      seg_head_ = (seg_head_ + 1) % seg_.size();
+      --seg_count_;
+      if (done) done->fn(done);
+    }
+    queued_bytes_ = 0;
+    head_offset_ = 0;
+    if (recv_inflight_) {
+      io_uring_sqe* sqe = reactor_.get_sqe();
+      io_uring_prep_cancel(sqe, &recv_c_, 0);
+      reactor_.prep(sqe, nullptr);
+    }
+  }
+  maybe_finish_close();
+}
+
+void TcpStream::maybe_finish_close() {
+  if (recv_inflight_ || send_inflight_ || closed_notified_) return;
+  closed_notified_ = true;
+  // Deliver on_closed from a deferred step so the owner never frees us inside our own call.
+  reactor_.defer(&close_d_);
+}
+
+std::string Endpoint::to_string() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (addr.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return fmt::format("{}:{}", host, port);
+  }
+  auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+  port = ntohs(a->sin6_port);
+  return fmt::format("[{}]:{}", host, port);
+}
+
+bool resolve(const std::string& host, uint16_t port, Endpoint& out, std::string& err) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  int rc = getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0 || !res) {
+    err = fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc));
+    return false;
+  }
+  std::memcpy(&out.addr, res->ai_addr, res->ai_addrlen);
+  out.len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return true;
+}
+
+int listen_on(const Endpoint& ep, int backlog) {
+  int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.len) < 0 || ::listen(fd, backlog) < 0) {
+    int e = -errno;
+    ::close(fd);
+    return e;
+  }
+  return fd;
+}
+
+}  // namespace nvtcp::reactor

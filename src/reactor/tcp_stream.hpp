@@ -1,0 +1,110 @@
+// Bytes in and out of one TCP connection, driven by a Reactor. This layer knows nothing of
+// PDUs: it hands received bytes to its owner and gathers queued send segments into one
+// sendmsg per loop turn. A TLS layer can later sit between this and the PDU layer.
+#pragma once
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reactor/reactor.hpp"
+
+namespace nvtcp::reactor {
+
+// Called when every byte of a queued segment has been handed to the kernel; owners use
+// it to recycle the memory the segment pointed at.
+struct SendDone {
+  void (*fn)(SendDone* self) = nullptr;
+};
+
+class StreamOwner {
+ public:
+  virtual ~StreamOwner() = default;
+  // Received bytes; the owner consumes all of them (it buffers what it cannot place yet).
+  virtual void on_receive(const uint8_t* data, size_t len) = 0;
+  // The stream is closed and no operation is in flight: the owner may free it now.
+  // err is 0 for an orderly close by the peer or by us, else a negative errno.
+  virtual void on_closed(int err) = 0;
+};
+
+struct SocketOptions {
+  bool nodelay = true;
+  int sndbuf = 0;                 // 0 = kernel default
+  int rcvbuf = 0;
+  std::string congestion;         // TCP_CONGESTION per socket, e.g. "cubic"; empty = default
+};
+
+// Applies options to a socket; returns an error message or empty.
+std::string apply_socket_options(int fd, const SocketOptions& opts);
+
+class TcpStream {
+ public:
+  TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer = 128 * 1024);
+  ~TcpStream();
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  // Starts receiving. Call once the owner is ready for bytes.
+  void start();
+  // Queues len bytes at data; done (optional) fires when they have all been sent.
+  void send(const void* data, size_t len, SendDone* done = nullptr);
+  // Shuts the socket down; on_closed follows once nothing is in flight.
+  void close();
+  bool closing() const { return closing_; }
+  int fd() const { return fd_; }
+  Reactor& reactor() { return reactor_; }
+  size_t queued_bytes() const { return queued_bytes_; }
+
+ private:
+  struct Segment {
+    const uint8_t* data;
+    size_t len;
+    SendDone* done;
+  };
+  void post_recv();
+  void flush();
+  void on_recv(int res);
+  void on_send(int res);
+  void maybe_finish_close();
+  void push_segment(const Segment& s);
+
+  Reactor& reactor_;
+  int fd_;
+  StreamOwner* owner_;
+  std::unique_ptr<uint8_t[]> rx_;
+  size_t rx_size_;
+  bool recv_inflight_ = false;
+  bool send_inflight_ = false;
+  bool closing_ = false;
+  bool closed_notified_ = false;
+  int close_err_ = 0;
+
+  // Send queue: a ring of segments that grows (rarely, at warm-up) but never shrinks.
+  std::vector<Segment> seg_;
+  size_t seg_head_ = 0, seg_count_ = 0;
+  size_t head_offset_ = 0;        // bytes of the head segment already sent
+  size_t queued_bytes_ = 0;
+  static constexpr int kMaxIov = 64;
+  iovec iov_[kMaxIov];
+  msghdr msg_{};
+
+  OwnedCompletion<TcpStream> recv_c_, send_c_;
+  OwnedDeferred<TcpStream> flush_d_, close_d_;
+};
+
+// Socket helpers (control path).
+struct Endpoint {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  std::string to_string() const;
+};
+// Resolves "127.0.0.1" / "::1" / a host name and a port.
+bool resolve(const std::string& host, uint16_t port, Endpoint& out, std::string& err);
+// A listening, non-blocking socket with SO_REUSEADDR; returns fd or -errno.
+int listen_on(const Endpoint& ep, int backlog = 1024);
+
+}  // namespace nvtcp::reactor

@@ -1,0 +1,54 @@
+// Target configuration: the quick command-line case and the JSON file for the full one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nvtcp::target {
+
+struct NamespaceConfig {
+  uint32_t nsid = 0;            // 0 = next free
+  std::string type = "null";    // null | ram | file
+  uint64_t size = 0;            // bytes (file: 0 = the file's size)
+  std::string path;             // file only
+  uint32_t block_size = 512;
+};
+
+struct SubsystemConfig {
+  std::string nqn;
+  std::string serial;
+  std::string model = "nvtcp";
+  bool allow_any_host = true;
+  std::vector<std::string> hosts;  // allowed host NQNs when allow_any_host is false
+  std::vector<NamespaceConfig> namespaces;
+};
+
+struct ListenerConfig {
+  std::string address = "127.0.0.1";
+  uint16_t port = 4420;
+};
+
+struct TargetConfig {
+  std::vector<ListenerConfig> listeners;
+  uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
+  std::vector<SubsystemConfig> subsystems;
+  unsigned cores = 1;                   // reactor threads
+  bool allow_hdgst = true;
+  bool allow_ddgst = true;
+  uint32_t max_h2c_data = 128 * 1024;   // MAXH2CDATA announced in ICResp
+  uint32_t in_capsule_data = 8192;      // I/O queue in-capsule data (IOCCSZ = 64 + this)
+  uint32_t max_queue_depth = 1024;      // CAP.MQES + 1
+  uint32_t max_io_queues = 128;
+  uint32_t max_r2t_per_command = 4;     // outstanding R2Ts per write (also bounded by the host)
+  uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS)
+  uint32_t icreq_timeout_ms = 10000;
+  std::string tcp_congestion;           // per-socket congestion control, empty = default
+  bool busy_poll = false;
+};
+
+// Reads a JSON configuration; returns an error message or empty.
+std::string load_config_file(const std::string& path, TargetConfig& out);
+// Checks and completes a configuration (serials, nsids, listeners); returns error or empty.
+std::string finalize_config(TargetConfig& cfg);
+
+}  // namespace nvtcp::target

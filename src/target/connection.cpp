@@ -1,0 +1,814 @@
+#include "target/connection.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "util/log.hpp"
+#include "wire/digest.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+constexpr uint32_t kAdminInCapsule = 8192;     // admin and fabrics commands: at most 8 KiB
+constexpr uint64_t kControllerPollNs = 100'000'000;  // I/O queues notice a dead controller
+constexpr uint64_t kTermReqLingerNs = 1'000'000'000;
+
+bool transfers_to_host(uint8_t opc) {
+  auto op = static_cast<AdminOpcode>(opc);
+  return op == AdminOpcode::Identify || op == AdminOpcode::GetLogPage;
+}
+}  // namespace
+
+void ConnectionSet::add(Connection* c) { conns_.push_back(c); }
+void ConnectionSet::remove(Connection* c) {
+  auto it = std::find(conns_.begin(), conns_.end(), c);
+  if (it != conns_.end()) {
+    *it = conns_.back();
+    conns_.pop_back();
+  }
+}
+void ConnectionSet::close_all() {
+  auto copy = conns_;
+  for (Connection* c : copy) c->close("target shutting down");
+}
+
+Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set)
+    : target_(target),
+      reactor_(r),
+      peer_(std::move(peer)),
+      set_(set),
+      stream_(r, fd, this),
+      receiver_(transport::Side::Target, this) {
+  term_sent_.owner = this;
+  term_sent_.fn = [](reactor::SendDone* d) {
+    static_cast<TermSent*>(d)->owner->stream_.close();
+  };
+  timer_.owner = this;
+  timer_.fn = on_keepalive_timer;
+  const auto& cfg = target_.config;
+  receiver_.set_max_plen(std::max({cfg.in_capsule_data, cfg.max_h2c_data, kAdminInCapsule}) + 512);
+  resize_pool(1);  // until Connect says how deep the queue is, only Connect can arrive
+  set_.add(this);
+}
+
+Connection::~Connection() { reactor_.cancel_timer(&timer_); }
+
+void Connection::start() {
+  log::debug("{}: connection accepted", peer_);
+  reactor_.arm_timer(&timer_, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
+  stream_.start();
+}
+
+void Connection::close(const std::string& why) {
+  if (state_ != State::Closing) log::info("{}: closing connection: {}", peer_, why);
+  state_ = State::Closing;
+  stream_.close();
+}
+
+void Connection::teardown_controller(const char* why) {
+  if (!ctrl_) return;
+  if (qid_ == 0) {
+    if (!ctrl_->dead.exchange(true))
+      log::info("{}: controller {} of {} torn down: {}", peer_, ctrl_->cntlid(), ctrl_->subsystem().nqn(), why);
+    ctrl_->subsystem().remove_controller(ctrl_->cntlid());
+  } else {
+    ctrl_->release_queue(qid_);
+  }
+  ctrl_.reset();
+}
+
+void Connection::on_receive(const uint8_t* data, size_t len) {
+  if (state_ == State::Closing) return;
+  receiver_.feed(data, len);
+}
+
+void Connection::on_closed(int err) {
+  if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
+  log::debug("{}: connection closed", peer_);
+  closed_ = true;
+  state_ = State::Closing;
+  teardown_controller("admin queue closed");
+  reactor_.cancel_timer(&timer_);
+  set_.remove(this);
+  if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
+}
+
+void Connection::on_keepalive_timer(reactor::Timer* t) {
+  auto* self = static_cast<TimerSlot*>(t)->owner;
+  uint64_t now = self->reactor_.now_ns();
+  switch (self->state_) {
+    case State::AwaitICReq:
+      self->close(fmt::format("no ICReq within {} ms", self->target_.config.icreq_timeout_ms));
+      return;
+    case State::AwaitConnect:
+      self->close("no Connect after ICReq");
+      return;
+    case State::Closing:
+      self->stream_.close();  // the peer did not take our TermReq in time
+      return;
+    case State::Connected: break;
+  }
+  Controller* c = self->ctrl_.get();
+  if (!c) return;
+  if (self->qid_ == 0 && c->keep_alive_expired(now)) {
+    log::warn("{}: keep-alive timeout ({} ms) on controller {}", self->peer_, c->kato_ms(), c->cntlid());
+    self->teardown_controller("keep-alive timeout");
+    self->close("keep-alive timeout");
+    return;
+  }
+  if (c->dead.load(std::memory_order_relaxed)) {
+    self->close("its controller was torn down");
+    return;
+  }
+  uint64_t period = kControllerPollNs;
+  if (self->qid_ == 0 && c->kato_ms()) period = std::min<uint64_t>(period, uint64_t(c->kato_ms()) * 250000ull);
+  self->reactor_.arm_timer(&self->timer_, period);
+}
+
+// ---------------------------------------------------------------- PDU layer
+
+bool Connection::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& dst) {
+  const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
+  auto type = static_cast<PduType>(ch.type);
+  if (type == PduType::H2CTermReq) {
+    dst = nullptr;  // the offending header the host quotes back; we only log the status
+    return true;
+  }
+  if (type == PduType::ICReq) {
+    if (state_ != State::AwaitICReq) {
+      fatal(Fes::PduSequenceError, 0, "ICReq after the connection was initialized");
+      return false;
+    }
+    return true;
+  }
+  if (state_ == State::AwaitICReq) {
+    fatal(Fes::PduSequenceError, 0, fmt::format("{} before ICReq", pdu_type_name(type)));
+    return false;
+  }
+  if (type == PduType::CapsuleCmd)
+    return capsule_header(*reinterpret_cast<const CapsuleCmdHeader*>(hdr), data_len, dst);
+  if (type == PduType::H2CData) return h2c_data_header(*reinterpret_cast<const H2CDataPdu*>(hdr), data_len, dst);
+  fatal(Fes::InvalidHeaderField, 0, fmt::format("unexpected {}", pdu_type_name(type)));
+  return false;
+}
+
+void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
+  const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
+  switch (static_cast<PduType>(ch.type)) {
+    case PduType::ICReq:
+      handle_icreq(*reinterpret_cast<const ICReqPdu*>(hdr));
+      return;
+    case PduType::H2CTermReq: {
+      const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
+      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes)), t.fes, t.fei);
+      close("H2CTermReq received");
+      return;
+    }
+    case PduType::CapsuleCmd: {
+      Request* r = h2c_req_;
+      h2c_req_ = nullptr;
+      if (!data_ok) {
+        log::warn("{}: data digest error in capsule cid {}", peer_, r->sqe.cid);
+        complete(r, sc::TransientTransportError);
+        return;
+      }
+      if (!r->status.ok()) {
+        complete(r, r->status);
+        return;
+      }
+      if (r->data_len) r->rx_next = r->data_len;
+      r->state = Request::State::Executing;
+      execute(r);
+      return;
+    }
+    case PduType::H2CData:
+      h2c_data_complete(*reinterpret_cast<const H2CDataPdu*>(hdr), data_ok);
+      return;
+    default: return;
+  }
+}
+
+void Connection::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver_.fail(fes, fei, why); }
+
+void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
+  log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
+            fes_name(fes), fei);
+  if (state_ == State::Closing) return;
+  state_ = State::Closing;
+  uint32_t quoted = std::min<uint32_t>(receiver_.header_bytes_len(), 128);
+  std::memset(term_pdu_, 0, sizeof(term_pdu_));
+  auto* t = reinterpret_cast<TermReqPdu*>(term_pdu_);
+  t->ch.type = uint8_t(PduType::C2HTermReq);
+  t->ch.hlen = sizeof(TermReqPdu);
+  t->ch.pdo = 0;
+  t->ch.plen = uint32_t(sizeof(TermReqPdu) + quoted);
+  t->fes = uint16_t(fes);
+  t->fei = fei;
+  std::memcpy(term_pdu_ + sizeof(TermReqPdu), receiver_.header_bytes(), quoted);
+  stream_.send(term_pdu_, sizeof(TermReqPdu) + quoted, &term_sent_);
+  reactor_.arm_timer(&timer_, kTermReqLingerNs);
+}
+
+bool Connection::handle_icreq(const ICReqPdu& req) {
+  if (req.pfv != kPfv) {
+    fatal(Fes::UnsupportedParameter, offsetof(ICReqPdu, pfv), fmt::format("ICReq PFV {} unsupported", req.pfv));
+    return false;
+  }
+  if (req.hpda > 31) {
+    fatal(Fes::InvalidHeaderField, offsetof(ICReqPdu, hpda), fmt::format("ICReq HPDA {} out of range", req.hpda));
+    return false;
+  }
+  hpda_ = req.hpda;
+  host_maxr2t_ = std::min<uint32_t>(req.maxr2t, Request::kMaxR2T - 1) + 1;
+  hdgst_ = (req.digest & 1) && target_.config.allow_hdgst;
+  ddgst_ = (req.digest & 2) && target_.config.allow_ddgst;
+  std::memset(icresp_, 0, sizeof(icresp_));
+  auto* resp = reinterpret_cast<ICRespPdu*>(icresp_);
+  resp->ch.type = uint8_t(PduType::ICResp);
+  resp->ch.hlen = sizeof(ICRespPdu);
+  resp->ch.plen = sizeof(ICRespPdu);
+  resp->pfv = kPfv;
+  resp->cpda = 0;
+  resp->digest = uint8_t((hdgst_ ? 1 : 0) | (ddgst_ ? 2 : 0));
+  resp->maxh2cdata = target_.config.max_h2c_data;
+  stream_.send(icresp_, sizeof(icresp_));
+  receiver_.set_digests(hdgst_, ddgst_);
+  state_ = State::AwaitConnect;
+  log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", peer_, req.hpda, req.maxr2t, hdgst_, ddgst_);
+  return true;
+}
+
+uint32_t Connection::max_incapsule() const {
+  return (state_ == State::Connected && qid_ != 0) ? target_.config.in_capsule_data : kAdminInCapsule;
+}
+
+bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
+  Request* r = alloc_request();
+  if (!r) {
+    fatal(Fes::PduSequenceError, 0,
+          fmt::format("more commands outstanding than the queue depth ({})", pool_.size()));
+    return false;
+  }
+  std::memcpy(&r->sqe, pdu.sqe, sizeof(Sqe));
+  r->status = sc::Success;
+  r->dw0 = r->dw1 = 0;
+  r->data_len = 0;
+  r->rx_next = 0;
+  r->r2t_next = 0;
+  r->tx_data = nullptr;
+  r->tx_len = 0;
+  r->state = Request::State::ReceivingData;
+  if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
+  h2c_req_ = r;
+  if (data_len == 0) return true;
+  // In-capsule data: check the SGL now, and drop the bytes of a bad one as they arrive.
+  const SglDescriptor& sgl = r->sqe.sgl;
+  if (data_len > max_incapsule()) r->status = sc::DataSglLengthInvalid;
+  else if (sgl.type != kSglDataBlockOffset) r->status = sc::SglDescriptorTypeInvalid;
+  else if (sgl.addr != 0) r->status = sc::SglOffsetInvalid;
+  else if (sgl.length != data_len) r->status = sc::DataSglLengthInvalid;
+  else if (!ensure_buffer(r, data_len)) r->status = sc::InternalError;
+  if (!r->status.ok()) {
+    log::warn("{}: cid {}: bad in-capsule data ({} bytes, SGL type 0x{:02x} length {}): {}", peer_, r->sqe.cid,
+              data_len, sgl.type, sgl.length, status_name(r->status));
+    dst = nullptr;
+    return true;
+  }
+  r->data_len = data_len;
+  dst = r->buf.get();
+  return true;
+}
+
+bool Connection::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst) {
+  if (pdu.ttag >= pool_.size() || pool_[pdu.ttag]->state != Request::State::AwaitingH2C) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, ttag),
+          fmt::format("H2CData for unknown transfer tag {}", pdu.ttag));
+    return false;
+  }
+  Request* r = pool_[pdu.ttag].get();
+  if (r->sqe.cid != pdu.cccid) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, cccid),
+          fmt::format("H2CData cccid {} does not match tag {} (cid {})", pdu.cccid, pdu.ttag, r->sqe.cid));
+    return false;
+  }
+  if (pdu.datal != data_len) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, datal),
+          fmt::format("H2CData DATAL {} but the PDU carries {} bytes", pdu.datal, data_len));
+    return false;
+  }
+  if (pdu.datal > target_.config.max_h2c_data) {
+    fatal(Fes::DataLimitExceeded, 0, fmt::format("H2CData of {} bytes over MAXH2CDATA", pdu.datal));
+    return false;
+  }
+  if (pdu.datao != r->rx_next || uint64_t(pdu.datao) + pdu.datal > r->r2t_next || pdu.datal == 0) {
+    fatal(Fes::DataOutOfRange, 0,
+          fmt::format("H2CData [{}, +{}) outside the requested window [{}, {})", pdu.datao, pdu.datal, r->rx_next,
+                      r->r2t_next));
+    return false;
+  }
+  h2c_req_ = r;
+  dst = r->buf.get() + pdu.datao;
+  return true;
+}
+
+void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
+  Request* r = h2c_req_;
+  h2c_req_ = nullptr;
+  r->rx_next += pdu.datal;
+  if (!data_ok) {
+    log::warn("{}: data digest error in H2CData for cid {}", peer_, r->sqe.cid);
+    r->status = sc::TransientTransportError;
+  }
+  if (r->rx_next < r->data_len) {
+    send_r2ts(r);
+    return;
+  }
+  r->state = Request::State::Executing;
+  if (!r->status.ok()) complete(r, r->status);
+  else execute_io(r);
+}
+
+void Connection::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags) {
+  ch.type = uint8_t(type);
+  ch.flags = flags | (hdgst_ ? kFlagHdgst : 0);
+  ch.hlen = hlen;
+  if (data_len) {
+    if (ddgst_) ch.flags |= kFlagDdgst;
+    ch.pdo = uint8_t(data_offset(hlen, hdgst_, hpda_));
+    ch.plen = ch.pdo + data_len + (ddgst_ ? kDigestLen : 0);
+  } else {
+    ch.pdo = 0;
+    ch.plen = hlen + (hdgst_ ? kDigestLen : 0);
+  }
+}
+
+void Connection::send_r2ts(Request* r) {
+  const uint32_t chunk = target_.config.max_h2c_data;
+  const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, Request::kMaxR2T});
+  while (r->r2t_next < r->data_len) {
+    uint32_t sent = (r->r2t_next + chunk - 1) / chunk;
+    uint32_t done = r->rx_next / chunk;
+    if (sent - done >= max_out) break;
+    uint32_t len = std::min(chunk, r->data_len - r->r2t_next);
+    uint8_t* slot = r->r2t_pdu[sent % Request::kMaxR2T];
+    auto* p = reinterpret_cast<R2TPdu*>(slot);
+    std::memset(p, 0, sizeof(R2TPdu));
+    fill_header(p->ch, PduType::R2T, sizeof(R2TPdu), 0, 0);
+    p->cccid = r->sqe.cid;
+    p->ttag = r->index;
+    p->r2to = r->r2t_next;
+    p->r2tl = len;
+    if (hdgst_) {
+      uint32_t crc = crc32c(slot, sizeof(R2TPdu));
+      std::memcpy(slot + sizeof(R2TPdu), &crc, 4);
+    }
+    stream_.send(slot, p->ch.plen);
+    r->r2t_next += len;
+  }
+}
+
+// ---------------------------------------------------------------- commands
+
+void Connection::execute(Request* r) {
+  if (r->sqe.opc == uint8_t(AdminOpcode::Fabrics)) {
+    execute_fabrics(r);
+  } else if (state_ != State::Connected) {
+    complete(r, sc::CommandSequenceError);
+  } else if (qid_ == 0) {
+    execute_admin(r);
+  } else {
+    execute_io(r);
+  }
+}
+
+void Connection::execute_fabrics(Request* r) {
+  auto fctype = static_cast<FabricsType>(r->sqe.fctype());
+  if (fctype == FabricsType::Connect) {
+    if (state_ == State::Connected) {
+      complete(r, sc::CommandSequenceError);
+      return;
+    }
+    execute_connect(r);
+    return;
+  }
+  if (state_ != State::Connected) {
+    complete(r, sc::CommandSequenceError);
+    return;
+  }
+  switch (fctype) {
+    case FabricsType::PropertyGet:
+    case FabricsType::PropertySet: {
+      if (qid_ != 0) break;
+      PropertySetCmd pg;
+      std::memcpy(&pg, &r->sqe, sizeof(pg));
+      bool eight = (pg.attrib & 0x7) == 1;
+      Status st;
+      ctrl_->touch(reactor_.now_ns());
+      if (fctype == FabricsType::PropertyGet) {
+        uint64_t v = 0;
+        st = ctrl_->property_get(pg.ofst, eight, v);
+        r->dw0 = uint32_t(v);
+        r->dw1 = uint32_t(v >> 32);
+      } else {
+        st = ctrl_->property_set(pg.ofst, eight, pg.value);
+      }
+      complete(r, st);
+      return;
+    }
+    case FabricsType::Disconnect:
+      close_after_send_ = true;
+      complete(r, sc::Success);
+      return;
+    default: break;
+  }
+  complete(r, sc::InvalidOpcode);
+}
+
+void Connection::invalid_connect_param(Request* r, bool in_data, uint32_t offset) {
+  r->dw0 = offset | (in_data ? (1u << 16) : 0);
+  complete(r, sc::ConnectInvalidParameters);
+}
+
+void Connection::execute_connect(Request* r) {
+  ConnectCmd cmd;
+  std::memcpy(&cmd, &r->sqe, sizeof(cmd));
+  if (r->data_len != kConnectDataLen) {
+    log::warn("{}: Connect without its {}-byte data (got {})", peer_, kConnectDataLen, r->data_len);
+    complete(r, sc::DataSglLengthInvalid);
+    return;
+  }
+  if (cmd.recfmt != 0) {
+    complete(r, sc::ConnectIncompatibleFormat);
+    return;
+  }
+  ConnectData data;
+  std::memcpy(&data, r->buf.get(), sizeof(data));
+  std::string subnqn(data.subnqn, strnlen(data.subnqn, sizeof(data.subnqn)));
+  std::string hostnqn(data.hostnqn, strnlen(data.hostnqn, sizeof(data.hostnqn)));
+  Subsystem* sub = target_.find_subsystem(subnqn);
+  if (!sub) {
+    log::warn("{}: Connect to unknown subsystem '{}'", peer_, subnqn);
+    invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
+    return;
+  }
+  if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
+    log::warn("{}: host '{}' is not allowed on {}", peer_, hostnqn, subnqn);
+    complete(r, sc::ConnectInvalidHost);
+    return;
+  }
+  if (cmd.sqsize == 0 || uint32_t(cmd.sqsize) + 1 > target_.config.max_queue_depth) {
+    log::warn("{}: Connect SQSIZE {} out of range", peer_, cmd.sqsize);
+    invalid_connect_param(r, false, offsetof(ConnectCmd, sqsize));
+    return;
+  }
+  std::shared_ptr<Controller> ctrl;
+  if (cmd.qid == 0) {
+    if (data.cntlid != kDynamicCntlid) {
+      invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
+      return;
+    }
+    uint16_t cntlid = sub->allocate_cntlid();
+    if (cntlid == 0) {
+      complete(r, sc::ConnectControllerBusy);
+      return;
+    }
+    ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato));
+  } else {
+    ctrl = sub->find_controller(data.cntlid);
+    if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {
+      log::warn("{}: I/O Connect names controller {} that this host does not own", peer_, data.cntlid);
+      invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
+      return;
+    }
+    if (!ctrl->ready()) {
+      complete(r, sc::CommandSequenceError);
+      return;
+    }
+    if (!ctrl->claim_queue(cmd.qid)) {
+      log::warn("{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer_, cmd.qid,
+                ctrl->num_io_queues());
+      invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
+      return;
+    }
+    stats_ = &ctrl->stats(cmd.qid);
+  }
+  ctrl_ = ctrl;
+  qid_ = cmd.qid;
+  sqsize_ = uint16_t(cmd.sqsize + 1);
+  sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
+  sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
+  state_ = State::Connected;
+  resize_pool(sqsize_);
+  log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer_, hostnqn, subnqn,
+            ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
+            hdgst_ ? ", header digest" : "", ddgst_ ? ", data digest" : "");
+  reactor_.arm_timer(&timer_, kControllerPollNs);
+  r->dw0 = ctrl->cntlid();
+  complete(r, sc::Success);
+}
+
+void Connection::execute_admin(Request* r) {
+  const Sqe& sqe = r->sqe;
+  uint32_t sgl_len = 0;
+  if (transfers_to_host(sqe.opc)) {
+    if (sqe.sgl.type != kSglTransportDataBlock) {
+      complete(r, sc::SglDescriptorTypeInvalid);
+      return;
+    }
+    sgl_len = sqe.sgl.length;
+    if (sgl_len > ctrl_->mdts_bytes()) {
+      complete(r, sc::InvalidField);
+      return;
+    }
+    if (!ensure_buffer(r, std::max<uint32_t>(sgl_len, kIdentifyLen))) {
+      complete(r, sc::InternalError);
+      return;
+    }
+  }
+  AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), r->buf_cap, sgl_len);
+  if (res.held) {
+    r->state = Request::State::HeldAer;
+    return;
+  }
+  r->dw0 = res.dw0;
+  r->dw1 = res.dw1;
+  if (res.status.ok() && res.data_len) {
+    r->tx_data = r->buf.get();
+    r->tx_len = std::min(res.data_len, sgl_len);
+  }
+  if (!res.status.ok())
+    log::debug("{}: admin opcode 0x{:02x}: {}", peer_, sqe.opc, status_name(res.status));
+  complete(r, res.status);
+}
+
+void Connection::execute_io(Request* r) {
+  const Sqe& sqe = r->sqe;
+  Namespace* ns = ctrl_->subsystem().find_namespace(sqe.nsid);
+  auto opc = static_cast<IoOpcode>(sqe.opc);
+  if (opc == IoOpcode::Flush && sqe.nsid == 0xFFFFFFFF) {
+    complete(r, sc::Success);  // nothing is cached above the devices' own flush; all-namespace flush
+    return;
+  }
+  if (!ns) {
+    complete(r, sc::InvalidNamespace);
+    return;
+  }
+  backend::BlockIo& io = r->io;
+  io.buffer = r->buf.get();
+  io.read_data = nullptr;
+  switch (opc) {
+    case IoOpcode::Read:
+    case IoOpcode::Write:
+    case IoOpcode::WriteZeroes: {
+      uint64_t slba = sqe.slba();
+      uint64_t nlb = sqe.nlb();
+      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
+        complete(r, sc::LbaOutOfRange);
+        return;
+      }
+      uint64_t len = nlb << ns->lbads;
+      io.offset = slba << ns->lbads;
+      io.length = len;
+      if (opc == IoOpcode::WriteZeroes) {
+        io.op = backend::BlockIo::Op::WriteZeroes;
+        break;
+      }
+      if (len > ctrl_->mdts_bytes()) {
+        complete(r, sc::InvalidField);
+        return;
+      }
+      if (sqe.sgl.length != len) {
+        complete(r, sc::DataSglLengthInvalid);
+        return;
+      }
+      if (opc == IoOpcode::Read) {
+        if (sqe.sgl.type != kSglTransportDataBlock) {
+          complete(r, sc::SglDescriptorTypeInvalid);
+          return;
+        }
+        io.op = backend::BlockIo::Op::Read;
+        if (!ns->device->zero_copy_reads()) {
+          if (!ensure_buffer(r, uint32_t(len))) {
+            complete(r, sc::InternalError);
+            return;
+          }
+          io.buffer = r->buf.get();
+        }
+        break;
+      }
+      io.op = backend::BlockIo::Op::Write;
+      if (r->data_len == 0) {
+        // No in-capsule data: ask for it with R2Ts.
+        if (sqe.sgl.type != kSglTransportDataBlock) {
+          complete(r, sc::SglDescriptorTypeInvalid);
+          return;
+        }
+        if (!ensure_buffer(r, uint32_t(len))) {
+          complete(r, sc::InternalError);
+          return;
+        }
+        r->data_len = uint32_t(len);
+        r->state = Request::State::AwaitingH2C;
+        send_r2ts(r);
+        return;
+      }
+      if (r->data_len != len) {
+        complete(r, sc::DataSglLengthInvalid);
+        return;
+      }
+      io.buffer = r->buf.get();
+      break;
+    }
+    case IoOpcode::Flush: io.op = backend::BlockIo::Op::Flush; io.offset = io.length = 0; break;
+    case IoOpcode::DatasetManagement: {
+      uint32_t nr = (sqe.cdw10 & 0xFF) + 1;
+      uint32_t len = nr * uint32_t(sizeof(DsmRange));
+      if (sqe.sgl.length != len) {
+        complete(r, sc::DataSglLengthInvalid);
+        return;
+      }
+      if (r->data_len == 0) {
+        if (sqe.sgl.type != kSglTransportDataBlock || !ensure_buffer(r, len)) {
+          complete(r, sc::SglDescriptorTypeInvalid);
+          return;
+        }
+        r->data_len = len;
+        r->state = Request::State::AwaitingH2C;
+        send_r2ts(r);
+        return;
+      }
+      if (!(sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
+        complete(r, sc::Success);
+        return;
+      }
+      const auto* ranges = reinterpret_cast<const DsmRange*>(r->buf.get());
+      for (uint32_t i = 0; i < nr; ++i) {
+        if (ranges[i].slba >= ns->blocks || ranges[i].nlb > ns->blocks - ranges[i].slba) {
+          complete(r, sc::LbaOutOfRange);
+          return;
+        }
+      }
+      r->dsm_next = 0;
+      dsm_step(r);
+      return;
+    }
+    default:
+      complete(r, sc::InvalidOpcode);
+      return;
+  }
+  submit_io(r);
+}
+
+void Connection::submit_io(Request* r) {
+  Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
+  r->io.user = r;
+  r->io.done = [](backend::BlockIo* io, Status st) {
+    Request* req = static_cast<Request*>(io->user);
+    req->conn->io_done(req, st);
+  };
+  ++backend_inflight_;
+  ns->device->submit(&r->io, reactor_);
+}
+
+void Connection::dsm_step(Request* r) {
+  Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
+  const auto* ranges = reinterpret_cast<const DsmRange*>(r->buf.get());
+  uint32_t nr = (r->sqe.cdw10 & 0xFF) + 1;
+  while (r->dsm_next < nr && ranges[r->dsm_next].nlb == 0) ++r->dsm_next;
+  if (r->dsm_next == nr) {
+    complete(r, sc::Success);
+    return;
+  }
+  const DsmRange& d = ranges[r->dsm_next++];
+  r->io.op = backend::BlockIo::Op::Deallocate;
+  r->io.offset = d.slba << ns->lbads;
+  r->io.length = uint64_t(d.nlb) << ns->lbads;
+  submit_io(r);
+}
+
+void Connection::io_done(Request* r, Status st) {
+  --backend_inflight_;
+  if (closed_) {
+    if (backend_inflight_ == 0) delete this;
+    return;
+  }
+  if (r->io.op == backend::BlockIo::Op::Deallocate && st.ok()) {
+    dsm_step(r);
+    return;
+  }
+  if (st.ok() && stats_) {
+    if (r->io.op == backend::BlockIo::Op::Read) stats_->add_read(r->io.length);
+    else if (r->io.op == backend::BlockIo::Op::Write) stats_->add_write(r->io.length);
+  }
+  if (st.ok() && r->io.op == backend::BlockIo::Op::Read) {
+    r->tx_data = r->io.read_data;
+    r->tx_len = uint32_t(r->io.length);
+  }
+  complete(r, st);
+}
+
+void Connection::complete(Request* r, Status st) {
+  r->status = st;
+  send_response(r);
+}
+
+void Connection::send_response(Request* r) {
+  r->state = Request::State::Sending;
+  const bool data = r->tx_len > 0 && r->status.ok();
+  const bool success_flag = data && sq_flow_disabled_;
+  if (data) {
+    auto* c2h = reinterpret_cast<C2HDataPdu*>(r->c2h_pdu);
+    std::memset(r->c2h_pdu, 0, sizeof(C2HDataPdu) + kDigestLen);
+    fill_header(c2h->ch, PduType::C2HData, sizeof(C2HDataPdu), r->tx_len,
+                kFlagDataLast | (success_flag ? kFlagDataSuccess : 0));
+    c2h->cccid = r->sqe.cid;
+    c2h->datao = 0;
+    c2h->datal = r->tx_len;
+    uint32_t pdo = c2h->ch.pdo;
+    if (hdgst_) {
+      uint32_t crc = crc32c(r->c2h_pdu, sizeof(C2HDataPdu));
+      std::memcpy(r->c2h_pdu + sizeof(C2HDataPdu), &crc, 4);
+    }
+    std::memset(r->c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0,
+                pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
+    stream_.send(r->c2h_pdu, pdo);
+    if (ddgst_) {
+      uint32_t crc = crc32c(r->tx_data, r->tx_len);
+      std::memcpy(r->c2h_ddgst, &crc, 4);
+      stream_.send(r->tx_data, r->tx_len);
+      stream_.send(r->c2h_ddgst, 4, success_flag ? &r->sent : nullptr);
+    } else {
+      stream_.send(r->tx_data, r->tx_len, success_flag ? &r->sent : nullptr);
+    }
+    if (success_flag) return;
+  }
+  auto* resp = reinterpret_cast<CapsuleRespPdu*>(r->resp_pdu);
+  std::memset(r->resp_pdu, 0, sizeof(r->resp_pdu));
+  fill_header(resp->ch, PduType::CapsuleResp, sizeof(CapsuleRespPdu), 0, 0);
+  Cqe cqe{};
+  cqe.dw0 = r->dw0;
+  cqe.dw1 = r->dw1;
+  cqe.sqhd = sq_flow_disabled_ ? 0 : sqhd_;
+  cqe.sqid = qid_;
+  cqe.cid = r->sqe.cid;
+  cqe.status = r->status.to_cqe();
+  std::memcpy(resp->cqe, &cqe, sizeof(cqe));
+  if (hdgst_) {
+    uint32_t crc = crc32c(r->resp_pdu, sizeof(CapsuleRespPdu));
+    std::memcpy(r->resp_pdu + sizeof(CapsuleRespPdu), &crc, 4);
+  }
+  stream_.send(r->resp_pdu, resp->ch.plen, &r->sent);
+}
+
+// ---------------------------------------------------------------- request pool
+
+void Connection::resize_pool(uint32_t depth) {
+  while (pool_.size() < depth) {
+    auto r = std::make_unique<Request>();
+    r->index = uint16_t(pool_.size());
+    r->conn = this;
+    r->sent.req = r.get();
+    r->sent.fn = [](reactor::SendDone* d) {
+      Request* req = static_cast<Request::Sent*>(d)->req;
+      req->conn->release(req);
+    };
+    free_.push_back(r.get());
+    pool_.push_back(std::move(r));
+  }
+  free_.reserve(pool_.size());
+}
+
+Request* Connection::alloc_request() {
+  if (free_.empty()) return nullptr;
+  Request* r = free_.back();
+  free_.pop_back();
+  return r;
+}
+
+void Connection::release(Request* r) {
+  r->state = Request::State::Free;
+  free_.push_back(r);
+  if (close_after_send_) {
+    close_after_send_ = false;
+    close("host sent Disconnect");
+  }
+}
+
+bool Connection::ensure_buffer(Request* r, uint32_t len) {
+  if (len <= r->buf_cap) return true;
+  uint32_t cap = (len + 4095) & ~4095u;
+  void* p = nullptr;
+  // 4 KiB alignment lets file namespaces use O_DIRECT straight from this buffer.
+  if (posix_memalign(&p, 4096, cap) != 0) return false;
+  r->buf.reset(static_cast<uint8_t*>(p));
+  r->buf_cap = cap;
+  return true;
+}
+
+}  // namespace nvtcp::target

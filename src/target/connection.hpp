@@ -1,0 +1,155 @@
+// One NVMe/TCP queue on the target: a TCP connection, its PDU state machine, and a pool
+// of requests sized by the queue depth the host asked for at Connect.
+//
+// Life of a read:  CapsuleCmd -> Request (pool) -> namespace read -> C2HData [+ CapsuleResp]
+// Life of a write: CapsuleCmd [+ in-capsule data] or R2T -> H2CData... -> namespace write
+//                  -> CapsuleResp
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/block_device.hpp"
+#include "reactor/tcp_stream.hpp"
+#include "target/controller.hpp"
+#include "transport/pdu_receiver.hpp"
+#include "wire/pdu.hpp"
+
+namespace nvtcp::target {
+
+class Connection;
+
+// Where every connection of one reactor is listed, so shutdown can close them all.
+class ConnectionSet {
+ public:
+  void add(Connection* c);
+  void remove(Connection* c);
+  void close_all();
+  size_t size() const { return conns_.size(); }
+
+ private:
+  std::vector<Connection*> conns_;
+};
+
+struct Request {
+  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Executing, Sending, HeldAer };
+
+  State state = State::Free;
+  uint16_t index = 0;             // also the transfer tag of this request's R2Ts
+  wire::Sqe sqe{};
+  wire::Status status;
+  uint32_t dw0 = 0, dw1 = 0;
+  uint32_t data_len = 0;          // bytes this command moves (SGL length)
+  uint32_t rx_next = 0;           // host->controller bytes received, in order
+  uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
+  const uint8_t* tx_data = nullptr;  // controller->host data to send
+  uint32_t tx_len = 0;
+
+  // Data buffer, grown to the largest transfer this slot has seen, then reused.
+  std::unique_ptr<uint8_t, void (*)(void*)> buf{nullptr, free};
+  uint32_t buf_cap = 0;
+
+  // Header storage for the PDUs this request sends; they must outlive the send.
+  alignas(8) uint8_t resp_pdu[sizeof(wire::CapsuleRespPdu) + wire::kDigestLen];
+  alignas(8) uint8_t c2h_pdu[128];  // header + digest + padding up to the host's HPDA
+  uint8_t c2h_ddgst[4];
+  static constexpr uint32_t kMaxR2T = 4;
+  alignas(8) uint8_t r2t_pdu[kMaxR2T][sizeof(wire::R2TPdu) + wire::kDigestLen];
+
+  backend::BlockIo io;
+  uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
+  Connection* conn = nullptr;
+  struct Sent : reactor::SendDone {
+    Request* req = nullptr;
+  } sent;
+};
+
+class Connection final : public reactor::StreamOwner, public transport::PduHandler {
+ public:
+  Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set);
+  ~Connection() override;
+
+  void start();
+  void close(const std::string& why);
+  const std::string& peer() const { return peer_; }
+
+  // StreamOwner
+  void on_receive(const uint8_t* data, size_t len) override;
+  void on_closed(int err) override;
+  // PduHandler
+  bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
+  void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
+  void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
+
+ private:
+  enum class State { AwaitICReq, AwaitConnect, Connected, Closing };
+
+  // PDU handling
+  bool handle_icreq(const wire::ICReqPdu& pdu);
+  bool capsule_header(const wire::CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst);
+  bool h2c_data_header(const wire::H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst);
+  void h2c_data_complete(const wire::H2CDataPdu& pdu, bool data_ok);
+  void fatal(wire::Fes fes, uint32_t fei, const std::string& why);
+
+  // Command execution
+  void execute(Request* r);
+  void execute_fabrics(Request* r);
+  void execute_connect(Request* r);
+  void execute_admin(Request* r);
+  void execute_io(Request* r);
+  void io_done(Request* r, wire::Status st);
+  void complete(Request* r, wire::Status st);
+  void send_response(Request* r);
+  void send_r2ts(Request* r);
+  void release(Request* r);
+  void dsm_step(Request* r);
+  void submit_io(Request* r);
+  void teardown_controller(const char* why);
+  void invalid_connect_param(Request* r, bool in_data, uint32_t offset);
+
+  Request* alloc_request();
+  bool ensure_buffer(Request* r, uint32_t len);
+  void resize_pool(uint32_t depth);
+  void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
+  uint32_t max_incapsule() const;
+  static void on_keepalive_timer(reactor::Timer* t);
+
+  TargetState& target_;
+  reactor::Reactor& reactor_;
+  std::string peer_;
+  ConnectionSet& set_;
+  reactor::TcpStream stream_;
+  transport::PduReceiver receiver_;
+  State state_ = State::AwaitICReq;
+
+  // Negotiated at ICReq / Connect
+  bool hdgst_ = false, ddgst_ = false;
+  uint8_t hpda_ = 0;
+  uint32_t host_maxr2t_ = 1;        // outstanding R2Ts per command the host allows
+  uint16_t qid_ = 0;
+  uint16_t sqsize_ = 0;             // entries (1's based)
+  uint16_t sqhd_ = 0;
+  bool sq_flow_disabled_ = false;
+  std::shared_ptr<Controller> ctrl_;
+  QueueStats* stats_ = nullptr;
+
+  std::vector<std::unique_ptr<Request>> pool_;
+  std::vector<Request*> free_;
+  uint32_t backend_inflight_ = 0;   // requests inside a device; memory must stay until done
+  bool closed_ = false;             // stream reported on_closed
+
+  Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
+  alignas(8) uint8_t term_pdu_[sizeof(wire::TermReqPdu) + 128];
+  struct TermSent : reactor::SendDone {
+    Connection* owner = nullptr;
+  } term_sent_;
+  alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
+  bool close_after_send_ = false;   // Disconnect: close once its response is out
+
+  struct TimerSlot : reactor::Timer {
+    Connection* owner;
+  } timer_;
+};
+
+}  // namespace nvtcp::target

@@ -1,0 +1,412 @@
+#include "target/controller.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "reactor/reactor.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/identify.hpp"
+#include "wire/log_pages.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+constexpr uint32_t kVersion = 0x00020000;  // NVMe 2.0
+constexpr uint8_t kAerl = 3;               // 4 outstanding Asynchronous Event Requests
+constexpr uint8_t kAcl = 3;
+constexpr uint8_t kCapTimeout500ms = 15;   // CAP.TO: 7.5 s to become ready
+
+void put_padded(char* dst, size_t n, const std::string& s) {
+  std::memset(dst, ' ', n);
+  std::memcpy(dst, s.data(), std::min(n, s.size()));
+}
+
+void put_string(char* dst, size_t n, const std::string& s) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
+}
+
+uint8_t log2_u32(uint32_t v) {
+  uint8_t r = 0;
+  while ((1u << (r + 1)) <= v) ++r;
+  return r;
+}
+}  // namespace
+
+Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
+                       const uint8_t hostid[16], uint32_t kato_ms)
+    : target_(target), subsys_(subsys), cntlid_(cntlid), hostnqn_(std::move(hostnqn)), kato_ms_(kato_ms) {
+  std::memcpy(hostid_, hostid, 16);
+  uint32_t n = target.config.max_io_queues + 1;
+  queue_claimed_.reset(new std::atomic<bool>[n]);
+  stats_.reset(new QueueStats[n]);
+  for (uint32_t i = 0; i < n; ++i) queue_claimed_[i] = false;
+  last_seen_ns_ = reactor::monotonic_ns();
+}
+
+uint32_t Controller::ioccsz_bytes() const { return 64 + target_.config.in_capsule_data; }
+
+bool Controller::claim_queue(uint16_t qid) {
+  if (qid == 0 || qid > num_io_queues()) return false;
+  bool expected = false;
+  return queue_claimed_[qid].compare_exchange_strong(expected, true);
+}
+
+void Controller::release_queue(uint16_t qid) {
+  if (qid > 0 && qid <= target_.config.max_io_queues) queue_claimed_[qid] = false;
+}
+
+Status Controller::property_get(uint32_t offset, bool eight, uint64_t& value) {
+  switch (offset) {
+    case prop::CAP:
+      if (!eight) return sc::InvalidField;
+      value = prop::make_cap(uint16_t(target_.config.max_queue_depth - 1), kCapTimeout500ms);
+      return sc::Success;
+    case prop::VS: value = kVersion; break;
+    case prop::CC: value = cc_; break;
+    case prop::CSTS: value = csts_.load(); break;
+    case prop::NSSR: value = 0; break;
+    default: return sc::InvalidField;
+  }
+  return eight ? sc::InvalidField : sc::Success;
+}
+
+Status Controller::property_set(uint32_t offset, bool eight, uint64_t value) {
+  if (eight) return sc::InvalidField;
+  if (offset != prop::CC) return sc::InvalidField;  // CC is the only writable property we have
+  uint32_t old = cc_;
+  uint32_t cc = uint32_t(value);
+  cc_ = cc;
+  uint32_t csts = csts_.load();
+  if ((cc & prop::kCcEnable) && !(old & prop::kCcEnable)) {
+    // Enable: I/O SQ/CQ entry sizes must be 64/16 bytes for an I/O controller.
+    uint32_t iosqes = (cc >> 16) & 0xF, iocqes = (cc >> 20) & 0xF;
+    if (!subsys_.is_discovery() && (iosqes != 6 || iocqes != 4)) {
+      csts |= prop::kCstsFatal;
+    } else {
+      csts |= prop::kCstsReady;
+    }
+  } else if (!(cc & prop::kCcEnable) && (old & prop::kCcEnable)) {
+    csts &= ~(prop::kCstsReady | prop::kCstsShstMask | prop::kCstsFatal);  // reset
+  }
+  if ((cc & prop::kCcShnMask) && !(old & prop::kCcShnMask)) {
+    // Nothing is cached: a shutdown completes at once.
+    csts = (csts & ~prop::kCstsShstMask) | prop::kCstsShstComplete;
+  }
+  csts_.store(csts);
+  return sc::Success;
+}
+
+AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len) {
+  AdminResult r;
+  touch(reactor::monotonic_ns());
+  auto opc = static_cast<AdminOpcode>(sqe.opc);
+  bool discovery = subsys_.is_discovery();
+  switch (opc) {
+    case AdminOpcode::Identify: {
+      if (sgl_len != kIdentifyLen) {
+        r.status = sc::DataSglLengthInvalid;
+        return r;
+      }
+      r.data_len = identify(sqe, buf, r.status);
+      return r;
+    }
+    case AdminOpcode::GetLogPage: {
+      uint32_t numd = ((sqe.cdw11 & 0xFFFF) << 16 | (sqe.cdw10 >> 16)) + 1;
+      uint64_t len = uint64_t(numd) * 4;
+      if (len != sgl_len) {
+        r.status = sc::DataSglLengthInvalid;
+        return r;
+      }
+      r.data_len = get_log_page(sqe, buf, cap, uint32_t(len), r.status);
+      return r;
+    }
+    case AdminOpcode::SetFeatures:
+      if (discovery && (sqe.cdw10 & 0xFF) != 0x0F && (sqe.cdw10 & 0xFF) != 0x0B) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      return set_features(sqe);
+    case AdminOpcode::GetFeatures: return get_features(sqe);
+    case AdminOpcode::KeepAlive: return r;
+    case AdminOpcode::AsyncEventRequest:
+      if (aers_held_ > kAerl) {
+        r.status = sc::AerLimitExceeded;
+        return r;
+      }
+      ++aers_held_;
+      r.held = true;  // we raise no events yet; the request waits until the queue goes away
+      return r;
+    case AdminOpcode::Abort:
+      // Commands here complete quickly and are never aborted: dw0 bit 0 = not aborted.
+      r.dw0 = 1;
+      return r;
+    default: break;
+  }
+  r.status = sc::InvalidOpcode;
+  return r;
+}
+
+uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
+  std::memset(buf, 0, kIdentifyLen);
+  auto cns = static_cast<Cns>(sqe.cdw10 & 0xFF);
+  const auto& cfg = target_.config;
+  bool discovery = subsys_.is_discovery();
+  switch (cns) {
+    case Cns::Controller: {
+      auto* id = reinterpret_cast<IdentifyController*>(buf);
+      put_padded(id->sn, sizeof(id->sn), subsys_.serial());
+      put_padded(id->mn, sizeof(id->mn), subsys_.model());
+      put_padded(id->fr, sizeof(id->fr), "0.1.0");
+      id->rab = 6;
+      id->cmic = 1u << 1;  // may have several controllers (one per host connection)
+      id->mdts = uint8_t(log2_u32(cfg.mdts_bytes / 4096));
+      id->cntlid = cntlid_;
+      id->ver = kVersion;
+      id->oaes = discovery ? 0 : (1u << 8);  // namespace attribute notices
+      id->cntrltype = discovery ? kCntrlTypeDiscovery : kCntrlTypeIo;
+      id->acl = kAcl;
+      id->aerl = kAerl;
+      id->frmw = (1u << 1) | 1u;  // one slot, slot 1 read-only
+      id->lpa = (1u << 2);         // extended data for Get Log Page (NUMDU, offsets)
+      id->elpe = 0;
+      id->npss = 0;
+      id->kas = 1;                 // keep-alive granularity 100 ms
+      id->sqes = 0x66;
+      id->cqes = 0x44;
+      id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
+      id->nn = discovery ? 0 : subsys_.max_nsid();
+      id->mnan = id->nn;
+      id->oncs = discovery ? 0 : (kOncsDsm | kOncsWriteZeroes);
+      id->vwc = discovery ? 0 : 1;
+      id->sgls = kSglsSupported;
+      put_string(id->subnqn, sizeof(id->subnqn), subsys_.nqn());
+      id->ioccsz = discovery ? 0 : ioccsz_bytes() / 16;
+      id->iorcsz = discovery ? 0 : 1;
+      id->icdoff = 0;
+      id->fcatt = 0;   // dynamic controller model
+      id->msdbd = 1;
+      id->psd[0].mp = 2500;  // 25 W, in centiwatts: a nominal figure for power state 0
+      return kIdentifyLen;
+    }
+    case Cns::Namespace: {
+      uint32_t nsid = sqe.nsid;
+      if (discovery || nsid == 0 || nsid == 0xFFFFFFFF) {
+        st = sc::InvalidNamespace;
+        return 0;
+      }
+      const Namespace* ns = subsys_.find_namespace(nsid);
+      if (!ns) return kIdentifyLen;  // an inactive NSID returns a zero-filled structure
+      auto* id = reinterpret_cast<IdentifyNamespace*>(buf);
+      id->nsze = id->ncap = id->nuse = ns->blocks;
+      id->nlbaf = 0;
+      id->flbas = 0;
+      id->dlfeat = 0x1;            // deallocated blocks read as zeros
+      id->nmic = 1;                // may be shared by several controllers
+      std::memcpy(id->nguid, ns->nguid, 16);
+      std::memcpy(id->eui64, ns->eui64, 8);
+      id->lbaf[0].lbads = ns->lbads;
+      return kIdentifyLen;
+    }
+    case Cns::ActiveNamespaceList: {
+      if (discovery || sqe.nsid >= 0xFFFFFFFE) {
+        st = sc::InvalidField;
+        return 0;
+      }
+      auto* list = reinterpret_cast<uint32_t*>(buf);
+      size_t n = 0;
+      for (const auto& ns : subsys_.namespaces()) {
+        if (ns->nsid > sqe.nsid && n < kIdentifyLen / 4) list[n++] = ns->nsid;
+      }
+      return kIdentifyLen;
+    }
+    case Cns::NamespaceDescriptors: {
+      const Namespace* ns = discovery ? nullptr : subsys_.find_namespace(sqe.nsid);
+      if (!ns) {
+        st = sc::InvalidNamespace;
+        return 0;
+      }
+      uint8_t* p = buf;
+      auto add = [&p](uint8_t type, const void* data, uint8_t len) {
+        NsIdDescriptorHeader h{type, len, 0};
+        std::memcpy(p, &h, sizeof(h));
+        std::memcpy(p + sizeof(h), data, len);
+        p += sizeof(h) + len;
+      };
+      add(kNidtEui64, ns->eui64, 8);
+      add(kNidtNguid, ns->nguid, 16);
+      add(kNidtUuid, ns->uuid, 16);
+      uint8_t csi = 0;  // NVM command set
+      add(kNidtCsi, &csi, 1);
+      return kIdentifyLen;
+    }
+    case Cns::IoCommandSetController:
+      // NVM command set controller data for CSI 0: all-zero means "no extra limits".
+      if (!discovery && (sqe.cdw11 >> 24) == 0) return kIdentifyLen;
+      break;
+  }
+  st = sc::InvalidField;
+  return 0;
+}
+
+uint32_t Controller::get_log_page(const Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t len, Status& st) {
+  auto lid = static_cast<LogPageId>(sqe.cdw10 & 0xFF);
+  uint64_t offset = (uint64_t(sqe.cdw13) << 32) | sqe.cdw12;
+  bool discovery = subsys_.is_discovery();
+  scratch_.clear();
+  switch (lid) {
+    case LogPageId::Error:
+      scratch_.assign(sizeof(ErrorLogEntry), 0);  // ELPE+1 = 1 entry; we log no errors
+      break;
+    case LogPageId::SmartHealth: {
+      if (discovery || (sqe.nsid != 0 && sqe.nsid != 0xFFFFFFFF)) {
+        st = discovery ? sc::InvalidLogPage : sc::InvalidField;  // no per-namespace SMART data
+        return 0;
+      }
+      scratch_.assign(sizeof(SmartLog), 0);
+      auto* s = reinterpret_cast<SmartLog*>(scratch_.data());
+      uint64_t reads = 0, writes = 0, rbytes = 0, wbytes = 0;
+      for (uint32_t q = 1; q <= target_.config.max_io_queues; ++q) {
+        reads += stats_[q].reads.load(std::memory_order_relaxed);
+        writes += stats_[q].writes.load(std::memory_order_relaxed);
+        rbytes += stats_[q].read_bytes.load(std::memory_order_relaxed);
+        wbytes += stats_[q].write_bytes.load(std::memory_order_relaxed);
+      }
+      s->temperature = 0;  // a software device has no temperature sensor
+      s->avail_spare = 100;
+      s->spare_thresh = 10;
+      // Data units are thousands of 512-byte units, rounded up.
+      put_u128(s->data_units_read, (rbytes / 512 + 999) / 1000);
+      put_u128(s->data_units_written, (wbytes / 512 + 999) / 1000);
+      put_u128(s->host_reads, reads);
+      put_u128(s->host_writes, writes);
+      put_u128(s->power_cycles, 1);
+      put_u128(s->power_on_hours, (reactor::monotonic_ns() - target_.start_ns) / 3600000000000ull);
+      break;
+    }
+    case LogPageId::FirmwareSlot: {
+      if (discovery) break;
+      scratch_.assign(sizeof(FirmwareSlotLog), 0);
+      auto* f = reinterpret_cast<FirmwareSlotLog*>(scratch_.data());
+      f->afi = 1;
+      put_padded(f->frs[0], 8, "0.1.0");
+      break;
+    }
+    case LogPageId::ChangedNamespaces:
+      if (discovery) break;
+      scratch_.assign(4096, 0);  // namespaces never change while the target runs
+      break;
+    case LogPageId::Discovery: {
+      if (!discovery) break;
+      uint32_t n = build_discovery_log(nullptr, 0);
+      scratch_.assign(n, 0);
+      build_discovery_log(scratch_.data(), n);
+      break;
+    }
+  }
+  if (scratch_.empty()) {
+    st = sc::InvalidLogPage;
+    return 0;
+  }
+  if (offset >= scratch_.size() || (offset & 3)) {
+    st = sc::InvalidField;
+    return 0;
+  }
+  // Past the end of the log the host gets zeros.
+  uint32_t copy = uint32_t(std::min<uint64_t>(len, scratch_.size() - offset));
+  std::memcpy(buf, scratch_.data() + offset, copy);
+  if (len > copy) std::memset(buf + copy, 0, std::min(cap, len) - copy);
+  return len;
+}
+
+uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
+  // Entries: every subsystem this host may use, on every listener, then this discovery
+  // subsystem itself on every listener (subtype 3, "current discovery subsystem").
+  std::vector<std::pair<const Subsystem*, const Listener*>> entries;
+  for (const auto& s : target_.subsystems) {
+    if (!s->host_allowed(hostnqn_)) continue;
+    for (const auto& l : target_.listeners) entries.emplace_back(s.get(), &l);
+  }
+  for (const auto& l : target_.listeners) entries.emplace_back(target_.discovery.get(), &l);
+  uint32_t total = uint32_t(sizeof(DiscoveryLogHeader) + entries.size() * sizeof(DiscoveryLogEntry));
+  if (!buf || cap < total) return total;
+  auto* h = reinterpret_cast<DiscoveryLogHeader*>(buf);
+  h->genctr = target_.genctr.load();
+  h->numrec = entries.size();
+  h->recfmt = 0;
+  auto* e = reinterpret_cast<DiscoveryLogEntry*>(buf + sizeof(DiscoveryLogHeader));
+  for (const auto& [s, l] : entries) {
+    e->trtype = kTrtypeTcp;
+    e->adrfam = l->ipv6 ? kAdrfamIpv6 : kAdrfamIpv4;
+    e->subtype = s->is_discovery() ? kSubtypeCurrentDiscovery : kSubtypeNvme;
+    e->treq = kTreqNotRequired | kTreqDisableSqFlow;
+    e->portid = l->portid;
+    e->cntlid = kDynamicCntlid;
+    e->asqsz = 32;
+    put_padded(e->trsvcid, sizeof(e->trsvcid), std::to_string(l->port));
+    put_string(e->subnqn, sizeof(e->subnqn), s->nqn());
+    put_padded(e->traddr, sizeof(e->traddr), l->address);
+    e->tsas[0] = kTcpSectypeNone;
+    ++e;
+  }
+  return total;
+}
+
+AdminResult Controller::set_features(const Sqe& sqe) {
+  AdminResult r;
+  uint8_t fid = sqe.cdw10 & 0xFF;
+  if (sqe.cdw10 & (1u << 31)) {
+    r.status = sc::FeatureNotSaveable;
+    return r;
+  }
+  switch (fid) {
+    case 0x07: {  // Number of Queues
+      uint32_t nsqr = sqe.cdw11 & 0xFFFF, ncqr = sqe.cdw11 >> 16;
+      if (nsqr == 0xFFFF || ncqr == 0xFFFF) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      uint32_t n = std::min({nsqr + 1, ncqr + 1, target_.config.max_io_queues});
+      if (!queues_set_) {
+        num_io_queues_.store(n);
+        queues_set_ = true;
+      }
+      n = num_io_queues();
+      r.dw0 = (n - 1) | ((n - 1) << 16);
+      return r;
+    }
+    case 0x0F:  // Keep Alive Timer
+      kato_ms_ = sqe.cdw11;
+      return r;
+    case 0x0B:  // Asynchronous Event Configuration
+      async_event_config_ = sqe.cdw11;
+      return r;
+    default: break;
+  }
+  r.status = sc::InvalidField;
+  return r;
+}
+
+AdminResult Controller::get_features(const Sqe& sqe) {
+  AdminResult r;
+  uint8_t fid = sqe.cdw10 & 0xFF;
+  switch (fid) {
+    case 0x07: {
+      uint32_t n = num_io_queues();
+      if (n == 0) n = target_.config.max_io_queues;  // what a Set Features would grant
+      r.dw0 = (n - 1) | ((n - 1) << 16);
+      return r;
+    }
+    case 0x0F: r.dw0 = kato_ms_; return r;
+    case 0x0B: r.dw0 = async_event_config_; return r;
+    default: break;
+  }
+  r.status = sc::InvalidField;
+  return r;
+}
+
+}  // namespace nvtcp::target

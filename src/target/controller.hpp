@@ -1,0 +1,102 @@
+// One NVMe controller: created by an admin-queue Connect, shared by that queue and the
+// I/O queues that connect to it (possibly on other reactors). Admin commands and
+// properties run on the admin queue's reactor; I/O queues read only atomics.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
+#include "target/subsystem.hpp"
+
+namespace nvtcp::target {
+
+struct AdminResult {
+  wire::Status status;
+  uint32_t dw0 = 0;
+  uint32_t dw1 = 0;
+  uint32_t data_len = 0;   // bytes placed in the data buffer for the host
+  bool held = false;       // Asynchronous Event Request: completes later (or never)
+};
+
+// Per I/O queue counters: one writer (that queue's reactor), read by SMART log requests.
+struct QueueStats {
+  std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0};
+  void add_read(uint64_t bytes) {
+    reads.store(reads.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    read_bytes.store(read_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
+  void add_write(uint64_t bytes) {
+    writes.store(writes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    write_bytes.store(write_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
+};
+
+class Controller {
+ public:
+  Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
+             const uint8_t hostid[16], uint32_t kato_ms);
+
+  uint16_t cntlid() const { return cntlid_; }
+  Subsystem& subsystem() { return subsys_; }
+  const std::string& hostnqn() const { return hostnqn_; }
+  const uint8_t* hostid() const { return hostid_; }
+  bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
+  uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
+  uint32_t kato_ms() const { return kato_ms_; }
+  uint32_t ioccsz_bytes() const;   // 64-byte SQE + in-capsule data of I/O queues
+  uint32_t mdts_bytes() const { return target_.config.mdts_bytes; }
+
+  // Fabrics property access (admin queue reactor only).
+  wire::Status property_get(uint32_t offset, bool eight_bytes, uint64_t& value);
+  wire::Status property_set(uint32_t offset, bool eight_bytes, uint64_t value);
+
+  // Runs an admin command; data goes to buf (capacity cap, at least the SGL length).
+  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len);
+
+  // Keep-alive: any admin command counts as a sign of life.
+  void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
+  bool keep_alive_expired(uint64_t now_ns) const {
+    return kato_ms_ != 0 && now_ns - last_seen_ns_ > uint64_t(kato_ms_) * 1000000ull;
+  }
+
+  // Claims an I/O queue id for a connecting queue; false if taken or out of range.
+  bool claim_queue(uint16_t qid);
+  void release_queue(uint16_t qid);
+  QueueStats& stats(uint16_t qid) { return stats_[qid]; }
+
+  // Set when the controller is torn down (keep-alive expiry, admin queue loss); I/O
+  // queues poll it and close.
+  std::atomic<bool> dead{false};
+
+ private:
+  uint32_t identify(const wire::Sqe& sqe, uint8_t* buf, wire::Status& st);
+  uint32_t get_log_page(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t len, wire::Status& st);
+  uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
+  AdminResult set_features(const wire::Sqe& sqe);
+  AdminResult get_features(const wire::Sqe& sqe);
+
+  TargetState& target_;
+  Subsystem& subsys_;
+  uint16_t cntlid_;
+  std::string hostnqn_;
+  uint8_t hostid_[16];
+  uint32_t kato_ms_;
+  uint64_t last_seen_ns_ = 0;
+
+  uint32_t cc_ = 0;
+  std::atomic<uint32_t> csts_{0};
+  std::atomic<uint32_t> num_io_queues_{0};
+  bool queues_set_ = false;
+  uint32_t async_event_config_ = 0;
+  uint32_t aers_held_ = 0;
+
+  std::unique_ptr<std::atomic<bool>[]> queue_claimed_;
+  std::unique_ptr<QueueStats[]> stats_;
+  std::vector<uint8_t> scratch_;   // whole log pages before the requested window is cut out
+};
+
+}  // namespace nvtcp::target

@@ -1,0 +1,114 @@
+#include "target/subsystem.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "target/controller.hpp"
+#include "wire/digest.hpp"
+#include "wire/fabrics.hpp"
+
+namespace nvtcp::target {
+
+Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
+    : nqn_(cfg.nqn),
+      serial_(cfg.serial),
+      model_(cfg.model),
+      discovery_(discovery),
+      allow_any_(cfg.allow_any_host),
+      hosts_(cfg.hosts) {}
+
+bool Subsystem::host_allowed(const std::string& hostnqn) const {
+  return allow_any_ || std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();
+}
+
+void Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
+  if (ns_by_id_.size() <= ns->nsid) ns_by_id_.resize(ns->nsid + 1, nullptr);
+  ns_by_id_[ns->nsid] = ns.get();
+  namespaces_.push_back(std::move(ns));
+  std::sort(namespaces_.begin(), namespaces_.end(), [](auto& a, auto& b) { return a->nsid < b->nsid; });
+}
+
+uint16_t Subsystem::allocate_cntlid() {
+  std::lock_guard lk(mu_);
+  // Valid dynamic controller IDs are 1..0xFFEF.
+  for (int tries = 0; tries < 0xFFEF; ++tries) {
+    uint16_t id = next_cntlid_;
+    next_cntlid_ = next_cntlid_ >= 0xFFEF ? 1 : uint16_t(next_cntlid_ + 1);
+    if (!controllers_.count(id)) return id;
+  }
+  return 0;
+}
+
+std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller> c) {
+  std::lock_guard lk(mu_);
+  controllers_[c->cntlid()] = c;
+  return c;
+}
+
+std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {
+  std::lock_guard lk(mu_);
+  auto it = controllers_.find(cntlid);
+  return it == controllers_.end() ? nullptr : it->second;
+}
+
+void Subsystem::remove_controller(uint16_t cntlid) {
+  std::lock_guard lk(mu_);
+  controllers_.erase(cntlid);
+}
+
+size_t Subsystem::controller_count() const {
+  std::lock_guard lk(mu_);
+  return controllers_.size();
+}
+
+Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
+  if (nqn == wire::kDiscoveryNqn) return discovery.get();
+  for (auto& s : subsystems)
+    if (s->nqn() == nqn) return s.get();
+  return nullptr;
+}
+
+std::string build_state(const TargetConfig& cfg, TargetState& st) {
+  st.config = cfg;
+  SubsystemConfig dc;
+  dc.nqn = wire::kDiscoveryNqn;
+  dc.serial = "NVTCP-DISCOVERY";
+  dc.model = "nvtcp discovery";
+  st.discovery = std::make_unique<Subsystem>(dc, true);
+  uint16_t portid = 1;
+  for (const auto& l : cfg.listeners)
+    st.listeners.push_back({l.address, l.port, portid++, l.address.find(':') != std::string::npos});
+  for (const auto& sc : cfg.subsystems) {
+    auto sub = std::make_unique<Subsystem>(sc, false);
+    for (const auto& nc : sc.namespaces) {
+      auto ns = std::make_unique<Namespace>();
+      ns->nsid = nc.nsid;
+      ns->block_size = nc.block_size;
+      ns->lbads = nc.block_size == 4096 ? 12 : 9;
+      std::string err;
+      if (nc.type == "null") ns->device = backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
+      else if (nc.type == "ram") ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, err);
+      else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
+      if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
+      ns->blocks = ns->device->size_bytes() / nc.block_size;
+      // Stable identifiers derived from the subsystem NQN and nsid, so a host that
+      // reconnects to a restarted target sees the same namespace.
+      std::string seed = fmt::format("{}/{}", sc.nqn, nc.nsid);
+      for (int i = 0; i < 4; ++i) {
+        uint32_t h = wire::crc32c((seed + char('a' + i)).data(), seed.size() + 1);
+        std::memcpy(ns->nguid + 4 * i, &h, 4);
+      }
+      std::memcpy(ns->uuid, ns->nguid, 16);
+      ns->uuid[6] = uint8_t((ns->uuid[6] & 0x0F) | 0x40);  // RFC 4122 version 4 layout
+      ns->uuid[8] = uint8_t((ns->uuid[8] & 0x3F) | 0x80);
+      std::memcpy(ns->eui64, ns->nguid + 8, 8);
+      sub->add_namespace(std::move(ns));
+    }
+    st.subsystems.push_back(std::move(sub));
+  }
+  return {};
+}
+
+}  // namespace nvtcp::target

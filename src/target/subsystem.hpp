@@ -1,0 +1,90 @@
+// Subsystems and their namespaces, shared by every reactor. The namespace table is fixed
+// after start-up (read without locks); the controller table changes only on Connect and
+// teardown, under a mutex that the data path never takes.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/block_device.hpp"
+#include "target/config.hpp"
+
+namespace nvtcp::target {
+
+class Controller;
+
+struct Namespace {
+  uint32_t nsid = 0;
+  std::unique_ptr<backend::BlockDevice> device;
+  uint32_t block_size = 512;
+  uint8_t lbads = 9;             // log2(block_size)
+  uint64_t blocks = 0;
+  uint8_t nguid[16] = {};
+  uint8_t uuid[16] = {};
+  uint8_t eui64[8] = {};
+};
+
+struct Listener {
+  std::string address;
+  uint16_t port = 0;
+  uint16_t portid = 0;
+  bool ipv6 = false;
+};
+
+class Subsystem {
+ public:
+  Subsystem(const SubsystemConfig& cfg, bool discovery);
+
+  const std::string& nqn() const { return nqn_; }
+  const std::string& serial() const { return serial_; }
+  const std::string& model() const { return model_; }
+  bool is_discovery() const { return discovery_; }
+  bool host_allowed(const std::string& hostnqn) const;
+
+  // Adds a namespace (start-up only).
+  void add_namespace(std::unique_ptr<Namespace> ns);
+  Namespace* find_namespace(uint32_t nsid) const {
+    return nsid < ns_by_id_.size() ? ns_by_id_[nsid] : nullptr;
+  }
+  const std::vector<std::unique_ptr<Namespace>>& namespaces() const { return namespaces_; }
+  uint32_t max_nsid() const { return ns_by_id_.empty() ? 0 : uint32_t(ns_by_id_.size() - 1); }
+
+  std::shared_ptr<Controller> add_controller(std::shared_ptr<Controller> c);
+  std::shared_ptr<Controller> find_controller(uint16_t cntlid) const;
+  void remove_controller(uint16_t cntlid);
+  uint16_t allocate_cntlid();
+  size_t controller_count() const;
+
+ private:
+  std::string nqn_, serial_, model_;
+  bool discovery_;
+  bool allow_any_;
+  std::vector<std::string> hosts_;
+  std::vector<std::unique_ptr<Namespace>> namespaces_;
+  std::vector<Namespace*> ns_by_id_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;
+  uint16_t next_cntlid_ = 1;
+};
+
+// Everything a connection needs to know about the target it belongs to.
+struct TargetState {
+  TargetConfig config;
+  std::vector<std::unique_ptr<Subsystem>> subsystems;
+  std::unique_ptr<Subsystem> discovery;
+  std::vector<Listener> listeners;
+  uint64_t start_ns = 0;
+  std::atomic<uint64_t> genctr{1};
+
+  Subsystem* find_subsystem(const std::string& nqn) const;
+};
+
+// Builds subsystems and namespaces from a finalized configuration.
+std::string build_state(const TargetConfig& cfg, TargetState& state);
+
+}  // namespace nvtcp::target

@@ -1,0 +1,205 @@
+#include "target/target.hpp"
+
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "reactor/reactor.hpp"
+#include "reactor/tcp_stream.hpp"
+#include "target/connection.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::target {
+
+struct Target::ReactorThread {
+  std::thread thread;
+  reactor::Reactor* reactor = nullptr;  // created on, and owned by, the thread
+  ConnectionSet connections;
+  std::atomic<double> cpu{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+};
+
+struct Target::ListenSocket {
+  int fd = -1;
+  uint16_t port = 0;
+  reactor::OwnedCompletion<ListenSocket> accept;
+  Target* target = nullptr;
+  ~ListenSocket() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+namespace {
+double thread_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+std::string peer_name(int fd) {
+  reactor::Endpoint ep;
+  ep.len = sizeof(ep.addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ep.addr), &ep.len) < 0) return "?";
+  return ep.to_string();
+}
+}  // namespace
+
+Target::Target(TargetConfig cfg) : cfg_(std::move(cfg)) {}
+
+Target::~Target() { stop(); }
+
+std::string Target::start() {
+  if (std::string err = finalize_config(cfg_); !err.empty()) return err;
+  state_ = std::make_unique<TargetState>();
+  state_->start_ns = reactor::monotonic_ns();
+  if (std::string err = build_state(cfg_, *state_); !err.empty()) return err;
+
+  // Bind every listener first so that errors surface before any thread starts.
+  auto bind_one = [&](const std::string& addr, uint16_t port, std::string& err) -> std::unique_ptr<ListenSocket> {
+    reactor::Endpoint ep;
+    if (!reactor::resolve(addr, port, ep, err)) return nullptr;
+    int fd = reactor::listen_on(ep);
+    if (fd < 0) {
+      err = fmt::format("cannot listen on {}:{}: {}", addr, port, strerror(-fd));
+      return nullptr;
+    }
+    auto ls = std::make_unique<ListenSocket>();
+    ls->fd = fd;
+    ls->port = local_port(fd);
+    ls->target = this;
+    return ls;
+  };
+  for (size_t i = 0; i < cfg_.listeners.size(); ++i) {
+    std::string err;
+    auto ls = bind_one(cfg_.listeners[i].address, cfg_.listeners[i].port, err);
+    if (!ls) return err;
+    state_->listeners[i].port = ls->port;
+    sockets_.push_back(std::move(ls));
+  }
+  if (cfg_.discovery_port) {
+    std::string err;
+    auto ls = bind_one(cfg_.listeners[0].address, cfg_.discovery_port, err);
+    if (ls) {
+      discovery_port_ = ls->port;
+      sockets_.push_back(std::move(ls));
+    } else {
+      log::warn("discovery service not started on port {}: {} (every listener still serves discovery)",
+                cfg_.discovery_port, err);
+    }
+  }
+
+  for (unsigned i = 0; i < cfg_.cores; ++i) {
+    auto rt = std::make_unique<ReactorThread>();
+    ReactorThread* raw = rt.get();
+    bool accept_here = i == 0;
+    rt->thread = std::thread([this, raw, accept_here] {
+      reactor::Reactor r(4096, cfg_.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
+      raw->reactor = &r;
+      {
+        std::lock_guard lk(raw->mu);
+        raw->ready = true;
+      }
+      raw->cv.notify_all();
+      while (!stopping_.load(std::memory_order_relaxed)) {
+        r.run_once(100000);
+        raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
+      }
+      // Shutting down: close what is left and let the closes finish (bounded).
+      raw->connections.close_all();
+      uint64_t deadline = reactor::monotonic_ns() + 2'000'000'000ull;
+      while (raw->connections.size() > 0 && reactor::monotonic_ns() < deadline) r.run_once(10000);
+      if (accept_here) {
+        for (auto& ls : sockets_) {
+          if (ls->fd >= 0) ::shutdown(ls->fd, SHUT_RDWR);
+        }
+        for (int turn = 0; turn < 10; ++turn) r.run_once(1000);
+      }
+      raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
+      raw->reactor = nullptr;
+    });
+    std::unique_lock lk(raw->mu);
+    raw->cv.wait(lk, [raw] { return raw->ready; });
+    reactors_.push_back(std::move(rt));
+  }
+  // Accepting starts only now that every reactor exists to take connections.
+  reactors_[0]->reactor->post([this] {
+    reactor::Reactor& r = *reactor::Reactor::current();
+        for (auto& ls : sockets_) {
+          ls->accept.owner = ls.get();
+          ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
+            auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
+            Target* t = sock->target;
+            if (res >= 0) {
+              t->accepted_.fetch_add(1);
+              std::string e = reactor::apply_socket_options(res, {true, 0, 0, t->cfg_.tcp_congestion});
+              if (!e.empty()) log::warn("accepted socket: {}", e);
+              unsigned idx = t->next_reactor_.fetch_add(1) % unsigned(t->reactors_.size());
+              ReactorThread* dst = t->reactors_[idx].get();
+              int fd = res;
+              dst->reactor->post([t, dst, fd] {
+                if (t->stopping_.load()) {
+                  close(fd);
+                  return;
+                }
+                auto* conn = new Connection(*t->state_, *dst->reactor, fd, peer_name(fd), dst->connections);
+                conn->start();
+              });
+            } else if (res != -ECANCELED && !t->stopping_.load()) {
+              log::warn("accept: {}", strerror(-res));
+            }
+            if (!(flags & IORING_CQE_F_MORE) && !t->stopping_.load()) {
+              io_uring_sqe* sqe = reactor::Reactor::current()->get_sqe();
+              io_uring_prep_multishot_accept(sqe, sock->fd, nullptr, nullptr, SOCK_CLOEXEC);
+              reactor::Reactor::current()->prep(sqe, c);
+            }
+          };
+          io_uring_sqe* sqe = r.get_sqe();
+          io_uring_prep_multishot_accept(sqe, ls->fd, nullptr, nullptr, SOCK_CLOEXEC);
+          r.prep(sqe, &ls->accept);
+        }
+  });
+  started_ = true;
+  for (size_t i = 0; i < state_->listeners.size(); ++i)
+    log::info("listening on {}:{}", state_->listeners[i].address, state_->listeners[i].port);
+  if (discovery_port_) log::info("discovery service on {}:{}", cfg_.listeners[0].address, discovery_port_);
+  return {};
+}
+
+void Target::stop() {
+  if (!started_) return;
+  started_ = false;
+  stopping_.store(true);
+  for (auto& rt : reactors_) {
+    if (rt->thread.joinable()) rt->thread.join();
+  }
+  sockets_.clear();
+}
+
+uint16_t Target::port(size_t listener) const {
+  return listener < state_->listeners.size() ? state_->listeners[listener].port : 0;
+}
+
+double Target::cpu_seconds() const {
+  double s = 0;
+  for (auto& rt : reactors_) s += rt->cpu.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace nvtcp::target

@@ -1,0 +1,48 @@
+// The target: reactor threads (one per core) that own connections, listeners that accept
+// on reactor 0 and hand each new connection to a reactor in turn.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "target/config.hpp"
+#include "target/subsystem.hpp"
+
+namespace nvtcp::target {
+
+class Target {
+ public:
+  explicit Target(TargetConfig cfg);
+  ~Target();
+
+  // Builds namespaces, binds listeners and starts the reactors; returns an error or empty.
+  std::string start();
+  // Closes every connection and joins the reactors.
+  void stop();
+
+  // The port each listener really got (useful with port 0).
+  uint16_t port(size_t listener = 0) const;
+  uint16_t discovery_port() const { return discovery_port_; }
+  TargetState& state() { return *state_; }
+  // CPU seconds used by the reactor threads so far (user + system).
+  double cpu_seconds() const;
+  uint64_t connections_accepted() const { return accepted_.load(); }
+
+ private:
+  struct ReactorThread;
+  struct ListenSocket;
+
+  TargetConfig cfg_;
+  std::unique_ptr<TargetState> state_;
+  std::vector<std::unique_ptr<ReactorThread>> reactors_;
+  std::vector<std::unique_ptr<ListenSocket>> sockets_;
+  uint16_t discovery_port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> accepted_{0};
+  std::atomic<unsigned> next_reactor_{0};
+  bool started_ = false;
+};
+
+}  // namespace nvtcp::target

@@ -1,0 +1,81 @@
+// The NVMe/TCP receive path as an explicit state machine, shared by target and host:
+//   CommonHeader -> Header (+ header digest) -> Padding -> Data -> DataDigest -> next PDU.
+// Bytes may arrive in any split; data is copied straight to where the handler says it
+// belongs, so a PDU of any size needs no staging buffer. Every violation ends in one place,
+// on_pdu_error, with the fatal error status a TermReq should carry.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "wire/digest.hpp"
+#include "wire/pdu.hpp"
+
+namespace nvtcp::transport {
+
+enum class Side { Target, Host };  // which side receives (selects the PDU types accepted)
+
+class PduHandler {
+ public:
+  virtual ~PduHandler() = default;
+  // The header (hdr points at hlen bytes, starting with the common header) is complete and
+  // its digest verified. data_len is the PDU's data length (0 if none). The handler sets
+  // data_dst to where data_len bytes go (nullptr discards them) and returns true, or calls
+  // nothing and returns false after deciding the PDU is fatal (it then reports via fail()).
+  virtual bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) = 0;
+  // Data (if any) has landed; data_ok is false when its digest did not match.
+  virtual void on_pdu_complete(const uint8_t* hdr, bool data_ok) = 0;
+  // A fatal transport error: the connection must send a TermReq with fes/fei and close.
+  virtual void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) = 0;
+};
+
+class PduReceiver {
+ public:
+  enum class State { CommonHeader, Header, Padding, Data, DataDigest, Failed };
+
+  PduReceiver(Side side, PduHandler* handler) : side_(side), handler_(handler) {}
+
+  // After ICReq/ICResp: digests apply to every later PDU.
+  void set_digests(bool hdgst, bool ddgst) {
+    hdgst_ = hdgst;
+    ddgst_ = ddgst;
+  }
+  // Hard cap on plen, guarding against absurd lengths before any handler sees them.
+  void set_max_plen(uint32_t v) { max_plen_ = v; }
+
+  // Consumes bytes; returns false once the stream has failed (the rest is ignored).
+  bool feed(const uint8_t* p, size_t n);
+  // The handler reports a fatal error it found (through on_pdu_error) and stops the machine.
+  void fail(wire::Fes fes, uint32_t fei, const std::string& why);
+
+  State state() const { return state_; }
+  // The header bytes gathered for the PDU being received (for a TermReq's data).
+  const uint8_t* header_bytes() const { return hdr_; }
+  uint32_t header_bytes_len() const { return state_ == State::Failed ? failed_have_ : have_; }
+  bool failed() const { return state_ == State::Failed; }
+
+ private:
+  bool finish_common_header();
+  bool finish_header();
+  void finish_pdu(bool data_ok);
+
+  Side side_;
+  PduHandler* handler_;
+  bool hdgst_ = false, ddgst_ = false;
+  uint32_t max_plen_ = 16u << 20;
+
+  State state_ = State::CommonHeader;
+  alignas(8) uint8_t hdr_[wire::kMaxHeaderBytes];
+  uint32_t have_ = 0;        // bytes gathered in the current state
+  uint32_t failed_have_ = 0; // header bytes held when the stream failed
+  uint32_t need_ = 0;        // bytes the current state wants
+  bool pdu_hdgst_ = false;   // this PDU carries a header digest
+  bool pdu_ddgst_ = false;   // this PDU carries a data digest
+  uint32_t pad_ = 0;
+  uint32_t data_len_ = 0;
+  uint8_t* data_dst_ = nullptr;
+  uint8_t ddgst_buf_[4];
+  wire::Crc32c data_crc_;
+};
+
+}  // namespace nvtcp::transport
