@@ -1,4 +1,5 @@
 # The two entry points from the README: `make demo` and `make test`. Both install what they
+MAKEFLAGS += --no-print-directory
 # need from Debian's packages first, then build with CMake.
 BUILD ?= build
 ASAN_BUILD ?= build-asan

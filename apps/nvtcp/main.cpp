@@ -7,6 +7,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"nvtcp: a userspace NVMe/TCP target, initiator and benchmark"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level works after the subcommand too
   std::string log_level;
   app.add_option("--log-level", log_level, "debug, info, warn, error or off (also NVTCP_LOG)");
   app.parse_complete_callback([&] {
