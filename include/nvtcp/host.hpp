@@ -42,6 +42,7 @@ struct ControllerOptions {
   std::string hostnqn;               // empty: derived from the host ID
   uint8_t hostid[16] = {};           // all zero: a random one per process
   uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
+  uint32_t keep_alive_interval_ms = 0;  // how often Keep Alive is sent; 0 = kato_ms / 2
   uint16_t admin_queue_depth = 32;
   uint32_t connect_timeout_ms = 5000;
   uint32_t io_queues = 64;           // how many I/O queues to ask for

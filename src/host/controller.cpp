@@ -93,8 +93,9 @@ struct Controller::State {
   void arm_keep_alive() {
     uint32_t kato = opts.kato_ms;
     if (kato == 0 || discovery) return;
-    // Send at half the timeout, as the Linux host does, so one late packet is no loss.
-    reactor->arm_timer(&ka_timer, uint64_t(kato) * 500000ull);
+    // By default send at half the timeout, so one late packet is no loss.
+    uint64_t interval_ms = opts.keep_alive_interval_ms ? opts.keep_alive_interval_ms : kato / 2;
+    reactor->arm_timer(&ka_timer, std::max<uint64_t>(interval_ms, 1) * 1000000ull);
   }
   static void keep_alive(reactor::Timer* t) {
     State* st = static_cast<KaTimer*>(t)->st;

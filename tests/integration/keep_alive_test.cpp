@@ -1,0 +1,55 @@
+// Keep-alive: a host that stops sending Keep Alive loses its controller after KATO, and
+// the target frees everything that controller held.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_target.hpp"
+
+using namespace nvtcp;
+
+namespace {
+bool wait_for(const std::function<bool()>& pred, int ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+}  // namespace
+
+TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
+  test::RunningTarget t;
+  host::ControllerOptions o;
+  o.kato_ms = 500;
+  o.keep_alive_interval_ms = 60000;  // effectively never: the target must notice
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  auto& sub = *t.target().state().subsystems[0];
+  EXPECT_EQ(sub.controller_count(), 1u);
+  // Expiry tears the controller down; its I/O queue is closed too.
+  EXPECT_TRUE(wait_for([&] { return sub.controller_count() == 0; }, 3000));
+  EXPECT_TRUE(wait_for([&] {
+    qp->process_completions(1000);
+    return qp->failed();
+  }, 3000));
+  std::vector<uint8_t> buf(512);
+  EXPECT_NE(qp->read(2, 0, 1, buf.data(), nullptr, nullptr), 0);
+}
+
+TEST(KeepAlive, HostThatSendsKeepAliveStays) {
+  test::RunningTarget t;
+  host::ControllerOptions o;
+  o.kato_ms = 500;
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(t.target().state().subsystems[0]->controller_count(), 1u);
+  EXPECT_FALSE(ctrl->failed());
+}
