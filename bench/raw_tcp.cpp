@@ -1,0 +1,203 @@
+// raw-tcp: the physical bound for nvtcp on this machine. It moves exactly the bytes of an
+// NVMe/TCP read (a 72-byte command capsule in, a 24-byte C2HData header plus the data out)
+// over loopback with the same reactor and stream code nvtcp uses, and nothing else: no PDU
+// parsing, no request state, no namespace. nvtcp's figures are reported as a ratio to it.
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "reactor/reactor.hpp"
+#include "reactor/tcp_stream.hpp"
+#include "util/histogram.hpp"
+
+using namespace nvtcp;
+
+namespace {
+
+struct Options {
+  uint32_t qd = 32;
+  uint32_t req = 72;          // a CapsuleCmd without data
+  uint32_t resp = 4096 + 24;  // C2HData header + 4 KiB
+  double seconds = 5;
+  int server_core = 0, client_core = 1;
+  std::string congestion;
+  bool json = false;
+};
+
+void pin(int core) {
+  if (core < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+double thread_cpu() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Server side: for every whole request received, send one response from a shared buffer.
+struct Server : reactor::StreamOwner {
+  const Options& o;
+  std::unique_ptr<reactor::TcpStream> s;
+  uint32_t partial = 0;
+  std::vector<uint8_t> payload;
+  bool closed = false;
+  Server(const Options& opt, reactor::Reactor& r, int fd) : o(opt), payload(opt.resp, 0x5A) {
+    s = std::make_unique<reactor::TcpStream>(r, fd, this);
+    s->start();
+  }
+  void on_receive(const uint8_t*, size_t len) override {
+    partial += uint32_t(len);
+    while (partial >= o.req) {
+      partial -= o.req;
+      s->send(payload.data(), payload.size());
+    }
+  }
+  void on_closed(int) override { closed = true; }
+};
+
+// Client side: keeps qd requests outstanding; responses arrive in order.
+struct Client : reactor::StreamOwner {
+  const Options& o;
+  std::unique_ptr<reactor::TcpStream> s;
+  std::vector<uint8_t> req;
+  uint64_t rx = 0;
+  std::deque<uint64_t> starts;
+  LatencyHistogram lat;
+  uint64_t done = 0;
+  bool stopping = false, closed = false;
+  Client(const Options& opt, reactor::Reactor& r, int fd) : o(opt), req(opt.req, 0x04) {
+    s = std::make_unique<reactor::TcpStream>(r, fd, this);
+    s->start();
+  }
+  void issue() {
+    starts.push_back(reactor::monotonic_ns());
+    s->send(req.data(), req.size());
+  }
+  void on_receive(const uint8_t*, size_t len) override {
+    rx += len;
+    while (rx >= o.resp) {
+      rx -= o.resp;
+      uint64_t now = reactor::monotonic_ns();
+      lat.record(now - starts.front());
+      starts.pop_front();
+      ++done;
+      if (!stopping) issue();
+    }
+  }
+  void on_closed(int) override { closed = true; }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"raw-tcp: the loopback bound for an NVMe/TCP read, without NVMe"};
+  app.add_option("-q,--queue-depth", o.qd, "requests outstanding");
+  app.add_option("--request", o.req, "bytes per request (72 = a CapsuleCmd)");
+  app.add_option("--response", o.resp, "bytes per response (24 + data)");
+  app.add_option("-o,--io-size", [&o](const std::vector<std::string>& v) {
+    o.resp = 24 + uint32_t(std::stoul(v[0]));
+    return true;
+  }, "data bytes per response (sets --response to 24 + this)");
+  app.add_option("-t,--time", o.seconds, "seconds");
+  app.add_option("--server-core", o.server_core, "core for the server thread (-1: unpinned)");
+  app.add_option("--client-core", o.client_core, "core for the client thread (-1: unpinned)");
+  app.add_option("--tcp-congestion", o.congestion, "congestion control per socket");
+  app.add_flag("--json", o.json, "print one JSON object");
+  CLI11_PARSE(app, argc, argv);
+
+  reactor::Endpoint ep;
+  std::string err;
+  reactor::resolve("127.0.0.1", 0, ep, err);
+  int lfd = reactor::listen_on(ep);
+  if (lfd < 0) {
+    fmt::print(stderr, "raw-tcp: listen: {}\n", strerror(-lfd));
+    return 1;
+  }
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof(ss);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &sl);
+  ep.addr = ss;
+  ep.len = sl;
+
+  std::atomic<bool> stop{false};
+  std::atomic<double> server_cpu{0};
+  std::thread server([&] {
+    pin(o.server_core);
+    reactor::Reactor r;
+    int fd = -1;
+    while (fd < 0 && !stop) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
+    Server srv(o, r, fd);
+    double c0 = thread_cpu();
+    while (!stop && !srv.closed) r.run_once(10000);
+    server_cpu = thread_cpu() - c0;
+    srv.s->close();
+    while (!srv.closed) r.run_once(10000);
+  });
+
+  pin(o.client_core);
+  reactor::Reactor r;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&ep.addr), ep.len) < 0) {
+    fmt::print(stderr, "raw-tcp: connect: {}\n", strerror(errno));
+    return 1;
+  }
+  Client cl(o, r, fd);
+  double c0 = thread_cpu();
+  uint64_t t0 = reactor::monotonic_ns();
+  for (uint32_t i = 0; i < o.qd; ++i) cl.issue();
+  uint64_t end = t0 + uint64_t(o.seconds * 1e9);
+  while (reactor::monotonic_ns() < end && !cl.closed) r.run_once(1000);
+  double secs = double(reactor::monotonic_ns() - t0) / 1e9;
+  double client_cpu = thread_cpu() - c0;
+  uint64_t n = cl.done;
+  cl.stopping = true;
+  stop = true;
+  cl.s->close();
+  while (!cl.closed) r.run_once(10000);
+  server.join();
+  close(lfd);
+
+  double iops = double(n) / secs;
+  uint32_t data = o.resp - 24;
+  if (o.json) {
+    nlohmann::json j{{"iops", iops},
+                     {"gbps", iops * data * 8 / 1e9},
+                     {"lat_avg_us", cl.lat.mean_ns() / 1000},
+                     {"lat_p50_us", cl.lat.percentile_ns(0.5) / 1000},
+                     {"lat_p99_us", cl.lat.percentile_ns(0.99) / 1000},
+                     {"lat_p999_us", cl.lat.percentile_ns(0.999) / 1000},
+                     {"client_cpu_s_per_mio", n ? client_cpu / (double(n) / 1e6) : 0},
+                     {"server_cpu_s_per_mio", n ? server_cpu / (double(n) / 1e6) : 0},
+                     {"queue_depth", o.qd},
+                     {"io_size", data}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("raw-tcp: {}-byte requests, {}-byte responses, QD {}, {:.1f} s\n", o.req, o.resp, o.qd, secs);
+    fmt::print("  IOPS {:.0f}  Gb/s {:.2f}  latency us avg {:.1f} p50 {:.1f} p99 {:.1f}\n", iops,
+               iops * data * 8 / 1e9, cl.lat.mean_ns() / 1000, cl.lat.percentile_ns(0.5) / 1000,
+               cl.lat.percentile_ns(0.99) / 1000);
+    fmt::print("  CPU s per million: client {:.3f} server {:.3f}\n", n ? client_cpu / (double(n) / 1e6) : 0,
+               n ? server_cpu.load() / (double(n) / 1e6) : 0);
+  }
+  return 0;
+}
