@@ -382,7 +382,7 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
     }
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), t.fes, t.fei));
+      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), unsigned(t.fes), uint32_t(t.fei)));
       return;
     }
     case PduType::C2HData: {

@@ -166,7 +166,7 @@ void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       return;
     case PduType::H2CTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes)), t.fes, t.fei);
+      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes)), unsigned(t.fes), uint32_t(t.fei));
       close("H2CTermReq received");
       return;
     }

@@ -110,7 +110,7 @@ static_assert(offsetof(DiscoveryLogEntry, portid) == 4 && offsetof(DiscoveryLogE
 static_assert(offsetof(DiscoveryLogEntry, trsvcid) == 32 && offsetof(DiscoveryLogEntry, subnqn) == 256);
 static_assert(offsetof(DiscoveryLogEntry, traddr) == 512 && offsetof(DiscoveryLogEntry, tsas) == 768);
 
-// Adds a 64-bit count into a 128-bit little-endian counter field.
+// Stores a 64-bit count in a 128-bit little-endian counter field (upper half zeroed).
 inline void put_u128(uint8_t (&field)[16], uint64_t v) {
   for (int i = 0; i < 8; ++i) field[i] = static_cast<uint8_t>(v >> (8 * i));
   for (int i = 8; i < 16; ++i) field[i] = 0;

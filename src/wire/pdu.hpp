@@ -59,8 +59,8 @@ struct ICRespPdu {
   uint8_t rsvd[112];
 };
 
-// H2CTermReq and C2HTermReq share this header; up to 128 bytes (H2C) or 152 - 24
-// bytes of the offending PDU header follow as data.
+// H2CTermReq and C2HTermReq share this header; up to 128 bytes of the offending PDU
+// header follow as data (a TermReq PDU is at most 152 bytes).
 struct TermReqPdu {
   CommonHeader ch;
   uint16_t fes;      // fatal error status
