@@ -1,5 +1,6 @@
 #include "host/queue_pair_impl.hpp"
 
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,8 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "util/log.hpp"
 #include "wire/digest.hpp"
@@ -144,22 +143,23 @@ bool QueuePairImpl::connect(std::string& err) {
   Sqe sqe_c;
   std::memcpy(&sqe_c, &cmd, sizeof(cmd));
   state_ = State::AwaitConnect;
-  int rc = submit(sqe_c, connect_data_, sizeof(connect_data_), true,
-                  [](void* ctx, const Completion& c) {
-                    auto* self = static_cast<QueuePairImpl*>(ctx);
-                    self->connect_result_ = c;
-                    if (c.status.ok()) {
-                      self->cntlid_ = uint16_t(c.dw0 & 0xFFFF);
-                      self->state_ = State::Ready;
-                    } else {
-                      self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
-                                             c.status == sc::ConnectInvalidParameters
-                                                 ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
-                                                               (c.dw0 >> 16) & 1 ? "connect data" : "command")
-                                                 : ""));
-                    }
-                  },
-                  this);
+  int rc = submit(
+      sqe_c, connect_data_, sizeof(connect_data_), true,
+      [](void* ctx, const Completion& c) {
+        auto* self = static_cast<QueuePairImpl*>(ctx);
+        self->connect_result_ = c;
+        if (c.status.ok()) {
+          self->cntlid_ = uint16_t(c.dw0 & 0xFFFF);
+          self->state_ = State::Ready;
+        } else {
+          self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
+                                 c.status == sc::ConnectInvalidParameters
+                                     ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
+                                                   (c.dw0 >> 16) & 1 ? "connect data" : "command")
+                                     : ""));
+        }
+      },
+      this);
   if (rc != 0) {
     err = "cannot submit Connect";
     return false;
@@ -181,8 +181,7 @@ void QueuePairImpl::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, ui
   }
 }
 
-int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb,
-                          void* ctx) {
+int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
   if (failed_ || !stream_) return -ENOTCONN;
   if (len > p_.max_transfer) return -EINVAL;
   if (free_.empty()) return -EBUSY;
@@ -199,7 +198,11 @@ int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_contr
   r->r2t_next = 0;
   r->h2c_pdus = 0;
   r->data_error = false;
-  r->in_capsule = to_controller && len > 0 && len <= p_.in_capsule_max;
+  // Fabrics commands (Connect) may carry up to 8 KiB in the capsule on any queue,
+  // whatever IOCCSZ says about I/O commands.
+  uint32_t icd_limit =
+      in.opc == uint8_t(AdminOpcode::Fabrics) ? std::max<uint32_t>(p_.in_capsule_max, 8192) : p_.in_capsule_max;
+  r->in_capsule = to_controller && len > 0 && len <= icd_limit;
 
   auto* pdu = reinterpret_cast<CapsuleCmdHeader*>(r->cmd_pdu);
   Sqe sqe = in;
@@ -312,6 +315,30 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
       receiver_.fail(Fes::PduSequenceError, 0, "unexpected ICResp");
       return false;
     }
+    // Checked here, while the header is still held, so a TermReq can quote it.
+    const auto& ic = *reinterpret_cast<const ICRespPdu*>(hdr);
+    uint8_t asked = uint8_t((p_.hdgst ? 1 : 0) | (p_.ddgst ? 2 : 0));
+    if (ic.pfv != kPfv) {
+      receiver_.fail(Fes::UnsupportedParameter, offsetof(ICRespPdu, pfv), "ICResp PFV");
+      return false;
+    }
+    if (ic.cpda > 31) {
+      receiver_.fail(Fes::InvalidHeaderField, offsetof(ICRespPdu, cpda), "ICResp CPDA");
+      return false;
+    }
+    if (ic.maxh2cdata < 4096 || (ic.maxh2cdata & 3)) {
+      receiver_.fail(Fes::InvalidHeaderField, offsetof(ICRespPdu, maxh2cdata),
+                     fmt::format("ICResp MAXH2CDATA {} invalid", uint32_t(ic.maxh2cdata)));
+      return false;
+    }
+    if (ic.digest != asked) {
+      fail(fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked));
+      return false;
+    }
+    cpda_ = ic.cpda;
+    maxh2cdata_ = ic.maxh2cdata;
+    receiver_.set_digests(p_.hdgst, p_.ddgst);
+    state_ = State::AwaitConnect;
     return true;
   }
   if (state_ == State::AwaitICResp) {
@@ -345,15 +372,17 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
       if (!r->to_controller || r->in_capsule || t.r2tl == 0 || t.r2to != r->r2t_next ||
           uint64_t(t.r2to) + t.r2tl > r->len) {
         receiver_.fail(Fes::DataOutOfRange, 0,
-                       fmt::format("R2T [{}, +{}) for cid {} does not fit its {}-byte write (next {})", t.r2to,
-                                   t.r2tl, t.cccid, r->len, r->r2t_next));
+                       fmt::format("R2T [{}, +{}) for cid {} does not fit its {}-byte write (next {})", t.r2to, t.r2tl,
+                                   t.cccid, r->len, r->r2t_next));
         return false;
       }
       rx_req_ = r;
       return true;
     }
-    case PduType::CapsuleResp: return true;
-    default: break;
+    case PduType::CapsuleResp:
+      return true;
+    default:
+      break;
   }
   receiver_.fail(Fes::InvalidHeaderField, 0, fmt::format("unexpected {}", pdu_type_name(type)));
   return false;
@@ -362,27 +391,12 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
 void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
   const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
   switch (static_cast<PduType>(ch.type)) {
-    case PduType::ICResp: {
-      const auto& ic = *reinterpret_cast<const ICRespPdu*>(hdr);
-      uint8_t asked = uint8_t((p_.hdgst ? 1 : 0) | (p_.ddgst ? 2 : 0));
-      if (ic.pfv != kPfv) return receiver_.fail(Fes::UnsupportedParameter, offsetof(ICRespPdu, pfv), "ICResp PFV");
-      if (ic.cpda > 31) return receiver_.fail(Fes::InvalidHeaderField, offsetof(ICRespPdu, cpda), "ICResp CPDA");
-      if (ic.maxh2cdata < 4096 || (ic.maxh2cdata & 3))
-        return receiver_.fail(Fes::InvalidHeaderField, offsetof(ICRespPdu, maxh2cdata),
-                              fmt::format("ICResp MAXH2CDATA {} invalid", ic.maxh2cdata));
-      if (ic.digest != asked) {
-        fail(fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked));
-        return;
-      }
-      cpda_ = ic.cpda;
-      maxh2cdata_ = ic.maxh2cdata;
-      receiver_.set_digests(p_.hdgst, p_.ddgst);
-      state_ = State::AwaitConnect;
-      return;
-    }
+    case PduType::ICResp:
+      return;  // answered in on_pdu_header
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), unsigned(t.fes), uint32_t(t.fei)));
+      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), unsigned(t.fes),
+                       uint32_t(t.fei)));
       return;
     }
     case PduType::C2HData: {
@@ -425,7 +439,8 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       finish(r, c);
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 

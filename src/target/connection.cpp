@@ -101,7 +101,7 @@ void Connection::on_closed(int err) {
 
 void Connection::on_keepalive_timer(reactor::Timer* t) {
   auto* self = static_cast<TimerSlot*>(t)->owner;
-  uint64_t now = self->reactor_.now_ns();
+  uint64_t now = reactor::monotonic_ns();  // the same clock Controller::touch() reads
   switch (self->state_) {
     case State::AwaitICReq:
       self->close(fmt::format("no ICReq within {} ms", self->target_.config.icreq_timeout_ms));
@@ -145,7 +145,8 @@ bool Connection::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& 
       fatal(Fes::PduSequenceError, 0, "ICReq after the connection was initialized");
       return false;
     }
-    return true;
+    // Handled here, while the header is still held, so a TermReq can quote it.
+    return handle_icreq(*reinterpret_cast<const ICReqPdu*>(hdr));
   }
   if (state_ == State::AwaitICReq) {
     fatal(Fes::PduSequenceError, 0, fmt::format("{} before ICReq", pdu_type_name(type)));
@@ -161,9 +162,7 @@ bool Connection::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& 
 void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
   const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
   switch (static_cast<PduType>(ch.type)) {
-    case PduType::ICReq:
-      handle_icreq(*reinterpret_cast<const ICReqPdu*>(hdr));
-      return;
+    case PduType::ICReq: return;  // answered in on_pdu_header
     case PduType::H2CTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
       log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes)), unsigned(t.fes), uint32_t(t.fei));
@@ -409,7 +408,7 @@ void Connection::execute_fabrics(Request* r) {
       std::memcpy(&pg, &r->sqe, sizeof(pg));
       bool eight = (pg.attrib & 0x7) == 1;
       Status st;
-      ctrl_->touch(reactor_.now_ns());
+      ctrl_->touch(reactor::monotonic_ns());
       if (fctype == FabricsType::PropertyGet) {
         uint64_t v = 0;
         st = ctrl_->property_get(pg.ofst, eight, v);

@@ -60,7 +60,8 @@ class Controller {
   // Keep-alive: any admin command counts as a sign of life.
   void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
   bool keep_alive_expired(uint64_t now_ns) const {
-    return kato_ms_ != 0 && now_ns - last_seen_ns_ > uint64_t(kato_ms_) * 1000000ull;
+    // last_seen may be a little newer than a cached "now": never let that wrap around.
+    return kato_ms_ != 0 && now_ns > last_seen_ns_ && now_ns - last_seen_ns_ > uint64_t(kato_ms_) * 1000000ull;
   }
 
   // Claims an I/O queue id for a connecting queue; false if taken or out of range.
