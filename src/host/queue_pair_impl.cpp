@@ -208,11 +208,10 @@ int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_contr
   Sqe sqe = in;
   sqe.cid = r->cid;
   sqe.flags = (sqe.flags & 0x3F) | kSqeFlagsPsdtSgl;
+  // As the Linux host does: a Transport SGL Data Block of length 0 when there is no data.
   sqe.sgl = {};
-  if (len > 0) {
-    sqe.sgl.length = len;
-    sqe.sgl.type = r->in_capsule ? kSglDataBlockOffset : kSglTransportDataBlock;
-  }
+  sqe.sgl.length = len;
+  sqe.sgl.type = r->in_capsule ? kSglDataBlockOffset : kSglTransportDataBlock;
   std::memcpy(pdu->sqe, &sqe, sizeof(sqe));
   uint32_t icd = r->in_capsule ? len : 0;
   fill_header(pdu->ch, PduType::CapsuleCmd, sizeof(CapsuleCmdHeader), icd, 0);
