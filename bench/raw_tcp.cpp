@@ -34,6 +34,7 @@ struct Options {
   int server_core = 0, client_core = 1;
   std::string congestion;
   bool json = false;
+  bool busy_poll = false;
 };
 
 void pin(int core) {
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   app.add_option("--client-core", o.client_core, "core for the client thread (-1: unpinned)");
   app.add_option("--tcp-congestion", o.congestion, "congestion control per socket");
   app.add_flag("--json", o.json, "print one JSON object");
+  app.add_flag("--busy-poll", o.busy_poll, "spin instead of sleeping in io_uring (both sides)");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
   std::atomic<double> server_cpu{0};
   std::thread server([&] {
     pin(o.server_core);
-    reactor::Reactor r;
+    reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
     int fd = -1;
     while (fd < 0 && !stop) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
   });
 
   pin(o.client_core);
-  reactor::Reactor r;
+  reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
   if (::connect(fd, reinterpret_cast<sockaddr*>(&ep.addr), ep.len) < 0) {

@@ -185,7 +185,8 @@ int run_perf_cmd(PerfArgs& a) {
   a.o.io_size = uint32_t(sz);
   a.o.ctrl.hdgst = a.hdgst || a.o.trid.hdgst;
   a.o.ctrl.ddgst = a.ddgst || a.o.trid.ddgst;
-  a.o.ctrl.io_queues = std::max<uint32_t>(a.o.qpairs, 1);
+  if (a.o.cpus.size() > a.o.cores) a.o.cores = unsigned(a.o.cpus.size());
+  a.o.ctrl.io_queues = std::max<uint32_t>(a.o.qpairs * a.o.cores, 1);
   PerfResult r;
   if (!run_perf(a.o, r, err)) {
     fmt::print(stderr, "nvtcp perf: {}\n", err);
@@ -227,7 +228,10 @@ void add_perf_command(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"read", "write", "randread", "randwrite", "randrw", "rw"}));
   c->add_option("-M,--read-percent", a->o.read_percent, "reads in a mixed workload, %")->check(CLI::Range(0, 100));
   c->add_option("-t,--time", a->o.seconds, "seconds to run")->check(CLI::Range(0.1, 86400.0));
-  c->add_option("-P,--qpairs", a->o.qpairs, "queue pairs (TCP connections) on this thread")->check(CLI::Range(1, 1024));
+  c->add_option("-P,--qpairs", a->o.qpairs, "queue pairs (TCP connections) per thread")->check(CLI::Range(1, 1024));
+  c->add_option("--cores", a->o.cores, "threads, each driving its own queue pairs")->check(CLI::Range(1, 256));
+  c->add_option("-c,--cpus", a->o.cpus, "pin thread i to the i-th CPU of this list (e.g. -c 1 or -c 0,1)")
+      ->delimiter(',');
   c->add_flag("--hdgst", a->hdgst, "header digest");
   c->add_flag("--ddgst", a->ddgst, "data digest");
   c->add_flag("--json", a->json, "print one JSON object");

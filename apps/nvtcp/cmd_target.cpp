@@ -21,6 +21,7 @@ struct TargetArgs {
   std::vector<std::string> null_sizes, ram_sizes, files;
   uint32_t block_size = 512;
   unsigned cores = 1;
+  std::vector<int> cpus;
   uint16_t discovery_port = 8009;
   bool no_hdgst = false, no_ddgst = false;
   std::string tcp_congestion;
@@ -94,7 +95,8 @@ int run_target(const TargetArgs& a) {
     fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH or --config FILE\n");
     return 2;
   }
-  cfg.cores = a.cores;
+  cfg.cores = std::max<unsigned>(a.cores, unsigned(a.cpus.size()));
+  cfg.cpus = a.cpus;
   cfg.discovery_port = a.discovery_port;
   if (a.no_hdgst) cfg.allow_hdgst = false;
   if (a.no_ddgst) cfg.allow_ddgst = false;
@@ -130,7 +132,9 @@ int run_target(const TargetArgs& a) {
   sigwait(&set, &sig);
   log::info("signal {}: shutting down", sig);
   t.stop();
-  log::info("target CPU: {:.2f} s in {} reactor thread(s)", t.cpu_seconds(), cfg.cores);
+  uint64_t ios = t.io_count();
+  log::info("target: {} I/O commands, {:.2f} CPU s in {} reactor thread(s), {:.3f} CPU s per million I/Os", ios,
+            t.cpu_seconds(), cfg.cores, ios ? t.cpu_seconds() / (double(ios) / 1e6) : 0.0);
   return 0;
 }
 }  // namespace
@@ -146,6 +150,7 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--file", a->files, "add a file or block-device namespace: PATH[,SIZE]");
   c->add_option("--block-size", a->block_size, "namespace block size: 512 or 4096")->check(CLI::IsMember({512, 4096}));
   c->add_option("--cores", a->cores, "reactor threads")->check(CLI::Range(1, 256));
+  c->add_option("--cpus", a->cpus, "pin reactor i to the i-th CPU of this list (e.g. --cpus 0)")->delimiter(',');
   c->add_option("--discovery-port", a->discovery_port, "discovery service port (0: only on the listeners)");
   c->add_option("--allow-host", a->hosts, "host NQN allowed to connect (repeatable; default: any host)");
   c->add_flag("--no-hdgst", a->no_hdgst, "refuse header digests");

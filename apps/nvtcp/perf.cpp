@@ -1,10 +1,12 @@
 #include "perf.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -114,20 +116,10 @@ struct Job {
 };
 }  // namespace
 
-bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
-  auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
-  if (!ctrl) return false;
-  host::NamespaceInfo ni;
-  if (!ctrl->namespace_info(o.trid.nsid, ni, err)) return false;
-  if (o.io_size == 0 || o.io_size % ni.block_size) {
-    err = fmt::format("I/O size {} is not a multiple of the namespace block size {}", o.io_size, ni.block_size);
-    return false;
-  }
-  if (o.io_size > ctrl->max_transfer_bytes()) {
-    err = fmt::format("I/O size {} is over the controller's largest transfer ({})", o.io_size,
-                      ctrl->max_transfer_bytes());
-    return false;
-  }
+namespace {
+// One thread's share of the run: its own queue pairs, slots and buffers, nothing shared.
+bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::NamespaceInfo& ni, unsigned index,
+                PerfResult& out, std::string& err) {
   Job job;
   job.o = &o;
   job.r = &out;
@@ -136,23 +128,17 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   job.blocks = ni.blocks;
   job.nlb = o.io_size / ni.block_size;
   job.span = ni.blocks / job.nlb;
-  if (job.span == 0) {
-    err = "namespace smaller than one I/O";
-    return false;
-  }
+  job.rng.s ^= 0xD1B54A32D192ED03ull * (index + 1);
   const std::string& w = o.workload;
   job.random = w.rfind("rand", 0) == 0;
   if (w == "read" || w == "randread") job.read_pct = 100;
   else if (w == "write" || w == "randwrite") job.read_pct = 0;
-  else if (w == "randrw" || w == "rw") job.read_pct = o.read_percent;
-  else {
-    err = fmt::format("unknown workload '{}' (read, write, randread, randwrite, randrw, rw)", w);
-    return false;
-  }
+  else job.read_pct = o.read_percent;
+  if (!job.random) job.seq = uint64_t(index) * (job.span / std::max<unsigned>(o.cores, 1));
 
   std::vector<std::unique_ptr<host::QueuePair>> qps;
   for (uint32_t i = 0; i < o.qpairs; ++i) {
-    auto qp = ctrl->create_io_qpair(o.queue_depth, err);
+    auto qp = ctrl.create_io_qpair(o.queue_depth, err);
     if (!qp) return false;
     qps.push_back(std::move(qp));
   }
@@ -174,7 +160,6 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
 
   auto run_phase = [&](double secs) {
     job.stopping = false;
-    double cpu0 = process_cpu_seconds();
     uint64_t t0 = reactor::monotonic_ns();
     for (auto& s : slots) job.issue(&s);
     uint64_t end = t0 + uint64_t(secs * 1e9);
@@ -190,7 +175,6 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
     uint64_t drain_end = reactor::monotonic_ns() + 5'000'000'000ull;
     while (job.outstanding > 0 && reactor::monotonic_ns() < drain_end) qps[0]->process_completions(1000);
     out.seconds += double(reactor::monotonic_ns() - t0) / 1e9;
-    out.cpu_seconds += process_cpu_seconds() - cpu0;
   };
 
   if (o.verify) {
@@ -211,19 +195,84 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   for (auto& q : qps) {
     if (q->failed()) {
       err = "a queue pair failed during the run (see the log above)";
-      qps.clear();
       return false;
     }
   }
-  qps.clear();
+  return true;
+}
+
+void pin_to(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+}  // namespace
+
+bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
+  auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
+  if (!ctrl) return false;
+  host::NamespaceInfo ni;
+  if (!ctrl->namespace_info(o.trid.nsid, ni, err)) return false;
+  if (o.io_size == 0 || o.io_size % ni.block_size) {
+    err = fmt::format("I/O size {} is not a multiple of the namespace block size {}", o.io_size, ni.block_size);
+    return false;
+  }
+  if (o.io_size > ctrl->max_transfer_bytes()) {
+    err = fmt::format("I/O size {} is over the controller's largest transfer ({})", o.io_size,
+                      ctrl->max_transfer_bytes());
+    return false;
+  }
+  if (ni.blocks / (o.io_size / ni.block_size) == 0) {
+    err = "namespace smaller than one I/O";
+    return false;
+  }
+  const std::string& w = o.workload;
+  if (w != "read" && w != "write" && w != "randread" && w != "randwrite" && w != "randrw" && w != "rw") {
+    err = fmt::format("unknown workload '{}' (read, write, randread, randwrite, randrw, rw)", w);
+    return false;
+  }
+  unsigned cores = std::max<unsigned>(o.cores, 1);
+  std::vector<PerfResult> results(cores);
+  std::vector<std::string> errors(cores);
+  std::vector<char> ok(cores, 0);
+  double cpu0 = process_cpu_seconds();
+  auto work = [&](unsigned i) {
+    pin_to(i < o.cpus.size() ? o.cpus[i] : -1);
+    ok[i] = run_worker(o, *ctrl, ni, i, results[i], errors[i]);
+  };
+  if (cores == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < cores; ++i) threads.emplace_back(work, i);
+    for (auto& t : threads) t.join();
+  }
+  out.cpu_seconds = process_cpu_seconds() - cpu0;
+  for (unsigned i = 0; i < cores; ++i) {
+    if (!ok[i]) {
+      err = errors[i];
+      return false;
+    }
+    const PerfResult& r = results[i];
+    out.ios += r.ios;
+    out.reads += r.reads;
+    out.writes += r.writes;
+    out.errors += r.errors;
+    out.verify_failures += r.verify_failures;
+    out.seconds = std::max(out.seconds, r.seconds);
+    out.lat.merge(r.lat);
+  }
   return true;
 }
 
 std::string format_perf_text(const PerfOptions& o, const PerfResult& r) {
   auto us = [](double ns) { return ns / 1000.0; };
   std::string s;
-  s += fmt::format("nvtcp perf: {} {} B, QD {} x {} queue pair(s), {:.1f} s against {}:{} ns {}\n", o.workload,
-                   o.io_size, o.queue_depth, o.qpairs, r.seconds, o.trid.traddr, o.trid.trsvcid, o.trid.nsid);
+  s += fmt::format("nvtcp perf: {} {} B, QD {} x {} queue pair(s) x {} thread(s), {:.1f} s against {}:{} ns {}\n",
+                   o.workload, o.io_size, o.queue_depth, o.qpairs, std::max<unsigned>(o.cores, 1), r.seconds,
+                   o.trid.traddr, o.trid.trsvcid, o.trid.nsid);
   s += fmt::format("  IOPS {:>12.0f}   MiB/s {:>10.1f}   Gb/s {:>7.2f}   ({} reads, {} writes, {} errors)\n", r.iops(),
                    r.mibps(o.io_size), r.gbps(o.io_size), r.reads, r.writes, r.errors);
   s += fmt::format("  latency us: avg {:.1f}  min {:.1f}  max {:.1f}  p50 {:.1f}  p99 {:.1f}  p99.9 {:.1f}\n",
@@ -240,6 +289,7 @@ std::string format_perf_json(const PerfOptions& o, const PerfResult& r) {
   j["io_size"] = o.io_size;
   j["queue_depth"] = o.queue_depth;
   j["qpairs"] = o.qpairs;
+  j["threads"] = std::max<unsigned>(o.cores, 1);
   j["seconds"] = r.seconds;
   j["ios"] = r.ios;
   j["reads"] = r.reads;

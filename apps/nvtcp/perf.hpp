@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nvtcp/host.hpp"
 #include "util/histogram.hpp"
@@ -17,7 +18,9 @@ struct PerfOptions {
   std::string workload = "randread";  // read | write | randread | randwrite | randrw | rw
   uint32_t read_percent = 50;         // for randrw / rw
   double seconds = 5;
-  uint32_t qpairs = 1;
+  uint32_t qpairs = 1;                // per thread
+  unsigned cores = 1;                 // threads, each with its own queue pairs
+  std::vector<int> cpus;              // pin thread i to cpus[i] when given
   bool verify = false;                // write tagged blocks, then read back and check
 };
 

@@ -33,6 +33,7 @@ struct TargetConfig {
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
   std::vector<SubsystemConfig> subsystems;
   unsigned cores = 1;                   // reactor threads
+  std::vector<int> cpus;                // pin reactor i to cpus[i] when given
   bool allow_hdgst = true;
   bool allow_ddgst = true;
   uint32_t max_h2c_data = 128 * 1024;   // MAXH2CDATA announced in ICResp

@@ -714,6 +714,7 @@ void Connection::io_done(Request* r, Status st) {
 
 void Connection::complete(Request* r, Status st) {
   r->status = st;
+  if (qid_ != 0) set_.count_io();
   send_response(r);
 }
 

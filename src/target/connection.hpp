@@ -5,6 +5,7 @@
 // Life of a write: CapsuleCmd [+ in-capsule data] or R2T -> H2CData... -> namespace write
 //                  -> CapsuleResp
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,9 +28,13 @@ class ConnectionSet {
   void remove(Connection* c);
   void close_all();
   size_t size() const { return conns_.size(); }
+  // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
+  void count_io() { ios_.store(ios_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<Connection*> conns_;
+  std::atomic<uint64_t> ios_{0};
 };
 
 struct Request {

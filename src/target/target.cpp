@@ -1,6 +1,7 @@
 #include "target/target.hpp"
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -109,7 +110,14 @@ std::string Target::start() {
     auto rt = std::make_unique<ReactorThread>();
     ReactorThread* raw = rt.get();
     bool accept_here = i == 0;
-    rt->thread = std::thread([this, raw, accept_here] {
+    int cpu = i < cfg_.cpus.size() ? cfg_.cpus[i] : -1;
+    rt->thread = std::thread([this, raw, accept_here, cpu] {
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) log::warn("cannot pin a reactor to CPU {}", cpu);
+      }
       reactor::Reactor r(4096, cfg_.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
       raw->reactor = &r;
       {
@@ -194,6 +202,12 @@ void Target::stop() {
 
 uint16_t Target::port(size_t listener) const {
   return listener < state_->listeners.size() ? state_->listeners[listener].port : 0;
+}
+
+uint64_t Target::io_count() const {
+  uint64_t n = 0;
+  for (auto& rt : reactors_) n += rt->connections.ios();
+  return n;
 }
 
 double Target::cpu_seconds() const {

@@ -29,6 +29,8 @@ class Target {
   // CPU seconds used by the reactor threads so far (user + system).
   double cpu_seconds() const;
   uint64_t connections_accepted() const { return accepted_.load(); }
+  // I/O commands completed by all reactors so far.
+  uint64_t io_count() const;
 
  private:
   struct ReactorThread;
