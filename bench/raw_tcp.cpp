@@ -35,6 +35,7 @@ struct Options {
   std::string congestion;
   bool json = false;
   bool busy_poll = false;
+  bool hybrid_poll = false;
 };
 
 void pin(int core) {
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
   app.add_option("--tcp-congestion", o.congestion, "congestion control per socket");
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--busy-poll", o.busy_poll, "spin instead of sleeping in io_uring (both sides)");
+  app.add_flag("--hybrid-poll", o.hybrid_poll, "spin while busy, sleep after 50 us idle (both sides)");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
   std::atomic<double> server_cpu{0};
   std::thread server([&] {
     pin(o.server_core);
-    reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
+    reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : o.hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt);
     int fd = -1;
     while (fd < 0 && !stop) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
@@ -156,7 +158,7 @@ int main(int argc, char** argv) {
   });
 
   pin(o.client_core);
-  reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
+  reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : o.hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt);
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
   if (::connect(fd, reinterpret_cast<sockaddr*>(&ep.addr), ep.len) < 0) {

@@ -238,6 +238,7 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_flag("--busy-poll", a->o.ctrl.busy_poll, "spin on the queue pairs instead of sleeping");
+  c->add_flag("--hybrid-poll", a->o.ctrl.hybrid_poll, "spin while completions keep coming, sleep when idle");
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });
 }
 

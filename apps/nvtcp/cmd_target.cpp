@@ -29,6 +29,7 @@ struct TargetArgs {
   uint32_t max_h2c = 128 * 1024;
   std::vector<std::string> hosts;
   bool busy_poll = false;
+  std::string poll;
   std::string ready_file;
 };
 
@@ -103,7 +104,8 @@ int run_target(const TargetArgs& a) {
   if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
   cfg.in_capsule_data = a.in_capsule;
   cfg.max_h2c_data = a.max_h2c;
-  cfg.busy_poll = a.busy_poll;
+  if (!a.poll.empty()) cfg.poll = a.poll;
+  if (a.busy_poll) cfg.poll = "busy";
 
   sigset_t set;
   sigemptyset(&set);
@@ -158,7 +160,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_option("--in-capsule", a->in_capsule, "I/O queue in-capsule data bytes (IOCCSZ - 64)");
   c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp");
-  c->add_flag("--busy-poll", a->busy_poll, "reactors spin instead of sleeping");
+  c->add_option("--poll", a->poll, "interrupt (sleep in io_uring), busy (spin) or hybrid (spin while busy)")
+      ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
+  c->add_flag("--busy-poll", a->busy_poll, "same as --poll busy");
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
   c->callback([a, &rc] { rc = run_target(*a); });
 }

@@ -50,6 +50,7 @@ struct ControllerOptions {
   bool ddgst = false;
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
   bool busy_poll = false;            // I/O queues spin instead of sleeping in io_uring
+  bool hybrid_poll = false;          // spin while completions keep coming, sleep after 50 us idle
 };
 
 // What a completion callback receives: the CQE's status and command-specific dwords.

@@ -26,10 +26,11 @@ using detail::QueuePairImpl;
 
 namespace {
 // One reactor per application thread, shared by that thread's queue pairs.
-reactor::Reactor& thread_reactor(bool busy_poll) {
+reactor::Reactor& thread_reactor(const ControllerOptions& o) {
   thread_local std::unique_ptr<reactor::Reactor> r;
   if (!r) r = std::make_unique<reactor::Reactor>(4096);
-  if (busy_poll) r->set_poll_mode(reactor::PollMode::BusyPoll);
+  if (o.busy_poll) r->set_poll_mode(reactor::PollMode::BusyPoll);
+  else if (o.hybrid_poll) r->set_poll_mode(reactor::PollMode::Hybrid);
   return *r;
 }
 
@@ -426,7 +427,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.max_transfer = st.max_transfer;
   p.timeout_ms = st.opts.connect_timeout_ms;
   p.tcp_congestion = st.opts.tcp_congestion;
-  auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts.busy_poll), p);
+  auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p);
   impl->lease = lease;
   for (const auto& [nsid, ni] : st.namespaces) impl->block_sizes.emplace_back(nsid, ni.block_size);
   if (!impl->connect(err)) return nullptr;

@@ -75,7 +75,9 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
   tls_current = this;
   io_uring_cqe* cqe = nullptr;
   run_deferred();
-  if (mode_ == PollMode::BusyPoll || timeout_us == 0) {
+  bool spin = mode_ == PollMode::BusyPoll ||
+              (mode_ == PollMode::Hybrid && monotonic_ns() - last_activity_ns_ < spin_window_ns_);
+  if (spin || timeout_us == 0) {
     io_uring_submit_and_get_events(&ring_);
   } else {
     // Don't sleep past the next timer.
@@ -102,6 +104,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     if (c && c->fn) c->fn(c, res, flags);
     ++handled;
   }
+  if (handled) last_activity_ns_ = now_ns_;
   if (timers_) run_timers();
   if (has_posted_.load(std::memory_order_acquire)) run_posted();
   return handled;

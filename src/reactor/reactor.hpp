@@ -46,7 +46,11 @@ struct Timer {
   bool linked = false;
 };
 
-enum class PollMode { Interrupt, BusyPoll };
+// Interrupt: sleep in io_uring until something completes. BusyPoll: never sleep (lowest
+// latency, a whole core). Hybrid: keep polling while completions keep coming and sleep
+// after spin_window of silence; on a VM this avoids most cross-CPU wake-ups under load
+// without burning an idle core.
+enum class PollMode { Interrupt, BusyPoll, Hybrid };
 
 uint64_t monotonic_ns();
 
@@ -90,6 +94,7 @@ class Reactor {
   uint64_t now_ns() const { return now_ns_; }
   PollMode poll_mode() const { return mode_; }
   void set_poll_mode(PollMode m) { mode_ = m; }
+  void set_spin_window_ns(uint64_t ns) { spin_window_ns_ = ns; }
   io_uring* ring() { return &ring_; }
   int ring_fd() const { return ring_.ring_fd; }
 
@@ -104,6 +109,8 @@ class Reactor {
   io_uring ring_{};
   PollMode mode_;
   uint64_t now_ns_ = 0;
+  uint64_t last_activity_ns_ = 0;
+  uint64_t spin_window_ns_ = 50'000;
   Timer* timers_ = nullptr;
   Deferred* deferred_ = nullptr;
   Deferred* deferred_tail_ = nullptr;

@@ -45,6 +45,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.max_queue_depth = j.value("max_queue_depth", cfg.max_queue_depth);
     cfg.max_io_queues = j.value("max_io_queues", cfg.max_io_queues);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
+    cfg.poll = j.value("poll", cfg.poll);
     for (const auto& s : j.value("subsystems", nlohmann::json::array())) {
       SubsystemConfig sc;
       sc.nqn = s.at("nqn").get<std::string>();
@@ -72,6 +73,8 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
 std::string finalize_config(TargetConfig& cfg) {
   if (cfg.listeners.empty()) cfg.listeners.push_back({});
   if (cfg.cores == 0) cfg.cores = 1;
+  if (cfg.poll != "interrupt" && cfg.poll != "busy" && cfg.poll != "hybrid")
+    return fmt::format("poll mode '{}' is not interrupt, busy or hybrid", cfg.poll);
   if (cfg.in_capsule_data > 1u << 20) return "in_capsule_data must be at most 1 MiB";
   if (cfg.max_h2c_data < 4096) return "max_h2c_data must be at least 4096";
   if (cfg.max_queue_depth < 2 || cfg.max_queue_depth > 65536) return "max_queue_depth must be 2..65536";

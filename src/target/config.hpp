@@ -44,7 +44,7 @@ struct TargetConfig {
   uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS)
   uint32_t icreq_timeout_ms = 10000;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
-  bool busy_poll = false;
+  std::string poll = "interrupt";        // interrupt | busy | hybrid (see reactor::PollMode)
 };
 
 // Reads a JSON configuration; returns an error message or empty.

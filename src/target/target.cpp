@@ -118,7 +118,9 @@ std::string Target::start() {
         CPU_SET(cpu, &set);
         if (sched_setaffinity(0, sizeof(set), &set) != 0) log::warn("cannot pin a reactor to CPU {}", cpu);
       }
-      reactor::Reactor r(4096, cfg_.busy_poll ? reactor::PollMode::BusyPoll : reactor::PollMode::Interrupt);
+      reactor::Reactor r(4096, cfg_.poll == "busy"     ? reactor::PollMode::BusyPoll
+                               : cfg_.poll == "hybrid" ? reactor::PollMode::Hybrid
+                                                       : reactor::PollMode::Interrupt);
       raw->reactor = &r;
       {
         std::lock_guard lk(raw->mu);
