@@ -7,4 +7,5 @@ void add_target_command(CLI::App& app, int& rc);
 void add_discover_command(CLI::App& app, int& rc);
 void add_identify_command(CLI::App& app, int& rc);
 void add_perf_command(CLI::App& app, int& rc);
+void add_bench_command(CLI::App& app, int& rc);
 }  // namespace nvtcp::app

@@ -1,0 +1,396 @@
+// `nvtcp bench`: the reference study's matrix, reproduced against any NVMe/TCP target and
+// any initiator that can be driven from the command line. Each point runs the initiator
+// as a child process pinned to the host CPUs; its CPU comes from wait4()'s rusage, the
+// embedded target's from its reactor threads.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "nvtcp/host.hpp"
+#include "target/target.hpp"
+#include "util/log.hpp"
+
+extern char** environ;
+
+namespace nvtcp::app {
+
+namespace {
+using json = nlohmann::json;
+
+struct BenchArgs {
+  std::string target_trid;
+  bool quick = false;
+  unsigned points = 0;          // run only the first N points (0 = all)
+  double runtime = 0;           // seconds per run (0 = profile default)
+  unsigned queue_depth = 32;    // per job
+  std::string target_cpus = "0";
+  std::string host_cpus = "1";
+  std::vector<std::string> initiators{"perf", "fio"};
+  std::string fio_engine;       // path of libnvtcp_fio.so (default: beside this binary)
+  std::string kernel_dev;
+  std::string spdk_plugin;
+  std::string out_dir = "bench-out";
+  std::string tcp_congestion;
+  bool hdgst = false, ddgst = false;
+};
+
+struct Point {
+  std::string workload;  // randread | randwrite | randrw
+  uint32_t bs;
+  unsigned jobs;
+  std::string figure;    // which study figure it belongs to
+};
+
+std::string self_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, size_t(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+unsigned count_cpus(const std::string& list) {
+  unsigned n = 0;
+  size_t i = 0;
+  while (i < list.size()) {
+    size_t comma = list.find(',', i);
+    std::string part = list.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    size_t dash = part.find('-');
+    if (dash == std::string::npos) ++n;
+    else n += unsigned(std::stoul(part.substr(dash + 1)) - std::stoul(part.substr(0, dash)) + 1);
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  return std::max(n, 1u);
+}
+
+struct ChildResult {
+  int status = -1;
+  std::string out, err;
+  double cpu_seconds = 0;
+};
+
+// Runs argv with stdout and stderr captured; CPU time from the child's rusage.
+ChildResult run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {}) {
+  ChildResult r;
+  std::string outf = fmt::format("/tmp/nvtcp-bench-{}-out", getpid());
+  std::string errf = fmt::format("/tmp/nvtcp-bench-{}-err", getpid());
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, outf.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, errf.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<char*> av;
+  for (auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+  av.push_back(nullptr);
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+  for (auto& e : extra_env) envs.push_back(e);
+  std::vector<char*> ev;
+  for (auto& e : envs) ev.push_back(const_cast<char*>(e.c_str()));
+  ev.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawnp(&pid, av[0], &fa, nullptr, av.data(), ev.data()) != 0) {
+    r.err = fmt::format("cannot run {}", argv[0]);
+    posix_spawn_file_actions_destroy(&fa);
+    return r;
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  rusage ru{};
+  wait4(pid, &status, 0, &ru);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.cpu_seconds = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  std::ifstream o(outf), e(errf);
+  r.out.assign(std::istreambuf_iterator<char>(o), {});
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  unlink(outf.c_str());
+  unlink(errf.c_str());
+  return r;
+}
+
+// The last line of output that parses as a JSON object (fio prints warnings first).
+std::optional<json> last_json(const std::string& out) {
+  size_t start = out.find('{');
+  if (start == std::string::npos) return std::nullopt;
+  try {
+    return json::parse(out.substr(start));
+  } catch (...) {
+  }
+  size_t pos = out.rfind("\n{");
+  if (pos != std::string::npos) {
+    try {
+      return json::parse(out.substr(pos + 1));
+    } catch (...) {
+    }
+  }
+  return std::nullopt;
+}
+
+std::string fio_rw(const std::string& w) { return w; }
+
+struct Runner {
+  BenchArgs a;
+  host::TransportId trid;
+  std::unique_ptr<target::Target> target;
+  unsigned host_cores = 1;
+  double seconds = 10;
+
+  // fio splits file names at ':', so every ':' inside a value is escaped.
+  std::string fio_filename() const {
+    auto esc = [](const std::string& v) {
+      std::string o;
+      for (char ch : v) {
+        if (ch == ':') o += '\\';
+        o += ch;
+      }
+      return o;
+    };
+    return fmt::format("trtype=tcp adrfam={} traddr={} trsvcid={} subnqn={} ns={}", trid.adrfam, esc(trid.traddr),
+                       trid.trsvcid, esc(trid.subnqn), trid.nsid);
+  }
+
+  // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...}
+  json run_point(const std::string& init, const Point& p) {
+    json res{{"initiator", init}, {"workload", p.workload}, {"bs", p.bs}, {"jobs", p.jobs},
+             {"queue_depth", a.queue_depth}, {"figure", p.figure}};
+    double tcpu0 = target ? target->cpu_seconds() : 0;
+    uint64_t tio0 = target ? target->io_count() : 0;
+    ChildResult c;
+    std::vector<std::string> cmd{"taskset", "-c", a.host_cpus};
+    std::vector<std::string> env;
+    if (init == "perf") {
+      unsigned threads = std::min(p.jobs, host_cores);
+      unsigned qpairs = (p.jobs + threads - 1) / threads;  // 32 jobs on 2 cores: 16 queue pairs each
+      std::string t = trid.to_string();
+      cmd.insert(cmd.end(), {self_dir() + "/nvtcp", "perf", "-r", t, "-q", std::to_string(a.queue_depth), "-o",
+                             std::to_string(p.bs), "-w", p.workload, "-M", "70", "-t", fmt::format("{}", seconds),
+                             "--cores", std::to_string(threads), "-P", std::to_string(qpairs), "--json",
+                             "--hybrid-poll"});
+      if (a.hdgst) cmd.push_back("--hdgst");
+      if (a.ddgst) cmd.push_back("--ddgst");
+      if (!a.tcp_congestion.empty()) cmd.insert(cmd.end(), {"--tcp-congestion", a.tcp_congestion});
+    } else {
+      std::vector<std::string> fio{"fio", "--name=bench", "--thread=1", "--group_reporting=1",
+                                   "--output-format=json", "--time_based=1", fmt::format("--runtime={}", seconds),
+                                   "--ramp_time=0", "--norandommap=1", "--randrepeat=0",
+                                   "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
+                                   fmt::format("--numjobs={}", p.jobs), fmt::format("--iodepth={}", a.queue_depth),
+                                   fmt::format("--iodepth_batch_submit={}", std::max(1u, a.queue_depth / 4)),
+                                   "--iodepth_batch_complete_min=1"};
+      if (init == "fio") {
+        fio.insert(fio.end(), {"--ioengine=external:" + a.fio_engine, "--filename=" + fio_filename()});
+        if (a.hdgst) fio.push_back("--hdgst=1");
+        if (a.ddgst) fio.push_back("--ddgst=1");
+      } else if (init == "kernel") {
+        fio.insert(fio.end(), {"--ioengine=io_uring", "--direct=1", "--filename=" + a.kernel_dev});
+      } else if (init == "spdk") {
+        fio.insert(fio.end(), {"--ioengine=spdk", "--filename=" + fio_filename()});
+        env.push_back("LD_PRELOAD=" + a.spdk_plugin);
+      }
+      cmd.insert(cmd.end(), fio.begin(), fio.end());
+    }
+    c = run_child(cmd, env);
+    double tcpu = target ? target->cpu_seconds() - tcpu0 : 0;
+    uint64_t tios = target ? target->io_count() - tio0 : 0;
+    auto j = last_json(c.out);
+    if (c.status != 0 || !j) {
+      res["error"] = fmt::format("exit {}: {}", c.status, c.err.substr(0, 400));
+      return res;
+    }
+    double iops = 0, lat_avg = 0, lat_p99 = 0;
+    if (init == "perf") {
+      iops = (*j)["iops"];
+      lat_avg = (*j)["lat_avg_us"];
+      lat_p99 = (*j)["lat_p99_us"];
+    } else {
+      const json& job = (*j)["jobs"][0];
+      double r_iops = job["read"]["iops"], w_iops = job["write"]["iops"];
+      iops = r_iops + w_iops;
+      auto side = [&](const char* s, const char* key) -> double {
+        const json& x = job[s];
+        if (x["io_bytes"].get<double>() == 0) return 0;
+        if (std::string(key) == "mean") return x["clat_ns"]["mean"].get<double>() / 1000.0;
+        auto& pct = x["clat_ns"]["percentile"];
+        return pct.contains("99.000000") ? pct["99.000000"].get<double>() / 1000.0 : 0;
+      };
+      double total = std::max(iops, 1.0);
+      lat_avg = (side("read", "mean") * r_iops + side("write", "mean") * w_iops) / total;
+      lat_p99 = std::max(side("read", "p99"), side("write", "p99"));
+    }
+    double ios = iops * seconds;
+    res["iops"] = iops;
+    res["gbps"] = iops * p.bs * 8 / 1e9;
+    res["lat_avg_us"] = lat_avg;
+    res["lat_p99_us"] = lat_p99;
+    res["init_cpu_s"] = c.cpu_seconds;
+    res["init_cpu_s_per_mio"] = ios > 0 ? c.cpu_seconds / (ios / 1e6) : 0;
+    if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
+    else res["target_cpu_s_per_mio"] = nullptr;
+    return res;
+  }
+};
+
+std::vector<Point> matrix(bool quick) {
+  std::vector<Point> pts;
+  std::vector<uint32_t> sizes{4096, 8192, 16384, 32768, 65536, 131072};
+  for (const char* w : {"randread", "randwrite", "randrw"})
+    for (uint32_t bs : sizes) pts.push_back({w, bs, 32, std::string("bs-") + w});
+  for (unsigned jobs : {1u, 2u, 4u, 8u, 16u, 32u}) pts.push_back({"randread", 4096, jobs, "jobs-randread"});
+  // The quick profile measures the same matrix, only shorter (see seconds below).
+  (void)quick;
+  return pts;
+}
+
+int run_bench(BenchArgs& a) {
+  if (log::level() < log::Level::Warn) log::set_level(log::Level::Warn);  // the table is the output
+  Runner run;
+  run.a = a;
+  run.host_cores = count_cpus(a.host_cpus);
+  run.seconds = a.runtime > 0 ? a.runtime : (a.quick ? 2 : 10);
+  std::string err;
+  if (a.target_trid.empty()) {
+    target::TargetConfig cfg;
+    cfg.listeners.push_back({"127.0.0.1", 0});
+    cfg.discovery_port = 0;
+    cfg.cores = count_cpus(a.target_cpus);
+    cfg.poll = "hybrid";
+    if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
+    // cpus: parse a plain comma list for pinning
+    size_t i = 0;
+    while (i < a.target_cpus.size()) {
+      size_t comma = a.target_cpus.find(',', i);
+      std::string part = a.target_cpus.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+      if (part.find('-') == std::string::npos) cfg.cpus.push_back(std::stoi(part));
+      if (comma == std::string::npos) break;
+      i = comma + 1;
+    }
+    target::SubsystemConfig sc;
+    sc.nqn = "nqn.2026-11.io.nvtcp:bench";
+    sc.namespaces.push_back({1, "null", 1ull << 40, "", 512});
+    cfg.subsystems.push_back(sc);
+    run.target = std::make_unique<target::Target>(cfg);
+    if (std::string e = run.target->start(); !e.empty()) {
+      fmt::print(stderr, "nvtcp bench: embedded target: {}\n", e);
+      return 1;
+    }
+    run.trid.traddr = "127.0.0.1";
+    run.trid.trsvcid = run.target->port(0);
+    run.trid.subnqn = sc.nqn;
+    run.trid.nsid = 1;
+  } else if (!host::TransportId::parse(a.target_trid, run.trid, err)) {
+    fmt::print(stderr, "nvtcp bench: --target: {}\n", err);
+    return 2;
+  }
+
+  // Which initiators can run here.
+  std::vector<std::string> inits;
+  if (run.a.fio_engine.empty()) run.a.fio_engine = self_dir() + "/libnvtcp_fio.so";
+  for (const auto& i : a.initiators) {
+    if (i == "fio") {
+      struct stat st{};
+      if (stat(run.a.fio_engine.c_str(), &st) != 0 || run_child({"fio", "--version"}).status != 0) {
+        fmt::print(stderr, "nvtcp bench: skipping fio (need fio and {})\n", run.a.fio_engine);
+        continue;
+      }
+    }
+    inits.push_back(i);
+  }
+  if (!a.kernel_dev.empty()) inits.push_back("kernel");
+  if (!a.spdk_plugin.empty()) inits.push_back("spdk");
+
+  auto pts = matrix(a.quick);
+  if (a.points && a.points < pts.size()) {
+    // Keep both figures represented: take points alternately from the two ends.
+    std::vector<Point> pick;
+    for (unsigned k = 0; k < a.points; ++k) pick.push_back(k % 2 == 0 ? pts[k / 2] : pts[pts.size() - 1 - k / 2]);
+    pts = pick;
+  }
+  ::mkdir(a.out_dir.c_str(), 0755);
+  json doc;
+  doc["target"] = a.target_trid.empty() ? "embedded null namespace (1 TiB) on 127.0.0.1" : run.trid.to_string();
+  doc["seconds_per_run"] = run.seconds;
+  doc["queue_depth_per_job"] = a.queue_depth;
+  doc["target_cpus"] = a.target_cpus;
+  doc["host_cpus"] = a.host_cpus;
+  doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
+  doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
+  doc["points"] = json::array();
+  size_t total = pts.size() * inits.size(), done = 0;
+  fmt::print("nvtcp bench: {} points x {} initiator(s) ({}), {:.0f} s each, QD {} per job, target {}\n", pts.size(),
+             inits.size(), fmt::join(inits, ", "), run.seconds, a.queue_depth, doc["target"].get<std::string>());
+  fmt::print("{:>5} {:>10} {:>6} {:>5} {:>12} {:>9} {:>8} {:>16} {:>12} {:>12}\n", "#", "workload", "bs", "jobs",
+             "initiator", "M IOPS", "Gb/s", "lat avg/p99 us", "init s/M", "target s/M");
+  for (const auto& p : pts) {
+    for (const auto& init : inits) {
+      json r = run.run_point(init, p);
+      ++done;
+      if (r.contains("error")) {
+        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12}  error: {}\n", done, total, p.workload, p.bs, p.jobs, init,
+                   r["error"].get<std::string>());
+      } else {
+        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12}\n", done,
+                   total, p.workload, p.bs, p.jobs, init, r["iops"].get<double>() / 1e6, r["gbps"].get<double>(),
+                   r["lat_avg_us"].get<double>(), r["lat_p99_us"].get<double>(), r["init_cpu_s_per_mio"].get<double>(),
+                   r["target_cpu_s_per_mio"].is_null() ? std::string("-")
+                                                       : fmt::format("{:.3f}", r["target_cpu_s_per_mio"].get<double>()));
+      }
+      std::fflush(stdout);
+      doc["points"].push_back(r);
+    }
+  }
+  if (run.target) run.target->stop();
+  std::string json_path = a.out_dir + "/bench.json";
+  std::ofstream(json_path) << doc.dump(2) << "\n";
+  fmt::print("\nraw figures: {}\n", json_path);
+  // Tables and charts in the study's shape (python3-matplotlib).
+  std::string script = self_dir() + "/nvtcp_bench_report.py";
+  // Debian's interpreter, where python3-matplotlib lives (a PATH python may lack it).
+  struct stat pst{};
+  std::string python = stat("/usr/bin/python3", &pst) == 0 ? "/usr/bin/python3" : "python3";
+  ChildResult c = run_child({python, script, json_path, a.out_dir});
+  fmt::print("{}", c.out);
+  if (c.status != 0) {
+    fmt::print(stderr, "nvtcp bench: report: {}\n", c.err);
+    return 1;
+  }
+  bool any_error = false;
+  for (const auto& r : doc["points"]) any_error |= r.contains("error");
+  return any_error ? 1 : 0;
+}
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand("bench", "Reproduce the reference study's matrix, tables and charts");
+  c->add_option("--target", a->target_trid, "benchmark this target (transport ID) instead of an embedded NULL one");
+  c->add_flag("--quick", a->quick, "2-second runs (the whole matrix fits in about 5 minutes on 2 cores)");
+  c->add_option("--points", a->points, "run only this many points of the matrix");
+  c->add_option("--runtime", a->runtime, "seconds per run (overrides the profile)");
+  c->add_option("-q,--queue-depth", a->queue_depth, "queue depth per job");
+  c->add_option("--target-cpus", a->target_cpus, "CPUs of the embedded target's reactors (e.g. 0)");
+  c->add_option("--host-cpus", a->host_cpus, "CPUs the initiators run on (e.g. 1 or 1-15)");
+  c->add_option("--initiators", a->initiators, "perf and/or fio")->delimiter(',');
+  c->add_option("--fio-engine", a->fio_engine, "path of libnvtcp_fio.so (default: beside nvtcp)");
+  c->add_option("--kernel-dev", a->kernel_dev, "also run fio (io_uring) on this kernel NVMe/TCP block device");
+  c->add_option("--spdk-plugin", a->spdk_plugin, "also run fio with SPDK's plugin (path of spdk_nvme)");
+  c->add_option("-O,--out", a->out_dir, "directory for bench.json and the PNG charts");
+  c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control per socket, target and initiators");
+  c->add_flag("--hdgst", a->hdgst, "header digests");
+  c->add_flag("--ddgst", a->ddgst, "data digests");
+  c->callback([a, &rc] { rc = run_bench(*a); });
+}
+
+}  // namespace nvtcp::app
