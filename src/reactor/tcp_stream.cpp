@@ -55,8 +55,11 @@ void TcpStream::start() { post_recv(); }
 
 void TcpStream::post_recv() {
   if (closing_ || recv_inflight_) return;
+  uint8_t* dst = rx_.get();
+  size_t len = rx_size_;
+  recv_direct_ = owner_->recv_direct(dst, len);
   io_uring_sqe* sqe = reactor_.get_sqe();
-  io_uring_prep_recv(sqe, fd_, rx_.get(), rx_size_, 0);
+  io_uring_prep_recv(sqe, fd_, dst, len, 0);
   reactor_.prep(sqe, &recv_c_);
   recv_inflight_ = true;
 }
@@ -76,7 +79,8 @@ void TcpStream::on_recv(int res) {
     maybe_finish_close();
     return;
   }
-  owner_->on_receive(rx_.get(), size_t(res));
+  if (recv_direct_) owner_->on_receive_direct(size_t(res));
+  else owner_->on_receive(rx_.get(), size_t(res));
   // The owner may have closed us while handling the bytes.
   if (closing_) maybe_finish_close();
   else post_recv();

@@ -29,6 +29,10 @@ class StreamOwner {
   // The stream is closed and no operation is in flight: the owner may free it now.
   // err is 0 for an orderly close by the peer or by us, else a negative errno.
   virtual void on_closed(int err) = 0;
+  // Large payloads skip the staging buffer: before each receive the owner may name where
+  // the next bytes belong (at most n of them); they then arrive through on_receive_direct.
+  virtual bool recv_direct(uint8_t*& /*p*/, size_t& /*n*/) { return false; }
+  virtual void on_receive_direct(size_t /*len*/) {}
 };
 
 struct SocketOptions {
@@ -78,6 +82,7 @@ class TcpStream {
   std::unique_ptr<uint8_t[]> rx_;
   size_t rx_size_;
   bool recv_inflight_ = false;
+  bool recv_direct_ = false;      // the receive in flight lands in the owner's memory
   bool send_inflight_ = false;
   bool closing_ = false;
   bool closed_notified_ = false;

@@ -88,6 +88,15 @@ void Connection::on_receive(const uint8_t* data, size_t len) {
   receiver_.feed(data, len);
 }
 
+bool Connection::recv_direct(uint8_t*& p, size_t& n) {
+  return state_ != State::Closing && receiver_.in_place_window(transport::kMinInPlaceBytes, p, n);
+}
+
+void Connection::on_receive_direct(size_t len) {
+  if (state_ == State::Closing) return;
+  receiver_.consumed_in_place(len);
+}
+
 void Connection::on_closed(int err) {
   if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
   log::debug("{}: connection closed", peer_);

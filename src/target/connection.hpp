@@ -82,6 +82,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;
   void on_closed(int err) override;
+  bool recv_direct(uint8_t*& p, size_t& n) override;
+  void on_receive_direct(size_t len) override;
   // PduHandler
   bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
   void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;

@@ -106,6 +106,15 @@ bool PduReceiver::feed(const uint8_t* p, size_t n) {
   return state_ != State::Failed;
 }
 
+void PduReceiver::consumed_in_place(size_t n) {
+  if (pdu_ddgst_) data_crc_.update(data_dst_ + have_, n);
+  have_ += uint32_t(n);
+  if (have_ < data_len_) return;
+  have_ = 0;
+  if (pdu_ddgst_) state_ = State::DataDigest;
+  else finish_pdu(true);
+}
+
 bool PduReceiver::finish_common_header() {
   CommonHeader ch;
   std::memcpy(&ch, hdr_, sizeof(ch));

@@ -13,7 +13,11 @@
 
 namespace nvtcp::transport {
 
-enum class Side { Target, Host };  // which side receives (selects the PDU types accepted)
+enum class Side { Target, Host };
+
+// Below this much remaining data, receiving into the staging buffer (which may also
+// bring the next PDUs in the same call) beats receiving in place.
+inline constexpr uint32_t kMinInPlaceBytes = 16 * 1024;  // which side receives (selects the PDU types accepted)
 
 class PduHandler {
  public:
@@ -45,6 +49,16 @@ class PduReceiver {
 
   // Consumes bytes; returns false once the stream has failed (the rest is ignored).
   bool feed(const uint8_t* p, size_t n);
+  // Receiving in place: while in the middle of a PDU's data with at least min_bytes to go,
+  // where the rest belongs; the caller receives straight there and reports it with
+  // consumed_in_place(), which digests the bytes and moves the machine on.
+  bool in_place_window(uint32_t min_bytes, uint8_t*& p, size_t& n) const {
+    if (state_ != State::Data || !data_dst_ || data_len_ - have_ < min_bytes) return false;
+    p = data_dst_ + have_;
+    n = data_len_ - have_;
+    return true;
+  }
+  void consumed_in_place(size_t n);
   // The handler reports a fatal error it found (through on_pdu_error) and stops the machine.
   void fail(wire::Fes fes, uint32_t fei, const std::string& why);
 
