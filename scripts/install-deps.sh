@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libcli11-dev libfmt-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-      python3 python3-matplotlib procps util-linux)
+      python3 python3-matplotlib procps util-linux fio dpkg-dev)
 missing=()
 for p in "${PKGS[@]}" "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,603 @@
+// The nvtcp ioengine for fio: each fio thread talks NVMe/TCP to the target through its own
+// controller and queue pair(s) from the nvtcp host library.
+//
+//   fio --ioengine=external:build/libnvtcp_fio.so --thread=1 ...
+//       --filename='trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=4420 subnqn=nqn... ns=1'
+//   LD_PRELOAD=build/libnvtcp_fio.so fio --ioengine=nvtcp ...        (as SPDK's plugin allows)
+//
+// The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
+// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, busy_poll, tcp_congestion
+// (`fio --enghelp=build/libnvtcp_fio.so`).
+//
+// Threads and state. fio sizes files in its main thread before the job threads start
+// (create_serialize), so get_file_size asks the target once per distinct target over a
+// short-lived admin connection and caches the answer; that cache's mutex is on the setup
+// path only. Everything on the data path (queue, commit, getevents, event) lives in one
+// ThreadCtx per fio thread: the thread's own controller(s), queue pairs, a slot per io_u and
+// a ring of completed io_us. Nothing there is shared, locked or allocated per I/O.
+//
+// Batching. queue() only builds the command, as SPDK's plugin does; the bytes leave at the
+// next process_completions(), which getevents() runs whenever it has no completions left
+// over. fio reaps one event per getevents() by default, so completions that arrive together
+// are handed out without a syscall each, and the I/Os fio queues meanwhile go out together:
+// one io_uring_enter per batch, as in nvtcp perf.
+
+// C++ headers first: fio's headers define min/max macros that break the standard library.
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nvtcp/host.hpp"
+
+// fio's headers are C without extern "C" guards.
+extern "C" {
+#include "fio.h"
+#include "optgroup.h"
+}
+// fio's function-like min()/max() macros would swallow std::min/std::max below.
+#undef min
+#undef max
+
+namespace {
+
+using nvtcp::host::Completion;
+using nvtcp::host::Controller;
+using nvtcp::host::ControllerOptions;
+using nvtcp::host::QueuePair;
+using nvtcp::host::TransportId;
+
+constexpr const char* kEngineName = "nvtcp";
+
+// ------------------------------------------------------------------ options
+
+// fio stores a pointer in the first member of every engine option struct.
+struct EngineOptions {
+  void* fio_private;
+  unsigned int hdgst;
+  unsigned int ddgst;
+  char* hostnqn;
+  unsigned int qpairs;
+  unsigned int kato;
+  unsigned int busy_poll;
+  char* tcp_congestion;
+};
+
+fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
+                       const char* def, unsigned long long maxval = 0, int minval = 0) {
+  fio_option o{};
+  o.name = name;
+  o.lname = lname;
+  o.type = type;
+  o.off1 = off;
+  o.maxval = maxval;
+  o.minval = minval;
+  o.help = help;
+  o.def = def;
+  o.category = FIO_OPT_C_ENGINE;
+  o.group = FIO_OPT_G_INVALID;
+  return o;
+}
+
+fio_option g_options[] = {
+    make_option("hdgst", "nvtcp header digest", FIO_OPT_BOOL, offsetof(EngineOptions, hdgst),
+                "Ask for NVMe/TCP header digests (CRC32C)", "0"),
+    make_option("ddgst", "nvtcp data digest", FIO_OPT_BOOL, offsetof(EngineOptions, ddgst),
+                "Ask for NVMe/TCP data digests (CRC32C)", "0"),
+    make_option("hostnqn", "nvtcp host NQN", FIO_OPT_STR_STORE, offsetof(EngineOptions, hostnqn),
+                "Host NQN to connect as (default: nqn.2014-08.org.nvmexpress:uuid:<random>)", nullptr),
+    make_option("qpairs", "nvtcp queue pairs per job", FIO_OPT_INT, offsetof(EngineOptions, qpairs),
+                "I/O queue pairs (TCP connections) per fio job, each of depth iodepth", "1", 1024, 1),
+    make_option("kato", "nvtcp keep-alive timeout", FIO_OPT_INT, offsetof(EngineOptions, kato),
+                "Keep Alive Timeout in milliseconds asked of the controller (0: none)", "30000", 3600000, 0),
+    make_option("busy_poll", "nvtcp busy poll", FIO_OPT_BOOL, offsetof(EngineOptions, busy_poll),
+                "Spin on the queue pairs instead of sleeping in io_uring while waiting", "0"),
+    make_option("tcp_congestion", "nvtcp TCP congestion control", FIO_OPT_STR_STORE,
+                offsetof(EngineOptions, tcp_congestion),
+                "TCP congestion control for this job's sockets (e.g. cubic; default: the system's)", nullptr),
+    fio_option{},
+};
+
+// ------------------------------------------------------------------ helpers
+
+std::string vformat(const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  return buf;
+}
+
+// Logs a clear one-line reason, and records a short form as the job's error, which fio
+// prints with the failing job and turns into a non-zero exit status.
+__attribute__((format(printf, 4, 5))) int fail(thread_data* td, int err, const char* summary, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string msg = vformat(fmt, ap);
+  va_end(ap);
+  log_err("nvtcp: %s\n", msg.c_str());
+  td_vmsg(td, err, summary, "nvtcp");
+  return 1;
+}
+
+const EngineOptions& options(thread_data* td) { return *static_cast<const EngineOptions*>(td->eo); }
+
+// One host ID for every controller this fio process makes, so the target sees one host.
+const uint8_t* process_hostid() {
+  static uint8_t id[16];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::random_device rd;
+    for (auto& b : id) b = uint8_t(rd());
+    id[6] = uint8_t((id[6] & 0x0F) | 0x40);  // UUID version 4
+    id[8] = uint8_t((id[8] & 0x3F) | 0x80);
+  });
+  return id;
+}
+
+// fio splits --filename at every unescaped ':', and NQNs hold one.
+std::string split_hint(const thread_data* td) {
+  if (td->files_index <= 1) return "";
+  return " (fio split --filename at ':' into " + std::to_string(td->files_index) +
+         " files: write '\\:' for a ':' inside a value, e.g. subnqn=nqn.2026-11.io.nvtcp\\:x)";
+}
+
+bool parse_filename(thread_data* td, const char* name, TransportId& trid) {
+  std::string err;
+  if (!TransportId::parse(name, trid, err)) {
+    fail(td, EINVAL, "bad filename",
+         "bad filename '%s': %s%s. Expected a transport ID with '=' for ':', e.g. "
+         "--filename='trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=4420 subnqn=nqn.2026-11.io.nvtcp\\:x ns=1'",
+         name, err.c_str(), split_hint(td).c_str());
+    return false;
+  }
+  if (trid.subnqn.empty()) {
+    fail(td, EINVAL, "bad filename", "filename '%s' names no subsystem: add subnqn=NQN%s", name,
+         split_hint(td).c_str());
+    return false;
+  }
+  return true;
+}
+
+// The host library's connect error, with what it most likely means.
+std::string explain_connect_error(const TransportId& trid, const std::string& err) {
+  std::string hint;
+  if (err.find("offset 256 in the connect data") != std::string::npos)
+    hint = "the target has no subsystem named '" + trid.subnqn + "'";
+  else if (err.find("Invalid Host") != std::string::npos)
+    hint = "the subsystem does not allow this host NQN (see the hostnqn option)";
+  else if (err.find("Connection refused") != std::string::npos)
+    hint = "nothing listens at " + trid.traddr + ":" + std::to_string(trid.trsvcid) + " (wrong trsvcid, or no target)";
+  else if (err.find("timed out") != std::string::npos)
+    hint = "the target did not answer (wrong traddr, or a firewall)";
+  std::string s = "cannot connect to " + trid.subnqn + " at " + trid.traddr + ":" + std::to_string(trid.trsvcid) +
+                  ": " + err;
+  if (!hint.empty()) s += " -- " + hint;
+  return s;
+}
+
+ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
+  const EngineOptions& o = options(td);
+  ControllerOptions c;
+  std::memcpy(c.hostid, process_hostid(), 16);
+  if (o.hostnqn && *o.hostnqn) c.hostnqn = o.hostnqn;
+  c.kato_ms = o.kato;
+  c.hdgst = o.hdgst != 0;
+  c.ddgst = o.ddgst != 0;
+  c.io_queues = std::max<uint32_t>(io_queues, 1);
+  c.busy_poll = o.busy_poll != 0;
+  if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
+  return c;
+}
+
+bool check_thread_mode(thread_data* td) {
+  if (td->o.use_thread) return true;
+  // The host library keeps a reactor per thread and an admin thread per controller; neither
+  // survives fork(), which is what fio does for each job without thread=1.
+  fail(td, EINVAL, "needs thread=1", "the nvtcp engine needs --thread=1 (job '%s' would run in a forked process)",
+       td->o.name ? td->o.name : "?");
+  return false;
+}
+
+// ------------------------------------------------------------------ namespace probe (setup path)
+
+struct NamespaceFacts {
+  bool ok = false;
+  int err = 0;
+  std::string why;
+  uint64_t size = 0;
+  uint32_t block_size = 0;
+  uint32_t max_transfer = 0;
+};
+
+std::mutex g_probe_mu;
+std::map<std::string, NamespaceFacts> g_probes;
+
+// Connects, reads the namespace's size and block size, and disconnects.
+NamespaceFacts probe_namespace(const TransportId& trid, const ControllerOptions& opts) {
+  NamespaceFacts r;
+  std::string err;
+  auto ctrl = Controller::connect(trid, opts, err);
+  if (!ctrl) {
+    r.err = ECONNREFUSED;
+    r.why = explain_connect_error(trid, err);
+    return r;
+  }
+  nvtcp::host::NamespaceInfo ni;
+  if (!ctrl->namespace_info(trid.nsid, ni, err)) {
+    r.err = ENODEV;
+    r.why = "namespace " + std::to_string(trid.nsid) + " of " + trid.subnqn + ": " + err;
+    return r;
+  }
+  r.ok = true;
+  r.size = ni.blocks * ni.block_size;
+  r.block_size = ni.block_size;
+  r.max_transfer = ctrl->max_transfer_bytes();
+  return r;
+}
+
+// Block sizes fio may issue must be whole blocks and fit the controller's transfer limit.
+bool check_block_sizes(thread_data* td, const fio_file* f, const NamespaceFacts& ns) {
+  const thread_options& o = td->o;
+  if (o.bs_unaligned && ns.block_size > 1)
+    return !fail(td, EINVAL, "bad block size", "bs_unaligned cannot work on '%s': I/O must be whole %u-byte blocks",
+                 f->file_name, ns.block_size);
+  static const char* names[] = {"read", "write", "trim"};
+  for (int d = DDIR_READ; d < DDIR_RWDIR_CNT; ++d) {
+    bool used = (d == DDIR_READ && td_read(td)) || (d == DDIR_WRITE && td_write(td)) || (d == DDIR_TRIM && td_trim(td));
+    if (!used) continue;
+    unsigned long long lo = o.min_bs[d], hi = o.max_bs[d];
+    if (lo % ns.block_size || hi % ns.block_size)
+      return !fail(td, EINVAL, "bad block size",
+                   "%s block size %llu%s%s is not a multiple of the namespace block size %u (%s)", names[d], lo,
+                   hi != lo ? "-" : "", hi != lo ? std::to_string(hi).c_str() : "", ns.block_size, f->file_name);
+    if (d != DDIR_TRIM && hi > ns.max_transfer)
+      return !fail(td, EINVAL, "bad block size",
+                   "%s block size %llu is over the controller's largest transfer (MDTS) of %u bytes", names[d], hi,
+                   ns.max_transfer);
+  }
+  return true;
+}
+
+int nvtcp_get_file_size(thread_data* td, fio_file* f) {
+  if (fio_file_size_known(f)) return 0;
+  if (!check_thread_mode(td)) return 1;
+  // Check every file name first, so a filename fio split at ':' is reported as such and
+  // not as a connection to a truncated NQN.
+  TransportId trid;
+  for (unsigned i = 0; i < td->files_index; ++i)
+    if (td->files[i] && !parse_filename(td, td->files[i]->file_name, trid)) return 1;
+  if (!parse_filename(td, f->file_name, trid)) return 1;
+  ControllerOptions opts = controller_options(td, 1);
+  std::string key = std::string(f->file_name) + '\n' + opts.hostnqn + '\n' + (opts.hdgst ? "h" : "") +
+                    (opts.ddgst ? "d" : "") + '\n' + opts.tcp_congestion;
+  NamespaceFacts ns;
+  {
+    std::lock_guard lk(g_probe_mu);
+    auto it = g_probes.find(key);
+    if (it == g_probes.end()) it = g_probes.emplace(key, probe_namespace(trid, opts)).first;
+    ns = it->second;
+  }
+  if (!ns.ok) return fail(td, ns.err, ns.err == ENODEV ? "no such namespace" : "cannot connect", "%s", ns.why.c_str());
+  if (!check_block_sizes(td, f, ns)) return 1;
+  f->real_file_size = ns.size;
+  fio_file_set_size_known(f);
+  return 0;
+}
+
+// ------------------------------------------------------------------ per-thread state (data path)
+
+struct ThreadCtx;
+
+// A file is one namespace reached through this thread's own controller and queue pairs.
+struct FileCtx {
+  std::unique_ptr<Controller> ctrl;
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  TransportId trid;
+  uint32_t nsid = 1;
+  uint32_t block_size = 512;
+  uint32_t block_shift = 9;
+  unsigned next_qp = 0;
+
+  // Round robin over the queue pairs, skipping full ones; nullptr when all are full.
+  QueuePair* pick() {
+    size_t n = qps.size();
+    for (size_t i = 0; i < n; ++i) {
+      QueuePair* q = qps[next_qp].get();
+      if (++next_qp == n) next_qp = 0;
+      if (q->outstanding() < q->depth()) return q;
+    }
+    return nullptr;
+  }
+  ~FileCtx() {
+    qps.clear();  // queue pairs close before their controller shuts down
+    ctrl.reset();
+  }
+};
+
+// What a queued io_u needs until it completes; one per io_u, by io_u->index.
+struct Slot {
+  io_u* u = nullptr;
+  ThreadCtx* t = nullptr;
+  nvtcp::wire::DsmRange range{};
+};
+
+struct ThreadCtx {
+  std::vector<Slot> slots;
+  std::vector<io_u*> done;    // ring of completed io_us not yet handed to fio
+  size_t done_head = 0;
+  size_t done_count = 0;
+  std::vector<io_u*> events;  // what the last getevents() returned, for event()
+  unsigned queued = 0;        // queued since the last commit
+  uint64_t outstanding = 0;
+  std::vector<std::unique_ptr<FileCtx>> files;
+  QueuePair* poller = nullptr;  // any queue pair of this thread: they share its reactor
+  bool busy_poll = false;
+  bool error_logged = false;
+  bool closing = false;         // cleanup: io_us may be gone, completions only count down
+
+  void push_done(io_u* u) {
+    done[(done_head + done_count) % done.size()] = u;
+    ++done_count;
+  }
+  // Moves completed io_us into events[] (up to max); returns how many events there are.
+  unsigned reap(unsigned nevents, unsigned max) {
+    while (done_count && nevents < max) {
+      events[nevents++] = done[done_head];
+      if (++done_head == done.size()) done_head = 0;
+      --done_count;
+    }
+    return nevents;
+  }
+};
+
+ThreadCtx* thread_ctx(thread_data* td) { return static_cast<ThreadCtx*>(td->io_ops_data); }
+
+void on_complete(void* ctx, const Completion& c) {
+  auto* s = static_cast<Slot*>(ctx);
+  ThreadCtx* t = s->t;
+  io_u* u = s->u;
+  --t->outstanding;
+  if (t->closing) return;
+  if (c.status.ok()) {
+    u->error = 0;
+    u->resid = 0;
+  } else {
+    u->error = EIO;
+    u->resid = u->xfer_buflen;
+    if (!t->error_logged) {
+      t->error_logged = true;
+      log_err("nvtcp: %s of %llu bytes at offset %llu failed: %s\n", io_ddir_name(u->ddir), u->xfer_buflen, u->offset,
+              nvtcp::wire::status_name(c.status).c_str());
+    }
+  }
+  t->push_done(u);
+}
+
+int nvtcp_init(thread_data* td) {
+  if (!check_thread_mode(td)) return 1;
+  auto t = std::make_unique<ThreadCtx>();
+  size_t depth = std::max<unsigned>(td->o.iodepth, 1);
+  t->slots.resize(depth);
+  for (auto& s : t->slots) s.t = t.get();
+  t->done.resize(depth);
+  t->events.resize(depth);
+  t->busy_poll = options(td).busy_poll != 0;
+  td->io_ops_data = t.release();
+  return 0;
+}
+
+void nvtcp_cleanup(thread_data* td) {
+  ThreadCtx* t = thread_ctx(td);
+  if (!t) return;
+  // fio has reaped everything by now; anything still out fails as the connections close,
+  // and its completion must not touch io_us fio may have freed.
+  t->closing = true;
+  t->files.clear();
+  delete t;
+  td->io_ops_data = nullptr;
+}
+
+// Connects this thread's controller and queue pairs for a file (once; fio may close and
+// reopen files during a run, and the connection stays until cleanup).
+int nvtcp_open_file(thread_data* td, fio_file* f) {
+  ThreadCtx* t = thread_ctx(td);
+  if (FILE_ENG_DATA(f)) return 0;
+  auto fc = std::make_unique<FileCtx>();
+  if (!parse_filename(td, f->file_name, fc->trid)) return 1;
+  unsigned qpairs = std::max<unsigned>(options(td).qpairs, 1);
+  std::string err;
+  fc->ctrl = Controller::connect(fc->trid, controller_options(td, qpairs), err);
+  if (!fc->ctrl) return fail(td, ECONNREFUSED, "cannot connect", "%s", explain_connect_error(fc->trid, err).c_str());
+  nvtcp::host::NamespaceInfo ni;
+  if (!fc->ctrl->namespace_info(fc->trid.nsid, ni, err))
+    return fail(td, ENODEV, "no such namespace", "namespace %u of %s: %s", fc->trid.nsid, fc->trid.subnqn.c_str(),
+                err.c_str());
+  if (ni.block_size == 0 || (ni.block_size & (ni.block_size - 1)))
+    return fail(td, EINVAL, "no such namespace", "namespace %u reports block size %u", fc->trid.nsid, ni.block_size);
+  fc->nsid = fc->trid.nsid;
+  fc->block_size = ni.block_size;
+  fc->block_shift = unsigned(__builtin_ctz(ni.block_size));
+  if (fc->ctrl->io_queues_granted() < qpairs)
+    return fail(td, EINVAL, "too many qpairs", "qpairs=%u but the controller granted only %u I/O queues", qpairs,
+                fc->ctrl->io_queues_granted());
+  uint32_t mqes = uint32_t(fc->ctrl->cap() & 0xFFFF) + 1;
+  uint32_t depth = std::min<uint32_t>(std::max<unsigned>(td->o.iodepth, 1), mqes);
+  for (unsigned i = 0; i < qpairs; ++i) {
+    auto qp = fc->ctrl->create_io_qpair(depth, err);
+    if (!qp)
+      return fail(td, ECONNREFUSED, "cannot create a queue pair", "I/O queue pair %u of %u to %s: %s", i + 1, qpairs,
+                  fc->trid.subnqn.c_str(), err.c_str());
+    fc->qps.push_back(std::move(qp));
+  }
+  if (!t->poller) t->poller = fc->qps.front().get();
+  FILE_SET_ENG_DATA(f, fc.get());
+  t->files.push_back(std::move(fc));
+  return 0;
+}
+
+int nvtcp_close_file(thread_data*, fio_file* f) {
+  // Keep the connection for a reopen; cleanup() closes it. fio forgets the file's engine
+  // data when it frees the file, so nothing dangles.
+  (void)f;
+  return 0;
+}
+
+int nvtcp_unlink_file(thread_data*, fio_file*) { return 0; }  // nothing on disk to remove
+
+fio_q_status nvtcp_queue(thread_data* td, io_u* u) {
+  fio_ro_check(td, u);
+  ThreadCtx* t = thread_ctx(td);
+  auto* fc = static_cast<FileCtx*>(FILE_ENG_DATA(u->file));
+  if (u->index >= t->slots.size()) {
+    u->error = EINVAL;
+    return FIO_Q_COMPLETED;
+  }
+  QueuePair* qp = fc->pick();
+  if (!qp) return FIO_Q_BUSY;
+  Slot& s = t->slots[u->index];
+  s.u = u;
+  uint64_t lba_mask = fc->block_size - 1;
+  int rc;
+  switch (u->ddir) {
+    case DDIR_READ:
+    case DDIR_WRITE:
+    case DDIR_TRIM: {
+      if ((u->offset & lba_mask) || (u->xfer_buflen & lba_mask) || u->xfer_buflen == 0) {
+        log_err("nvtcp: %s of %llu bytes at offset %llu is not in whole %u-byte blocks\n", io_ddir_name(u->ddir),
+                u->xfer_buflen, u->offset, fc->block_size);
+        u->error = EINVAL;
+        return FIO_Q_COMPLETED;
+      }
+      uint64_t slba = u->offset >> fc->block_shift;
+      uint64_t nlb = u->xfer_buflen >> fc->block_shift;
+      if (u->ddir == DDIR_READ) {
+        rc = nlb > 65536 ? -EINVAL : qp->read(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
+      } else if (u->ddir == DDIR_WRITE) {
+        rc = nlb > 65536 ? -EINVAL : qp->write(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
+      } else {
+        if (nlb > 0xFFFFFFFFull) {
+          rc = -EINVAL;
+          break;
+        }
+        s.range.cattr = 0;
+        s.range.nlb = uint32_t(nlb);
+        s.range.slba = slba;
+        rc = qp->deallocate(fc->nsid, &s.range, 1, on_complete, &s);
+      }
+      break;
+    }
+    case DDIR_SYNC:
+    case DDIR_DATASYNC:
+    case DDIR_SYNC_FILE_RANGE:
+      rc = qp->flush(fc->nsid, on_complete, &s);
+      break;
+    default:
+      rc = -EINVAL;
+      break;
+  }
+  if (rc == -EBUSY) return FIO_Q_BUSY;
+  if (rc != 0) {
+    u->error = unsigned(-rc);
+    return FIO_Q_COMPLETED;
+  }
+  ++t->outstanding;
+  ++t->queued;
+  return FIO_Q_QUEUED;
+}
+
+int nvtcp_commit(thread_data* td) {
+  ThreadCtx* t = thread_ctx(td);
+  if (t->queued) {
+    io_u_mark_submit(td, t->queued);
+    t->queued = 0;
+  }
+  return 0;
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Hands fio completed io_us, running this thread's reactor for more while fewer than min
+// are in.
+int nvtcp_getevents(thread_data* td, unsigned int min, unsigned int max, const struct timespec* ts) {
+  ThreadCtx* t = thread_ctx(td);
+  if (!t->poller) return 0;
+  max = std::min<unsigned>(max, unsigned(t->events.size()));
+  min = std::min(min, max);
+  constexpr uint64_t kMaxWaitUs = 100000;
+  uint64_t deadline = ts ? now_ns() + uint64_t(ts->tv_sec) * 1000000000ull + uint64_t(ts->tv_nsec) : 0;
+  // Completions left over from the last poll come first, without a syscall: fio asks for
+  // one event at a time by default (iodepth_batch_complete_max=0), and polling for each
+  // would cost an io_uring_enter per I/O. What fio queued meanwhile goes out in one batch
+  // at the next poll, as nvtcp perf does it.
+  unsigned n = t->reap(0, max);
+  if (n > 0 && n >= min) {
+    return int(n);
+  }
+  // One io_uring_enter both sends what is queued and sleeps until something arrives (it
+  // returns at once if completions are already there); min == 0 only peeks.
+  for (;;) {
+    uint64_t wait_us = 0;
+    if (min > n && !t->busy_poll) {
+      wait_us = kMaxWaitUs;
+      if (ts) {
+        uint64_t now = now_ns();
+        wait_us = now >= deadline ? 0 : std::min<uint64_t>(wait_us, (deadline - now + 999) / 1000);
+      }
+    }
+    t->poller->process_completions(uint32_t(wait_us));
+    n = t->reap(n, max);
+    if (n >= min || n >= max || t->outstanding == 0) break;
+    if (ts && now_ns() >= deadline) break;
+  }
+  return int(n);
+}
+
+io_u* nvtcp_event(thread_data* td, int event) { return thread_ctx(td)->events[size_t(event)]; }
+
+}  // namespace
+
+// ------------------------------------------------------------------ the engine fio loads
+
+extern "C" {
+
+// fio finds this data symbol after dlopen() and writes into it (list, dlhandle).
+__attribute__((visibility("default"))) struct ioengine_ops ioengine = {
+    .name = kEngineName,
+    .version = FIO_IOOPS_VERSION,
+    // DISKLESSIO: no local file to create or lay out (size comes from get_file_size);
+    // NODISKUTIL: no block device to sample; NOEXTEND: a namespace cannot grow;
+    // NO_OFFLOAD: a queue pair belongs to the thread that made it, so io_submit_mode=offload
+    // (queue() from other threads) is refused. FIO_MEMALIGN is left out: in fio 3.33 it only
+    // pads the buffer allocation, and TCP needs no buffer alignment.
+    .flags = FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_NOEXTEND | FIO_NO_OFFLOAD,
+    .init = nvtcp_init,
+    .queue = nvtcp_queue,
+    .commit = nvtcp_commit,
+    .getevents = nvtcp_getevents,
+    .event = nvtcp_event,
+    .cleanup = nvtcp_cleanup,
+    .open_file = nvtcp_open_file,
+    .close_file = nvtcp_close_file,
+    .unlink_file = nvtcp_unlink_file,
+    .get_file_size = nvtcp_get_file_size,
+    .option_struct_size = sizeof(EngineOptions),
+    .options = g_options,
+};
+
+}  // extern "C"
+
+// Loaded with LD_PRELOAD (or dlopen), the engine also registers itself by name, so
+// --ioengine=nvtcp works without a path, as with SPDK's plugin.
+__attribute__((constructor)) static void nvtcp_fio_register() { register_ioengine(&ioengine); }
+__attribute__((destructor)) static void nvtcp_fio_unregister() { unregister_ioengine(&ioengine); }

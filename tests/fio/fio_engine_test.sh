@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# fio (Debian's) with the nvtcp ioengine against an nvtcp target started here on loopback.
+#
+#   fio_engine_test.sh CASE NVTCP_BINARY LIBNVTCP_FIO_SO
+#
+# CASE: randread randwrite randrw verify big_batched trim_flush options bad_input jobs32 preload
+# Exit 0 pass, 1 fail, 77 skip (no fio and no way to install it, or the engine was not built).
+# The target serves nqn.2026-11.io.nvtcp:fio with a 1 GiB NULL namespace (ns 1) and a
+# 256 MiB RAM namespace (ns 2); every fio run's exit status and JSON are checked.
+set -uo pipefail
+
+case_name=${1:?case} nvtcp=${2:?nvtcp binary} engine=${3:?engine .so}
+NQN=nqn.2026-11.io.nvtcp:fio
+FNQN='nqn.2026-11.io.nvtcp\:fio'   # fio splits file names at ':'; '\:' keeps it whole
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  # This script signals its target only on exit; a signal before that came from elsewhere.
+  if sig=$(grep -oE "signal [0-9]+: shutting down" "${work:-}/target.log" 2>/dev/null); then
+    echo "NOTE: the target (pid $tpid) got '$sig' from outside this test, so the failure may not be" \
+         "the engine's: is something on this machine killing nvtcp processes by name?" >&2
+  fi
+  if [ -s "${work:-}/target.log" ]; then
+    echo "--- target log (last 30 lines)" >&2
+    tail -30 "$work/target.log" >&2
+  fi
+  exit 1
+}
+note() { echo "[$case_name] $*"; }
+
+[ -f "$engine" ] || skip "the fio engine $engine was not built (fio headers unavailable at configure time)"
+[ -x "$nvtcp" ] || fail "no nvtcp binary at $nvtcp"
+if ! command -v fio >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    note "installing fio"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null 2>&1; }
+  fi
+  command -v fio >/dev/null || skip "fio is not installed (apt-get install fio)"
+fi
+
+# An engine built with ASan/UBSan needs their runtimes loaded before fio's own libraries.
+preload=$(ldd "$engine" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+work=$(mktemp -d /tmp/nvtcp-fio-test.XXXXXX)
+tpid=""
+cleanup() {
+  if [ -n "$tpid" ] && kill -0 "$tpid" 2>/dev/null; then
+    kill -INT "$tpid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$tpid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$tpid" 2>/dev/null; then kill -KILL "$tpid" 2>/dev/null; fi
+    wait "$tpid" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# jobs32 runs target and fio on two cores (0 and 1), as the study's 2-core profile does;
+# the other cases leave placement to the scheduler (the machine may be shared, and nothing
+# here is a timed assertion).
+pin_target=() pin_fio=()
+if [ "$case_name" = jobs32 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  pin_target=(taskset -c 0,1) pin_fio=(taskset -c 0,1)
+fi
+
+start_target() {
+  "${pin_target[@]}" "$nvtcp" target --null 1G --ram 256M --listen 127.0.0.1:0 --discovery-port 0 \
+    --nqn "$NQN" --ready-file "$work/ready" >"$work/target.log" 2>&1 &
+  tpid=$!
+  for _ in $(seq 100); do
+    [ -s "$work/ready" ] && break
+    kill -0 "$tpid" 2>/dev/null || { cat "$work/target.log" >&2; fail "the target exited at start"; }
+    sleep 0.1
+  done
+  [ -s "$work/ready" ] || fail "the target did not become ready in 10 s"
+  port=$(cat "$work/ready")
+  note "target on 127.0.0.1:$port (pid $tpid)"
+}
+
+# trid NSID [PORT [NQN]]: a filename for fio
+trid() { echo "trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=${2:-$port} subnqn=${3:-$FNQN} ns=$1"; }
+
+# run_fio NAME fio-args... : runs fio with the engine, JSON into $work/NAME.json, stderr into
+# $work/NAME.err; returns fio's exit status. Engine options must follow --ioengine.
+run_fio() {
+  local name=$1
+  shift
+  local rc
+  "${pin_fio[@]}" env LD_PRELOAD="$preload" fio --name="$name" --ioengine="external:$engine" "$@" \
+    --output-format=json --output="$work/$name.json" 2>"$work/$name.err"
+  rc=$?
+  echo "$rc" >"$work/$name.rc"
+  return $rc
+}
+
+# A signal (a crash) shows as an exit status of 128 + N, or as a core dump message.
+check_no_crash() {
+  local name=$1 rc
+  rc=$(cat "$work/$name.rc")
+  [ "$rc" -lt 128 ] || fail "$name: fio died of signal $((rc - 128)); stderr: $(cat "$work/$name.err")"
+  ! grep -qiE "segmentation fault|core dumped|AddressSanitizer|runtime error:|terminate called" "$work/$name.err" ||
+    fail "$name: crashed: $(cat "$work/$name.err")"
+}
+
+# expect_ok NAME DIRS: fio exited 0, and in the JSON every job has error 0, and each of the
+# directions in DIRS (read, write, trim) has I/Os, IOPS > 0 and no short or dropped I/O.
+expect_ok() {
+  local name=$1 dirs=$2 rc
+  rc=$(cat "$work/$name.rc")
+  check_no_crash "$name"
+  [ "$rc" -eq 0 ] || fail "$name: fio exited $rc: $(cat "$work/$name.err")"
+  python3 - "$work/$name.json" "$dirs" "$name" <<'PY' || fail "$name: JSON check failed"
+import json, sys
+path, dirs, name = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+text = open(path).read()
+doc = json.loads(text[text.index("{"):])     # fio may print warnings before the JSON
+jobs = doc["jobs"]
+assert jobs, "no jobs in the JSON"
+total = {d: 0.0 for d in ("read", "write", "trim")}
+for j in jobs:
+    assert j["error"] == 0, f"job {j['jobname']} error {j['error']}"
+    for d in dirs:
+        s = j[d]
+        assert s["total_ios"] > 0 and s["iops"] > 0, f"job {j['jobname']}: no {d} I/O ({s['total_ios']} ios)"
+        assert s["short_ios"] == 0 and s["drop_ios"] == 0, f"job {j['jobname']}: short/dropped {d} I/O"
+    for d in total:
+        total[d] += j[d]["iops"]
+summary = ", ".join(f"{d} {total[d]:.0f} IOPS" for d in dirs)
+print(f"[{name}] {len(jobs)} job(s): {summary}")
+PY
+}
+
+# expect_fail NAME PATTERN: fio exited non-zero without crashing, and stderr matches PATTERN.
+expect_fail() {
+  local name=$1 pattern=$2 rc
+  rc=$(cat "$work/$name.rc")
+  check_no_crash "$name"
+  [ "$rc" -ne 0 ] || fail "$name: fio exited 0 but should have failed"
+  grep -qE "$pattern" "$work/$name.err" || fail "$name: stderr lacks /$pattern/: $(cat "$work/$name.err")"
+  note "$name: fails as it should (exit $rc): $(grep -m1 -E "$pattern" "$work/$name.err")"
+}
+
+perf_args=(--thread=1 --numjobs=4 --iodepth=16 --time_based --runtime=2 --bs=4k)
+
+start_target
+case "$case_name" in
+  randread)
+    run_fio randread "--filename=$(trid 1)" "${perf_args[@]}" --rw=randread
+    expect_ok randread read
+    ;;
+  randwrite)
+    run_fio randwrite "--filename=$(trid 1)" "${perf_args[@]}" --rw=randwrite
+    expect_ok randwrite write
+    ;;
+  randrw)
+    run_fio randrw "--filename=$(trid 1)" "${perf_args[@]}" --rw=randrw --rwmixread=70
+    expect_ok randrw "read write"
+    python3 - "$work/randrw.json" <<'PY' || fail "randrw: the read share is not about 70%"
+import json, sys
+t = open(sys.argv[1]).read(); d = json.loads(t[t.index("{"):])
+r = sum(j["read"]["total_ios"] for j in d["jobs"]); w = sum(j["write"]["total_ios"] for j in d["jobs"])
+share = r / (r + w)
+print(f"[randrw] read share {share:.3f}")
+assert 0.65 <= share <= 0.75, share
+PY
+    ;;
+  verify)
+    # fio's own crc32c verify on the RAM namespace: 4 jobs on their own 16 MiB each, random
+    # 4 KiB writes then a read-back; then 128 KiB sequential with the batch options.
+    run_fio verify4k "--filename=$(trid 2)" --thread=1 --numjobs=4 --iodepth=16 --rw=randwrite --bs=4k \
+      --size=16M --offset_increment=16M --verify=crc32c --verify_fatal=1 --do_verify=1
+    expect_ok verify4k "read write"
+    run_fio verify128k "--filename=$(trid 2)" --thread=1 --numjobs=2 --iodepth=8 --rw=write --bs=128k \
+      --size=32M --offset_increment=64M --offset=128M --verify=crc32c --verify_fatal=1 \
+      --iodepth_batch_submit=4 --iodepth_batch_complete_min=2 --iodepth_batch_complete_max=8
+    expect_ok verify128k "read write"
+    # The check can fail: the NULL namespace drops writes and reads zeros, so verify must
+    # catch it.
+    run_fio verify_null "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randwrite --bs=4k --size=4M \
+      --verify=crc32c
+    expect_fail verify_null "verify: bad magic header"
+    ;;
+  big_batched)
+    run_fio big "--filename=$(trid 1)" --thread=1 --numjobs=2 --iodepth=16 --time_based --runtime=2 --bs=128k \
+      --rw=randrw --rwmixread=50 --iodepth_batch_submit=8 --iodepth_batch_complete_min=4 \
+      --iodepth_batch_complete_max=16 --norandommap
+    expect_ok big "read write"
+    run_fio bigseq "--filename=$(trid 1)" --thread=1 --iodepth=32 --time_based --runtime=2 --bs=1m --rw=read \
+      --iodepth_batch_submit=16 --iodepth_batch_complete_min=1 --iodepth_batch_complete_max=32
+    expect_ok bigseq read
+    ;;
+  trim_flush)
+    # trim -> Dataset Management (deallocate), fsync -> Flush; both on the RAM namespace.
+    run_fio trim "--filename=$(trid 2)" --thread=1 --iodepth=8 --rw=randtrim --bs=64k --size=16M
+    expect_ok trim trim
+    run_fio fsync "--filename=$(trid 2)" --thread=1 --iodepth=8 --rw=randwrite --bs=4k --size=8M --fsync=4
+    expect_ok fsync write
+    python3 - "$work/fsync.json" <<'PY' || fail "fsync: no flushes were counted"
+import json, sys
+t = open(sys.argv[1]).read(); d = json.loads(t[t.index("{"):])
+n = d["jobs"][0]["sync"]["lat_ns"]["N"]
+print(f"[fsync] {n} flushes")
+assert n >= 8192 // 4 - 1, n
+PY
+    ;;
+  options)
+    # Engine options: digests both ways, 4 queue pairs per job, a host NQN and keep-alive.
+    run_fio options "--filename=$(trid 2)" --thread=1 --numjobs=2 --iodepth=16 --rw=randwrite --bs=8k --size=8M \
+      --offset_increment=8M --verify=crc32c --verify_fatal=1 --hdgst=1 --ddgst=1 --qpairs=4 \
+      --hostnqn=nqn.2014-08.org.nvmexpress:uuid:8d6a3a1e-4c1f-4d21-9a8e-0f7c2a9b1c11 --kato=10000
+    expect_ok options "read write"
+    host=nqn.2014-08.org.nvmexpress:uuid:8d6a3a1e-4c1f-4d21-9a8e-0f7c2a9b1c11
+    n=$(grep -c "host $host connected to $NQN .*qid [1-9].*header digest, data digest" "$work/target.log")
+    [ "$n" -eq 8 ] ||
+      fail "options: expected 2 jobs x 4 I/O queue pairs with both digests from $host; the target saw $n"
+    note "the target saw $n I/O queue pairs with header and data digests from $host"
+    ;;
+  bad_input)
+    args=(--thread=1 --iodepth=4 --rw=randread --bs=4k --time_based --runtime=1)
+    run_fio bad_filename "--filename=trtype=tcp traddr=127.0.0.1 trsvcid=$port bogus=1" "${args[@]}"
+    expect_fail bad_filename "nvtcp: bad filename .*unknown transport ID key 'bogus'"
+    run_fio bad_trtype "--filename=trtype=rdma traddr=127.0.0.1 trsvcid=$port subnqn=$FNQN" "${args[@]}"
+    expect_fail bad_trtype "nvtcp: bad filename .*trtype 'rdma' is not supported"
+    run_fio unsplit_nqn "--filename=$(trid 1 "$port" "$NQN")" "${args[@]}"
+    expect_fail unsplit_nqn "fio split --filename at ':'"
+    # A port nothing listens on: bind one, learn its number, close it.
+    dead_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    run_fio unreachable "--filename=$(trid 1 "$dead_port")" "${args[@]}"
+    expect_fail unreachable "nvtcp: cannot connect .*Connection refused"
+    run_fio unknown_nqn "--filename=$(trid 1 "$port" 'nqn.2026-11.io.nvtcp\:nosuch')" "${args[@]}"
+    expect_fail unknown_nqn "nvtcp: cannot connect .*no subsystem named 'nqn.2026-11.io.nvtcp:nosuch'"
+    run_fio bad_ns "--filename=$(trid 9)" "${args[@]}"
+    expect_fail bad_ns "nvtcp: namespace 9 .*not active"
+    run_fio bs1000 "--filename=$(trid 1)" --thread=1 --iodepth=4 --rw=randread --bs=1000 --time_based --runtime=1
+    expect_fail bs1000 "nvtcp: read block size 1000 is not a multiple of the namespace block size 512"
+    run_fio no_thread "--filename=$(trid 1)" --thread=0 --iodepth=4 --rw=randread --bs=4k --time_based --runtime=1
+    expect_fail no_thread "nvtcp: the nvtcp engine needs --thread=1"
+    # The target keeps serving after all that.
+    run_fio after "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randread --bs=4k --time_based --runtime=1
+    expect_ok after read
+    ;;
+  jobs32)
+    # 32 jobs of depth 8 on 2 cores: 32 controllers, each with its own I/O queue pair.
+    run_fio jobs32 "--filename=$(trid 1)" --thread=1 --numjobs=32 --iodepth=8 --rw=randread --bs=4k \
+      --time_based --runtime=2
+    expect_ok jobs32 read
+    n=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); print(len(json.loads(t[t.index("{"):])["jobs"]))' \
+        "$work/jobs32.json")
+    [ "$n" -eq 32 ] || fail "jobs32: $n jobs in the JSON, not 32"
+    q=$(grep -c "connected to $NQN .*qid [1-9]" "$work/target.log")
+    [ "$q" -ge 32 ] || fail "jobs32: the target saw $q I/O queue pairs, not 32"
+    note "the target saw $q I/O queue pair connections"
+    ;;
+  preload)
+    # SPDK's way: LD_PRELOAD the engine and name it (fio's symbols must be there, so the
+    # preload goes on fio itself, not on a wrapper such as taskset).
+    "${pin_fio[@]}" env LD_PRELOAD="${preload:+$preload:}$engine" fio --name=preload --ioengine=nvtcp \
+      "--filename=$(trid 1)" --thread=1 --iodepth=16 --rw=randread --bs=4k --time_based --runtime=1 \
+      --output-format=json --output="$work/preload.json" 2>"$work/preload.err"
+    echo $? >"$work/preload.rc"
+    expect_ok preload read
+    ;;
+  *)
+    fail "unknown case '$case_name'"
+    ;;
+esac
+kill -0 "$tpid" 2>/dev/null || { cat "$work/target.log" >&2; fail "the target died during the test"; }
+note "PASS"
+exit 0
