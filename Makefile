@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-asan unit clean
+.PHONY: all deps build demo test test-asan interop clean
 
 all: build
 
@@ -23,11 +23,16 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-asan
 
-# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer (the interop tests,
+# which mostly time a VM or a capture, run in the Release pass only).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE interop
+
+# Every interoperability test (tshark, Linux kernel host and target in QEMU).
+interop: build
+	@cd $(BUILD) && ctest --output-on-failure -L interop
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

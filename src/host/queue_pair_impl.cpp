@@ -256,7 +256,7 @@ void QueuePairImpl::fail(const std::string& why) {
   if (failed_) return;
   failed_ = true;
   error_ = why;
-  if (state_ == State::Ready || state_ == State::AwaitConnect)
+  if (state_ == State::Ready)  // during connect() the error is returned instead
     log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
   state_ = State::Failed;
   if (stream_) stream_->close();
