@@ -343,7 +343,7 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
     e->trtype = kTrtypeTcp;
     e->adrfam = l->ipv6 ? kAdrfamIpv6 : kAdrfamIpv4;
     e->subtype = s->is_discovery() ? kSubtypeCurrentDiscovery : kSubtypeNvme;
-    e->treq = kTreqNotRequired | kTreqDisableSqFlow;
+    e->treq = kTreqDisableSqFlow;  // secure channel "not specified", as Linux nvmet and nvme-cli expect
     e->portid = l->portid;
     e->cntlid = kDynamicCntlid;
     e->asqsz = 32;

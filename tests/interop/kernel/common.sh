@@ -1,0 +1,331 @@
+# shellcheck shell=bash
+# Shared by kernel_target_test.sh and kernel_host_test.sh (sourced, never run): fetch Debian's kernel
+# and busybox, build the guest's initramfs, boot it under QEMU (software emulation) and talk to it.
+#
+#   kernel_prepare CACHE_DIR      sets KERNEL_IMAGE, KERNEL_BASE_CPIO, KERNEL_PKG, BUSYBOX
+#   kernel_overlay OUT GUEST_SCRIPT CONF_LINES...  the per-run initramfs (base + init + script)
+#   kernel_boot NAME INITRD FWD...  starts QEMU; FWD is HOSTPORT:GUESTPORT; sets QEMU_PID, CONSOLE
+#   kernel_wait_marker REGEX TIMEOUT  waits for a console line (fails early if QEMU exits)
+#   kernel_stop                       waits for the guest's poweroff, kills QEMU after a grace period
+#
+# Everything comes from Debian's packages at run time, nothing is vendored:
+#   linux-image-6.1.0-N-amd64  `apt-get download` + `dpkg -x` (not installed). The newest 6.1 ABI the
+#                              archive offers (override: NVTCP_KERNEL_PKG=linux-image-6.1.0-N-amd64).
+#                              Its modules are uncompressed .ko; the package has no modules.dep (depmod
+#                              runs at install), so busybox's depmod writes one into the unpacked tree and
+#                              the load order of each module is read from it.
+#   busybox-static             `apt-get download` + `dpkg -x`: the guest's userland, and `cpio -o -H newc`
+#                              packs the initramfs.
+#   qemu-system-x86            `apt-get install` (qemu-system-x86_64 -accel tcg: there is no KVM here).
+#   nvme-cli + its libraries   `apt-get download` of nvme-cli's dependency closure (library packages
+#                              only) + `dpkg -x`; the guest gets nvme, the .so files the packages' own
+#                              loader resolves for it, and that loader (for `nvme discover`, `id-ctrl`).
+#
+# The cache (vmlinuz 8 MB, base.cpio 13 MB with busybox, nvme-cli and the modules) lives in the build
+# tree and is keyed by the kernel package; the 400 MB unpacked package is deleted once it is built.
+# Preparing from scratch took 19-31 s here (download 80 MB, dpkg -x, busybox depmod, cpio), plus about
+# 35 s when QEMU itself has to be installed; with a warm cache, nothing (no apt at all).
+#
+# Guest side: /init (guest/init) mounts proc/sys/dev/tmp, loads e1000, brings up eth0 as
+# 10.0.2.15 behind QEMU's user-mode network (gateway 10.0.2.2 = the host's 127.0.0.1), sources
+# /etc/nvtcp-test.conf and runs /guest/run.sh, then dumps dmesg to the console between
+# "=== dmesg begin ===" and "=== dmesg end ===" and powers off. guest/lib.sh has load_mod (insmod in
+# modules.dep order), say, pass/fail (the step markers) and kmsg.
+
+KERNEL_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Modules the guests may load (module names as in modules.dep, '-' or '_'); each resolves to its
+# dependencies first. crc32c_generic serves the digests (crc32c-intel needs SSE4.2, which QEMU's default
+# CPU model lacks); e1000 is QEMU's default NIC.
+KERNEL_MODULES=(e1000 crc32c_generic configfs nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp null_blk brd loop)
+
+# Bump when what the cache holds changes (a cache of another format is rebuilt).
+KERNEL_CACHE_FORMAT=2
+
+klog() { printf '%s\n' "$*"; }
+kskip() { printf 'SKIP: %s\n' "$*"; exit 77; }
+
+# apt_quiet LOG ARGS...: apt-get with a lock timeout, non-interactive; output to LOG.
+apt_quiet() {
+  local log=$1; shift
+  env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300 "$@" >>"$log" 2>&1
+}
+
+# apt_retry LOG ARGS...: try once; on failure `apt-get update` and try again.
+apt_retry() {
+  local log=$1; shift
+  apt_quiet "$log" "$@" && return 0
+  klog "  apt-get $* failed; running apt-get update and trying again"
+  apt_quiet "$log" update || true
+  apt_quiet "$log" "$@"
+}
+
+ensure_qemu() {
+  command -v qemu-system-x86_64 >/dev/null && return 0
+  command -v apt-get >/dev/null || kskip "qemu-system-x86_64 is missing and there is no apt-get"
+  klog "installing qemu-system-x86 with apt-get"
+  apt_retry "$1/apt.log" -y install --no-install-recommends qemu-system-x86 \
+    || { tail -5 "$1/apt.log"; kskip "could not install qemu-system-x86 (apt-get failed, see above)"; }
+  command -v qemu-system-x86_64 >/dev/null || kskip "qemu-system-x86 installed but no qemu-system-x86_64"
+}
+
+# The newest linux-image-6.1.0-N-amd64 (signed image package) in the archive.
+pick_kernel_pkg() {
+  if [[ -n ${NVTCP_KERNEL_PKG:-} ]]; then echo "$NVTCP_KERNEL_PKG"; return 0; fi
+  local pkgs
+  pkgs=$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' 2>/dev/null | awk '{ print $1 }')
+  if [[ -z $pkgs ]]; then
+    apt_quiet "$1/apt.log" update || true
+    pkgs=$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' 2>/dev/null | awk '{ print $1 }')
+  fi
+  [[ -n $pkgs ]] || return 1
+  sort -V <<<"$pkgs" | tail -1
+}
+
+# kernel_prepare CACHE: fills CACHE (once per kernel package) and sets KERNEL_IMAGE, KERNEL_BASE_CPIO.
+kernel_prepare() {
+  local cache=$1
+  mkdir -p "$cache"
+  cache=$(cd "$cache" && pwd)
+  [[ $(id -u) -eq 0 ]] || kskip "needs root (apt-get download/install of Debian's kernel, busybox and QEMU)"
+  command -v apt-get >/dev/null || kskip "no apt-get: cannot fetch Debian's kernel and busybox"
+  ensure_qemu "$cache"
+  # One preparer at a time (both tests share the cache).
+  exec 9>"$cache/.lock"
+  command -v flock >/dev/null && flock 9
+
+  local pkg
+  if [[ -z ${NVTCP_KERNEL_PKG:-} && -s $cache/current ]]; then
+    pkg=$(cat "$cache/current")   # keep using the cached kernel: no archive lookup when warm
+  else
+    pkg=$(pick_kernel_pkg "$cache") || kskip "apt-cache finds no linux-image-6.1.0-*-amd64 package (apt-get update failed?)"
+  fi
+  local dir=$cache/$pkg
+  if [[ ! -f $dir/stamp || $(awk '{ print $3 }' "$dir/stamp") != "$KERNEL_CACHE_FORMAT" ]]; then
+    klog "preparing $pkg + busybox-static in $dir (once; about 30 s)"
+    local t0=$SECONDS
+    rm -rf "$dir"; mkdir -p "$dir/debs"
+    ( cd "$dir/debs" && apt_retry "$cache/apt.log" download "$pkg" busybox-static ) \
+      || { tail -5 "$cache/apt.log"; kskip "apt-get download $pkg busybox-static failed (no archive access?)"; }
+    # nvme-cli and the libraries it needs (its dependency closure, libraries only).
+    local clipkgs
+    clipkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+                --no-replaces --no-enhances nvme-cli 2>/dev/null \
+              | grep -E '^(nvme-cli|zlib1g|lib[a-z0-9.+-]+)$' | grep -v perl | sort -u) || true
+    [[ $clipkgs == *nvme-cli* ]] || kskip "apt-cache knows no nvme-cli"
+    mkdir -p "$dir/debs/cli"
+    # shellcheck disable=SC2086
+    ( cd "$dir/debs/cli" && apt_retry "$cache/apt.log" download $clipkgs ) \
+      || { tail -5 "$cache/apt.log"; kskip "apt-get download nvme-cli and its libraries failed"; }
+    local root=$dir/unpacked
+    mkdir -p "$root"
+    dpkg -x "$dir"/debs/linux-image-*.deb "$root" || kfail_prepare "dpkg -x of $pkg failed"
+    dpkg -x "$dir"/debs/busybox-static_*.deb "$root/bb" || kfail_prepare "dpkg -x of busybox-static failed"
+    local bb=$root/bb/bin/busybox
+    [[ -x $bb ]] || kfail_prepare "busybox-static has no bin/busybox"
+    local kver; kver=$(ls "$root/lib/modules")
+    [[ -n $kver && -d $root/lib/modules/$kver/kernel ]] || kfail_prepare "no lib/modules/VERSION/kernel in $pkg"
+    local moddir=$root/lib/modules/$kver
+    if [[ ! -s $moddir/modules.dep ]]; then
+      "$bb" depmod -b "$root" "$kver" || kfail_prepare "busybox depmod failed"
+    fi
+    [[ -s $moddir/modules.dep ]] || kfail_prepare "no modules.dep after depmod"
+
+    # Stage the initramfs: busybox, the modules, and load.dep ("name: path..." in load order).
+    local stage=$dir/stage
+    mkdir -p "$stage/bin" "$stage/lib/modules" "$stage/etc"
+    cp "$bb" "$stage/bin/busybox"
+    ln -s busybox "$stage/bin/sh"
+    resolve_modules "$moddir" "$stage/lib/modules" || kfail_prepare "module resolution failed"
+    stage_nvme_cli "$dir/debs/cli" "$root/cli" "$stage" || kfail_prepare "staging nvme-cli failed"
+    echo "$kver" >"$stage/etc/kernel-version"
+    cp "$root/boot/vmlinuz-$kver" "$dir/vmlinuz"
+    cp "$bb" "$dir/busybox"
+    ( cd "$stage" && find . | "$bb" cpio -o -H newc >"$dir/base.cpio" 2>/dev/null ) || kfail_prepare "cpio failed"
+    rm -rf "$root" "$stage" "$dir/debs"
+    echo "$pkg $kver $KERNEL_CACHE_FORMAT" >"$dir/stamp"
+    klog "prepared $pkg ($kver) in $((SECONDS - t0)) s: vmlinuz $(stat -c %s "$dir/vmlinuz") B, base.cpio $(stat -c %s "$dir/base.cpio") B"
+  fi
+  echo "$pkg" >"$cache/current"
+  flock -u 9 2>/dev/null || true
+  exec 9>&-
+  KERNEL_PKG=$pkg
+  KERNEL_VERSION=$(awk '{ print $2 }' "$dir/stamp")
+  KERNEL_IMAGE=$dir/vmlinuz
+  KERNEL_BASE_CPIO=$dir/base.cpio
+  BUSYBOX=$dir/busybox
+}
+
+# stage_nvme_cli DEBDIR ROOT STAGE: unpack the nvme-cli packages into ROOT and put nvme plus exactly
+# the shared objects that the package's own loader resolves for it into STAGE/usr/lib/nvme-cli, with
+# a wrapper STAGE/usr/sbin/nvme that runs it through that loader (no ld.so.cache in the guest).
+stage_nvme_cli() {
+  local debs=$1 root=$2 stage=$3 f line lib
+  mkdir -p "$root" "$stage/usr/lib/nvme-cli" "$stage/usr/sbin"
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$root" || return 1; done
+  local ld=$root/lib64/ld-linux-x86-64.so.2 libpath=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
+  [[ -e $ld && -x $root/usr/sbin/nvme ]] || { echo "no loader or no usr/sbin/nvme in the packages"; return 1; }
+  cp -L "$root/usr/sbin/nvme" "$stage/usr/lib/nvme-cli/nvme"
+  cp -L "$ld" "$stage/usr/lib/nvme-cli/ld-linux-x86-64.so.2"
+  "$ld" --library-path "$libpath" --list "$root/usr/sbin/nvme" >"$root/ldd.txt" || { cat "$root/ldd.txt"; return 1; }
+  if grep -q 'not found' "$root/ldd.txt"; then grep 'not found' "$root/ldd.txt"; return 1; fi
+  while read -r line; do
+    [[ $line == *" => "* ]] || continue
+    lib=${line#* => }; lib=${lib% (*}
+    [[ $lib == */ld-linux-x86-64.so.2 ]] && continue
+    cp -L "$lib" "$stage/usr/lib/nvme-cli/${line%% =>*}"
+  done <"$root/ldd.txt"
+  cat >"$stage/usr/sbin/nvme" <<'WRAP'
+#!/bin/sh
+exec /usr/lib/nvme-cli/ld-linux-x86-64.so.2 --library-path /usr/lib/nvme-cli /usr/lib/nvme-cli/nvme "$@"
+WRAP
+  chmod 0755 "$stage/usr/sbin/nvme"
+}
+
+kfail_prepare() { printf 'FAIL: preparing the kernel: %s\n' "$*"; exit 1; }
+
+# resolve_modules MODDIR OUTDIR: copies KERNEL_MODULES and their dependencies (from MODDIR/modules.dep)
+# to OUTDIR/<path> and writes OUTDIR/load.dep with one line per module: "name: dep... module" in load
+# order (dependencies first). A module built into the kernel (modules.builtin) gets an empty list.
+resolve_modules() {
+  local moddir=$1 out=$2 line path deps name
+  declare -A DEP=() PATHOF=()
+  while IFS= read -r line; do
+    path=${line%%:*}; deps=${line#*:}
+    path=${path#/lib/modules/*/}
+    name=${path##*/}; name=${name%.ko*}; name=${name//-/_}
+    PATHOF[$name]=$path
+    DEP[$name]=$deps
+  done <"$moddir/modules.dep"
+  declare -A BUILTIN=()
+  if [[ -f $moddir/modules.builtin ]]; then
+    while IFS= read -r path; do name=${path##*/}; name=${name%.ko*}; BUILTIN[${name//-/_}]=1; done <"$moddir/modules.builtin"
+  fi
+  local -a ORDER
+  declare -A SEEN
+  visit() {  # depth-first: every dependency's own dependencies first
+    local n=$1 d dn
+    [[ -n ${SEEN[$n]:-} ]] && return 0
+    SEEN[$n]=1
+    for d in ${DEP[$n]}; do
+      d=${d#/lib/modules/*/}; dn=${d##*/}; dn=${dn%.ko*}; dn=${dn//-/_}
+      visit "$dn" || return 1
+    done
+    ORDER+=("${PATHOF[$n]}")
+  }
+  : >"$out/load.dep"
+  local m n p
+  for m in "${KERNEL_MODULES[@]}"; do
+    n=${m//-/_}
+    if [[ -z ${PATHOF[$n]:-} ]]; then
+      [[ -n ${BUILTIN[$n]:-} ]] || { echo "module $m is neither in modules.dep nor built in"; return 1; }
+      echo "$n:" >>"$out/load.dep"
+      continue
+    fi
+    ORDER=(); SEEN=()
+    visit "$n" || return 1
+    echo "$n: ${ORDER[*]}" >>"$out/load.dep"
+    for p in "${ORDER[@]}"; do
+      [[ $p == *.ko ]] || { echo "module $p is compressed; this script expects uncompressed .ko"; return 1; }
+      mkdir -p "$out/$(dirname "$p")"
+      cp "$moddir/$p" "$out/$p"
+    done
+  done
+}
+
+# kernel_overlay OUT GUEST_SCRIPT [CONF_LINE...]: OUT = base.cpio + a second newc archive holding
+# /init, /guest/lib.sh, /guest/run.sh (GUEST_SCRIPT) and /etc/nvtcp-test.conf (CONF_LINEs). The kernel
+# unpacks concatenated archives in order.
+kernel_overlay() {
+  local out=$1 script=$2; shift 2
+  local stage; stage=$(mktemp -d "${out%/*}/overlay.XXXXXX")
+  mkdir -p "$stage/guest" "$stage/etc"
+  install -m 0755 "$KERNEL_TEST_DIR/guest/init" "$stage/init"
+  install -m 0644 "$KERNEL_TEST_DIR/guest/lib.sh" "$stage/guest/lib.sh"
+  install -m 0755 "$script" "$stage/guest/run.sh"
+  printf '%s\n' "$@" >"$stage/etc/nvtcp-test.conf"
+  ( cd "$stage" && find . | "$BUSYBOX" cpio -o -H newc >"$stage.cpio" 2>/dev/null )
+  cat "$KERNEL_BASE_CPIO" "$stage.cpio" >"$out"
+  rm -rf "$stage" "$stage.cpio"
+}
+
+kport_in_use() {
+  if command -v ss >/dev/null; then
+    [[ -n $(ss -Htan "( sport = :$1 or dport = :$1 )") ]]
+  else
+    local hexport; hexport=$(printf ':%04X' "$1")
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$hexport" \
+      'NR > 1 && (substr($2, length($2) - 4) == p || substr($3, length($3) - 4) == p) { f = 1 } END { exit !f }'
+  fi
+}
+# kfree_port [EXCLUDED...]: a free TCP port in 20000-40000.
+kfree_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 20001))
+    [[ $# -gt 0 && " $* " == *" $p "* ]] && continue
+    kport_in_use "$p" || { echo "$p"; return 0; }
+  done
+  echo "no free port in 20000-40000" >&2
+  return 1
+}
+
+QEMU_PID=""
+CONSOLE=""
+# kernel_boot NAME INITRD [HOSTPORT:GUESTPORT...]: boots the guest with its console in
+# $WORK/NAME.console.log. QEMU forwards 127.0.0.1:HOSTPORT to the guest's GUESTPORT; the guest reaches
+# the host's 127.0.0.1 as 10.0.2.2. Sets QEMU_PID, CONSOLE and BOOT_T0.
+kernel_boot() {
+  local name=$1 initrd=$2; shift 2
+  local net="user,id=n0,net=10.0.2.0/24" f
+  for f in "$@"; do net+=",hostfwd=tcp:127.0.0.1:${f%%:*}-:${f#*:}"; done
+  CONSOLE=$WORK/$name.console.log
+  : >"$CONSOLE"
+  # -smp 1: one TCG thread, so the nvtcp side keeps the other core. panic=-1 + -no-reboot: a guest
+  # panic ends QEMU at once. quiet: the boot log over the emulated UART costs seconds.
+  qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults -no-user-config -display none -no-reboot \
+    -kernel "$KERNEL_IMAGE" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=4" \
+    -serial "file:$CONSOLE" -netdev "$net" -device e1000,netdev=n0 \
+    >"$WORK/$name.qemu.log" 2>&1 &
+  QEMU_PID=$!
+}
+
+# kernel_wait_marker REGEX TIMEOUT: 0 once a console line matches REGEX; 1 on timeout or QEMU exit.
+kernel_wait_marker() {
+  local re=$1 deadline=$((SECONDS + $2))
+  while :; do
+    grep -qaE -- "$re" "$CONSOLE" 2>/dev/null && return 0
+    if ! kill -0 "$QEMU_PID" 2>/dev/null; then
+      grep -qaE -- "$re" "$CONSOLE" 2>/dev/null && return 0
+      return 1
+    fi
+    [[ $SECONDS -lt $deadline ]] || return 1
+    sleep 0.2
+  done
+}
+
+# kernel_stop [GRACE]: waits up to GRACE s (default 60) for QEMU to exit (the guest powers off), then
+# kills it.
+kernel_stop() {
+  local grace=${1:-60}
+  [[ -n $QEMU_PID ]] || return 0
+  for _ in $(seq $((grace * 5))); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$QEMU_PID" 2>/dev/null; then
+    klog "QEMU still running after ${grace} s: killing it"
+    kill -TERM "$QEMU_PID" 2>/dev/null
+    sleep 1
+    kill -KILL "$QEMU_PID" 2>/dev/null
+  fi
+  wait "$QEMU_PID" 2>/dev/null || true
+  QEMU_PID=""
+}
+
+# kernel_dmesg: the guest's dmesg dump from the console (empty if the guest did not get that far).
+kernel_dmesg() {
+  sed -n '/^=== dmesg begin ===/,/^=== dmesg end ===/p' "$CONSOLE" | tr -d '\r'
+}
+
+# kernel_forward_busy: true if QEMU could not bind a forwarded port (then pick others and retry).
+kernel_forward_busy() {
+  grep -qaiE 'could not set up host forwarding|address already in use' "$WORK/$1.qemu.log" 2>/dev/null
+}

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# interop.kernel_host: the Linux kernel's NVMe/TCP host (nvme-tcp) against the nvtcp target.
+#
+#   kernel_host_test.sh path/to/nvtcp CACHE_DIR
+#
+# Runs `nvtcp target --ram 64M --null 1G --listen 127.0.0.1:PORT --discovery-port PORT2
+# --nqn nqn.2026-11.io.nvtcp:fromkernel` here and boots Debian's 6.1 kernel under QEMU (TCG, see
+# common.sh) with guest/host.sh, which reaches the target as 10.0.2.2 (QEMU's user-mode gateway) and
+# drives the kernel host by writing connect options to /dev/nvme-fabrics. Guest steps, each printing
+# PASS/FAIL on the console (this script requires every one of them to PASS):
+#
+#   discovery            connect to the discovery NQN on PORT2: controller live, then deleted
+#   discovery.log[.digest]  `nvme discover` (Debian's nvme-cli in the guest) through the kernel host,
+#                        digests off and on: the log lists the subsystem over tcp at PORT
+#   nvme.idctrl          (plain run) `nvme id-ctrl` / `nvme id-ns` through the kernel's admin
+#                        passthrough: subnqn, nsze of the RAM namespace (smart-log only reported)
+#   plain                keep_alive_tmo=5,reconnect_delay=1,ctrl_loss_tmo=60, no digests
+#   digest               + hdr_digest,data_digest (the target log must show both digests on)
+#   sqflow               + disable_sqflow (Connect CATTR: the target may answer reads with a C2HData
+#                          carrying SUCCESS instead of a CapsuleResp)
+#       each run: connect (live, subsysnqn, tcp, address), namespaces by size, dd with O_DIRECT on the
+#       RAM namespace (8 MiB in 1 MiB writes = R2T/H2CData, 1 MiB in 4 KiB = in-capsule) read back
+#       with equal md5, a never-written MiB reads zeros, NULL namespace reads zeros and takes writes,
+#       delete_controller removes the controller and its block devices
+#   keepalive            (plain run) 12 s idle with KATO 5 s: same controller (cntlid), still live,
+#                        no kernel reset, I/O works
+#   reconnect            kill -9 the target while connected with 1 MiB reads in flight, restart it on
+#                        the same port: the kernel's controller leaves live, reconnects (live again),
+#                        the reads in flight all complete without error, the RAM namespace reads zeros
+#                        (a new target) and new data reads back intact
+#
+# Also: the kernel logs no nvme error outside the reconnect step (KMSG lines per step on the console),
+# and the target logs no error.
+#
+# Measured on the 2-core dev machine (other jobs running): boot to the first guest step 10-16 s of
+# wall time; the whole test 44-60 s with a warm cache (the keep-alive idle is 12 s of it, the kill and
+# reconnect about 5 s); preparing the cache on the first run adds about 30-40 s.
+#
+# Runs as root (apt-get); otherwise, or if Debian's packages cannot be fetched, prints SKIP and exits
+# 77. NVTCP_INTEROP_KEEP=1 keeps the console and target logs (kept on failure anyway).
+set -euo pipefail
+
+NVTCP=${1:?usage: kernel_host_test.sh path/to/nvtcp CACHE_DIR}
+# NVTCP_KERNEL_CACHE overrides the cache directory (e.g. one cache for build/ and build-asan/).
+CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_host_test.sh path/to/nvtcp CACHE_DIR}}
+NVTCP=$(readlink -f "$NVTCP")
+[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: interop.kernel_host needs root (apt-get of Debian's kernel, busybox and QEMU)"
+  exit 77
+fi
+# shellcheck source=common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+
+START=$SECONDS
+NQN=nqn.2026-11.io.nvtcp:fromkernel
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:5b3a6c1e-7f42-4d0a-9e8b-1c2d3e4f5a6b
+WORK=$(mktemp -d /tmp/nvtcp-khost.XXXXXX)
+FAILURES=0
+TARGET_PID=""
+
+fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
+die() { printf 'FAIL: %s\n' "$*"; exit 1; }
+
+stop_target() {
+  [[ -n $TARGET_PID ]] || return 0
+  if kill -0 "$TARGET_PID" 2>/dev/null; then
+    kill -INT "$TARGET_PID"
+    for _ in $(seq 50); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$TARGET_PID" 2>/dev/null || true
+  fi
+  wait "$TARGET_PID" 2>/dev/null || true
+  TARGET_PID=""
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  kernel_stop 0
+  stop_target
+  if [[ ($rc -ne 0 && $rc -ne 77) || ${NVTCP_INTEROP_KEEP:-0} == 1 ]]; then
+    echo "console and target logs kept in $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_target LOGNAME: the target on $PORT / $DPORT; 0 once it is serving (ready file written).
+start_target() {
+  local log=$WORK/$1.log
+  rm -f "$WORK/ready"
+  "$NVTCP" target --ram 64M --null 1G --listen "127.0.0.1:$PORT" --discovery-port "$DPORT" --nqn "$NQN" \
+    --ready-file "$WORK/ready" --log-level debug >"$log" 2>&1 &
+  TARGET_PID=$!
+  for _ in $(seq 100); do
+    [[ -s $WORK/ready ]] && return 0
+    kill -0 "$TARGET_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$TARGET_PID" 2>/dev/null && die "target did not become ready in 10 s (see $log)"
+  wait "$TARGET_PID" || true
+  TARGET_PID=""
+  return 1
+}
+
+kernel_prepare "$CACHE"
+echo "kernel: $KERNEL_PKG ($KERNEL_VERSION), $(qemu-system-x86_64 --version | head -1)"
+
+for attempt in 1 2 3 4 5; do
+  PORT=$(kfree_port)
+  DPORT=$(kfree_port "$PORT")
+  start_target target && break
+  echo "target failed to start on $PORT/$DPORT (attempt $attempt): $(tail -1 "$WORK/target.log")"
+done
+[[ -n $TARGET_PID ]] || die "could not start the target"
+echo "nvtcp target on 127.0.0.1:$PORT (discovery 127.0.0.1:$DPORT), pid $TARGET_PID"
+
+kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/host.sh" "NQN=$NQN" "HOSTNQN=$HOSTNQN" \
+  "TPORT=$PORT" "DPORT=$DPORT" "RAM_SECTORS=$((64 * 2048))" "NULL_SECTORS=$((1024 * 2048))"
+kernel_boot host "$WORK/initrd.cpio"
+T0=$SECONDS
+if ! kernel_wait_marker 'NVTCP-GUEST .* (PASS|FAIL) modules' 240; then
+  echo "--- qemu:"; cat "$WORK/host.qemu.log"
+  echo "--- console (last 60 lines):"; tail -60 "$CONSOLE"
+  die "the guest did not reach its first step in 240 s"
+fi
+BOOT_S=$((SECONDS - T0))
+echo "guest booted in $BOOT_S s"
+
+# Follow the guest until it is done; kill and restart the target when it asks.
+RESTART_S=""
+if kernel_wait_marker 'NVTCP-GUEST .* (KILL-TARGET|RUN-EXIT)' 400 && grep -qa 'NVTCP-GUEST .* KILL-TARGET' "$CONSOLE"; then
+  echo "guest asks for the target to be killed: kill -9 $TARGET_PID"
+  kill -KILL "$TARGET_PID"
+  wait "$TARGET_PID" 2>/dev/null || true
+  TARGET_PID=""
+  T1=$SECONDS
+  sleep 2   # let the kernel notice and try a reconnect or two against nothing
+  for attempt in $(seq 20); do
+    start_target target2 && break
+    echo "restart on port $PORT failed (attempt $attempt): $(tail -1 "$WORK/target2.log")"
+    sleep 0.5
+  done
+  if [[ -n $TARGET_PID ]]; then
+    RESTART_S=$((SECONDS - T1))
+    echo "target restarted on 127.0.0.1:$PORT after $RESTART_S s, pid $TARGET_PID"
+  else
+    fail "could not restart the target on port $PORT (bind after kill -9)"
+    tail -5 "$WORK/target2.log" | sed 's/^/    /'
+  fi
+fi
+kernel_wait_marker 'NVTCP-GUEST .* RUN-EXIT' 400 || fail "the guest did not finish in time"
+kernel_stop 60
+stop_target
+
+# --- verdicts ------------------------------------------------------------------------------------
+
+tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
+grep -a 'NVTCP-GUEST' "$WORK/console.txt" | sed 's/^/  /'
+echo "the discovery log as nvme-cli printed it in the guest:"
+grep -a '^NVME discovery.log: ' "$WORK/console.txt" | sed 's/^NVME discovery.log: /    /'
+grep -qa 'NVTCP-GUEST .* RUN-EXIT 0' "$WORK/console.txt" || fail "the guest script did not exit cleanly"
+
+declare -A STATUS=()
+while read -r verdict step; do
+  [[ -n ${STATUS[$step]:-} && ${STATUS[$step]} == FAIL ]] && continue
+  STATUS[$step]=$verdict
+done < <(sed -nE 's/^NVTCP-GUEST \[[0-9.]+\] (PASS|FAIL) ([a-z.]+).*/\1 \2/p' "$WORK/console.txt")
+
+STEPS=(modules discovery discovery.disconnect discovery.log discovery.log.digest)
+for t in plain digest sqflow; do
+  STEPS+=("connect.$t" "ns.$t")
+  [[ $t == plain ]] && STEPS+=(nvme.idctrl)
+  STEPS+=("ram.$t" "null.$t")
+  [[ $t == plain ]] && STEPS+=(keepalive)
+  STEPS+=("disconnect.$t")
+done
+STEPS+=(connect.reconnect ns.reconnect reconnect io.reconnect ram.restarted ram.reconnect disconnect.reconnect)
+for s in "${STEPS[@]}"; do
+  case ${STATUS[$s]:-missing} in
+    PASS) ;;
+    FAIL) fail "guest step $s: $(grep -a "FAIL $s" "$WORK/console.txt" | head -1 | sed 's/^NVTCP-GUEST \[[0-9.]*\] //')" ;;
+    *) fail "guest step $s did not run" ;;
+  esac
+done
+for s in "${!STATUS[@]}"; do
+  [[ " ${STEPS[*]} " == *" $s "* ]] || { [[ ${STATUS[$s]} == FAIL ]] && fail "guest step $s: FAIL"; }
+done
+
+# Kernel messages per step: errors are expected only around the kill.
+grep -a '^KMSG ' "$WORK/console.txt" >"$WORK/kmsg.txt" || true
+ERR_RE='error|fail|unexpected|invalid|timeout|timed out|termreq|digest|reset|reconnect|recovery|warning:|bug:|call trace|oops'
+# (the message only: the step names contain "digest" and "reconnect" themselves)
+awk -v re="$ERR_RE" '{ step = $2; sub(/:$/, "", step); msg = $0; sub(/^KMSG [^ ]+ /, "", msg)
+  if (step != "reconnect" && tolower(msg) ~ re) print }' "$WORK/kmsg.txt" >"$WORK/kmsg.errors"
+if [[ -s $WORK/kmsg.errors ]]; then
+  fail "the guest kernel logged nvme errors outside the reconnect step:"
+  sed 's/^/    /' "$WORK/kmsg.errors" | head -40
+fi
+grep -aiE 'WARNING:|BUG:|Call Trace|Oops' "$WORK/console.txt" >"$WORK/kmsg.oops" && {
+  fail "the guest kernel warned or oopsed:"; sed 's/^/    /' "$WORK/kmsg.oops" | head -20; }
+
+# The target's view: digests on for the digest run's queues, no errors from either instance.
+cat "$WORK/target.log" "$WORK/target2.log" 2>/dev/null >"$WORK/targets.log"
+DIGEST_CONNECTS=$(grep -c "host $HOSTNQN connected to $NQN .*header digest, data digest" "$WORK/targets.log" || true)
+PLAIN_CONNECTS=$(grep "host $HOSTNQN connected to $NQN " "$WORK/targets.log" | grep -vc 'digest' || true)
+DISC_CONNECTS=$(grep -c "host $HOSTNQN connected to nqn.2014-08.org.nvmexpress.discovery" "$WORK/targets.log" || true)
+[[ $DIGEST_CONNECTS -ge 2 ]] || fail "target log: $DIGEST_CONNECTS queue connects with header+data digest (want the admin and I/O queues of the digest run)"
+[[ $PLAIN_CONNECTS -ge 2 ]] || fail "target log: $PLAIN_CONNECTS queue connects without digests"
+[[ $DISC_CONNECTS -ge 1 ]] || fail "target log: no discovery controller connect"
+# This script stops the target with SIGINT (and SIGKILL for the reconnect step): a SIGTERM came from
+# outside (another job on the machine killing nvtcp processes by name), which voids the run.
+if grep -qa 'signal 15' "$WORK/targets.log"; then
+  fail "the target got a SIGTERM from outside this test (something killed nvtcp processes by name); the steps after it are void"
+fi
+grep -aiE ' (error|fatal|critical)[: ]' "$WORK/targets.log" >"$WORK/target.errors" || true
+if [[ -s $WORK/target.errors ]]; then
+  fail "the target logged errors:"; sed 's/^/    /' "$WORK/target.errors" | head -20
+fi
+if grep -qa 'admin opcode' "$WORK/targets.log"; then
+  echo "admin commands from the kernel that the target did not complete with success (not failures):"
+  grep -a 'admin opcode' "$WORK/targets.log" | sed -E 's/^[0-9:.]+ nvtcp debug: [0-9.:]+: //' | sort | uniq -c | sed 's/^/    /'
+fi
+if grep -qaiE ' warn' "$WORK/targets.log"; then
+  echo "target warnings (not failures):"; grep -aiE ' warn' "$WORK/targets.log" | head -20 | sed 's/^/    /'
+fi
+
+if [[ $FAILURES -gt 0 ]]; then
+  echo "--- kernel messages per step:"
+  sed 's/^/    /' "$WORK/kmsg.txt" | tail -80
+  echo "--- target log (last 30 lines):"
+  tail -30 "$WORK/targets.log" | sed 's/^/    /'
+fi
+
+echo
+echo "interop.kernel_host results ($KERNEL_PKG, boot $BOOT_S s, target restart ${RESTART_S:-n/a} s):"
+for s in "${STEPS[@]}"; do printf '  %-22s %s\n' "$s" "${STATUS[$s]:-missing}"; done
+echo "  target: $DISC_CONNECTS discovery, $PLAIN_CONNECTS plain and $DIGEST_CONNECTS digest queue connects"
+echo
+if [[ $FAILURES -gt 0 ]]; then
+  echo "interop.kernel_host: $FAILURES check(s) FAILED in $((SECONDS - START)) s"
+  exit 1
+fi
+echo "interop.kernel_host: PASS in $((SECONDS - START)) s"
