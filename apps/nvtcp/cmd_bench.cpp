@@ -62,20 +62,24 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-unsigned count_cpus(const std::string& list) {
-  unsigned n = 0;
+// "0", "1-15", "0,2-3" -> the CPUs listed.
+std::vector<int> parse_cpu_list(const std::string& list) {
+  std::vector<int> cpus;
   size_t i = 0;
   while (i < list.size()) {
     size_t comma = list.find(',', i);
     std::string part = list.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
     size_t dash = part.find('-');
-    if (dash == std::string::npos) ++n;
-    else n += unsigned(std::stoul(part.substr(dash + 1)) - std::stoul(part.substr(0, dash)) + 1);
+    int lo = std::stoi(part.substr(0, dash));
+    int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
     if (comma == std::string::npos) break;
     i = comma + 1;
   }
-  return std::max(n, 1u);
+  return cpus;
 }
+
+unsigned count_cpus(const std::string& list) { return std::max<unsigned>(unsigned(parse_cpu_list(list).size()), 1); }
 
 struct ChildResult {
   int status = -1;
@@ -258,6 +262,13 @@ int run_bench(BenchArgs& a) {
   if (log::level() < log::Level::Warn) log::set_level(log::Level::Warn);  // the table is the output
   Runner run;
   run.a = a;
+  try {
+    parse_cpu_list(a.host_cpus);
+    parse_cpu_list(a.target_cpus);
+  } catch (const std::exception&) {
+    fmt::print(stderr, "nvtcp bench: CPU lists look like 1, 1-15 or 0,2-3\n");
+    return 2;
+  }
   run.host_cores = count_cpus(a.host_cpus);
   run.seconds = a.runtime > 0 ? a.runtime : (a.quick ? 2 : 10);
   std::string err;
@@ -268,15 +279,7 @@ int run_bench(BenchArgs& a) {
     cfg.cores = count_cpus(a.target_cpus);
     cfg.poll = "hybrid";
     if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
-    // cpus: parse a plain comma list for pinning
-    size_t i = 0;
-    while (i < a.target_cpus.size()) {
-      size_t comma = a.target_cpus.find(',', i);
-      std::string part = a.target_cpus.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
-      if (part.find('-') == std::string::npos) cfg.cpus.push_back(std::stoi(part));
-      if (comma == std::string::npos) break;
-      i = comma + 1;
-    }
+    cfg.cpus = parse_cpu_list(a.target_cpus);
     target::SubsystemConfig sc;
     sc.nqn = "nqn.2026-11.io.nvtcp:bench";
     sc.namespaces.push_back({1, "null", 1ull << 40, "", 512});
