@@ -61,6 +61,9 @@ struct AdminWait {
   std::condition_variable cv;
   bool done = false;
   Completion cpl;
+  // The command's data lives here, not in the caller's buffer: a caller that gave up
+  // waiting must not have its memory written by a completion that comes late.
+  std::vector<uint8_t> bounce;
 };
 }  // namespace
 
@@ -266,9 +269,12 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
   if (!st.reactor) return fail_cpl;
-  st.reactor->post([&st, w, sqe, data, len, to_controller] {
+  w->bounce.assign(len, 0);
+  if (to_controller && len) std::memcpy(w->bounce.data(), data, len);
+  st.reactor->post([&st, w, sqe, len, to_controller] {
     auto* holder = new std::shared_ptr<AdminWait>(w);
-    int rc = st.admin ? st.admin->submit(sqe, data, len, to_controller,
+    void* buf = len ? w->bounce.data() : nullptr;
+    int rc = st.admin ? st.admin->submit(sqe, buf, len, to_controller,
                                          [](void* ctx, const Completion& c) {
                                            auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
                                            {
@@ -296,6 +302,8 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
     log::warn("admin command 0x{:02x} timed out after {} ms", sqe.opc, limit_ms);
     return fail_cpl;
   }
+  // Completed: the admin thread is done with the bounce buffer.
+  if (!to_controller && len) std::memcpy(data, w->bounce.data(), len);
   return w->cpl;
 }
 
