@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-asan interop clean
+.PHONY: all deps build demo test test-asan interop fuzz fuzz-build fuzz-smoke clean
 
 all: build
 
@@ -22,6 +22,7 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer (the interop tests,
 # which mostly time a VM or a capture, run in the Release pass only).
@@ -30,9 +31,34 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE interop
 
+# libFuzzer targets (clang, ASan + UBSan) on everything that parses bytes from the network
+# or text from users. fuzz-smoke runs each briefly from the seed corpus (part of make test);
+# fuzz runs each for FUZZ_SECONDS and keeps what it finds in build-fuzz/corpus-*.
+FUZZ_BUILD ?= build-fuzz
+FUZZERS := pdu_receiver parsers
+FUZZ_SECONDS ?= 600
+fuzz-build: deps
+	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \
+	  -DNVTCP_TESTS=OFF -DNVTCP_BENCH=OFF -DNVTCP_FIO=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZERS))
+
+fuzz-smoke: fuzz-build
+	@set -e; for f in $(FUZZERS); do \
+	  d=$$(mktemp -d); \
+	  $(FUZZ_BUILD)/fuzz_$$f -max_total_time=30 -print_final_stats=1 $$d tests/fuzz/corpus/$$f 2>&1 \
+	    | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY' || true; \
+	  rm -rf $$d; \
+	  if ls crash-* leak-* timeout-* >/dev/null 2>&1; then echo "fuzz_$$f found a crash"; exit 1; fi; \
+	done; echo "fuzz: 2 passed, 0 failed"
+
+fuzz: fuzz-build
+	@for f in $(FUZZERS); do mkdir -p $(FUZZ_BUILD)/corpus-$$f; \
+	  $(FUZZ_BUILD)/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_BUILD)/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done
+
 # Every interoperability test (tshark, Linux kernel host and target in QEMU).
 interop: build
 	@cd $(BUILD) && ctest --output-on-failure -L interop
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
