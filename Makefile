@@ -35,7 +35,7 @@ test-asan: deps
 # or text from users. fuzz-smoke runs each briefly from the seed corpus (part of make test);
 # fuzz runs each for FUZZ_SECONDS and keeps what it finds in build-fuzz/corpus-*.
 FUZZ_BUILD ?= build-fuzz
-FUZZERS := pdu_receiver parsers
+FUZZERS := pdu_receiver parsers target_connection
 FUZZ_SECONDS ?= 600
 fuzz-build: deps
 	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \
@@ -49,7 +49,7 @@ fuzz-smoke: fuzz-build
 	    | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY' || true; \
 	  rm -rf $$d; \
 	  if ls crash-* leak-* timeout-* >/dev/null 2>&1; then echo "fuzz_$$f found a crash"; exit 1; fi; \
-	done; echo "fuzz: 2 passed, 0 failed"
+	done; echo "fuzz: $(words $(FUZZERS)) passed, 0 failed"
 
 fuzz: fuzz-build
 	@for f in $(FUZZERS); do mkdir -p $(FUZZ_BUILD)/corpus-$$f; \
