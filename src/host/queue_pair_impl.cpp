@@ -168,17 +168,7 @@ bool QueuePairImpl::connect(std::string& err) {
 }
 
 void QueuePairImpl::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags) {
-  ch.type = uint8_t(type);
-  ch.flags = flags | (p_.hdgst ? kFlagHdgst : 0);
-  ch.hlen = hlen;
-  if (data_len) {
-    if (p_.ddgst) ch.flags |= kFlagDdgst;
-    ch.pdo = uint8_t(data_offset(hlen, p_.hdgst, cpda_));
-    ch.plen = ch.pdo + data_len + (p_.ddgst ? kDigestLen : 0);
-  } else {
-    ch.pdo = 0;
-    ch.plen = hlen + (p_.hdgst ? kDigestLen : 0);
-  }
+  fill_common_header(ch, type, hlen, data_len, flags, p_.hdgst, p_.ddgst, cpda_);
 }
 
 int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
@@ -282,16 +272,8 @@ void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) 
   log::warn("{}:{} qid {}: fatal transport error: {} (FES {}); sending H2CTermReq", p_.trid.traddr, p_.trid.trsvcid,
             p_.qid, why, unsigned(fes));
   if (stream_ && !failed_) {
-    uint32_t quoted = std::min<uint32_t>(receiver_.header_bytes_len(), 128);
-    std::memset(term_pdu_, 0, sizeof(term_pdu_));
-    auto* t = reinterpret_cast<TermReqPdu*>(term_pdu_);
-    t->ch.type = uint8_t(PduType::H2CTermReq);
-    t->ch.hlen = sizeof(TermReqPdu);
-    t->ch.plen = uint32_t(sizeof(TermReqPdu) + quoted);
-    t->fes = uint16_t(fes);
-    t->fei = fei;
-    std::memcpy(term_pdu_ + sizeof(TermReqPdu), receiver_.header_bytes(), quoted);
-    stream_->send(term_pdu_, sizeof(TermReqPdu) + quoted);
+    uint32_t len = receiver_.build_term_req(term_pdu_, PduType::H2CTermReq, fes, fei);
+    stream_->send(term_pdu_, len);
     stream_->reactor().run_deferred();  // push it out before the close below
   }
   fail(why);

@@ -125,7 +125,7 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   HostRequest* rx_req_ = nullptr;   // request of the PDU being received
 
   alignas(8) uint8_t icreq_[sizeof(wire::ICReqPdu)];
-  alignas(8) uint8_t term_pdu_[sizeof(wire::TermReqPdu) + 128];
+  alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
   uint8_t connect_data_[wire::kConnectDataLen];
   reactor::OwnedCompletion<QueuePairImpl> connect_c_;
   int connect_res_ = 1;

@@ -209,17 +209,8 @@ void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
             fes_name(fes), fei);
   if (state_ == State::Closing) return;
   state_ = State::Closing;
-  uint32_t quoted = std::min<uint32_t>(receiver_.header_bytes_len(), 128);
-  std::memset(term_pdu_, 0, sizeof(term_pdu_));
-  auto* t = reinterpret_cast<TermReqPdu*>(term_pdu_);
-  t->ch.type = uint8_t(PduType::C2HTermReq);
-  t->ch.hlen = sizeof(TermReqPdu);
-  t->ch.pdo = 0;
-  t->ch.plen = uint32_t(sizeof(TermReqPdu) + quoted);
-  t->fes = uint16_t(fes);
-  t->fei = fei;
-  std::memcpy(term_pdu_ + sizeof(TermReqPdu), receiver_.header_bytes(), quoted);
-  stream_.send(term_pdu_, sizeof(TermReqPdu) + quoted, &term_sent_);
+  uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
+  stream_.send(term_pdu_, len, &term_sent_);
   reactor_.arm_timer(&timer_, kTermReqLingerNs);
 }
 
@@ -343,17 +334,7 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
 }
 
 void Connection::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags) {
-  ch.type = uint8_t(type);
-  ch.flags = flags | (hdgst_ ? kFlagHdgst : 0);
-  ch.hlen = hlen;
-  if (data_len) {
-    if (ddgst_) ch.flags |= kFlagDdgst;
-    ch.pdo = uint8_t(data_offset(hlen, hdgst_, hpda_));
-    ch.plen = ch.pdo + data_len + (ddgst_ ? kDigestLen : 0);
-  } else {
-    ch.pdo = 0;
-    ch.plen = hlen + (hdgst_ ? kDigestLen : 0);
-  }
+  fill_common_header(ch, type, hlen, data_len, flags, hdgst_, ddgst_, hpda_);
 }
 
 void Connection::send_r2ts(Request* r) {

@@ -147,7 +147,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   bool closed_ = false;             // stream reported on_closed
 
   Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
-  alignas(8) uint8_t term_pdu_[sizeof(wire::TermReqPdu) + 128];
+  alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
   struct TermSent : reactor::SendDone {
     Connection* owner = nullptr;
   } term_sent_;

@@ -106,6 +106,19 @@ bool PduReceiver::feed(const uint8_t* p, size_t n) {
   return state_ != State::Failed;
 }
 
+uint32_t PduReceiver::build_term_req(uint8_t* out, PduType type, Fes fes, uint32_t fei) const {
+  uint32_t quoted = std::min<uint32_t>(header_bytes_len(), 128);
+  std::memset(out, 0, sizeof(TermReqPdu));
+  auto* t = reinterpret_cast<TermReqPdu*>(out);
+  t->ch.type = uint8_t(type);
+  t->ch.hlen = sizeof(TermReqPdu);
+  t->ch.plen = uint32_t(sizeof(TermReqPdu) + quoted);  // no digests, PDO 0: the quote follows the header
+  t->fes = uint16_t(fes);
+  t->fei = fei;
+  std::memcpy(out + sizeof(TermReqPdu), hdr_, quoted);
+  return t->ch.plen;
+}
+
 void PduReceiver::consumed_in_place(size_t n) {
   if (pdu_ddgst_) data_crc_.update(data_dst_ + have_, n);
   have_ += uint32_t(n);

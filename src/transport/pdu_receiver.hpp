@@ -66,6 +66,10 @@ class PduReceiver {
   // The header bytes gathered for the PDU being received (for a TermReq's data).
   const uint8_t* header_bytes() const { return hdr_; }
   uint32_t header_bytes_len() const { return state_ == State::Failed ? failed_have_ : have_; }
+  // Writes a TermReq of this type (H2C or C2H) that quotes the header held (at most 128
+  // bytes) into out, which must hold kMaxTermReqLen bytes; returns the PDU's length.
+  static constexpr uint32_t kMaxTermReqLen = sizeof(wire::TermReqPdu) + 128;
+  uint32_t build_term_req(uint8_t* out, wire::PduType type, wire::Fes fes, uint32_t fei) const;
   bool failed() const { return state_ == State::Failed; }
 
  private:

@@ -161,6 +161,23 @@ constexpr uint32_t data_offset(uint32_t hlen, bool hdgst, uint8_t pda) {
   return (off + align - 1) / align * align;
 }
 
+// Fills a common header for a PDU of this type carrying data_len bytes of data, with the
+// digests and the receiver's data alignment (pda) the connection negotiated.
+inline void fill_common_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags,
+                               bool hdgst, bool ddgst, uint8_t pda) {
+  ch.type = uint8_t(type);
+  ch.flags = uint8_t(flags | (hdgst ? kFlagHdgst : 0));
+  ch.hlen = hlen;
+  if (data_len) {
+    if (ddgst) ch.flags |= kFlagDdgst;
+    ch.pdo = uint8_t(data_offset(hlen, hdgst, pda));
+    ch.plen = ch.pdo + data_len + (ddgst ? kDigestLen : 0);
+  } else {
+    ch.pdo = 0;
+    ch.plen = hlen + (hdgst ? kDigestLen : 0);
+  }
+}
+
 // The largest PDU header plus digest we ever need to hold before data starts.
 inline constexpr uint32_t kMaxHeaderBytes = 128 + kDigestLen;
 
