@@ -51,6 +51,25 @@ struct ControllerOptions {
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
   bool busy_poll = false;            // I/O queues spin instead of sleeping in io_uring
   bool hybrid_poll = false;          // spin while completions keep coming, sleep after 50 us idle
+
+  // Recovery, with the Linux host's meaning. When a connection is lost, or a command times
+  // out and Abort does not help, the controller is reset: the admin queue and then every
+  // I/O queue reconnect, first after reconnect_delay_ms and again every reconnect_delay_ms
+  // until ctrl_loss_tmo_ms has passed since the loss; the commands that were in flight are
+  // sent again on the new connection (each at most max_retries times). ctrl_loss_tmo_ms = 0:
+  // no reconnect, a lost connection fails its commands with a path error at once.
+  uint32_t ctrl_loss_tmo_ms = 0;
+  uint32_t reconnect_delay_ms = 2000;
+  // While reconnecting, held and new I/O fail with a path error once this long has passed
+  // since the loss; -1: they wait until the controller is back or lost for good.
+  int32_t fast_io_fail_tmo_ms = -1;
+  // A command still outstanding after io_timeout_ms gets an Abort; if it is still
+  // outstanding io_timeout_ms later, the controller is reset. 0 = no timeout.
+  uint32_t io_timeout_ms = 30000;
+  // An admin command (Keep Alive included) outstanding this long resets the controller.
+  uint32_t admin_timeout_ms = 10000;
+  uint32_t max_retries = 5;
+  bool sqpoll = false;               // the I/O queues' reactor gets an io_uring SQ thread
 };
 
 // What a completion callback receives: the CQE's status and command-specific dwords.
@@ -91,7 +110,12 @@ class QueuePair {
   uint16_t qid() const;
   uint32_t depth() const;
   uint32_t outstanding() const;
+  // True once the queue pair has failed for good (no reconnect, or the controller is lost);
+  // while it reconnects it is not failed, and submissions wait in the queue.
   bool failed() const;
+  // Whether the connection is up now, and how many times it was re-established.
+  bool connected() const;
+  uint32_t reconnects() const;
   // The block size of a namespace as the controller reported it (0 if unknown).
   uint32_t block_size(uint32_t nsid) const;
 
@@ -137,7 +161,11 @@ class Controller {
   uint32_t version() const;
   const TransportId& trid() const;
   const std::string& hostnqn() const;
+  // Failed for good: the connection was lost and reconnect is off, or ctrl_loss_tmo passed.
   bool failed() const;
+  // Live (associated), and how many times it has been reset and re-associated since connect.
+  bool live() const;
+  uint32_t resets() const;
 
  private:
   Controller();

@@ -61,8 +61,11 @@ inline constexpr Status ConnectInvalidParameters{Sct::CommandSpecific, 0x82};
 inline constexpr Status ConnectInvalidHost{Sct::CommandSpecific, 0x84};
 inline constexpr Status WriteFault{Sct::Media, 0x80};
 inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
-// Host-side only: the transport failed before the target answered (path-related, SCT 3).
+// Host-side only: the transport failed before the target answered (path-related, SCT 3,
+// Host Pathing Error), and the host gave up on a command that timed out (Command Aborted
+// By Host).
 inline constexpr Status TransportError{Sct::Path, 0x70};
+inline constexpr Status HostAbortedCommand{Sct::Path, 0x71};
 }  // namespace sc
 
 // "Invalid Field in Command (SCT 0h / SC 02h)"

@@ -1,8 +1,11 @@
 // Host controller: the admin queue on a thread of its own (so Keep Alive keeps going
 // whatever the application does), and I/O queue pairs on the application's threads.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -28,7 +31,7 @@ namespace {
 // One reactor per application thread, shared by that thread's queue pairs.
 reactor::Reactor& thread_reactor(const ControllerOptions& o) {
   thread_local std::unique_ptr<reactor::Reactor> r;
-  if (!r) r = std::make_unique<reactor::Reactor>(4096);
+  if (!r) r = std::make_unique<reactor::Reactor>(4096, reactor::PollMode::Interrupt, o.sqpoll);
   if (o.busy_poll) r->set_poll_mode(reactor::PollMode::BusyPoll);
   else if (o.hybrid_poll) r->set_poll_mode(reactor::PollMode::Hybrid);
   return *r;
@@ -56,6 +59,15 @@ Sqe property_set_cmd(uint32_t ofst, uint32_t value) {
   return s;
 }
 
+Sqe identify_cmd(uint8_t cns, uint32_t nsid, uint32_t cdw11) {
+  Sqe sqe{};
+  sqe.opc = uint8_t(AdminOpcode::Identify);
+  sqe.nsid = nsid;
+  sqe.cdw10 = cns;
+  sqe.cdw11 = cdw11;
+  return sqe;
+}
+
 struct AdminWait {
   std::mutex mu;
   std::condition_variable cv;
@@ -67,7 +79,9 @@ struct AdminWait {
 };
 }  // namespace
 
-struct Controller::State {
+// The controller as its queues see it. Everything that touches the admin queue runs on the
+// admin thread; other threads read the atomics or post() work to that thread.
+struct Controller::State : detail::ControllerLink {
   TransportId trid;
   ControllerOptions opts;
   std::string hostnqn;
@@ -76,7 +90,7 @@ struct Controller::State {
 
   std::thread thread;
   std::atomic<bool> stop{false};
-  reactor::Reactor* reactor = nullptr;   // lives on the admin thread
+  reactor::Reactor* reactor = nullptr;   // lives on the admin thread; guarded by mu for post()
   std::unique_ptr<QueuePairImpl> admin;
   struct KaTimer : reactor::Timer {
     State* st = nullptr;
@@ -94,6 +108,48 @@ struct Controller::State {
   std::mutex mu;
   std::vector<bool> qid_used;
 
+  // Association state, read by the I/O queues' threads.
+  std::atomic<LinkState> lstate{LinkState::Resetting};
+  std::atomic<uint32_t> gen{0};
+  std::atomic<uint16_t> cntlid_now{0};
+  std::atomic<uint32_t> reset_count{0};
+  std::atomic<bool> reset_requested{false};
+  std::string reset_reason;  // guarded by mu
+
+  // ControllerLink
+  LinkState link_state() const override { return lstate.load(std::memory_order_acquire); }
+  uint32_t generation() const override { return gen.load(std::memory_order_acquire); }
+  uint16_t link_cntlid() const override { return cntlid_now.load(std::memory_order_acquire); }
+  void request_reset(uint32_t generation, const std::string& why) override {
+    if (!opts.ctrl_loss_tmo_ms || generation != gen.load(std::memory_order_acquire)) return;
+    {
+      std::lock_guard lk(mu);
+      if (!reset_requested.load()) reset_reason = why;
+    }
+    reset_requested.store(true, std::memory_order_release);
+    post_to_admin([] {});  // wakes the admin thread
+  }
+  void abort_command(uint16_t sqid, uint16_t cid) override {
+    post_to_admin([this, sqid, cid] {
+      if (link_state() != LinkState::Live || !admin) return;
+      Sqe sqe{};
+      sqe.opc = uint8_t(AdminOpcode::Abort);
+      sqe.cdw10 = sqid | (uint32_t(cid) << 16);
+      admin->submit(sqe, nullptr, 0, false,
+                    [](void*, const Completion& c) {
+                      // dw0 bit 0: 0 = the command was aborted, 1 = it was not.
+                      log::info("Abort: {}", !c.status.ok()       ? status_name(c.status)
+                                             : (c.dw0 & 1) == 0 ? std::string("command aborted")
+                                                                : std::string("command not aborted"));
+                    },
+                    nullptr);
+    });
+  }
+  void post_to_admin(std::function<void()> fn) {
+    std::lock_guard lk(mu);
+    if (reactor) reactor->post(std::move(fn));
+  }
+
   void arm_keep_alive() {
     uint32_t kato = opts.kato_ms;
     if (kato == 0 || discovery) return;
@@ -103,7 +159,7 @@ struct Controller::State {
   }
   static void keep_alive(reactor::Timer* t) {
     State* st = static_cast<KaTimer*>(t)->st;
-    if (st->admin->failed()) return;
+    if (!st->admin || st->admin->failed()) return;
     if (!st->ka_outstanding) {
       Sqe sqe{};
       sqe.opc = uint8_t(AdminOpcode::KeepAlive);
@@ -118,6 +174,204 @@ struct Controller::State {
       if (rc != 0) st->ka_outstanding = false;
     }
     st->arm_keep_alive();
+  }
+
+  // Runs the admin thread's reactor for ms milliseconds (posted work keeps being served).
+  void wait_ms(uint64_t ms) {
+    uint64_t until = reactor::monotonic_ns() + ms * 1000000ull;
+    while (!stop.load(std::memory_order_relaxed)) {
+      uint64_t now = reactor::monotonic_ns();
+      if (now >= until) break;
+      reactor->run_once(uint32_t(std::min<uint64_t>((until - now) / 1000, 50000)));
+    }
+  }
+
+  // An admin command from the admin thread itself (bring-up): submit and run the reactor
+  // until it completes. The admin queue's command timeout bounds it; a lost connection
+  // ends it at once.
+  Completion admin_sync(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
+    struct Wait {
+      bool done = false;
+      Completion cpl;
+    } w;
+    Completion fail_cpl;
+    fail_cpl.status = sc::TransportError;
+    if (!admin) return fail_cpl;
+    int rc = admin->submit(sqe, data, len, to_controller,
+                           [](void* ctx, const Completion& c) {
+                             auto* wp = static_cast<Wait*>(ctx);
+                             wp->cpl = c;
+                             wp->done = true;
+                           },
+                           &w);
+    if (rc != 0) return fail_cpl;
+    uint64_t deadline = reactor::monotonic_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
+    while (!w.done) {
+      if (reactor::monotonic_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
+      else reactor->run_once(10000);
+    }
+    return w.cpl;
+  }
+
+  // Connects the admin queue and brings the controller up the way the specification
+  // orders it: CAP, VS, CC.EN, CSTS.RDY, Identify, Number of Queues. On the first
+  // association the results are kept; a reconnect only checks them.
+  bool associate(bool first, std::string& err) {
+    QueueParams p;
+    p.trid = trid;
+    p.qid = 0;
+    p.depth = std::max<uint16_t>(opts.admin_queue_depth, 4);
+    p.kato_ms = discovery ? 0 : opts.kato_ms;
+    std::memcpy(p.hostid, hostid, 16);
+    p.hostnqn = hostnqn;
+    p.hdgst = opts.hdgst;
+    p.ddgst = opts.ddgst;
+    p.in_capsule_max = 8192;
+    p.max_transfer = 1u << 20;
+    p.timeout_ms = opts.connect_timeout_ms;
+    p.tcp_congestion = opts.tcp_congestion;
+    p.io_timeout_ms = opts.admin_timeout_ms;
+    admin = std::make_unique<QueuePairImpl>(*reactor, p);
+    if (!admin->connect(err)) return false;
+
+    auto failed = [&](const std::string& what, const Completion& cpl) {
+      err = fmt::format("{}: {}", what, status_name(cpl.status));
+      return false;
+    };
+    Completion cpl = admin_sync(property_get_cmd(prop::CAP, true), nullptr, 0, false);
+    if (!cpl.status.ok()) return failed("Property Get CAP", cpl);
+    uint64_t new_cap = (uint64_t(cpl.dw1) << 32) | cpl.dw0;
+    cpl = admin_sync(property_get_cmd(prop::VS, false), nullptr, 0, false);
+    if (!cpl.status.ok()) return failed("Property Get VS", cpl);
+    if (first) {
+      cap = new_cap;
+      vs = cpl.dw0;
+    }
+    // CC: enable, NVM command set, 4 KiB pages, round robin, 64-byte SQEs, 16-byte CQEs.
+    uint32_t cc = prop::kCcEnable | (6u << 16) | (4u << 20);
+    cpl = admin_sync(property_set_cmd(prop::CC, cc), nullptr, 0, false);
+    if (!cpl.status.ok()) return failed("Property Set CC", cpl);
+    uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
+    uint64_t deadline = reactor::monotonic_ns() + uint64_t(timeout_ms) * 1000000ull;
+    for (;;) {
+      cpl = admin_sync(property_get_cmd(prop::CSTS, false), nullptr, 0, false);
+      if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
+      if (cpl.dw0 & prop::kCstsFatal) {
+        err = "controller reported a fatal status (CSTS.CFS) while enabling";
+        return false;
+      }
+      if (cpl.dw0 & prop::kCstsReady) break;
+      if (reactor::monotonic_ns() > deadline) {
+        err = fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms);
+        return false;
+      }
+      wait_ms(1);
+    }
+    // Other threads read ident once connect() has returned: a reconnect leaves it alone.
+    std::vector<uint8_t> fresh(kIdentifyLen);
+    cpl = admin_sync(identify_cmd(uint8_t(Cns::Controller), 0, 0), fresh.data(), kIdentifyLen, false);
+    if (!cpl.status.ok()) return failed("Identify Controller", cpl);
+    if (first) {
+      std::memcpy(ident, fresh.data(), kIdentifyLen);
+      const auto* id = reinterpret_cast<const IdentifyController*>(ident);
+      // MDTS is in units of the minimum page size (CAP.MPSMIN, 4 KiB << n); 0 = no limit.
+      uint32_t mpsmin = 4096u << ((cap >> 48) & 0xF);
+      max_transfer = id->mdts ? std::min<uint64_t>(uint64_t(mpsmin) << id->mdts, 8u << 20) : (8u << 20);
+      in_capsule_max = id->ioccsz >= 4 ? id->ioccsz * 16 - 64 : 0;
+    }
+    if (!discovery) {
+      Sqe sf{};
+      sf.opc = uint8_t(AdminOpcode::SetFeatures);
+      sf.cdw10 = 0x07;
+      uint32_t n = std::max<uint32_t>(opts.io_queues, 1) - 1;
+      sf.cdw11 = n | (n << 16);
+      cpl = admin_sync(sf, nullptr, 0, false);
+      if (!cpl.status.ok()) return failed("Set Features (Number of Queues)", cpl);
+      uint32_t granted = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
+      if (first) {
+        ioq_granted = granted;
+        qid_used.assign(ioq_granted + 1, false);
+      } else if (granted < ioq_granted) {
+        log::warn("{}: the controller now grants {} I/O queues, not {}: queues above that will not reconnect",
+                  trid.subnqn, granted, ioq_granted);
+      }
+    }
+    cntlid_now.store(admin->cntlid(), std::memory_order_release);
+    return true;
+  }
+
+  // The admin queue failed or an I/O queue asked for a reset: reconnect every
+  // reconnect_delay_ms until ctrl_loss_tmo_ms, or give the controller up.
+  void recover(const std::string& why) {
+    if (!opts.ctrl_loss_tmo_ms) {
+      lstate.store(LinkState::Deleted, std::memory_order_release);
+      log::error("{} (controller {}): {}; reconnect is off (ctrl_loss_tmo 0)", trid.subnqn, cntlid_now.load(), why);
+      return;
+    }
+    lstate.store(LinkState::Resetting, std::memory_order_release);
+    reset_count.fetch_add(1, std::memory_order_relaxed);
+    uint64_t lost = reactor::monotonic_ns();
+    log::warn("{} (controller {}): resetting: {}; reconnecting every {} ms for up to {} ms", trid.subnqn,
+              cntlid_now.load(), why, opts.reconnect_delay_ms, opts.ctrl_loss_tmo_ms);
+    reactor->cancel_timer(&ka_timer);
+    admin.reset();  // ends its outstanding commands with a path error
+    ka_outstanding = false;
+    for (unsigned attempt = 1; !stop.load(std::memory_order_relaxed); ++attempt) {
+      wait_ms(opts.reconnect_delay_ms);
+      if (stop.load(std::memory_order_relaxed)) return;
+      uint64_t elapsed_ms = (reactor::monotonic_ns() - lost) / 1000000ull;
+      if (elapsed_ms >= opts.ctrl_loss_tmo_ms) {
+        lstate.store(LinkState::Deleted, std::memory_order_release);
+        log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, elapsed_ms);
+        return;
+      }
+      std::string e;
+      reset_requested.store(false, std::memory_order_release);
+      if (associate(false, e)) {
+        gen.fetch_add(1, std::memory_order_acq_rel);
+        lstate.store(LinkState::Live, std::memory_order_release);
+        arm_keep_alive();
+        log::info("{}: reconnected as controller {} after {} ms ({} attempts)", trid.subnqn, cntlid_now.load(),
+                  (reactor::monotonic_ns() - lost) / 1000000ull, attempt);
+        return;
+      }
+      log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e);
+      admin.reset();
+    }
+  }
+
+  void run(std::promise<std::string>* connected) {
+    reactor::Reactor r(256);
+    {
+      std::lock_guard lk(mu);
+      reactor = &r;
+    }
+    std::string e;
+    bool ok = associate(true, e);
+    if (ok) {
+      gen.store(1, std::memory_order_release);
+      lstate.store(LinkState::Live, std::memory_order_release);
+      arm_keep_alive();
+    }
+    connected->set_value(ok ? std::string() : e);  // connected is gone after this
+    while (ok && !stop.load(std::memory_order_relaxed)) {
+      r.run_once(50000);
+      if (stop.load(std::memory_order_relaxed) || link_state() == LinkState::Deleted) continue;
+      if (!admin || admin->failed()) {
+        recover(admin ? "admin queue: " + admin->error() : "admin queue lost");
+      } else if (reset_requested.exchange(false, std::memory_order_acq_rel)) {
+        std::string why;
+        {
+          std::lock_guard lk(mu);
+          why = reset_reason;
+        }
+        recover(why);
+      }
+    }
+    r.cancel_timer(&ka_timer);
+    admin.reset();
+    std::lock_guard lk(mu);
+    reactor = nullptr;
   }
 };
 
@@ -145,95 +399,17 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
   st.ka_timer.st = &st;
   st.ka_timer.fn = State::keep_alive;
 
-  // The admin thread: connect the admin queue there, then serve until stopped.
+  // The admin thread connects and enables the controller, then serves until stopped.
   std::promise<std::string> connected;
   auto connected_f = connected.get_future();
-  State* sp = &st;
-  st.thread = std::thread([sp, &connected] {
-    reactor::Reactor r(256);
-    sp->reactor = &r;
-    QueueParams p;
-    p.trid = sp->trid;
-    p.qid = 0;
-    p.depth = std::max<uint16_t>(sp->opts.admin_queue_depth, 4);
-    p.kato_ms = sp->discovery ? 0 : sp->opts.kato_ms;
-    std::memcpy(p.hostid, sp->hostid, 16);
-    p.hostnqn = sp->hostnqn;
-    p.hdgst = sp->opts.hdgst;
-    p.ddgst = sp->opts.ddgst;
-    p.in_capsule_max = 8192;
-    p.max_transfer = 1u << 20;
-    p.timeout_ms = sp->opts.connect_timeout_ms;
-    p.tcp_congestion = sp->opts.tcp_congestion;
-    sp->admin = std::make_unique<QueuePairImpl>(r, p);
-    std::string e;
-    bool ok = sp->admin->connect(e);
-    connected.set_value(ok ? std::string() : e);
-    if (ok) {
-      sp->arm_keep_alive();
-      while (!sp->stop.load(std::memory_order_relaxed)) r.run_once(50000);
-    }
-    sp->reactor->cancel_timer(&sp->ka_timer);
-    sp->admin.reset();
-    sp->reactor = nullptr;
-  });
+  st.thread = std::thread([sp = &st, &connected] { sp->run(&connected); });
   err = connected_f.get();
   if (!err.empty()) {
     st.stop = true;
     st.thread.join();
     return nullptr;
   }
-
-  // Bring the controller up the way the specification orders it.
-  auto fail = [&](const std::string& what, const Completion& cpl) {
-    err = fmt::format("{}: {}", what, status_name(cpl.status));
-    return nullptr;
-  };
-  uint64_t v = 0;
-  Completion cpl = c->admin(property_get_cmd(prop::CAP, true), nullptr, 0, false);
-  if (!cpl.status.ok()) return fail("Property Get CAP", cpl);
-  st.cap = (uint64_t(cpl.dw1) << 32) | cpl.dw0;
-  cpl = c->admin(property_get_cmd(prop::VS, false), nullptr, 0, false);
-  if (!cpl.status.ok()) return fail("Property Get VS", cpl);
-  st.vs = cpl.dw0;
-  // CC: enable, NVM command set, 4 KiB pages, round robin, 64-byte SQEs, 16-byte CQEs.
-  uint32_t cc = prop::kCcEnable | (6u << 16) | (4u << 20);
-  cpl = c->admin(property_set_cmd(prop::CC, cc), nullptr, 0, false);
-  if (!cpl.status.ok()) return fail("Property Set CC", cpl);
-  uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(st.cap), 500);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    cpl = c->admin(property_get_cmd(prop::CSTS, false), nullptr, 0, false);
-    if (!cpl.status.ok()) return fail("Property Get CSTS", cpl);
-    v = cpl.dw0;
-    if (v & prop::kCstsFatal) {
-      err = "controller reported a fatal status (CSTS.CFS) while enabling";
-      return nullptr;
-    }
-    if (v & prop::kCstsReady) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      err = fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms);
-      return nullptr;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  cpl = c->identify(uint8_t(Cns::Controller), 0, st.ident);
-  if (!cpl.status.ok()) return fail("Identify Controller", cpl);
-  const auto* id = reinterpret_cast<const IdentifyController*>(st.ident);
-  // MDTS is in units of the minimum page size (CAP.MPSMIN, 4 KiB << n); 0 = no limit.
-  uint32_t mpsmin = 4096u << ((st.cap >> 48) & 0xF);
-  st.max_transfer = id->mdts ? std::min<uint64_t>(uint64_t(mpsmin) << id->mdts, 8u << 20) : (8u << 20);
-  st.in_capsule_max = id->ioccsz >= 4 ? id->ioccsz * 16 - 64 : 0;
   if (!st.discovery) {
-    Sqe sf{};
-    sf.opc = uint8_t(AdminOpcode::SetFeatures);
-    sf.cdw10 = 0x07;
-    uint32_t n = std::max<uint32_t>(opts.io_queues, 1) - 1;
-    sf.cdw11 = n | (n << 16);
-    cpl = c->admin(sf, nullptr, 0, false);
-    if (!cpl.status.ok()) return fail("Set Features (Number of Queues)", cpl);
-    st.ioq_granted = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
-    st.qid_used.assign(st.ioq_granted + 1, false);
     for (uint32_t nsid : c->active_namespaces()) {
       NamespaceInfo ni;
       std::string e;
@@ -247,7 +423,7 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
 Controller::~Controller() {
   if (!s_) return;
   State& st = *s_;
-  if (st.admin && !st.admin->failed()) {
+  if (st.link_state() == State::LinkState::Live) {
     // Normal shutdown: CC.SHN = 01b, then wait briefly for CSTS.SHST = complete.
     uint32_t cc = prop::kCcEnable | (6u << 16) | (4u << 20) | (1u << prop::kCcShnShift);
     Completion cpl = admin(property_set_cmd(prop::CC, cc), nullptr, 0, false);
@@ -260,6 +436,7 @@ Controller::~Controller() {
     }
   }
   st.stop = true;
+  st.post_to_admin([] {});
   if (st.thread.joinable()) st.thread.join();
 }
 
@@ -268,25 +445,26 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
   auto w = std::make_shared<AdminWait>();
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
-  if (!st.reactor) return fail_cpl;
+  if (st.link_state() != State::LinkState::Live) return fail_cpl;
   w->bounce.assign(len, 0);
   if (to_controller && len) std::memcpy(w->bounce.data(), data, len);
-  st.reactor->post([&st, w, sqe, len, to_controller] {
+  st.post_to_admin([&st, w, sqe, len, to_controller] {
     auto* holder = new std::shared_ptr<AdminWait>(w);
     void* buf = len ? w->bounce.data() : nullptr;
-    int rc = st.admin ? st.admin->submit(sqe, buf, len, to_controller,
-                                         [](void* ctx, const Completion& c) {
-                                           auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
-                                           {
-                                             std::lock_guard lk((*h)->mu);
-                                             (*h)->cpl = c;
-                                             (*h)->done = true;
-                                           }
-                                           (*h)->cv.notify_all();
-                                           delete h;
-                                         },
-                                         holder)
-                      : -ENOTCONN;
+    bool live = st.admin && st.link_state() == State::LinkState::Live;
+    int rc = live ? st.admin->submit(sqe, buf, len, to_controller,
+                                     [](void* ctx, const Completion& c) {
+                                       auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
+                                       {
+                                         std::lock_guard lk((*h)->mu);
+                                         (*h)->cpl = c;
+                                         (*h)->done = true;
+                                       }
+                                       (*h)->cv.notify_all();
+                                       delete h;
+                                     },
+                                     holder)
+                  : -ENOTCONN;
     if (rc != 0) {
       delete holder;
       std::lock_guard lk(w->mu);
@@ -296,10 +474,11 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
     }
   });
   std::unique_lock lk(w->mu);
-  // An admin command that never completes would hang the caller; bound it.
-  uint32_t limit_ms = std::max<uint32_t>(st.opts.connect_timeout_ms * 2, 10000);
+  // The admin queue times commands out itself (and then resets); this is a backstop for
+  // an admin thread that is gone.
+  uint32_t limit_ms = st.opts.admin_timeout_ms * 2 + 5000;
   if (!w->cv.wait_for(lk, std::chrono::milliseconds(limit_ms), [&] { return w->done; })) {
-    log::warn("admin command 0x{:02x} timed out after {} ms", sqe.opc, limit_ms);
+    log::warn("admin command 0x{:02x} not answered after {} ms", sqe.opc, limit_ms);
     return fail_cpl;
   }
   // Completed: the admin thread is done with the bounce buffer.
@@ -308,12 +487,7 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
 }
 
 Completion Controller::identify(uint8_t cns, uint32_t nsid, void* buf, uint32_t cdw11) {
-  Sqe sqe{};
-  sqe.opc = uint8_t(AdminOpcode::Identify);
-  sqe.nsid = nsid;
-  sqe.cdw10 = cns;
-  sqe.cdw11 = cdw11;
-  return admin(sqe, buf, kIdentifyLen, false);
+  return admin(identify_cmd(cns, nsid, cdw11), buf, kIdentifyLen, false);
 }
 
 Completion Controller::get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset) {
@@ -398,6 +572,10 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
     err = "a discovery controller has no I/O queues";
     return nullptr;
   }
+  if (!live()) {
+    err = failed() ? "the controller is lost" : "the controller is resetting";
+    return nullptr;
+  }
   uint32_t mqes = prop::cap_mqes(st.cap);
   if (depth < 1 || depth > mqes) {
     err = fmt::format("queue depth {} out of range (1..{}, from CAP.MQES)", depth, mqes);
@@ -435,7 +613,12 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.max_transfer = st.max_transfer;
   p.timeout_ms = st.opts.connect_timeout_ms;
   p.tcp_congestion = st.opts.tcp_congestion;
-  auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p);
+  p.ctrl_loss_tmo_ms = st.opts.ctrl_loss_tmo_ms;
+  p.reconnect_delay_ms = st.opts.reconnect_delay_ms;
+  p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;
+  p.io_timeout_ms = st.opts.io_timeout_ms;
+  p.max_retries = st.opts.max_retries;
+  auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p, s_);
   impl->lease = lease;
   for (const auto& [nsid, ni] : st.namespaces) impl->block_sizes.emplace_back(nsid, ni.block_size);
   if (!impl->connect(err)) return nullptr;
@@ -443,14 +626,16 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
 }
 
 const uint8_t* Controller::identify_data() const { return s_->ident; }
-uint16_t Controller::cntlid() const { return s_->admin ? s_->admin->cntlid() : 0; }
+uint16_t Controller::cntlid() const { return s_->link_cntlid(); }
 uint32_t Controller::io_queues_granted() const { return s_->ioq_granted; }
 uint32_t Controller::max_transfer_bytes() const { return s_->max_transfer; }
 uint64_t Controller::cap() const { return s_->cap; }
 uint32_t Controller::version() const { return s_->vs; }
 const TransportId& Controller::trid() const { return s_->trid; }
 const std::string& Controller::hostnqn() const { return s_->hostnqn; }
-bool Controller::failed() const { return !s_->admin || s_->admin->failed(); }
+bool Controller::failed() const { return s_->link_state() == State::LinkState::Deleted; }
+bool Controller::live() const { return s_->link_state() == State::LinkState::Live; }
+uint32_t Controller::resets() const { return s_->reset_count.load(std::memory_order_relaxed); }
 
 // ---------------------------------------------------------------- QueuePair
 
@@ -518,5 +703,7 @@ uint16_t QueuePair::qid() const { return impl_->qid(); }
 uint32_t QueuePair::depth() const { return impl_->depth(); }
 uint32_t QueuePair::outstanding() const { return impl_->outstanding(); }
 bool QueuePair::failed() const { return impl_->failed(); }
+bool QueuePair::connected() const { return impl_->ready(); }
+uint32_t QueuePair::reconnects() const { return impl_->reconnects(); }
 
 }  // namespace nvtcp::host

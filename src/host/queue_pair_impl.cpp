@@ -18,46 +18,46 @@ using namespace nvtcp::wire;
 
 namespace {
 constexpr uint32_t kHostMaxR2T = 4;  // outstanding R2Ts per command we accept (ICReq MAXR2T + 1)
-}
+constexpr uint64_t kMs = 1'000'000ull;
+}  // namespace
 
-QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p)
-    : reactor_(r), p_(std::move(p)), receiver_(transport::Side::Host, this) {
-  pool_.resize(p_.depth);
+QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr<ControllerLink> link)
+    : reactor_(r), p_(std::move(p)), link_(std::move(link)), receiver_(transport::Side::Host, this) {
+  pool_.resize(p_.depth + 1);
+  for (uint32_t i = 0; i <= p_.depth; ++i) pool_[i].cid = uint16_t(i);
   free_.reserve(p_.depth);
-  for (uint32_t i = p_.depth; i-- > 0;) {
-    pool_[i].cid = uint16_t(i);
-    free_.push_back(&pool_[i]);
-  }
+  for (uint32_t i = p_.depth; i-- > 0;) free_.push_back(&pool_[i]);
   connect_c_.owner = this;
   connect_c_.fn = [](reactor::Completion* c, int res, uint32_t) {
-    static_cast<reactor::OwnedCompletion<QueuePairImpl>*>(c)->owner->connect_res_ = res;
+    static_cast<reactor::OwnedCompletion<QueuePairImpl>*>(c)->owner->on_tcp_connected(res);
   };
+  tick_.qp = this;
+  tick_.fn = on_tick;
 }
 
 QueuePairImpl::~QueuePairImpl() {
   shutdown();
-  if (!stream_ && fd_ >= 0) ::close(fd_);
+  reactor_.cancel_timer(&tick_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void QueuePairImpl::shutdown() {
-  if (stream_ && !closed_) {
-    failed_ = true;
-    stream_->close();
-    uint64_t deadline = reactor::monotonic_ns() + 2'000'000'000ull;
-    while (!closed_ && reactor::monotonic_ns() < deadline) reactor_.run_once(10000);
-  }
-  if (state_ == State::TcpConnecting && fd_ >= 0) {
-    ::shutdown(fd_, SHUT_RDWR);
-    uint64_t deadline = reactor::monotonic_ns() + 1'000'000'000ull;
-    while (connect_res_ == 1 && reactor::monotonic_ns() < deadline) reactor_.run_once(10000);
-  }
+  fail_for_good("queue pair closed");
+  // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
+  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  uint64_t deadline = reactor::monotonic_ns() + 2000 * kMs;
+  while ((!closed_ || connect_res_ == 1) && reactor::monotonic_ns() < deadline) reactor_.run_once(10000);
 }
 
 bool QueuePairImpl::run_until(State want, std::string& err) {
-  uint64_t deadline = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * 1000000ull;
+  uint64_t deadline = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
   while (state_ != want && !failed_) {
     if (reactor::monotonic_ns() > deadline) {
-      err = fmt::format("{}:{} qid {}: timed out after {} ms", p_.trid.traddr, p_.trid.trsvcid, p_.qid, p_.timeout_ms);
+      const char* phase = state_ == State::TcpConnecting ? "connecting"
+                          : state_ == State::AwaitICResp ? "waiting for ICResp"
+                                                         : "waiting for the Connect response";
+      err = fmt::format("{}:{} qid {}: timed out after {} ms {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid,
+                        p_.timeout_ms, phase);
       return false;
     }
     reactor_.run_once(10000);
@@ -70,40 +70,59 @@ bool QueuePairImpl::run_until(State want, std::string& err) {
 }
 
 bool QueuePairImpl::connect(std::string& err) {
-  reactor::Endpoint ep;
-  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, ep, err)) return false;
-  fd_ = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, err)) return false;
+  if (!start_connect(err)) {
+    failed_ = true;
+    state_ = State::Failed;
+    return false;
+  }
+  if (!run_until(State::Ready, err)) return false;
+  arm_tick();
+  return true;
+}
+
+bool QueuePairImpl::start_connect(std::string& err) {
+  fd_ = ::socket(endpoint_.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     err = fmt::format("socket: {}", strerror(errno));
     return false;
   }
   std::string e = reactor::apply_socket_options(fd_, {true, 0, 0, p_.tcp_congestion});
   if (!e.empty()) {
+    ::close(fd_);
+    fd_ = -1;
     err = e;
     return false;
   }
-  // TCP connect through the ring, bounded by the connect timeout.
+  // TCP connect through the ring; the tick (or run_until) bounds it.
   state_ = State::TcpConnecting;
+  connect_res_ = 1;
+  attempt_deadline_ns_ = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
   io_uring_sqe* sqe = reactor_.get_sqe();
-  io_uring_prep_connect(sqe, fd_, reinterpret_cast<sockaddr*>(&ep.addr), ep.len);
+  io_uring_prep_connect(sqe, fd_, reinterpret_cast<sockaddr*>(&endpoint_.addr), endpoint_.len);
   reactor_.prep(sqe, &connect_c_);
-  uint64_t deadline = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * 1000000ull;
-  while (connect_res_ == 1 && reactor::monotonic_ns() < deadline) reactor_.run_once(10000);
-  if (connect_res_ != 0) {
-    if (connect_res_ == 1) {
-      err = fmt::format("connect to {}: timed out after {} ms", ep.to_string(), p_.timeout_ms);
-      shutdown();
-    } else {
-      err = fmt::format("connect to {}: {}", ep.to_string(), strerror(-connect_res_));
-    }
-    state_ = State::Failed;
-    return false;
+  return true;
+}
+
+void QueuePairImpl::on_tcp_connected(int res) {
+  connect_res_ = res > 0 ? 0 : res;
+  if (state_ != State::TcpConnecting) {  // given up meanwhile
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  if (res < 0) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res)));
+    return;
   }
   stream_ = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
   fd_ = -1;  // the stream owns it now
+  closed_ = false;
+  receiver_.reset();
   stream_->start();
 
-  // ICReq
   std::memset(icreq_, 0, sizeof(icreq_));
   auto* ic = reinterpret_cast<ICReqPdu*>(icreq_);
   ic->ch.type = uint8_t(PduType::ICReq);
@@ -115,17 +134,21 @@ bool QueuePairImpl::connect(std::string& err) {
   ic->maxr2t = kHostMaxR2T - 1;
   state_ = State::AwaitICResp;
   stream_->send(icreq_, sizeof(icreq_));
-  if (!run_until(State::AwaitConnect, err)) return false;
+}
 
-  // H2CData header slots: enough for the largest transfer at MAXH2CDATA per PDU, plus
-  // one partial PDU per R2T.
-  h2c_slot_size_ = data_offset(sizeof(H2CDataPdu), p_.hdgst, cpda_) + kDigestLen;
-  h2c_slots_per_request_ = (p_.max_transfer + maxh2cdata_ - 1) / maxh2cdata_ + kHostMaxR2T + 1;
-  h2c_arena_.assign(size_t(h2c_slot_size_) * h2c_slots_per_request_ * p_.depth, 0);
-  for (uint32_t i = 0; i < p_.depth; ++i)
-    pool_[i].h2c_slots = h2c_arena_.data() + size_t(i) * h2c_slot_size_ * h2c_slots_per_request_;
+void QueuePairImpl::size_h2c_arena() {
+  // H2CData header slots: enough for the largest transfer at MAXH2CDATA per PDU, plus one
+  // partial PDU per R2T. Sized again only if a reconnect negotiated other values.
+  uint32_t slot = data_offset(sizeof(H2CDataPdu), p_.hdgst, cpda_) + kDigestLen;
+  uint32_t per = (p_.max_transfer + maxh2cdata_ - 1) / maxh2cdata_ + kHostMaxR2T + 1;
+  if (slot == h2c_slot_size_ && per == h2c_slots_per_request_) return;
+  h2c_slot_size_ = slot;
+  h2c_slots_per_request_ = per;
+  h2c_arena_.assign(size_t(slot) * per * pool_.size(), 0);
+  for (size_t i = 0; i < pool_.size(); ++i) pool_[i].h2c_slots = h2c_arena_.data() + i * slot * per;
+}
 
-  // Fabrics Connect, data in the capsule.
+void QueuePairImpl::send_connect() {
   ConnectCmd cmd{};
   cmd.opc = uint8_t(AdminOpcode::Fabrics);
   cmd.fctype = uint8_t(FabricsType::Connect);
@@ -140,60 +163,103 @@ bool QueuePairImpl::connect(std::string& err) {
   std::memcpy(data.subnqn, p_.trid.subnqn.data(), std::min<size_t>(p_.trid.subnqn.size(), 255));
   std::memcpy(data.hostnqn, p_.hostnqn.data(), std::min<size_t>(p_.hostnqn.size(), 255));
   std::memcpy(connect_data_, &data, sizeof(data));
-  Sqe sqe_c;
-  std::memcpy(&sqe_c, &cmd, sizeof(cmd));
-  state_ = State::AwaitConnect;
-  int rc = submit(
-      sqe_c, connect_data_, sizeof(connect_data_), true,
+  Sqe sqe;
+  std::memcpy(&sqe, &cmd, sizeof(cmd));
+  HostRequest* r = &pool_[p_.depth];  // kept for Connect: free whatever the others hold
+  start_request(
+      r, sqe, connect_data_, sizeof(connect_data_), true,
       [](void* ctx, const Completion& c) {
         auto* self = static_cast<QueuePairImpl*>(ctx);
         self->connect_result_ = c;
+        if (self->state_ != State::AwaitConnect) return;  // the connection went away first
         if (c.status.ok()) {
           self->cntlid_ = uint16_t(c.dw0 & 0xFFFF);
-          self->state_ = State::Ready;
-        } else {
-          self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
-                                 c.status == sc::ConnectInvalidParameters
-                                     ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
-                                                   (c.dw0 >> 16) & 1 ? "connect data" : "command")
-                                     : ""));
+          self->on_associated();
+          return;
         }
+        self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
+                               c.status == sc::ConnectInvalidParameters
+                                   ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
+                                                 (c.dw0 >> 16) & 1 ? "connect data" : "command")
+                                   : ""));
       },
       this);
-  if (rc != 0) {
-    err = "cannot submit Connect";
-    return false;
+  send_command(r);
+}
+
+void QueuePairImpl::on_associated() {
+  state_ = State::Ready;
+  if (link_) generation_ = link_->generation();
+  uint32_t held = 0;
+  for (auto& r : pool_) held += r.state == HostRequest::State::Outstanding && r.held;
+  if (ever_ready_) {
+    ++reconnects_;
+    log::info("{}:{} qid {}: reconnected to controller {} after {} ms; sending {} held commands again",
+              p_.trid.traddr, p_.trid.trsvcid, p_.qid, cntlid_, (reactor::monotonic_ns() - lost_ns_) / kMs, held);
   }
-  return run_until(State::Ready, err);
+  ever_ready_ = true;
+  lost_ns_ = 0;
+  fast_failing_ = false;
+  // Held commands go out again (NVMe does not order commands, so the order is free), except
+  // those that have already been in flight on too many lost connections.
+  for (auto& r : pool_) {
+    if (r.state != HostRequest::State::Outstanding || !r.held || state_ != State::Ready) continue;
+    if (r.retries > p_.max_retries) {
+      log::warn("{}:{} qid {}: cid {} failed after {} attempts", p_.trid.traddr, p_.trid.trsvcid, p_.qid, r.cid,
+                unsigned(r.retries));
+      Completion c;
+      c.status = r.timed_out ? sc::HostAbortedCommand : sc::TransportError;
+      finish(&r, c);
+      continue;
+    }
+    r.held = false;
+    r.timed_out = false;
+    send_command(&r);
+  }
 }
 
 void QueuePairImpl::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags) {
   fill_common_header(ch, type, hlen, data_len, flags, p_.hdgst, p_.ddgst, cpda_);
 }
 
+bool QueuePairImpl::can_reconnect() const {
+  return link_ && p_.ctrl_loss_tmo_ms > 0 && ever_ready_ && !failed_ &&
+         link_->link_state() != ControllerLink::LinkState::Deleted;
+}
+
 int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  if (failed_ || !stream_) return -ENOTCONN;
+  if (failed_ || fast_failing_) return -ENOTCONN;
+  bool send_now = state_ == State::Ready;
+  // While reconnecting, commands wait for the new connection (as the kernel queues them).
+  if (!send_now && !can_reconnect()) return -ENOTCONN;
   if (len > p_.max_transfer) return -EINVAL;
   if (free_.empty()) return -EBUSY;
   HostRequest* r = free_.back();
   free_.pop_back();
   ++outstanding_;
+  start_request(r, in, data, len, to_controller, cb, ctx);
+  if (send_now) send_command(r);
+  else r->held = true;
+  return 0;
+}
+
+void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uint32_t len, bool to_controller,
+                                  CompletionFn cb, void* ctx) {
   r->state = HostRequest::State::Outstanding;
   r->cb = cb;
   r->ctx = ctx;
   r->data = static_cast<uint8_t*>(data);
   r->len = len;
   r->to_controller = to_controller;
-  r->c2h_received = 0;
-  r->r2t_next = 0;
-  r->h2c_pdus = 0;
-  r->data_error = false;
+  r->held = false;
+  r->abort_sent = false;
+  r->timed_out = false;
+  r->retries = 0;
   // Fabrics commands (Connect) may carry up to 8 KiB in the capsule on any queue,
   // whatever IOCCSZ says about I/O commands.
   uint32_t icd_limit =
       in.opc == uint8_t(AdminOpcode::Fabrics) ? std::max<uint32_t>(p_.in_capsule_max, 8192) : p_.in_capsule_max;
   r->in_capsule = to_controller && len > 0 && len <= icd_limit;
-
   auto* pdu = reinterpret_cast<CapsuleCmdHeader*>(r->cmd_pdu);
   Sqe sqe = in;
   sqe.cid = r->cid;
@@ -203,7 +269,18 @@ int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_contr
   sqe.sgl.length = len;
   sqe.sgl.type = r->in_capsule ? kSglDataBlockOffset : kSglTransportDataBlock;
   std::memcpy(pdu->sqe, &sqe, sizeof(sqe));
-  uint32_t icd = r->in_capsule ? len : 0;
+}
+
+void QueuePairImpl::send_command(HostRequest* r) {
+  r->c2h_received = 0;
+  r->r2t_next = 0;
+  r->h2c_pdus = 0;
+  r->data_error = false;
+  r->abort_sent = false;
+  r->sent_ns = reactor_.now_ns();
+  // The header is filled at each send: a new connection may have another CPDA.
+  auto* pdu = reinterpret_cast<CapsuleCmdHeader*>(r->cmd_pdu);
+  uint32_t icd = r->in_capsule ? r->len : 0;
   fill_header(pdu->ch, PduType::CapsuleCmd, sizeof(CapsuleCmdHeader), icd, 0);
   uint32_t head = icd ? pdu->ch.pdo : pdu->ch.plen;
   if (p_.hdgst) {
@@ -223,7 +300,6 @@ int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_contr
       stream_->send(r->cmd_ddgst, 4);
     }
   }
-  return 0;
 }
 
 int QueuePairImpl::poll(uint32_t timeout_us) {
@@ -236,42 +312,175 @@ void QueuePairImpl::finish(HostRequest* r, const Completion& c) {
   CompletionFn cb = r->cb;
   void* ctx = r->ctx;
   r->state = HostRequest::State::Free;
-  free_.push_back(r);
-  --outstanding_;
-  ++delivered_;
+  r->held = false;
+  if (r->cid < p_.depth) {  // not the Connect slot
+    free_.push_back(r);
+    --outstanding_;
+    ++delivered_;
+  }
   if (cb) cb(ctx, c);
 }
 
 void QueuePairImpl::fail(const std::string& why) {
+  if (failed_ || state_ == State::Disconnected) return;
+  if (can_reconnect()) {
+    disconnect(why, state_ == State::Ready);
+    return;
+  }
+  fail_for_good(why);
+}
+
+void QueuePairImpl::fail_for_good(const std::string& why) {
   if (failed_) return;
+  bool was_ready = state_ == State::Ready || state_ == State::Disconnected;
   failed_ = true;
-  error_ = why;
-  if (state_ == State::Ready)  // during connect() the error is returned instead
+  fast_failing_ = false;
+  if (error_.empty()) error_ = why;
+  if (was_ready && why != "queue pair closed")  // during connect() the error is returned instead
     log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
   state_ = State::Failed;
-  if (stream_) stream_->close();
-  // Every command still outstanding ends now, with a status saying the path failed.
-  Completion c;
-  c.status = sc::TransportError;
+  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  // Commands end only once nothing can land in their buffers any more: a receive in flight
+  // may be writing straight into one.
+  if (stream_ && !closed_) {
+    fail_pending_ = true;
+    stream_->close();
+  } else {
+    fail_all_when_closed();
+  }
+}
+
+void QueuePairImpl::fail_all_when_closed() {
+  fail_pending_ = false;
   for (auto& r : pool_) {
-    if (r.state == HostRequest::State::Outstanding) finish(&r, c);
+    if (r.state != HostRequest::State::Outstanding) continue;
+    Completion c;
+    c.status = r.timed_out ? sc::HostAbortedCommand : sc::TransportError;
+    finish(&r, c);
+  }
+}
+
+void QueuePairImpl::disconnect(const std::string& why, bool reset_controller) {
+  uint64_t now = reactor::monotonic_ns();
+  if (state_ == State::Ready)
+    log::warn("{}:{} qid {}: {}; reconnecting (ctrl_loss_tmo {} ms)", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why,
+              p_.ctrl_loss_tmo_ms);
+  else
+    log::info("{}:{} qid {}: reconnect attempt failed: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
+  if (!lost_ns_) lost_ns_ = now;
+  state_ = State::Disconnected;
+  rx_req_ = nullptr;
+  if (stream_ && !closed_) stream_->close();
+  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  for (auto& r : pool_) {
+    if (r.state != HostRequest::State::Outstanding || r.held) continue;
+    if (r.cid == p_.depth) {  // this attempt's Connect: dropped with it
+      r.state = HostRequest::State::Free;
+      continue;
+    }
+    r.held = true;
+    ++r.retries;
+  }
+  next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
+  if (reset_controller && link_) link_->request_reset(generation_, why);
+}
+
+void QueuePairImpl::arm_tick() {
+  bool recovery = link_ && p_.ctrl_loss_tmo_ms > 0;
+  if (!recovery && !p_.io_timeout_ms) return;
+  // Often enough to honour the shortest of the timeouts to within a quarter of it.
+  uint64_t period = 100;
+  if (p_.io_timeout_ms) period = std::min<uint64_t>(period, p_.io_timeout_ms / 4);
+  if (recovery) period = std::min<uint64_t>(period, std::max<uint32_t>(p_.reconnect_delay_ms, 1) / 4);
+  reactor_.arm_timer(&tick_, std::max<uint64_t>(period, 2) * kMs);
+}
+
+void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp->tick(); }
+
+void QueuePairImpl::tick() {
+  if (failed_) return;
+  uint64_t now = reactor::monotonic_ns();
+  if (state_ == State::Ready) {
+    // Another queue (or the admin queue) lost its connection and the controller was reset:
+    // this connection belongs to the old association.
+    if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_) disconnect("the controller was reset", false);
+    else if (p_.io_timeout_ms) check_timeouts(now);
+  }
+  if (!failed_ && state_ != State::Ready && ever_ready_) {
+    if (stream_ && closed_) stream_.reset();
+    bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
+    if (lost || now - lost_ns_ >= uint64_t(p_.ctrl_loss_tmo_ms) * kMs) {
+      fail_for_good(fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", (now - lost_ns_) / kMs));
+      return;
+    }
+    if (state_ != State::Disconnected && now > attempt_deadline_ns_) fail("reconnect attempt timed out");
+    if (state_ == State::Disconnected && !stream_ && connect_res_ != 1) {
+      if (p_.fast_io_fail_tmo_ms >= 0 && !fast_failing_ && now - lost_ns_ >= uint64_t(p_.fast_io_fail_tmo_ms) * kMs) {
+        fast_failing_ = true;
+        log::warn("{}:{} qid {}: fast_io_fail_tmo ({} ms) passed: failing held and new I/O until reconnected",
+                  p_.trid.traddr, p_.trid.trsvcid, p_.qid, p_.fast_io_fail_tmo_ms);
+        for (auto& r : pool_) {
+          if (r.state != HostRequest::State::Outstanding) continue;
+          Completion c;
+          c.status = sc::TransportError;
+          finish(&r, c);
+        }
+      }
+      // Reconnect once the controller itself is back (its generation moved on).
+      if (link_->link_state() == ControllerLink::LinkState::Live && link_->generation() != generation_ &&
+          now >= next_attempt_ns_) {
+        p_.cntlid = link_->link_cntlid();
+        next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
+        std::string err;
+        if (!start_connect(err)) {
+          state_ = State::Disconnected;
+          log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err);
+        }
+      }
+    }
+  }
+  if (!failed_) arm_tick();
+}
+
+void QueuePairImpl::check_timeouts(uint64_t now) {
+  uint64_t limit = uint64_t(p_.io_timeout_ms) * kMs;
+  for (auto& r : pool_) {
+    if (r.state != HostRequest::State::Outstanding || r.held || now - r.sent_ns < limit) continue;
+    if (!r.abort_sent && link_ && r.cid != p_.depth) {
+      // First ask the controller to abort it; the queue stays up.
+      r.abort_sent = true;
+      r.abort_ns = now;
+      log::warn("{}:{} qid {}: cid {} not completed after {} ms; sending Abort", p_.trid.traddr, p_.trid.trsvcid,
+                p_.qid, r.cid, p_.io_timeout_ms);
+      link_->abort_command(p_.qid, r.cid);
+      continue;
+    }
+    if (r.abort_sent && now - r.abort_ns < limit) continue;
+    // Still nothing: the connection cannot be trusted any more. Reset (or fail) it.
+    r.timed_out = true;
+    fail(fmt::format("cid {} not completed after {} ms{}", r.cid, (now - r.sent_ns) / kMs,
+                     r.abort_sent ? " and an Abort" : ""));
+    return;
   }
 }
 
 void QueuePairImpl::on_receive(const uint8_t* data, size_t len) {
-  if (failed_) return;
-  receiver_.feed(data, len);
+  if (receiving()) receiver_.feed(data, len);
 }
 
 void QueuePairImpl::on_closed(int err) {
   closed_ = true;
-  if (!failed_) fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
+  if (fail_pending_) {
+    fail_all_when_closed();
+    return;
+  }
+  if (receiving()) fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
 }
 
 void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   log::warn("{}:{} qid {}: fatal transport error: {} (FES {}); sending H2CTermReq", p_.trid.traddr, p_.trid.trsvcid,
             p_.qid, why, unsigned(fes));
-  if (stream_ && !failed_) {
+  if (stream_ && receiving()) {
     uint32_t len = receiver_.build_term_req(term_pdu_, PduType::H2CTermReq, fes, fei);
     stream_->send(term_pdu_, len);
     stream_->reactor().run_deferred();  // push it out before the close below
@@ -373,7 +582,10 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
   const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
   switch (static_cast<PduType>(ch.type)) {
     case PduType::ICResp:
-      return;  // answered in on_pdu_header
+      // Checked in on_pdu_header; now the fabrics Connect, with its data in the capsule.
+      size_h2c_arena();
+      send_connect();
+      return;
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
       fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), unsigned(t.fes),

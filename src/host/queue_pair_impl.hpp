@@ -20,6 +20,10 @@ struct HostRequest {
   uint16_t cid = 0;
   bool to_controller = false;
   bool in_capsule = false;
+  bool held = false;              // not on the wire: waiting for a (new) connection
+  bool abort_sent = false;        // timed out once; an Abort went to the admin queue
+  bool timed_out = false;         // timed out after its Abort too: ends as host-aborted
+  uint8_t retries = 0;            // connections it was in flight on when they were lost
   CompletionFn cb = nullptr;
   void* ctx = nullptr;
   uint8_t* data = nullptr;
@@ -28,9 +32,26 @@ struct HostRequest {
   uint32_t r2t_next = 0;          // where the next R2T must start
   uint32_t h2c_pdus = 0;          // H2CData PDUs sent for this command
   bool data_error = false;        // a data digest failed: the command cannot succeed
+  uint64_t sent_ns = 0;           // when it went on the wire (reactor time)
+  uint64_t abort_ns = 0;
   alignas(8) uint8_t cmd_pdu[sizeof(wire::CapsuleCmdHeader) + wire::kDigestLen + 128];
   uint8_t cmd_ddgst[4];
   uint8_t* h2c_slots = nullptr;   // into QueuePairImpl::h2c_arena_
+};
+
+// What an I/O queue needs of its controller to recover from a lost connection; the
+// controller's admin thread implements it. Every method may be called from any thread.
+class ControllerLink {
+ public:
+  enum class LinkState { Live, Resetting, Deleted };
+  virtual ~ControllerLink() = default;
+  virtual LinkState link_state() const = 0;
+  virtual uint32_t generation() const = 0;     // changes at every new association
+  virtual uint16_t link_cntlid() const = 0;    // the controller ID of the current one
+  // A queue of association `generation` lost its connection (ignored if that association
+  // is already gone).
+  virtual void request_reset(uint32_t generation, const std::string& why) = 0;
+  virtual void abort_command(uint16_t sqid, uint16_t cid) = 0;
 };
 
 struct QueueParams {
@@ -45,20 +66,29 @@ struct QueueParams {
   bool ddgst = false;
   uint32_t in_capsule_max = 8192; // largest write sent in the capsule
   uint32_t max_transfer = 1u << 20;
-  uint32_t timeout_ms = 5000;
+  uint32_t timeout_ms = 5000;     // connect (TCP, ICReq, fabrics Connect)
   std::string tcp_congestion;
+  // Recovery (see ControllerOptions). Reconnecting needs a ControllerLink.
+  uint32_t ctrl_loss_tmo_ms = 0;
+  uint32_t reconnect_delay_ms = 2000;
+  int32_t fast_io_fail_tmo_ms = -1;
+  uint32_t io_timeout_ms = 0;     // 0 = commands never time out
+  uint32_t max_retries = 5;
 };
 
 class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHandler {
  public:
-  QueuePairImpl(reactor::Reactor& r, QueueParams p);
+  // link: the controller, for queues that reconnect with it (nullptr: this connection
+  // alone; a loss fails it for good, as for the admin queue, which its owner re-creates).
+  QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr<ControllerLink> link = nullptr);
   ~QueuePairImpl() override;
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
   bool connect(std::string& err);
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
   int poll(uint32_t timeout_us);
-  // Closes the connection, failing outstanding commands, and waits for the close to finish.
+  // Closes the connection for good, ending every outstanding command with a path error,
+  // and waits for the close to finish.
   void shutdown();
 
   uint16_t qid() const { return p_.qid; }
@@ -67,6 +97,8 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   uint32_t outstanding() const { return outstanding_; }
   bool failed() const { return failed_; }
   bool ready() const { return state_ == State::Ready; }
+  uint32_t reconnects() const { return reconnects_; }
+  const std::string& error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }
   const QueueParams& params() const { return p_; }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
@@ -80,10 +112,10 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   void on_receive(const uint8_t* data, size_t len) override;
   void on_closed(int err) override;
   bool recv_direct(uint8_t*& p, size_t& n) override {
-    return !failed_ && receiver_.in_place_window(transport::kMinInPlaceBytes, p, n);
+    return receiving() && receiver_.in_place_window(transport::kMinInPlaceBytes, p, n);
   }
   void on_receive_direct(size_t len) override {
-    if (!failed_) receiver_.consumed_in_place(len);
+    if (receiving()) receiver_.consumed_in_place(len);
   }
   // PduHandler
   bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
@@ -91,23 +123,49 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
 
  private:
-  enum class State { Idle, TcpConnecting, AwaitICResp, AwaitConnect, Ready, Failed, Closed };
+  // Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect -> Ready. A lost connection goes to
+  // Disconnected when it can be re-established (commands held), else to Failed.
+  enum class State { Idle, TcpConnecting, AwaitICResp, AwaitConnect, Ready, Disconnected, Failed };
 
+  bool receiving() const {
+    return state_ == State::AwaitICResp || state_ == State::AwaitConnect || state_ == State::Ready;
+  }
+  bool can_reconnect() const;
+  bool start_connect(std::string& err);
+  void on_tcp_connected(int res);
+  void send_connect();
+  void on_associated();
+  // Any fatal error on the current connection: hold and reconnect when possible, else fail.
   void fail(const std::string& why);
+  void fail_for_good(const std::string& why);
+  void disconnect(const std::string& why, bool reset_controller);
+  void fail_all_when_closed();
   void finish(HostRequest* r, const Completion& c);
+  void start_request(HostRequest* r, const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller,
+                     CompletionFn cb, void* ctx);
+  void send_command(HostRequest* r);
   void send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uint32_t length);
   bool run_until(State want, std::string& err);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   HostRequest* lookup(uint16_t cid, uint32_t fei_offset);
+  void size_h2c_arena();
+  static void on_tick(reactor::Timer* t);
+  void tick();
+  void check_timeouts(uint64_t now);
+  void arm_tick();
 
   reactor::Reactor& reactor_;
   QueueParams p_;
+  std::shared_ptr<ControllerLink> link_;
   int fd_ = -1;
   std::unique_ptr<reactor::TcpStream> stream_;
   transport::PduReceiver receiver_;
   State state_ = State::Idle;
   bool failed_ = false;
-  bool closed_ = false;
+  bool closed_ = true;            // no stream, or its close has finished
+  bool fail_pending_ = false;     // failed for good: end every command once the stream is closed
+  bool ever_ready_ = false;
+  bool fast_failing_ = false;     // fast_io_fail_tmo passed: new I/O fails at once
   std::string error_;
 
   uint8_t cpda_ = 0;
@@ -115,6 +173,18 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   uint16_t cntlid_ = 0;
   Completion connect_result_;
 
+  // Recovery
+  uint32_t generation_ = 0;       // the controller association this connection belongs to
+  uint32_t reconnects_ = 0;
+  uint64_t lost_ns_ = 0;          // when the connection was lost (0 = not lost)
+  uint64_t next_attempt_ns_ = 0;
+  uint64_t attempt_deadline_ns_ = 0;
+  struct TickTimer : reactor::Timer {
+    QueuePairImpl* qp = nullptr;
+  } tick_;
+
+  // pool_[depth] is kept for fabrics Connect, so a reconnect finds a command slot even
+  // when every other one holds a command waiting to be sent again.
   std::vector<HostRequest> pool_;
   std::vector<HostRequest*> free_;
   std::vector<uint8_t> h2c_arena_;
@@ -128,7 +198,8 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
   uint8_t connect_data_[wire::kConnectDataLen];
   reactor::OwnedCompletion<QueuePairImpl> connect_c_;
-  int connect_res_ = 1;
+  int connect_res_ = 0;             // 1 while a TCP connect is in flight
+  reactor::Endpoint endpoint_;
 };
 
 }  // namespace nvtcp::host::detail

@@ -44,6 +44,12 @@ class PduReceiver {
     hdgst_ = hdgst;
     ddgst_ = ddgst;
   }
+  // Back to the start of a stream, for a new connection (digests off until negotiated).
+  void reset() {
+    uint32_t max_plen = max_plen_;
+    *this = PduReceiver(side_, handler_);
+    max_plen_ = max_plen;
+  }
   // Hard cap on plen, guarding against absurd lengths before any handler sees them.
   void set_max_plen(uint32_t v) { max_plen_ = v; }
 

@@ -37,6 +37,7 @@ const char* known_name(Status s) {
     case sc::WriteFault.value: return "Write Fault";
     case sc::UnrecoveredReadError.value: return "Unrecovered Read Error";
     case sc::TransportError.value: return "Transport Error (host)";
+    case sc::HostAbortedCommand.value: return "Command Aborted By Host";
     default: return nullptr;
   }
 }
