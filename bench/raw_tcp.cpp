@@ -36,6 +36,16 @@ struct Options {
   bool json = false;
   bool busy_poll = false;
   bool hybrid_poll = false;
+  bool sqpoll = false;
+  bool sqpoll_same_core = false;  // pin each side's SQ thread to that side's core
+
+  reactor::ReactorOptions reactor_options(int core) const {
+    reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
+    r.poll = busy_poll ? reactor::PollMode::BusyPoll : hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt;
+    r.sqpoll = sqpoll;
+    r.sq_thread_cpu = sqpoll_same_core ? core : -1;
+    return r;
+  }
 };
 
 void pin(int core) {
@@ -124,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--busy-poll", o.busy_poll, "spin instead of sleeping in io_uring (both sides)");
   app.add_flag("--hybrid-poll", o.hybrid_poll, "spin while busy, sleep after 50 us idle (both sides)");
+  app.add_flag("--sqpoll", o.sqpoll, "an io_uring SQ thread per side");
+  app.add_flag("--sqpoll-same-core", o.sqpoll_same_core, "pin each SQ thread to its side's core");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
@@ -144,7 +156,7 @@ int main(int argc, char** argv) {
   std::atomic<double> server_cpu{0};
   std::thread server([&] {
     pin(o.server_core);
-    reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : o.hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt);
+    reactor::Reactor r(4096, o.reactor_options(o.server_core));
     int fd = -1;
     while (fd < 0 && !stop) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
@@ -158,7 +170,7 @@ int main(int argc, char** argv) {
   });
 
   pin(o.client_core);
-  reactor::Reactor r(4096, o.busy_poll ? reactor::PollMode::BusyPoll : o.hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt);
+  reactor::Reactor r(4096, o.reactor_options(o.client_core));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
   if (::connect(fd, reinterpret_cast<sockaddr*>(&ep.addr), ep.len) < 0) {

@@ -239,6 +239,9 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_flag("--busy-poll", a->o.ctrl.busy_poll, "spin on the queue pairs instead of sleeping");
   c->add_flag("--hybrid-poll", a->o.ctrl.hybrid_poll, "spin while completions keep coming, sleep when idle");
+  c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
+  c->add_option("--sqpoll-cpu", a->o.sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
+      ->check(CLI::Range(-1, 4095));
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });
 }
 

@@ -30,6 +30,9 @@ struct TargetArgs {
   std::vector<std::string> hosts;
   bool busy_poll = false;
   std::string poll;
+  bool sqpoll = false;
+  int sqpoll_cpu = -2;            // -2: not given
+  uint32_t sqpoll_idle_ms = 0;    // 0: not given
   std::string ready_file;
 };
 
@@ -106,6 +109,9 @@ int run_target(const TargetArgs& a) {
   cfg.max_h2c_data = a.max_h2c;
   if (!a.poll.empty()) cfg.poll = a.poll;
   if (a.busy_poll) cfg.poll = "busy";
+  if (a.sqpoll) cfg.sqpoll = true;
+  if (a.sqpoll_cpu != -2) cfg.sqpoll_cpu = a.sqpoll_cpu;
+  if (a.sqpoll_idle_ms) cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
 
   sigset_t set;
   sigemptyset(&set);
@@ -163,6 +169,11 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--poll", a->poll, "interrupt (sleep in io_uring), busy (spin) or hybrid (spin while busy)")
       ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
   c->add_flag("--busy-poll", a->busy_poll, "same as --poll busy");
+  c->add_flag("--sqpoll", a->sqpoll, "an io_uring SQ thread per reactor submits, so a polling reactor makes no syscalls");
+  c->add_option("--sqpoll-cpu", a->sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
+      ->check(CLI::Range(-1, 4095));
+  c->add_option("--sqpoll-idle-ms", a->sqpoll_idle_ms, "SQ thread sleeps after this many ms without work (default 2)")
+      ->check(CLI::Range(1, 100000));
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
   c->callback([a, &rc] { rc = run_target(*a); });
 }

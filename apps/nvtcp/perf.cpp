@@ -211,6 +211,10 @@ void pin_to(int cpu) {
 }  // namespace
 
 bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
+  // The host library makes each thread's reactor itself; it takes these defaults.
+  reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
+  ro.sq_thread_cpu = o.sqpoll_cpu;
+  reactor::ReactorOptions::set_defaults(ro);
   auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
   if (!ctrl) return false;
   host::NamespaceInfo ni;

@@ -22,6 +22,7 @@ struct PerfOptions {
   unsigned cores = 1;                 // threads, each with its own queue pairs
   std::vector<int> cpus;              // pin thread i to cpus[i] when given
   bool verify = false;                // write tagged blocks, then read back and check
+  int sqpoll_cpu = -1;                // with ctrl.sqpoll: pin the SQ threads here
 };
 
 struct PerfResult {

@@ -52,11 +52,29 @@ struct Timer {
 // without burning an idle core.
 enum class PollMode { Interrupt, BusyPoll, Hybrid };
 
+// How a reactor drives io_uring and the streams on it.
+struct ReactorOptions {
+  PollMode poll = PollMode::Interrupt;
+  // IORING_SETUP_SQPOLL: a kernel thread picks up submissions (and runs their completion
+  // work), so a spinning reactor makes no system call at all. The thread sleeps after
+  // sq_thread_idle_ms without work; sq_thread_cpu pins it (-1: wherever the kernel likes).
+  bool sqpoll = false;
+  uint32_t sq_thread_idle_ms = 2;
+  int sq_thread_cpu = -1;
+
+  // Process-wide defaults for reactors that a library creates on its own (the host's
+  // per-thread reactors): set once at start-up, before such reactors exist.
+  static ReactorOptions defaults();
+  static void set_defaults(const ReactorOptions& o);
+};
+
 uint64_t monotonic_ns();
 
 class Reactor {
  public:
-  explicit Reactor(unsigned entries = 4096, PollMode mode = PollMode::Interrupt);
+  // The process defaults, with this poll mode and SQPOLL choice.
+  explicit Reactor(unsigned entries = 4096, PollMode mode = PollMode::Interrupt, bool sqpoll = false);
+  Reactor(unsigned entries, const ReactorOptions& o);
   ~Reactor();
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
@@ -92,6 +110,9 @@ class Reactor {
   void post(std::function<void()> fn);
 
   uint64_t now_ns() const { return now_ns_; }
+  const ReactorOptions& options() const { return opts_; }
+  // True when the ring really runs with an SQ thread (the kernel may refuse one).
+  bool sqpoll() const { return sqpoll_; }
   PollMode poll_mode() const { return mode_; }
   void set_poll_mode(PollMode m) { mode_ = m; }
   void set_spin_window_ns(uint64_t ns) { spin_window_ns_ = ns; }
@@ -105,9 +126,12 @@ class Reactor {
   void run_timers();
   void run_posted();
   void arm_wakeup();
+  void init_ring(unsigned entries);
 
   io_uring ring_{};
+  ReactorOptions opts_;
   PollMode mode_;
+  bool sqpoll_ = false;
   uint64_t now_ns_ = 0;
   uint64_t last_activity_ns_ = 0;
   uint64_t spin_window_ns_ = 50'000;

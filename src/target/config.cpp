@@ -46,6 +46,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.max_io_queues = j.value("max_io_queues", cfg.max_io_queues);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
     cfg.poll = j.value("poll", cfg.poll);
+    cfg.sqpoll = j.value("sqpoll", cfg.sqpoll);
+    cfg.sqpoll_idle_ms = j.value("sqpoll_idle_ms", cfg.sqpoll_idle_ms);
+    cfg.sqpoll_cpu = j.value("sqpoll_cpu", cfg.sqpoll_cpu);
     for (const auto& s : j.value("subsystems", nlohmann::json::array())) {
       SubsystemConfig sc;
       sc.nqn = s.at("nqn").get<std::string>();

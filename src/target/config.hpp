@@ -45,6 +45,9 @@ struct TargetConfig {
   uint32_t icreq_timeout_ms = 10000;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
   std::string poll = "interrupt";        // interrupt | busy | hybrid (see reactor::PollMode)
+  bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)
+  uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work
+  int sqpoll_cpu = -1;                  // pin the SQ threads to this CPU (-1: unpinned)
 };
 
 // Reads a JSON configuration; returns an error message or empty.

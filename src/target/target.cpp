@@ -118,9 +118,14 @@ std::string Target::start() {
         CPU_SET(cpu, &set);
         if (sched_setaffinity(0, sizeof(set), &set) != 0) log::warn("cannot pin a reactor to CPU {}", cpu);
       }
-      reactor::Reactor r(4096, cfg_.poll == "busy"     ? reactor::PollMode::BusyPoll
-                               : cfg_.poll == "hybrid" ? reactor::PollMode::Hybrid
-                                                       : reactor::PollMode::Interrupt);
+      reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
+      ro.poll = cfg_.poll == "busy"     ? reactor::PollMode::BusyPoll
+                : cfg_.poll == "hybrid" ? reactor::PollMode::Hybrid
+                                        : reactor::PollMode::Interrupt;
+      ro.sqpoll = cfg_.sqpoll;
+      ro.sq_thread_idle_ms = cfg_.sqpoll_idle_ms;
+      ro.sq_thread_cpu = cfg_.sqpoll_cpu;
+      reactor::Reactor r(4096, ro);
       raw->reactor = &r;
       {
         std::lock_guard lk(raw->mu);
