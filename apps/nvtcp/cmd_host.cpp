@@ -1,4 +1,5 @@
 // Host-side commands: discover, identify, perf.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,29 @@
 #include "wire/log_pages.hpp"
 
 namespace nvtcp::app {
+
+namespace {
+// Recovery options, in seconds as nvme-cli takes them.
+void add_recovery_options(CLI::App* c, host::ControllerOptions& o) {
+  auto ms = [](double secs) { return uint32_t(std::max(0.0, secs) * 1000.0 + 0.5); };
+  c->add_option_function<double>(
+       "--ctrl-loss-tmo", [&o, ms](double v) { o.ctrl_loss_tmo_ms = ms(v); },
+       "seconds to keep reconnecting after a connection is lost (default 0: no reconnect)")
+      ->check(CLI::Range(0.0, 1e6));
+  c->add_option_function<double>(
+       "--reconnect-delay", [&o, ms](double v) { o.reconnect_delay_ms = std::max<uint32_t>(ms(v), 1); },
+       "seconds between reconnect attempts (default 2)")
+      ->check(CLI::Range(0.001, 1e6));
+  c->add_option_function<double>(
+       "--fast-io-fail-tmo", [&o, ms](double v) { o.fast_io_fail_tmo_ms = v < 0 ? -1 : int32_t(ms(v)); },
+       "seconds after a loss from which held I/O fails (default -1: wait for ctrl-loss-tmo)")
+      ->check(CLI::Range(-1.0, 1e6));
+  c->add_option_function<double>(
+       "--io-timeout", [&o, ms](double v) { o.io_timeout_ms = ms(v); },
+       "seconds before an I/O is aborted, and as long again before the controller is reset (default 30; 0: never)")
+      ->check(CLI::Range(0.0, 1e6));
+}
+}  // namespace
 
 using namespace nvtcp::wire;
 
@@ -242,6 +266,7 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
   c->add_option("--sqpoll-cpu", a->o.sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));
+  add_recovery_options(c, a->o.ctrl);
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });
 }
 

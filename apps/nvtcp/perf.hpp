@@ -26,7 +26,7 @@ struct PerfOptions {
 };
 
 struct PerfResult {
-  uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_failures = 0;
+  uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_failures = 0, verify_skipped = 0;
   double seconds = 0;
   double cpu_seconds = 0;
   LatencyHistogram lat;

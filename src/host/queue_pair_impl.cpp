@@ -407,6 +407,7 @@ void QueuePairImpl::tick() {
     else if (p_.io_timeout_ms) check_timeouts(now);
   }
   if (!failed_ && state_ != State::Ready && ever_ready_) {
+    now = reactor::monotonic_ns();  // after any disconnect() above, which stamped lost_ns_
     if (stream_ && closed_) stream_.reset();
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
     if (lost || now - lost_ns_ >= uint64_t(p_.ctrl_loss_tmo_ms) * kMs) {

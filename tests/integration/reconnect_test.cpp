@@ -1,0 +1,533 @@
+// Host recovery: reconnect after cut connections and target restarts with every
+// acknowledged write intact, ctrl_loss_tmo and fast_io_fail_tmo, and per-command timeouts
+// (Abort, then reset) on I/O and admin queues. Faults come from the in-test proxy.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "fault_proxy.hpp"
+#include "nvtcp/host.hpp"
+#include "test_target.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+using host::Completion;
+using host::ControllerOptions;
+using host::QueuePair;
+
+constexpr uint32_t kUnitBytes = 4096;
+
+// Writes tagged blocks over a region and reads them back, keeping per 4 KiB unit the tag of
+// the last acknowledged write. A unit is never written and read at once, so every read
+// has exactly one right answer; a write that failed leaves its units unknown until the
+// next acknowledged write.
+class VerifyWorkload {
+ public:
+  VerifyWorkload(QueuePair& qp, uint32_t nsid, uint32_t block_size, uint32_t units, uint32_t depth, uint64_t seed)
+      : qp_(qp), nsid_(nsid), bs_(block_size), units_(units), slots_(depth), rng_(seed) {
+    for (auto& s : slots_) {
+      s.w = this;
+      s.buf.resize(16 * kUnitBytes);
+    }
+  }
+
+  // Keeps every slot busy; returns how many commands were submitted.
+  int pump() {
+    int n = 0;
+    for (auto& s : slots_) {
+      if (s.busy) continue;
+      if (!start(s)) break;
+      ++n;
+    }
+    return n;
+  }
+  // Waits for every command in flight.
+  bool drain(int timeout_ms) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (in_flight_ > 0 && std::chrono::steady_clock::now() < end) qp_.process_completions(1000);
+    return in_flight_ == 0;
+  }
+  // Reads the whole region back and checks every unit with a known tag.
+  void verify_all() {
+    for (uint32_t u = 0; u < units_; u += 16) {
+      Slot& s = slots_[0];
+      s.unit = u;
+      s.n = std::min<uint32_t>(16, units_ - u);
+      s.write = false;
+      s.busy = true;
+      ++in_flight_;
+      int rc = qp_.read(nsid_, uint64_t(u) * (kUnitBytes / bs_), s.n * (kUnitBytes / bs_), s.buf.data(), on_done, &s);
+      ASSERT_EQ(rc, 0);
+      ASSERT_TRUE(drain(30000));
+    }
+  }
+
+  // A unit whose last acknowledged write is known and carries data (for negative controls).
+  int64_t some_written_unit() const {
+    for (uint32_t u = 0; u < state_.size(); ++u)
+      if (state_[u].tag && !state_[u].unknown) return u;
+    return -1;
+  }
+
+  uint64_t writes_acked = 0, reads_checked = 0, errors = 0, mismatches = 0, enotconn = 0;
+  bool report = true;  // mismatches are test failures (off for the negative control)
+
+ private:
+  struct Slot {
+    VerifyWorkload* w = nullptr;
+    std::vector<uint8_t> buf;
+    uint32_t unit = 0, n = 0;
+    uint64_t tag = 0;
+    bool write = false;
+    bool busy = false;
+  };
+  struct Unit {
+    uint64_t tag = 0;     // 0: never written (a RAM namespace reads zeros)
+    bool unknown = false; // a write to it failed: either content is possible
+    bool busy = false;
+  };
+
+  static void fill(uint8_t* p, uint32_t unit, uint64_t tag) {
+    auto* q = reinterpret_cast<uint64_t*>(p);
+    for (uint32_t i = 0; i < kUnitBytes / 8; ++i) q[i] = tag ? (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(unit) << 20) ^ i : 0;
+  }
+  static bool matches(const uint8_t* p, uint32_t unit, uint64_t tag) {
+    alignas(8) uint8_t want[kUnitBytes];
+    fill(want, unit, tag);
+    return std::memcmp(p, want, kUnitBytes) == 0;
+  }
+
+  bool start(Slot& s) {
+    static constexpr uint32_t kSizes[] = {1, 1, 1, 2, 4, 16};  // 4 KiB in the capsule .. 64 KiB by R2T
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      uint32_t n = kSizes[rng_() % std::size(kSizes)];
+      uint32_t unit = uint32_t(rng_() % (units_ / n)) * n;
+      bool free = true;
+      for (uint32_t i = 0; i < n; ++i) free &= !units_state_(unit + i).busy;
+      if (!free) continue;
+      s.unit = unit;
+      s.n = n;
+      s.write = rng_() % 2 == 0;
+      uint64_t lba = uint64_t(unit) * (kUnitBytes / bs_);
+      uint32_t nlb = n * (kUnitBytes / bs_);
+      int rc;
+      if (s.write) {
+        s.tag = ++next_tag_;
+        for (uint32_t i = 0; i < n; ++i) fill(s.buf.data() + size_t(i) * kUnitBytes, unit + i, s.tag);
+        rc = qp_.write(nsid_, lba, nlb, s.buf.data(), on_done, &s);
+      } else {
+        rc = qp_.read(nsid_, lba, nlb, s.buf.data(), on_done, &s);
+      }
+      if (rc == -ENOTCONN) ++enotconn;
+      if (rc != 0) return false;
+      for (uint32_t i = 0; i < n; ++i) units_state_(unit + i).busy = true;
+      s.busy = true;
+      ++in_flight_;
+      return true;
+    }
+    return false;
+  }
+
+  Unit& units_state_(uint32_t u) {
+    if (state_.size() != units_) state_.resize(units_);
+    return state_[u];
+  }
+
+  static void on_done(void* ctx, const Completion& c) {
+    auto* s = static_cast<Slot*>(ctx);
+    VerifyWorkload* w = s->w;
+    --w->in_flight_;
+    s->busy = false;
+    for (uint32_t i = 0; i < s->n; ++i) {
+      Unit& u = w->units_state_(s->unit + i);
+      u.busy = false;
+      if (s->write) {
+        if (c.status.ok()) {
+          u.tag = s->tag;
+          u.unknown = false;
+        } else {
+          u.unknown = true;
+        }
+      } else if (c.status.ok() && !u.unknown) {
+        ++w->reads_checked;
+        if (!matches(s->buf.data() + size_t(i) * kUnitBytes, s->unit + i, u.tag)) {
+          if (w->mismatches++ < 5 && w->report)
+            ADD_FAILURE() << "unit " << s->unit + i << " does not hold the data of its last acknowledged write (tag "
+                          << u.tag << ")";
+        }
+      }
+    }
+    if (!c.status.ok()) {
+      if (w->errors++ < 5) ADD_FAILURE() << (s->write ? "write" : "read") << " failed: " << wire::status_name(c.status);
+    } else if (s->write) {
+      ++w->writes_acked;
+    }
+  }
+
+  QueuePair& qp_;
+  uint32_t nsid_, bs_, units_;
+  std::vector<Slot> slots_;
+  std::vector<Unit> state_;
+  std::mt19937_64 rng_;
+  uint64_t next_tag_ = 0;
+  uint32_t in_flight_ = 0;
+};
+
+// The checker itself: a block overwritten behind its back must show as a mismatch.
+TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
+  RunningTarget t;
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(kTestNqn, 2), host::ControllerOptions{}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  VerifyWorkload w(*qp, 2, 512, 64, 8, 1);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (w.writes_acked < 50 && std::chrono::steady_clock::now() < end) {
+    w.pump();
+    qp->process_completions(1000);
+  }
+  ASSERT_TRUE(w.drain(10000));
+  int64_t unit = w.some_written_unit();
+  ASSERT_GE(unit, 0);
+  bool done = false;
+  ASSERT_EQ(qp->write_zeroes(2, uint64_t(unit) * (kUnitBytes / 512), kUnitBytes / 512,
+                             [](void* ctx, const Completion&) { *static_cast<bool*>(ctx) = true; }, &done),
+            0);
+  while (!done) qp->process_completions(1000);
+  w.report = false;
+  w.verify_all();
+  EXPECT_EQ(w.mismatches, 1u);
+}
+
+ControllerOptions recovering_options() {
+  ControllerOptions o;
+  o.ctrl_loss_tmo_ms = 20000;
+  o.reconnect_delay_ms = 100;
+  o.connect_timeout_ms = 2000;
+  o.io_timeout_ms = 5000;
+  return o;
+}
+
+host::TransportId via(uint16_t port, uint32_t nsid = 2) {
+  host::TransportId t;
+  t.traddr = "127.0.0.1";
+  t.trsvcid = port;
+  t.subnqn = kTestNqn;
+  t.nsid = nsid;
+  return t;
+}
+
+template <class Pred>
+bool poll_until(QueuePair& qp, Pred pred, int timeout_ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    qp.process_completions(1000);
+  }
+  return true;
+}
+
+// Connections cut again and again under a verify workload: the host reconnects, sends
+// what was in flight again, and no acknowledged write is lost.
+TEST(Reconnect, CutConnectionsLoseNoAcknowledgedWrite) {
+  for (bool digests : {false, true}) {
+    SCOPED_TRACE(digests ? "digests on" : "digests off");
+    RunningTarget t;
+    FaultProxy proxy(t.port());
+    ControllerOptions o = recovering_options();
+    o.hdgst = o.ddgst = digests;
+    std::string err;
+    auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+    ASSERT_TRUE(ctrl) << err;
+    auto qp = ctrl->create_io_qpair(32, err);
+    ASSERT_TRUE(qp) << err;
+    VerifyWorkload w(*qp, 2, 512, 2048, 32, digests ? 7 : 8);
+    constexpr int kCuts = 5;
+    for (int cut = 0; cut <= kCuts; ++cut) {
+      uint64_t target_writes = w.writes_acked + 300;
+      ASSERT_TRUE(poll_until(
+          *qp,
+          [&] {
+            w.pump();
+            return w.writes_acked >= target_writes;
+          },
+          30000))
+          << "no progress after cut " << cut;
+      if (cut < kCuts) proxy.cut_all();  // with commands in flight on both queues
+    }
+    ASSERT_TRUE(w.drain(30000));
+    w.verify_all();
+    EXPECT_EQ(w.errors, 0u);
+    EXPECT_EQ(w.mismatches, 0u);
+    EXPECT_GT(w.reads_checked, 100u);
+    EXPECT_GE(ctrl->resets(), uint32_t(kCuts));
+    EXPECT_GE(qp->reconnects(), uint32_t(kCuts));
+    EXPECT_FALSE(qp->failed());
+    EXPECT_TRUE(ctrl->live());
+  }
+}
+
+// Cuts at many byte offsets of the I/O connection, so the loss lands inside headers,
+// in-capsule data, R2T exchanges and C2HData.
+TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), recovering_options(), err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  VerifyWorkload w(*qp, 2, 512, 512, 16, 3);
+  std::mt19937 rng(11);
+  for (int round = 0; round < 8; ++round) {
+    // The queue pair's connection is the newest one the proxy accepted.
+    int conn = int(proxy.accepted()) - 1;
+    Direction d = round % 2 ? Direction::ToHost : Direction::ToTarget;
+    proxy.drop_after(conn, d, proxy.bytes(conn, d) + 1 + rng() % 200000);
+    uint32_t before = qp->reconnects();
+    ASSERT_TRUE(poll_until(
+        *qp,
+        [&] {
+          w.pump();
+          return qp->reconnects() > before && qp->connected();
+        },
+        30000))
+        << "round " << round;
+  }
+  ASSERT_TRUE(w.drain(30000));
+  w.verify_all();
+  EXPECT_EQ(w.errors, 0u);
+  EXPECT_EQ(w.mismatches, 0u);
+}
+
+// The target process goes away and comes back on the same port with the same file
+// namespace: acknowledged writes survive, and the host carries on by itself.
+TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
+  char path[] = "/tmp/nvtcp-reconnect-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64 << 20), 0);
+  close(fd);
+  auto cfg = default_config(path);
+  auto target = std::make_unique<RunningTarget>(cfg);
+  uint16_t port = target->port();
+  cfg.listeners[0].port = port;
+
+  std::string err;
+  auto ctrl = host::Controller::connect(via(port, 4), recovering_options(), err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  VerifyWorkload w(*qp, 4, 512, 2048, 32, 5);
+  constexpr int kRestarts = 3;
+  for (int i = 0; i <= kRestarts; ++i) {
+    uint64_t target_writes = w.writes_acked + 300;
+    ASSERT_TRUE(poll_until(
+        *qp,
+        [&] {
+          w.pump();
+          return w.writes_acked >= target_writes;
+        },
+        30000))
+        << "no progress after restart " << i;
+    if (i == kRestarts) break;
+    // Stop and start from another thread while this one keeps submitting.
+    std::thread restart([&] {
+      target.reset();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      target = std::make_unique<RunningTarget>(cfg);
+    });
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+    while (std::chrono::steady_clock::now() < end) {
+      w.pump();
+      qp->process_completions(1000);
+    }
+    restart.join();
+  }
+  ASSERT_TRUE(w.drain(30000));
+  w.verify_all();
+  EXPECT_EQ(w.errors, 0u);
+  EXPECT_EQ(w.mismatches, 0u);
+  EXPECT_GE(ctrl->resets(), uint32_t(kRestarts));
+  qp.reset();
+  ctrl.reset();
+  target.reset();
+  unlink(path);
+}
+
+// Nobody comes back: after ctrl_loss_tmo the held commands fail with a path error and
+// the queue pair and controller report failure.
+TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
+  auto target = std::make_unique<RunningTarget>();
+  ControllerOptions o = recovering_options();
+  o.ctrl_loss_tmo_ms = 600;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(target->port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> buf(4096);
+  target.reset();
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& c) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = c.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  // The loss may not be noticed yet: the command is sent, or held for the reconnect.
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
+  EXPECT_EQ(st, wire::sc::TransportError);
+  ASSERT_TRUE(poll_until(*qp, [&] { return qp->failed(); }, 10000));
+  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), -ENOTCONN);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ctrl->failed() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(ctrl->failed());
+}
+
+// fast_io_fail_tmo: while the target is unreachable, held I/O fails early and new I/O is
+// refused; once it is reachable again, the queue reconnects and I/O flows.
+TEST(Reconnect, FastIoFailThenRecover) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  ControllerOptions o = recovering_options();
+  o.fast_io_fail_tmo_ms = 300;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> buf(4096);
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& c) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = c.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  proxy.refuse(true);
+  proxy.stall(-1, Direction::ToHost, true);  // the read below stays unanswered
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
+  proxy.cut_all();
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
+  EXPECT_EQ(st, wire::sc::TransportError);
+  EXPECT_FALSE(qp->failed());
+  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), -ENOTCONN);
+  proxy.stall(-1, Direction::ToHost, false);
+  proxy.refuse(false);
+  ASSERT_TRUE(poll_until(*qp, [&] { return qp->connected(); }, 15000));
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 2; }, 10000));
+  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+}
+
+// A command the target never sees: after io_timeout an Abort goes out on the admin queue;
+// the target cannot abort what it never got, so after io_timeout again the controller is
+// reset and the command, sent again on the new connection, completes.
+TEST(Reconnect, IoTimeoutAbortsThenResets) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  ControllerOptions o = recovering_options();
+  o.io_timeout_ms = 300;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  ASSERT_EQ(proxy.accepted(), 2u);  // 0: admin, 1: this queue pair
+  proxy.stall(1, Direction::ToTarget, true);
+  std::vector<uint8_t> buf(4096, 0xEE);
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& c) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = c.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 15000));
+  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+  EXPECT_EQ(buf[0], 0);  // the null namespace reads zeros
+  EXPECT_EQ(ctrl->resets(), 1u);
+  EXPECT_EQ(qp->reconnects(), 1u);
+}
+
+// Without reconnect the same command ends as aborted by the host, and the queue fails.
+TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  ControllerOptions o;
+  o.io_timeout_ms = 200;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  proxy.stall(1, Direction::ToTarget, true);
+  std::vector<uint8_t> buf(4096);
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& c) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = c.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
+  EXPECT_EQ(st, wire::sc::HostAbortedCommand);
+  EXPECT_TRUE(qp->failed());
+}
+
+// An admin command that is never answered resets the controller instead of holding an
+// admin slot forever; the controller and its I/O queue come back.
+TEST(Reconnect, AdminTimeoutResetsTheController) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  ControllerOptions o = recovering_options();
+  o.admin_timeout_ms = 300;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  proxy.stall(0, Direction::ToHost, true);
+  alignas(8) uint8_t id[wire::kIdentifyLen];
+  Completion c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
+  EXPECT_FALSE(c.status.ok());
+  EXPECT_EQ(ctrl->resets(), 1u);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ctrl->live() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(ctrl->live());
+  c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
+  EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  // The I/O queue belonged to the old association: it reconnects and serves again.
+  std::vector<uint8_t> buf(4096);
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& cc) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = cc.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  ASSERT_TRUE(poll_until(*qp, [&] { return qp->reconnects() == 1 && qp->connected(); }, 10000));
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
+  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+}
+
+}  // namespace
+}  // namespace nvtcp::test
