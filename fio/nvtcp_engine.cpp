@@ -69,6 +69,10 @@ struct EngineOptions {
   unsigned int kato;
   unsigned int busy_poll;
   char* tcp_congestion;
+  unsigned int ctrl_loss_tmo;
+  unsigned int reconnect_delay;
+  int fast_io_fail_tmo;
+  unsigned int io_timeout;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -103,6 +107,19 @@ fio_option g_options[] = {
     make_option("tcp_congestion", "nvtcp TCP congestion control", FIO_OPT_STR_STORE,
                 offsetof(EngineOptions, tcp_congestion),
                 "TCP congestion control for this job's sockets (e.g. cubic; default: the system's)", nullptr),
+    // Recovery, in seconds as nvme-cli takes them.
+    make_option("ctrl_loss_tmo", "nvtcp controller loss timeout", FIO_OPT_INT, offsetof(EngineOptions, ctrl_loss_tmo),
+                "Seconds to keep reconnecting after a connection is lost; I/O in flight is sent again "
+                "(0: no reconnect, I/O fails at once)",
+                "0", 86400, 0),
+    make_option("reconnect_delay", "nvtcp reconnect delay", FIO_OPT_INT, offsetof(EngineOptions, reconnect_delay),
+                "Seconds between reconnect attempts", "2", 3600, 1),
+    make_option("fast_io_fail_tmo", "nvtcp fast I/O fail timeout", FIO_OPT_INT,
+                offsetof(EngineOptions, fast_io_fail_tmo),
+                "Seconds after a loss from which held I/O fails (-1: wait for ctrl_loss_tmo)", "-1", 86400, -1),
+    make_option("io_timeout", "nvtcp I/O timeout", FIO_OPT_INT, offsetof(EngineOptions, io_timeout),
+                "Seconds before an I/O is aborted, and as long again before the controller is reset (0: never)", "30",
+                86400, 0),
     fio_option{},
 };
 
@@ -193,6 +210,10 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   c.io_queues = std::max<uint32_t>(io_queues, 1);
   c.busy_poll = o.busy_poll != 0;
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
+  c.ctrl_loss_tmo_ms = o.ctrl_loss_tmo * 1000;
+  c.reconnect_delay_ms = o.reconnect_delay * 1000;
+  c.fast_io_fail_tmo_ms = o.fast_io_fail_tmo < 0 ? -1 : o.fast_io_fail_tmo * 1000;
+  c.io_timeout_ms = o.io_timeout * 1000;
   return c;
 }
 

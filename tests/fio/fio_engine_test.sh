@@ -3,7 +3,7 @@
 #
 #   fio_engine_test.sh CASE NVTCP_BINARY LIBNVTCP_FIO_SO
 #
-# CASE: randread randwrite randrw verify big_batched trim_flush options bad_input jobs32 preload
+# CASE: randread randwrite randrw verify reconnect big_batched trim_flush options bad_input jobs32 preload
 # Exit 0 pass, 1 fail, 77 skip (no fio and no way to install it, or the engine was not built).
 # The target serves nqn.2026-11.io.nvtcp:fio with a 1 GiB NULL namespace (ns 1) and a
 # 256 MiB RAM namespace (ns 2); every fio run's exit status and JSON are checked.
@@ -182,6 +182,35 @@ PY
     run_fio verify_null "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randwrite --bs=4k --size=4M \
       --verify=crc32c
     expect_fail verify_null "verify: bad magic header"
+    ;;
+  reconnect)
+    # fio's crc32c verify on a file namespace while the target is killed (SIGKILL) and
+    # started again on the same port during the write phase: with ctrl_loss_tmo the engine's
+    # queues reconnect, send what was in flight again, and every block verifies.
+    kill -KILL "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; tpid=""
+    truncate -s 64M "$work/ns.img"
+    start_file_target() {
+      rm -f "$work/ready"
+      "$nvtcp" target --file "$work/ns.img" --listen "127.0.0.1:$1" --discovery-port 0 --nqn "$NQN" \
+        --ready-file "$work/ready" >>"$work/target.log" 2>&1 &
+      tpid=$!
+      for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.1; done
+      [ -s "$work/ready" ] || fail "the file target did not start"
+      port=$(cat "$work/ready")
+    }
+    start_file_target 0
+    run_fio reconnect "--filename=$(trid 1)" --thread=1 --iodepth=16 --rw=randwrite --bs=4k --size=24M \
+      --verify=crc32c --verify_fatal=1 --do_verify=1 --ctrl_loss_tmo=30 --reconnect_delay=1 &
+    fio_pid=$!
+    # Crash once the job's I/O queue is up and writing.
+    for _ in $(seq 200); do grep -q "qid 1," "$work/target.log" && break; sleep 0.05; done
+    sleep 0.5
+    kill -KILL "$tpid"; wait "$tpid" 2>/dev/null
+    sleep 0.5
+    start_file_target "$port"
+    wait "$fio_pid"
+    grep -q "reconnected" "$work/reconnect.err" || fail "no reconnect in fio's log: $(cat "$work/reconnect.err")"
+    expect_ok reconnect "read write"
     ;;
   big_batched)
     run_fio big "--filename=$(trid 1)" --thread=1 --numjobs=2 --iodepth=16 --time_based --runtime=2 --bs=128k \
