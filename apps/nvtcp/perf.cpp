@@ -224,13 +224,13 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   } else {
     run_phase(o.seconds);
   }
-  for (auto& q : qps) {
-    if (q->failed()) {
-      err = "a queue pair failed during the run (see the log above)";
-      return false;
-    }
-  }
-  return true;
+  bool any_failed = false;
+  for (auto& q : qps) any_failed |= q->failed();
+  // Closing a queue pair ends what is still outstanding through the callbacks, which use
+  // the slots: close them while the slots exist.
+  qps.clear();
+  if (any_failed) err = "a queue pair failed during the run (see the log above)";
+  return !any_failed;
 }
 
 void pin_to(int cpu) {
@@ -246,6 +246,7 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   // The host library makes each thread's reactor itself; it takes these defaults.
   reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
   ro.sq_thread_cpu = o.sqpoll_cpu;
+  ro.send_zc_threshold = o.send_zc_threshold;
   reactor::ReactorOptions::set_defaults(ro);
   auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
   if (!ctrl) return false;

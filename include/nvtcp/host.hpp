@@ -87,6 +87,8 @@ class AdminQueue;
 
 class QueuePair {
  public:
+  // Closes the connection; commands still outstanding complete (inside the destructor)
+  // with a path error, so their callbacks and buffers must still be valid.
   ~QueuePair();
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
