@@ -464,6 +464,40 @@ TEST(Reconnect, IoTimeoutAbortsThenResets) {
   EXPECT_EQ(qp->reconnects(), 1u);
 }
 
+// A command whose every connection dies under it is sent again at most max_retries
+// times, then fails with a path error; the queue itself keeps reconnecting.
+TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  ControllerOptions o = recovering_options();
+  o.max_retries = 2;
+  std::string err;
+  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  ASSERT_EQ(proxy.accepted(), 2u);
+  // Each reset connects the admin queue (even index) and then this queue (odd index). Every
+  // later I/O connection passes ICResp (128 bytes) and the Connect response (24), then dies
+  // one byte into whatever comes next: the read's data.
+  for (int i = 3; i < 40; i += 2) proxy.drop_after(i, Direction::ToHost, 128 + 24 + 1);
+  proxy.drop_after(1, Direction::ToHost, proxy.bytes(1, Direction::ToHost) + 1);
+  std::vector<uint8_t> buf(4096);
+  int done = 0;
+  wire::Status st;
+  auto cb = [](void* ctx, const Completion& c) {
+    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
+    ++*p->first;
+    *p->second = c.status;
+  };
+  std::pair<int*, wire::Status*> ctx{&done, &st};
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 20000));
+  EXPECT_EQ(st, wire::sc::TransportError);
+  EXPECT_EQ(qp->reconnects(), 3u);  // sent on the first connection and two more
+  EXPECT_FALSE(qp->failed());
+}
+
 // Without reconnect the same command ends as aborted by the host, and the queue fails.
 TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   RunningTarget t;
