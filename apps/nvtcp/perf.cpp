@@ -65,7 +65,7 @@ struct Job {
   bool verify_phase_read = false;
   uint64_t issued = 0;
   uint64_t issue_limit = 0;  // verify read-back: exactly as many I/Os as were written
-  uint64_t pattern_seed = 0; // per run, so blocks left by an earlier run never pass
+  uint64_t pattern_seed = 0; // per run (shared by its threads), so blocks left by an earlier run never pass
   std::vector<bool> acked;   // verify: io_size units with at least one acknowledged write
   std::vector<Slot*> idle;   // slots whose submission was refused (queue reconnecting)
 
@@ -210,7 +210,10 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   if (o.verify) {
     // Write phase then read-back phase over the same sequence of offsets.
     job.verify_phase_read = false;
-    job.pattern_seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+    // One seed for every thread of this run: random workloads of several threads overlap, and a
+    // block another thread wrote must still read back as this thread's pattern.
+    static const uint64_t run_seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+    job.pattern_seed = run_seed;
     job.acked.assign(job.span, false);
     Rng saved = job.rng;
     uint64_t saved_seq = job.seq;
