@@ -38,12 +38,14 @@ struct Options {
   bool hybrid_poll = false;
   bool sqpoll = false;
   bool sqpoll_same_core = false;  // pin each side's SQ thread to that side's core
+  uint32_t send_zc = 0;
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
     r.poll = busy_poll ? reactor::PollMode::BusyPoll : hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt;
     r.sqpoll = sqpoll;
     r.sq_thread_cpu = sqpoll_same_core ? core : -1;
+    r.send_zc_threshold = send_zc;
     return r;
   }
 };
@@ -136,6 +138,7 @@ int main(int argc, char** argv) {
   app.add_flag("--hybrid-poll", o.hybrid_poll, "spin while busy, sleep after 50 us idle (both sides)");
   app.add_flag("--sqpoll", o.sqpoll, "an io_uring SQ thread per side");
   app.add_flag("--sqpoll-same-core", o.sqpoll_same_core, "pin each SQ thread to its side's core");
+  app.add_option("--send-zc", o.send_zc, "zero-copy sends of segments of at least this many bytes (0: off)");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;

@@ -266,6 +266,14 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
   c->add_option("--sqpoll-cpu", a->o.sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));
+  c->add_option_function<std::string>(
+      "--send-zc",
+      [a](const std::string& v) {
+        uint64_t n = 0;
+        if (!backend::parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError("--send-zc", "not a size: " + v);
+        a->o.send_zc_threshold = uint32_t(n);
+      },
+      "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
   add_recovery_options(c, a->o.ctrl);
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });
 }

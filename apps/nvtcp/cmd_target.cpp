@@ -33,6 +33,7 @@ struct TargetArgs {
   bool sqpoll = false;
   int sqpoll_cpu = -2;            // -2: not given
   uint32_t sqpoll_idle_ms = 0;    // 0: not given
+  std::string send_zc;
   std::string ready_file;
 };
 
@@ -112,6 +113,14 @@ int run_target(const TargetArgs& a) {
   if (a.sqpoll) cfg.sqpoll = true;
   if (a.sqpoll_cpu != -2) cfg.sqpoll_cpu = a.sqpoll_cpu;
   if (a.sqpoll_idle_ms) cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
+  if (!a.send_zc.empty()) {
+    uint64_t v = 0;
+    if (!backend::parse_size(a.send_zc, v) || v > (1u << 30)) {
+      fmt::print(stderr, "nvtcp target: --send-zc '{}' is not a size (e.g. 64K, or 0 for off)\n", a.send_zc);
+      return 2;
+    }
+    cfg.send_zc_threshold = uint32_t(v);
+  }
 
   sigset_t set;
   sigemptyset(&set);
@@ -174,6 +183,8 @@ void add_target_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(-1, 4095));
   c->add_option("--sqpoll-idle-ms", a->sqpoll_idle_ms, "SQ thread sleeps after this many ms without work (default 2)")
       ->check(CLI::Range(1, 100000));
+  c->add_option("--send-zc", a->send_zc,
+                "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
   c->callback([a, &rc] { rc = run_target(*a); });
 }

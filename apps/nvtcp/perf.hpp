@@ -23,6 +23,7 @@ struct PerfOptions {
   std::vector<int> cpus;              // pin thread i to cpus[i] when given
   bool verify = false;                // write tagged blocks, then read back and check
   int sqpoll_cpu = -1;                // with ctrl.sqpoll: pin the SQ threads here
+  uint32_t send_zc_threshold = 0;     // zero-copy sends of segments this large (0 = off)
 };
 
 struct PerfResult {

@@ -61,11 +61,23 @@ struct ReactorOptions {
   bool sqpoll = false;
   uint32_t sq_thread_idle_ms = 2;
   int sq_thread_cpu = -1;
+  // TcpStream: a gathered send that carries a segment of at least this many bytes leaves
+  // with IORING_OP_SENDMSG_ZC (the kernel sends from the owner's pages, and the segments'
+  // SendDone waits for its notification that it no longer needs them). 0 = never.
+  uint32_t send_zc_threshold = 0;
 
   // Process-wide defaults for reactors that a library creates on its own (the host's
   // per-thread reactors): set once at start-up, before such reactors exist.
   static ReactorOptions defaults();
   static void set_defaults(const ReactorOptions& o);
+};
+
+// What the data-path modes did, counted by the reactor's own thread (no atomics): for
+// tests and benchmarks to see that a mode really ran.
+struct ReactorStats {
+  uint64_t zc_sends = 0;          // SENDMSG_ZC submissions
+  uint64_t zc_notifs = 0;         // their notifications
+  uint64_t zc_copied = 0;         // notifications saying the kernel copied after all
 };
 
 uint64_t monotonic_ns();
@@ -111,6 +123,7 @@ class Reactor {
 
   uint64_t now_ns() const { return now_ns_; }
   const ReactorOptions& options() const { return opts_; }
+  ReactorStats& stats() { return stats_; }
   // True when the ring really runs with an SQ thread (the kernel may refuse one).
   bool sqpoll() const { return sqpoll_; }
   PollMode poll_mode() const { return mode_; }
@@ -130,6 +143,7 @@ class Reactor {
 
   io_uring ring_{};
   ReactorOptions opts_;
+  ReactorStats stats_;
   PollMode mode_;
   bool sqpoll_ = false;
   uint64_t now_ns_ = 0;

@@ -5,12 +5,19 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
 namespace nvtcp::reactor {
+
+namespace {
+// Kernel ABI values newer than Debian's liburing 2.3 headers (io_uring.h, Linux 6.2).
+constexpr uint16_t kSendZcReportUsage = 1u << 3;    // IORING_SEND_ZC_REPORT_USAGE
+constexpr uint32_t kNotifUsageZcCopied = 1u << 31;  // IORING_NOTIF_USAGE_ZC_COPIED
+}  // namespace
 
 std::string apply_socket_options(int fd, const SocketOptions& o) {
   int one = 1;
@@ -43,11 +50,22 @@ TcpStream::TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer)
     auto* self = static_cast<OwnedDeferred<TcpStream>*>(d)->owner;
     self->owner_->on_closed(self->close_err_);
   };
+  zc_threshold_ = r.options().send_zc_threshold;
+  if (zc_threshold_) {
+    for (auto& z : zc_) {
+      z.owner = this;
+      z.fn = on_zc_cqe;
+    }
+    pending_.resize(256);
+    zc_close_timer_.owner = this;
+    zc_close_timer_.fn = [](Timer* t) { static_cast<OwnedTimer*>(t)->owner->force_close_fd(); };
+  }
 }
 
 TcpStream::~TcpStream() {
   reactor_.undefer(&flush_d_);
   reactor_.undefer(&close_d_);
+  reactor_.cancel_timer(&zc_close_timer_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -97,10 +115,68 @@ void TcpStream::push_segment(const Segment& s) {
   ++seg_count_;
 }
 
+void TcpStream::complete_done(SendDone* d) {
+  if (pending_count_ == 0 && zc_issued_ < zc_done_below_) {
+    d->fn(d);  // no zero-copy send holds anything: the common (and copying) case
+    return;
+  }
+  if (pending_count_ == pending_.size()) {
+    std::vector<PendingDone> bigger(std::max<size_t>(pending_.size() * 2, 64));
+    for (size_t i = 0; i < pending_count_; ++i) bigger[i] = pending_[(pending_head_ + i) % pending_.size()];
+    pending_.swap(bigger);
+    pending_head_ = 0;
+  }
+  pending_[(pending_head_ + pending_count_) % pending_.size()] = {d, zc_issued_};
+  ++pending_count_;
+}
+
+void TcpStream::on_zc_cqe(Completion* c, int res, uint32_t flags) {
+  auto* z = static_cast<ZcSend*>(c);
+  TcpStream* self = z->owner;
+  if (flags & IORING_CQE_F_NOTIF) {
+    // The kernel holds none of this send's pages any more.
+    ReactorStats& st = self->reactor_.stats();
+    ++st.zc_notifs;
+    if (uint32_t(res) & kNotifUsageZcCopied) ++st.zc_copied;
+    self->zc_released(z);
+    return;
+  }
+  self->on_send(res);
+  // Without F_MORE no notification follows (the kernel took no reference).
+  if (!(flags & IORING_CQE_F_MORE)) self->zc_released(z);
+}
+
+void TcpStream::zc_released(ZcSend* z) {
+  z->busy = false;
+  --zc_busy_;
+  zc_done_below_ = zc_issued_ + 1;
+  for (const auto& o : zc_)
+    if (o.busy && o.seq < zc_done_below_) zc_done_below_ = o.seq;
+  while (pending_count_ > 0) {
+    PendingDone& p = pending_[pending_head_];
+    if (p.after_seq >= zc_done_below_) break;
+    SendDone* d = p.done;
+    pending_head_ = (pending_head_ + 1) % pending_.size();
+    --pending_count_;
+    d->fn(d);
+  }
+  if (closing_) maybe_finish_close();
+}
+
+void TcpStream::force_close_fd() {
+  if (zc_busy_ == 0 || fd_ < 0) return;
+  // Reset rather than wait: the kernel drops the unacknowledged data and its page
+  // references, and the notifications arrive.
+  linger lg{1, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  ::close(fd_);
+  fd_ = -1;
+}
+
 void TcpStream::send(const void* data, size_t len, SendDone* done) {
   if (closing_) {
     // Nothing more leaves a closing connection; still release the owner's memory.
-    if (done) done->fn(done);
+    if (done) complete_done(done);
     return;
   }
   push_segment({static_cast<const uint8_t*>(data), len, done});
@@ -112,11 +188,13 @@ void TcpStream::flush() {
   if (send_inflight_ || closing_ || seg_count_ == 0) return;
   int n = 0;
   size_t off = head_offset_;
+  bool zc = false;
   for (size_t i = 0; i < seg_count_ && n < kMaxIov; ++i) {
     const Segment& s = seg_[(seg_head_ + i) % seg_.size()];
     if (s.len - off > 0) {
       iov_[n].iov_base = const_cast<uint8_t*>(s.data + off);
       iov_[n].iov_len = s.len - off;
+      zc |= zc_threshold_ && s.len - off >= zc_threshold_;
       ++n;
     }
     off = 0;
@@ -128,9 +206,28 @@ void TcpStream::flush() {
   msg_ = {};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = size_t(n);
+  ZcSend* slot = nullptr;
+  if (zc) {
+    // All slots waiting for notifications: this batch is copied instead of waiting.
+    for (auto& z : zc_)
+      if (!z.busy) {
+        slot = &z;
+        break;
+      }
+  }
   io_uring_sqe* sqe = reactor_.get_sqe();
-  io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
-  reactor_.prep(sqe, &send_c_);
+  if (slot) {
+    slot->busy = true;
+    slot->seq = ++zc_issued_;
+    ++zc_busy_;
+    io_uring_prep_sendmsg_zc(sqe, fd_, &msg_, MSG_NOSIGNAL);
+    sqe->ioprio |= kSendZcReportUsage;
+    reactor_.prep(sqe, slot);
+    ++reactor_.stats().zc_sends;
+  } else {
+    io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
+    reactor_.prep(sqe, &send_c_);
+  }
   send_inflight_ = true;
 }
 
@@ -160,7 +257,7 @@ void TcpStream::on_send(int res) {
     SendDone* done = s.done;
     seg_head_ = (seg_head_ + 1) % seg_.size();
     --seg_count_;
-    if (done) done->fn(done);
+    if (done) complete_done(done);
   }
   if (closing_) maybe_finish_close();
   else if (seg_count_ > 0) flush();
@@ -175,8 +272,9 @@ void TcpStream::close() {
       SendDone* done = seg_[seg_head_].done;
       seg_head_ = (seg_head_ + 1) % seg_.size();
       --seg_count_;
-      if (done) done->fn(done);
+      if (done) complete_done(done);  // after the notifications of earlier zero-copy sends
     }
+    if (zc_busy_ > 0) reactor_.arm_timer(&zc_close_timer_, kZcCloseGraceNs);
     queued_bytes_ = 0;
     head_offset_ = 0;
     if (recv_inflight_) {
@@ -189,7 +287,8 @@ void TcpStream::close() {
 }
 
 void TcpStream::maybe_finish_close() {
-  if (recv_inflight_ || send_inflight_ || closed_notified_) return;
+  if (recv_inflight_ || send_inflight_ || zc_busy_ > 0 || closed_notified_) return;
+  reactor_.cancel_timer(&zc_close_timer_);
   closed_notified_ = true;
   // Deliver on_closed from a deferred step so the owner never frees us inside our own call.
   reactor_.defer(&close_d_);

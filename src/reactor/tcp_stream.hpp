@@ -62,6 +62,8 @@ class TcpStream {
   int fd() const { return fd_; }
   Reactor& reactor() { return reactor_; }
   size_t queued_bytes() const { return queued_bytes_; }
+  // SendDones whose bytes have left but which wait for a zero-copy notification.
+  size_t held_send_dones() const { return pending_count_; }
 
  private:
   struct Segment {
@@ -75,6 +77,25 @@ class TcpStream {
   void on_send(int res);
   void maybe_finish_close();
   void push_segment(const Segment& s);
+
+  // Zero-copy sends: each in flight (its bytes or its notification still to come) holds a
+  // slot; a slot's sequence number orders it among them.
+  struct ZcSend : Completion {
+    TcpStream* owner = nullptr;
+    uint64_t seq = 0;
+    bool busy = false;
+  };
+  static constexpr int kZcSlots = 8;
+  // A SendDone whose bytes have left but which must wait until every zero-copy send up to
+  // after_seq has been notified (FIFO, so SendDones fire in the order the bytes were queued).
+  struct PendingDone {
+    SendDone* done;
+    uint64_t after_seq;
+  };
+  static void on_zc_cqe(Completion* c, int res, uint32_t flags);
+  void zc_released(ZcSend* z);
+  void complete_done(SendDone* d);
+  void force_close_fd();
 
   Reactor& reactor_;
   int fd_;
@@ -99,6 +120,20 @@ class TcpStream {
 
   OwnedCompletion<TcpStream> recv_c_, send_c_;
   OwnedDeferred<TcpStream> flush_d_, close_d_;
+
+  uint32_t zc_threshold_ = 0;
+  ZcSend zc_[kZcSlots];
+  int zc_busy_ = 0;
+  uint64_t zc_issued_ = 0;        // seq of the last zero-copy send issued (first is 1)
+  uint64_t zc_done_below_ = 1;    // every zero-copy send with a smaller seq is released
+  std::vector<PendingDone> pending_;  // a ring like seg_
+  size_t pending_head_ = 0, pending_count_ = 0;
+  // A peer that stops acknowledging would hold the notifications (and so the close)
+  // forever: after this long the socket is reset, which frees the kernel's references.
+  static constexpr uint64_t kZcCloseGraceNs = 1'000'000'000ull;
+  struct OwnedTimer : Timer {
+    TcpStream* owner = nullptr;
+  } zc_close_timer_;
 };
 
 // Socket helpers (control path).

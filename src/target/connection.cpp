@@ -249,6 +249,13 @@ uint32_t Connection::max_incapsule() const {
 
 bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
   Request* r = alloc_request();
+  if (!r && sqsize_ && pool_.size() < size_t(sqsize_) + stream_.held_send_dones()) {
+    // Zero-copy sends keep requests whose response has left (so the host may reuse the
+    // slot) until the kernel lets go of their pages: the pool grows past the queue depth
+    // by at most that many, once, at warm-up.
+    resize_pool(uint32_t(pool_.size()) + 1);
+    r = alloc_request();
+  }
   if (!r) {
     fatal(Fes::PduSequenceError, 0,
           fmt::format("more commands outstanding than the queue depth ({})", pool_.size()));

@@ -125,6 +125,7 @@ std::string Target::start() {
       ro.sqpoll = cfg_.sqpoll;
       ro.sq_thread_idle_ms = cfg_.sqpoll_idle_ms;
       ro.sq_thread_cpu = cfg_.sqpoll_cpu;
+      ro.send_zc_threshold = cfg_.send_zc_threshold;
       reactor::Reactor r(4096, ro);
       raw->reactor = &r;
       {

@@ -27,6 +27,7 @@ constexpr auto kDeadline = std::chrono::seconds(20);
 struct Mode {
   const char* name;
   bool sqpoll = false;
+  uint32_t send_zc = 0;  // zero-copy threshold, both sides
 };
 
 std::vector<uint8_t> fill(size_t len, uint64_t seed) {
@@ -147,6 +148,13 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
     EXPECT_TRUE(datas[i] == backs[i]) << "command " << i << " of " << mix[i] << " bytes read back differs";
   }
   EXPECT_FALSE(qp->failed());
+  // Write data of 16 KiB and more left this thread in zero-copy sends.
+  if (m.send_zc) {
+    EXPECT_GT(r->stats().zc_sends, 0u);
+    EXPECT_GT(r->stats().zc_notifs, 0u);
+  } else {
+    EXPECT_EQ(r->stats().zc_sends, 0u);
+  }
 }
 
 class DataPathModes : public ::testing::TestWithParam<Mode> {
@@ -159,6 +167,7 @@ class DataPathModes : public ::testing::TestWithParam<Mode> {
 TEST_P(DataPathModes, EverySizeWrittenAndReadBack) {
   const Mode m = GetParam();
   reactor::ReactorOptions d = saved_;
+  d.send_zc_threshold = m.send_zc;
   reactor::ReactorOptions::set_defaults(d);
   auto cfg = default_config();
   cfg.sqpoll = m.sqpoll;
@@ -171,7 +180,8 @@ TEST_P(DataPathModes, EverySizeWrittenAndReadBack) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reactor, DataPathModes,
-                         ::testing::Values(Mode{"Default"}, Mode{"SqPoll", true}),
+                         ::testing::Values(Mode{"Default"}, Mode{"SqPoll", true}, Mode{"SendZeroCopy", false, 16384},
+                                           Mode{"SqPollSendZeroCopy", true, 16384}),
                          [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
 }  // namespace
