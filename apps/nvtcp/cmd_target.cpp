@@ -34,6 +34,7 @@ struct TargetArgs {
   int sqpoll_cpu = -2;            // -2: not given
   uint32_t sqpoll_idle_ms = 0;    // 0: not given
   std::string send_zc;
+  bool recv_multishot = false;
   std::string ready_file;
 };
 
@@ -121,6 +122,7 @@ int run_target(const TargetArgs& a) {
     }
     cfg.send_zc_threshold = uint32_t(v);
   }
+  if (a.recv_multishot) cfg.recv_multishot = true;
 
   sigset_t set;
   sigemptyset(&set);
@@ -185,6 +187,8 @@ void add_target_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(1, 100000));
   c->add_option("--send-zc", a->send_zc,
                 "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
+  c->add_flag("--recv-multishot", a->recv_multishot,
+              "receive with one multishot recv per connection into a shared provided-buffer ring");
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
   c->callback([a, &rc] { rc = run_target(*a); });
 }

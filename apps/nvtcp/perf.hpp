@@ -24,6 +24,7 @@ struct PerfOptions {
   bool verify = false;                // write tagged blocks, then read back and check
   int sqpoll_cpu = -1;                // with ctrl.sqpoll: pin the SQ threads here
   uint32_t send_zc_threshold = 0;     // zero-copy sends of segments this large (0 = off)
+  bool recv_multishot = false;        // multishot receive into a provided buffer ring
 };
 
 struct PerfResult {

@@ -438,6 +438,8 @@ Controller::~Controller() {
   st.stop = true;
   st.post_to_admin([] {});
   if (st.thread.joinable()) st.thread.join();
+  // Queue pairs may outlive this object: nothing will reconnect them any more.
+  st.lstate.store(State::LinkState::Deleted, std::memory_order_release);
 }
 
 Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {

@@ -49,6 +49,7 @@ struct TargetConfig {
   uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work
   int sqpoll_cpu = -1;                  // pin the SQ threads to this CPU (-1: unpinned)
   uint32_t send_zc_threshold = 0;       // zero-copy sends of segments this large (0 = off)
+  bool recv_multishot = false;          // multishot receive into a provided buffer ring
 };
 
 // Reads a JSON configuration; returns an error message or empty.

@@ -126,6 +126,7 @@ std::string Target::start() {
       ro.sq_thread_idle_ms = cfg_.sqpoll_idle_ms;
       ro.sq_thread_cpu = cfg_.sqpoll_cpu;
       ro.send_zc_threshold = cfg_.send_zc_threshold;
+      ro.recv_multishot = cfg_.recv_multishot;
       reactor::Reactor r(4096, ro);
       raw->reactor = &r;
       {
