@@ -39,6 +39,7 @@ struct Options {
   bool sqpoll = false;
   bool sqpoll_same_core = false;  // pin each side's SQ thread to that side's core
   uint32_t send_zc = 0;
+  bool recv_multishot = false;
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
@@ -46,6 +47,7 @@ struct Options {
     r.sqpoll = sqpoll;
     r.sq_thread_cpu = sqpoll_same_core ? core : -1;
     r.send_zc_threshold = send_zc;
+    r.recv_multishot = recv_multishot;
     return r;
   }
 };
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
   app.add_flag("--sqpoll", o.sqpoll, "an io_uring SQ thread per side");
   app.add_flag("--sqpoll-same-core", o.sqpoll_same_core, "pin each SQ thread to its side's core");
   app.add_option("--send-zc", o.send_zc, "zero-copy sends of segments of at least this many bytes (0: off)");
+  app.add_flag("--recv-multishot", o.recv_multishot, "multishot receive into a provided buffer ring");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;

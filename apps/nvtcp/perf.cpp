@@ -250,7 +250,7 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
   ro.sq_thread_cpu = o.sqpoll_cpu;
   ro.send_zc_threshold = o.send_zc_threshold;
-  ro.send_zc_threshold = o.send_zc_threshold;
+  ro.recv_multishot = o.recv_multishot;
   reactor::ReactorOptions::set_defaults(ro);
   auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
   if (!ctrl) return false;

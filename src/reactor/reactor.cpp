@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +102,52 @@ Reactor::Reactor(unsigned entries, const ReactorOptions& o) : opts_(o), mode_(o.
   // run()/run_once(), and a reactor is created on the thread that runs it.
   tls_current = this;
   arm_wakeup();
+}
+
+ProvidedBuffers::~ProvidedBuffers() {
+  // The ring is unregistered with the io_uring it belongs to (which is gone, or goes first).
+  if (br_) munmap(br_, ring_bytes_);
+  if (mem_) munmap(mem_, mem_bytes_);
+}
+
+std::string ProvidedBuffers::init(io_uring* ring, uint32_t count, uint32_t size) {
+  if (count == 0 || count > 32768 || (count & (count - 1)) || size == 0)
+    return "recv_buffers must be a power of two up to 32768, recv_buffer_size above 0";
+  count_ = count;
+  size_ = size;
+  ring_bytes_ = (size_t(count) * sizeof(io_uring_buf) + 4095) & ~size_t(4095);
+  void* r = mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r == MAP_FAILED) return std::string("mmap: ") + strerror(errno);
+  br_ = static_cast<io_uring_buf_ring*>(r);
+  mem_bytes_ = size_t(count) * size;
+  void* m = mmap(nullptr, mem_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (m == MAP_FAILED) return std::string("mmap: ") + strerror(errno);
+  mem_ = static_cast<uint8_t*>(m);
+  madvise(mem_, mem_bytes_, MADV_HUGEPAGE);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uint64_t>(br_);
+  reg.ring_entries = count;
+  reg.bgid = kGroup;
+  int rc = io_uring_register_buf_ring(ring, &reg, 0);
+  if (rc < 0) return std::string("io_uring_register_buf_ring: ") + strerror(-rc);
+  io_uring_buf_ring_init(br_);
+  for (uint32_t i = 0; i < count; ++i)
+    io_uring_buf_ring_add(br_, buffer(uint16_t(i)), size, uint16_t(i), io_uring_buf_ring_mask(count), int(i));
+  io_uring_buf_ring_advance(br_, int(count));
+  return {};
+}
+
+ProvidedBuffers* Reactor::provided_buffers() {
+  if (pbuf_ || pbuf_failed_) return pbuf_.get();
+  auto p = std::make_unique<ProvidedBuffers>();
+  std::string err = p->init(&ring_, opts_.recv_buffers, opts_.recv_buffer_size);
+  if (!err.empty()) {
+    log::warn("multishot receive unavailable ({}); receiving one buffer at a time", err);
+    pbuf_failed_ = true;
+    return nullptr;
+  }
+  pbuf_ = std::move(p);
+  return pbuf_.get();
 }
 
 Reactor::~Reactor() {

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -65,6 +67,13 @@ struct ReactorOptions {
   // with IORING_OP_SENDMSG_ZC (the kernel sends from the owner's pages, and the segments'
   // SendDone waits for its notification that it no longer needs them). 0 = never.
   uint32_t send_zc_threshold = 0;
+  // TcpStream: receive with one multishot recv per connection into a ring of provided
+  // buffers (recv_buffers of recv_buffer_size bytes, per reactor, shared by its streams)
+  // instead of one receive (and one 128 KiB buffer) per connection per arrival. Large
+  // payloads are still received in place.
+  bool recv_multishot = false;
+  uint32_t recv_buffers = 256;          // a power of two
+  uint32_t recv_buffer_size = 32 * 1024;
 
   // Process-wide defaults for reactors that a library creates on its own (the host's
   // per-thread reactors): set once at start-up, before such reactors exist.
@@ -78,6 +87,35 @@ struct ReactorStats {
   uint64_t zc_sends = 0;          // SENDMSG_ZC submissions
   uint64_t zc_notifs = 0;         // their notifications
   uint64_t zc_copied = 0;         // notifications saying the kernel copied after all
+  uint64_t multishot_arms = 0;    // multishot receives submitted
+  uint64_t multishot_cqes = 0;    // receives completed into provided buffers
+  uint64_t multishot_nobufs = 0;  // the ring ran dry (the receive is re-armed)
+  uint64_t direct_recvs = 0;      // receives straight into the owner's memory
+};
+
+// The provided-buffer ring behind multishot receives: equal buffers the kernel picks from,
+// each given back as soon as the stream's owner has consumed its bytes.
+class ProvidedBuffers {
+ public:
+  static constexpr uint16_t kGroup = 0;
+  ProvidedBuffers() = default;
+  ~ProvidedBuffers();
+  ProvidedBuffers(const ProvidedBuffers&) = delete;
+  ProvidedBuffers& operator=(const ProvidedBuffers&) = delete;
+  // Maps the buffers and registers the ring; returns an error or empty.
+  std::string init(io_uring* ring, uint32_t count, uint32_t size);
+  uint8_t* buffer(uint16_t bid) { return mem_ + size_t(bid) * size_; }
+  void recycle(uint16_t bid) {
+    io_uring_buf_ring_add(br_, buffer(bid), size_, bid, io_uring_buf_ring_mask(count_), 0);
+    io_uring_buf_ring_advance(br_, 1);
+  }
+
+ private:
+  io_uring_buf_ring* br_ = nullptr;
+  size_t ring_bytes_ = 0;
+  uint8_t* mem_ = nullptr;
+  size_t mem_bytes_ = 0;
+  uint32_t count_ = 0, size_ = 0;
 };
 
 uint64_t monotonic_ns();
@@ -124,6 +162,8 @@ class Reactor {
   uint64_t now_ns() const { return now_ns_; }
   const ReactorOptions& options() const { return opts_; }
   ReactorStats& stats() { return stats_; }
+  // The reactor's provided-buffer ring, made on first use; nullptr if the kernel refused.
+  ProvidedBuffers* provided_buffers();
   // True when the ring really runs with an SQ thread (the kernel may refuse one).
   bool sqpoll() const { return sqpoll_; }
   PollMode poll_mode() const { return mode_; }
@@ -144,6 +184,8 @@ class Reactor {
   io_uring ring_{};
   ReactorOptions opts_;
   ReactorStats stats_;
+  std::unique_ptr<ProvidedBuffers> pbuf_;
+  bool pbuf_failed_ = false;
   PollMode mode_;
   bool sqpoll_ = false;
   uint64_t now_ns_ = 0;

@@ -34,10 +34,14 @@ std::string apply_socket_options(int fd, const SocketOptions& o) {
 }
 
 TcpStream::TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer)
-    : reactor_(r), fd_(fd), owner_(owner), rx_(new uint8_t[rx_buffer]), rx_size_(rx_buffer), seg_(256) {
+    : reactor_(r), fd_(fd), owner_(owner), rx_size_(rx_buffer), seg_(256) {
+  // In multishot mode bytes land in the reactor's shared buffers (or in place), so the
+  // stream needs no receive buffer of its own.
+  if (r.options().recv_multishot) pbuf_ = r.provided_buffers();
+  if (!pbuf_) rx_.reset(new uint8_t[rx_buffer]);
   recv_c_.owner = this;
-  recv_c_.fn = [](Completion* c, int res, uint32_t) {
-    static_cast<OwnedCompletion<TcpStream>*>(c)->owner->on_recv(res);
+  recv_c_.fn = [](Completion* c, int res, uint32_t flags) {
+    static_cast<OwnedCompletion<TcpStream>*>(c)->owner->on_recv(res, flags);
   };
   send_c_.owner = this;
   send_c_.fn = [](Completion* c, int res, uint32_t) {
@@ -77,12 +81,61 @@ void TcpStream::post_recv() {
   size_t len = rx_size_;
   recv_direct_ = owner_->recv_direct(dst, len);
   io_uring_sqe* sqe = reactor_.get_sqe();
-  io_uring_prep_recv(sqe, fd_, dst, len, 0);
+  multishot_ = !recv_direct_ && pbuf_;
+  if (multishot_) {
+    // Stays armed across arrivals: one CQE per arrival, each in a buffer of the ring.
+    io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = ProvidedBuffers::kGroup;
+    cancel_sent_ = false;
+    ++reactor_.stats().multishot_arms;
+  } else {
+    io_uring_prep_recv(sqe, fd_, dst, len, 0);
+    if (recv_direct_) ++reactor_.stats().direct_recvs;
+  }
   reactor_.prep(sqe, &recv_c_);
   recv_inflight_ = true;
 }
 
-void TcpStream::on_recv(int res) {
+void TcpStream::on_multishot(int res, uint32_t flags) {
+  if (!(flags & IORING_CQE_F_MORE)) recv_inflight_ = false;  // it has ended
+  if (res > 0) {
+    auto bid = uint16_t(flags >> IORING_CQE_BUFFER_SHIFT);
+    ++reactor_.stats().multishot_cqes;
+    if (!closing_) owner_->on_receive(pbuf_->buffer(bid), size_t(res));
+    pbuf_->recycle(bid);
+  } else if (res == -ENOBUFS) {
+    ++reactor_.stats().multishot_nobufs;  // every buffer was taken: re-armed below
+  } else if (res == 0 || (res != -EAGAIN && res != -EINTR && !(res == -ECANCELED && cancel_sent_))) {
+    if (!closing_) close_err_ = res;  // 0: orderly shutdown by the peer
+    close();
+    return;
+  }
+  if (closing_) {
+    maybe_finish_close();
+    return;
+  }
+  if (!recv_inflight_) {
+    post_recv();
+    return;
+  }
+  // Still armed. A large payload is under way: stop the multishot receive so the rest can
+  // land in place (what arrives before it stops is copied, as any staged bytes are).
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  if (!cancel_sent_ && owner_->recv_direct(p, n)) {
+    io_uring_sqe* sqe = reactor_.get_sqe();
+    io_uring_prep_cancel(sqe, &recv_c_, 0);
+    reactor_.prep(sqe, nullptr);
+    cancel_sent_ = true;
+  }
+}
+
+void TcpStream::on_recv(int res, uint32_t flags) {
+  if (multishot_) {
+    on_multishot(res, flags);
+    return;
+  }
   recv_inflight_ = false;
   if (res <= 0) {
     if (res == -EAGAIN || res == -EINTR) {

@@ -73,7 +73,8 @@ class TcpStream {
   };
   void post_recv();
   void flush();
-  void on_recv(int res);
+  void on_recv(int res, uint32_t flags);
+  void on_multishot(int res, uint32_t flags);
   void on_send(int res);
   void maybe_finish_close();
   void push_segment(const Segment& s);
@@ -104,6 +105,9 @@ class TcpStream {
   size_t rx_size_;
   bool recv_inflight_ = false;
   bool recv_direct_ = false;      // the receive in flight lands in the owner's memory
+  ProvidedBuffers* pbuf_ = nullptr;  // multishot receive mode when set
+  bool multishot_ = false;        // the receive in flight is the multishot one
+  bool cancel_sent_ = false;      // ... and it is being stopped for an in-place receive
   bool send_inflight_ = false;
   bool closing_ = false;
   bool closed_notified_ = false;
