@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,11 @@ struct TargetArgs {
   std::string send_zc;
   bool recv_multishot = false;
   std::string ready_file;
+  // Resource limits; empty / 0 = keep the configuration's value.
+  uint32_t max_connections = 0;
+  bool no_connection_limit = false;
+  std::string max_buffer_memory, max_connection_buffer_memory, max_send_queue;
+  uint32_t icreq_timeout_ms = 0;
 };
 
 bool split_host_port(const std::string& s, std::string& host, uint16_t& port) {
@@ -108,6 +114,19 @@ int run_target(const TargetArgs& a) {
   if (a.no_ddgst) cfg.allow_ddgst = false;
   if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
   cfg.in_capsule_data = a.in_capsule;
+  if (a.max_connections) cfg.max_connections = a.max_connections;
+  if (a.no_connection_limit) cfg.max_connections = 0;
+  if (a.icreq_timeout_ms) cfg.icreq_timeout_ms = a.icreq_timeout_ms;
+  for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
+                                   std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
+                                              "--max-connection-buffer-memory"},
+                                   std::tuple{&a.max_send_queue, &cfg.max_send_queue_bytes, "--max-send-queue"}}) {
+    if (text->empty()) continue;
+    if (!backend::parse_size(*text, *field)) {
+      fmt::print(stderr, "nvtcp target: {} '{}' is not a size (e.g. 512M, or 0 for no limit)\n", name, *text);
+      return 2;
+    }
+  }
   cfg.max_h2c_data = a.max_h2c;
   if (!a.poll.empty()) cfg.poll = a.poll;
   if (a.busy_poll) cfg.poll = "busy";
@@ -177,6 +196,17 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_option("--in-capsule", a->in_capsule, "I/O queue in-capsule data bytes (IOCCSZ - 64)");
   c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp");
+  c->add_option("--max-connections", a->max_connections,
+                "live TCP connections at most (default 4096); more are closed right after accept");
+  c->add_flag("--no-connection-limit", a->no_connection_limit, "no limit on live TCP connections");
+  c->add_option("--max-buffer-memory", a->max_buffer_memory,
+                "data buffer memory for all connections (default 2G; 0 = no limit); commands wait above it");
+  c->add_option("--max-connection-buffer-memory", a->max_connection_buffer_memory,
+                "data buffer memory per connection (default 256M; 0 = no limit)");
+  c->add_option("--max-send-queue", a->max_send_queue,
+                "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
+  c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")
+      ->check(CLI::Range(1, 3600000));
   c->add_option("--poll", a->poll, "interrupt (sleep in io_uring), busy (spin) or hybrid (spin while busy)")
       ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
   c->add_flag("--busy-poll", a->busy_poll, "same as --poll busy");

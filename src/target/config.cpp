@@ -1,5 +1,6 @@
 #include "target/config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -44,6 +45,12 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.in_capsule_data = static_cast<uint32_t>(size_field(j, "in_capsule_data", cfg.in_capsule_data));
     cfg.max_queue_depth = j.value("max_queue_depth", cfg.max_queue_depth);
     cfg.max_io_queues = j.value("max_io_queues", cfg.max_io_queues);
+    cfg.icreq_timeout_ms = j.value("icreq_timeout_ms", cfg.icreq_timeout_ms);
+    cfg.max_connections = j.value("max_connections", cfg.max_connections);
+    cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
+    cfg.max_connection_buffer_memory =
+        size_field(j, "max_connection_buffer_memory", cfg.max_connection_buffer_memory);
+    cfg.max_send_queue_bytes = size_field(j, "max_send_queue_bytes", cfg.max_send_queue_bytes);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
     cfg.poll = j.value("poll", cfg.poll);
     cfg.sqpoll = j.value("sqpoll", cfg.sqpoll);
@@ -83,6 +90,17 @@ std::string finalize_config(TargetConfig& cfg) {
   if (cfg.in_capsule_data > 1u << 20) return "in_capsule_data must be at most 1 MiB";
   if (cfg.max_h2c_data < 4096) return "max_h2c_data must be at least 4096";
   if (cfg.max_queue_depth < 2 || cfg.max_queue_depth > 65536) return "max_queue_depth must be 2..65536";
+  if (cfg.icreq_timeout_ms == 0) return "icreq_timeout_ms must be at least 1";
+  // One command's buffer must always fit, or it would wait for memory forever. Idle
+  // connections may keep up to half the global budget cached, so that takes two.
+  const uint64_t one_command =
+      (uint64_t(std::max({cfg.mdts_bytes, cfg.in_capsule_data, 8192u})) + 4095) & ~uint64_t(4095);
+  if (cfg.max_buffer_memory && cfg.max_buffer_memory < 2 * one_command)
+    return fmt::format("max_buffer_memory must be 0 (no limit) or at least {} bytes (two largest transfers)",
+                       2 * one_command);
+  if (cfg.max_connection_buffer_memory && cfg.max_connection_buffer_memory < one_command)
+    return fmt::format("max_connection_buffer_memory must be 0 (no limit) or at least {} bytes (one largest transfer)",
+                       one_command);
   std::set<std::string> nqns;
   unsigned index = 0;
   for (auto& s : cfg.subsystems) {

@@ -43,6 +43,12 @@ struct TargetConfig {
   uint32_t max_r2t_per_command = 4;     // outstanding R2Ts per write (also bounded by the host)
   uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS)
   uint32_t icreq_timeout_ms = 10000;
+  // Resource limits, so that no host (or crowd of half-open connections) can starve the
+  // others or grow the target's memory without bound. 0 = no limit.
+  uint32_t max_connections = 4096;          // live TCP connections, all listeners together
+  uint64_t max_buffer_memory = 2ull << 30;  // data buffers (write data, file reads), whole target
+  uint64_t max_connection_buffer_memory = 256ull << 20;  // the same, per connection
+  uint64_t max_send_queue_bytes = 8u << 20; // per connection: new commands wait above this
   std::string tcp_congestion;           // per-socket congestion control, empty = default
   std::string poll = "interrupt";        // interrupt | busy | hybrid (see reactor::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)

@@ -18,6 +18,12 @@ namespace {
 constexpr uint32_t kAdminInCapsule = 8192;     // admin and fabrics commands: at most 8 KiB
 constexpr uint64_t kControllerPollNs = 100'000'000;  // I/O queues notice a dead controller
 constexpr uint64_t kTermReqLingerNs = 1'000'000'000;
+constexpr uint64_t kMemoryRetryNs = 2'000'000;       // waiting for buffer memory freed elsewhere
+constexpr uint64_t kSendQueueRetryNs = 50'000'000;   // a fallback: sent responses wake us sooner
+// Generic status 21h, Command Interrupted: the controller could not process the command now
+// and the host should retry it (sent with DNR clear). Used when in-capsule data arrives and
+// there is no buffer memory for it.
+constexpr Status kCommandInterrupted{Sct::Generic, 0x21};
 
 bool transfers_to_host(uint8_t opc) {
   auto op = static_cast<AdminOpcode>(opc);
@@ -32,6 +38,9 @@ void ConnectionSet::remove(Connection* c) {
     *it = conns_.back();
     conns_.pop_back();
   }
+}
+void ConnectionSet::collect(std::vector<ConnectionInfo>& out) const {
+  for (const Connection* c : conns_) out.push_back(c->info());
 }
 void ConnectionSet::close_all() {
   auto copy = conns_;
@@ -51,13 +60,37 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
   };
   timer_.owner = this;
   timer_.fn = on_keepalive_timer;
+  retry_timer_.owner = this;
+  retry_timer_.fn = on_retry_timer;
+  resume_d_.owner = this;
+  resume_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<Connection>*>(d)->owner->resume_waiting(); };
+  target_.usage.connections.fetch_add(1);
   const auto& cfg = target_.config;
   receiver_.set_max_plen(std::max({cfg.in_capsule_data, cfg.max_h2c_data, kAdminInCapsule}) + 512);
   resize_pool(1);  // until Connect says how deep the queue is, only Connect can arrive
   set_.add(this);
 }
 
-Connection::~Connection() { reactor_.cancel_timer(&timer_); }
+Connection::~Connection() {
+  reactor_.cancel_timer(&timer_);
+  reactor_.cancel_timer(&retry_timer_);
+  reactor_.undefer(&resume_d_);
+  if (buffer_bytes_) target_.usage.release_buffer(buffer_bytes_);
+  target_.usage.connections.fetch_sub(1);
+}
+
+ConnectionInfo Connection::info() const {
+  ConnectionInfo i;
+  i.peer = peer_;
+  i.qid = qid_;
+  i.connected = state_ == State::Connected;
+  i.send_queue_bytes = stream_.queued_bytes();
+  i.send_queue_peak = send_peak_;
+  i.buffer_bytes = buffer_bytes_;
+  i.waiting = waiting_;
+  i.waits = waits_;
+  return i;
+}
 
 void Connection::start() {
   log::debug("{}: connection accepted", peer_);
@@ -104,6 +137,8 @@ void Connection::on_closed(int err) {
   state_ = State::Closing;
   teardown_controller("admin queue closed");
   reactor_.cancel_timer(&timer_);
+  reactor_.cancel_timer(&retry_timer_);
+  reactor_.undefer(&resume_d_);
   set_.remove(this);
   if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
 }
@@ -192,7 +227,7 @@ void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       }
       if (r->data_len) r->rx_next = r->data_len;
       r->state = Request::State::Executing;
-      execute(r);
+      admit(r);
       return;
     }
     case PduType::H2CData:
@@ -279,7 +314,20 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   else if (sgl.type != kSglDataBlockOffset) r->status = sc::SglDescriptorTypeInvalid;
   else if (sgl.addr != 0) r->status = sc::SglOffsetInvalid;
   else if (sgl.length != data_len) r->status = sc::DataSglLengthInvalid;
-  else if (!ensure_buffer(r, data_len)) r->status = sc::InternalError;
+  else if (BufferResult br = ensure_buffer(r, data_len); br != BufferResult::Ok) {
+    // The data is on its way and has nowhere to wait: drop it, and ask for a retry.
+    r->status = br == BufferResult::Wait ? kCommandInterrupted : sc::InternalError;
+    target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
+    if (!memory_logged_) {
+      log::warn("{}: no buffer memory for {} bytes of in-capsule data (limits: {} per connection, {} in all); "
+                "cid {} ends with Command Interrupted, to be retried",
+                peer_, data_len, target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory,
+                r->sqe.cid);
+      memory_logged_ = true;
+    }
+    dst = nullptr;
+    return true;
+  }
   if (!r->status.ok()) {
     log::warn("{}: cid {}: bad in-capsule data ({} bytes, SGL type 0x{:02x} length {}): {}", peer_, r->sqe.cid,
               data_len, sgl.type, sgl.length, status_name(r->status));
@@ -522,9 +570,10 @@ void Connection::execute_admin(Request* r) {
       complete(r, sc::InvalidField);
       return;
     }
-    if (!ensure_buffer(r, std::max<uint32_t>(sgl_len, kIdentifyLen))) {
-      complete(r, sc::InternalError);
-      return;
+    switch (ensure_buffer(r, std::max<uint32_t>(sgl_len, kIdentifyLen))) {
+      case BufferResult::Ok: break;
+      case BufferResult::Wait: park(r, true); return;
+      case BufferResult::Fail: complete(r, sc::InternalError); return;
     }
   }
   AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), r->buf_cap, sgl_len);
@@ -590,12 +639,15 @@ void Connection::execute_io(Request* r) {
         }
         io.op = backend::BlockIo::Op::Read;
         if (!ns->device->zero_copy_reads()) {
-          if (!ensure_buffer(r, uint32_t(len))) {
-            complete(r, sc::InternalError);
-            return;
+          switch (ensure_buffer(r, uint32_t(len))) {
+            case BufferResult::Ok: break;
+            case BufferResult::Wait: park(r, true); return;
+            case BufferResult::Fail: complete(r, sc::InternalError); return;
           }
           io.buffer = r->buf.get();
         }
+        r->tx_pending = uint32_t(len);
+        tx_pending_ += len;
         break;
       }
       io.op = backend::BlockIo::Op::Write;
@@ -605,9 +657,10 @@ void Connection::execute_io(Request* r) {
           complete(r, sc::SglDescriptorTypeInvalid);
           return;
         }
-        if (!ensure_buffer(r, uint32_t(len))) {
-          complete(r, sc::InternalError);
-          return;
+        switch (ensure_buffer(r, uint32_t(len))) {
+          case BufferResult::Ok: break;
+          case BufferResult::Wait: park(r, true); return;  // the R2Ts go out once memory is free
+          case BufferResult::Fail: complete(r, sc::InternalError); return;
         }
         r->data_len = uint32_t(len);
         r->state = Request::State::AwaitingH2C;
@@ -630,9 +683,14 @@ void Connection::execute_io(Request* r) {
         return;
       }
       if (r->data_len == 0) {
-        if (sqe.sgl.type != kSglTransportDataBlock || !ensure_buffer(r, len)) {
+        if (sqe.sgl.type != kSglTransportDataBlock) {
           complete(r, sc::SglDescriptorTypeInvalid);
           return;
+        }
+        switch (ensure_buffer(r, len)) {
+          case BufferResult::Ok: break;
+          case BufferResult::Wait: park(r, true); return;
+          case BufferResult::Fail: complete(r, sc::InternalError); return;
         }
         r->data_len = len;
         r->state = Request::State::AwaitingH2C;
@@ -690,6 +748,8 @@ void Connection::dsm_step(Request* r) {
 
 void Connection::io_done(Request* r, Status st) {
   --backend_inflight_;
+  tx_pending_ -= r->tx_pending;
+  r->tx_pending = 0;
   if (closed_) {
     if (backend_inflight_ == 0) delete this;
     return;
@@ -743,7 +803,10 @@ void Connection::send_response(Request* r) {
     } else {
       stream_.send(r->tx_data, r->tx_len, success_flag ? &r->sent : nullptr);
     }
-    if (success_flag) return;
+    if (success_flag) {
+      send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
+      return;
+    }
   }
   auto* resp = reinterpret_cast<CapsuleRespPdu*>(r->resp_pdu);
   std::memset(r->resp_pdu, 0, sizeof(r->resp_pdu));
@@ -754,13 +817,14 @@ void Connection::send_response(Request* r) {
   cqe.sqhd = sq_flow_disabled_ ? 0 : sqhd_;
   cqe.sqid = qid_;
   cqe.cid = r->sqe.cid;
-  cqe.status = r->status.to_cqe();
+  cqe.status = r->status.to_cqe(r->status != kCommandInterrupted);
   std::memcpy(resp->cqe, &cqe, sizeof(cqe));
   if (hdgst_) {
     uint32_t crc = crc32c(r->resp_pdu, sizeof(CapsuleRespPdu));
     std::memcpy(r->resp_pdu + sizeof(CapsuleRespPdu), &crc, 4);
   }
   stream_.send(r->resp_pdu, resp->ch.plen, &r->sent);
+  send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
 }
 
 // ---------------------------------------------------------------- request pool
@@ -790,22 +854,134 @@ Request* Connection::alloc_request() {
 
 void Connection::release(Request* r) {
   r->state = Request::State::Free;
+  // Idle buffers are kept for reuse (no allocation per I/O) while the target uses less than
+  // half its buffer budget; above that they go back, so that idle connections cannot hold
+  // memory that busy ones wait for.
+  const uint64_t budget = target_.config.max_buffer_memory;
+  if (r->buf_cap && budget && target_.usage.buffer_bytes.load(std::memory_order_relaxed) > budget / 2)
+    free_buffer(r);
   free_.push_back(r);
+  if (wait_head_) reactor_.defer(&resume_d_);
   if (close_after_send_) {
     close_after_send_ = false;
     close("host sent Disconnect");
   }
 }
 
-bool Connection::ensure_buffer(Request* r, uint32_t len) {
-  if (len <= r->buf_cap) return true;
-  uint32_t cap = (len + 4095) & ~4095u;
+Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
+  if (len <= r->buf_cap) return BufferResult::Ok;
+  const auto& cfg = target_.config;
+  const uint64_t cap = (uint64_t(len) + 4095) & ~uint64_t(4095);
+  const uint64_t grow = cap - r->buf_cap;
+  auto reserve = [&] {
+    if (cfg.max_connection_buffer_memory && buffer_bytes_ + grow > cfg.max_connection_buffer_memory) return false;
+    return target_.usage.reserve_buffer(grow, cfg.max_buffer_memory);
+  };
+  // Short of memory: first give back what this connection's idle requests still hold.
+  if (!reserve() && (reclaim_idle_buffers() == 0 || !reserve())) return BufferResult::Wait;
   void* p = nullptr;
   // 4 KiB alignment lets file namespaces use O_DIRECT straight from this buffer.
-  if (posix_memalign(&p, 4096, cap) != 0) return false;
+  if (posix_memalign(&p, 4096, cap) != 0) {
+    target_.usage.release_buffer(grow);
+    log::warn("{}: cannot allocate a {}-byte data buffer", peer_, cap);
+    return BufferResult::Fail;
+  }
   r->buf.reset(static_cast<uint8_t*>(p));
-  r->buf_cap = cap;
-  return true;
+  r->buf_cap = uint32_t(cap);
+  buffer_bytes_ += grow;
+  if (memory_logged_ && !wait_head_) {
+    log::info("{}: buffer memory available again", peer_);
+    memory_logged_ = false;
+  }
+  return BufferResult::Ok;
 }
+
+void Connection::free_buffer(Request* r) {
+  if (!r->buf_cap) return;
+  buffer_bytes_ -= r->buf_cap;
+  target_.usage.release_buffer(r->buf_cap);
+  r->buf.reset();
+  r->buf_cap = 0;
+}
+
+uint64_t Connection::reclaim_idle_buffers() {
+  uint64_t freed = 0;
+  for (Request* r : free_) {
+    freed += r->buf_cap;
+    free_buffer(r);
+  }
+  return freed;
+}
+
+// ---------------------------------------------------------------- back-pressure
+
+bool Connection::send_queue_full() const {
+  const uint64_t cap = target_.config.max_send_queue_bytes;
+  return cap && stream_.queued_bytes() + tx_pending_ > cap;
+}
+
+void Connection::admit(Request* r) {
+  if (wait_head_ || send_queue_full()) {
+    park(r, false);
+    return;
+  }
+  execute(r);
+}
+
+void Connection::park(Request* r, bool for_memory) {
+  r->state = Request::State::Waiting;
+  r->next_waiting = nullptr;
+  if (!wait_head_) {
+    wait_head_ = wait_tail_ = r;
+  } else if (resuming_) {
+    r->next_waiting = wait_head_;  // it was the head a moment ago: keep arrival order
+    wait_head_ = r;
+  } else {
+    wait_tail_->next_waiting = r;
+    wait_tail_ = r;
+  }
+  ++waiting_;
+  ++waits_;
+  if (for_memory) {
+    memory_short_ = true;
+    target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
+    if (!memory_logged_) {
+      log::warn("{}: buffer memory exhausted (limits: {} per connection, {} in all); commands wait", peer_,
+                target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory);
+      memory_logged_ = true;
+    }
+    reactor_.arm_timer(&retry_timer_, kMemoryRetryNs);
+  } else if (!retry_timer_.linked) {
+    reactor_.arm_timer(&retry_timer_, kSendQueueRetryNs);
+  }
+}
+
+void Connection::resume_waiting() {
+  if (resuming_ || state_ == State::Closing) return;
+  resuming_ = true;
+  memory_short_ = false;
+  while (wait_head_ && state_ != State::Closing && !send_queue_full()) {
+    Request* r = wait_head_;
+    wait_head_ = r->next_waiting;
+    if (!wait_head_) wait_tail_ = nullptr;
+    r->next_waiting = nullptr;
+    --waiting_;
+    r->state = Request::State::Executing;
+    execute(r);
+    if (memory_short_) break;  // it is parked at the head again
+  }
+  resuming_ = false;
+  if (!wait_head_) {
+    reactor_.cancel_timer(&retry_timer_);
+    if (memory_logged_) {
+      log::info("{}: buffer memory available again", peer_);
+      memory_logged_ = false;
+    }
+  } else if (!retry_timer_.linked) {
+    reactor_.arm_timer(&retry_timer_, memory_short_ ? kMemoryRetryNs : kSendQueueRetryNs);
+  }
+}
+
+void Connection::on_retry_timer(reactor::Timer* t) { static_cast<TimerSlot*>(t)->owner->resume_waiting(); }
 
 }  // namespace nvtcp::target

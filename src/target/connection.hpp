@@ -21,6 +21,18 @@ namespace nvtcp::target {
 
 class Connection;
 
+// What one connection holds right now (control path: gathered on its reactor).
+struct ConnectionInfo {
+  std::string peer;
+  uint16_t qid = 0;
+  bool connected = false;
+  uint64_t send_queue_bytes = 0;       // queued for the socket, not yet taken by the kernel
+  uint64_t send_queue_peak = 0;        // the most it ever held
+  uint64_t buffer_bytes = 0;           // data buffers held by this connection's requests
+  uint32_t waiting = 0;                // commands held back (send queue over its cap, or memory)
+  uint64_t waits = 0;                  // commands ever held back
+};
+
 // Where every connection of one reactor is listed, so shutdown can close them all.
 class ConnectionSet {
  public:
@@ -28,6 +40,7 @@ class ConnectionSet {
   void remove(Connection* c);
   void close_all();
   size_t size() const { return conns_.size(); }
+  void collect(std::vector<ConnectionInfo>& out) const;
   // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
   void count_io() { ios_.store(ios_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
@@ -38,7 +51,8 @@ class ConnectionSet {
 };
 
 struct Request {
-  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Executing, Sending, HeldAer };
+  // Waiting: received, but held back until the send queue drains or buffer memory is free.
+  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Waiting, Executing, Sending, HeldAer };
 
   State state = State::Free;
   uint16_t index = 0;             // also the transfer tag of this request's R2Ts
@@ -64,6 +78,8 @@ struct Request {
 
   backend::BlockIo io;
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
+  uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
+  Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;
   struct Sent : reactor::SendDone {
     Request* req = nullptr;
@@ -78,6 +94,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void start();
   void close(const std::string& why);
   const std::string& peer() const { return peer_; }
+  ConnectionInfo info() const;
 
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;
@@ -116,7 +133,19 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void invalid_connect_param(Request* r, bool in_data, uint32_t offset);
 
   Request* alloc_request();
-  bool ensure_buffer(Request* r, uint32_t len);
+  // Buffer memory: bounded per connection and for the whole target. Wait means "not now":
+  // the caller parks the request and it runs again once memory is released.
+  enum class BufferResult { Ok, Wait, Fail };
+  BufferResult ensure_buffer(Request* r, uint32_t len);
+  void free_buffer(Request* r);
+  uint64_t reclaim_idle_buffers();
+  // Back-pressure: commands wait (in arrival order) while the send queue is over its cap
+  // or buffer memory is short, instead of growing either without bound.
+  void admit(Request* r);
+  void park(Request* r, bool for_memory);
+  void resume_waiting();
+  bool send_queue_full() const;
+  static void on_retry_timer(reactor::Timer* t);
   void resize_pool(uint32_t depth);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   uint32_t max_incapsule() const;
@@ -156,7 +185,19 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
 
   struct TimerSlot : reactor::Timer {
     Connection* owner;
-  } timer_;
+  } timer_, retry_timer_;
+
+  Request* wait_head_ = nullptr;    // FIFO of Waiting requests
+  Request* wait_tail_ = nullptr;
+  uint32_t waiting_ = 0;
+  uint64_t waits_ = 0;
+  bool resuming_ = false;
+  bool memory_short_ = false;       // the last parked request waits for memory
+  bool memory_logged_ = false;
+  uint64_t tx_pending_ = 0;         // sum of Request::tx_pending
+  uint64_t send_peak_ = 0;
+  uint64_t buffer_bytes_ = 0;       // sum of this connection's Request::buf_cap
+  reactor::OwnedDeferred<Connection> resume_d_;
 };
 
 }  // namespace nvtcp::target

@@ -72,9 +72,35 @@ class Subsystem {
   uint16_t next_cntlid_ = 1;
 };
 
+// What the target holds across all reactors, against the limits in TargetConfig. Touched
+// when a connection comes or goes and when a request's buffer must grow (warm-up, or a
+// larger transfer than that slot has seen), never per I/O in steady state.
+struct ResourceUsage {
+  std::atomic<uint32_t> connections{0};         // Connection objects alive
+  std::atomic<uint32_t> handoff{0};             // accepted, not yet a Connection
+  std::atomic<uint64_t> refused_connections{0}; // closed at accept: over max_connections
+  std::atomic<uint64_t> buffer_bytes{0};        // request data buffers, all connections
+  std::atomic<uint64_t> buffer_peak{0};
+  std::atomic<uint64_t> memory_waits{0};        // commands that waited for buffer memory
+
+  // Takes bytes from the budget (cap 0 = unlimited); false if that would go over it.
+  bool reserve_buffer(uint64_t bytes, uint64_t cap) {
+    uint64_t cur = buffer_bytes.load(std::memory_order_relaxed);
+    do {
+      if (cap && cur + bytes > cap) return false;
+    } while (!buffer_bytes.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+    uint64_t peak = buffer_peak.load(std::memory_order_relaxed);
+    while (cur + bytes > peak && !buffer_peak.compare_exchange_weak(peak, cur + bytes, std::memory_order_relaxed)) {
+    }
+    return true;
+  }
+  void release_buffer(uint64_t bytes) { buffer_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
+};
+
 // Everything a connection needs to know about the target it belongs to.
 struct TargetState {
   TargetConfig config;
+  ResourceUsage usage;
   std::vector<std::unique_ptr<Subsystem>> subsystems;
   std::unique_ptr<Subsystem> discovery;
   std::vector<Listener> listeners;

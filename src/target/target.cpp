@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -163,8 +165,11 @@ std::string Target::start() {
           ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
             auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
             Target* t = sock->target;
-            if (res >= 0) {
+            if (res >= 0 && t->over_connection_limit()) {
+              ::close(res);
+            } else if (res >= 0) {
               t->accepted_.fetch_add(1);
+              t->state_->usage.handoff.fetch_add(1);
               std::string e = reactor::apply_socket_options(res, {true, 0, 0, t->cfg_.tcp_congestion});
               if (!e.empty()) log::warn("accepted socket: {}", e);
               unsigned idx = t->next_reactor_.fetch_add(1) % unsigned(t->reactors_.size());
@@ -173,9 +178,11 @@ std::string Target::start() {
               dst->reactor->post([t, dst, fd] {
                 if (t->stopping_.load()) {
                   close(fd);
+                  t->state_->usage.handoff.fetch_sub(1);
                   return;
                 }
                 auto* conn = new Connection(*t->state_, *dst->reactor, fd, peer_name(fd), dst->connections);
+                t->state_->usage.handoff.fetch_sub(1);
                 conn->start();
               });
             } else if (res != -ECANCELED && !t->stopping_.load()) {
@@ -207,6 +214,43 @@ void Target::stop() {
     if (rt->thread.joinable()) rt->thread.join();
   }
   sockets_.clear();
+}
+
+// On reactor 0, for a connection just accepted (its fd not yet closed by the caller).
+bool Target::over_connection_limit() {
+  const uint32_t max = cfg_.max_connections;
+  if (max == 0) return false;
+  ResourceUsage& u = state_->usage;
+  uint32_t live = u.connections.load() + u.handoff.load();
+  if (live < max) return false;
+  // A crowd of connections over the limit would flood the log: the first of each burst,
+  // then every 1000th, with the running count.
+  uint64_t n = u.refused_connections.fetch_add(1) + 1;
+  if (n == 1 || n % 1000 == 0 || reactor::monotonic_ns() - last_refusal_log_ns_ > 1'000'000'000ull) {
+    log::warn("connection refused: {} connections already open (max_connections {}); {} refused so far", live, max,
+              n);
+    last_refusal_log_ns_ = reactor::monotonic_ns();
+  }
+  return true;
+}
+
+std::vector<ConnectionInfo> Target::connection_info() {
+  std::vector<ConnectionInfo> out;
+  if (!started_) return out;
+  for (auto& rt : reactors_) {
+    auto done = std::make_shared<std::promise<std::vector<ConnectionInfo>>>();
+    auto f = done->get_future();
+    ReactorThread* raw = rt.get();
+    raw->reactor->post([raw, done] {
+      std::vector<ConnectionInfo> v;
+      raw->connections.collect(v);
+      done->set_value(std::move(v));
+    });
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
+    auto v = f.get();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
 }
 
 uint16_t Target::port(size_t listener) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "target/config.hpp"
+#include "target/connection.hpp"
 #include "target/subsystem.hpp"
 
 namespace nvtcp::target {
@@ -29,12 +30,20 @@ class Target {
   // CPU seconds used by the reactor threads so far (user + system).
   double cpu_seconds() const;
   uint64_t connections_accepted() const { return accepted_.load(); }
+  // What the target holds now, against the limits of its configuration.
+  const ResourceUsage& usage() const { return state_->usage; }
+  uint32_t live_connections() const { return state_ ? state_->usage.connections.load() : 0; }
+  uint64_t buffer_bytes() const { return state_ ? state_->usage.buffer_bytes.load() : 0; }
+  // One entry per live connection, gathered on the reactors (control path; never call it
+  // from a reactor thread). Empty when the target is not running.
+  std::vector<ConnectionInfo> connection_info();
   // I/O commands completed by all reactors so far.
   uint64_t io_count() const;
 
  private:
   struct ReactorThread;
   struct ListenSocket;
+  bool over_connection_limit();
 
   TargetConfig cfg_;
   std::unique_ptr<TargetState> state_;
@@ -45,6 +54,7 @@ class Target {
   std::atomic<uint64_t> accepted_{0};
   std::atomic<unsigned> next_reactor_{0};
   bool started_ = false;
+  uint64_t last_refusal_log_ns_ = 0;   // reactor 0 only
 };
 
 }  // namespace nvtcp::target
