@@ -74,11 +74,14 @@ void Reactor::init_ring(unsigned entries) {
     log::warn("io_uring SQPOLL refused ({}); running without an SQ thread", strerror(-rc));
   }
   io_uring_params p{};
+  // TASKRUN_FLAG: the kernel raises IORING_SQ_TASKRUN when completion work is waiting for
+  // us, so a polling loop can skip io_uring_enter while there is none.
   p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
-            IORING_SETUP_DEFER_TASKRUN;
+            IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   p.cq_entries = entries * 4;
   p.flags |= IORING_SETUP_CQSIZE;
   rc = io_uring_queue_init_params(entries, &ring_, &p);
+  taskrun_flag_ = rc == 0;
   if (rc < 0) {
     // Older kernels lack some flags; fall back to a plain ring.
     io_uring_params plain{};
@@ -97,6 +100,8 @@ Reactor::Reactor(unsigned entries, const ReactorOptions& o) : opts_(o), mode_(o.
   wake_completion_.fn = [](Completion* c, int, uint32_t) {
     static_cast<OwnedCompletion<Reactor>*>(c)->owner->arm_wakeup();
   };
+  // Every io_uring_enter then skips looking the ring's file up (one thread uses it).
+  io_uring_register_ring_fd(&ring_);
   now_ns_ = monotonic_ns();
   // DEFER_TASKRUN requires that only the creating thread submits; the owner thread calls
   // run()/run_once(), and a reactor is created on the thread that runs it.
@@ -182,8 +187,15 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
   if (spin || timeout_us == 0) {
     // The SQ thread posts completions by itself: look at the CQ ring, no system call
     // (io_uring_submit enters the kernel only to wake a sleeping SQ thread).
-    if (sqpoll_ && !io_uring_cq_has_overflow(&ring_)) io_uring_submit(&ring_);
-    else io_uring_submit_and_get_events(&ring_);
+    if (sqpoll_ && !io_uring_cq_has_overflow(&ring_)) {
+      io_uring_submit(&ring_);
+    } else if (taskrun_flag_ && io_uring_sq_ready(&ring_) == 0 &&
+               !(IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
+      // Nothing to submit and no completion work pending in the kernel: a polling turn
+      // costs no system call (CQEs already posted are read below).
+    } else {
+      io_uring_submit_and_get_events(&ring_);
+    }
   } else {
     // Don't sleep past the next timer.
     uint64_t now = monotonic_ns();

@@ -188,6 +188,7 @@ class Reactor {
   bool pbuf_failed_ = false;
   PollMode mode_;
   bool sqpoll_ = false;
+  bool taskrun_flag_ = false;     // the kernel flags pending completion work (see run_once)
   uint64_t now_ns_ = 0;
   uint64_t last_activity_ns_ = 0;
   uint64_t spin_window_ns_ = 50'000;

@@ -277,6 +277,11 @@ void TcpStream::flush() {
     sqe->ioprio |= kSendZcReportUsage;
     reactor_.prep(sqe, slot);
     ++reactor_.stats().zc_sends;
+  } else if (n == 1) {
+    // One segment (a lone command capsule, say): a plain send spares the kernel copying
+    // in the msghdr and its iovec.
+    io_uring_prep_send(sqe, fd_, iov_[0].iov_base, iov_[0].iov_len, MSG_NOSIGNAL);
+    reactor_.prep(sqe, &send_c_);
   } else {
     io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
     reactor_.prep(sqe, &send_c_);

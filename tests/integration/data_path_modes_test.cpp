@@ -29,6 +29,7 @@ struct Mode {
   bool sqpoll = false;
   uint32_t send_zc = 0;  // zero-copy threshold, both sides
   bool multishot = false;
+  const char* poll = "interrupt";  // target poll mode; the host spins likewise unless interrupt
 };
 
 std::vector<uint8_t> fill(size_t len, uint64_t seed) {
@@ -78,6 +79,8 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   o.io_queues = 2;
   o.hdgst = o.ddgst = digests;
   o.sqpoll = m.sqpoll;
+  o.hybrid_poll = std::string(m.poll) == "hybrid";
+  o.busy_poll = std::string(m.poll) == "busy";
   host::TransportId trid;
   trid.trsvcid = port;
   trid.subnqn = kTestNqn;
@@ -185,6 +188,7 @@ TEST_P(DataPathModes, EverySizeWrittenAndReadBack) {
   reactor::ReactorOptions::set_defaults(d);
   auto cfg = default_config();
   cfg.sqpoll = m.sqpoll;
+  cfg.poll = m.poll;
   RunningTarget t(cfg);
   for (bool digests : {false, true}) {
     SCOPED_TRACE(digests ? "with digests" : "without digests");
@@ -197,7 +201,11 @@ INSTANTIATE_TEST_SUITE_P(Reactor, DataPathModes,
                          ::testing::Values(Mode{"Default"}, Mode{"SqPoll", true}, Mode{"SendZeroCopy", false, 16384},
                                            Mode{"SqPollSendZeroCopy", true, 16384}, Mode{"Multishot", false, 0, true},
                                            Mode{"MultishotSendZeroCopy", false, 16384, true},
-                                           Mode{"SqPollMultishot", true, 0, true}),
+                                           Mode{"SqPollMultishot", true, 0, true},
+                                           // The polling loop, which skips io_uring_enter while the kernel
+                                           // flags no completion work.
+                                           Mode{"HybridPoll", false, 0, false, "hybrid"},
+                                           Mode{"BusyPollMultishot", false, 0, true, "busy"}),
                          [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
 }  // namespace
