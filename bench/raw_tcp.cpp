@@ -40,6 +40,7 @@ struct Options {
   bool sqpoll_same_core = false;  // pin each side's SQ thread to that side's core
   uint32_t send_zc = 0;
   bool recv_multishot = false;
+  int sndbuf = 0, rcvbuf = 0;     // SO_SNDBUF / SO_RCVBUF, 0 = kernel default (autotuned)
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
@@ -142,6 +143,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sqpoll-same-core", o.sqpoll_same_core, "pin each SQ thread to its side's core");
   app.add_option("--send-zc", o.send_zc, "zero-copy sends of segments of at least this many bytes (0: off)");
   app.add_flag("--recv-multishot", o.recv_multishot, "multishot receive into a provided buffer ring");
+  app.add_option("--sndbuf", o.sndbuf, "SO_SNDBUF bytes on both sockets (0: kernel default)");
+  app.add_option("--rcvbuf", o.rcvbuf, "SO_RCVBUF bytes on both sockets (0: kernel default)");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
@@ -166,7 +169,7 @@ int main(int argc, char** argv) {
     int fd = -1;
     while (fd < 0 && !stop) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
-    reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
+    reactor::apply_socket_options(fd, {true, o.sndbuf, o.rcvbuf, o.congestion});
     Server srv(o, r, fd);
     double c0 = thread_cpu();
     while (!stop && !srv.closed) r.run_once(10000);
@@ -178,7 +181,7 @@ int main(int argc, char** argv) {
   pin(o.client_core);
   reactor::Reactor r(4096, o.reactor_options(o.client_core));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  reactor::apply_socket_options(fd, {true, 0, 0, o.congestion});
+  reactor::apply_socket_options(fd, {true, o.sndbuf, o.rcvbuf, o.congestion});
   if (::connect(fd, reinterpret_cast<sockaddr*>(&ep.addr), ep.len) < 0) {
     fmt::print(stderr, "raw-tcp: connect: {}\n", strerror(errno));
     return 1;
