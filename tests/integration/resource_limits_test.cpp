@@ -182,7 +182,7 @@ class TempFile {
 TEST(ResourceLimits, ThousandConnectionsWithoutICReq) {
   raise_nofile();
   auto cfg = default_config();
-  cfg.icreq_timeout_ms = 3000;
+  cfg.icreq_timeout_ms = 5000;  // long enough for the host's I/O below to happen while the crowd waits
   RunningTarget t(cfg);
   std::string err;
   auto ctrl = Controller::connect(t.trid(), ControllerOptions{}, err);
