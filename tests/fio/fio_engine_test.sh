@@ -200,7 +200,8 @@ PY
     }
     start_file_target 0
     run_fio reconnect "--filename=$(trid 1)" --thread=1 --iodepth=16 --rw=randwrite --bs=4k --size=24M \
-      --verify=crc32c --verify_fatal=1 --do_verify=1 --ctrl_loss_tmo=30 --reconnect_delay=1 &
+      --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 --ctrl_loss_tmo=30 \
+      --reconnect_delay=1 &
     fio_pid=$!
     # Crash once the job's I/O queue is up and writing.
     for _ in $(seq 200); do grep -q "qid 1," "$work/target.log" && break; sleep 0.05; done
