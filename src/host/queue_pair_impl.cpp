@@ -46,7 +46,7 @@ void QueuePairImpl::shutdown() {
   // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
   if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   uint64_t deadline = reactor::monotonic_ns() + 2000 * kMs;
-  while ((!closed_ || connect_res_ == 1) && reactor::monotonic_ns() < deadline) reactor_.run_once(10000);
+  while ((!closed_ || connect_res_ == 1) && reactor::monotonic_ns() < deadline) reactor_.run_once(1000);
 }
 
 bool QueuePairImpl::run_until(State want, std::string& err) {
