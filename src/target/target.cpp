@@ -136,9 +136,15 @@ std::string Target::start() {
         raw->ready = true;
       }
       raw->cv.notify_all();
+      // The CPU figure is sampled every millisecond, not every turn: getrusage is a system
+      // call, and a polling reactor turns hundreds of thousands of times a second.
+      uint64_t next_cpu_sample_ns = 0;
       while (!stopping_.load(std::memory_order_relaxed)) {
         r.run_once(100000);
-        raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
+        if (r.now_ns() >= next_cpu_sample_ns) {
+          raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
+          next_cpu_sample_ns = r.now_ns() + 1'000'000;
+        }
       }
       // Shutting down: close what is left and let the closes finish (bounded).
       raw->connections.close_all();
