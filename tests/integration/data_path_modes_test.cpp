@@ -166,9 +166,10 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   } else {
     EXPECT_EQ(r->stats().multishot_arms, 0u);
   }
-  // Without an SQ thread, stopping the multishot receive takes effect before the kernel
-  // runs the next receive's work, so most of a 1 MiB payload is still in the socket then.
-  if (!m.sqpoll) {
+  // A 1 MiB payload cannot fit the staging buffer, so with single receives some of it
+  // always lands in place. With multishot, how much the ring takes before the switch
+  // depends on scheduling (slow sanitizer builds have seen none in place): not checked.
+  if (!m.sqpoll && !m.multishot) {
     EXPECT_GT(r->stats().direct_recvs, 0u) << "1 MiB reads should be received in place";
   }
 }
