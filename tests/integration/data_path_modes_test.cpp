@@ -32,16 +32,6 @@ struct Mode {
   const char* poll = "interrupt";  // target poll mode; the host spins likewise unless interrupt
 };
 
-std::vector<uint8_t> fill(size_t len, uint64_t seed) {
-  std::vector<uint8_t> b(len);
-  std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + 7);
-  for (size_t i = 0; i < len; i += 8) {
-    uint64_t v = g();
-    std::memcpy(b.data() + i, &v, std::min<size_t>(8, len - i));
-  }
-  return b;
-}
-
 int sq_threads() {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -107,7 +97,7 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   uint64_t lba = 0;
   for (uint32_t size : sizes) {
     SCOPED_TRACE("size " + std::to_string(size));
-    auto data = fill(size, seed ^ size);
+    auto data = pattern(size, seed ^ size);
     std::vector<Io> ios(1);
     ASSERT_EQ(qp->write(2, lba, size / bs, data.data(), Io::cb, &ios[0]), 0);
     ASSERT_TRUE(drain(*qp, ios)) << "write did not complete";
@@ -127,7 +117,7 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   std::vector<std::vector<uint8_t>> datas, backs;
   std::vector<uint64_t> lbas;
   for (size_t i = 0; i < mix.size(); ++i) {
-    datas.push_back(fill(mix[i], seed * 31 + i));
+    datas.push_back(pattern(mix[i], seed * 31 + i));
     backs.emplace_back(mix[i], 0x5A);
     lbas.push_back(lba);
     lba += mix[i] / bs + 1;

@@ -118,16 +118,6 @@ Result do_raw(QueuePair& qp, const wire::Sqe& sqe, void* data, uint32_t len, boo
                  [&](host::CompletionFn cb, void* ctx) { return qp.submit(sqe, data, len, to_controller, cb, ctx); });
 }
 
-std::vector<uint8_t> pattern(size_t len, uint64_t seed) {
-  std::vector<uint8_t> b(len);
-  std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + 1);
-  for (size_t i = 0; i < len; i += 8) {
-    uint64_t v = g();
-    std::memcpy(b.data() + i, &v, std::min<size_t>(8, len - i));
-  }
-  return b;
-}
-
 // Offset of the first byte that differs, or -1 when equal (sizes must match).
 long first_mismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return 0;

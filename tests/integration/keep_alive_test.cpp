@@ -9,17 +9,6 @@
 
 using namespace nvtcp;
 
-namespace {
-bool wait_for(const std::function<bool()>& pred, int ms) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
-}
-}  // namespace
-
 TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
   test::RunningTarget t;
   host::ControllerOptions o;
@@ -33,8 +22,8 @@ TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
   auto& sub = *t.target().state().subsystems[0];
   EXPECT_EQ(sub.controller_count(), 1u);
   // Expiry tears the controller down; its I/O queue is closed too.
-  EXPECT_TRUE(wait_for([&] { return sub.controller_count() == 0; }, 3000));
-  EXPECT_TRUE(wait_for([&] {
+  EXPECT_TRUE(test::wait_for([&] { return sub.controller_count() == 0; }, 3000));
+  EXPECT_TRUE(test::wait_for([&] {
     qp->process_completions(1000);
     return qp->failed();
   }, 3000));

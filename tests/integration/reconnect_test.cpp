@@ -207,6 +207,17 @@ TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   EXPECT_EQ(w.mismatches, 1u);
 }
 
+// Counts the completions of the commands a test submits and keeps the last status.
+struct Outcome {
+  int done = 0;
+  wire::Status st;
+  static void cb(void* ctx, const Completion& c) {
+    auto* o = static_cast<Outcome*>(ctx);
+    ++o->done;
+    o->st = c.status;
+  }
+};
+
 ControllerOptions recovering_options() {
   ControllerOptions o;
   o.ctrl_loss_tmo_ms = 20000;
@@ -376,20 +387,13 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   ASSERT_TRUE(qp) << err;
   std::vector<uint8_t> buf(4096);
   target.reset();
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& c) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = c.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
+  Outcome out;
   // The loss may not be noticed yet: the command is sent, or held for the reconnect.
-  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
-  EXPECT_EQ(st, wire::sc::TransportError);
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
+  EXPECT_EQ(out.st, wire::sc::TransportError);
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->failed(); }, 10000));
-  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), -ENOTCONN);
+  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->failed() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(ctrl->failed());
@@ -408,28 +412,21 @@ TEST(Reconnect, FastIoFailThenRecover) {
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   std::vector<uint8_t> buf(4096);
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& c) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = c.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
+  Outcome out;
   proxy.refuse(true);
   proxy.stall(-1, Direction::ToHost, true);  // the read below stays unanswered
-  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
   proxy.cut_all();
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
-  EXPECT_EQ(st, wire::sc::TransportError);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
+  EXPECT_EQ(out.st, wire::sc::TransportError);
   EXPECT_FALSE(qp->failed());
-  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), -ENOTCONN);
+  EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   proxy.stall(-1, Direction::ToHost, false);
   proxy.refuse(false);
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->connected(); }, 15000));
-  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 2; }, 10000));
-  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+  ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 2; }, 10000));
+  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
 }
 
 // A command the target never sees: after io_timeout an Abort goes out on the admin queue;
@@ -448,17 +445,10 @@ TEST(Reconnect, IoTimeoutAbortsThenResets) {
   ASSERT_EQ(proxy.accepted(), 2u);  // 0: admin, 1: this queue pair
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096, 0xEE);
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& c) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = c.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
-  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 15000));
-  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+  Outcome out;
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 15000));
+  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
   EXPECT_EQ(buf[0], 0);  // the null namespace reads zeros
   EXPECT_EQ(ctrl->resets(), 1u);
   EXPECT_EQ(qp->reconnects(), 1u);
@@ -483,17 +473,10 @@ TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
   for (int i = 3; i < 40; i += 2) proxy.drop_after(i, Direction::ToHost, 128 + 24 + 1);
   proxy.drop_after(1, Direction::ToHost, proxy.bytes(1, Direction::ToHost) + 1);
   std::vector<uint8_t> buf(4096);
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& c) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = c.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
-  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 20000));
-  EXPECT_EQ(st, wire::sc::TransportError);
+  Outcome out;
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 20000));
+  EXPECT_EQ(out.st, wire::sc::TransportError);
   EXPECT_EQ(qp->reconnects(), 3u);  // sent on the first connection and two more
   EXPECT_FALSE(qp->failed());
 }
@@ -511,17 +494,10 @@ TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   ASSERT_TRUE(qp) << err;
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096);
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& c) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = c.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
-  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
-  EXPECT_EQ(st, wire::sc::HostAbortedCommand);
+  Outcome out;
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
+  EXPECT_EQ(out.st, wire::sc::HostAbortedCommand);
   EXPECT_TRUE(qp->failed());
 }
 
@@ -549,18 +525,11 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
   // The I/O queue belonged to the old association: it reconnects and serves again.
   std::vector<uint8_t> buf(4096);
-  int done = 0;
-  wire::Status st;
-  auto cb = [](void* ctx, const Completion& cc) {
-    auto* p = static_cast<std::pair<int*, wire::Status*>*>(ctx);
-    ++*p->first;
-    *p->second = cc.status;
-  };
-  std::pair<int*, wire::Status*> ctx{&done, &st};
+  Outcome out;
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->reconnects() == 1 && qp->connected(); }, 10000));
-  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
-  ASSERT_TRUE(poll_until(*qp, [&] { return done == 1; }, 10000));
-  EXPECT_TRUE(st.ok()) << wire::status_name(st);
+  ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
+  ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
+  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
 }
 
 }  // namespace

@@ -40,25 +40,6 @@ constexpr uint32_t kRamNsid = 2;   // RAM, 64 MiB, 512-byte blocks
 constexpr uint32_t kFileNsid = 4;  // file, 64 MiB, 512-byte blocks: reads need a buffer
 constexpr int kDeadlineMs = 20000;
 
-bool wait_for(const std::function<bool()>& pred, int ms) {
-  auto end = Clock::now() + std::chrono::milliseconds(ms);
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
-
-std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
-  std::vector<uint8_t> b(n);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(b.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return b;
-}
-
 uint64_t rss_kib() {
   std::ifstream f("/proc/self/status");
   std::string line;

@@ -31,25 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
 constexpr int kDeadlineMs = 10000;
 
-bool wait_for(const std::function<bool()>& pred, int ms) {
-  auto end = Clock::now() + std::chrono::milliseconds(ms);
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return pred();
-}
-
-std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
-  std::vector<uint8_t> b(n);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(b.data() + i, &v, std::min<size_t>(8, n - i));
-  }
-  return b;
-}
-
 host::TransportId via(const RunningTarget& t, const FaultProxy& p) {
   host::TransportId id = t.trid();
   id.trsvcid = p.port();

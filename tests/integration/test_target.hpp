@@ -2,8 +2,15 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "nvtcp/host.hpp"
 #include "target/target.hpp"
@@ -26,6 +33,27 @@ inline target::TargetConfig default_config(const std::string& file_path = "") {
   if (!file_path.empty()) sc.namespaces.push_back({4, "file", 64ull << 20, file_path, 512});
   cfg.subsystems.push_back(sc);
   return cfg;
+}
+
+// len bytes that depend on seed (write data whose misplacement shows on read-back).
+inline std::vector<uint8_t> pattern(size_t len, uint64_t seed) {
+  std::vector<uint8_t> b(len);
+  std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + 1);
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t v = g();
+    std::memcpy(b.data() + i, &v, std::min<size_t>(8, len - i));
+  }
+  return b;
+}
+
+// Polls pred (for state another thread changes) until it holds or ms pass.
+inline bool wait_for(const std::function<bool()>& pred, int ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
 }
 
 class RunningTarget {
