@@ -180,14 +180,27 @@ class VerifyWorkload {
   uint32_t in_flight_ = 0;
 };
 
+// A controller and one I/O queue pair of the given depth.
+struct Session {
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<QueuePair> qp;
+};
+::testing::AssertionResult open_session(const host::TransportId& trid, const ControllerOptions& o, uint32_t depth,
+                                        Session& s) {
+  std::string err;
+  s.ctrl = host::Controller::connect(trid, o, err);
+  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
+  if (!s.qp) return ::testing::AssertionFailure() << err;
+  return ::testing::AssertionSuccess();
+}
+
 // The checker itself: a block overwritten behind its back must show as a mismatch.
 TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   RunningTarget t;
-  std::string err;
-  auto ctrl = host::Controller::connect(t.trid(kTestNqn, 2), host::ControllerOptions{}, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(t.trid(kTestNqn, 2), host::ControllerOptions{}, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 64, 8, 1);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (w.writes_acked < 50 && std::chrono::steady_clock::now() < end) {
@@ -255,11 +268,10 @@ TEST(Reconnect, CutConnectionsLoseNoAcknowledgedWrite) {
     FaultProxy proxy(t.port());
     ControllerOptions o = recovering_options();
     o.hdgst = o.ddgst = digests;
-    std::string err;
-    auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-    ASSERT_TRUE(ctrl) << err;
-    auto qp = ctrl->create_io_qpair(32, err);
-    ASSERT_TRUE(qp) << err;
+    Session s;
+    ASSERT_TRUE(open_session(via(proxy.port()), o, 32, s));
+    auto& ctrl = s.ctrl;
+    auto& qp = s.qp;
     VerifyWorkload w(*qp, 2, 512, 2048, 32, digests ? 7 : 8);
     constexpr int kCuts = 5;
     for (int cut = 0; cut <= kCuts; ++cut) {
@@ -291,11 +303,10 @@ TEST(Reconnect, CutConnectionsLoseNoAcknowledgedWrite) {
 TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
   RunningTarget t;
   FaultProxy proxy(t.port());
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), recovering_options(), err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(16, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), recovering_options(), 16, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 512, 16, 3);
   std::mt19937 rng(11);
   for (int round = 0; round < 8; ++round) {
@@ -332,11 +343,10 @@ TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
   uint16_t port = target->port();
   cfg.listeners[0].port = port;
 
-  std::string err;
-  auto ctrl = host::Controller::connect(via(port, 4), recovering_options(), err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(32, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(port, 4), recovering_options(), 32, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   VerifyWorkload w(*qp, 4, 512, 2048, 32, 5);
   constexpr int kRestarts = 3;
   for (int i = 0; i <= kRestarts; ++i) {
@@ -380,11 +390,10 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   auto target = std::make_unique<RunningTarget>();
   ControllerOptions o = recovering_options();
   o.ctrl_loss_tmo_ms = 600;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(target->port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(target->port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   std::vector<uint8_t> buf(4096);
   target.reset();
   Outcome out;
@@ -406,11 +415,10 @@ TEST(Reconnect, FastIoFailThenRecover) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.fast_io_fail_tmo_ms = 300;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   std::vector<uint8_t> buf(4096);
   Outcome out;
   proxy.refuse(true);
@@ -437,11 +445,10 @@ TEST(Reconnect, IoTimeoutAbortsThenResets) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.io_timeout_ms = 300;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   ASSERT_EQ(proxy.accepted(), 2u);  // 0: admin, 1: this queue pair
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096, 0xEE);
@@ -461,11 +468,10 @@ TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.max_retries = 2;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   ASSERT_EQ(proxy.accepted(), 2u);
   // Each reset connects the admin queue (even index) and then this queue (odd index). Every
   // later I/O connection passes ICResp (128 bytes) and the Connect response (24), then dies
@@ -487,11 +493,10 @@ TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   FaultProxy proxy(t.port());
   ControllerOptions o;
   o.io_timeout_ms = 200;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096);
   Outcome out;
@@ -508,11 +513,10 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.admin_timeout_ms = 300;
-  std::string err;
-  auto ctrl = host::Controller::connect(via(proxy.port()), o, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
+  Session s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
+  auto& ctrl = s.ctrl;
+  auto& qp = s.qp;
   proxy.stall(0, Direction::ToHost, true);
   alignas(8) uint8_t id[wire::kIdentifyLen];
   Completion c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
