@@ -199,7 +199,9 @@ PY
       port=$(cat "$work/ready")
     }
     start_file_target 0
+    # Writes are paced (3 s for the 24 MiB) so that the crash lands in the write phase on any disk.
     run_fio reconnect "--filename=$(trid 1)" --thread=1 --iodepth=16 --rw=randwrite --bs=4k --size=24M \
+      --rate_iops=1000000,2000 \
       --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 --ctrl_loss_tmo=30 \
       --reconnect_delay=1 &
     fio_pid=$!
