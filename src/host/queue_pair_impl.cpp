@@ -346,12 +346,11 @@ void QueuePairImpl::fail_for_good(const std::string& why) {
     fail_pending_ = true;
     stream_->close();
   } else {
-    fail_all_when_closed();
+    end_outstanding();
   }
 }
 
-void QueuePairImpl::fail_all_when_closed() {
-  fail_pending_ = false;
+void QueuePairImpl::end_outstanding() {
   for (auto& r : pool_) {
     if (r.state != HostRequest::State::Outstanding) continue;
     Completion c;
@@ -420,12 +419,7 @@ void QueuePairImpl::tick() {
         fast_failing_ = true;
         log::warn("{}:{} qid {}: fast_io_fail_tmo ({} ms) passed: failing held and new I/O until reconnected",
                   p_.trid.traddr, p_.trid.trsvcid, p_.qid, p_.fast_io_fail_tmo_ms);
-        for (auto& r : pool_) {
-          if (r.state != HostRequest::State::Outstanding) continue;
-          Completion c;
-          c.status = sc::TransportError;
-          finish(&r, c);
-        }
+        end_outstanding();
       }
       // Reconnect once the controller itself is back (its generation moved on).
       if (link_->link_state() == ControllerLink::LinkState::Live && link_->generation() != generation_ &&
@@ -472,7 +466,8 @@ void QueuePairImpl::on_receive(const uint8_t* data, size_t len) {
 void QueuePairImpl::on_closed(int err) {
   closed_ = true;
   if (fail_pending_) {
-    fail_all_when_closed();
+    fail_pending_ = false;
+    end_outstanding();
     return;
   }
   if (receiving()) fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");

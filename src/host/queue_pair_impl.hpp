@@ -139,7 +139,8 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
   void fail(const std::string& why);
   void fail_for_good(const std::string& why);
   void disconnect(const std::string& why, bool reset_controller);
-  void fail_all_when_closed();
+  // Ends every outstanding command with a path error (Command Aborted By Host if it timed out).
+  void end_outstanding();
   void finish(HostRequest* r, const Completion& c);
   void start_request(HostRequest* r, const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller,
                      CompletionFn cb, void* ctx);
