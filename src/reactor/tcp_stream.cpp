@@ -153,8 +153,16 @@ void TcpStream::on_recv(int res, uint32_t flags) {
   if (recv_direct_) owner_->on_receive_direct(size_t(res));
   else owner_->on_receive(rx_.get(), size_t(res));
   // The owner may have closed us while handling the bytes.
-  if (closing_) maybe_finish_close();
-  else post_recv();
+  if (closing_) {
+    maybe_finish_close();
+    return;
+  }
+  // What these bytes produced (every PDU in them is parsed by now) goes out ahead of the
+  // next receive: io_uring issues entries in order, and a receive that finds no data arms
+  // a poll first, which would delay the reply by that much on every round trip.
+  // (A flush still deferred finds the send in flight and does nothing.)
+  if (seg_count_ > 0 && !send_inflight_) flush();
+  post_recv();
 }
 
 void TcpStream::push_segment(const Segment& s) {
