@@ -40,6 +40,7 @@ struct Options {
   bool sqpoll_same_core = false;  // pin each side's SQ thread to that side's core
   uint32_t send_zc = 0;
   bool recv_multishot = false;
+  bool no_spin_recv = false;
   int sndbuf = 0, rcvbuf = 0;     // SO_SNDBUF / SO_RCVBUF, 0 = kernel default (autotuned)
 
   reactor::ReactorOptions reactor_options(int core) const {
@@ -49,6 +50,7 @@ struct Options {
     r.sq_thread_cpu = sqpoll_same_core ? core : -1;
     r.send_zc_threshold = send_zc;
     r.recv_multishot = recv_multishot;
+    r.spin_recv = !no_spin_recv;
     return r;
   }
 };
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
   app.add_flag("--sqpoll-same-core", o.sqpoll_same_core, "pin each SQ thread to its side's core");
   app.add_option("--send-zc", o.send_zc, "zero-copy sends of segments of at least this many bytes (0: off)");
   app.add_flag("--recv-multishot", o.recv_multishot, "multishot receive into a provided buffer ring");
+  app.add_flag("--no-spin-recv", o.no_spin_recv, "busy/hybrid polling: receive through io_uring only, never a polled recv()");
   app.add_option("--sndbuf", o.sndbuf, "SO_SNDBUF bytes on both sockets (0: kernel default)");
   app.add_option("--rcvbuf", o.rcvbuf, "SO_RCVBUF bytes on both sockets (0: kernel default)");
   CLI11_PARSE(app, argc, argv);

@@ -276,6 +276,8 @@ void add_perf_command(CLI::App& app, int& rc) {
       "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
   c->add_flag("--recv-multishot", a->o.recv_multishot,
               "receive with one multishot recv per connection into a shared provided-buffer ring");
+  c->add_flag("--no-spin-recv{false}", a->o.spin_recv,
+              "busy/hybrid polling: wait for bytes through io_uring only, never with a polled recv()");
   add_recovery_options(c, a->o.ctrl);
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });
 }

@@ -36,6 +36,7 @@ struct TargetArgs {
   uint32_t sqpoll_idle_ms = 0;    // 0: not given
   std::string send_zc;
   bool recv_multishot = false;
+  bool no_spin_recv = false;
   std::string ready_file;
   // Resource limits; empty / 0 = keep the configuration's value.
   uint32_t max_connections = 0;
@@ -142,6 +143,7 @@ int run_target(const TargetArgs& a) {
     cfg.send_zc_threshold = uint32_t(v);
   }
   if (a.recv_multishot) cfg.recv_multishot = true;
+  if (a.no_spin_recv) cfg.spin_recv = false;
 
   sigset_t set;
   sigemptyset(&set);
@@ -219,6 +221,8 @@ void add_target_command(CLI::App& app, int& rc) {
                 "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
   c->add_flag("--recv-multishot", a->recv_multishot,
               "receive with one multishot recv per connection into a shared provided-buffer ring");
+  c->add_flag("--no-spin-recv", a->no_spin_recv,
+              "busy/hybrid polling: wait for bytes through io_uring only, never with a polled recv()");
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
   c->callback([a, &rc] { rc = run_target(*a); });
 }

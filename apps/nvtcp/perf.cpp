@@ -251,6 +251,7 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   ro.sq_thread_cpu = o.sqpoll_cpu;
   ro.send_zc_threshold = o.send_zc_threshold;
   ro.recv_multishot = o.recv_multishot;
+  ro.spin_recv = o.spin_recv;
   reactor::ReactorOptions::set_defaults(ro);
   auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
   if (!ctrl) return false;

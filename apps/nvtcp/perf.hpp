@@ -25,6 +25,7 @@ struct PerfOptions {
   int sqpoll_cpu = -1;                // with ctrl.sqpoll: pin the SQ threads here
   uint32_t send_zc_threshold = 0;     // zero-copy sends of segments this large (0 = off)
   bool recv_multishot = false;        // multishot receive into a provided buffer ring
+  bool spin_recv = true;              // a spinning reactor polls idle sockets with recv()
 };
 
 struct PerfResult {

@@ -180,10 +180,14 @@ io_uring_sqe* Reactor::get_sqe() {
 
 unsigned Reactor::run_once(uint32_t timeout_us) {
   tls_current = this;
+  ++turn_;
   io_uring_cqe* cqe = nullptr;
   run_deferred();
   bool spin = mode_ == PollMode::BusyPoll ||
               (mode_ == PollMode::Hybrid && monotonic_ns() - last_activity_ns_ < spin_window_ns_);
+  spin_receiving_ = spin && opts_.spin_recv && !sqpoll_;
+  // Going to sleep: the receives this reactor was polling go to io_uring, to wake it.
+  if (!spin_receiving_ && spin_recvs_) arm_spin_recvs();
   if (spin || timeout_us == 0) {
     // The SQ thread posts completions by itself: look at the CQ ring, no system call
     // (io_uring_submit enters the kernel only to wake a sleeping SQ thread).
@@ -221,6 +225,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     if (c && c->fn) c->fn(c, res, flags);
     ++handled;
   }
+  if (spin_recvs_) handled += poll_spin_recvs();
   if (handled) last_activity_ns_ = now_ns_;
   // A spinning reactor with an SQ thread on the same core would starve it: let it run.
   else if (sqpoll_ && spin) sched_yield();
@@ -231,6 +236,66 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
 
 void Reactor::run(const std::atomic<bool>& stop) {
   while (!stop.load(std::memory_order_relaxed)) run_once(100000);
+}
+
+bool Reactor::add_spin_recv(SpinRecv* r) {
+  if (r->linked) return true;
+  if (!spin_receiving_ || spin_recv_count_ >= opts_.spin_recv_max) return false;
+  // Appended, so the streams are polled in the order they started waiting.
+  r->next = nullptr;
+  r->prev = nullptr;
+  if (spin_recvs_) {
+    SpinRecv* tail = spin_recvs_->prev;  // the head's prev is the tail
+    tail->next = r;
+    r->prev = tail;
+  } else {
+    spin_recvs_ = r;
+  }
+  spin_recvs_->prev = r;
+  r->linked = true;
+  ++spin_recv_count_;
+  return true;
+}
+
+void Reactor::remove_spin_recv(SpinRecv* r) {
+  if (!r->linked) return;
+  if (r == spin_cursor_) spin_cursor_ = r->next;
+  if (r == spin_recvs_) {
+    spin_recvs_ = r->next;
+    if (spin_recvs_) spin_recvs_->prev = r->prev;
+  } else {
+    r->prev->next = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else spin_recvs_->prev = r->prev;  // r was the tail
+  }
+  r->next = r->prev = nullptr;
+  r->linked = false;
+  --spin_recv_count_;
+}
+
+unsigned Reactor::poll_spin_recvs() {
+  // One pass over as many receives as are linked now. One that completes is usually
+  // linked again at the tail (its next receive) and waits for the next pass. The cursor
+  // lives in the reactor so that a receive unlinked by another's handler (a stream
+  // closed or destroyed) moves it on rather than leaving it dangling.
+  unsigned progressed = 0;
+  uint32_t n = spin_recv_count_;
+  spin_cursor_ = spin_recvs_;
+  while (n-- > 0 && spin_cursor_) {
+    SpinRecv* r = spin_cursor_;
+    spin_cursor_ = r->next;
+    if (r->poll(r)) ++progressed;
+  }
+  spin_cursor_ = nullptr;
+  return progressed;
+}
+
+void Reactor::arm_spin_recvs() {
+  while (spin_recvs_) {
+    SpinRecv* r = spin_recvs_;
+    remove_spin_recv(r);
+    r->arm(r);
+  }
 }
 
 void Reactor::undefer(Deferred* d) {

@@ -48,6 +48,20 @@ struct Timer {
   bool linked = false;
 };
 
+// A receive that a spinning reactor performs itself, with one non-blocking recv per loop
+// turn, instead of leaving it to io_uring (ReactorOptions::spin_recv). Owners embed it.
+struct SpinRecv {
+  // One non-blocking attempt; true if bytes (or an error) came, in which case the owner
+  // has unlinked it before handling them.
+  bool (*poll)(SpinRecv* self) = nullptr;
+  // The reactor is about to sleep (or has too many of these): submit the receive to
+  // io_uring instead. Called after the reactor has unlinked it.
+  void (*arm)(SpinRecv* self) = nullptr;
+  SpinRecv* next = nullptr;
+  SpinRecv* prev = nullptr;
+  bool linked = false;
+};
+
 // Interrupt: sleep in io_uring until something completes. BusyPoll: never sleep (lowest
 // latency, a whole core). Hybrid: keep polling while completions keep coming and sleep
 // after spin_window of silence; on a VM this avoids most cross-CPU wake-ups under load
@@ -74,6 +88,16 @@ struct ReactorOptions {
   bool recv_multishot = false;
   uint32_t recv_buffers = 256;          // a power of two
   uint32_t recv_buffer_size = 32 * 1024;
+  // TcpStream, busy and hybrid polling: while the reactor spins, a stream waiting for
+  // bytes is polled with a plain non-blocking recv each turn rather than through an
+  // io_uring receive. io_uring must arm a poll, take the wake-up as task work and then
+  // receive; a spinning recv just finds the bytes. Up to spin_recv_max streams per
+  // reactor (each costs a system call per idle turn); the rest, and every stream once the
+  // reactor goes to sleep, use io_uring as usual. A stream whose bytes are already there
+  // when it asks (a deep queue) receives through io_uring too, batched with its sends in
+  // one system call; it goes back to polling once a receive has had to wait.
+  bool spin_recv = true;
+  uint32_t spin_recv_max = 8;
 
   // Process-wide defaults for reactors that a library creates on its own (the host's
   // per-thread reactors): set once at start-up, before such reactors exist.
@@ -91,6 +115,7 @@ struct ReactorStats {
   uint64_t multishot_cqes = 0;    // receives completed into provided buffers
   uint64_t multishot_nobufs = 0;  // the ring ran dry (the receive is re-armed)
   uint64_t direct_recvs = 0;      // receives straight into the owner's memory
+  uint64_t spin_recvs = 0;        // receives that a spinning reactor's recv() completed
 };
 
 // The provided-buffer ring behind multishot receives: equal buffers the kernel picks from,
@@ -169,6 +194,14 @@ class Reactor {
   PollMode poll_mode() const { return mode_; }
   void set_poll_mode(PollMode m) { mode_ = m; }
   void set_spin_window_ns(uint64_t ns) { spin_window_ns_ = ns; }
+  // Counts loop turns (run_once calls).
+  uint64_t turn() const { return turn_; }
+  // True while this loop turn spins and streams may receive by SpinRecv.
+  bool spin_receiving() const { return spin_receiving_; }
+  // Links r for polling each turn; false (and nothing linked) when the reactor is not
+  // spinning or already polls spin_recv_max receives.
+  bool add_spin_recv(SpinRecv* r);
+  void remove_spin_recv(SpinRecv* r);
   io_uring* ring() { return &ring_; }
   int ring_fd() const { return ring_.ring_fd; }
 
@@ -180,6 +213,8 @@ class Reactor {
   void run_posted();
   void arm_wakeup();
   void init_ring(unsigned entries);
+  unsigned poll_spin_recvs();
+  void arm_spin_recvs();
 
   io_uring ring_{};
   ReactorOptions opts_;
@@ -192,6 +227,11 @@ class Reactor {
   uint64_t now_ns_ = 0;
   uint64_t last_activity_ns_ = 0;
   uint64_t spin_window_ns_ = 50'000;
+  bool spin_receiving_ = false;
+  uint64_t turn_ = 0;
+  SpinRecv* spin_recvs_ = nullptr;  // doubly linked, polled in order; head's prev = tail
+  SpinRecv* spin_cursor_ = nullptr;  // the next to poll during poll_spin_recvs
+  uint32_t spin_recv_count_ = 0;
   Timer* timers_ = nullptr;
   Deferred* deferred_ = nullptr;
   Deferred* deferred_tail_ = nullptr;

@@ -47,6 +47,12 @@ TcpStream::TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer)
   send_c_.fn = [](Completion* c, int res, uint32_t) {
     static_cast<OwnedCompletion<TcpStream>*>(c)->owner->on_send(res);
   };
+  spin_.owner = this;
+  spin_.poll = spin_poll;
+  spin_.arm = [](SpinRecv* s) {
+    auto* self = static_cast<OwnedSpinRecv*>(s)->owner;
+    self->submit_recv(self->recv_dst_, self->recv_len_);
+  };
   flush_d_.owner = this;
   flush_d_.fn = [](Deferred* d) { static_cast<OwnedDeferred<TcpStream>*>(d)->owner->flush(); };
   close_d_.owner = this;
@@ -67,6 +73,7 @@ TcpStream::TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer)
 }
 
 TcpStream::~TcpStream() {
+  reactor_.remove_spin_recv(&spin_);
   reactor_.undefer(&flush_d_);
   reactor_.undefer(&close_d_);
   reactor_.cancel_timer(&zc_close_timer_);
@@ -80,8 +87,20 @@ void TcpStream::post_recv() {
   uint8_t* dst = rx_.get();
   size_t len = rx_size_;
   recv_direct_ = owner_->recv_direct(dst, len);
-  io_uring_sqe* sqe = reactor_.get_sqe();
+  recv_inflight_ = true;
+  if (recv_direct_) ++reactor_.stats().direct_recvs;
+  recv_dst_ = dst;
+  recv_len_ = len;
   multishot_ = !recv_direct_ && pbuf_;
+  // A spinning reactor polls the socket itself (see ReactorOptions::spin_recv), unless
+  // the bytes keep being there already.
+  spin_missed_ = false;
+  if (!multishot_ && !bytes_were_waiting_ && reactor_.add_spin_recv(&spin_)) return;
+  submit_recv(dst, len);
+}
+
+void TcpStream::submit_recv(uint8_t* dst, size_t len) {
+  io_uring_sqe* sqe = reactor_.get_sqe();
   if (multishot_) {
     // Stays armed across arrivals: one CQE per arrival, each in a buffer of the ring.
     io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
@@ -91,10 +110,24 @@ void TcpStream::post_recv() {
     ++reactor_.stats().multishot_arms;
   } else {
     io_uring_prep_recv(sqe, fd_, dst, len, 0);
-    if (recv_direct_) ++reactor_.stats().direct_recvs;
   }
   reactor_.prep(sqe, &recv_c_);
-  recv_inflight_ = true;
+  recv_turn_ = reactor_.turn();
+}
+
+bool TcpStream::spin_poll(SpinRecv* r) {
+  auto* self = static_cast<OwnedSpinRecv*>(r)->owner;
+  ssize_t n = ::recv(self->fd_, self->recv_dst_, self->recv_len_, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    self->spin_missed_ = true;
+    return false;
+  }
+  ++self->reactor_.stats().spin_recvs;
+  self->bytes_were_waiting_ = !self->spin_missed_;
+  self->recv_turn_ = 0;  // not an io_uring receive
+  self->reactor_.remove_spin_recv(r);
+  self->on_recv(n < 0 ? -errno : int(n), 0);
+  return true;
 }
 
 void TcpStream::on_multishot(int res, uint32_t flags) {
@@ -137,6 +170,9 @@ void TcpStream::on_recv(int res, uint32_t flags) {
     return;
   }
   recv_inflight_ = false;
+  // An io_uring receive queued in one turn is issued at the start of the next; done by
+  // the end of that one, it found its bytes waiting.
+  if (recv_turn_) bytes_were_waiting_ = reactor_.turn() <= recv_turn_ + 1;
   if (res <= 0) {
     if (res == -EAGAIN || res == -EINTR) {
       post_recv();
@@ -343,7 +379,11 @@ void TcpStream::close() {
     if (zc_busy_ > 0) reactor_.arm_timer(&zc_close_timer_, kZcCloseGraceNs);
     queued_bytes_ = 0;
     head_offset_ = 0;
-    if (recv_inflight_) {
+    if (spin_.linked) {
+      // Polled by the reactor, not in the kernel: nothing to cancel.
+      reactor_.remove_spin_recv(&spin_);
+      recv_inflight_ = false;
+    } else if (recv_inflight_) {
       io_uring_sqe* sqe = reactor_.get_sqe();
       io_uring_prep_cancel(sqe, &recv_c_, 0);
       reactor_.prep(sqe, nullptr);

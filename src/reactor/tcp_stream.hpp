@@ -72,6 +72,8 @@ class TcpStream {
     SendDone* done;
   };
   void post_recv();
+  void submit_recv(uint8_t* dst, size_t len);
+  static bool spin_poll(SpinRecv* r);
   void flush();
   void on_recv(int res, uint32_t flags);
   void on_multishot(int res, uint32_t flags);
@@ -123,6 +125,17 @@ class TcpStream {
   msghdr msg_{};
 
   OwnedCompletion<TcpStream> recv_c_, send_c_;
+  // The receive a spinning reactor polls (recv_inflight_ is set while it is linked).
+  struct OwnedSpinRecv : SpinRecv {
+    TcpStream* owner = nullptr;
+  } spin_;
+  uint8_t* recv_dst_ = nullptr;  // where the pending receive puts its bytes
+  size_t recv_len_ = 0;
+  // Whether the last receive found its bytes waiting (then the next one goes through
+  // io_uring, batched; else it is polled): see ReactorOptions::spin_recv.
+  bool bytes_were_waiting_ = false;
+  bool spin_missed_ = false;      // the polled receive has found nothing at least once
+  uint64_t recv_turn_ = 0;        // the loop turn an io_uring receive was queued in
   OwnedDeferred<TcpStream> flush_d_, close_d_;
 
   uint32_t zc_threshold_ = 0;

@@ -58,6 +58,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.sqpoll_cpu = j.value("sqpoll_cpu", cfg.sqpoll_cpu);
     cfg.send_zc_threshold = static_cast<uint32_t>(size_field(j, "send_zc_threshold", cfg.send_zc_threshold));
     cfg.recv_multishot = j.value("recv_multishot", cfg.recv_multishot);
+    cfg.spin_recv = j.value("spin_recv", cfg.spin_recv);
     for (const auto& s : j.value("subsystems", nlohmann::json::array())) {
       SubsystemConfig sc;
       sc.nqn = s.at("nqn").get<std::string>();

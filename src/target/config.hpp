@@ -56,6 +56,7 @@ struct TargetConfig {
   int sqpoll_cpu = -1;                  // pin the SQ threads to this CPU (-1: unpinned)
   uint32_t send_zc_threshold = 0;       // zero-copy sends of segments this large (0 = off)
   bool recv_multishot = false;          // multishot receive into a provided buffer ring
+  bool spin_recv = true;                // a spinning reactor polls idle sockets with recv()
 };
 
 // Reads a JSON configuration; returns an error message or empty.

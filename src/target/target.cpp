@@ -129,6 +129,7 @@ std::string Target::start() {
       ro.sq_thread_cpu = cfg_.sqpoll_cpu;
       ro.send_zc_threshold = cfg_.send_zc_threshold;
       ro.recv_multishot = cfg_.recv_multishot;
+      ro.spin_recv = cfg_.spin_recv;
       reactor::Reactor r(4096, ro);
       raw->reactor = &r;
       {

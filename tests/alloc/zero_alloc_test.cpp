@@ -63,12 +63,14 @@ struct Io {
   }
 };
 
-void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule) {
+void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, bool busy_poll = false) {
   auto cfg = test::default_config();
   cfg.in_capsule_data = in_capsule;
+  if (busy_poll) cfg.poll = "busy";
   test::RunningTarget t(cfg);
   host::ControllerOptions o;
   o.hdgst = o.ddgst = digests;
+  o.busy_poll = busy_poll;
   std::string err;
   auto ctrl = host::Controller::connect(t.trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
@@ -102,6 +104,8 @@ void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule) {
 
 TEST(ZeroAlloc, InCapsuleWritesAndReads4K) { run_steady_state(4096, false, 8192); }
 TEST(ZeroAlloc, R2TWritesAndReads64KWithDigests) { run_steady_state(65536, true, 8192); }
+// Both sides spinning: sockets are polled with recv() between io_uring receives.
+TEST(ZeroAlloc, BusyPoll4K) { run_steady_state(4096, false, 8192, true); }
 
 TEST(ZeroAlloc, CounterSeesAllocations) {
   // The hook itself must work, or the tests above prove nothing.

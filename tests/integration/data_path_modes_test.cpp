@@ -30,6 +30,7 @@ struct Mode {
   uint32_t send_zc = 0;  // zero-copy threshold, both sides
   bool multishot = false;
   const char* poll = "interrupt";  // target poll mode; the host spins likewise unless interrupt
+  bool spin_recv = true;           // a spinning reactor polls sockets with recv(), both sides
 };
 
 int sq_threads() {
@@ -162,6 +163,14 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   if (!m.sqpoll && !m.multishot) {
     EXPECT_GT(r->stats().direct_recvs, 0u) << "1 MiB reads should be received in place";
   }
+  // A busy-polling host waits for each reply with a polled recv() (a hybrid one only
+  // while replies come quickly, which a slow sanitizer build may never see: not checked).
+  std::string poll = m.poll;
+  if (poll == "busy" && m.spin_recv && !m.sqpoll && !m.multishot) {
+    EXPECT_GT(r->stats().spin_recvs, 0u) << "a busy-polling reactor should poll its sockets";
+  } else if (poll == "interrupt" || !m.spin_recv) {
+    EXPECT_EQ(r->stats().spin_recvs, 0u);
+  }
 }
 
 class DataPathModes : public ::testing::TestWithParam<Mode> {
@@ -176,8 +185,10 @@ TEST_P(DataPathModes, EverySizeWrittenAndReadBack) {
   reactor::ReactorOptions d = saved_;
   d.send_zc_threshold = m.send_zc;
   d.recv_multishot = m.multishot;
+  d.spin_recv = m.spin_recv;
   reactor::ReactorOptions::set_defaults(d);
   auto cfg = default_config();
+  cfg.spin_recv = m.spin_recv;
   cfg.sqpoll = m.sqpoll;
   cfg.poll = m.poll;
   RunningTarget t(cfg);
@@ -196,6 +207,10 @@ INSTANTIATE_TEST_SUITE_P(Reactor, DataPathModes,
                                            // The polling loop, which skips io_uring_enter while the kernel
                                            // flags no completion work.
                                            Mode{"HybridPoll", false, 0, false, "hybrid"},
+                                           // Busy polling, waiting for bytes with recv() and
+                                           // through io_uring only.
+                                           Mode{"BusyPoll", false, 0, false, "busy"},
+                                           Mode{"BusyPollIoUringRecv", false, 0, false, "busy", false},
                                            Mode{"BusyPollMultishot", false, 0, true, "busy"}),
                          [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 

@@ -199,7 +199,6 @@ TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   RunningTarget t;
   Session s;
   ASSERT_TRUE(open_session(t.trid(kTestNqn, 2), host::ControllerOptions{}, 8, s));
-  auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 64, 8, 1);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -305,7 +304,6 @@ TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
   FaultProxy proxy(t.port());
   Session s;
   ASSERT_TRUE(open_session(via(proxy.port()), recovering_options(), 16, s));
-  auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 512, 16, 3);
   std::mt19937 rng(11);
@@ -417,7 +415,6 @@ TEST(Reconnect, FastIoFailThenRecover) {
   o.fast_io_fail_tmo_ms = 300;
   Session s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
-  auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   std::vector<uint8_t> buf(4096);
   Outcome out;
@@ -471,7 +468,6 @@ TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
   o.max_retries = 2;
   Session s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
-  auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   ASSERT_EQ(proxy.accepted(), 2u);
   // Each reset connects the admin queue (even index) and then this queue (odd index). Every
@@ -496,7 +492,6 @@ TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   o.io_timeout_ms = 200;
   Session s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
-  auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096);
