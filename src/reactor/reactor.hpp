@@ -88,14 +88,13 @@ struct ReactorOptions {
   bool recv_multishot = false;
   uint32_t recv_buffers = 256;          // a power of two
   uint32_t recv_buffer_size = 32 * 1024;
-  // TcpStream, busy and hybrid polling: while the reactor spins, a stream waiting for
-  // bytes is polled with a plain non-blocking recv each turn rather than through an
-  // io_uring receive. io_uring must arm a poll, take the wake-up as task work and then
-  // receive; a spinning recv just finds the bytes. Up to spin_recv_max streams per
-  // reactor (each costs a system call per idle turn); the rest, and every stream once the
-  // reactor goes to sleep, use io_uring as usual. A stream whose bytes are already there
-  // when it asks (a deep queue) receives through io_uring too, batched with its sends in
-  // one system call; it goes back to polling once a receive has had to wait.
+  // TcpStream, busy and hybrid polling: while the reactor spins, a latency-bound stream
+  // (its last receive was small and had to wait) is polled with a plain non-blocking recv
+  // each turn rather than through an io_uring receive. io_uring must arm a poll, take the
+  // wake-up as task work and then receive; a spinning recv just finds the bytes. Streams
+  // moving bulk bytes keep io_uring, batched with their sends. Up to spin_recv_max streams
+  // per reactor (each costs a system call per idle turn); the rest, and every stream once
+  // the reactor goes to sleep, use io_uring as usual.
   bool spin_recv = true;
   uint32_t spin_recv_max = 8;
 

@@ -92,10 +92,10 @@ void TcpStream::post_recv() {
   recv_dst_ = dst;
   recv_len_ = len;
   multishot_ = !recv_direct_ && pbuf_;
-  // A spinning reactor polls the socket itself (see ReactorOptions::spin_recv), unless
-  // the bytes keep being there already.
+  // A spinning reactor polls the socket itself (see ReactorOptions::spin_recv) while the
+  // stream is latency-bound.
   spin_missed_ = false;
-  if (!multishot_ && !bytes_were_waiting_ && reactor_.add_spin_recv(&spin_)) return;
+  if (!multishot_ && poll_next_ && reactor_.add_spin_recv(&spin_)) return;
   submit_recv(dst, len);
 }
 
@@ -115,6 +115,15 @@ void TcpStream::submit_recv(uint8_t* dst, size_t len) {
   recv_turn_ = reactor_.turn();
 }
 
+bool TcpStream::latency_bound(ssize_t received) const {
+  // A small receive that had to wait: a request/response stream with an idle pipe, where
+  // finding the bytes a few microseconds sooner is the round trip. Bulk bytes (a large
+  // payload, or many replies at once) are throughput-bound: there a recv() spinning on the
+  // socket only takes its lock from the kernel's receive path, which must then leave
+  // arriving segments (and their ACKs) to the backlog.
+  return !recv_direct_ && received > 0 && size_t(received) < kSpinRecvMaxBytes;
+}
+
 bool TcpStream::spin_poll(SpinRecv* r) {
   auto* self = static_cast<OwnedSpinRecv*>(r)->owner;
   ssize_t n = ::recv(self->fd_, self->recv_dst_, self->recv_len_, MSG_DONTWAIT);
@@ -123,9 +132,9 @@ bool TcpStream::spin_poll(SpinRecv* r) {
     return false;
   }
   ++self->reactor_.stats().spin_recvs;
-  self->bytes_were_waiting_ = !self->spin_missed_;
-  self->recv_turn_ = 0;  // not an io_uring receive
   self->reactor_.remove_spin_recv(r);
+  self->recv_turn_ = 0;  // not an io_uring receive
+  self->poll_next_ = self->spin_missed_ && self->latency_bound(n);
   self->on_recv(n < 0 ? -errno : int(n), 0);
   return true;
 }
@@ -170,9 +179,9 @@ void TcpStream::on_recv(int res, uint32_t flags) {
     return;
   }
   recv_inflight_ = false;
-  // An io_uring receive queued in one turn is issued at the start of the next; done by
-  // the end of that one, it found its bytes waiting.
-  if (recv_turn_) bytes_were_waiting_ = reactor_.turn() <= recv_turn_ + 1;
+  // An io_uring receive queued in one turn is issued at the start of the next; done
+  // later than that, it had to wait for its bytes.
+  if (recv_turn_) poll_next_ = reactor_.turn() > recv_turn_ + 1 && latency_bound(res);
   if (res <= 0) {
     if (res == -EAGAIN || res == -EINTR) {
       post_recv();

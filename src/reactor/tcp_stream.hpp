@@ -131,9 +131,11 @@ class TcpStream {
   } spin_;
   uint8_t* recv_dst_ = nullptr;  // where the pending receive puts its bytes
   size_t recv_len_ = 0;
-  // Whether the last receive found its bytes waiting (then the next one goes through
-  // io_uring, batched; else it is polled): see ReactorOptions::spin_recv.
-  bool bytes_were_waiting_ = false;
+  // Whether the next receive is polled (ReactorOptions::spin_recv): the last one was
+  // small and had to wait. Else it goes through io_uring, batched with the sends.
+  bool poll_next_ = false;
+  static constexpr size_t kSpinRecvMaxBytes = 16 * 1024;
+  bool latency_bound(ssize_t received) const;
   bool spin_missed_ = false;      // the polled receive has found nothing at least once
   uint64_t recv_turn_ = 0;        // the loop turn an io_uring receive was queued in
   OwnedDeferred<TcpStream> flush_d_, close_d_;
