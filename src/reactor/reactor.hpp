@@ -201,6 +201,7 @@ class Reactor {
   // spinning or already polls spin_recv_max receives.
   bool add_spin_recv(SpinRecv* r);
   void remove_spin_recv(SpinRecv* r);
+  uint32_t spin_recvs_linked() const { return spin_recv_count_; }
   io_uring* ring() { return &ring_; }
   int ring_fd() const { return ring_.ring_fd; }
 

@@ -2,7 +2,9 @@
 // driving both ends: zero-copy sends release their memory only after the kernel's
 // notification, in queue order, and a close waits for the notifications; multishot
 // receive into provided buffers delivers every byte in order, survives a dry ring, and
-// still receives large payloads in place.
+// still receives large payloads in place; a spinning reactor's polled receives (recv()
+// instead of io_uring) deliver every byte, hand over to io_uring when the reactor sleeps,
+// and let go of streams that close or are destroyed while polled.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "reactor/reactor.hpp"
@@ -298,6 +301,192 @@ TEST(TcpStreamMultishot, ADryBufferRingIsRearmedWithoutLosingBytes) {
   ASSERT_TRUE(m.all_received) << m.got.size() << " of " << sizes.size() << " frames";
   for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(m.got[i] == m.sent[i]) << "frame " << i;
   EXPECT_GT(m.stats.multishot_nobufs, 0u);
+}
+
+// --- Polled receives (ReactorOptions::spin_recv) ---
+
+// Writes n bytes to a raw socket from another thread after a pause, so that the stream on
+// the other end has to wait for them (the case where its next receive is polled).
+void write_later(int fd, const uint8_t* d, size_t n, std::chrono::microseconds pause) {
+  std::this_thread::sleep_for(pause);
+  ASSERT_EQ(::send(fd, d, n, MSG_NOSIGNAL), ssize_t(n));
+}
+
+// Feeds rounds of 64 bytes, each written after a pause, into stream; returns false when a
+// round does not arrive.
+bool feed_rounds(Reactor& r, int raw_fd, Sink& sink, int rounds, uint8_t seed) {
+  for (int i = 0; i < rounds; ++i) {
+    uint8_t msg[64];
+    for (size_t k = 0; k < sizeof(msg); ++k) msg[k] = uint8_t(seed + i * 3 + k);
+    size_t want = sink.got.size() + sizeof(msg);
+    std::thread w(write_later, raw_fd, msg, sizeof(msg), std::chrono::microseconds(200));
+    bool ok = run_until(r, [&] { return sink.got.size() >= want; });
+    w.join();
+    if (!ok || std::memcmp(sink.got.data() + want - sizeof(msg), msg, sizeof(msg)) != 0) return false;
+  }
+  return true;
+}
+
+TEST(TcpStreamSpinRecv, ABusyReactorPollsAStreamThatWaits) {
+  ReactorOptions o;
+  o.poll = PollMode::BusyPoll;
+  Reactor r(256, o);
+  int a = -1, b = -1;
+  ASSERT_TRUE(tcp_pair(a, b));
+  Sink sink;
+  auto rx = std::make_unique<TcpStream>(r, b, &sink);
+  rx->start();
+  ASSERT_TRUE(feed_rounds(r, a, sink, 20, 1));
+  EXPECT_GT(r.stats().spin_recvs, 0u) << "receives that waited should be polled next time";
+  EXPECT_EQ(r.spin_recvs_linked(), 1u) << "the stream waits for its next bytes with recv()";
+  ::close(a);  // the peer's orderly close is seen by the polled receive
+  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
+  EXPECT_EQ(r.spin_recvs_linked(), 0u);
+}
+
+TEST(TcpStreamSpinRecv, OffMeansIoUringOnly) {
+  ReactorOptions o;
+  o.poll = PollMode::BusyPoll;
+  o.spin_recv = false;
+  Reactor r(256, o);
+  int a = -1, b = -1;
+  ASSERT_TRUE(tcp_pair(a, b));
+  Sink sink;
+  auto rx = std::make_unique<TcpStream>(r, b, &sink);
+  rx->start();
+  ASSERT_TRUE(feed_rounds(r, a, sink, 10, 2));
+  EXPECT_EQ(r.stats().spin_recvs, 0u);
+  EXPECT_EQ(r.spin_recvs_linked(), 0u);
+  rx->close();
+  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
+  ::close(a);
+}
+
+TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
+  // Hybrid polling spins while there is work and sleeps in io_uring after a quiet spell: a
+  // receive it was polling must then be in the kernel, or the next bytes would not wake it.
+  ReactorOptions o;
+  o.poll = PollMode::Hybrid;
+  Reactor r(256, o);
+  r.set_spin_window_ns(5'000'000);  // 5 ms: long enough for a slow (sanitizer) build to keep spinning
+  int a = -1, b = -1;
+  ASSERT_TRUE(tcp_pair(a, b));
+  Sink sink;
+  auto rx = std::make_unique<TcpStream>(r, b, &sink);
+  rx->start();
+  // Until a receive is polled: one that waited while the reactor spun (on a loaded
+  // machine the writer can take longer than the spin window, and the reactor sleeps).
+  for (int i = 0; i < 200 && r.spin_recvs_linked() == 0; ++i) ASSERT_TRUE(feed_rounds(r, a, sink, 1, uint8_t(i)));
+  ASSERT_EQ(r.spin_recvs_linked(), 1u);
+  // Quiet for longer than the spin window: the next turn sleeps (and wakes when its 1 ms
+  // timeout passes), handing the receive over first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  r.run_once(1000);
+  EXPECT_EQ(r.spin_recvs_linked(), 0u) << "a sleeping reactor must not leave a receive polled";
+  uint8_t msg[64];
+  std::memset(msg, 0x7E, sizeof(msg));
+  size_t want = sink.got.size() + sizeof(msg);
+  uint64_t polled_before = r.stats().spin_recvs;
+  std::thread w(write_later, a, msg, sizeof(msg), std::chrono::microseconds(20000));
+  auto t0 = std::chrono::steady_clock::now();
+  while (sink.got.size() < want && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    r.run_once(2'000'000);  // sleeps until the bytes wake it (or 2 s)
+  w.join();
+  ASSERT_EQ(sink.got.size(), want);
+  // They came through io_uring, which woke the reactor; a receive left polled would have
+  // found them only after a sleep ran out.
+  EXPECT_EQ(r.stats().spin_recvs, polled_before) << "the bytes did not come through io_uring";
+  EXPECT_EQ(std::memcmp(sink.got.data() + want - sizeof(msg), msg, sizeof(msg)), 0);
+  rx->close();
+  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
+  ::close(a);
+}
+
+TEST(TcpStreamSpinRecv, ClosingOrDestroyingAPolledStreamUnlinksIt) {
+  ReactorOptions o;
+  o.poll = PollMode::BusyPoll;
+  Reactor r(256, o);
+  int a1 = -1, b1 = -1, a2 = -1, b2 = -1;
+  ASSERT_TRUE(tcp_pair(a1, b1));
+  ASSERT_TRUE(tcp_pair(a2, b2));
+  Sink s1, s2;
+  auto x = std::make_unique<TcpStream>(r, b1, &s1);
+  auto y = std::make_unique<TcpStream>(r, b2, &s2);
+  x->start();
+  y->start();
+  ASSERT_TRUE(feed_rounds(r, a1, s1, 10, 4));
+  ASSERT_TRUE(feed_rounds(r, a2, s2, 10, 5));
+  ASSERT_EQ(r.spin_recvs_linked(), 2u);
+  x->close();
+  EXPECT_EQ(r.spin_recvs_linked(), 1u) << "a closed stream is no longer polled";
+  ASSERT_TRUE(run_until(r, [&] { return s1.closed; }));
+  y.reset();  // destroyed while polled: the reactor must forget it
+  EXPECT_EQ(r.spin_recvs_linked(), 0u);
+  for (int i = 0; i < 100; ++i) r.run_once(0);
+  x.reset();
+  ::close(a1);
+  ::close(a2);
+}
+
+// Echoes every 64-byte message it receives (with a fixed reply) on its own stream.
+struct Echo : StreamOwner {
+  TcpStream* s = nullptr;
+  size_t pending = 0;
+  bool closed = false;
+  uint8_t reply[64];
+  void on_receive(const uint8_t*, size_t n) override {
+    pending += n;
+    for (; pending >= 64; pending -= 64) s->send(reply, sizeof(reply));
+  }
+  void on_closed(int) override { closed = true; }
+};
+
+TEST(TcpStreamSpinRecv, MoreStreamsThanThePollLimitAllGetTheirBytes) {
+  // 12 echo pairs (24 streams) on one busy reactor with at most 4 polled at a time: the rest
+  // wait in io_uring, and every request gets its reply, byte for byte.
+  ReactorOptions o;
+  o.poll = PollMode::BusyPoll;
+  o.spin_recv_max = 4;
+  Reactor r(1024, o);
+  constexpr int kPairs = 12, kRounds = 100;
+  std::vector<std::unique_ptr<TcpStream>> clients, servers;
+  std::vector<Sink> sinks(kPairs);
+  std::vector<Echo> echoes(kPairs);
+  uint8_t request[64];
+  std::memset(request, 0x11, sizeof(request));
+  for (int i = 0; i < kPairs; ++i) {
+    int a = -1, b = -1;
+    ASSERT_TRUE(tcp_pair(a, b));
+    clients.push_back(std::make_unique<TcpStream>(r, a, &sinks[i]));
+    servers.push_back(std::make_unique<TcpStream>(r, b, &echoes[i]));
+    echoes[i].s = servers.back().get();
+    std::memset(echoes[i].reply, 0x40 + i, sizeof(echoes[i].reply));
+    clients.back()->start();
+    servers.back()->start();
+  }
+  uint32_t most_linked = 0;
+  for (int round = 1; round <= kRounds; ++round) {
+    // Half the pairs ask now, the other half a few turns later, so receives do wait.
+    for (int i = 0; i < kPairs; i += 2) clients[i]->send(request, sizeof(request));
+    for (int t = 0; t < 3; ++t) r.run_once(0);
+    for (int i = 1; i < kPairs; i += 2) clients[i]->send(request, sizeof(request));
+    ASSERT_TRUE(run_until(r, [&] {
+      most_linked = std::max(most_linked, r.spin_recvs_linked());
+      return std::all_of(sinks.begin(), sinks.end(), [&](const Sink& s) { return s.got.size() >= size_t(round) * 64; });
+    })) << "round " << round;
+  }
+  EXPECT_LE(most_linked, 4u);
+  EXPECT_GT(r.stats().spin_recvs, 0u) << "some receives should have been polled";
+  for (int i = 0; i < kPairs; ++i) {
+    ASSERT_EQ(sinks[i].got.size(), size_t(kRounds) * 64);
+    EXPECT_TRUE(std::all_of(sinks[i].got.begin(), sinks[i].got.end(), [&](uint8_t c) { return c == uint8_t(0x40 + i); }))
+        << "pair " << i;
+  }
+  for (auto& c : clients) c->close();
+  ASSERT_TRUE(run_until(r, [&] {
+    return std::all_of(sinks.begin(), sinks.end(), [](const Sink& s) { return s.closed; }) &&
+           std::all_of(echoes.begin(), echoes.end(), [](const Echo& e) { return e.closed; });
+  }));
 }
 
 }  // namespace
