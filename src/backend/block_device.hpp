@@ -44,7 +44,9 @@ class BlockDevice {
 bool parse_size(const std::string& text, uint64_t& out);
 
 std::unique_ptr<BlockDevice> make_null(uint64_t size, uint32_t block_size);
-std::unique_ptr<BlockDevice> make_ram(uint64_t size, uint32_t block_size, std::string& err);
+// reactors: how many reactor threads submit to it (more than one: commands on the same
+// blocks are made atomic per block, and reads copy).
+std::unique_ptr<BlockDevice> make_ram(uint64_t size, uint32_t block_size, unsigned reactors, std::string& err);
 // Opens a regular file or block device (O_DIRECT when the device allows it). size 0 means
 // "the file's size"; a regular file smaller than size is extended.
 std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, uint32_t block_size,

@@ -89,7 +89,8 @@ std::string build_state(const TargetConfig& cfg, TargetState& st) {
       ns->lbads = nc.block_size == 4096 ? 12 : 9;
       std::string err;
       if (nc.type == "null") ns->device = backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
-      else if (nc.type == "ram") ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, err);
+      else if (nc.type == "ram")
+        ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, cfg.cores, err);
       else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
       if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       ns->blocks = ns->device->size_bytes() / nc.block_size;

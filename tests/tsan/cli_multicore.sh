@@ -6,8 +6,7 @@
 # `nvtcp target --cores 2` (two reactor threads, connections handed between them) against
 # `nvtcp perf --cores 2 -P 2` (two host threads, two queue pairs each, plus the admin thread):
 #   1. sequential writes then read-back with --verify on a RAM namespace (each perf thread has its
-#      own region, so the target's reactors never write the same block at once: that would be a
-#      real race on the RAM namespace's memory, which the workload, not the code, would cause);
+#      own region: threads writing the same blocks would make the check itself meaningless);
 #   2. random reads of the RAM namespace and random writes to the NULL namespace, with header and
 #      data digests, at the same time.
 # Any TSan report makes a process exit with 66 (TSan's exitcode), which fails this script.
