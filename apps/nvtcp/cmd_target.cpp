@@ -43,6 +43,7 @@ struct TargetArgs {
   bool no_connection_limit = false;
   std::string max_buffer_memory, max_connection_buffer_memory, max_send_queue;
   uint32_t icreq_timeout_ms = 0;
+  int64_t h2c_data_timeout_ms = -1;  // -1: not given
 };
 
 bool split_host_port(const std::string& s, std::string& host, uint16_t& port) {
@@ -118,6 +119,7 @@ int run_target(const TargetArgs& a) {
   if (a.max_connections) cfg.max_connections = a.max_connections;
   if (a.no_connection_limit) cfg.max_connections = 0;
   if (a.icreq_timeout_ms) cfg.icreq_timeout_ms = a.icreq_timeout_ms;
+  if (a.h2c_data_timeout_ms >= 0) cfg.h2c_data_timeout_ms = uint32_t(a.h2c_data_timeout_ms);
   for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
                                    std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
                                               "--max-connection-buffer-memory"},
@@ -209,6 +211,9 @@ void add_target_command(CLI::App& app, int& rc) {
                 "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
   c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")
       ->check(CLI::Range(1, 3600000));
+  c->add_option("--h2c-data-timeout-ms", a->h2c_data_timeout_ms,
+                "close a connection whose write has waited this long for requested H2CData (default 30000; 0: never)")
+      ->check(CLI::Range(int64_t(0), int64_t(86400000)));
   c->add_option("--poll", a->poll, "interrupt (sleep in io_uring), busy (spin) or hybrid (spin while busy)")
       ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
   c->add_flag("--busy-poll", a->busy_poll, "same as --poll busy");

@@ -46,6 +46,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.max_queue_depth = j.value("max_queue_depth", cfg.max_queue_depth);
     cfg.max_io_queues = j.value("max_io_queues", cfg.max_io_queues);
     cfg.icreq_timeout_ms = j.value("icreq_timeout_ms", cfg.icreq_timeout_ms);
+    cfg.h2c_data_timeout_ms = j.value("h2c_data_timeout_ms", cfg.h2c_data_timeout_ms);
     cfg.max_connections = j.value("max_connections", cfg.max_connections);
     cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
     cfg.max_connection_buffer_memory =

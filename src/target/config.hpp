@@ -43,6 +43,9 @@ struct TargetConfig {
   uint32_t max_r2t_per_command = 4;     // outstanding R2Ts per write (also bounded by the host)
   uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS)
   uint32_t icreq_timeout_ms = 10000;
+  // A write whose R2T has had no H2CData for this long ends its connection (the buffers it
+  // holds are freed); keep-alives do not cover a host that stalls mid-transfer. 0 = never.
+  uint32_t h2c_data_timeout_ms = 30000;
   // Resource limits, so that no host (or crowd of half-open connections) can starve the
   // others or grow the target's memory without bound. 0 = no limit.
   uint32_t max_connections = 4096;          // live TCP connections, all listeners together

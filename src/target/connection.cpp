@@ -143,6 +143,16 @@ void Connection::on_closed(int err) {
   if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
 }
 
+const Request* Connection::stalled_write(uint64_t now) const {
+  // Checked on the connection's periodic timer, not per I/O: a scan of the slots.
+  const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
+  if (limit == 0) return nullptr;
+  for (const auto& r : pool_)
+    if (r->state == Request::State::AwaitingH2C && now > r->h2c_wait_ns && now - r->h2c_wait_ns > limit)
+      return r.get();
+  return nullptr;
+}
+
 void Connection::on_keepalive_timer(reactor::Timer* t) {
   auto* self = static_cast<TimerSlot*>(t)->owner;
   uint64_t now = reactor::monotonic_ns();  // the same clock Controller::touch() reads
@@ -168,6 +178,12 @@ void Connection::on_keepalive_timer(reactor::Timer* t) {
   }
   if (c->dead.load(std::memory_order_relaxed)) {
     self->close("its controller was torn down");
+    return;
+  }
+  if (const Request* r = self->stalled_write(now)) {
+    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection",
+              self->peer_, r->sqe.cid, self->qid_, self->target_.config.h2c_data_timeout_ms);
+    self->close("H2CData timeout");
     return;
   }
   uint64_t period = kControllerPollNs;
@@ -375,6 +391,7 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
   Request* r = h2c_req_;
   h2c_req_ = nullptr;
   r->rx_next += pdu.datal;
+  r->h2c_wait_ns = reactor_.now_ns();
   if (!data_ok) {
     log::warn("{}: data digest error in H2CData for cid {}", peer_, r->sqe.cid);
     r->status = sc::TransientTransportError;
@@ -393,6 +410,7 @@ void Connection::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint3
 }
 
 void Connection::send_r2ts(Request* r) {
+  r->h2c_wait_ns = reactor_.now_ns();
   const uint32_t chunk = target_.config.max_h2c_data;
   const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, Request::kMaxR2T});
   while (r->r2t_next < r->data_len) {

@@ -62,6 +62,7 @@ struct Request {
   uint32_t data_len = 0;          // bytes this command moves (SGL length)
   uint32_t rx_next = 0;           // host->controller bytes received, in order
   uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
+  uint64_t h2c_wait_ns = 0;       // AwaitingH2C: when data was last asked for or received
   const uint8_t* tx_data = nullptr;  // controller->host data to send
   uint32_t tx_len = 0;
 
@@ -150,6 +151,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   uint32_t max_incapsule() const;
   static void on_keepalive_timer(reactor::Timer* t);
+  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
+  const Request* stalled_write(uint64_t now) const;
 
   TargetState& target_;
   reactor::Reactor& reactor_;

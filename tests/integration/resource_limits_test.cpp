@@ -423,6 +423,68 @@ TEST(ResourceLimits, InCapsuleDataWithoutMemoryIsInterrupted) {
   EXPECT_FALSE(qp->failed());
 }
 
+// A host that stops sending the H2CData its R2Ts asked for would keep the write buffers
+// (up to the per-connection budget) for as long as its keep-alives go on: after
+// h2c_data_timeout_ms the target closes that connection and frees them. The host keeps
+// its controller and other queues.
+TEST(ResourceLimits, StalledH2CDataClosesTheConnectionAndFreesItsBuffers) {
+  auto cfg = default_config();
+  cfg.h2c_data_timeout_ms = 500;
+  RunningTarget t(cfg);
+  FaultProxy proxy(t.port());
+  auto tid = t.trid();
+  tid.trsvcid = proxy.port();
+  std::string err;
+  auto ctrl = Controller::connect(tid, ControllerOptions{}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto healthy = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(healthy) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  // Connection 2 (the second I/O queue): its R2Ts never reach the host.
+  proxy.stall(2, Direction::ToHost, true);
+  Batch b;
+  const auto big = pattern(1u << 20, 40);
+  auto& w = b.add();
+  ASSERT_EQ(qp->write(kRamNsid, 0, 2048, big.data(), Batch::cb, &w), 0);
+  ASSERT_TRUE(drive({qp.get()}, [&] {
+    for (auto& c : t.target().connection_info())
+      if (c.qid == 2 && c.buffer_bytes >= (1u << 20)) return true;
+    return false;
+  }));
+  const uint64_t held = t.target().buffer_bytes();
+  // The target gives up on it, closes it and frees the megabyte (the admin queue keeps the
+  // small buffers its commands used).
+  ASSERT_TRUE(drive({qp.get()}, [&] { return t.target().live_connections() == 2; }));
+  EXPECT_TRUE(wait_for([&] { return t.target().buffer_bytes() + (1u << 20) <= held; }, kDeadlineMs))
+      << t.target().buffer_bytes() << " bytes still held, " << held << " before";
+  // Once the proxy passes the close on, the host fails that queue's write.
+  proxy.stall(2, Direction::ToHost, false);
+  ASSERT_TRUE(drive({qp.get()}, [&] { return b.all_done(); }));
+  EXPECT_FALSE(w.cpl.status.ok()) << "a write whose connection was closed cannot have succeeded";
+  // The controller and its other queue are untouched.
+  EXPECT_TRUE(write_read_compare(*healthy, kRamNsid, 8192, 262144, 41));
+  EXPECT_FALSE(healthy->failed());
+}
+
+// Idle time between writes is not a stall: only a request that waits for its data counts.
+TEST(ResourceLimits, IdleGapsBetweenWritesAreNotAnH2CDataTimeout) {
+  auto cfg = default_config();
+  cfg.h2c_data_timeout_ms = 200;
+  RunningTarget t(cfg);
+  std::string err;
+  auto ctrl = Controller::connect(t.trid(), ControllerOptions{}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(write_read_compare(*qp, kRamNsid, uint64_t(i) * 1024, 262144, uint32_t(50 + i)));  // R2T writes
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  }
+  EXPECT_FALSE(qp->failed());
+  EXPECT_EQ(t.target().live_connections(), 2u);
+}
+
 // ------------------------------------------------------------------ keep-alive
 
 TEST(ResourceLimits, KeepAliveExpiryFreesEveryConnectionOfTheController) {
