@@ -71,6 +71,7 @@ Target::~Target() { stop(); }
 std::string Target::start() {
   if (std::string err = finalize_config(cfg_); !err.empty()) return err;
   state_ = std::make_unique<TargetState>();
+  quiesced_.store(0);
   state_->start_ns = reactor::monotonic_ns();
   if (std::string err = build_state(cfg_, *state_); !err.empty()) return err;
 
@@ -157,6 +158,14 @@ std::string Target::start() {
         }
         for (int turn = 0; turn < 10; ++turn) r.run_once(1000);
       }
+      // No reactor is destroyed before all have got this far: until reactor 0 has shut its
+      // listeners and drained their completions it may still hand an accepted connection
+      // to any reactor (the hand-off closes it, seeing stopping_), and a post must never
+      // reach a destroyed reactor, nor its eventfd a closed descriptor. Posts made before
+      // the last reactor arrived are run by the turns after.
+      quiesced_.fetch_add(1, std::memory_order_acq_rel);
+      while (quiesced_.load(std::memory_order_acquire) < cfg_.cores) r.run_once(1000);
+      r.run_once(0);
       raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
       raw->reactor = nullptr;
     });

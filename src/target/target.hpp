@@ -51,6 +51,7 @@ class Target {
   std::vector<std::unique_ptr<ListenSocket>> sockets_;
   uint16_t discovery_port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<unsigned> quiesced_{0};  // reactors done shutting down, still alive (see start())
   std::atomic<uint64_t> accepted_{0};
   std::atomic<unsigned> next_reactor_{0};
   bool started_ = false;
