@@ -127,7 +127,8 @@ bool TcpStream::latency_bound(ssize_t received) const {
 bool TcpStream::spin_poll(SpinRecv* r) {
   auto* self = static_cast<OwnedSpinRecv*>(r)->owner;
   ssize_t n = ::recv(self->fd_, self->recv_dst_, self->recv_len_, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+  const int err = n < 0 ? errno : 0;
+  if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
     self->spin_missed_ = true;
     return false;
   }
@@ -135,7 +136,7 @@ bool TcpStream::spin_poll(SpinRecv* r) {
   self->reactor_.remove_spin_recv(r);
   self->recv_turn_ = 0;  // not an io_uring receive
   self->poll_next_ = self->spin_missed_ && self->latency_bound(n);
-  self->on_recv(n < 0 ? -errno : int(n), 0);
+  self->on_recv(n < 0 ? -err : int(n), 0);
   return true;
 }
 
