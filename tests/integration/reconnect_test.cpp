@@ -303,11 +303,17 @@ TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
   RunningTarget t;
   FaultProxy proxy(t.port());
   Session s;
-  ASSERT_TRUE(open_session(via(proxy.port()), recovering_options(), 16, s));
+  constexpr int kRounds = 8;
+  ControllerOptions o = recovering_options();
+  // A command may be in flight at every cut (on a loaded machine the cut can land in the
+  // resends right after a reconnect, round after round): with fewer retries than cuts it
+  // would rightly fail with a path error, which is not what this test is about.
+  o.max_retries = kRounds + 1;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 16, s));
   auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 512, 16, 3);
   std::mt19937 rng(11);
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     // The queue pair's connection is the newest one the proxy accepted.
     int conn = int(proxy.accepted()) - 1;
     Direction d = round % 2 ? Direction::ToHost : Direction::ToTarget;
