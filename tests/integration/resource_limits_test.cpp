@@ -105,6 +105,13 @@ struct Batch {
 };
 
 // Drives every queue pair (they share this thread's reactor) until pred or the deadline.
+// A controller whose connections all go through proxy to t.
+std::unique_ptr<Controller> connect_through(const FaultProxy& proxy, const RunningTarget& t, std::string& err) {
+  auto tid = t.trid();
+  tid.trsvcid = proxy.port();
+  return Controller::connect(tid, ControllerOptions{}, err);
+}
+
 bool drive(const std::vector<QueuePair*>& qps, const std::function<bool()>& pred, int ms = kDeadlineMs) {
   auto end = Clock::now() + std::chrono::milliseconds(ms);
   while (!pred()) {
@@ -281,10 +288,8 @@ TEST(ResourceLimits, NeverReadingHostIsBounded) {
   const uint32_t base = t.target().live_connections();
   FaultProxy proxy(t.port());
   std::string err;
-  auto tid = t.trid();
-  tid.trsvcid = proxy.port();
   {
-    auto slow = Controller::connect(tid, ControllerOptions{}, err);
+    auto slow = connect_through(proxy, t, err);
     ASSERT_TRUE(slow) << err;
     Batch sb;
     auto sqp = slow->create_io_qpair(128, err);
@@ -389,10 +394,8 @@ TEST(ResourceLimits, InCapsuleDataWithoutMemoryIsInterrupted) {
   cfg.max_connection_buffer_memory = 2u << 20;
   RunningTarget t(cfg);
   FaultProxy proxy(t.port());
-  auto tid = t.trid();
-  tid.trsvcid = proxy.port();
   std::string err;
-  auto ctrl = Controller::connect(tid, ControllerOptions{}, err);
+  auto ctrl = connect_through(proxy, t, err);
   ASSERT_TRUE(ctrl) << err;
   Batch b;
   auto qp = ctrl->create_io_qpair(8, err);
@@ -432,10 +435,8 @@ TEST(ResourceLimits, StalledH2CDataClosesTheConnectionAndFreesItsBuffers) {
   cfg.h2c_data_timeout_ms = 500;
   RunningTarget t(cfg);
   FaultProxy proxy(t.port());
-  auto tid = t.trid();
-  tid.trsvcid = proxy.port();
   std::string err;
-  auto ctrl = Controller::connect(tid, ControllerOptions{}, err);
+  auto ctrl = connect_through(proxy, t, err);
   ASSERT_TRUE(ctrl) << err;
   auto healthy = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(healthy) << err;

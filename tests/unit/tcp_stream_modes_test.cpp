@@ -327,20 +327,41 @@ bool feed_rounds(Reactor& r, int raw_fd, Sink& sink, int rounds, uint8_t seed) {
   return true;
 }
 
+// A TcpStream on one end of a loopback pair, a raw socket on the other for the test to
+// write into.
+struct PolledPair {
+  int raw = -1;
+  Sink sink;
+  std::unique_ptr<TcpStream> stream;
+  explicit PolledPair(Reactor& r) {
+    int b = -1;
+    if (!tcp_pair(raw, b)) return;
+    stream = std::make_unique<TcpStream>(r, b, &sink);
+    stream->start();
+  }
+  ~PolledPair() {
+    if (raw >= 0) ::close(raw);
+  }
+  bool feed(Reactor& r, int rounds, uint8_t seed) { return feed_rounds(r, raw, sink, rounds, seed); }
+  // Closes the stream and waits until its owner hears of it.
+  bool close(Reactor& r) {
+    stream->close();
+    return run_until(r, [&] { return sink.closed; });
+  }
+};
+
 TEST(TcpStreamSpinRecv, ABusyReactorPollsAStreamThatWaits) {
   ReactorOptions o;
   o.poll = PollMode::BusyPoll;
   Reactor r(256, o);
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Sink sink;
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  rx->start();
-  ASSERT_TRUE(feed_rounds(r, a, sink, 20, 1));
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
+  ASSERT_TRUE(p.feed(r, 20, 1));
   EXPECT_GT(r.stats().spin_recvs, 0u) << "receives that waited should be polled next time";
   EXPECT_EQ(r.spin_recvs_linked(), 1u) << "the stream waits for its next bytes with recv()";
-  ::close(a);  // the peer's orderly close is seen by the polled receive
-  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
+  ::close(p.raw);  // the peer's orderly close is seen by the polled receive
+  p.raw = -1;
+  ASSERT_TRUE(run_until(r, [&] { return p.sink.closed; }));
   EXPECT_EQ(r.spin_recvs_linked(), 0u);
 }
 
@@ -349,17 +370,12 @@ TEST(TcpStreamSpinRecv, OffMeansIoUringOnly) {
   o.poll = PollMode::BusyPoll;
   o.spin_recv = false;
   Reactor r(256, o);
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Sink sink;
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  rx->start();
-  ASSERT_TRUE(feed_rounds(r, a, sink, 10, 2));
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
+  ASSERT_TRUE(p.feed(r, 10, 2));
   EXPECT_EQ(r.stats().spin_recvs, 0u);
   EXPECT_EQ(r.spin_recvs_linked(), 0u);
-  rx->close();
-  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
-  ::close(a);
+  ASSERT_TRUE(p.close(r));
 }
 
 TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
@@ -369,14 +385,11 @@ TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
   o.poll = PollMode::Hybrid;
   Reactor r(256, o);
   r.set_spin_window_ns(5'000'000);  // 5 ms: long enough for a slow (sanitizer) build to keep spinning
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Sink sink;
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  rx->start();
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
   // Until a receive is polled: one that waited while the reactor spun (on a loaded
   // machine the writer can take longer than the spin window, and the reactor sleeps).
-  for (int i = 0; i < 200 && r.spin_recvs_linked() == 0; ++i) ASSERT_TRUE(feed_rounds(r, a, sink, 1, uint8_t(i)));
+  for (int i = 0; i < 200 && r.spin_recvs_linked() == 0; ++i) ASSERT_TRUE(p.feed(r, 1, uint8_t(i)));
   ASSERT_EQ(r.spin_recvs_linked(), 1u);
   // Quiet for longer than the spin window: the next turn sleeps (and wakes when its 1 ms
   // timeout passes), handing the receive over first.
@@ -385,47 +398,36 @@ TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
   EXPECT_EQ(r.spin_recvs_linked(), 0u) << "a sleeping reactor must not leave a receive polled";
   uint8_t msg[64];
   std::memset(msg, 0x7E, sizeof(msg));
-  size_t want = sink.got.size() + sizeof(msg);
+  size_t want = p.sink.got.size() + sizeof(msg);
   uint64_t polled_before = r.stats().spin_recvs;
-  std::thread w(write_later, a, msg, sizeof(msg), std::chrono::microseconds(20000));
+  std::thread w(write_later, p.raw, msg, sizeof(msg), std::chrono::microseconds(20000));
   auto t0 = std::chrono::steady_clock::now();
-  while (sink.got.size() < want && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+  while (p.sink.got.size() < want && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
     r.run_once(2'000'000);  // sleeps until the bytes wake it (or 2 s)
   w.join();
-  ASSERT_EQ(sink.got.size(), want);
+  ASSERT_EQ(p.sink.got.size(), want);
   // They came through io_uring, which woke the reactor; a receive left polled would have
   // found them only after a sleep ran out.
   EXPECT_EQ(r.stats().spin_recvs, polled_before) << "the bytes did not come through io_uring";
-  EXPECT_EQ(std::memcmp(sink.got.data() + want - sizeof(msg), msg, sizeof(msg)), 0);
-  rx->close();
-  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
-  ::close(a);
+  EXPECT_EQ(std::memcmp(p.sink.got.data() + want - sizeof(msg), msg, sizeof(msg)), 0);
+  ASSERT_TRUE(p.close(r));
 }
 
 TEST(TcpStreamSpinRecv, ClosingOrDestroyingAPolledStreamUnlinksIt) {
   ReactorOptions o;
   o.poll = PollMode::BusyPoll;
   Reactor r(256, o);
-  int a1 = -1, b1 = -1, a2 = -1, b2 = -1;
-  ASSERT_TRUE(tcp_pair(a1, b1));
-  ASSERT_TRUE(tcp_pair(a2, b2));
-  Sink s1, s2;
-  auto x = std::make_unique<TcpStream>(r, b1, &s1);
-  auto y = std::make_unique<TcpStream>(r, b2, &s2);
-  x->start();
-  y->start();
-  ASSERT_TRUE(feed_rounds(r, a1, s1, 10, 4));
-  ASSERT_TRUE(feed_rounds(r, a2, s2, 10, 5));
+  PolledPair x(r), y(r);
+  ASSERT_TRUE(x.stream && y.stream);
+  ASSERT_TRUE(x.feed(r, 10, 4));
+  ASSERT_TRUE(y.feed(r, 10, 5));
   ASSERT_EQ(r.spin_recvs_linked(), 2u);
-  x->close();
+  x.stream->close();
   EXPECT_EQ(r.spin_recvs_linked(), 1u) << "a closed stream is no longer polled";
-  ASSERT_TRUE(run_until(r, [&] { return s1.closed; }));
-  y.reset();  // destroyed while polled: the reactor must forget it
+  ASSERT_TRUE(run_until(r, [&] { return x.sink.closed; }));
+  y.stream.reset();  // destroyed while polled: the reactor must forget it
   EXPECT_EQ(r.spin_recvs_linked(), 0u);
   for (int i = 0; i < 100; ++i) r.run_once(0);
-  x.reset();
-  ::close(a1);
-  ::close(a2);
 }
 
 // Echoes every 64-byte message it receives (with a fixed reply) on its own stream.
