@@ -241,17 +241,12 @@ void Reactor::run(const std::atomic<bool>& stop) {
 bool Reactor::add_spin_recv(SpinRecv* r) {
   if (r->linked) return true;
   if (!spin_receiving_ || spin_recv_count_ >= opts_.spin_recv_max) return false;
-  // Appended, so the streams are polled in the order they started waiting.
-  r->next = nullptr;
+  // Pushed at the front, as timers are: a pass (poll_spin_recvs) walks on from where it
+  // is, so a receive linked again during it waits for the next pass.
   r->prev = nullptr;
-  if (spin_recvs_) {
-    SpinRecv* tail = spin_recvs_->prev;  // the head's prev is the tail
-    tail->next = r;
-    r->prev = tail;
-  } else {
-    spin_recvs_ = r;
-  }
-  spin_recvs_->prev = r;
+  r->next = spin_recvs_;
+  if (spin_recvs_) spin_recvs_->prev = r;
+  spin_recvs_ = r;
   r->linked = true;
   ++spin_recv_count_;
   return true;
@@ -260,28 +255,21 @@ bool Reactor::add_spin_recv(SpinRecv* r) {
 void Reactor::remove_spin_recv(SpinRecv* r) {
   if (!r->linked) return;
   if (r == spin_cursor_) spin_cursor_ = r->next;
-  if (r == spin_recvs_) {
-    spin_recvs_ = r->next;
-    if (spin_recvs_) spin_recvs_->prev = r->prev;
-  } else {
-    r->prev->next = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else spin_recvs_->prev = r->prev;  // r was the tail
-  }
+  if (r->prev) r->prev->next = r->next; else spin_recvs_ = r->next;
+  if (r->next) r->next->prev = r->prev;
   r->next = r->prev = nullptr;
   r->linked = false;
   --spin_recv_count_;
 }
 
 unsigned Reactor::poll_spin_recvs() {
-  // One pass over as many receives as are linked now. One that completes is usually
-  // linked again at the tail (its next receive) and waits for the next pass. The cursor
-  // lives in the reactor so that a receive unlinked by another's handler (a stream
-  // closed or destroyed) moves it on rather than leaving it dangling.
+  // One pass over the receives linked now. One that completes is usually linked again at
+  // the front (its next receive), behind the cursor. The cursor lives in the reactor so
+  // that a receive unlinked by another's handler (a stream closed or destroyed) moves it
+  // on rather than leaving it dangling.
   unsigned progressed = 0;
-  uint32_t n = spin_recv_count_;
   spin_cursor_ = spin_recvs_;
-  while (n-- > 0 && spin_cursor_) {
+  while (spin_cursor_) {
     SpinRecv* r = spin_cursor_;
     spin_cursor_ = r->next;
     if (r->poll(r)) ++progressed;

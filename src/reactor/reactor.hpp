@@ -229,7 +229,7 @@ class Reactor {
   uint64_t spin_window_ns_ = 50'000;
   bool spin_receiving_ = false;
   uint64_t turn_ = 0;
-  SpinRecv* spin_recvs_ = nullptr;  // doubly linked, polled in order; head's prev = tail
+  SpinRecv* spin_recvs_ = nullptr;  // doubly linked, like timers_
   SpinRecv* spin_cursor_ = nullptr;  // the next to poll during poll_spin_recvs
   uint32_t spin_recv_count_ = 0;
   Timer* timers_ = nullptr;
