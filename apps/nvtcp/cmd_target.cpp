@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/block_device.hpp"
 #include "commands.hpp"
@@ -158,11 +159,24 @@ int run_target(const TargetArgs& a) {
     fmt::print(stderr, "nvtcp target: {}\n", err);
     return 1;
   }
+  // What a completed write is worth, per namespace, and once for all the namespaces whose
+  // data does not outlive the process or the machine.
+  std::vector<std::string> volatile_ns;
   for (const auto& s : t.state().subsystems) {
-    for (const auto& ns : s->namespaces())
-      log::info("{} namespace {}: {} {} bytes, {}-byte blocks", s->nqn(), ns->nsid, ns->device->kind(),
-                ns->device->size_bytes(), ns->block_size);
+    for (const auto& ns : s->namespaces()) {
+      const backend::BlockDevice& d = *ns->device;
+      log::info("{} namespace {}: {} {} bytes, {}-byte blocks; {}{}", s->nqn(), ns->nsid, d.kind(), d.size_bytes(),
+                ns->block_size, backend::persistence_name(d.persistence()),
+                d.volatile_write_cache() ? " (volatile write cache reported, on)" : "");
+      if (d.persistence() == backend::Persistence::Process || d.persistence() == backend::Persistence::Machine)
+        volatile_ns.push_back(fmt::format("{} ({}{})", ns->nsid, d.kind(),
+                                          d.persistence() == backend::Persistence::Machine ? " on tmpfs" : ""));
+    }
   }
+  if (!volatile_ns.empty())
+    log::warn("namespace(s) {} keep data in memory only: RAM namespaces lose it when the target exits, files on "
+              "tmpfs when the machine stops; Flush and FUA cannot make it durable",
+              fmt::join(volatile_ns, ", "));
   if (!a.ready_file.empty()) {
     // Scripts wait for this file: its content is the port of the first listener.
     if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
@@ -175,8 +189,10 @@ int run_target(const TargetArgs& a) {
   log::info("signal {}: shutting down", sig);
   t.stop();
   uint64_t ios = t.io_count();
-  log::info("target: {} I/O commands, {:.2f} CPU s in {} reactor thread(s), {:.3f} CPU s per million I/Os", ios,
-            t.cpu_seconds(), cfg.cores, ios ? t.cpu_seconds() / (double(ios) / 1e6) : 0.0);
+  log::info("target: {} I/O commands ({} Flush, {} FUA writes), {:.2f} CPU s in {} reactor thread(s), "
+            "{:.3f} CPU s per million I/Os",
+            ios, t.flush_count(), t.fua_write_count(), t.cpu_seconds(), cfg.cores,
+            ios ? t.cpu_seconds() / (double(ios) / 1e6) : 0.0);
   return 0;
 }
 }  // namespace

@@ -80,6 +80,12 @@ struct Completion {
 };
 using CompletionFn = void (*)(void* ctx, const Completion& cpl);
 
+struct WriteFlags {
+  // Force Unit Access: the write completes only once it is durable, whatever the
+  // controller's volatile write cache holds (without it, a Flush makes it durable).
+  bool fua = false;
+};
+
 namespace detail {
 class QueuePairImpl;
 class AdminQueue;
@@ -98,7 +104,9 @@ class QueuePair {
   // -ENOTCONN when the connection has failed. cb runs inside process_completions().
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
   int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
-  int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx);
+  int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
+            WriteFlags flags = {});
+  // Makes every write completed before it durable; nsid wire::kNsidAll flushes every namespace.
   int flush(uint32_t nsid, CompletionFn cb, void* ctx);
   int write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx);
   // ranges: n Dataset Management ranges (16 bytes each), sent with the Deallocate attribute.

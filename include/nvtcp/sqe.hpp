@@ -29,6 +29,9 @@ enum class IoOpcode : uint8_t {
 inline constexpr uint8_t kSglDataBlockOffset = 0x01;      // in-capsule data (Data Block, Offset)
 inline constexpr uint8_t kSglTransportDataBlock = 0x5A;   // data moved by R2T/H2CData or C2HData
 
+// NSID FFFFFFFFh: every namespace (Flush), or controller-wide (logs, features).
+inline constexpr uint32_t kNsidAll = 0xFFFFFFFFu;
+
 // SQE flags byte: PSDT (bits 7:6) = 01b selects SGLs, which fabrics always use.
 inline constexpr uint8_t kSqeFlagsPsdtSgl = 0x40;
 
@@ -60,6 +63,9 @@ struct Sqe {
   // Read/Write/Write Zeroes: starting LBA (cdw10..11) and 0's based block count.
   uint64_t slba() const { return (static_cast<uint64_t>(cdw11) << 32) | cdw10; }
   uint32_t nlb() const { return (cdw12 & 0xFFFF) + 1; }
+  // Write/Write Zeroes/Read: Force Unit Access (a write completes only once it is durable).
+  bool fua() const { return cdw12 & kRwFua; }
+  static constexpr uint32_t kRwFua = 1u << 30;   // CDW12 bit 30
 };
 
 struct Cqe {

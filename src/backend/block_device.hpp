@@ -1,5 +1,10 @@
 // What a namespace stores its blocks in. Requests complete asynchronously through a
 // callback (the file backend finishes on a later reactor turn; null and RAM inline).
+//
+// Durability, as NVMe defines it for a controller with a volatile write cache: a completed
+// write may still sit in a cache; it is durable once a Flush that was submitted after it
+// completes, or at once when it carried FUA. A device without a volatile cache stores a
+// write durably (as durably as its medium allows: see Persistence) before it completes.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,6 +21,8 @@ struct BlockIo {
   uint64_t offset = 0;        // bytes
   uint64_t length = 0;        // bytes
   uint8_t* buffer = nullptr;  // Write: data to store. Read: where to put data if copying.
+  // Write, WriteZeroes: Force Unit Access; done is called only once the data is durable.
+  bool fua = false;
   // Read: a device that can serve data without a copy points this at it (valid until the
   // request's data has been sent); otherwise it fills buffer and sets read_data = buffer.
   const uint8_t* read_data = nullptr;
@@ -26,6 +33,26 @@ struct BlockIo {
   class BlockDevice* device = nullptr;
   reactor::Reactor* reactor = nullptr;
   uint64_t progress = 0;
+  bool write_through = false;  // this write must be durable before done (FUA or cache off)
+  bool syncing = false;        // the data is in; now the sync that makes it durable runs
+};
+
+// How long what a device stores lasts, whatever is flushed.
+enum class Persistence : uint8_t {
+  None,     // null: writes are discarded
+  Process,  // RAM: gone when the target process exits
+  Machine,  // a file on tmpfs or ramfs: survives the process, gone at reboot or power loss
+  Media,    // a file or block device on storage: survives power loss once durable
+};
+const char* persistence_name(Persistence p);
+
+// A test's window on when a device makes data durable (see BlockDevice::set_sync_observer).
+class SyncObserver {
+ public:
+  virtual ~SyncObserver() = default;
+  // Called on the submitting reactor's thread when the sync that makes io durable has
+  // completed (a FUA or write-through write, or a Flush), before io->done.
+  virtual void on_sync_complete(const BlockIo& io) = 0;
 };
 
 class BlockDevice {
@@ -38,6 +65,18 @@ class BlockDevice {
   virtual bool zero_copy_reads() const { return false; }
   // Runs on the calling reactor's thread; io->done is called exactly once.
   virtual void submit(BlockIo* io, reactor::Reactor& r) = 0;
+
+  virtual Persistence persistence() const = 0;
+  // True when a completed write can still be lost (power loss) until a Flush makes it
+  // durable: the namespace then reports a volatile write cache to the host.
+  virtual bool volatile_write_cache() const { return false; }
+  // Feature 06h: with the cache off every write is durable before it completes. Only
+  // meaningful when volatile_write_cache(); any reactor may read it while one writes it.
+  virtual bool write_cache_enabled() const { return false; }
+  virtual void set_write_cache_enabled(bool) {}
+  // Test hook: observer (owned by the caller, outliving the device's use) is told about
+  // every sync this device completes; nullptr removes it. Devices without syncs ignore it.
+  virtual void set_sync_observer(SyncObserver*) {}
 };
 
 // Parses "512", "4K", "1G", "1T" (binary units) into bytes; false on junk.

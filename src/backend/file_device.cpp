@@ -1,34 +1,75 @@
 // A namespace backed by a regular file or a block device, driven through the calling
 // reactor's io_uring so a slow disk never blocks the loop.
+//
+// Durability: the page cache (buffered files), the file system's own metadata (extents a
+// write allocated in a sparse file) and the disk's cache all sit between a completed
+// write and stable storage, O_DIRECT or not. So the namespace reports a volatile write
+// cache: Flush is an fdatasync, a FUA write goes out with RWF_DSYNC (data and the metadata
+// needed to read it back are on stable storage when it completes), and with the cache
+// turned off (feature 06h) every write does, and Write Zeroes and Deallocate are followed
+// by an fdatasync. A file on tmpfs or ramfs has no storage behind it: nothing outlives the
+// machine, so there is no cache to report and nothing to sync.
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "backend/block_device.hpp"
+#include "util/log.hpp"
 
 namespace nvtcp::backend {
 
 namespace {
+const char* op_name(BlockIo::Op op) {
+  switch (op) {
+    case BlockIo::Op::Read: return "read";
+    case BlockIo::Op::Write: return "write";
+    case BlockIo::Op::Flush: return "flush";
+    case BlockIo::Op::WriteZeroes: return "write zeroes";
+    case BlockIo::Op::Deallocate: return "deallocate";
+  }
+  return "?";
+}
+
 class FileDevice final : public BlockDevice {
  public:
-  FileDevice(int fd, uint64_t size, uint32_t bs) : fd_(fd), size_(size), bs_(bs) {}
+  FileDevice(int fd, std::string path, uint64_t size, uint32_t bs, Persistence p)
+      : fd_(fd), path_(std::move(path)), size_(size), bs_(bs), persistence_(p) {}
   ~FileDevice() override { close(fd_); }
   uint64_t size_bytes() const override { return size_; }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "file"; }
+  Persistence persistence() const override { return persistence_; }
+  bool volatile_write_cache() const override { return persistence_ == Persistence::Media; }
+  bool write_cache_enabled() const override {
+    return volatile_write_cache() && cache_enabled_.load(std::memory_order_relaxed);
+  }
+  void set_write_cache_enabled(bool on) override { cache_enabled_.store(on, std::memory_order_relaxed); }
+  void set_sync_observer(SyncObserver* o) override { observer_.store(o, std::memory_order_release); }
 
   void submit(BlockIo* io, reactor::Reactor& r) override {
     io->device = this;
     io->reactor = &r;
     io->progress = 0;
+    // A write through the cache needs no sync at all where nothing can be synced.
+    io->write_through = volatile_write_cache() && io->op != BlockIo::Op::Read &&
+                        (io->fua || !cache_enabled_.load(std::memory_order_relaxed));
+    io->syncing = io->op == BlockIo::Op::Flush && volatile_write_cache();
+    if (io->op == BlockIo::Op::Flush && !io->syncing) {
+      io->done(io, wire::sc::Success);  // nothing to flush on tmpfs
+      return;
+    }
     io->completion.owner = io;
     io->completion.fn = [](reactor::Completion* c, int res, uint32_t) {
       auto* bio = static_cast<reactor::OwnedCompletion<BlockIo>*>(c)->owner;
@@ -42,14 +83,22 @@ class FileDevice final : public BlockDevice {
     io_uring_sqe* sqe = io->reactor->get_sqe();
     uint64_t off = io->offset + io->progress;
     uint64_t len = io->length - io->progress;
+    if (io->syncing) {
+      io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC);
+      io->reactor->prep(sqe, &io->completion);
+      return;
+    }
     switch (io->op) {
       case BlockIo::Op::Read:
         io_uring_prep_read(sqe, fd_, io->buffer + io->progress, unsigned(len), off);
         break;
       case BlockIo::Op::Write:
         io_uring_prep_write(sqe, fd_, io->buffer + io->progress, unsigned(len), off);
+        // Each piece of a write that must be durable is written through: O_DSYNC
+        // semantics for this one write, as pwritev2(RWF_DSYNC) gives them.
+        if (io->write_through) sqe->rw_flags = RWF_DSYNC;
         break;
-      case BlockIo::Op::Flush: io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC); break;
+      case BlockIo::Op::Flush: break;  // always syncing (see submit)
       case BlockIo::Op::WriteZeroes:
         io_uring_prep_fallocate(sqe, fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len);
         break;
@@ -62,8 +111,14 @@ class FileDevice final : public BlockDevice {
 
   void finish(BlockIo* io, int res) {
     if (res < 0) {
+      log::warn("file namespace {}: {} of {} bytes at {}{} failed: {}", path_, op_name(io->op), io->length,
+                io->offset, io->syncing ? " (sync)" : "", strerror(-res));
       io->read_data = nullptr;
       io->done(io, io->op == BlockIo::Op::Read ? wire::sc::UnrecoveredReadError : wire::sc::WriteFault);
+      return;
+    }
+    if (io->syncing) {
+      synced(io);
       return;
     }
     if (io->op == BlockIo::Op::Read || io->op == BlockIo::Op::Write) {
@@ -82,18 +137,58 @@ class FileDevice final : public BlockDevice {
         return;
       }
     }
+    if (io->write_through) {
+      if (io->op == BlockIo::Op::Write) {
+        synced(io);  // every piece went out with RWF_DSYNC
+        return;
+      }
+      io->syncing = true;  // fallocate has no DSYNC flag: sync the file after it
+      issue(io);
+      return;
+    }
     io->read_data = io->op == BlockIo::Op::Read ? io->buffer : nullptr;
     io->done(io, wire::sc::Success);
   }
 
+  void synced(BlockIo* io) {
+    if (SyncObserver* o = observer_.load(std::memory_order_acquire)) o->on_sync_complete(*io);
+    io->read_data = nullptr;
+    io->done(io, wire::sc::Success);
+  }
+
   int fd_;
+  std::string path_;
   uint64_t size_;
   uint32_t bs_;
+  Persistence persistence_;
+  std::atomic<bool> cache_enabled_{true};
+  std::atomic<SyncObserver*> observer_{nullptr};
 };
+
+// Where the file's blocks really live: a file system with no storage behind it keeps
+// nothing past the machine.
+Persistence persistence_of(int fd, const struct stat& st) {
+  if (S_ISBLK(st.st_mode)) return Persistence::Media;
+  struct statfs fs{};
+  if (fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) return Persistence::Machine;
+  return Persistence::Media;
+}
 }  // namespace
+
+const char* persistence_name(Persistence p) {
+  switch (p) {
+    case Persistence::None: return "nothing is stored";
+    case Persistence::Process: return "kept in the target's memory: lost when the target exits";
+    case Persistence::Machine: return "kept in memory (tmpfs/ramfs): survives the target, lost at reboot or power loss";
+    case Persistence::Media: return "on storage: durable after Flush or FUA";
+  }
+  return "?";
+}
 
 std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, uint32_t block_size,
                                        std::string& err) {
+  struct stat before{};
+  const bool created = stat(path.c_str(), &before) != 0;
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
   if (fd < 0 && errno == EINVAL) fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // tmpfs
   if (fd < 0) {
@@ -103,6 +198,7 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
   struct stat st{};
   fstat(fd, &st);
   uint64_t have = 0;
+  bool resized = false;
   if (S_ISBLK(st.st_mode)) {
     ioctl(fd, BLKGETSIZE64, &have);
     if (size == 0 || size > have) size = have;
@@ -114,6 +210,7 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
       close(fd);
       return nullptr;
     }
+    resized = have < size;
   }
   size -= size % block_size;
   if (size == 0) {
@@ -121,7 +218,22 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
     close(fd);
     return nullptr;
   }
-  return std::make_unique<FileDevice>(fd, size, block_size);
+  // A file this call made or grew is not there after a power loss until its size and its
+  // directory entry are on storage: a host's Flush syncs the file's data, not its directory.
+  if ((created || resized) && fsync(fd) != 0) {
+    err = fmt::format("cannot sync '{}': {}", path, strerror(errno));
+    close(fd);
+    return nullptr;
+  }
+  if (created) {
+    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
+  }
+  return std::make_unique<FileDevice>(fd, path, size, block_size, persistence_of(fd, st));
 }
 
 }  // namespace nvtcp::backend

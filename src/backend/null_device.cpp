@@ -16,6 +16,7 @@ class NullDevice final : public BlockDevice {
   uint64_t size_bytes() const override { return size_; }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "null"; }
+  Persistence persistence() const override { return Persistence::None; }
   bool zero_copy_reads() const override { return true; }
   void submit(BlockIo* io, reactor::Reactor&) override {
     if (io->op == BlockIo::Op::Read) {

@@ -672,10 +672,13 @@ int QueuePair::read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, Compl
   return impl_->submit(rw_cmd(IoOpcode::Read, nsid, slba, nlb), buf, nlb * bs, false, cb, ctx);
 }
 
-int QueuePair::write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx) {
+int QueuePair::write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
+                     WriteFlags flags) {
   uint32_t bs = block_size(nsid);
   if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
-  return impl_->submit(rw_cmd(IoOpcode::Write, nsid, slba, nlb), const_cast<void*>(buf), nlb * bs, true, cb, ctx);
+  Sqe s = rw_cmd(IoOpcode::Write, nsid, slba, nlb);
+  if (flags.fua) s.cdw12 |= Sqe::kRwFua;
+  return impl_->submit(s, const_cast<void*>(buf), nlb * bs, true, cb, ctx);
 }
 
 int QueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {

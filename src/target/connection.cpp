@@ -601,6 +601,10 @@ void Connection::execute_admin(Request* r) {
   }
   r->dw0 = res.dw0;
   r->dw1 = res.dw1;
+  if (res.status.ok() && res.flush_after) {
+    start_flush(r, true);  // a write cache turned off: what it held must be durable first
+    return;
+  }
   if (res.status.ok() && res.data_len) {
     r->tx_data = r->buf.get();
     r->tx_len = std::min(res.data_len, sgl_len);
@@ -614,8 +618,8 @@ void Connection::execute_io(Request* r) {
   const Sqe& sqe = r->sqe;
   Namespace* ns = ctrl_->subsystem().find_namespace(sqe.nsid);
   auto opc = static_cast<IoOpcode>(sqe.opc);
-  if (opc == IoOpcode::Flush && sqe.nsid == 0xFFFFFFFF) {
-    complete(r, sc::Success);  // nothing is cached above the devices' own flush; all-namespace flush
+  if (opc == IoOpcode::Flush && sqe.nsid == kNsidAll) {
+    start_flush(r, true);
     return;
   }
   if (!ns) {
@@ -625,6 +629,7 @@ void Connection::execute_io(Request* r) {
   backend::BlockIo& io = r->io;
   io.buffer = r->buf.get();
   io.read_data = nullptr;
+  io.fua = (opc == IoOpcode::Write || opc == IoOpcode::WriteZeroes) && sqe.fua();
   switch (opc) {
     case IoOpcode::Read:
     case IoOpcode::Write:
@@ -692,7 +697,7 @@ void Connection::execute_io(Request* r) {
       io.buffer = r->buf.get();
       break;
     }
-    case IoOpcode::Flush: io.op = backend::BlockIo::Op::Flush; io.offset = io.length = 0; break;
+    case IoOpcode::Flush: start_flush(r, false); return;
     case IoOpcode::DatasetManagement: {
       uint32_t nr = (sqe.cdw10 & 0xFF) + 1;
       uint32_t len = nr * uint32_t(sizeof(DsmRange));
@@ -734,11 +739,10 @@ void Connection::execute_io(Request* r) {
       complete(r, sc::InvalidOpcode);
       return;
   }
-  submit_io(r);
+  submit_io(r, ns);
 }
 
-void Connection::submit_io(Request* r) {
-  Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
+void Connection::submit_io(Request* r, Namespace* ns) {
   r->io.user = r;
   r->io.done = [](backend::BlockIo* io, Status st) {
     Request* req = static_cast<Request*>(io->user);
@@ -761,7 +765,34 @@ void Connection::dsm_step(Request* r) {
   r->io.op = backend::BlockIo::Op::Deallocate;
   r->io.offset = d.slba << ns->lbads;
   r->io.length = uint64_t(d.nlb) << ns->lbads;
-  submit_io(r);
+  submit_io(r, ns);
+}
+
+// Flush makes durable every write that completed before it arrived: on one namespace, or
+// (NSID FFFFFFFFh, and when feature 06h turns a cache off) on each namespace the controller
+// reaches, one after another. Namespaces without a volatile write cache have nothing to do.
+void Connection::start_flush(Request* r, bool all) {
+  r->flush_all = all;
+  r->flush_next = 0;
+  flush_step(r);
+}
+
+void Connection::flush_step(Request* r) {
+  const auto& namespaces = ctrl_->subsystem().namespaces();
+  while (r->flush_next < namespaces.size()) {
+    Namespace* ns = namespaces[r->flush_next++].get();
+    if (!r->flush_all && ns->nsid != r->sqe.nsid) continue;
+    if (!ns->device->volatile_write_cache()) continue;
+    r->io.op = backend::BlockIo::Op::Flush;
+    r->io.offset = r->io.length = 0;
+    r->io.fua = false;
+    r->io.buffer = nullptr;
+    r->io.read_data = nullptr;
+    submit_io(r, ns);
+    return;
+  }
+  if (qid_ != 0) set_.count_flush();
+  complete(r, sc::Success);
 }
 
 void Connection::io_done(Request* r, Status st) {
@@ -776,10 +807,15 @@ void Connection::io_done(Request* r, Status st) {
     dsm_step(r);
     return;
   }
+  if (r->io.op == backend::BlockIo::Op::Flush && st.ok()) {
+    flush_step(r);
+    return;
+  }
   if (st.ok() && stats_) {
     if (r->io.op == backend::BlockIo::Op::Read) stats_->add_read(r->io.length);
     else if (r->io.op == backend::BlockIo::Op::Write) stats_->add_write(r->io.length);
   }
+  if (st.ok() && r->io.fua) set_.count_fua_write();
   if (st.ok() && r->io.op == backend::BlockIo::Op::Read) {
     r->tx_data = r->io.read_data;
     r->tx_len = uint32_t(r->io.length);
@@ -795,6 +831,8 @@ void Connection::complete(Request* r, Status st) {
 
 void Connection::send_response(Request* r) {
   r->state = Request::State::Sending;
+  if (ResponseObserver* o = target_.response_observer.load(std::memory_order_acquire))
+    o->on_response(qid_, r->sqe, r->status, r->io);
   const bool data = r->tx_len > 0 && r->status.ok();
   const bool success_flag = data && sq_flow_disabled_;
   if (data) {

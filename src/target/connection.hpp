@@ -42,12 +42,19 @@ class ConnectionSet {
   size_t size() const { return conns_.size(); }
   void collect(std::vector<ConnectionInfo>& out) const;
   // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
-  void count_io() { ios_.store(ios_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  void count_io() { bump(ios_); }
   uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
+  // Durability commands completed with success on this reactor: Flush commands, and
+  // writes (Write, Write Zeroes) that carried FUA.
+  void count_flush() { bump(flushes_); }
+  void count_fua_write() { bump(fua_writes_); }
+  uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
+  uint64_t fua_writes() const { return fua_writes_.load(std::memory_order_relaxed); }
 
  private:
+  static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<Connection*> conns_;
-  std::atomic<uint64_t> ios_{0};
+  std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
 
 struct Request {
@@ -79,6 +86,8 @@ struct Request {
 
   backend::BlockIo io;
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
+  uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
+  bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
   uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
   Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;
@@ -129,7 +138,9 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void send_r2ts(Request* r);
   void release(Request* r);
   void dsm_step(Request* r);
-  void submit_io(Request* r);
+  void start_flush(Request* r, bool all);
+  void flush_step(Request* r);
+  void submit_io(Request* r, Namespace* ns);
   void teardown_controller(const char* why);
   void invalid_connect_param(Request* r, bool in_data, uint32_t offset);
 

@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include "reactor/reactor.hpp"
+#include "util/log.hpp"
 #include "wire/fabrics.hpp"
+#include "wire/features.hpp"
 #include "wire/identify.hpp"
 #include "wire/log_pages.hpp"
 
@@ -182,7 +184,10 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->nn = discovery ? 0 : subsys_.max_nsid();
       id->mnan = id->nn;
       id->oncs = discovery ? 0 : (kOncsDsm | kOncsWriteZeroes);
-      id->vwc = discovery ? 0 : 1;
+      // A volatile write cache is reported where a namespace has one (a file on storage):
+      // the host then sends Flush and FUA, and they are honoured. RAM and null namespaces
+      // have none: a completed write is as durable as their medium (see backend::Persistence).
+      id->vwc = !discovery && subsys_.volatile_write_cache() ? (kVwcPresent | kVwcFlushAllNamespaces) : 0;
       id->sgls = kSglsSupported;
       put_string(id->subnqn, sizeof(id->subnqn), subsys_.nqn());
       id->ioccsz = discovery ? 0 : ioccsz_bytes() / 16;
@@ -382,6 +387,20 @@ AdminResult Controller::set_features(const Sqe& sqe) {
     case 0x0F:  // Keep Alive Timer
       kato_ms_ = sqe.cdw11;
       return r;
+    case kFeatureVolatileWriteCache: {
+      // The cache belongs to the namespaces, which every controller of the subsystem shares,
+      // as one drive's cache is shared by its controllers.
+      if (subsys_.is_discovery() || !subsys_.volatile_write_cache()) break;
+      const bool on = sqe.cdw11 & 1;  // WCE
+      const bool was_on = subsys_.write_cache_enabled();
+      subsys_.set_write_cache_enabled(on);
+      if (was_on != on) log::info("controller {} of {}: volatile write cache turned {} by host {}", cntlid_,
+                                  subsys_.nqn(), on ? "on" : "off", hostnqn_);
+      // Off: writes from now on are written through, and what the cache already holds is
+      // flushed before this command completes.
+      r.flush_after = !on;
+      return r;
+    }
     case 0x0B:  // Asynchronous Event Configuration
       async_event_config_ = sqe.cdw11;
       return r;
@@ -394,6 +413,20 @@ AdminResult Controller::set_features(const Sqe& sqe) {
 AdminResult Controller::get_features(const Sqe& sqe) {
   AdminResult r;
   uint8_t fid = sqe.cdw10 & 0xFF;
+  const uint32_t sel = (sqe.cdw10 >> 8) & 0x7;
+  if (fid == kFeatureVolatileWriteCache) {
+    if (subsys_.is_discovery() || !subsys_.volatile_write_cache()) {
+      r.status = sc::InvalidField;
+      return r;
+    }
+    switch (sel) {
+      case kSelCurrent: r.dw0 = subsys_.write_cache_enabled() ? 1 : 0; return r;
+      case kSelDefault:
+      case kSelSaved: r.dw0 = 1; return r;  // on at start; not saveable, so saved = default
+      case kSelSupportedCapabilities: r.dw0 = kFeatureCapChangeable; return r;
+      default: r.status = sc::InvalidField; return r;
+    }
+  }
   switch (fid) {
     case 0x07: {
       uint32_t n = num_io_queues();

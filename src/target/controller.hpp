@@ -20,6 +20,7 @@ struct AdminResult {
   uint32_t dw1 = 0;
   uint32_t data_len = 0;   // bytes placed in the data buffer for the host
   bool held = false;       // Asynchronous Event Request: completes later (or never)
+  bool flush_after = false; // complete only after every namespace has been flushed
 };
 
 // Per I/O queue counters: one writer (that queue's reactor), read by SMART log requests.

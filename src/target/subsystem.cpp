@@ -58,6 +58,22 @@ void Subsystem::remove_controller(uint16_t cntlid) {
   controllers_.erase(cntlid);
 }
 
+bool Subsystem::volatile_write_cache() const {
+  return std::any_of(namespaces_.begin(), namespaces_.end(),
+                     [](const auto& ns) { return ns->device->volatile_write_cache(); });
+}
+
+bool Subsystem::write_cache_enabled() const {
+  return std::any_of(namespaces_.begin(), namespaces_.end(), [](const auto& ns) {
+    return ns->device->volatile_write_cache() && ns->device->write_cache_enabled();
+  });
+}
+
+void Subsystem::set_write_cache_enabled(bool on) {
+  for (const auto& ns : namespaces_)
+    if (ns->device->volatile_write_cache()) ns->device->set_write_cache_enabled(on);
+}
+
 size_t Subsystem::controller_count() const {
   std::lock_guard lk(mu_);
   return controllers_.size();
@@ -70,7 +86,7 @@ Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
   return nullptr;
 }
 
-std::string build_state(const TargetConfig& cfg, TargetState& st) {
+std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFactory& factory) {
   st.config = cfg;
   SubsystemConfig dc;
   dc.nqn = wire::kDiscoveryNqn;
@@ -88,10 +104,13 @@ std::string build_state(const TargetConfig& cfg, TargetState& st) {
       ns->block_size = nc.block_size;
       ns->lbads = nc.block_size == 4096 ? 12 : 9;
       std::string err;
-      if (nc.type == "null") ns->device = backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
-      else if (nc.type == "ram")
-        ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, cfg.cores, err);
-      else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
+      if (factory) ns->device = factory(nc, err);
+      if (!ns->device && err.empty()) {
+        if (nc.type == "null") ns->device = backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
+        else if (nc.type == "ram")
+          ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, cfg.cores, err);
+        else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
+      }
       if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       ns->blocks = ns->device->size_bytes() / nc.block_size;
       // Stable identifiers derived from the subsystem NQN and nsid, so a host that

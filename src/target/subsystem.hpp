@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "backend/block_device.hpp"
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
 #include "target/config.hpp"
 
 namespace nvtcp::target {
@@ -52,6 +55,11 @@ class Subsystem {
   }
   const std::vector<std::unique_ptr<Namespace>>& namespaces() const { return namespaces_; }
   uint32_t max_nsid() const { return ns_by_id_.empty() ? 0 : uint32_t(ns_by_id_.size() - 1); }
+  // Some namespace can lose a completed write until it is flushed (Identify VWC).
+  bool volatile_write_cache() const;
+  // Feature 06h: the cache is on for some namespace that has one.
+  bool write_cache_enabled() const;
+  void set_write_cache_enabled(bool on);
 
   std::shared_ptr<Controller> add_controller(std::shared_ptr<Controller> c);
   std::shared_ptr<Controller> find_controller(uint16_t cntlid) const;
@@ -97,6 +105,20 @@ struct ResourceUsage {
   void release_buffer(uint64_t bytes) { buffer_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
 };
 
+// Test hook: told about every response a connection is about to send (on that
+// connection's reactor), with the request's block I/O so a test can match the response
+// to what the device did for it. Unset outside tests: one load per response.
+class ResponseObserver {
+ public:
+  virtual ~ResponseObserver() = default;
+  virtual void on_response(uint16_t qid, const wire::Sqe& sqe, wire::Status status, const backend::BlockIo& io) = 0;
+};
+
+// Makes the device of a namespace in place of the built-in backends (tests, embedders):
+// nullptr with err empty means "use the built-in one for nc.type".
+using DeviceFactory =
+    std::function<std::unique_ptr<backend::BlockDevice>(const NamespaceConfig& nc, std::string& err)>;
+
 // Everything a connection needs to know about the target it belongs to.
 struct TargetState {
   TargetConfig config;
@@ -106,11 +128,12 @@ struct TargetState {
   std::vector<Listener> listeners;
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
+  std::atomic<ResponseObserver*> response_observer{nullptr};
 
   Subsystem* find_subsystem(const std::string& nqn) const;
 };
 
 // Builds subsystems and namespaces from a finalized configuration.
-std::string build_state(const TargetConfig& cfg, TargetState& state);
+std::string build_state(const TargetConfig& cfg, TargetState& state, const DeviceFactory& factory = {});
 
 }  // namespace nvtcp::target

@@ -64,7 +64,7 @@ std::string peer_name(int fd) {
 }
 }  // namespace
 
-Target::Target(TargetConfig cfg) : cfg_(std::move(cfg)) {}
+Target::Target(TargetConfig cfg, DeviceFactory factory) : cfg_(std::move(cfg)), factory_(std::move(factory)) {}
 
 Target::~Target() { stop(); }
 
@@ -73,7 +73,7 @@ std::string Target::start() {
   state_ = std::make_unique<TargetState>();
   quiesced_.store(0);
   state_->start_ns = reactor::monotonic_ns();
-  if (std::string err = build_state(cfg_, *state_); !err.empty()) return err;
+  if (std::string err = build_state(cfg_, *state_, factory_); !err.empty()) return err;
 
   // Bind every listener first so that errors surface before any thread starts.
   auto bind_one = [&](const std::string& addr, uint16_t port, std::string& err) -> std::unique_ptr<ListenSocket> {
@@ -276,6 +276,18 @@ uint16_t Target::port(size_t listener) const {
 uint64_t Target::io_count() const {
   uint64_t n = 0;
   for (auto& rt : reactors_) n += rt->connections.ios();
+  return n;
+}
+
+uint64_t Target::flush_count() const {
+  uint64_t n = 0;
+  for (auto& rt : reactors_) n += rt->connections.flushes();
+  return n;
+}
+
+uint64_t Target::fua_write_count() const {
+  uint64_t n = 0;
+  for (auto& rt : reactors_) n += rt->connections.fua_writes();
   return n;
 }
 

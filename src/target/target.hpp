@@ -15,7 +15,7 @@ namespace nvtcp::target {
 
 class Target {
  public:
-  explicit Target(TargetConfig cfg);
+  explicit Target(TargetConfig cfg, DeviceFactory factory = {});
   ~Target();
 
   // Builds namespaces, binds listeners and starts the reactors; returns an error or empty.
@@ -39,6 +39,9 @@ class Target {
   std::vector<ConnectionInfo> connection_info();
   // I/O commands completed by all reactors so far.
   uint64_t io_count() const;
+  // Flush commands and FUA writes completed with success so far.
+  uint64_t flush_count() const;
+  uint64_t fua_write_count() const;
 
  private:
   struct ReactorThread;
@@ -46,6 +49,7 @@ class Target {
   bool over_connection_limit();
 
   TargetConfig cfg_;
+  DeviceFactory factory_;
   std::unique_ptr<TargetState> state_;
   std::vector<std::unique_ptr<ReactorThread>> reactors_;
   std::vector<std::unique_ptr<ListenSocket>> sockets_;

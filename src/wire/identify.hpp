@@ -22,6 +22,10 @@ inline constexpr uint16_t kOncsDsm = 1u << 2;
 inline constexpr uint16_t kOncsWriteZeroes = 1u << 3;
 // SGLS: SGLs supported (bits 1:0 = 01b), keyed SGLs no, offsets in SGLs (bit 20).
 inline constexpr uint32_t kSglsSupported = 0x1 | (1u << 20);
+// VWC: a volatile write cache is present (bit 0); Flush with NSID FFFFFFFFh is supported
+// and flushes every namespace (bits 2:1 = 11b).
+inline constexpr uint8_t kVwcPresent = 1u << 0;
+inline constexpr uint8_t kVwcFlushAllNamespaces = 3u << 1;
 inline constexpr uint8_t kCntrlTypeIo = 1;
 inline constexpr uint8_t kCntrlTypeDiscovery = 2;
 
