@@ -2,7 +2,9 @@
 # Guest side of interop.kernel_host: the Linux kernel's NVMe/TCP host (nvme-tcp) against the nvtcp
 # target on the host machine, reached as 10.0.2.2 through QEMU's user-mode network.
 # /etc/nvtcp-test.conf: NQN, HOSTNQN, TPORT (I/O port), DPORT (discovery port), RAM_SECTORS,
-# NULL_SECTORS (namespace sizes in 512-byte sectors, to tell the block devices apart).
+# NULL_SECTORS, FILE_SECTORS (namespace sizes in 512-byte sectors, to tell the block devices apart),
+# DSYNC_DD (a dd that knows oflag=dsync, i.e. GNU dd staged by the host script; empty if there is none:
+# busybox dd has no dsync, so without it the file steps issue no FUA writes).
 # Every step prints "PASS step" or "FAIL step: why" and then the kernel messages it caused
 # ("KMSG step: ..."). The reconnect step prints "KILL-TARGET" and waits for the host script to kill -9
 # the target and start it again on the same port.
@@ -67,26 +69,77 @@ delete_ctrl() {
   pass "$step" "$CTRL deleted"
 }
 
-# find_ns STEP: RAM and NULL = the /dev/nvme* block devices of RAM_SECTORS and NULL_SECTORS sectors
-# (only one controller is connected at a time). Waits up to 10 s for the namespace scan.
+# find_ns STEP: RAM, NULL and FILE = the /dev/nvme* block devices of RAM_SECTORS, NULL_SECTORS and
+# FILE_SECTORS sectors (only one controller is connected at a time). Waits up to 10 s for the
+# namespace scan.
 find_ns() {
   local step=$1 i=0 b sz
-  RAM=""; NULL=""
+  RAM=""; NULL=""; FILE=""
   while [ $i -lt 100 ]; do
     for b in /sys/block/nvme*n*; do
       [ -e "$b" ] || continue
       sz=$(cat "$b/size")
       [ "$sz" = "$RAM_SECTORS" ] && RAM=/dev/${b##*/}
       [ "$sz" = "$NULL_SECTORS" ] && NULL=/dev/${b##*/}
+      [ "$sz" = "$FILE_SECTORS" ] && FILE=/dev/${b##*/}
     done
-    [ -n "$RAM" ] && [ -n "$NULL" ] && [ -b "$RAM" ] && [ -b "$NULL" ] && break
+    [ -n "$RAM" ] && [ -n "$NULL" ] && [ -n "$FILE" ] && [ -b "$RAM" ] && [ -b "$NULL" ] && [ -b "$FILE" ] && break
     usleep 100000; i=$((i + 1))
   done
-  if [ -z "$RAM" ] || [ -z "$NULL" ]; then
+  if [ -z "$RAM" ] || [ -z "$NULL" ] || [ -z "$FILE" ]; then
     fail "$step" "namespaces not found: $(for b in /sys/block/nvme*; do echo "${b##*/}=$(cat $b/size 2>/dev/null)"; done)"
     return 1
   fi
-  pass "$step" "RAM namespace $RAM ($RAM_SECTORS sectors), NULL namespace $NULL ($NULL_SECTORS sectors)"
+  pass "$step" "RAM namespace $RAM ($RAM_SECTORS sectors), NULL namespace $NULL ($NULL_SECTORS sectors), FILE namespace $FILE ($FILE_SECTORS sectors)"
+}
+
+# cache STEP: the kernel's view of the write cache (it follows VWC in Identify Controller): the FILE
+# namespace's queue is "write back" with FUA; the controller-wide VWC bit makes every namespace of
+# the controller write back, which is recorded for RAM and NULL.
+cache() {
+  local step=$1 q=/sys/block/${FILE##*/}/queue wc fua
+  wc=$(cat "$q/write_cache" 2>/dev/null); fua=$(cat "$q/fua" 2>/dev/null)
+  [ "$wc" = "write back" ] || { fail "$step" "$q/write_cache is '$wc', not 'write back' (no volatile write cache seen)"; return 1; }
+  [ "$fua" = 1 ] || { fail "$step" "$q/fua is '$fua', not 1"; return 1; }
+  pass "$step" "${FILE##*/}: write_cache '$wc', fua $fua (RAM ${RAM##*/}: '$(cat /sys/block/${RAM##*/}/queue/write_cache)', NULL ${NULL##*/}: '$(cat /sys/block/${NULL##*/}/queue/write_cache)')"
+}
+
+# file_io STEP MIB: 3 MiB of fresh random data on the FILE namespace at MIB MiB, all O_DIRECT:
+#   MiB 0    4 x 256 KiB writes with O_DSYNC (R2T + H2CData): the kernel sets FUA on each
+#   MiB 1    256 x 4 KiB writes with O_DSYNC (in-capsule): FUA again
+#   MiB 2    1 MiB in 1 MiB writes without O_DSYNC, then fsync (conv=fsync) and `sync -d`: Flushes
+# (without DSYNC_DD the first 2 MiB go like the third), then `blockdev --flushbufs`, and the 3 MiB
+# read back with O_DIRECT must have the md5 written. Prints "FILEDATA STEP offset=BYTES bytes=BYTES
+# md5=MD5 dsync_writes=N" for the host script, which finds the same bytes in the image file after the
+# target stopped. Sets FILE_MD5 to the md5.
+file_io() {
+  local step=$1 mib=$2 got want nd=0
+  FILE_MD5=""
+  dd if=/dev/urandom of=/tmp/file.data bs=1M count=3 2>/dev/null
+  want=$(md5 </tmp/file.data)
+  if [ -n "$DSYNC_DD" ]; then
+    $DSYNC_DD if=/tmp/file.data of="$FILE" bs=256k count=4 seek=$((mib * 4)) oflag=direct,dsync conv=notrunc 2>/tmp/dd.err \
+      || { fail "$step" "O_DSYNC write 4 x 256 KiB failed: $(tail -1 /tmp/dd.err)"; return 1; }
+    $DSYNC_DD if=/tmp/file.data of="$FILE" bs=4k count=256 skip=256 seek=$(((mib + 1) * 256)) oflag=direct,dsync conv=notrunc 2>/tmp/dd.err \
+      || { fail "$step" "O_DSYNC write 256 x 4 KiB failed: $(tail -1 /tmp/dd.err)"; return 1; }
+    nd=260
+  else
+    dd if=/tmp/file.data of="$FILE" bs=1M count=2 seek="$mib" oflag=direct conv=fsync 2>/tmp/dd.err \
+      || { fail "$step" "dd write 2 x 1 MiB failed: $(tail -1 /tmp/dd.err)"; return 1; }
+  fi
+  dd if=/tmp/file.data of="$FILE" bs=1M count=1 skip=2 seek=$((mib + 2)) oflag=direct conv=fsync 2>/tmp/dd.err \
+    || { fail "$step" "dd write + fsync of 1 MiB failed: $(tail -1 /tmp/dd.err)"; return 1; }
+  sync -d "$FILE" || { fail "$step" "sync -d $FILE (fdatasync) failed"; return 1; }
+  blockdev --flushbufs "$FILE" || { fail "$step" "blockdev --flushbufs $FILE failed"; return 1; }
+  got=$(dd if="$FILE" bs=1M count=3 skip="$mib" iflag=direct 2>/tmp/dd.err | md5)
+  [ "$got" = "$want" ] || { fail "$step" "3 MiB read back md5 $got, written $want: $(tail -1 /tmp/dd.err)"; return 1; }
+  FILE_MD5=$want
+  say "FILEDATA $step offset=$((mib * 1048576)) bytes=3145728 md5=$want dsync_writes=$nd"
+  if [ "$nd" -gt 0 ]; then
+    pass "$step" "3 MiB at $mib MiB: $nd O_DIRECT|O_DSYNC writes (256 KiB and 4 KiB) + 1 MiB then fsync, read back intact, md5 $want"
+  else
+    pass "$step" "3 MiB at $mib MiB: O_DIRECT writes then fsync (no dsync dd: no FUA), read back intact, md5 $want"
+  fi
 }
 
 md5() { md5sum | cut -d' ' -f1; }
@@ -128,16 +181,21 @@ null_io() {
   pass "$step" "16 MiB + 1 MiB of zeros read, 4 MiB written"
 }
 
-# A run: connect with OPTS, find namespaces, data and NULL I/O, optional keep-alive idle, disconnect.
+# A run: connect with OPTS, find namespaces, the write cache, RAM, NULL and FILE I/O, optional
+# keep-alive idle, disconnect.
+# MIB: where on the FILE namespace the run's file step writes.
 run() {
-  local tag=$1 opts=$2 idle=${3:-0} cntlid s
+  local tag=$1 opts=$2 mib=$3 idle=${4:-0} cntlid s
   connect "connect.$tag" "transport=tcp,traddr=10.0.2.2,trsvcid=$TPORT,nqn=$NQN,hostnqn=$HOSTNQN,$opts" || { kmsg "connect.$tag"; return 1; }
   if check_ctrl "connect.$tag" "$NQN" "$TPORT"; then pass "connect.$tag" "$CTRL live, cntlid $(cat /sys/class/nvme/$CTRL/cntlid)"; fi
   kmsg "connect.$tag"
   if find_ns "ns.$tag"; then
     if [ "$tag" = plain ]; then nvme_cli nvme.idctrl; kmsg nvme.idctrl; fi
+    cache "cache.$tag"; kmsg "cache.$tag"
     data "ram.$tag"; kmsg "ram.$tag"
     null_io "null.$tag"; kmsg "null.$tag"
+    file_io "file.$tag" "$mib"; kmsg "file.$tag"
+    [ "$tag" = plain ] && PLAIN_MD5=$FILE_MD5
   fi
   if [ "$idle" -gt 0 ]; then
     # Keep-alive: idle for longer than the KATO; the same association must still be live (a lost
@@ -201,9 +259,11 @@ nvme_cli() {
   local step=$1
   if ! nvme id-ctrl "/dev/$CTRL" >/tmp/idctrl.txt 2>&1; then fail "$step" "nvme id-ctrl: $(tail -1 /tmp/idctrl.txt)"; return 1; fi
   if ! grep -qE "^subnqn +: $NQN\$" /tmp/idctrl.txt; then fail "$step" "id-ctrl subnqn: $(grep ^subnqn /tmp/idctrl.txt)"; return 1; fi
+  # VWC 07h: a volatile write cache (the file namespace's), Flush to NSID FFFFFFFFh supported.
+  if ! grep -qE "^vwc +: 0x7\$" /tmp/idctrl.txt; then fail "$step" "id-ctrl vwc: $(grep "^vwc " /tmp/idctrl.txt), want 0x7"; return 1; fi
   if ! nvme id-ns "$RAM" >/tmp/idns.txt 2>&1; then fail "$step" "nvme id-ns $RAM: $(tail -1 /tmp/idns.txt)"; return 1; fi
   if ! grep -qE "^nsze +: 0x20000\$" /tmp/idns.txt; then fail "$step" "id-ns $RAM nsze: $(grep ^nsze /tmp/idns.txt)"; return 1; fi
-  pass "$step" "id-ctrl ($(grep -E '^(mn|fr) ' /tmp/idctrl.txt | tr -s ' ' | tr '\n' ' ')) and id-ns $RAM (nsze 0x20000)"
+  pass "$step" "id-ctrl ($(grep -E '^(mn|fr|vwc) ' /tmp/idctrl.txt | tr -s ' ' | tr '\n' ' ')) and id-ns $RAM (nsze 0x20000)"
   # For the record only: the SMART / Health log (mandatory log page 0x02).
   if nvme smart-log "/dev/$CTRL" >/tmp/smart.txt 2>&1; then say "INFO smart-log: ok"
   else say "INFO smart-log failed: $(tail -1 /tmp/smart.txt)"; fi
@@ -211,9 +271,10 @@ nvme_cli() {
 
 # --- I/O runs ----------------------------------------------------------------------------------
 KA="keep_alive_tmo=5,reconnect_delay=1,ctrl_loss_tmo=60"
-run plain "$KA" 12
-run digest "$KA,hdr_digest,data_digest"
-run sqflow "$KA,disable_sqflow"
+PLAIN_MD5=""
+run plain "$KA" 0 12
+run digest "$KA,hdr_digest,data_digest" 4
+run sqflow "$KA,disable_sqflow" 8
 
 # --- reconnect: the target is killed (-9) and restarted on the same port ---------------------------
 if connect connect.reconnect "transport=tcp,traddr=10.0.2.2,trsvcid=$TPORT,nqn=$NQN,hostnqn=$HOSTNQN,$KA" \
@@ -268,6 +329,14 @@ if connect connect.reconnect "transport=tcp,traddr=10.0.2.2,trsvcid=$TPORT,nqn=$
     fi
     data ram.reconnect
     kmsg ram.reconnect
+    got=$(dd if="$FILE" bs=1M count=3 iflag=direct 2>/dev/null | md5)
+    if [ -z "$PLAIN_MD5" ]; then fail file.restarted "the plain run's file step did not write anything to compare"
+    elif [ "$got" = "$PLAIN_MD5" ]; then pass file.restarted "the 3 MiB the plain run wrote before the kill read back intact from the new target (md5 $got)"
+    else fail file.restarted "the 3 MiB the plain run wrote read md5 $got after the restart, written $PLAIN_MD5"
+    fi
+    kmsg file.restarted
+    file_io file.reconnect 12
+    kmsg file.reconnect
   else
     touch /tmp/stop; kill $bg 2>/dev/null
   fi
