@@ -1,8 +1,12 @@
 #include "target/config.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +16,22 @@
 namespace nvtcp::target {
 
 namespace {
+// A JSON integer that must fit T: a value that would be cut to fit (70000 for a port,
+// 2^32 for a 32-bit count) is an error, not a different setting.
+template <class T>
+T int_field(const nlohmann::json& j, const char* key, T dflt) {
+  if (!j.contains(key)) return dflt;
+  const auto& v = j.at(key);
+  const bool fits = std::is_signed_v<T>
+                        ? v.is_number_integer() && v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                              v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
+                        : v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max());
+  if (!fits)
+    throw std::runtime_error(fmt::format("'{}' must be an integer from {} to {} (got {})", key,
+                                         std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v.dump()));
+  return v.get<T>();
+}
+
 uint64_t size_field(const nlohmann::json& j, const char* key, uint64_t dflt) {
   if (!j.contains(key)) return dflt;
   const auto& v = j.at(key);
@@ -20,6 +40,50 @@ uint64_t size_field(const nlohmann::json& j, const char* key, uint64_t dflt) {
   if (!v.is_string() || !backend::parse_size(v.get<std::string>(), out))
     throw std::runtime_error(fmt::format("'{}' must be a size like 1G or a byte count", key));
   return out;
+}
+uint32_t size32_field(const nlohmann::json& j, const char* key, uint32_t dflt) {
+  uint64_t v = size_field(j, key, dflt);
+  if (v > std::numeric_limits<uint32_t>::max())
+    throw std::runtime_error(fmt::format("'{}' must be below 4G (got {})", key, v));
+  return uint32_t(v);
+}
+
+// Every numeric setting's range, checked before anything is built from it. The reasons
+// are what breaks outside it.
+std::string check_ranges(const TargetConfig& cfg) {
+  struct Range {
+    const char* name;
+    uint64_t value, min, max;
+    const char* why;
+  };
+  const Range ranges[] = {
+      {"cores", cfg.cores, 1, 256, "reactor threads"},
+      {"max_h2c_data", cfg.max_h2c_data, 4096, 16u << 20, "MAXH2CDATA, at least 4 KiB as NVMe/TCP requires"},
+      {"in_capsule_data", cfg.in_capsule_data, 0, 1u << 20, "IOCCSZ counts 16-byte units"},
+      {"max_queue_depth", cfg.max_queue_depth, 2, 65535,
+       "SQSIZE is a 16-bit 0's based count and the queue's head index is 16 bits"},
+      {"max_io_queues", cfg.max_io_queues, 1, 1024, "each controller keeps per-queue state for all of them"},
+      {"max_r2t_per_command", cfg.max_r2t_per_command, 1, 4, "R2T PDUs each write keeps room for"},
+      {"mdts_bytes", cfg.mdts_bytes, 4096, 8u << 20, "MDTS is a power of two of 4 KiB pages"},
+      {"icreq_timeout_ms", cfg.icreq_timeout_ms, 1, 3600000, "at most an hour"},
+      {"h2c_data_timeout_ms", cfg.h2c_data_timeout_ms, 0, 86400000, "0 = never; at most a day"},
+      {"discovery_kato_ms", cfg.discovery_kato_ms, 0, 3600000, "0 = discovery sessions may stay forever"},
+      {"max_connections", cfg.max_connections, 0, 1u << 20, "0 = no limit"},
+      {"max_send_queue_bytes", cfg.max_send_queue_bytes, 0, 1ull << 30, "0 = no limit"},
+      {"sqpoll_idle_ms", cfg.sqpoll_idle_ms, 0, 60000, "at most a minute"},
+      {"send_zc_threshold", cfg.send_zc_threshold, 0, 1u << 30, "0 = off"},
+  };
+  for (const Range& r : ranges) {
+    if (r.value < r.min || r.value > r.max)
+      return fmt::format("{} must be from {} to {} ({}); got {}", r.name, r.min, r.max, r.why, r.value);
+  }
+  if (cfg.in_capsule_data % 16) return fmt::format("in_capsule_data must be a multiple of 16 (IOCCSZ counts 16-byte units); got {}", cfg.in_capsule_data);
+  if (cfg.mdts_bytes & (cfg.mdts_bytes - 1)) return fmt::format("mdts_bytes must be a power of two; got {}", cfg.mdts_bytes);
+  if (cfg.sqpoll_cpu < -1 || cfg.sqpoll_cpu >= CPU_SETSIZE)
+    return fmt::format("sqpoll_cpu must be -1 (unpinned) or a CPU from 0 to {}; got {}", CPU_SETSIZE - 1, cfg.sqpoll_cpu);
+  for (int cpu : cfg.cpus)
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return fmt::format("cpus: {} is not a CPU number (0 to {})", cpu, CPU_SETSIZE - 1);
+  return {};
 }
 }  // namespace
 
@@ -33,21 +97,22 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       for (const auto& l : j.at("listeners")) {
         ListenerConfig lc;
         lc.address = l.value("address", lc.address);
-        lc.port = l.value("port", lc.port);
+        lc.port = int_field(l, "port", lc.port);
         cfg.listeners.push_back(lc);
       }
     }
-    cfg.discovery_port = j.value("discovery_port", cfg.discovery_port);
-    cfg.cores = j.value("cores", cfg.cores);
+    cfg.discovery_port = int_field(j, "discovery_port", cfg.discovery_port);
+    cfg.cores = int_field(j, "cores", cfg.cores);
     cfg.allow_hdgst = j.value("hdgst", cfg.allow_hdgst);
     cfg.allow_ddgst = j.value("ddgst", cfg.allow_ddgst);
-    cfg.max_h2c_data = static_cast<uint32_t>(size_field(j, "max_h2c_data", cfg.max_h2c_data));
-    cfg.in_capsule_data = static_cast<uint32_t>(size_field(j, "in_capsule_data", cfg.in_capsule_data));
-    cfg.max_queue_depth = j.value("max_queue_depth", cfg.max_queue_depth);
-    cfg.max_io_queues = j.value("max_io_queues", cfg.max_io_queues);
-    cfg.icreq_timeout_ms = j.value("icreq_timeout_ms", cfg.icreq_timeout_ms);
-    cfg.h2c_data_timeout_ms = j.value("h2c_data_timeout_ms", cfg.h2c_data_timeout_ms);
-    cfg.max_connections = j.value("max_connections", cfg.max_connections);
+    cfg.max_h2c_data = size32_field(j, "max_h2c_data", cfg.max_h2c_data);
+    cfg.in_capsule_data = size32_field(j, "in_capsule_data", cfg.in_capsule_data);
+    cfg.max_queue_depth = int_field(j, "max_queue_depth", cfg.max_queue_depth);
+    cfg.max_io_queues = int_field(j, "max_io_queues", cfg.max_io_queues);
+    cfg.icreq_timeout_ms = int_field(j, "icreq_timeout_ms", cfg.icreq_timeout_ms);
+    cfg.h2c_data_timeout_ms = int_field(j, "h2c_data_timeout_ms", cfg.h2c_data_timeout_ms);
+    cfg.discovery_kato_ms = int_field(j, "discovery_kato_ms", cfg.discovery_kato_ms);
+    cfg.max_connections = int_field(j, "max_connections", cfg.max_connections);
     cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
     cfg.max_connection_buffer_memory =
         size_field(j, "max_connection_buffer_memory", cfg.max_connection_buffer_memory);
@@ -55,9 +120,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
     cfg.poll = j.value("poll", cfg.poll);
     cfg.sqpoll = j.value("sqpoll", cfg.sqpoll);
-    cfg.sqpoll_idle_ms = j.value("sqpoll_idle_ms", cfg.sqpoll_idle_ms);
-    cfg.sqpoll_cpu = j.value("sqpoll_cpu", cfg.sqpoll_cpu);
-    cfg.send_zc_threshold = static_cast<uint32_t>(size_field(j, "send_zc_threshold", cfg.send_zc_threshold));
+    cfg.sqpoll_idle_ms = int_field(j, "sqpoll_idle_ms", cfg.sqpoll_idle_ms);
+    cfg.sqpoll_cpu = int_field(j, "sqpoll_cpu", cfg.sqpoll_cpu);
+    cfg.send_zc_threshold = size32_field(j, "send_zc_threshold", cfg.send_zc_threshold);
     cfg.recv_multishot = j.value("recv_multishot", cfg.recv_multishot);
     cfg.spin_recv = j.value("spin_recv", cfg.spin_recv);
     for (const auto& s : j.value("subsystems", nlohmann::json::array())) {
@@ -69,11 +134,11 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.hosts = s.value("hosts", std::vector<std::string>{});
       for (const auto& n : s.value("namespaces", nlohmann::json::array())) {
         NamespaceConfig nc;
-        nc.nsid = n.value("nsid", 0u);
+        nc.nsid = int_field(n, "nsid", 0u);
         nc.type = n.value("type", nc.type);
         nc.size = size_field(n, "size", 0);
         nc.path = n.value("path", "");
-        nc.block_size = n.value("block_size", nc.block_size);
+        nc.block_size = int_field(n, "block_size", nc.block_size);
         sc.namespaces.push_back(nc);
       }
       cfg.subsystems.push_back(sc);
@@ -86,13 +151,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
 
 std::string finalize_config(TargetConfig& cfg) {
   if (cfg.listeners.empty()) cfg.listeners.push_back({});
-  if (cfg.cores == 0) cfg.cores = 1;
   if (cfg.poll != "interrupt" && cfg.poll != "busy" && cfg.poll != "hybrid")
     return fmt::format("poll mode '{}' is not interrupt, busy or hybrid", cfg.poll);
-  if (cfg.in_capsule_data > 1u << 20) return "in_capsule_data must be at most 1 MiB";
-  if (cfg.max_h2c_data < 4096) return "max_h2c_data must be at least 4096";
-  if (cfg.max_queue_depth < 2 || cfg.max_queue_depth > 65536) return "max_queue_depth must be 2..65536";
-  if (cfg.icreq_timeout_ms == 0) return "icreq_timeout_ms must be at least 1";
+  if (std::string err = check_ranges(cfg); !err.empty()) return err;
   // One command's buffer must always fit, or it would wait for memory forever. Idle
   // connections may keep up to half the global budget cached, so that takes two.
   const uint64_t one_command =
@@ -124,7 +185,7 @@ std::string finalize_config(TargetConfig& cfg) {
         n.nsid = next;
         used.insert(next);
       }
-      if (n.nsid == 0xFFFFFFFF) return "nsid 0xFFFFFFFF is reserved";
+      if (n.nsid >= 0xFFFFFFFE) return fmt::format("nsid {:#x} is reserved", n.nsid);
       if (n.block_size != 512 && n.block_size != 4096) return "block_size must be 512 or 4096";
       if (n.type != "null" && n.type != "ram" && n.type != "file")
         return fmt::format("namespace type '{}' is not null, ram or file", n.type);

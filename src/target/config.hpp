@@ -46,6 +46,10 @@ struct TargetConfig {
   // A write whose R2T has had no H2CData for this long ends its connection (the buffers it
   // holds are freed); keep-alives do not cover a host that stalls mid-transfer. 0 = never.
   uint32_t h2c_data_timeout_ms = 30000;
+  // A discovery controller that asks for no keep-alive (KATO 0, or Set Features 0Fh to 0)
+  // gets this one, as the Linux target forces 120 s: otherwise idle discovery sessions,
+  // open to any host, could hold every connection slot for good. 0 = no keep-alive forced.
+  uint32_t discovery_kato_ms = 120000;
   // Resource limits, so that no host (or crowd of half-open connections) can starve the
   // others or grow the target's memory without bound. 0 = no limit.
   uint32_t max_connections = 4096;          // live TCP connections, all listeners together

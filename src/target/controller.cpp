@@ -41,7 +41,7 @@ uint8_t log2_u32(uint32_t v) {
 
 Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
                        const uint8_t hostid[16], uint32_t kato_ms)
-    : target_(target), subsys_(subsys), cntlid_(cntlid), hostnqn_(std::move(hostnqn)), kato_ms_(kato_ms) {
+    : target_(target), subsys_(subsys), cntlid_(cntlid), hostnqn_(std::move(hostnqn)), kato_ms_(effective_kato_ms(kato_ms)) {
   std::memcpy(hostid_, hostid, 16);
   uint32_t n = target.config.max_io_queues + 1;
   queue_claimed_.reset(new std::atomic<bool>[n]);
@@ -101,6 +101,10 @@ Status Controller::property_set(uint32_t offset, bool eight, uint64_t value) {
   }
   csts_.store(csts);
   return sc::Success;
+}
+
+uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
+  return asked_ms == 0 && subsys_.is_discovery() ? target_.config.discovery_kato_ms : asked_ms;
 }
 
 AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len) {
@@ -385,7 +389,7 @@ AdminResult Controller::set_features(const Sqe& sqe) {
       return r;
     }
     case 0x0F:  // Keep Alive Timer
-      kato_ms_ = sqe.cdw11;
+      kato_ms_ = effective_kato_ms(sqe.cdw11);
       return r;
     case kFeatureVolatileWriteCache: {
       // The cache belongs to the namespaces, which every controller of the subsystem shares,

@@ -48,6 +48,8 @@ class Controller {
   bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
   uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
   uint32_t kato_ms() const { return kato_ms_; }
+  // The keep-alive timeout this controller runs with when the host asks for asked_ms.
+  uint32_t effective_kato_ms(uint32_t asked_ms) const;
   uint32_t ioccsz_bytes() const;   // 64-byte SQE + in-capsule data of I/O queues
   uint32_t mdts_bytes() const { return target_.config.mdts_bytes; }
 

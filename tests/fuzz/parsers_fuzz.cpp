@@ -25,7 +25,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fwrite(data, 1, size, f);
     std::fclose(f);
     nvtcp::target::TargetConfig cfg;
-    if (nvtcp::target::load_config_file(path, cfg).empty()) nvtcp::target::finalize_config(cfg);
+    if (nvtcp::target::load_config_file(path, cfg).empty() && nvtcp::target::finalize_config(cfg).empty()) {
+      // Whatever the file says, an accepted configuration stays inside the ranges that the
+      // target's arithmetic relies on (16-bit queue sizes and ids, per-queue arrays).
+      if (cfg.max_queue_depth < 2 || cfg.max_queue_depth > 65535 || cfg.max_io_queues < 1 ||
+          cfg.max_io_queues > 1024 || cfg.cores < 1 || cfg.max_r2t_per_command < 1 || cfg.max_r2t_per_command > 4 ||
+          cfg.in_capsule_data % 16 || cfg.max_h2c_data < 4096 || cfg.icreq_timeout_ms == 0)
+        __builtin_trap();
+      for (const auto& s : cfg.subsystems)
+        for (const auto& n : s.namespaces)
+          if (n.nsid == 0 || n.nsid >= 0xFFFFFFFE || (n.block_size != 512 && n.block_size != 4096)) __builtin_trap();
+    }
   }
   return 0;
 }

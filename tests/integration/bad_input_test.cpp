@@ -812,5 +812,60 @@ TEST(BadInput, NoICReqTimesOut) {
   expect_healthy(t);
 }
 
+// ------------------------------------------------------------------ limits at the edge
+
+// The deepest queue the wire can describe: SQSIZE 0xFFFF asks for 65536 entries, one more
+// than a 16-bit head index holds. Refused, through the discovery NQN that any host reaches,
+// and the target goes on (it once took a modulo by the wrapped size and died of SIGFPE).
+TEST(BadInput, ConnectSqsizeBeyondSixteenBits) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_queue_depth = 65535;
+  RunningTarget t(cfg);
+  for (const char* nqn : {wire::kDiscoveryNqn, kTestNqn}) {
+    Session s;
+    ASSERT_TRUE(s.open(t.port()));
+    Cqe cqe{};
+    ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0, 0xFFFF), connect_data(nqn, kHostNqn, kDynamicCntlid), cqe));
+    EXPECT_TRUE(status_is(cqe, 1, 0x82)) << nqn;  // Connect Invalid Parameters
+    EXPECT_EQ(cqe.dw0 >> 16, 0u) << "IATTR: the parameter is in the command";
+    EXPECT_EQ(cqe.dw0 & 0xFFFF, uint32_t(offsetof(ConnectCmd, sqsize))) << "IPO: SQSIZE";
+  }
+  expect_healthy(t);
+}
+
+// A discovery controller is open to any host; one that asks for no keep-alive (KATO 0)
+// gets discovery_kato_ms anyway (120 s by default, as the Linux target forces), so idle
+// discovery sessions cannot hold connection slots for good.
+TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
+  target::TargetConfig cfg = default_config();
+  cfg.discovery_kato_ms = 300;
+  RunningTarget t(cfg);
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0), connect_data(wire::kDiscoveryNqn, kHostNqn, kDynamicCntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  Sqe gf{};
+  gf.opc = uint8_t(AdminOpcode::GetFeatures);
+  gf.cid = s.cid();
+  gf.cdw10 = 0x0F;  // Keep Alive Timer
+  ASSERT_TRUE(s.command(gf, {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0, 300u) << "the forced keep-alive timeout is what Get Features reports";
+  // Asking for none again with Set Features changes nothing.
+  Sqe sf = gf;
+  sf.opc = uint8_t(AdminOpcode::SetFeatures);
+  sf.cid = s.cid();
+  sf.cdw11 = 0;
+  ASSERT_TRUE(s.command(sf, {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  gf.cid = s.cid();
+  ASSERT_TRUE(s.command(gf, {}, cqe));
+  EXPECT_EQ(cqe.dw0, 300u);
+  // Silent from now on: the target ends the session.
+  EXPECT_TRUE(s.c.expect_eof());
+  expect_healthy(t);
+}
+
 }  // namespace
 }  // namespace nvtcp::test

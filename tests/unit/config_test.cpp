@@ -1,0 +1,78 @@
+// The target configuration: every numeric setting is checked against its range before
+// anything is built from it, from the JSON file and from code alike.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "target/config.hpp"
+
+namespace nvtcp::target {
+namespace {
+
+// Loads json (one subsystem with a RAM namespace added when it names none) and finalizes it;
+// returns the first error, or empty.
+std::string load(const std::string& json) {
+  std::string path = "/tmp/nvtcp-config-test-" + std::to_string(getpid()) + ".json";
+  {
+    std::ofstream f(path);
+    f << json;
+  }
+  TargetConfig cfg;
+  std::string err = load_config_file(path, cfg);
+  std::remove(path.c_str());
+  if (!err.empty()) return err;
+  if (cfg.subsystems.empty()) cfg.subsystems.push_back({"nqn.2026-11.io.nvtcp:t", "", "m", true, {}, {{0, "ram", 1 << 20, "", 512}}});
+  return finalize_config(cfg);
+}
+
+TEST(ConfigRanges, DefaultsAreAccepted) { EXPECT_EQ(load("{}"), ""); }
+
+TEST(ConfigRanges, QueueDepthMustFitSixteenBits) {
+  EXPECT_EQ(load(R"({"max_queue_depth": 65535})"), "");
+  EXPECT_NE(load(R"({"max_queue_depth": 65536})").find("max_queue_depth must be from 2 to 65535"), std::string::npos);
+  EXPECT_NE(load(R"({"max_queue_depth": 1})"), "");
+}
+
+TEST(ConfigRanges, QueueCountThatWouldWrapIsRefused) {
+  EXPECT_NE(load(R"({"max_io_queues": 4294967295})").find("max_io_queues must be from 1 to 1024"), std::string::npos);
+  EXPECT_NE(load(R"({"max_io_queues": 0})"), "");
+  EXPECT_NE(load(R"({"max_io_queues": 4294967296})").find("'max_io_queues' must be an integer"), std::string::npos);
+  EXPECT_EQ(load(R"({"max_io_queues": 1024})"), "");
+}
+
+TEST(ConfigRanges, ValuesAreNotCutToFit) {
+  EXPECT_NE(load(R"({"listeners": [{"address": "127.0.0.1", "port": 70000}]})").find("'port' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(load(R"({"discovery_port": -1})"), "");
+  EXPECT_NE(load(R"({"cores": 0})"), "");
+  EXPECT_NE(load(R"({"icreq_timeout_ms": 0})"), "");
+  EXPECT_NE(load(R"({"max_h2c_data": "8G"})").find("below 4G"), std::string::npos);
+  EXPECT_NE(load(R"({"in_capsule_data": 1000})").find("multiple of 16"), std::string::npos);
+  EXPECT_NE(load(R"({"sqpoll_cpu": -2})"), "");
+  EXPECT_NE(load(R"({"max_queue_depth": 1.5})"), "");
+  EXPECT_NE(load(R"({"max_queue_depth": "64"})"), "");
+  EXPECT_NE(load(R"({"subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:x",
+                                     "namespaces": [{"type": "ram", "size": "1M", "nsid": 4294967294}]}]})"),
+            "");
+}
+
+TEST(ConfigRanges, CodeBuiltConfigurationsAreCheckedToo) {
+  TargetConfig cfg;
+  cfg.subsystems.push_back({"nqn.2026-11.io.nvtcp:t", "", "m", true, {}, {{0, "null", 1 << 20, "", 512}}});
+  cfg.max_r2t_per_command = 16;
+  EXPECT_NE(finalize_config(cfg).find("max_r2t_per_command"), std::string::npos);
+  cfg.max_r2t_per_command = 4;
+  cfg.mdts_bytes = 3 << 12;
+  EXPECT_NE(finalize_config(cfg).find("power of two"), std::string::npos);
+  cfg.mdts_bytes = 1 << 20;
+  cfg.cpus = {0, 100000};
+  EXPECT_NE(finalize_config(cfg).find("cpus"), std::string::npos);
+  cfg.cpus = {0};
+  EXPECT_EQ(finalize_config(cfg), "");
+}
+
+}  // namespace
+}  // namespace nvtcp::target
