@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -34,14 +35,34 @@ struct Target::ReactorThread {
 struct Target::ListenSocket {
   int fd = -1;
   uint16_t port = 0;
+  std::string name;                 // address:port, for the log
   reactor::OwnedCompletion<ListenSocket> accept;
   Target* target = nullptr;
+  // Accept failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) is
+  // retried after a back-off that doubles up to kAcceptBackoffMaxNs, not at once: an
+  // immediate retry fails again and spins the reactor. Failures are logged once a second.
+  struct Retry : reactor::Timer {
+    ListenSocket* owner = nullptr;
+  } retry;
+  uint64_t backoff_ns = 0;
+  uint64_t failures = 0;            // since the last log line
+  int last_error = 0;
+  uint64_t last_log_ns = 0;
   ~ListenSocket() {
     if (fd >= 0) close(fd);
   }
 };
 
 namespace {
+constexpr uint64_t kAcceptBackoffMinNs = 10'000'000;     // 10 ms
+constexpr uint64_t kAcceptBackoffMaxNs = 1'000'000'000;  // 1 s
+constexpr uint64_t kAcceptLogIntervalNs = 1'000'000'000;
+// Descriptors the target needs beside its connections: listeners, io_uring rings and
+// eventfds per reactor, namespace files, stdio.
+constexpr uint64_t kSpareDescriptors = 64;
+
+bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
+
 double thread_cpu_seconds() {
   rusage ru{};
   getrusage(RUSAGE_THREAD, &ru);
@@ -75,6 +96,7 @@ std::string Target::start() {
   state_->start_ns = reactor::monotonic_ns();
   if (std::string err = build_state(cfg_, *state_, factory_); !err.empty()) return err;
 
+  raise_descriptor_limit();
   // Bind every listener first so that errors surface before any thread starts.
   auto bind_one = [&](const std::string& addr, uint16_t port, std::string& err) -> std::unique_ptr<ListenSocket> {
     reactor::Endpoint ep;
@@ -87,6 +109,7 @@ std::string Target::start() {
     auto ls = std::make_unique<ListenSocket>();
     ls->fd = fd;
     ls->port = local_port(fd);
+    ls->name = fmt::format("{}:{}", addr, ls->port);
     ls->target = this;
     return ls;
   };
@@ -175,51 +198,102 @@ std::string Target::start() {
   }
   // Accepting starts only now that every reactor exists to take connections.
   reactors_[0]->reactor->post([this] {
-    reactor::Reactor& r = *reactor::Reactor::current();
-        for (auto& ls : sockets_) {
-          ls->accept.owner = ls.get();
-          ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
-            auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
-            Target* t = sock->target;
-            if (res >= 0 && t->over_connection_limit()) {
-              ::close(res);
-            } else if (res >= 0) {
-              t->accepted_.fetch_add(1);
-              t->state_->usage.handoff.fetch_add(1);
-              std::string e = reactor::apply_socket_options(res, {true, 0, 0, t->cfg_.tcp_congestion});
-              if (!e.empty()) log::warn("accepted socket: {}", e);
-              unsigned idx = t->next_reactor_.fetch_add(1) % unsigned(t->reactors_.size());
-              ReactorThread* dst = t->reactors_[idx].get();
-              int fd = res;
-              dst->reactor->post([t, dst, fd] {
-                if (t->stopping_.load()) {
-                  close(fd);
-                  t->state_->usage.handoff.fetch_sub(1);
-                  return;
-                }
-                auto* conn = new Connection(*t->state_, *dst->reactor, fd, peer_name(fd), dst->connections);
-                t->state_->usage.handoff.fetch_sub(1);
-                conn->start();
-              });
-            } else if (res != -ECANCELED && !t->stopping_.load()) {
-              log::warn("accept: {}", strerror(-res));
-            }
-            if (!(flags & IORING_CQE_F_MORE) && !t->stopping_.load()) {
-              io_uring_sqe* sqe = reactor::Reactor::current()->get_sqe();
-              io_uring_prep_multishot_accept(sqe, sock->fd, nullptr, nullptr, SOCK_CLOEXEC);
-              reactor::Reactor::current()->prep(sqe, c);
-            }
-          };
-          io_uring_sqe* sqe = r.get_sqe();
-          io_uring_prep_multishot_accept(sqe, ls->fd, nullptr, nullptr, SOCK_CLOEXEC);
-          r.prep(sqe, &ls->accept);
-        }
+    for (auto& ls : sockets_) {
+      ls->accept.owner = ls.get();
+      ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
+        auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
+        sock->target->on_accept(sock, res, flags);
+      };
+      ls->retry.owner = ls.get();
+      ls->retry.fn = [](reactor::Timer* t) {
+        ListenSocket* sock = static_cast<ListenSocket::Retry*>(t)->owner;
+        if (!sock->target->stopping_.load()) arm_accept(sock);
+      };
+      arm_accept(ls.get());
+    }
   });
   started_ = true;
   for (size_t i = 0; i < state_->listeners.size(); ++i)
     log::info("listening on {}:{}", state_->listeners[i].address, state_->listeners[i].port);
   if (discovery_port_) log::info("discovery service on {}:{}", cfg_.listeners[0].address, discovery_port_);
   return {};
+}
+
+void Target::arm_accept(ListenSocket* sock) {
+  reactor::Reactor* r = reactor::Reactor::current();
+  io_uring_sqe* sqe = r->get_sqe();
+  io_uring_prep_multishot_accept(sqe, sock->fd, nullptr, nullptr, SOCK_CLOEXEC);
+  r->prep(sqe, &sock->accept);
+}
+
+// On reactor 0: one accepted connection, or an accept error.
+void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
+  if (res >= 0 && over_connection_limit()) {
+    ::close(res);
+  } else if (res >= 0) {
+    sock->backoff_ns = 0;
+    accepted_.fetch_add(1);
+    state_->usage.handoff.fetch_add(1);
+    std::string e = reactor::apply_socket_options(res, {true, 0, 0, cfg_.tcp_congestion});
+    if (!e.empty()) log::warn("accepted socket: {}", e);
+    unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());
+    ReactorThread* dst = reactors_[idx].get();
+    int fd = res;
+    dst->reactor->post([this, dst, fd] {
+      if (stopping_.load()) {
+        close(fd);
+        state_->usage.handoff.fetch_sub(1);
+        return;
+      }
+      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections);
+      state_->usage.handoff.fetch_sub(1);
+      conn->start();
+    });
+  } else if (res != -ECANCELED && !stopping_.load()) {
+    ++sock->failures;
+    sock->last_error = -res;
+    const uint64_t now = reactor::monotonic_ns();
+    if (now - sock->last_log_ns >= kAcceptLogIntervalNs) {
+      rlimit rl{};
+      getrlimit(RLIMIT_NOFILE, &rl);
+      log::warn("accept on {}: {} ({} failure(s) since the last report; open files limit {}, {} connections live){}",
+                sock->name, strerror(sock->last_error), sock->failures, uint64_t(rl.rlim_cur),
+                state_->usage.connections.load(),
+                out_of_resources(sock->last_error) ? "; backing off" : "");
+      sock->failures = 0;
+      sock->last_log_ns = now;
+    }
+  }
+  if ((flags & IORING_CQE_F_MORE) || stopping_.load()) return;
+  if (res < 0 && out_of_resources(-res)) {
+    // Nothing will be accepted until a descriptor (or memory) is freed: wait, doubling.
+    sock->backoff_ns = std::clamp(sock->backoff_ns * 2, kAcceptBackoffMinNs, kAcceptBackoffMaxNs);
+    reactor::Reactor::current()->arm_timer(&sock->retry, sock->backoff_ns);
+    return;
+  }
+  arm_accept(sock);
+}
+
+// The open files limit bounds the connections the target can hold: raise the soft limit
+// to the hard one, and say so when max_connections is beyond what remains.
+void Target::raise_descriptor_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) {
+      log::info("open files limit raised from {} to {} (the hard limit)", uint64_t(rl.rlim_cur), uint64_t(want.rlim_cur));
+      rl = want;
+    }
+  }
+  const uint64_t cur = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : uint64_t(rl.rlim_cur);
+  const uint64_t usable = cur > kSpareDescriptors ? cur - kSpareDescriptors : 0;
+  if (cfg_.max_connections == 0 || cfg_.max_connections > usable)
+    log::warn("max_connections {} cannot be met: the open files limit is {} (raise it with ulimit -n or "
+              "LimitNOFILE=); past about {} connections, new ones fail at accept until some close",
+              cfg_.max_connections == 0 ? std::string("(no limit)") : std::to_string(cfg_.max_connections), cur,
+              usable);
 }
 
 void Target::stop() {

@@ -47,6 +47,9 @@ class Target {
   struct ReactorThread;
   struct ListenSocket;
   bool over_connection_limit();
+  static void arm_accept(ListenSocket* sock);
+  void on_accept(ListenSocket* sock, int res, uint32_t flags);
+  void raise_descriptor_limit();
 
   TargetConfig cfg_;
   DeviceFactory factory_;
