@@ -29,14 +29,24 @@ class RegionLocks {
 
   // Calls fn(offset, length) for each region-sized piece of [offset, offset + length),
   // holding that region's lock.
+  // Calls fn() holding the locks of every region [offset, offset + length) touches, taken
+  // in ascending order (a holder of one lock never waits for a second, so no deadlock).
+  // The range spans at most kLocks regions, so each lock is taken once.
+  template <class Fn>
+  void with_range_locked(uint64_t offset, uint64_t length, Fn&& fn) {
+    const uint64_t first = offset >> kRegionShift, last = (offset + length - 1) >> kRegionShift;
+    for (uint64_t r = first; r <= last; ++r) acquire(locks_[r % kLocks]);
+    fn();
+    for (uint64_t r = first; r <= last; ++r) locks_[r % kLocks].held.store(false, std::memory_order_release);
+  }
+
   template <class Fn>
   void for_each_locked(uint64_t offset, uint64_t length, Fn&& fn) {
     while (length > 0) {
       uint64_t region_end = ((offset >> kRegionShift) + 1) << kRegionShift;
       uint64_t n = std::min(length, region_end - offset);
       Lock& l = locks_[(offset >> kRegionShift) % kLocks];
-      while (l.held.exchange(true, std::memory_order_acquire))
-        while (l.held.load(std::memory_order_relaxed)) pause();
+      acquire(l);
       fn(offset, n);
       l.held.store(false, std::memory_order_release);
       offset += n;
@@ -45,6 +55,11 @@ class RegionLocks {
   }
 
  private:
+  struct Lock;
+  static void acquire(Lock& l) {
+    while (l.held.exchange(true, std::memory_order_acquire))
+      while (l.held.load(std::memory_order_relaxed)) pause();
+  }
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -68,7 +83,14 @@ class RamDevice final : public BlockDevice {
   // process exits), so there is no volatile cache and Flush has nothing to do.
   Persistence persistence() const override { return Persistence::Process; }
   bool zero_copy_reads() const override { return !locks_; }
-  void submit(BlockIo* io, reactor::Reactor&) override {
+  void submit(BlockIo* io, reactor::Reactor& r) override {
+    if (io->op == BlockIo::Op::WriteZeroes || io->op == BlockIo::Op::Deallocate) {
+      io->device = this;
+      io->reactor = &r;
+      io->progress = 0;
+      zero_step(io);
+      return;
+    }
     uint8_t* p = mem_ + io->offset;
     if (locks_) {
       submit_shared(io);
@@ -77,11 +99,66 @@ class RamDevice final : public BlockDevice {
         case BlockIo::Op::Read: io->read_data = p; break;
         case BlockIo::Op::Write: std::memcpy(p, io->buffer, io->length); break;
         case BlockIo::Op::WriteZeroes:
-        case BlockIo::Op::Deallocate: std::memset(p, 0, io->length); break;  // deallocated blocks read as zeros
+        case BlockIo::Op::Deallocate:
         case BlockIo::Op::Flush: break;
       }
     }
     io->done(io, wire::sc::Success);
+  }
+
+  // Write Zeroes and Deallocate: whole pages go back to the kernel (they read as zeros
+  // afterwards and cost no memory until written again), partial pages at the edges are
+  // cleared only if they are in memory at all (a page never written is zeros already, and
+  // touching it would fault it in). A whole-namespace Deallocate (mkfs trims) can span
+  // gigabytes: it runs kZeroSlice at a time, yielding to the reactor between slices (an
+  // io_uring NOP) so that other commands on this reactor are served meanwhile.
+  static constexpr uint64_t kZeroSlice = 4ull << 20;
+  static_assert(kZeroSlice >> RegionLocks::kRegionShift < RegionLocks::kLocks);
+
+  void zero_step(BlockIo* io) {
+    const uint64_t off = io->offset + io->progress;
+    const uint64_t n = std::min(io->length - io->progress, kZeroSlice);
+    if (n > 0) {
+      if (locks_) locks_->with_range_locked(off, n, [&] { zero_range(off, n); });
+      else zero_range(off, n);
+    }
+    io->progress += n;
+    if (io->progress == io->length) {
+      io->done(io, wire::sc::Success);
+      return;
+    }
+    io->completion.owner = io;
+    io->completion.fn = [](reactor::Completion* c, int, uint32_t) {
+      BlockIo* bio = static_cast<reactor::OwnedCompletion<BlockIo>*>(c)->owner;
+      static_cast<RamDevice*>(bio->device)->zero_step(bio);
+    };
+    io_uring_sqe* sqe = io->reactor->get_sqe();
+    io_uring_prep_nop(sqe);
+    io->reactor->prep(sqe, &io->completion);
+  }
+
+  void zero_range(uint64_t off, uint64_t n) {
+    const uint64_t first_page = (off + kPage - 1) & ~(kPage - 1);
+    const uint64_t end_page = (off + n) & ~(kPage - 1);
+    if (first_page >= end_page) {  // within one page, or across one page boundary
+      clear_if_resident(off, n);
+      return;
+    }
+    clear_if_resident(off, first_page - off);
+    madvise(mem_ + first_page, end_page - first_page, MADV_DONTNEED);
+    clear_if_resident(end_page, off + n - end_page);
+  }
+
+  // Clears [off, off + n) (n below two pages), page by page, skipping pages not in memory.
+  void clear_if_resident(uint64_t off, uint64_t n) {
+    while (n > 0) {
+      const uint64_t page = off & ~(kPage - 1);
+      const uint64_t chunk = std::min(n, page + kPage - off);
+      unsigned char vec = 1;
+      if (mincore(mem_ + page, kPage, &vec) != 0 || (vec & 1)) std::memset(mem_ + off, 0, chunk);
+      off += chunk;
+      n -= chunk;
+    }
   }
 
  private:
@@ -100,13 +177,12 @@ class RamDevice final : public BlockDevice {
         });
         break;
       case BlockIo::Op::WriteZeroes:
-      case BlockIo::Op::Deallocate:
-        locks_->for_each_locked(base, io->length, [&](uint64_t off, uint64_t n) { std::memset(mem_ + off, 0, n); });
-        break;
+      case BlockIo::Op::Deallocate:  // zero_step
       case BlockIo::Op::Flush: break;
     }
   }
 
+  static constexpr uint64_t kPage = 4096;
   uint8_t* mem_;
   uint64_t size_;
   uint32_t bs_;
