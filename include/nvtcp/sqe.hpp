@@ -34,6 +34,8 @@ inline constexpr uint32_t kNsidAll = 0xFFFFFFFFu;
 
 // SQE flags byte: PSDT (bits 7:6) = 01b selects SGLs, which fabrics always use.
 inline constexpr uint8_t kSqeFlagsPsdtSgl = 0x40;
+inline constexpr uint8_t kSqeFlagsPsdtMask = 0xC0;
+inline constexpr uint8_t kSqeFlagsFuseMask = 0x03;  // FUSE: first/second command of a fused operation
 
 #pragma pack(push, 1)
 struct SglDescriptor {

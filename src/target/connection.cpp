@@ -438,6 +438,15 @@ void Connection::send_r2ts(Request* r) {
 // ---------------------------------------------------------------- commands
 
 void Connection::execute(Request* r) {
+  r->shutdown_after_flush = false;
+  // No fused operations; and fabrics commands describe data with SGLs only (PSDT 01b),
+  // whatever the opcode: anything else would run as something the host did not ask for.
+  if ((r->sqe.flags & kSqeFlagsFuseMask) || (r->sqe.flags & kSqeFlagsPsdtMask) != kSqeFlagsPsdtSgl) {
+    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (fused, or not PSDT 01b)", peer_, r->sqe.cid, r->sqe.opc,
+               r->sqe.flags);
+    complete(r, sc::InvalidField);
+    return;
+  }
   if (r->sqe.opc == uint8_t(AdminOpcode::Fabrics)) {
     execute_fabrics(r);
   } else if (state_ != State::Connected) {
@@ -478,7 +487,13 @@ void Connection::execute_fabrics(Request* r) {
         r->dw0 = uint32_t(v);
         r->dw1 = uint32_t(v >> 32);
       } else {
-        st = ctrl_->property_set(pg.ofst, eight, pg.value);
+        Controller::PropertySetResult set = ctrl_->property_set(pg.ofst, eight, pg.value);
+        if (set.flush_for_shutdown) {
+          r->shutdown_after_flush = true;
+          start_flush(r, true);  // completes the Property Set once every cache is durable
+          return;
+        }
+        st = set.status;
       }
       complete(r, st);
       return;
@@ -616,6 +631,16 @@ void Connection::execute_admin(Request* r) {
 
 void Connection::execute_io(Request* r) {
   const Sqe& sqe = r->sqe;
+  // The admin queue's loss ends this queue now, not at the next periodic check; a reset or
+  // shut-down controller runs no I/O (the host must re-enable it first).
+  if (ctrl_->dead.load(std::memory_order_relaxed)) {
+    close("its controller was torn down");
+    return;
+  }
+  if (!ctrl_->ready()) {
+    complete(r, sc::CommandSequenceError);
+    return;
+  }
   Namespace* ns = ctrl_->subsystem().find_namespace(sqe.nsid);
   auto opc = static_cast<IoOpcode>(sqe.opc);
   if (opc == IoOpcode::Flush && sqe.nsid == kNsidAll) {
@@ -792,6 +817,10 @@ void Connection::flush_step(Request* r) {
     return;
   }
   if (qid_ != 0) set_.count_flush();
+  if (r->shutdown_after_flush) {
+    r->shutdown_after_flush = false;
+    ctrl_->shutdown_complete();
+  }
   complete(r, sc::Success);
 }
 

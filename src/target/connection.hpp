@@ -88,6 +88,7 @@ struct Request {
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
   uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
   bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
+  bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
   uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
   Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;

@@ -77,30 +77,52 @@ Status Controller::property_get(uint32_t offset, bool eight, uint64_t& value) {
   return eight ? sc::InvalidField : sc::Success;
 }
 
-Status Controller::property_set(uint32_t offset, bool eight, uint64_t value) {
-  if (eight) return sc::InvalidField;
-  if (offset != prop::CC) return sc::InvalidField;  // CC is the only writable property we have
-  uint32_t old = cc_;
-  uint32_t cc = uint32_t(value);
+// CC as the NVMe base specification's controller reset and shutdown rules and the Linux
+// target have it: an enable with a CC we cannot honour sets CSTS.CFS instead of RDY; CC.EN
+// 1 -> 0 resets (not ready: I/O queues answer Command Sequence Error, new ones may not
+// connect); a shutdown notice first makes the namespaces' caches durable (SHST 01b while the
+// connection flushes, see PropertySetResult::flush_for_shutdown), then reports SHST 10b with
+// RDY clear, and the host must reset before enabling again.
+Controller::PropertySetResult Controller::property_set(uint32_t offset, bool eight, uint64_t value) {
+  PropertySetResult res;
+  if (eight || offset != prop::CC) {  // CC is the only writable property we have
+    res.status = sc::InvalidField;
+    return res;
+  }
+  const uint32_t old = cc_;
+  const uint32_t cc = uint32_t(value);
   cc_ = cc;
   uint32_t csts = csts_.load();
-  if ((cc & prop::kCcEnable) && !(old & prop::kCcEnable)) {
-    // Enable: I/O SQ/CQ entry sizes must be 64/16 bytes for an I/O controller.
-    uint32_t iosqes = (cc >> 16) & 0xF, iocqes = (cc >> 20) & 0xF;
-    if (!subsys_.is_discovery() && (iosqes != 6 || iocqes != 4)) {
-      csts |= prop::kCstsFatal;
-    } else {
-      csts |= prop::kCstsReady;
-    }
-  } else if (!(cc & prop::kCcEnable) && (old & prop::kCcEnable)) {
-    csts &= ~(prop::kCstsReady | prop::kCstsShstMask | prop::kCstsFatal);  // reset
+  const bool en = cc & prop::kCcEnable, was_en = old & prop::kCcEnable;
+  if (en && !was_en) {
+    csts = cc_supported(cc) ? prop::kCstsReady : prop::kCstsFatal;
+    if (!(csts & prop::kCstsReady))
+      log::warn("controller {} of {}: CC {:#x} cannot be honoured (MPS, AMS, CSS or queue entry sizes); CSTS.CFS set",
+                cntlid_, subsys_.nqn(), cc);
+  } else if (!en && was_en) {
+    csts = 0;
+    cc_ = cc & ~prop::kCcShnMask;
   }
-  if ((cc & prop::kCcShnMask) && !(old & prop::kCcShnMask)) {
-    // Nothing is cached: a shutdown completes at once.
-    csts = (csts & ~prop::kCstsShstMask) | prop::kCstsShstComplete;
+  if ((cc & prop::kCcShnMask) && !(old & prop::kCcShnMask) && en) {
+    csts = (csts & ~(prop::kCstsReady | prop::kCstsShstMask)) | prop::kCstsShstProcessing;
+    res.flush_for_shutdown = true;
+  } else if (!(cc & prop::kCcShnMask) && (old & prop::kCcShnMask)) {
+    csts &= ~prop::kCstsShstMask;
   }
   csts_.store(csts);
-  return sc::Success;
+  return res;
+}
+
+void Controller::shutdown_complete() {
+  csts_.store((csts_.load() & ~prop::kCstsShstMask) | prop::kCstsShstComplete);
+}
+
+bool Controller::cc_supported(uint32_t cc) const {
+  const uint32_t css = (cc >> 4) & 0x7, mps = (cc >> 7) & 0xF, ams = (cc >> 11) & 0x7;
+  const uint32_t iosqes = (cc >> 16) & 0xF, iocqes = (cc >> 20) & 0xF;
+  if (css != 0 || mps != 0 || ams != 0) return false;  // CAP: NVM command set, 4 KiB pages, round robin
+  // A discovery controller has no I/O queues: some hosts leave the entry sizes 0.
+  return subsys_.is_discovery() || (iosqes == 6 && iocqes == 4);
 }
 
 uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
@@ -112,6 +134,12 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t cap
   touch(reactor::monotonic_ns());
   auto opc = static_cast<AdminOpcode>(sqe.opc);
   bool discovery = subsys_.is_discovery();
+  // Admin commands other than fabrics ones need an enabled, ready controller (the Linux
+  // target answers the same, and leaves discovery controllers alone).
+  if (!discovery && !ready()) {
+    r.status = sc::CommandSequenceError;
+    return r;
+  }
   switch (opc) {
     case AdminOpcode::Identify: {
       if (sgl_len != kIdentifyLen) {

@@ -55,7 +55,13 @@ class Controller {
 
   // Fabrics property access (admin queue reactor only).
   wire::Status property_get(uint32_t offset, bool eight_bytes, uint64_t& value);
-  wire::Status property_set(uint32_t offset, bool eight_bytes, uint64_t value);
+  struct PropertySetResult {
+    wire::Status status;
+    // A shutdown was notified: flush every namespace, then call shutdown_complete().
+    bool flush_for_shutdown = false;
+  };
+  PropertySetResult property_set(uint32_t offset, bool eight_bytes, uint64_t value);
+  void shutdown_complete();
 
   // Runs an admin command; data goes to buf (capacity cap, at least the SGL length).
   AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len);
@@ -81,6 +87,7 @@ class Controller {
   uint32_t get_log_page(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t len, wire::Status& st);
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
   AdminResult set_features(const wire::Sqe& sqe);
+  bool cc_supported(uint32_t cc) const;
   AdminResult get_features(const wire::Sqe& sqe);
 
   TargetState& target_;

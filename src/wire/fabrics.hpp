@@ -111,6 +111,7 @@ inline constexpr uint32_t kCcShnShift = 14;
 inline constexpr uint32_t kCcShnMask = 0x3u << kCcShnShift;
 inline constexpr uint32_t kCstsReady = 0x1;
 inline constexpr uint32_t kCstsFatal = 0x2;
+inline constexpr uint32_t kCstsShstProcessing = 0x1u << 2;
 inline constexpr uint32_t kCstsShstComplete = 0x2u << 2;
 inline constexpr uint32_t kCstsShstMask = 0x3u << 2;
 

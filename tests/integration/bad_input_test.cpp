@@ -847,6 +847,7 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
   ASSERT_TRUE(ok(cqe));
   Sqe gf{};
   gf.opc = uint8_t(AdminOpcode::GetFeatures);
+  gf.flags = kSqeFlagsPsdtSgl;
   gf.cid = s.cid();
   gf.cdw10 = 0x0F;  // Keep Alive Timer
   ASSERT_TRUE(s.command(gf, {}, cqe));
@@ -865,6 +866,156 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
   // Silent from now on: the target ends the session.
   EXPECT_TRUE(s.c.expect_eof());
   expect_healthy(t);
+}
+
+// ------------------------------------------------------------------ controller state
+
+Sqe identify_sqe(uint16_t cid, uint8_t cns) {
+  Sqe s{};
+  s.opc = uint8_t(AdminOpcode::Identify);
+  s.flags = kSqeFlagsPsdtSgl;
+  s.cid = cid;
+  s.sgl.length = 4096;
+  s.sgl.type = kSglTransportDataBlock;
+  s.cdw10 = cns;
+  return s;
+}
+
+uint32_t read_csts(Session& admin) {
+  Cqe cqe{};
+  EXPECT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertyGet, prop::CSTS, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  return cqe.dw0;
+}
+
+AssertionResult sequence_error(const Cqe& cqe) { return status_is(cqe, 0, 0x0C); }
+
+TEST(ControllerState, AdminCommandsWaitForEnable) {
+  RunningTarget t;
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe));
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.command(identify_sqe(s.cid(), 1), {}, cqe));
+  EXPECT_TRUE(sequence_error(cqe)) << "Identify before CC.EN=1";
+  ASSERT_TRUE(s.command(set_features_nq_sqe(s.cid(), 1), {}, cqe));
+  EXPECT_TRUE(sequence_error(cqe)) << "Set Features before CC.EN=1";
+  ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  Bytes id;
+  ASSERT_TRUE(s.command(identify_sqe(s.cid(), 1), {}, cqe, &id));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(id.size(), 4096u);
+}
+
+TEST(ControllerState, ResetStopsIoUntilEnabledAgain) {
+  RunningTarget t;
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  expect_read_works(io);
+  Cqe cqe{};
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, 0), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(read_csts(admin), 0u) << "after CC.EN 1 -> 0: not ready, no shutdown status, no CFS";
+  Bytes data;
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe, &data));
+  EXPECT_TRUE(sequence_error(cqe)) << "I/O on a reset controller";
+  EXPECT_TRUE(data.empty());
+  // A new I/O queue may not connect to it either.
+  Session io2;
+  ASSERT_TRUE(io2.open(t.port()));
+  const uint16_t cntlid = 1;  // the only controller of a fresh target
+  ASSERT_TRUE(io2.command(connect_sqe(io2.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  EXPECT_TRUE(sequence_error(cqe)) << "an I/O queue connecting to a reset controller";
+  ASSERT_TRUE(admin.command(identify_sqe(admin.cid(), 1), {}, cqe));
+  EXPECT_TRUE(sequence_error(cqe)) << "admin commands on a reset controller";
+  // Enabled again, the queue it kept works again (the Linux target behaves the same).
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(read_csts(admin) & prop::kCstsReady, prop::kCstsReady);
+  expect_read_works(io);
+}
+
+TEST(ControllerState, ShutdownCompletesWithoutReadyAndStopsIo) {
+  RunningTarget t;
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  Cqe cqe{};
+  const uint32_t shn_normal = 1u << 14;
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable | shn_normal), {},
+                            cqe));
+  ASSERT_TRUE(ok(cqe));
+  const uint32_t csts = read_csts(admin);
+  EXPECT_EQ(csts & prop::kCstsShstMask, prop::kCstsShstComplete);
+  EXPECT_EQ(csts & prop::kCstsReady, 0u) << "RDY together with SHST complete";
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(sequence_error(cqe)) << "I/O after shutdown";
+  // A reset clears the shutdown status; enabling again serves I/O.
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, 0), {}, cqe));
+  EXPECT_EQ(read_csts(admin), 0u);
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+  expect_read_works(io);
+}
+
+TEST(ControllerState, UnsupportedControllerConfigurationSetsCfs) {
+  RunningTarget t;
+  const struct {
+    const char* what;
+    uint32_t cc;
+  } bad[] = {{"MPS 15", kCcEnable | (15u << 7)}, {"AMS 7", kCcEnable | (7u << 11)}, {"CSS 7", kCcEnable | (7u << 4)},
+             {"IOSQES 5", (kCcEnable & ~(0xFu << 16)) | (5u << 16)}};
+  for (const auto& b : bad) {
+    Session s;
+    ASSERT_TRUE(s.open(t.port()));
+    Cqe cqe{};
+    ASSERT_TRUE(s.connect_admin(cqe));
+    ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertySet, prop::CC, b.cc), {}, cqe));
+    ASSERT_TRUE(ok(cqe)) << b.what;
+    const uint32_t csts = read_csts(s);
+    EXPECT_EQ(csts & prop::kCstsFatal, prop::kCstsFatal) << b.what << ": CSTS.CFS";
+    EXPECT_EQ(csts & prop::kCstsReady, 0u) << b.what << ": CSTS.RDY";
+    ASSERT_TRUE(s.command(identify_sqe(s.cid(), 1), {}, cqe));
+    EXPECT_TRUE(sequence_error(cqe)) << b.what;
+  }
+  expect_healthy(t);
+}
+
+TEST(ControllerState, FusedAndPrpCommandsAreRefused) {
+  RunningTarget t;
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  Cqe cqe{};
+  Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 1, 512, kSglDataBlockOffset);
+  w.flags |= 0x1;  // FUSE: first command of a fused operation
+  ASSERT_TRUE(io.command(w, Bytes(512, 0x77), cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "a fused write";
+  Sqe r = rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512);
+  r.flags = 0;  // PSDT 00b: PRPs, which fabrics do not carry
+  ASSERT_TRUE(io.command(r, {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "a PRP read";
+  Sqe id = identify_sqe(admin.cid(), 1);
+  id.flags = 0x80;  // PSDT 10b
+  ASSERT_TRUE(admin.command(id, {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "an admin command with PSDT 10b";
+  // The fused write did not run.
+  Bytes data;
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe, &data));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_TRUE(all_of(data.begin(), data.end(), [](uint8_t b) { return b == 0; }));
+}
+
+// Once the admin queue is gone its controller is, and its I/O queues stop at once (they used
+// to serve commands until their next periodic check, up to 100 ms later).
+TEST(ControllerState, IoQueueEndsWithItsAdminQueue) {
+  RunningTarget t;
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  expect_read_works(io);
+  admin.c.close();
+  ASSERT_TRUE(controllers_drop_to(t, 0, std::chrono::seconds(5)));
+  ASSERT_TRUE(io.send_capsule(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512)));
+  EXPECT_TRUE(io.c.expect_eof()) << "an I/O queue of a torn-down controller answered";
 }
 
 }  // namespace
