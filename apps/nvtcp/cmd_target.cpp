@@ -45,6 +45,7 @@ struct TargetArgs {
   std::string max_buffer_memory, max_connection_buffer_memory, max_send_queue;
   uint32_t icreq_timeout_ms = 0;
   int64_t discovery_kato_ms = -1;
+  int64_t send_timeout_ms = -1;
   int64_t h2c_data_timeout_ms = -1;  // -1: not given
 };
 
@@ -122,6 +123,7 @@ int run_target(const TargetArgs& a) {
   if (a.no_connection_limit) cfg.max_connections = 0;
   if (a.icreq_timeout_ms) cfg.icreq_timeout_ms = a.icreq_timeout_ms;
   if (a.discovery_kato_ms >= 0) cfg.discovery_kato_ms = uint32_t(a.discovery_kato_ms);
+  if (a.send_timeout_ms >= 0) cfg.send_timeout_ms = uint32_t(a.send_timeout_ms);
   if (a.h2c_data_timeout_ms >= 0) cfg.h2c_data_timeout_ms = uint32_t(a.h2c_data_timeout_ms);
   for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
                                    std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
@@ -235,6 +237,9 @@ void add_target_command(CLI::App& app, int& rc) {
                 "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
   c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")
       ->check(CLI::Range(1, 3600000));
+  c->add_option("--send-timeout-ms", a->send_timeout_ms,
+                "close a connection whose queued responses the host has not read for this long (default 30000; 0: never)")
+      ->check(CLI::Range(int64_t(0), int64_t(86400000)));
   c->add_option("--discovery-kato-ms", a->discovery_kato_ms,
                 "keep-alive timeout forced on discovery controllers that ask for none (default 120000; 0: none)")
       ->check(CLI::Range(int64_t(0), int64_t(3600000)));

@@ -2,14 +2,13 @@
 #include <cstring>
 
 #include "backend/block_device.hpp"
+#include "util/zeros.hpp"
 
 namespace nvtcp::backend {
 
 namespace {
-// Reads point straight at one shared zero region, so a null read costs no copy at all.
-constexpr size_t kZeroRegion = 1u << 20;  // >= the largest transfer (MDTS)
-alignas(4096) const uint8_t kZeros[kZeroRegion] = {};
-
+// Reads point straight at one shared zero region, so a null read costs no copy at all
+// (reads larger than the region are zeroed in the caller's buffer).
 class NullDevice final : public BlockDevice {
  public:
   NullDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
@@ -20,8 +19,8 @@ class NullDevice final : public BlockDevice {
   bool zero_copy_reads() const override { return true; }
   void submit(BlockIo* io, reactor::Reactor&) override {
     if (io->op == BlockIo::Op::Read) {
-      if (io->length <= kZeroRegion) {
-        io->read_data = kZeros;
+      if (io->length <= kZeroBytesLen) {
+        io->read_data = kZeroBytes;
       } else {
         std::memset(io->buffer, 0, io->length);
         io->read_data = io->buffer;

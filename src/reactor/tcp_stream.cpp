@@ -357,6 +357,7 @@ void TcpStream::on_send(int res) {
   }
   size_t left = size_t(res);
   queued_bytes_ -= left;
+  sent_bytes_ += left;
   while (seg_count_ > 0) {
     Segment& s = seg_[seg_head_];
     size_t remain = s.len - head_offset_;

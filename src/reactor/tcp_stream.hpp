@@ -62,6 +62,8 @@ class TcpStream {
   int fd() const { return fd_; }
   Reactor& reactor() { return reactor_; }
   size_t queued_bytes() const { return queued_bytes_; }
+  // Bytes handed to the kernel so far: progress, for a deadline on a peer that stops reading.
+  uint64_t sent_bytes() const { return sent_bytes_; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
   size_t held_send_dones() const { return pending_count_; }
 
@@ -120,6 +122,7 @@ class TcpStream {
   size_t seg_head_ = 0, seg_count_ = 0;
   size_t head_offset_ = 0;        // bytes of the head segment already sent
   size_t queued_bytes_ = 0;
+  uint64_t sent_bytes_ = 0;
   static constexpr int kMaxIov = 64;
   iovec iov_[kMaxIov];
   msghdr msg_{};

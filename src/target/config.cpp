@@ -67,6 +67,7 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"mdts_bytes", cfg.mdts_bytes, 4096, 8u << 20, "MDTS is a power of two of 4 KiB pages"},
       {"icreq_timeout_ms", cfg.icreq_timeout_ms, 1, 3600000, "at most an hour"},
       {"h2c_data_timeout_ms", cfg.h2c_data_timeout_ms, 0, 86400000, "0 = never; at most a day"},
+      {"send_timeout_ms", cfg.send_timeout_ms, 0, 86400000, "0 = never; at most a day"},
       {"discovery_kato_ms", cfg.discovery_kato_ms, 0, 3600000, "0 = discovery sessions may stay forever"},
       {"max_connections", cfg.max_connections, 0, 1u << 20, "0 = no limit"},
       {"max_send_queue_bytes", cfg.max_send_queue_bytes, 0, 1ull << 30, "0 = no limit"},
@@ -112,6 +113,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.icreq_timeout_ms = int_field(j, "icreq_timeout_ms", cfg.icreq_timeout_ms);
     cfg.h2c_data_timeout_ms = int_field(j, "h2c_data_timeout_ms", cfg.h2c_data_timeout_ms);
     cfg.discovery_kato_ms = int_field(j, "discovery_kato_ms", cfg.discovery_kato_ms);
+    cfg.send_timeout_ms = int_field(j, "send_timeout_ms", cfg.send_timeout_ms);
     cfg.max_connections = int_field(j, "max_connections", cfg.max_connections);
     cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
     cfg.max_connection_buffer_memory =

@@ -46,6 +46,9 @@ struct TargetConfig {
   // A write whose R2T has had no H2CData for this long ends its connection (the buffers it
   // holds are freed); keep-alives do not cover a host that stalls mid-transfer. 0 = never.
   uint32_t h2c_data_timeout_ms = 30000;
+  // A connection with responses queued that the host has not taken for this long is closed
+  // (their buffers freed): a host that sends commands and never reads would hold them. 0 = never.
+  uint32_t send_timeout_ms = 30000;
   // A discovery controller that asks for no keep-alive (KATO 0, or Set Features 0Fh to 0)
   // gets this one, as the Linux target forces 120 s: otherwise idle discovery sessions,
   // open to any host, could hold every connection slot for good. 0 = no keep-alive forced.

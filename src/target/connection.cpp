@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "util/log.hpp"
+#include "util/zeros.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/identify.hpp"
@@ -153,6 +154,17 @@ const Request* Connection::stalled_write(uint64_t now) const {
   return nullptr;
 }
 
+// Responses queued and none of them taken by the host since send_timeout_ms ago.
+bool Connection::send_stalled(uint64_t now) {
+  const uint64_t limit = uint64_t(target_.config.send_timeout_ms) * 1000000ull;
+  if (stream_.queued_bytes() == 0 || stream_.sent_bytes() != sent_seen_ || send_progress_ns_ == 0) {
+    sent_seen_ = stream_.sent_bytes();
+    send_progress_ns_ = now;
+    return false;
+  }
+  return limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit;
+}
+
 void Connection::on_keepalive_timer(reactor::Timer* t) {
   auto* self = static_cast<TimerSlot*>(t)->owner;
   uint64_t now = reactor::monotonic_ns();  // the same clock Controller::touch() reads
@@ -178,6 +190,12 @@ void Connection::on_keepalive_timer(reactor::Timer* t) {
   }
   if (c->dead.load(std::memory_order_relaxed)) {
     self->close("its controller was torn down");
+    return;
+  }
+  if (self->send_stalled(now)) {
+    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection",
+              self->peer_, self->stream_.queued_bytes(), self->target_.config.send_timeout_ms);
+    self->close("send timeout");
     return;
   }
   if (const Request* r = self->stalled_write(now)) {
@@ -320,6 +338,7 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   r->r2t_next = 0;
   r->tx_data = nullptr;
   r->tx_len = 0;
+  r->tx_pad = 0;
   r->state = Request::State::ReceivingData;
   if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
   h2c_req_ = r;
@@ -603,13 +622,29 @@ void Connection::execute_admin(Request* r) {
       complete(r, sc::InvalidField);
       return;
     }
-    switch (ensure_buffer(r, std::max<uint32_t>(sgl_len, kIdentifyLen))) {
-      case BufferResult::Ok: break;
-      case BufferResult::Wait: park(r, true); return;
-      case BufferResult::Fail: complete(r, sc::InternalError); return;
+    if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify) {
+      switch (ensure_buffer(r, kIdentifyLen)) {
+        case BufferResult::Ok: break;
+        case BufferResult::Wait: park(r, true); return;
+        case BufferResult::Fail: complete(r, sc::InternalError); return;
+      }
     }
   }
-  AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), r->buf_cap, sgl_len);
+  AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), sgl_len);
+  if (res.status.ok() && res.src) {
+    // A log page: a buffer the size of what the log holds in the window, zeros after it.
+    switch (ensure_buffer(r, std::max<uint32_t>(res.data_len, 4))) {
+      case BufferResult::Ok: break;
+      case BufferResult::Wait: park(r, true); return;  // runs again (the log is built anew)
+      case BufferResult::Fail: complete(r, sc::InternalError); return;
+    }
+    std::memcpy(r->buf.get(), res.src, res.data_len);
+    r->tx_data = r->buf.get();
+    r->tx_len = res.data_len;
+    r->tx_pad = res.pad_len;
+    complete(r, res.status);
+    return;
+  }
   if (res.held) {
     r->state = Request::State::HeldAer;
     return;
@@ -865,13 +900,14 @@ void Connection::send_response(Request* r) {
   const bool data = r->tx_len > 0 && r->status.ok();
   const bool success_flag = data && sq_flow_disabled_;
   if (data) {
+    const uint32_t total = r->tx_len + r->tx_pad;
     auto* c2h = reinterpret_cast<C2HDataPdu*>(r->c2h_pdu);
     std::memset(r->c2h_pdu, 0, sizeof(C2HDataPdu) + kDigestLen);
-    fill_header(c2h->ch, PduType::C2HData, sizeof(C2HDataPdu), r->tx_len,
+    fill_header(c2h->ch, PduType::C2HData, sizeof(C2HDataPdu), total,
                 kFlagDataLast | (success_flag ? kFlagDataSuccess : 0));
     c2h->cccid = r->sqe.cid;
     c2h->datao = 0;
-    c2h->datal = r->tx_len;
+    c2h->datal = total;
     uint32_t pdo = c2h->ch.pdo;
     if (hdgst_) {
       uint32_t crc = crc32c(r->c2h_pdu, sizeof(C2HDataPdu));
@@ -880,13 +916,29 @@ void Connection::send_response(Request* r) {
     std::memset(r->c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0,
                 pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
     stream_.send(r->c2h_pdu, pdo);
-    if (ddgst_) {
+    if (r->tx_pad == 0 && !ddgst_) {
+      stream_.send(r->tx_data, r->tx_len, success_flag ? &r->sent : nullptr);
+    } else if (r->tx_pad == 0) {
       uint32_t crc = crc32c(r->tx_data, r->tx_len);
       std::memcpy(r->c2h_ddgst, &crc, 4);
       stream_.send(r->tx_data, r->tx_len);
       stream_.send(r->c2h_ddgst, 4, success_flag ? &r->sent : nullptr);
     } else {
-      stream_.send(r->tx_data, r->tx_len, success_flag ? &r->sent : nullptr);
+      // Data, then zeros from the shared region (admin responses only: not the hot path).
+      Crc32c crc;
+      crc.update(r->tx_data, r->tx_len);
+      stream_.send(r->tx_data, r->tx_len);
+      for (uint32_t left = r->tx_pad; left > 0;) {
+        const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
+        if (ddgst_) crc.update(kZeroBytes, n);
+        left -= n;
+        stream_.send(kZeroBytes, n, left == 0 && !ddgst_ && success_flag ? &r->sent : nullptr);
+      }
+      if (ddgst_) {
+        const uint32_t v = crc.value();
+        std::memcpy(r->c2h_ddgst, &v, 4);
+        stream_.send(r->c2h_ddgst, 4, success_flag ? &r->sent : nullptr);
+      }
     }
     if (success_flag) {
       send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
@@ -939,6 +991,9 @@ Request* Connection::alloc_request() {
 
 void Connection::release(Request* r) {
   r->state = Request::State::Free;
+  // Admin and discovery commands are few and far between: their buffers (log pages up to
+  // MDTS) go back at once instead of waiting, idle, for the next one.
+  if (qid_ == 0 && r->buf_cap) free_buffer(r);
   // Idle buffers are kept for reuse (no allocation per I/O) while the target uses less than
   // half its buffer budget; above that they go back, so that idle connections cannot hold
   // memory that busy ones wait for.

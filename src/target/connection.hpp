@@ -72,6 +72,7 @@ struct Request {
   uint64_t h2c_wait_ns = 0;       // AwaitingH2C: when data was last asked for or received
   const uint8_t* tx_data = nullptr;  // controller->host data to send
   uint32_t tx_len = 0;
+  uint32_t tx_pad = 0;               // zero bytes sent after tx_data (a log page's end)
 
   // Data buffer, grown to the largest transfer this slot has seen, then reused.
   std::unique_ptr<uint8_t, void (*)(void*)> buf{nullptr, free};
@@ -165,6 +166,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   static void on_keepalive_timer(reactor::Timer* t);
   // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
   const Request* stalled_write(uint64_t now) const;
+  bool send_stalled(uint64_t now);
 
   TargetState& target_;
   reactor::Reactor& reactor_;
@@ -212,6 +214,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   uint64_t tx_pending_ = 0;         // sum of Request::tx_pending
   uint64_t send_peak_ = 0;
   uint64_t buffer_bytes_ = 0;       // sum of this connection's Request::buf_cap
+  uint64_t sent_seen_ = 0;          // stream bytes sent at the last periodic check
+  uint64_t send_progress_ns_ = 0;   // when the send queue was last empty or moving
   reactor::OwnedDeferred<Connection> resume_d_;
 };
 

@@ -129,7 +129,7 @@ uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
   return asked_ms == 0 && subsys_.is_discovery() ? target_.config.discovery_kato_ms : asked_ms;
 }
 
-AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len) {
+AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl_len) {
   AdminResult r;
   touch(reactor::monotonic_ns());
   auto opc = static_cast<AdminOpcode>(sqe.opc);
@@ -156,7 +156,7 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t cap
         r.status = sc::DataSglLengthInvalid;
         return r;
       }
-      r.data_len = get_log_page(sqe, buf, cap, uint32_t(len), r.status);
+      get_log_page(sqe, uint32_t(len), r);
       return r;
     }
     case AdminOpcode::SetFeatures:
@@ -290,7 +290,11 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
   return 0;
 }
 
-uint32_t Controller::get_log_page(const Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t len, Status& st) {
+// Builds the whole log in scratch_ and points r at the window asked for: the connection
+// copies the log's bytes into a buffer of their size and sends the zeros past its end from
+// a shared zero region, so a 1 MiB read of a 2 KiB log costs 2 KiB of memory.
+void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
+  Status& st = r.status;
   auto lid = static_cast<LogPageId>(sqe.cdw10 & 0xFF);
   uint64_t offset = (uint64_t(sqe.cdw13) << 32) | sqe.cdw12;
   bool discovery = subsys_.is_discovery();
@@ -302,7 +306,7 @@ uint32_t Controller::get_log_page(const Sqe& sqe, uint8_t* buf, uint32_t cap, ui
     case LogPageId::SmartHealth: {
       if (discovery || (sqe.nsid != 0 && sqe.nsid != 0xFFFFFFFF)) {
         st = discovery ? sc::InvalidLogPage : sc::InvalidField;  // no per-namespace SMART data
-        return 0;
+        return;
       }
       scratch_.assign(sizeof(SmartLog), 0);
       auto* s = reinterpret_cast<SmartLog*>(scratch_.data());
@@ -347,17 +351,17 @@ uint32_t Controller::get_log_page(const Sqe& sqe, uint8_t* buf, uint32_t cap, ui
   }
   if (scratch_.empty()) {
     st = sc::InvalidLogPage;
-    return 0;
+    return;
   }
   if (offset >= scratch_.size() || (offset & 3)) {
     st = sc::InvalidField;
-    return 0;
+    return;
   }
   // Past the end of the log the host gets zeros.
-  uint32_t copy = uint32_t(std::min<uint64_t>(len, scratch_.size() - offset));
-  std::memcpy(buf, scratch_.data() + offset, copy);
-  if (len > copy) std::memset(buf + copy, 0, std::min(cap, len) - copy);
-  return len;
+  const uint32_t copy = uint32_t(std::min<uint64_t>(len, scratch_.size() - offset));
+  r.src = scratch_.data() + offset;
+  r.data_len = copy;
+  r.pad_len = len - copy;
 }
 
 uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {

@@ -19,6 +19,10 @@ struct AdminResult {
   uint32_t dw0 = 0;
   uint32_t dw1 = 0;
   uint32_t data_len = 0;   // bytes placed in the data buffer for the host
+  // Get Log Page: the log's bytes for the window asked for (valid until the next admin
+  // command), data_len of them, followed by pad_len zero bytes (past the log's end).
+  const uint8_t* src = nullptr;
+  uint32_t pad_len = 0;
   bool held = false;       // Asynchronous Event Request: completes later (or never)
   bool flush_after = false; // complete only after every namespace has been flushed
 };
@@ -63,8 +67,9 @@ class Controller {
   PropertySetResult property_set(uint32_t offset, bool eight_bytes, uint64_t value);
   void shutdown_complete();
 
-  // Runs an admin command; data goes to buf (capacity cap, at least the SGL length).
-  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t sgl_len);
+  // Runs an admin command; Identify data goes to buf (4 KiB); a log page is pointed at by
+  // AdminResult::src instead.
+  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len);
 
   // Keep-alive: any admin command counts as a sign of life.
   void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
@@ -84,7 +89,7 @@ class Controller {
 
  private:
   uint32_t identify(const wire::Sqe& sqe, uint8_t* buf, wire::Status& st);
-  uint32_t get_log_page(const wire::Sqe& sqe, uint8_t* buf, uint32_t cap, uint32_t len, wire::Status& st);
+  void get_log_page(const wire::Sqe& sqe, uint32_t len, AdminResult& r);
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
   AdminResult set_features(const wire::Sqe& sqe);
   bool cc_supported(uint32_t cc) const;

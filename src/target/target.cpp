@@ -1,5 +1,6 @@
 #include "target/target.hpp"
 
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -97,6 +98,10 @@ std::string Target::start() {
   if (std::string err = build_state(cfg_, *state_, factory_); !err.empty()) return err;
 
   raise_descriptor_limit();
+  // Request buffers of 128 KiB and more are mapped and unmapped on their own: glibc would
+  // otherwise raise this threshold as big buffers are freed and keep later ones in its heap,
+  // so memory a burst of large commands took would stay with the process once they end.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   // Bind every listener first so that errors surface before any thread starts.
   auto bind_one = [&](const std::string& addr, uint16_t port, std::string& err) -> std::unique_ptr<ListenSocket> {
     reactor::Endpoint ep;

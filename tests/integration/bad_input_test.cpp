@@ -1018,5 +1018,80 @@ TEST(ControllerState, IoQueueEndsWithItsAdminQueue) {
   EXPECT_TRUE(io.c.expect_eof()) << "an I/O queue of a torn-down controller answered";
 }
 
+// ------------------------------------------------------------------ discovery memory
+
+// A Get Log Page of the discovery log (70h) asking for len bytes.
+Sqe discovery_log_sqe(uint16_t cid, uint32_t len) {
+  Sqe s{};
+  s.opc = uint8_t(AdminOpcode::GetLogPage);
+  s.flags = kSqeFlagsPsdtSgl;
+  s.cid = cid;
+  s.sgl.length = len;
+  s.sgl.type = kSglTransportDataBlock;
+  const uint32_t numd = len / 4 - 1;
+  s.cdw10 = 0x70 | (numd & 0xFFFF) << 16;
+  s.cdw11 = numd >> 16;
+  return s;
+}
+
+// Discovery is open to any host. 1 MiB reads of a log that holds 2 KiB, pipelined on a few
+// connections that never read the answers, used to take 1 MiB of buffer each (the whole
+// budget, for as long as the connections stayed); now the buffers hold what the log holds.
+TEST(DiscoveryMemory, PipelinedLogReadsHoldOnlyWhatTheLogHolds) {
+  RunningTarget t;
+  std::vector<std::unique_ptr<Session>> idle;
+  for (int i = 0; i < 4; ++i) {
+    auto s = std::make_unique<Session>();
+    ASSERT_TRUE(s->open(t.port()));
+    Cqe cqe{};
+    ASSERT_TRUE(s->connect_admin(cqe, wire::kDiscoveryNqn));
+    ASSERT_TRUE(ok(cqe));
+    for (int k = 0; k < 30; ++k) ASSERT_TRUE(s->send_capsule(discovery_log_sqe(s->cid(), 1u << 20)));
+    idle.push_back(std::move(s));
+  }
+  // Until each connection's answers back up (the socket buffers are full and the rest is
+  // queued or waiting): then everything that could take memory has.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto info = t.target().connection_info();
+        return std::count_if(info.begin(), info.end(), [](const auto& c) { return c.send_queue_bytes > 0; }) >= 4;
+      },
+      10000));
+  const uint64_t held = t.target().buffer_bytes();
+  RecordProperty("buffer_bytes_held", std::to_string(held));
+  EXPECT_LT(held, 1u << 20) << "120 pipelined 1 MiB discovery log reads hold " << held << " bytes of buffers";
+  expect_healthy(t);
+  // What one of them gets: the log, then zeros up to the length asked for.
+  Session& s = *idle[0];
+  Cqe cqe{};
+  Bytes log;
+  ASSERT_TRUE(s.read_response(2, cqe, &log));  // cid 1 was the Connect
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_EQ(log.size(), 1u << 20);
+  const auto numrec = read_as<uint64_t>(log, 8);
+  EXPECT_GE(numrec, 2u);
+  const size_t used = 1024 + numrec * 1024;
+  EXPECT_TRUE(std::all_of(log.begin() + long(used), log.end(), [](uint8_t b) { return b == 0; }));
+}
+
+// A host that sends commands and never reads the answers holds what is queued for it: past
+// send_timeout_ms without progress its connection is closed and that memory freed.
+TEST(DiscoveryMemory, AHostThatNeverReadsIsClosedAfterTheSendTimeout) {
+  target::TargetConfig cfg = default_config();
+  cfg.send_timeout_ms = 300;
+  RunningTarget t(cfg);
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, wire::kDiscoveryNqn));
+  ASSERT_TRUE(ok(cqe));
+  // 30 MiB of answers: more than the socket buffers take, so the target's queue stops moving.
+  for (int k = 0; k < 30; ++k) ASSERT_TRUE(s.send_capsule(discovery_log_sqe(s.cid(), 1u << 20)));
+  EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == 0; }, 10000))
+      << "a connection whose host reads nothing is still open";
+  EXPECT_EQ(t.target().buffer_bytes(), 0u);
+  expect_healthy(t);
+}
+
 }  // namespace
 }  // namespace nvtcp::test
