@@ -42,7 +42,7 @@ struct TargetArgs {
   // Resource limits; empty / 0 = keep the configuration's value.
   uint32_t max_connections = 0;
   bool no_connection_limit = false;
-  std::string max_buffer_memory, max_connection_buffer_memory, max_send_queue;
+  std::string max_buffer_memory, max_connection_buffer_memory, max_host_buffer_memory, max_send_queue;
   uint32_t icreq_timeout_ms = 0;
   int64_t discovery_kato_ms = -1;
   int64_t send_timeout_ms = -1;
@@ -128,6 +128,8 @@ int run_target(const TargetArgs& a) {
   for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
                                    std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
                                               "--max-connection-buffer-memory"},
+                                   std::tuple{&a.max_host_buffer_memory, &cfg.max_host_buffer_memory,
+                                              "--max-host-buffer-memory"},
                                    std::tuple{&a.max_send_queue, &cfg.max_send_queue_bytes, "--max-send-queue"}}) {
     if (text->empty()) continue;
     if (!backend::parse_size(*text, *field)) {
@@ -231,6 +233,8 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_flag("--no-connection-limit", a->no_connection_limit, "no limit on live TCP connections");
   c->add_option("--max-buffer-memory", a->max_buffer_memory,
                 "data buffer memory for all connections (default 2G; 0 = no limit); commands wait above it");
+  c->add_option("--max-host-buffer-memory", a->max_host_buffer_memory,
+                "data buffer memory per host NQN, all its connections together (default 512M; 0 = no limit)");
   c->add_option("--max-connection-buffer-memory", a->max_connection_buffer_memory,
                 "data buffer memory per connection (default 256M; 0 = no limit)");
   c->add_option("--max-send-queue", a->max_send_queue,

@@ -118,6 +118,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
     cfg.max_connection_buffer_memory =
         size_field(j, "max_connection_buffer_memory", cfg.max_connection_buffer_memory);
+    cfg.max_host_buffer_memory = size_field(j, "max_host_buffer_memory", cfg.max_host_buffer_memory);
     cfg.max_send_queue_bytes = size_field(j, "max_send_queue_bytes", cfg.max_send_queue_bytes);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
     cfg.poll = j.value("poll", cfg.poll);
@@ -165,6 +166,9 @@ std::string finalize_config(TargetConfig& cfg) {
                        2 * one_command);
   if (cfg.max_connection_buffer_memory && cfg.max_connection_buffer_memory < one_command)
     return fmt::format("max_connection_buffer_memory must be 0 (no limit) or at least {} bytes (one largest transfer)",
+                       one_command);
+  if (cfg.max_host_buffer_memory && cfg.max_host_buffer_memory < one_command)
+    return fmt::format("max_host_buffer_memory must be 0 (no limit) or at least {} bytes (one largest transfer)",
                        one_command);
   std::set<std::string> nqns;
   unsigned index = 0;

@@ -58,6 +58,7 @@ struct TargetConfig {
   uint32_t max_connections = 4096;          // live TCP connections, all listeners together
   uint64_t max_buffer_memory = 2ull << 30;  // data buffers (write data, file reads), whole target
   uint64_t max_connection_buffer_memory = 256ull << 20;  // the same, per connection
+  uint64_t max_host_buffer_memory = 512ull << 20;        // the same, per host NQN (all its connections)
   uint64_t max_send_queue_bytes = 8u << 20; // per connection: new commands wait above this
   std::string tcp_congestion;           // per-socket congestion control, empty = default
   std::string poll = "interrupt";        // interrupt | busy | hybrid (see reactor::PollMode)
@@ -68,6 +69,10 @@ struct TargetConfig {
   bool recv_multishot = false;          // multishot receive into a provided buffer ring
   bool spin_recv = true;                // a spinning reactor polls idle sockets with recv()
 };
+
+// The part of max_buffer_memory that I/O queues leave to admin queues and to connections
+// not yet past Connect (a sixteenth).
+inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_buffer_memory / 16; }
 
 // Reads a JSON configuration; returns an error message or empty.
 std::string load_config_file(const std::string& path, TargetConfig& out);

@@ -77,6 +77,7 @@ Connection::~Connection() {
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
   if (buffer_bytes_) target_.usage.release_buffer(buffer_bytes_);
+  if (host_ && buffer_bytes_) host_->release(buffer_bytes_);
   target_.usage.connections.fetch_sub(1);
 }
 
@@ -149,8 +150,10 @@ const Request* Connection::stalled_write(uint64_t now) const {
   const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
   if (limit == 0) return nullptr;
   for (const auto& r : pool_)
-    if (r->state == Request::State::AwaitingH2C && now > r->h2c_wait_ns && now - r->h2c_wait_ns > limit)
-      return r.get();
+    if (r->state == Request::State::AwaitingH2C && r->rx_next < r->r2t_next) {
+      const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % Request::kMaxR2T];
+      if (now > asked && now - asked > limit) return r.get();
+    }
   return nullptr;
 }
 
@@ -410,7 +413,6 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
   Request* r = h2c_req_;
   h2c_req_ = nullptr;
   r->rx_next += pdu.datal;
-  r->h2c_wait_ns = reactor_.now_ns();
   if (!data_ok) {
     log::warn("{}: data digest error in H2CData for cid {}", peer_, r->sqe.cid);
     r->status = sc::TransientTransportError;
@@ -429,7 +431,6 @@ void Connection::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint3
 }
 
 void Connection::send_r2ts(Request* r) {
-  r->h2c_wait_ns = reactor_.now_ns();
   const uint32_t chunk = target_.config.max_h2c_data;
   const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, Request::kMaxR2T});
   while (r->r2t_next < r->data_len) {
@@ -450,6 +451,7 @@ void Connection::send_r2ts(Request* r) {
       std::memcpy(slot + sizeof(R2TPdu), &crc, 4);
     }
     stream_.send(slot, p->ch.plen);
+    r->r2t_sent_ns[sent % Request::kMaxR2T] = reactor::monotonic_ns();
     r->r2t_next += len;
   }
 }
@@ -595,6 +597,8 @@ void Connection::execute_connect(Request* r) {
     stats_ = &ctrl->stats(cmd.qid);
   }
   ctrl_ = ctrl;
+  host_ = target_.host_budget(hostnqn);
+  host_->bytes.fetch_add(buffer_bytes_, std::memory_order_relaxed);  // what it took before Connect
   qid_ = cmd.qid;
   sqsize_ = uint16_t(cmd.sqsize + 1);
   sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
@@ -1013,9 +1017,17 @@ Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
   const auto& cfg = target_.config;
   const uint64_t cap = (uint64_t(len) + 4095) & ~uint64_t(4095);
   const uint64_t grow = cap - r->buf_cap;
+  // I/O queues leave part of the target's budget to admin queues and to connections not yet
+  // past Connect, so that data commands, however many, never lock a host out of connecting.
+  const bool io_queue = state_ == State::Connected && qid_ != 0;
+  const uint64_t global_cap =
+      io_queue && cfg.max_buffer_memory ? cfg.max_buffer_memory - admin_buffer_reserve(cfg) : cfg.max_buffer_memory;
   auto reserve = [&] {
     if (cfg.max_connection_buffer_memory && buffer_bytes_ + grow > cfg.max_connection_buffer_memory) return false;
-    return target_.usage.reserve_buffer(grow, cfg.max_buffer_memory);
+    if (host_ && !host_->reserve(grow, cfg.max_host_buffer_memory)) return false;
+    if (target_.usage.reserve_buffer(grow, global_cap)) return true;
+    if (host_) host_->release(grow);
+    return false;
   };
   // Short of memory: first give back what this connection's idle requests still hold.
   if (!reserve() && (reclaim_idle_buffers() == 0 || !reserve())) return BufferResult::Wait;
@@ -1023,6 +1035,7 @@ Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
   // 4 KiB alignment lets file namespaces use O_DIRECT straight from this buffer.
   if (posix_memalign(&p, 4096, cap) != 0) {
     target_.usage.release_buffer(grow);
+    if (host_) host_->release(grow);
     log::warn("{}: cannot allocate a {}-byte data buffer", peer_, cap);
     return BufferResult::Fail;
   }
@@ -1040,6 +1053,7 @@ void Connection::free_buffer(Request* r) {
   if (!r->buf_cap) return;
   buffer_bytes_ -= r->buf_cap;
   target_.usage.release_buffer(r->buf_cap);
+  if (host_) host_->release(r->buf_cap);
   r->buf.reset();
   r->buf_cap = 0;
 }

@@ -69,7 +69,8 @@ struct Request {
   uint32_t data_len = 0;          // bytes this command moves (SGL length)
   uint32_t rx_next = 0;           // host->controller bytes received, in order
   uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
-  uint64_t h2c_wait_ns = 0;       // AwaitingH2C: when data was last asked for or received
+  // AwaitingH2C: when each outstanding R2T was sent (by R2T number mod kMaxR2T). The data an
+  // R2T asks for is due within h2c_data_timeout_ms of it, however it trickles in.
   const uint8_t* tx_data = nullptr;  // controller->host data to send
   uint32_t tx_len = 0;
   uint32_t tx_pad = 0;               // zero bytes sent after tx_data (a log page's end)
@@ -84,6 +85,7 @@ struct Request {
   uint8_t c2h_ddgst[4];
   static constexpr uint32_t kMaxR2T = 4;
   alignas(8) uint8_t r2t_pdu[kMaxR2T][sizeof(wire::R2TPdu) + wire::kDigestLen];
+  uint64_t r2t_sent_ns[kMaxR2T] = {};
 
   backend::BlockIo io;
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
@@ -185,6 +187,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   uint16_t sqhd_ = 0;
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
+  std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
   QueueStats* stats_ = nullptr;
 
   std::vector<std::unique_ptr<Request>> pool_;

@@ -119,6 +119,22 @@ class ResponseObserver {
 using DeviceFactory =
     std::function<std::unique_ptr<backend::BlockDevice>(const NamespaceConfig& nc, std::string& err)>;
 
+// Buffer memory held by all the connections of one host NQN, against
+// TargetConfig::max_host_buffer_memory: so that one host, with many connections, cannot take
+// the whole budget from the others.
+struct HostBudget {
+  std::string hostnqn;
+  std::atomic<uint64_t> bytes{0};
+  bool reserve(uint64_t n, uint64_t cap) {
+    uint64_t cur = bytes.load(std::memory_order_relaxed);
+    do {
+      if (cap && cur + n > cap) return false;
+    } while (!bytes.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+    return true;
+  }
+  void release(uint64_t n) { bytes.fetch_sub(n, std::memory_order_relaxed); }
+};
+
 // Everything a connection needs to know about the target it belongs to.
 struct TargetState {
   TargetConfig config;
@@ -131,6 +147,13 @@ struct TargetState {
   std::atomic<ResponseObserver*> response_observer{nullptr};
 
   Subsystem* find_subsystem(const std::string& nqn) const;
+  // The budget of a host NQN, shared by its connections (made on its first Connect; control
+  // path, under a mutex).
+  std::shared_ptr<HostBudget> host_budget(const std::string& hostnqn);
+
+ private:
+  std::mutex hosts_mu_;
+  std::unordered_map<std::string, std::weak_ptr<HostBudget>> hosts_;
 };
 
 // Builds subsystems and namespaces from a finalized configuration.

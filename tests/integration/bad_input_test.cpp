@@ -1093,5 +1093,98 @@ TEST(DiscoveryMemory, AHostThatNeverReadsIsClosedAfterTheSendTimeout) {
   expect_healthy(t);
 }
 
+// ------------------------------------------------------------------ buffer budgets
+
+// Sends n writes of len bytes (R2T path) on io and reads their R2Ts where they come, never
+// sending any data: each holds a len-byte buffer until the target gives up on it.
+void hold_write_buffers(Session& io, int n, uint32_t len) {
+  for (int i = 0; i < n; ++i)
+    ASSERT_TRUE(io.send_capsule(rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, uint64_t(i) * (len / 512), len / 512, len)));
+}
+
+// The data an R2T asks for is due within h2c_data_timeout_ms of the R2T: a host that
+// trickles a few bytes now and then (each before the timeout) used to hold the buffer for
+// as long as it liked, since every byte restarted the clock.
+TEST(BufferBudgets, TrickledH2CDataDoesNotMoveTheDeadline) {
+  target::TargetConfig cfg = default_config();
+  cfg.h2c_data_timeout_ms = 500;
+  RunningTarget t(cfg);
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 128, 65536);
+  ASSERT_TRUE(io.send_capsule(w));
+  Bytes p;
+  ASSERT_TRUE(io.read_pdu(p));
+  ASSERT_EQ(read_as<CommonHeader>(p).type, uint8_t(PduType::R2T));
+  const auto r2t = read_as<R2TPdu>(p);
+  uint32_t off = 0;
+  int trickles = 0;
+  // 4 bytes every 100 ms: for at most 5 s, ten times the timeout.
+  for (; trickles < 50; ++trickles) {
+    if (!io.c.send(h2c_data_pdu(w.cid, r2t.ttag, off, Bytes(4, 0x5A), false))) break;
+    off += 4;
+    if (!io.c.expect_silence(100)) break;  // the target closed the connection
+  }
+  EXPECT_LT(trickles, 50) << "the write's connection is still open after 5 s of trickled data";
+  EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == 1; }, 5000));  // the admin queue stays
+  expect_healthy(t);
+}
+
+// One host cannot take the target's whole buffer budget: its connections together hold at
+// most max_host_buffer_memory, and another host's writes run meanwhile.
+TEST(BufferBudgets, OneHostCannotTakeTheWholeBudget) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_buffer_memory = 8u << 20;
+  cfg.max_host_buffer_memory = 2u << 20;
+  RunningTarget t(cfg);
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  hold_write_buffers(io, 8, 1u << 20);  // 8 MiB asked for, no data ever sent
+  ASSERT_TRUE(wait_for([&] { return t.target().usage().memory_waits.load() > 0; }, 5000));
+  EXPECT_LE(t.target().buffer_bytes(), (2u << 20) + (64u << 10)) << "one host holds more than its budget";
+  // Another host connects and moves megabytes meanwhile.
+  const std::string other = "nqn.2026-11.io.nvtcp:other-host";
+  expect_healthy(t, other);
+  host::ControllerOptions opts;
+  opts.hostnqn = other;
+  opts.kato_ms = 0;
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(kTestNqn, kRamNsid), opts, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(4, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> data = pattern(1u << 20, 77), back(1u << 20);
+  struct Done {
+    bool done = false;
+    host::Completion c;
+  } wd, rd;
+  auto cb = [](void* ctx, const host::Completion& c) {
+    static_cast<Done*>(ctx)->done = true;
+    static_cast<Done*>(ctx)->c = c;
+  };
+  ASSERT_EQ(qp->write(kRamNsid, 40000, 2048, data.data(), cb, &wd), 0);
+  ASSERT_TRUE(wait_for([&] { qp->process_completions(1000); return wd.done; }, 10000));
+  ASSERT_TRUE(wd.c.status.ok()) << status_name(wd.c.status);
+  ASSERT_EQ(qp->read(kRamNsid, 40000, 2048, back.data(), cb, &rd), 0);
+  ASSERT_TRUE(wait_for([&] { qp->process_completions(1000); return rd.done; }, 10000));
+  EXPECT_TRUE(back == data);
+}
+
+// I/O queues leave a sixteenth of the budget to admin queues and to connections not yet past
+// Connect: when I/O has taken the rest, a new host still connects (its Connect data and
+// Identify need buffers too) instead of getting Command Interrupted for as long as the I/O stays.
+TEST(BufferBudgets, IoCannotLockHostsOutOfConnecting) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_buffer_memory = 8u << 20;
+  cfg.max_host_buffer_memory = 0;
+  RunningTarget t(cfg);
+  Session admin, io;
+  open_io_queue(t, admin, io);
+  hold_write_buffers(io, 12, 1u << 20);
+  ASSERT_TRUE(wait_for([&] { return t.target().usage().memory_waits.load() > 0; }, 5000));
+  EXPECT_GE(t.target().buffer_bytes(), 7u << 20) << "the I/O did not fill the budget: this test tests nothing";
+  expect_healthy(t, "nqn.2026-11.io.nvtcp:newcomer");
+}
+
 }  // namespace
 }  // namespace nvtcp::test
