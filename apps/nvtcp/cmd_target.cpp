@@ -46,6 +46,7 @@ struct TargetArgs {
   uint32_t icreq_timeout_ms = 0;
   int64_t discovery_kato_ms = -1;
   int64_t send_timeout_ms = -1;
+  uint32_t max_connections_per_address = 0, max_connections_per_host = 0;
   int64_t h2c_data_timeout_ms = -1;  // -1: not given
 };
 
@@ -124,6 +125,8 @@ int run_target(const TargetArgs& a) {
   if (a.icreq_timeout_ms) cfg.icreq_timeout_ms = a.icreq_timeout_ms;
   if (a.discovery_kato_ms >= 0) cfg.discovery_kato_ms = uint32_t(a.discovery_kato_ms);
   if (a.send_timeout_ms >= 0) cfg.send_timeout_ms = uint32_t(a.send_timeout_ms);
+  if (a.max_connections_per_address) cfg.max_connections_per_address = a.max_connections_per_address;
+  if (a.max_connections_per_host) cfg.max_connections_per_host = a.max_connections_per_host;
   if (a.h2c_data_timeout_ms >= 0) cfg.h2c_data_timeout_ms = uint32_t(a.h2c_data_timeout_ms);
   for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
                                    std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
@@ -230,6 +233,10 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp");
   c->add_option("--max-connections", a->max_connections,
                 "live TCP connections at most (default 4096); more are closed right after accept");
+  c->add_option("--max-connections-per-address", a->max_connections_per_address,
+                "live TCP connections from one source address (default: no limit)");
+  c->add_option("--max-connections-per-host", a->max_connections_per_host,
+                "queues (admin and I/O) of one host NQN (default: no limit); more Connects get Controller Busy");
   c->add_flag("--no-connection-limit", a->no_connection_limit, "no limit on live TCP connections");
   c->add_option("--max-buffer-memory", a->max_buffer_memory,
                 "data buffer memory for all connections (default 2G; 0 = no limit); commands wait above it");

@@ -70,6 +70,8 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"send_timeout_ms", cfg.send_timeout_ms, 0, 86400000, "0 = never; at most a day"},
       {"discovery_kato_ms", cfg.discovery_kato_ms, 0, 3600000, "0 = discovery sessions may stay forever"},
       {"max_connections", cfg.max_connections, 0, 1u << 20, "0 = no limit"},
+      {"max_connections_per_address", cfg.max_connections_per_address, 0, 1u << 20, "0 = no limit"},
+      {"max_connections_per_host", cfg.max_connections_per_host, 0, 1u << 20, "0 = no limit"},
       {"max_send_queue_bytes", cfg.max_send_queue_bytes, 0, 1ull << 30, "0 = no limit"},
       {"sqpoll_idle_ms", cfg.sqpoll_idle_ms, 0, 60000, "at most a minute"},
       {"send_zc_threshold", cfg.send_zc_threshold, 0, 1u << 30, "0 = off"},
@@ -115,6 +117,8 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.discovery_kato_ms = int_field(j, "discovery_kato_ms", cfg.discovery_kato_ms);
     cfg.send_timeout_ms = int_field(j, "send_timeout_ms", cfg.send_timeout_ms);
     cfg.max_connections = int_field(j, "max_connections", cfg.max_connections);
+    cfg.max_connections_per_address = int_field(j, "max_connections_per_address", cfg.max_connections_per_address);
+    cfg.max_connections_per_host = int_field(j, "max_connections_per_host", cfg.max_connections_per_host);
     cfg.max_buffer_memory = size_field(j, "max_buffer_memory", cfg.max_buffer_memory);
     cfg.max_connection_buffer_memory =
         size_field(j, "max_connection_buffer_memory", cfg.max_connection_buffer_memory);

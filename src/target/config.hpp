@@ -56,6 +56,8 @@ struct TargetConfig {
   // Resource limits, so that no host (or crowd of half-open connections) can starve the
   // others or grow the target's memory without bound. 0 = no limit.
   uint32_t max_connections = 4096;          // live TCP connections, all listeners together
+  uint32_t max_connections_per_address = 0; // from one source IP address (0 = no limit)
+  uint32_t max_connections_per_host = 0;    // queues past Connect of one host NQN (0 = no limit)
   uint64_t max_buffer_memory = 2ull << 30;  // data buffers (write data, file reads), whole target
   uint64_t max_connection_buffer_memory = 256ull << 20;  // the same, per connection
   uint64_t max_host_buffer_memory = 512ull << 20;        // the same, per host NQN (all its connections)

@@ -48,13 +48,15 @@ void ConnectionSet::close_all() {
   for (Connection* c : copy) c->close("target shutting down");
 }
 
-Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set)
+Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
+                       std::string address)
     : target_(target),
       reactor_(r),
       peer_(std::move(peer)),
       set_(set),
       stream_(r, fd, this),
       receiver_(transport::Side::Target, this) {
+  address_ = std::move(address);
   term_sent_.owner = this;
   term_sent_.fn = [](reactor::SendDone* d) {
     static_cast<TermSent*>(d)->owner->stream_.close();
@@ -76,8 +78,12 @@ Connection::~Connection() {
   reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
-  if (buffer_bytes_) target_.usage.release_buffer(buffer_bytes_);
-  if (host_ && buffer_bytes_) host_->release(buffer_bytes_);
+  if (buffer_bytes_ + pool_bytes_) target_.usage.release_buffer(buffer_bytes_ + pool_bytes_);
+  if (host_) {
+    host_->release(buffer_bytes_ + pool_bytes_);
+    host_->connections.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (!address_.empty()) target_.addresses.release(address_);
   target_.usage.connections.fetch_sub(1);
 }
 
@@ -88,7 +94,7 @@ ConnectionInfo Connection::info() const {
   i.connected = state_ == State::Connected;
   i.send_queue_bytes = stream_.queued_bytes();
   i.send_queue_peak = send_peak_;
-  i.buffer_bytes = buffer_bytes_;
+  i.buffer_bytes = buffer_bytes_ + pool_bytes_;
   i.waiting = waiting_;
   i.waits = waits_;
   return i;
@@ -565,14 +571,49 @@ void Connection::execute_connect(Request* r) {
     invalid_connect_param(r, false, offsetof(ConnectCmd, sqsize));
     return;
   }
+  // What this queue holds for its life: one of its host's connection slots, and its request
+  // pool (SQSIZE requests), counted in the buffer budgets like data buffers.
+  const auto& cfg = target_.config;
+  auto host = target_.host_budget(hostnqn);
+  if (host->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
+      cfg.max_connections_per_host) {
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: host '{}' already has {} queues (max_connections_per_host)", peer_, hostnqn,
+              cfg.max_connections_per_host);
+    complete(r, sc::ConnectControllerBusy);
+    return;
+  }
+  const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
+  if (!host->reserve(pool, cfg.max_host_buffer_memory)) {
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_host_buffer_memory {})", peer_,
+              cmd.sqsize + 1, hostnqn, cfg.max_host_buffer_memory);
+    complete(r, kCommandInterrupted);
+    return;
+  }
+  if (!target_.usage.reserve_buffer(pool, cfg.max_buffer_memory)) {
+    host->release(pool);
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: no buffer memory for a queue of {} entries (max_buffer_memory {})", peer_, cmd.sqsize + 1,
+              cfg.max_buffer_memory);
+    complete(r, kCommandInterrupted);
+    return;
+  }
+  auto undo = [&] {
+    target_.usage.release_buffer(pool);
+    host->release(pool);
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+  };
   std::shared_ptr<Controller> ctrl;
   if (cmd.qid == 0) {
     if (data.cntlid != kDynamicCntlid) {
+      undo();
       invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
       return;
     }
     uint16_t cntlid = sub->allocate_cntlid();
     if (cntlid == 0) {
+      undo();
       complete(r, sc::ConnectControllerBusy);
       return;
     }
@@ -581,24 +622,28 @@ void Connection::execute_connect(Request* r) {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {
       log::warn("{}: I/O Connect names controller {} that this host does not own", peer_, data.cntlid);
+      undo();
       invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
       return;
     }
     if (!ctrl->ready()) {
+      undo();
       complete(r, sc::CommandSequenceError);
       return;
     }
     if (!ctrl->claim_queue(cmd.qid)) {
       log::warn("{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer_, cmd.qid,
                 ctrl->num_io_queues());
+      undo();
       invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
       return;
     }
     stats_ = &ctrl->stats(cmd.qid);
   }
   ctrl_ = ctrl;
-  host_ = target_.host_budget(hostnqn);
+  host_ = std::move(host);
   host_->bytes.fetch_add(buffer_bytes_, std::memory_order_relaxed);  // what it took before Connect
+  pool_bytes_ = pool;
   qid_ = cmd.qid;
   sqsize_ = uint16_t(cmd.sqsize + 1);
   sqhd_ = 1 % sqsize_;  // the Connect itself was consumed

@@ -28,7 +28,7 @@ struct ConnectionInfo {
   bool connected = false;
   uint64_t send_queue_bytes = 0;       // queued for the socket, not yet taken by the kernel
   uint64_t send_queue_peak = 0;        // the most it ever held
-  uint64_t buffer_bytes = 0;           // data buffers held by this connection's requests
+  uint64_t buffer_bytes = 0;           // its requests' data buffers and its request pool
   uint32_t waiting = 0;                // commands held back (send queue over its cap, or memory)
   uint64_t waits = 0;                  // commands ever held back
 };
@@ -102,7 +102,9 @@ struct Request {
 
 class Connection final : public reactor::StreamOwner, public transport::PduHandler {
  public:
-  Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set);
+  // address: the source address counted for max_connections_per_address (empty: none).
+  Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
+             std::string address = {});
   ~Connection() override;
 
   void start();
@@ -188,6 +190,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
   std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
+  uint64_t pool_bytes_ = 0;           // the request pool, counted in the buffer budgets
+  std::string address_;               // counted in TargetState::addresses
   QueueStats* stats_ = nullptr;
 
   std::vector<std::unique_ptr<Request>> pool_;

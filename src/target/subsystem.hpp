@@ -125,6 +125,7 @@ using DeviceFactory =
 struct HostBudget {
   std::string hostnqn;
   std::atomic<uint64_t> bytes{0};
+  std::atomic<uint32_t> connections{0};  // its connections past Connect
   bool reserve(uint64_t n, uint64_t cap) {
     uint64_t cur = bytes.load(std::memory_order_relaxed);
     do {
@@ -133,6 +134,31 @@ struct HostBudget {
     return true;
   }
   void release(uint64_t n) { bytes.fetch_sub(n, std::memory_order_relaxed); }
+};
+
+// Live connections per source address, against TargetConfig::max_connections_per_address
+// (taken at accept on reactor 0, given back by whichever reactor ends the connection).
+class AddressCounts {
+ public:
+  bool acquire(const std::string& addr, uint32_t max) {
+    std::lock_guard lk(mu_);
+    uint32_t& n = counts_[addr];
+    if (max && n >= max) {
+      if (n == 0) counts_.erase(addr);
+      return false;
+    }
+    ++n;
+    return true;
+  }
+  void release(const std::string& addr) {
+    std::lock_guard lk(mu_);
+    auto it = counts_.find(addr);
+    if (it != counts_.end() && --it->second == 0) counts_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, uint32_t> counts_;
 };
 
 // Everything a connection needs to know about the target it belongs to.
@@ -145,6 +171,7 @@ struct TargetState {
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
   std::atomic<ResponseObserver*> response_observer{nullptr};
+  AddressCounts addresses;
 
   Subsystem* find_subsystem(const std::string& nqn) const;
   // The budget of a host NQN, shared by its connections (made on its first Connect; control

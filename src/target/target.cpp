@@ -1,6 +1,7 @@
 #include "target/target.hpp"
 
 #include <malloc.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -76,6 +77,17 @@ uint16_t local_port(int fd) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+// The peer's IP address alone (no port): what max_connections_per_address counts.
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) < 0) return "?";
+  char buf[INET6_ADDRSTRLEN] = {};
+  const void* a = ss.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+  return inet_ntop(ss.ss_family, a, buf, sizeof(buf)) ? std::string(buf) : std::string("?");
 }
 
 std::string peer_name(int fd) {
@@ -233,9 +245,26 @@ void Target::arm_accept(ListenSocket* sock) {
 
 // On reactor 0: one accepted connection, or an accept error.
 void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
-  if (res >= 0 && over_connection_limit()) {
+  std::string address;
+  bool refused = false;  // by max_connections_per_address
+  if (res >= 0 && cfg_.max_connections_per_address) {
+    address = peer_address(res);
+    if (!state_->addresses.acquire(address, cfg_.max_connections_per_address)) {
+      const uint64_t n = state_->usage.refused_connections.fetch_add(1) + 1;
+      const uint64_t now = reactor::monotonic_ns();
+      if (now - last_refusal_log_ns_ > 1'000'000'000ull) {
+        log::warn("connection from {} refused: it has {} open (max_connections_per_address); {} refused so far",
+                  address, cfg_.max_connections_per_address, n);
+        last_refusal_log_ns_ = now;
+      }
+      ::close(res);
+      refused = true;
+    }
+  }
+  if (res >= 0 && !refused && over_connection_limit()) {
+    if (!address.empty()) state_->addresses.release(address);
     ::close(res);
-  } else if (res >= 0) {
+  } else if (res >= 0 && !refused) {
     sock->backoff_ns = 0;
     accepted_.fetch_add(1);
     state_->usage.handoff.fetch_add(1);
@@ -244,13 +273,14 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());
     ReactorThread* dst = reactors_[idx].get();
     int fd = res;
-    dst->reactor->post([this, dst, fd] {
+    dst->reactor->post([this, dst, fd, address = std::move(address)]() mutable {
       if (stopping_.load()) {
         close(fd);
+        if (!address.empty()) state_->addresses.release(address);
         state_->usage.handoff.fetch_sub(1);
         return;
       }
-      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections);
+      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address));
       state_->usage.handoff.fetch_sub(1);
       conn->start();
     });

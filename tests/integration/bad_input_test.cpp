@@ -1186,5 +1186,73 @@ TEST(BufferBudgets, IoCannotLockHostsOutOfConnecting) {
   expect_healthy(t, "nqn.2026-11.io.nvtcp:newcomer");
 }
 
+// ------------------------------------------------------------------ connection limits
+
+TEST(ConnectionLimits, PerSourceAddress) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_connections_per_address = 4;
+  RunningTarget t(cfg);
+  std::vector<std::unique_ptr<Session>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<Session>());
+    ASSERT_TRUE(held.back()->open(t.port()));
+  }
+  RawClient extra;
+  ASSERT_TRUE(extra.connect(t.port()));
+  EXPECT_TRUE(extra.expect_eof()) << "a fifth connection from 127.0.0.1 was kept";
+  held.pop_back();  // one leaves: a newcomer from the same address is served
+  ASSERT_TRUE(wait_for([&] { return t.target().live_connections() == 3; }, 5000));
+  expect_healthy(t);
+}
+
+TEST(ConnectionLimits, PerHostNqn) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_connections_per_host = 2;
+  RunningTarget t(cfg);
+  Session admin, io;
+  open_io_queue(t, admin, io);  // two queues of kHostNqn
+  Session third;
+  ASSERT_TRUE(third.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(third.connect_admin(cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x81)) << "a third queue of one host: Connect Controller Busy";
+  expect_healthy(t, "nqn.2026-11.io.nvtcp:another-host");
+  io.c.close();  // a queue ends: the host may connect again
+  ASSERT_TRUE(wait_for([&] { return t.target().live_connections() == 2; }, 5000));
+  Session again;
+  ASSERT_TRUE(again.open(t.port()));
+  ASSERT_TRUE(again.connect_admin(cqe));
+  EXPECT_TRUE(ok(cqe));
+}
+
+// Each queue's request pool (SQSIZE requests of about 600 bytes: 600 KB at 1024 entries)
+// counts in the buffer budget: queues cannot grow the target's memory past it.
+TEST(ConnectionLimits, RequestPoolsCountInTheBufferBudget) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_buffer_memory = 4u << 20;
+  RunningTarget t(cfg);
+  std::vector<std::unique_ptr<Session>> queues;
+  int accepted = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto s = std::make_unique<Session>();
+    ASSERT_TRUE(s->open(t.port()));
+    Cqe cqe{};
+    ASSERT_TRUE(s->command(connect_sqe(s->cid(), 0, 1023), connect_data(kTestNqn, kHostNqn, kDynamicCntlid), cqe));
+    if (!ok(cqe)) {
+      EXPECT_TRUE(status_is(cqe, 0, 0x21)) << "a Connect over the budget: Command Interrupted (retry later)";
+      break;
+    }
+    ++accepted;
+    queues.push_back(std::move(s));
+  }
+  EXPECT_GE(accepted, 4);
+  EXPECT_LT(accepted, 10) << "ten 1024-entry queues fit in a 4 MiB budget: pools are not counted";
+  EXPECT_LE(t.target().buffer_bytes(), cfg.max_buffer_memory);
+  queues.clear();
+  ASSERT_TRUE(wait_for([&] { return t.target().live_connections() == 0; }, 5000));
+  EXPECT_EQ(t.target().buffer_bytes(), 0u);
+  expect_healthy(t);
+}
+
 }  // namespace
 }  // namespace nvtcp::test
