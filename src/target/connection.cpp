@@ -17,6 +17,7 @@ using namespace nvtcp::wire;
 
 namespace {
 constexpr uint32_t kAdminInCapsule = 8192;     // admin and fabrics commands: at most 8 KiB
+constexpr uint32_t kMaxAdminQueueDepth = 128;
 constexpr uint64_t kControllerPollNs = 100'000'000;  // I/O queues notice a dead controller
 constexpr uint64_t kTermReqLingerNs = 1'000'000'000;
 constexpr uint64_t kMemoryRetryNs = 2'000'000;       // waiting for buffer memory freed elsewhere
@@ -566,7 +567,12 @@ void Connection::execute_connect(Request* r) {
     complete(r, sc::ConnectInvalidHost);
     return;
   }
-  if (cmd.sqsize == 0 || uint32_t(cmd.sqsize) + 1 > target_.config.max_queue_depth) {
+  // Admin and discovery queues carry few commands: at most kMaxAdminQueueDepth entries (the
+  // Linux host asks for 32, SPDK allows 128), which also bounds how many responses one
+  // discovery connection, open to any host, can have in flight.
+  const uint32_t max_depth = cmd.qid == 0 ? std::min(kMaxAdminQueueDepth, target_.config.max_queue_depth)
+                                          : target_.config.max_queue_depth;
+  if (cmd.sqsize == 0 || uint32_t(cmd.sqsize) + 1 > max_depth) {
     log::warn("{}: Connect SQSIZE {} out of range", peer_, cmd.sqsize);
     invalid_connect_param(r, false, offsetof(ConnectCmd, sqsize));
     return;

@@ -150,8 +150,8 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl
       return r;
     }
     case AdminOpcode::GetLogPage: {
-      uint32_t numd = ((sqe.cdw11 & 0xFFFF) << 16 | (sqe.cdw10 >> 16)) + 1;
-      uint64_t len = uint64_t(numd) * 4;
+      const uint64_t numd = uint64_t((sqe.cdw11 & 0xFFFF) << 16 | (sqe.cdw10 >> 16)) + 1;  // 0's based: up to 2^32
+      const uint64_t len = numd * 4;
       if (len != sgl_len) {
         r.status = sc::DataSglLengthInvalid;
         return r;

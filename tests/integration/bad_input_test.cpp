@@ -825,11 +825,24 @@ TEST(BadInput, ConnectSqsizeBeyondSixteenBits) {
     Session s;
     ASSERT_TRUE(s.open(t.port()));
     Cqe cqe{};
+    ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0, 128), connect_data(nqn, kHostNqn, kDynamicCntlid), cqe));
+    EXPECT_TRUE(status_is(cqe, 1, 0x82)) << nqn << ": an admin queue of 129 entries";
     ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0, 0xFFFF), connect_data(nqn, kHostNqn, kDynamicCntlid), cqe));
     EXPECT_TRUE(status_is(cqe, 1, 0x82)) << nqn;  // Connect Invalid Parameters
     EXPECT_EQ(cqe.dw0 >> 16, 0u) << "IATTR: the parameter is in the command";
     EXPECT_EQ(cqe.dw0 & 0xFFFF, uint32_t(offsetof(ConnectCmd, sqsize))) << "IPO: SQSIZE";
   }
+  // An I/O queue, whose depth only max_queue_depth bounds.
+  Session admin, io;
+  Cqe cqe{};
+  ASSERT_TRUE(admin.open(t.port()));
+  ASSERT_TRUE(admin.connect_admin(cqe));
+  const uint16_t cntlid = uint16_t(cqe.dw0);
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1, 0xFFFF), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x82)) << "an I/O queue of 65536 entries";
   expect_healthy(t);
 }
 
@@ -1226,18 +1239,19 @@ TEST(ConnectionLimits, PerHostNqn) {
 }
 
 // Each queue's request pool (SQSIZE requests of about 600 bytes: 600 KB at 1024 entries)
-// counts in the buffer budget: queues cannot grow the target's memory past it.
+// counts in the buffer budget: queues cannot grow the target's memory past it. Admin queues of
+// 128 entries (the most an admin queue may have) against the smallest budget allowed, 2 MiB.
 TEST(ConnectionLimits, RequestPoolsCountInTheBufferBudget) {
   target::TargetConfig cfg = default_config();
-  cfg.max_buffer_memory = 4u << 20;
+  cfg.max_buffer_memory = 2u << 20;
   RunningTarget t(cfg);
   std::vector<std::unique_ptr<Session>> queues;
   int accepted = 0;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 60; ++i) {
     auto s = std::make_unique<Session>();
     ASSERT_TRUE(s->open(t.port()));
     Cqe cqe{};
-    ASSERT_TRUE(s->command(connect_sqe(s->cid(), 0, 1023), connect_data(kTestNqn, kHostNqn, kDynamicCntlid), cqe));
+    ASSERT_TRUE(s->command(connect_sqe(s->cid(), 0, 127), connect_data(kTestNqn, kHostNqn, kDynamicCntlid), cqe));
     if (!ok(cqe)) {
       EXPECT_TRUE(status_is(cqe, 0, 0x21)) << "a Connect over the budget: Command Interrupted (retry later)";
       break;
@@ -1245,8 +1259,8 @@ TEST(ConnectionLimits, RequestPoolsCountInTheBufferBudget) {
     ++accepted;
     queues.push_back(std::move(s));
   }
-  EXPECT_GE(accepted, 4);
-  EXPECT_LT(accepted, 10) << "ten 1024-entry queues fit in a 4 MiB budget: pools are not counted";
+  EXPECT_GE(accepted, 10);
+  EXPECT_LT(accepted, 60) << "sixty 128-entry queues fit in a 2 MiB budget: pools are not counted";
   EXPECT_LE(t.target().buffer_bytes(), cfg.max_buffer_memory);
   queues.clear();
   ASSERT_TRUE(wait_for([&] { return t.target().live_connections() == 0; }, 5000));
