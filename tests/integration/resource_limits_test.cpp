@@ -520,5 +520,53 @@ TEST(ResourceLimits, KeepAliveExpiryFreesEveryConnectionOfTheController) {
   EXPECT_TRUE(fresh_client_ok(t, 12));
 }
 
+// ------------------------------------------------------------------ long commands
+
+// Deallocating a RAM namespace runs in slices between other commands: one host's storm of
+// whole-namespace Dataset Management commands (8 x 256 ranges of 64 MiB; they used to memset
+// 16 GiB each on the reactor, seconds apiece) does not hold up another host's 4 KiB read on
+// the same reactor, which completes while the storm is still going.
+TEST(ResourceLimits, DeallocateStormDoesNotHoldUpOtherHosts) {
+  RunningTarget t;  // one reactor: both hosts' queues share it
+  std::string err;
+  ControllerOptions a_opts, b_opts;
+  a_opts.hostnqn = "nqn.2026-11.io.nvtcp:storm";
+  b_opts.hostnqn = "nqn.2026-11.io.nvtcp:reader";
+  auto a = Controller::connect(t.trid(), a_opts, err);
+  ASSERT_TRUE(a) << err;
+  auto b = Controller::connect(t.trid(), b_opts, err);
+  ASSERT_TRUE(b) << err;
+  auto qa = a->create_io_qpair(16, err);
+  ASSERT_TRUE(qa) << err;
+  auto qb = b->create_io_qpair(16, err);
+  ASSERT_TRUE(qb) << err;
+  ASSERT_TRUE(write_read_compare(*qb, kRamNsid, 4096, 4096, 9));  // something to read back
+  std::vector<wire::DsmRange> ranges(256);
+  for (auto& r : ranges) r = {0, uint32_t((64u << 20) / 512), 0};
+  Batch storm;
+  constexpr int kStorm = 8;
+  for (int i = 0; i < kStorm; ++i) ASSERT_EQ(qa->deallocate(kRamNsid, ranges.data(), 256, Batch::cb, &storm.add()), 0);
+  qa->process_completions(0);  // the storm leaves first
+  std::vector<uint8_t> in(4096);
+  Batch read;
+  auto& r = read.add();
+  const auto t0 = Clock::now();
+  ASSERT_EQ(qb->read(kRamNsid, 4096, 8, in.data(), Batch::cb, &r), 0);
+  ASSERT_TRUE(drive({qb.get(), qa.get()}, [&] { return read.all_done(); }));
+  const auto read_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  size_t storm_done = 0;
+  for (auto& o : storm.ops) storm_done += o.done;
+  EXPECT_TRUE(r.cpl.status.ok());
+  EXPECT_LT(storm_done, size_t(kStorm)) << "the read waited for the whole storm";
+  ASSERT_TRUE(drive({qa.get(), qb.get()}, [&] { return storm.all_done(); }));
+  EXPECT_EQ(storm.failures(), 0u);
+  std::printf("4 KiB read during a deallocate storm: %lld us, %zu of %d storm commands done by then\n",
+              (long long)read_us, storm_done, kStorm);
+  // Deallocated blocks read as zeros.
+  ASSERT_EQ(qb->read(kRamNsid, 4096, 8, in.data(), Batch::cb, &read.add()), 0);
+  ASSERT_TRUE(drive({qb.get()}, [&] { return read.all_done(); }));
+  EXPECT_TRUE(std::all_of(in.begin(), in.end(), [](uint8_t x) { return x == 0; }));
+}
+
 }  // namespace
 }  // namespace nvtcp::test
