@@ -95,7 +95,8 @@ ConnectionInfo Connection::info() const {
   i.connected = state_ == State::Connected;
   i.send_queue_bytes = stream_.queued_bytes();
   i.send_queue_peak = send_peak_;
-  i.buffer_bytes = buffer_bytes_ + pool_bytes_;
+  i.buffer_bytes = buffer_bytes_;
+  i.pool_bytes = pool_bytes_;
   i.waiting = waiting_;
   i.waits = waits_;
   return i;

@@ -28,7 +28,8 @@ struct ConnectionInfo {
   bool connected = false;
   uint64_t send_queue_bytes = 0;       // queued for the socket, not yet taken by the kernel
   uint64_t send_queue_peak = 0;        // the most it ever held
-  uint64_t buffer_bytes = 0;           // its requests' data buffers and its request pool
+  uint64_t buffer_bytes = 0;           // data buffers held by this connection's requests
+  uint64_t pool_bytes = 0;             // its request pool (also counted in the buffer budgets)
   uint32_t waiting = 0;                // commands held back (send queue over its cap, or memory)
   uint64_t waits = 0;                  // commands ever held back
 };

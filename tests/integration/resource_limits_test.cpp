@@ -180,10 +180,11 @@ TEST(ResourceLimits, ThousandConnectionsWithoutICReq) {
   ASSERT_TRUE(write_read_compare(*qp, kRamNsid, 0, 65536, 1));
   const uint32_t base = t.target().live_connections();
   const uint64_t rss_before = rss_kib();
-  // Every buffer byte the target counts belongs to a live connection.
+  // Every buffer byte the target counts belongs to a live connection (data buffers and
+  // request pools).
   auto buffers_accounted = [&] {
     uint64_t sum = 0;
-    for (auto& c : t.target().connection_info()) sum += c.buffer_bytes;
+    for (auto& c : t.target().connection_info()) sum += c.buffer_bytes + c.pool_bytes;
     return sum == t.target().buffer_bytes();
   };
 
