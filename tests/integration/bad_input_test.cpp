@@ -856,7 +856,7 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
   Session s;
   ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0), connect_data(wire::kDiscoveryNqn, kHostNqn, kDynamicCntlid), cqe));
+  ASSERT_TRUE(s.connect_admin(cqe, wire::kDiscoveryNqn));
   ASSERT_TRUE(ok(cqe));
   Sqe gf{};
   gf.opc = uint8_t(AdminOpcode::GetFeatures);
@@ -1085,16 +1085,6 @@ TEST(DiscoveryMemory, PipelinedLogReadsHoldOnlyWhatTheLogHolds) {
   EXPECT_GE(numrec, 2u);
   const size_t used = 1024 + numrec * 1024;
   EXPECT_TRUE(std::all_of(log.begin() + long(used), log.end(), [](uint8_t b) { return b == 0; }));
-}
-
-uint64_t rss_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long long size = 0, resident = 0;
-  if (f) {
-    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
 // Answered log reads give their memory back: eight discovery connections read 1 MiB logs,

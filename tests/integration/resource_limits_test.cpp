@@ -40,13 +40,7 @@ constexpr uint32_t kRamNsid = 2;   // RAM, 64 MiB, 512-byte blocks
 constexpr uint32_t kFileNsid = 4;  // file, 64 MiB, 512-byte blocks: reads need a buffer
 constexpr int kDeadlineMs = 20000;
 
-uint64_t rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  return 0;
-}
+uint64_t rss_kib() { return rss_bytes() / 1024; }
 
 void raise_nofile() {
   rlimit rl{};

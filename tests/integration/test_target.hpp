@@ -1,6 +1,9 @@
 // An in-process target on an ephemeral loopback port, for integration tests.
 #pragma once
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +57,17 @@ inline bool wait_for(const std::function<bool()>& pred, int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return pred();
+}
+
+// This process's resident memory (target and test clients together).
+inline uint64_t rss_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, resident = 0;
+  if (f) {
+    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
 class RunningTarget {
