@@ -1,0 +1,212 @@
+// The offload engine's shared-memory NVMe queues: rings, phase tags, SQ head reporting,
+// shadow doorbells with EventIdx, and what the engine does with impossible doorbell values.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "engine/shm_queue.hpp"
+
+namespace nvtcp::engine {
+namespace {
+
+// A queue pair in one anonymous shared mapping, zeroed as a fresh memfd is.
+struct Region {
+  explicit Region(uint32_t sq_size, uint32_t cq_size) {
+    bytes = sizeof(QueueWords) + sq_size * sizeof(wire::Sqe) + cq_size * sizeof(wire::Cqe);
+    base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    mem.words = reinterpret_cast<QueueWords*>(base);
+    mem.sq = reinterpret_cast<wire::Sqe*>(base + sizeof(QueueWords));
+    mem.sq_size = sq_size;
+    mem.cq = reinterpret_cast<wire::Cqe*>(base + sizeof(QueueWords) + sq_size * sizeof(wire::Sqe));
+    mem.cq_size = cq_size;
+  }
+  ~Region() { munmap(base, bytes); }
+  uint8_t* base;
+  size_t bytes;
+  QueueMemory mem;
+};
+
+wire::Sqe cmd(uint16_t cid) {
+  wire::Sqe s{};
+  s.opc = uint8_t(wire::IoOpcode::Read);
+  s.cid = cid;
+  s.nsid = 1;
+  return s;
+}
+
+TEST(EngineQueue, NeedEventIsTheShadowDoorbellRule) {
+  EXPECT_TRUE(need_event(5, 6, 5));    // the engine saw 5 and sleeps: moving to 6 passes it
+  EXPECT_TRUE(need_event(5, 9, 5));
+  EXPECT_FALSE(need_event(0, 6, 5));   // the engine asked at 0 and has been polling since
+  EXPECT_FALSE(need_event(5, 5, 5));   // nothing moved
+  EXPECT_TRUE(need_event(65535, 1, 65535));  // across the 16-bit wrap
+  EXPECT_FALSE(need_event(9, 6, 5));   // not there yet
+}
+
+TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
+  Region r(8, 4);
+  AppQueuePair app(r.mem);
+  EngineQueuePair eng(r.mem, 3);
+  std::set<uint16_t> seen;
+  uint16_t next_cid = 0;
+  for (int round = 0; round < 40; ++round) {
+    // As many as the smaller ring holds.
+    int n = 0;
+    while (n < 3 && app.submit(cmd(next_cid++))) ++n;
+    app.ring_sq();
+    wire::Sqe s;
+    int fetched = 0;
+    while (eng.fetch(s)) {
+      ASSERT_GT(eng.cq_space(), 0u);
+      wire::Cqe c{};
+      c.cid = s.cid;
+      c.dw0 = s.cid * 7u;
+      eng.post(c);
+      ++fetched;
+    }
+    ASSERT_EQ(fetched, n);
+    wire::Cqe c;
+    int got = 0;
+    while (app.poll(c)) {
+      EXPECT_EQ(c.dw0, c.cid * 7u);
+      EXPECT_EQ(c.sqid, 3);
+      EXPECT_EQ(c.status >> 1, 0) << "success";
+      EXPECT_TRUE(seen.insert(c.cid).second) << "cid " << c.cid << " completed twice";
+      ++got;
+    }
+    EXPECT_EQ(got, n);
+    app.ring_cq();
+    EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::None);
+  }
+  EXPECT_EQ(seen.size(), size_t(next_cid));
+  EXPECT_EQ(app.sq_free(), 7u) << "the SQ heads in the CQEs gave every slot back";
+}
+
+TEST(EngineQueue, FullRingsHoldBack) {
+  Region r(4, 4);
+  AppQueuePair app(r.mem);
+  EngineQueuePair eng(r.mem, 1);
+  for (uint16_t i = 0; i < 3; ++i) EXPECT_TRUE(app.submit(cmd(i)));
+  EXPECT_FALSE(app.submit(cmd(3))) << "a ring of 4 holds 3";
+  app.ring_sq();
+  wire::Sqe s;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(eng.fetch(s));
+    ASSERT_GT(eng.cq_space(), 0u);
+    eng.post(wire::Cqe{});
+  }
+  EXPECT_EQ(eng.cq_space(), 0u) << "three completions unread fill a CQ of 4";
+  wire::Cqe c;
+  ASSERT_TRUE(app.poll(c));
+  app.ring_cq();
+  EXPECT_EQ(eng.cq_space(), 1u);
+}
+
+TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
+  Region r(16, 16);
+  AppQueuePair app(r.mem);
+  EngineQueuePair eng(r.mem, 1);
+  eng.want_sq_notice();  // the engine is about to sleep, having seen tail 0
+  ASSERT_TRUE(app.submit(cmd(1)));
+  EXPECT_TRUE(app.ring_sq()) << "the engine sleeps: notify it";
+  ASSERT_TRUE(app.submit(cmd(2)));
+  EXPECT_FALSE(app.ring_sq()) << "the engine has not slept again: no second notice";
+  wire::Sqe s;
+  while (eng.fetch(s)) {
+  }
+  eng.want_sq_notice();
+  ASSERT_TRUE(app.submit(cmd(3)));
+  EXPECT_TRUE(app.ring_sq());
+}
+
+TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
+  {
+    Region r(8, 8);
+    EngineQueuePair eng(r.mem, 1);
+    r.mem.words->sq_tail = 8;  // one past the ring
+    wire::Sqe s;
+    EXPECT_FALSE(eng.fetch(s));
+    EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::SqTailOutOfRange);
+    r.mem.words->sq_tail = 1;  // a faulted queue stays faulted
+    EXPECT_FALSE(eng.fetch(s));
+  }
+  {
+    Region r(8, 8);
+    EngineQueuePair eng(r.mem, 1);
+    r.mem.words->cq_head = 0xFFFFFFFF;
+    EXPECT_EQ(eng.cq_space(), 0u);
+    EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::CqHeadOutOfRange);
+  }
+  {
+    Region r(8, 8);
+    EngineQueuePair eng(r.mem, 1);
+    eng.post(wire::Cqe{});
+    eng.post(wire::Cqe{});
+    r.mem.words->cq_head = 3;  // "consumed" three of the two posted
+    EXPECT_EQ(eng.cq_space(), 0u);
+    EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::CqHeadPastPosted);
+  }
+}
+
+// Two threads, as an application and the engine would be (processes share the mapping the
+// same way): every command completes exactly once, in any interleaving.
+TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
+  Region r(64, 64);
+  constexpr uint32_t kCommands = 200000;
+  std::atomic<bool> stop{false}, faulted{false};
+  std::thread engine([&] {
+    EngineQueuePair eng(r.mem, 1);
+    wire::Sqe s;
+    bool have = false;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (!have) have = eng.fetch(s);
+      if (have && eng.cq_space() > 0) {
+        wire::Cqe c{};
+        c.cid = s.cid;
+        c.dw0 = s.cdw10;
+        eng.post(c);
+        have = false;
+      }
+      if (eng.fault() != EngineQueuePair::Fault::None) {
+        faulted.store(true);
+        return;
+      }
+    }
+  });
+  AppQueuePair app(r.mem);
+  std::vector<uint8_t> done(kCommands, 0);
+  uint32_t submitted = 0, completed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (completed < kCommands && !faulted.load() && std::chrono::steady_clock::now() < deadline) {
+    while (submitted < kCommands && submitted - completed < 48) {
+      wire::Sqe s = cmd(uint16_t(submitted));
+      s.cdw10 = submitted;
+      if (!app.submit(s)) break;
+      ++submitted;
+    }
+    app.ring_sq();
+    wire::Cqe c;
+    while (app.poll(c)) {
+      ASSERT_LT(c.dw0, kCommands);
+      ASSERT_EQ(uint16_t(c.dw0), c.cid);
+      ASSERT_EQ(done[c.dw0], 0) << "command " << c.dw0 << " completed twice";
+      done[c.dw0] = 1;
+      ++completed;
+    }
+    app.ring_cq();
+  }
+  stop.store(true);
+  engine.join();
+  EXPECT_FALSE(faulted.load()) << "the engine saw an impossible doorbell from a correct application";
+  EXPECT_EQ(completed, kCommands);
+}
+
+}  // namespace
+}  // namespace nvtcp::engine
