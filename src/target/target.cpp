@@ -284,7 +284,7 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
       state_->usage.handoff.fetch_sub(1);
       conn->start();
     });
-  } else if (res != -ECANCELED && !stopping_.load()) {
+  } else if (res < 0 && res != -ECANCELED && !stopping_.load()) {
     ++sock->failures;
     sock->last_error = -res;
     const uint64_t now = reactor::monotonic_ns();
