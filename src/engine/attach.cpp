@@ -1,0 +1,234 @@
+#include "engine/attach.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace nvtcp::engine {
+
+namespace {
+bool fill_addr(const std::string& path, sockaddr_un& a, std::string& err) {
+  if (path.empty() || path.size() >= sizeof(a.sun_path)) {
+    err = fmt::format("socket path '{}' is empty or too long", path);
+    return false;
+  }
+  std::memset(&a, 0, sizeof(a));
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  return true;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+}  // namespace
+
+Attachment::~Attachment() { reset(); }
+
+Attachment::Attachment(Attachment&& o) noexcept { *this = std::move(o); }
+
+Attachment& Attachment::operator=(Attachment&& o) noexcept {
+  if (this == &o) return *this;
+  reset();
+  layout_ = o.layout_;
+  region_ = o.region_;
+  memfd_ = o.memfd_;
+  sock_ = o.sock_;
+  kick_ = o.kick_;
+  vectors_ = std::move(o.vectors_);
+  peer_pid_ = o.peer_pid_;
+  peer_uid_ = o.peer_uid_;
+  o.region_ = nullptr;
+  o.memfd_ = o.sock_ = o.kick_ = -1;
+  o.vectors_.clear();
+  return *this;
+}
+
+void Attachment::reset() {
+  if (region_) munmap(region_, layout_.total_bytes);
+  region_ = nullptr;
+  close_fd(memfd_);
+  close_fd(sock_);
+  close_fd(kick_);
+  for (int& v : vectors_) close_fd(v);
+  vectors_.clear();
+}
+
+AttachServer::~AttachServer() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+}
+
+bool AttachServer::listen(const std::string& path, std::string& err) {
+  sockaddr_un a;
+  if (!fill_addr(path, a, err)) return false;
+  fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    err = fmt::format("socket: {}", strerror(errno));
+    return false;
+  }
+  ::unlink(path.c_str());  // a stale socket of an engine that is gone
+  // Created with no permissions for anyone else from the start (no window between bind
+  // and chmod), then only the owner may connect.
+  const mode_t old = ::umask(0177);
+  const int rc = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::umask(old);
+  if (rc != 0 || ::listen(fd_, 64) != 0) {
+    err = fmt::format("cannot listen on '{}': {}", path, strerror(errno));
+    close_fd(fd_);
+    return false;
+  }
+  path_ = path;
+  return true;
+}
+
+bool AttachServer::accept_one(Attachment& out, std::string& err) {
+  Attachment at;
+  at.sock_ = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (at.sock_ < 0) {
+    err = fmt::format("accept: {}", strerror(errno));
+    return false;
+  }
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(at.sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    err = fmt::format("SO_PEERCRED: {}", strerror(errno));
+    return false;
+  }
+  at.peer_pid_ = cred.pid;
+  at.peer_uid_ = cred.uid;
+  AttachReply reply;
+  auto refuse = [&](int e, std::string why) {
+    reply.error = e;
+    (void)::send(at.sock_, &reply, sizeof(reply), MSG_NOSIGNAL);
+    err = std::move(why);
+    return false;
+  };
+  // The request is read before anything is decided: closing a UNIX socket with a message
+  // unread resets the peer, which would then lose the refusal too. A peer that sends nothing
+  // gets a few seconds.
+  timeval tv{5, 0};
+  setsockopt(at.sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  AttachRequest req;
+  const ssize_t n = ::recv(at.sock_, &req, sizeof(req), 0);
+  if (cred.uid != geteuid() && cred.uid != 0)
+    return refuse(EACCES, fmt::format("pid {} (uid {}) may not attach: not the engine's user", cred.pid, cred.uid));
+  if (n != ssize_t(sizeof(req)) || req.magic != kAttachMagic || req.version != kRegionVersion)
+    return refuse(EPROTO, fmt::format("pid {}: not an attach request ({} bytes)", cred.pid, n));
+  auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
+  if (!layout || req.vectors < 1 || req.vectors > kMaxVectors)
+    return refuse(EINVAL, fmt::format("pid {}: {} queue pairs of {} entries, {} vectors, {} data bytes: out of range",
+                                      cred.pid, req.queue_pairs, req.queue_entries, req.vectors, req.data_bytes));
+  at.layout_ = *layout;
+  at.memfd_ = memfd_create("nvtcp-engine", MFD_CLOEXEC);
+  if (at.memfd_ < 0 || ftruncate(at.memfd_, off_t(layout->total_bytes)) != 0)
+    return refuse(ENOMEM, fmt::format("pid {}: no shared memory of {} bytes: {}", cred.pid, layout->total_bytes,
+                                      strerror(errno)));
+  void* p = mmap(nullptr, layout->total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, at.memfd_, 0);
+  if (p == MAP_FAILED) return refuse(ENOMEM, fmt::format("pid {}: mmap: {}", cred.pid, strerror(errno)));
+  at.region_ = static_cast<uint8_t*>(p);
+  layout->write_header(at.region_);
+  at.kick_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  for (uint32_t i = 0; i < req.vectors; ++i) at.vectors_.push_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (at.kick_ < 0 || std::find(at.vectors_.begin(), at.vectors_.end(), -1) != at.vectors_.end())
+    return refuse(EMFILE, fmt::format("pid {}: eventfd: {}", cred.pid, strerror(errno)));
+
+  std::vector<int> fds{at.memfd_, at.kick_};
+  fds.insert(fds.end(), at.vectors_.begin(), at.vectors_.end());
+  reply.vectors = req.vectors;
+  reply.total_bytes = layout->total_bytes;
+  iovec iov{&reply, sizeof(reply)};
+  std::vector<uint8_t> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  if (::sendmsg(at.sock_, &msg, MSG_NOSIGNAL) != ssize_t(sizeof(reply))) {
+    err = fmt::format("pid {}: sending the attachment: {}", cred.pid, strerror(errno));
+    return false;
+  }
+  out = std::move(at);
+  return true;
+}
+
+bool attach(const std::string& path, const AttachRequest& req, Attachment& out, std::string& err) {
+  sockaddr_un a;
+  if (!fill_addr(path, a, err)) return false;
+  Attachment at;
+  at.sock_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (at.sock_ < 0 || ::connect(at.sock_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    err = fmt::format("cannot reach the engine at '{}': {}", path, strerror(errno));
+    return false;
+  }
+  // An engine that refuses this peer answers and closes without reading: the request may
+  // then fail to go out, but the refusal is still there to read.
+  const bool sent = ::send(at.sock_, &req, sizeof(req), MSG_NOSIGNAL) == ssize_t(sizeof(req));
+  const int send_errno = errno;
+  AttachReply reply;
+  iovec iov{&reply, sizeof(reply)};
+  std::vector<uint8_t> control(CMSG_SPACE(sizeof(int) * (2 + kMaxVectors)));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  const ssize_t n = ::recvmsg(at.sock_, &msg, MSG_CMSG_CLOEXEC);
+  std::vector<int> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const auto* p = reinterpret_cast<const int*>(CMSG_DATA(c));
+    fds.insert(fds.end(), p, p + k);
+  }
+  auto fail = [&](std::string why) {
+    for (int fd : fds) ::close(fd);
+    err = std::move(why);
+    return false;
+  };
+  if (n != ssize_t(sizeof(reply)))
+    return fail(sent ? fmt::format("no answer from the engine ({} bytes)", n)
+                     : fmt::format("sending the attach request: {}", strerror(send_errno)));
+  if (reply.error) return fail(fmt::format("the engine refused the attach: {}", strerror(reply.error)));
+  if (msg.msg_flags & MSG_CTRUNC) return fail("the engine's descriptors were cut short");
+  auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
+  if (!layout || fds.size() != 2 + size_t(reply.vectors) || reply.vectors != req.vectors ||
+      reply.total_bytes != layout->total_bytes)
+    return fail(fmt::format("the engine's answer does not match the request ({} descriptors)", fds.size()));
+  at.memfd_ = fds[0];
+  at.kick_ = fds[1];
+  at.vectors_.assign(fds.begin() + 2, fds.end());
+  at.layout_ = *layout;
+  void* p = mmap(nullptr, layout->total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, at.memfd_, 0);
+  if (p == MAP_FAILED) {
+    err = fmt::format("mapping the engine's region: {}", strerror(errno));
+    return false;
+  }
+  at.region_ = static_cast<uint8_t*>(p);
+  if (!layout->matches(at.region_)) {
+    err = "the engine's region header does not match the request";
+    return false;
+  }
+  out = std::move(at);
+  return true;
+}
+
+}  // namespace nvtcp::engine

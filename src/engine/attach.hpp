@@ -1,0 +1,96 @@
+// How an application attaches to the engine: over a UNIX socket (SOCK_SEQPACKET, one message
+// each way) it asks for queue pairs, queue size, interrupt vectors and a data region; the
+// engine checks who is asking (SO_PEERCRED: the engine's own user, or root), makes a memfd
+// with the region laid out and its header written, and passes it back through SCM_RIGHTS
+// with one eventfd the application writes to wake the engine (the MMIO doorbell's analog)
+// and one eventfd per interrupt vector the engine writes to wake the application. After
+// that nothing per I/O goes through the socket; it stays open as the attachment's lifeline
+// (the engine sees it close when the application dies, even by SIGKILL).
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/region.hpp"
+
+namespace nvtcp::engine {
+
+inline constexpr uint32_t kAttachMagic = 0x6e766174;  // "tavn"
+inline constexpr uint32_t kMaxVectors = 32;            // eventfds the engine interrupts through
+
+struct AttachRequest {
+  uint32_t magic = kAttachMagic;
+  uint32_t version = kRegionVersion;
+  uint32_t queue_pairs = 0;    // admin included
+  uint32_t queue_entries = 0;
+  uint32_t vectors = 1;        // interrupt vectors (1..kMaxVectors)
+  uint32_t rsvd = 0;
+  uint64_t data_bytes = 0;
+};
+static_assert(sizeof(AttachRequest) == 32);
+
+struct AttachReply {
+  int32_t error = 0;  // 0, or an errno value saying why the attach was refused
+  uint32_t vectors = 0;
+  uint64_t total_bytes = 0;
+};
+static_assert(sizeof(AttachReply) == 16);
+
+// One attached application as either side holds it: the region mapped, and the descriptors.
+class Attachment {
+ public:
+  Attachment() = default;
+  ~Attachment();
+  Attachment(Attachment&& o) noexcept;
+  Attachment& operator=(Attachment&& o) noexcept;
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
+
+  const RegionLayout& layout() const { return layout_; }
+  uint8_t* region() const { return region_; }
+  uint8_t* data() const { return region_ + layout_.data_offset; }
+  QueueMemory queue_pair(uint32_t i) const { return layout_.queue_pair(region_, i); }
+  int socket() const { return sock_; }         // the lifeline
+  int kick_fd() const { return kick_; }        // application -> engine
+  const std::vector<int>& vector_fds() const { return vectors_; }  // engine -> application
+  pid_t peer_pid() const { return peer_pid_; }
+  uid_t peer_uid() const { return peer_uid_; }
+
+ private:
+  friend class AttachServer;
+  friend bool attach(const std::string&, const AttachRequest&, Attachment&, std::string&);
+  void reset();
+
+  RegionLayout layout_;
+  uint8_t* region_ = nullptr;
+  int memfd_ = -1, sock_ = -1, kick_ = -1;
+  std::vector<int> vectors_;
+  pid_t peer_pid_ = 0;
+  uid_t peer_uid_ = 0;
+};
+
+// The engine's listening socket (mode 0600: only the engine's user connects at all).
+class AttachServer {
+ public:
+  AttachServer() = default;
+  ~AttachServer();
+  AttachServer(const AttachServer&) = delete;
+  AttachServer& operator=(const AttachServer&) = delete;
+
+  bool listen(const std::string& path, std::string& err);
+  int fd() const { return fd_; }
+  // Takes one application's attach request from a connection ready to accept and answers it.
+  // false (and err) when the request was refused or broken: that connection is closed.
+  bool accept_one(Attachment& out, std::string& err);
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// The application's side: connects, asks, and maps what it gets (checking the header).
+bool attach(const std::string& path, const AttachRequest& req, Attachment& out, std::string& err);
+
+}  // namespace nvtcp::engine

@@ -1,0 +1,154 @@
+// Attaching an application to the engine over its UNIX socket: the region and eventfds
+// arrive through SCM_RIGHTS, both sides see the same memory, the socket is the owner's only,
+// bad requests are refused with a reason, and the engine learns who attached.
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "engine/attach.hpp"
+
+namespace nvtcp::engine {
+namespace {
+
+std::string socket_path() { return "/tmp/nvtcp-engine-test-" + std::to_string(getpid()) + ".sock"; }
+
+// Runs the server's accept_one on a thread while the application attaches on this one.
+struct Exchange {
+  bool server_ok = false, client_ok = false;
+  std::string server_err, client_err;
+  Attachment server_side, client_side;
+};
+
+Exchange exchange(AttachServer& server, const std::string& path, const AttachRequest& req) {
+  Exchange x;
+  std::thread t([&] { x.server_ok = server.accept_one(x.server_side, x.server_err); });
+  x.client_ok = attach(path, req, x.client_side, x.client_err);
+  t.join();
+  return x;
+}
+
+TEST(EngineAttach, TheApplicationGetsItsRegionAndEventfds) {
+  AttachServer server;
+  std::string err;
+  const std::string path = socket_path();
+  ASSERT_TRUE(server.listen(path, err)) << err;
+  struct stat st{};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "only the engine's user may connect";
+
+  AttachRequest req;
+  req.queue_pairs = 3;
+  req.queue_entries = 128;
+  req.vectors = 2;
+  req.data_bytes = 1 << 20;
+  Exchange x = exchange(server, path, req);
+  ASSERT_TRUE(x.server_ok) << x.server_err;
+  ASSERT_TRUE(x.client_ok) << x.client_err;
+  EXPECT_EQ(x.server_side.peer_pid(), getpid());
+  EXPECT_EQ(x.server_side.peer_uid(), geteuid());
+  EXPECT_EQ(x.client_side.layout().total_bytes, x.server_side.layout().total_bytes);
+  ASSERT_EQ(x.client_side.vector_fds().size(), 2u);
+
+  // One memory, two mappings.
+  std::memcpy(x.client_side.data() + 4096, "from the application", 21);
+  EXPECT_EQ(std::memcmp(x.server_side.data() + 4096, "from the application", 21), 0);
+  x.server_side.queue_pair(2).words->sq_event_idx = 77;
+  EXPECT_EQ(x.client_side.queue_pair(2).words->sq_event_idx, 77u);
+
+  // The doorbell's analog one way, an interrupt vector the other.
+  uint64_t one = 1, got = 0;
+  ASSERT_EQ(write(x.client_side.kick_fd(), &one, 8), 8);
+  ASSERT_EQ(read(x.server_side.kick_fd(), &got, 8), 8);
+  EXPECT_EQ(got, 1u);
+  ASSERT_EQ(write(x.server_side.vector_fds()[1], &one, 8), 8);
+  ASSERT_EQ(read(x.client_side.vector_fds()[1], &got, 8), 8);
+  EXPECT_EQ(read(x.client_side.vector_fds()[0], &got, 8), -1) << "vector 0 was not signalled";
+
+  // The lifeline: the engine sees the application go.
+  x.client_side = Attachment();
+  char b;
+  EXPECT_EQ(recv(x.server_side.socket(), &b, 1, 0), 0);
+}
+
+TEST(EngineAttach, RequestsOutOfRangeAreRefusedWithAReason) {
+  AttachServer server;
+  std::string err;
+  const std::string path = socket_path();
+  ASSERT_TRUE(server.listen(path, err)) << err;
+  for (auto [pairs, entries, vectors] : {std::tuple{0u, 64u, 1u}, std::tuple{2u, 1u, 1u}, std::tuple{2u, 64u, 0u},
+                                         std::tuple{2u, 64u, kMaxVectors + 1}, std::tuple{kMaxQueuePairs + 1, 64u, 1u}}) {
+    AttachRequest req;
+    req.queue_pairs = pairs;
+    req.queue_entries = entries;
+    req.vectors = vectors;
+    Exchange x = exchange(server, path, req);
+    EXPECT_FALSE(x.server_ok) << pairs << " pairs, " << entries << " entries, " << vectors << " vectors";
+    EXPECT_FALSE(x.client_ok);
+    EXPECT_NE(x.client_err.find("refused"), std::string::npos) << x.client_err;
+    EXPECT_NE(x.server_err.find("out of range"), std::string::npos) << x.server_err;
+  }
+  AttachRequest wrong;
+  wrong.magic = 0x12345678;
+  wrong.queue_pairs = 2;
+  wrong.queue_entries = 64;
+  Exchange x = exchange(server, path, wrong);
+  EXPECT_FALSE(x.server_ok);
+  EXPECT_NE(x.server_err.find("not an attach request"), std::string::npos) << x.server_err;
+}
+
+// Another user is refused by the engine itself, even where the socket's mode would let it
+// connect (as root: the test opens the socket up and attaches from a child run as nobody).
+TEST(EngineAttach, AnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  AttachServer server;
+  std::string err;
+  const std::string path = socket_path();
+  ASSERT_TRUE(server.listen(path, err)) << err;
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  bool server_ok = true;
+  std::string server_err;
+  std::thread t([&] {
+    Attachment at;
+    server_ok = server.accept_one(at, server_err);
+  });
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    AttachRequest req;
+    req.queue_pairs = 1;
+    req.queue_entries = 32;
+    Attachment at;
+    std::string e;
+    const bool ok = attach(path, req, at, e);
+    if (!ok && e.find("Permission denied") == std::string::npos) std::fprintf(stderr, "child: %s\n", e.c_str());
+    _exit(ok ? 0 : (e.find("Permission denied") != std::string::npos ? 1 : 3));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  t.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "the child's attach: " << status;
+  EXPECT_FALSE(server_ok);
+  EXPECT_NE(server_err.find("not the engine's user"), std::string::npos) << server_err;
+}
+
+TEST(EngineAttach, NoEngineNoAttach) {
+  AttachRequest req;
+  req.queue_pairs = 1;
+  req.queue_entries = 32;
+  Attachment at;
+  std::string err;
+  EXPECT_FALSE(attach("/tmp/nvtcp-no-such-engine.sock", req, at, err));
+  EXPECT_NE(err.find("cannot reach the engine"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace nvtcp::engine
