@@ -114,12 +114,8 @@ TEST(EngineAttach, AnotherUserIsRefused) {
   const std::string path = socket_path();
   ASSERT_TRUE(server.listen(path, err)) << err;
   ASSERT_EQ(chmod(path.c_str(), 0666), 0);
-  bool server_ok = true;
-  std::string server_err;
-  std::thread t([&] {
-    Attachment at;
-    server_ok = server.accept_one(at, server_err);
-  });
+  // Forked before any other thread exists (the child allocates); its connection waits in
+  // the listen backlog until the server thread takes it.
   pid_t child = fork();
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
@@ -132,6 +128,12 @@ TEST(EngineAttach, AnotherUserIsRefused) {
     if (!ok && e.find("Permission denied") == std::string::npos) std::fprintf(stderr, "child: %s\n", e.c_str());
     _exit(ok ? 0 : (e.find("Permission denied") != std::string::npos ? 1 : 3));
   }
+  bool server_ok = true;
+  std::string server_err;
+  std::thread t([&] {
+    Attachment at;
+    server_ok = server.accept_one(at, server_err);
+  });
   int status = 0;
   waitpid(child, &status, 0);
   t.join();
