@@ -38,7 +38,7 @@ uint32_t IoForwarder::data_length(const wire::Sqe& sqe) const {
 
 unsigned IoForwarder::poll(unsigned budget_per_queue) {
   unsigned handled = 0;
-  flush_waiting();
+  for (auto& qp : queues_) flush_waiting(*qp);
   for (auto& qp : queues_) {
     Queue& q = *qp;
     for (unsigned n = 0; n < budget_per_queue; ++n) {
@@ -50,7 +50,7 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
     }
   }
   qp_.process_completions(0);
-  flush_waiting();
+  for (auto& qp : queues_) flush_waiting(*qp);
   for (auto& qp : queues_) {
     if (qp->posted && qp->vector_fd >= 0) {
       const uint64_t one = 1;
@@ -113,7 +113,7 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
 // Posts the answer to cid on q's CQ, or, with no room there (or earlier answers still
 // waiting: they keep their order), queues it until the application frees CQ slots.
 void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd) {
-  if (!waiting_head_ && q.q.cq_space() > 0) {
+  if (!q.waiting_head && q.q.cq_space() > 0) {
     wire::Cqe c = cqe;
     c.cid = cid;
     q.q.post(c);
@@ -135,21 +135,20 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
   cmd->app_cid = cid;
   cmd->cqe = cqe;
   cmd->next = nullptr;
-  if (waiting_tail_) waiting_tail_->next = cmd;
-  else waiting_head_ = cmd;
-  waiting_tail_ = cmd;
+  if (q.waiting_tail) q.waiting_tail->next = cmd;
+  else q.waiting_head = cmd;
+  q.waiting_tail = cmd;
 }
 
-void IoForwarder::flush_waiting() {
-  while (waiting_head_) {
-    Command* cmd = waiting_head_;
-    Queue& q = *cmd->queue;
+void IoForwarder::flush_waiting(Queue& q) {
+  while (q.waiting_head) {
+    Command* cmd = q.waiting_head;
     if (q.q.cq_space() == 0) {
       q.q.want_cq_notice();
       return;
     }
-    waiting_head_ = cmd->next;
-    if (!waiting_head_) waiting_tail_ = nullptr;
+    q.waiting_head = cmd->next;
+    if (!q.waiting_head) q.waiting_tail = nullptr;
     wire::Cqe c = cmd->cqe;
     c.cid = cmd->app_cid;
     q.q.post(c);

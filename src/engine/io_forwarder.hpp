@@ -41,6 +41,7 @@ class IoForwarder {
   uint32_t in_flight() const { return in_flight_; }
 
  private:
+  struct Command;
   struct Queue {
     uint16_t qid;
     EngineQueuePair q;
@@ -48,6 +49,10 @@ class IoForwarder {
     bool posted = false;     // completions posted this turn (interrupt due)
     wire::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
     bool holding = false;
+    // Answers this queue's CQ had no room for, in order. Per queue: an application that
+    // stops reading its CQ holds up its own answers only.
+    Command* waiting_head = nullptr;
+    Command* waiting_tail = nullptr;
   };
   struct Command {
     IoForwarder* self = nullptr;
@@ -61,7 +66,7 @@ class IoForwarder {
   bool forward(Queue& q, const wire::Sqe& sqe);  // false: the host queue pair is full
   void answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd);
   uint32_t data_length(const wire::Sqe& sqe) const;
-  void flush_waiting();
+  void flush_waiting(Queue& q);
 
   host::QueuePair& qp_;
   uint8_t* data_;
@@ -69,8 +74,6 @@ class IoForwarder {
   std::vector<std::unique_ptr<Queue>> queues_;
   std::vector<Command> pool_;
   Command* free_ = nullptr;
-  Command* waiting_head_ = nullptr;  // answers whose CQ was full, in order
-  Command* waiting_tail_ = nullptr;
   uint32_t in_flight_ = 0;
   Stats stats_;
 };

@@ -172,5 +172,52 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
   close(vec);
 }
 
+// An application that stops freeing CQ slots holds up its own answers, not another queue's.
+TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
+  auto layout = RegionLayout::compute(3, 4, 64 << 10);  // rings of 4: three entries each
+  SharedRegion r(*layout);
+  engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
+  fwd.add_queue(1, layout->queue_pair(r.base, 1));
+  fwd.add_queue(2, layout->queue_pair(r.base, 2));
+  AppQueuePair stuck(layout->queue_pair(r.base, 1)), other(layout->queue_pair(r.base, 2));
+  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  stuck.ring_sq();
+  // It reads its three answers (learning the SQ is free again) but never rings its CQ head:
+  // as far as the engine knows, its CQ stays full.
+  size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got < 3 && std::chrono::steady_clock::now() < deadline) {
+    fwd.poll();
+    wire::Cqe c;
+    while (stuck.poll(c)) ++got;
+  }
+  ASSERT_EQ(got, 3u);
+  for (uint16_t i = 3; i < 6; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  stuck.ring_sq();
+  // Until the remote controller has answered all three: their answers now wait for CQ room.
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((fwd.stats().forwarded < 6 || fwd.in_flight() > 0) && std::chrono::steady_clock::now() < deadline)
+    fwd.poll();
+  ASSERT_EQ(fwd.stats().forwarded, 6u);
+  ASSERT_EQ(fwd.in_flight(), 0u);
+  ASSERT_EQ(fwd.stats().completed, 3u) << "the stuck queue's second three were posted into a full CQ";
+  ASSERT_TRUE(other.submit(rw(wire::IoOpcode::Read, 42, 9, 1, 8192)));
+  other.ring_sq();
+  auto answers = run(fwd, other, 1);
+  ASSERT_EQ(answers.size(), 1u) << "the other queue's answer waited behind the stuck one's";
+  EXPECT_EQ(answers[0].cid, 42);
+  // The stuck queue gets its answers once it frees its CQ.
+  stuck.ring_cq();
+  got = 0;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got < 3 && std::chrono::steady_clock::now() < deadline) {
+    fwd.poll();
+    wire::Cqe c;
+    while (stuck.poll(c)) ++got;
+    stuck.ring_cq();
+  }
+  EXPECT_EQ(got, 3u);
+}
+
 }  // namespace
 }  // namespace nvtcp::test
