@@ -17,6 +17,11 @@ IoForwarder::IoForwarder(host::QueuePair& qp, uint8_t* data, uint64_t data_bytes
   }
 }
 
+IoForwarder::~IoForwarder() {
+  closing_ = true;
+  while (in_flight_ > 0 && !qp_.failed()) qp_.process_completions(1000);
+}
+
 void IoForwarder::add_queue(uint16_t qid, const QueueMemory& m, int vector_fd) {
   queues_.push_back(std::unique_ptr<Queue>(new Queue{qid, EngineQueuePair(m, qid), vector_fd}));
 }
@@ -103,6 +108,7 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
   auto* cmd = static_cast<Command*>(ctx);
   IoForwarder* self = cmd->self;
   --self->in_flight_;
+  if (self->closing_) return;
   cmd->cqe = wire::Cqe{};
   cmd->cqe.dw0 = c.dw0;
   cmd->cqe.dw1 = c.dw1;

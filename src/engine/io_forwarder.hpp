@@ -19,6 +19,9 @@ class IoForwarder {
  public:
   // data/data_bytes: the application's data region as mapped here.
   IoForwarder(host::QueuePair& qp, uint8_t* data, uint64_t data_bytes);
+  // Waits for the commands it sent: the host queue pair answers or fails each, and each
+  // answer calls back into this object. (Their answers are dropped: the queues are going.)
+  ~IoForwarder();
   IoForwarder(const IoForwarder&) = delete;
   IoForwarder& operator=(const IoForwarder&) = delete;
 
@@ -76,6 +79,7 @@ class IoForwarder {
   Command* free_ = nullptr;
   uint32_t in_flight_ = 0;
   Stats stats_;
+  bool closing_ = false;
 };
 
 }  // namespace nvtcp::engine

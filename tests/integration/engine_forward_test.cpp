@@ -219,5 +219,34 @@ TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   EXPECT_EQ(got, 3u);
 }
 
+// The engine lets go of an application (it detached, or died) with commands in flight: the
+// forwarder waits for their answers from the remote controller before it goes, and the host
+// queue pair is left clean for the next one.
+TEST_F(EngineForward, GoingAwayWithCommandsInFlight) {
+  auto layout = RegionLayout::compute(2, 64, 1 << 20);
+  SharedRegion r(*layout);
+  {
+    engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
+    fwd.add_queue(1, layout->queue_pair(r.base, 1));
+    AppQueuePair app(layout->queue_pair(r.base, 1));
+    for (uint16_t i = 0; i < 32; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i * 8u, 8, i * 4096u)));
+    app.ring_sq();
+    fwd.poll();
+    EXPECT_GT(fwd.in_flight(), 0u);
+  }
+  EXPECT_EQ(qp_->outstanding(), 0u);
+  std::vector<uint8_t> buf(4096);
+  struct Done {
+    bool done = false;
+    host::Completion c;
+  } d;
+  ASSERT_EQ(qp_->read(kRamNsid, 0, 8, buf.data(), [](void* ctx, const host::Completion& c) {
+    static_cast<Done*>(ctx)->done = true;
+    static_cast<Done*>(ctx)->c = c;
+  }, &d), 0);
+  ASSERT_TRUE(wait_for([&] { qp_->process_completions(1000); return d.done; }, 10000));
+  EXPECT_TRUE(d.c.status.ok());
+}
+
 }  // namespace
 }  // namespace nvtcp::test
