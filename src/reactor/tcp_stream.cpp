@@ -411,19 +411,19 @@ void TcpStream::maybe_finish_close() {
   reactor_.defer(&close_d_);
 }
 
-std::string Endpoint::to_string() const {
+std::string Endpoint::host() const {
   char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (addr.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-    return fmt::format("{}:{}", host, port);
-  }
-  auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-  port = ntohs(a->sin6_port);
-  return fmt::format("[{}]:{}", host, port);
+  if (addr.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof(host));
+  else
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof(host));
+  return host;
+}
+
+std::string Endpoint::to_string() const {
+  if (addr.ss_family == AF_INET)
+    return fmt::format("{}:{}", host(), ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port));
+  return fmt::format("[{}]:{}", host(), ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port));
 }
 
 bool resolve(const std::string& host, uint16_t port, Endpoint& out, std::string& err) {

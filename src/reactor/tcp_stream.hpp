@@ -162,7 +162,8 @@ class TcpStream {
 struct Endpoint {
   sockaddr_storage addr{};
   socklen_t len = 0;
-  std::string to_string() const;
+  std::string to_string() const;  // "host:port", "[v6 host]:port"
+  std::string host() const;       // the address alone, no port, no brackets
 };
 // Resolves "127.0.0.1" / "::1" / a host name and a port.
 bool resolve(const std::string& host, uint16_t port, Endpoint& out, std::string& err);

@@ -1,7 +1,6 @@
 #include "target/target.hpp"
 
 #include <malloc.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -79,22 +78,22 @@ uint16_t local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
-// The peer's IP address alone (no port): what max_connections_per_address counts.
-std::string peer_address(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) < 0) return "?";
-  char buf[INET6_ADDRSTRLEN] = {};
-  const void* a = ss.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-                                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
-  return inet_ntop(ss.ss_family, a, buf, sizeof(buf)) ? std::string(buf) : std::string("?");
+reactor::Endpoint peer_of(int fd) {
+  reactor::Endpoint ep;
+  ep.len = sizeof(ep.addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ep.addr), &ep.len) < 0) ep.addr.ss_family = AF_UNSPEC;
+  return ep;
 }
 
 std::string peer_name(int fd) {
-  reactor::Endpoint ep;
-  ep.len = sizeof(ep.addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ep.addr), &ep.len) < 0) return "?";
-  return ep.to_string();
+  reactor::Endpoint ep = peer_of(fd);
+  return ep.addr.ss_family == AF_UNSPEC ? "?" : ep.to_string();
+}
+
+// The peer's IP address alone (no port): what max_connections_per_address counts.
+std::string peer_address(int fd) {
+  reactor::Endpoint ep = peer_of(fd);
+  return ep.addr.ss_family == AF_UNSPEC ? "?" : ep.host();
 }
 }  // namespace
 
