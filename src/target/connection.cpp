@@ -79,11 +79,8 @@ Connection::~Connection() {
   reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
-  if (buffer_bytes_ + pool_bytes_) target_.usage.release_buffer(buffer_bytes_ + pool_bytes_);
-  if (host_) {
-    host_->release(buffer_bytes_ + pool_bytes_);
-    host_->connections.fetch_sub(1, std::memory_order_relaxed);
-  }
+  release_budgets(host_.get(), buffer_bytes_ + pool_bytes_);
+  if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
   if (!address_.empty()) target_.addresses.release(address_);
   target_.usage.connections.fetch_sub(1);
 }
@@ -591,24 +588,16 @@ void Connection::execute_connect(Request* r) {
     return;
   }
   const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
-  if (!host->reserve(pool, cfg.max_host_buffer_memory)) {
+  if (!reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_host_buffer_memory {})", peer_,
-              cmd.sqsize + 1, hostnqn, cfg.max_host_buffer_memory);
-    complete(r, kCommandInterrupted);
-    return;
-  }
-  if (!target_.usage.reserve_buffer(pool, cfg.max_buffer_memory)) {
-    host->release(pool);
-    host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: no buffer memory for a queue of {} entries (max_buffer_memory {})", peer_, cmd.sqsize + 1,
-              cfg.max_buffer_memory);
+    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_buffer_memory {}, "
+              "max_host_buffer_memory {})",
+              peer_, cmd.sqsize + 1, hostnqn, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
     complete(r, kCommandInterrupted);
     return;
   }
   auto undo = [&] {
-    target_.usage.release_buffer(pool);
-    host->release(pool);
+    release_budgets(host.get(), pool);
     host->connections.fetch_sub(1, std::memory_order_relaxed);
   };
   std::shared_ptr<Controller> ctrl;
@@ -972,29 +961,22 @@ void Connection::send_response(Request* r) {
     std::memset(r->c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0,
                 pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
     stream_.send(r->c2h_pdu, pdo);
-    if (r->tx_pad == 0 && !ddgst_) {
-      stream_.send(r->tx_data, r->tx_len, success_flag ? &r->sent : nullptr);
-    } else if (r->tx_pad == 0) {
-      uint32_t crc = crc32c(r->tx_data, r->tx_len);
-      std::memcpy(r->c2h_ddgst, &crc, 4);
-      stream_.send(r->tx_data, r->tx_len);
-      stream_.send(r->c2h_ddgst, 4, success_flag ? &r->sent : nullptr);
-    } else {
-      // Data, then zeros from the shared region (admin responses only: not the hot path).
-      Crc32c crc;
-      crc.update(r->tx_data, r->tx_len);
-      stream_.send(r->tx_data, r->tx_len);
-      for (uint32_t left = r->tx_pad; left > 0;) {
-        const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
-        if (ddgst_) crc.update(kZeroBytes, n);
-        left -= n;
-        stream_.send(kZeroBytes, n, left == 0 && !ddgst_ && success_flag ? &r->sent : nullptr);
-      }
-      if (ddgst_) {
-        const uint32_t v = crc.value();
-        std::memcpy(r->c2h_ddgst, &v, 4);
-        stream_.send(r->c2h_ddgst, 4, success_flag ? &r->sent : nullptr);
-      }
+    // The data, then (a log page's end) zeros from the shared region, then the digest of
+    // both; the last segment carries the SendDone.
+    reactor::SendDone* done = success_flag ? &r->sent : nullptr;
+    Crc32c crc;
+    if (ddgst_) crc.update(r->tx_data, r->tx_len);
+    stream_.send(r->tx_data, r->tx_len, r->tx_pad || ddgst_ ? nullptr : done);
+    for (uint32_t left = r->tx_pad; left > 0;) {
+      const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
+      if (ddgst_) crc.update(kZeroBytes, n);
+      left -= n;
+      stream_.send(kZeroBytes, n, left || ddgst_ ? nullptr : done);
+    }
+    if (ddgst_) {
+      const uint32_t v = crc.value();
+      std::memcpy(r->c2h_ddgst, &v, 4);
+      stream_.send(r->c2h_ddgst, 4, done);
     }
     if (success_flag) {
       send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
@@ -1076,18 +1058,14 @@ Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
       io_queue && cfg.max_buffer_memory ? cfg.max_buffer_memory - admin_buffer_reserve(cfg) : cfg.max_buffer_memory;
   auto reserve = [&] {
     if (cfg.max_connection_buffer_memory && buffer_bytes_ + grow > cfg.max_connection_buffer_memory) return false;
-    if (host_ && !host_->reserve(grow, cfg.max_host_buffer_memory)) return false;
-    if (target_.usage.reserve_buffer(grow, global_cap)) return true;
-    if (host_) host_->release(grow);
-    return false;
+    return reserve_budgets(host_.get(), grow, global_cap);
   };
   // Short of memory: first give back what this connection's idle requests still hold.
   if (!reserve() && (reclaim_idle_buffers() == 0 || !reserve())) return BufferResult::Wait;
   void* p = nullptr;
   // 4 KiB alignment lets file namespaces use O_DIRECT straight from this buffer.
   if (posix_memalign(&p, 4096, cap) != 0) {
-    target_.usage.release_buffer(grow);
-    if (host_) host_->release(grow);
+    release_budgets(host_.get(), grow);
     log::warn("{}: cannot allocate a {}-byte data buffer", peer_, cap);
     return BufferResult::Fail;
   }
@@ -1101,11 +1079,25 @@ Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
   return BufferResult::Ok;
 }
 
+// Takes n bytes from the host's budget (before Connect there is none) and the target's
+// (up to global_cap), or from neither.
+bool Connection::reserve_budgets(HostBudget* host, uint64_t n, uint64_t global_cap) {
+  if (host && !host->reserve(n, target_.config.max_host_buffer_memory)) return false;
+  if (target_.usage.reserve_buffer(n, global_cap)) return true;
+  if (host) host->release(n);
+  return false;
+}
+
+void Connection::release_budgets(HostBudget* host, uint64_t n) {
+  if (n == 0) return;
+  target_.usage.release_buffer(n);
+  if (host) host->release(n);
+}
+
 void Connection::free_buffer(Request* r) {
   if (!r->buf_cap) return;
   buffer_bytes_ -= r->buf_cap;
-  target_.usage.release_buffer(r->buf_cap);
-  if (host_) host_->release(r->buf_cap);
+  release_budgets(host_.get(), r->buf_cap);
   r->buf.reset();
   r->buf_cap = 0;
 }

@@ -157,6 +157,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   enum class BufferResult { Ok, Wait, Fail };
   BufferResult ensure_buffer(Request* r, uint32_t len);
   void free_buffer(Request* r);
+  bool reserve_budgets(HostBudget* host, uint64_t n, uint64_t global_cap);
+  void release_budgets(HostBudget* host, uint64_t n);
   uint64_t reclaim_idle_buffers();
   // Back-pressure: commands wait (in arrival order) while the send queue is over its cap
   // or buffer memory is short, instead of growing either without bound.
