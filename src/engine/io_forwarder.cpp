@@ -66,23 +66,26 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
   return handled;
 }
 
+// Every command, refused here or sent, holds a record until its answer is posted: a refusal
+// may have to wait for CQ room like any answer.
 bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   if (!free_) return false;
-  const uint32_t want = data_length(sqe);
-  DataSpan span = resolve_data(sqe, data_, data_bytes_, want);
-  if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
-    span.status = wire::sc::InvalidNamespace;
-  if (!span.status.ok()) {
-    wire::Cqe c{};
-    c.status = span.status.to_cqe(true);
-    ++stats_.refused;
-    answer(q, sqe.cid, c, nullptr);
-    return true;
-  }
   Command* cmd = free_;
   free_ = cmd->next;
   cmd->queue = &q;
   cmd->app_cid = sqe.cid;
+  auto refuse = [&](wire::Status st) {
+    wire::Cqe c{};
+    c.status = st.to_cqe(true);
+    ++stats_.refused;
+    answer(q, sqe.cid, c, cmd);
+    return true;
+  };
+  const uint32_t want = data_length(sqe);
+  DataSpan span = resolve_data(sqe, data_, data_bytes_, want);
+  if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
+    span.status = wire::sc::InvalidNamespace;
+  if (!span.status.ok()) return refuse(span.status);
   const bool to_controller = sqe.opc & 1;  // NVMe opcodes: bit 0 = host to controller
   const int rc = qp_.submit(sqe, span.data, span.length, to_controller, on_host_completion, cmd);
   if (rc == -EBUSY) {
@@ -90,15 +93,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
     free_ = cmd;
     return false;
   }
-  if (rc != 0) {
-    cmd->next = free_;
-    free_ = cmd;
-    wire::Cqe c{};
-    c.status = (rc == -EINVAL ? wire::sc::InvalidField : wire::sc::TransportError).to_cqe(rc == -EINVAL);
-    ++stats_.refused;
-    answer(q, sqe.cid, c, nullptr);
-    return true;
-  }
+  if (rc != 0) return refuse(rc == -EINVAL ? wire::sc::InvalidField : wire::sc::TransportError);
   ++in_flight_;
   ++stats_.forwarded;
   return true;
@@ -116,8 +111,9 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
   self->answer(*cmd->queue, cmd->app_cid, cmd->cqe, cmd);
 }
 
-// Posts the answer to cid on q's CQ, or, with no room there (or earlier answers still
-// waiting: they keep their order), queues it until the application frees CQ slots.
+// Posts the answer to cid on q's CQ and frees cmd, or, with no room there (or earlier
+// answers still waiting: they keep their order), queues cmd until the application frees
+// CQ slots.
 void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd) {
   if (!q.waiting_head && q.q.cq_space() > 0) {
     wire::Cqe c = cqe;
@@ -125,18 +121,9 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
     q.q.post(c);
     q.posted = true;
     ++stats_.completed;
-    if (cmd) {
-      cmd->next = free_;
-      free_ = cmd;
-    }
+    cmd->next = free_;
+    free_ = cmd;
     return;
-  }
-  if (!cmd) {
-    // A refusal with no command record (none taken yet): take one to wait in.
-    if (!free_) return;  // cannot happen: refusals happen only with a record free (forward())
-    cmd = free_;
-    free_ = cmd->next;
-    cmd->queue = &q;
   }
   cmd->app_cid = cid;
   cmd->cqe = cqe;
