@@ -8,4 +8,5 @@ void add_discover_command(CLI::App& app, int& rc);
 void add_identify_command(CLI::App& app, int& rc);
 void add_perf_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
+void add_engine_command(CLI::App& app, int& rc);
 }  // namespace nvtcp::app

@@ -163,12 +163,14 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   size_t nslots = size_t(o.qpairs) * o.queue_depth;
   std::vector<Slot> slots(nslots);
   size_t buf_bytes = nslots * size_t(o.io_size);
-  void* mem = nullptr;
-  if (posix_memalign(&mem, 4096, buf_bytes) != 0) {
-    err = "out of memory for I/O buffers";
+  // From the controller: through the offload engine, buffers lie in the region it shares.
+  void* mem = ctrl.alloc_io_buffer(buf_bytes);
+  if (!mem) {
+    err = fmt::format("no room for {} bytes of I/O buffers", buf_bytes);
     return false;
   }
-  std::unique_ptr<uint8_t, void (*)(void*)> bufs(static_cast<uint8_t*>(mem), free);
+  auto release = [&ctrl](uint8_t* p) { ctrl.free_io_buffer(p); };
+  std::unique_ptr<uint8_t, decltype(release)> bufs(static_cast<uint8_t*>(mem), release);
   std::memset(bufs.get(), 0, buf_bytes);
   for (size_t i = 0; i < nslots; ++i) {
     slots[i].job = &job;
@@ -179,6 +181,14 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   auto run_phase = [&](double secs) {
     job.stopping = false;
     uint64_t t0 = reactor::monotonic_ns();
+    // Over TCP one reactor serves every queue pair of this thread: polling any one drives
+    // all. Through the engine each queue pair has its own completion queue to read.
+    const bool each_queue = ctrl.trid().trtype == "engine";
+    auto poll_all = [&](uint32_t timeout_us) {
+      qps[0]->process_completions(timeout_us);  // the reactor decides whether to sleep (poll mode)
+      if (each_queue)
+        for (size_t i = 1; i < qps.size(); ++i) qps[i]->process_completions(0);
+    };
     job.idle.clear();
     for (auto& s : slots) {
       s.refused = false;  // a write refused at the end of the last phase never ran
@@ -186,8 +196,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     }
     uint64_t end = t0 + uint64_t(secs * 1e9);
     while (true) {
-      // One reactor serves every queue pair of this thread: polling any one drives all.
-      qps[0]->process_completions(1000);  // the reactor decides whether to sleep (poll mode)
+      poll_all(1000);
       if (reactor::monotonic_ns() >= end) break;
       if (!job.idle.empty()) {
         std::vector<Slot*> retry;
@@ -203,7 +212,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     uint64_t drain_ms = 5000;
     if (o.ctrl.ctrl_loss_tmo_ms) drain_ms += o.ctrl.ctrl_loss_tmo_ms + 2ull * o.ctrl.io_timeout_ms;
     uint64_t drain_end = reactor::monotonic_ns() + drain_ms * 1'000'000ull;
-    while (job.outstanding > 0 && reactor::monotonic_ns() < drain_end) qps[0]->process_completions(1000);
+    while (job.outstanding > 0 && reactor::monotonic_ns() < drain_end) poll_all(1000);
     out.seconds += double(reactor::monotonic_ns() - t0) / 1e9;
   };
 

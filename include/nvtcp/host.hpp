@@ -70,6 +70,10 @@ struct ControllerOptions {
   uint32_t admin_timeout_ms = 10000;
   uint32_t max_retries = 5;
   bool sqpoll = false;               // the I/O queues' reactor gets an io_uring SQ thread
+
+  // trtype:engine only: the data region shared with the engine, from which
+  // Controller::alloc_io_buffer() hands out I/O buffers (the first MiB carries admin data).
+  uint64_t engine_region_bytes = 256ull << 20;
 };
 
 // What a completion callback receives: the CQE's status and command-specific dwords.
@@ -87,8 +91,8 @@ struct WriteFlags {
 };
 
 namespace detail {
-class QueuePairImpl;
-class AdminQueue;
+class IoQueue;
+class EngineClient;
 }  // namespace detail
 
 class QueuePair {
@@ -102,6 +106,9 @@ class QueuePair {
   // Submits one NVMe command. data/len describe its data buffer (nullptr/0 for none);
   // to_controller says which way it flows. Returns 0, -EBUSY when the queue is full, or
   // -ENOTCONN when the connection has failed. cb runs inside process_completions().
+  // Through the offload engine (trtype:engine) the buffer must come from the controller's
+  // alloc_io_buffer() (the engine moves data to and from that shared region only); any
+  // other buffer gives -EFAULT.
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
   int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
   int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
@@ -131,8 +138,8 @@ class QueuePair {
 
  private:
   friend class Controller;
-  explicit QueuePair(std::unique_ptr<detail::QueuePairImpl> impl);
-  std::unique_ptr<detail::QueuePairImpl> impl_;
+  explicit QueuePair(std::unique_ptr<detail::IoQueue> impl);
+  std::unique_ptr<detail::IoQueue> impl_;
 };
 
 struct NamespaceInfo {
@@ -151,8 +158,16 @@ class Controller {
                                              std::string& err);
   ~Controller();  // shuts the controller down (CC.SHN) and closes the admin queue
 
-  // A new I/O queue pair with its own TCP connection, driven by the calling thread.
+  // A new I/O queue pair with its own TCP connection (through the offload engine: its own
+  // queues in the shared region), driven by the calling thread.
   std::unique_ptr<QueuePair> create_io_qpair(uint32_t depth, std::string& err);
+
+  // An I/O buffer (4 KiB aligned) for this controller's queue pairs: the DMA buffer's
+  // analog. Through the offload engine it lies in the region the engine shares with this
+  // process (nullptr when that is full); over TCP it is ordinary memory. Freed with
+  // free_io_buffer() while the controller exists.
+  void* alloc_io_buffer(size_t len);
+  void free_io_buffer(void* p);
 
   // Synchronous admin commands (the admin thread runs them).
   Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
@@ -181,6 +196,7 @@ class Controller {
   Controller();
   struct State;
   std::shared_ptr<State> s_;  // shared with queue pairs, which return their qid to it
+  std::shared_ptr<detail::EngineClient> engine_;  // trtype:engine instead of s_
 };
 
 // The host NQN nvtcp uses when none is given: nqn.2014-08.org.nvmexpress:uuid:<uuid>.

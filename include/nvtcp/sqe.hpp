@@ -6,13 +6,18 @@
 namespace nvtcp::wire {
 
 enum class AdminOpcode : uint8_t {
+  DeleteIoSq = 0x00,
+  CreateIoSq = 0x01,
   GetLogPage = 0x02,
+  DeleteIoCq = 0x04,
+  CreateIoCq = 0x05,
   Identify = 0x06,
   Abort = 0x08,
   SetFeatures = 0x09,
   GetFeatures = 0x0A,
   AsyncEventRequest = 0x0C,
   KeepAlive = 0x18,
+  DoorbellBufferConfig = 0x7C,
   Fabrics = 0x7F,
 };
 

@@ -49,6 +49,7 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   vectors_ = std::move(o.vectors_);
   peer_pid_ = o.peer_pid_;
   peer_uid_ = o.peer_uid_;
+  subnqn_ = std::move(o.subnqn_);
   o.region_ = nullptr;
   o.memfd_ = o.sock_ = o.kick_ = -1;
   o.vectors_.clear();
@@ -95,7 +96,7 @@ bool AttachServer::listen(const std::string& path, std::string& err) {
   return true;
 }
 
-bool AttachServer::accept_one(Attachment& out, std::string& err) {
+bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& check) {
   Attachment at;
   at.sock_ = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (at.sock_ < 0) {
@@ -128,6 +129,13 @@ bool AttachServer::accept_one(Attachment& out, std::string& err) {
     return refuse(EACCES, fmt::format("pid {} (uid {}) may not attach: not the engine's user", cred.pid, cred.uid));
   if (n != ssize_t(sizeof(req)) || req.magic != kAttachMagic || req.version != kRegionVersion)
     return refuse(EPROTO, fmt::format("pid {}: not an attach request ({} bytes)", cred.pid, n));
+  if (std::memchr(req.subnqn, 0, sizeof(req.subnqn)) == nullptr || req.subnqn[0] == 0)
+    return refuse(EINVAL, fmt::format("pid {}: the attach request names no subsystem NQN", cred.pid));
+  at.subnqn_ = req.subnqn;
+  if (check) {
+    std::string why;
+    if (const int e = check(req, why)) return refuse(e, fmt::format("pid {}: {}", cred.pid, why));
+  }
   auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
   if (!layout || req.vectors < 1 || req.vectors > kMaxVectors)
     return refuse(EINVAL, fmt::format("pid {}: {} queue pairs of {} entries, {} vectors, {} data bytes: out of range",

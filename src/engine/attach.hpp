@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,9 @@ struct AttachRequest {
   uint32_t vectors = 1;        // interrupt vectors (1..kMaxVectors)
   uint32_t rsvd = 0;
   uint64_t data_bytes = 0;
+  char subnqn[224] = {};       // the remote subsystem wanted, NUL-terminated (the NVMe NQN limit is 223)
 };
-static_assert(sizeof(AttachRequest) == 32);
+static_assert(sizeof(AttachRequest) == 256);
 
 struct AttachReply {
   int32_t error = 0;  // 0, or an errno value saying why the attach was refused
@@ -56,6 +58,8 @@ class Attachment {
   int kick_fd() const { return kick_; }        // application -> engine
   const std::vector<int>& vector_fds() const { return vectors_; }  // engine -> application
   pid_t peer_pid() const { return peer_pid_; }
+  const std::string& subnqn() const { return subnqn_; }
+  ControllerRegisters& registers() const { return RegionLayout::registers(region_); }
   uid_t peer_uid() const { return peer_uid_; }
 
  private:
@@ -69,6 +73,7 @@ class Attachment {
   std::vector<int> vectors_;
   pid_t peer_pid_ = 0;
   uid_t peer_uid_ = 0;
+  std::string subnqn_;
 };
 
 // The engine's listening socket (mode 0600: only the engine's user connects at all).
@@ -82,8 +87,11 @@ class AttachServer {
   bool listen(const std::string& path, std::string& err);
   int fd() const { return fd_; }
   // Takes one application's attach request from a connection ready to accept and answers it.
-  // false (and err) when the request was refused or broken: that connection is closed.
-  bool accept_one(Attachment& out, std::string& err);
+  // check (if given) may refuse a well-formed request: it returns an errno value and says
+  // why in its string. false (and err) when the request was refused or broken: that
+  // connection is closed.
+  using Check = std::function<int(const AttachRequest&, std::string&)>;
+  bool accept_one(Attachment& out, std::string& err, const Check& check = nullptr);
 
  private:
   int fd_ = -1;

@@ -2,14 +2,43 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "engine/region.hpp"
 
 namespace nvtcp::engine {
 
-IoForwarder::IoForwarder(host::QueuePair& qp, uint8_t* data, uint64_t data_bytes)
-    : qp_(qp), data_(data), data_bytes_(data_bytes), pool_(qp.depth()) {
+struct IoForwarder::Queue {
+  void* owner;
+  uint16_t qid;
+  EngineQueuePair q;
+  uint8_t* data;
+  uint64_t data_bytes;
+  int vector_fd;
+  bool posted = false;     // completions posted this turn (interrupt due)
+  wire::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
+  bool holding = false;
+  bool fault_reported = false;
+  // Being removed: no SQE is fetched any more; gone once nothing is in flight or waiting.
+  bool removing = false;
+  Removal removal = Removal::Abandon;
+  uint32_t in_flight = 0;  // commands sent to the remote controller, not yet answered
+  // Answers this queue's CQ had no room for, in order. Per queue: an application that
+  // stops reading its CQ holds up its own answers only.
+  Command* waiting_head = nullptr;
+  Command* waiting_tail = nullptr;
+};
+
+struct IoForwarder::Command {
+  IoForwarder* self = nullptr;
+  Queue* queue = nullptr;
+  uint16_t app_cid = 0;
+  wire::Cqe cqe{};         // the answer, once it came
+  Command* next = nullptr; // free list, or the list of answers waiting for CQ room
+};
+
+IoForwarder::IoForwarder(host::QueuePair& qp, Events* events) : qp_(qp), events_(events), pool_(qp.depth()) {
   for (auto& c : pool_) {
     c.self = this;
     c.next = free_;
@@ -22,15 +51,29 @@ IoForwarder::~IoForwarder() {
   while (in_flight_ > 0 && !qp_.failed()) qp_.process_completions(1000);
 }
 
-void IoForwarder::add_queue(uint16_t qid, const QueueMemory& m, int vector_fd) {
-  queues_.push_back(std::unique_ptr<Queue>(new Queue{qid, EngineQueuePair(m, qid), vector_fd}));
+IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
+                                           uint64_t data_bytes, int vector_fd) {
+  queues_.push_back(std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+  return queues_.back().get();
 }
 
-bool IoForwarder::faulted(uint16_t qid) const {
-  for (const auto& q : queues_)
-    if (q->qid == qid) return q->q.fault() != EngineQueuePair::Fault::None;
-  return false;
+void IoForwarder::remove_queue(Queue* q, Removal how) {
+  if (q->removing && q->removal == Removal::Abandon) return;  // already going, the harsher way
+  q->removing = true;
+  q->removal = how;
+  if (how == Removal::Abandon) {
+    // Answers still waiting for CQ room will never be read.
+    while (Command* c = q->waiting_head) {
+      q->waiting_head = c->next;
+      ++stats_.dropped;
+      release(c);
+    }
+    q->waiting_tail = nullptr;
+    q->holding = false;
+  }
 }
+
+bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQueuePair::Fault::None; }
 
 uint32_t IoForwarder::data_length(const wire::Sqe& sqe) const {
   switch (static_cast<wire::IoOpcode>(sqe.opc)) {
@@ -46,12 +89,20 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
   for (auto& qp : queues_) flush_waiting(*qp);
   for (auto& qp : queues_) {
     Queue& q = *qp;
+    if (q.removing) {
+      if (q.removal == Removal::Delete) drain_deleted_sq(q);
+      continue;
+    }
     for (unsigned n = 0; n < budget_per_queue; ++n) {
       if (!q.holding && !q.q.fetch(q.held)) break;
       q.holding = true;
       if (!forward(q, q.held)) break;  // the host queue pair is full: keep it for next turn
       q.holding = false;
       ++handled;
+    }
+    if (q.q.fault() != EngineQueuePair::Fault::None && !q.fault_reported) {
+      q.fault_reported = true;
+      if (events_) events_->on_queue_fault(q.owner, q.qid, q.q.fault());
     }
   }
   qp_.process_completions(0);
@@ -60,10 +111,65 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
     if (qp->posted && qp->vector_fd >= 0) {
       const uint64_t one = 1;
       (void)::write(qp->vector_fd, &one, sizeof(one));  // one interrupt per queue per turn
+      ++stats_.interrupts;
     }
     qp->posted = false;
   }
+  reap_removed();
   return handled;
+}
+
+bool IoForwarder::prepare_to_sleep() {
+  bool work = false;
+  for (auto& qp : queues_) {
+    Queue& q = *qp;
+    if (q.removing || q.q.fault() != EngineQueuePair::Fault::None) continue;
+    q.q.want_sq_notice();
+    if (q.holding || q.waiting_head) work = true;
+    else if (q.q.fetch(q.held)) q.holding = work = true;  // published just before the notice
+  }
+  return work;
+}
+
+// A deleted SQ's remaining entries end with Command Aborted due to SQ Deletion (as the CQ
+// has room for them; the application still reads its CQ until it deletes it).
+void IoForwarder::drain_deleted_sq(Queue& q) {
+  wire::Sqe s;
+  while (free_ && (q.holding || q.q.fetch(s))) {
+    if (q.holding) {
+      s = q.held;
+      q.holding = false;
+    }
+    Command* cmd = free_;
+    free_ = cmd->next;
+    cmd->queue = &q;
+    wire::Cqe c{};
+    c.status = wire::sc::SqDeletion.to_cqe(false);
+    ++stats_.refused;
+    answer(q, s.cid, c, cmd);
+  }
+}
+
+void IoForwarder::reap_removed() {
+  for (size_t i = 0; i < queues_.size();) {
+    Queue& q = *queues_[i];
+    if (!q.removing || q.in_flight > 0 || q.waiting_head) {
+      ++i;
+      continue;
+    }
+    if (q.removal == Removal::Delete) {
+      wire::Sqe s;
+      if (q.holding || q.q.fetch(s)) {  // more arrived: still to be aborted
+        if (!q.holding) q.held = s, q.holding = true;
+        ++i;
+        continue;
+      }
+    }
+    void* owner = q.owner;
+    const uint16_t qid = q.qid;
+    queues_.erase(queues_.begin() + ptrdiff_t(i));
+    if (events_) events_->on_queue_removed(owner, qid);
+  }
 }
 
 // Every command, refused here or sent, holds a record until its answer is posted: a refusal
@@ -82,7 +188,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
     return true;
   };
   const uint32_t want = data_length(sqe);
-  DataSpan span = resolve_data(sqe, data_, data_bytes_, want);
+  DataSpan span = resolve_data(sqe, q.data, q.data_bytes, want);
   if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
     span.status = wire::sc::InvalidNamespace;
   if (!span.status.ok()) return refuse(span.status);
@@ -95,6 +201,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   }
   if (rc != 0) return refuse(rc == -EINVAL ? wire::sc::InvalidField : wire::sc::TransportError);
   ++in_flight_;
+  ++q.in_flight;
   ++stats_.forwarded;
   return true;
 }
@@ -102,13 +209,25 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
 void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
   auto* cmd = static_cast<Command*>(ctx);
   IoForwarder* self = cmd->self;
+  Queue& q = *cmd->queue;
   --self->in_flight_;
+  --q.in_flight;
   if (self->closing_) return;
+  if (q.removing && q.removal == Removal::Abandon) {
+    ++self->stats_.dropped;
+    self->release(cmd);
+    return;
+  }
   cmd->cqe = wire::Cqe{};
   cmd->cqe.dw0 = c.dw0;
   cmd->cqe.dw1 = c.dw1;
   cmd->cqe.status = c.status.to_cqe(true);
-  self->answer(*cmd->queue, cmd->app_cid, cmd->cqe, cmd);
+  self->answer(q, cmd->app_cid, cmd->cqe, cmd);
+}
+
+void IoForwarder::release(Command* cmd) {
+  cmd->next = free_;
+  free_ = cmd;
 }
 
 // Posts the answer to cid on q's CQ and frees cmd, or, with no room there (or earlier
@@ -121,8 +240,12 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
     q.q.post(c);
     q.posted = true;
     ++stats_.completed;
-    cmd->next = free_;
-    free_ = cmd;
+    release(cmd);
+    return;
+  }
+  if (q.q.fault() != EngineQueuePair::Fault::None) {  // its CQ cannot be trusted: never posted
+    ++stats_.dropped;
+    release(cmd);
     return;
   }
   cmd->app_cid = cid;
@@ -137,6 +260,13 @@ void IoForwarder::flush_waiting(Queue& q) {
   while (q.waiting_head) {
     Command* cmd = q.waiting_head;
     if (q.q.cq_space() == 0) {
+      if (q.q.fault() != EngineQueuePair::Fault::None) {
+        q.waiting_head = cmd->next;
+        if (!q.waiting_head) q.waiting_tail = nullptr;
+        ++stats_.dropped;
+        release(cmd);
+        continue;
+      }
       q.q.want_cq_notice();
       return;
     }
@@ -147,8 +277,7 @@ void IoForwarder::flush_waiting(Queue& q) {
     q.q.post(c);
     q.posted = true;
     ++stats_.completed;
-    cmd->next = free_;
-    free_ = cmd;
+    release(cmd);
   }
 }
 

@@ -18,9 +18,22 @@
 namespace nvtcp::engine {
 
 inline constexpr uint32_t kRegionMagic = 0x6e767465;  // "etvn"
-inline constexpr uint32_t kRegionVersion = 1;
+inline constexpr uint32_t kRegionVersion = 2;
 inline constexpr uint32_t kMaxQueuePairs = 1024;      // admin included
 inline constexpr uint32_t kMaxQueueEntries = 65536;   // the NVMe limit (MQES 0FFFFh)
+
+// The controller registers a PCIe controller has in its BAR, the ones a software queue
+// interface needs. The application writes CC (then kicks the engine, the analog of the MMIO
+// write); the engine writes CAP and VS at attach and CSTS as the controller changes state.
+// The admin queue is queue pair 0 with the region's queue size (AQA and ASQ/ACQ are fixed).
+struct alignas(64) ControllerRegisters {
+  uint64_t cap;
+  uint32_t vs;
+  uint32_t cc;    // application
+  uint32_t csts;  // engine
+  uint32_t rsvd[11];
+};
+static_assert(sizeof(ControllerRegisters) == 64);
 
 struct RegionHeader {
   uint32_t magic;
@@ -30,9 +43,12 @@ struct RegionHeader {
   uint64_t data_offset;    // from the start of the region
   uint64_t data_bytes;
   uint64_t total_bytes;
-  uint8_t rsvd[4096 - 40];
+  uint8_t rsvd0[24];
+  ControllerRegisters regs;  // at offset 64
+  uint8_t rsvd1[4096 - 128];
 };
 static_assert(sizeof(RegionHeader) == 4096);
+static_assert(offsetof(RegionHeader, regs) == 64);
 
 struct RegionLayout {
   uint32_t queue_pairs = 0;
@@ -77,6 +93,8 @@ struct RegionLayout {
            h->queue_entries == queue_entries && h->data_offset == data_offset && h->data_bytes == data_bytes &&
            h->total_bytes == total_bytes;
   }
+
+  static ControllerRegisters& registers(void* region) { return static_cast<RegionHeader*>(region)->regs; }
 
   QueueMemory queue_pair(void* region, uint32_t i) const {
     auto* p = static_cast<uint8_t*>(region) + queues_offset + uint64_t(i) * pair_bytes;

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "host/engine_client.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
 #include "util/log.hpp"
@@ -380,6 +381,20 @@ Controller::Controller() = default;
 std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const ControllerOptions& opts,
                                                 std::string& err) {
   std::unique_ptr<Controller> c(new Controller());
+  if (trid.trtype == "engine") {
+    c->engine_ = detail::EngineClient::connect(trid, opts, err);
+    if (!c->engine_) return nullptr;
+    std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
+    for (uint32_t nsid : c->active_namespaces()) {
+      NamespaceInfo ni;
+      std::string e;
+      if (c->namespace_info(nsid, ni, e)) block_sizes.emplace_back(nsid, ni.block_size);
+    }
+    c->engine_->set_block_sizes(std::move(block_sizes));
+    log::debug("attached to {} through the engine at {} (controller {}, {} I/O queues)", trid.subnqn, trid.traddr,
+               c->cntlid(), c->io_queues_granted());
+    return c;
+  }
   c->s_ = std::make_shared<State>();
   State& st = *c->s_;
   st.trid = trid;
@@ -443,6 +458,7 @@ Controller::~Controller() {
 }
 
 Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
+  if (engine_) return engine_->admin(sqe, data, len, to_controller);
   State& st = *s_;
   auto w = std::make_shared<AdminWait>();
   Completion fail_cpl;
@@ -569,6 +585,11 @@ bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
 }
 
 std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::string& err) {
+  if (engine_) {
+    auto q = engine_->create_io_queue(depth, err);
+    if (!q) return nullptr;
+    return std::unique_ptr<QueuePair>(new QueuePair(std::move(q)));
+  }
   State& st = *s_;
   if (st.discovery) {
     err = "a discovery controller has no I/O queues";
@@ -627,21 +648,33 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl)));
 }
 
-const uint8_t* Controller::identify_data() const { return s_->ident; }
-uint16_t Controller::cntlid() const { return s_->link_cntlid(); }
-uint32_t Controller::io_queues_granted() const { return s_->ioq_granted; }
-uint32_t Controller::max_transfer_bytes() const { return s_->max_transfer; }
-uint64_t Controller::cap() const { return s_->cap; }
-uint32_t Controller::version() const { return s_->vs; }
-const TransportId& Controller::trid() const { return s_->trid; }
-const std::string& Controller::hostnqn() const { return s_->hostnqn; }
-bool Controller::failed() const { return s_->link_state() == State::LinkState::Deleted; }
-bool Controller::live() const { return s_->link_state() == State::LinkState::Live; }
-uint32_t Controller::resets() const { return s_->reset_count.load(std::memory_order_relaxed); }
+const uint8_t* Controller::identify_data() const { return engine_ ? engine_->identify_data() : s_->ident; }
+uint16_t Controller::cntlid() const { return engine_ ? engine_->cntlid() : s_->link_cntlid(); }
+uint32_t Controller::io_queues_granted() const { return engine_ ? engine_->io_queues_granted() : s_->ioq_granted; }
+uint32_t Controller::max_transfer_bytes() const { return engine_ ? engine_->max_transfer_bytes() : s_->max_transfer; }
+uint64_t Controller::cap() const { return engine_ ? engine_->cap() : s_->cap; }
+uint32_t Controller::version() const { return engine_ ? engine_->version() : s_->vs; }
+const TransportId& Controller::trid() const { return engine_ ? engine_->trid() : s_->trid; }
+const std::string& Controller::hostnqn() const { return engine_ ? engine_->hostnqn() : s_->hostnqn; }
+bool Controller::failed() const {
+  return engine_ ? engine_->failed() : s_->link_state() == State::LinkState::Deleted;
+}
+bool Controller::live() const { return engine_ ? !engine_->failed() : s_->link_state() == State::LinkState::Live; }
+uint32_t Controller::resets() const { return engine_ ? 0 : s_->reset_count.load(std::memory_order_relaxed); }
+
+void* Controller::alloc_io_buffer(size_t len) {
+  if (engine_) return engine_->alloc(len);
+  return std::aligned_alloc(4096, (len + 4095) & ~size_t(4095));
+}
+
+void Controller::free_io_buffer(void* p) {
+  if (engine_) return engine_->free(p);
+  std::free(p);
+}
 
 // ---------------------------------------------------------------- QueuePair
 
-QueuePair::QueuePair(std::unique_ptr<detail::QueuePairImpl> impl) : impl_(std::move(impl)) {}
+QueuePair::QueuePair(std::unique_ptr<detail::IoQueue> impl) : impl_(std::move(impl)) {}
 QueuePair::~QueuePair() = default;
 
 int QueuePair::submit(const Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "host/io_queue.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "transport/pdu_receiver.hpp"
@@ -76,7 +77,7 @@ struct QueueParams {
   uint32_t max_retries = 5;
 };
 
-class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHandler {
+class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public transport::PduHandler {
  public:
   // link: the controller, for queues that reconnect with it (nullptr: this connection
   // alone; a loss fails it for good, as for the admin queue, which its owner re-creates).
@@ -85,28 +86,24 @@ class QueuePairImpl final : public reactor::StreamOwner, public transport::PduHa
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
   bool connect(std::string& err);
-  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
-  int poll(uint32_t timeout_us);
+  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+             void* ctx) override;
+  int poll(uint32_t timeout_us) override;
   // Closes the connection for good, ending every outstanding command with a path error,
   // and waits for the close to finish.
   void shutdown();
 
-  uint16_t qid() const { return p_.qid; }
+  uint16_t qid() const override { return p_.qid; }
   uint16_t cntlid() const { return cntlid_; }
-  uint32_t depth() const { return p_.depth; }
-  uint32_t outstanding() const { return outstanding_; }
-  bool failed() const { return failed_; }
-  bool ready() const { return state_ == State::Ready; }
-  uint32_t reconnects() const { return reconnects_; }
+  uint32_t depth() const override { return p_.depth; }
+  uint32_t outstanding() const override { return outstanding_; }
+  bool failed() const override { return failed_; }
+  bool ready() const override { return state_ == State::Ready; }
+  uint32_t reconnects() const override { return reconnects_; }
   const std::string& error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }
   const QueueParams& params() const { return p_; }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
-
-  // Set by whoever created the queue: released (and so the qid returned) when it dies.
-  std::shared_ptr<void> lease;
-  // Block size of each namespace, for read()/write() that count in blocks.
-  std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
 
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;

@@ -38,11 +38,12 @@ bool TransportId::parse(const std::string& text, TransportId& out, std::string& 
     std::string key = lower(tok.substr(0, sep));
     std::string val = sep == std::string::npos ? "" : tok.substr(sep + 1);
     if (key == "trtype") {
-      if (lower(val) != "tcp") {
-        err = fmt::format("trtype '{}' is not supported (only tcp)", val);
+      // engine: the offload engine on this machine, traddr = its UNIX socket.
+      if (lower(val) != "tcp" && lower(val) != "engine") {
+        err = fmt::format("trtype '{}' is not supported (tcp or engine)", val);
         return false;
       }
-      t.trtype = "tcp";
+      t.trtype = lower(val);
     } else if (key == "adrfam") {
       std::string l = lower(val);
       if (l != "ipv4" && l != "ipv6") {
@@ -98,6 +99,10 @@ bool TransportId::parse(const std::string& text, TransportId& out, std::string& 
     err = "transport ID needs traddr (e.g. 'trtype:tcp traddr:127.0.0.1 trsvcid:4420 subnqn:nqn...')";
     return false;
   }
+  if (t.trtype == "engine" && t.subnqn.empty()) {
+    err = "an engine transport ID needs subnqn (the remote subsystem the engine carries)";
+    return false;
+  }
   if (t.subnqn.size() > 223 || t.hostnqn.size() > 223) {
     err = "NQNs are at most 223 bytes";
     return false;
@@ -107,7 +112,8 @@ bool TransportId::parse(const std::string& text, TransportId& out, std::string& 
 }
 
 std::string TransportId::to_string() const {
-  std::string s = fmt::format("trtype:{} adrfam:{} traddr:{} trsvcid:{}", trtype, adrfam, traddr, trsvcid);
+  std::string s = trtype == "engine" ? fmt::format("trtype:engine traddr:{}", traddr)
+                                     : fmt::format("trtype:{} adrfam:{} traddr:{} trsvcid:{}", trtype, adrfam, traddr, trsvcid);
   if (!subnqn.empty()) s += " subnqn:" + subnqn;
   if (!hostnqn.empty()) s += " hostnqn:" + hostnqn;
   if (nsid != 1) s += fmt::format(" ns:{}", nsid);

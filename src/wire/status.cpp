@@ -25,10 +25,14 @@ const char* known_name(Status s) {
     case sc::TransientTransportError.value: return "Transient Transport Error";
     case sc::LbaOutOfRange.value: return "LBA Out of Range";
     case sc::NamespaceNotReady.value: return "Namespace Not Ready";
+    case sc::CompletionQueueInvalid.value: return "Completion Queue Invalid";
     case sc::InvalidQueueIdentifier.value: return "Invalid Queue Identifier";
+    case sc::InvalidQueueSize.value: return "Invalid Queue Size";
     case sc::AbortLimitExceeded.value: return "Abort Command Limit Exceeded";
     case sc::AerLimitExceeded.value: return "Asynchronous Event Request Limit Exceeded";
+    case sc::InvalidInterruptVector.value: return "Invalid Interrupt Vector";
     case sc::InvalidLogPage.value: return "Invalid Log Page";
+    case sc::InvalidQueueDeletion.value: return "Invalid Queue Deletion";
     case sc::FeatureNotSaveable.value: return "Feature Identifier Not Saveable";
     case sc::ConnectIncompatibleFormat.value: return "Connect Incompatible Format";
     case sc::ConnectControllerBusy.value: return "Connect Controller Busy";

@@ -134,8 +134,8 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
   std::vector<uint8_t> region(layout->total_bytes + 4096);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(region.data()) + 4095) & ~uintptr_t(4095));
   layout->write_header(base);
-  engine::IoForwarder fwd(*qp, base + layout->data_offset, layout->data_bytes);
-  fwd.add_queue(1, layout->queue_pair(base, 1));
+  engine::IoForwarder fwd(*qp);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(base, 1), base + layout->data_offset, layout->data_bytes);
   engine::AppQueuePair app(layout->queue_pair(base, 1));
   uint64_t completed = 0, errors = 0;
   uint16_t cid = 0;

@@ -81,8 +81,8 @@ TEST_F(EngineForward, WritesAndReadsMoveThroughTheApplicationsOwnRegion) {
   auto layout = RegionLayout::compute(2, 64, 1 << 20);
   ASSERT_TRUE(layout);
   SharedRegion r(*layout);
-  engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
-  fwd.add_queue(1, layout->queue_pair(r.base, 1));
+  engine::IoForwarder fwd(*qp_);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
   AppQueuePair app(layout->queue_pair(r.base, 1));
 
   // 16 writes of 16 KiB (R2T and in-capsule alike on the wire), each its own pattern.
@@ -116,8 +116,8 @@ TEST_F(EngineForward, WritesAndReadsMoveThroughTheApplicationsOwnRegion) {
 TEST_F(EngineForward, PointersOutsideTheRegionAreRefusedAndNothingMoves) {
   auto layout = RegionLayout::compute(2, 16, 64 << 10);
   SharedRegion r(*layout);
-  engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
-  fwd.add_queue(1, layout->queue_pair(r.base, 1));
+  engine::IoForwarder fwd(*qp_);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
   AppQueuePair app(layout->queue_pair(r.base, 1));
   ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 1, 0, 8, (64 << 10) - 2048)));  // runs past the end
   ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Write, 2, 0, 8, ~uint64_t(0) - 100)));  // wraps
@@ -137,10 +137,10 @@ TEST_F(EngineForward, PointersOutsideTheRegionAreRefusedAndNothingMoves) {
 TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
   auto layout = RegionLayout::compute(3, 256, 1 << 20);
   SharedRegion r(*layout);
-  engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
+  engine::IoForwarder fwd(*qp_);
   const int vec = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  fwd.add_queue(1, layout->queue_pair(r.base, 1));
-  fwd.add_queue(2, layout->queue_pair(r.base, 2), vec);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
+  fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes, vec);
   AppQueuePair busy(layout->queue_pair(r.base, 1)), quiet(layout->queue_pair(r.base, 2));
   for (uint16_t i = 0; i < 200; ++i) ASSERT_TRUE(busy.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
   busy.ring_sq();
@@ -176,9 +176,9 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
 TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   auto layout = RegionLayout::compute(3, 4, 64 << 10);  // rings of 4: three entries each
   SharedRegion r(*layout);
-  engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
-  fwd.add_queue(1, layout->queue_pair(r.base, 1));
-  fwd.add_queue(2, layout->queue_pair(r.base, 2));
+  engine::IoForwarder fwd(*qp_);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
+  fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes);
   AppQueuePair stuck(layout->queue_pair(r.base, 1)), other(layout->queue_pair(r.base, 2));
   for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
   stuck.ring_sq();
@@ -226,8 +226,8 @@ TEST_F(EngineForward, GoingAwayWithCommandsInFlight) {
   auto layout = RegionLayout::compute(2, 64, 1 << 20);
   SharedRegion r(*layout);
   {
-    engine::IoForwarder fwd(*qp_, r.data(), layout->data_bytes);
-    fwd.add_queue(1, layout->queue_pair(r.base, 1));
+    engine::IoForwarder fwd(*qp_);
+    fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
     AppQueuePair app(layout->queue_pair(r.base, 1));
     for (uint16_t i = 0; i < 32; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i * 8u, 8, i * 4096u)));
     app.ring_sq();

@@ -46,6 +46,8 @@ TEST(EngineAttach, TheApplicationGetsItsRegionAndEventfds) {
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "only the engine's user may connect";
 
   AttachRequest req;
+
+  std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
   req.queue_pairs = 3;
   req.queue_entries = 128;
   req.vectors = 2;
@@ -87,6 +89,7 @@ TEST(EngineAttach, RequestsOutOfRangeAreRefusedWithAReason) {
   for (auto [pairs, entries, vectors] : {std::tuple{0u, 64u, 1u}, std::tuple{2u, 1u, 1u}, std::tuple{2u, 64u, 0u},
                                          std::tuple{2u, 64u, kMaxVectors + 1}, std::tuple{kMaxQueuePairs + 1, 64u, 1u}}) {
     AttachRequest req;
+    std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
     req.queue_pairs = pairs;
     req.queue_entries = entries;
     req.vectors = vectors;
@@ -97,6 +100,7 @@ TEST(EngineAttach, RequestsOutOfRangeAreRefusedWithAReason) {
     EXPECT_NE(x.server_err.find("out of range"), std::string::npos) << x.server_err;
   }
   AttachRequest wrong;
+  std::strcpy(wrong.subnqn, "nqn.2026-11.io.nvtcp:test");
   wrong.magic = 0x12345678;
   wrong.queue_pairs = 2;
   wrong.queue_entries = 64;
@@ -120,6 +124,7 @@ TEST(EngineAttach, AnotherUserIsRefused) {
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
     AttachRequest req;
+    std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
     req.queue_pairs = 1;
     req.queue_entries = 32;
     Attachment at;
@@ -144,6 +149,7 @@ TEST(EngineAttach, AnotherUserIsRefused) {
 
 TEST(EngineAttach, NoEngineNoAttach) {
   AttachRequest req;
+  std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
   req.queue_pairs = 1;
   req.queue_entries = 32;
   Attachment at;

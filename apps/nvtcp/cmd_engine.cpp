@@ -1,0 +1,172 @@
+// `nvtcp engine`: the offload engine, until SIGINT/SIGTERM. It connects the remote
+// controllers and serves local applications (trtype:engine) on a UNIX socket.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "engine/engine.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::app {
+
+namespace {
+struct EngineArgs {
+  std::string config;
+  std::string socket;
+  std::vector<std::string> controllers;
+  std::vector<int> cpus;
+  uint32_t queue_depth = 0;
+  uint32_t max_queue_pairs = 0;
+  int64_t idle_spin_us = -2;  // -2: not given
+  int64_t ctrl_loss_tmo_s = -1, reconnect_delay_s = -1, kato_s = -1;
+  std::string tcp_congestion;
+  std::string ready_file;
+};
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// The JSON configuration: the same content as the flags, flags win.
+bool load_config(const std::string& path, engine::EngineOptions& o, std::string& err) {
+  std::ifstream in(path);
+  if (!in) {
+    err = fmt::format("cannot read {}", path);
+    return false;
+  }
+  try {
+    const auto j = nlohmann::json::parse(in);
+    static const std::set<std::string> known{"socket",      "cpus",        "controllers",      "queue_depth",
+                                             "max_queue_pairs", "idle_spin_us", "ctrl_loss_tmo_s", "reconnect_delay_s",
+                                             "kato_s",      "tcp_congestion"};
+    for (const auto& [k, v] : j.items())
+      if (!known.count(k)) {
+        err = fmt::format("{}: unknown key '{}'", path, k);
+        return false;
+      }
+    if (j.contains("socket")) o.socket_path = j["socket"].get<std::string>();
+    if (j.contains("cpus")) o.cpus = j["cpus"].get<std::vector<int>>();
+    for (const auto& t : j.value("controllers", std::vector<std::string>{})) {
+      host::TransportId trid;
+      if (!host::TransportId::parse(t, trid, err)) return false;
+      o.controllers.push_back(trid);
+    }
+    if (j.contains("queue_depth")) o.queue_depth = j["queue_depth"].get<uint32_t>();
+    if (j.contains("max_queue_pairs")) o.max_queue_pairs = j["max_queue_pairs"].get<uint32_t>();
+    if (j.contains("idle_spin_us")) o.idle_spin_us = j["idle_spin_us"].get<int64_t>();
+    if (j.contains("ctrl_loss_tmo_s")) o.host.ctrl_loss_tmo_ms = j["ctrl_loss_tmo_s"].get<uint32_t>() * 1000;
+    if (j.contains("reconnect_delay_s")) o.host.reconnect_delay_ms = j["reconnect_delay_s"].get<uint32_t>() * 1000;
+    if (j.contains("kato_s")) o.host.kato_ms = j["kato_s"].get<uint32_t>() * 1000;
+    if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
+  } catch (const std::exception& e) {
+    err = fmt::format("{}: {}", path, e.what());
+    return false;
+  }
+  return true;
+}
+
+int run_engine(const EngineArgs& a) {
+  engine::EngineOptions o;
+  // As the Linux host: a lost controller is retried for 10 minutes before it is given up.
+  o.host.ctrl_loss_tmo_ms = 600'000;
+  std::string err;
+  if (!a.config.empty() && !load_config(a.config, o, err)) {
+    fmt::print(stderr, "nvtcp engine: {}\n", err);
+    return 2;
+  }
+  if (!a.socket.empty()) o.socket_path = a.socket;
+  if (!a.cpus.empty()) o.cpus = a.cpus;
+  for (const auto& t : a.controllers) {
+    host::TransportId trid;
+    if (!host::TransportId::parse(t, trid, err) || trid.trtype != "tcp") {
+      fmt::print(stderr, "nvtcp engine: --controller '{}': {}\n", t, err.empty() ? "must be trtype:tcp" : err);
+      return 2;
+    }
+    o.controllers.push_back(trid);
+  }
+  if (o.controllers.empty()) {
+    fmt::print(stderr, "nvtcp engine: no --controller given\n");
+    return 2;
+  }
+  if (a.queue_depth) o.queue_depth = a.queue_depth;
+  if (a.max_queue_pairs) o.max_queue_pairs = a.max_queue_pairs;
+  if (a.idle_spin_us != -2) o.idle_spin_us = a.idle_spin_us;
+  if (a.ctrl_loss_tmo_s >= 0) o.host.ctrl_loss_tmo_ms = uint32_t(a.ctrl_loss_tmo_s * 1000);
+  if (a.reconnect_delay_s >= 0) o.host.reconnect_delay_ms = uint32_t(a.reconnect_delay_s * 1000);
+  if (a.kato_s >= 0) o.host.kato_ms = uint32_t(a.kato_s * 1000);
+  if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
+  if (o.queue_depth < 2 || o.queue_depth > 1024 || o.max_queue_pairs < 2 || o.max_queue_pairs > 1024) {
+    fmt::print(stderr, "nvtcp engine: queue depth must be 2..1024 and max queue pairs 2..1024\n");
+    return 2;
+  }
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread started from here on too
+
+  engine::Engine eng(o);
+  if (!eng.start(err)) {
+    fmt::print(stderr, "nvtcp engine: {}\n", err);
+    return 1;
+  }
+  if (!a.ready_file.empty()) {
+    if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
+      std::fprintf(f, "%s\n", o.socket_path.c_str());
+      std::fclose(f);
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    log::info("signal {}: shutting down", sig);
+    stop = true;
+  });
+  eng.run(stop);
+  signals.join();
+  const engine::EngineStats s = eng.stats();
+  eng.shutdown();
+  const double cpu = cpu_seconds();
+  log::info("engine: {} application(s) attached ({} refused); {} I/O commands forwarded, {} completions posted, {} "
+            "answered by the engine, {} dropped for applications gone; {:.2f} CPU s, {:.3f} CPU s per million I/Os",
+            s.attached, s.refused, s.forwarded, s.completed, s.refused_io, s.dropped, cpu,
+            s.forwarded ? cpu / (double(s.forwarded) / 1e6) : 0.0);
+  return 0;
+}
+}  // namespace
+
+void add_engine_command(CLI::App& app, int& rc) {
+  auto a = std::make_shared<EngineArgs>();
+  auto* c = app.add_subcommand("engine",
+                               "the offload engine: carry local applications' NVMe queues (trtype:engine) over "
+                               "NVMe/TCP on dedicated cores");
+  c->add_option("--config", a->config, "JSON file with the same content as the flags (flags win)");
+  c->add_option("--socket", a->socket, "UNIX socket applications attach to (default /run/nvtcp/engine.sock)");
+  c->add_option("--controller", a->controllers, "a remote controller's transport ID (repeatable)");
+  c->add_option("--cpus", a->cpus, "CPUs, one engine core each (default: one core, not pinned)")->delimiter(',');
+  c->add_option("--queue-depth", a->queue_depth, "depth of each NVMe/TCP queue pair (default 128)");
+  c->add_option("--max-queue-pairs", a->max_queue_pairs, "queue pairs per application, admin included (default 129)");
+  c->add_option("--idle-spin-us", a->idle_spin_us,
+                "an idle core spins this long before sleeping (default 200; 0 sleeps at once, -1 never sleeps)");
+  c->add_option("--ctrl-loss-tmo", a->ctrl_loss_tmo_s, "seconds to keep reconnecting a lost controller (default 600)");
+  c->add_option("--reconnect-delay", a->reconnect_delay_s, "seconds between reconnect attempts (default 2)");
+  c->add_option("--kato", a->kato_s, "keep-alive timeout asked of the remote controllers, seconds (default 30)");
+  c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
+  c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
+  c->callback([a, &rc] { rc = run_engine(*a); });
+}
+
+}  // namespace nvtcp::app

@@ -1,0 +1,428 @@
+#include "engine/app_controller.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/region.hpp"
+#include "util/log.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/features.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::engine {
+
+using wire::AdminOpcode;
+using wire::Sqe;
+using wire::Status;
+namespace sc = wire::sc;
+namespace prop = wire::prop;
+
+namespace {
+constexpr uint32_t kAerLimit = 4;           // AERL 3: four held at once
+constexpr uint32_t kMaxAdminTransfer = 1u << 20;
+constexpr uint32_t kIdentifyBytes = 4096;
+constexpr uint32_t kOacsDoorbellBufferConfig = 1u << 8;
+constexpr uint8_t kFeatureInterruptCoalescing = 0x08;
+
+void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
+uint32_t load_acquire(const uint32_t& w) { return std::atomic_ref<const uint32_t>(w).load(std::memory_order_acquire); }
+
+// Zeroes a queue pair's words and rings: the state a queue starts from (the CQ phase tag
+// of the first pass is 1, so a zeroed CQ holds no completion).
+void clear_queue(const QueueMemory& m) {
+  std::memset(m.words, 0, sizeof(QueueWords));
+  std::memset(m.sq, 0, size_t(m.sq_size) * sizeof(wire::Sqe));
+  std::memset(m.cq, 0, size_t(m.cq_size) * sizeof(wire::Cqe));
+}
+}  // namespace
+
+AppController::AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max)
+    : at_(std::move(at)),
+      backend_(backend),
+      cntlid_(cntlid),
+      io_queues_max_(std::min(io_queues_max, at_.layout().queue_pairs - 1)),
+      io_queues_granted_(io_queues_max_),
+      admin_(at_.queue_pair(0), 0),
+      io_(io_queues_max_ + 1) {
+  const auto* id = reinterpret_cast<const wire::IdentifyController*>(backend_.remote_identify());
+  ControllerRegisters& r = at_.registers();
+  // CAP: MQES, contiguous queues required, TO 15 s, the NVM command set; DSTRD 0 and
+  // MPSMIN 4 KiB.
+  r.cap = prop::make_cap(uint16_t(at_.layout().queue_entries - 1), 30);
+  r.vs = id->ver;
+  set_csts(0);
+}
+
+AppController::~AppController() = default;
+
+std::string AppController::name() const {
+  return fmt::format("application pid {} (controller {})", at_.peer_pid(), cntlid_);
+}
+
+uint32_t AppController::csts() const { return load_acquire(at_.registers().csts); }
+void AppController::set_csts(uint32_t v) { store_release(at_.registers().csts, v); }
+
+uint32_t AppController::live_io_queues() const {
+  return uint32_t(std::count_if(io_.begin(), io_.end(), [](const IoQueue& q) {
+    return q.state == QueueState::Running || q.state == QueueState::Stopping;
+  }));
+}
+
+// The one place an I/O queue changes state. None -> CqOnly (Create CQ) -> Running (Create
+// SQ) -> Stopping (Delete SQ, reset, fault, detach) -> CqOnly (its CQ stays) or None; a
+// CQ alone is deleted or dropped by a reset: CqOnly -> None.
+void AppController::set_queue_state(uint16_t qid, QueueState to) {
+  IoQueue& q = io_[qid];
+  const QueueState from = q.state;
+  const bool legal = (from == QueueState::None && to == QueueState::CqOnly) ||
+                     (from == QueueState::CqOnly && (to == QueueState::Running || to == QueueState::None)) ||
+                     (from == QueueState::Running && to == QueueState::Stopping) ||
+                     (from == QueueState::Stopping && (to == QueueState::CqOnly || to == QueueState::None));
+  assert(legal && "illegal I/O queue state change");
+  if (!legal) log::error("engine: {}: I/O queue {}: illegal state change {} -> {}", name(), qid, int(from), int(to));
+  q.state = to;
+}
+
+void AppController::on_kick() {
+  if (detached_) return;
+  const uint32_t cc = load_acquire(at_.registers().cc);
+  const uint32_t changed = cc ^ cc_seen_;
+  cc_seen_ = cc;
+  if (changed & prop::kCcEnable) {
+    if ((cc & prop::kCcEnable) && !enabled_ && !disabling_) enable();
+    else if (!(cc & prop::kCcEnable) && enabled_) begin_disable(false);
+  }
+  const uint32_t shn = (cc >> prop::kCcShnShift) & 3;
+  if (enabled_ && !disabling_ && shn != 0 && !shutdown_pending_ && (csts() & prop::kCstsShstMask) == 0)
+    begin_disable(true);
+  if (enabled_ && !disabling_ && !faulted_) process_admin();
+}
+
+void AppController::enable() {
+  admin_ = EngineQueuePair(at_.queue_pair(0), 0);
+  admin_backlog_.clear();
+  held_aers_.clear();
+  io_queues_granted_ = io_queues_max_;
+  queues_requested_ = false;
+  enabled_ = true;
+  faulted_ = false;
+  set_csts(prop::kCstsReady);
+  log::info("engine: {} enabled ({} I/O queue pairs of up to {} entries)", name(), io_queues_max_,
+            at_.layout().queue_entries);
+}
+
+// CC.EN 1 -> 0 (a reset), or a shutdown notice: every I/O queue stops. A reset drops what
+// is in flight (the application gave up on it); a shutdown lets it finish.
+void AppController::begin_disable(bool shutdown_notice) {
+  if (shutdown_notice) {
+    shutdown_pending_ = true;
+    set_csts(csts() | prop::kCstsShstProcessing);
+  } else {
+    disabling_ = true;
+    held_aers_.clear();
+    admin_backlog_.clear();
+  }
+  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
+    IoQueue& q = io_[qid];
+    if (q.state == QueueState::Running) {
+      set_queue_state(qid, QueueState::Stopping);
+      backend_.stop_io_queue(*this, qid, !shutdown_notice);
+    } else if (q.state == QueueState::CqOnly && !shutdown_notice) {
+      set_queue_state(qid, QueueState::None);
+    }
+    if (!shutdown_notice) q.deleting = false;
+  }
+  finish_disable_if_done();
+}
+
+void AppController::finish_disable_if_done() {
+  if (live_io_queues() > 0) return;
+  if (shutdown_pending_) {
+    shutdown_pending_ = false;
+    set_csts((csts() & ~prop::kCstsShstMask) | prop::kCstsShstComplete);
+    log::info("engine: {}: shutdown complete", name());
+  }
+  if (!disabling_) return;
+  for (uint16_t qid = 1; qid < io_.size(); ++qid)
+    if (io_[qid].state == QueueState::CqOnly) set_queue_state(qid, QueueState::None);
+  clear_queue(at_.queue_pair(0));
+  disabling_ = false;
+  enabled_ = false;
+  faulted_ = false;
+  set_csts(0);
+  log::info("engine: {} reset", name());
+}
+
+void AppController::fatal(const std::string& why) {
+  if (faulted_) return;
+  faulted_ = true;
+  log::warn("engine: {}: {}; the controller is stopped (CSTS.CFS) until the application resets it", name(), why);
+  set_csts(csts() | prop::kCstsFatal);
+  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
+    if (io_[qid].state != QueueState::Running) continue;
+    set_queue_state(qid, QueueState::Stopping);
+    backend_.stop_io_queue(*this, qid, true);
+  }
+}
+
+void AppController::detach() {
+  if (detached_) return;
+  detached_ = true;
+  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
+    IoQueue& q = io_[qid];
+    q.deleting = false;
+    if (q.state == QueueState::Running) {
+      set_queue_state(qid, QueueState::Stopping);
+      backend_.stop_io_queue(*this, qid, true);
+    } else if (q.state == QueueState::CqOnly) {
+      set_queue_state(qid, QueueState::None);
+    }
+  }
+}
+
+void AppController::io_queue_stopped(uint16_t qid) {
+  if (qid == 0 || qid >= io_.size() || io_[qid].state != QueueState::Stopping) return;
+  IoQueue& q = io_[qid];
+  if (q.deleting && !detached_) {
+    q.deleting = false;
+    set_queue_state(qid, QueueState::CqOnly);
+    complete(q.delete_cid, sc::Success);
+    flush_admin_cq();
+  } else {
+    set_queue_state(qid, disabling_ || detached_ ? QueueState::None : QueueState::CqOnly);
+  }
+  if (!detached_) finish_disable_if_done();
+}
+
+void AppController::io_queue_faulted(uint16_t qid) {
+  if (detached_) return;
+  fatal(fmt::format("I/O queue {}: impossible doorbell value", qid));
+}
+
+void AppController::process_admin() {
+  flush_admin_cq();
+  Sqe s;
+  // Admin commands run one at a time; a full admin CQ stops fetching until the
+  // application reads it.
+  for (int pass = 0; pass < 2; ++pass) {
+    while (admin_backlog_.size() < kAerLimit + 16 && admin_.fetch(s)) execute(s);
+    if (admin_.fault() != EngineQueuePair::Fault::None) {
+      fatal("admin queue: impossible doorbell value");
+      return;
+    }
+    if (pass == 0) admin_.want_sq_notice();  // then look once more: a tail just published
+  }
+}
+
+void AppController::complete(uint16_t cid, Status st, uint32_t dw0) {
+  if (detached_ || disabling_) return;
+  wire::Cqe c{};
+  c.cid = cid;
+  c.dw0 = dw0;
+  c.status = st.to_cqe(!st.ok());
+  admin_backlog_.push_back(c);
+  flush_admin_cq();
+}
+
+void AppController::flush_admin_cq() {
+  bool posted = false;
+  while (!admin_backlog_.empty() && admin_.cq_space() > 0) {
+    admin_.post(admin_backlog_.front());
+    admin_backlog_.pop_front();
+    posted = true;
+  }
+  if (!admin_backlog_.empty()) admin_.want_cq_notice();
+  // The admin queue always interrupts through vector 0 (an application that polls ignores it).
+  if (posted && !at_.vector_fds().empty()) {
+    const uint64_t one = 1;
+    (void)::write(at_.vector_fds()[0], &one, sizeof(one));
+  }
+}
+
+uint8_t* AppController::admin_data(const Sqe& sqe, uint32_t len, Status& st) {
+  DataSpan d = resolve_data(sqe, at_.data(), at_.layout().data_bytes, len);
+  st = d.status;
+  return d.data;
+}
+
+void AppController::execute(const Sqe& sqe) {
+  if (sqe.flags & wire::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
+  switch (static_cast<AdminOpcode>(sqe.opc)) {
+    case AdminOpcode::Identify: return identify(sqe);
+    case AdminOpcode::GetLogPage: {
+      const uint64_t numd = (uint64_t(sqe.cdw10 >> 16) | (uint64_t(sqe.cdw11 & 0xFFFF) << 16)) + 1;
+      if (numd * 4 > kMaxAdminTransfer) return complete(sqe.cid, sc::InvalidField);
+      return forward(sqe, uint32_t(numd * 4), false);
+    }
+    case AdminOpcode::GetFeatures: return features(sqe, false);
+    case AdminOpcode::SetFeatures: return features(sqe, true);
+    case AdminOpcode::AsyncEventRequest:
+      // Held: the engine has no event of its own to report yet; a reset drops them.
+      if (held_aers_.size() >= kAerLimit) return complete(sqe.cid, sc::AerLimitExceeded);
+      held_aers_.push_back(sqe.cid);
+      return;
+    case AdminOpcode::KeepAlive: return complete(sqe.cid, sc::Success);
+    case AdminOpcode::Abort: return complete(sqe.cid, sc::Success, 1);  // dw0 bit 0: not aborted
+    case AdminOpcode::DoorbellBufferConfig: return complete(sqe.cid, sc::Success);
+    case AdminOpcode::CreateIoCq: return create_cq(sqe);
+    case AdminOpcode::CreateIoSq: return create_sq(sqe);
+    case AdminOpcode::DeleteIoSq: return delete_sq(sqe);
+    case AdminOpcode::DeleteIoCq: return delete_cq(sqe);
+    default:
+      log::debug("engine: {}: admin opcode {:02x}h is not supported", name(), sqe.opc);
+      return complete(sqe.cid, sc::InvalidOpcode);
+  }
+}
+
+void AppController::create_cq(const Sqe& sqe) {
+  const uint16_t qid = uint16_t(sqe.cdw10);
+  const uint32_t entries = (sqe.cdw10 >> 16) + 1;
+  const bool contiguous = sqe.cdw11 & 1, ien = (sqe.cdw11 >> 1) & 1;
+  const uint32_t iv = sqe.cdw11 >> 16;
+  if (qid == 0 || qid > io_queues_granted_ || io_[qid].state != QueueState::None)
+    return complete(sqe.cid, sc::InvalidQueueIdentifier);
+  if (entries < 2 || entries > at_.layout().queue_entries) return complete(sqe.cid, sc::InvalidQueueSize);
+  if (!contiguous) return complete(sqe.cid, sc::InvalidField);
+  if (ien && iv >= at_.vector_fds().size()) return complete(sqe.cid, sc::InvalidInterruptVector);
+  IoQueue& q = io_[qid];
+  q.cq_entries = entries;
+  q.vector = ien ? int(iv) : -1;
+  QueueMemory m = at_.queue_pair(qid);
+  std::memset(m.cq, 0, size_t(entries) * sizeof(wire::Cqe));
+  set_queue_state(qid, QueueState::CqOnly);
+  complete(sqe.cid, sc::Success);
+}
+
+void AppController::create_sq(const Sqe& sqe) {
+  const uint16_t qid = uint16_t(sqe.cdw10);
+  const uint32_t entries = (sqe.cdw10 >> 16) + 1;
+  const bool contiguous = sqe.cdw11 & 1;
+  const uint16_t cqid = uint16_t(sqe.cdw11 >> 16);
+  if (qid == 0 || qid > io_queues_granted_ || (io_[qid].state != QueueState::None && io_[qid].state != QueueState::CqOnly))
+    return complete(sqe.cid, sc::InvalidQueueIdentifier);
+  if (cqid == 0 || cqid > io_queues_granted_ || io_[cqid].state == QueueState::None)
+    return complete(sqe.cid, sc::CompletionQueueInvalid);
+  if (cqid != qid) {
+    // Each SQ has a CQ of its own here (a queue pair is the unit an engine core carries).
+    log::debug("engine: {}: SQ {} on CQ {}: shared completion queues are not supported", name(), qid, cqid);
+    return complete(sqe.cid, sc::CompletionQueueInvalid);
+  }
+  if (entries < 2 || entries > at_.layout().queue_entries) return complete(sqe.cid, sc::InvalidQueueSize);
+  if (!contiguous) return complete(sqe.cid, sc::InvalidField);
+  IoQueue& q = io_[qid];
+  QueueMemory m = at_.queue_pair(qid);
+  std::memset(m.words, 0, sizeof(QueueWords));  // the doorbells of a new queue are 0
+  m.sq_size = entries;
+  m.cq_size = q.cq_entries;
+  const int vector_fd = q.vector >= 0 ? at_.vector_fds()[size_t(q.vector)] : -1;
+  if (!backend_.start_io_queue(*this, qid, m, vector_fd)) return complete(sqe.cid, sc::InternalError);
+  q.sq_entries = entries;
+  set_queue_state(qid, QueueState::Running);
+  complete(sqe.cid, sc::Success);
+}
+
+void AppController::delete_sq(const Sqe& sqe) {
+  const uint16_t qid = uint16_t(sqe.cdw10);
+  if (qid == 0 || qid >= io_.size() || io_[qid].state != QueueState::Running)
+    return complete(sqe.cid, sc::InvalidQueueIdentifier);
+  IoQueue& q = io_[qid];
+  q.deleting = true;
+  q.delete_cid = sqe.cid;
+  set_queue_state(qid, QueueState::Stopping);
+  backend_.stop_io_queue(*this, qid, false);  // answered in io_queue_stopped()
+}
+
+void AppController::delete_cq(const Sqe& sqe) {
+  const uint16_t qid = uint16_t(sqe.cdw10);
+  if (qid == 0 || qid >= io_.size() || io_[qid].state == QueueState::None)
+    return complete(sqe.cid, sc::InvalidQueueIdentifier);
+  if (io_[qid].state != QueueState::CqOnly) return complete(sqe.cid, sc::InvalidQueueDeletion);
+  set_queue_state(qid, QueueState::None);
+  complete(sqe.cid, sc::Success);
+}
+
+void AppController::identify(const Sqe& sqe) {
+  Status st;
+  uint8_t* out = admin_data(sqe, kIdentifyBytes, st);
+  if (!st.ok()) return complete(sqe.cid, st);
+  if ((sqe.cdw10 & 0xFF) != 0x01) return forward(sqe, kIdentifyBytes, false);
+  // The remote controller's structure, as a controller with memory queues shows it: this
+  // controller's ID, SGL data blocks, Doorbell Buffer Config among the optional admin
+  // commands (the only one here), no keep-alive, and no fabrics attributes.
+  bounce_.assign(backend_.remote_identify(), backend_.remote_identify() + kIdentifyBytes);
+  auto* id = reinterpret_cast<wire::IdentifyController*>(bounce_.data());
+  id->cntlid = cntlid_;
+  id->cntrltype = 1;  // I/O controller
+  id->oacs = kOacsDoorbellBufferConfig;
+  id->aerl = kAerLimit - 1;
+  id->acl = 3;
+  id->kas = 0;
+  id->maxcmd = 0;
+  id->sgls = 1;       // SGLs supported, no alignment requirement
+  std::memset(bounce_.data() + 1792, 0, 256);  // NVMe over Fabrics attributes: none here
+  std::memcpy(out, bounce_.data(), kIdentifyBytes);
+  complete(sqe.cid, sc::Success);
+}
+
+void AppController::features(const Sqe& sqe, bool set) {
+  const uint8_t fid = uint8_t(sqe.cdw10);
+  const uint32_t sel = (sqe.cdw10 >> 8) & 7;
+  auto answer = [&](uint32_t current, uint32_t caps) {
+    if (set) return complete(sqe.cid, sc::Success, current);
+    if (sel == wire::kSelSupportedCapabilities) return complete(sqe.cid, sc::Success, caps);
+    return complete(sqe.cid, sc::Success, current);
+  };
+  switch (fid) {
+    case wire::kFeatureNumberOfQueues: {
+      if (set) {
+        const uint32_t nsqr = sqe.cdw11 & 0xFFFF, ncqr = sqe.cdw11 >> 16;
+        if (nsqr == 0xFFFF || ncqr == 0xFFFF) return complete(sqe.cid, sc::InvalidField);
+        if (queues_requested_ || std::any_of(io_.begin(), io_.end(), [](const IoQueue& q) {
+              return q.state != QueueState::None;
+            }))
+          return complete(sqe.cid, sc::CommandSequenceError);
+        queues_requested_ = true;
+        io_queues_granted_ = std::min(std::max(nsqr, ncqr) + 1, io_queues_max_);
+      }
+      const uint32_t n = io_queues_granted_ - 1;
+      return answer(n | (n << 16), 0);
+    }
+    case kFeatureInterruptCoalescing:
+      if (set) coalescing_ = sqe.cdw11 & 0xFFFF;
+      return answer(coalescing_, wire::kFeatureCapChangeable);
+    case wire::kFeatureAsyncEventConfig:
+      if (set) async_event_config_ = sqe.cdw11;
+      return answer(async_event_config_, wire::kFeatureCapChangeable);
+    case wire::kFeatureKeepAliveTimer:
+      // The engine keeps the remote controller alive; this controller needs no keep-alive.
+      if (set) return complete(sqe.cid, sc::InvalidField);
+      return answer(0, 0);
+    default: {
+      // Others are the remote controller's (the volatile write cache, say), with their data.
+      uint32_t len = 0;
+      if ((sqe.flags & wire::kSqeFlagsPsdtMask) == wire::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
+      return forward(sqe, len, set);
+    }
+  }
+}
+
+void AppController::forward(const Sqe& sqe, uint32_t len, bool to_controller) {
+  Status st;
+  uint8_t* app = len ? admin_data(sqe, len, st) : nullptr;
+  if (!st.ok()) return complete(sqe.cid, st);
+  bounce_.assign(len, 0);
+  if (to_controller && len) std::memcpy(bounce_.data(), app, len);
+  Sqe remote = sqe;
+  remote.flags = 0;
+  std::memset(&remote.sgl, 0, sizeof(remote.sgl));
+  const host::Completion c = backend_.remote_admin(remote, len ? bounce_.data() : nullptr, len, to_controller);
+  if (c.status.ok() && !to_controller && len) std::memcpy(app, bounce_.data(), len);
+  complete(sqe.cid, c.status, c.dw0);
+}
+
+}  // namespace nvtcp::engine

@@ -1,0 +1,117 @@
+// The NVMe controller one attached application sees: the registers in its region's header
+// (CAP, VS, CC, CSTS), its admin queue (queue pair 0), and the I/O queues it creates with
+// Create I/O Completion/Submission Queue, as the NVMe base specification has a PCIe
+// controller do. It runs on the engine's control thread: admin commands are the slow path.
+//
+// What it answers itself: the controller's life cycle (CC.EN, CC.SHN, CSTS.RDY/SHST/CFS),
+// queue management, Number of Queues, Interrupt Coalescing, Async Event Configuration,
+// Keep Alive (the engine keeps the remote controller alive, never the application), Abort,
+// Async Event Requests (held) and Doorbell Buffer Config (the doorbells always are shadow
+// words). Identify Controller is the remote controller's with this controller's ID; other
+// Identify, Get Log Page and the remaining features are forwarded to the remote controller.
+//
+// Data pointers of admin commands are SGL Data Block descriptors whose address is an offset
+// into the application's data region, as for I/O; anything else gets an NVMe status.
+// The application's memory is read once per SQE and never trusted: an impossible doorbell
+// value stops the controller (CSTS.CFS) until the application resets it (CC.EN 1 -> 0).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "engine/attach.hpp"
+#include "engine/shm_queue.hpp"
+#include "nvtcp/host.hpp"
+
+namespace nvtcp::engine {
+
+class AppController {
+ public:
+  // What the engine does for the controller.
+  struct Backend {
+    virtual ~Backend() = default;
+    // A command for the remote controller, run synchronously (data: the engine's buffer).
+    virtual host::Completion remote_admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) = 0;
+    // The remote controller's Identify Controller structure (4 KiB).
+    virtual const uint8_t* remote_identify() = 0;
+    // Starts carrying I/O queue pair qid (its SQ and CQ); false if it cannot (no engine core).
+    virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd) = 0;
+    // Takes I/O queue pair qid away; io_queue_stopped() says when it is gone.
+    virtual void stop_io_queue(AppController& app, uint16_t qid, bool abandon) = 0;
+  };
+
+  AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max);
+  ~AppController();
+  AppController(const AppController&) = delete;
+  AppController& operator=(const AppController&) = delete;
+
+  // The application kicked the engine: look at CC and the admin queue.
+  void on_kick();
+  // The application is gone (its lifeline closed): every queue is abandoned.
+  void detach();
+  // From the engine: an I/O queue asked to stop is gone; one faulted.
+  void io_queue_stopped(uint16_t qid);
+  void io_queue_faulted(uint16_t qid);
+
+  // Detached and every I/O queue gone: the engine may destroy it.
+  bool finished() const { return detached_ && live_io_queues() == 0; }
+  bool detached() const { return detached_; }
+  const Attachment& attachment() const { return at_; }
+  uint16_t cntlid() const { return cntlid_; }
+  std::string name() const;
+  uint32_t live_io_queues() const;
+
+ private:
+  enum class QueueState : uint8_t { None, CqOnly, Running, Stopping };
+  struct IoQueue {
+    QueueState state = QueueState::None;
+    uint32_t cq_entries = 0;
+    uint32_t sq_entries = 0;
+    int vector = -1;              // -1: interrupts off (IEN = 0)
+    bool deleting = false;        // a Delete I/O SQ waits for it
+    uint16_t delete_cid = 0;
+  };
+
+  void set_queue_state(uint16_t qid, QueueState to);
+  void enable();
+  void begin_disable(bool shutdown_notice);
+  void finish_disable_if_done();
+  void fatal(const std::string& why);
+  void process_admin();
+  void execute(const wire::Sqe& sqe);
+  void complete(uint16_t cid, wire::Status st, uint32_t dw0 = 0);
+  void flush_admin_cq();
+  uint8_t* admin_data(const wire::Sqe& sqe, uint32_t len, wire::Status& st);
+  void create_cq(const wire::Sqe& sqe);
+  void create_sq(const wire::Sqe& sqe);
+  void delete_sq(const wire::Sqe& sqe);
+  void delete_cq(const wire::Sqe& sqe);
+  void identify(const wire::Sqe& sqe);
+  void features(const wire::Sqe& sqe, bool set);
+  void forward(const wire::Sqe& sqe, uint32_t len, bool to_controller);
+  uint32_t csts() const;
+  void set_csts(uint32_t v);
+
+  Attachment at_;
+  Backend& backend_;
+  uint16_t cntlid_;
+  uint32_t io_queues_max_;        // queue pairs of the region, less the admin pair
+  uint32_t io_queues_granted_;    // Number of Queues (feature 07h)
+  bool queues_requested_ = false; // Set Features 07h may come once, before any queue
+  uint32_t cc_seen_ = 0;
+  bool enabled_ = false;
+  bool disabling_ = false;
+  bool shutdown_pending_ = false;
+  bool faulted_ = false;
+  bool detached_ = false;
+  EngineQueuePair admin_;
+  std::deque<wire::Cqe> admin_backlog_;  // answers the admin CQ had no room for
+  std::vector<uint16_t> held_aers_;
+  std::vector<IoQueue> io_;             // index = qid
+  uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
+  uint32_t async_event_config_ = 0;     // feature 0Bh
+  std::vector<uint8_t> bounce_;         // forwarded admin data passes through here
+};
+
+}  // namespace nvtcp::engine

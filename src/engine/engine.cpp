@@ -1,0 +1,518 @@
+#include "engine/engine.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/app_controller.hpp"
+#include "engine/attach.hpp"
+#include "engine/io_forwarder.hpp"
+#include "reactor/reactor.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::engine {
+
+namespace {
+uint64_t monotonic_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+}  // namespace
+
+struct Remote {
+  host::TransportId trid;
+  std::unique_ptr<host::Controller> ctrl;
+  std::vector<uint8_t> identify;  // Identify Controller, 4 KiB
+};
+
+struct AppSlot;
+
+// Work for an engine core, from the control thread.
+struct CoreOp {
+  enum class Kind { Add, Remove } kind;
+  AppController* owner;
+  uint16_t qid;
+  size_t remote = 0;
+  QueueMemory mem{};
+  uint8_t* data = nullptr;
+  uint64_t data_bytes = 0;
+  int vector_fd = -1;
+  bool abandon = false;
+};
+
+// What a core tells the control thread.
+struct CoreEvent {
+  enum class Kind { Stopped, Faulted } kind;
+  AppController* owner;
+  uint16_t qid;
+};
+
+struct Engine::Impl {
+  struct Core final : IoForwarder::Events {
+    Impl* engine = nullptr;
+    int cpu = -1;
+    size_t index = 0;
+    std::thread thread;
+    std::vector<std::unique_ptr<host::QueuePair>> qps;  // per remote controller
+    std::vector<std::unique_ptr<IoForwarder>> fwds;     // per remote controller
+    reactor::Reactor* reactor = nullptr;
+    std::mutex mu;
+    std::vector<CoreOp> inbox;
+    std::atomic<bool> has_mail{false};
+    std::atomic<bool> sleeping{false};
+    std::atomic<uint32_t> queues{0};  // placed here (for placement only)
+    struct Placed {
+      AppController* owner;
+      uint16_t qid;
+      size_t remote;
+      IoForwarder::Queue* q;
+    };
+    std::vector<Placed> placed;
+    // Published for stats() from time to time.
+    std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, interrupts{0}, sleeps{0};
+
+    void on_queue_removed(void* owner, uint16_t qid) override {
+      auto it = std::find_if(placed.begin(), placed.end(),
+                             [&](const Placed& p) { return p.owner == owner && p.qid == qid; });
+      if (it != placed.end()) placed.erase(it);
+      queues.fetch_sub(1, std::memory_order_relaxed);
+      engine->post_event({CoreEvent::Kind::Stopped, static_cast<AppController*>(owner), qid});
+    }
+    void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault) override {
+      engine->post_event({CoreEvent::Kind::Faulted, static_cast<AppController*>(owner), qid});
+    }
+    void wake() {
+      if (sleeping.load(std::memory_order_seq_cst) && reactor) reactor->post([] {});
+    }
+    void send(CoreOp op) {
+      {
+        std::lock_guard lk(mu);
+        inbox.push_back(op);
+        has_mail.store(true, std::memory_order_release);
+      }
+      wake();
+    }
+    void take_mail();
+    void publish_stats();
+    void run(std::promise<std::string>& started);
+  };
+
+  explicit Impl(const EngineOptions& o) : opts(o) {}
+
+  // One application and the controller it sees; the Backend that controller uses.
+  struct Watch {
+    AppSlot* slot;
+    enum class Kind { Lifeline, Kick } kind;
+  };
+
+  void post_event(CoreEvent ev) {
+    {
+      std::lock_guard lk(events_mu);
+      events.push_back(ev);
+    }
+    const uint64_t one = 1;
+    (void)::write(events_fd, &one, sizeof(one));
+  }
+
+  bool start(std::string& err);
+  void run(const std::atomic<bool>& stop);
+  void accept_application();
+  void handle_events();
+  void lifeline(AppSlot& slot);
+  void reap(AppSlot& slot);
+  void stop_cores();
+
+  EngineOptions opts;
+  std::vector<Remote> remotes;
+  std::vector<std::unique_ptr<Core>> cores;
+  std::atomic<bool> cores_stop{false};
+  AttachServer server;
+  int epfd = -1;
+  int events_fd = -1;
+  std::mutex events_mu;
+  std::vector<CoreEvent> events;
+  std::list<std::unique_ptr<AppSlot>> apps;
+  uint16_t next_cntlid = 1;
+  std::atomic<uint64_t> attached{0}, refused{0};
+  std::atomic<uint32_t> app_count{0};
+};
+
+struct AppSlot final : AppController::Backend {
+  Engine::Impl* engine = nullptr;
+  size_t remote = 0;
+  std::unique_ptr<AppController> ctl;
+  Engine::Impl::Watch lifeline_watch{this, Engine::Impl::Watch::Kind::Lifeline};
+  Engine::Impl::Watch kick_watch{this, Engine::Impl::Watch::Kind::Kick};
+  std::map<uint16_t, Engine::Impl::Core*> core_of;  // I/O queue -> the core carrying it
+  bool watching = false;
+
+  host::Completion remote_admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) override {
+    Remote& r = engine->remotes[remote];
+    if (r.ctrl->failed()) return host::Completion{wire::sc::TransportError};
+    return r.ctrl->admin(sqe, data, len, to_controller);
+  }
+  const uint8_t* remote_identify() override { return engine->remotes[remote].identify.data(); }
+  bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd) override {
+    if (engine->cores.empty()) return false;
+    // The core carrying the fewest queues.
+    auto* core = std::min_element(engine->cores.begin(), engine->cores.end(), [](const auto& a, const auto& b) {
+                   return a->queues.load(std::memory_order_relaxed) < b->queues.load(std::memory_order_relaxed);
+                 })->get();
+    core->queues.fetch_add(1, std::memory_order_relaxed);
+    core_of[qid] = core;
+    const Attachment& at = app.attachment();
+    CoreOp op{CoreOp::Kind::Add, &app, qid};
+    op.remote = remote;
+    op.mem = m;
+    op.data = at.data();
+    op.data_bytes = at.layout().data_bytes;
+    op.vector_fd = vector_fd;
+    core->send(op);
+    return true;
+  }
+  void stop_io_queue(AppController& app, uint16_t qid, bool abandon) override {
+    auto it = core_of.find(qid);
+    if (it == core_of.end()) return;
+    CoreOp op{CoreOp::Kind::Remove, &app, qid};
+    op.remote = remote;
+    op.abandon = abandon;
+    it->second->send(op);
+  }
+  void wake_cores() {
+    for (auto& [qid, core] : core_of) core->wake();
+  }
+};
+
+void Engine::Impl::Core::take_mail() {
+  std::vector<CoreOp> ops;
+  {
+    std::lock_guard lk(mu);
+    ops.swap(inbox);
+    has_mail.store(false, std::memory_order_relaxed);
+  }
+  for (const CoreOp& op : ops) {
+    if (op.kind == CoreOp::Kind::Add) {
+      IoForwarder::Queue* q = fwds[op.remote]->add_queue(op.owner, op.qid, op.mem, op.data, op.data_bytes, op.vector_fd);
+      placed.push_back({op.owner, op.qid, op.remote, q});
+      continue;
+    }
+    for (const Placed& p : placed)
+      if (p.owner == op.owner && p.qid == op.qid)
+        fwds[p.remote]->remove_queue(p.q, op.abandon ? IoForwarder::Removal::Abandon : IoForwarder::Removal::Delete);
+  }
+}
+
+void Engine::Impl::Core::publish_stats() {
+  uint64_t f = 0, c = 0, d = 0, r = 0, i = 0;
+  for (const auto& fw : fwds) {
+    f += fw->stats().forwarded;
+    c += fw->stats().completed;
+    d += fw->stats().dropped;
+    r += fw->stats().refused;
+    i += fw->stats().interrupts;
+  }
+  forwarded.store(f, std::memory_order_relaxed);
+  completed.store(c, std::memory_order_relaxed);
+  dropped.store(d, std::memory_order_relaxed);
+  refused.store(r, std::memory_order_relaxed);
+  interrupts.store(i, std::memory_order_relaxed);
+}
+
+void Engine::Impl::Core::run(std::promise<std::string>& started) {
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
+      log::warn("engine: core {}: cannot pin to CPU {}", index, cpu);
+  }
+  pthread_setname_np(pthread_self(), fmt::format("nvtcp-eng{}", index).c_str());
+  for (Remote& r : engine->remotes) {
+    std::string err;
+    auto qp = r.ctrl->create_io_qpair(engine->opts.queue_depth, err);
+    if (!qp) {
+      started.set_value(fmt::format("engine core {}: I/O queue pair to {}: {}", index, r.trid.subnqn, err));
+      return;
+    }
+    qps.push_back(std::move(qp));
+    fwds.push_back(std::make_unique<IoForwarder>(*qps.back(), this));
+  }
+  reactor = reactor::Reactor::current();
+  started.set_value("");
+
+  const int64_t spin_us = engine->opts.idle_spin_us;
+  const unsigned budget = engine->opts.budget_per_queue;
+  uint64_t idle_since = 0;
+  uint64_t turns = 0;
+  while (!engine->cores_stop.load(std::memory_order_relaxed)) {
+    if (has_mail.load(std::memory_order_acquire)) take_mail();
+    uint64_t progress = 0;
+    for (auto& fw : fwds) {
+      const uint64_t before = fw->stats().completed;
+      progress += fw->poll(budget);
+      progress += fw->stats().completed - before;
+    }
+    if ((++turns & 1023) == 0) publish_stats();
+    if (progress || spin_us < 0) {
+      idle_since = 0;
+      continue;
+    }
+    const uint64_t now = monotonic_ns();
+    if (!idle_since) idle_since = now;
+    if (now - idle_since < uint64_t(spin_us) * 1000) continue;
+    // Going to sleep: every queue asks for a doorbell notice first, then is looked at once
+    // more; the control thread wakes this core when an application kicks.
+    publish_stats();
+    sleeping.store(true, std::memory_order_seq_cst);
+    bool work = has_mail.load(std::memory_order_acquire);
+    for (auto& fw : fwds) work |= fw->prepare_to_sleep();
+    for (auto& fw : fwds) work |= fw->in_flight() > 0 && false;
+    if (!work) {
+      sleeps.fetch_add(1, std::memory_order_relaxed);
+      qps.front()->process_completions(100000);  // completions of every queue pair, or a wake
+    }
+    sleeping.store(false, std::memory_order_relaxed);
+    idle_since = 0;
+  }
+  publish_stats();
+  fwds.clear();  // each waits for the commands it sent
+  qps.clear();
+}
+
+bool Engine::Impl::start(std::string& err) {
+  if (opts.controllers.empty()) {
+    err = "no remote controller given";
+    return false;
+  }
+  for (const auto& trid : opts.controllers) {
+    Remote r;
+    r.trid = trid;
+    std::string e;
+    r.ctrl = host::Controller::connect(trid, opts.host, e);
+    if (!r.ctrl) {
+      err = fmt::format("controller {}: {}", trid.to_string(), e);
+      return false;
+    }
+    r.identify.assign(r.ctrl->identify_data(), r.ctrl->identify_data() + 4096);
+    log::info("engine: connected to {} (controller {}, {} I/O queues granted)", trid.to_string(), r.ctrl->cntlid(),
+              r.ctrl->io_queues_granted());
+    remotes.push_back(std::move(r));
+  }
+  const std::vector<int> cpus = opts.cpus.empty() ? std::vector<int>{-1} : opts.cpus;
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    auto core = std::make_unique<Core>();
+    core->engine = this;
+    core->cpu = cpus[i];
+    core->index = i;
+    std::promise<std::string> started;
+    auto done = started.get_future();
+    Core* c = core.get();
+    core->thread = std::thread([c, &started] { c->run(started); });
+    cores.push_back(std::move(core));
+    const std::string e = done.get();
+    if (!e.empty()) {
+      err = e;
+      return false;
+    }
+  }
+  // The default place, /run/nvtcp, is made for the engine's user alone.
+  const auto slash = opts.socket_path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = opts.socket_path.substr(0, slash);
+    struct stat st{};
+    if (stat(dir.c_str(), &st) != 0 && mkdir(dir.c_str(), 0700) != 0) {
+      err = fmt::format("cannot make {}: {}", dir, strerror(errno));
+      return false;
+    }
+  }
+  if (!server.listen(opts.socket_path, err)) return false;
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the listening socket
+  epoll_ctl(epfd, EPOLL_CTL_ADD, server.fd(), &ev);
+  ev.data.ptr = &events_fd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, events_fd, &ev);
+  log::info("engine: serving applications on {} with {} core(s)", opts.socket_path, cores.size());
+  return true;
+}
+
+void Engine::Impl::accept_application() {
+  Attachment at;
+  std::string err;
+  size_t remote = 0;
+  auto check = [&](const AttachRequest& req, std::string& why) {
+    for (size_t i = 0; i < remotes.size(); ++i) {
+      if (remotes[i].trid.subnqn == req.subnqn) {
+        remote = i;
+        return 0;
+      }
+    }
+    why = fmt::format("no remote controller with subsystem NQN '{}'", req.subnqn);
+    return ENOENT;
+  };
+  if (!server.accept_one(at, err, check)) {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    log::warn("engine: attach refused: {}", err);
+    return;
+  }
+  auto slot = std::make_unique<AppSlot>();
+  slot->engine = this;
+  slot->remote = remote;
+  const uint16_t cntlid = next_cntlid;
+  next_cntlid = next_cntlid >= 0xFFEF ? 1 : next_cntlid + 1;
+  slot->ctl = std::make_unique<AppController>(std::move(at), *slot, cntlid, opts.max_queue_pairs - 1);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = &slot->lifeline_watch;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, slot->ctl->attachment().socket(), &ev);
+  ev.events = EPOLLIN;
+  ev.data.ptr = &slot->kick_watch;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, slot->ctl->attachment().kick_fd(), &ev);
+  slot->watching = true;
+  log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", slot->ctl->name(),
+            remotes[remote].trid.subnqn, slot->ctl->attachment().layout().queue_pairs,
+            slot->ctl->attachment().layout().queue_entries, slot->ctl->attachment().layout().data_bytes >> 20);
+  attached.fetch_add(1, std::memory_order_relaxed);
+  app_count.fetch_add(1, std::memory_order_relaxed);
+  apps.push_back(std::move(slot));
+}
+
+// The application closed its lifeline: it detached or died (a SIGKILL closes it too).
+void Engine::Impl::lifeline(AppSlot& slot) {
+  char b;
+  const ssize_t n = ::recv(slot.ctl->attachment().socket(), &b, 1, MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;  // nothing is sent on it
+  if (slot.watching) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, slot.ctl->attachment().socket(), nullptr);
+    epoll_ctl(epfd, EPOLL_CTL_DEL, slot.ctl->attachment().kick_fd(), nullptr);
+    slot.watching = false;
+  }
+  log::info("engine: {} detached; {} I/O queue(s) to drain", slot.ctl->name(), slot.ctl->live_io_queues());
+  slot.ctl->detach();
+  slot.wake_cores();
+  reap(slot);
+}
+
+void Engine::Impl::reap(AppSlot& slot) {
+  if (!slot.ctl->finished()) return;
+  for (auto it = apps.begin(); it != apps.end(); ++it) {
+    if (it->get() != &slot) continue;
+    log::debug("engine: {} freed", slot.ctl->name());
+    apps.erase(it);
+    app_count.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
+}
+
+void Engine::Impl::handle_events() {
+  uint64_t n;
+  (void)::read(events_fd, &n, sizeof(n));
+  std::vector<CoreEvent> evs;
+  {
+    std::lock_guard lk(events_mu);
+    evs.swap(events);
+  }
+  for (const CoreEvent& ev : evs) {
+    auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == ev.owner; });
+    if (it == apps.end()) continue;
+    AppSlot& slot = **it;
+    if (ev.kind == CoreEvent::Kind::Faulted) {
+      slot.ctl->io_queue_faulted(ev.qid);
+      continue;
+    }
+    slot.core_of.erase(ev.qid);
+    slot.ctl->io_queue_stopped(ev.qid);
+    reap(slot);
+  }
+}
+
+void Engine::Impl::run(const std::atomic<bool>& stop) {
+  epoll_event evs[64];
+  while (!stop.load(std::memory_order_relaxed)) {
+    const int n = epoll_wait(epfd, evs, 64, 100);
+    for (int i = 0; i < n; ++i) {
+      void* tag = evs[i].data.ptr;
+      if (tag == nullptr) {
+        accept_application();
+      } else if (tag == &events_fd) {
+        handle_events();
+      } else {
+        auto* w = static_cast<Watch*>(tag);
+        // An event for an application freed earlier in this batch cannot come: a slot is
+        // freed only from handle_events() or lifeline(), after its fds left the epoll set,
+        // and epoll_wait reported them before. Look it up to be sure.
+        if (std::none_of(apps.begin(), apps.end(), [&](const auto& s) { return s.get() == w->slot; })) continue;
+        if (w->kind == Watch::Kind::Lifeline) {
+          lifeline(*w->slot);
+        } else {
+          uint64_t k;
+          (void)::read(w->slot->ctl->attachment().kick_fd(), &k, sizeof(k));
+          w->slot->ctl->on_kick();
+          w->slot->wake_cores();
+        }
+      }
+    }
+  }
+}
+
+void Engine::Impl::stop_cores() {
+  for (auto& slot : apps) slot->ctl->detach();
+  cores_stop.store(true);
+  for (auto& c : cores) {
+    c->wake();
+    if (c->reactor) c->reactor->post([] {});
+    if (c->thread.joinable()) c->thread.join();
+  }
+  cores.clear();
+  apps.clear();
+  remotes.clear();
+  if (epfd >= 0) ::close(epfd);
+  if (events_fd >= 0) ::close(events_fd);
+  epfd = events_fd = -1;
+}
+
+Engine::Engine(EngineOptions opts) : opts_(std::move(opts)), impl_(std::make_unique<Impl>(opts_)) {}
+Engine::~Engine() { shutdown(); }
+
+bool Engine::start(std::string& err) { return impl_->start(err); }
+void Engine::run(const std::atomic<bool>& stop) { impl_->run(stop); }
+void Engine::shutdown() {
+  if (impl_) impl_->stop_cores();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.attached = impl_->attached.load();
+  s.refused = impl_->refused.load();
+  s.applications = impl_->app_count.load();
+  for (const auto& c : impl_->cores) {
+    s.forwarded += c->forwarded.load(std::memory_order_relaxed);
+    s.completed += c->completed.load(std::memory_order_relaxed);
+    s.dropped += c->dropped.load(std::memory_order_relaxed);
+    s.refused_io += c->refused.load(std::memory_order_relaxed);
+    s.interrupts += c->interrupts.load(std::memory_order_relaxed);
+    s.core_sleeps += c->sleeps.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace nvtcp::engine

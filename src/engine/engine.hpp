@@ -1,0 +1,75 @@
+// nvtcp engine: the offload engine. A process (or an object inside one, for tests) that owns
+// the NVMe/TCP connections to remote controllers and shows each local application plain
+// NVMe queues in shared memory, the way a PCIe NVMe controller shows the host queues in host
+// memory.
+//
+//   control thread: the attach socket, each application's controller (registers and admin
+//                   queue, AppController), application lifelines; wakes sleeping cores
+//   engine cores:   one thread each (pinned when CPUs are given); per remote controller a
+//                   host library queue pair and an IoForwarder carrying every application
+//                   queue placed on that core
+//
+// The control thread and the cores talk through mailboxes (a mutex and a vector, looked at
+// once per core turn through an atomic flag): adding and removing queues, queues gone,
+// queues faulted. Nothing per I/O crosses threads.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvtcp/host.hpp"
+
+namespace nvtcp::engine {
+
+struct EngineOptions {
+  std::string socket_path = "/run/nvtcp/engine.sock";
+  std::vector<int> cpus;                      // one engine core each; empty: one core, not pinned
+  std::vector<host::TransportId> controllers; // the remote controllers
+  host::ControllerOptions host;               // keep-alive, reconnect, digests, congestion control
+  uint32_t queue_depth = 128;                 // of each host queue pair (per core per controller)
+  uint32_t max_queue_pairs = 129;             // per application, admin included
+  // An engine core with nothing to do spins this long before it sleeps (an application's
+  // doorbell or a completion wakes it). 0: sleep at once; a negative value: never sleep.
+  int64_t idle_spin_us = 200;
+  uint32_t budget_per_queue = 32;             // SQEs taken from one application queue per turn
+};
+
+struct EngineStats {
+  uint64_t attached = 0;        // applications attached since start
+  uint64_t refused = 0;         // attach requests refused
+  uint32_t applications = 0;    // attached now (including those whose queues are draining)
+  uint64_t forwarded = 0;       // I/O commands sent to remote controllers
+  uint64_t completed = 0;       // I/O completions posted to applications
+  uint64_t dropped = 0;         // answers of applications that were gone
+  uint64_t refused_io = 0;      // I/O commands answered by the engine (bad pointer, deletion)
+  uint64_t interrupts = 0;
+  uint64_t core_sleeps = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Connects every remote controller, starts the cores and listens on the socket.
+  bool start(std::string& err);
+  // Runs the control thread until stop is set (the caller's thread).
+  void run(const std::atomic<bool>& stop);
+  // Stops the cores and disconnects; applications still attached see their queues stop.
+  void shutdown();
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return opts_; }
+
+  struct Impl;  // engine.cpp only
+
+ private:
+  EngineOptions opts_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvtcp::engine

@@ -1,0 +1,413 @@
+#include "host/engine_client.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "util/log.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/features.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::host::detail {
+
+using wire::Sqe;
+namespace prop = wire::prop;
+
+namespace {
+constexpr uint32_t kQueueEntries = 1024;        // of every queue the engine lays out
+constexpr uint32_t kAdminBufferBytes = 1u << 20; // admin data, at the start of the region
+constexpr uint32_t kMaxIoQueues = 128;
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+uint32_t load_acquire(const uint32_t& w) { return std::atomic_ref<const uint32_t>(w).load(std::memory_order_acquire); }
+void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
+
+// Waits up to timeout_ms for an eventfd to be signalled, and consumes the signal.
+void wait_eventfd(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) > 0) {
+    uint64_t v;
+    (void)::read(fd, &v, sizeof(v));
+  }
+}
+
+void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
+  s.flags = uint8_t((s.flags & ~wire::kSqeFlagsPsdtMask) | wire::kSqeFlagsPsdtSgl);
+  std::memset(&s.sgl, 0, sizeof(s.sgl));
+  if (len == 0) return;
+  s.sgl.addr = offset;
+  s.sgl.length = len;
+  s.sgl.type = 0x00;  // Data Block: the address is an offset into the data region
+}
+}  // namespace
+
+// ---------------------------------------------------------------- I/O queue
+
+class EngineIoQueue final : public IoQueue {
+ public:
+  EngineIoQueue(std::shared_ptr<EngineClient> c, uint16_t qid, uint32_t depth, int vector_fd,
+                const engine::QueueMemory& m)
+      : c_(std::move(c)), qid_(qid), depth_(depth), vector_fd_(vector_fd), app_(m), reqs_(depth) {
+    for (uint32_t i = depth; i-- > 0;) free_.push_back(uint16_t(i));
+  }
+
+  ~EngineIoQueue() override {
+    // Delete I/O SQ answers once every command of the queue is answered; those answers are
+    // delivered here, then the CQ goes.
+    Sqe del{};
+    del.opc = uint8_t(wire::AdminOpcode::DeleteIoSq);
+    del.cdw10 = qid_;
+    const Completion d = c_->admin(del, nullptr, 0, false);
+    reap();
+    if (d.status.ok()) {
+      del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
+      c_->admin(del, nullptr, 0, false);
+    }
+    for (uint16_t cid = 0; cid < depth_; ++cid) {
+      Req& r = reqs_[cid];
+      if (!r.cb) continue;
+      CompletionFn cb = r.cb;
+      r.cb = nullptr;
+      cb(r.ctx, Completion{wire::sc::TransportError});
+    }
+  }
+
+  int submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
+    int64_t off = 0;
+    if (len && (off = c_->offset_of(data, len)) < 0) return -EFAULT;
+    if (c_->failed()) return -ENOTCONN;
+    if (free_.empty()) return -EBUSY;
+    const uint16_t cid = free_.back();
+    free_.pop_back();
+    reqs_[cid] = {cb, ctx};
+    Sqe s = sqe;
+    s.cid = cid;
+    set_sgl(s, uint64_t(off), len);
+    app_.submit(s);  // the SQ has a slot more than the queue's depth
+    ++outstanding_;
+    if (app_.ring_sq()) c_->kick();
+    return 0;
+  }
+
+  int poll(uint32_t timeout_us) override {
+    int n = reap();
+    if (n || timeout_us == 0 || outstanding_ == 0) return n;
+    const uint64_t deadline = now_ns() + uint64_t(timeout_us) * 1000;
+    // Polling (no interrupts asked for), or hybrid: spin a while before sleeping.
+    const uint64_t spin_until = vector_fd_ < 0 ? deadline : c_->polling() ? now_ns() + 50'000 : 0;
+    while (now_ns() < spin_until) {
+      if ((n = reap())) return n;
+    }
+    while (vector_fd_ >= 0 && now_ns() < deadline) {
+      const uint64_t left_us = (deadline - now_ns()) / 1000;
+      wait_eventfd(vector_fd_, int(std::max<uint64_t>(1, left_us / 1000)));
+      if ((n = reap()) || c_->failed()) return n;
+    }
+    return n;
+  }
+
+  uint16_t qid() const override { return qid_; }
+  uint32_t depth() const override { return depth_; }
+  uint32_t outstanding() const override { return outstanding_; }
+  bool failed() const override { return c_->failed(); }
+  bool ready() const override { return !c_->failed(); }
+  uint32_t reconnects() const override { return 0; }  // the engine reconnects; the queue stays
+
+ private:
+  struct Req {
+    CompletionFn cb = nullptr;
+    void* ctx = nullptr;
+  };
+
+  int reap() {
+    int n = 0;
+    wire::Cqe cqe;
+    while (app_.poll(cqe)) {
+      if (cqe.cid >= depth_ || !reqs_[cqe.cid].cb) {
+        log::warn("engine queue {}: completion for command {} that is not outstanding", qid_, cqe.cid);
+        continue;
+      }
+      Req r = reqs_[cqe.cid];
+      reqs_[cqe.cid].cb = nullptr;
+      free_.push_back(cqe.cid);
+      --outstanding_;
+      ++n;
+      r.cb(r.ctx, Completion{wire::Status::from_cqe(cqe.status), cqe.dw0, cqe.dw1});
+    }
+    if (n && app_.ring_cq()) c_->kick();
+    return n;
+  }
+
+  std::shared_ptr<EngineClient> c_;
+  uint16_t qid_;
+  uint32_t depth_;
+  int vector_fd_;
+  engine::AppQueuePair app_;
+  std::vector<Req> reqs_;
+  std::vector<uint16_t> free_;  // command IDs (index into reqs_)
+  uint32_t outstanding_ = 0;
+};
+
+// ---------------------------------------------------------------- controller
+
+std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, const ControllerOptions& opts,
+                                                    std::string& err) {
+  std::shared_ptr<EngineClient> c(new EngineClient());
+  c->trid_ = trid;
+  c->opts_ = opts;
+  c->polling_ = opts.busy_poll || opts.hybrid_poll;
+  if (!trid.hostnqn.empty() || !opts.hostnqn.empty()) {
+    c->hostnqn_ = !trid.hostnqn.empty() ? trid.hostnqn : opts.hostnqn;
+  } else {
+    uint8_t id[16];
+    std::random_device rd;
+    for (auto& b : id) b = uint8_t(rd());
+    c->hostnqn_ = default_hostnqn(id);
+  }
+  if (opts.engine_region_bytes < 2 * kAdminBufferBytes) {
+    err = fmt::format("engine_region_bytes {} is below the {} bytes minimum", opts.engine_region_bytes,
+                      2 * kAdminBufferBytes);
+    return nullptr;
+  }
+  engine::AttachRequest req;
+  const uint32_t io = std::clamp<uint32_t>(opts.io_queues, 1, kMaxIoQueues);
+  req.queue_pairs = io + 1;
+  req.queue_entries = kQueueEntries;
+  req.vectors = std::min<uint32_t>(req.queue_pairs, engine::kMaxVectors);
+  req.data_bytes = opts.engine_region_bytes;
+  std::strncpy(req.subnqn, trid.subnqn.c_str(), sizeof(req.subnqn) - 1);
+  if (!engine::attach(trid.traddr, req, c->at_, err)) return nullptr;
+
+  c->data_ = c->at_.data();
+  c->admin_buf_ = c->data_;
+  c->admin_buf_len_ = kAdminBufferBytes;
+  c->io_base_ = c->data_ + kAdminBufferBytes;
+  c->io_end_ = c->data_ + c->at_.layout().data_bytes;
+  c->free_[kAdminBufferBytes] = c->at_.layout().data_bytes - kAdminBufferBytes;
+  c->admin_ = std::make_unique<engine::AppQueuePair>(c->at_.queue_pair(0));
+  if (!c->enable(err)) return nullptr;
+
+  Sqe id{};
+  id.opc = uint8_t(wire::AdminOpcode::Identify);
+  id.cdw10 = 0x01;
+  Completion cpl = c->admin(id, c->ident_, sizeof(c->ident_), false);
+  if (!cpl.status.ok()) {
+    err = fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status));
+    return nullptr;
+  }
+  const auto* ic = reinterpret_cast<const wire::IdentifyController*>(c->ident_);
+  c->max_transfer_ = ic->mdts ? std::min<uint64_t>(4096ull << ic->mdts, 1u << 30) : (1u << 30);
+  Sqe nq{};
+  nq.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+  nq.cdw10 = wire::kFeatureNumberOfQueues;
+  nq.cdw11 = (io - 1) | ((io - 1) << 16);
+  cpl = c->admin(nq, nullptr, 0, false);
+  if (!cpl.status.ok()) {
+    err = fmt::format("Set Features (Number of Queues) through the engine: {}", wire::status_name(cpl.status));
+    return nullptr;
+  }
+  c->granted_ = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
+  c->qid_used_.assign(c->granted_ + 1, false);
+  return c;
+}
+
+EngineClient::~EngineClient() { shutdown(); }
+
+void EngineClient::shutdown() {
+  if (!at_.region() || gone_.load()) return;
+  // A normal shutdown notice (CC.SHN = 01b); the engine says when it is done.
+  engine::ControllerRegisters& r = at_.registers();
+  store_release(r.cc, load_acquire(r.cc) | (1u << prop::kCcShnShift));
+  kick();
+  wait_csts(prop::kCstsShstMask, prop::kCstsShstComplete, 2000);
+  gone_.store(true);
+}
+
+void EngineClient::kick() const {
+  const uint64_t one = 1;
+  (void)::write(at_.kick_fd(), &one, sizeof(one));
+}
+
+bool EngineClient::failed() const {
+  return gone_.load(std::memory_order_relaxed) || (load_acquire(at_.registers().csts) & prop::kCstsFatal);
+}
+
+uint16_t EngineClient::cntlid() const { return reinterpret_cast<const wire::IdentifyController*>(ident_)->cntlid; }
+
+bool EngineClient::wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms) {
+  const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1'000'000;
+  for (;;) {
+    const uint32_t csts = load_acquire(at_.registers().csts);
+    if ((csts & mask) == want) return true;
+    if ((csts & prop::kCstsFatal) && !(mask & prop::kCstsFatal)) return false;
+    if (now_ns() > deadline) return false;
+    // The engine's lifeline closing means it is gone.
+    pollfd p{at_.socket(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      gone_.store(true);
+      return false;
+    }
+  }
+}
+
+bool EngineClient::enable(std::string& err) {
+  // IOSQES 6 (64 bytes), IOCQES 4 (16 bytes), then EN.
+  store_release(at_.registers().cc, prop::kCcEnable | (6u << 16) | (4u << 20));
+  kick();
+  if (!wait_csts(prop::kCstsReady, prop::kCstsReady, opts_.connect_timeout_ms)) {
+    err = gone_ ? "the engine closed the attachment" : "the engine's controller did not become ready (CSTS.RDY)";
+    return false;
+  }
+  return true;
+}
+
+Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
+  std::lock_guard lk(admin_mu_);
+  if (len > admin_buf_len_) return Completion{wire::sc::InvalidField};
+  if (failed()) return Completion{wire::sc::TransportError};
+  Sqe s = sqe;
+  s.cid = ++admin_cid_;
+  set_sgl(s, 0, len);
+  if (len && to_controller) std::memcpy(admin_buf_, data, len);
+  admin_->submit(s);
+  admin_->ring_sq();
+  kick();  // admin commands always wake the engine's control thread
+  const uint64_t deadline = now_ns() + uint64_t(opts_.admin_timeout_ms) * 1'000'000;
+  const int vec0 = at_.vector_fds().empty() ? -1 : at_.vector_fds()[0];
+  wire::Cqe c;
+  for (;;) {
+    while (admin_->poll(c)) {
+      admin_->ring_cq();
+      if (c.cid != s.cid) continue;  // a late answer to a command given up on
+      const Completion out{wire::Status::from_cqe(c.status), c.dw0, c.dw1};
+      if (out.status.ok() && len && !to_controller) std::memcpy(data, admin_buf_, len);
+      return out;
+    }
+    if (now_ns() > deadline || failed()) return Completion{wire::sc::TransportError};
+    if (vec0 >= 0) wait_eventfd(vec0, 1);
+    pollfd p{at_.socket(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) gone_.store(true);
+  }
+}
+
+std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::string& err) {
+  if (depth < 1 || depth > kQueueEntries - 1) {
+    err = fmt::format("queue depth {} out of range (1..{} through the engine)", depth, kQueueEntries - 1);
+    return nullptr;
+  }
+  if (failed()) {
+    err = "the engine's controller has stopped";
+    return nullptr;
+  }
+  uint16_t qid = 0;
+  {
+    std::lock_guard lk(qid_mu_);
+    for (uint32_t q = 1; q < qid_used_.size(); ++q) {
+      if (!qid_used_[q]) {
+        qid_used_[q] = true;
+        qid = uint16_t(q);
+        break;
+      }
+    }
+  }
+  if (qid == 0) {
+    err = fmt::format("all {} I/O queues the engine granted are in use", granted_);
+    return nullptr;
+  }
+  auto lease = std::shared_ptr<void>(nullptr, [self = shared_from_this(), qid](void*) { self->release_qid(qid); });
+  const uint32_t vectors = uint32_t(at_.vector_fds().size());
+  // Interrupts unless the queue busy-polls; vector 0 is the admin queue's, the I/O queues
+  // share the others.
+  const bool ien = !opts_.busy_poll && vectors > 0;
+  const uint32_t iv = vectors > 1 ? 1 + (qid - 1) % (vectors - 1) : 0;
+  Sqe cq{};
+  cq.opc = uint8_t(wire::AdminOpcode::CreateIoCq);
+  cq.cdw10 = qid | (depth << 16);  // depth + 1 entries (0's based)
+  cq.cdw11 = 1u | (ien ? 2u : 0u) | (iv << 16);
+  Completion c = admin(cq, nullptr, 0, false);
+  if (!c.status.ok()) {
+    err = fmt::format("Create I/O Completion Queue {}: {}", qid, wire::status_name(c.status));
+    return nullptr;
+  }
+  Sqe sq{};
+  sq.opc = uint8_t(wire::AdminOpcode::CreateIoSq);
+  sq.cdw10 = qid | (depth << 16);
+  sq.cdw11 = 1u | (uint32_t(qid) << 16);
+  c = admin(sq, nullptr, 0, false);
+  if (!c.status.ok()) {
+    err = fmt::format("Create I/O Submission Queue {}: {}", qid, wire::status_name(c.status));
+    Sqe del{};
+    del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
+    del.cdw10 = qid;
+    admin(del, nullptr, 0, false);
+    return nullptr;
+  }
+  engine::QueueMemory m = at_.queue_pair(qid);
+  m.sq_size = depth + 1;
+  m.cq_size = depth + 1;
+  auto q = std::make_unique<EngineIoQueue>(shared_from_this(), qid, depth, ien ? at_.vector_fds()[iv] : -1, m);
+  q->lease = lease;
+  q->block_sizes = block_sizes_;
+  return q;
+}
+
+void EngineClient::release_qid(uint16_t qid) {
+  std::lock_guard lk(qid_mu_);
+  if (qid < qid_used_.size()) qid_used_[qid] = false;
+}
+
+void* EngineClient::alloc(size_t len) {
+  const uint64_t want = (uint64_t(len) + 4095) & ~uint64_t(4095);
+  if (want == 0) return nullptr;
+  std::lock_guard lk(alloc_mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < want) continue;
+    const uint64_t off = it->first;
+    const uint64_t rest = it->second - want;
+    free_.erase(it);
+    if (rest) free_[off + want] = rest;
+    given_[off] = want;
+    return data_ + off;
+  }
+  return nullptr;
+}
+
+void EngineClient::free(void* p) {
+  if (!p) return;
+  std::lock_guard lk(alloc_mu_);
+  const uint64_t off = uint64_t(static_cast<uint8_t*>(p) - data_);
+  auto g = given_.find(off);
+  if (g == given_.end()) return;
+  uint64_t start = off, len = g->second;
+  given_.erase(g);
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == start + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[start] = len;
+}
+
+}  // namespace nvtcp::host::detail

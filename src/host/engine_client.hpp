@@ -1,0 +1,94 @@
+// The host library's side of the offload engine (trtype:engine): the application attaches
+// to the engine's socket, and from then on drives a plain NVMe controller in shared memory
+// as a PCIe host driver would: it enables the controller through CC, sends admin commands on
+// the admin queue, creates I/O queue pairs with Create I/O CQ/SQ and moves data to and from
+// its region. The engine runs NVMe/TCP; nothing per I/O is a system call here while the
+// engine polls (a doorbell notice is sent only when the engine asked for one).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/attach.hpp"
+#include "engine/shm_queue.hpp"
+#include "host/io_queue.hpp"
+#include "nvtcp/host.hpp"
+
+namespace nvtcp::host::detail {
+
+class EngineClient : public std::enable_shared_from_this<EngineClient> {
+ public:
+  static std::shared_ptr<EngineClient> connect(const TransportId& trid, const ControllerOptions& opts,
+                                               std::string& err);
+  ~EngineClient();
+
+  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, std::string& err);
+  // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
+  void shutdown();
+
+  void* alloc(size_t len);
+  void free(void* p);
+  // The offset of [p, p + len) in the data region, or -1 when it is not inside the part
+  // given out for I/O.
+  int64_t offset_of(const void* p, uint32_t len) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    if (b < io_base_ || b > io_end_ || len > uint64_t(io_end_ - b)) return -1;
+    return b - data_;
+  }
+
+  const uint8_t* identify_data() const { return ident_; }
+  uint16_t cntlid() const;
+  uint32_t io_queues_granted() const { return granted_; }
+  uint32_t max_transfer_bytes() const { return max_transfer_; }
+  uint64_t cap() const { return at_.registers().cap; }
+  uint32_t version() const { return at_.registers().vs; }
+  const TransportId& trid() const { return trid_; }
+  const std::string& hostnqn() const { return hostnqn_; }
+  // The controller stopped (CSTS.CFS) or the engine went away.
+  bool failed() const;
+  void set_block_sizes(std::vector<std::pair<uint32_t, uint32_t>> b) { block_sizes_ = std::move(b); }
+  bool polling() const { return polling_; }
+  const engine::Attachment& attachment() const { return at_; }
+  void kick() const;
+
+ private:
+  EngineClient() = default;
+  bool enable(std::string& err);
+  bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
+  void release_qid(uint16_t qid);
+
+  engine::Attachment at_;
+  TransportId trid_;
+  ControllerOptions opts_;
+  std::string hostnqn_;
+  bool polling_ = false;
+  alignas(8) uint8_t ident_[4096] = {};
+  uint32_t granted_ = 0;
+  uint32_t max_transfer_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> block_sizes_;
+
+  std::mutex admin_mu_;
+  std::unique_ptr<engine::AppQueuePair> admin_;
+  uint16_t admin_cid_ = 0;
+  uint8_t* admin_buf_ = nullptr;  // the first part of the data region
+  uint32_t admin_buf_len_ = 0;
+
+  std::mutex qid_mu_;
+  std::vector<bool> qid_used_;
+
+  // The data region past the admin buffer, handed out first fit.
+  std::mutex alloc_mu_;
+  uint8_t* data_ = nullptr;
+  uint8_t* io_base_ = nullptr;
+  uint8_t* io_end_ = nullptr;
+  std::map<uint64_t, uint64_t> free_;   // offset -> length
+  std::map<uint64_t, uint64_t> given_;  // offset -> length
+  std::atomic<bool> gone_{false};
+};
+
+}  // namespace nvtcp::host::detail

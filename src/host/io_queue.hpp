@@ -1,0 +1,33 @@
+// What a QueuePair drives: one I/O queue of some transport. NVMe/TCP (QueuePairImpl: a TCP
+// connection of its own) or the offload engine (EngineIoQueue: queues in memory shared with
+// the engine).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "nvtcp/host.hpp"
+
+namespace nvtcp::host::detail {
+
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  virtual int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+                     void* ctx) = 0;
+  virtual int poll(uint32_t timeout_us) = 0;
+  virtual uint16_t qid() const = 0;
+  virtual uint32_t depth() const = 0;
+  virtual uint32_t outstanding() const = 0;
+  virtual bool failed() const = 0;
+  virtual bool ready() const = 0;
+  virtual uint32_t reconnects() const = 0;
+
+  // Set by whoever created the queue: released (and so the qid returned) when it dies.
+  std::shared_ptr<void> lease;
+  // Block size of each namespace, for read()/write() that count in blocks.
+  std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
+};
+
+}  // namespace nvtcp::host::detail

@@ -1,0 +1,393 @@
+// The offload engine end to end on loopback: an in-process target, an engine connected to
+// it, and applications that attach to the engine: through the host library (trtype:engine)
+// and, for what a well-behaved library never does, by hand on the shared memory.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/app_controller.hpp"
+#include "engine/attach.hpp"
+#include "engine/engine.hpp"
+#include "engine/shm_queue.hpp"
+#include "test_target.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/features.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+using wire::AdminOpcode;
+using wire::Sqe;
+namespace sc = wire::sc;
+namespace prop = wire::prop;
+
+constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
+
+std::string socket_path() {
+  static std::atomic<int> n{0};
+  return fmt::format("/tmp/nvtcp-engine-test-{}-{}.sock", getpid(), n++);
+}
+
+class RunningEngine {
+ public:
+  explicit RunningEngine(const host::TransportId& remote, int64_t idle_spin_us = 50) {
+    engine::EngineOptions o;
+    o.socket_path = socket_path();
+    o.controllers = {remote};
+    o.idle_spin_us = idle_spin_us;
+    o.queue_depth = 64;
+    o.max_queue_pairs = 9;
+    engine_ = std::make_unique<engine::Engine>(o);
+    std::string err;
+    if (!engine_->start(err)) throw std::runtime_error("engine start: " + err);
+    thread_ = std::thread([this] { engine_->run(stop_); });
+  }
+  ~RunningEngine() {
+    stop_ = true;
+    thread_.join();
+    engine_->shutdown();
+  }
+  host::TransportId trid(uint32_t nsid = kRamNsid) const {
+    host::TransportId t;
+    t.trtype = "engine";
+    t.traddr = engine_->options().socket_path;
+    t.subnqn = kTestNqn;
+    t.nsid = nsid;
+    return t;
+  }
+  engine::Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<engine::Engine> engine_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct Io {
+  bool done = false;
+  host::Completion c;
+  static void cb(void* ctx, const host::Completion& c) {
+    auto* io = static_cast<Io*>(ctx);
+    io->done = true;
+    io->c = c;
+  }
+};
+
+wire::Status run_io(host::QueuePair& qp, Io& io) {
+  for (int i = 0; i < 10000 && !io.done; ++i) qp.process_completions(1000);
+  return io.done ? io.c.status : wire::sc::InternalError;
+}
+
+Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
+  Sqe s{};
+  s.opc = uint8_t(op);
+  s.cdw10 = cdw10;
+  s.cdw11 = cdw11;
+  return s;
+}
+
+// An application that drives the shared memory by hand (no host library), so it can do
+// what the library never does: die without a word, ring impossible doorbells.
+class RawApp {
+ public:
+  explicit RawApp(const std::string& path, uint32_t pairs = 3) {
+    engine::AttachRequest req;
+    req.queue_pairs = pairs;
+    req.queue_entries = 64;
+    req.vectors = 2;
+    req.data_bytes = 4 << 20;
+    std::strcpy(req.subnqn, kTestNqn);
+    std::string err;
+    if (!engine::attach(path, req, at, err)) throw std::runtime_error(err);
+    admin = std::make_unique<engine::AppQueuePair>(at.queue_pair(0));
+  }
+  bool enable() {
+    std::atomic_ref<uint32_t>(at.registers().cc).store(prop::kCcEnable | (6u << 16) | (4u << 20));
+    kick();
+    return wait_csts(prop::kCstsReady, prop::kCstsReady);
+  }
+  bool wait_csts(uint32_t mask, uint32_t want) {
+    return wait_for([&] { return (std::atomic_ref<uint32_t>(at.registers().csts).load() & mask) == want; }, 5000);
+  }
+  void kick() {
+    const uint64_t one = 1;
+    ASSERT_EQ(write(at.kick_fd(), &one, 8), 8);
+  }
+  wire::Cqe command(Sqe s) {
+    s.cid = ++cid;
+    s.flags = wire::kSqeFlagsPsdtSgl;
+    admin->submit(s);
+    admin->ring_sq();
+    kick();
+    wire::Cqe c{};
+    EXPECT_TRUE(wait_for([&] { return admin->poll(c); }, 5000)) << "no answer to admin opcode " << int(s.opc);
+    admin->ring_cq();
+    return c;
+  }
+  wire::Status status(const Sqe& s) { return wire::Status::from_cqe(command(s).status); }
+  // Creates I/O queue pair qid (entries each) with interrupts off.
+  bool create_queue(uint16_t qid, uint32_t entries) {
+    return status(admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), 1)).ok() &&
+           status(admin_cmd(AdminOpcode::CreateIoSq, qid | ((entries - 1) << 16), 1 | (uint32_t(qid) << 16))).ok();
+  }
+  Sqe read_cmd(uint16_t command_id, uint64_t lba, uint32_t nlb, uint64_t data_off) {
+    Sqe s{};
+    s.opc = uint8_t(wire::IoOpcode::Read);
+    s.flags = wire::kSqeFlagsPsdtSgl;
+    s.cid = command_id;
+    s.nsid = kRamNsid;
+    s.cdw10 = uint32_t(lba);
+    s.cdw12 = nlb - 1;
+    s.sgl.addr = data_off;
+    s.sgl.length = nlb * 512;
+    return s;
+  }
+
+  engine::Attachment at;
+  std::unique_ptr<engine::AppQueuePair> admin;
+  uint16_t cid = 0;
+};
+
+TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  std::string err;
+  auto ctrl = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(ctrl) << err;
+  // The controller the application sees: the remote's identity, its own controller ID.
+  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data());
+  EXPECT_EQ(std::string(id->subnqn), kTestNqn);
+  EXPECT_EQ(id->cntlid, ctrl->cntlid());
+  EXPECT_EQ(id->sgls & 3, 1u) << "SGL data blocks carry the data pointers";
+  EXPECT_EQ(id->oacs, 1u << 8) << "Doorbell Buffer Config is the one optional admin command";
+  EXPECT_EQ(prop::cap_mqes(ctrl->cap()), 1023u);
+  host::NamespaceInfo ni;
+  ASSERT_TRUE(ctrl->namespace_info(kRamNsid, ni, err)) << err;
+  EXPECT_EQ(ni.block_size, 512u);
+  EXPECT_EQ(ni.blocks, (64ull << 20) / 512);
+
+  auto qp = ctrl->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  constexpr size_t kIo = 4096, kCount = 64;
+  auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(kIo * kCount));
+  ASSERT_NE(buf, nullptr);
+  const auto data = pattern(kIo * kCount, 11);
+  std::memcpy(buf, data.data(), data.size());
+  // Writes at scattered places, all in flight at once.
+  std::vector<Io> ios(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(qp->write(kRamNsid, i * 97 * 8, 8, buf + i * kIo, Io::cb, &ios[i]), 0);
+    if (i % 32 == 31) {
+      for (size_t j = i - 31; j <= i; ++j) ASSERT_EQ(run_io(*qp, ios[j]), sc::Success);
+    }
+  }
+  std::memset(buf, 0, kIo * kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    Io io;
+    ASSERT_EQ(qp->read(kRamNsid, i * 97 * 8, 8, buf + i * kIo, Io::cb, &io), 0);
+    ASSERT_EQ(run_io(*qp, io), sc::Success);
+  }
+  EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+
+  // The data really is on the remote namespace: a plain NVMe/TCP host reads it back.
+  auto direct = host::Controller::connect(t.trid(), {}, err);
+  ASSERT_TRUE(direct) << err;
+  auto dqp = direct->create_io_qpair(8, err);
+  ASSERT_TRUE(dqp);
+  std::vector<uint8_t> back(kIo);
+  Io io;
+  ASSERT_EQ(dqp->read(kRamNsid, 5 * 97 * 8, 8, back.data(), Io::cb, &io), 0);
+  ASSERT_EQ(run_io(*dqp, io), sc::Success);
+  EXPECT_EQ(std::memcmp(back.data(), data.data() + 5 * kIo, kIo), 0);
+
+  // Flush, Write Zeroes and a DSM deallocate pass through as well.
+  Io f;
+  ASSERT_EQ(qp->flush(wire::kNsidAll, Io::cb, &f), 0);
+  EXPECT_EQ(run_io(*qp, f), sc::Success);
+  Io z;
+  ASSERT_EQ(qp->write_zeroes(kRamNsid, 0, 8, Io::cb, &z), 0);
+  EXPECT_EQ(run_io(*qp, z), sc::Success);
+
+  // The engine moves data to and from the shared region only.
+  std::vector<uint8_t> heap(kIo);
+  EXPECT_EQ(qp->read(kRamNsid, 0, 8, heap.data(), Io::cb, &io), -EFAULT);
+  ctrl->free_io_buffer(buf);
+  EXPECT_GE(e.engine().stats().forwarded, 2 * kCount);
+}
+
+TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  RawApp app(e.engine().options().socket_path, 4);  // three I/O queue pairs at most
+  ASSERT_TRUE(app.enable());
+  // Number of Queues: asked for 8, three granted.
+  wire::Cqe c = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 7 | (7u << 16)));
+  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+  EXPECT_EQ(c.dw0, 2u | (2u << 16));
+  auto cq = [](uint16_t qid, uint32_t entries, uint32_t flags) {
+    return admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), flags);
+  };
+  auto sq = [](uint16_t qid, uint32_t entries, uint16_t cqid) {
+    return admin_cmd(AdminOpcode::CreateIoSq, qid | ((entries - 1) << 16), 1 | (uint32_t(cqid) << 16));
+  };
+  EXPECT_EQ(app.status(cq(0, 16, 1)), sc::InvalidQueueIdentifier);
+  EXPECT_EQ(app.status(cq(4, 16, 1)), sc::InvalidQueueIdentifier) << "beyond the queues granted";
+  EXPECT_EQ(app.status(cq(1, 1, 1)), sc::InvalidQueueSize);
+  EXPECT_EQ(app.status(cq(1, 65, 1)), sc::InvalidQueueSize) << "the region's queues have 64 entries";
+  EXPECT_EQ(app.status(cq(1, 16, 0)), sc::InvalidField) << "queues are physically contiguous";
+  EXPECT_EQ(app.status(cq(1, 16, 1 | 2 | (5u << 16))), sc::InvalidInterruptVector);
+  EXPECT_EQ(app.status(sq(1, 16, 1)), sc::CompletionQueueInvalid) << "no CQ 1 yet";
+  EXPECT_EQ(app.status(cq(1, 16, 1)), sc::Success);
+  EXPECT_EQ(app.status(cq(1, 16, 1)), sc::InvalidQueueIdentifier) << "CQ 1 exists";
+  EXPECT_EQ(app.status(cq(2, 16, 1)), sc::Success);
+  EXPECT_EQ(app.status(sq(2, 16, 1)), sc::CompletionQueueInvalid) << "each SQ has its own CQ here";
+  EXPECT_EQ(app.status(sq(1, 16, 1)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 1)), sc::InvalidQueueDeletion) << "SQ 1 still uses it";
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoSq, 3)), sc::InvalidQueueIdentifier);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 0)),
+            sc::CommandSequenceError)
+      << "Number of Queues is set before any queue exists";
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DoorbellBufferConfig)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode(0x80))), sc::InvalidOpcode) << "Format NVM is not the application's";
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureKeepAliveTimer, 1000)), sc::InvalidField);
+
+  // An Identify whose data pointer leaves the region gets an SGL status, not a crash.
+  Sqe id = admin_cmd(AdminOpcode::Identify, 1);
+  id.sgl.addr = (4 << 20) - 100;
+  id.sgl.length = 4096;
+  id.cid = ++app.cid;
+  id.flags = wire::kSqeFlagsPsdtSgl;
+  app.admin->submit(id);
+  app.admin->ring_sq();
+  app.kick();
+  wire::Cqe got{};
+  ASSERT_TRUE(wait_for([&] { return app.admin->poll(got); }, 5000));
+  app.admin->ring_cq();
+  EXPECT_EQ(wire::Status::from_cqe(got.status), sc::SglOffsetInvalid);
+
+  // I/O on queue 1, then Delete SQ 1 and CQ 1.
+  engine::QueueMemory m = app.at.queue_pair(1);
+  m.sq_size = m.cq_size = 16;
+  engine::AppQueuePair io(m);
+  io.submit(app.read_cmd(7, 0, 8, 0));
+  if (io.ring_sq()) app.kick();
+  wire::Cqe ioc{};
+  ASSERT_TRUE(wait_for([&] { return io.poll(ioc); }, 5000));
+  EXPECT_EQ(ioc.cid, 7);
+  EXPECT_EQ(wire::Status::from_cqe(ioc.status), sc::Success);
+  io.ring_cq();
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoSq, 1)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 1)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 2)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 2)), sc::InvalidQueueIdentifier);
+}
+
+// An application that dies mid-I/O (its memory and descriptors simply go, as with SIGKILL)
+// has its commands drained and its queues freed; another application goes on unharmed.
+TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  std::string err;
+  auto other = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(other) << err;
+  auto oqp = other->create_io_qpair(16, err);
+  ASSERT_TRUE(oqp) << err;
+  auto* obuf = static_cast<uint8_t*>(other->alloc_io_buffer(4096));
+  {
+    RawApp dying(e.engine().options().socket_path);
+    ASSERT_TRUE(dying.enable());
+    ASSERT_TRUE(dying.create_queue(1, 64));
+    engine::QueueMemory m = dying.at.queue_pair(1);
+    engine::AppQueuePair io(m);
+    for (uint16_t cid = 0; cid < 63; ++cid) io.submit(dying.read_cmd(cid, cid * 64, 64, cid * 32768ull));
+    if (io.ring_sq()) dying.kick();
+    ASSERT_TRUE(wait_for([&] { return e.engine().stats().forwarded > 0; }, 5000));
+    EXPECT_EQ(e.engine().stats().applications, 2u);
+  }  // gone, with commands in flight and never a reset
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 1; }, 5000))
+      << "the dead application's queues were not freed";
+  Io io;
+  ASSERT_EQ(oqp->read(kRamNsid, 0, 8, obuf, Io::cb, &io), 0);
+  EXPECT_EQ(run_io(*oqp, io), sc::Success);
+}
+
+// An impossible doorbell stops that application's controller (CSTS.CFS) until it resets;
+// the engine and other applications go on.
+TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  std::string err;
+  auto other = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(other) << err;
+  auto oqp = other->create_io_qpair(16, err);
+  ASSERT_TRUE(oqp) << err;
+  auto* obuf = static_cast<uint8_t*>(other->alloc_io_buffer(4096));
+
+  RawApp bad(e.engine().options().socket_path);
+  ASSERT_TRUE(bad.enable());
+  ASSERT_TRUE(bad.create_queue(1, 64));
+  std::atomic_ref<uint32_t>(bad.at.queue_pair(1).words->sq_tail).store(5000);  // outside a 64-entry SQ
+  bad.kick();
+  EXPECT_TRUE(bad.wait_csts(prop::kCstsFatal, prop::kCstsFatal)) << "CSTS.CFS";
+  Io io;
+  ASSERT_EQ(oqp->read(kRamNsid, 0, 8, obuf, Io::cb, &io), 0);
+  EXPECT_EQ(run_io(*oqp, io), sc::Success);
+
+  // A reset (CC.EN 1 -> 0) clears it; the application starts over.
+  std::atomic_ref<uint32_t>(bad.at.registers().cc).store(0);
+  bad.kick();
+  ASSERT_TRUE(bad.wait_csts(prop::kCstsFatal | prop::kCstsReady, 0));
+  bad.admin = std::make_unique<engine::AppQueuePair>(bad.at.queue_pair(0));
+  bad.cid = 0;
+  ASSERT_TRUE(bad.enable());
+  ASSERT_TRUE(bad.create_queue(1, 64));
+  engine::AppQueuePair q(bad.at.queue_pair(1));
+  q.submit(bad.read_cmd(3, 0, 8, 0));
+  if (q.ring_sq()) bad.kick();
+  wire::Cqe c{};
+  ASSERT_TRUE(wait_for([&] { return q.poll(c); }, 5000));
+  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+}
+
+// A graceful end: the library's controller sends a shutdown notice, the engine completes it
+// and frees the application.
+TEST(Engine, ControllerDestructionShutsDownAndDetaches) {
+  RunningTarget t;
+  RunningEngine e(t.trid(), 0);  // cores sleep at once: the doorbell notices wake them
+  std::string err;
+  {
+    auto ctrl = host::Controller::connect(e.trid(), {}, err);
+    ASSERT_TRUE(ctrl) << err;
+    auto qp = ctrl->create_io_qpair(8, err);
+    ASSERT_TRUE(qp) << err;
+    auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(4096));
+    for (int i = 0; i < 50; ++i) {
+      Io io;
+      ASSERT_EQ(qp->read(kRamNsid, uint64_t(i) * 8, 8, buf, Io::cb, &io), 0);
+      ASSERT_EQ(run_io(*qp, io), sc::Success) << i;
+    }
+    EXPECT_EQ(e.engine().stats().applications, 1u);
+  }
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 0; }, 5000));
+}
+
+TEST(Engine, AnAttachForAnUnknownSubsystemIsRefused) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  host::TransportId trid = e.trid();
+  trid.subnqn = "nqn.2026-11.io.nvtcp:nobody";
+  std::string err;
+  EXPECT_FALSE(host::Controller::connect(trid, {}, err));
+  EXPECT_NE(err.find("refused"), std::string::npos) << err;
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused == 1; }, 2000));
+}
+
+}  // namespace
+}  // namespace nvtcp::test
