@@ -1,5 +1,7 @@
 // The nvtcp ioengine for fio: each fio thread talks NVMe/TCP to the target through its own
-// controller and queue pair(s) from the nvtcp host library.
+// controller and queue pair(s) from the nvtcp host library, or, with trtype=engine, hands
+// its commands to the nvtcp offload engine through queues in shared memory (fio's I/O
+// buffers then come from the region the engine shares, through the iomem hooks).
 //
 //   fio --ioengine=external:build/libnvtcp_fio.so --thread=1 ...
 //       --filename='trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=4420 subnqn=nqn... ns=1'
@@ -359,6 +361,10 @@ struct ThreadCtx {
   uint64_t outstanding = 0;
   std::vector<std::unique_ptr<FileCtx>> files;
   QueuePair* poller = nullptr;  // any queue pair of this thread: they share its reactor
+  // Through the offload engine (trtype:engine) every queue pair has its own completion
+  // queue in shared memory, read without a system call: each is polled.
+  std::vector<QueuePair*> engine_qps;
+  Controller* buffer_ctrl = nullptr;  // fio's I/O buffers came from this controller's region
   bool busy_poll = false;
   bool error_logged = false;
   bool closing = false;         // cleanup: io_us may be gone, completions only count down
@@ -458,6 +464,8 @@ int nvtcp_open_file(thread_data* td, fio_file* f) {
     fc->qps.push_back(std::move(qp));
   }
   if (!t->poller) t->poller = fc->qps.front().get();
+  if (fc->trid.trtype == "engine")
+    for (auto& qp : fc->qps) t->engine_qps.push_back(qp.get());
   FILE_SET_ENG_DATA(f, fc.get());
   t->files.push_back(std::move(fc));
   return 0;
@@ -576,7 +584,15 @@ int nvtcp_getevents(thread_data* td, unsigned int min, unsigned int max, const s
         wait_us = now >= deadline ? 0 : std::min<uint64_t>(wait_us, (deadline - now + 999) / 1000);
       }
     }
-    t->poller->process_completions(uint32_t(wait_us));
+    if (t->engine_qps.empty()) {
+      t->poller->process_completions(uint32_t(wait_us));
+    } else {
+      // Each engine queue pair is looked at without waiting; when none had anything, the
+      // first one waits (spinning, then on its interrupt eventfd) for up to wait_us.
+      int got = 0;
+      for (QueuePair* qp : t->engine_qps) got += qp->process_completions(0);
+      if (!got && wait_us) t->engine_qps.front()->process_completions(uint32_t(std::min<uint64_t>(wait_us, 1000)));
+    }
     n = t->reap(n, max);
     if (n >= min || n >= max || t->outstanding == 0) break;
     if (ts && now_ns() >= deadline) break;
@@ -585,6 +601,41 @@ int nvtcp_getevents(thread_data* td, unsigned int min, unsigned int max, const s
 }
 
 io_u* nvtcp_event(thread_data* td, int event) { return thread_ctx(td)->events[size_t(event)]; }
+
+// fio's I/O buffers. Through the offload engine they must lie in the region the engine
+// shares with this process (the DMA-buffer analog): the job's first file is connected here,
+// before fio asks for buffers, and its controller hands them out. Over TCP they are plain
+// memory, as fio's default (mem=malloc) gives.
+int nvtcp_iomem_alloc(thread_data* td, size_t total) {
+  ThreadCtx* t = thread_ctx(td);
+  if (!t) return 1;
+  TransportId trid;
+  std::string err;
+  fio_file* first = td->files_index ? td->files[0] : nullptr;
+  if (first && TransportId::parse(first->file_name, trid, err) && trid.trtype == "engine") {
+    if (nvtcp_open_file(td, first) != 0) return 1;
+    auto* fc = static_cast<FileCtx*>(FILE_ENG_DATA(first));
+    void* p = fc->ctrl->alloc_io_buffer(total);
+    if (!p)
+      return fail(td, ENOMEM, "no I/O buffers",
+                  "%zu bytes of I/O buffers do not fit the engine's shared region (see the engine's region size)",
+                  total);
+    t->buffer_ctrl = fc->ctrl.get();
+    td->orig_buffer = static_cast<char*>(p);
+    return 0;
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, total) != 0) return 1;
+  td->orig_buffer = static_cast<char*>(p);
+  return 0;
+}
+
+void nvtcp_iomem_free(thread_data* td) {
+  ThreadCtx* t = thread_ctx(td);
+  if (t && t->buffer_ctrl) t->buffer_ctrl->free_io_buffer(td->orig_buffer);
+  else free(td->orig_buffer);
+  td->orig_buffer = nullptr;
+}
 
 }  // namespace
 
@@ -612,6 +663,8 @@ __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
     .close_file = nvtcp_close_file,
     .unlink_file = nvtcp_unlink_file,
     .get_file_size = nvtcp_get_file_size,
+    .iomem_alloc = nvtcp_iomem_alloc,
+    .iomem_free = nvtcp_iomem_free,
     .option_struct_size = sizeof(EngineOptions),
     .options = g_options,
 };

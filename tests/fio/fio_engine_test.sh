@@ -4,6 +4,7 @@
 #   fio_engine_test.sh CASE NVTCP_BINARY LIBNVTCP_FIO_SO
 #
 # CASE: randread randwrite randrw verify reconnect big_batched trim_flush options bad_input jobs32 preload
+#       engine engine_kill (through `nvtcp engine`, the offload engine)
 # Exit 0 pass, 1 fail, 77 skip (no fio and no way to install it, or the engine was not built).
 # The target serves nqn.2026-11.io.nvtcp:fio with a 1 GiB NULL namespace (ns 1) and a
 # 256 MiB RAM namespace (ns 2); every fio run's exit status and JSON are checked.
@@ -47,7 +48,14 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 
 work=$(mktemp -d /tmp/nvtcp-fio-test.XXXXXX)
 tpid=""
+epid=""
 cleanup() {
+  if [ -n "$epid" ] && kill -0 "$epid" 2>/dev/null; then
+    kill -INT "$epid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$epid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$epid" 2>/dev/null
+    wait "$epid" 2>/dev/null
+  fi
   if [ -n "$tpid" ] && kill -0 "$tpid" 2>/dev/null; then
     kill -INT "$tpid" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$tpid" 2>/dev/null || break; sleep 0.1; done
@@ -79,6 +87,22 @@ start_target() {
   port=$(cat "$work/ready")
   note "target on 127.0.0.1:$port (pid $tpid)"
 }
+
+# The offload engine, connected to the target: applications attach on $work/engine.sock.
+start_engine() {
+  "$nvtcp" engine --controller "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" \
+    --socket "$work/engine.sock" --ready-file "$work/engine.ready" >"$work/engine.log" 2>&1 &
+  epid=$!
+  for _ in $(seq 100); do
+    [ -s "$work/engine.ready" ] && break
+    kill -0 "$epid" 2>/dev/null || { cat "$work/engine.log" >&2; fail "the engine exited at start"; }
+    sleep 0.1
+  done
+  [ -s "$work/engine.ready" ] || fail "the engine did not become ready in 10 s"
+  note "engine on $work/engine.sock (pid $epid)"
+}
+# etrid NSID: a filename for fio through the engine
+etrid() { echo "trtype=engine traddr=$work/engine.sock subnqn=$FNQN ns=$1"; }
 
 # trid NSID [PORT [NQN]]: a filename for fio
 trid() { echo "trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=${2:-$port} subnqn=${3:-$FNQN} ns=$1"; }
@@ -285,6 +309,49 @@ PY
     q=$(grep -c "connected to $NQN .*qid [1-9]" "$work/target.log")
     [ "$q" -ge 32 ] || fail "jobs32: the target saw $q I/O queue pairs, not 32"
     note "the target saw $q I/O queue pair connections"
+    ;;
+  engine)
+    # The study's card half: 32 fio jobs hand their commands to the offload engine through
+    # shared memory, fio's buffers in the engine's region; fio's crc32c verify reads back
+    # every block written, each job on its own 4 MiB.
+    start_engine
+    run_fio engine32 "--filename=$(etrid 2)" --thread=1 --numjobs=32 --iodepth=8 --rw=randwrite --bs=4k \
+      --size=4M --offset_increment=4M --verify=crc32c --verify_fatal=1 --do_verify=1
+    expect_ok engine32 "read write"
+    run_fio engine_read "--filename=$(etrid 1)" --thread=1 --numjobs=2 --iodepth=32 --rw=randread --bs=4k \
+      --time_based --runtime=1
+    expect_ok engine_read read
+    kill -0 "$epid" 2>/dev/null || fail "the engine died"
+    ;;
+  engine_kill)
+    # One fio process killed with SIGKILL mid-I/O leaves another's verify run passing, and
+    # the engine frees the dead one's queues.
+    start_engine
+    run_fio survivor "--filename=$(etrid 2)" --thread=1 --numjobs=2 --iodepth=16 --rw=randwrite --bs=4k \
+      --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 --do_verify=1 --loops=20 &
+    survivor=$!
+    env LD_PRELOAD="$preload" fio --name=victim --ioengine="external:$engine" "--filename=$(etrid 2)" --thread=1 \
+      --numjobs=2 --iodepth=32 --rw=randrw --bs=4k --offset=128M --size=64M --time_based --runtime=60 \
+      --output="$work/victim.out" 2>"$work/victim.err" &
+    victim=$!
+    for _ in $(seq 100); do
+      [ "$(grep -c "attached to" "$work/engine.log")" -ge 4 ] && break
+      sleep 0.1
+    done
+    sleep 1
+    kill -0 "$survivor" 2>/dev/null || fail "the survivor finished before the kill (make it run longer)"
+    kill -KILL "$victim"
+    wait "$victim" 2>/dev/null
+    note "victim fio (pid $victim) killed with SIGKILL"
+    wait "$survivor"
+    expect_ok survivor "read write"
+    kill -0 "$epid" 2>/dev/null || fail "the engine died"
+    grep -qE "pid $victim .*detached; [1-9][0-9]* I/O queue" "$work/engine.log" ||
+      fail "the engine did not see the victim go with its queues open: $(tail -5 "$work/engine.log")"
+    note "$(grep -m1 -E "pid $victim .*detached; [1-9]" "$work/engine.log" | sed 's/^.*engine: //')"
+    # Every application is gone: the engine holds no queue of the victim's any more.
+    run_fio after_kill "--filename=$(etrid 2)" --thread=1 --iodepth=8 --rw=randread --bs=4k --time_based --runtime=1
+    expect_ok after_kill read
     ;;
   preload)
     # SPDK's way: LD_PRELOAD the engine and name it (fio's symbols must be there, so the
