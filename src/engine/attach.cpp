@@ -43,6 +43,7 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   reset();
   layout_ = o.layout_;
   region_ = o.region_;
+  owns_region_ = o.owns_region_;
   memfd_ = o.memfd_;
   sock_ = o.sock_;
   kick_ = o.kick_;
@@ -57,8 +58,9 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
 }
 
 void Attachment::reset() {
-  if (region_) munmap(region_, layout_.total_bytes);
+  if (region_ && owns_region_) munmap(region_, layout_.total_bytes);
   region_ = nullptr;
+  owns_region_ = true;
   close_fd(memfd_);
   close_fd(sock_);
   close_fd(kick_);

@@ -50,6 +50,17 @@ class Attachment {
   Attachment(const Attachment&) = delete;
   Attachment& operator=(const Attachment&) = delete;
 
+  // An attachment over memory the caller laid out (layout.write_header done), with no
+  // descriptors: for tests and fuzzers that drive the engine's side without a socket. The
+  // memory stays the caller's.
+  static Attachment over(const RegionLayout& layout, uint8_t* region) {
+    Attachment a;
+    a.layout_ = layout;
+    a.region_ = region;
+    a.owns_region_ = false;
+    return a;
+  }
+
   const RegionLayout& layout() const { return layout_; }
   uint8_t* region() const { return region_; }
   uint8_t* data() const { return region_ + layout_.data_offset; }
@@ -69,6 +80,7 @@ class Attachment {
 
   RegionLayout layout_;
   uint8_t* region_ = nullptr;
+  bool owns_region_ = true;
   int memfd_ = -1, sock_ = -1, kick_ = -1;
   std::vector<int> vectors_;
   pid_t peer_pid_ = 0;

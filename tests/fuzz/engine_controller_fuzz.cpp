@@ -1,0 +1,172 @@
+// libFuzzer: the controller an application sees through the offload engine (AppController),
+// driven through its shared memory by an application that writes anything at any time: CC,
+// the admin rings and doorbells, well-formed and garbage admin commands with data pointers
+// anywhere, interleaved with the engine's own events (queues gone, queues faulted, the
+// application gone) in any order.
+//
+// The region is one heap block, so ASan catches any access outside it. The fuzzer checks:
+// every queue handed to an engine core lies inside the region; a queue is never started
+// twice without being stopped; a stop is only asked for a started queue; an application
+// that is gone gets nothing started; once detached, the controller finishes when its last
+// queue is gone.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <set>
+#include <vector>
+
+#include "engine/app_controller.hpp"
+#include "engine/region.hpp"
+#include "wire/features.hpp"
+
+using namespace nvtcp;
+using engine::AppController;
+
+namespace {
+
+struct Input {
+  const uint8_t* p;
+  size_t n;
+  uint8_t byte() { return n ? (--n, *p++) : 0; }
+  uint32_t u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(byte()) << (8 * i);
+    return v;
+  }
+};
+
+struct FakeBackend final : AppController::Backend {
+  uint8_t* lo = nullptr;
+  uint8_t* hi = nullptr;
+  std::set<uint16_t> running;
+  std::set<uint16_t> stopping;
+  bool detached = false;
+  uint8_t identify[4096] = {};
+  Input* in = nullptr;
+
+  host::Completion remote_admin(const wire::Sqe&, void* data, uint32_t len, bool to_controller) override {
+    if (!to_controller && data && len) std::memset(data, in->byte(), len);
+    host::Completion c;
+    c.status = wire::Status::from_cqe(uint16_t(in->byte() & 3) << 1);
+    c.dw0 = in->u32();
+    return c;
+  }
+  const uint8_t* remote_identify() override { return identify; }
+  bool inside(const void* p, size_t len) const {
+    auto* b = static_cast<const uint8_t*>(p);
+    return b >= lo && b + len <= hi;
+  }
+  bool start_io_queue(AppController&, uint16_t qid, const engine::QueueMemory& m, int) override {
+    if (detached) __builtin_trap();
+    if (running.count(qid) || stopping.count(qid)) __builtin_trap();
+    if (!inside(m.words, sizeof(engine::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(wire::Sqe)) ||
+        !inside(m.cq, size_t(m.cq_size) * sizeof(wire::Cqe)) || m.sq_size < 2 || m.cq_size < 2)
+      __builtin_trap();
+    running.insert(qid);
+    return true;
+  }
+  void stop_io_queue(AppController&, uint16_t qid, bool) override {
+    if (!running.count(qid) && !stopping.count(qid)) __builtin_trap();
+    running.erase(qid);
+    stopping.insert(qid);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in{data, size};
+  const uint32_t pairs = 2 + in.byte() % 4;
+  const uint32_t entries = 2 + in.byte() % 30;
+  auto layout = engine::RegionLayout::compute(pairs, entries, 64 * 1024);
+  // One heap block exactly the region's size: a read or write past it is ASan's to catch.
+  auto free_aligned = [](uint8_t* p) { ::operator delete[](p, std::align_val_t(4096)); };
+  std::unique_ptr<uint8_t[], decltype(free_aligned)> heap(new (std::align_val_t(4096)) uint8_t[layout->total_bytes](),
+                                                          free_aligned);
+  uint8_t* region = heap.get();
+  layout->write_header(region);
+  FakeBackend be;
+  be.lo = region;
+  be.hi = region + layout->total_bytes;
+  be.in = &in;
+  std::memset(be.identify, 0, sizeof(be.identify));
+  AppController ctl(engine::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8);
+  engine::QueueMemory admin_mem = layout->queue_pair(region, 0);
+  engine::ControllerRegisters& regs = engine::RegionLayout::registers(region);
+  uint32_t tail = 0;
+
+  while (in.n) {
+    const uint8_t op = in.byte();
+    switch (op % 9) {
+      case 0:  // CC: enable, reset, shutdown, anything
+        regs.cc = (op & 0x80) ? in.u32() : ((op >> 4) & 1) | (uint32_t((op >> 5) & 3) << 14);
+        ctl.on_kick();
+        break;
+      case 1: {  // a well-formed admin command at the tail
+        wire::Sqe s{};
+        static const uint8_t ops[] = {0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A, 0x0C, 0x18, 0x7C, 0x80};
+        s.opc = ops[in.byte() % sizeof(ops)];
+        s.flags = uint8_t(wire::kSqeFlagsPsdtSgl | (in.byte() & 0x83));
+        s.cid = uint16_t(in.u32());
+        s.cdw10 = in.u32();
+        s.cdw11 = in.u32();
+        if (op & 0x10) s.cdw10 = (s.cdw10 & 0xFFFF0000u) | (in.byte() % 10);              // small queue IDs
+        if (op & 0x20) s.cdw11 = (s.cdw11 & 0x0000FFFFu) | (uint32_t(in.byte() % 10) << 16);  // small CQ IDs / vectors
+        s.sgl.addr = (op & 0x40) ? in.u32() % (80 * 1024) : uint64_t(in.u32()) << 20;
+        s.sgl.length = (op & 0x40) ? 4096 : in.u32();
+        s.sgl.type = uint8_t(in.byte() & 0x11);
+        std::memcpy(&admin_mem.sq[tail % entries], &s, sizeof(s));
+        tail = (tail + 1) % entries;
+        admin_mem.words->sq_tail = tail;
+        ctl.on_kick();
+        break;
+      }
+      case 2:  // any doorbell value
+        (op & 0x10 ? admin_mem.words->cq_head : admin_mem.words->sq_tail) = in.u32();
+        ctl.on_kick();
+        break;
+      case 3: {  // the application returns admin CQ slots it has read (or not)
+        admin_mem.words->cq_head = in.byte() % entries;
+        ctl.on_kick();
+        break;
+      }
+      case 4: {  // scribbles over the rings and words of any queue pair
+        const size_t at = in.u32() % (layout->data_offset - layout->queues_offset);
+        const size_t n = std::min<size_t>(in.byte() % 64, layout->data_offset - layout->queues_offset - at);
+        for (size_t k = 0; k < n; ++k) region[layout->queues_offset + at + k] = in.byte();
+        break;
+      }
+      case 5:  // an engine core reports a stopped queue gone
+        if (!be.stopping.empty()) {
+          auto it = be.stopping.begin();
+          std::advance(it, in.byte() % be.stopping.size());
+          const uint16_t qid = *it;
+          be.stopping.erase(it);
+          ctl.io_queue_stopped(qid);
+        }
+        break;
+      case 6:  // an engine core reports a running queue faulted
+        if (!be.running.empty()) ctl.io_queue_faulted(*be.running.begin());
+        break;
+      case 7:  // the application goes
+        ctl.detach();
+        be.detached = true;
+        break;
+      case 8:
+        ctl.on_kick();
+        break;
+    }
+  }
+  // Every queue the controller still has is stopped by the end (it was asked to detach).
+  ctl.detach();
+  be.detached = true;
+  if (!be.running.empty()) __builtin_trap();
+  while (!be.stopping.empty()) {
+    const uint16_t qid = *be.stopping.begin();
+    be.stopping.erase(be.stopping.begin());
+    ctl.io_queue_stopped(qid);
+  }
+  if (!ctl.finished()) __builtin_trap();
+  return 0;
+}
