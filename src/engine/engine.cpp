@@ -283,12 +283,12 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
     sleeping.store(true, std::memory_order_seq_cst);
     bool work = has_mail.load(std::memory_order_acquire);
     for (auto& fw : fwds) work |= fw->prepare_to_sleep();
-    for (auto& fw : fwds) work |= fw->in_flight() > 0 && false;
     if (!work) {
       sleeps.fetch_add(1, std::memory_order_relaxed);
       qps.front()->process_completions(100000);  // completions of every queue pair, or a wake
     }
     sleeping.store(false, std::memory_order_relaxed);
+    for (auto& fw : fwds) fw->resume_polling();
     idle_since = 0;
   }
   publish_stats();

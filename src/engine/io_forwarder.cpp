@@ -20,6 +20,7 @@ struct IoForwarder::Queue {
   wire::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
   bool holding = false;
   bool fault_reported = false;
+  bool cq_notice = false;  // asked to be told when the application frees CQ slots
   // Being removed: no SQE is fetched any more; gone once nothing is in flight or waiting.
   bool removing = false;
   Removal removal = Removal::Abandon;
@@ -54,6 +55,7 @@ IoForwarder::~IoForwarder() {
 IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
                                            uint64_t data_bytes, int vector_fd) {
   queues_.push_back(std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+  queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();
 }
 
@@ -117,6 +119,11 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
   }
   reap_removed();
   return handled;
+}
+
+void IoForwarder::resume_polling() {
+  for (auto& qp : queues_)
+    if (qp->q.fault() == EngineQueuePair::Fault::None) qp->q.stop_notices();
 }
 
 bool IoForwarder::prepare_to_sleep() {
@@ -268,6 +275,7 @@ void IoForwarder::flush_waiting(Queue& q) {
         continue;
       }
       q.q.want_cq_notice();
+      q.cq_notice = true;
       return;
     }
     q.waiting_head = cmd->next;
@@ -278,6 +286,10 @@ void IoForwarder::flush_waiting(Queue& q) {
     q.posted = true;
     ++stats_.completed;
     release(cmd);
+  }
+  if (q.cq_notice) {  // the backlog is gone: no more notices wanted
+    q.cq_notice = false;
+    q.q.stop_notices();
   }
 }
 

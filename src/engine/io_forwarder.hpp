@@ -62,6 +62,8 @@ class IoForwarder {
   // Before the core sleeps: asks every queue to notify on new SQEs. True when one already
   // has work (then don't sleep).
   bool prepare_to_sleep();
+  // After it woke: the queues are polled again, and applications need not notify.
+  void resume_polling();
 
   struct Stats {
     uint64_t forwarded = 0;   // sent to the remote controller

@@ -26,11 +26,16 @@
 
 namespace nvtcp::engine {
 
-// The application moved a doorbell from old_idx to new_idx: has it passed event_idx, so
-// that the controller asked to be told? (The comparison the Linux NVMe driver uses for shadow
-// doorbells, in 16-bit ring arithmetic.)
-constexpr bool need_event(uint16_t event_idx, uint16_t new_idx, uint16_t old_idx) {
-  return uint16_t(new_idx - event_idx - 1) < uint16_t(new_idx - old_idx);
+// EventIdx value that asks for no notice at all: the engine is polling the queue.
+inline constexpr uint32_t kNoNotice = 0xFFFFFFFFu;
+
+// The application moved a doorbell from old_idx to new_idx in a ring of size entries: has it
+// passed event_idx, so that the controller asked to be told? (The shadow doorbell rule, in
+// the ring's own arithmetic: the indices wrap at the ring size. An event_idx outside the
+// ring, kNoNotice say, is never passed.)
+constexpr bool need_event(uint32_t event_idx, uint32_t new_idx, uint32_t old_idx, uint32_t size) {
+  if (event_idx >= size || new_idx >= size || old_idx >= size) return event_idx < size;
+  return (new_idx + size - event_idx - 1) % size < (new_idx + size - old_idx) % size;
 }
 
 // One queue pair's shared words, each written by one side only.
@@ -83,8 +88,8 @@ class AppQueuePair {
     if (sq_tail_ == rung_sq_tail_) return false;
     detail::store_release(m_.words->sq_tail, sq_tail_);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the tail before reading EventIdx
-    const auto ev = uint16_t(detail::load_acquire(m_.words->sq_event_idx));
-    const bool kick = need_event(ev, uint16_t(sq_tail_), uint16_t(rung_sq_tail_));
+    const uint32_t ev = detail::load_acquire(m_.words->sq_event_idx);
+    const bool kick = need_event(ev, sq_tail_, rung_sq_tail_, m_.sq_size);
     rung_sq_tail_ = sq_tail_;
     return kick;
   }
@@ -106,8 +111,8 @@ class AppQueuePair {
     if (cq_head_ == rung_cq_head_) return false;
     detail::store_release(m_.words->cq_head, cq_head_);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    const auto ev = uint16_t(detail::load_acquire(m_.words->cq_event_idx));
-    const bool kick = need_event(ev, uint16_t(cq_head_), uint16_t(rung_cq_head_));
+    const uint32_t ev = detail::load_acquire(m_.words->cq_event_idx);
+    const bool kick = need_event(ev, cq_head_, rung_cq_head_, m_.cq_size);
     rung_cq_head_ = cq_head_;
     return kick;
   }
@@ -180,6 +185,12 @@ class EngineQueuePair {
   void want_cq_notice() {
     detail::store_release(m_.words->cq_event_idx, cq_head_seen_);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  // The engine polls this queue again: the application need not notify it of anything
+  // (so a polling application makes no system call per I/O).
+  void stop_notices() {
+    detail::store_release(m_.words->sq_event_idx, kNoNotice);
+    detail::store_release(m_.words->cq_event_idx, kNoNotice);
   }
   uint32_t sq_head() const { return sq_head_; }
 

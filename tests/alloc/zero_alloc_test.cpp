@@ -8,8 +8,22 @@
 #include <vector>
 
 #include "../integration/test_target.hpp"
+#include "engine/engine.hpp"
 #include "engine/io_forwarder.hpp"
 #include "engine/region.hpp"
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <thread>
+
+// The replaced operators below allocate with malloc and free with free; GCC, inlining the
+// standard library's allocations, cannot see that they match.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace {
 std::atomic<uint64_t> g_allocs{0};
@@ -172,3 +186,155 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
   EXPECT_EQ(g_allocs.load(), 0u) << "allocations during 20000 I/Os through the engine";
   while (fwd.in_flight() > 0) fwd.poll();
 }
+
+namespace nvtcp {
+namespace {
+
+// Counts the system calls of one thread: a seccomp filter on that thread sends each to a
+// supervisor thread (SECCOMP_RET_USER_NOTIF), which counts it while counting is on and lets
+// it proceed (SECCOMP_USER_NOTIF_FLAG_CONTINUE). Nothing is refused.
+class SyscallCounter {
+ public:
+  // The supervisor starts first: once the filter is on, the watched thread's own clone()
+  // would wait for a supervisor it had not started yet.
+  SyscallCounter() : supervisor_([this] { supervise(); }) {}
+  ~SyscallCounter() {
+    stop_ = true;
+    if (supervisor_.joinable()) supervisor_.join();
+    if (listener_ >= 0) close(listener_);
+  }
+  // Called on the thread to watch (the filter stays with it until it exits).
+  bool watch_this_thread() {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+    sock_filter notify = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF);
+    sock_fprog prog{1, &notify};
+    listener_ = int(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog));
+    return listener_ >= 0;
+  }
+  void set_counting(bool on) { counting_ = on; }
+  uint64_t count() const { return count_; }
+  int first_nr() const { return first_nr_; }
+
+ private:
+  void supervise() {
+    seccomp_notif req{};
+    seccomp_notif_resp resp{};
+    while (!stop_) {
+      if (listener_ < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      pollfd p{listener_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      if (p.revents & (POLLHUP | POLLERR)) break;  // the watched thread is gone
+      std::memset(&req, 0, sizeof(req));
+      if (ioctl(listener_, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) continue;
+      if (counting_) {
+        if (count_++ == 0) first_nr_ = req.data.nr;
+      }
+      std::memset(&resp, 0, sizeof(resp));
+      resp.id = req.id;
+      resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+      ioctl(listener_, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    }
+  }
+  std::atomic<int> listener_{-1};
+  std::thread supervisor_;
+  std::atomic<bool> stop_{false}, counting_{false};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<int> first_nr_{-1};
+};
+
+// The offload engine end to end, polling on both sides: an application (the host library,
+// trtype:engine, busy polling) keeps 32 reads and writes in flight through an in-process
+// engine to an in-process target. After a warm-up, nothing in the process allocates, and the
+// application's thread makes no system call at all: it writes SQEs and reads CQEs in shared
+// memory, and the polling engine asks for no doorbell notice.
+TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
+  test::RunningTarget t;
+  engine::EngineOptions eo;
+  eo.socket_path = "/tmp/nvtcp-zero-alloc-" + std::to_string(getpid()) + ".sock";
+  eo.controllers = {t.trid()};
+  eo.idle_spin_us = -1;  // the engine core never sleeps
+  eo.queue_depth = 64;
+  engine::Engine eng(eo);
+  std::string err;
+  ASSERT_TRUE(eng.start(err)) << err;
+  std::atomic<bool> stop{false};
+  std::thread control([&] { eng.run(stop); });
+
+  host::TransportId trid;
+  trid.trtype = "engine";
+  trid.traddr = eo.socket_path;
+  trid.subnqn = test::kTestNqn;
+  host::ControllerOptions co;
+  co.busy_poll = true;
+  co.io_queues = 1;
+  auto ctrl = host::Controller::connect(trid, co, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(32 * 4096));
+  ASSERT_NE(buf, nullptr);
+
+  struct State {
+    host::QueuePair* qp;
+    uint8_t* buf;
+    uint64_t completed = 0, errors = 0, issued = 0;
+  } st{qp.get(), buf};
+  static auto on_done = [](void* ctx, const host::Completion& c) {
+    auto* s = static_cast<State*>(ctx);
+    ++s->completed;
+    s->errors += !c.status.ok();
+  };
+  auto issue = [&] {
+    while (st.qp->outstanding() < st.qp->depth()) {
+      uint8_t* b = st.buf + (st.issued % 32) * 4096;
+      const uint64_t lba = (st.issued * 8) % 100000;
+      const int rc = st.issued & 1 ? st.qp->write(2, lba, 8, b, on_done, &st) : st.qp->read(2, lba, 8, b, on_done, &st);
+      if (rc != 0) break;
+      ++st.issued;
+    }
+  };
+  SyscallCounter sys;
+  bool watched = false;
+  uint64_t allocs = 0, syscalls = 0;
+  int first_nr = -1;
+  std::thread app([&] {
+    while (st.completed < 4000) {  // warm-up, before the filter (it costs nothing after)
+      issue();
+      st.qp->process_completions(0);
+    }
+    watched = sys.watch_this_thread();
+    if (!watched) return;
+    g_allocs = 0;
+    g_counting = true;
+    sys.set_counting(true);
+    const uint64_t until = st.completed + 20000;
+    while (st.completed < until) {
+      issue();
+      st.qp->process_completions(0);
+    }
+    sys.set_counting(false);
+    g_counting = false;
+    allocs = g_allocs.load();
+    syscalls = sys.count();
+    first_nr = sys.first_nr();
+    while (st.qp->outstanding() > 0) st.qp->process_completions(0);
+  });
+  app.join();
+  if (!watched) GTEST_SKIP() << "seccomp user notification is not available here";
+  EXPECT_EQ(st.errors, 0u);
+  EXPECT_EQ(allocs, 0u) << "allocations in the process during 20000 I/Os through the engine";
+  EXPECT_EQ(syscalls, 0u) << "system calls on the polling application's thread during 20000 I/Os (the first: "
+                          << first_nr << ")";
+  EXPECT_GE(eng.stats().forwarded, 24000u);
+  ctrl->free_io_buffer(buf);
+  qp.reset();
+  ctrl.reset();
+  stop = true;
+  control.join();
+}
+
+}  // namespace
+}  // namespace nvtcp

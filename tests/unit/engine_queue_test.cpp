@@ -41,13 +41,18 @@ wire::Sqe cmd(uint16_t cid) {
   return s;
 }
 
-TEST(EngineQueue, NeedEventIsTheShadowDoorbellRule) {
-  EXPECT_TRUE(need_event(5, 6, 5));    // the engine saw 5 and sleeps: moving to 6 passes it
-  EXPECT_TRUE(need_event(5, 9, 5));
-  EXPECT_FALSE(need_event(0, 6, 5));   // the engine asked at 0 and has been polling since
-  EXPECT_FALSE(need_event(5, 5, 5));   // nothing moved
-  EXPECT_TRUE(need_event(65535, 1, 65535));  // across the 16-bit wrap
-  EXPECT_FALSE(need_event(9, 6, 5));   // not there yet
+TEST(EngineQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
+  EXPECT_TRUE(need_event(5, 6, 5, 16));    // the engine saw 5 and sleeps: moving to 6 passes it
+  EXPECT_TRUE(need_event(5, 9, 5, 16));
+  EXPECT_FALSE(need_event(0, 6, 5, 16));   // the engine asked at 0 and has been polling since
+  EXPECT_FALSE(need_event(5, 5, 5, 16));   // nothing moved
+  EXPECT_TRUE(need_event(15, 1, 15, 16));  // across the ring's wrap
+  EXPECT_TRUE(need_event(0, 2, 14, 16));   // wrapping past 0
+  EXPECT_FALSE(need_event(9, 6, 5, 16));   // not there yet
+  EXPECT_FALSE(need_event(3, 1, 14, 16));  // wrapped, but not as far as 3
+  // A polling engine asks for nothing: no move, wrapping or not, notifies it.
+  for (uint32_t old_idx = 0; old_idx < 16; ++old_idx)
+    for (uint32_t n = 1; n < 16; ++n) EXPECT_FALSE(need_event(kNoNotice, (old_idx + n) % 16, old_idx, 16));
 }
 
 TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
@@ -124,6 +129,20 @@ TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   eng.want_sq_notice();
   ASSERT_TRUE(app.submit(cmd(3)));
   EXPECT_TRUE(app.ring_sq());
+  // Polling again: a full lap of the ring and more brings no notice.
+  eng.stop_notices();
+  for (uint16_t i = 0; i < 40; ++i) {
+    while (eng.fetch(s)) {
+      ASSERT_GT(eng.cq_space(), 0u);
+      eng.post(wire::Cqe{});
+    }
+    wire::Cqe c;
+    while (app.poll(c)) {
+    }
+    EXPECT_FALSE(app.ring_cq()) << i;
+    ASSERT_TRUE(app.submit(cmd(uint16_t(10 + i))));
+    EXPECT_FALSE(app.ring_sq()) << i;
+  }
 }
 
 TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
