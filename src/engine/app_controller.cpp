@@ -109,6 +109,8 @@ void AppController::enable() {
   held_aers_.clear();
   io_queues_granted_ = io_queues_max_;
   queues_requested_ = false;
+  coalescing_ = 0;  // features return to their defaults with a reset
+  async_event_config_ = 0;
   enabled_ = true;
   faulted_ = false;
   set_csts(prop::kCstsReady);
@@ -393,7 +395,10 @@ void AppController::features(const Sqe& sqe, bool set) {
       return answer(n | (n << 16), 0);
     }
     case kFeatureInterruptCoalescing:
-      if (set) coalescing_ = sqe.cdw11 & 0xFFFF;
+      if (set) {
+        coalescing_ = sqe.cdw11 & 0xFFFF;
+        backend_.set_coalescing(*this, coalescing_);
+      }
       return answer(coalescing_, wire::kFeatureCapChangeable);
     case wire::kFeatureAsyncEventConfig:
       if (set) async_event_config_ = sqe.cdw11;

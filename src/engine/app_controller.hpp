@@ -39,6 +39,8 @@ class AppController {
     virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd) = 0;
     // Takes I/O queue pair qid away; io_queue_stopped() says when it is gone.
     virtual void stop_io_queue(AppController& app, uint16_t qid, bool abandon) = 0;
+    // Interrupt Coalescing (feature 08h) changed: applies to every I/O queue of the app.
+    virtual void set_coalescing(AppController& app, uint32_t value) = 0;
   };
 
   AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max);
@@ -59,6 +61,7 @@ class AppController {
   bool detached() const { return detached_; }
   const Attachment& attachment() const { return at_; }
   uint16_t cntlid() const { return cntlid_; }
+  uint32_t coalescing() const { return coalescing_; }
   std::string name() const;
   uint32_t live_io_queues() const;
 

@@ -16,6 +16,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -46,7 +47,7 @@ struct AppSlot;
 
 // Work for an engine core, from the control thread.
 struct CoreOp {
-  enum class Kind { Add, Remove } kind;
+  enum class Kind { Add, Remove, Coalescing } kind;
   AppController* owner;
   uint16_t qid;
   size_t remote = 0;
@@ -55,6 +56,7 @@ struct CoreOp {
   uint64_t data_bytes = 0;
   int vector_fd = -1;
   bool abandon = false;
+  uint32_t coalescing = 0;  // feature 08h's value
 };
 
 // What a core tells the control thread.
@@ -184,8 +186,18 @@ struct AppSlot final : AppController::Backend {
     op.data = at.data();
     op.data_bytes = at.layout().data_bytes;
     op.vector_fd = vector_fd;
+    op.coalescing = app.coalescing();
     core->send(op);
     return true;
+  }
+  void set_coalescing(AppController& app, uint32_t value) override {
+    std::set<Engine::Impl::Core*> cores;
+    for (auto& [qid, core] : core_of) cores.insert(core);
+    for (auto* core : cores) {
+      CoreOp op{CoreOp::Kind::Coalescing, &app, 0};
+      op.coalescing = value;
+      core->send(op);
+    }
   }
   void stop_io_queue(AppController& app, uint16_t qid, bool abandon) override {
     auto it = core_of.find(qid);
@@ -210,7 +222,13 @@ void Engine::Impl::Core::take_mail() {
   for (const CoreOp& op : ops) {
     if (op.kind == CoreOp::Kind::Add) {
       IoForwarder::Queue* q = fwds[op.remote]->add_queue(op.owner, op.qid, op.mem, op.data, op.data_bytes, op.vector_fd);
+      fwds[op.remote]->set_coalescing(q, op.coalescing);
       placed.push_back({op.owner, op.qid, op.remote, q});
+      continue;
+    }
+    if (op.kind == CoreOp::Kind::Coalescing) {
+      for (const Placed& p : placed)
+        if (p.owner == op.owner) fwds[p.remote]->set_coalescing(p.q, op.coalescing);
       continue;
     }
     for (const Placed& p : placed)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "engine/region.hpp"
 
@@ -16,7 +17,10 @@ struct IoForwarder::Queue {
   uint8_t* data;
   uint64_t data_bytes;
   int vector_fd;
-  bool posted = false;     // completions posted this turn (interrupt due)
+  uint32_t irq_pending = 0;     // completions posted since the last interrupt
+  uint32_t irq_threshold = 1;   // coalescing: interrupt after this many
+  uint64_t irq_time_ns = 0;     // ... or this long after the first (0: at once)
+  uint64_t irq_first_ns = 0;
   wire::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
   bool holding = false;
   bool fault_reported = false;
@@ -39,7 +43,15 @@ struct IoForwarder::Command {
   Command* next = nullptr; // free list, or the list of answers waiting for CQ room
 };
 
-IoForwarder::IoForwarder(host::QueuePair& qp, Events* events) : qp_(qp), events_(events), pool_(qp.depth()) {
+namespace {
+uint64_t steady_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
+IoForwarder::IoForwarder(host::QueuePair& qp, Events* events)
+    : qp_(qp), events_(events), pool_(qp.depth()), clock_(steady_ns) {
   for (auto& c : pool_) {
     c.self = this;
     c.next = free_;
@@ -57,6 +69,11 @@ IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const Queu
   queues_.push_back(std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
   queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();
+}
+
+void IoForwarder::set_coalescing(Queue* q, uint32_t v) {
+  q->irq_threshold = (v & 0xFF) + 1;
+  q->irq_time_ns = uint64_t((v >> 8) & 0xFF) * 100'000;
 }
 
 void IoForwarder::remove_queue(Queue* q, Removal how) {
@@ -109,16 +126,30 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
   }
   qp_.process_completions(0);
   for (auto& qp : queues_) flush_waiting(*qp);
-  for (auto& qp : queues_) {
-    if (qp->posted && qp->vector_fd >= 0) {
-      const uint64_t one = 1;
-      (void)::write(qp->vector_fd, &one, sizeof(one));  // one interrupt per queue per turn
-      ++stats_.interrupts;
-    }
-    qp->posted = false;
-  }
+  for (auto& qp : queues_)
+    if (qp->irq_pending) interrupt(*qp);
   reap_removed();
   return handled;
+}
+
+// At most one interrupt per queue per turn, when coalescing lets it go.
+void IoForwarder::interrupt(Queue& q) {
+  if (q.vector_fd < 0) {
+    q.irq_pending = 0;
+    return;
+  }
+  bool fire = q.irq_pending >= q.irq_threshold || q.irq_time_ns == 0;
+  if (!fire) {
+    const uint64_t now = clock_();
+    if (!q.irq_first_ns) q.irq_first_ns = now;
+    else fire = now - q.irq_first_ns >= q.irq_time_ns;
+  }
+  if (!fire) return;
+  const uint64_t one = 1;
+  (void)::write(q.vector_fd, &one, sizeof(one));
+  ++stats_.interrupts;
+  q.irq_pending = 0;
+  q.irq_first_ns = 0;
 }
 
 void IoForwarder::resume_polling() {
@@ -132,7 +163,7 @@ bool IoForwarder::prepare_to_sleep() {
     Queue& q = *qp;
     if (q.removing || q.q.fault() != EngineQueuePair::Fault::None) continue;
     q.q.want_sq_notice();
-    if (q.holding || q.waiting_head) work = true;
+    if (q.holding || q.waiting_head || q.irq_pending) work = true;  // coalesced interrupts wait awake
     else if (q.q.fetch(q.held)) q.holding = work = true;  // published just before the notice
   }
   return work;
@@ -245,7 +276,7 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
     wire::Cqe c = cqe;
     c.cid = cid;
     q.q.post(c);
-    q.posted = true;
+    ++q.irq_pending;
     ++stats_.completed;
     release(cmd);
     return;
@@ -283,7 +314,7 @@ void IoForwarder::flush_waiting(Queue& q) {
     wire::Cqe c = cmd->cqe;
     c.cid = cmd->app_cid;
     q.q.post(c);
-    q.posted = true;
+    ++q.irq_pending;
     ++stats_.completed;
     release(cmd);
   }

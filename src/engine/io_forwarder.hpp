@@ -55,6 +55,14 @@ class IoForwarder {
   };
   // Starts taking a queue away; Events::on_queue_removed says when it is gone.
   void remove_queue(Queue* q, Removal how);
+  // Interrupt coalescing (feature 08h: aggregation threshold in bits 7:0, 0's based;
+  // aggregation time in bits 15:8, 100 us units): the queue's interrupt waits until that
+  // many completions were posted or that long has passed since the first one (time 0: no
+  // wait).
+  void set_coalescing(Queue* q, uint32_t feature_value);
+  // The clock coalescing reads (monotonic nanoseconds); tests set one they control.
+  using Clock = uint64_t (*)();
+  void set_clock(Clock c) { clock_ = c; }
 
   // One turn: completions the CQs had no room for, then up to budget SQEs per queue, then
   // the host queue pair's completions; interrupts after. Returns commands handled.
@@ -89,6 +97,7 @@ class IoForwarder {
   void release(Command* cmd);
   void drain_deleted_sq(Queue& q);
   void reap_removed();
+  void interrupt(Queue& q);
 
   host::QueuePair& qp_;
   Events* events_;
@@ -98,6 +107,7 @@ class IoForwarder {
   uint32_t in_flight_ = 0;
   Stats stats_;
   bool closing_ = false;
+  Clock clock_;
 };
 
 }  // namespace nvtcp::engine

@@ -66,6 +66,9 @@ struct FakeBackend final : AppController::Backend {
     running.insert(qid);
     return true;
   }
+  void set_coalescing(AppController&, uint32_t) override {
+    if (detached) __builtin_trap();
+  }
   void stop_io_queue(AppController&, uint16_t qid, bool) override {
     if (!running.count(qid) && !stopping.count(qid)) __builtin_trap();
     running.erase(qid);

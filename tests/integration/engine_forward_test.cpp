@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -169,6 +170,47 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
     busy.ring_cq();
   }
   EXPECT_EQ(n, 200u);
+  close(vec);
+}
+
+// Interrupt Coalescing: with a threshold of 4 and an aggregation time of 1 ms, three
+// completions raise no interrupt, the fourth does; a lone completion raises one once the
+// time has passed (on a clock the test moves).
+std::atomic<uint64_t> g_fake_now{1'000'000};
+uint64_t fake_clock() { return g_fake_now.load(); }
+
+TEST_F(EngineForward, CoalescedInterruptsWaitForTheThresholdOrTheTime) {
+  auto layout = RegionLayout::compute(2, 64, 1 << 20);
+  SharedRegion r(*layout);
+  engine::IoForwarder fwd(*qp_);
+  fwd.set_clock(fake_clock);
+  const int vec = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  auto* q = fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes, vec);
+  fwd.set_coalescing(q, 3 | (10u << 8));  // 4 completions, or 1 ms
+  AppQueuePair app(layout->queue_pair(r.base, 1));
+  uint64_t ticks = 0;
+  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  app.ring_sq();
+  EXPECT_EQ(run(fwd, app, 3).size(), 3u);
+  EXPECT_EQ(read(vec, &ticks, 8), -1) << "three completions, below the threshold: no interrupt yet";
+  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 3, 3, 1, 3 * 512u)));
+  app.ring_sq();
+  EXPECT_EQ(run(fwd, app, 1).size(), 1u);
+  EXPECT_EQ(read(vec, &ticks, 8), 8) << "the fourth reaches the threshold";
+
+  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 4, 4, 1, 4 * 512u)));
+  app.ring_sq();
+  EXPECT_EQ(run(fwd, app, 1).size(), 1u);
+  fwd.poll();
+  EXPECT_EQ(read(vec, &ticks, 8), -1) << "one completion, no time passed";
+  EXPECT_TRUE(fwd.prepare_to_sleep()) << "a coalesced interrupt keeps the core awake";
+  g_fake_now += 999'000;
+  fwd.poll();
+  EXPECT_EQ(read(vec, &ticks, 8), -1) << "999 us of 1 ms";
+  g_fake_now += 1'000;
+  fwd.poll();
+  EXPECT_EQ(read(vec, &ticks, 8), 8) << "the aggregation time passed";
+  EXPECT_FALSE(fwd.prepare_to_sleep()) << "nothing pending once the interrupt went";
   close(vec);
 }
 
