@@ -18,6 +18,22 @@ TITLES = {
 }
 
 
+NAMES = {
+    "perf": "nvtcp perf",
+    "fio": "fio inline",      # fio with the nvtcp engine connecting NVMe/TCP itself: the software stack
+    "engine": "fio via engine",  # fio through the offload engine: the card's half
+    "kernel": "kernel",
+    "spdk": "spdk",
+}
+
+# The study's servers: 16 cores on each side.
+SERVER_CORES = 16
+
+
+def name(i):
+    return NAMES.get(i, i)
+
+
 def size_label(bs):
     return f"{bs // 1024}K" if bs >= 1024 else str(bs)
 
@@ -41,10 +57,10 @@ def main():
         key = "jobs" if fig.startswith("jobs") else "bs"
         jobs = rows[0]["jobs"]
         print()
-        print(TITLES[fig].format(jobs=jobs) + f"  (M IOPS / Gb/s; CPU s per million I/Os: initiator, target)")
+        print(TITLES[fig].format(jobs=jobs) + "  (M IOPS / Gb/s; CPU s per million I/Os: initiator, target)")
         head = f"{'jobs' if key == 'jobs' else 'block':>6}"
         for i in inits:
-            head += f" | {i:^34}"
+            head += f" | {name(i):^34}"
         print(head)
         print("-" * len(head))
         for k in sorted({r[key] for r in rows}):
@@ -59,6 +75,8 @@ def main():
                             f"{r['init_cpu_s_per_mio']:5.2f} {t if t is None else round(t, 2)}")
                     line += f" | {cell:^34}"
             print(line)
+
+    cpu_split(pts)
 
     try:
         import matplotlib
@@ -82,7 +100,7 @@ def main():
                 vals.append(r["iops"] / 1e6 if r else 0)
                 gbps.append(r["gbps"] if r else 0)
             xs = [x + (n - (len(inits) - 1) / 2) * width for x in range(len(ks))]
-            bars = ax.bar(xs, vals, width, label=i)
+            bars = ax.bar(xs, vals, width, label=name(i))
             for b, g in zip(bars, gbps):
                 if g:
                     ax.annotate(f"{g:.1f}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
@@ -101,6 +119,48 @@ def main():
         written.append(path)
     print("\ncharts: " + ", ".join(written))
     return 0
+
+
+def cpu_split(pts):
+    """Both halves of the study side by side: CPU per I/O by role, and a projection."""
+    pairs = []
+    for e in pts:
+        if e["initiator"] != "engine":
+            continue
+        f = next((x for x in pts if x["initiator"] == "fio" and x["figure"] == e["figure"] and x["bs"] == e["bs"]
+                  and x["jobs"] == e["jobs"] and x["workload"] == e["workload"]), None)
+        if f:
+            pairs.append((f, e))
+    if not pairs:
+        return
+    print()
+    print("Both halves: the same fio job inline (fio connects NVMe/TCP itself) and through the offload engine")
+    print("(CPU us per I/O: application, engine, target; app ratio = engine mode's application CPU / inline's)")
+    head = (f"{'workload':>10} {'bs':>5} {'jobs':>4} | {'inline: app':>11} {'target':>6} {'M IOPS':>7} | "
+            f"{'engine: app':>11} {'engine':>6} {'target':>6} {'M IOPS':>7} | {'app ratio':>9}")
+    print(head)
+    print("-" * len(head))
+    us = lambda v: "-" if v is None else f"{v:.2f}"  # s per million I/Os = us per I/O
+    for f, e in pairs:
+        ratio = e["init_cpu_s_per_mio"] / f["init_cpu_s_per_mio"] if f["init_cpu_s_per_mio"] else 0
+        print(f"{f['workload']:>10} {size_label(f['bs']):>5} {f['jobs']:>4} | {us(f['init_cpu_s_per_mio']):>11} "
+              f"{us(f.get('target_cpu_s_per_mio')):>6} {f['iops'] / 1e6:7.3f} | {us(e['init_cpu_s_per_mio']):>11} "
+              f"{us(e.get('engine_cpu_s_per_mio')):>6} {us(e.get('target_cpu_s_per_mio')):>6} "
+              f"{e['iops'] / 1e6:7.3f} | {ratio:9.2f}")
+    print()
+    print(f"Projection for the study's servers ({SERVER_CORES} cores each side), a MODEL, not a measurement: each")
+    print("role's measured CPU per I/O, divided into its cores' time; the application gets all host cores inline,")
+    print(f"and all host cores again with the engine on a card of its own ({SERVER_CORES} engine cores here).")
+    print(f"{'workload':>10} {'bs':>5} | {'inline M IOPS':>13} {'limited by':>11} | {'offload M IOPS':>14} {'limited by':>11}")
+    for f, e in pairs:
+        def bound(roles):
+            lim = {r: SERVER_CORES / (c * 1e-6) for r, c in roles.items() if c}
+            r = min(lim, key=lim.get)
+            return lim[r] / 1e6, r
+        i_iops, i_by = bound({"application": f["init_cpu_s_per_mio"], "target": f.get("target_cpu_s_per_mio")})
+        o_iops, o_by = bound({"application": e["init_cpu_s_per_mio"], "engine": e.get("engine_cpu_s_per_mio"),
+                              "target": e.get("target_cpu_s_per_mio")})
+        print(f"{f['workload']:>10} {size_label(f['bs']):>5} | {i_iops:13.2f} {i_by:>11} | {o_iops:14.2f} {o_by:>11}")
 
 
 if __name__ == "__main__":

@@ -10,15 +10,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "engine/engine.hpp"
 #include "nvtcp/host.hpp"
 #include "target/target.hpp"
 #include "util/log.hpp"
@@ -38,7 +42,10 @@ struct BenchArgs {
   unsigned queue_depth = 32;    // per job
   std::string target_cpus = "0";
   std::string host_cpus = "1";
-  std::vector<std::string> initiators{"perf", "fio"};
+  // perf and fio connect NVMe/TCP themselves (the study's software stack); engine is fio
+  // through the offload engine (the study's card).
+  std::vector<std::string> initiators{"perf", "fio", "engine"};
+  std::string engine_cpus;      // the offload engine's cores (default: the host CPUs)
   std::string fio_engine;       // path of libnvtcp_fio.so (default: beside this binary)
   std::string kernel_dev;
   std::string spdk_plugin;
@@ -151,6 +158,43 @@ struct Runner {
   std::unique_ptr<target::Target> target;
   unsigned host_cores = 1;
   double seconds = 10;
+  // The offload engine, in this process, on its own threads (CPU time counted per thread).
+  std::unique_ptr<engine::Engine> eng;
+  std::thread eng_thread;
+  std::atomic<bool> eng_stop{false};
+  std::string eng_socket;
+
+  // By default the engine shares the embedded target's CPUs, as a card's cores are not the
+  // host's: the application's CPUs run the application only.
+  std::string engine_cpus() const {
+    if (!a.engine_cpus.empty()) return a.engine_cpus;
+    return target ? a.target_cpus : a.host_cpus;
+  }
+
+  bool start_engine(std::string& err) {
+    engine::EngineOptions o;
+    eng_socket = fmt::format("/tmp/nvtcp-bench-{}.sock", getpid());
+    o.socket_path = eng_socket;
+    o.controllers = {trid};
+    o.cpus = parse_cpu_list(engine_cpus());
+    o.host.hdgst = a.hdgst;
+    o.host.ddgst = a.ddgst;
+    o.host.tcp_congestion = a.tcp_congestion;
+    eng = std::make_unique<engine::Engine>(o);
+    if (!eng->start(err)) {
+      eng.reset();
+      return false;
+    }
+    eng_thread = std::thread([this] { eng->run(eng_stop); });
+    return true;
+  }
+  void stop_engine() {
+    if (!eng) return;
+    eng_stop = true;
+    eng_thread.join();
+    eng->shutdown();
+    eng.reset();
+  }
 
   // fio splits file names at ':', so every ':' inside a value is escaped.
   std::string fio_filename() const {
@@ -165,6 +209,14 @@ struct Runner {
     return fmt::format("trtype=tcp adrfam={} traddr={} trsvcid={} subnqn={} ns={}", trid.adrfam, esc(trid.traddr),
                        trid.trsvcid, esc(trid.subnqn), trid.nsid);
   }
+  std::string engine_filename() const {
+    std::string nqn;
+    for (char ch : trid.subnqn) {
+      if (ch == ':') nqn += '\\';
+      nqn += ch;
+    }
+    return fmt::format("trtype=engine traddr={} subnqn={} ns={}", eng_socket, nqn, trid.nsid);
+  }
 
   // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...}
   json run_point(const std::string& init, const Point& p) {
@@ -172,6 +224,8 @@ struct Runner {
              {"queue_depth", a.queue_depth}, {"figure", p.figure}};
     double tcpu0 = target ? target->cpu_seconds() : 0;
     uint64_t tio0 = target ? target->io_count() : 0;
+    const double ecpu0 = eng ? eng->stats().cpu_seconds : 0;
+    const uint64_t eio0 = eng ? eng->stats().forwarded : 0;
     ChildResult c;
     std::vector<std::string> cmd{"taskset", "-c", a.host_cpus};
     std::vector<std::string> env;
@@ -198,6 +252,10 @@ struct Runner {
         fio.insert(fio.end(), {"--ioengine=external:" + a.fio_engine, "--filename=" + fio_filename()});
         if (a.hdgst) fio.push_back("--hdgst=1");
         if (a.ddgst) fio.push_back("--ddgst=1");
+      } else if (init == "engine") {
+        // The same job; the engine's cores run NVMe/TCP, fio reads its completion queues in
+        // shared memory (and sleeps on their interrupt eventfds, as inline fio sleeps in io_uring).
+        fio.insert(fio.end(), {"--ioengine=external:" + a.fio_engine, "--filename=" + engine_filename()});
       } else if (init == "kernel") {
         fio.insert(fio.end(), {"--ioengine=io_uring", "--direct=1", "--filename=" + a.kernel_dev});
       } else if (init == "spdk") {
@@ -209,6 +267,8 @@ struct Runner {
     c = run_child(cmd, env);
     double tcpu = target ? target->cpu_seconds() - tcpu0 : 0;
     uint64_t tios = target ? target->io_count() - tio0 : 0;
+    const double ecpu = eng ? eng->stats().cpu_seconds - ecpu0 : 0;
+    const uint64_t eios = eng ? eng->stats().forwarded - eio0 : 0;
     auto j = last_json(c.out);
     if (c.status != 0 || !j) {
       res["error"] = fmt::format("exit {}: {}", c.status, c.err.substr(0, 400));
@@ -243,6 +303,8 @@ struct Runner {
     res["init_cpu_s_per_mio"] = ios > 0 ? c.cpu_seconds / (ios / 1e6) : 0;
     if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
     else res["target_cpu_s_per_mio"] = nullptr;
+    if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
+    else res["engine_cpu_s_per_mio"] = nullptr;
     return res;
   }
 };
@@ -311,6 +373,16 @@ int run_bench(BenchArgs& a) {
     }
     inits.push_back(i);
   }
+  if (std::find(inits.begin(), inits.end(), "engine") != inits.end()) {
+    struct stat st{};
+    if (stat(run.a.fio_engine.c_str(), &st) != 0 || run_child({"fio", "--version"}).status != 0) {
+      fmt::print(stderr, "nvtcp bench: skipping engine (need fio and {})\n", run.a.fio_engine);
+      inits.erase(std::find(inits.begin(), inits.end(), "engine"));
+    } else if (!run.start_engine(err)) {
+      fmt::print(stderr, "nvtcp bench: skipping engine: {}\n", err);
+      inits.erase(std::find(inits.begin(), inits.end(), "engine"));
+    }
+  }
   if (!a.kernel_dev.empty()) inits.push_back("kernel");
   if (!a.spdk_plugin.empty()) inits.push_back("spdk");
 
@@ -328,14 +400,15 @@ int run_bench(BenchArgs& a) {
   doc["queue_depth_per_job"] = a.queue_depth;
   doc["target_cpus"] = a.target_cpus;
   doc["host_cpus"] = a.host_cpus;
+  doc["engine_cpus"] = run.engine_cpus();
   doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
   doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
   doc["points"] = json::array();
   size_t total = pts.size() * inits.size(), done = 0;
   fmt::print("nvtcp bench: {} points x {} initiator(s) ({}), {:.0f} s each, QD {} per job, target {}\n", pts.size(),
              inits.size(), fmt::join(inits, ", "), run.seconds, a.queue_depth, doc["target"].get<std::string>());
-  fmt::print("{:>5} {:>10} {:>6} {:>5} {:>12} {:>9} {:>8} {:>16} {:>12} {:>12}\n", "#", "workload", "bs", "jobs",
-             "initiator", "M IOPS", "Gb/s", "lat avg/p99 us", "init s/M", "target s/M");
+  fmt::print("{:>5} {:>10} {:>6} {:>5} {:>12} {:>9} {:>8} {:>16} {:>12} {:>12} {:>12}\n", "#", "workload", "bs",
+             "jobs", "initiator", "M IOPS", "Gb/s", "lat avg/p99 us", "init s/M", "engine s/M", "target s/M");
   for (const auto& p : pts) {
     for (const auto& init : inits) {
       json r = run.run_point(init, p);
@@ -344,16 +417,19 @@ int run_bench(BenchArgs& a) {
         fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12}  error: {}\n", done, total, p.workload, p.bs, p.jobs, init,
                    r["error"].get<std::string>());
       } else {
-        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12}\n", done,
-                   total, p.workload, p.bs, p.jobs, init, r["iops"].get<double>() / 1e6, r["gbps"].get<double>(),
+        auto opt = [&](const char* k) {
+          return r[k].is_null() ? std::string("-") : fmt::format("{:.3f}", r[k].get<double>());
+        };
+        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}\n",
+                   done, total, p.workload, p.bs, p.jobs, init, r["iops"].get<double>() / 1e6, r["gbps"].get<double>(),
                    r["lat_avg_us"].get<double>(), r["lat_p99_us"].get<double>(), r["init_cpu_s_per_mio"].get<double>(),
-                   r["target_cpu_s_per_mio"].is_null() ? std::string("-")
-                                                       : fmt::format("{:.3f}", r["target_cpu_s_per_mio"].get<double>()));
+                   opt("engine_cpu_s_per_mio"), opt("target_cpu_s_per_mio"));
       }
       std::fflush(stdout);
       doc["points"].push_back(r);
     }
   }
+  run.stop_engine();
   if (run.target) run.target->stop();
   std::string json_path = a.out_dir + "/bench.json";
   std::ofstream(json_path) << doc.dump(2) << "\n";
@@ -385,7 +461,11 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_option("-q,--queue-depth", a->queue_depth, "queue depth per job");
   c->add_option("--target-cpus", a->target_cpus, "CPUs of the embedded target's reactors (e.g. 0)");
   c->add_option("--host-cpus", a->host_cpus, "CPUs the initiators run on (e.g. 1 or 1-15)");
-  c->add_option("--initiators", a->initiators, "perf and/or fio")->delimiter(',');
+  c->add_option("--initiators", a->initiators,
+                "perf, fio (both connect NVMe/TCP themselves) and/or engine (fio through the offload engine)")
+      ->delimiter(',');
+  c->add_option("--engine-cpus", a->engine_cpus,
+                "CPUs of the offload engine's cores (default: the embedded target's, else the host CPUs)");
   c->add_option("--fio-engine", a->fio_engine, "path of libnvtcp_fio.so (default: beside nvtcp)");
   c->add_option("--kernel-dev", a->kernel_dev, "also run fio (io_uring) on this kernel NVMe/TCP block device");
   c->add_option("--spdk-plugin", a->spdk_plugin, "also run fio with SPDK's plugin (path of spdk_nvme)");

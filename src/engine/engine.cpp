@@ -30,6 +30,12 @@
 namespace nvtcp::engine {
 
 namespace {
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
 uint64_t monotonic_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch())
@@ -88,7 +94,7 @@ struct Engine::Impl {
     };
     std::vector<Placed> placed;
     // Published for stats() from time to time.
-    std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, interrupts{0}, sleeps{0};
+    std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, interrupts{0}, sleeps{0}, cpu_ns{0};
 
     void on_queue_removed(void* owner, uint16_t qid) override {
       auto it = std::find_if(placed.begin(), placed.end(),
@@ -152,7 +158,7 @@ struct Engine::Impl {
   std::vector<CoreEvent> events;
   std::list<std::unique_ptr<AppSlot>> apps;
   uint16_t next_cntlid = 1;
-  std::atomic<uint64_t> attached{0}, refused{0};
+  std::atomic<uint64_t> attached{0}, refused{0}, control_cpu_ns{0};
   std::atomic<uint32_t> app_count{0};
 };
 
@@ -251,6 +257,7 @@ void Engine::Impl::Core::publish_stats() {
   dropped.store(d, std::memory_order_relaxed);
   refused.store(r, std::memory_order_relaxed);
   interrupts.store(i, std::memory_order_relaxed);
+  cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
 }
 
 void Engine::Impl::Core::run(std::promise<std::string>& started) {
@@ -467,6 +474,7 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
   epoll_event evs[64];
   while (!stop.load(std::memory_order_relaxed)) {
     const int n = epoll_wait(epfd, evs, 64, 100);
+    control_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       void* tag = evs[i].data.ptr;
       if (tag == nullptr) {
@@ -522,6 +530,7 @@ EngineStats Engine::stats() const {
   s.attached = impl_->attached.load();
   s.refused = impl_->refused.load();
   s.applications = impl_->app_count.load();
+  uint64_t cpu_ns = impl_->control_cpu_ns.load();
   for (const auto& c : impl_->cores) {
     s.forwarded += c->forwarded.load(std::memory_order_relaxed);
     s.completed += c->completed.load(std::memory_order_relaxed);
@@ -529,7 +538,9 @@ EngineStats Engine::stats() const {
     s.refused_io += c->refused.load(std::memory_order_relaxed);
     s.interrupts += c->interrupts.load(std::memory_order_relaxed);
     s.core_sleeps += c->sleeps.load(std::memory_order_relaxed);
+    cpu_ns += c->cpu_ns.load(std::memory_order_relaxed);
   }
+  s.cpu_seconds = double(cpu_ns) / 1e9;
   return s;
 }
 

@@ -46,6 +46,7 @@ struct EngineStats {
   uint64_t refused_io = 0;      // I/O commands answered by the engine (bad pointer, deletion)
   uint64_t interrupts = 0;
   uint64_t core_sleeps = 0;
+  double cpu_seconds = 0;       // CPU time of the engine's threads (cores and control)
 };
 
 class Engine {

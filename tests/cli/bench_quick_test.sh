@@ -5,17 +5,25 @@ set -euo pipefail
 NVTCP=$1
 out=$(mktemp -d /tmp/nvtcp-bench-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-"$NVTCP" bench --quick --points 2 --runtime 1 --initiators perf -O "$out" | tee "$out/stdout.txt"
+# Both halves of the study when fio is here: perf (inline) and fio through the offload engine.
+inits=perf
+if command -v fio >/dev/null && [ -f "$(dirname "$NVTCP")/libnvtcp_fio.so" ]; then inits=perf,fio,engine; fi
+"$NVTCP" bench --quick --points 2 --runtime 1 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"
 grep -q "Random read, 32 jobs" "$out/stdout.txt"
 grep -q "4 KiB random read against jobs" "$out/stdout.txt"
-/usr/bin/python3 - "$out/bench.json" <<'PY'
+/usr/bin/python3 - "$out/bench.json" "$inits" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
+inits = sys.argv[2].split(",")
 pts = doc["points"]
-assert len(pts) == 2, pts
+assert len(pts) == 2 * len(inits), pts
 figs = {p["figure"] for p in pts}
 assert figs == {"bs-randread", "jobs-randread"}, figs
 for p in pts:
+    if p["initiator"] == "engine":
+        assert p.get("engine_cpu_s_per_mio") and p["engine_cpu_s_per_mio"] > 0, p
+    else:
+        assert p.get("engine_cpu_s_per_mio") is None, p
     assert "error" not in p, p
     for k in ("initiator", "workload", "bs", "jobs", "iops", "gbps", "lat_avg_us", "lat_p99_us",
               "init_cpu_s_per_mio", "target_cpu_s_per_mio"):
@@ -23,8 +31,11 @@ for p in pts:
     assert p["iops"] > 0 and p["gbps"] > 0 and p["lat_avg_us"] > 0 and p["lat_p99_us"] >= p["lat_avg_us"] * 0.5
     assert abs(p["gbps"] - p["iops"] * p["bs"] * 8 / 1e9) < 1e-6 * max(1, p["gbps"])
     assert p["init_cpu_s_per_mio"] > 0 and p["target_cpu_s_per_mio"] > 0
-print("bench.json: ok")
+print("bench.json: ok (" + ", ".join(inits) + ")")
 PY
+if [ "$inits" = perf,fio,engine ]; then
+  grep -q "Both halves" "$out/stdout.txt" || { echo "no side-by-side of the two halves"; exit 1; }
+fi
 for png in "$out/bs-randread.png" "$out/jobs-randread.png"; do
   [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || { echo "not a PNG: $png"; exit 1; }
 done
