@@ -49,19 +49,17 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 work=$(mktemp -d /tmp/nvtcp-fio-test.XXXXXX)
 tpid=""
 epid=""
+# stop PID: SIGINT, then SIGKILL if it is still there after 5 s.
+stop() {
+  [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 0
+  kill -INT "$1" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1" 2>/dev/null; fi
+  wait "$1" 2>/dev/null
+}
 cleanup() {
-  if [ -n "$epid" ] && kill -0 "$epid" 2>/dev/null; then
-    kill -INT "$epid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$epid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$epid" 2>/dev/null
-    wait "$epid" 2>/dev/null
-  fi
-  if [ -n "$tpid" ] && kill -0 "$tpid" 2>/dev/null; then
-    kill -INT "$tpid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$tpid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$tpid" 2>/dev/null; then kill -KILL "$tpid" 2>/dev/null; fi
-    wait "$tpid" 2>/dev/null
-  fi
+  stop "$epid"
+  stop "$tpid"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -74,16 +72,21 @@ if [ "$case_name" = jobs32 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev
   pin_target=(taskset -c 0,1) pin_fio=(taskset -c 0,1)
 fi
 
+# wait_ready WHAT PID READY_FILE LOG: up to 10 s for a process to write its ready file.
+wait_ready() {
+  for _ in $(seq 100); do
+    [ -s "$3" ] && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$4" >&2; fail "the $1 exited at start"; }
+    sleep 0.1
+  done
+  fail "the $1 did not become ready in 10 s"
+}
+
 start_target() {
   "${pin_target[@]}" "$nvtcp" target --null 1G --ram 256M --listen 127.0.0.1:0 --discovery-port 0 \
     --nqn "$NQN" --ready-file "$work/ready" >"$work/target.log" 2>&1 &
   tpid=$!
-  for _ in $(seq 100); do
-    [ -s "$work/ready" ] && break
-    kill -0 "$tpid" 2>/dev/null || { cat "$work/target.log" >&2; fail "the target exited at start"; }
-    sleep 0.1
-  done
-  [ -s "$work/ready" ] || fail "the target did not become ready in 10 s"
+  wait_ready target "$tpid" "$work/ready" "$work/target.log"
   port=$(cat "$work/ready")
   note "target on 127.0.0.1:$port (pid $tpid)"
 }
@@ -93,12 +96,7 @@ start_engine() {
   "$nvtcp" engine --controller "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" \
     --socket "$work/engine.sock" --ready-file "$work/engine.ready" >"$work/engine.log" 2>&1 &
   epid=$!
-  for _ in $(seq 100); do
-    [ -s "$work/engine.ready" ] && break
-    kill -0 "$epid" 2>/dev/null || { cat "$work/engine.log" >&2; fail "the engine exited at start"; }
-    sleep 0.1
-  done
-  [ -s "$work/engine.ready" ] || fail "the engine did not become ready in 10 s"
+  wait_ready engine "$epid" "$work/engine.ready" "$work/engine.log"
   note "engine on $work/engine.sock (pid $epid)"
 }
 # etrid NSID: a filename for fio through the engine

@@ -154,6 +154,25 @@ class RawApp {
   uint16_t cid = 0;
 };
 
+// A well-behaved application beside a misbehaving one: its reads must go on working.
+struct BystanderApp {
+  explicit BystanderApp(RunningEngine& e) {
+    std::string err;
+    ctrl = host::Controller::connect(e.trid(), {}, err);
+    if (ctrl) qp = ctrl->create_io_qpair(16, err);
+    if (!qp) throw std::runtime_error("bystander: " + err);
+    buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(4096));
+  }
+  wire::Status read() {
+    Io io;
+    const int rc = qp->read(kRamNsid, 0, 8, buf, Io::cb, &io);
+    return rc == 0 ? run_io(*qp, io) : wire::sc::InternalError;
+  }
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+  uint8_t* buf = nullptr;
+};
+
 TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
   RunningTarget t;
   RunningEngine e(t.trid());
@@ -294,12 +313,7 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
 TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
   RunningTarget t;
   RunningEngine e(t.trid());
-  std::string err;
-  auto other = host::Controller::connect(e.trid(), {}, err);
-  ASSERT_TRUE(other) << err;
-  auto oqp = other->create_io_qpair(16, err);
-  ASSERT_TRUE(oqp) << err;
-  auto* obuf = static_cast<uint8_t*>(other->alloc_io_buffer(4096));
+  BystanderApp other(e);
   {
     RawApp dying(e.engine().options().socket_path);
     ASSERT_TRUE(dying.enable());
@@ -313,9 +327,7 @@ TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
   }  // gone, with commands in flight and never a reset
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 1; }, 5000))
       << "the dead application's queues were not freed";
-  Io io;
-  ASSERT_EQ(oqp->read(kRamNsid, 0, 8, obuf, Io::cb, &io), 0);
-  EXPECT_EQ(run_io(*oqp, io), sc::Success);
+  EXPECT_EQ(other.read(), sc::Success);
 }
 
 // An impossible doorbell stops that application's controller (CSTS.CFS) until it resets;
@@ -323,22 +335,14 @@ TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
 TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
   RunningTarget t;
   RunningEngine e(t.trid());
-  std::string err;
-  auto other = host::Controller::connect(e.trid(), {}, err);
-  ASSERT_TRUE(other) << err;
-  auto oqp = other->create_io_qpair(16, err);
-  ASSERT_TRUE(oqp) << err;
-  auto* obuf = static_cast<uint8_t*>(other->alloc_io_buffer(4096));
-
+  BystanderApp other(e);
   RawApp bad(e.engine().options().socket_path);
   ASSERT_TRUE(bad.enable());
   ASSERT_TRUE(bad.create_queue(1, 64));
   std::atomic_ref<uint32_t>(bad.at.queue_pair(1).words->sq_tail).store(5000);  // outside a 64-entry SQ
   bad.kick();
   EXPECT_TRUE(bad.wait_csts(prop::kCstsFatal, prop::kCstsFatal)) << "CSTS.CFS";
-  Io io;
-  ASSERT_EQ(oqp->read(kRamNsid, 0, 8, obuf, Io::cb, &io), 0);
-  EXPECT_EQ(run_io(*oqp, io), sc::Success);
+  EXPECT_EQ(other.read(), sc::Success);
 
   // A reset (CC.EN 1 -> 0) clears it; the application starts over.
   std::atomic_ref<uint32_t>(bad.at.registers().cc).store(0);
