@@ -6,8 +6,12 @@ NVTCP=$1
 out=$(mktemp -d /tmp/nvtcp-bench-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 # Both halves of the study when fio is here: perf (inline) and fio through the offload engine.
+# (Not with a sanitizer build of the fio engine: fio would need the sanitizer preloaded.)
 inits=perf
-if command -v fio >/dev/null && [ -f "$(dirname "$NVTCP")/libnvtcp_fio.so" ]; then inits=perf,fio,engine; fi
+so="$(dirname "$NVTCP")/libnvtcp_fio.so"
+if command -v fio >/dev/null && [ -f "$so" ] && ! ldd "$so" | grep -qE "lib(asan|tsan|ubsan)"; then
+  inits=perf,fio,engine
+fi
 "$NVTCP" bench --quick --points 2 --runtime 1 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"
 grep -q "Random read, 32 jobs" "$out/stdout.txt"
 grep -q "4 KiB random read against jobs" "$out/stdout.txt"
