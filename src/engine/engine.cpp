@@ -106,9 +106,14 @@ struct Engine::Impl {
     void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault) override {
       engine->post_event({CoreEvent::Kind::Faulted, static_cast<AppController*>(owner), qid});
     }
-    void wake() {
-      if (sleeping.load(std::memory_order_seq_cst) && reactor) reactor->post([] {});
+    // Wakes the core's reactor (only when it sleeps, unless always). The reactor is the
+    // thread's own and goes with the thread: reactor_mu keeps it from going mid-post.
+    void wake(bool always = false) {
+      if (!always && !sleeping.load(std::memory_order_seq_cst)) return;
+      std::lock_guard lk(reactor_mu);
+      if (reactor) reactor->post([] {});
     }
+    std::mutex reactor_mu;
     void send(CoreOp op) {
       {
         std::lock_guard lk(mu);
@@ -157,6 +162,7 @@ struct Engine::Impl {
   std::mutex events_mu;
   std::vector<CoreEvent> events;
   std::list<std::unique_ptr<AppSlot>> apps;
+  std::vector<std::unique_ptr<UblkDevice>> ublk_devices;
   uint16_t next_cntlid = 1;
   std::atomic<uint64_t> attached{0}, refused{0}, control_cpu_ns{0};
   std::atomic<uint32_t> app_count{0};
@@ -279,7 +285,10 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
     qps.push_back(std::move(qp));
     fwds.push_back(std::make_unique<IoForwarder>(*qps.back(), this));
   }
-  reactor = reactor::Reactor::current();
+  {
+    std::lock_guard lk(reactor_mu);
+    reactor = reactor::Reactor::current();
+  }
   started.set_value("");
 
   const int64_t spin_us = engine->opts.idle_spin_us;
@@ -319,6 +328,8 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   publish_stats();
   fwds.clear();  // each waits for the commands it sent
   qps.clear();
+  std::lock_guard lk(reactor_mu);
+  reactor = nullptr;  // the thread's reactor goes with the thread
 }
 
 bool Engine::Impl::start(std::string& err) {
@@ -355,6 +366,23 @@ bool Engine::Impl::start(std::string& err) {
     if (!e.empty()) {
       err = e;
       return false;
+    }
+  }
+  if (opts.ublk) {
+    std::string why;
+    if (!UblkDevice::available(why)) {
+      err = why;
+      return false;
+    }
+    for (Remote& r : remotes) {
+      for (uint32_t nsid : r.ctrl->active_namespaces()) {
+        auto dev = UblkDevice::create(*r.ctrl, nsid, opts.ublk_options, err);
+        if (!dev) {
+          err = fmt::format("namespace {} of {} as a ublk device: {}", nsid, r.trid.subnqn, err);
+          return false;
+        }
+        ublk_devices.push_back(std::move(dev));
+      }
     }
   }
   // The default place, /run/nvtcp, is made for the engine's user alone.
@@ -501,11 +529,11 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
 }
 
 void Engine::Impl::stop_cores() {
+  ublk_devices.clear();  // each stops its device and waits for what is in flight
   for (auto& slot : apps) slot->ctl->detach();
   cores_stop.store(true);
   for (auto& c : cores) {
-    c->wake();
-    if (c->reactor) c->reactor->post([] {});
+    c->wake(true);
     if (c->thread.joinable()) c->thread.join();
   }
   cores.clear();
@@ -541,7 +569,14 @@ EngineStats Engine::stats() const {
     cpu_ns += c->cpu_ns.load(std::memory_order_relaxed);
   }
   s.cpu_seconds = double(cpu_ns) / 1e9;
+  for (const auto& d : impl_->ublk_devices) s.ublk_requests += d->requests();
   return s;
+}
+
+std::vector<std::string> Engine::ublk_devices() const {
+  std::vector<std::string> out;
+  for (const auto& d : impl_->ublk_devices) out.push_back(d->block_path());
+  return out;
 }
 
 }  // namespace nvtcp::engine
