@@ -30,6 +30,8 @@ struct EngineArgs {
   int64_t ctrl_loss_tmo_s = -1, reconnect_delay_s = -1, kato_s = -1;
   std::string tcp_congestion;
   std::string ready_file;
+  bool ublk = false;
+  uint32_t ublk_queue_depth = 0;
 };
 
 double cpu_seconds() {
@@ -49,7 +51,7 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     const auto j = nlohmann::json::parse(in);
     static const std::set<std::string> known{"socket",      "cpus",        "controllers",      "queue_depth",
                                              "max_queue_pairs", "idle_spin_us", "ctrl_loss_tmo_s", "reconnect_delay_s",
-                                             "kato_s",      "tcp_congestion"};
+                                             "kato_s",      "tcp_congestion", "ublk", "ublk_queue_depth"};
     for (const auto& [k, v] : j.items())
       if (!known.count(k)) {
         err = fmt::format("{}: unknown key '{}'", path, k);
@@ -69,6 +71,8 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     if (j.contains("reconnect_delay_s")) o.host.reconnect_delay_ms = j["reconnect_delay_s"].get<uint32_t>() * 1000;
     if (j.contains("kato_s")) o.host.kato_ms = j["kato_s"].get<uint32_t>() * 1000;
     if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
+    if (j.contains("ublk")) o.ublk = j["ublk"].get<bool>();
+    if (j.contains("ublk_queue_depth")) o.ublk_options.queue_depth = j["ublk_queue_depth"].get<uint32_t>();
   } catch (const std::exception& e) {
     err = fmt::format("{}: {}", path, e.what());
     return false;
@@ -106,6 +110,8 @@ int run_engine(const EngineArgs& a) {
   if (a.reconnect_delay_s >= 0) o.host.reconnect_delay_ms = uint32_t(a.reconnect_delay_s * 1000);
   if (a.kato_s >= 0) o.host.kato_ms = uint32_t(a.kato_s * 1000);
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
+  if (a.ublk) o.ublk = true;
+  if (a.ublk_queue_depth) o.ublk_options.queue_depth = a.ublk_queue_depth;
   if (o.queue_depth < 2 || o.queue_depth > 1024 || o.max_queue_pairs < 2 || o.max_queue_pairs > 1024) {
     fmt::print(stderr, "nvtcp engine: queue depth must be 2..1024 and max queue pairs 2..1024\n");
     return 2;
@@ -141,9 +147,10 @@ int run_engine(const EngineArgs& a) {
   eng.shutdown();
   const double cpu = cpu_seconds();
   log::info("engine: {} application(s) attached ({} refused); {} I/O commands forwarded, {} completions posted, {} "
-            "answered by the engine, {} dropped for applications gone; {:.2f} CPU s, {:.3f} CPU s per million I/Os",
-            s.attached, s.refused, s.forwarded, s.completed, s.refused_io, s.dropped, cpu,
-            s.forwarded ? cpu / (double(s.forwarded) / 1e6) : 0.0);
+            "answered by the engine, {} dropped for applications gone; {} ublk block requests; {:.2f} CPU s, {:.3f} "
+            "CPU s per million I/Os",
+            s.attached, s.refused, s.forwarded, s.completed, s.refused_io, s.dropped, s.ublk_requests, cpu,
+            s.forwarded + s.ublk_requests ? cpu / (double(s.forwarded + s.ublk_requests) / 1e6) : 0.0);
   return 0;
 }
 }  // namespace
@@ -166,6 +173,9 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_option("--kato", a->kato_s, "keep-alive timeout asked of the remote controllers, seconds (default 30)");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
+  c->add_flag("--ublk", a->ublk,
+              "also show each remote namespace as a block device /dev/ublkbN (Linux 6.0+ with ublk_drv)");
+  c->add_option("--ublk-queue-depth", a->ublk_queue_depth, "requests in flight per ublk device (default 64)");
   c->callback([a, &rc] { rc = run_engine(*a); });
 }
 

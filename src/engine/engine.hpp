@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/ublk_device.hpp"
 #include "nvtcp/host.hpp"
 
 namespace nvtcp::engine {
@@ -34,6 +35,9 @@ struct EngineOptions {
   // doorbell or a completion wakes it). 0: sleep at once; a negative value: never sleep.
   int64_t idle_spin_us = 200;
   uint32_t budget_per_queue = 32;             // SQEs taken from one application queue per turn
+  // Also show every active namespace of every remote controller as /dev/ublkbN (ublk).
+  bool ublk = false;
+  UblkOptions ublk_options;
 };
 
 struct EngineStats {
@@ -46,6 +50,7 @@ struct EngineStats {
   uint64_t refused_io = 0;      // I/O commands answered by the engine (bad pointer, deletion)
   uint64_t interrupts = 0;
   uint64_t core_sleeps = 0;
+  uint64_t ublk_requests = 0;   // block requests the ublk devices served
   double cpu_seconds = 0;       // CPU time of the engine's threads (cores and control)
 };
 
@@ -64,6 +69,8 @@ class Engine {
   void shutdown();
 
   EngineStats stats() const;
+  // The block devices made with EngineOptions::ublk.
+  std::vector<std::string> ublk_devices() const;
   const EngineOptions& options() const { return opts_; }
 
   struct Impl;  // engine.cpp only

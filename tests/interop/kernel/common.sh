@@ -2,7 +2,9 @@
 # Shared by kernel_target_test.sh and kernel_host_test.sh (sourced, never run): fetch Debian's kernel
 # and busybox, build the guest's initramfs, boot it under QEMU (software emulation) and talk to it.
 #
-#   kernel_prepare CACHE_DIR      sets KERNEL_IMAGE, KERNEL_BASE_CPIO, KERNEL_PKG, BUSYBOX
+#   kernel_prepare CACHE_DIR [SUITE]  sets KERNEL_IMAGE, KERNEL_BASE_CPIO, KERNEL_PKG, BUSYBOX; SUITE is
+#                                 bookworm (Debian 12's 6.1 kernel, the default) or trixie (Debian 13's
+#                                 kernel, with ublk_drv and ext4 among the modules)
 #   kernel_overlay OUT GUEST_SCRIPT CONF_LINES...  the per-run initramfs (base + init + script)
 #   kernel_boot NAME INITRD FWD...  starts QEMU; FWD is HOSTPORT:GUESTPORT; sets QEMU_PID, CONSOLE
 #   kernel_wait_marker REGEX TIMEOUT  waits for a console line (fails early if QEMU exits)
@@ -38,8 +40,34 @@ KERNEL_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # CPU model lacks); e1000 is QEMU's default NIC.
 KERNEL_MODULES=(e1000 crc32c_generic configfs nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp null_blk brd loop)
 
+# The trixie guest adds the ublk driver and ext4 (for the offload engine's block device test).
+KERNEL_MODULES_TRIXIE=("${KERNEL_MODULES[@]}" ublk_drv ext4)
+
 # Bump when what the cache holds changes (a cache of another format is rebuilt).
 KERNEL_CACHE_FORMAT=2
+
+# Debian 13 (trixie) packages come through a private apt configuration: a sources list, package
+# lists and a download cache under CACHE/apt-trixie, passed with -o; /etc/apt is never touched.
+trixie_apt_opts() {
+  local dir=$1/apt-trixie
+  mkdir -p "$dir/lists/partial" "$dir/archives/partial"
+  [[ -s $dir/sources.list ]] || echo "deb http://deb.debian.org/debian trixie main" >"$dir/sources.list"
+  TRIXIE_APT=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+              -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::Archives=$dir/archives"
+              -o "Dir::Cache::pkgcache=$dir/pkgcache.bin" -o "Dir::Cache::srcpkgcache=$dir/srcpkgcache.bin")
+}
+
+# The kernel package linux-image-amd64 points at in trixie (linux-image-6.12.N+deb13-amd64).
+pick_trixie_kernel_pkg() {
+  trixie_apt_opts "$1"
+  if [[ -z $(ls "$1/apt-trixie/lists/" 2>/dev/null | grep -v partial) ]]; then
+    apt_quiet "$1/apt.log" "${TRIXIE_APT[@]}" update || return 1
+  fi
+  local pkg
+  pkg=$(apt-cache "${TRIXIE_APT[@]}" depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+  [[ -n $pkg ]] || return 1
+  echo "$pkg"
+}
 
 klog() { printf '%s\n' "$*"; }
 kskip() { printf 'SKIP: %s\n' "$*"; exit 77; }
@@ -83,7 +111,7 @@ pick_kernel_pkg() {
 
 # kernel_prepare CACHE: fills CACHE (once per kernel package) and sets KERNEL_IMAGE, KERNEL_BASE_CPIO.
 kernel_prepare() {
-  local cache=$1
+  local cache=$1 suite=${2:-bookworm}
   mkdir -p "$cache"
   cache=$(cd "$cache" && pwd)
   [[ $(id -u) -eq 0 ]] || kskip "needs root (apt-get download/install of Debian's kernel, busybox and QEMU)"
@@ -93,9 +121,18 @@ kernel_prepare() {
   exec 9>"$cache/.lock"
   command -v flock >/dev/null && flock 9
 
-  local pkg
-  if [[ -z ${NVTCP_KERNEL_PKG:-} && -s $cache/current ]]; then
-    pkg=$(cat "$cache/current")   # keep using the cached kernel: no archive lookup when warm
+  local pkg current=$cache/current
+  local -a apt=() modules=("${KERNEL_MODULES[@]}")
+  if [[ $suite == trixie ]]; then
+    current=$cache/current-trixie
+    trixie_apt_opts "$cache"
+    apt=("${TRIXIE_APT[@]}")
+    modules=("${KERNEL_MODULES_TRIXIE[@]}")
+  fi
+  if [[ -s $current && ( $suite == trixie || -z ${NVTCP_KERNEL_PKG:-} ) ]]; then
+    pkg=$(cat "$current")   # keep using the cached kernel: no archive lookup when warm
+  elif [[ $suite == trixie ]]; then
+    pkg=$(pick_trixie_kernel_pkg "$cache") || kskip "no trixie linux-image-amd64 through the private apt configuration"
   else
     pkg=$(pick_kernel_pkg "$cache") || kskip "apt-cache finds no linux-image-6.1.0-*-amd64 package (apt-get update failed?)"
   fi
@@ -104,17 +141,19 @@ kernel_prepare() {
     klog "preparing $pkg + busybox-static in $dir (once; about 30 s)"
     local t0=$SECONDS
     rm -rf "$dir"; mkdir -p "$dir/debs"
-    ( cd "$dir/debs" && apt_retry "$cache/apt.log" download "$pkg" busybox-static ) \
-      || { tail -5 "$cache/apt.log"; kskip "apt-get download $pkg busybox-static failed (no archive access?)"; }
+    ( cd "$dir/debs" && apt_retry "$cache/apt.log" "${apt[@]}" download "$pkg" ) \
+      || { tail -5 "$cache/apt.log"; kskip "apt-get download $pkg failed (no archive access?)"; }
+    ( cd "$dir/debs" && apt_retry "$cache/apt.log" download busybox-static ) \
+      || { tail -5 "$cache/apt.log"; kskip "apt-get download busybox-static failed (no archive access?)"; }
     # nvme-cli and the libraries it needs (its dependency closure, libraries only).
     local clipkgs
-    clipkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    clipkgs=$(apt-cache "${apt[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
                 --no-replaces --no-enhances nvme-cli 2>/dev/null \
               | grep -E '^(nvme-cli|zlib1g|lib[a-z0-9.+-]+)$' | grep -v perl | sort -u) || true
     [[ $clipkgs == *nvme-cli* ]] || kskip "apt-cache knows no nvme-cli"
     mkdir -p "$dir/debs/cli"
     # shellcheck disable=SC2086
-    ( cd "$dir/debs/cli" && apt_retry "$cache/apt.log" download $clipkgs ) \
+    ( cd "$dir/debs/cli" && apt_retry "$cache/apt.log" "${apt[@]}" download $clipkgs ) \
       || { tail -5 "$cache/apt.log"; kskip "apt-get download nvme-cli and its libraries failed"; }
     local root=$dir/unpacked
     mkdir -p "$root"
@@ -122,9 +161,17 @@ kernel_prepare() {
     dpkg -x "$dir"/debs/busybox-static_*.deb "$root/bb" || kfail_prepare "dpkg -x of busybox-static failed"
     local bb=$root/bb/bin/busybox
     [[ -x $bb ]] || kfail_prepare "busybox-static has no bin/busybox"
-    local kver; kver=$(ls "$root/lib/modules")
+    # trixie's package has its files under usr/ (lib is a symlink on an installed system).
+    [[ -d $root/lib/modules || ! -d $root/usr/lib/modules ]] || ln -s usr/lib "$root/lib"
+    local kver; kver=$(ls "$root/lib/modules/")
     [[ -n $kver && -d $root/lib/modules/$kver/kernel ]] || kfail_prepare "no lib/modules/VERSION/kernel in $pkg"
     local moddir=$root/lib/modules/$kver
+    # Compressed modules (.ko.xz, trixie) are unpacked first: busybox's depmod and insmod take
+    # plain .ko files.
+    if [[ -n $(find "$moddir/kernel" -name '*.ko.xz' -print -quit) ]]; then
+      command -v xz >/dev/null || kfail_prepare "the modules are xz-compressed and there is no xz here"
+      find "$moddir/kernel" -name '*.ko.xz' -print0 | xargs -0 -P 2 -n 64 xz -d || kfail_prepare "xz -d of the modules failed"
+    fi
     if [[ ! -s $moddir/modules.dep ]]; then
       "$bb" depmod -b "$root" "$kver" || kfail_prepare "busybox depmod failed"
     fi
@@ -135,17 +182,21 @@ kernel_prepare() {
     mkdir -p "$stage/bin" "$stage/lib/modules" "$stage/etc"
     cp "$bb" "$stage/bin/busybox"
     ln -s busybox "$stage/bin/sh"
+    local -a saved_modules=("${KERNEL_MODULES[@]}")
+    KERNEL_MODULES=("${modules[@]}")
     resolve_modules "$moddir" "$stage/lib/modules" || kfail_prepare "module resolution failed"
+    KERNEL_MODULES=("${saved_modules[@]}")
     stage_nvme_cli "$dir/debs/cli" "$root/cli" "$stage" || kfail_prepare "staging nvme-cli failed"
     echo "$kver" >"$stage/etc/kernel-version"
-    cp "$root/boot/vmlinuz-$kver" "$dir/vmlinuz"
+    cp "$root/boot/vmlinuz-$kver" "$dir/vmlinuz" 2>/dev/null || cp "$root/usr/lib/linux-image-$kver/vmlinuz" "$dir/vmlinuz" 2>/dev/null \
+      || kfail_prepare "no vmlinuz in $pkg"
     cp "$bb" "$dir/busybox"
     ( cd "$stage" && find . | "$bb" cpio -o -H newc >"$dir/base.cpio" 2>/dev/null ) || kfail_prepare "cpio failed"
     rm -rf "$root" "$stage" "$dir/debs"
     echo "$pkg $kver $KERNEL_CACHE_FORMAT" >"$dir/stamp"
     klog "prepared $pkg ($kver) in $((SECONDS - t0)) s: vmlinuz $(stat -c %s "$dir/vmlinuz") B, base.cpio $(stat -c %s "$dir/base.cpio") B"
   fi
-  echo "$pkg" >"$cache/current"
+  echo "$pkg" >"$current"
   flock -u 9 2>/dev/null || true
   exec 9>&-
   KERNEL_PKG=$pkg
@@ -163,6 +214,7 @@ stage_nvme_cli() {
   mkdir -p "$root" "$stage/usr/lib/nvme-cli" "$stage/usr/sbin"
   for f in "$debs"/*.deb; do dpkg -x "$f" "$root" || return 1; done
   local ld=$root/lib64/ld-linux-x86-64.so.2 libpath=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
+  [[ -e $ld ]] || ld=$root/usr/lib64/ld-linux-x86-64.so.2  # merged /usr (trixie)
   [[ -e $ld && -x $root/usr/sbin/nvme ]] || { echo "no loader or no usr/sbin/nvme in the packages"; return 1; }
   cp -L "$root/usr/sbin/nvme" "$stage/usr/lib/nvme-cli/nvme"
   cp -L "$ld" "$stage/usr/lib/nvme-cli/ld-linux-x86-64.so.2"
@@ -182,6 +234,33 @@ WRAP
 }
 
 kfail_prepare() { printf 'FAIL: preparing the kernel: %s\n' "$*"; exit 1; }
+
+# stage_host_binaries OUT_CPIO BINARY...: a newc archive with each of this machine's BINARYs, the
+# shared objects its loader resolves for it and that loader under /opt/host, plus a wrapper
+# /usr/bin/NAME that runs it through the loader (the guest has no ld.so.cache). The guest's kernel
+# may be newer than this machine's; its userland is then this machine's own.
+stage_host_binaries() {
+  local out=$1; shift
+  local stage; stage=$(mktemp -d "${out%/*}/hostbin.XXXXXX")
+  mkdir -p "$stage/opt/host/bin" "$stage/opt/host/lib" "$stage/usr/bin"
+  local bin name line lib ld=""
+  for bin in "$@"; do
+    name=${bin##*/}
+    cp -L "$bin" "$stage/opt/host/bin/$name" || return 1
+    while read -r line; do
+      case $line in
+        *" => "/*) lib=${line#* => }; lib=${lib% (*}; cp -Ln "$lib" "$stage/opt/host/lib/${line%% =>*}" ;;
+        /*) ld=${line%% (*}; cp -Ln "$ld" "$stage/opt/host/lib/${ld##*/}" ;;
+        *"not found"*) echo "$bin: $line"; return 1 ;;
+      esac
+    done < <(ldd "$bin" 2>/dev/null)
+    printf '#!/bin/sh\nexec /opt/host/lib/%s --library-path /opt/host/lib /opt/host/bin/%s "$@"\n' "${ld##*/}" "$name" \
+      >"$stage/usr/bin/$name"
+    chmod 0755 "$stage/usr/bin/$name"
+  done
+  ( cd "$stage" && find . | "$BUSYBOX" cpio -o -H newc >"$out" 2>/dev/null ) || return 1
+  rm -rf "$stage"
+}
 
 # resolve_modules MODDIR OUTDIR: copies KERNEL_MODULES and their dependencies (from MODDIR/modules.dep)
 # to OUTDIR/<path> and writes OUTDIR/load.dep with one line per module: "name: dep... module" in load
@@ -282,7 +361,7 @@ kernel_boot() {
   : >"$CONSOLE"
   # -smp 1: one TCG thread, so the nvtcp side keeps the other core. panic=-1 + -no-reboot: a guest
   # panic ends QEMU at once. quiet: the boot log over the emulated UART costs seconds.
-  qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults -no-user-config -display none -no-reboot \
+  qemu-system-x86_64 -accel tcg -m "${KERNEL_MEMORY:-512M}" -smp 1 -nodefaults -no-user-config -display none -no-reboot \
     -kernel "$KERNEL_IMAGE" -initrd "$initrd" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4" \
     -serial "file:$CONSOLE" -netdev "$net" -device e1000,netdev=n0 \
