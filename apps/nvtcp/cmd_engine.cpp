@@ -32,6 +32,7 @@ struct EngineArgs {
   std::string ready_file;
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
+  std::string poll;
 };
 
 double cpu_seconds() {
@@ -111,6 +112,10 @@ int run_engine(const EngineArgs& a) {
   if (a.kato_s >= 0) o.host.kato_ms = uint32_t(a.kato_s * 1000);
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.ublk) o.ublk = true;
+  if (!a.poll.empty()) {
+    o.host.busy_poll = a.poll == "busy";
+    o.host.hybrid_poll = a.poll == "hybrid";
+  }
   if (a.ublk_queue_depth) o.ublk_options.queue_depth = a.ublk_queue_depth;
   if (o.queue_depth < 2 || o.queue_depth > 1024 || o.max_queue_pairs < 2 || o.max_queue_pairs > 1024) {
     fmt::print(stderr, "nvtcp engine: queue depth must be 2..1024 and max queue pairs 2..1024\n");
@@ -173,6 +178,9 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_option("--kato", a->kato_s, "keep-alive timeout asked of the remote controllers, seconds (default 30)");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
+  c->add_option("--poll", a->poll,
+                "how the NVMe/TCP queue pairs wait for bytes: hybrid (default), busy or interrupt")
+      ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
   c->add_flag("--ublk", a->ublk,
               "also show each remote namespace as a block device /dev/ublkbN (Linux 6.0+ with ublk_drv)");
   c->add_option("--ublk-queue-depth", a->ublk_queue_depth, "requests in flight per ublk device (default 64)");

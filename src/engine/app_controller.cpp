@@ -88,6 +88,17 @@ void AppController::set_queue_state(uint16_t qid, QueueState to) {
   q.state = to;
 }
 
+void AppController::abandon_queues() {
+  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
+    IoQueue& q = io_[qid];
+    q.deleting = false;
+    if (q.state == QueueState::Running) set_queue_state(qid, QueueState::Stopping);
+    // A queue already stopping (a Delete I/O SQ under way) is asked again, the harsher way:
+    // its answers would go to a CQ nobody reads any more.
+    if (q.state == QueueState::Stopping) backend_.stop_io_queue(*this, qid, true);
+  }
+}
+
 void AppController::on_kick() {
   if (detached_) return;
   const uint32_t cc = load_acquire(at_.registers().cc);
@@ -129,15 +140,16 @@ void AppController::begin_disable(bool shutdown_notice) {
     held_aers_.clear();
     admin_backlog_.clear();
   }
-  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
-    IoQueue& q = io_[qid];
-    if (q.state == QueueState::Running) {
+  if (!shutdown_notice) {
+    abandon_queues();
+    for (uint16_t qid = 1; qid < io_.size(); ++qid)
+      if (io_[qid].state == QueueState::CqOnly) set_queue_state(qid, QueueState::None);
+  } else {
+    for (uint16_t qid = 1; qid < io_.size(); ++qid) {
+      if (io_[qid].state != QueueState::Running) continue;
       set_queue_state(qid, QueueState::Stopping);
-      backend_.stop_io_queue(*this, qid, !shutdown_notice);
-    } else if (q.state == QueueState::CqOnly && !shutdown_notice) {
-      set_queue_state(qid, QueueState::None);
+      backend_.stop_io_queue(*this, qid, false);  // a shutdown lets what is in flight finish
     }
-    if (!shutdown_notice) q.deleting = false;
   }
   finish_disable_if_done();
 }
@@ -158,6 +170,9 @@ void AppController::finish_disable_if_done() {
   faulted_ = false;
   set_csts(0);
   log::info("engine: {} reset", name());
+  // The application may have set CC.EN again while the reset drained.
+  cc_seen_ = load_acquire(at_.registers().cc);
+  if (cc_seen_ & prop::kCcEnable) enable();
 }
 
 void AppController::fatal(const std::string& why) {
@@ -165,31 +180,21 @@ void AppController::fatal(const std::string& why) {
   faulted_ = true;
   log::warn("engine: {}: {}; the controller is stopped (CSTS.CFS) until the application resets it", name(), why);
   set_csts(csts() | prop::kCstsFatal);
-  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
-    if (io_[qid].state != QueueState::Running) continue;
-    set_queue_state(qid, QueueState::Stopping);
-    backend_.stop_io_queue(*this, qid, true);
-  }
+  abandon_queues();
 }
 
 void AppController::detach() {
   if (detached_) return;
   detached_ = true;
-  for (uint16_t qid = 1; qid < io_.size(); ++qid) {
-    IoQueue& q = io_[qid];
-    q.deleting = false;
-    if (q.state == QueueState::Running) {
-      set_queue_state(qid, QueueState::Stopping);
-      backend_.stop_io_queue(*this, qid, true);
-    } else if (q.state == QueueState::CqOnly) {
-      set_queue_state(qid, QueueState::None);
-    }
-  }
+  abandon_queues();
+  for (uint16_t qid = 1; qid < io_.size(); ++qid)
+    if (io_[qid].state == QueueState::CqOnly) set_queue_state(qid, QueueState::None);
 }
 
-void AppController::io_queue_stopped(uint16_t qid) {
+void AppController::io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq) {
   if (qid == 0 || qid >= io_.size() || io_[qid].state != QueueState::Stopping) return;
   IoQueue& q = io_[qid];
+  q.cq = cq;
   if (q.deleting && !detached_) {
     q.deleting = false;
     set_queue_state(qid, QueueState::CqOnly);
@@ -240,10 +245,7 @@ void AppController::flush_admin_cq() {
   }
   if (!admin_backlog_.empty()) admin_.want_cq_notice();
   // The admin queue always interrupts through vector 0 (an application that polls ignores it).
-  if (posted && !at_.vector_fds().empty()) {
-    const uint64_t one = 1;
-    (void)::write(at_.vector_fds()[0], &one, sizeof(one));
-  }
+  if (posted && !at_.vector_fds().empty()) signal_fd(at_.vector_fds()[0]);
 }
 
 uint8_t* AppController::admin_data(const Sqe& sqe, uint32_t len, Status& st) {
@@ -259,7 +261,11 @@ void AppController::execute(const Sqe& sqe) {
     case AdminOpcode::GetLogPage: {
       const uint64_t numd = (uint64_t(sqe.cdw10 >> 16) | (uint64_t(sqe.cdw11 & 0xFFFF) << 16)) + 1;
       if (numd * 4 > kMaxAdminTransfer) return complete(sqe.cid, sc::InvalidField);
-      return forward(sqe, uint32_t(numd * 4), false);
+      // Retain Asynchronous Event (RAE, CDW10 bit 15) always: one application reading a log
+      // must not clear an event for the others.
+      Sqe log = sqe;
+      log.cdw10 |= 1u << 15;
+      return forward(log, uint32_t(numd * 4), false);
     }
     case AdminOpcode::GetFeatures: return features(sqe, false);
     case AdminOpcode::SetFeatures: return features(sqe, true);
@@ -294,8 +300,11 @@ void AppController::create_cq(const Sqe& sqe) {
   IoQueue& q = io_[qid];
   q.cq_entries = entries;
   q.vector = ien ? int(iv) : -1;
+  q.cq = {};
   QueueMemory m = at_.queue_pair(qid);
   std::memset(m.cq, 0, size_t(entries) * sizeof(wire::Cqe));
+  store_release(m.words->cq_head, 0);  // a new CQ starts at slot 0 with phase 1
+  store_release(m.words->cq_event_idx, 0);
   set_queue_state(qid, QueueState::CqOnly);
   complete(sqe.cid, sc::Success);
 }
@@ -318,11 +327,13 @@ void AppController::create_sq(const Sqe& sqe) {
   if (!contiguous) return complete(sqe.cid, sc::InvalidField);
   IoQueue& q = io_[qid];
   QueueMemory m = at_.queue_pair(qid);
-  std::memset(m.words, 0, sizeof(QueueWords));  // the doorbells of a new queue are 0
+  // The SQ doorbell of a new SQ is 0 (the CQ's words are the CQ's, set when it was made).
+  store_release(m.words->sq_tail, 0);
+  store_release(m.words->sq_event_idx, 0);
   m.sq_size = entries;
   m.cq_size = q.cq_entries;
   const int vector_fd = q.vector >= 0 ? at_.vector_fds()[size_t(q.vector)] : -1;
-  if (!backend_.start_io_queue(*this, qid, m, vector_fd)) return complete(sqe.cid, sc::InternalError);
+  if (!backend_.start_io_queue(*this, qid, m, vector_fd, q.cq)) return complete(sqe.cid, sc::InternalError);
   q.sq_entries = entries;
   set_queue_state(qid, QueueState::Running);
   complete(sqe.cid, sc::Success);
@@ -408,10 +419,15 @@ void AppController::features(const Sqe& sqe, bool set) {
       if (set) return complete(sqe.cid, sc::InvalidField);
       return answer(0, 0);
     default: {
-      // Others are the remote controller's (the volatile write cache, say), with their data.
+      // Others are the remote controller's, which every application of the engine shares: one
+      // may read them, none may change them for the others.
+      if (set) {
+        log::debug("engine: {}: Set Features {:02x}h refused: the remote controller is shared", name(), fid);
+        return complete(sqe.cid, sc::InvalidField);
+      }
       uint32_t len = 0;
       if ((sqe.flags & wire::kSqeFlagsPsdtMask) == wire::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
-      return forward(sqe, len, set);
+      return forward(sqe, len, false);
     }
   }
 }

@@ -35,8 +35,10 @@ class AppController {
     virtual host::Completion remote_admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) = 0;
     // The remote controller's Identify Controller structure (4 KiB).
     virtual const uint8_t* remote_identify() = 0;
-    // Starts carrying I/O queue pair qid (its SQ and CQ); false if it cannot (no engine core).
-    virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd) = 0;
+    // Starts carrying I/O queue pair qid (its SQ and CQ, the CQ going on from cq); false if
+    // it cannot (no engine core).
+    virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
+                                EngineQueuePair::CqPosition cq) = 0;
     // Takes I/O queue pair qid away; io_queue_stopped() says when it is gone.
     virtual void stop_io_queue(AppController& app, uint16_t qid, bool abandon) = 0;
     // Interrupt Coalescing (feature 08h) changed: applies to every I/O queue of the app.
@@ -53,7 +55,7 @@ class AppController {
   // The application is gone (its lifeline closed): every queue is abandoned.
   void detach();
   // From the engine: an I/O queue asked to stop is gone; one faulted.
-  void io_queue_stopped(uint16_t qid);
+  void io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq = {});
   void io_queue_faulted(uint16_t qid);
 
   // Detached and every I/O queue gone: the engine may destroy it.
@@ -72,11 +74,14 @@ class AppController {
     uint32_t cq_entries = 0;
     uint32_t sq_entries = 0;
     int vector = -1;              // -1: interrupts off (IEN = 0)
+    EngineQueuePair::CqPosition cq;  // where the CQ stands between two SQs on it
     bool deleting = false;        // a Delete I/O SQ waits for it
     uint16_t delete_cid = 0;
   };
 
   void set_queue_state(uint16_t qid, QueueState to);
+  // Every running or stopping queue is taken away with nothing more posted to it.
+  void abandon_queues();
   void enable();
   void begin_disable(bool shutdown_notice);
   void finish_disable_if_done();

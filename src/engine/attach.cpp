@@ -1,7 +1,6 @@
 #include "engine/attach.hpp"
 
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -143,21 +142,37 @@ bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& ch
     return refuse(EINVAL, fmt::format("pid {}: {} queue pairs of {} entries, {} vectors, {} data bytes: out of range",
                                       cred.pid, req.queue_pairs, req.queue_entries, req.vectors, req.data_bytes));
   at.layout_ = *layout;
-  at.memfd_ = memfd_create("nvtcp-engine", MFD_CLOEXEC);
-  if (at.memfd_ < 0 || ftruncate(at.memfd_, off_t(layout->total_bytes)) != 0)
+  // Sealed at its size: the application gets the memfd itself, and a region it could shrink
+  // would turn the engine's next access into SIGBUS.
+  at.memfd_ = memfd_create("nvtcp-engine", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (at.memfd_ < 0 || ftruncate(at.memfd_, off_t(layout->total_bytes)) != 0 ||
+      fcntl(at.memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     return refuse(ENOMEM, fmt::format("pid {}: no shared memory of {} bytes: {}", cred.pid, layout->total_bytes,
                                       strerror(errno)));
   void* p = mmap(nullptr, layout->total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, at.memfd_, 0);
   if (p == MAP_FAILED) return refuse(ENOMEM, fmt::format("pid {}: mmap: {}", cred.pid, strerror(errno)));
   at.region_ = static_cast<uint8_t*>(p);
   layout->write_header(at.region_);
-  at.kick_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  for (uint32_t i = 0; i < req.vectors; ++i) at.vectors_.push_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (at.kick_ < 0 || std::find(at.vectors_.begin(), at.vectors_.end(), -1) != at.vectors_.end())
-    return refuse(EMFILE, fmt::format("pid {}: eventfd: {}", cred.pid, strerror(errno)));
-
-  std::vector<int> fds{at.memfd_, at.kick_};
-  fds.insert(fds.end(), at.vectors_.begin(), at.vectors_.end());
+  // Signals are pipes, each end with one side only: the application's ends are sent and
+  // closed here, so the application cannot change the flags of the engine's ends (a
+  // blocking read or write would stall an engine thread).
+  std::vector<int> fds{at.memfd_};
+  auto close_sent = [&fds] {
+    for (size_t i = 1; i < fds.size(); ++i) ::close(fds[i]);
+  };
+  int pipefd[2];
+  if (pipe2(pipefd, O_NONBLOCK | O_CLOEXEC) != 0)
+    return refuse(EMFILE, fmt::format("pid {}: pipe: {}", cred.pid, strerror(errno)));
+  at.kick_ = pipefd[0];      // the engine reads the doorbell notices
+  fds.push_back(pipefd[1]);  // the application writes them
+  for (uint32_t i = 0; i < req.vectors; ++i) {
+    if (pipe2(pipefd, O_NONBLOCK | O_CLOEXEC) != 0) {
+      close_sent();
+      return refuse(EMFILE, fmt::format("pid {}: pipe: {}", cred.pid, strerror(errno)));
+    }
+    at.vectors_.push_back(pipefd[1]);  // the engine interrupts through it
+    fds.push_back(pipefd[0]);          // the application waits on it
+  }
   reply.vectors = req.vectors;
   reply.total_bytes = layout->total_bytes;
   iovec iov{&reply, sizeof(reply)};
@@ -172,8 +187,11 @@ bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& ch
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
   std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  if (::sendmsg(at.sock_, &msg, MSG_NOSIGNAL) != ssize_t(sizeof(reply))) {
-    err = fmt::format("pid {}: sending the attachment: {}", cred.pid, strerror(errno));
+  const bool sent = ::sendmsg(at.sock_, &msg, MSG_NOSIGNAL) == ssize_t(sizeof(reply));
+  const int send_errno = errno;
+  close_sent();
+  if (!sent) {
+    err = fmt::format("pid {}: sending the attachment: {}", cred.pid, strerror(send_errno));
     return false;
   }
   out = std::move(at);

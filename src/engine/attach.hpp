@@ -1,13 +1,15 @@
 // How an application attaches to the engine: over a UNIX socket (SOCK_SEQPACKET, one message
 // each way) it asks for queue pairs, queue size, interrupt vectors and a data region; the
 // engine checks who is asking (SO_PEERCRED: the engine's own user, or root), makes a memfd
-// with the region laid out and its header written, and passes it back through SCM_RIGHTS
-// with one eventfd the application writes to wake the engine (the MMIO doorbell's analog)
-// and one eventfd per interrupt vector the engine writes to wake the application. After
+// (sealed at its size) with the region laid out and its header written, and passes it back
+// through SCM_RIGHTS with the write end of a pipe the application signals to wake the engine
+// (the MMIO doorbell's analog) and the read end of one pipe per interrupt vector the engine
+// signals to wake the application. Each side holds only its own ends. After
 // that nothing per I/O goes through the socket; it stays open as the attachment's lifeline
 // (the engine sees it close when the application dies, even by SIGKILL).
 #pragma once
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <functional>
@@ -66,9 +68,12 @@ class Attachment {
   uint8_t* data() const { return region_ + layout_.data_offset; }
   QueueMemory queue_pair(uint32_t i) const { return layout_.queue_pair(region_, i); }
   int socket() const { return sock_; }         // the lifeline
-  int kick_fd() const { return kick_; }        // application -> engine
-  const std::vector<int>& vector_fds() const { return vectors_; }  // engine -> application
+  // Application -> engine: the application's write end, the engine's read end.
+  int kick_fd() const { return kick_; }
+  // Engine -> application: the engine's write ends, the application's read ends.
+  const std::vector<int>& vector_fds() const { return vectors_; }
   pid_t peer_pid() const { return peer_pid_; }
+  int memfd_for_test() const { return memfd_; }
   const std::string& subnqn() const { return subnqn_; }
   ControllerRegisters& registers() const { return RegionLayout::registers(region_); }
   uid_t peer_uid() const { return peer_uid_; }
@@ -87,6 +92,18 @@ class Attachment {
   uid_t peer_uid_ = 0;
   std::string subnqn_;
 };
+
+// A signal through one of the attachment's pipes (a byte; a full pipe already holds one).
+inline void signal_fd(int fd) {
+  const char b = 1;
+  (void)!::write(fd, &b, 1);
+}
+// Takes every pending signal of a pipe's (non-blocking) read end.
+inline void drain_fd(int fd) {
+  char buf[64];
+  while (::read(fd, buf, sizeof(buf)) == ssize_t(sizeof(buf))) {
+  }
+}
 
 // The engine's listening socket (mode 0600: only the engine's user connects at all).
 class AttachServer {

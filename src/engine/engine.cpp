@@ -63,6 +63,7 @@ struct CoreOp {
   int vector_fd = -1;
   bool abandon = false;
   uint32_t coalescing = 0;  // feature 08h's value
+  EngineQueuePair::CqPosition cq;  // Add: where the CQ goes on from
 };
 
 // What a core tells the control thread.
@@ -70,6 +71,7 @@ struct CoreEvent {
   enum class Kind { Stopped, Faulted } kind;
   AppController* owner;
   uint16_t qid;
+  EngineQueuePair::CqPosition cq;  // Stopped: where the queue's CQ stands
 };
 
 struct Engine::Impl {
@@ -96,15 +98,15 @@ struct Engine::Impl {
     // Published for stats() from time to time.
     std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, interrupts{0}, sleeps{0}, cpu_ns{0};
 
-    void on_queue_removed(void* owner, uint16_t qid) override {
+    void on_queue_removed(void* owner, uint16_t qid, EngineQueuePair::CqPosition cq) override {
       auto it = std::find_if(placed.begin(), placed.end(),
                              [&](const Placed& p) { return p.owner == owner && p.qid == qid; });
       if (it != placed.end()) placed.erase(it);
       queues.fetch_sub(1, std::memory_order_relaxed);
-      engine->post_event({CoreEvent::Kind::Stopped, static_cast<AppController*>(owner), qid});
+      engine->post_event({CoreEvent::Kind::Stopped, static_cast<AppController*>(owner), qid, cq});
     }
     void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault) override {
-      engine->post_event({CoreEvent::Kind::Faulted, static_cast<AppController*>(owner), qid});
+      engine->post_event({CoreEvent::Kind::Faulted, static_cast<AppController*>(owner), qid, {}});
     }
     // Wakes the core's reactor (only when it sleeps, unless always). The reactor is the
     // thread's own and goes with the thread: reactor_mu keeps it from going mid-post.
@@ -118,7 +120,7 @@ struct Engine::Impl {
       {
         std::lock_guard lk(mu);
         inbox.push_back(op);
-        has_mail.store(true, std::memory_order_release);
+        has_mail.store(true, std::memory_order_seq_cst);  // before reading sleeping (Dekker)
       }
       wake();
     }
@@ -183,7 +185,8 @@ struct AppSlot final : AppController::Backend {
     return r.ctrl->admin(sqe, data, len, to_controller);
   }
   const uint8_t* remote_identify() override { return engine->remotes[remote].identify.data(); }
-  bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd) override {
+  bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
+                      EngineQueuePair::CqPosition cq) override {
     if (engine->cores.empty()) return false;
     // The core carrying the fewest queues.
     auto* core = std::min_element(engine->cores.begin(), engine->cores.end(), [](const auto& a, const auto& b) {
@@ -199,6 +202,7 @@ struct AppSlot final : AppController::Backend {
     op.data_bytes = at.layout().data_bytes;
     op.vector_fd = vector_fd;
     op.coalescing = app.coalescing();
+    op.cq = cq;
     core->send(op);
     return true;
   }
@@ -233,7 +237,8 @@ void Engine::Impl::Core::take_mail() {
   }
   for (const CoreOp& op : ops) {
     if (op.kind == CoreOp::Kind::Add) {
-      IoForwarder::Queue* q = fwds[op.remote]->add_queue(op.owner, op.qid, op.mem, op.data, op.data_bytes, op.vector_fd);
+      IoForwarder::Queue* q =
+          fwds[op.remote]->add_queue(op.owner, op.qid, op.mem, op.data, op.data_bytes, op.vector_fd, op.cq);
       fwds[op.remote]->set_coalescing(q, op.coalescing);
       placed.push_back({op.owner, op.qid, op.remote, q});
       continue;
@@ -315,7 +320,7 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
     // more; the control thread wakes this core when an application kicks.
     publish_stats();
     sleeping.store(true, std::memory_order_seq_cst);
-    bool work = has_mail.load(std::memory_order_acquire);
+    bool work = has_mail.load(std::memory_order_seq_cst);
     for (auto& fw : fwds) work |= fw->prepare_to_sleep();
     if (!work) {
       sleeps.fetch_add(1, std::memory_order_relaxed);
@@ -493,7 +498,7 @@ void Engine::Impl::handle_events() {
       continue;
     }
     slot.core_of.erase(ev.qid);
-    slot.ctl->io_queue_stopped(ev.qid);
+    slot.ctl->io_queue_stopped(ev.qid, ev.cq);
     reap(slot);
   }
 }
@@ -518,8 +523,7 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
         if (w->kind == Watch::Kind::Lifeline) {
           lifeline(*w->slot);
         } else {
-          uint64_t k;
-          (void)::read(w->slot->ctl->attachment().kick_fd(), &k, sizeof(k));
+          drain_fd(w->slot->ctl->attachment().kick_fd());
           w->slot->ctl->on_kick();
           w->slot->wake_cores();
         }

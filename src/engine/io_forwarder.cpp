@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "engine/attach.hpp"
 #include "engine/region.hpp"
 
 namespace nvtcp::engine {
@@ -29,6 +30,7 @@ struct IoForwarder::Queue {
   bool removing = false;
   Removal removal = Removal::Abandon;
   uint32_t in_flight = 0;  // commands sent to the remote controller, not yet answered
+  uint32_t records = 0;    // command records it holds (in flight, or answers waiting)
   // Answers this queue's CQ had no room for, in order. Per queue: an application that
   // stops reading its CQ holds up its own answers only.
   Command* waiting_head = nullptr;
@@ -61,12 +63,13 @@ IoForwarder::IoForwarder(host::QueuePair& qp, Events* events)
 
 IoForwarder::~IoForwarder() {
   closing_ = true;
-  while (in_flight_ > 0 && !qp_.failed()) qp_.process_completions(1000);
+  while (in_flight_ > 0) qp_.process_completions(1000);
 }
 
 IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
-                                           uint64_t data_bytes, int vector_fd) {
+                                           uint64_t data_bytes, int vector_fd, EngineQueuePair::CqPosition cq) {
   queues_.push_back(std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+  queues_.back()->q.resume_cq(cq);
   queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();
 }
@@ -94,25 +97,37 @@ void IoForwarder::remove_queue(Queue* q, Removal how) {
 
 bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQueuePair::Fault::None; }
 
-uint32_t IoForwarder::data_length(const wire::Sqe& sqe) const {
+uint64_t IoForwarder::data_length(const wire::Sqe& sqe) const {
   switch (static_cast<wire::IoOpcode>(sqe.opc)) {
     case wire::IoOpcode::Read:
-    case wire::IoOpcode::Write: return sqe.nlb() * qp_.block_size(sqe.nsid);
-    case wire::IoOpcode::DatasetManagement: return ((sqe.cdw10 & 0xFF) + 1) * uint32_t(sizeof(wire::DsmRange));
+    case wire::IoOpcode::Write: return uint64_t(sqe.nlb()) * qp_.block_size(sqe.nsid);
+    case wire::IoOpcode::DatasetManagement: return ((sqe.cdw10 & 0xFF) + 1) * uint64_t(sizeof(wire::DsmRange));
     default: return 0;
   }
+}
+
+// How many command records one queue may hold: no more than its CQ can take (an application
+// that stops reading its CQ then holds only that many), and no more than an even share of
+// the pool, so that one application cannot take every record from the others.
+uint32_t IoForwarder::fair_share() const {
+  return std::max<uint32_t>(4, uint32_t(pool_.size() / std::max<size_t>(1, queues_.size())));
 }
 
 unsigned IoForwarder::poll(unsigned budget_per_queue) {
   unsigned handled = 0;
   for (auto& qp : queues_) flush_waiting(*qp);
-  for (auto& qp : queues_) {
-    Queue& q = *qp;
+  const uint32_t share = fair_share();
+  const size_t nq = queues_.size();
+  // The queue served first moves round each turn: no queue always gets the pool first.
+  if (nq) next_first_ = (next_first_ + 1) % nq;
+  for (size_t k = 0; k < nq; ++k) {
+    Queue& q = *queues_[(next_first_ + k) % nq];
     if (q.removing) {
       if (q.removal == Removal::Delete) drain_deleted_sq(q);
       continue;
     }
-    for (unsigned n = 0; n < budget_per_queue; ++n) {
+    const uint32_t cap = std::min(q.q.cq_size() - 1, share);
+    for (unsigned n = 0; n < budget_per_queue && q.records < cap; ++n) {
       if (!q.holding && !q.q.fetch(q.held)) break;
       q.holding = true;
       if (!forward(q, q.held)) break;  // the host queue pair is full: keep it for next turn
@@ -145,8 +160,7 @@ void IoForwarder::interrupt(Queue& q) {
     else fire = now - q.irq_first_ns >= q.irq_time_ns;
   }
   if (!fire) return;
-  const uint64_t one = 1;
-  (void)::write(q.vector_fd, &one, sizeof(one));
+  signal_fd(q.vector_fd);
   ++stats_.interrupts;
   q.irq_pending = 0;
   q.irq_first_ns = 0;
@@ -173,14 +187,12 @@ bool IoForwarder::prepare_to_sleep() {
 // has room for them; the application still reads its CQ until it deletes it).
 void IoForwarder::drain_deleted_sq(Queue& q) {
   wire::Sqe s;
-  while (free_ && (q.holding || q.q.fetch(s))) {
+  while (free_ && q.records < q.q.cq_size() - 1 && (q.holding || q.q.fetch(s))) {
     if (q.holding) {
       s = q.held;
       q.holding = false;
     }
-    Command* cmd = free_;
-    free_ = cmd->next;
-    cmd->queue = &q;
+    Command* cmd = take(q);
     wire::Cqe c{};
     c.status = wire::sc::SqDeletion.to_cqe(false);
     ++stats_.refused;
@@ -205,18 +217,25 @@ void IoForwarder::reap_removed() {
     }
     void* owner = q.owner;
     const uint16_t qid = q.qid;
+    const EngineQueuePair::CqPosition cq = q.q.cq_position();
     queues_.erase(queues_.begin() + ptrdiff_t(i));
-    if (events_) events_->on_queue_removed(owner, qid);
+    if (events_) events_->on_queue_removed(owner, qid, cq);
   }
 }
 
 // Every command, refused here or sent, holds a record until its answer is posted: a refusal
 // may have to wait for CQ room like any answer.
-bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
-  if (!free_) return false;
+IoForwarder::Command* IoForwarder::take(Queue& q) {
   Command* cmd = free_;
   free_ = cmd->next;
   cmd->queue = &q;
+  ++q.records;
+  return cmd;
+}
+
+bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
+  if (!free_) return false;
+  Command* cmd = take(q);
   cmd->app_cid = sqe.cid;
   auto refuse = [&](wire::Status st) {
     wire::Cqe c{};
@@ -225,7 +244,12 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
     answer(q, sqe.cid, c, cmd);
     return true;
   };
-  const uint32_t want = data_length(sqe);
+  // Fused commands are not carried: their halves would sit apart, between other
+  // applications' commands, on the shared queue pair.
+  if (sqe.flags & wire::kSqeFlagsFuseMask) return refuse(wire::sc::InvalidField);
+  const uint64_t want64 = data_length(sqe);
+  if (want64 > 0xFFFFFFFFull) return refuse(wire::sc::DataSglLengthInvalid);  // beyond any MDTS
+  const uint32_t want = uint32_t(want64);
   DataSpan span = resolve_data(sqe, q.data, q.data_bytes, want);
   if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
     span.status = wire::sc::InvalidNamespace;
@@ -233,8 +257,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   const bool to_controller = sqe.opc & 1;  // NVMe opcodes: bit 0 = host to controller
   const int rc = qp_.submit(sqe, span.data, span.length, to_controller, on_host_completion, cmd);
   if (rc == -EBUSY) {
-    cmd->next = free_;
-    free_ = cmd;
+    release(cmd);
     return false;
   }
   if (rc != 0) return refuse(rc == -EINVAL ? wire::sc::InvalidField : wire::sc::TransportError);
@@ -264,6 +287,7 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
 }
 
 void IoForwarder::release(Command* cmd) {
+  --cmd->queue->records;
   cmd->next = free_;
   free_ = cmd;
 }

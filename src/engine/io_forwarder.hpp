@@ -25,15 +25,17 @@ class IoForwarder {
   // What the forwarder tells its owner, from inside poll().
   struct Events {
     virtual ~Events() = default;
-    // A queue asked to go by remove_queue() has no command left: it is gone.
-    virtual void on_queue_removed(void* owner, uint16_t qid) = 0;
+    // A queue asked to go by remove_queue() has no command left: it is gone. cq: where its
+    // CQ stands (a new SQ on the same CQ goes on from there).
+    virtual void on_queue_removed(void* owner, uint16_t qid, EngineQueuePair::CqPosition cq) = 0;
     // A queue stopped for an impossible doorbell value (the CSTS.CFS analog).
     virtual void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault f) = 0;
   };
 
   explicit IoForwarder(host::QueuePair& qp, Events* events = nullptr);
-  // Waits for the commands it sent: the host queue pair answers or fails each, and each
-  // answer calls back into this object. (Their answers are dropped: the queues are going.)
+  // Waits for every command it sent: the host queue pair answers or fails each (a failed
+  // connection fails them as its close completes), and each answer calls back into this
+  // object, so none may come after it is gone. (Their answers are dropped.)
   ~IoForwarder();
   IoForwarder(const IoForwarder&) = delete;
   IoForwarder& operator=(const IoForwarder&) = delete;
@@ -43,7 +45,7 @@ class IoForwarder {
   // application when completions were posted in a turn (-1: it polls). owner: the
   // application's tag, handed back in Events.
   Queue* add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data, uint64_t data_bytes,
-                   int vector_fd = -1);
+                   int vector_fd = -1, EngineQueuePair::CqPosition cq = {});
 
   enum class Removal {
     // Delete I/O SQ: SQEs still in the SQ complete with Command Aborted due to SQ
@@ -91,8 +93,10 @@ class IoForwarder {
   struct Command;
   static void on_host_completion(void* ctx, const host::Completion& c);
   bool forward(Queue& q, const wire::Sqe& sqe);  // false: the host queue pair is full
+  Command* take(Queue& q);
+  uint32_t fair_share() const;
   void answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd);
-  uint32_t data_length(const wire::Sqe& sqe) const;
+  uint64_t data_length(const wire::Sqe& sqe) const;
   void flush_waiting(Queue& q);
   void release(Command* cmd);
   void drain_deleted_sq(Queue& q);
@@ -105,6 +109,7 @@ class IoForwarder {
   std::vector<Command> pool_;
   Command* free_ = nullptr;
   uint32_t in_flight_ = 0;
+  size_t next_first_ = 0;  // the queue served first this turn (rotates)
   Stats stats_;
   bool closing_ = false;
   Clock clock_;

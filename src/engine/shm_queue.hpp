@@ -106,6 +106,8 @@ class AppQueuePair {
     }
     return true;
   }
+  // A new SQ on the same CQ (after Delete I/O SQ): the SQ starts over at slot 0, the CQ goes on.
+  void restart_sq() { sq_tail_ = sq_head_ = rung_sq_tail_ = 0; }
   // Returns consumed CQ slots to the engine; true when it asked to be told.
   bool ring_cq() {
     if (cq_head_ == rung_cq_head_) return false;
@@ -193,6 +195,22 @@ class EngineQueuePair {
     detail::store_release(m_.words->cq_event_idx, kNoNotice);
   }
   uint32_t sq_head() const { return sq_head_; }
+  uint32_t cq_size() const { return m_.cq_size; }
+
+  // Where the CQ stands: a CQ outlives its SQ (Delete I/O SQ leaves it), and a new SQ on it
+  // must go on posting where the last one stopped, with the same phase.
+  struct CqPosition {
+    uint32_t tail = 0;
+    uint32_t head_seen = 0;
+    uint16_t phase = 1;
+  };
+  CqPosition cq_position() const { return {cq_tail_, cq_head_seen_, phase_}; }
+  void resume_cq(const CqPosition& p) {
+    if (p.tail >= m_.cq_size || p.head_seen >= m_.cq_size) return;  // a fresh CQ then
+    cq_tail_ = p.tail;
+    cq_head_seen_ = p.head_seen;
+    phase_ = p.phase & 1;
+  }
 
  private:
   bool fail(Fault f) {

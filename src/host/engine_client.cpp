@@ -36,13 +36,11 @@ uint64_t now_ns() {
 uint32_t load_acquire(const uint32_t& w) { return std::atomic_ref<const uint32_t>(w).load(std::memory_order_acquire); }
 void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
 
-// Waits up to timeout_ms for an eventfd to be signalled, and consumes the signal.
-void wait_eventfd(int fd, int timeout_ms) {
+// Waits up to timeout_ms for an interrupt vector (a pipe's read end) to be signalled, and
+// takes the signal.
+void wait_vector(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, timeout_ms) > 0) {
-    uint64_t v;
-    (void)::read(fd, &v, sizeof(v));
-  }
+  if (::poll(&p, 1, timeout_ms) > 0) engine::drain_fd(fd);
 }
 
 void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
@@ -66,12 +64,13 @@ class EngineIoQueue final : public IoQueue {
   }
 
   ~EngineIoQueue() override {
-    // Delete I/O SQ answers once every command of the queue is answered; those answers are
+    // Delete I/O SQ answers once every command of the queue is answered (however long the
+    // engine's recovery takes: the data buffers are in use until then); those answers are
     // delivered here, then the CQ goes.
     Sqe del{};
     del.opc = uint8_t(wire::AdminOpcode::DeleteIoSq);
     del.cdw10 = qid_;
-    const Completion d = c_->admin(del, nullptr, 0, false);
+    const Completion d = c_->admin(del, nullptr, 0, false, EngineClient::kUntilGone);
     reap();
     if (d.status.ok()) {
       del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
@@ -114,7 +113,8 @@ class EngineIoQueue final : public IoQueue {
     }
     while (vector_fd_ >= 0 && now_ns() < deadline) {
       const uint64_t left_us = (deadline - now_ns()) / 1000;
-      wait_eventfd(vector_fd_, int(std::max<uint64_t>(1, left_us / 1000)));
+      const uint64_t wait_ms = c_->vectors_shared() ? 1 : std::max<uint64_t>(1, left_us / 1000);
+      wait_vector(vector_fd_, int(wait_ms));
       if ((n = reap()) || c_->failed()) return n;
     }
     return n;
@@ -237,10 +237,7 @@ void EngineClient::shutdown() {
   gone_.store(true);
 }
 
-void EngineClient::kick() const {
-  const uint64_t one = 1;
-  (void)::write(at_.kick_fd(), &one, sizeof(one));
-}
+void EngineClient::kick() const { engine::signal_fd(at_.kick_fd()); }
 
 bool EngineClient::failed() const {
   return gone_.load(std::memory_order_relaxed) || (load_acquire(at_.registers().csts) & prop::kCstsFatal);
@@ -275,7 +272,7 @@ bool EngineClient::enable(std::string& err) {
   return true;
 }
 
-Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
+Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms) {
   std::lock_guard lk(admin_mu_);
   if (len > admin_buf_len_) return Completion{wire::sc::InvalidField};
   if (failed()) return Completion{wire::sc::TransportError};
@@ -286,7 +283,8 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
   admin_->submit(s);
   admin_->ring_sq();
   kick();  // admin commands always wake the engine's control thread
-  const uint64_t deadline = now_ns() + uint64_t(opts_.admin_timeout_ms) * 1'000'000;
+  const uint64_t deadline = wait_ms == kUntilGone ? UINT64_MAX
+                            : now_ns() + uint64_t(wait_ms ? wait_ms : opts_.admin_timeout_ms) * 1'000'000;
   const int vec0 = at_.vector_fds().empty() ? -1 : at_.vector_fds()[0];
   wire::Cqe c;
   for (;;) {
@@ -298,7 +296,7 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
       return out;
     }
     if (now_ns() > deadline || failed()) return Completion{wire::sc::TransportError};
-    if (vec0 >= 0) wait_eventfd(vec0, 1);
+    if (vec0 >= 0) wait_vector(vec0, 1);
     pollfd p{at_.socket(), POLLRDHUP, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) gone_.store(true);
   }

@@ -26,7 +26,10 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
                                                std::string& err);
   ~EngineClient();
 
-  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  // wait_ms: how long to wait for the answer (0: the admin timeout; kUntilGone: until the
+  // engine answers, stops the controller or goes away).
+  static constexpr uint32_t kUntilGone = 0xFFFFFFFFu;
+  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
   std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, std::string& err);
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();
@@ -53,6 +56,9 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   bool failed() const;
   void set_block_sizes(std::vector<std::pair<uint32_t, uint32_t>> b) { block_sizes_ = std::move(b); }
   bool polling() const { return polling_; }
+  // More I/O queues than interrupt vectors: queues share vectors, and a signal one takes may
+  // have been another's, so waits are kept short.
+  bool vectors_shared() const { return granted_ + 1 > at_.vector_fds().size(); }
   const engine::Attachment& attachment() const { return at_; }
   void kick() const;
 

@@ -57,7 +57,8 @@ struct FakeBackend final : AppController::Backend {
     auto* b = static_cast<const uint8_t*>(p);
     return b >= lo && b + len <= hi;
   }
-  bool start_io_queue(AppController&, uint16_t qid, const engine::QueueMemory& m, int) override {
+  bool start_io_queue(AppController&, uint16_t qid, const engine::QueueMemory& m, int,
+                      engine::EngineQueuePair::CqPosition) override {
     if (detached) __builtin_trap();
     if (running.count(qid) || stopping.count(qid)) __builtin_trap();
     if (!inside(m.words, sizeof(engine::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(wire::Sqe)) ||

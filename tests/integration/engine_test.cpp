@@ -115,10 +115,7 @@ class RawApp {
   bool wait_csts(uint32_t mask, uint32_t want) {
     return wait_for([&] { return (std::atomic_ref<uint32_t>(at.registers().csts).load() & mask) == want; }, 5000);
   }
-  void kick() {
-    const uint64_t one = 1;
-    ASSERT_EQ(write(at.kick_fd(), &one, 8), 8);
-  }
+  void kick() { engine::signal_fd(at.kick_fd()); }
   wire::Cqe command(Sqe s) {
     s.cid = ++cid;
     s.flags = wire::kSqeFlagsPsdtSgl;
@@ -358,6 +355,62 @@ TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
   wire::Cqe c{};
   ASSERT_TRUE(wait_for([&] { return q.poll(c); }, 5000));
   EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+}
+
+// Delete I/O SQ leaves its CQ, and a new SQ on that CQ goes on posting where the last one
+// stopped (slot and phase), as on a PCIe controller.
+TEST(Engine, ANewSqOnAnOldCqGoesOnWhereTheCqStood) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  RawApp app(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  ASSERT_TRUE(app.create_queue(1, 8));
+  engine::QueueMemory m = app.at.queue_pair(1);
+  m.sq_size = m.cq_size = 8;
+  engine::AppQueuePair io(m);
+  uint16_t cid = 0;
+  auto one_read = [&] {
+    io.submit(app.read_cmd(cid, cid, 1, 0));
+    if (io.ring_sq()) app.kick();
+    wire::Cqe c{};
+    EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000));
+    io.ring_cq();
+    EXPECT_EQ(c.cid, cid);
+    ++cid;
+  };
+  for (int i = 0; i < 5; ++i) one_read();  // the CQ stands at slot 5, phase 1
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoSq, 1)), sc::Success);
+  EXPECT_EQ(app.status(admin_cmd(AdminOpcode::CreateIoSq, 1 | (7u << 16), 1 | (1u << 16))), sc::Success);
+  io.restart_sq();
+  for (int i = 0; i < 12; ++i) one_read();  // across the CQ's wrap and phase flip
+}
+
+// A reset while a Delete I/O SQ waits on a CQ nobody reads: the reset still completes.
+TEST(Engine, AResetDuringAStuckSqDeletionCompletes) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  RawApp app(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoCq, 1 | (3u << 16), 1)).ok());  // 4 entries
+  ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoSq, 1 | (63u << 16), 1 | (1u << 16))).ok());
+  engine::QueueMemory m = app.at.queue_pair(1);
+  m.sq_size = 64;
+  m.cq_size = 4;
+  engine::AppQueuePair io(m);
+  for (uint16_t c = 0; c < 60; ++c) io.submit(app.read_cmd(c, c, 1, 0));
+  if (io.ring_sq()) app.kick();
+  // Delete I/O SQ cannot finish: its aborted entries wait for CQ room that never comes.
+  Sqe del = admin_cmd(AdminOpcode::DeleteIoSq, 1);
+  del.cid = ++app.cid;
+  del.flags = wire::kSqeFlagsPsdtSgl;
+  app.admin->submit(del);
+  app.admin->ring_sq();
+  app.kick();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic_ref<uint32_t>(app.at.registers().cc).store(0);
+  app.kick();
+  EXPECT_TRUE(app.wait_csts(prop::kCstsReady, 0)) << "the reset finished";
+  EXPECT_EQ(e.engine().stats().applications, 1u);
 }
 
 // A graceful end: the library's controller sends a shutdown notice, the engine completes it

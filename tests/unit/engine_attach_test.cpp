@@ -67,13 +67,21 @@ TEST(EngineAttach, TheApplicationGetsItsRegionAndEventfds) {
   EXPECT_EQ(x.client_side.queue_pair(2).words->sq_event_idx, 77u);
 
   // The doorbell's analog one way, an interrupt vector the other.
-  uint64_t one = 1, got = 0;
-  ASSERT_EQ(write(x.client_side.kick_fd(), &one, 8), 8);
-  ASSERT_EQ(read(x.server_side.kick_fd(), &got, 8), 8);
-  EXPECT_EQ(got, 1u);
-  ASSERT_EQ(write(x.server_side.vector_fds()[1], &one, 8), 8);
-  ASSERT_EQ(read(x.client_side.vector_fds()[1], &got, 8), 8);
-  EXPECT_EQ(read(x.client_side.vector_fds()[0], &got, 8), -1) << "vector 0 was not signalled";
+  char got = 0;
+  signal_fd(x.client_side.kick_fd());
+  ASSERT_EQ(read(x.server_side.kick_fd(), &got, 1), 1);
+  signal_fd(x.server_side.vector_fds()[1]);
+  ASSERT_EQ(read(x.client_side.vector_fds()[1], &got, 1), 1);
+  EXPECT_EQ(read(x.client_side.vector_fds()[0], &got, 1), -1) << "vector 0 was not signalled";
+  // Each side holds only its own ends: the application cannot read its own doorbell
+  // notices back, nor write into its interrupt vectors.
+  EXPECT_EQ(read(x.client_side.kick_fd(), &got, 1), -1);
+  EXPECT_EQ(write(x.client_side.vector_fds()[0], &got, 1), -1);
+  // The region is sealed at its size: the application cannot shrink it under the engine.
+  struct stat rs{};
+  ASSERT_EQ(fstat(x.client_side.memfd_for_test(), &rs), 0);
+  EXPECT_NE(ftruncate(x.client_side.memfd_for_test(), 0), 0) << "a shrunk region would SIGBUS the engine";
+  EXPECT_EQ(errno, EPERM);
 
   // The lifeline: the engine sees the application go.
   x.client_side = Attachment();
