@@ -21,7 +21,7 @@
 namespace nvtcp::engine {
 
 inline constexpr uint32_t kAttachMagic = 0x6e766174;  // "tavn"
-inline constexpr uint32_t kMaxVectors = 32;            // eventfds the engine interrupts through
+inline constexpr uint32_t kMaxVectors = 32;            // interrupt vectors (signal pipes) per application
 
 struct AttachRequest {
   uint32_t magic = kAttachMagic;

@@ -41,7 +41,7 @@ class IoForwarder {
   IoForwarder& operator=(const IoForwarder&) = delete;
 
   // An application I/O queue pair (SQ and CQ with the same id). data/data_bytes: that
-  // application's data region as mapped here. vector_fd: the eventfd that interrupts the
+  // application's data region as mapped here. vector_fd: the pipe (write end) that interrupts the
   // application when completions were posted in a turn (-1: it polls). owner: the
   // application's tag, handed back in Events.
   Queue* add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data, uint64_t data_bytes,
@@ -80,7 +80,7 @@ class IoForwarder {
     uint64_t refused = 0;     // answered here (bad data pointer, faulted queue)
     uint64_t completed = 0;   // CQEs posted
     uint64_t dropped = 0;     // answers of abandoned queues
-    uint64_t interrupts = 0;  // eventfd writes
+    uint64_t interrupts = 0;  // interrupt signals
   };
   const Stats& stats() const { return stats_; }
   // True when that queue has been stopped for an impossible doorbell (the CSTS.CFS analog).

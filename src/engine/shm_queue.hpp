@@ -7,7 +7,7 @@
 //
 // Doorbells are words in shared memory (the specification's shadow doorbells, from Doorbell
 // Buffer Config, meant for software controllers), each with an EventIdx the controller
-// writes: the host notifies the controller (an eventfd write, the MMIO doorbell's analog)
+// writes: the host notifies the controller (a signal on a pipe, the MMIO doorbell's analog)
 // only when its new doorbell value passes the EventIdx, so a polling engine costs the
 // application no system call per I/O.
 //
@@ -83,7 +83,7 @@ class AppQueuePair {
     return true;
   }
   // Publishes what was submitted; true when the engine asked to be notified of it (its
-  // EventIdx was passed): then the caller kicks the engine's eventfd.
+  // EventIdx was passed): then the caller signals the engine.
   bool ring_sq() {
     if (sq_tail_ == rung_sq_tail_) return false;
     detail::store_release(m_.words->sq_tail, sq_tail_);
