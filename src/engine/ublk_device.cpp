@@ -72,7 +72,9 @@ class ControlRing {
     // A 128-byte SQE (IORING_SETUP_SQE128): twice the struct's size; GCC cannot know that.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
     std::memset(static_cast<void*>(sqe), 0, 2 * sizeof(io_uring_sqe));
 #pragma GCC diagnostic pop
     sqe->opcode = IORING_OP_URING_CMD;
