@@ -282,7 +282,8 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   pthread_setname_np(pthread_self(), fmt::format("nvtcp-eng{}", index).c_str());
   for (Remote& r : engine->remotes) {
     std::string err;
-    auto qp = r.ctrl->create_io_qpair(engine->opts.queue_depth, err);
+    const uint32_t depth = std::min<uint32_t>(engine->opts.queue_depth, uint32_t(r.ctrl->cap() & 0xFFFF));  // CAP.MQES
+    auto qp = r.ctrl->create_io_qpair(depth, err);
     if (!qp) {
       started.set_value(fmt::format("engine core {}: I/O queue pair to {}: {}", index, r.trid.subnqn, err));
       return;

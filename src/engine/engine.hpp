@@ -33,7 +33,9 @@ struct EngineOptions {
   std::vector<int> cpus;                      // one engine core each; empty: one core, not pinned
   std::vector<host::TransportId> controllers; // the remote controllers
   host::ControllerOptions host;               // keep-alive, reconnect, digests, congestion control
-  uint32_t queue_depth = 128;                 // of each host queue pair (per core per controller)
+  // Of each host queue pair (per core per controller): every application queue on the core
+  // shares it, so it is deep (bounded by the remote controller's CAP.MQES).
+  uint32_t queue_depth = 1024;
   uint32_t max_queue_pairs = 129;             // per application, admin included
   // An engine core with nothing to do spins this long before it sleeps (an application's
   // doorbell or a completion wakes it). 0: sleep at once; a negative value: never sleep.

@@ -106,17 +106,9 @@ uint64_t IoForwarder::data_length(const wire::Sqe& sqe) const {
   }
 }
 
-// How many command records one queue may hold: no more than its CQ can take (an application
-// that stops reading its CQ then holds only that many), and no more than an even share of
-// the pool, so that one application cannot take every record from the others.
-uint32_t IoForwarder::fair_share() const {
-  return std::max<uint32_t>(4, uint32_t(pool_.size() / std::max<size_t>(1, queues_.size())));
-}
-
 unsigned IoForwarder::poll(unsigned budget_per_queue) {
   unsigned handled = 0;
   for (auto& qp : queues_) flush_waiting(*qp);
-  const uint32_t share = fair_share();
   const size_t nq = queues_.size();
   // The queue served first moves round each turn: no queue always gets the pool first.
   if (nq) next_first_ = (next_first_ + 1) % nq;
@@ -126,8 +118,12 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
       if (q.removal == Removal::Delete) drain_deleted_sq(q);
       continue;
     }
-    const uint32_t cap = std::min(q.q.cq_size() - 1, share);
-    for (unsigned n = 0; n < budget_per_queue && q.records < cap; ++n) {
+    // A queue takes command records only for answers its CQ has room for now: an
+    // application that stops reading its CQ stops getting records, and the ones it holds are
+    // in flight (they come back) rather than parked behind its full CQ, so it cannot keep the
+    // shared pool from the others. Which queue goes first rotates.
+    const uint32_t room = q.q.cq_space();
+    for (unsigned n = 0; n < budget_per_queue && q.records < room; ++n) {
       if (!q.holding && !q.q.fetch(q.held)) break;
       q.holding = true;
       if (!forward(q, q.held)) break;  // the host queue pair is full: keep it for next turn
@@ -187,7 +183,7 @@ bool IoForwarder::prepare_to_sleep() {
 // has room for them; the application still reads its CQ until it deletes it).
 void IoForwarder::drain_deleted_sq(Queue& q) {
   wire::Sqe s;
-  while (free_ && q.records < q.q.cq_size() - 1 && (q.holding || q.q.fetch(s))) {
+  while (free_ && q.records < q.q.cq_space() && (q.holding || q.q.fetch(s))) {
     if (q.holding) {
       s = q.held;
       q.holding = false;

@@ -94,7 +94,6 @@ class IoForwarder {
   static void on_host_completion(void* ctx, const host::Completion& c);
   bool forward(Queue& q, const wire::Sqe& sqe);  // false: the host queue pair is full
   Command* take(Queue& q);
-  uint32_t fair_share() const;
   void answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd);
   uint64_t data_length(const wire::Sqe& sqe) const;
   void flush_waiting(Queue& q);

@@ -276,13 +276,11 @@ TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   ASSERT_EQ(got, 3u);
   for (uint16_t i = 3; i < 6; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
   stuck.ring_sq();
-  // Until the remote controller has answered all three: their answers now wait for CQ room.
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((fwd.stats().forwarded < 6 || fwd.in_flight() > 0) && std::chrono::steady_clock::now() < deadline)
-    fwd.poll();
-  ASSERT_EQ(fwd.stats().forwarded, 6u);
+  // Its CQ has no room as far as the engine knows: the three stay in its SQ (they take no
+  // command record, so nothing of the shared pool sits behind its full CQ).
+  for (int turn = 0; turn < 20; ++turn) fwd.poll();
+  ASSERT_EQ(fwd.stats().forwarded, 3u) << "commands were taken from a queue whose CQ had no room";
   ASSERT_EQ(fwd.in_flight(), 0u);
-  ASSERT_EQ(fwd.stats().completed, 3u) << "the stuck queue's second three were posted into a full CQ";
   ASSERT_TRUE(other.submit(rw(wire::IoOpcode::Read, 42, 9, 1, 8192)));
   other.ring_sq();
   auto answers = run(fwd, other, 1);
