@@ -145,8 +145,11 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
 
 // At most one interrupt per queue per turn, when coalescing lets it go.
 void IoForwarder::interrupt(Queue& q) {
-  if (q.vector_fd < 0) {
+  // Coalescing counts what was posted while the application waits; one that polls needs no
+  // interrupt (and finds what is already there when it arms).
+  if (q.vector_fd < 0 || !q.q.interrupt_requested()) {
     q.irq_pending = 0;
+    q.irq_first_ns = 0;
     return;
   }
   bool fire = q.irq_pending >= q.irq_threshold || q.irq_time_ns == 0;
@@ -156,8 +159,10 @@ void IoForwarder::interrupt(Queue& q) {
     else fire = now - q.irq_first_ns >= q.irq_time_ns;
   }
   if (!fire) return;
-  signal_fd(q.vector_fd);
-  ++stats_.interrupts;
+  if (q.q.take_interrupt_request()) {  // only an application that sleeps on it is signalled
+    signal_fd(q.vector_fd);
+    ++stats_.interrupts;
+  }
   q.irq_pending = 0;
   q.irq_first_ns = 0;
 }

@@ -42,7 +42,12 @@ constexpr bool need_event(uint32_t event_idx, uint32_t new_idx, uint32_t old_idx
 struct alignas(64) QueueWords {
   uint32_t sq_tail;       // application: SQ tail doorbell (shadow)
   uint32_t cq_head;       // application: CQ head doorbell (shadow)
-  uint32_t pad0[14];      // the engine's words on their own cache line
+  // Application: non-zero = it is about to sleep on the CQ's interrupt vector (the
+  // interrupt mask's analog: unmasked only while someone waits). The engine clears it as it
+  // signals; while it is clear, completions raise no interrupt (no system call on either
+  // side for an application that is polling anyway).
+  uint32_t irq_armed;
+  uint32_t pad0[13];      // the engine's words on their own cache line
   uint32_t sq_event_idx;  // engine: notify me when sq_tail passes this
   uint32_t cq_event_idx;  // engine: notify me when cq_head passes this (room for completions)
   uint32_t pad1[14];
@@ -105,6 +110,12 @@ class AppQueuePair {
       phase_ ^= 1;
     }
     return true;
+  }
+  // About to sleep on the CQ's interrupt vector: asks the engine to signal it. Then look at
+  // the CQ once more before sleeping (a completion posted just before would not signal).
+  void arm_interrupt() {
+    detail::store_release(m_.words->irq_armed, 1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
   // A new SQ on the same CQ (after Delete I/O SQ): the SQ starts over at slot 0, the CQ goes on.
   void restart_sq() { sq_tail_ = sq_head_ = rung_sq_tail_ = 0; }
@@ -196,6 +207,17 @@ class EngineQueuePair {
   }
   uint32_t sq_head() const { return sq_head_; }
   uint32_t cq_size() const { return m_.cq_size; }
+  // Whether the application has asked for an interrupt (a plain look).
+  bool interrupt_requested() const {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the CQEs before the request is read
+    return detail::load_acquire(m_.words->irq_armed) != 0;
+  }
+  // After posting: whether the application waits for an interrupt (and takes the request:
+  // one signal per arming).
+  bool take_interrupt_request() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the CQEs before the request is read
+    return std::atomic_ref<uint32_t>(m_.words->irq_armed).exchange(0, std::memory_order_seq_cst) != 0;
+  }
 
   // Where the CQ stands: a CQ outlives its SQ (Delete I/O SQ leaves it), and a new SQ on it
   // must go on posting where the last one stopped, with the same phase.

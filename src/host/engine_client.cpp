@@ -114,6 +114,8 @@ class EngineIoQueue final : public IoQueue {
     while (vector_fd_ >= 0 && now_ns() < deadline) {
       const uint64_t left_us = (deadline - now_ns()) / 1000;
       const uint64_t wait_ms = c_->vectors_shared() ? 1 : std::max<uint64_t>(1, left_us / 1000);
+      app_.arm_interrupt();  // then one more look: a completion posted just before raised none
+      if ((n = reap())) return n;
       wait_vector(vector_fd_, int(wait_ms));
       if ((n = reap()) || c_->failed()) return n;
     }

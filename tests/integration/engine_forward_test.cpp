@@ -168,6 +168,7 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
   busy.ring_sq();
   ASSERT_TRUE(quiet.submit(rw(wire::IoOpcode::Read, 7, 0, 1, 900u << 10)));
   quiet.ring_sq();
+  quiet.arm_interrupt();  // it will sleep on its vector
   // The quiet queue's command goes out in the first turn, whatever the busy one has queued.
   fwd.poll(8);
   EXPECT_EQ(fwd.stats().forwarded, 9u) << "8 from the busy queue (its budget), 1 from the quiet one";
@@ -207,6 +208,14 @@ TEST_F(EngineForward, CoalescedInterruptsWaitForTheThresholdOrTheTime) {
   auto* q = fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes, vec.w);
   fwd.set_coalescing(q, 3 | (10u << 8));  // 4 completions, or 1 ms
   AppQueuePair app(layout->queue_pair(r.base, 1));
+  // Not armed: an application that polls gets no interrupt at all.
+  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 90, 0, 1, 0)));
+  app.ring_sq();
+  EXPECT_EQ(run(fwd, app, 1).size(), 1u);
+  for (int i = 0; i < 4; ++i) fwd.poll();
+  EXPECT_FALSE(vec.signalled()) << "nobody waits on the vector: no signal";
+  EXPECT_EQ(fwd.stats().interrupts, 0u);
+  app.arm_interrupt();
   for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 3).size(), 3u);
@@ -215,6 +224,7 @@ TEST_F(EngineForward, CoalescedInterruptsWaitForTheThresholdOrTheTime) {
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 1).size(), 1u);
   EXPECT_TRUE(vec.signalled()) << "the fourth reaches the threshold";
+  app.arm_interrupt();
 
   ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 4, 4, 1, 4 * 512u)));
   app.ring_sq();
