@@ -1,6 +1,7 @@
 #include "engine/attach.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -97,35 +98,61 @@ bool AttachServer::listen(const std::string& path, std::string& err) {
   return true;
 }
 
-bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& check) {
-  Attachment at;
-  at.sock_ = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (at.sock_ < 0) {
+PendingAttach::~PendingAttach() {
+  if (fd >= 0) ::close(fd);
+}
+
+bool AttachServer::accept_connection(PendingAttach& out, std::string& err) {
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
     err = fmt::format("accept: {}", strerror(errno));
     return false;
   }
   ucred cred{};
   socklen_t len = sizeof(cred);
-  if (getsockopt(at.sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     err = fmt::format("SO_PEERCRED: {}", strerror(errno));
+    ::close(fd);
     return false;
   }
+  if (out.fd >= 0) ::close(out.fd);
+  out.fd = fd;
+  out.pid = cred.pid;
+  out.uid = cred.uid;
+  return true;
+}
+
+bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& check) {
+  PendingAttach p;
+  if (!accept_connection(p, err)) return false;
+  pollfd pfd{p.fd, POLLIN, 0};
+  (void)::poll(&pfd, 1, 5000);  // a peer that sends nothing gets a few seconds
+  const Answer a = answer(p, out, err, check);
+  if (a == Answer::NotYet) err = fmt::format("pid {}: no attach request within 5 s", p.pid);
+  return a == Answer::Attached;
+}
+
+AttachServer::Answer AttachServer::answer(PendingAttach& conn, Attachment& out, std::string& err, const Check& check) {
+  // The request is read before anything is decided: closing a UNIX socket with a message
+  // unread resets the peer, which would then lose the refusal too.
+  AttachRequest req;
+  const ssize_t n = ::recv(conn.fd, &req, sizeof(req), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return Answer::NotYet;
+  Attachment at;
+  at.sock_ = conn.fd;
+  conn.fd = -1;
+  ucred cred{};
+  cred.pid = conn.pid;
+  cred.uid = conn.uid;
   at.peer_pid_ = cred.pid;
   at.peer_uid_ = cred.uid;
   AttachReply reply;
   auto refuse = [&](int e, std::string why) {
     reply.error = e;
-    (void)::send(at.sock_, &reply, sizeof(reply), MSG_NOSIGNAL);
+    (void)::send(at.sock_, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
     err = std::move(why);
-    return false;
+    return Answer::Refused;
   };
-  // The request is read before anything is decided: closing a UNIX socket with a message
-  // unread resets the peer, which would then lose the refusal too. A peer that sends nothing
-  // gets a few seconds.
-  timeval tv{5, 0};
-  setsockopt(at.sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  AttachRequest req;
-  const ssize_t n = ::recv(at.sock_, &req, sizeof(req), 0);
   if (cred.uid != geteuid() && cred.uid != 0)
     return refuse(EACCES, fmt::format("pid {} (uid {}) may not attach: not the engine's user", cred.pid, cred.uid));
   if (n != ssize_t(sizeof(req)) || req.magic != kAttachMagic || req.version != kRegionVersion)
@@ -187,15 +214,15 @@ bool AttachServer::accept_one(Attachment& out, std::string& err, const Check& ch
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
   std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  const bool sent = ::sendmsg(at.sock_, &msg, MSG_NOSIGNAL) == ssize_t(sizeof(reply));
+  const bool sent = ::sendmsg(at.sock_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof(reply));
   const int send_errno = errno;
   close_sent();
   if (!sent) {
     err = fmt::format("pid {}: sending the attachment: {}", cred.pid, strerror(send_errno));
-    return false;
+    return Answer::Refused;
   }
   out = std::move(at);
-  return true;
+  return Answer::Attached;
 }
 
 bool attach(const std::string& path, const AttachRequest& req, Attachment& out, std::string& err) {

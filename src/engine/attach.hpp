@@ -105,6 +105,17 @@ inline void drain_fd(int fd) {
   }
 }
 
+// A connection accepted whose attach request has not been read yet.
+struct PendingAttach {
+  PendingAttach() = default;
+  ~PendingAttach();
+  PendingAttach(const PendingAttach&) = delete;
+  PendingAttach& operator=(const PendingAttach&) = delete;
+  int fd = -1;  // non-blocking
+  pid_t pid = 0;
+  uid_t uid = 0;
+};
+
 // The engine's listening socket (mode 0600: only the engine's user connects at all).
 class AttachServer {
  public:
@@ -115,12 +126,21 @@ class AttachServer {
 
   bool listen(const std::string& path, std::string& err);
   int fd() const { return fd_; }
-  // Takes one application's attach request from a connection ready to accept and answers it.
+  // Takes one application's attach request from a connection ready to accept and answers it,
+  // waiting up to 5 s for the request (blocking: for tools and tests).
   // check (if given) may refuse a well-formed request: it returns an errno value and says
   // why in its string. false (and err) when the request was refused or broken: that
   // connection is closed.
   using Check = std::function<int(const AttachRequest&, std::string&)>;
   bool accept_one(Attachment& out, std::string& err, const Check& check = nullptr);
+
+  // The same in two steps that never block, for an event loop: accept a connection (its
+  // credentials are read at once), then answer its request once the socket is readable.
+  bool accept_connection(PendingAttach& out, std::string& err);
+  enum class Answer { NotYet, Attached, Refused };
+  // NotYet: no request has come (p stays pending). Attached: out holds the attachment.
+  // Refused: err says why; the connection has been answered and closed.
+  Answer answer(PendingAttach& p, Attachment& out, std::string& err, const Check& check = nullptr);
 
  private:
   int fd_ = -1;

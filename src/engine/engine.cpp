@@ -132,9 +132,17 @@ struct Engine::Impl {
   explicit Impl(const EngineOptions& o) : opts(o) {}
 
   // One application and the controller it sees; the Backend that controller uses.
+  struct PendingSlot;
   struct Watch {
     AppSlot* slot;
-    enum class Kind { Lifeline, Kick } kind;
+    enum class Kind { Lifeline, Kick, Pending } kind;
+    PendingSlot* pending = nullptr;
+  };
+  // A connection whose attach request has not come yet (it gets a few seconds).
+  struct PendingSlot {
+    PendingAttach conn;
+    uint64_t deadline_ns = 0;
+    Watch watch{nullptr, Watch::Kind::Pending, this};
   };
 
   void post_event(CoreEvent ev) {
@@ -149,6 +157,10 @@ struct Engine::Impl {
   bool start(std::string& err);
   void run(const std::atomic<bool>& stop);
   void accept_application();
+  void answer_pending(PendingSlot& p);
+  void drop_pending(PendingSlot& p);
+  void expire_pendings();
+  void add_application(Attachment at, size_t remote);
   void handle_events();
   void lifeline(AppSlot& slot);
   void reap(AppSlot& slot);
@@ -164,6 +176,7 @@ struct Engine::Impl {
   std::mutex events_mu;
   std::vector<CoreEvent> events;
   std::list<std::unique_ptr<AppSlot>> apps;
+  std::list<std::unique_ptr<PendingSlot>> pendings;
   std::vector<std::unique_ptr<UblkDevice>> ublk_devices;
   uint16_t next_cntlid = 1;
   std::atomic<uint64_t> attached{0}, refused{0}, control_cpu_ns{0};
@@ -414,9 +427,25 @@ bool Engine::Impl::start(std::string& err) {
   return true;
 }
 
+// A new connection on the attach socket: its request is read when it comes, never waited
+// for here (the control thread serves every application).
 void Engine::Impl::accept_application() {
-  Attachment at;
+  auto p = std::make_unique<PendingSlot>();
   std::string err;
+  if (!server.accept_connection(p->conn, err)) {
+    log::warn("engine: {}", err);
+    return;
+  }
+  p->deadline_ns = monotonic_ns() + 5'000'000'000ull;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = &p->watch;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, p->conn.fd, &ev);
+  pendings.push_back(std::move(p));
+  answer_pending(*pendings.back());  // the request is often there already
+}
+
+void Engine::Impl::answer_pending(PendingSlot& p) {
   size_t remote = 0;
   auto check = [&](const AttachRequest& req, std::string& why) {
     for (size_t i = 0; i < remotes.size(); ++i) {
@@ -428,11 +457,43 @@ void Engine::Impl::accept_application() {
     why = fmt::format("no remote controller with subsystem NQN '{}'", req.subnqn);
     return ENOENT;
   };
-  if (!server.accept_one(at, err, check)) {
+  const int fd = p.conn.fd;
+  Attachment at;
+  std::string err;
+  const AttachServer::Answer a = server.answer(p.conn, at, err, check);
+  if (a == AttachServer::Answer::NotYet) return;
+  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);  // answered: the socket is the attachment's now
+  if (a == AttachServer::Answer::Refused) {
     refused.fetch_add(1, std::memory_order_relaxed);
     log::warn("engine: attach refused: {}", err);
-    return;
+  } else {
+    add_application(std::move(at), remote);
   }
+  drop_pending(p);
+}
+
+void Engine::Impl::drop_pending(PendingSlot& p) {
+  if (p.conn.fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, p.conn.fd, nullptr);
+  for (auto it = pendings.begin(); it != pendings.end(); ++it) {
+    if (it->get() == &p) {
+      pendings.erase(it);
+      return;
+    }
+  }
+}
+
+void Engine::Impl::expire_pendings() {
+  const uint64_t now = monotonic_ns();
+  for (auto it = pendings.begin(); it != pendings.end();) {
+    PendingSlot& p = **it++;
+    if (now < p.deadline_ns) continue;
+    refused.fetch_add(1, std::memory_order_relaxed);
+    log::warn("engine: attach refused: pid {}: no attach request within 5 s", p.conn.pid);
+    drop_pending(p);
+  }
+}
+
+void Engine::Impl::add_application(Attachment at, size_t remote) {
   auto slot = std::make_unique<AppSlot>();
   slot->engine = this;
   slot->remote = remote;
@@ -509,6 +570,7 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
   while (!stop.load(std::memory_order_relaxed)) {
     const int n = epoll_wait(epfd, evs, 64, 100);
     control_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
+    if (!pendings.empty()) expire_pendings();
     for (int i = 0; i < n; ++i) {
       void* tag = evs[i].data.ptr;
       if (tag == nullptr) {
@@ -517,6 +579,12 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
         handle_events();
       } else {
         auto* w = static_cast<Watch*>(tag);
+        if (w->kind == Watch::Kind::Pending) {
+          // Answered or expired earlier in this batch: gone from the list (look it up).
+          if (std::any_of(pendings.begin(), pendings.end(), [&](const auto& p) { return p.get() == w->pending; }))
+            answer_pending(*w->pending);
+          continue;
+        }
         // An event for an application freed earlier in this batch cannot come: a slot is
         // freed only from handle_events() or lifeline(), after its fds left the epoll set,
         // and epoll_wait reported them before. Look it up to be sure.
@@ -541,7 +609,7 @@ void Engine::Impl::stop_cores() {
     c->wake(true);
     if (c->thread.joinable()) c->thread.join();
   }
-  cores.clear();
+  pendings.clear();
   apps.clear();
   remotes.clear();
   if (epfd >= 0) ::close(epfd);

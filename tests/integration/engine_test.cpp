@@ -2,6 +2,8 @@
 // it, and applications that attach to the engine: through the host library (trtype:engine)
 // and, for what a well-behaved library never does, by hand on the shared memory.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -433,6 +435,24 @@ TEST(Engine, ControllerDestructionShutsDownAndDetaches) {
     EXPECT_EQ(e.engine().stats().applications, 1u);
   }
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 0; }, 5000));
+}
+
+// A local process that connects to the attach socket and says nothing does not hold up the
+// control thread: another application attaches (and does I/O) meanwhile.
+TEST(Engine, ASilentConnectionDoesNotStallOtherAttaches) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  const int silent = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, e.engine().options().socket_path.c_str(), sizeof(a.sun_path) - 1);
+  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  BystanderApp other(e);
+  EXPECT_EQ(other.read(), sc::Success);
+  // Served while the silent one is still pending: had the control thread waited on it, the
+  // silent connection would have been given up (refused) before the other was read at all.
+  EXPECT_EQ(e.engine().stats().refused, 0u) << "the attach waited for the silent connection to time out";
+  close(silent);
 }
 
 TEST(Engine, AnAttachForAnUnknownSubsystemIsRefused) {
