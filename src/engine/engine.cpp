@@ -357,6 +357,13 @@ bool Engine::Impl::start(std::string& err) {
     return false;
   }
   for (const auto& trid : opts.controllers) {
+    // A data digest is computed over the bytes as they are sent; an application could change
+    // its (shared) write buffer in between, and the digest error would cost every
+    // application on that connection. Until writes go through a private copy, no digests.
+    if (trid.ddgst || opts.host.ddgst) {
+      err = fmt::format("controller {}: data digests are not carried by the engine yet", trid.to_string());
+      return false;
+    }
     Remote r;
     r.trid = trid;
     std::string e;

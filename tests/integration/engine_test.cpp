@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include "engine/attach.hpp"
 #include "engine/engine.hpp"
 #include "engine/shm_queue.hpp"
+#include "../support/fault_proxy.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -38,13 +40,15 @@ std::string socket_path() {
 
 class RunningEngine {
  public:
-  explicit RunningEngine(const host::TransportId& remote, int64_t idle_spin_us = 50) {
+  explicit RunningEngine(const host::TransportId& remote, int64_t idle_spin_us = 50,
+                         const std::function<void(engine::EngineOptions&)>& tweak = nullptr) {
     engine::EngineOptions o;
     o.socket_path = socket_path();
     o.controllers = {remote};
     o.idle_spin_us = idle_spin_us;
     o.queue_depth = 64;
     o.max_queue_pairs = 9;
+    if (tweak) tweak(o);
     engine_ = std::make_unique<engine::Engine>(o);
     std::string err;
     if (!engine_->start(err)) throw std::runtime_error("engine start: " + err);
@@ -435,6 +439,51 @@ TEST(Engine, ControllerDestructionShutsDownAndDetaches) {
     EXPECT_EQ(e.engine().stats().applications, 1u);
   }
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 0; }, 5000));
+}
+
+// The engine's NVMe/TCP connections are cut mid-I/O: the engine reconnects by itself (its
+// ctrl_loss_tmo), the commands in flight are sent again, and the application sees neither
+// an error nor anything of the transport: its writes read back intact.
+TEST(Engine, ReconnectsStayInsideTheEngine) {
+  RunningTarget t;
+  FaultProxy proxy(t.port());
+  host::TransportId remote = t.trid();
+  remote.trsvcid = proxy.port();
+  RunningEngine e(remote, 50, [](engine::EngineOptions& o) {
+    o.host.ctrl_loss_tmo_ms = 30000;
+    o.host.reconnect_delay_ms = 100;
+  });
+  std::string err;
+  auto ctrl = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  constexpr size_t kIo = 4096, kCount = 96;
+  auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(kIo * kCount));
+  const auto data = pattern(kIo * kCount, 7);
+  std::memcpy(buf, data.data(), data.size());
+  std::vector<Io> ios(kCount);
+  size_t cuts = 0;
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(qp->write(kRamNsid, i * 8, 8, buf + i * kIo, Io::cb, &ios[i]), 0);
+    if (i % 32 == 16) {  // cut with writes in flight
+      proxy.cut_all();
+      ++cuts;
+    }
+    if (i % 32 == 31) {
+      for (size_t j = i - 31; j <= i; ++j) ASSERT_EQ(run_io(*qp, ios[j]), sc::Success) << "write " << j;
+    }
+  }
+  std::memset(buf, 0, kIo * kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    Io io;
+    ASSERT_EQ(qp->read(kRamNsid, i * 8, 8, buf + i * kIo, Io::cb, &io), 0);
+    ASSERT_EQ(run_io(*qp, io), sc::Success) << "read " << i;
+  }
+  EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+  EXPECT_EQ(cuts, 3u);
+  EXPECT_GT(proxy.accepted(), 2u) << "the engine reconnected";
+  EXPECT_FALSE(ctrl->failed());
 }
 
 // A local process that connects to the attach socket and says nothing does not hold up the
