@@ -115,6 +115,7 @@ void AppController::on_kick() {
 }
 
 void AppController::enable() {
+  ++epoch_;  // answers to commands of before the reset are dropped
   admin_ = EngineQueuePair(at_.queue_pair(0), 0);
   admin_backlog_.clear();
   held_aers_.clear();
@@ -432,18 +433,31 @@ void AppController::features(const Sqe& sqe, bool set) {
   }
 }
 
+// Admin commands may complete in any order: a forwarded one answers when the remote
+// controller does, and the admin queue goes on meanwhile.
 void AppController::forward(const Sqe& sqe, uint32_t len, bool to_controller) {
   Status st;
   uint8_t* app = len ? admin_data(sqe, len, st) : nullptr;
   if (!st.ok()) return complete(sqe.cid, st);
-  bounce_.assign(len, 0);
-  if (to_controller && len) std::memcpy(bounce_.data(), app, len);
+  std::vector<uint8_t> data(len, 0);
+  if (to_controller && len) std::memcpy(data.data(), app, len);
   Sqe remote = sqe;
   remote.flags = 0;
   std::memset(&remote.sgl, 0, sizeof(remote.sgl));
-  const host::Completion c = backend_.remote_admin(remote, len ? bounce_.data() : nullptr, len, to_controller);
-  if (c.status.ok() && !to_controller && len) std::memcpy(app, bounce_.data(), len);
-  complete(sqe.cid, c.status, c.dw0);
+  const uint64_t tag = (uint64_t(epoch_) << 40) | next_tag_++;
+  forwarded_[tag] = Forwarded{sqe.cid, to_controller ? nullptr : app, len};
+  backend_.forward_admin(*this, remote, std::move(data), to_controller, tag);
+}
+
+void AppController::admin_forwarded(uint64_t tag, const host::Completion& c, const std::vector<uint8_t>& data) {
+  auto it = forwarded_.find(tag);
+  if (it == forwarded_.end()) return;
+  const Forwarded f = it->second;
+  forwarded_.erase(it);
+  // Answered after a reset (or after the application went): nobody asks any more.
+  if (uint32_t(tag >> 40) != epoch_ || detached_ || disabling_ || !enabled_) return;
+  if (c.status.ok() && f.app_data && f.len) std::memcpy(f.app_data, data.data(), std::min<size_t>(f.len, data.size()));
+  complete(f.cid, c.status, c.dw0);
 }
 
 }  // namespace nvtcp::engine

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,11 @@ class AppController {
   // What the engine does for the controller.
   struct Backend {
     virtual ~Backend() = default;
-    // A command for the remote controller, run synchronously (data: the engine's buffer).
-    virtual host::Completion remote_admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) = 0;
+    // A command for the remote controller, run elsewhere (the remote may take seconds):
+    // data is the engine's own copy (filled when to_controller). The answer comes back
+    // through AppController::admin_forwarded(tag, ...) on the control thread.
+    virtual void forward_admin(AppController& app, const wire::Sqe& sqe, std::vector<uint8_t> data,
+                               bool to_controller, uint64_t tag) = 0;
     // The remote controller's Identify Controller structure (4 KiB).
     virtual const uint8_t* remote_identify() = 0;
     // Starts carrying I/O queue pair qid (its SQ and CQ, the CQ going on from cq); false if
@@ -54,12 +58,14 @@ class AppController {
   void on_kick();
   // The application is gone (its lifeline closed): every queue is abandoned.
   void detach();
+  // The remote controller answered a forwarded command (data: what it returned).
+  void admin_forwarded(uint64_t tag, const host::Completion& c, const std::vector<uint8_t>& data);
   // From the engine: an I/O queue asked to stop is gone; one faulted.
   void io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq = {});
   void io_queue_faulted(uint16_t qid);
 
-  // Detached and every I/O queue gone: the engine may destroy it.
-  bool finished() const { return detached_ && live_io_queues() == 0; }
+  // Detached, every I/O queue gone and no forwarded command out: the engine may destroy it.
+  bool finished() const { return detached_ && live_io_queues() == 0 && forwarded_.empty(); }
   bool detached() const { return detached_; }
   const Attachment& attachment() const { return at_; }
   uint16_t cntlid() const { return cntlid_; }
@@ -119,7 +125,16 @@ class AppController {
   std::vector<IoQueue> io_;             // index = qid
   uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
   uint32_t async_event_config_ = 0;     // feature 0Bh
-  std::vector<uint8_t> bounce_;         // forwarded admin data passes through here
+  std::vector<uint8_t> bounce_;         // Identify Controller is built here
+  // Forwarded admin commands out at the remote controller, by tag: where the answer goes.
+  struct Forwarded {
+    uint16_t cid;
+    uint8_t* app_data;  // in the application's region (nullptr: no data back)
+    uint32_t len;
+  };
+  std::map<uint64_t, Forwarded> forwarded_;
+  uint64_t next_tag_ = 1;
+  uint32_t epoch_ = 0;                  // a reset starts a new one: older answers are dropped
 };
 
 }  // namespace nvtcp::engine

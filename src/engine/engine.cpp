@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <future>
 #include <list>
@@ -72,6 +74,17 @@ struct CoreEvent {
   AppController* owner;
   uint16_t qid;
   EngineQueuePair::CqPosition cq;  // Stopped: where the queue's CQ stands
+};
+
+// An application's admin command for a remote controller, run by the admin worker.
+struct AdminJob {
+  AppController* owner;
+  size_t remote;
+  wire::Sqe sqe;
+  std::vector<uint8_t> data;
+  bool to_controller;
+  uint64_t tag;
+  host::Completion result;
 };
 
 struct Engine::Impl {
@@ -156,6 +169,16 @@ struct Engine::Impl {
 
   bool start(std::string& err);
   void run(const std::atomic<bool>& stop);
+  // The admin worker: forwarded admin commands wait on the remote controller here, not on the
+  // control thread (which serves every application).
+  void admin_worker();
+  void queue_admin(AdminJob job) {
+    {
+      std::lock_guard lk(admin_mu);
+      admin_jobs.push_back(std::move(job));
+    }
+    admin_cv.notify_one();
+  }
   void accept_application();
   void answer_pending(PendingSlot& p);
   void drop_pending(PendingSlot& p);
@@ -175,6 +198,12 @@ struct Engine::Impl {
   int events_fd = -1;
   std::mutex events_mu;
   std::vector<CoreEvent> events;
+  std::vector<AdminJob> admin_done;  // under events_mu
+  std::thread admin_thread;
+  std::mutex admin_mu;
+  std::condition_variable admin_cv;
+  std::deque<AdminJob> admin_jobs;
+  bool admin_stop = false;
   std::list<std::unique_ptr<AppSlot>> apps;
   std::list<std::unique_ptr<PendingSlot>> pendings;
   std::vector<std::unique_ptr<UblkDevice>> ublk_devices;
@@ -192,10 +221,9 @@ struct AppSlot final : AppController::Backend {
   std::map<uint16_t, Engine::Impl::Core*> core_of;  // I/O queue -> the core carrying it
   bool watching = false;
 
-  host::Completion remote_admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) override {
-    Remote& r = engine->remotes[remote];
-    if (r.ctrl->failed()) return host::Completion{wire::sc::TransportError};
-    return r.ctrl->admin(sqe, data, len, to_controller);
+  void forward_admin(AppController& app, const wire::Sqe& sqe, std::vector<uint8_t> data, bool to_controller,
+                     uint64_t tag) override {
+    engine->queue_admin(AdminJob{&app, remote, sqe, std::move(data), to_controller, tag, {}});
   }
   const uint8_t* remote_identify() override { return engine->remotes[remote].identify.data(); }
   bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
@@ -424,6 +452,7 @@ bool Engine::Impl::start(std::string& err) {
   if (!server.listen(opts.socket_path, err)) return false;
   epfd = epoll_create1(EPOLL_CLOEXEC);
   events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  admin_thread = std::thread([this] { admin_worker(); });
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;  // the listening socket
@@ -550,13 +579,45 @@ void Engine::Impl::reap(AppSlot& slot) {
   }
 }
 
+void Engine::Impl::admin_worker() {
+  pthread_setname_np(pthread_self(), "nvtcp-engadm");
+  for (;;) {
+    AdminJob job;
+    {
+      std::unique_lock lk(admin_mu);
+      admin_cv.wait(lk, [&] { return admin_stop || !admin_jobs.empty(); });
+      if (admin_stop) return;
+      job = std::move(admin_jobs.front());
+      admin_jobs.pop_front();
+    }
+    Remote& r = remotes[job.remote];
+    job.result = r.ctrl->failed() ? host::Completion{wire::sc::TransportError}
+                                  : r.ctrl->admin(job.sqe, job.data.empty() ? nullptr : job.data.data(),
+                                                  uint32_t(job.data.size()), job.to_controller);
+    {
+      std::lock_guard lk(events_mu);
+      admin_done.push_back(std::move(job));
+    }
+    const uint64_t one = 1;
+    (void)::write(events_fd, &one, sizeof(one));
+  }
+}
+
 void Engine::Impl::handle_events() {
   uint64_t n;
   (void)::read(events_fd, &n, sizeof(n));
   std::vector<CoreEvent> evs;
+  std::vector<AdminJob> done;
   {
     std::lock_guard lk(events_mu);
     evs.swap(events);
+    done.swap(admin_done);
+  }
+  for (AdminJob& job : done) {
+    auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == job.owner; });
+    if (it == apps.end()) continue;
+    (*it)->ctl->admin_forwarded(job.tag, job.result, job.data);
+    reap(**it);
   }
   for (const CoreEvent& ev : evs) {
     auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == ev.owner; });
@@ -609,6 +670,12 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
 }
 
 void Engine::Impl::stop_cores() {
+  {
+    std::lock_guard lk(admin_mu);
+    admin_stop = true;
+  }
+  admin_cv.notify_all();
+  if (admin_thread.joinable()) admin_thread.join();  // its command in flight ends with the remote's timeout
   ublk_devices.clear();  // each stops its device and waits for what is in flight
   for (auto& slot : apps) slot->ctl->detach();
   cores_stop.store(true);

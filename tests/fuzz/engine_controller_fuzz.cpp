@@ -45,12 +45,25 @@ struct FakeBackend final : AppController::Backend {
   uint8_t identify[4096] = {};
   Input* in = nullptr;
 
-  host::Completion remote_admin(const wire::Sqe&, void* data, uint32_t len, bool to_controller) override {
-    if (!to_controller && data && len) std::memset(data, in->byte(), len);
+  struct Job {
+    uint64_t tag;
+    std::vector<uint8_t> data;
+  };
+  std::vector<Job> jobs;  // forwarded, answered when the input says
+  void forward_admin(AppController&, const wire::Sqe&, std::vector<uint8_t> data, bool, uint64_t tag) override {
+    if (detached) __builtin_trap();
+    jobs.push_back({tag, std::move(data)});
+  }
+  void answer_one(AppController& ctl) {
+    if (jobs.empty()) return;
+    const size_t k = in->byte() % jobs.size();
+    Job j = std::move(jobs[k]);
+    jobs.erase(jobs.begin() + ptrdiff_t(k));
+    if (!j.data.empty()) std::memset(j.data.data(), in->byte(), j.data.size());
     host::Completion c;
     c.status = wire::Status::from_cqe(uint16_t(in->byte() & 3) << 1);
     c.dw0 = in->u32();
-    return c;
+    ctl.admin_forwarded(j.tag, c, j.data);
   }
   const uint8_t* remote_identify() override { return identify; }
   bool inside(const void* p, size_t len) const {
@@ -158,7 +171,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         be.detached = true;
         break;
       case 8:
-        ctl.on_kick();
+        if (op & 0x10) be.answer_one(ctl);  // the remote controller answers a forwarded command
+        else ctl.on_kick();
         break;
     }
   }
@@ -171,6 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     be.stopping.erase(be.stopping.begin());
     ctl.io_queue_stopped(qid);
   }
+  while (!be.jobs.empty()) be.answer_one(ctl);  // the answers still out come back (and are dropped)
   if (!ctl.finished()) __builtin_trap();
   return 0;
 }
