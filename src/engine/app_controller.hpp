@@ -8,7 +8,10 @@
 // Keep Alive (the engine keeps the remote controller alive, never the application), Abort,
 // Async Event Requests (held) and Doorbell Buffer Config (the doorbells always are shadow
 // words). Identify Controller is the remote controller's with this controller's ID; other
-// Identify, Get Log Page and the remaining features are forwarded to the remote controller.
+// Identify, Get Log Page (with RAE set) and Get Features of the other features are forwarded
+// to the remote controller, answered when it answers (an admin worker waits on it; the
+// admin queue goes on meanwhile); Set Features of those is refused, since every
+// application of the engine shares that controller.
 //
 // Data pointers of admin commands are SGL Data Block descriptors whose address is an offset
 // into the application's data region, as for I/O; anything else gets an NVMe status.
