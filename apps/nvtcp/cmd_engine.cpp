@@ -169,7 +169,8 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_option("--socket", a->socket, "UNIX socket applications attach to (default /run/nvtcp/engine.sock)");
   c->add_option("--controller", a->controllers, "a remote controller's transport ID (repeatable)");
   c->add_option("--cpus", a->cpus, "CPUs, one engine core each (default: one core, not pinned)")->delimiter(',');
-  c->add_option("--queue-depth", a->queue_depth, "depth of each NVMe/TCP queue pair (default 1024, at most the controller's CAP.MQES)");
+  c->add_option("--queue-depth", a->queue_depth,
+                "depth of each NVMe/TCP queue pair (default 1024, at most the controller's CAP.MQES)");
   c->add_option("--max-queue-pairs", a->max_queue_pairs, "queue pairs per application, admin included (default 129)");
   c->add_option("--idle-spin-us", a->idle_spin_us,
                 "an idle core spins this long before sleeping (default 200; 0 sleeps at once, -1 never sleeps)");

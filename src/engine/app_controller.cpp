@@ -315,7 +315,8 @@ void AppController::create_sq(const Sqe& sqe) {
   const uint32_t entries = (sqe.cdw10 >> 16) + 1;
   const bool contiguous = sqe.cdw11 & 1;
   const uint16_t cqid = uint16_t(sqe.cdw11 >> 16);
-  if (qid == 0 || qid > io_queues_granted_ || (io_[qid].state != QueueState::None && io_[qid].state != QueueState::CqOnly))
+  if (qid == 0 || qid > io_queues_granted_) return complete(sqe.cid, sc::InvalidQueueIdentifier);
+  if (io_[qid].state != QueueState::None && io_[qid].state != QueueState::CqOnly)
     return complete(sqe.cid, sc::InvalidQueueIdentifier);
   if (cqid == 0 || cqid > io_queues_granted_ || io_[cqid].state == QueueState::None)
     return complete(sqe.cid, sc::CompletionQueueInvalid);

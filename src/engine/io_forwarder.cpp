@@ -48,7 +48,8 @@ struct IoForwarder::Command {
 namespace {
 uint64_t steady_ns() {
   return uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 }  // namespace
 
@@ -68,7 +69,8 @@ IoForwarder::~IoForwarder() {
 
 IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
                                            uint64_t data_bytes, int vector_fd, EngineQueuePair::CqPosition cq) {
-  queues_.push_back(std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+  queues_.push_back(
+      std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
   queues_.back()->q.resume_cq(cq);
   queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();

@@ -54,7 +54,8 @@ class ControlRing {
   bool open(std::string& err) {
     fd_ = ::open(kControlPath, O_RDWR | O_CLOEXEC);
     if (fd_ < 0) {
-      err = fmt::format("{}: {} (ublk needs Linux 6.0+ with the ublk_drv module loaded)", kControlPath, strerror(errno));
+      err = fmt::format("{}: {} (ublk needs Linux 6.0+ with the ublk_drv module loaded)", kControlPath,
+                        strerror(errno));
       return false;
     }
     const int rc = io_uring_queue_init(4, &ring_, IORING_SETUP_SQE128);
@@ -196,7 +197,8 @@ void UblkDevice::Impl::serve(Tag& t) {
       break;
     case UBLK_IO_OP_WRITE:
       if (bytes > opts.max_io_bytes) return commit(t, -EINVAL);
-      rc = qp->write(nsid, lba, uint32_t(nlb), t.buf, on_nvme, &t, host::WriteFlags{.fua = (flags & (UBLK_IO_F_FUA >> 8)) != 0});
+      rc = qp->write(nsid, lba, uint32_t(nlb), t.buf, on_nvme, &t,
+                     host::WriteFlags{.fua = (flags & (UBLK_IO_F_FUA >> 8)) != 0});
       break;
     case UBLK_IO_OP_FLUSH:
       t.bytes = 0;
@@ -246,7 +248,8 @@ void UblkDevice::Impl::serve_queue(std::promise<std::string>& ready) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   iods_bytes = (opts.queue_depth * sizeof(ublksrv_io_desc) + page - 1) / page * page;
   void* m = mmap(nullptr, iods_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, cdev, UBLKSRV_CMD_BUF_OFFSET);
-  if (m == MAP_FAILED) return ready.set_value(fmt::format("mapping {}'s request descriptors: {}", path, strerror(errno)));
+  if (m == MAP_FAILED)
+    return ready.set_value(fmt::format("mapping {}'s request descriptors: {}", path, strerror(errno)));
   iods = static_cast<const ublksrv_io_desc*>(m);
   buffers_bytes = size_t(opts.queue_depth) * opts.max_io_bytes;
   m = mmap(nullptr, buffers_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

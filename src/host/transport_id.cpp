@@ -112,8 +112,9 @@ bool TransportId::parse(const std::string& text, TransportId& out, std::string& 
 }
 
 std::string TransportId::to_string() const {
-  std::string s = trtype == "engine" ? fmt::format("trtype:engine traddr:{}", traddr)
-                                     : fmt::format("trtype:{} adrfam:{} traddr:{} trsvcid:{}", trtype, adrfam, traddr, trsvcid);
+  std::string s = trtype == "engine"
+                      ? fmt::format("trtype:engine traddr:{}", traddr)
+                      : fmt::format("trtype:{} adrfam:{} traddr:{} trsvcid:{}", trtype, adrfam, traddr, trsvcid);
   if (!subnqn.empty()) s += " subnqn:" + subnqn;
   if (!hostnqn.empty()) s += " hostnqn:" + hostnqn;
   if (nsid != 1) s += fmt::format(" ns:{}", nsid);

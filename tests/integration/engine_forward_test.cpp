@@ -48,7 +48,8 @@ struct Vector {
 
 struct SharedRegion {
   explicit SharedRegion(const RegionLayout& l) : layout(l) {
-    base = static_cast<uint8_t*>(mmap(nullptr, l.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    base = static_cast<uint8_t*>(
+        mmap(nullptr, l.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     l.write_header(base);
   }
   ~SharedRegion() { munmap(base, layout.total_bytes); }
