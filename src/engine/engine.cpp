@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -179,6 +180,19 @@ struct Engine::Impl {
     }
     admin_cv.notify_one();
   }
+  // Every Watch in the epoll set is in live_watches: an event reported for one that was
+  // taken out earlier in the same batch (its application freed, say) is recognised as stale
+  // before anything of it is read.
+  void watch(int fd, uint32_t mask, Watch* w) {
+    epoll_event ev{};
+    ev.events = mask;
+    ev.data.ptr = w;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    live_watches.insert(w);
+  }
+  void unwatch(int fd, Watch* w) {
+    if (live_watches.erase(w) && fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  }
   void accept_application();
   void answer_pending(PendingSlot& p);
   void drop_pending(PendingSlot& p);
@@ -206,6 +220,7 @@ struct Engine::Impl {
   bool admin_stop = false;
   std::list<std::unique_ptr<AppSlot>> apps;
   std::list<std::unique_ptr<PendingSlot>> pendings;
+  std::unordered_set<const void*> live_watches;
   std::vector<std::unique_ptr<UblkDevice>> ublk_devices;
   uint16_t next_cntlid = 1;
   std::atomic<uint64_t> attached{0}, refused{0}, control_cpu_ns{0};
@@ -473,10 +488,7 @@ void Engine::Impl::accept_application() {
     return;
   }
   p->deadline_ns = monotonic_ns() + 5'000'000'000ull;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.ptr = &p->watch;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, p->conn.fd, &ev);
+  watch(p->conn.fd, EPOLLIN | EPOLLRDHUP, &p->watch);
   pendings.push_back(std::move(p));
   answer_pending(*pendings.back());  // the request is often there already
 }
@@ -498,7 +510,7 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
   std::string err;
   const AttachServer::Answer a = server.answer(p.conn, at, err, check);
   if (a == AttachServer::Answer::NotYet) return;
-  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);  // answered: the socket is the attachment's now
+  unwatch(fd, &p.watch);  // answered: the socket is the attachment's now
   if (a == AttachServer::Answer::Refused) {
     refused.fetch_add(1, std::memory_order_relaxed);
     log::warn("engine: attach refused: {}", err);
@@ -509,7 +521,7 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
 }
 
 void Engine::Impl::drop_pending(PendingSlot& p) {
-  if (p.conn.fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, p.conn.fd, nullptr);
+  unwatch(p.conn.fd, &p.watch);
   for (auto it = pendings.begin(); it != pendings.end(); ++it) {
     if (it->get() == &p) {
       pendings.erase(it);
@@ -536,13 +548,8 @@ void Engine::Impl::add_application(Attachment at, size_t remote) {
   const uint16_t cntlid = next_cntlid;
   next_cntlid = next_cntlid >= 0xFFEF ? 1 : next_cntlid + 1;
   slot->ctl = std::make_unique<AppController>(std::move(at), *slot, cntlid, opts.max_queue_pairs - 1);
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.ptr = &slot->lifeline_watch;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, slot->ctl->attachment().socket(), &ev);
-  ev.events = EPOLLIN;
-  ev.data.ptr = &slot->kick_watch;
-  epoll_ctl(epfd, EPOLL_CTL_ADD, slot->ctl->attachment().kick_fd(), &ev);
+  watch(slot->ctl->attachment().socket(), EPOLLIN | EPOLLRDHUP, &slot->lifeline_watch);
+  watch(slot->ctl->attachment().kick_fd(), EPOLLIN, &slot->kick_watch);
   slot->watching = true;
   log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", slot->ctl->name(),
             remotes[remote].trid.subnqn, slot->ctl->attachment().layout().queue_pairs,
@@ -558,8 +565,8 @@ void Engine::Impl::lifeline(AppSlot& slot) {
   const ssize_t n = ::recv(slot.ctl->attachment().socket(), &b, 1, MSG_DONTWAIT);
   if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;  // nothing is sent on it
   if (slot.watching) {
-    epoll_ctl(epfd, EPOLL_CTL_DEL, slot.ctl->attachment().socket(), nullptr);
-    epoll_ctl(epfd, EPOLL_CTL_DEL, slot.ctl->attachment().kick_fd(), nullptr);
+    unwatch(slot.ctl->attachment().socket(), &slot.lifeline_watch);
+    unwatch(slot.ctl->attachment().kick_fd(), &slot.kick_watch);
     slot.watching = false;
   }
   log::info("engine: {} detached; {} I/O queue(s) to drain", slot.ctl->name(), slot.ctl->live_io_queues());
@@ -646,17 +653,12 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
       } else if (tag == &events_fd) {
         handle_events();
       } else {
+        if (!live_watches.count(tag)) continue;  // taken out earlier in this batch
         auto* w = static_cast<Watch*>(tag);
         if (w->kind == Watch::Kind::Pending) {
-          // Answered or expired earlier in this batch: gone from the list (look it up).
-          if (std::any_of(pendings.begin(), pendings.end(), [&](const auto& p) { return p.get() == w->pending; }))
-            answer_pending(*w->pending);
+          answer_pending(*w->pending);
           continue;
         }
-        // An event for an application freed earlier in this batch cannot come: a slot is
-        // freed only from handle_events() or lifeline(), after its fds left the epoll set,
-        // and epoll_wait reported them before. Look it up to be sure.
-        if (std::none_of(apps.begin(), apps.end(), [&](const auto& s) { return s.get() == w->slot; })) continue;
         if (w->kind == Watch::Kind::Lifeline) {
           lifeline(*w->slot);
         } else {
