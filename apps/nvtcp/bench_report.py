@@ -2,9 +2,12 @@
 """Tables and charts in the shape of the reference study, from nvtcp bench's JSON.
 
   nvtcp_bench_report.py bench.json OUT_DIR
+  nvtcp_bench_report.py --compare A/bench.json B/bench.json OUT_DIR
 
 Tables go to stdout; charts to OUT_DIR: bs-randread.png, bs-randwrite.png, bs-randrw.png
 (grouped bars per block size, 32 jobs) and jobs-randread.png (4 KiB random read against jobs).
+Each figure is the median of its runs, with the range of IOPS beside it and as error bars.
+--compare prints B's figures as ratios to A's, point by point, and charts them (compare.png).
 """
 import json
 import os
@@ -38,9 +41,73 @@ def size_label(bs):
     return f"{bs // 1024}K" if bs >= 1024 else str(bs)
 
 
+def iops_cell(r):
+    lo, hi = r.get("iops_min"), r.get("iops_max")
+    rng = f" ({lo / 1e6:.2f}-{hi / 1e6:.2f})" if lo is not None and hi is not None and r.get("runs", 1) > 1 else ""
+    return f"{r['iops'] / 1e6:6.3f} M{rng}"
+
+
+def point_key(p):
+    return (p["figure"], p["workload"], p["bs"], p["jobs"], p["initiator"])
+
+
+def compare(a_path, b_path, out):
+    a, b = json.load(open(a_path)), json.load(open(b_path))
+    amap = {point_key(p): p for p in a["points"] if "error" not in p}
+    rows = []
+    for p in b["points"]:
+        if "error" in p or point_key(p) not in amap:
+            continue
+        q = amap[point_key(p)]
+        cpu = (p["init_cpu_s_per_mio"] / q["init_cpu_s_per_mio"]) if q.get("init_cpu_s_per_mio") else None
+        rows.append((p, q, p["iops"] / q["iops"] if q["iops"] else 0, cpu))
+    print(f"B = {b_path}\nA = {a_path}\n(ratios B / A of the median IOPS and of the initiator's CPU per I/O; "
+          f"A ran {a.get('repeat', 1)} time(s) per point, B {b.get('repeat', 1)})")
+    head = f"{'figure':>14} {'workload':>10} {'bs':>6} {'jobs':>4} {'initiator':>12} | {'A M IOPS':>22} | {'B M IOPS':>22} | {'IOPS B/A':>8} {'CPU B/A':>8}"
+    print(head)
+    print("-" * len(head))
+    for p, q, r, c in rows:
+        print(f"{p['figure']:>14} {p['workload']:>10} {size_label(p['bs']):>6} {p['jobs']:>4} {name(p['initiator']):>12} | "
+              f"{iops_cell(q):>22} | {iops_cell(p):>22} | {r:8.2f} {'-' if c is None else format(c, '8.2f')}")
+    if not rows:
+        print("(no point is in both runs)")
+        return 1
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("\n(chart skipped: python3-matplotlib is not installed)")
+        return 0
+    os.makedirs(out, exist_ok=True)
+    f, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows)), 4.8))
+    labels = [f"{p['workload']} {size_label(p['bs'])} j{p['jobs']} {name(p['initiator'])}" for p, _, _, _ in rows]
+    ax.bar(range(len(rows)), [r for _, _, r, _ in rows])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("IOPS ratio B / A (median)")
+    ax.set_title(f"{os.path.basename(os.path.dirname(os.path.abspath(b_path)))} / "
+                 f"{os.path.basename(os.path.dirname(os.path.abspath(a_path)))}", fontsize=9)
+    f.tight_layout()
+    path = os.path.join(out, "compare.png")
+    f.savefig(path, dpi=110)
+    plt.close(f)
+    print(f"\nchart: {path}")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--compare":
+        return compare(sys.argv[2], sys.argv[3], sys.argv[4])
     src, out = sys.argv[1], sys.argv[2]
     doc = json.load(open(src))
+    env = doc.get("environment", {})
+    if env:
+        print(f"\nmeasured on: {env.get('cpu_model', '?')}, {env.get('cpus_online', '?')} CPUs, "
+              f"{env.get('kernel', '?')}, TCP congestion {env.get('tcp_congestion_used', '?')}, "
+              f"nvtcp {env.get('nvtcp_version', '?')}, {env.get('fio_version', 'no fio')}; "
+              f"{doc.get('repeat', 1)} run(s) per point, medians (IOPS range in brackets)")
     pts = [p for p in doc["points"] if "error" not in p]
     inits = []
     for p in doc["points"]:
@@ -60,7 +127,7 @@ def main():
         print(TITLES[fig].format(jobs=jobs) + "  (M IOPS / Gb/s; CPU s per million I/Os: initiator, target)")
         head = f"{'jobs' if key == 'jobs' else 'block':>6}"
         for i in inits:
-            head += f" | {name(i):^34}"
+            head += f" | {name(i):^46}"
         print(head)
         print("-" * len(head))
         for k in sorted({r[key] for r in rows}):
@@ -68,12 +135,12 @@ def main():
             for i in inits:
                 r = next((x for x in rows if x[key] == k and x["initiator"] == i), None)
                 if r is None:
-                    line += f" | {'-':^34}"
+                    line += f" | {'-':^46}"
                 else:
                     t = r.get("target_cpu_s_per_mio")
-                    cell = (f"{r['iops'] / 1e6:6.3f} M {r['gbps']:7.2f} Gb/s "
+                    cell = (f"{iops_cell(r)} {r['gbps']:6.2f} Gb/s "
                             f"{r['init_cpu_s_per_mio']:5.2f} {t if t is None else round(t, 2)}")
-                    line += f" | {cell:^34}"
+                    line += f" | {cell:^46}"
             print(line)
 
     cpu_split(pts)
@@ -95,12 +162,16 @@ def main():
         for n, i in enumerate(inits):
             vals = []
             gbps = []
+            err_lo, err_hi = [], []
             for k in ks:
                 r = next((x for x in rows if x[key] == k and x["initiator"] == i), None)
-                vals.append(r["iops"] / 1e6 if r else 0)
+                v = r["iops"] / 1e6 if r else 0
+                vals.append(v)
                 gbps.append(r["gbps"] if r else 0)
+                err_lo.append(v - r["iops_min"] / 1e6 if r and "iops_min" in r else 0)
+                err_hi.append(r["iops_max"] / 1e6 - v if r and "iops_max" in r else 0)
             xs = [x + (n - (len(inits) - 1) / 2) * width for x in range(len(ks))]
-            bars = ax.bar(xs, vals, width, label=name(i))
+            bars = ax.bar(xs, vals, width, label=name(i), yerr=[err_lo, err_hi], capsize=2)
             for b, g in zip(bars, gbps):
                 if g:
                     ax.annotate(f"{g:.1f}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
@@ -108,8 +179,9 @@ def main():
         ax.set_xticks(range(len(ks)))
         ax.set_xticklabels([str(k) if key == "jobs" else size_label(k) for k in ks])
         ax.set_xlabel("jobs" if key == "jobs" else "block size")
-        ax.set_ylabel("M IOPS (labels: Gb/s)")
-        ax.set_title(TITLES[fig].format(jobs=rows[0]["jobs"]) + f" - {doc['target']}", fontsize=9)
+        ax.set_ylabel("M IOPS, median (bars: range; labels: Gb/s)")
+        ax.set_title(TITLES[fig].format(jobs=rows[0]["jobs"]) + f" - {doc['target']} - "
+                     f"n={doc.get('repeat', 1)} runs per bar", fontsize=9)
         ax.legend()
         ax.grid(axis="y", alpha=0.3)
         path = os.path.join(out, fig + ".png")

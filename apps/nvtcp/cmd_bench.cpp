@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -52,6 +54,8 @@ struct BenchArgs {
   std::string out_dir = "bench-out";
   std::string tcp_congestion;
   bool hdgst = false, ddgst = false;
+  unsigned repeat = 0;          // runs per point and initiator (0: 3 in --quick, 5 in full)
+  std::vector<std::string> compare;  // two bench.json files: print and chart their ratio
 };
 
 struct Point {
@@ -218,6 +222,26 @@ struct Runner {
     return fmt::format("trtype=engine traddr={} subnqn={} ns={}", eng_socket, nqn, trid.nsid);
   }
 
+  // The fio job of one point as a job file in the output folder (OUT/jobs/), so the same job
+  // can be run again elsewhere with `fio FILE`.
+  void write_job_file(const std::string& init, const Point& p, const std::vector<std::string>& fio,
+                      const std::vector<std::string>& env) const {
+    const std::string dir = a.out_dir + "/jobs";
+    ::mkdir(dir.c_str(), 0755);
+    const std::string path = fmt::format("{}/{}-{}-{}k-{}jobs-{}.fio", dir, p.figure, p.workload, p.bs / 1024, p.jobs, init);
+    std::ofstream f(path);
+    f << fmt::format("; nvtcp bench: {} at {} bytes, {} jobs, initiator {}\n", p.workload, p.bs, p.jobs, init);
+    for (const auto& e : env) f << "; environment: " << e << "\n";
+    f << "; filename= is the target this run used (for the embedded one, an ephemeral port): point it at yours\n";
+    f << "[global]\n";
+    for (size_t i = 1; i < fio.size(); ++i) {  // fio[0] is the program
+      const std::string& arg = fio[i];
+      if (arg.rfind("--", 0) != 0 || arg.rfind("--name=", 0) == 0 || arg.rfind("--output-format", 0) == 0) continue;
+      f << arg.substr(2) << "\n";
+    }
+    f << "\n[bench]\n";
+  }
+
   // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...}
   json run_point(const std::string& init, const Point& p) {
     json res{{"initiator", init}, {"workload", p.workload}, {"bs", p.bs}, {"jobs", p.jobs},
@@ -263,6 +287,7 @@ struct Runner {
         env.push_back("LD_PRELOAD=" + a.spdk_plugin);
       }
       cmd.insert(cmd.end(), fio.begin(), fio.end());
+      write_job_file(init, p, fio, env);
     }
     c = run_child(cmd, env);
     double tcpu = target ? target->cpu_seconds() - tcpu0 : 0;
@@ -320,7 +345,85 @@ std::vector<Point> matrix(bool quick) {
   return pts;
 }
 
+// The median of each figure over a point's runs, with the runs themselves and the range of
+// IOPS; a run that failed makes the point failed.
+json summarize(const std::vector<json>& runs) {
+  json out = runs.front();
+  for (const auto& r : runs)
+    if (r.contains("error")) {
+      out["error"] = r["error"];
+      return out;
+    }
+  auto median = [&](const char* key) -> json {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
+    if (v.empty()) return nullptr;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  for (const char* k : {"iops", "gbps", "lat_avg_us", "lat_p99_us", "init_cpu_s", "init_cpu_s_per_mio",
+                        "target_cpu_s_per_mio", "engine_cpu_s_per_mio"})
+    if (out.contains(k)) out[k] = median(k);
+  double lo = 1e300, hi = 0;
+  json each = json::array();
+  for (const auto& r : runs) {
+    const double v = r["iops"].get<double>();
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    each.push_back(v);
+  }
+  out["iops_min"] = lo;
+  out["iops_max"] = hi;
+  out["runs"] = runs.size();
+  out["iops_runs"] = each;
+  return out;
+}
+
+// What the figures were measured on, as fio's own output records it.
+json environment(const BenchArgs& a) {
+  json env;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) {
+      env["cpu_model"] = line.substr(line.find(':') + 2);
+      break;
+    }
+  env["cpus_online"] = sysconf(_SC_NPROCESSORS_ONLN);
+  utsname u{};
+  if (uname(&u) == 0) env["kernel"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
+  std::ifstream cc("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string def;
+  std::getline(cc, def);
+  env["tcp_congestion_default"] = def;
+  env["tcp_congestion_used"] = a.tcp_congestion.empty() ? def : a.tcp_congestion;
+  env["nvtcp_version"] = NVTCP_VERSION;
+  std::ifstream cmdline("/proc/self/cmdline");
+  std::string arg, command;
+  while (std::getline(cmdline, arg, '\0')) command += (command.empty() ? "" : " ") + arg;
+  env["command"] = command;
+  const ChildResult fio = run_child({"fio", "--version"});
+  if (fio.status == 0) env["fio_version"] = fio.out.substr(0, fio.out.find('\n'));
+  return env;
+}
+
+int run_compare(const BenchArgs& a) {
+  if (a.compare.size() != 2) {
+    fmt::print(stderr, "nvtcp bench: --compare takes two bench.json files (A then B)\n");
+    return 2;
+  }
+  ::mkdir(a.out_dir.c_str(), 0755);
+  struct stat pst{};
+  std::string python = stat("/usr/bin/python3", &pst) == 0 ? "/usr/bin/python3" : "python3";
+  ChildResult c = run_child({python, self_dir() + "/nvtcp_bench_report.py", "--compare", a.compare[0], a.compare[1],
+                             a.out_dir});
+  fmt::print("{}", c.out);
+  if (c.status != 0) fmt::print(stderr, "nvtcp bench: compare: {}\n", c.err);
+  return c.status == 0 ? 0 : 1;
+}
+
 int run_bench(BenchArgs& a) {
+  if (!a.compare.empty()) return run_compare(a);
   if (log::level() < log::Level::Warn) log::set_level(log::Level::Warn);  // the table is the output
   Runner run;
   run.a = a;
@@ -403,31 +506,41 @@ int run_bench(BenchArgs& a) {
   doc["engine_cpus"] = run.engine_cpus();
   doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
   doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
+  doc["environment"] = environment(a);
   doc["points"] = json::array();
-  size_t total = pts.size() * inits.size(), done = 0;
-  fmt::print("nvtcp bench: {} points x {} initiator(s) ({}), {:.0f} s each, QD {} per job, target {}\n", pts.size(),
-             inits.size(), fmt::join(inits, ", "), run.seconds, a.queue_depth, doc["target"].get<std::string>());
-  fmt::print("{:>5} {:>10} {:>6} {:>5} {:>12} {:>9} {:>8} {:>16} {:>12} {:>12} {:>12}\n", "#", "workload", "bs",
+  const unsigned repeat = a.repeat ? a.repeat : (a.quick ? 3u : 5u);
+  doc["repeat"] = repeat;
+  size_t total = pts.size() * inits.size() * repeat, done = 0;
+  fmt::print("nvtcp bench: {} points x {} initiator(s) ({}) x {} runs, {:.0f} s each, QD {} per job, target {}\n",
+             pts.size(), inits.size(), fmt::join(inits, ", "), repeat, run.seconds, a.queue_depth,
+             doc["target"].get<std::string>());
+  fmt::print("{:>7} {:>10} {:>6} {:>5} {:>12} {:>9} {:>8} {:>16} {:>12} {:>12} {:>12}\n", "#", "workload", "bs",
              "jobs", "initiator", "M IOPS", "Gb/s", "lat avg/p99 us", "init s/M", "engine s/M", "target s/M");
   for (const auto& p : pts) {
-    for (const auto& init : inits) {
-      json r = run.run_point(init, p);
-      ++done;
-      if (r.contains("error")) {
-        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12}  error: {}\n", done, total, p.workload, p.bs, p.jobs, init,
-                   r["error"].get<std::string>());
-      } else {
-        auto opt = [&](const char* k) {
-          return r[k].is_null() ? std::string("-") : fmt::format("{:.3f}", r[k].get<double>());
-        };
-        fmt::print("{:>2}/{:<2} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}\n",
-                   done, total, p.workload, p.bs, p.jobs, init, r["iops"].get<double>() / 1e6, r["gbps"].get<double>(),
-                   r["lat_avg_us"].get<double>(), r["lat_p99_us"].get<double>(), r["init_cpu_s_per_mio"].get<double>(),
-                   opt("engine_cpu_s_per_mio"), opt("target_cpu_s_per_mio"));
+    // Round by round, every initiator once per round: the machine's drift hits them alike.
+    std::map<std::string, std::vector<json>> runs;
+    for (unsigned r = 0; r < repeat; ++r) {
+      for (const auto& init : inits) {
+        json one = run.run_point(init, p);
+        ++done;
+        if (one.contains("error")) {
+          fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12}  error: {}\n", done, total, p.workload, p.bs, p.jobs, init,
+                     one["error"].get<std::string>());
+        } else {
+          auto opt = [&](const char* k) {
+            return one[k].is_null() ? std::string("-") : fmt::format("{:.3f}", one[k].get<double>());
+          };
+          fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}\n",
+                     done, total, p.workload, p.bs, p.jobs, init, one["iops"].get<double>() / 1e6,
+                     one["gbps"].get<double>(), one["lat_avg_us"].get<double>(), one["lat_p99_us"].get<double>(),
+                     one["init_cpu_s_per_mio"].get<double>(), opt("engine_cpu_s_per_mio"),
+                     opt("target_cpu_s_per_mio"));
+        }
+        std::fflush(stdout);
+        runs[init].push_back(std::move(one));
       }
-      std::fflush(stdout);
-      doc["points"].push_back(r);
     }
+    for (const auto& init : inits) doc["points"].push_back(summarize(runs[init]));
   }
   run.stop_engine();
   if (run.target) run.target->stop();
@@ -473,6 +586,10 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control per socket, target and initiators");
   c->add_flag("--hdgst", a->hdgst, "header digests");
   c->add_flag("--ddgst", a->ddgst, "data digests");
+  c->add_option("--repeat", a->repeat,
+                "runs per point and initiator, interleaved round by round (default 3 with --quick, else 5)");
+  c->add_option("--compare", a->compare, "A/bench.json B/bench.json: print and chart B's figures as ratios to A's")
+      ->expected(2);
   c->callback([a, &rc] { rc = run_bench(*a); });
 }
 

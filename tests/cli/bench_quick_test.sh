@@ -12,7 +12,7 @@ so="$(dirname "$NVTCP")/libnvtcp_fio.so"
 if command -v fio >/dev/null && [ -f "$so" ] && ! ldd "$so" | grep -qE "lib(asan|tsan|ubsan)"; then
   inits=perf,fio,engine
 fi
-"$NVTCP" bench --quick --points 2 --runtime 1 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"
+"$NVTCP" bench --quick --points 2 --runtime 1 --repeat 2 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"
 grep -q "Random read, 32 jobs" "$out/stdout.txt"
 grep -q "4 KiB random read against jobs" "$out/stdout.txt"
 /usr/bin/python3 - "$out/bench.json" "$inits" <<'PY'
@@ -23,7 +23,13 @@ pts = doc["points"]
 assert len(pts) == 2 * len(inits), pts
 figs = {p["figure"] for p in pts}
 assert figs == {"bs-randread", "jobs-randread"}, figs
+assert doc["repeat"] == 2, doc["repeat"]
+env = doc["environment"]
+for k in ("cpu_model", "cpus_online", "kernel", "tcp_congestion_used", "nvtcp_version", "command"):
+    assert env.get(k), (k, env)
 for p in pts:
+    assert p["runs"] == 2 and len(p["iops_runs"]) == 2, p
+    assert p["iops_min"] <= p["iops"] <= p["iops_max"], p
     if p["initiator"] == "engine":
         assert p.get("engine_cpu_s_per_mio") and p["engine_cpu_s_per_mio"] > 0, p
     else:
@@ -39,7 +45,16 @@ print("bench.json: ok (" + ", ".join(inits) + ")")
 PY
 if [ "$inits" = perf,fio,engine ]; then
   grep -q "Both halves" "$out/stdout.txt" || { echo "no side-by-side of the two halves"; exit 1; }
+  # The fio jobs it ran are there to be run again elsewhere.
+  n=$(ls "$out"/jobs/*.fio | wc -l)
+  [ "$n" -eq 4 ] || { echo "expected 4 fio job files, found $n"; exit 1; }
+  grep -q "^ioengine=external:" "$out"/jobs/bs-randread-randread-4k-32jobs-engine.fio
+  grep -q "^filename=trtype=engine" "$out"/jobs/bs-randread-randread-4k-32jobs-engine.fio
 fi
+grep -qE "[0-9]\.[0-9]{3} M \([0-9.]+-[0-9.]+\)" "$out/stdout.txt" || { echo "no median with its range"; exit 1; }
+# --compare: a run against itself is 1.00 everywhere.
+"$NVTCP" bench --compare "$out/bench.json" "$out/bench.json" -O "$out/cmp" | tee "$out/compare.txt"
+grep -qE "randread +4K +32 .* 1\.00 " "$out/compare.txt" || { echo "compare did not print ratios of 1.00"; exit 1; }
 for png in "$out/bs-randread.png" "$out/jobs-randread.png"; do
   [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || { echo "not a PNG: $png"; exit 1; }
 done
