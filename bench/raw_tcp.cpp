@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -42,6 +43,7 @@ struct Options {
   bool recv_multishot = false;
   bool no_spin_recv = false;
   int sndbuf = 0, rcvbuf = 0;     // SO_SNDBUF / SO_RCVBUF, 0 = kernel default (autotuned)
+  bool ping_pong = false;         // the QD1 limit: plain sockets, both sides spinning on recv()
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
@@ -124,6 +126,102 @@ struct Client : reactor::StreamOwner {
 
 }  // namespace
 
+// Moves n bytes, spinning: non-blocking send()/recv() in a loop, no io_uring, no sleeping.
+bool spin_send(int fd, const uint8_t* p, size_t n, const std::atomic<bool>& stop) {
+  while (n && !stop.load(std::memory_order_relaxed)) {
+    const ssize_t k = ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k > 0) p += k, n -= size_t(k);
+    else if (k < 0 && errno != EAGAIN && errno != EINTR) return false;
+  }
+  return n == 0;
+}
+bool spin_recv(int fd, uint8_t* p, size_t n, const std::atomic<bool>& stop) {
+  while (n && !stop.load(std::memory_order_relaxed)) {
+    const ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (k > 0) p += k, n -= size_t(k);
+    else if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return false;
+  }
+  return n == 0;
+}
+
+// The QD1 limit on this machine and pinning: one request out, its response back, both sides
+// spinning on non-blocking recv() (no reactor, no io_uring). A storage stack's QD1 latency
+// can only approach this round trip.
+int ping_pong(const Options& o, int lfd, const reactor::Endpoint& ep) {
+  std::atomic<bool> stop{false};
+  std::atomic<double> server_cpu{0};
+  std::thread server([&] {
+    pin(o.server_core);
+    int fd = -1;  // the listening socket is non-blocking
+    while (fd < 0 && !stop.load(std::memory_order_relaxed)) fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    reactor::apply_socket_options(fd, {true, o.sndbuf, o.rcvbuf, o.congestion});
+    std::vector<uint8_t> req(o.req), resp(o.resp, 0x5a);
+    const double c0 = thread_cpu();
+    while (spin_recv(fd, req.data(), req.size(), stop) && spin_send(fd, resp.data(), resp.size(), stop)) {
+    }
+    server_cpu = thread_cpu() - c0;
+    ::close(fd);
+  });
+  pin(o.client_core);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  reactor::apply_socket_options(fd, {true, o.sndbuf, o.rcvbuf, o.congestion});
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.len) < 0) {
+    fmt::print(stderr, "raw-tcp: connect: {}\n", strerror(errno));
+    stop = true;
+    server.join();
+    return 1;
+  }
+  std::vector<uint8_t> req(o.req, 0xa5), resp(o.resp);
+  LatencyHistogram lat;
+  uint64_t n = 0;
+  const double c0 = thread_cpu();
+  const uint64_t t0 = reactor::monotonic_ns(), end = t0 + uint64_t(o.seconds * 1e9);
+  // A watchdog ends a round trip that never completes (a server that is gone).
+  std::atomic<bool> give_up{false};
+  std::thread watchdog([&] {
+    while (!stop.load() && reactor::monotonic_ns() < end + 2'000'000'000ull)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    give_up = true;
+  });
+  for (uint64_t now = t0; now < end;) {
+    if (!spin_send(fd, req.data(), req.size(), give_up) || !spin_recv(fd, resp.data(), resp.size(), give_up)) break;
+    const uint64_t t = reactor::monotonic_ns();
+    lat.record(t - now);
+    now = t;
+    ++n;
+  }
+  const double secs = double(reactor::monotonic_ns() - t0) / 1e9;
+  const double client_cpu = thread_cpu() - c0;
+  stop = true;
+  ::shutdown(fd, SHUT_RDWR);
+  server.join();
+  watchdog.join();
+  ::close(fd);
+  const double iops = double(n) / secs;
+  const uint32_t data = o.resp - 24;
+  if (o.json) {
+    nlohmann::json j{{"iops", iops},
+                     {"gbps", iops * data * 8 / 1e9},
+                     {"lat_avg_us", lat.mean_ns() / 1000},
+                     {"lat_p50_us", lat.percentile_ns(0.5) / 1000},
+                     {"lat_p99_us", lat.percentile_ns(0.99) / 1000},
+                     {"lat_p999_us", lat.percentile_ns(0.999) / 1000},
+                     {"client_cpu_s_per_mio", n ? client_cpu / (double(n) / 1e6) : 0},
+                     {"server_cpu_s_per_mio", n ? server_cpu / (double(n) / 1e6) : 0},
+                     {"queue_depth", 1},
+                     {"io_size", data},
+                     {"mode", "ping-pong"}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("raw-tcp ping-pong: {}-byte requests, {}-byte responses, {:.1f} s, both sides spinning on recv()\n",
+               o.req, o.resp, secs);
+    fmt::print("  round trips/s {:.0f}  latency us avg {:.1f} p50 {:.1f} p99 {:.1f}\n", iops, lat.mean_ns() / 1000,
+               lat.percentile_ns(0.5) / 1000, lat.percentile_ns(0.99) / 1000);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"raw-tcp: the loopback bound for an NVMe/TCP read, without NVMe"};
@@ -148,6 +246,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-spin-recv", o.no_spin_recv, "busy/hybrid polling: receive through io_uring only, never a polled recv()");
   app.add_option("--sndbuf", o.sndbuf, "SO_SNDBUF bytes on both sockets (0: kernel default)");
   app.add_option("--rcvbuf", o.rcvbuf, "SO_RCVBUF bytes on both sockets (0: kernel default)");
+  app.add_flag("--ping-pong", o.ping_pong,
+               "the QD1 limit: one request at a time over plain sockets, both sides spinning on recv()");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
@@ -163,6 +263,11 @@ int main(int argc, char** argv) {
   getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &sl);
   ep.addr = ss;
   ep.len = sl;
+  if (o.ping_pong) {
+    const int rc = ping_pong(o, lfd, ep);
+    close(lfd);
+    return rc;
+  }
 
   std::atomic<bool> stop{false};
   std::atomic<double> server_cpu{0};
