@@ -29,8 +29,8 @@ constexpr uint32_t kIdentifyBytes = 4096;
 constexpr uint32_t kOacsDoorbellBufferConfig = 1u << 8;
 constexpr uint8_t kFeatureInterruptCoalescing = 0x08;
 
-void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
-uint32_t load_acquire(const uint32_t& w) { return std::atomic_ref<const uint32_t>(w).load(std::memory_order_acquire); }
+using detail::load_acquire;
+using detail::store_release;
 
 // Zeroes a queue pair's words and rings: the state a queue starts from (the CQ phase tag
 // of the first pass is 1, so a zeroed CQ holds no completion).

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 
 #include "engine/attach.hpp"
 #include "engine/region.hpp"
+#include "reactor/reactor.hpp"
 
 namespace nvtcp::engine {
 
@@ -45,16 +45,8 @@ struct IoForwarder::Command {
   Command* next = nullptr; // free list, or the list of answers waiting for CQ room
 };
 
-namespace {
-uint64_t steady_ns() {
-  return uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-}  // namespace
-
 IoForwarder::IoForwarder(host::QueuePair& qp, Events* events)
-    : qp_(qp), events_(events), pool_(qp.depth()), clock_(steady_ns) {
+    : qp_(qp), events_(events), pool_(qp.depth()), clock_(reactor::monotonic_ns) {
   for (auto& c : pool_) {
     c.self = this;
     c.next = free_;

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "reactor/reactor.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -27,14 +27,9 @@ constexpr uint32_t kQueueEntries = 1024;        // of every queue the engine lay
 constexpr uint32_t kAdminBufferBytes = 1u << 20; // admin data, at the start of the region
 constexpr uint32_t kMaxIoQueues = 128;
 
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
-
-uint32_t load_acquire(const uint32_t& w) { return std::atomic_ref<const uint32_t>(w).load(std::memory_order_acquire); }
-void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
+using engine::detail::load_acquire;
+using engine::detail::store_release;
+using reactor::monotonic_ns;
 
 // Waits up to timeout_ms for an interrupt vector (a pipe's read end) to be signalled, and
 // takes the signal.
@@ -105,14 +100,14 @@ class EngineIoQueue final : public IoQueue {
   int poll(uint32_t timeout_us) override {
     int n = reap();
     if (n || timeout_us == 0 || outstanding_ == 0) return n;
-    const uint64_t deadline = now_ns() + uint64_t(timeout_us) * 1000;
+    const uint64_t deadline = monotonic_ns() + uint64_t(timeout_us) * 1000;
     // Polling (no interrupts asked for), or hybrid: spin a while before sleeping.
-    const uint64_t spin_until = vector_fd_ < 0 ? deadline : c_->polling() ? now_ns() + 50'000 : 0;
-    while (now_ns() < spin_until) {
+    const uint64_t spin_until = vector_fd_ < 0 ? deadline : c_->polling() ? monotonic_ns() + 50'000 : 0;
+    while (monotonic_ns() < spin_until) {
       if ((n = reap())) return n;
     }
-    while (vector_fd_ >= 0 && now_ns() < deadline) {
-      const uint64_t left_us = (deadline - now_ns()) / 1000;
+    while (vector_fd_ >= 0 && monotonic_ns() < deadline) {
+      const uint64_t left_us = (deadline - monotonic_ns()) / 1000;
       const uint64_t wait_ms = c_->vectors_shared() ? 1 : std::max<uint64_t>(1, left_us / 1000);
       app_.arm_interrupt();  // then one more look: a completion posted just before raised none
       if ((n = reap())) return n;
@@ -248,18 +243,13 @@ bool EngineClient::failed() const {
 uint16_t EngineClient::cntlid() const { return reinterpret_cast<const wire::IdentifyController*>(ident_)->cntlid; }
 
 bool EngineClient::wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms) {
-  const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1'000'000;
+  const uint64_t deadline = monotonic_ns() + uint64_t(timeout_ms) * 1'000'000;
   for (;;) {
     const uint32_t csts = load_acquire(at_.registers().csts);
     if ((csts & mask) == want) return true;
     if ((csts & prop::kCstsFatal) && !(mask & prop::kCstsFatal)) return false;
-    if (now_ns() > deadline) return false;
-    // The engine's lifeline closing means it is gone.
-    pollfd p{at_.socket(), POLLRDHUP, 0};
-    if (::poll(&p, 1, 1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      gone_.store(true);
-      return false;
-    }
+    if (monotonic_ns() > deadline) return false;
+    if (lifeline_closed(1)) return false;
   }
 }
 
@@ -286,7 +276,7 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
   admin_->ring_sq();
   kick();  // admin commands always wake the engine's control thread
   const uint64_t deadline = wait_ms == kUntilGone ? UINT64_MAX
-                            : now_ns() + uint64_t(wait_ms ? wait_ms : opts_.admin_timeout_ms) * 1'000'000;
+                            : monotonic_ns() + uint64_t(wait_ms ? wait_ms : opts_.admin_timeout_ms) * 1'000'000;
   const int vec0 = at_.vector_fds().empty() ? -1 : at_.vector_fds()[0];
   wire::Cqe c;
   for (;;) {
@@ -297,11 +287,17 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
       if (out.status.ok() && len && !to_controller) std::memcpy(data, admin_buf_, len);
       return out;
     }
-    if (now_ns() > deadline || failed()) return Completion{wire::sc::TransportError};
+    if (monotonic_ns() > deadline || failed()) return Completion{wire::sc::TransportError};
     if (vec0 >= 0) wait_vector(vec0, 1);
-    pollfd p{at_.socket(), POLLRDHUP, 0};
-    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) gone_.store(true);
+    lifeline_closed(0);
   }
+}
+
+// The engine's lifeline closing (within wait_ms) means it is gone.
+bool EngineClient::lifeline_closed(int wait_ms) {
+  pollfd p{at_.socket(), POLLRDHUP, 0};
+  if (::poll(&p, 1, wait_ms) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) gone_.store(true);
+  return gone_.load();
 }
 
 std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::string& err) {

@@ -67,6 +67,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   bool enable(std::string& err);
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
+  bool lifeline_closed(int wait_ms);
 
   engine::Attachment at_;
   TransportId trid_;
