@@ -8,7 +8,7 @@
 //   LD_PRELOAD=build/libnvtcp_fio.so fio --ioengine=nvtcp ...        (as SPDK's plugin allows)
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
-// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, busy_poll, tcp_congestion
+// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -54,6 +54,8 @@ namespace {
 using nvtcp::host::Completion;
 using nvtcp::host::Controller;
 using nvtcp::host::ControllerOptions;
+using nvtcp::host::parse_poll_mode;
+using nvtcp::host::PollMode;
 using nvtcp::host::QueuePair;
 using nvtcp::host::TransportId;
 
@@ -70,6 +72,7 @@ struct EngineOptions {
   unsigned int qpairs;
   unsigned int kato;
   unsigned int busy_poll;
+  char* poll;
   char* tcp_congestion;
   unsigned int ctrl_loss_tmo;
   unsigned int reconnect_delay;
@@ -104,8 +107,13 @@ fio_option g_options[] = {
                 "I/O queue pairs (TCP connections) per fio job, each of depth iodepth", "1", 1024, 1),
     make_option("kato", "nvtcp keep-alive timeout", FIO_OPT_INT, offsetof(EngineOptions, kato),
                 "Keep Alive Timeout in milliseconds asked of the controller (0: none)", "30000", 3600000, 0),
+    make_option("poll", "nvtcp poll mode", FIO_OPT_STR_STORE, offsetof(EngineOptions, poll),
+                "How the queue pairs wait: hybrid (spin while completions keep coming, sleep when idle; the "
+                "default over TCP), busy (always spin) or interrupt (always sleep; the default through the "
+                "offload engine)",
+                nullptr),
     make_option("busy_poll", "nvtcp busy poll", FIO_OPT_BOOL, offsetof(EngineOptions, busy_poll),
-                "Spin on the queue pairs instead of sleeping in io_uring while waiting", "0"),
+                "Same as poll=busy", "0"),
     make_option("tcp_congestion", "nvtcp TCP congestion control", FIO_OPT_STR_STORE,
                 offsetof(EngineOptions, tcp_congestion),
                 "TCP congestion control for this job's sockets (e.g. cubic; default: the system's)", nullptr),
@@ -201,6 +209,15 @@ std::string explain_connect_error(const TransportId& trid, const std::string& er
   return s;
 }
 
+// The job's poll mode: poll=, with busy_poll=1 taking precedence; false if poll= is unknown.
+bool job_poll_mode(thread_data* td, PollMode& m) {
+  const EngineOptions& o = options(td);
+  m = PollMode::Default;
+  if (o.poll && *o.poll && !parse_poll_mode(o.poll, m)) return false;
+  if (o.busy_poll) m = PollMode::Busy;
+  return true;
+}
+
 ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   const EngineOptions& o = options(td);
   ControllerOptions c;
@@ -210,7 +227,7 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   c.hdgst = o.hdgst != 0;
   c.ddgst = o.ddgst != 0;
   c.io_queues = std::max<uint32_t>(io_queues, 1);
-  c.busy_poll = o.busy_poll != 0;
+  job_poll_mode(td, c.poll);  // checked in nvtcp_init
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
   c.ctrl_loss_tmo_ms = o.ctrl_loss_tmo * 1000;
   c.reconnect_delay_ms = o.reconnect_delay * 1000;
@@ -415,7 +432,12 @@ int nvtcp_init(thread_data* td) {
   for (auto& s : t->slots) s.t = t.get();
   t->done.resize(depth);
   t->events.resize(depth);
-  t->busy_poll = options(td).busy_poll != 0;
+  PollMode mode;
+  if (!job_poll_mode(td, mode)) {
+    log_err("nvtcp: poll=%s is not interrupt, busy or hybrid\n", options(td).poll);
+    return 1;
+  }
+  t->busy_poll = mode == PollMode::Busy;
   td->io_ops_data = t.release();
   return 0;
 }

@@ -113,8 +113,7 @@ int run_engine(const EngineArgs& a) {
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.ublk) o.ublk = true;
   if (!a.poll.empty()) {
-    o.host.busy_poll = a.poll == "busy";
-    o.host.hybrid_poll = a.poll == "hybrid";
+    host::parse_poll_mode(a.poll, o.host.poll);  // checked by the option's IsMember
   }
   if (a.ublk_queue_depth) o.ublk_options.queue_depth = a.ublk_queue_depth;
   if (o.queue_depth < 2 || o.queue_depth > 1024 || o.max_queue_pairs < 2 || o.max_queue_pairs > 1024) {

@@ -261,8 +261,15 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--json", a->json, "print one JSON object");
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
-  c->add_flag("--busy-poll", a->o.ctrl.busy_poll, "spin on the queue pairs instead of sleeping");
-  c->add_flag("--hybrid-poll", a->o.ctrl.hybrid_poll, "spin while completions keep coming, sleep when idle");
+  c->add_option_function<std::string>(
+      "--poll",
+      [a](const std::string& v) {
+        if (!host::parse_poll_mode(v, a->o.ctrl.poll)) throw CLI::ValidationError("--poll", "not a poll mode: " + v);
+      },
+      "hybrid (spin while completions keep coming, sleep when idle; the default over TCP), busy (always spin) or "
+      "interrupt (always sleep: for hosts shared with other work; the default through the offload engine)");
+  c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = host::PollMode::Busy; }, "same as --poll busy");
+  c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = host::PollMode::Hybrid; }, "same as --poll hybrid");
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
   c->add_option("--sqpoll-cpu", a->o.sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));

@@ -257,7 +257,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--h2c-data-timeout-ms", a->h2c_data_timeout_ms,
                 "close a connection whose write has waited this long for requested H2CData (default 30000; 0: never)")
       ->check(CLI::Range(int64_t(0), int64_t(86400000)));
-  c->add_option("--poll", a->poll, "interrupt (sleep in io_uring), busy (spin) or hybrid (spin while busy)")
+  c->add_option("--poll", a->poll,
+                "hybrid (default: spin while busy, sleep after 50 us idle), busy (always spin) or interrupt (always "
+                "sleep in io_uring: for servers shared with other work)")
       ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));
   c->add_flag("--busy-poll", a->busy_poll, "same as --poll busy");
   c->add_flag("--sqpoll", a->sqpoll, "an io_uring SQ thread per reactor submits, so a polling reactor makes no syscalls");

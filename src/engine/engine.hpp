@@ -27,7 +27,6 @@ namespace nvtcp::engine {
 struct EngineOptions {
   // The engine's cores poll; by default their NVMe/TCP queue pairs receive by polling too
   // (hybrid: spin while bytes keep coming, sleep in io_uring after a quiet spell).
-  EngineOptions() { host.hybrid_poll = true; }
 
   std::string socket_path = "/run/nvtcp/engine.sock";
   std::vector<int> cpus;                      // one engine core each; empty: one core, not pinned

@@ -33,8 +33,10 @@ namespace {
 reactor::Reactor& thread_reactor(const ControllerOptions& o) {
   thread_local std::unique_ptr<reactor::Reactor> r;
   if (!r) r = std::make_unique<reactor::Reactor>(4096, reactor::PollMode::Interrupt, o.sqpoll);
-  if (o.busy_poll) r->set_poll_mode(reactor::PollMode::BusyPoll);
-  else if (o.hybrid_poll) r->set_poll_mode(reactor::PollMode::Hybrid);
+  // The last controller set up on this thread decides for all of its queue pairs.
+  r->set_poll_mode(o.poll == PollMode::Busy        ? reactor::PollMode::BusyPoll
+                   : o.poll == PollMode::Interrupt ? reactor::PollMode::Interrupt
+                                                   : reactor::PollMode::Hybrid);  // Default over TCP
   return *r;
 }
 

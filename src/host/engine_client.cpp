@@ -166,7 +166,8 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   std::shared_ptr<EngineClient> c(new EngineClient());
   c->trid_ = trid;
   c->opts_ = opts;
-  c->polling_ = opts.busy_poll || opts.hybrid_poll;
+  // Default: interrupts (see ControllerOptions::poll).
+  c->polling_ = opts.poll == PollMode::Busy || opts.poll == PollMode::Hybrid;
   if (!trid.hostnqn.empty() || !opts.hostnqn.empty()) {
     c->hostnqn_ = !trid.hostnqn.empty() ? trid.hostnqn : opts.hostnqn;
   } else {
@@ -328,7 +329,7 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::stri
   const uint32_t vectors = uint32_t(at_.vector_fds().size());
   // Interrupts unless the queue busy-polls; vector 0 is the admin queue's, the I/O queues
   // share the others.
-  const bool ien = !opts_.busy_poll && vectors > 0;
+  const bool ien = opts_.poll != PollMode::Busy && vectors > 0;
   const uint32_t iv = vectors > 1 ? 1 + (qid - 1) % (vectors - 1) : 0;
   Sqe cq{};
   cq.opc = uint8_t(wire::AdminOpcode::CreateIoCq);

@@ -131,4 +131,24 @@ std::string default_hostnqn(const uint8_t id[16]) {
       id[15]);
 }
 
+bool parse_poll_mode(const std::string& text, PollMode& out) {
+  const std::string l = lower(text);
+  if (l == "default") out = PollMode::Default;
+  else if (l == "interrupt") out = PollMode::Interrupt;
+  else if (l == "busy") out = PollMode::Busy;
+  else if (l == "hybrid") out = PollMode::Hybrid;
+  else return false;
+  return true;
+}
+
+const char* to_string(PollMode m) {
+  switch (m) {
+    case PollMode::Default: return "default";
+    case PollMode::Interrupt: return "interrupt";
+    case PollMode::Busy: return "busy";
+    case PollMode::Hybrid: return "hybrid";
+  }
+  return "?";
+}
+
 }  // namespace nvtcp::host

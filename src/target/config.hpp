@@ -63,7 +63,7 @@ struct TargetConfig {
   uint64_t max_host_buffer_memory = 512ull << 20;        // the same, per host NQN (all its connections)
   uint64_t max_send_queue_bytes = 8u << 20; // per connection: new commands wait above this
   std::string tcp_congestion;           // per-socket congestion control, empty = default
-  std::string poll = "interrupt";        // interrupt | busy | hybrid (see reactor::PollMode)
+  std::string poll = "hybrid";           // interrupt | busy | hybrid (see reactor::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)
   uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work
   int sqpoll_cpu = -1;                  // pin the SQ threads to this CPU (-1: unpinned)

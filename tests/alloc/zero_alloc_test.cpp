@@ -79,14 +79,15 @@ struct Io {
   }
 };
 
-void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, bool busy_poll = false) {
+// Both sides in one poll mode; the default (hybrid) unless said.
+void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, const char* poll = "hybrid") {
   auto cfg = test::default_config();
   cfg.in_capsule_data = in_capsule;
-  if (busy_poll) cfg.poll = "busy";
+  cfg.poll = poll;
   test::RunningTarget t(cfg);
   host::ControllerOptions o;
   o.hdgst = o.ddgst = digests;
-  o.busy_poll = busy_poll;
+  ASSERT_TRUE(host::parse_poll_mode(poll, o.poll));
   std::string err;
   auto ctrl = host::Controller::connect(t.trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
@@ -121,7 +122,8 @@ void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, bool 
 TEST(ZeroAlloc, InCapsuleWritesAndReads4K) { run_steady_state(4096, false, 8192); }
 TEST(ZeroAlloc, R2TWritesAndReads64KWithDigests) { run_steady_state(65536, true, 8192); }
 // Both sides spinning: sockets are polled with recv() between io_uring receives.
-TEST(ZeroAlloc, BusyPoll4K) { run_steady_state(4096, false, 8192, true); }
+TEST(ZeroAlloc, BusyPoll4K) { run_steady_state(4096, false, 8192, "busy"); }
+TEST(ZeroAlloc, InterruptPoll4K) { run_steady_state(4096, false, 8192, "interrupt"); }
 
 TEST(ZeroAlloc, CounterSeesAllocations) {
   // The hook itself must work, or the tests above prove nothing.
@@ -268,7 +270,7 @@ TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
   trid.traddr = eo.socket_path;
   trid.subnqn = test::kTestNqn;
   host::ControllerOptions co;
-  co.busy_poll = true;
+  co.poll = host::PollMode::Busy;
   co.io_queues = 1;
   auto ctrl = host::Controller::connect(trid, co, err);
   ASSERT_TRUE(ctrl) << err;

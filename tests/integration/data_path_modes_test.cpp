@@ -70,8 +70,7 @@ void exercise(const Mode& m, uint16_t port, bool digests) {
   o.io_queues = 2;
   o.hdgst = o.ddgst = digests;
   o.sqpoll = m.sqpoll;
-  o.hybrid_poll = std::string(m.poll) == "hybrid";
-  o.busy_poll = std::string(m.poll) == "busy";
+  ASSERT_TRUE(host::parse_poll_mode(m.poll, o.poll));
   host::TransportId trid;
   trid.trsvcid = port;
   trid.subnqn = kTestNqn;
