@@ -144,6 +144,7 @@ def main():
             print(line)
 
     cpu_split(pts)
+    per_host(pts)
 
     try:
         import matplotlib
@@ -191,6 +192,29 @@ def main():
         written.append(path)
     print("\ncharts: " + ", ".join(written))
     return 0
+
+
+def per_host(pts):
+    """Remote initiator hosts (fio --client): each host's figures beside the total."""
+    rows = [p for p in pts if p.get("hosts")]
+    if not rows:
+        return
+    servers = [h["server"] for h in rows[0]["hosts"]]
+    print()
+    print("Per host (fio client/server): M IOPS, median (range); CPU s per million I/Os as each host's fio reports it")
+    for n, s in enumerate(servers):
+        print(f"  host {n + 1}: {s}")
+    head = f"{'workload':>10} {'bs':>5} {'jobs':>4} {'initiator':>14} | {'total':>22}"
+    for n in range(len(servers)):
+        head += f" | {'host ' + str(n + 1):>28}"
+    print(head)
+    print("-" * len(head))
+    for p in rows:
+        line = (f"{p['workload']:>10} {size_label(p['bs']):>5} {p['jobs']:>4} {name(p['initiator']):>14} | "
+                f"{iops_cell(p):>22}")
+        for h in p["hosts"]:
+            line += f" | {iops_cell(h) + ' ' + format(h['init_cpu_s_per_mio'], '.2f'):>28}"
+        print(line)
 
 
 def cpu_split(pts):

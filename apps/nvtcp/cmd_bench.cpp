@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -56,7 +58,60 @@ struct BenchArgs {
   bool hdgst = false, ddgst = false;
   unsigned repeat = 0;          // runs per point and initiator (0: 3 in --quick, 5 in full)
   std::vector<std::string> compare;  // two bench.json files: print and chart their ratio
+  std::string hosts_file;       // remote initiator hosts, one fio server per line (see FioHost)
+  std::vector<std::string> fio_clients;  // the same on the command line: SERVER,...
 };
+
+// A remote initiator host: a `fio --server` that nvtcp bench drives through `fio --client`,
+// as fio's distributed mode does. The job runs there, so the ioengine path (--fio-engine)
+// must exist on that host.
+struct FioHost {
+  std::string server;         // as fio --client takes it: HOST, HOST,PORT, ip6:HOST,PORT or sock:PATH
+  std::string traddr;         // the target address this host dials (default: --target's)
+  std::string engine_socket;  // an `nvtcp engine` running on that host (for the engine initiator)
+};
+
+// A hosts file: one host per line, "SERVER [traddr=ADDR] [engine=SOCKET]"; '#' starts a comment.
+bool parse_hosts(const std::string& text, std::vector<FioHost>& out, std::string& err) {
+  std::istringstream in(text);
+  unsigned lineno = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineno;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    FioHost h;
+    for (std::string w; words >> w;) {
+      if (h.server.empty()) {
+        h.server = w;
+      } else if (w.rfind("traddr=", 0) == 0) {
+        h.traddr = w.substr(7);
+      } else if (w.rfind("engine=", 0) == 0) {
+        h.engine_socket = w.substr(7);
+      } else {
+        err = fmt::format("line {}: '{}' is not traddr=ADDR or engine=SOCKET", lineno, w);
+        return false;
+      }
+    }
+    if (!h.server.empty()) out.push_back(std::move(h));
+  }
+  if (out.empty()) err = "no hosts";
+  return !out.empty();
+}
+
+// How fio's client output names a server: the host or socket path without the type prefix,
+// and the port if one was given (-1: any).
+std::pair<std::string, int> fio_server_name(std::string server) {
+  for (const char* prefix : {"ip:", "ip6:", "sock:"})
+    if (server.rfind(prefix, 0) == 0) {
+      const bool sock = std::string(prefix) == "sock:";
+      server = server.substr(std::strlen(prefix));
+      if (sock) return {server, -1};
+      break;
+    }
+  const size_t comma = server.rfind(',');
+  if (comma == std::string::npos) return {server, -1};
+  return {server.substr(0, comma), std::atoi(server.c_str() + comma + 1)};
+}
 
 struct Point {
   std::string workload;  // randread | randwrite | randrw
@@ -167,6 +222,7 @@ struct Runner {
   std::thread eng_thread;
   std::atomic<bool> eng_stop{false};
   std::string eng_socket;
+  std::vector<FioHost> hosts;  // remote initiator hosts (fio --client); empty: run here
 
   // By default the engine shares the embedded target's CPUs, as a card's cores are not the
   // host's: the application's CPUs run the application only.
@@ -201,34 +257,50 @@ struct Runner {
   }
 
   // fio splits file names at ':', so every ':' inside a value is escaped.
-  std::string fio_filename() const {
-    auto esc = [](const std::string& v) {
-      std::string o;
-      for (char ch : v) {
-        if (ch == ':') o += '\\';
-        o += ch;
-      }
-      return o;
-    };
-    return fmt::format("trtype=tcp adrfam={} traddr={} trsvcid={} subnqn={} ns={}", trid.adrfam, esc(trid.traddr),
-                       trid.trsvcid, esc(trid.subnqn), trid.nsid);
-  }
-  std::string engine_filename() const {
-    std::string nqn;
-    for (char ch : trid.subnqn) {
-      if (ch == ':') nqn += '\\';
-      nqn += ch;
+  static std::string fio_escape(const std::string& v) {
+    std::string o;
+    for (char ch : v) {
+      if (ch == ':') o += '\\';
+      o += ch;
     }
-    return fmt::format("trtype=engine traddr={} subnqn={} ns={}", eng_socket, nqn, trid.nsid);
+    return o;
+  }
+  std::string fio_filename(const std::string& traddr) const {
+    return fmt::format("trtype=tcp adrfam={} traddr={} trsvcid={} subnqn={} ns={}", trid.adrfam, fio_escape(traddr),
+                       trid.trsvcid, fio_escape(trid.subnqn), trid.nsid);
+  }
+  std::string engine_filename(const std::string& socket) const {
+    return fmt::format("trtype=engine traddr={} subnqn={} ns={}", socket, fio_escape(trid.subnqn), trid.nsid);
+  }
+
+  // The fio options of one point, without the ioengine and the file.
+  std::vector<std::string> fio_job_args(const Point& p) const {
+    return {"fio", "--name=bench", "--thread=1", "--group_reporting=1", "--output-format=json", "--time_based=1",
+            fmt::format("--runtime={}", seconds), "--ramp_time=0", "--norandommap=1", "--randrepeat=0",
+            "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
+            fmt::format("--numjobs={}", p.jobs), fmt::format("--iodepth={}", a.queue_depth),
+            fmt::format("--iodepth_batch_submit={}", std::max(1u, a.queue_depth / 4)), "--iodepth_batch_complete_min=1"};
+  }
+  // The ioengine options that reach the target through initiator init ("fio" or "engine").
+  std::vector<std::string> fio_engine_args(const std::string& init, const std::string& traddr,
+                                           const std::string& engine_socket) const {
+    if (init == "engine")  // the engine's cores run NVMe/TCP, fio reads their completion queues
+      return {"--ioengine=external:" + a.fio_engine, "--filename=" + engine_filename(engine_socket)};
+    std::vector<std::string> v{"--ioengine=external:" + a.fio_engine, "--filename=" + fio_filename(traddr)};
+    if (a.hdgst) v.push_back("--hdgst=1");
+    if (a.ddgst) v.push_back("--ddgst=1");
+    return v;
   }
 
   // The fio job of one point as a job file in the output folder (OUT/jobs/), so the same job
-  // can be run again elsewhere with `fio FILE`.
-  void write_job_file(const std::string& init, const Point& p, const std::vector<std::string>& fio,
-                      const std::vector<std::string>& env) const {
+  // can be run again elsewhere with `fio FILE`; a remote host's job is the file fio --client
+  // sends it. Returns the file's path.
+  std::string write_job_file(const std::string& init, const Point& p, const std::vector<std::string>& fio,
+                             const std::vector<std::string>& env, const std::string& suffix = "") const {
     const std::string dir = a.out_dir + "/jobs";
     ::mkdir(dir.c_str(), 0755);
-    const std::string path = fmt::format("{}/{}-{}-{}k-{}jobs-{}.fio", dir, p.figure, p.workload, p.bs / 1024, p.jobs, init);
+    const std::string path =
+        fmt::format("{}/{}-{}-{}k-{}jobs-{}{}.fio", dir, p.figure, p.workload, p.bs / 1024, p.jobs, init, suffix);
     std::ofstream f(path);
     f << fmt::format("; nvtcp bench: {} at {} bytes, {} jobs, initiator {}\n", p.workload, p.bs, p.jobs, init);
     for (const auto& e : env) f << "; environment: " << e << "\n";
@@ -240,12 +312,34 @@ struct Runner {
       f << arg.substr(2) << "\n";
     }
     f << "\n[bench]\n";
+    return path;
+  }
+
+  // IOPS and latency of one fio job (or group, or client) in fio's JSON: reads and writes
+  // together, the average latency weighted by IOPS, the worse side's p99.
+  static void job_figures(const json& job, double& iops, double& lat_avg, double& lat_p99) {
+    const double r_iops = job["read"]["iops"], w_iops = job["write"]["iops"];
+    iops = r_iops + w_iops;
+    auto side = [&](const char* s, bool mean) -> double {
+      const json& x = job[s];
+      if (x["io_bytes"].get<double>() == 0) return 0;
+      if (mean) return x["clat_ns"]["mean"].get<double>() / 1000.0;
+      auto& pct = x["clat_ns"]["percentile"];
+      return pct.contains("99.000000") ? pct["99.000000"].get<double>() / 1000.0 : 0;
+    };
+    lat_avg = (side("read", true) * r_iops + side("write", true) * w_iops) / std::max(iops, 1.0);
+    lat_p99 = std::max(side("read", false), side("write", false));
+  }
+
+  json point_header(const std::string& init, const Point& p) const {
+    return {{"initiator", init}, {"workload", p.workload}, {"bs", p.bs},           {"jobs", p.jobs},
+            {"queue_depth", a.queue_depth}, {"figure", p.figure}};
   }
 
   // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...}
   json run_point(const std::string& init, const Point& p) {
-    json res{{"initiator", init}, {"workload", p.workload}, {"bs", p.bs}, {"jobs", p.jobs},
-             {"queue_depth", a.queue_depth}, {"figure", p.figure}};
+    if (!hosts.empty()) return run_remote_point(init, p);
+    json res = point_header(init, p);
     double tcpu0 = target ? target->cpu_seconds() : 0;
     uint64_t tio0 = target ? target->io_count() : 0;
     const double ecpu0 = eng ? eng->stats().cpu_seconds : 0;
@@ -259,31 +353,19 @@ struct Runner {
       std::string t = trid.to_string();
       cmd.insert(cmd.end(), {self_dir() + "/nvtcp", "perf", "-r", t, "-q", std::to_string(a.queue_depth), "-o",
                              std::to_string(p.bs), "-w", p.workload, "-M", "70", "-t", fmt::format("{}", seconds),
-                             "--cores", std::to_string(threads), "-P", std::to_string(qpairs), "--json",
-                             "--hybrid-poll"});
+                             "--cores", std::to_string(threads), "-P", std::to_string(qpairs), "--json"});
       if (a.hdgst) cmd.push_back("--hdgst");
       if (a.ddgst) cmd.push_back("--ddgst");
       if (!a.tcp_congestion.empty()) cmd.insert(cmd.end(), {"--tcp-congestion", a.tcp_congestion});
     } else {
-      std::vector<std::string> fio{"fio", "--name=bench", "--thread=1", "--group_reporting=1",
-                                   "--output-format=json", "--time_based=1", fmt::format("--runtime={}", seconds),
-                                   "--ramp_time=0", "--norandommap=1", "--randrepeat=0",
-                                   "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
-                                   fmt::format("--numjobs={}", p.jobs), fmt::format("--iodepth={}", a.queue_depth),
-                                   fmt::format("--iodepth_batch_submit={}", std::max(1u, a.queue_depth / 4)),
-                                   "--iodepth_batch_complete_min=1"};
-      if (init == "fio") {
-        fio.insert(fio.end(), {"--ioengine=external:" + a.fio_engine, "--filename=" + fio_filename()});
-        if (a.hdgst) fio.push_back("--hdgst=1");
-        if (a.ddgst) fio.push_back("--ddgst=1");
-      } else if (init == "engine") {
-        // The same job; the engine's cores run NVMe/TCP, fio reads its completion queues in
-        // shared memory (and sleeps on their interrupt eventfds, as inline fio sleeps in io_uring).
-        fio.insert(fio.end(), {"--ioengine=external:" + a.fio_engine, "--filename=" + engine_filename()});
+      std::vector<std::string> fio = fio_job_args(p);
+      if (init == "fio" || init == "engine") {
+        auto e = fio_engine_args(init, trid.traddr, eng_socket);
+        fio.insert(fio.end(), e.begin(), e.end());
       } else if (init == "kernel") {
         fio.insert(fio.end(), {"--ioengine=io_uring", "--direct=1", "--filename=" + a.kernel_dev});
       } else if (init == "spdk") {
-        fio.insert(fio.end(), {"--ioengine=spdk", "--filename=" + fio_filename()});
+        fio.insert(fio.end(), {"--ioengine=spdk", "--filename=" + fio_filename(trid.traddr)});
         env.push_back("LD_PRELOAD=" + a.spdk_plugin);
       }
       cmd.insert(cmd.end(), fio.begin(), fio.end());
@@ -305,19 +387,7 @@ struct Runner {
       lat_avg = (*j)["lat_avg_us"];
       lat_p99 = (*j)["lat_p99_us"];
     } else {
-      const json& job = (*j)["jobs"][0];
-      double r_iops = job["read"]["iops"], w_iops = job["write"]["iops"];
-      iops = r_iops + w_iops;
-      auto side = [&](const char* s, const char* key) -> double {
-        const json& x = job[s];
-        if (x["io_bytes"].get<double>() == 0) return 0;
-        if (std::string(key) == "mean") return x["clat_ns"]["mean"].get<double>() / 1000.0;
-        auto& pct = x["clat_ns"]["percentile"];
-        return pct.contains("99.000000") ? pct["99.000000"].get<double>() / 1000.0 : 0;
-      };
-      double total = std::max(iops, 1.0);
-      lat_avg = (side("read", "mean") * r_iops + side("write", "mean") * w_iops) / total;
-      lat_p99 = std::max(side("read", "p99"), side("write", "p99"));
+      job_figures((*j)["jobs"][0], iops, lat_avg, lat_p99);
     }
     double ios = iops * seconds;
     res["iops"] = iops;
@@ -330,6 +400,66 @@ struct Runner {
     else res["target_cpu_s_per_mio"] = nullptr;
     if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
     else res["engine_cpu_s_per_mio"] = nullptr;
+    return res;
+  }
+
+  // One point on every remote host at once: one `fio --client=HOST JOB ...` that starts the
+  // jobs together. Per host: its figures and the CPU its fio reports (user + system of the
+  // job threads); the total is their sum (fio's "All clients").
+  json run_remote_point(const std::string& init, const Point& p) {
+    json res = point_header(init, p);
+    std::vector<std::string> cmd{"fio", "--output-format=json"};
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const FioHost& h = hosts[i];
+      std::vector<std::string> fio = fio_job_args(p);
+      auto e = fio_engine_args(init, h.traddr.empty() ? trid.traddr : h.traddr, h.engine_socket);
+      fio.insert(fio.end(), e.begin(), e.end());
+      cmd.push_back("--client=" + h.server);
+      cmd.push_back(write_job_file(init, p, fio, {}, fmt::format("-host{}", i + 1)));
+    }
+    ChildResult c = run_child(cmd);
+    auto j = last_json(c.out);
+    if (c.status != 0 || !j || !j->contains("client_stats")) {
+      res["error"] = fmt::format("fio --client exit {}: {}", c.status, (c.err.empty() ? c.out : c.err).substr(0, 400));
+      return res;
+    }
+    json per_host = json::array();
+    double total_iops = 0, lat_weighted = 0, worst_p99 = 0, cpu = 0;
+    for (const FioHost& h : hosts) {
+      const auto [name, port] = fio_server_name(h.server);
+      const json* found = nullptr;
+      for (const json& cs : (*j)["client_stats"])
+        if (cs.value("jobname", "") != "All clients" && cs.value("hostname", "") == name &&
+            (port < 0 || cs.value("port", -1) == port))
+          found = &cs;
+      if (!found) {
+        res["error"] = fmt::format("fio --client: no figures from {}", h.server);
+        return res;
+      }
+      double iops = 0, lat_avg = 0, lat_p99 = 0;
+      job_figures(*found, iops, lat_avg, lat_p99);
+      // fio's usr_cpu/sys_cpu are per job thread, averaged over the group's summed runtime.
+      const double host_cpu = ((*found)["usr_cpu"].get<double>() + (*found)["sys_cpu"].get<double>()) / 100.0 *
+                              (*found)["job_runtime"].get<double>() / 1000.0;
+      const double ios = iops * seconds;
+      per_host.push_back({{"server", h.server}, {"iops", iops}, {"gbps", iops * p.bs * 8 / 1e9},
+                          {"lat_avg_us", lat_avg}, {"lat_p99_us", lat_p99}, {"init_cpu_s", host_cpu},
+                          {"init_cpu_s_per_mio", ios > 0 ? host_cpu / (ios / 1e6) : 0}});
+      total_iops += iops;
+      lat_weighted += lat_avg * iops;
+      worst_p99 = std::max(worst_p99, lat_p99);
+      cpu += host_cpu;
+    }
+    const double ios = total_iops * seconds;
+    res["iops"] = total_iops;
+    res["gbps"] = total_iops * p.bs * 8 / 1e9;
+    res["lat_avg_us"] = lat_weighted / std::max(total_iops, 1.0);
+    res["lat_p99_us"] = worst_p99;  // the worst host's
+    res["init_cpu_s"] = cpu;
+    res["init_cpu_s_per_mio"] = ios > 0 ? cpu / (ios / 1e6) : 0;
+    res["target_cpu_s_per_mio"] = nullptr;  // the target is elsewhere
+    res["engine_cpu_s_per_mio"] = nullptr;  // and so are the hosts' engines
+    res["hosts"] = per_host;
     return res;
   }
 };
@@ -377,6 +507,16 @@ json summarize(const std::vector<json>& runs) {
   out["iops_max"] = hi;
   out["runs"] = runs.size();
   out["iops_runs"] = each;
+  // Remote hosts: each host's own median and range, host by host in the hosts file's order.
+  if (out.contains("hosts")) {
+    json hosts = json::array();
+    for (size_t k = 0; k < out["hosts"].size(); ++k) {
+      std::vector<json> per;
+      for (const auto& r : runs) per.push_back(r["hosts"][k]);
+      hosts.push_back(summarize(per));
+    }
+    out["hosts"] = hosts;
+  }
   return out;
 }
 
@@ -437,12 +577,39 @@ int run_bench(BenchArgs& a) {
   run.host_cores = count_cpus(a.host_cpus);
   run.seconds = a.runtime > 0 ? a.runtime : (a.quick ? 2 : 10);
   std::string err;
+  if (!a.hosts_file.empty() || !a.fio_clients.empty()) {
+    std::string text;
+    if (!a.hosts_file.empty()) {
+      std::ifstream f(a.hosts_file);
+      if (!f) {
+        fmt::print(stderr, "nvtcp bench: cannot read --hosts {}\n", a.hosts_file);
+        return 2;
+      }
+      text.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    // --fio-client A,B,C: a number after a host is that host's port (fio's HOST,PORT).
+    for (const auto& list : a.fio_clients) {
+      std::istringstream items(list);
+      for (std::string item; std::getline(items, item, ',');) {
+        const bool port = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+        text += (port ? "," : "\n") + item;
+      }
+    }
+    if (!parse_hosts(text, run.hosts, err)) {
+      fmt::print(stderr, "nvtcp bench: --hosts: {}\n", err);
+      return 2;
+    }
+    if (a.target_trid.empty() || !a.kernel_dev.empty() || !a.spdk_plugin.empty()) {
+      fmt::print(stderr, "nvtcp bench: remote hosts need --target (an address they reach) and run the nvtcp "
+                         "ioengine only (no --kernel-dev, --spdk-plugin)\n");
+      return 2;
+    }
+  }
   if (a.target_trid.empty()) {
     target::TargetConfig cfg;
     cfg.listeners.push_back({"127.0.0.1", 0});
     cfg.discovery_port = 0;
     cfg.cores = count_cpus(a.target_cpus);
-    cfg.poll = "hybrid";
     if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
     cfg.cpus = parse_cpu_list(a.target_cpus);
     target::SubsystemConfig sc;
@@ -467,6 +634,16 @@ int run_bench(BenchArgs& a) {
   std::vector<std::string> inits;
   if (run.a.fio_engine.empty()) run.a.fio_engine = self_dir() + "/libnvtcp_fio.so";
   for (const auto& i : a.initiators) {
+    if (!run.hosts.empty()) {
+      // fio --server runs the nvtcp ioengine there, inline or through that host's engine.
+      const bool engines = std::all_of(run.hosts.begin(), run.hosts.end(),
+                                       [](const FioHost& h) { return !h.engine_socket.empty(); });
+      if (i == "fio" || (i == "engine" && engines)) inits.push_back(i);
+      else if (i == "engine")
+        fmt::print(stderr, "nvtcp bench: skipping engine (give every host engine=SOCKET of its nvtcp engine)\n");
+      else fmt::print(stderr, "nvtcp bench: skipping {} (it runs only on this host; remote hosts run fio)\n", i);
+      continue;
+    }
     if (i == "fio") {
       struct stat st{};
       if (stat(run.a.fio_engine.c_str(), &st) != 0 || run_child({"fio", "--version"}).status != 0) {
@@ -476,7 +653,7 @@ int run_bench(BenchArgs& a) {
     }
     inits.push_back(i);
   }
-  if (std::find(inits.begin(), inits.end(), "engine") != inits.end()) {
+  if (run.hosts.empty() && std::find(inits.begin(), inits.end(), "engine") != inits.end()) {
     struct stat st{};
     if (stat(run.a.fio_engine.c_str(), &st) != 0 || run_child({"fio", "--version"}).status != 0) {
       fmt::print(stderr, "nvtcp bench: skipping engine (need fio and {})\n", run.a.fio_engine);
@@ -488,6 +665,10 @@ int run_bench(BenchArgs& a) {
   }
   if (!a.kernel_dev.empty()) inits.push_back("kernel");
   if (!a.spdk_plugin.empty()) inits.push_back("spdk");
+  if (inits.empty()) {
+    fmt::print(stderr, "nvtcp bench: no initiator can run\n");
+    return 2;
+  }
 
   auto pts = matrix(a.quick);
   if (a.points && a.points < pts.size()) {
@@ -507,6 +688,11 @@ int run_bench(BenchArgs& a) {
   doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
   doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
   doc["environment"] = environment(a);
+  if (!run.hosts.empty()) {
+    doc["hosts"] = json::array();
+    for (const auto& h : run.hosts) doc["hosts"].push_back(h.server);
+    doc["host_cpus"] = nullptr;  // the hosts' own
+  }
   doc["points"] = json::array();
   const unsigned repeat = a.repeat ? a.repeat : (a.quick ? 3u : 5u);
   doc["repeat"] = repeat;
@@ -535,6 +721,11 @@ int run_bench(BenchArgs& a) {
                      one["gbps"].get<double>(), one["lat_avg_us"].get<double>(), one["lat_p99_us"].get<double>(),
                      one["init_cpu_s_per_mio"].get<double>(), opt("engine_cpu_s_per_mio"),
                      opt("target_cpu_s_per_mio"));
+          if (one.contains("hosts"))
+            for (const auto& h : one["hosts"])
+              fmt::print("{:>7} {:>32} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f}\n", "", h["server"].get<std::string>(),
+                         h["iops"].get<double>() / 1e6, h["gbps"].get<double>(), h["lat_avg_us"].get<double>(),
+                         h["lat_p99_us"].get<double>(), h["init_cpu_s_per_mio"].get<double>());
         }
         std::fflush(stdout);
         runs[init].push_back(std::move(one));
@@ -588,6 +779,11 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_flag("--ddgst", a->ddgst, "data digests");
   c->add_option("--repeat", a->repeat,
                 "runs per point and initiator, interleaved round by round (default 3 with --quick, else 5)");
+  c->add_option("--hosts", a->hosts_file,
+                "run the initiators on remote hosts through fio's client/server mode: a file with one "
+                "`fio --server` per line, \"SERVER [traddr=ADDR] [engine=SOCKET]\" (needs --target)");
+  c->add_option("--fio-client", a->fio_clients,
+                "remote hosts as fio --client takes them, comma-separated (HOST, HOST,PORT, sock:PATH)");
   c->add_option("--compare", a->compare, "A/bench.json B/bench.json: print and chart B's figures as ratios to A's")
       ->expected(2);
   c->callback([a, &rc] { rc = run_bench(*a); });
