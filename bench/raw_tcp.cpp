@@ -2,6 +2,7 @@
 // NVMe/TCP read (a 72-byte command capsule in, a 24-byte C2HData header plus the data out)
 // over loopback with the same reactor and stream code nvtcp uses, and nothing else: no PDU
 // parsing, no request state, no namespace. nvtcp's figures are reported as a ratio to it.
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -44,6 +45,8 @@ struct Options {
   bool no_spin_recv = false;
   int sndbuf = 0, rcvbuf = 0;     // SO_SNDBUF / SO_RCVBUF, 0 = kernel default (autotuned)
   bool ping_pong = false;         // the QD1 limit: plain sockets, both sides spinning on recv()
+  std::string address = "127.0.0.1";  // where the server listens (and the client connects)
+  std::string server_netns, client_netns;  // network namespaces (ip netns names) of the two sides
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
@@ -56,6 +59,22 @@ struct Options {
     return r;
   }
 };
+
+// Moves the calling thread into the network namespace `ip netns add NAME` made, so that the
+// sockets it creates from now on live there (a namespace per side: a veth pair in place of
+// loopback, as bench/run --topology veth sets up).
+bool enter_netns(const std::string& name) {
+  if (name.empty()) return true;
+  const std::string path = "/var/run/netns/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+    fmt::print(stderr, "raw-tcp: cannot enter network namespace {}: {}\n", name, strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
 
 void pin(int core) {
   if (core < 0) return;
@@ -248,16 +267,26 @@ int main(int argc, char** argv) {
   app.add_option("--rcvbuf", o.rcvbuf, "SO_RCVBUF bytes on both sockets (0: kernel default)");
   app.add_flag("--ping-pong", o.ping_pong,
                "the QD1 limit: one request at a time over plain sockets, both sides spinning on recv()");
+  app.add_option("--address", o.address, "the server's address (default 127.0.0.1)");
+  app.add_option("--server-netns", o.server_netns, "run the server side in this network namespace (ip netns)");
+  app.add_option("--client-netns", o.client_netns, "run the client side in this network namespace (ip netns)");
   CLI11_PARSE(app, argc, argv);
 
   reactor::Endpoint ep;
   std::string err;
-  reactor::resolve("127.0.0.1", 0, ep, err);
+  if (!reactor::resolve(o.address, 0, ep, err)) {
+    fmt::print(stderr, "raw-tcp: --address: {}\n", err);
+    return 2;
+  }
+  // The listening socket is made in the server's namespace (its accepted connections stay
+  // there); every socket made after the switch, the client's, in the client's.
+  if (!enter_netns(o.server_netns)) return 1;
   int lfd = reactor::listen_on(ep);
   if (lfd < 0) {
     fmt::print(stderr, "raw-tcp: listen: {}\n", strerror(-lfd));
     return 1;
   }
+  if (!enter_netns(o.client_netns)) return 1;
   sockaddr_storage ss{};
   socklen_t sl = sizeof(ss);
   getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &sl);
