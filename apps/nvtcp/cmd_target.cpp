@@ -50,21 +50,6 @@ struct TargetArgs {
   int64_t h2c_data_timeout_ms = -1;  // -1: not given
 };
 
-bool split_host_port(const std::string& s, std::string& host, uint16_t& port) {
-  size_t colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  host = s.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  try {
-    unsigned long p = std::stoul(s.substr(colon + 1));
-    if (p > 65535) return false;
-    port = uint16_t(p);
-  } catch (...) {
-    return false;
-  }
-  return true;
-}
-
 int run_target(const TargetArgs& a) {
   target::TargetConfig cfg;
   if (!a.config.empty()) {
@@ -75,7 +60,7 @@ int run_target(const TargetArgs& a) {
   }
   for (const auto& l : a.listen) {
     target::ListenerConfig lc;
-    if (!split_host_port(l, lc.address, lc.port)) {
+    if (!target::parse_listener(l, lc)) {
       fmt::print(stderr, "nvtcp target: --listen '{}' is not ADDRESS:PORT\n", l);
       return 2;
     }

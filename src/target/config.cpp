@@ -139,6 +139,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.model = s.value("model", sc.model);
       sc.allow_any_host = s.value("allow_any_host", !s.contains("hosts"));
       sc.hosts = s.value("hosts", std::vector<std::string>{});
+      sc.listeners = s.value("listeners", std::vector<std::string>{});
       for (const auto& n : s.value("namespaces", nlohmann::json::array())) {
         NamespaceConfig nc;
         nc.nsid = int_field(n, "nsid", 0u);
@@ -203,8 +204,30 @@ std::string finalize_config(TargetConfig& cfg) {
       if (n.type == "file" && n.path.empty()) return fmt::format("file namespace {} needs a path", n.nsid);
     }
     if (used.size() != s.namespaces.size()) return fmt::format("subsystem {} repeats an nsid", s.nqn);
+    for (const auto& name : s.listeners) {
+      ListenerConfig want;
+      if (!parse_listener(name, want)) return fmt::format("subsystem {}: listener '{}' is not ADDRESS:PORT", s.nqn, name);
+      const bool known = std::any_of(cfg.listeners.begin(), cfg.listeners.end(), [&](const ListenerConfig& l) {
+        return l.address == want.address && l.port == want.port;
+      });
+      if (!known) return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
+    }
   }
   return {};
+}
+
+bool parse_listener(const std::string& text, ListenerConfig& out) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = text.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const unsigned long p = std::stoul(port);
+  if (p > 65535) return false;
+  out.address = host;
+  out.port = uint16_t(p);
+  return true;
 }
 
 }  // namespace nvtcp::target

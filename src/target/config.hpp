@@ -21,12 +21,22 @@ struct SubsystemConfig {
   bool allow_any_host = true;
   std::vector<std::string> hosts;  // allowed host NQNs when allow_any_host is false
   std::vector<NamespaceConfig> namespaces;
+  // The listeners ("ADDRESS:PORT", as configured) through which hosts reach this subsystem:
+  // its discovery log entries, and where Connect is accepted. Empty: every listener (and the
+  // discovery port), as a Linux nvmet subsystem linked to every port.
+  std::vector<std::string> listeners;
 };
 
 struct ListenerConfig {
   std::string address = "127.0.0.1";
   uint16_t port = 4420;
+  // A wildcard address (0.0.0.0, ::): the discovery log gives each host the address it
+  // reached the target on instead, as the Linux target does.
+  bool wildcard() const { return address.empty() || address == "0.0.0.0" || address == "::"; }
 };
+
+// "ADDRESS:PORT" or "[IPV6]:PORT" into a listener; false if it is neither.
+bool parse_listener(const std::string& text, ListenerConfig& out);
 
 struct TargetConfig {
   std::vector<ListenerConfig> listeners;

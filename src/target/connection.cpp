@@ -50,7 +50,7 @@ void ConnectionSet::close_all() {
 }
 
 Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-                       std::string address)
+                       std::string address, Arrival arrival)
     : target_(target),
       reactor_(r),
       peer_(std::move(peer)),
@@ -58,6 +58,7 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
       stream_(r, fd, this),
       receiver_(transport::Side::Target, this) {
   address_ = std::move(address);
+  arrival_ = std::move(arrival);
   term_sent_.owner = this;
   term_sent_.fn = [](reactor::SendDone* d) {
     static_cast<TermSent*>(d)->owner->stream_.close();
@@ -560,6 +561,12 @@ void Connection::execute_connect(Request* r) {
     invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
     return;
   }
+  // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
+  if (!sub->reachable_through(arrival_.portid)) {
+    log::warn("{}: Connect to subsystem '{}', which is not on the listener this host came through", peer_, subnqn);
+    invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
+    return;
+  }
   if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
     log::warn("{}: host '{}' is not allowed on {}", peer_, hostnqn, subnqn);
     complete(r, sc::ConnectInvalidHost);
@@ -614,6 +621,7 @@ void Connection::execute_connect(Request* r) {
       return;
     }
     ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato));
+    ctrl->set_local_address(arrival_.local_address);
   } else {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {

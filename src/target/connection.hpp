@@ -101,11 +101,18 @@ struct Request {
   } sent;
 };
 
+// Where a connection came in: the listener's port ID (0: the discovery-only port) and the
+// local address the host reached (what a wildcard listener advertises to it).
+struct Arrival {
+  uint16_t portid = 1;
+  std::string local_address;
+};
+
 class Connection final : public reactor::StreamOwner, public transport::PduHandler {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-             std::string address = {});
+             std::string address = {}, Arrival arrival = {});
   ~Connection() override;
 
   void start();
@@ -195,6 +202,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
   uint64_t pool_bytes_ = 0;           // the request pool, counted in the buffer budgets
   std::string address_;               // counted in TargetState::addresses
+  Arrival arrival_;
   QueueStats* stats_ = nullptr;
 
   std::vector<std::unique_ptr<Request>> pool_;

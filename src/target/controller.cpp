@@ -206,7 +206,9 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->acl = kAcl;
       id->aerl = kAerl;
       id->frmw = (1u << 1) | 1u;  // one slot, slot 1 read-only
-      id->lpa = (1u << 2);         // extended data for Get Log Page (NUMDU, offsets)
+      // Commands Supported and Effects log, extended data for Get Log Page (NUMDU, offsets).
+      // Not bit 5: it would also promise LIDs 12h and 13h.
+      id->lpa = discovery ? (1u << 2) : (1u << 1) | (1u << 2);
       id->elpe = 0;
       id->npss = 0;
       id->kas = 1;                 // keep-alive granularity 100 ms
@@ -249,18 +251,9 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->lbaf[0].lbads = ns->lbads;
       return kIdentifyLen;
     }
-    case Cns::ActiveNamespaceList: {
-      if (discovery || sqe.nsid >= 0xFFFFFFFE) {
-        st = sc::InvalidField;
-        return 0;
-      }
-      auto* list = reinterpret_cast<uint32_t*>(buf);
-      size_t n = 0;
-      for (const auto& ns : subsys_.namespaces()) {
-        if (ns->nsid > sqe.nsid && n < kIdentifyLen / 4) list[n++] = ns->nsid;
-      }
-      return kIdentifyLen;
-    }
+    case Cns::ActiveNamespaceList:
+      if (discovery) break;
+      return active_namespace_list(sqe.nsid, buf, st);
     case Cns::NamespaceDescriptors: {
       const Namespace* ns = discovery ? nullptr : subsys_.find_namespace(sqe.nsid);
       if (!ns) {
@@ -283,11 +276,55 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
     }
     case Cns::IoCommandSetController:
       // NVM command set controller data for CSI 0: all-zero means "no extra limits".
-      if (!discovery && (sqe.cdw11 >> 24) == 0) return kIdentifyLen;
+      if (!discovery && (sqe.cdw11 >> 24) == kCsiNvm) return kIdentifyLen;
       break;
+    case Cns::IoCommandSetNamespace: {
+      // NVM command set namespace data: all-zero, no protection information or extended
+      // LBA formats (nvmet answers the same).
+      if (discovery || (sqe.cdw11 >> 24) != kCsiNvm) break;
+      if (sqe.nsid == 0 || sqe.nsid == kNsidAll) {
+        st = sc::InvalidNamespace;
+        return 0;
+      }
+      return kIdentifyLen;
+    }
+    case Cns::IoCommandSetActiveNamespaceList:
+      if (discovery || (sqe.cdw11 >> 24) != kCsiNvm) break;
+      return active_namespace_list(sqe.nsid, buf, st);
+    case Cns::IndependentNamespace: {
+      if (discovery || sqe.nsid == 0 || sqe.nsid == kNsidAll) {
+        st = sc::InvalidNamespace;
+        return 0;
+      }
+      const Namespace* ns = subsys_.find_namespace(sqe.nsid);
+      if (!ns) return kIdentifyLen;  // inactive: zero-filled, as CNS 00h
+      auto* id = reinterpret_cast<IndependentIdentifyNamespace*>(buf);
+      id->nmic = 1;  // as CNS 00h
+      id->nstat = kNstatReady;
+      return kIdentifyLen;
+    }
+    case Cns::IoCommandSetCombinations: {
+      if (discovery) break;
+      reinterpret_cast<IoCommandSetVectors*>(buf)->vector[0] = 1u << kCsiNvm;  // NVM only
+      return kIdentifyLen;
+    }
   }
   st = sc::InvalidField;
   return 0;
+}
+
+// CNS 02h and 07h (NVM): the active NSIDs above `after`, ascending, in a zeroed buffer.
+uint32_t Controller::active_namespace_list(uint32_t after, uint8_t* buf, Status& st) const {
+  if (after >= 0xFFFFFFFE) {
+    st = sc::InvalidField;
+    return 0;
+  }
+  auto* list = reinterpret_cast<uint32_t*>(buf);
+  size_t n = 0;
+  for (const auto& ns : subsys_.namespaces()) {
+    if (ns->nsid > after && n < kIdentifyLen / 4) list[n++] = ns->nsid;
+  }
+  return kIdentifyLen;
 }
 
 // Builds the whole log in scratch_ and points r at the window asked for: the connection
@@ -300,6 +337,34 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
   bool discovery = subsys_.is_discovery();
   scratch_.clear();
   switch (lid) {
+    case LogPageId::SupportedLogPages: {
+      if (discovery) break;
+      scratch_.assign(sizeof(SupportedLogPagesLog), 0);
+      auto* l = reinterpret_cast<SupportedLogPagesLog*>(scratch_.data());
+      for (LogPageId id : {LogPageId::SupportedLogPages, LogPageId::Error, LogPageId::SmartHealth,
+                           LogPageId::FirmwareSlot, LogPageId::ChangedNamespaces, LogPageId::CommandEffects})
+        l->lid[uint8_t(id)] = kLogSupported;
+      break;
+    }
+    case LogPageId::CommandEffects: {
+      if (discovery) break;
+      if ((sqe.cdw14 >> 24) != kCsiNvm) {
+        st = sc::InvalidField;
+        return;
+      }
+      scratch_.assign(sizeof(CommandEffectsLog), 0);
+      auto* e = reinterpret_cast<CommandEffectsLog*>(scratch_.data());
+      for (AdminOpcode op : {AdminOpcode::GetLogPage, AdminOpcode::Identify, AdminOpcode::Abort,
+                             AdminOpcode::SetFeatures, AdminOpcode::GetFeatures, AdminOpcode::AsyncEventRequest,
+                             AdminOpcode::KeepAlive})
+        e->admin[uint8_t(op)] = kEffectsCsupp;
+      e->io[uint8_t(IoOpcode::Flush)] = kEffectsCsupp;
+      e->io[uint8_t(IoOpcode::Read)] = kEffectsCsupp;
+      // Deallocated blocks read as zeros (DLFEAT), so Dataset Management changes content too.
+      for (IoOpcode op : {IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::DatasetManagement})
+        e->io[uint8_t(op)] = kEffectsCsupp | kEffectsLbcc;
+      break;
+    }
     case LogPageId::Error:
       scratch_.assign(sizeof(ErrorLogEntry), 0);  // ELPE+1 = 1 entry; we log no errors
       break;
@@ -370,7 +435,8 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
   std::vector<std::pair<const Subsystem*, const Listener*>> entries;
   for (const auto& s : target_.subsystems) {
     if (!s->host_allowed(hostnqn_)) continue;
-    for (const auto& l : target_.listeners) entries.emplace_back(s.get(), &l);
+    for (const auto& l : target_.listeners)
+      if (s->reachable_through(l.portid)) entries.emplace_back(s.get(), &l);
   }
   for (const auto& l : target_.listeners) entries.emplace_back(target_.discovery.get(), &l);
   uint32_t total = uint32_t(sizeof(DiscoveryLogHeader) + entries.size() * sizeof(DiscoveryLogEntry));
@@ -381,8 +447,13 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
   h->recfmt = 0;
   auto* e = reinterpret_cast<DiscoveryLogEntry*>(buf + sizeof(DiscoveryLogHeader));
   for (const auto& [s, l] : entries) {
+    // A wildcard listener cannot be dialled as such: the host is told the address it reached
+    // this discovery controller on, as the Linux target does.
+    const bool substitute = l->wildcard && !local_address_.empty();
+    const std::string& traddr = substitute ? local_address_ : l->address;
+    const bool ipv6 = substitute ? local_address_.find(':') != std::string::npos : l->ipv6;
     e->trtype = kTrtypeTcp;
-    e->adrfam = l->ipv6 ? kAdrfamIpv6 : kAdrfamIpv4;
+    e->adrfam = ipv6 ? kAdrfamIpv6 : kAdrfamIpv4;
     e->subtype = s->is_discovery() ? kSubtypeCurrentDiscovery : kSubtypeNvme;
     e->treq = kTreqDisableSqFlow;  // secure channel "not specified", as Linux nvmet and nvme-cli expect
     e->portid = l->portid;
@@ -390,7 +461,8 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
     e->asqsz = 32;
     put_padded(e->trsvcid, sizeof(e->trsvcid), std::to_string(l->port));
     put_string(e->subnqn, sizeof(e->subnqn), s->nqn());
-    put_padded(e->traddr, sizeof(e->traddr), l->address);
+    put_padded(e->traddr, sizeof(e->traddr), traddr);
+    e->eflags = 0;  // no duplicate-returned-information or explicit-persistent-connection flags, as nvmet
     e->tsas[0] = kTcpSectypeNone;
     ++e;
   }

@@ -48,6 +48,9 @@ class Controller {
   uint16_t cntlid() const { return cntlid_; }
   Subsystem& subsystem() { return subsys_; }
   const std::string& hostnqn() const { return hostnqn_; }
+  // The address the host reached the target on (set at Connect): a discovery controller
+  // advertises it for wildcard listeners.
+  void set_local_address(std::string a) { local_address_ = std::move(a); }
   const uint8_t* hostid() const { return hostid_; }
   bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
   uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
@@ -89,6 +92,7 @@ class Controller {
 
  private:
   uint32_t identify(const wire::Sqe& sqe, uint8_t* buf, wire::Status& st);
+  uint32_t active_namespace_list(uint32_t after, uint8_t* buf, wire::Status& st) const;
   void get_log_page(const wire::Sqe& sqe, uint32_t len, AdminResult& r);
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
   AdminResult set_features(const wire::Sqe& sqe);
@@ -99,6 +103,7 @@ class Controller {
   Subsystem& subsys_;
   uint16_t cntlid_;
   std::string hostnqn_;
+  std::string local_address_;
   uint8_t hostid_[16];
   uint32_t kato_ms_;
   uint64_t last_seen_ns_ = 0;

@@ -106,9 +106,18 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   st.discovery = std::make_unique<Subsystem>(dc, true);
   uint16_t portid = 1;
   for (const auto& l : cfg.listeners)
-    st.listeners.push_back({l.address, l.port, portid++, l.address.find(':') != std::string::npos});
+    st.listeners.push_back({l.address, l.port, portid++, l.address.find(':') != std::string::npos, l.wildcard()});
   for (const auto& sc : cfg.subsystems) {
     auto sub = std::make_unique<Subsystem>(sc, false);
+    std::vector<uint16_t> bound;  // finalize_config checked that every name is a listener
+    for (const auto& name : sc.listeners) {
+      ListenerConfig want;
+      parse_listener(name, want);
+      for (size_t i = 0; i < cfg.listeners.size(); ++i)
+        if (cfg.listeners[i].address == want.address && cfg.listeners[i].port == want.port)
+          bound.push_back(st.listeners[i].portid);
+    }
+    sub->bind_listeners(std::move(bound));
     for (const auto& nc : sc.namespaces) {
       auto ns = std::make_unique<Namespace>();
       ns->nsid = nc.nsid;

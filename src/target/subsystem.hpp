@@ -2,6 +2,7 @@
 // after start-up (read without locks); the controller table changes only on Connect and
 // teardown, under a mutex that the data path never takes.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -34,8 +35,9 @@ struct Namespace {
 struct Listener {
   std::string address;
   uint16_t port = 0;
-  uint16_t portid = 0;
+  uint16_t portid = 0;  // 1, 2, ... in configuration order; 0 is the discovery-only port
   bool ipv6 = false;
+  bool wildcard = false;  // 0.0.0.0 or ::: advertised as the address each host reached
 };
 
 class Subsystem {
@@ -47,6 +49,12 @@ class Subsystem {
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
   bool host_allowed(const std::string& hostnqn) const;
+  // Whether hosts reach this subsystem through the listener with this port ID (0: the
+  // discovery-only port). Bound to named listeners, or to all of them (start-up only).
+  bool reachable_through(uint16_t portid) const {
+    return portids_.empty() || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
+  }
+  void bind_listeners(std::vector<uint16_t> portids) { portids_ = std::move(portids); }
 
   // Adds a namespace (start-up only).
   void add_namespace(std::unique_ptr<Namespace> ns);
@@ -72,6 +80,7 @@ class Subsystem {
   bool discovery_;
   bool allow_any_;
   std::vector<std::string> hosts_;
+  std::vector<uint16_t> portids_;  // empty: every listener
   std::vector<std::unique_ptr<Namespace>> namespaces_;
   std::vector<Namespace*> ns_by_id_;
 

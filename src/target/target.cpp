@@ -36,6 +36,7 @@ struct Target::ReactorThread {
 struct Target::ListenSocket {
   int fd = -1;
   uint16_t port = 0;
+  uint16_t portid = 0;              // the listener's (see Listener::portid); 0: discovery only
   std::string name;                 // address:port, for the log
   reactor::OwnedCompletion<ListenSocket> accept;
   Target* target = nullptr;
@@ -90,6 +91,17 @@ std::string peer_name(int fd) {
   return ep.addr.ss_family == AF_UNSPEC ? "?" : ep.to_string();
 }
 
+// The address the host reached on this side, as the host would dial it: an IPv4 host on an
+// IPv6 socket shows as plain IPv4.
+std::string local_address(int fd) {
+  reactor::Endpoint ep;
+  ep.len = sizeof(ep.addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ep.addr), &ep.len) < 0) return {};
+  std::string host = ep.host();
+  if (host.rfind("::ffff:", 0) == 0 && host.find('.') != std::string::npos) host = host.substr(7);
+  return host;
+}
+
 // The peer's IP address alone (no port): what max_connections_per_address counts.
 std::string peer_address(int fd) {
   reactor::Endpoint ep = peer_of(fd);
@@ -134,6 +146,7 @@ std::string Target::start() {
     auto ls = bind_one(cfg_.listeners[i].address, cfg_.listeners[i].port, err);
     if (!ls) return err;
     state_->listeners[i].port = ls->port;
+    ls->portid = state_->listeners[i].portid;
     sockets_.push_back(std::move(ls));
   }
   if (cfg_.discovery_port) {
@@ -272,14 +285,16 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());
     ReactorThread* dst = reactors_[idx].get();
     int fd = res;
-    dst->reactor->post([this, dst, fd, address = std::move(address)]() mutable {
+    Arrival arrival{sock->portid, local_address(fd)};
+    dst->reactor->post([this, dst, fd, address = std::move(address), arrival = std::move(arrival)]() mutable {
       if (stopping_.load()) {
         close(fd);
         if (!address.empty()) state_->addresses.release(address);
         state_->usage.handoff.fetch_sub(1);
         return;
       }
-      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address));
+      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address),
+                                  std::move(arrival));
       state_->usage.handoff.fetch_sub(1);
       conn->start();
     });

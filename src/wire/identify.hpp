@@ -12,8 +12,17 @@ enum class Cns : uint8_t {
   Controller = 0x01,
   ActiveNamespaceList = 0x02,
   NamespaceDescriptors = 0x03,
-  IoCommandSetController = 0x06,  // NVM command set specific controller data (CSI 0)
+  IoCommandSetNamespace = 0x05,            // command set specific namespace data (CSI in CDW11)
+  IoCommandSetController = 0x06,           // NVM command set specific controller data (CSI 0)
+  IoCommandSetActiveNamespaceList = 0x07,  // the active list for one command set
+  IndependentNamespace = 0x08,             // I/O command set independent namespace data
+  IoCommandSetCombinations = 0x1C,         // the I/O command set data structure
 };
+
+// Command Set Identifier (CDW11 bits 31:24 of Identify, CDW14 of Get Log Page): NVM.
+inline constexpr uint8_t kCsiNvm = 0;
+// NSTAT bit 0: the namespace is ready.
+inline constexpr uint8_t kNstatReady = 1;
 
 inline constexpr uint32_t kIdentifyLen = 4096;
 
@@ -188,6 +197,27 @@ struct IdentifyNamespace {
   uint8_t rsvd384[3712];
 };
 
+// CNS 08h: what every command set has in common about a namespace.
+struct IndependentIdentifyNamespace {
+  uint8_t nsfeat;
+  uint8_t nmic;
+  uint8_t rescap;
+  uint8_t fpi;
+  uint32_t anagrpid;
+  uint8_t nsattr;
+  uint8_t rsvd9;
+  uint16_t nvmsetid;
+  uint16_t endgid;
+  uint8_t nstat;
+  uint8_t rsvd15[4081];
+};
+
+// CNS 1Ch: the I/O command set combinations the controller supports, one 64-bit vector
+// each (bit 0: NVM).
+struct IoCommandSetVectors {
+  uint64_t vector[512];
+};
+
 struct NsIdDescriptorHeader {
   uint8_t nidt;      // 1 EUI64, 2 NGUID, 3 UUID, 4 CSI
   uint8_t nidl;
@@ -216,5 +246,9 @@ static_assert(offsetof(IdentifyNamespace, nlbaf) == 25 && offsetof(IdentifyNames
 static_assert(offsetof(IdentifyNamespace, nvmcap) == 48 && offsetof(IdentifyNamespace, anagrpid) == 92);
 static_assert(offsetof(IdentifyNamespace, nguid) == 104 && offsetof(IdentifyNamespace, eui64) == 120);
 static_assert(offsetof(IdentifyNamespace, lbaf) == 128);
+static_assert(sizeof(IndependentIdentifyNamespace) == kIdentifyLen);
+static_assert(offsetof(IndependentIdentifyNamespace, anagrpid) == 4 && offsetof(IndependentIdentifyNamespace, nsattr) == 8);
+static_assert(offsetof(IndependentIdentifyNamespace, nvmsetid) == 10 && offsetof(IndependentIdentifyNamespace, nstat) == 14);
+static_assert(sizeof(IoCommandSetVectors) == kIdentifyLen);
 
 }  // namespace nvtcp::wire

@@ -1,5 +1,6 @@
-// Log pages: Error Information (01h), SMART / Health (02h), Firmware Slot (03h),
-// Changed Namespace List (04h), Discovery (70h).
+// Log pages: Supported Log Pages (00h), Error Information (01h), SMART / Health (02h),
+// Firmware Slot (03h), Changed Namespace List (04h), Commands Supported and Effects (05h),
+// Discovery (70h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,12 +8,20 @@
 namespace nvtcp::wire {
 
 enum class LogPageId : uint8_t {
+  SupportedLogPages = 0x00,
   Error = 0x01,
   SmartHealth = 0x02,
   FirmwareSlot = 0x03,
   ChangedNamespaces = 0x04,
+  CommandEffects = 0x05,
   Discovery = 0x70,
 };
+
+// LID 00h: one descriptor per log page identifier; bit 0 (LSUPP) says it is supported.
+inline constexpr uint32_t kLogSupported = 1u << 0;
+// LID 05h, per opcode: CSUPP (supported) and LBCC (may change logical block content).
+inline constexpr uint32_t kEffectsCsupp = 1u << 0;
+inline constexpr uint32_t kEffectsLbcc = 1u << 1;
 
 #pragma pack(push, 1)
 struct ErrorLogEntry {
@@ -53,6 +62,16 @@ struct SmartLog {
   uint32_t critical_comp_time;
   uint16_t temp_sensor[8];
   uint8_t rsvd216[296];
+};
+
+struct SupportedLogPagesLog {
+  uint32_t lid[256];
+};
+
+struct CommandEffectsLog {
+  uint32_t admin[256];  // by admin opcode
+  uint32_t io[256];     // by I/O opcode
+  uint8_t rsvd2048[2048];
 };
 
 struct FirmwareSlotLog {
@@ -104,6 +123,8 @@ static_assert(sizeof(SmartLog) == 512 && offsetof(SmartLog, data_units_read) == 
 static_assert(offsetof(SmartLog, host_reads) == 64 && offsetof(SmartLog, num_err_log_entries) == 176);
 static_assert(offsetof(SmartLog, temp_sensor) == 200);
 static_assert(sizeof(FirmwareSlotLog) == 512 && offsetof(FirmwareSlotLog, frs) == 8);
+static_assert(sizeof(SupportedLogPagesLog) == 1024);
+static_assert(sizeof(CommandEffectsLog) == 4096 && offsetof(CommandEffectsLog, io) == 1024);
 static_assert(sizeof(DiscoveryLogHeader) == 1024 && offsetof(DiscoveryLogHeader, recfmt) == 16);
 static_assert(sizeof(DiscoveryLogEntry) == 1024);
 static_assert(offsetof(DiscoveryLogEntry, portid) == 4 && offsetof(DiscoveryLogEntry, asqsz) == 8);

@@ -77,7 +77,7 @@ class RunningTarget {
     if (!err.empty()) throw std::runtime_error("target start: " + err);
   }
   ~RunningTarget() { t_->stop(); }
-  uint16_t port() const { return t_->port(0); }
+  uint16_t port(size_t listener = 0) const { return t_->port(listener); }
   target::Target& target() { return *t_; }
   host::TransportId trid(const std::string& nqn = kTestNqn, uint32_t nsid = 1) const {
     host::TransportId t;

@@ -74,5 +74,37 @@ TEST(ConfigRanges, CodeBuiltConfigurationsAreCheckedToo) {
   EXPECT_EQ(finalize_config(cfg), "");
 }
 
+TEST(ConfigListeners, SubsystemsNameListenersTheTargetHas) {
+  const std::string listeners = R"("listeners": [{"address": "127.0.0.1", "port": 4420}, {"address": "::", "port": 4421}])";
+  auto with = [&](const std::string& bound) {
+    return load("{" + listeners + R"(, "subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:b", "listeners": )" + bound +
+                R"(, "namespaces": [{"type": "ram", "size": "1M"}]}]})");
+  };
+  EXPECT_EQ(with(R"(["127.0.0.1:4420"])"), "");
+  EXPECT_EQ(with(R"(["[::]:4421", "127.0.0.1:4420"])"), "");
+  EXPECT_EQ(with("[]"), "");  // every listener
+  EXPECT_NE(with(R"(["127.0.0.1:4421"])").find("'127.0.0.1:4421' is not one of the target's listeners"),
+            std::string::npos);
+  EXPECT_NE(with(R"(["4420"])").find("is not ADDRESS:PORT"), std::string::npos);
+  EXPECT_NE(with(R"(["127.0.0.1:99999"])").find("is not ADDRESS:PORT"), std::string::npos);
+}
+
+TEST(ConfigListeners, ParseListener) {
+  ListenerConfig l;
+  ASSERT_TRUE(parse_listener("10.1.2.3:4420", l));
+  EXPECT_EQ(l.address, "10.1.2.3");
+  EXPECT_EQ(l.port, 4420);
+  ASSERT_TRUE(parse_listener("[fe80::1]:8009", l));
+  EXPECT_EQ(l.address, "fe80::1");
+  EXPECT_EQ(l.port, 8009);
+  EXPECT_FALSE(parse_listener("10.1.2.3", l));
+  EXPECT_FALSE(parse_listener("10.1.2.3:", l));
+  EXPECT_FALSE(parse_listener(":4420", l));
+  EXPECT_FALSE(parse_listener("10.1.2.3:44x", l));
+  EXPECT_TRUE((ListenerConfig{"0.0.0.0", 1}.wildcard()));
+  EXPECT_TRUE((ListenerConfig{"::", 1}.wildcard()));
+  EXPECT_FALSE((ListenerConfig{"127.0.0.1", 1}.wildcard()));
+}
+
 }  // namespace
 }  // namespace nvtcp::target
