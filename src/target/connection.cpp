@@ -27,8 +27,11 @@ constexpr uint64_t kSendQueueRetryNs = 50'000'000;   // a fallback: sent respons
 // there is no buffer memory for it.
 constexpr Status kCommandInterrupted{Sct::Generic, 0x21};
 
-bool transfers_to_host(uint8_t opc) {
-  auto op = static_cast<AdminOpcode>(opc);
+// Admin commands with data for the host. Get Features has data for some features only
+// (81h): without it the SGL may be empty.
+bool transfers_to_host(const Sqe& sqe) {
+  auto op = static_cast<AdminOpcode>(sqe.opc);
+  if (op == AdminOpcode::GetFeatures) return sqe.sgl.length != 0;
   return op == AdminOpcode::Identify || op == AdminOpcode::GetLogPage;
 }
 }  // namespace
@@ -665,7 +668,7 @@ void Connection::execute_connect(Request* r) {
 void Connection::execute_admin(Request* r) {
   const Sqe& sqe = r->sqe;
   uint32_t sgl_len = 0;
-  if (transfers_to_host(sqe.opc)) {
+  if (transfers_to_host(sqe)) {
     if (sqe.sgl.type != kSglTransportDataBlock) {
       complete(r, sc::SglDescriptorTypeInvalid);
       return;

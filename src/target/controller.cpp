@@ -41,7 +41,12 @@ uint8_t log2_u32(uint32_t v) {
 
 Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
                        const uint8_t hostid[16], uint32_t kato_ms)
-    : target_(target), subsys_(subsys), cntlid_(cntlid), hostnqn_(std::move(hostnqn)), kato_ms_(effective_kato_ms(kato_ms)) {
+    : target_(target),
+      subsys_(subsys),
+      cntlid_(cntlid),
+      hostnqn_(std::move(hostnqn)),
+      kato_ms_(effective_kato_ms(kato_ms)),
+      connect_kato_ms_(kato_ms_) {
   std::memcpy(hostid_, hostid, 16);
   uint32_t n = target.config.max_io_queues + 1;
   queue_claimed_.reset(new std::atomic<bool>[n]);
@@ -165,7 +170,7 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl
         return r;
       }
       return set_features(sqe);
-    case AdminOpcode::GetFeatures: return get_features(sqe);
+    case AdminOpcode::GetFeatures: return get_features(sqe, sgl_len);
     case AdminOpcode::KeepAlive: return r;
     case AdminOpcode::AsyncEventRequest:
       if (aers_held_ > kAerl) {
@@ -469,20 +474,56 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
   return total;
 }
 
+namespace {
+// Get Features SEL for a feature that cannot be saved: "saved" reads as the default, as the
+// specification has it; SEL 100b-111b are reserved.
+bool select_value(uint32_t sel, uint32_t current, uint32_t def, uint32_t caps, uint32_t& out) {
+  switch (sel) {
+    case kSelCurrent: out = current; return true;
+    case kSelDefault:
+    case kSelSaved: out = def; return true;
+    case kSelSupportedCapabilities: out = caps; return true;
+    default: return false;
+  }
+}
+
+// Feature 04h selects one threshold: composite temperature only (no sensors), over or under.
+bool temperature_select(uint32_t cdw11, unsigned& thsel) {
+  const uint32_t tmpsel = (cdw11 >> 16) & 0xF;
+  thsel = (cdw11 >> 20) & 0x3;
+  return tmpsel == 0 && thsel <= 1;
+}
+
+// The asynchronous events a host may enable (feature 0Bh): SMART critical warnings and the
+// notices Identify OAES announces; anything else is refused, as nvmet does.
+uint32_t async_events_allowed(bool discovery) { return discovery ? 0 : 0xFFu | (1u << 8); }
+}  // namespace
+
 AdminResult Controller::set_features(const Sqe& sqe) {
   AdminResult r;
-  uint8_t fid = sqe.cdw10 & 0xFF;
+  const uint8_t fid = sqe.cdw10 & 0xFF;
   if (sqe.cdw10 & (1u << 31)) {
     r.status = sc::FeatureNotSaveable;
     return r;
   }
   switch (fid) {
-    case 0x07: {  // Number of Queues
+    case kFeaturePowerManagement:
+      if ((sqe.cdw11 & 0x1F) != 0) break;  // NPSS 0: power state 0 is the only one
+      power_management_ = sqe.cdw11 & 0xFF;
+      return r;
+    case kFeatureTemperatureThreshold: {
+      unsigned thsel = 0;
+      if (!temperature_select(sqe.cdw11, thsel)) break;
+      temperature_threshold_[thsel] = uint16_t(sqe.cdw11 & 0xFFFF);
+      return r;
+    }
+    case kFeatureErrorRecovery:
+      if (sqe.cdw11 & (1u << 16)) break;  // DULBE: deallocated blocks read as zeros, no error
+      error_recovery_ = sqe.cdw11 & 0xFFFF;
+      return r;
+    case kFeatureNumberOfQueues: {
       uint32_t nsqr = sqe.cdw11 & 0xFFFF, ncqr = sqe.cdw11 >> 16;
-      if (nsqr == 0xFFFF || ncqr == 0xFFFF) {
-        r.status = sc::InvalidField;
-        return r;
-      }
+      if (nsqr == 0xFFFF || ncqr == 0xFFFF) break;
       uint32_t n = std::min({nsqr + 1, ncqr + 1, target_.config.max_io_queues});
       if (!queues_set_) {
         num_io_queues_.store(n);
@@ -492,7 +533,13 @@ AdminResult Controller::set_features(const Sqe& sqe) {
       r.dw0 = (n - 1) | ((n - 1) << 16);
       return r;
     }
-    case 0x0F:  // Keep Alive Timer
+    case kFeatureInterruptCoalescing:
+      interrupt_coalescing_ = sqe.cdw11 & 0xFFFF;
+      return r;
+    case kFeatureWriteAtomicity:
+      write_atomicity_ = sqe.cdw11 & 1;
+      return r;
+    case kFeatureKeepAliveTimer:
       kato_ms_ = effective_kato_ms(sqe.cdw11);
       return r;
     case kFeatureVolatileWriteCache: {
@@ -509,8 +556,13 @@ AdminResult Controller::set_features(const Sqe& sqe) {
       r.flush_after = !on;
       return r;
     }
-    case 0x0B:  // Asynchronous Event Configuration
+    case kFeatureAsyncEventConfig:
+      if (sqe.cdw11 & ~async_events_allowed(subsys_.is_discovery())) break;
       async_event_config_ = sqe.cdw11;
+      return r;
+    case kFeatureHostIdentifier:
+      // Over fabrics the host identifier is the one Connect carried (nvmet answers the same).
+      r.status = sc::CommandSequenceError;
       return r;
     default: break;
   }
@@ -518,35 +570,66 @@ AdminResult Controller::set_features(const Sqe& sqe) {
   return r;
 }
 
-AdminResult Controller::get_features(const Sqe& sqe) {
+AdminResult Controller::get_features(const Sqe& sqe, uint32_t sgl_len) {
   AdminResult r;
-  uint8_t fid = sqe.cdw10 & 0xFF;
+  const uint8_t fid = sqe.cdw10 & 0xFF;
   const uint32_t sel = (sqe.cdw10 >> 8) & 0x7;
-  if (fid == kFeatureVolatileWriteCache) {
-    if (subsys_.is_discovery() || !subsys_.volatile_write_cache()) {
-      r.status = sc::InvalidField;
-      return r;
+  const bool discovery = subsys_.is_discovery();
+  constexpr uint32_t kChangeable = kFeatureCapChangeable;
+  uint32_t current = 0, def = 0, caps = kChangeable;
+  switch (discovery && fid != kFeatureKeepAliveTimer && fid != kFeatureAsyncEventConfig ? 0 : fid) {
+    case kFeaturePowerManagement: current = power_management_; break;
+    case kFeatureTemperatureThreshold: {
+      unsigned thsel = 0;
+      if (!temperature_select(sqe.cdw11, thsel)) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      const uint32_t which = sqe.cdw11 & (0xFu << 16 | 0x3u << 20);
+      current = temperature_threshold_[thsel] | which;
+      def = (thsel == 0 ? kTemperatureOverDefault : 0) | which;
+      break;
     }
-    switch (sel) {
-      case kSelCurrent: r.dw0 = subsys_.write_cache_enabled() ? 1 : 0; return r;
-      case kSelDefault:
-      case kSelSaved: r.dw0 = 1; return r;  // on at start; not saveable, so saved = default
-      case kSelSupportedCapabilities: r.dw0 = kFeatureCapChangeable; return r;
-      default: r.status = sc::InvalidField; return r;
-    }
-  }
-  switch (fid) {
-    case 0x07: {
+    case kFeatureErrorRecovery: current = error_recovery_; break;
+    case kFeatureVolatileWriteCache:
+      if (discovery || !subsys_.volatile_write_cache()) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      current = subsys_.write_cache_enabled() ? 1 : 0;
+      def = 1;  // on at start
+      break;
+    case kFeatureNumberOfQueues: {
       uint32_t n = num_io_queues();
       if (n == 0) n = target_.config.max_io_queues;  // what a Set Features would grant
-      r.dw0 = (n - 1) | ((n - 1) << 16);
+      current = def = (n - 1) | ((n - 1) << 16);
+      break;
+    }
+    case kFeatureInterruptCoalescing: current = interrupt_coalescing_; break;
+    case kFeatureWriteAtomicity: current = write_atomicity_; break;
+    case kFeatureAsyncEventConfig: current = async_event_config_; break;
+    case kFeatureKeepAliveTimer:
+      current = kato_ms_;
+      def = connect_kato_ms_;
+      break;
+    case kFeatureHostIdentifier: {
+      // 128-bit identifiers only (EXHID), as fabrics require; the data is Connect's host ID.
+      if (!(sqe.cdw11 & 1) || sel > kSelSupportedCapabilities) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      if (sel == kSelSupportedCapabilities) return r;  // dw0 0: fixed by Connect
+      scratch_.assign(hostid_, hostid_ + sizeof(hostid_));
+      r.src = scratch_.data();
+      r.data_len = std::min<uint32_t>(sgl_len, sizeof(hostid_));
+      r.pad_len = sgl_len - r.data_len;
       return r;
     }
-    case 0x0F: r.dw0 = kato_ms_; return r;
-    case 0x0B: r.dw0 = async_event_config_; return r;
-    default: break;
+    default:
+      r.status = sc::InvalidField;
+      return r;
   }
-  r.status = sc::InvalidField;
+  if (!select_value(sel, current, def, caps, r.dw0)) r.status = sc::InvalidField;
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/subsystem.hpp"
+#include "wire/features.hpp"
 
 namespace nvtcp::target {
 
@@ -97,7 +98,8 @@ class Controller {
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
   AdminResult set_features(const wire::Sqe& sqe);
   bool cc_supported(uint32_t cc) const;
-  AdminResult get_features(const wire::Sqe& sqe);
+  // sgl_len: the data the host asked for (feature 81h carries its host identifier there).
+  AdminResult get_features(const wire::Sqe& sqe, uint32_t sgl_len);
 
   TargetState& target_;
   Subsystem& subsys_;
@@ -106,6 +108,7 @@ class Controller {
   std::string local_address_;
   uint8_t hostid_[16];
   uint32_t kato_ms_;
+  uint32_t connect_kato_ms_;  // what Connect set: feature 0Fh's default
   uint64_t last_seen_ns_ = 0;
 
   uint32_t cc_ = 0;
@@ -113,6 +116,14 @@ class Controller {
   std::atomic<uint32_t> num_io_queues_{0};
   bool queues_set_ = false;
   uint32_t async_event_config_ = 0;
+  // Features kept as the host set them (no effect on a software device, but reported back
+  // as set, as a drive does): power state, temperature thresholds (over, under), error
+  // recovery, interrupt coalescing, write atomicity.
+  uint32_t power_management_ = 0;
+  uint16_t temperature_threshold_[2] = {wire::kTemperatureOverDefault, 0};
+  uint32_t error_recovery_ = 0;
+  uint32_t interrupt_coalescing_ = 0;
+  uint32_t write_atomicity_ = 0;
   uint32_t aers_held_ = 0;
 
   std::unique_ptr<std::atomic<bool>[]> queue_claimed_;

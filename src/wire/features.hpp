@@ -5,10 +5,20 @@
 
 namespace nvtcp::wire {
 
-inline constexpr uint8_t kFeatureVolatileWriteCache = 0x06;  // CDW11 bit 0: WCE
+inline constexpr uint8_t kFeaturePowerManagement = 0x02;       // CDW11 bits 4:0 PS, 7:5 WH
+inline constexpr uint8_t kFeatureTemperatureThreshold = 0x04;  // 15:0 TMPTH, 19:16 TMPSEL, 21:20 THSEL
+inline constexpr uint8_t kFeatureErrorRecovery = 0x05;         // 15:0 TLER, bit 16 DULBE
+inline constexpr uint8_t kFeatureVolatileWriteCache = 0x06;    // CDW11 bit 0: WCE
 inline constexpr uint8_t kFeatureNumberOfQueues = 0x07;
+inline constexpr uint8_t kFeatureInterruptCoalescing = 0x08;   // 7:0 THR, 15:8 TIME
+inline constexpr uint8_t kFeatureWriteAtomicity = 0x0A;        // bit 0 DN
 inline constexpr uint8_t kFeatureAsyncEventConfig = 0x0B;
 inline constexpr uint8_t kFeatureKeepAliveTimer = 0x0F;
+inline constexpr uint8_t kFeatureHostIdentifier = 0x81;        // CDW11 bit 0 EXHID; 16 bytes of data
+
+// Temperature thresholds: THSEL 00b over, 01b under. The default over-temperature threshold
+// (343 K, 70 C) is what NVMe drives commonly report; there is no sensor behind it.
+inline constexpr uint32_t kTemperatureOverDefault = 343;
 
 inline constexpr uint32_t kSelCurrent = 0;
 inline constexpr uint32_t kSelDefault = 1;

@@ -9,6 +9,8 @@
 
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/features.hpp"
 #include "wire/identify.hpp"
 #include "wire/log_pages.hpp"
 
@@ -20,12 +22,31 @@ using host::Controller;
 using host::ControllerOptions;
 namespace sc = wire::sc;
 
+constexpr uint8_t kHostId[16] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
+                                  0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xF0, 0x01};
+
 class AdminConformance : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string err;
-    ctrl_ = Controller::connect(t_.trid(), ControllerOptions{}, err);
+    ControllerOptions o;
+    std::memcpy(o.hostid, kHostId, sizeof(kHostId));
+    ctrl_ = Controller::connect(t_.trid(), o, err);
     ASSERT_TRUE(ctrl_) << err;
+  }
+  Completion set_feature(uint8_t fid, uint32_t cdw11, bool save = false) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    sqe.cdw10 = fid | (save ? 1u << 31 : 0);
+    sqe.cdw11 = cdw11;
+    return ctrl_->admin(sqe, nullptr, 0, false);
+  }
+  Completion get_feature(uint8_t fid, uint32_t sel, uint32_t cdw11 = 0, void* data = nullptr, uint32_t len = 0) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    sqe.cdw10 = fid | (sel << 8);
+    sqe.cdw11 = cdw11;
+    return ctrl_->admin(sqe, data, len, false);
   }
   Completion identify(wire::Cns cns, uint32_t nsid, uint8_t csi = wire::kCsiNvm) {
     std::memset(buf_, 0xA5, sizeof(buf_));  // every byte the target does not write shows
@@ -152,6 +173,97 @@ TEST_F(AdminConformance, CommandEffectsLogMarksEveryCommandTheTargetRuns) {
   for (uint8_t b : e.rsvd2048) ASSERT_EQ(b, 0);
   // Only the NVM command set.
   EXPECT_EQ(log(wire::LogPageId::CommandEffects, sizeof(wire::CommandEffectsLog), 2).status, sc::InvalidField);
+}
+
+// Every feature nvme-cli's get-feature asks for, with each select: what was set reads back
+// as current, default and saved read as the default (nothing is saveable), and the
+// capabilities say "changeable".
+TEST_F(AdminConformance, FeaturesReadBackWhatWasSetUnderEverySelect) {
+  struct Case {
+    uint8_t fid;
+    uint32_t set, cdw11_for_get, want_current, want_default;
+  };
+  const uint32_t under = 1u << 20;  // feature 04h THSEL 01b
+  const Case cases[] = {
+      {wire::kFeaturePowerManagement, 0, 0, 0, 0},
+      {wire::kFeatureTemperatureThreshold, 0x150, 0, 0x150, wire::kTemperatureOverDefault},
+      {wire::kFeatureTemperatureThreshold, under | 0x110, under, under | 0x110, under},
+      {wire::kFeatureErrorRecovery, 0x30, 0, 0x30, 0},
+      {wire::kFeatureInterruptCoalescing, 0x0A05, 0, 0x0A05, 0},
+      {wire::kFeatureWriteAtomicity, 1, 0, 1, 0},
+      {wire::kFeatureAsyncEventConfig, 0x100, 0, 0x100, 0},
+      {wire::kFeatureKeepAliveTimer, 20000, 0, 20000, 30000},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "feature " << std::hex << int(c.fid) << " set " << c.set);
+    ASSERT_TRUE(set_feature(c.fid, c.set).status.ok());
+    Completion g = get_feature(c.fid, wire::kSelCurrent, c.cdw11_for_get);
+    ASSERT_TRUE(g.status.ok()) << wire::status_name(g.status);
+    EXPECT_EQ(g.dw0, c.want_current);
+    for (uint32_t sel : {wire::kSelDefault, wire::kSelSaved}) {
+      g = get_feature(c.fid, sel, c.cdw11_for_get);
+      ASSERT_TRUE(g.status.ok());
+      EXPECT_EQ(g.dw0, c.want_default) << "sel " << sel;
+    }
+    g = get_feature(c.fid, wire::kSelSupportedCapabilities, c.cdw11_for_get);
+    ASSERT_TRUE(g.status.ok());
+    EXPECT_EQ(g.dw0, wire::kFeatureCapChangeable);
+    EXPECT_EQ(get_feature(c.fid, 4, c.cdw11_for_get).status, sc::InvalidField) << "SEL 100b is reserved";
+  }
+  // The over threshold kept its own value beside the under one.
+  EXPECT_EQ(get_feature(wire::kFeatureTemperatureThreshold, wire::kSelCurrent).dw0, 0x150u);
+  // Number of Queues: what the host library asked for at bring-up, for every select.
+  const uint32_t queues = get_feature(wire::kFeatureNumberOfQueues, wire::kSelCurrent).dw0;
+  EXPECT_EQ(get_feature(wire::kFeatureNumberOfQueues, wire::kSelDefault).dw0, queues);
+}
+
+TEST_F(AdminConformance, FeatureValuesTheTargetCannotHonourAreRefused) {
+  EXPECT_EQ(set_feature(wire::kFeaturePowerManagement, 1).status, sc::InvalidField) << "only power state 0";
+  EXPECT_EQ(set_feature(wire::kFeatureTemperatureThreshold, (1u << 16) | 0x150).status, sc::InvalidField)
+      << "no temperature sensor 1";
+  EXPECT_EQ(set_feature(wire::kFeatureTemperatureThreshold, (2u << 20) | 0x150).status, sc::InvalidField)
+      << "THSEL 10b is reserved";
+  EXPECT_EQ(get_feature(wire::kFeatureTemperatureThreshold, wire::kSelCurrent, 3u << 20).status, sc::InvalidField);
+  EXPECT_EQ(set_feature(wire::kFeatureErrorRecovery, 1u << 16).status, sc::InvalidField)
+      << "DULBE: deallocated blocks read as zeros";
+  EXPECT_EQ(set_feature(wire::kFeatureAsyncEventConfig, 1u << 9).status, sc::InvalidField)
+      << "firmware activation notices are not in OAES";
+  EXPECT_EQ(set_feature(wire::kFeatureWriteAtomicity, 1, true).status, sc::FeatureNotSaveable);
+  EXPECT_EQ(set_feature(0x7E, 0).status, sc::InvalidField);
+  EXPECT_EQ(get_feature(0x7E, wire::kSelCurrent).status, sc::InvalidField);
+  // Nothing refused changed anything.
+  EXPECT_EQ(get_feature(wire::kFeaturePowerManagement, wire::kSelCurrent).dw0, 0u);
+  EXPECT_EQ(get_feature(wire::kFeatureTemperatureThreshold, wire::kSelCurrent).dw0, wire::kTemperatureOverDefault);
+  EXPECT_EQ(get_feature(wire::kFeatureErrorRecovery, wire::kSelCurrent).dw0, 0u);
+  EXPECT_EQ(get_feature(wire::kFeatureAsyncEventConfig, wire::kSelCurrent).dw0 & (1u << 9), 0u);
+}
+
+TEST_F(AdminConformance, HostIdentifierIsTheOneConnectCarried) {
+  alignas(8) uint8_t id[16] = {};
+  Completion c = get_feature(wire::kFeatureHostIdentifier, wire::kSelCurrent, 1, id, sizeof(id));
+  ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  EXPECT_EQ(std::memcmp(id, kHostId, sizeof(id)), 0);
+  EXPECT_EQ(get_feature(wire::kFeatureHostIdentifier, wire::kSelCurrent, 0, id, sizeof(id)).status, sc::InvalidField)
+      << "64-bit host identifiers do not exist over fabrics (EXHID 0)";
+  EXPECT_EQ(set_feature(wire::kFeatureHostIdentifier, 1).status, sc::CommandSequenceError);
+}
+
+TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFeatures) {
+  RunningTarget t;
+  std::string err;
+  auto disc = Controller::connect(t.trid(wire::kDiscoveryNqn), ControllerOptions{}, err);
+  ASSERT_TRUE(disc) << err;
+  auto get = [&](uint8_t fid) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    sqe.cdw10 = fid;
+    return disc->admin(sqe, nullptr, 0, false).status;
+  };
+  EXPECT_TRUE(get(wire::kFeatureKeepAliveTimer).ok());
+  EXPECT_TRUE(get(wire::kFeatureAsyncEventConfig).ok());
+  for (uint8_t fid : {wire::kFeaturePowerManagement, wire::kFeatureNumberOfQueues, wire::kFeatureWriteAtomicity,
+                      wire::kFeatureHostIdentifier})
+    EXPECT_EQ(get(fid), sc::InvalidField) << "feature " << int(fid);
 }
 
 }  // namespace
