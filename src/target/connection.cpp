@@ -951,6 +951,9 @@ void Connection::complete(Request* r, Status st) {
 
 void Connection::send_response(Request* r) {
   r->state = Request::State::Sending;
+  // Failed commands go to the controller's error log; Command Interrupted only asks the
+  // host to retry later, and is no error.
+  if (!r->status.ok() && ctrl_ && r->status != kCommandInterrupted) ctrl_->record_error(qid_, r->sqe, r->status);
   if (ResponseObserver* o = target_.response_observer.load(std::memory_order_acquire))
     o->on_response(qid_, r->sqe, r->status, r->io);
   const bool data = r->tx_len > 0 && r->status.ok();

@@ -214,7 +214,7 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       // Commands Supported and Effects log, extended data for Get Log Page (NUMDU, offsets).
       // Not bit 5: it would also promise LIDs 12h and 13h.
       id->lpa = discovery ? (1u << 2) : (1u << 1) | (1u << 2);
-      id->elpe = 0;
+      id->elpe = kErrorLogEntries - 1;  // 0's based
       id->npss = 0;
       id->kas = 1;                 // keep-alive granularity 100 ms
       id->sqes = 0x66;
@@ -318,6 +318,27 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
   return 0;
 }
 
+void Controller::record_error(uint16_t sqid, const Sqe& sqe, Status st) {
+  ErrorLogEntry e{};
+  e.sqid = sqid;
+  e.cid = sqe.cid;
+  e.status = st.to_cqe();  // as the completion carried it (phase tag bit 0 left clear)
+  e.pel = 0xFFFF;          // no parameter singled out
+  e.nsid = sqe.nsid;
+  const auto opc = static_cast<IoOpcode>(sqe.opc);
+  if (sqid != 0 && (opc == IoOpcode::Read || opc == IoOpcode::Write || opc == IoOpcode::WriteZeroes))
+    e.lba = (uint64_t(sqe.cdw11) << 32) | sqe.cdw10;
+  e.trtype = kTrtypeTcp;
+  std::lock_guard lk(errors_mu_);
+  e.error_count = ++error_count_;
+  errors_[(error_count_ - 1) % kErrorLogEntries] = e;
+}
+
+uint64_t Controller::error_count() const {
+  std::lock_guard lk(errors_mu_);
+  return error_count_;
+}
+
 // CNS 02h and 07h (NVM): the active NSIDs above `after`, ascending, in a zeroed buffer.
 uint32_t Controller::active_namespace_list(uint32_t after, uint8_t* buf, Status& st) const {
   if (after >= 0xFFFFFFFE) {
@@ -370,9 +391,16 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
         e->io[uint8_t(op)] = kEffectsCsupp | kEffectsLbcc;
       break;
     }
-    case LogPageId::Error:
-      scratch_.assign(sizeof(ErrorLogEntry), 0);  // ELPE+1 = 1 entry; we log no errors
+    case LogPageId::Error: {
+      // Newest first; slots never used are zero (error count 0: an invalid entry).
+      scratch_.assign(kErrorLogEntries * sizeof(ErrorLogEntry), 0);
+      std::lock_guard lk(errors_mu_);
+      const uint64_t n = std::min<uint64_t>(error_count_, kErrorLogEntries);
+      for (uint64_t i = 0; i < n; ++i)
+        std::memcpy(scratch_.data() + i * sizeof(ErrorLogEntry), &errors_[(error_count_ - 1 - i) % kErrorLogEntries],
+                    sizeof(ErrorLogEntry));
       break;
+    }
     case LogPageId::SmartHealth: {
       if (discovery || (sqe.nsid != 0 && sqe.nsid != 0xFFFFFFFF)) {
         st = discovery ? sc::InvalidLogPage : sc::InvalidField;  // no per-namespace SMART data
@@ -396,6 +424,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       put_u128(s->host_reads, reads);
       put_u128(s->host_writes, writes);
       put_u128(s->power_cycles, 1);
+      put_u128(s->num_err_log_entries, error_count());
       put_u128(s->power_on_hours, (reactor::monotonic_ns() - target_.start_ns) / 3600000000000ull);
       break;
     }

@@ -2,9 +2,11 @@
 // I/O queues that connect to it (possibly on other reactors). Admin commands and
 // properties run on the admin queue's reactor; I/O queues read only atomics.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "nvtcp/status.hpp"
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
+#include "wire/log_pages.hpp"
 
 namespace nvtcp::target {
 
@@ -49,6 +52,13 @@ class Controller {
   uint16_t cntlid() const { return cntlid_; }
   Subsystem& subsystem() { return subsys_; }
   const std::string& hostnqn() const { return hostnqn_; }
+
+  // The Error Information log (01h): every failed command of any of this controller's
+  // queues, the last kErrorLogEntries kept. Called from each queue's reactor; failures are
+  // rare, so the lock is never taken on the success path.
+  static constexpr uint32_t kErrorLogEntries = 64;
+  void record_error(uint16_t sqid, const wire::Sqe& sqe, wire::Status st);
+  uint64_t error_count() const;
   // The address the host reached the target on (set at Connect): a discovery controller
   // advertises it for wildcard listeners.
   void set_local_address(std::string a) { local_address_ = std::move(a); }
@@ -125,6 +135,10 @@ class Controller {
   uint32_t interrupt_coalescing_ = 0;
   uint32_t write_atomicity_ = 0;
   uint32_t aers_held_ = 0;
+
+  mutable std::mutex errors_mu_;
+  std::array<wire::ErrorLogEntry, kErrorLogEntries> errors_{};  // a ring; slot = count % size
+  uint64_t error_count_ = 0;
 
   std::unique_ptr<std::atomic<bool>[]> queue_claimed_;
   std::unique_ptr<QueueStats[]> stats_;

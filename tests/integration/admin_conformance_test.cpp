@@ -248,6 +248,82 @@ TEST_F(AdminConformance, HostIdentifierIsTheOneConnectCarried) {
   EXPECT_EQ(set_feature(wire::kFeatureHostIdentifier, 1).status, sc::CommandSequenceError);
 }
 
+uint64_t smart_error_entries(Controller& ctrl) {
+  wire::SmartLog smart{};
+  EXPECT_TRUE(ctrl.get_log_page(uint8_t(wire::LogPageId::SmartHealth), wire::kNsidAll, &smart, sizeof(smart))
+                  .status.ok());
+  uint64_t n = 0;
+  std::memcpy(&n, smart.num_err_log_entries, sizeof(n));
+  return n;
+}
+
+std::vector<wire::ErrorLogEntry> error_log(Controller& ctrl) {
+  std::vector<wire::ErrorLogEntry> log(64);
+  EXPECT_TRUE(ctrl.get_log_page(uint8_t(wire::LogPageId::Error), wire::kNsidAll, log.data(),
+                                uint32_t(log.size() * sizeof(wire::ErrorLogEntry)))
+                  .status.ok());
+  return log;
+}
+
+// nvme error-log: every failed command, admin or I/O, newest first, with its queue, command
+// ID, status, namespace and LBA; SMART counts them.
+TEST_F(AdminConformance, ErrorLogRecordsFailedCommands) {
+  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
+  EXPECT_EQ(id->elpe, 63) << "64 entries";
+  const uint64_t before = smart_error_entries(*ctrl_);
+
+  EXPECT_EQ(identify(wire::Cns(0x10), 0).status, sc::InvalidField);  // an admin command that fails
+  std::string err;
+  auto qp = ctrl_->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  struct Wait {
+    bool done = false;
+    Completion c;
+  } w;
+  std::vector<uint8_t> data(512);
+  const uint64_t lba = (64ull << 20) / 512 + 7;  // past the end of nsid 2 (64 MiB)
+  ASSERT_EQ(qp->read(2, lba, 1, data.data(), [](void* ctx, const Completion& c) {
+    auto* waiter = static_cast<Wait*>(ctx);
+    waiter->c = c;
+    waiter->done = true;
+  }, &w), 0);
+  for (int i = 0; i < 10000 && !w.done; ++i) qp->process_completions(1000);
+  ASSERT_TRUE(w.done);
+  EXPECT_EQ(w.c.status, sc::LbaOutOfRange);
+
+  EXPECT_EQ(smart_error_entries(*ctrl_), before + 2);
+  auto log = error_log(*ctrl_);
+  const wire::ErrorLogEntry& io = log[0];
+  EXPECT_EQ(io.error_count, before + 2);
+  EXPECT_EQ(io.sqid, qp->qid());
+  EXPECT_EQ(io.status, sc::LbaOutOfRange.to_cqe());
+  EXPECT_EQ(io.nsid, 2u);
+  EXPECT_EQ(io.lba, lba);
+  EXPECT_EQ(io.pel, 0xFFFF);
+  EXPECT_EQ(io.trtype, wire::kTrtypeTcp);
+  const wire::ErrorLogEntry& admin = log[1];
+  EXPECT_EQ(admin.error_count, before + 1);
+  EXPECT_EQ(admin.sqid, 0);
+  EXPECT_EQ(admin.status, sc::InvalidField.to_cqe());
+  EXPECT_EQ(admin.lba, 0u);
+}
+
+TEST_F(AdminConformance, ErrorLogKeepsTheLastSixtyFourNewestFirst) {
+  const uint64_t before = smart_error_entries(*ctrl_);
+  for (int i = 0; i < 70; ++i) ASSERT_EQ(identify(wire::Cns(0x10), 0).status, sc::InvalidField);
+  const uint64_t last = before + 70;
+  EXPECT_EQ(smart_error_entries(*ctrl_), last);
+  auto log = error_log(*ctrl_);
+  for (size_t i = 0; i < log.size(); ++i) EXPECT_EQ(log[i].error_count, last - i) << "entry " << i;
+  // A window of the log (LPO) starts at that entry.
+  wire::ErrorLogEntry two[2];
+  ASSERT_TRUE(ctrl_->get_log_page(uint8_t(wire::LogPageId::Error), wire::kNsidAll, two, sizeof(two),
+                                  10 * sizeof(wire::ErrorLogEntry))
+                  .status.ok());
+  EXPECT_EQ(two[0].error_count, last - 10);
+  EXPECT_EQ(two[1].error_count, last - 11);
+}
+
 TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFeatures) {
   RunningTarget t;
   std::string err;
