@@ -645,7 +645,7 @@ void Connection::execute_connect(Request* r) {
       invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
       return;
     }
-    stats_ = &ctrl->stats(cmd.qid);
+    stats_ = ctrl->stats(cmd.qid);
   }
   ctrl_ = ctrl;
   host_ = std::move(host);
@@ -859,6 +859,7 @@ void Connection::execute_io(Request* r) {
 }
 
 void Connection::submit_io(Request* r, Namespace* ns) {
+  r->ns_index = ns->index;
   r->io.user = r;
   r->io.done = [](backend::BlockIo* io, Status st) {
     Request* req = static_cast<Request*>(io->user);
@@ -932,8 +933,8 @@ void Connection::io_done(Request* r, Status st) {
     return;
   }
   if (st.ok() && stats_) {
-    if (r->io.op == backend::BlockIo::Op::Read) stats_->add_read(r->io.length);
-    else if (r->io.op == backend::BlockIo::Op::Write) stats_->add_write(r->io.length);
+    if (r->io.op == backend::BlockIo::Op::Read) stats_[r->ns_index].add_read(r->io.length);
+    else if (r->io.op == backend::BlockIo::Op::Write) stats_[r->ns_index].add_write(r->io.length);
   }
   if (st.ok() && r->io.fua) set_.count_fua_write();
   if (st.ok() && r->io.op == backend::BlockIo::Op::Read) {

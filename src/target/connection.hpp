@@ -89,6 +89,7 @@ struct Request {
   uint64_t r2t_sent_ns[kMaxR2T] = {};
 
   backend::BlockIo io;
+  uint32_t ns_index = 0;          // the namespace's Namespace::index (its counters)
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
   uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
   bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
@@ -203,7 +204,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   uint64_t pool_bytes_ = 0;           // the request pool, counted in the buffer budgets
   std::string address_;               // counted in TargetState::addresses
   Arrival arrival_;
-  QueueStats* stats_ = nullptr;
+  QueueStats* stats_ = nullptr;   // this queue's counters, one per namespace
 
   std::vector<std::unique_ptr<Request>> pool_;
   std::vector<Request*> free_;

@@ -50,9 +50,38 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
   std::memcpy(hostid_, hostid, 16);
   uint32_t n = target.config.max_io_queues + 1;
   queue_claimed_.reset(new std::atomic<bool>[n]);
-  stats_.reset(new QueueStats[n]);
-  for (uint32_t i = 0; i < n; ++i) queue_claimed_[i] = false;
+  stats_.reset(new std::atomic<QueueStats*>[n]);
+  for (uint32_t i = 0; i < n; ++i) {
+    queue_claimed_[i] = false;
+    stats_[i].store(nullptr, std::memory_order_relaxed);
+  }
+  ns_slots_ = std::max<uint32_t>(1, uint32_t(subsys.namespaces().size()));
   last_seen_ns_ = reactor::monotonic_ns();
+}
+
+Controller::~Controller() {
+  for (uint32_t i = 0; i <= target_.config.max_io_queues; ++i) delete[] stats_[i].load(std::memory_order_acquire);
+}
+
+QueueStats* Controller::stats(uint16_t qid) {
+  QueueStats* row = stats_[qid].load(std::memory_order_acquire);
+  if (!row) {  // only this queue's Connect gets here; a reconnect finds the row it left
+    row = new QueueStats[ns_slots_];
+    stats_[qid].store(row, std::memory_order_release);
+  }
+  return row;
+}
+
+QueueStats::Totals Controller::totals(const Namespace* ns) const {
+  QueueStats::Totals t;
+  for (uint32_t q = 1; q <= target_.config.max_io_queues; ++q) {
+    const QueueStats* row = stats_[q].load(std::memory_order_acquire);
+    if (!row) continue;
+    if (ns) row[ns->index].add_to(t);
+    else
+      for (uint32_t i = 0; i < ns_slots_; ++i) row[i].add_to(t);
+  }
+  return t;
 }
 
 uint32_t Controller::ioccsz_bytes() const { return 64 + target_.config.in_capsule_data; }
@@ -211,9 +240,10 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->acl = kAcl;
       id->aerl = kAerl;
       id->frmw = (1u << 1) | 1u;  // one slot, slot 1 read-only
-      // Commands Supported and Effects log, extended data for Get Log Page (NUMDU, offsets).
+      // SMART per namespace, Commands Supported and Effects log, extended data for Get Log
+      // Page (NUMDU, offsets).
       // Not bit 5: it would also promise LIDs 12h and 13h.
-      id->lpa = discovery ? (1u << 2) : (1u << 1) | (1u << 2);
+      id->lpa = discovery ? (1u << 2) : (1u << 0) | (1u << 1) | (1u << 2);  // + SMART per namespace
       id->elpe = kErrorLogEntries - 1;  // 0's based
       id->npss = 0;
       id->kas = 1;                 // keep-alive granularity 100 ms
@@ -402,19 +432,20 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       break;
     }
     case LogPageId::SmartHealth: {
-      if (discovery || (sqe.nsid != 0 && sqe.nsid != 0xFFFFFFFF)) {
-        st = discovery ? sc::InvalidLogPage : sc::InvalidField;  // no per-namespace SMART data
-        return;
+      // Controller-wide for NSID 0 and FFFFFFFFh, else one namespace's (LPA bit 0).
+      const Namespace* ns = nullptr;
+      if (discovery) break;
+      if (sqe.nsid != 0 && sqe.nsid != kNsidAll) {
+        ns = subsys_.find_namespace(sqe.nsid);
+        if (!ns) {
+          st = sc::InvalidNamespace;
+          return;
+        }
       }
       scratch_.assign(sizeof(SmartLog), 0);
       auto* s = reinterpret_cast<SmartLog*>(scratch_.data());
-      uint64_t reads = 0, writes = 0, rbytes = 0, wbytes = 0;
-      for (uint32_t q = 1; q <= target_.config.max_io_queues; ++q) {
-        reads += stats_[q].reads.load(std::memory_order_relaxed);
-        writes += stats_[q].writes.load(std::memory_order_relaxed);
-        rbytes += stats_[q].read_bytes.load(std::memory_order_relaxed);
-        wbytes += stats_[q].write_bytes.load(std::memory_order_relaxed);
-      }
+      const QueueStats::Totals t = totals(ns);
+      const uint64_t reads = t.reads, writes = t.writes, rbytes = t.read_bytes, wbytes = t.write_bytes;
       s->temperature = 0;  // a software device has no temperature sensor
       s->avail_spare = 100;
       s->spare_thresh = 10;

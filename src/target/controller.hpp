@@ -42,12 +42,24 @@ struct QueueStats {
     writes.store(writes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     write_bytes.store(write_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
+  struct Totals {
+    uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
+  };
+  void add_to(Totals& t) const {
+    t.reads += reads.load(std::memory_order_relaxed);
+    t.writes += writes.load(std::memory_order_relaxed);
+    t.read_bytes += read_bytes.load(std::memory_order_relaxed);
+    t.write_bytes += write_bytes.load(std::memory_order_relaxed);
+  }
 };
 
 class Controller {
  public:
   Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
              const uint8_t hostid[16], uint32_t kato_ms);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
 
   uint16_t cntlid() const { return cntlid_; }
   Subsystem& subsystem() { return subsys_; }
@@ -95,7 +107,9 @@ class Controller {
   // Claims an I/O queue id for a connecting queue; false if taken or out of range.
   bool claim_queue(uint16_t qid);
   void release_queue(uint16_t qid);
-  QueueStats& stats(uint16_t qid) { return stats_[qid]; }
+  // One I/O queue's counters, one per namespace (by Namespace::index), written by that
+  // queue's reactor only. Made at the queue's Connect, kept for the controller's life.
+  QueueStats* stats(uint16_t qid);
 
   // Set when the controller is torn down (keep-alive expiry, admin queue loss); I/O
   // queues poll it and close.
@@ -105,6 +119,8 @@ class Controller {
   uint32_t identify(const wire::Sqe& sqe, uint8_t* buf, wire::Status& st);
   uint32_t active_namespace_list(uint32_t after, uint8_t* buf, wire::Status& st) const;
   void get_log_page(const wire::Sqe& sqe, uint32_t len, AdminResult& r);
+  // Reads, writes and their bytes over every I/O queue: of one namespace, or all (nullptr).
+  QueueStats::Totals totals(const Namespace* ns) const;
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
   AdminResult set_features(const wire::Sqe& sqe);
   bool cc_supported(uint32_t cc) const;
@@ -141,7 +157,9 @@ class Controller {
   uint64_t error_count_ = 0;
 
   std::unique_ptr<std::atomic<bool>[]> queue_claimed_;
-  std::unique_ptr<QueueStats[]> stats_;
+  // Per I/O queue: its per-namespace counters, published with release for SMART readers.
+  std::unique_ptr<std::atomic<QueueStats*>[]> stats_;
+  uint32_t ns_slots_ = 1;
   std::vector<uint8_t> scratch_;   // whole log pages before the requested window is cut out
 };
 

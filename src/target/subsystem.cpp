@@ -28,6 +28,7 @@ void Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
   ns_by_id_[ns->nsid] = ns.get();
   namespaces_.push_back(std::move(ns));
   std::sort(namespaces_.begin(), namespaces_.end(), [](auto& a, auto& b) { return a->nsid < b->nsid; });
+  for (size_t i = 0; i < namespaces_.size(); ++i) namespaces_[i]->index = uint32_t(i);
 }
 
 uint16_t Subsystem::allocate_cntlid() {

@@ -23,6 +23,7 @@ class Controller;
 
 struct Namespace {
   uint32_t nsid = 0;
+  uint32_t index = 0;            // position in the subsystem's list: per-namespace counters
   std::unique_ptr<backend::BlockDevice> device;
   uint32_t block_size = 512;
   uint8_t lbads = 9;             // log2(block_size)

@@ -78,7 +78,7 @@ TEST_F(AdminConformance, IdentifyControllerSaysWhichLogsExist) {
   const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
   EXPECT_EQ(id->lpa & 0x2, 0x2) << "Commands Supported and Effects log";
   EXPECT_EQ(id->lpa & 0x4, 0x4) << "extended data for Get Log Page";
-  EXPECT_EQ(id->lpa & 0x1, 0) << "no SMART per namespace yet";
+  EXPECT_EQ(id->lpa & 0x1, 0x1) << "SMART per namespace";
   EXPECT_EQ(id->lpa & 0x20, 0) << "bit 5 would promise LIDs 12h and 13h";
 }
 
@@ -322,6 +322,56 @@ TEST_F(AdminConformance, ErrorLogKeepsTheLastSixtyFourNewestFirst) {
                   .status.ok());
   EXPECT_EQ(two[0].error_count, last - 10);
   EXPECT_EQ(two[1].error_count, last - 11);
+}
+
+struct SmartCounts {
+  uint64_t reads = 0, writes = 0, units_read = 0, units_written = 0;
+};
+
+SmartCounts smart(Controller& ctrl, uint32_t nsid, wire::Status* st = nullptr) {
+  wire::SmartLog log{};
+  Completion c = ctrl.get_log_page(uint8_t(wire::LogPageId::SmartHealth), nsid, &log, sizeof(log));
+  if (st) *st = c.status;
+  else EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  SmartCounts s;
+  std::memcpy(&s.reads, log.host_reads, 8);
+  std::memcpy(&s.writes, log.host_writes, 8);
+  std::memcpy(&s.units_read, log.data_units_read, 8);
+  std::memcpy(&s.units_written, log.data_units_written, 8);
+  return s;
+}
+
+// nvme smart-log with and without -n: each namespace counts its own commands, the
+// controller-wide log their sum.
+TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
+  std::string err;
+  auto qp = ctrl_->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> data(64 * 1024, 0x5A);
+  int pending = 0;
+  auto done = [](void* ctx, const Completion& c) {
+    EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+    --*static_cast<int*>(ctx);
+  };
+  for (int i = 0; i < 3; ++i, ++pending) ASSERT_EQ(qp->write(2, uint64_t(i) * 128, 128, data.data(), done, &pending), 0);
+  for (int i = 0; i < 5; ++i, ++pending) ASSERT_EQ(qp->read(3, uint64_t(i) * 16, 1, data.data(), done, &pending), 0);
+  for (int i = 0; i < 10000 && pending > 0; ++i) qp->process_completions(1000);
+  ASSERT_EQ(pending, 0);
+
+  const SmartCounts ns1 = smart(*ctrl_, 1), ns2 = smart(*ctrl_, 2), ns3 = smart(*ctrl_, 3);
+  const SmartCounts all = smart(*ctrl_, wire::kNsidAll), zero = smart(*ctrl_, 0);
+  EXPECT_EQ(ns1.reads + ns1.writes, 0u);
+  EXPECT_EQ(ns2.writes, 3u);
+  EXPECT_EQ(ns2.reads, 0u);
+  EXPECT_EQ(ns2.units_written, (3u * 65536 / 512 + 999) / 1000);  // thousands of 512-byte units, rounded up
+  EXPECT_EQ(ns3.reads, 5u);
+  EXPECT_EQ(ns3.units_read, 1u);  // 5 x 4 KiB = 40 units of 512 bytes: one thousand, rounded up
+  EXPECT_EQ(all.writes, 3u);
+  EXPECT_EQ(all.reads, 5u);
+  EXPECT_EQ(zero.reads, all.reads);
+  wire::Status st;
+  smart(*ctrl_, 99, &st);
+  EXPECT_EQ(st, sc::InvalidNamespace);
 }
 
 TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFeatures) {
