@@ -27,6 +27,7 @@ enum class IoOpcode : uint8_t {
   Read = 0x02,
   WriteZeroes = 0x08,
   DatasetManagement = 0x09,
+  Verify = 0x0C,
   Fabrics = 0x7F,
 };
 

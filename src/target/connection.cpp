@@ -747,6 +747,32 @@ void Connection::execute_io(Request* r) {
   io.read_data = nullptr;
   io.fua = (opc == IoOpcode::Write || opc == IoOpcode::WriteZeroes) && sqe.fua();
   switch (opc) {
+    case IoOpcode::Verify: {
+      // The range is read as a Read would read it, and nothing is sent: a device that could
+      // not read a block fails the Verify (VSL in CNS 06h bounds it as MDTS bounds a read).
+      const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
+      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
+        complete(r, sc::LbaOutOfRange);
+        return;
+      }
+      const uint64_t len = nlb << ns->lbads;
+      if (len > ctrl_->mdts_bytes()) {
+        complete(r, sc::InvalidField);
+        return;
+      }
+      io.op = backend::BlockIo::Op::Read;
+      io.offset = slba << ns->lbads;
+      io.length = len;
+      if (!ns->device->zero_copy_reads()) {
+        switch (ensure_buffer(r, uint32_t(len))) {
+          case BufferResult::Ok: break;
+          case BufferResult::Wait: park(r, true); return;
+          case BufferResult::Fail: complete(r, sc::InternalError); return;
+        }
+        io.buffer = r->buf.get();
+      }
+      break;
+    }
     case IoOpcode::Read:
     case IoOpcode::Write:
     case IoOpcode::WriteZeroes: {
@@ -930,6 +956,10 @@ void Connection::io_done(Request* r, Status st) {
   }
   if (r->io.op == backend::BlockIo::Op::Flush && st.ok()) {
     flush_step(r);
+    return;
+  }
+  if (r->sqe.opc == uint8_t(IoOpcode::Verify)) {  // read to check it, never sent
+    complete(r, st);
     return;
   }
   if (st.ok() && stats_) {

@@ -252,7 +252,7 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
       id->nn = discovery ? 0 : subsys_.max_nsid();
       id->mnan = id->nn;
-      id->oncs = discovery ? 0 : (kOncsDsm | kOncsWriteZeroes);
+      id->oncs = discovery ? 0 : (kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsVerify);
       // A volatile write cache is reported where a namespace has one (a file on storage):
       // the host then sends Flush and FUA, and they are honoured. RAM and null namespaces
       // have none: a completed write is as durable as their medium (see backend::Persistence).
@@ -310,8 +310,12 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       return kIdentifyLen;
     }
     case Cns::IoCommandSetController:
-      // NVM command set controller data for CSI 0: all-zero means "no extra limits".
-      if (!discovery && (sqe.cdw11 >> 24) == kCsiNvm) return kIdentifyLen;
+      // NVM command set controller data for CSI 0: a Verify reads its range, so it is
+      // bounded as a read is (VSL = MDTS); zero elsewhere means "no extra limits".
+      if (!discovery && (sqe.cdw11 >> 24) == kCsiNvm) {
+        reinterpret_cast<NvmIdentifyController*>(buf)->vsl = uint8_t(log2_u32(cfg.mdts_bytes / 4096));
+        return kIdentifyLen;
+      }
       break;
     case Cns::IoCommandSetNamespace: {
       // NVM command set namespace data: all-zero, no protection information or extended
@@ -416,6 +420,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
         e->admin[uint8_t(op)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Flush)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Read)] = kEffectsCsupp;
+      e->io[uint8_t(IoOpcode::Verify)] = kEffectsCsupp;
       // Deallocated blocks read as zeros (DLFEAT), so Dataset Management changes content too.
       for (IoOpcode op : {IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::DatasetManagement})
         e->io[uint8_t(op)] = kEffectsCsupp | kEffectsLbcc;

@@ -29,6 +29,20 @@ inline constexpr uint32_t kIdentifyLen = 4096;
 // ONCS bits: optional NVM commands.
 inline constexpr uint16_t kOncsDsm = 1u << 2;
 inline constexpr uint16_t kOncsWriteZeroes = 1u << 3;
+inline constexpr uint16_t kOncsSaveSelect = 1u << 4;  // Set Features SV, Get Features SEL
+inline constexpr uint16_t kOncsVerify = 1u << 7;
+
+// CNS 06h, NVM command set: VSL (byte 0), the largest Verify, as a power of two of the
+// minimum memory page size (MDTS's encoding).
+struct NvmIdentifyController {
+  uint8_t vsl;
+  uint8_t wzsl;
+  uint8_t wusl;
+  uint8_t dmrl;
+  uint32_t dmrsl;
+  uint64_t dmsl;
+  uint8_t rsvd16[4080];
+};
 // SGLS: SGLs supported (bits 1:0 = 01b), keyed SGLs no, offsets in SGLs (bit 20).
 inline constexpr uint32_t kSglsSupported = 0x1 | (1u << 20);
 // VWC: a volatile write cache is present (bit 0); Flush with NSID FFFFFFFFh is supported
@@ -250,5 +264,6 @@ static_assert(sizeof(IndependentIdentifyNamespace) == kIdentifyLen);
 static_assert(offsetof(IndependentIdentifyNamespace, anagrpid) == 4 && offsetof(IndependentIdentifyNamespace, nsattr) == 8);
 static_assert(offsetof(IndependentIdentifyNamespace, nvmsetid) == 10 && offsetof(IndependentIdentifyNamespace, nstat) == 14);
 static_assert(sizeof(IoCommandSetVectors) == kIdentifyLen);
+static_assert(sizeof(NvmIdentifyController) == kIdentifyLen && offsetof(NvmIdentifyController, dmrsl) == 4);
 
 }  // namespace nvtcp::wire

@@ -163,13 +163,14 @@ TEST_F(AdminConformance, CommandEffectsLogMarksEveryCommandTheTargetRuns) {
   EXPECT_EQ(e.io[0x02], kEffectsCsupp);                 // Read
   EXPECT_EQ(e.io[0x08], kEffectsCsupp | kEffectsLbcc);  // Write Zeroes
   EXPECT_EQ(e.io[0x09], kEffectsCsupp | kEffectsLbcc);  // Dataset Management (deallocate)
+  EXPECT_EQ(e.io[0x0C], kEffectsCsupp);                 // Verify
   unsigned admin = 0, io = 0;
   for (unsigned i = 0; i < 256; ++i) {
     admin += e.admin[i] != 0;
     io += e.io[i] != 0;
   }
   EXPECT_EQ(admin, 7u) << "only commands the target runs";
-  EXPECT_EQ(io, 5u);
+  EXPECT_EQ(io, 6u);
   for (uint8_t b : e.rsvd2048) ASSERT_EQ(b, 0);
   // Only the NVM command set.
   EXPECT_EQ(log(wire::LogPageId::CommandEffects, sizeof(wire::CommandEffectsLog), 2).status, sc::InvalidField);
@@ -372,6 +373,51 @@ TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
   wire::Status st;
   smart(*ctrl_, 99, &st);
   EXPECT_EQ(st, sc::InvalidNamespace);
+}
+
+// nvme verify: the range is read as a read would be and nothing is sent back; it is bounded
+// by VSL (CNS 06h), which equals MDTS; ONCS says Verify and Save/Select are supported.
+TEST_F(AdminConformance, VerifyReadsItsRangeAndSendsNothing) {
+  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
+  EXPECT_TRUE(id->oncs & wire::kOncsVerify);
+  EXPECT_TRUE(id->oncs & wire::kOncsSaveSelect);
+  ASSERT_TRUE(identify(wire::Cns::IoCommandSetController, 0).status.ok());
+  wire::NvmIdentifyController nvm;
+  std::memcpy(&nvm, buf_, sizeof(nvm));
+  EXPECT_EQ(nvm.vsl, id->mdts);
+  EXPECT_EQ(nvm.wzsl, 0) << "Write Zeroes has no limit";
+
+  std::string err;
+  auto qp = ctrl_->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  auto verify = [&](uint32_t nsid, uint64_t slba, uint32_t nlb) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(wire::IoOpcode::Verify);
+    sqe.nsid = nsid;
+    sqe.cdw10 = uint32_t(slba);
+    sqe.cdw11 = uint32_t(slba >> 32);
+    sqe.cdw12 = nlb - 1;
+    struct Wait {
+      bool done = false;
+      Completion c;
+    } w;
+    EXPECT_EQ(qp->submit(sqe, nullptr, 0, false, [](void* ctx, const Completion& c) {
+      auto* waiter = static_cast<Wait*>(ctx);
+      waiter->c = c;
+      waiter->done = true;
+    }, &w), 0);
+    for (int i = 0; i < 10000 && !w.done; ++i) qp->process_completions(1000);
+    EXPECT_TRUE(w.done);
+    return w.c.status;
+  };
+  const uint64_t blocks2 = (64ull << 20) / 512;
+  EXPECT_TRUE(verify(2, 0, 8).ok());
+  EXPECT_TRUE(verify(2, blocks2 - 16, 16).ok()) << "up to the last block";
+  EXPECT_TRUE(verify(3, 0, 256).ok()) << "1 MiB of 4 KiB blocks: exactly MDTS";
+  EXPECT_EQ(verify(3, 0, 257), sc::InvalidField) << "beyond VSL";
+  EXPECT_EQ(verify(2, blocks2 - 8, 16), sc::LbaOutOfRange);
+  EXPECT_EQ(verify(99, 0, 1), sc::InvalidNamespace);
+  EXPECT_FALSE(qp->failed());
 }
 
 TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFeatures) {
