@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -390,6 +391,11 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
 }
 
 bool Engine::Impl::start(std::string& err) {
+  // An application that dies closes the read ends of its interrupt pipes; signalling it
+  // then must fail with EPIPE (its queues are being taken down anyway), not kill the engine
+  // and every other application with SIGPIPE. A handler the embedding program set stays.
+  struct sigaction old_action {};
+  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   if (opts.controllers.empty()) {
     err = "no remote controller given";
     return false;

@@ -58,6 +58,23 @@ class EngineIoQueue final : public IoQueue {
     for (uint32_t i = depth; i-- > 0;) free_.push_back(uint16_t(i));
   }
 
+  // The engine is gone (its lifeline closed) or its controller failed: every command still
+  // outstanding completes with a transport error, as over a lost connection that will not
+  // come back, so that no application waits forever.
+  bool engine_gone() {
+    if (!c_->failed() && !c_->lifeline_closed(0)) return false;
+    for (uint16_t cid = 0; cid < depth_; ++cid) {
+      Req& r = reqs_[cid];
+      if (!r.cb) continue;
+      CompletionFn cb = r.cb;
+      r.cb = nullptr;
+      free_.push_back(cid);
+      --outstanding_;
+      cb(r.ctx, Completion{wire::sc::TransportError});
+    }
+    return true;
+  }
+
   ~EngineIoQueue() override {
     // Delete I/O SQ answers once every command of the queue is answered (however long the
     // engine's recovery takes: the data buffers are in use until then); those answers are
@@ -88,6 +105,7 @@ class EngineIoQueue final : public IoQueue {
     const uint16_t cid = free_.back();
     free_.pop_back();
     reqs_[cid] = {cb, ctx};
+    if (outstanding_ == 0) last_progress_ns_ = monotonic_ns();
     Sqe s = sqe;
     s.cid = cid;
     set_sgl(s, uint64_t(off), len);
@@ -99,7 +117,17 @@ class EngineIoQueue final : public IoQueue {
 
   int poll(uint32_t timeout_us) override {
     int n = reap();
-    if (n || timeout_us == 0 || outstanding_ == 0) return n;
+    if (n) return n;
+    if (outstanding_ == 0) return 0;
+    // A dead engine answers nothing. A polling application looks at its lifeline (a system
+    // call) only once no answer has come for kLifelineCheckNs, so that a healthy engine
+    // costs it none; a sleeping one looks whenever a wait ends empty-handed.
+    const uint64_t now = monotonic_ns();
+    if (now - last_progress_ns_ > kLifelineCheckNs) {
+      last_progress_ns_ = now;
+      if (engine_gone()) return 0;
+    }
+    if (timeout_us == 0) return 0;
     const uint64_t deadline = monotonic_ns() + uint64_t(timeout_us) * 1000;
     // Polling (no interrupts asked for), or hybrid: spin a while before sleeping.
     const uint64_t spin_until = vector_fd_ < 0 ? deadline : c_->polling() ? monotonic_ns() + 50'000 : 0;
@@ -112,7 +140,8 @@ class EngineIoQueue final : public IoQueue {
       app_.arm_interrupt();  // then one more look: a completion posted just before raised none
       if ((n = reap())) return n;
       wait_vector(vector_fd_, int(wait_ms));
-      if ((n = reap()) || c_->failed()) return n;
+      if ((n = reap())) return n;
+      if (engine_gone()) return 0;
     }
     return n;
   }
@@ -145,6 +174,7 @@ class EngineIoQueue final : public IoQueue {
       ++n;
       r.cb(r.ctx, Completion{wire::Status::from_cqe(cqe.status), cqe.dw0, cqe.dw1});
     }
+    if (n) last_progress_ns_ = monotonic_ns();
     if (n && app_.ring_cq()) c_->kick();
     return n;
   }
@@ -157,6 +187,8 @@ class EngineIoQueue final : public IoQueue {
   std::vector<Req> reqs_;
   std::vector<uint16_t> free_;  // command IDs (index into reqs_)
   uint32_t outstanding_ = 0;
+  static constexpr uint64_t kLifelineCheckNs = 1'000'000'000;
+  uint64_t last_progress_ns_ = 0;  // the last answer, or the first command into an idle queue
 };
 
 // ---------------------------------------------------------------- controller

@@ -61,13 +61,15 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   bool vectors_shared() const { return granted_ + 1 > at_.vector_fds().size(); }
   const engine::Attachment& attachment() const { return at_; }
   void kick() const;
+  // Whether the engine's lifeline closed (waiting up to wait_ms): then it is gone, and
+  // failed() says so from now on. Any thread.
+  bool lifeline_closed(int wait_ms);
 
  private:
   EngineClient() = default;
   bool enable(std::string& err);
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
-  bool lifeline_closed(int wait_ms);
 
   engine::Attachment at_;
   TransportId trid_;

@@ -2,6 +2,10 @@
 // it, and applications that attach to the engine: through the host library (trtype:engine)
 // and, for what a well-behaved library never does, by hand on the shared memory.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -22,6 +26,8 @@
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
 #include "wire/identify.hpp"
+
+extern char** environ;
 
 namespace nvtcp::test {
 namespace {
@@ -513,6 +519,80 @@ TEST(Engine, AnAttachForAnUnknownSubsystemIsRefused) {
   EXPECT_FALSE(host::Controller::connect(trid, {}, err));
   EXPECT_NE(err.find("refused"), std::string::npos) << err;
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused == 1; }, 2000));
+}
+
+// An application that dies closes the read ends of its interrupt pipes before the engine
+// notices; the engine's next signal to it must fail with EPIPE, not take the engine (and
+// every other application) down with SIGPIPE.
+TEST(Engine, SignallingAnApplicationThatDiedDoesNotKillTheEngine) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  ::close(p[0]);          // the application is gone
+  engine::signal_fd(p[1]);  // what the engine does on a completion for it
+  ::close(p[1]);
+  BystanderApp other(e);
+  EXPECT_EQ(other.read(), sc::Success) << "the engine goes on";
+}
+
+// The engine process dies (SIGKILL) with commands in flight: the application's queue pair
+// completes every one of them (with a transport error when no answer came) and reports
+// failure, instead of waiting forever.
+TEST(Engine, AnApplicationSeesItsCommandsEndWhenTheEngineDies) {
+  RunningTarget t;
+  const std::string sock = socket_path(), ready = sock + ".ready";
+  const std::string remote = fmt::format("trtype:tcp traddr:127.0.0.1 trsvcid:{} subnqn:{}", t.port(), kTestNqn);
+  std::vector<std::string> args{NVTCP_BINARY, "engine", "--controller", remote, "--socket", sock,
+                                "--cpus", "0", "--ready-file", ready, "--log-level", "warn"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  ASSERT_TRUE(wait_for([&] { return access(ready.c_str(), F_OK) == 0; }, 10000)) << "engine did not start";
+
+  host::TransportId trid;
+  trid.trtype = "engine";
+  trid.traddr = sock;
+  trid.subnqn = kTestNqn;
+  std::string err;
+  auto ctrl = host::Controller::connect(trid, host::ControllerOptions{}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(64, err);
+  ASSERT_TRUE(qp) << err;
+  void* buf = ctrl->alloc_io_buffer(64 * 4096);
+  ASSERT_NE(buf, nullptr);
+  struct Count {
+    int done = 0, failed = 0;
+  } count;
+  auto cb = [](void* ctx, const host::Completion& c) {
+    auto* n = static_cast<Count*>(ctx);
+    ++n->done;
+    if (!c.status.ok()) ++n->failed;
+  };
+  // Reads from the null namespace keep the engine busy while it is killed.
+  int submitted = 0;
+  for (int round = 0; round < 200 && submitted < 5000; ++round) {
+    for (int i = 0; i < 32; ++i, ++submitted)
+      ASSERT_EQ(qp->read(1, uint64_t(i) * 8, 8, static_cast<uint8_t*>(buf) + i * 4096 * 2, cb, &count), 0);
+    while (count.done < submitted) qp->process_completions(1000);
+  }
+  for (int i = 0; i < 32; ++i, ++submitted)
+    ASSERT_EQ(qp->read(1, uint64_t(i) * 8, 8, static_cast<uint8_t*>(buf) + i * 4096 * 2, cb, &count), 0);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  // And commands sent after it died, which nobody will ever answer.
+  for (int i = 0; i < 8; ++i, ++submitted)  // the queue has room: 64 entries, at most 40 in use
+    ASSERT_EQ(qp->read(1, uint64_t(i) * 8, 8, static_cast<uint8_t*>(buf) + i * 4096 * 2, cb, &count), 0);
+  for (int i = 0; i < 10000 && count.done < submitted; ++i) qp->process_completions(1000);
+  EXPECT_EQ(count.done, submitted) << "commands left waiting on a dead engine";
+  EXPECT_GT(count.failed, 0);
+  EXPECT_TRUE(qp->failed());
+  EXPECT_NE(qp->read(1, 0, 8, buf, cb, &count), 0) << "no new command on a dead engine";
+  ::unlink(sock.c_str());
+  ::unlink(ready.c_str());
 }
 
 }  // namespace
