@@ -763,14 +763,7 @@ void Connection::execute_io(Request* r) {
       io.op = backend::BlockIo::Op::Read;
       io.offset = slba << ns->lbads;
       io.length = len;
-      if (!ns->device->zero_copy_reads()) {
-        switch (ensure_buffer(r, uint32_t(len))) {
-          case BufferResult::Ok: break;
-          case BufferResult::Wait: park(r, true); return;
-          case BufferResult::Fail: complete(r, sc::InternalError); return;
-        }
-        io.buffer = r->buf.get();
-      }
+      if (!read_buffer(r, ns, uint32_t(len))) return;
       break;
     }
     case IoOpcode::Read:
@@ -803,14 +796,7 @@ void Connection::execute_io(Request* r) {
           return;
         }
         io.op = backend::BlockIo::Op::Read;
-        if (!ns->device->zero_copy_reads()) {
-          switch (ensure_buffer(r, uint32_t(len))) {
-            case BufferResult::Ok: break;
-            case BufferResult::Wait: park(r, true); return;
-            case BufferResult::Fail: complete(r, sc::InternalError); return;
-          }
-          io.buffer = r->buf.get();
-        }
+        if (!read_buffer(r, ns, uint32_t(len))) return;
         r->tx_pending = uint32_t(len);
         tx_pending_ += len;
         break;
@@ -882,6 +868,19 @@ void Connection::execute_io(Request* r) {
       return;
   }
   submit_io(r, ns);
+}
+
+// Where a read (or a Verify) lands: the request's buffer, unless the device hands out its
+// own memory. False when the request was parked until memory is free, or failed.
+bool Connection::read_buffer(Request* r, Namespace* ns, uint32_t len) {
+  if (ns->device->zero_copy_reads()) return true;
+  switch (ensure_buffer(r, len)) {
+    case BufferResult::Ok: break;
+    case BufferResult::Wait: park(r, true); return false;
+    case BufferResult::Fail: complete(r, sc::InternalError); return false;
+  }
+  r->io.buffer = r->buf.get();
+  return true;
 }
 
 void Connection::submit_io(Request* r, Namespace* ns) {

@@ -164,6 +164,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   // the caller parks the request and it runs again once memory is released.
   enum class BufferResult { Ok, Wait, Fail };
   BufferResult ensure_buffer(Request* r, uint32_t len);
+  bool read_buffer(Request* r, Namespace* ns, uint32_t len);
   void free_buffer(Request* r);
   bool reserve_budgets(HostBudget* host, uint64_t n, uint64_t global_cap);
   void release_budgets(HostBudget* host, uint64_t n);

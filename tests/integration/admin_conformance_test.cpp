@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,35 @@ namespace sc = wire::sc;
 
 constexpr uint8_t kHostId[16] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
                                   0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xF0, 0x01};
+
+// Submits one I/O command through submit(cb, ctx) and drives qp until it completes (or 10 s
+// pass: then the status is a transport error); returns its status. A command that never
+// completes leaves its waiter allocated: the queue pair may still call back into it.
+wire::Status one_command(host::QueuePair& qp, const std::function<int(host::CompletionFn, void*)>& submit) {
+  struct Wait {
+    bool done = false;
+    Completion c;
+  };
+  auto* w = new Wait;
+  const int rc = submit(
+      [](void* ctx, const Completion& c) {
+        auto* waiter = static_cast<Wait*>(ctx);
+        waiter->c = c;
+        waiter->done = true;
+      },
+      w);
+  EXPECT_EQ(rc, 0);
+  if (rc != 0) {
+    delete w;
+    return sc::TransportError;
+  }
+  for (int i = 0; i < 10000 && !w->done; ++i) qp.process_completions(1000);
+  EXPECT_TRUE(w->done) << "the command never completed";
+  if (!w->done) return sc::TransportError;
+  const wire::Status st = w->c.status;
+  delete w;
+  return st;
+}
 
 class AdminConformance : public ::testing::Test {
  protected:
@@ -277,20 +307,10 @@ TEST_F(AdminConformance, ErrorLogRecordsFailedCommands) {
   std::string err;
   auto qp = ctrl_->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
-  struct Wait {
-    bool done = false;
-    Completion c;
-  } w;
   std::vector<uint8_t> data(512);
   const uint64_t lba = (64ull << 20) / 512 + 7;  // past the end of nsid 2 (64 MiB)
-  ASSERT_EQ(qp->read(2, lba, 1, data.data(), [](void* ctx, const Completion& c) {
-    auto* waiter = static_cast<Wait*>(ctx);
-    waiter->c = c;
-    waiter->done = true;
-  }, &w), 0);
-  for (int i = 0; i < 10000 && !w.done; ++i) qp->process_completions(1000);
-  ASSERT_TRUE(w.done);
-  EXPECT_EQ(w.c.status, sc::LbaOutOfRange);
+  EXPECT_EQ(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(2, lba, 1, data.data(), cb, ctx); }),
+            sc::LbaOutOfRange);
 
   EXPECT_EQ(smart_error_entries(*ctrl_), before + 2);
   auto log = error_log(*ctrl_);
@@ -397,18 +417,7 @@ TEST_F(AdminConformance, VerifyReadsItsRangeAndSendsNothing) {
     sqe.cdw10 = uint32_t(slba);
     sqe.cdw11 = uint32_t(slba >> 32);
     sqe.cdw12 = nlb - 1;
-    struct Wait {
-      bool done = false;
-      Completion c;
-    } w;
-    EXPECT_EQ(qp->submit(sqe, nullptr, 0, false, [](void* ctx, const Completion& c) {
-      auto* waiter = static_cast<Wait*>(ctx);
-      waiter->c = c;
-      waiter->done = true;
-    }, &w), 0);
-    for (int i = 0; i < 10000 && !w.done; ++i) qp->process_completions(1000);
-    EXPECT_TRUE(w.done);
-    return w.c.status;
+    return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->submit(sqe, nullptr, 0, false, cb, ctx); });
   };
   const uint64_t blocks2 = (64ull << 20) / 512;
   EXPECT_TRUE(verify(2, 0, 8).ok());
