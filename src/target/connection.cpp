@@ -152,6 +152,7 @@ void Connection::on_closed(int err) {
   reactor_.undefer(&resume_d_);
   set_.remove(this);
   if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
+  else set_.add_draining();
 }
 
 const Request* Connection::stalled_write(uint64_t now) const {
@@ -946,7 +947,10 @@ void Connection::io_done(Request* r, Status st) {
   tx_pending_ -= r->tx_pending;
   r->tx_pending = 0;
   if (closed_) {
-    if (backend_inflight_ == 0) delete this;
+    if (backend_inflight_ == 0) {
+      set_.remove_draining();
+      delete this;
+    }
     return;
   }
   if (r->io.op == backend::BlockIo::Op::Deallocate && st.ok()) {

@@ -41,6 +41,11 @@ class ConnectionSet {
   void remove(Connection* c);
   void close_all();
   size_t size() const { return conns_.size(); }
+  // Closed connections that wait for their last device completion before they free
+  // themselves: shutdown waits for these too, or they would outlive their reactor.
+  void add_draining() { ++draining_; }
+  void remove_draining() { --draining_; }
+  size_t draining() const { return draining_; }
   void collect(std::vector<ConnectionInfo>& out) const;
   // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
   void count_io() { bump(ios_); }
@@ -55,6 +60,7 @@ class ConnectionSet {
  private:
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<Connection*> conns_;
+  size_t draining_ = 0;
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
 

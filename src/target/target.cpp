@@ -203,7 +203,8 @@ std::string Target::start() {
       // Shutting down: close what is left and let the closes finish (bounded).
       raw->connections.close_all();
       uint64_t deadline = reactor::monotonic_ns() + 2'000'000'000ull;
-      while (raw->connections.size() > 0 && reactor::monotonic_ns() < deadline) r.run_once(10000);
+      while ((raw->connections.size() > 0 || raw->connections.draining() > 0) && reactor::monotonic_ns() < deadline)
+        r.run_once(10000);
       if (accept_here) {
         for (auto& ls : sockets_) {
           if (ls->fd >= 0) ::shutdown(ls->fd, SHUT_RDWR);
