@@ -51,6 +51,18 @@ def point_key(p):
     return (p["figure"], p["workload"], p["bs"], p["jobs"], p["initiator"])
 
 
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None (and a note) without python3-matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("\n(charts skipped: python3-matplotlib is not installed)")
+        return None
+    return plt
+
+
 def compare(a_path, b_path, out):
     a, b = json.load(open(a_path)), json.load(open(b_path))
     amap = {point_key(p): p for p in a["points"] if "error" not in p}
@@ -72,12 +84,8 @@ def compare(a_path, b_path, out):
     if not rows:
         print("(no point is in both runs)")
         return 1
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("\n(chart skipped: python3-matplotlib is not installed)")
+    plt = pyplot()
+    if plt is None:
         return 0
     os.makedirs(out, exist_ok=True)
     f, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows)), 4.8))
@@ -146,12 +154,8 @@ def main():
     cpu_split(pts)
     per_host(pts)
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("\n(charts skipped: python3-matplotlib is not installed)")
+    plt = pyplot()
+    if plt is None:
         return 0
     os.makedirs(out, exist_ok=True)
     written = []

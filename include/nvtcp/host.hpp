@@ -42,7 +42,6 @@ enum class PollMode { Default, Interrupt, Busy, Hybrid };
 
 // "default", "interrupt", "busy" or "hybrid" (command-line and fio option values); false if unknown.
 bool parse_poll_mode(const std::string& text, PollMode& out);
-const char* to_string(PollMode m);
 
 struct ControllerOptions {
   std::string hostnqn;               // empty: derived from the host ID

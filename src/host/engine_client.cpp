@@ -63,6 +63,10 @@ class EngineIoQueue final : public IoQueue {
   // come back, so that no application waits forever.
   bool engine_gone() {
     if (!c_->failed() && !c_->lifeline_closed(0)) return false;
+    fail_outstanding();
+    return true;
+  }
+  void fail_outstanding() {
     for (uint16_t cid = 0; cid < depth_; ++cid) {
       Req& r = reqs_[cid];
       if (!r.cb) continue;
@@ -72,7 +76,6 @@ class EngineIoQueue final : public IoQueue {
       --outstanding_;
       cb(r.ctx, Completion{wire::sc::TransportError});
     }
-    return true;
   }
 
   ~EngineIoQueue() override {
@@ -88,13 +91,7 @@ class EngineIoQueue final : public IoQueue {
       del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
       c_->admin(del, nullptr, 0, false);
     }
-    for (uint16_t cid = 0; cid < depth_; ++cid) {
-      Req& r = reqs_[cid];
-      if (!r.cb) continue;
-      CompletionFn cb = r.cb;
-      r.cb = nullptr;
-      cb(r.ctx, Completion{wire::sc::TransportError});
-    }
+    fail_outstanding();
   }
 
   int submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {

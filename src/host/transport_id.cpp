@@ -141,14 +141,4 @@ bool parse_poll_mode(const std::string& text, PollMode& out) {
   return true;
 }
 
-const char* to_string(PollMode m) {
-  switch (m) {
-    case PollMode::Default: return "default";
-    case PollMode::Interrupt: return "interrupt";
-    case PollMode::Busy: return "busy";
-    case PollMode::Hybrid: return "hybrid";
-  }
-  return "?";
-}
-
 }  // namespace nvtcp::host

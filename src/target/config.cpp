@@ -207,13 +207,19 @@ std::string finalize_config(TargetConfig& cfg) {
     for (const auto& name : s.listeners) {
       ListenerConfig want;
       if (!parse_listener(name, want)) return fmt::format("subsystem {}: listener '{}' is not ADDRESS:PORT", s.nqn, name);
-      const bool known = std::any_of(cfg.listeners.begin(), cfg.listeners.end(), [&](const ListenerConfig& l) {
-        return l.address == want.address && l.port == want.port;
-      });
-      if (!known) return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
+      if (listener_index(cfg, name) < 0)
+        return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
     }
   }
   return {};
+}
+
+int listener_index(const TargetConfig& cfg, const std::string& name) {
+  ListenerConfig want;
+  if (!parse_listener(name, want)) return -1;
+  for (size_t i = 0; i < cfg.listeners.size(); ++i)
+    if (cfg.listeners[i].address == want.address && cfg.listeners[i].port == want.port) return int(i);
+  return -1;
 }
 
 bool parse_listener(const std::string& text, ListenerConfig& out) {

@@ -88,6 +88,10 @@ inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_b
 
 // Reads a JSON configuration; returns an error message or empty.
 std::string load_config_file(const std::string& path, TargetConfig& out);
+// The index in cfg.listeners of the listener a subsystem names ("ADDRESS:PORT" exactly as
+// configured), or -1.
+int listener_index(const TargetConfig& cfg, const std::string& name);
+
 // Checks and completes a configuration (serials, nsids, listeners); returns error or empty.
 std::string finalize_config(TargetConfig& cfg);
 

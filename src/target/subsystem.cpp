@@ -111,13 +111,8 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   for (const auto& sc : cfg.subsystems) {
     auto sub = std::make_unique<Subsystem>(sc, false);
     std::vector<uint16_t> bound;  // finalize_config checked that every name is a listener
-    for (const auto& name : sc.listeners) {
-      ListenerConfig want;
-      parse_listener(name, want);
-      for (size_t i = 0; i < cfg.listeners.size(); ++i)
-        if (cfg.listeners[i].address == want.address && cfg.listeners[i].port == want.port)
-          bound.push_back(st.listeners[i].portid);
-    }
+    for (const auto& name : sc.listeners)
+      if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(st.listeners[size_t(i)].portid);
     sub->bind_listeners(std::move(bound));
     for (const auto& nc : sc.namespaces) {
       auto ns = std::make_unique<Namespace>();
