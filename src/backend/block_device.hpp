@@ -59,6 +59,10 @@ class BlockDevice {
  public:
   virtual ~BlockDevice() = default;
   virtual uint64_t size_bytes() const = 0;
+  // Looks again at what backs the device (a file or block device an administrator grew or
+  // shrank) and returns the size in effect from now on. Control path; fixed-size devices
+  // return size_bytes().
+  virtual uint64_t revalidate_size() { return size_bytes(); }
   virtual uint32_t block_size() const = 0;
   virtual const char* kind() const = 0;
   // Read needs a caller buffer only when this is false.

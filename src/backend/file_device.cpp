@@ -44,10 +44,26 @@ const char* op_name(BlockIo::Op op) {
 
 class FileDevice final : public BlockDevice {
  public:
-  FileDevice(int fd, std::string path, uint64_t size, uint32_t bs, Persistence p)
-      : fd_(fd), path_(std::move(path)), size_(size), bs_(bs), persistence_(p) {}
+  // follows_backing: no size was configured, so the namespace is the whole file (or block
+  // device) and follows it when it is resized.
+  FileDevice(int fd, std::string path, uint64_t size, uint32_t bs, Persistence p, bool follows_backing)
+      : fd_(fd), path_(std::move(path)), size_(size), bs_(bs), persistence_(p), follows_backing_(follows_backing) {}
   ~FileDevice() override { close(fd_); }
-  uint64_t size_bytes() const override { return size_; }
+  uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
+  uint64_t revalidate_size() override {
+    if (!follows_backing_) return size_bytes();
+    struct stat st{};
+    uint64_t have = 0;
+    if (fstat(fd_, &st) != 0) return size_bytes();
+    if (S_ISBLK(st.st_mode)) {
+      if (ioctl(fd_, BLKGETSIZE64, &have) != 0) return size_bytes();
+    } else {
+      have = uint64_t(st.st_size);
+    }
+    have -= have % bs_;
+    if (have != 0) size_.store(have, std::memory_order_relaxed);  // an emptied file keeps its namespace
+    return size_bytes();
+  }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "file"; }
   Persistence persistence() const override { return persistence_; }
@@ -158,9 +174,10 @@ class FileDevice final : public BlockDevice {
 
   int fd_;
   std::string path_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;
   uint32_t bs_;
   Persistence persistence_;
+  bool follows_backing_;
   std::atomic<bool> cache_enabled_{true};
   std::atomic<SyncObserver*> observer_{nullptr};
 };
@@ -197,6 +214,7 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
   }
   struct stat st{};
   fstat(fd, &st);
+  const bool follows_backing = size == 0;
   uint64_t have = 0;
   bool resized = false;
   if (S_ISBLK(st.st_mode)) {
@@ -233,7 +251,7 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
       close(dfd);
     }
   }
-  return std::make_unique<FileDevice>(fd, path, size, block_size, persistence_of(fd, st));
+  return std::make_unique<FileDevice>(fd, path, size, block_size, persistence_of(fd, st), follows_backing);
 }
 
 }  // namespace nvtcp::backend

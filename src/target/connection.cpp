@@ -118,6 +118,7 @@ void Connection::close(const std::string& why) {
 void Connection::teardown_controller(const char* why) {
   if (!ctrl_) return;
   if (qid_ == 0) {
+    ctrl_->detach_admin_queue();
     if (!ctrl_->dead.exchange(true))
       log::info("{}: controller {} of {} torn down: {}", peer_, ctrl_->cntlid(), ctrl_->subsystem().nqn(), why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
@@ -649,6 +650,7 @@ void Connection::execute_connect(Request* r) {
     stats_ = ctrl->stats(cmd.qid);
   }
   ctrl_ = ctrl;
+  if (cmd.qid == 0) ctrl_->attach_admin_queue(&reactor_, this);
   host_ = std::move(host);
   host_->bytes.fetch_add(buffer_bytes_, std::memory_order_relaxed);  // what it took before Connect
   pool_bytes_ = pool;
@@ -704,6 +706,7 @@ void Connection::execute_admin(Request* r) {
   }
   if (res.held) {
     r->state = Request::State::HeldAer;
+    deliver_async_events();  // an event may already be waiting for it
     return;
   }
   r->dw0 = res.dw0;
@@ -719,6 +722,19 @@ void Connection::execute_admin(Request* r) {
   if (!res.status.ok())
     log::debug("{}: admin opcode 0x{:02x}: {}", peer_, sqe.opc, status_name(res.status));
   complete(r, res.status);
+}
+
+void Connection::deliver_async_events() {
+  if (state_ != State::Connected || !ctrl_) return;
+  uint32_t dw0 = 0;
+  for (auto& slot : pool_) {
+    Request* r = slot.get();
+    if (r->state != Request::State::HeldAer) continue;
+    if (!ctrl_->take_async_event(dw0)) return;
+    r->dw0 = dw0;
+    log::info("{}: asynchronous event 0x{:08x} to controller {}", peer_, dw0, ctrl_->cntlid());
+    complete(r, sc::Success);
+  }
 }
 
 void Connection::execute_io(Request* r) {
@@ -961,6 +977,9 @@ void Connection::io_done(Request* r, Status st) {
     flush_step(r);
     return;
   }
+  // A device that failed a command is an error event for the host (Transient Internal
+  // Error: the failure is the command's, the controller goes on).
+  if (!st.ok() && ctrl_) ctrl_->raise_device_error();
   if (r->sqe.opc == uint8_t(IoOpcode::Verify)) {  // read to check it, never sent
     complete(r, st);
     return;

@@ -115,7 +115,7 @@ struct Arrival {
   std::string local_address;
 };
 
-class Connection final : public reactor::StreamOwner, public transport::PduHandler {
+class Connection final : public reactor::StreamOwner, public transport::PduHandler, public AsyncEventSink {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
@@ -136,6 +136,8 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
   void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
+  // AsyncEventSink (admin queues): completes held Asynchronous Event Requests.
+  void deliver_async_events() override;
 
  private:
   enum class State { AwaitICReq, AwaitConnect, Connected, Closing };

@@ -207,7 +207,7 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl
         return r;
       }
       ++aers_held_;
-      r.held = true;  // we raise no events yet; the request waits until the queue goes away
+      r.held = true;  // completed by take_async_event() when an event is ready
       return r;
     case AdminOpcode::Abort:
       // Commands here complete quickly and are never aborted: dw0 bit 0 = not aborted.
@@ -472,10 +472,18 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       put_padded(f->frs[0], 8, "0.1.0");
       break;
     }
-    case LogPageId::ChangedNamespaces:
+    case LogPageId::ChangedNamespaces: {
       if (discovery) break;
-      scratch_.assign(4096, 0);  // namespaces never change while the target runs
+      scratch_.assign(kChangedNamespacesMax * 4, 0);
+      auto* list = reinterpret_cast<uint32_t*>(scratch_.data());
+      if (changed_ns_overflow_) list[0] = kNsidAll;
+      else std::copy(changed_ns_.begin(), changed_ns_.end(), list);
+      if (!(sqe.cdw10 & kLogRetainAsyncEvent)) {  // read: the list starts again (as nvmet)
+        changed_ns_.clear();
+        changed_ns_overflow_ = false;
+      }
       break;
+    }
     case LogPageId::Discovery: {
       if (!discovery) break;
       uint32_t n = build_discovery_log(nullptr, 0);
@@ -488,6 +496,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
     st = sc::InvalidLogPage;
     return;
   }
+  if (!(sqe.cdw10 & kLogRetainAsyncEvent)) unmask_event_for_log(lid);
   if (offset >= scratch_.size() || (offset & 3)) {
     st = sc::InvalidField;
     return;
@@ -561,7 +570,7 @@ bool temperature_select(uint32_t cdw11, unsigned& thsel) {
 
 // The asynchronous events a host may enable (feature 0Bh): SMART critical warnings and the
 // notices Identify OAES announces; anything else is refused, as nvmet does.
-uint32_t async_events_allowed(bool discovery) { return discovery ? 0 : 0xFFu | (1u << 8); }
+uint32_t async_events_allowed(bool discovery) { return discovery ? 0 : kAecSmartWarnings | kAecNamespaceAttribute; }
 }  // namespace
 
 AdminResult Controller::set_features(const Sqe& sqe) {
@@ -696,6 +705,94 @@ AdminResult Controller::get_features(const Sqe& sqe, uint32_t sgl_len) {
   }
   if (!select_value(sel, current, def, caps, r.dw0)) r.status = sc::InvalidField;
   return r;
+}
+
+// Asynchronous events.
+
+void Controller::attach_admin_queue(reactor::Reactor* r, AsyncEventSink* sink) {
+  event_sink_ = sink;
+  std::lock_guard lk(admin_mu_);
+  admin_reactor_ = r;
+}
+
+void Controller::detach_admin_queue() {
+  event_sink_ = nullptr;
+  std::lock_guard lk(admin_mu_);
+  admin_reactor_ = nullptr;
+}
+
+void Controller::raise(AsyncEventType type, uint8_t info, LogPageId lid, uint32_t nsid) {
+  // The event runs on the admin queue's reactor: the event state has one owner. A
+  // controller whose admin queue is gone reports nothing (and keeps no reactor alive).
+  std::lock_guard lk(admin_mu_);
+  if (!admin_reactor_) return;
+  admin_reactor_->post([weak = weak_from_this(), type, info, lid, nsid] {
+    if (auto self = weak.lock()) self->queue_event(type, info, lid, nsid);
+  });
+}
+
+void Controller::raise_device_error() {
+  if (device_error_posted_.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard lk(admin_mu_);
+  if (!admin_reactor_) {
+    device_error_posted_.store(false, std::memory_order_release);
+    return;
+  }
+  admin_reactor_->post([weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (!self) return;
+    self->device_error_posted_.store(false, std::memory_order_release);
+    self->queue_event(AsyncEventType::Error, kAsyncErrorTransientInternal, LogPageId::Error, 0);
+  });
+}
+
+bool Controller::event_enabled(AsyncEventType type) const {
+  switch (type) {
+    case AsyncEventType::Error: return true;  // error events cannot be turned off
+    case AsyncEventType::SmartHealth: return async_event_config_ & kAecSmartWarnings;
+    case AsyncEventType::Notice: return async_event_config_ & kAecNamespaceAttribute;
+    case AsyncEventType::IoCommandSpecific: return true;  // reservation notices: feature 83h decides
+  }
+  return false;
+}
+
+void Controller::queue_event(AsyncEventType type, uint8_t info, LogPageId lid, uint32_t nsid) {
+  if (dead.load(std::memory_order_relaxed)) return;
+  if (lid == LogPageId::ChangedNamespaces) {
+    // The list records every change, reported or not, until the host reads it.
+    if (std::find(changed_ns_.begin(), changed_ns_.end(), nsid) == changed_ns_.end()) {
+      if (changed_ns_.size() < kChangedNamespacesMax) changed_ns_.push_back(nsid);
+      else changed_ns_overflow_ = true;
+    }
+  }
+  if (!event_enabled(type)) return;
+  EventSlot& e = events_[uint8_t(type)];
+  if (e.masked || e.pending) return;  // one report per type until its log is read
+  e.pending = true;
+  e.info = info;
+  e.lid = lid;
+  log::debug("controller {} of {}: asynchronous event type {} info 0x{:02x} (log 0x{:02x})", cntlid_, subsys_.nqn(),
+             uint8_t(type), info, uint8_t(lid));
+  if (event_sink_) event_sink_->deliver_async_events();
+}
+
+bool Controller::take_async_event(uint32_t& dw0) {
+  if (aers_held_ == 0) return false;
+  for (uint8_t t = 0; t < events_.size(); ++t) {
+    EventSlot& e = events_[t];
+    if (!e.pending) continue;
+    e.pending = false;
+    e.masked = true;
+    --aers_held_;
+    dw0 = async_event_dw0(AsyncEventType(t), e.info, e.lid);
+    return true;
+  }
+  return false;
+}
+
+void Controller::unmask_event_for_log(LogPageId lid) {
+  for (EventSlot& e : events_)
+    if (e.masked && e.lid == lid) e.masked = false;
 }
 
 }  // namespace nvtcp::target

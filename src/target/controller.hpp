@@ -16,6 +16,10 @@
 #include "wire/features.hpp"
 #include "wire/log_pages.hpp"
 
+namespace nvtcp::reactor {
+class Reactor;
+}
+
 namespace nvtcp::target {
 
 struct AdminResult {
@@ -53,7 +57,16 @@ struct QueueStats {
   }
 };
 
-class Controller {
+// The admin queue of a controller: where its asynchronous events are delivered (that
+// queue's reactor only).
+class AsyncEventSink {
+ public:
+  virtual ~AsyncEventSink() = default;
+  // Events may be ready: complete held Asynchronous Event Requests with them.
+  virtual void deliver_async_events() = 0;
+};
+
+class Controller : public std::enable_shared_from_this<Controller> {
  public:
   Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
              const uint8_t hostid[16], uint32_t kato_ms);
@@ -96,6 +109,20 @@ class Controller {
   // Runs an admin command; Identify data goes to buf (4 KiB); a log page is pointed at by
   // AdminResult::src instead.
   AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len);
+
+  // Asynchronous events. The admin queue attaches itself at Connect and detaches at
+  // teardown (its reactor); raise() may be called from any thread and runs the event on
+  // the admin queue's reactor. An event is reported when the host enabled it (feature 0Bh;
+  // errors always), an Asynchronous Event Request is held, and its type is not masked.
+  void attach_admin_queue(reactor::Reactor* r, AsyncEventSink* sink);
+  void detach_admin_queue();
+  // nsid: for a namespace attribute notice, the namespace for the changed-namespace log.
+  void raise(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid = 0);
+  // A backend failed one of this controller's commands (any reactor; at most one event in
+  // flight, so a failing device under load does not flood the admin reactor).
+  void raise_device_error();
+  // Admin reactor: the dw0 of the next event to report, if an AER is held for it.
+  bool take_async_event(uint32_t& dw0);
 
   // Keep-alive: any admin command counts as a sign of life.
   void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
@@ -151,6 +178,24 @@ class Controller {
   uint32_t interrupt_coalescing_ = 0;
   uint32_t write_atomicity_ = 0;
   uint32_t aers_held_ = 0;
+  // Asynchronous events (admin reactor): per type, one pending report and whether the type
+  // is masked (reported, its log not yet read). The changed-namespace log (04h) collects
+  // NSIDs until it is read.
+  struct EventSlot {
+    bool pending = false, masked = false;
+    uint8_t info = 0;
+    wire::LogPageId lid{};
+  };
+  std::array<EventSlot, 8> events_{};
+  std::vector<uint32_t> changed_ns_;
+  bool changed_ns_overflow_ = false;
+  void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
+  void unmask_event_for_log(wire::LogPageId lid);
+  bool event_enabled(wire::AsyncEventType type) const;
+  AsyncEventSink* event_sink_ = nullptr;   // admin reactor only
+  std::mutex admin_mu_;                     // guards admin_reactor_ for raise() from any thread
+  reactor::Reactor* admin_reactor_ = nullptr;
+  std::atomic<bool> device_error_posted_{false};
 
   mutable std::mutex errors_mu_;
   std::array<wire::ErrorLogEntry, kErrorLogEntries> errors_{};  // a ring; slot = count % size

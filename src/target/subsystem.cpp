@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include "target/controller.hpp"
+#include "util/log.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
+#include "wire/log_pages.hpp"
 
 namespace nvtcp::target {
 
@@ -52,6 +54,26 @@ std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {
   std::lock_guard lk(mu_);
   auto it = controllers_.find(cntlid);
   return it == controllers_.end() ? nullptr : it->second;
+}
+
+std::vector<uint32_t> Subsystem::revalidate_namespaces() {
+  std::vector<uint32_t> changed;
+  for (const auto& ns : namespaces_) {
+    const uint64_t blocks = ns->device->revalidate_size() / ns->block_size;
+    const uint64_t was = ns->blocks.load(std::memory_order_relaxed);
+    if (blocks == was) continue;
+    ns->blocks.store(blocks, std::memory_order_relaxed);
+    log::info("subsystem {} namespace {}: its {} was resized: {} -> {} blocks of {} bytes", nqn_, ns->nsid,
+              ns->device->kind(), was, blocks, ns->block_size);
+    changed.push_back(ns->nsid);
+  }
+  if (changed.empty()) return changed;
+  std::lock_guard lk(mu_);
+  for (auto& [id, c] : controllers_)
+    for (uint32_t nsid : changed)
+      c->raise(wire::AsyncEventType::Notice, wire::kAsyncNoticeNamespaceChanged, wire::LogPageId::ChangedNamespaces,
+               nsid);
+  return changed;
 }
 
 void Subsystem::remove_controller(uint16_t cntlid) {

@@ -27,7 +27,9 @@ struct Namespace {
   std::unique_ptr<backend::BlockDevice> device;
   uint32_t block_size = 512;
   uint8_t lbads = 9;             // log2(block_size)
-  uint64_t blocks = 0;
+  // Changes only when the backing file is resized (Subsystem::revalidate_namespaces); every
+  // command reads it once for its range check.
+  std::atomic<uint64_t> blocks{0};
   uint8_t nguid[16] = {};
   uint8_t uuid[16] = {};
   uint8_t eui64[8] = {};
@@ -69,6 +71,12 @@ class Subsystem {
   // Feature 06h: the cache is on for some namespace that has one.
   bool write_cache_enabled() const;
   void set_write_cache_enabled(bool on);
+
+  // Looks at each namespace's backing again (Target: once a second, on reactor 0): a
+  // namespace whose size changed takes the new size, and every controller gets a namespace
+  // attribute notice for it (with the NSID in its changed-namespace log), as nvmet does
+  // when told to revalidate. Returns the NSIDs that changed.
+  std::vector<uint32_t> revalidate_namespaces();
 
   std::shared_ptr<Controller> add_controller(std::shared_ptr<Controller> c);
   std::shared_ptr<Controller> find_controller(uint16_t cntlid) const;

@@ -59,6 +59,7 @@ namespace {
 constexpr uint64_t kAcceptBackoffMinNs = 10'000'000;     // 10 ms
 constexpr uint64_t kAcceptBackoffMaxNs = 1'000'000'000;  // 1 s
 constexpr uint64_t kAcceptLogIntervalNs = 1'000'000'000;
+constexpr uint64_t kRevalidateIntervalNs = 1'000'000'000;
 // Descriptors the target needs beside its connections: listeners, io_uring rings and
 // eventfds per reactor, namespace files, stdio.
 constexpr uint64_t kSpareDescriptors = 64;
@@ -228,6 +229,9 @@ std::string Target::start() {
   }
   // Accepting starts only now that every reactor exists to take connections.
   reactors_[0]->reactor->post([this] {
+    revalidate_timer_.target = this;
+    revalidate_timer_.fn = on_revalidate_timer;
+    reactor::Reactor::current()->arm_timer(&revalidate_timer_, kRevalidateIntervalNs);
     for (auto& ls : sockets_) {
       ls->accept.owner = ls.get();
       ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
@@ -322,6 +326,13 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     return;
   }
   arm_accept(sock);
+}
+
+void Target::on_revalidate_timer(reactor::Timer* t) {
+  Target* self = static_cast<RevalidateTimer*>(t)->target;
+  if (self->stopping_.load()) return;
+  for (auto& s : self->state_->subsystems) s->revalidate_namespaces();
+  reactor::Reactor::current()->arm_timer(t, kRevalidateIntervalNs);
 }
 
 // The open files limit bounds the connections the target can hold: raise the soft limit

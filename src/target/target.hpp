@@ -47,6 +47,12 @@ class Target {
   struct ReactorThread;
   struct ListenSocket;
   bool over_connection_limit();
+  // Reactor 0, once a second: namespaces whose backing file was resized take the new size
+  // and their controllers are told (Subsystem::revalidate_namespaces).
+  struct RevalidateTimer : reactor::Timer {
+    Target* target = nullptr;
+  } revalidate_timer_;
+  static void on_revalidate_timer(reactor::Timer* t);
   static void arm_accept(ListenSocket* sock);
   void on_accept(ListenSocket* sock, int res, uint32_t flags);
   void raise_descriptor_limit();

@@ -16,6 +16,10 @@ inline constexpr uint8_t kFeatureAsyncEventConfig = 0x0B;
 inline constexpr uint8_t kFeatureKeepAliveTimer = 0x0F;
 inline constexpr uint8_t kFeatureHostIdentifier = 0x81;        // CDW11 bit 0 EXHID; 16 bytes of data
 
+// Feature 0Bh: bits 7:0 enable SMART critical warnings, bit 8 namespace attribute notices.
+inline constexpr uint32_t kAecSmartWarnings = 0xFF;
+inline constexpr uint32_t kAecNamespaceAttribute = 1u << 8;
+
 // Temperature thresholds: THSEL 00b over, 01b under. The default over-temperature threshold
 // (343 K, 70 C) is what NVMe drives commonly report; there is no sensor behind it.
 inline constexpr uint32_t kTemperatureOverDefault = 343;

@@ -17,6 +17,21 @@ enum class LogPageId : uint8_t {
   Discovery = 0x70,
 };
 
+// Asynchronous Event Request completion dw0: event type (bits 2:0), event information
+// (15:8) and the log page that clears the event (23:16). A controller reports one event of a
+// type and then masks that type until the host reads its log page with RAE (CDW10 bit 15) 0.
+enum class AsyncEventType : uint8_t { Error = 0, SmartHealth = 1, Notice = 2, IoCommandSpecific = 6 };
+inline constexpr uint8_t kAsyncErrorTransientInternal = 0x04;   // type Error
+inline constexpr uint8_t kAsyncNoticeNamespaceChanged = 0x00;   // type Notice, log 04h
+inline constexpr uint8_t kAsyncIoReservationLog = 0x00;         // type I/O command specific, log 80h
+constexpr uint32_t async_event_dw0(AsyncEventType type, uint8_t info, LogPageId lid) {
+  return uint32_t(type) | uint32_t(info) << 8 | uint32_t(lid) << 16;
+}
+// Get Log Page CDW10 bit 15: Retain Asynchronous Event (reading does not unmask its type).
+inline constexpr uint32_t kLogRetainAsyncEvent = 1u << 15;
+// LID 04h holds up to 1024 NSIDs; more changes than that are reported as FFFFFFFFh alone.
+inline constexpr uint32_t kChangedNamespacesMax = 1024;
+
 // LID 00h: one descriptor per log page identifier; bit 0 (LSUPP) says it is supported.
 inline constexpr uint32_t kLogSupported = 1u << 0;
 // LID 05h, per opcode: CSUPP (supported) and LBCC (may change logical block content).

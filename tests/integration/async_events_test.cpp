@@ -1,0 +1,288 @@
+// Asynchronous events as a host sees them on the wire: held Asynchronous Event Requests
+// complete when their cause happens (a namespace's backing file resized, a device failing a
+// command), once per event type until the host reads that type's log page, and only for
+// the events the host enabled with feature 0Bh (errors always).
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "raw_session.hpp"
+#include "wire/features.hpp"
+#include "wire/identify.hpp"
+#include "wire/log_pages.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+constexpr uint32_t kFileNsid = 4;
+constexpr uint64_t kBlock = 512;
+constexpr uint32_t kNamespaceChanged = async_event_dw0(AsyncEventType::Notice, kAsyncNoticeNamespaceChanged,
+                                                       LogPageId::ChangedNamespaces);
+// The target looks at backing files once a second: an event is due within a few of those.
+constexpr int kEventDueMs = 5000;
+
+Sqe admin_sqe(AdminOpcode opc, uint16_t cid, uint32_t nsid = 0) {
+  Sqe s{};
+  s.opc = uint8_t(opc);
+  s.cid = cid;
+  s.nsid = nsid;
+  s.flags = kSqeFlagsPsdtSgl;
+  s.sgl.type = kSglTransportDataBlock;  // no data unless a length is set
+  return s;
+}
+
+Sqe get_log_sqe(uint16_t cid, LogPageId lid, uint32_t len, bool retain = false, uint32_t nsid = 0) {
+  Sqe s = admin_sqe(AdminOpcode::GetLogPage, cid, nsid);
+  const uint32_t numd = len / 4 - 1;
+  s.cdw10 = uint32_t(lid) | (retain ? kLogRetainAsyncEvent : 0) | (numd & 0xFFFF) << 16;
+  s.cdw11 = numd >> 16;
+  s.sgl.length = len;
+  return s;
+}
+
+// An admin queue, connected and enabled, with host NQN hostnqn.
+struct AdminQueue {
+  Session s;
+  uint16_t cntlid = 0;
+  std::string hostnqn;
+  // Connected, enabled, one I/O queue granted.
+  void open(uint16_t port, const std::string& nqn) {
+    hostnqn = nqn;
+    Cqe cqe{};
+    ASSERT_TRUE(s.open(port));
+    ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0), connect_data(kTestNqn, hostnqn, kDynamicCntlid), cqe));
+    ASSERT_TRUE(ok(cqe));
+    cntlid = uint16_t(cqe.dw0);
+    ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+    ASSERT_TRUE(s.command(set_features_nq_sqe(s.cid(), 1), {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  void open_io(uint16_t port, Session& io) {
+    Cqe cqe{};
+    ASSERT_TRUE(io.open(port));
+    ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, hostnqn, cntlid), cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  void enable_events(uint32_t aec) {
+    Sqe sqe = admin_sqe(AdminOpcode::SetFeatures, s.cid());
+    sqe.cdw10 = kFeatureAsyncEventConfig;
+    sqe.cdw11 = aec;
+    Cqe cqe{};
+    ASSERT_TRUE(s.command(sqe, {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  // Sends an Asynchronous Event Request; its response comes when an event does.
+  uint16_t hold_aer() {
+    const uint16_t cid = s.cid();
+    EXPECT_TRUE(s.send_capsule(admin_sqe(AdminOpcode::AsyncEventRequest, cid)));
+    return cid;
+  }
+  std::vector<uint32_t> changed_namespaces(bool retain) {
+    Cqe cqe{};
+    Bytes data;
+    EXPECT_TRUE(s.command(get_log_sqe(s.cid(), LogPageId::ChangedNamespaces, 4096, retain), {}, cqe, &data));
+    EXPECT_TRUE(ok(cqe));
+    std::vector<uint32_t> out;
+    for (size_t off = 0; off + 4 <= data.size(); off += 4) {
+      const uint32_t nsid = read_as<uint32_t>(data, off);
+      if (nsid == 0) break;
+      out.push_back(nsid);
+    }
+    return out;
+  }
+  uint64_t nsze(uint32_t nsid) {
+    Sqe sqe = admin_sqe(AdminOpcode::Identify, s.cid(), nsid);
+    sqe.cdw10 = uint32_t(Cns::Namespace);
+    sqe.sgl.length = kIdentifyLen;
+    Cqe cqe{};
+    Bytes data;
+    EXPECT_TRUE(s.command(sqe, {}, cqe, &data));
+    EXPECT_TRUE(ok(cqe));
+    return data.size() >= 8 ? read_as<uint64_t>(data, 0) : 0;
+  }
+};
+
+// The response to a held request, read with a deadline long enough for the cause to be seen.
+AssertionResult event_arrives(Session& s, uint16_t cid, uint32_t& dw0) {
+  timeval tv{kEventDueMs / 1000, 0};
+  setsockopt(s.c.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  Cqe cqe{};
+  auto r = s.read_response(cid, cqe);
+  tv = {kRecvTimeoutMs / 1000, 0};
+  setsockopt(s.c.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (!r) return r;
+  if (auto st = ok(cqe); !st) return st;
+  dw0 = cqe.dw0;
+  return AssertionSuccess();
+}
+
+class NamespaceResize : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/nvtcp-aer-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    ASSERT_GE(fd, 0);
+    path_ = tmpl;
+    ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
+    ::close(fd);
+    target::TargetConfig cfg = default_config();
+    // No size: the namespace is the whole file and follows it when it is resized.
+    cfg.subsystems[0].namespaces.push_back({kFileNsid, "file", 0, path_, 512});
+    t_ = std::make_unique<RunningTarget>(cfg);
+  }
+  void TearDown() override {
+    t_.reset();
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  void resize(uint64_t bytes) { ASSERT_EQ(::truncate(path_.c_str(), off_t(bytes)), 0); }
+  std::string path_;
+  std::unique_ptr<RunningTarget> t_;
+};
+
+TEST_F(NamespaceResize, GrowingTheFileIsANamespaceNoticeWithItsNsidInTheChangedList) {
+  AdminQueue a;
+  ASSERT_NO_FATAL_FAILURE(a.open(t_->port(), "nqn.2026-11.io.nvtcp:aer-a"));
+  EXPECT_EQ(a.nsze(kFileNsid), (8u << 20) / kBlock);
+  ASSERT_NO_FATAL_FAILURE(a.enable_events(kAecNamespaceAttribute));
+  const uint16_t aer = a.hold_aer();
+  ASSERT_TRUE(a.s.c.expect_silence(300)) << "an event before any cause";
+
+  resize(16 << 20);
+  uint32_t dw0 = 0;
+  ASSERT_TRUE(event_arrives(a.s, aer, dw0));
+  EXPECT_EQ(dw0, kNamespaceChanged);
+  EXPECT_EQ(a.nsze(kFileNsid), (16u << 20) / kBlock);
+  // The list, then (read with RAE 0) an empty one.
+  EXPECT_EQ(a.changed_namespaces(false), std::vector<uint32_t>{kFileNsid});
+  EXPECT_TRUE(a.changed_namespaces(false).empty());
+  // I/O reaches the new blocks, and not one past them.
+  Session io;
+  ASSERT_NO_FATAL_FAILURE(a.open_io(t_->port(), io));
+  const uint64_t last = (16u << 20) / kBlock - 1;
+  Cqe cqe{};
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Write, io.cid(), kFileNsid, last, 1, 512, kSglDataBlockOffset), Bytes(512, 0x5A), cqe));
+  EXPECT_TRUE(ok(cqe));
+  Bytes back;
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kFileNsid, last, 1, 512), {}, cqe, &back));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(back, Bytes(512, 0x5A));
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kFileNsid, last + 1, 1, 512), {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, sc::LbaOutOfRange.value & 0xFF));
+}
+
+TEST_F(NamespaceResize, OneNoticeUntilTheLogIsReadAndNoneWhenNotEnabled) {
+  AdminQueue a, quiet;
+  ASSERT_NO_FATAL_FAILURE(a.open(t_->port(), "nqn.2026-11.io.nvtcp:aer-a"));
+  ASSERT_NO_FATAL_FAILURE(quiet.open(t_->port(), "nqn.2026-11.io.nvtcp:aer-quiet"));
+  ASSERT_NO_FATAL_FAILURE(a.enable_events(kAecNamespaceAttribute));
+  const uint16_t first = a.hold_aer(), second = a.hold_aer();
+  const uint16_t never = quiet.hold_aer();
+
+  resize(12 << 20);
+  uint32_t dw0 = 0;
+  ASSERT_TRUE(event_arrives(a.s, first, dw0));
+  EXPECT_EQ(dw0, kNamespaceChanged);
+  // Masked until the log is read: the second change is listed, not reported. RAE 1 reads
+  // the list and leaves the mask on.
+  resize(20 << 20);
+  ASSERT_TRUE(wait_for([&] { return a.nsze(kFileNsid) == (20u << 20) / kBlock; }, kEventDueMs));
+  EXPECT_TRUE(a.s.c.expect_silence(1500)) << "a second notice before the log was read";
+  EXPECT_EQ(a.changed_namespaces(true), std::vector<uint32_t>{kFileNsid});
+  EXPECT_TRUE(a.s.c.expect_silence(1500)) << "a notice after a read with RAE 1";
+  EXPECT_EQ(a.changed_namespaces(false), std::vector<uint32_t>{kFileNsid});
+  resize(24 << 20);
+  ASSERT_TRUE(event_arrives(a.s, second, dw0)) << "no notice after the log was read";
+  EXPECT_EQ(dw0, kNamespaceChanged);
+
+  // The controller that did not enable notices still has the changed-namespace list, and
+  // its request stays held.
+  EXPECT_EQ(quiet.changed_namespaces(false), std::vector<uint32_t>{kFileNsid});
+  EXPECT_TRUE(quiet.s.c.expect_silence(300)) << "a notice the host did not enable (cid " << never << ")";
+}
+
+TEST_F(NamespaceResize, AFileWithAConfiguredSizeDoesNotFollowItsFile) {
+  // Namespace 4 follows its file; the 64 MiB RAM namespaces and a sized file never change.
+  AdminQueue a;
+  ASSERT_NO_FATAL_FAILURE(a.open(t_->port(), "nqn.2026-11.io.nvtcp:aer-a"));
+  ASSERT_NO_FATAL_FAILURE(a.enable_events(kAecNamespaceAttribute));
+  const uint16_t aer = a.hold_aer();
+  EXPECT_TRUE(a.s.c.expect_silence(2500)) << "a notice with no namespace resized";
+  EXPECT_TRUE(a.changed_namespaces(false).empty());
+  (void)aer;
+}
+
+// Fails every read of block 7; everything else as a RAM device of nc.size bytes would do
+// (reads return zeros, writes are dropped).
+class FailingReadDevice final : public backend::BlockDevice {
+ public:
+  FailingReadDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
+  uint64_t size_bytes() const override { return size_; }
+  uint32_t block_size() const override { return bs_; }
+  const char* kind() const override { return "failing"; }
+  backend::Persistence persistence() const override { return backend::Persistence::None; }
+  void submit(backend::BlockIo* io, reactor::Reactor&) override {
+    if (io->op == backend::BlockIo::Op::Read) {
+      if (io->offset <= 7ull * bs_ && io->offset + io->length > 7ull * bs_) {
+        io->done(io, sc::UnrecoveredReadError);
+        return;
+      }
+      std::memset(io->buffer, 0, io->length);
+      io->read_data = io->buffer;
+    }
+    io->done(io, sc::Success);
+  }
+
+ private:
+  uint64_t size_;
+  uint32_t bs_;
+};
+
+TEST(AsyncEvents, ADeviceErrorIsAnErrorEventClearedByTheErrorLog) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].namespaces = {{1, "ram", 1 << 20, "", 512}};
+  auto factory = [](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    return std::make_unique<FailingReadDevice>(nc.size, nc.block_size);
+  };
+  auto tgt = std::make_unique<target::Target>(cfg, factory);
+  ASSERT_EQ(tgt->start(), "");
+  struct Stop {
+    target::Target* t;
+    ~Stop() { t->stop(); }
+  } stop{tgt.get()};
+
+  AdminQueue a;
+  ASSERT_NO_FATAL_FAILURE(a.open(tgt->port(), kHostNqn));
+  // Error events need no enabling (feature 0Bh stays 0).
+  const uint16_t first = a.hold_aer(), second = a.hold_aer();
+
+  Session io;
+  ASSERT_NO_FATAL_FAILURE(a.open_io(tgt->port(), io));
+  Cqe cqe{};
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_TRUE(a.s.c.expect_silence(300)) << "an event for a read that worked";
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 7, 1, 512), {}, cqe));
+    EXPECT_TRUE(status_is(cqe, uint8_t(Sct::Media), sc::UnrecoveredReadError.value & 0xFF));
+  }
+  uint32_t dw0 = 0;
+  ASSERT_TRUE(event_arrives(a.s, first, dw0));
+  EXPECT_EQ(dw0, async_event_dw0(AsyncEventType::Error, kAsyncErrorTransientInternal, LogPageId::Error));
+  // Three failures, one event: the type is masked until the error log is read.
+  EXPECT_TRUE(a.s.c.expect_silence(300));
+  Bytes log;
+  ASSERT_TRUE(a.s.command(get_log_sqe(a.s.cid(), LogPageId::Error, 64 * sizeof(ErrorLogEntry)), {}, cqe, &log));
+  ASSERT_TRUE(ok(cqe));
+  const auto newest = read_as<ErrorLogEntry>(log);
+  EXPECT_EQ(newest.error_count, 3u);
+  EXPECT_EQ(newest.sqid, 1u);
+  EXPECT_EQ(newest.lba, 7u);
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 7, 1, 512), {}, cqe));
+  ASSERT_TRUE(event_arrives(a.s, second, dw0)) << "no event after the error log was read";
+  EXPECT_EQ(dw0 & 0x7, uint32_t(AsyncEventType::Error));
+}
+
+}  // namespace
+}  // namespace nvtcp::test
