@@ -27,7 +27,9 @@ enum class IoOpcode : uint8_t {
   Read = 0x02,
   WriteZeroes = 0x08,
   DatasetManagement = 0x09,
+  Compare = 0x05,
   Verify = 0x0C,
+  Copy = 0x19,
   Fabrics = 0x7F,
 };
 
@@ -91,8 +93,21 @@ struct DsmRange {
   uint32_t nlb;
   uint64_t slba;
 };
+
+// Copy (19h), source range entry format 0h (CDW12 bits 11:8 = 0): one source range.
+struct CopySourceRange {
+  uint8_t rsvd0[8];
+  uint64_t slba;
+  uint16_t nlb;       // 0's based
+  uint8_t rsvd18[6];
+  uint32_t eilbrt;    // protection information fields: no protection information here
+  uint16_t elbat;
+  uint16_t elbatm;
+};
 #pragma pack(pop)
 
+static_assert(sizeof(CopySourceRange) == 32 && offsetof(CopySourceRange, slba) == 8 &&
+              offsetof(CopySourceRange, nlb) == 16);
 static_assert(sizeof(SglDescriptor) == 16 && offsetof(SglDescriptor, type) == 15);
 static_assert(sizeof(Sqe) == 64);
 static_assert(offsetof(Sqe, cid) == 2 && offsetof(Sqe, nsid) == 4);

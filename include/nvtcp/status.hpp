@@ -65,6 +65,8 @@ inline constexpr Status ConnectInvalidParameters{Sct::CommandSpecific, 0x82};
 inline constexpr Status ConnectInvalidHost{Sct::CommandSpecific, 0x84};
 inline constexpr Status WriteFault{Sct::Media, 0x80};
 inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
+inline constexpr Status CompareFailure{Sct::Media, 0x85};
+inline constexpr Status CommandSizeLimitExceeded{Sct::Generic, 0x83};
 // Host-side only: the transport failed before the target answered (path-related, SCT 3,
 // Host Pathing Error), and the host gave up on a command that timed out (Command Aborted
 // By Host).

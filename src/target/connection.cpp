@@ -27,6 +27,19 @@ constexpr uint64_t kSendQueueRetryNs = 50'000'000;   // a fallback: sent respons
 // there is no buffer memory for it.
 constexpr Status kCommandInterrupted{Sct::Generic, 0x21};
 
+constexpr uint32_t align_4k(uint32_t n) { return (n + 4095) & ~4095u; }
+
+// The buffer a command needs for data_len bytes from the host: Compare reads the device's
+// blocks in after the host's (4 KiB aligned, for O_DIRECT); Copy keeps its range list and
+// one source range's data.
+uint32_t buffer_bytes_for(const Sqe& sqe, uint32_t data_len, uint32_t mdts) {
+  switch (static_cast<IoOpcode>(sqe.opc)) {
+    case IoOpcode::Compare: return align_4k(data_len) + data_len;
+    case IoOpcode::Copy: return kCopyRangesBytes + mdts;
+    default: return data_len;
+  }
+}
+
 // Admin commands with data for the host. Get Features has data for some features only
 // (81h): without it the SGL may be empty.
 bool transfers_to_host(const Sqe& sqe) {
@@ -363,7 +376,9 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   else if (sgl.type != kSglDataBlockOffset) r->status = sc::SglDescriptorTypeInvalid;
   else if (sgl.addr != 0) r->status = sc::SglOffsetInvalid;
   else if (sgl.length != data_len) r->status = sc::DataSglLengthInvalid;
-  else if (BufferResult br = ensure_buffer(r, data_len); br != BufferResult::Ok) {
+  else if (BufferResult br = ensure_buffer(r, qid_ && ctrl_ ? buffer_bytes_for(r->sqe, data_len, ctrl_->mdts_bytes())
+                                                   : data_len);
+           br != BufferResult::Ok) {
     // The data is on its way and has nowhere to wait: drop it, and ask for a retry.
     r->status = br == BufferResult::Wait ? kCommandInterrupted : sc::InternalError;
     target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
@@ -819,28 +834,74 @@ void Connection::execute_io(Request* r) {
         break;
       }
       io.op = backend::BlockIo::Op::Write;
-      if (r->data_len == 0) {
-        // No in-capsule data: ask for it with R2Ts.
-        if (sqe.sgl.type != kSglTransportDataBlock) {
-          complete(r, sc::SglDescriptorTypeInvalid);
-          return;
-        }
-        switch (ensure_buffer(r, uint32_t(len))) {
-          case BufferResult::Ok: break;
-          case BufferResult::Wait: park(r, true); return;  // the R2Ts go out once memory is free
-          case BufferResult::Fail: complete(r, sc::InternalError); return;
-        }
-        r->data_len = uint32_t(len);
-        r->state = Request::State::AwaitingH2C;
-        send_r2ts(r);
+      if (!host_data(r, uint32_t(len))) return;
+      io.buffer = r->buf.get();
+      break;
+    }
+    case IoOpcode::Compare: {
+      // The host's blocks against the device's: Compare Failure on any difference.
+      const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
+      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
+        complete(r, sc::LbaOutOfRange);
         return;
       }
-      if (r->data_len != len) {
+      const uint64_t len = nlb << ns->lbads;
+      if (len > ctrl_->mdts_bytes()) {
+        complete(r, sc::InvalidField);
+        return;
+      }
+      if (sqe.sgl.length != len) {
         complete(r, sc::DataSglLengthInvalid);
         return;
       }
-      io.buffer = r->buf.get();
+      if (!host_data(r, uint32_t(len))) return;
+      io.op = backend::BlockIo::Op::Read;
+      io.offset = slba << ns->lbads;
+      io.length = len;
+      io.buffer = r->buf.get() + align_4k(uint32_t(len));
       break;
+    }
+    case IoOpcode::Copy: {
+      const uint32_t nr = (sqe.cdw12 & 0xFF) + 1, format = (sqe.cdw12 >> 8) & 0xF;
+      if (format != 0) {  // source range format 0h only (OCFS)
+        complete(r, sc::InvalidField);
+        return;
+      }
+      if (nr > kCopyMaxRanges) {
+        complete(r, sc::CommandSizeLimitExceeded);
+        return;
+      }
+      const uint32_t len = nr * uint32_t(sizeof(CopySourceRange));
+      if (sqe.sgl.length != len) {
+        complete(r, sc::DataSglLengthInvalid);
+        return;
+      }
+      if (!host_data(r, len)) return;
+      const auto* ranges = reinterpret_cast<const CopySourceRange*>(r->buf.get());
+      const uint64_t blocks = ns->blocks, max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns->lbads);
+      uint64_t total = 0;
+      for (uint32_t i = 0; i < nr; ++i) {
+        const uint64_t nlb = uint64_t(ranges[i].nlb) + 1;
+        if (nlb > max_range) {
+          complete(r, sc::CommandSizeLimitExceeded);
+          return;
+        }
+        if (ranges[i].slba >= blocks || nlb > blocks - ranges[i].slba) {
+          complete(r, sc::LbaOutOfRange);
+          return;
+        }
+        total += nlb;
+      }
+      const uint64_t sdlba = sqe.slba();
+      if (sdlba >= blocks || total > blocks - sdlba) {
+        complete(r, sc::LbaOutOfRange);
+        return;
+      }
+      r->copy_next = 0;
+      r->copy_dst = sdlba;
+      r->copy_writing = false;
+      copy_step(r);
+      return;
     }
     case IoOpcode::Flush: start_flush(r, false); return;
     case IoOpcode::DatasetManagement: {
@@ -850,21 +911,7 @@ void Connection::execute_io(Request* r) {
         complete(r, sc::DataSglLengthInvalid);
         return;
       }
-      if (r->data_len == 0) {
-        if (sqe.sgl.type != kSglTransportDataBlock) {
-          complete(r, sc::SglDescriptorTypeInvalid);
-          return;
-        }
-        switch (ensure_buffer(r, len)) {
-          case BufferResult::Ok: break;
-          case BufferResult::Wait: park(r, true); return;
-          case BufferResult::Fail: complete(r, sc::InternalError); return;
-        }
-        r->data_len = len;
-        r->state = Request::State::AwaitingH2C;
-        send_r2ts(r);
-        return;
-      }
+      if (!host_data(r, len)) return;
       if (!(sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
         complete(r, sc::Success);
         return;
@@ -884,6 +931,75 @@ void Connection::execute_io(Request* r) {
       complete(r, sc::InvalidOpcode);
       return;
   }
+  submit_io(r, ns);
+}
+
+bool Connection::host_data(Request* r, uint32_t len) {
+  if (r->data_len == 0) {
+    // No in-capsule data: ask for it with R2Ts.
+    if (r->sqe.sgl.type != kSglTransportDataBlock) {
+      complete(r, sc::SglDescriptorTypeInvalid);
+      return false;
+    }
+    switch (ensure_buffer(r, buffer_bytes_for(r->sqe, len, ctrl_->mdts_bytes()))) {
+      case BufferResult::Ok: break;
+      case BufferResult::Wait: park(r, true); return false;  // the R2Ts go out once memory is free
+      case BufferResult::Fail: complete(r, sc::InternalError); return false;
+    }
+    r->data_len = len;
+    r->state = Request::State::AwaitingH2C;
+    send_r2ts(r);
+    return false;
+  }
+  if (r->data_len != len) {
+    complete(r, sc::DataSglLengthInvalid);
+    return false;
+  }
+  return true;
+}
+
+// Copy: each source range is read into the buffer after the range list, then written at
+// the destination, which moves on by that range's length.
+void Connection::copy_step(Request* r) {
+  const uint32_t nr = (r->sqe.cdw12 & 0xFF) + 1;
+  if (r->copy_next == nr) {
+    complete(r, sc::Success);
+    return;
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
+  const auto& range = reinterpret_cast<const CopySourceRange*>(r->buf.get())[r->copy_next];
+  r->copy_writing = false;
+  r->io.op = backend::BlockIo::Op::Read;
+  r->io.offset = range.slba << ns->lbads;
+  r->io.length = (uint64_t(range.nlb) + 1) << ns->lbads;
+  r->io.buffer = r->buf.get() + kCopyRangesBytes;
+  r->io.read_data = nullptr;
+  r->io.fua = false;
+  submit_io(r, ns);
+}
+
+void Connection::copy_io_done(Request* r, Status st) {
+  if (!st.ok()) {
+    complete(r, st);
+    return;
+  }
+  if (r->copy_writing) {
+    r->copy_dst += r->io.length >> ctrl_->subsystem().find_namespace(r->sqe.nsid)->lbads;
+    ++r->copy_next;
+    copy_step(r);
+    return;
+  }
+  // A device that lent its own memory for the read: copy out of it first, since the write
+  // may overlap the range it came from.
+  uint8_t* data = r->buf.get() + kCopyRangesBytes;
+  if (r->io.read_data != data) std::memcpy(data, r->io.read_data, r->io.length);
+  Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
+  r->copy_writing = true;
+  r->io.op = backend::BlockIo::Op::Write;
+  r->io.offset = r->copy_dst << ns->lbads;
+  r->io.buffer = data;
+  r->io.read_data = nullptr;
+  r->io.fua = r->sqe.fua();  // CDW12 bit 30, as for a write
   submit_io(r, ns);
 }
 
@@ -981,6 +1097,16 @@ void Connection::io_done(Request* r, Status st) {
   // Error: the failure is the command's, the controller goes on).
   if (!st.ok() && ctrl_) ctrl_->raise_device_error();
   if (r->sqe.opc == uint8_t(IoOpcode::Verify)) {  // read to check it, never sent
+    complete(r, st);
+    return;
+  }
+  if (r->sqe.opc == uint8_t(IoOpcode::Copy)) {
+    copy_io_done(r, st);
+    return;
+  }
+  if (r->sqe.opc == uint8_t(IoOpcode::Compare)) {
+    const uint8_t* device = r->io.read_data ? r->io.read_data : r->io.buffer;
+    if (st.ok() && std::memcmp(r->buf.get(), device, r->io.length) != 0) st = sc::CompareFailure;
     complete(r, st);
     return;
   }

@@ -97,6 +97,9 @@ struct Request {
   backend::BlockIo io;
   uint32_t ns_index = 0;          // the namespace's Namespace::index (its counters)
   uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
+  uint32_t copy_next = 0;           // Copy: the source range being copied
+  uint64_t copy_dst = 0;            // Copy: where it goes (LBA)
+  bool copy_writing = false;        // Copy: the device is writing the range (else reading it)
   uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
   bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
   bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
@@ -161,6 +164,12 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void send_r2ts(Request* r);
   void release(Request* r);
   void dsm_step(Request* r);
+  void copy_step(Request* r);
+  void copy_io_done(Request* r, wire::Status st);
+  // A command's data from the host, len bytes: true when it is in r->buf (it came in the
+  // capsule). Otherwise a buffer of buffer_bytes_for() is made and R2Ts ask for the data
+  // (the command runs again once it is in), or the command is parked or failed: false.
+  bool host_data(Request* r, uint32_t len);
   void start_flush(Request* r, bool all);
   void flush_step(Request* r);
   void submit_io(Request* r, Namespace* ns);

@@ -252,7 +252,8 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
       id->nn = discovery ? 0 : subsys_.max_nsid();
       id->mnan = id->nn;
-      id->oncs = discovery ? 0 : (kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsVerify);
+      id->oncs = discovery ? 0 : (kOncsCompare | kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsVerify | kOncsCopy);
+      id->ocfs = discovery ? 0 : kOcfsFormat0;
       // A volatile write cache is reported where a namespace has one (a file on storage):
       // the host then sends Flush and FUA, and they are honoured. RAM and null namespaces
       // have none: a completed write is as durable as their medium (see backend::Persistence).
@@ -284,6 +285,9 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       std::memcpy(id->nguid, ns->nguid, 16);
       std::memcpy(id->eui64, ns->eui64, 8);
       id->lbaf[0].lbads = ns->lbads;
+      id->msrc = uint8_t(kCopyMaxRanges - 1);  // 0's based
+      id->mssrl = uint16_t(copy_max_range_blocks(mdts_bytes(), ns->lbads));
+      id->mcl = kCopyMaxRanges * id->mssrl;
       return kIdentifyLen;
     }
     case Cns::ActiveNamespaceList:
@@ -421,8 +425,9 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       e->io[uint8_t(IoOpcode::Flush)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Read)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Verify)] = kEffectsCsupp;
+      e->io[uint8_t(IoOpcode::Compare)] = kEffectsCsupp;
       // Deallocated blocks read as zeros (DLFEAT), so Dataset Management changes content too.
-      for (IoOpcode op : {IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::DatasetManagement})
+      for (IoOpcode op : {IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::DatasetManagement, IoOpcode::Copy})
         e->io[uint8_t(op)] = kEffectsCsupp | kEffectsLbcc;
       break;
     }

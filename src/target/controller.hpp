@@ -2,6 +2,7 @@
 // I/O queues that connect to it (possibly on other reactors). Admin commands and
 // properties run on the admin queue's reactor; I/O queues read only atomics.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -21,6 +22,15 @@ class Reactor;
 }
 
 namespace nvtcp::target {
+
+// Copy (19h), source range format 0h, as Identify Namespace reports it (MSRC, MSSRL, MCL):
+// up to 128 source ranges (their list fills 4 KiB), each at most MDTS long, because one
+// range at a time is read and then written through the command's buffer.
+inline constexpr uint32_t kCopyMaxRanges = 128;
+inline constexpr uint32_t kCopyRangesBytes = kCopyMaxRanges * sizeof(wire::CopySourceRange);
+inline uint32_t copy_max_range_blocks(uint32_t mdts_bytes, uint8_t lbads) {
+  return std::min<uint32_t>(mdts_bytes >> lbads, 0xFFFF);
+}
 
 struct AdminResult {
   wire::Status status;

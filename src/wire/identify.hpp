@@ -30,7 +30,11 @@ inline constexpr uint32_t kIdentifyLen = 4096;
 inline constexpr uint16_t kOncsDsm = 1u << 2;
 inline constexpr uint16_t kOncsWriteZeroes = 1u << 3;
 inline constexpr uint16_t kOncsSaveSelect = 1u << 4;  // Set Features SV, Get Features SEL
+inline constexpr uint16_t kOncsCompare = 1u << 0;
 inline constexpr uint16_t kOncsVerify = 1u << 7;
+inline constexpr uint16_t kOncsCopy = 1u << 8;
+// OCFS (Identify Controller): Copy source range format 0h.
+inline constexpr uint16_t kOcfsFormat0 = 1u << 0;
 
 // CNS 06h, NVM command set: VSL (byte 0), the largest Verify, as a power of two of the
 // minimum memory page size (MDTS's encoding).

@@ -40,6 +40,8 @@ const char* known_name(Status s) {
     case sc::ConnectInvalidHost.value: return "Connect Invalid Host";
     case sc::WriteFault.value: return "Write Fault";
     case sc::UnrecoveredReadError.value: return "Unrecovered Read Error";
+    case sc::CompareFailure.value: return "Compare Failure";
+    case sc::CommandSizeLimitExceeded.value: return "Command Size Limit Exceeded";
     case sc::TransportError.value: return "Transport Error (host)";
     case sc::HostAbortedCommand.value: return "Command Aborted By Host";
     default: return nullptr;

@@ -70,6 +70,35 @@ inline uint64_t rss_bytes() {
   return resident * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
+// Submits one I/O command through submit(cb, ctx) and drives qp until it completes (or 10 s
+// pass: then the status is a transport error); returns its status. A command that never
+// completes leaves its waiter allocated: the queue pair may still call back into it.
+inline wire::Status one_command(host::QueuePair& qp, const std::function<int(host::CompletionFn, void*)>& submit) {
+  struct Wait {
+    bool done = false;
+    host::Completion c;
+  };
+  auto* w = new Wait;
+  const int rc = submit(
+      [](void* ctx, const host::Completion& c) {
+        auto* waiter = static_cast<Wait*>(ctx);
+        waiter->c = c;
+        waiter->done = true;
+      },
+      w);
+  EXPECT_EQ(rc, 0);
+  if (rc != 0) {
+    delete w;
+    return wire::sc::TransportError;
+  }
+  for (int i = 0; i < 10000 && !w->done; ++i) qp.process_completions(1000);
+  EXPECT_TRUE(w->done) << "the command never completed";
+  if (!w->done) return wire::sc::TransportError;
+  const wire::Status st = w->c.status;
+  delete w;
+  return st;
+}
+
 class RunningTarget {
  public:
   explicit RunningTarget(target::TargetConfig cfg = default_config()) : t_(std::make_unique<target::Target>(cfg)) {
