@@ -449,6 +449,7 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
   }
   r->state = Request::State::Executing;
   if (!r->status.ok()) complete(r, r->status);
+  else if (qid_ == 0) execute_admin(r);
   else execute_io(r);
 }
 
@@ -704,7 +705,15 @@ void Connection::execute_admin(Request* r) {
       }
     }
   }
-  AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), sgl_len);
+  if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::SetFeatures && sqe.sgl.length) {
+    // A feature with data (16h): in the capsule, as hosts send it, or asked for with an R2T.
+    if (sqe.sgl.length > kAdminInCapsule) {
+      complete(r, sc::DataSglLengthInvalid);
+      return;
+    }
+    if (!host_data(r, sqe.sgl.length)) return;
+  }
+  AdminResult res = ctrl_->execute_admin(sqe, r->buf.get(), sgl_len, r->data_len);
   if (res.status.ok() && res.src) {
     // A log page: a buffer the size of what the log holds in the window, zeros after it.
     switch (ensure_buffer(r, std::max<uint32_t>(res.data_len, 4))) {

@@ -163,7 +163,7 @@ uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
   return asked_ms == 0 && subsys_.is_discovery() ? target_.config.discovery_kato_ms : asked_ms;
 }
 
-AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl_len) {
+AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl_len, uint32_t host_len) {
   AdminResult r;
   touch(reactor::monotonic_ns());
   auto opc = static_cast<AdminOpcode>(sqe.opc);
@@ -198,7 +198,7 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl
         r.status = sc::InvalidField;
         return r;
       }
-      return set_features(sqe);
+      return set_features(sqe, buf, host_len);
     case AdminOpcode::GetFeatures: return get_features(sqe, sgl_len);
     case AdminOpcode::KeepAlive: return r;
     case AdminOpcode::AsyncEventRequest:
@@ -578,7 +578,7 @@ bool temperature_select(uint32_t cdw11, unsigned& thsel) {
 uint32_t async_events_allowed(bool discovery) { return discovery ? 0 : kAecSmartWarnings | kAecNamespaceAttribute; }
 }  // namespace
 
-AdminResult Controller::set_features(const Sqe& sqe) {
+AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32_t data_len) {
   AdminResult r;
   const uint8_t fid = sqe.cdw10 & 0xFF;
   if (sqe.cdw10 & (1u << 31)) {
@@ -639,6 +639,16 @@ AdminResult Controller::set_features(const Sqe& sqe) {
       if (sqe.cdw11 & ~async_events_allowed(subsys_.is_discovery())) break;
       async_event_config_ = sqe.cdw11;
       return r;
+    case kFeatureHostBehaviorSupport: {
+      if (data_len != kHostBehaviorLen) {
+        r.status = sc::DataSglLengthInvalid;
+        return r;
+      }
+      // ACRE 0 or 1; every other field asks for something the target cannot do.
+      if (data[0] > 1 || std::any_of(data + 1, data + kHostBehaviorLen, [](uint8_t b) { return b != 0; })) break;
+      host_behavior_acre_ = data[0];
+      return r;
+    }
     case kFeatureHostIdentifier:
       // Over fabrics the host identifier is the one Connect carried (nvmet answers the same).
       r.status = sc::CommandSequenceError;
@@ -691,6 +701,22 @@ AdminResult Controller::get_features(const Sqe& sqe, uint32_t sgl_len) {
       current = kato_ms_;
       def = connect_kato_ms_;
       break;
+    case kFeatureHostBehaviorSupport: {
+      if (discovery || sel > kSelSupportedCapabilities) {
+        r.status = sc::InvalidField;
+        return r;
+      }
+      if (sel == kSelSupportedCapabilities) {
+        r.dw0 = kChangeable;
+        return r;
+      }
+      scratch_.assign(kHostBehaviorLen, 0);
+      scratch_[0] = sel == kSelCurrent ? host_behavior_acre_ : 0;
+      r.src = scratch_.data();
+      r.data_len = std::min<uint32_t>(sgl_len, kHostBehaviorLen);
+      r.pad_len = sgl_len - r.data_len;
+      return r;
+    }
     case kFeatureHostIdentifier: {
       // 128-bit identifiers only (EXHID), as fabrics require; the data is Connect's host ID.
       if (!(sqe.cdw11 & 1) || sel > kSelSupportedCapabilities) {

@@ -118,7 +118,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
 
   // Runs an admin command; Identify data goes to buf (4 KiB); a log page is pointed at by
   // AdminResult::src instead.
-  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len);
+  // host_len: bytes of data from the host in buf (Set Features with data).
+  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len, uint32_t host_len = 0);
 
   // Asynchronous events. The admin queue attaches itself at Connect and detaches at
   // teardown (its reactor); raise() may be called from any thread and runs the event on
@@ -159,7 +160,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // Reads, writes and their bytes over every I/O queue: of one namespace, or all (nullptr).
   QueueStats::Totals totals(const Namespace* ns) const;
   uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
-  AdminResult set_features(const wire::Sqe& sqe);
+  AdminResult set_features(const wire::Sqe& sqe, const uint8_t* data, uint32_t data_len);
   bool cc_supported(uint32_t cc) const;
   // sgl_len: the data the host asked for (feature 81h carries its host identifier there).
   AdminResult get_features(const wire::Sqe& sqe, uint32_t sgl_len);
@@ -187,6 +188,9 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint32_t error_recovery_ = 0;
   uint32_t interrupt_coalescing_ = 0;
   uint32_t write_atomicity_ = 0;
+  // Feature 16h: ACRE only (the target's CRDT are 0, so a retry delay asks for no wait);
+  // the other host behaviours need capabilities the target does not have.
+  uint8_t host_behavior_acre_ = 0;
   uint32_t aers_held_ = 0;
   // Asynchronous events (admin reactor): per type, one pending report and whether the type
   // is masked (reported, its log not yet read). The changed-namespace log (04h) collects

@@ -14,7 +14,12 @@ inline constexpr uint8_t kFeatureInterruptCoalescing = 0x08;   // 7:0 THR, 15:8 
 inline constexpr uint8_t kFeatureWriteAtomicity = 0x0A;        // bit 0 DN
 inline constexpr uint8_t kFeatureAsyncEventConfig = 0x0B;
 inline constexpr uint8_t kFeatureKeepAliveTimer = 0x0F;
+inline constexpr uint8_t kFeatureHostBehaviorSupport = 0x16;  // 512 bytes of data, both ways
 inline constexpr uint8_t kFeatureHostIdentifier = 0x81;        // CDW11 bit 0 EXHID; 16 bytes of data
+
+// Feature 16h's data: byte 0 ACRE (Advanced Command Retry Enable), 1 ETDAS, 2 LBAFEE,
+// 3 HDISNS, 5:4 CDFE; the rest reserved.
+inline constexpr uint32_t kHostBehaviorLen = 512;
 
 // Feature 0Bh: bits 7:0 enable SMART critical warnings, bit 8 namespace attribute notices.
 inline constexpr uint32_t kAecSmartWarnings = 0xFF;

@@ -252,6 +252,43 @@ TEST_F(AdminConformance, HostIdentifierIsTheOneConnectCarried) {
   EXPECT_EQ(set_feature(wire::kFeatureHostIdentifier, 1).status, sc::CommandSequenceError);
 }
 
+// nvme set-feature -f 0x16 / get-feature -f 0x16: 512 bytes each way; ACRE is kept, the
+// behaviours the target cannot offer are refused and leave it alone.
+TEST_F(AdminConformance, HostBehaviorSupportKeepsAcreAndRefusesWhatTheTargetCannotDo) {
+  auto set = [&](const std::vector<uint8_t>& data) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    sqe.cdw10 = wire::kFeatureHostBehaviorSupport;
+    std::vector<uint8_t> copy = data;
+    return ctrl_->admin(sqe, copy.data(), uint32_t(copy.size()), true).status;
+  };
+  auto get = [&](uint32_t sel) {
+    std::vector<uint8_t> data(wire::kHostBehaviorLen, 0xEE);
+    Completion c = get_feature(wire::kFeatureHostBehaviorSupport, sel, 0, data.data(), uint32_t(data.size()));
+    EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+    return data;
+  };
+  std::vector<uint8_t> want(wire::kHostBehaviorLen, 0);
+  EXPECT_EQ(get(wire::kSelCurrent), want);
+  std::vector<uint8_t> acre(wire::kHostBehaviorLen, 0);
+  acre[0] = 1;
+  ASSERT_TRUE(set(acre).ok());
+  EXPECT_EQ(get(wire::kSelCurrent), acre);
+  EXPECT_EQ(get(wire::kSelDefault), want);
+  EXPECT_EQ(get(wire::kSelSaved), want);
+  EXPECT_EQ(get_feature(wire::kFeatureHostBehaviorSupport, wire::kSelSupportedCapabilities).dw0,
+            wire::kFeatureCapChangeable);
+  std::vector<uint8_t> lbafee(wire::kHostBehaviorLen, 0);
+  lbafee[2] = 1;
+  EXPECT_EQ(set(lbafee), sc::InvalidField) << "LBA format extension";
+  std::vector<uint8_t> acre2(wire::kHostBehaviorLen, 0);
+  acre2[0] = 2;
+  EXPECT_EQ(set(acre2), sc::InvalidField);
+  EXPECT_EQ(set(std::vector<uint8_t>(256, 0)), sc::DataSglLengthInvalid) << "half the structure";
+  EXPECT_EQ(get(wire::kSelCurrent), acre) << "refused values change nothing";
+  EXPECT_EQ(get_feature(wire::kFeatureHostBehaviorSupport, 4).status, sc::InvalidField);
+}
+
 uint64_t smart_error_entries(Controller& ctrl) {
   wire::SmartLog smart{};
   EXPECT_TRUE(ctrl.get_log_page(uint8_t(wire::LogPageId::SmartHealth), wire::kNsidAll, &smart, sizeof(smart))
