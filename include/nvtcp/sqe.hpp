@@ -29,6 +29,10 @@ enum class IoOpcode : uint8_t {
   DatasetManagement = 0x09,
   Compare = 0x05,
   Verify = 0x0C,
+  ReservationRegister = 0x0D,
+  ReservationReport = 0x0E,
+  ReservationAcquire = 0x11,
+  ReservationRelease = 0x15,
   Copy = 0x19,
   Fabrics = 0x7F,
 };

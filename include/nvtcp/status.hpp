@@ -46,6 +46,7 @@ inline constexpr Status InvalidSglSegment{Sct::Generic, 0x0D};
 inline constexpr Status DataSglLengthInvalid{Sct::Generic, 0x0F};
 inline constexpr Status SglDescriptorTypeInvalid{Sct::Generic, 0x11};
 inline constexpr Status SglOffsetInvalid{Sct::Generic, 0x16};
+inline constexpr Status HostIdInconsistentFormat{Sct::Generic, 0x18};
 inline constexpr Status KeepAliveExpired{Sct::Generic, 0x19};
 inline constexpr Status TransientTransportError{Sct::Generic, 0x22};
 inline constexpr Status LbaOutOfRange{Sct::Generic, 0x80};
@@ -66,7 +67,8 @@ inline constexpr Status ConnectInvalidHost{Sct::CommandSpecific, 0x84};
 inline constexpr Status WriteFault{Sct::Media, 0x80};
 inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
 inline constexpr Status CompareFailure{Sct::Media, 0x85};
-inline constexpr Status CommandSizeLimitExceeded{Sct::Generic, 0x83};
+inline constexpr Status CommandSizeLimitExceeded{Sct::CommandSpecific, 0x83};
+inline constexpr Status ReservationConflict{Sct::Generic, 0x83};
 // Host-side only: the transport failed before the target answered (path-related, SCT 3,
 // Host Pathing Error), and the host gave up on a command that timed out (Command Aborted
 // By Host).

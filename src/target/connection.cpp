@@ -10,6 +10,7 @@
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/identify.hpp"
+#include "wire/reservations.hpp"
 
 namespace nvtcp::target {
 
@@ -28,6 +29,15 @@ constexpr uint64_t kSendQueueRetryNs = 50'000'000;   // a fallback: sent respons
 constexpr Status kCommandInterrupted{Sct::Generic, 0x21};
 
 constexpr uint32_t align_4k(uint32_t n) { return (n + 4095) & ~4095u; }
+
+// The command groups a reservation restricts (NVMe base specification, reservations).
+bool reads_blocks(IoOpcode op) {
+  return op == IoOpcode::Read || op == IoOpcode::Compare || op == IoOpcode::Verify || op == IoOpcode::Copy;
+}
+bool writes_blocks(IoOpcode op) {
+  return op == IoOpcode::Write || op == IoOpcode::WriteZeroes || op == IoOpcode::DatasetManagement ||
+         op == IoOpcode::Copy || op == IoOpcode::Flush;
+}
 
 // The buffer a command needs for data_len bytes from the host: Compare reads the device's
 // blocks in after the host's (4 KiB aligned, for O_DIRECT); Copy keeps its range list and
@@ -783,6 +793,11 @@ void Connection::execute_io(Request* r) {
     complete(r, sc::InvalidNamespace);
     return;
   }
+  // A reservation held on the namespace: one relaxed load while there is none.
+  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), reads_blocks(opc), writes_blocks(opc))) {
+    complete(r, sc::ReservationConflict);
+    return;
+  }
   backend::BlockIo& io = r->io;
   io.buffer = r->buf.get();
   io.read_data = nullptr;
@@ -913,6 +928,10 @@ void Connection::execute_io(Request* r) {
       return;
     }
     case IoOpcode::Flush: start_flush(r, false); return;
+    case IoOpcode::ReservationRegister:
+    case IoOpcode::ReservationAcquire:
+    case IoOpcode::ReservationRelease:
+    case IoOpcode::ReservationReport: execute_reservation(r, ns); return;
     case IoOpcode::DatasetManagement: {
       uint32_t nr = (sqe.cdw10 & 0xFF) + 1;
       uint32_t len = nr * uint32_t(sizeof(DsmRange));
@@ -941,6 +960,71 @@ void Connection::execute_io(Request* r) {
       return;
   }
   submit_io(r, ns);
+}
+
+// Reservation commands: the namespace's Reservations decides, under its lock; the notices a
+// command causes go to the other hosts' controllers.
+void Connection::execute_reservation(Request* r, Namespace* ns) {
+  const Sqe& sqe = r->sqe;
+  const auto opc = static_cast<IoOpcode>(sqe.opc);
+  Reservations::HostId host;
+  std::memcpy(host.data(), ctrl_->hostid(), host.size());
+  if (opc == IoOpcode::ReservationReport) {
+    const uint64_t len = (uint64_t(sqe.cdw10) + 1) * 4;  // NUMD, 0's based
+    if (sqe.sgl.type != kSglTransportDataBlock) {
+      complete(r, sc::SglDescriptorTypeInvalid);
+      return;
+    }
+    if (len > ctrl_->mdts_bytes() || sqe.sgl.length != len) {
+      complete(r, len > ctrl_->mdts_bytes() ? sc::InvalidField : sc::DataSglLengthInvalid);
+      return;
+    }
+    switch (ensure_buffer(r, uint32_t(len))) {
+      case BufferResult::Ok: break;
+      case BufferResult::Wait: park(r, true); return;
+      case BufferResult::Fail: complete(r, sc::InternalError); return;
+    }
+    const Status st = ns->reservations.report(sqe.cdw11 & 1, r->buf.get(), uint32_t(len));
+    if (st.ok()) {
+      r->tx_data = r->buf.get();
+      r->tx_len = uint32_t(len);
+    }
+    complete(r, st);
+    return;
+  }
+  const uint32_t len = opc == IoOpcode::ReservationRelease ? sizeof(ReservationReleaseData) : 16;
+  if (sqe.sgl.length != len) {
+    complete(r, sc::DataSglLengthInvalid);
+    return;
+  }
+  if (!host_data(r, len)) return;
+  std::vector<Reservations::Notice> notices;
+  Status st;
+  switch (opc) {
+    case IoOpcode::ReservationRegister: {
+      ReservationRegisterData d;
+      std::memcpy(&d, r->buf.get(), sizeof(d));
+      st = ns->reservations.do_register(host, sqe.cdw10, d, notices);
+      break;
+    }
+    case IoOpcode::ReservationAcquire: {
+      ReservationAcquireData d;
+      std::memcpy(&d, r->buf.get(), sizeof(d));
+      st = ns->reservations.acquire(host, sqe.cdw10, d, notices);
+      break;
+    }
+    default: {
+      ReservationReleaseData d;
+      std::memcpy(&d, r->buf.get(), sizeof(d));
+      st = ns->reservations.release(host, sqe.cdw10, d, notices);
+      break;
+    }
+  }
+  if (st.ok())
+    log::info("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}", peer_,
+              ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns->nsid, uint8_t(ns->reservations.type()));
+  ctrl_->subsystem().notify_reservation(ns->nsid, notices);
+  complete(r, st);
 }
 
 bool Connection::host_data(Request* r, uint32_t len) {

@@ -165,6 +165,7 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   void release(Request* r);
   void dsm_step(Request* r);
   void copy_step(Request* r);
+  void execute_reservation(Request* r, Namespace* ns);
   void copy_io_done(Request* r, wire::Status st);
   // A command's data from the host, len bytes: true when it is in r->buf (it came in the
   // capsule). Otherwise a buffer of buffer_bytes_for() is made and R2Ts ask for the data

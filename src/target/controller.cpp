@@ -56,7 +56,13 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
     stats_[i].store(nullptr, std::memory_order_relaxed);
   }
   ns_slots_ = std::max<uint32_t>(1, uint32_t(subsys.namespaces().size()));
+  resv_masks_.reset(new std::atomic<uint32_t>[subsys.max_nsid() + 1]);
+  for (uint32_t i = 0; i <= subsys.max_nsid(); ++i) resv_masks_[i].store(0, std::memory_order_relaxed);
   last_seen_ns_ = reactor::monotonic_ns();
+}
+
+std::atomic<uint32_t>* Controller::resv_mask(uint32_t nsid) const {
+  return subsys_.find_namespace(nsid) ? &resv_masks_[nsid] : nullptr;
 }
 
 Controller::~Controller() {
@@ -252,7 +258,9 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
       id->nn = discovery ? 0 : subsys_.max_nsid();
       id->mnan = id->nn;
-      id->oncs = discovery ? 0 : (kOncsCompare | kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsVerify | kOncsCopy);
+      id->oncs = discovery ? 0
+                           : (kOncsCompare | kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsReservations |
+                              kOncsVerify | kOncsCopy);
       id->ocfs = discovery ? 0 : kOcfsFormat0;
       // A volatile write cache is reported where a namespace has one (a file on storage):
       // the host then sends Flush and FUA, and they are honoured. RAM and null namespaces
@@ -285,6 +293,7 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       std::memcpy(id->nguid, ns->nguid, 16);
       std::memcpy(id->eui64, ns->eui64, 8);
       id->lbaf[0].lbads = ns->lbads;
+      id->rescap = kRescapAllTypes | kRescapIekey13 | (ns->reservations.ptpl_capable() ? kRescapPtpl : 0);
       id->msrc = uint8_t(kCopyMaxRanges - 1);  // 0's based
       id->mssrl = uint16_t(copy_max_range_blocks(mdts_bytes(), ns->lbads));
       id->mcl = kCopyMaxRanges * id->mssrl;
@@ -406,7 +415,8 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       scratch_.assign(sizeof(SupportedLogPagesLog), 0);
       auto* l = reinterpret_cast<SupportedLogPagesLog*>(scratch_.data());
       for (LogPageId id : {LogPageId::SupportedLogPages, LogPageId::Error, LogPageId::SmartHealth,
-                           LogPageId::FirmwareSlot, LogPageId::ChangedNamespaces, LogPageId::CommandEffects})
+                           LogPageId::FirmwareSlot, LogPageId::ChangedNamespaces, LogPageId::CommandEffects,
+                           LogPageId::ReservationNotification})
         l->lid[uint8_t(id)] = kLogSupported;
       break;
     }
@@ -426,6 +436,9 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       e->io[uint8_t(IoOpcode::Read)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Verify)] = kEffectsCsupp;
       e->io[uint8_t(IoOpcode::Compare)] = kEffectsCsupp;
+      for (IoOpcode op : {IoOpcode::ReservationRegister, IoOpcode::ReservationReport, IoOpcode::ReservationAcquire,
+                          IoOpcode::ReservationRelease})
+        e->io[uint8_t(op)] = kEffectsCsupp;
       // Deallocated blocks read as zeros (DLFEAT), so Dataset Management changes content too.
       for (IoOpcode op : {IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::DatasetManagement, IoOpcode::Copy})
         e->io[uint8_t(op)] = kEffectsCsupp | kEffectsLbcc;
@@ -486,6 +499,18 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       if (!(sqe.cdw10 & kLogRetainAsyncEvent)) {  // read: the list starts again (as nvmet)
         changed_ns_.clear();
         changed_ns_overflow_ = false;
+      }
+      break;
+    }
+    case LogPageId::ReservationNotification: {
+      // One notice per read, the oldest; an empty log when none is queued.
+      if (discovery) break;
+      scratch_.assign(sizeof(ReservationNotificationLog), 0);
+      if (!resv_notices_.empty()) {
+        ReservationNotificationLog n = resv_notices_.front();
+        resv_notices_.erase(resv_notices_.begin());
+        n.available = uint8_t(std::min<size_t>(resv_notices_.size(), 0xFF));
+        std::memcpy(scratch_.data(), &n, sizeof(n));
       }
       break;
     }
@@ -639,6 +664,34 @@ AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32
       if (sqe.cdw11 & ~async_events_allowed(subsys_.is_discovery())) break;
       async_event_config_ = sqe.cdw11;
       return r;
+    case kFeatureReservationNotificationMask: {
+      if (sqe.cdw11 & ~kResvNoticeMaskAll) break;
+      if (sqe.nsid == kNsidAll) {  // every namespace
+        for (uint32_t n = 1; n <= subsys_.max_nsid(); ++n)
+          if (auto* m = resv_mask(n)) m->store(sqe.cdw11, std::memory_order_relaxed);
+        return r;
+      }
+      auto* m = resv_mask(sqe.nsid);
+      if (!m) {
+        r.status = sc::InvalidNamespace;
+        return r;
+      }
+      m->store(sqe.cdw11, std::memory_order_relaxed);
+      return r;
+    }
+    case kFeatureReservationPersistence: {
+      Namespace* ns = subsys_.find_namespace(sqe.nsid);
+      if (!ns) {
+        r.status = sc::InvalidNamespace;
+        return r;
+      }
+      std::string err;
+      if (sqe.cdw11 & ~1u || !ns->reservations.set_ptpl(sqe.cdw11 & 1, err)) {
+        if (!err.empty()) log::info("controller {}: feature 83h on namespace {}: {}", cntlid_, sqe.nsid, err);
+        break;
+      }
+      return r;
+    }
     case kFeatureHostBehaviorSupport: {
       if (data_len != kHostBehaviorLen) {
         r.status = sc::DataSglLengthInvalid;
@@ -701,6 +754,26 @@ AdminResult Controller::get_features(const Sqe& sqe, uint32_t sgl_len) {
       current = kato_ms_;
       def = connect_kato_ms_;
       break;
+    case kFeatureReservationNotificationMask: {
+      auto* m = resv_mask(sqe.nsid);
+      if (!m) {
+        r.status = sc::InvalidNamespace;
+        return r;
+      }
+      current = m->load(std::memory_order_relaxed);
+      caps |= kFeatureCapNamespaceSpecific;
+      break;
+    }
+    case kFeatureReservationPersistence: {
+      const Namespace* ns = subsys_.find_namespace(sqe.nsid);
+      if (!ns) {
+        r.status = sc::InvalidNamespace;
+        return r;
+      }
+      current = ns->reservations.ptpl() ? 1 : 0;
+      caps = kFeatureCapNamespaceSpecific | (ns->reservations.ptpl_capable() ? kChangeable : 0);
+      break;
+    }
     case kFeatureHostBehaviorSupport: {
       if (discovery || sel > kSelSupportedCapabilities) {
         r.status = sc::InvalidField;
@@ -824,6 +897,25 @@ bool Controller::take_async_event(uint32_t& dw0) {
 void Controller::unmask_event_for_log(LogPageId lid) {
   for (EventSlot& e : events_)
     if (e.masked && e.lid == lid) e.masked = false;
+}
+
+void Controller::add_reservation_notice(ReservationNotice type, uint32_t nsid) {
+  std::atomic<uint32_t>* mask = resv_mask(nsid);
+  if (!mask || (mask->load(std::memory_order_relaxed) & (1u << uint8_t(type)))) return;  // masked (82h)
+  std::lock_guard lk(admin_mu_);
+  if (!admin_reactor_) return;
+  admin_reactor_->post([weak = weak_from_this(), type, nsid] {
+    auto self = weak.lock();
+    if (!self || self->dead.load(std::memory_order_relaxed)) return;
+    ReservationNotificationLog n{};
+    n.count = ++self->resv_notice_count_;
+    if (n.count == 0) n.count = ++self->resv_notice_count_;  // 0 means "no notice"
+    n.type = uint8_t(type);
+    n.nsid = nsid;
+    if (self->resv_notices_.size() == kMaxReservationNotices) self->resv_notices_.erase(self->resv_notices_.begin());
+    self->resv_notices_.push_back(n);
+    self->queue_event(AsyncEventType::IoCommandSpecific, kAsyncIoReservationLog, LogPageId::ReservationNotification, 0);
+  });
 }
 
 }  // namespace nvtcp::target

@@ -16,6 +16,7 @@
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
 #include "wire/log_pages.hpp"
+#include "wire/reservations.hpp"
 
 namespace nvtcp::reactor {
 class Reactor;
@@ -134,6 +135,10 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void raise_device_error();
   // Admin reactor: the dw0 of the next event to report, if an AER is held for it.
   bool take_async_event(uint32_t& dw0);
+  // A reservation command of any host changed what this controller's host may do (any
+  // reactor): queued for log 80h and reported as an I/O command set event, unless the host
+  // masked that notice for the namespace (feature 82h).
+  void add_reservation_notice(wire::ReservationNotice type, uint32_t nsid);
 
   // Keep-alive: any admin command counts as a sign of life.
   void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
@@ -202,6 +207,15 @@ class Controller : public std::enable_shared_from_this<Controller> {
   };
   std::array<EventSlot, 8> events_{};
   std::vector<uint32_t> changed_ns_;
+  // Log 80h (admin reactor): notices not yet read, oldest first, at most kMaxReservationNotices
+  // (older ones are dropped and counted: the count field of the next read skips them).
+  static constexpr size_t kMaxReservationNotices = 64;
+  std::vector<wire::ReservationNotificationLog> resv_notices_;
+  uint64_t resv_notice_count_ = 0;
+  // Feature 82h per namespace (index: NSID), written by this controller's admin queue and
+  // read on the reactor that queues a notice.
+  std::unique_ptr<std::atomic<uint32_t>[]> resv_masks_;
+  std::atomic<uint32_t>* resv_mask(uint32_t nsid) const;
   bool changed_ns_overflow_ = false;
   void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
   void unmask_event_for_log(wire::LogPageId lid);

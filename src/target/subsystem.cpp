@@ -1,5 +1,7 @@
 #include "target/subsystem.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -76,6 +78,14 @@ std::vector<uint32_t> Subsystem::revalidate_namespaces() {
   return changed;
 }
 
+void Subsystem::notify_reservation(uint32_t nsid, const std::vector<Reservations::Notice>& notices) {
+  if (notices.empty()) return;
+  std::lock_guard lk(mu_);
+  for (const auto& n : notices)
+    for (auto& [id, c] : controllers_)
+      if (std::memcmp(c->hostid(), n.host.data(), 16) == 0) c->add_reservation_notice(n.type, nsid);
+}
+
 void Subsystem::remove_controller(uint16_t cntlid) {
   std::lock_guard lk(mu_);
   controllers_.erase(cntlid);
@@ -137,7 +147,12 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(st.listeners[size_t(i)].portid);
     sub->bind_listeners(std::move(bound));
     for (const auto& nc : sc.namespaces) {
-      auto ns = std::make_unique<Namespace>();
+      // Reservations persist (PTPL) next to a regular file's image: NAME.nvtcp-resv.
+      std::string resv_path;
+      struct stat sb{};
+      if (nc.type == "file" && ::stat(nc.path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode))
+        resv_path = nc.path + ".nvtcp-resv";
+      auto ns = std::make_unique<Namespace>(resv_path);
       ns->nsid = nc.nsid;
       ns->block_size = nc.block_size;
       ns->lbads = nc.block_size == 4096 ? 12 : 9;
@@ -150,6 +165,8 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
         else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
       }
       if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
+      if (std::string e = ns->reservations.load(); !e.empty())
+        return fmt::format("subsystem {} namespace {}: reservations: {}", sc.nqn, nc.nsid, e);
       ns->blocks = ns->device->size_bytes() / nc.block_size;
       // Stable identifiers derived from the subsystem NQN and nsid, so a host that
       // reconnects to a restarted target sees the same namespace.

@@ -16,6 +16,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/config.hpp"
+#include "target/reservations.hpp"
 
 namespace nvtcp::target {
 
@@ -33,6 +34,9 @@ struct Namespace {
   uint8_t nguid[16] = {};
   uint8_t uuid[16] = {};
   uint8_t eui64[8] = {};
+  Reservations reservations;  // persisted next to a regular file's image (PTPL)
+
+  explicit Namespace(std::string reservations_path = {}) : reservations(std::move(reservations_path)) {}
 };
 
 struct Listener {
@@ -77,6 +81,9 @@ class Subsystem {
   // attribute notice for it (with the NSID in its changed-namespace log), as nvmet does
   // when told to revalidate. Returns the NSIDs that changed.
   std::vector<uint32_t> revalidate_namespaces();
+
+  // Reservation notices a command caused: to every controller of each host named.
+  void notify_reservation(uint32_t nsid, const std::vector<Reservations::Notice>& notices);
 
   std::shared_ptr<Controller> add_controller(std::shared_ptr<Controller> c);
   std::shared_ptr<Controller> find_controller(uint16_t cntlid) const;

@@ -15,6 +15,7 @@ enum class LogPageId : uint8_t {
   ChangedNamespaces = 0x04,
   CommandEffects = 0x05,
   Discovery = 0x70,
+  ReservationNotification = 0x80,
 };
 
 // Asynchronous Event Request completion dw0: event type (bits 2:0), event information

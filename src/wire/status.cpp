@@ -21,6 +21,7 @@ const char* known_name(Status s) {
     case sc::DataSglLengthInvalid.value: return "Data SGL Length Invalid";
     case sc::SglDescriptorTypeInvalid.value: return "SGL Descriptor Type Invalid";
     case sc::SglOffsetInvalid.value: return "SGL Offset Invalid";
+    case sc::HostIdInconsistentFormat.value: return "Host Identifier Inconsistent Format";
     case sc::KeepAliveExpired.value: return "Keep Alive Timer Expired";
     case sc::TransientTransportError.value: return "Transient Transport Error";
     case sc::LbaOutOfRange.value: return "LBA Out of Range";
@@ -42,6 +43,7 @@ const char* known_name(Status s) {
     case sc::UnrecoveredReadError.value: return "Unrecovered Read Error";
     case sc::CompareFailure.value: return "Compare Failure";
     case sc::CommandSizeLimitExceeded.value: return "Command Size Limit Exceeded";
+    case sc::ReservationConflict.value: return "Reservation Conflict";
     case sc::TransportError.value: return "Transport Error (host)";
     case sc::HostAbortedCommand.value: return "Command Aborted By Host";
     default: return nullptr;

@@ -167,13 +167,14 @@ TEST_F(AdminConformance, CommandEffectsLogMarksEveryCommandTheTargetRuns) {
   EXPECT_EQ(e.io[0x0C], kEffectsCsupp);                 // Verify
   EXPECT_EQ(e.io[0x05], kEffectsCsupp);                 // Compare
   EXPECT_EQ(e.io[0x19], kEffectsCsupp | kEffectsLbcc);  // Copy
+  for (unsigned op : {0x0Du, 0x0Eu, 0x11u, 0x15u}) EXPECT_EQ(e.io[op], kEffectsCsupp) << "reservation opcode " << op;
   unsigned admin = 0, io = 0;
   for (unsigned i = 0; i < 256; ++i) {
     admin += e.admin[i] != 0;
     io += e.io[i] != 0;
   }
   EXPECT_EQ(admin, 7u) << "only commands the target runs";
-  EXPECT_EQ(io, 8u);
+  EXPECT_EQ(io, 12u);
   for (uint8_t b : e.rsvd2048) ASSERT_EQ(b, 0);
   // Only the NVM command set.
   EXPECT_EQ(log(wire::LogPageId::CommandEffects, sizeof(wire::CommandEffectsLog), 2).status, sc::InvalidField);

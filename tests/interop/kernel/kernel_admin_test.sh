@@ -66,8 +66,7 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 # Steps whose nvtcp side is not implemented yet (docs/conformance.md: reservations, features
 # 82h/83h). They report PENDING / UNEXPECTED PASS against nvtcp instead of FAIL / PASS.
 # Take a step out of this list once the target passes it.
-NVTCP_PENDING=(resv-register resv-acquire resv-report resv-conflict resv-release resv-preempt
-               resv-notif-log feature-82h feature-83h)
+NVTCP_PENDING=()
 
 STEPS=(discover connect-all connect-host2 list list-subsys id-ctrl id-ns ns-descs list-ns smart-log smart-log-ns
        error-log effects-log supported-log-pages fw-log feature-02h feature-04h feature-05h feature-06h feature-07h

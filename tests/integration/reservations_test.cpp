@@ -1,0 +1,357 @@
+// Reservations between hosts, as a cluster uses them for fencing: two hosts (their own host
+// NQN and 128-bit host ID) register keys, one acquires, the other's writes fail with
+// Reservation Conflict; preempting moves the reservation and tells the loser (log 80h);
+// persistence through power loss keeps it across a target restart for a file namespace.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nvtcp/host.hpp"
+#include "test_target.hpp"
+#include "wire/features.hpp"
+#include "wire/identify.hpp"
+#include "wire/log_pages.hpp"
+#include "wire/reservations.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+namespace sc = wire::sc;
+using wire::ReservationType;
+
+constexpr uint32_t kRamNsid = 2;
+constexpr uint32_t kFileNsid = 4;
+constexpr uint64_t kKeyA = 0xA1A1, kKeyB = 0xB2B2;
+
+// One host: its own controller and I/O queue.
+class Host {
+ public:
+  Host(const RunningTarget& t, uint8_t id, uint32_t nsid) : nsid_(nsid) {
+    host::ControllerOptions o;
+    o.hostnqn = "nqn.2026-11.io.nvtcp:resv-host-" + std::to_string(id);
+    for (int i = 0; i < 16; ++i) o.hostid[i] = uint8_t(id * 16 + i);
+    std::memcpy(hostid, o.hostid, 16);
+    std::string err;
+    ctrl = host::Controller::connect(t.trid(), o, err);
+    EXPECT_TRUE(ctrl) << err;
+    if (!ctrl) return;
+    qp = ctrl->create_io_qpair(8, err);
+    EXPECT_TRUE(qp) << err;
+    buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(8192));
+  }
+  ~Host() {
+    qp.reset();
+    if (buf) ctrl->free_io_buffer(buf);
+  }
+
+  wire::Status command(wire::IoOpcode opc, uint32_t cdw10, const void* data, uint32_t len, bool to_ctrl = true,
+                       uint32_t cdw11 = 0) {
+    wire::Sqe sqe{};
+    sqe.opc = uint8_t(opc);
+    sqe.nsid = nsid_;
+    sqe.cdw10 = cdw10;
+    sqe.cdw11 = cdw11;
+    if (to_ctrl && data) std::memcpy(buf, data, len);
+    return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->submit(sqe, buf, len, to_ctrl, cb, ctx); });
+  }
+  wire::Status reg(wire::RegisterAction a, uint64_t crkey, uint64_t nrkey, uint32_t cptpl = 0, bool iekey = false) {
+    wire::ReservationRegisterData d{crkey, nrkey};
+    return command(wire::IoOpcode::ReservationRegister,
+                   uint32_t(a) | (iekey ? wire::kResvIgnoreExistingKey : 0) | cptpl << 30, &d, sizeof(d));
+  }
+  wire::Status acquire(wire::AcquireAction a, ReservationType t, uint64_t crkey, uint64_t prkey = 0,
+                       bool iekey = false) {
+    wire::ReservationAcquireData d{crkey, prkey};
+    return command(wire::IoOpcode::ReservationAcquire,
+                   uint32_t(a) | uint32_t(t) << 8 | (iekey ? wire::kResvIgnoreExistingKey : 0), &d, sizeof(d));
+  }
+  wire::Status release(wire::ReleaseAction a, ReservationType t, uint64_t crkey) {
+    wire::ReservationReleaseData d{crkey};
+    return command(wire::IoOpcode::ReservationRelease, uint32_t(a) | uint32_t(t) << 8, &d, sizeof(d));
+  }
+  // Reservation Report (extended) of len bytes; the status, and the bytes in out.
+  wire::Status report(std::vector<uint8_t>& out, uint32_t len = 4096, bool eds = true) {
+    std::memset(buf, 0xEE, len);
+    const wire::Status st = command(wire::IoOpcode::ReservationReport, len / 4 - 1, nullptr, len, false, eds ? 1 : 0);
+    out.assign(buf, buf + len);
+    return st;
+  }
+  wire::Status write(uint64_t lba) {
+    std::memset(buf, 0x77, 512);
+    return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->write(nsid_, lba, 1, buf, cb, ctx); });
+  }
+  wire::Status read(uint64_t lba) {
+    return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(nsid_, lba, 1, buf, cb, ctx); });
+  }
+  // The next reservation notice in log 80h (type Empty when there is none).
+  wire::ReservationNotificationLog notice() {
+    wire::ReservationNotificationLog l{};
+    EXPECT_TRUE(
+        ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l)).status.ok());
+    return l;
+  }
+
+  uint8_t hostid[16];
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+  uint8_t* buf = nullptr;
+
+ private:
+  uint32_t nsid_;
+};
+
+struct Report {
+  wire::ReservationStatusExtHeader h;
+  std::vector<wire::RegisteredControllerExt> regs;
+};
+Report parse(const std::vector<uint8_t>& b) {
+  Report r;
+  std::memcpy(&r.h, b.data(), sizeof(r.h));
+  for (uint32_t i = 0; i < r.h.regctl && sizeof(r.h) + (i + 1) * 64 <= b.size(); ++i) {
+    wire::RegisteredControllerExt e;
+    std::memcpy(&e, b.data() + sizeof(r.h) + i * 64, 64);
+    r.regs.push_back(e);
+  }
+  return r;
+}
+
+TEST(Reservations, WriteExclusiveFencesTheOtherHostsWritesNotItsReads) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  EXPECT_TRUE(b.write(10).ok()) << "no reservation yet";
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  EXPECT_EQ(b.write(10), sc::ReservationConflict);
+  EXPECT_TRUE(b.read(10).ok());
+  EXPECT_TRUE(a.write(10).ok());
+  EXPECT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok())
+      << "acquiring what it holds";
+  EXPECT_EQ(b.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyB),
+            sc::ReservationConflict);
+
+  std::vector<uint8_t> raw;
+  ASSERT_TRUE(b.report(raw).ok());
+  const Report rep = parse(raw);
+  EXPECT_EQ(rep.h.rtype, uint8_t(ReservationType::WriteExclusive));
+  EXPECT_EQ(rep.h.regctl, 2u);
+  EXPECT_EQ(rep.h.gen, 2u) << "two registrations";
+  ASSERT_EQ(rep.regs.size(), 2u);
+  for (const auto& e : rep.regs) {
+    const bool is_a = std::memcmp(e.hostid, a.hostid, 16) == 0;
+    EXPECT_TRUE(is_a || std::memcmp(e.hostid, b.hostid, 16) == 0);
+    EXPECT_EQ(e.rkey, is_a ? kKeyA : kKeyB);
+    EXPECT_EQ(e.rcsts, is_a ? 1 : 0);
+    EXPECT_EQ(e.cntlid, 0xFFFF);
+  }
+  EXPECT_EQ(b.report(raw, 4096, false), sc::HostIdInconsistentFormat) << "64-bit host IDs";
+  EXPECT_EQ(b.report(raw, 32), sc::InvalidField) << "shorter than the header";
+  ASSERT_TRUE(b.report(raw, 64 + 64).ok()) << "room for one registrant";
+  EXPECT_EQ(parse(raw).h.regctl, 2u) << "the count is of all of them";
+
+  EXPECT_EQ(a.release(wire::ReleaseAction::Release, ReservationType::ExclusiveAccess, kKeyA), sc::InvalidField)
+      << "not the type held";
+  ASSERT_TRUE(a.release(wire::ReleaseAction::Release, ReservationType::WriteExclusive, kKeyA).ok());
+  EXPECT_TRUE(b.write(10).ok()) << "released";
+}
+
+TEST(Reservations, ExclusiveAccessTypesAndRegistrantsOnly) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid), c(t, 3, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp && c.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::ExclusiveAccess, kKeyA).ok());
+  EXPECT_EQ(b.read(1), sc::ReservationConflict) << "a registrant, but not the holder";
+  EXPECT_EQ(c.read(1), sc::ReservationConflict);
+  ASSERT_TRUE(a.release(wire::ReleaseAction::Release, ReservationType::ExclusiveAccess, kKeyA).ok());
+
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::ExclusiveAccessRegistrantsOnly, kKeyA).ok());
+  EXPECT_TRUE(b.write(1).ok()) << "registrants have access";
+  EXPECT_TRUE(b.read(1).ok());
+  EXPECT_EQ(c.read(1), sc::ReservationConflict) << "c is not registered";
+  EXPECT_EQ(c.write(1), sc::ReservationConflict);
+  // The holder leaves: a registrants-only reservation ends, and b is told.
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Unregister, kKeyA, 0).ok());
+  EXPECT_TRUE(c.read(1).ok());
+  EXPECT_TRUE(wait_for([&] { return b.notice().type == uint8_t(wire::ReservationNotice::ReservationReleased); }, 5000));
+
+  // All registrants: each holds it; it lasts while any of them stays registered.
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusiveAllRegistrants, kKeyB).ok());
+  ASSERT_TRUE(c.reg(wire::RegisterAction::Register, 0, 0xC3).ok());
+  EXPECT_TRUE(c.write(1).ok()) << "every registrant holds an all-registrants reservation";
+  EXPECT_EQ(a.write(1), sc::ReservationConflict);
+  EXPECT_TRUE(a.read(1).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Unregister, kKeyB, 0).ok());
+  EXPECT_EQ(a.write(1), sc::ReservationConflict) << "c still holds it";
+  ASSERT_TRUE(c.reg(wire::RegisterAction::Unregister, 0xC3, 0).ok());
+  EXPECT_TRUE(a.write(1).ok()) << "the last holder left";
+}
+
+TEST(Reservations, KeysThatDoNotMatchAreConflictsAndBadFieldsInvalid) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA), sc::ReservationConflict)
+      << "not registered";
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  EXPECT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok()) << "the same key again";
+  EXPECT_EQ(a.reg(wire::RegisterAction::Register, 0, kKeyB), sc::ReservationConflict) << "another key";
+  EXPECT_EQ(a.reg(wire::RegisterAction::Unregister, kKeyB, 0), sc::ReservationConflict);
+  EXPECT_EQ(a.reg(wire::RegisterAction::Replace, kKeyB, 0x99), sc::ReservationConflict);
+  EXPECT_EQ(b.reg(wire::RegisterAction::Replace, kKeyA, 0x99), sc::ReservationConflict) << "b is not registered";
+  EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyB), sc::ReservationConflict);
+  EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType(7), kKeyA), sc::InvalidField);
+  EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA, 0, true), sc::InvalidField)
+      << "IEKEY on Acquire";
+  EXPECT_EQ(a.reg(wire::RegisterAction(3), kKeyA, 0), sc::InvalidField);
+  EXPECT_EQ(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn), sc::InvalidField)
+      << "persistence on a RAM namespace";
+  EXPECT_EQ(a.command(wire::IoOpcode::ReservationRegister, 0, nullptr, 8), sc::DataSglLengthInvalid)
+      << "8 bytes of register data";
+  // Replace with IEKEY ignores the current key.
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Replace, 0x1234, kKeyB, 0, true).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyB).ok());
+  // Nothing above disturbed anything else: the reservation holds, and I/O runs.
+  EXPECT_EQ(b.write(5), sc::ReservationConflict);
+  EXPECT_TRUE(a.write(5).ok());
+  std::vector<uint8_t> raw;
+  ASSERT_TRUE(a.report(raw).ok());
+  EXPECT_EQ(parse(raw).h.regctl, 1u);
+}
+
+TEST(Reservations, PreemptMovesTheReservationAndTellsTheLoser) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty));
+  // b fences a off: a's registration is gone, b holds the reservation.
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::PreemptAndAbort, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
+  EXPECT_EQ(a.write(3), sc::ReservationConflict);
+  EXPECT_TRUE(b.write(3).ok());
+  EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA), sc::ReservationConflict)
+      << "a's key was removed";
+  wire::ReservationNotificationLog n{};
+  ASSERT_TRUE(wait_for(
+      [&] {
+        n = a.notice();
+        return n.type != 0;
+      },
+      5000));
+  EXPECT_EQ(n.type, uint8_t(wire::ReservationNotice::RegistrationPreempted));
+  EXPECT_EQ(n.nsid, kRamNsid);
+  EXPECT_EQ(n.count, 1u);
+  EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty)) << "read once";
+  EXPECT_EQ(b.notice().type, uint8_t(wire::ReservationNotice::Empty)) << "the preempting host is not told";
+  // Clear drops every registration and the reservation; a key that does not match cannot.
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  EXPECT_EQ(a.release(wire::ReleaseAction::Clear, ReservationType::None, kKeyB), sc::ReservationConflict);
+  ASSERT_TRUE(b.release(wire::ReleaseAction::Clear, ReservationType::None, kKeyB).ok());
+  EXPECT_TRUE(a.write(3).ok());
+  std::vector<uint8_t> raw;
+  ASSERT_TRUE(a.report(raw).ok());
+  EXPECT_EQ(parse(raw).h.regctl, 0u);
+  EXPECT_EQ(parse(raw).h.rtype, 0u);
+}
+
+TEST(Reservations, NotificationMaskSilencesANoticeType) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  wire::Sqe set{};
+  set.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+  set.nsid = kRamNsid;
+  set.cdw10 = wire::kFeatureReservationNotificationMask;
+  set.cdw11 = 1u << uint8_t(wire::ReservationNotice::RegistrationPreempted);
+  ASSERT_TRUE(a.ctrl->admin(set, nullptr, 0, false).status.ok());
+  wire::Sqe get{};
+  get.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+  get.nsid = kRamNsid;
+  get.cdw10 = wire::kFeatureReservationNotificationMask;
+  EXPECT_EQ(a.ctrl->admin(get, nullptr, 0, false).dw0, set.cdw11);
+  get.cdw10 |= wire::kSelSupportedCapabilities << 8;
+  EXPECT_EQ(a.ctrl->admin(get, nullptr, 0, false).dw0, wire::kFeatureCapChangeable | wire::kFeatureCapNamespaceSpecific);
+  set.cdw11 = 1u;  // bit 0 is reserved
+  EXPECT_EQ(a.ctrl->admin(set, nullptr, 0, false).status, sc::InvalidField);
+  set.nsid = 99;
+  set.cdw11 = 0;
+  EXPECT_EQ(a.ctrl->admin(set, nullptr, 0, false).status, sc::InvalidNamespace);
+
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::Preempt, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
+  EXPECT_EQ(a.write(1), sc::ReservationConflict);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a notice, had there been one, is queued by now
+  EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty));
+}
+
+TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
+  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string path = tmpl, state = path + ".nvtcp-resv";
+  struct Cleanup {
+    std::string a, b;
+    ~Cleanup() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } cleanup{path, state};
+  {
+    RunningTarget t(default_config(path));
+    Host a(t, 1, kFileNsid), b(t, 2, kFileNsid);
+    ASSERT_TRUE(a.qp && b.qp);
+    alignas(8) uint8_t id[wire::kIdentifyLen];
+    ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kFileNsid, id).status.ok());
+    EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap,
+              wire::kRescapPtpl | wire::kRescapAllTypes | wire::kRescapIekey13);
+    ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kRamNsid, id).status.ok());
+    EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13);
+    EXPECT_TRUE(reinterpret_cast<const wire::IdentifyController*>(a.ctrl->identify_data())->oncs &
+                wire::kOncsReservations);
+
+    ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn).ok());
+    ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+    ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusiveRegistrantsOnly, kKeyA).ok());
+    wire::Sqe get{};
+    get.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    get.nsid = kFileNsid;
+    get.cdw10 = wire::kFeatureReservationPersistence;
+    EXPECT_EQ(a.ctrl->admin(get, nullptr, 0, false).dw0, 1u);
+  }
+  ASSERT_EQ(::access(state.c_str(), F_OK), 0) << "no state file next to the image";
+  {
+    RunningTarget t(default_config(path));
+    Host a(t, 1, kFileNsid), b(t, 2, kFileNsid), c(t, 3, kFileNsid);
+    ASSERT_TRUE(a.qp && b.qp && c.qp);
+    std::vector<uint8_t> raw;
+    ASSERT_TRUE(c.report(raw).ok());
+    const Report rep = parse(raw);
+    EXPECT_EQ(rep.h.rtype, uint8_t(ReservationType::WriteExclusiveRegistrantsOnly));
+    EXPECT_EQ(rep.h.regctl, 2u);
+    EXPECT_EQ(rep.h.ptpls, 1u);
+    EXPECT_EQ(c.write(0), sc::ReservationConflict) << "c never registered";
+    EXPECT_TRUE(b.write(0).ok());
+    // Persistence turned off: the state file goes, and the next start has nothing.
+    ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOff).ok());
+    EXPECT_NE(::access(state.c_str(), F_OK), 0);
+  }
+  {
+    RunningTarget t(default_config(path));
+    Host c(t, 3, kFileNsid);
+    ASSERT_TRUE(c.qp);
+    EXPECT_TRUE(c.write(0).ok());
+  }
+}
+
+}  // namespace
+}  // namespace nvtcp::test
