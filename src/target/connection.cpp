@@ -146,6 +146,7 @@ void Connection::teardown_controller(const char* why) {
       log::info("{}: controller {} of {} torn down: {}", peer_, ctrl_->cntlid(), ctrl_->subsystem().nqn(), why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
   } else {
+    ctrl_->unregister_io_queue(qid_, this);
     ctrl_->release_queue(qid_);
   }
   ctrl_.reset();
@@ -376,6 +377,7 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   r->tx_data = nullptr;
   r->tx_len = 0;
   r->tx_pad = 0;
+  r->aborted = false;
   r->state = Request::State::ReceivingData;
   if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
   h2c_req_ = r;
@@ -458,7 +460,8 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
     return;
   }
   r->state = Request::State::Executing;
-  if (!r->status.ok()) complete(r, r->status);
+  if (r->aborted) complete(r, sc::AbortRequested);
+  else if (!r->status.ok()) complete(r, r->status);
   else if (qid_ == 0) execute_admin(r);
   else execute_io(r);
 }
@@ -677,6 +680,7 @@ void Connection::execute_connect(Request* r) {
   }
   ctrl_ = ctrl;
   if (cmd.qid == 0) ctrl_->attach_admin_queue(&reactor_, this);
+  else ctrl_->register_io_queue(cmd.qid, &reactor_, this);
   host_ = std::move(host);
   host_->bytes.fetch_add(buffer_bytes_, std::memory_order_relaxed);  // what it took before Connect
   pool_bytes_ = pool;
@@ -739,6 +743,10 @@ void Connection::execute_admin(Request* r) {
     return;
   }
   if (res.held) {
+    if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
+      r->state = Request::State::HeldAbort;  // abort_done() completes it
+      return;
+    }
     r->state = Request::State::HeldAer;
     deliver_async_events();  // an event may already be waiting for it
     return;
@@ -769,6 +777,68 @@ void Connection::deliver_async_events() {
     log::info("{}: asynchronous event 0x{:08x} to controller {}", peer_, dw0, ctrl_->cntlid());
     complete(r, sc::Success);
   }
+}
+
+void Connection::abort_done(uint16_t abort_cid, bool aborted) {
+  if (state_ != State::Connected || !ctrl_) return;
+  ctrl_->abort_finished();
+  for (auto& slot : pool_) {
+    Request* r = slot.get();
+    if (r->state != Request::State::HeldAbort || r->sqe.cid != abort_cid) continue;
+    r->dw0 = aborted ? 0 : 1;
+    complete(r, sc::Success);
+    return;
+  }
+}
+
+bool Connection::abort_held_aer(uint16_t cid) {
+  for (auto& slot : pool_) {
+    Request* r = slot.get();
+    if (r->state != Request::State::HeldAer || r->sqe.cid != cid) continue;
+    if (!ctrl_->take_held_aer()) return false;
+    complete(r, sc::AbortRequested);
+    return true;
+  }
+  return false;
+}
+
+bool Connection::abort_command(uint16_t cid) {
+  if (state_ != State::Connected) return false;
+  for (auto& slot : pool_) {
+    Request* r = slot.get();
+    if (r->sqe.cid != cid) continue;
+    if (r->state == Request::State::Waiting) {
+      // Out of the wait list, wherever it is in it.
+      Request** link = &wait_head_;
+      Request* prev = nullptr;
+      while (*link && *link != r) {
+        prev = *link;
+        link = &(*link)->next_waiting;
+      }
+      if (!*link) return false;
+      *link = r->next_waiting;
+      if (wait_tail_ == r) wait_tail_ = prev;
+      r->next_waiting = nullptr;
+      --waiting_;
+      log::info("{}: cid {} aborted while it waited", peer_, cid);
+      complete(r, sc::AbortRequested);
+      return true;
+    }
+    if (r->state == Request::State::AwaitingH2C && !r->aborted) {
+      // The data already asked for may still come: take it, ask for no more, then end.
+      r->aborted = true;
+      r->data_len = r->r2t_next;
+      log::info("{}: cid {} aborted while it waited for data ({} of {} bytes asked for)", peer_, cid, r->rx_next,
+                r->r2t_next);
+      if (r->rx_next == r->data_len) {
+        r->state = Request::State::Executing;
+        complete(r, sc::AbortRequested);
+      }
+      return true;
+    }
+    return false;  // running on the device, or being sent
+  }
+  return false;
 }
 
 void Connection::execute_io(Request* r) {

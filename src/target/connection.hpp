@@ -66,7 +66,9 @@ class ConnectionSet {
 
 struct Request {
   // Waiting: received, but held back until the send queue drains or buffer memory is free.
-  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Waiting, Executing, Sending, HeldAer };
+  // HeldAer: an Asynchronous Event Request waiting for an event; HeldAbort: an Abort waiting
+  // for the I/O queue's answer.
+  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Waiting, Executing, Sending, HeldAer, HeldAbort };
 
   State state = State::Free;
   uint16_t index = 0;             // also the transfer tag of this request's R2Ts
@@ -104,6 +106,7 @@ struct Request {
   bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
   bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
   uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
+  bool aborted = false;             // Abort: ends with Command Abort Requested once its R2T data is in
   Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;
   struct Sent : reactor::SendDone {
@@ -118,7 +121,10 @@ struct Arrival {
   std::string local_address;
 };
 
-class Connection final : public reactor::StreamOwner, public transport::PduHandler, public AsyncEventSink {
+class Connection final : public reactor::StreamOwner,
+                         public transport::PduHandler,
+                         public AdminQueueSink,
+                         public CommandAborter {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
@@ -139,8 +145,12 @@ class Connection final : public reactor::StreamOwner, public transport::PduHandl
   bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
   void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
-  // AsyncEventSink (admin queues): completes held Asynchronous Event Requests.
+  // AdminQueueSink (admin queues): completes held Asynchronous Event Requests and Aborts.
   void deliver_async_events() override;
+  void abort_done(uint16_t abort_cid, bool aborted) override;
+  bool abort_held_aer(uint16_t cid) override;
+  // CommandAborter (I/O queues).
+  bool abort_command(uint16_t cid) override;
 
  private:
   enum class State { AwaitICReq, AwaitConnect, Connected, Closing };

@@ -102,6 +102,56 @@ void Controller::release_queue(uint16_t qid) {
   if (qid > 0 && qid <= target_.config.max_io_queues) queue_claimed_[qid] = false;
 }
 
+void Controller::register_io_queue(uint16_t qid, reactor::Reactor* r, CommandAborter* q) {
+  std::lock_guard lk(io_queues_mu_);
+  if (io_queues_.size() <= qid) io_queues_.resize(qid + 1);
+  io_queues_[qid] = {r, q};
+}
+
+void Controller::unregister_io_queue(uint16_t qid, CommandAborter* q) {
+  std::lock_guard lk(io_queues_mu_);
+  if (qid < io_queues_.size() && io_queues_[qid].queue == q) io_queues_[qid] = {};
+}
+
+// Abort (CDW10: SQID 15:0, CID 31:16). dw0 bit 0 is 0 when the command was aborted (it then
+// ends with Command Abort Requested), 1 when it was not (already running, done, or unknown).
+AdminResult Controller::start_abort(const Sqe& sqe) {
+  AdminResult r;
+  const uint16_t sqid = uint16_t(sqe.cdw10), cid = uint16_t(sqe.cdw10 >> 16);
+  if (sqid == 0) {
+    r.dw0 = event_sink_ && event_sink_->abort_held_aer(cid) ? 0 : 1;
+    return r;
+  }
+  if (aborts_held_ > kAcl) {
+    r.status = sc::AbortLimitExceeded;
+    return r;
+  }
+  std::lock_guard lk(io_queues_mu_);
+  if (sqid >= io_queues_.size() || !io_queues_[sqid].queue) {
+    r.dw0 = 1;
+    return r;
+  }
+  ++aborts_held_;
+  r.held = true;
+  const uint16_t abort_cid = sqe.cid;
+  io_queues_[sqid].reactor->post([weak = weak_from_this(), sqid, cid, abort_cid, queue = io_queues_[sqid].queue] {
+    auto self = weak.lock();
+    if (!self) return;
+    bool aborted = false;
+    {
+      // Still registered means still alive: unregistering happens on this same reactor.
+      std::lock_guard queues_lock(self->io_queues_mu_);
+      if (sqid < self->io_queues_.size() && self->io_queues_[sqid].queue == queue) aborted = queue->abort_command(cid);
+    }
+    std::lock_guard admin_lock(self->admin_mu_);
+    if (!self->admin_reactor_) return;
+    self->admin_reactor_->post([weak, abort_cid, aborted] {
+      if (auto c = weak.lock(); c && c->event_sink_) c->event_sink_->abort_done(abort_cid, aborted);
+    });
+  });
+  return r;
+}
+
 Status Controller::property_get(uint32_t offset, bool eight, uint64_t& value) {
   switch (offset) {
     case prop::CAP:
@@ -215,10 +265,7 @@ AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl
       ++aers_held_;
       r.held = true;  // completed by take_async_event() when an event is ready
       return r;
-    case AdminOpcode::Abort:
-      // Commands here complete quickly and are never aborted: dw0 bit 0 = not aborted.
-      r.dw0 = 1;
-      return r;
+    case AdminOpcode::Abort: return start_abort(sqe);
     default: break;
   }
   r.status = sc::InvalidOpcode;
@@ -813,7 +860,7 @@ AdminResult Controller::get_features(const Sqe& sqe, uint32_t sgl_len) {
 
 // Asynchronous events.
 
-void Controller::attach_admin_queue(reactor::Reactor* r, AsyncEventSink* sink) {
+void Controller::attach_admin_queue(reactor::Reactor* r, AdminQueueSink* sink) {
   event_sink_ = sink;
   std::lock_guard lk(admin_mu_);
   admin_reactor_ = r;

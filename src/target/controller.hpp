@@ -68,13 +68,27 @@ struct QueueStats {
   }
 };
 
-// The admin queue of a controller: where its asynchronous events are delivered (that
-// queue's reactor only).
-class AsyncEventSink {
+// The admin queue of a controller: where asynchronous events and the outcome of Abort
+// commands are delivered (that queue's reactor only).
+class AdminQueueSink {
  public:
-  virtual ~AsyncEventSink() = default;
+  virtual ~AdminQueueSink() = default;
   // Events may be ready: complete held Asynchronous Event Requests with them.
   virtual void deliver_async_events() = 0;
+  // The Abort command abort_cid is done: whether it aborted its command.
+  virtual void abort_done(uint16_t abort_cid, bool aborted) = 0;
+  // Abort of an admin command: a held Asynchronous Event Request is the only one that waits.
+  virtual bool abort_held_aer(uint16_t cid) = 0;
+};
+
+// An I/O queue, as Abort reaches it (its own reactor only).
+class CommandAborter {
+ public:
+  virtual ~CommandAborter() = default;
+  // Ends command cid with Command Abort Requested if it is still held before the device
+  // (waiting for memory or the send queue, or for its data from the host); false if it is
+  // not there or already running.
+  virtual bool abort_command(uint16_t cid) = 0;
 };
 
 class Controller : public std::enable_shared_from_this<Controller> {
@@ -126,7 +140,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // teardown (its reactor); raise() may be called from any thread and runs the event on
   // the admin queue's reactor. An event is reported when the host enabled it (feature 0Bh;
   // errors always), an Asynchronous Event Request is held, and its type is not masked.
-  void attach_admin_queue(reactor::Reactor* r, AsyncEventSink* sink);
+  void attach_admin_queue(reactor::Reactor* r, AdminQueueSink* sink);
   void detach_admin_queue();
   // nsid: for a namespace attribute notice, the namespace for the changed-namespace log.
   void raise(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid = 0);
@@ -135,6 +149,16 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void raise_device_error();
   // Admin reactor: the dw0 of the next event to report, if an AER is held for it.
   bool take_async_event(uint32_t& dw0);
+  // Admin reactor: an aborted Asynchronous Event Request no longer counts as held.
+  bool take_held_aer() {
+    if (aers_held_ == 0) return false;
+    --aers_held_;
+    return true;
+  }
+  // Admin reactor: an Abort command the admin queue holds is done.
+  void abort_finished() {
+    if (aborts_held_) --aborts_held_;
+  }
   // A reservation command of any host changed what this controller's host may do (any
   // reactor): queued for log 80h and reported as an I/O command set event, unless the host
   // masked that notice for the namespace (feature 82h).
@@ -147,9 +171,12 @@ class Controller : public std::enable_shared_from_this<Controller> {
     return kato_ms_ != 0 && now_ns > last_seen_ns_ && now_ns - last_seen_ns_ > uint64_t(kato_ms_) * 1000000ull;
   }
 
-  // Claims an I/O queue id for a connecting queue; false if taken or out of range.
+  // Claims an I/O queue id for a connecting queue; false if taken or out of range. A
+  // claimed queue registers where Abort finds it (its reactor) until it is released.
   bool claim_queue(uint16_t qid);
   void release_queue(uint16_t qid);
+  void register_io_queue(uint16_t qid, reactor::Reactor* r, CommandAborter* q);
+  void unregister_io_queue(uint16_t qid, CommandAborter* q);
   // One I/O queue's counters, one per namespace (by Namespace::index), written by that
   // queue's reactor only. Made at the queue's Connect, kept for the controller's life.
   QueueStats* stats(uint16_t qid);
@@ -197,6 +224,15 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // the other host behaviours need capabilities the target does not have.
   uint8_t host_behavior_acre_ = 0;
   uint32_t aers_held_ = 0;
+  uint32_t aborts_held_ = 0;  // Abort commands waiting for an I/O queue's answer (ACL)
+  // Abort: asks the I/O queue's reactor, which answers on the admin queue's.
+  AdminResult start_abort(const wire::Sqe& sqe);
+  struct IoQueueRef {
+    reactor::Reactor* reactor = nullptr;
+    CommandAborter* queue = nullptr;
+  };
+  std::mutex io_queues_mu_;
+  std::vector<IoQueueRef> io_queues_;  // by qid
   // Asynchronous events (admin reactor): per type, one pending report and whether the type
   // is masked (reported, its log not yet read). The changed-namespace log (04h) collects
   // NSIDs until it is read.
@@ -220,7 +256,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
   void unmask_event_for_log(wire::LogPageId lid);
   bool event_enabled(wire::AsyncEventType type) const;
-  AsyncEventSink* event_sink_ = nullptr;   // admin reactor only
+  AdminQueueSink* event_sink_ = nullptr;   // admin reactor only
   std::mutex admin_mu_;                     // guards admin_reactor_ for raise() from any thread
   reactor::Reactor* admin_reactor_ = nullptr;
   std::atomic<bool> device_error_posted_{false};

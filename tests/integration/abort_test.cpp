@@ -1,0 +1,126 @@
+// Abort (admin 08h) on the wire: a command the target still holds before its device (waiting
+// for the data its R2T asked for, or waiting for buffer memory) ends with Command Abort
+// Requested and the Abort says so in dw0 bit 0 (0: aborted); a command that already ran, or
+// an unknown one, is not aborted (1). A held Asynchronous Event Request can be aborted too.
+#include "raw_session.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+Sqe abort_sqe(uint16_t cid, uint16_t sqid, uint16_t victim) {
+  Sqe s{};
+  s.opc = uint8_t(AdminOpcode::Abort);
+  s.flags = kSqeFlagsPsdtSgl;
+  s.cid = cid;
+  s.cdw10 = uint32_t(sqid) | uint32_t(victim) << 16;
+  return s;
+}
+
+// The next PDU on io is the R2T for cid.
+AssertionResult r2t_for(Session& io, uint16_t cid, R2TPdu& r2t) {
+  Bytes p;
+  if (auto r = io.read_pdu(p); !r) return r;
+  if (p[0] != uint8_t(PduType::R2T)) return AssertionFailure() << "PDU type " << hex(p[0]) << " instead of R2T";
+  r2t = read_as<R2TPdu>(p);
+  if (r2t.cccid != cid) return AssertionFailure() << "R2T for cid " << r2t.cccid;
+  return AssertionSuccess();
+}
+
+TEST(Abort, AWriteWaitingForItsDataEndsAbortedAndWritesNothing) {
+  RunningTarget t;
+  Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+  const Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 40, 8, 4096);
+  ASSERT_TRUE(io.send_capsule(w));
+  R2TPdu r2t{};
+  ASSERT_TRUE(r2t_for(io, w.cid, r2t));
+
+  Cqe cqe{};
+  ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 1, w.cid), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 0u) << "aborted";
+  // The data already asked for still comes, and then the write ends without writing.
+  ASSERT_TRUE(io.c.send(h2c_data_pdu(w.cid, r2t.ttag, r2t.r2to, Bytes(r2t.r2tl, 0xAB), true)));
+  ASSERT_TRUE(io.read_response(w.cid, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, sc::AbortRequested.value & 0xFF));
+  Bytes data;
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 40, 8, 4096), {}, cqe, &data));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(data, Bytes(4096, 0)) << "an aborted write reached the namespace";
+
+  // A command that already completed, an unknown CID and a queue that does not exist: not
+  // aborted, and no harm done.
+  ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 1, w.cid), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 1u);
+  ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 7, 1), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 1u);
+  expect_read_works(io);
+}
+
+TEST(Abort, AWriteWaitingForMemoryEndsAbortedAndTheOthersGoOn) {
+  target::TargetConfig cfg = default_config();
+  // Room for the request pool and one 96 KiB buffer: the second large write waits. (The
+  // limit must hold one largest transfer: MDTS 128 KiB.)
+  cfg.mdts_bytes = 128u << 10;
+  cfg.max_connection_buffer_memory = 160u << 10;
+  RunningTarget t(cfg);
+  Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+  const Sqe first = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 192, 96u << 10);
+  ASSERT_TRUE(io.send_capsule(first));
+  R2TPdu r2t{};
+  ASSERT_TRUE(r2t_for(io, first.cid, r2t));
+  const Sqe second = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 1000, 192, 96u << 10);
+  ASSERT_TRUE(io.send_capsule(second));
+  ASSERT_TRUE(io.c.expect_silence(200)) << "the second write did not wait for memory";
+
+  Cqe cqe{};
+  ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 1, second.cid), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 0u);
+  ASSERT_TRUE(io.read_response(second.cid, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, sc::AbortRequested.value & 0xFF));
+  // The first write, not aborted, completes as ever once its data is in.
+  uint32_t off = 0;
+  while (off < first.sgl.length) {
+    if (off > 0) {
+      ASSERT_TRUE(r2t_for(io, first.cid, r2t));
+    }
+    ASSERT_TRUE(io.c.send(h2c_data_pdu(first.cid, r2t.ttag, r2t.r2to, Bytes(r2t.r2tl, 0x5C), true)));
+    off = r2t.r2to + r2t.r2tl;
+  }
+  ASSERT_TRUE(io.read_response(first.cid, cqe));
+  EXPECT_TRUE(ok(cqe));
+  expect_read_works(io);
+}
+
+TEST(Abort, AHeldAsynchronousEventRequestCanBeAborted) {
+  RunningTarget t;
+  Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+  Sqe aer{};
+  aer.opc = uint8_t(AdminOpcode::AsyncEventRequest);
+  aer.flags = kSqeFlagsPsdtSgl;
+  aer.cid = admin.cid();
+  ASSERT_TRUE(admin.send_capsule(aer));
+  Cqe cqe{};
+  ASSERT_TRUE(admin.send_capsule(abort_sqe(admin.cid(), 0, aer.cid)));
+  // Both answers come: the request ended by the abort, then the abort.
+  ASSERT_TRUE(admin.read_response(aer.cid, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, sc::AbortRequested.value & 0xFF));
+  ASSERT_TRUE(admin.read_response(uint16_t(aer.cid + 1), cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 0u);
+  // It no longer counts against the limit of four held requests.
+  for (int i = 0; i < 4; ++i) {
+    aer.cid = admin.cid();
+    ASSERT_TRUE(admin.send_capsule(aer));
+  }
+  EXPECT_TRUE(admin.c.expect_silence(200)) << "four requests are within AERL";
+  expect_read_works(io);
+}
+
+}  // namespace
+}  // namespace nvtcp::test
