@@ -36,8 +36,9 @@ test-asan: deps
 # The multi-threaded paths under ThreadSanitizer: the integration tests that run target reactors
 # and host threads side by side (several target reactors, the host's admin thread, reconnects,
 # SQ-poll and zero-copy modes, a RAM namespace written and read from two reactors at once, the
-# durability hooks and the power-loss device that the test thread cuts, Abort and asynchronous events
-# crossing from one reactor to another, reservations shared by hosts on several reactors), then the CLI's target --cores 2 against perf --cores 2 -P 2.
+# durability hooks and the power-loss device that the test thread cuts, Abort and asynchronous
+# events crossing from one reactor to another, reservations shared by hosts on several reactors),
+# then the CLI's target --cores 2 against perf --cores 2 -P 2.
 # Only nvtcp and the integration tests are built (-O1, about 5 CPU-minutes); the tests take
 # about 1.5 minutes on 2 cores. TSan's shadow memory sits at fixed addresses, which some
 # kernels' mmap randomization (vm.mmap_rnd_bits > 28) collides with: setarch -R turns address
