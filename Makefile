@@ -43,7 +43,7 @@ test-asan: deps
 # about 1.5 minutes on 2 cores. TSan's shadow memory sits at fixed addresses, which some
 # kernels' mmap randomization (vm.mmap_rnd_bits > 28) collides with: setarch -R turns address
 # randomization off for these processes only, leaving the sysctl alone.
-TSAN_TESTS ?= ^(HostTarget[./]|Engine[A-Za-z]*[.]|Reactor/DataPathModes[.]|BadInput[.]|KeepAlive[.]|Reconnect[.]|RamAtomicity[.]|Durability[A-Za-z]*[.]|PowerCut[.]|Abort[.]|AsyncEvents[.]|Reservations[.])
+TSAN_TESTS ?= ^(HostTarget[./]|Engine[A-Za-z]*[.]|Reactor/DataPathModes[.]|BadInput[.]|KeepAlive[.]|Reconnect[.]|RamAtomicity[.]|Durability[A-Za-z]*[.]|PowerCut[.]|Abort[.]|AsyncEvents[.]|Reservations[.]|FusedCompareAndWrite[.])
 TSAN_RUN := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
 TSAN_ENV := TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)"
 test-tsan: deps

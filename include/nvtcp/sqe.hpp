@@ -48,6 +48,8 @@ inline constexpr uint32_t kNsidAll = 0xFFFFFFFFu;
 inline constexpr uint8_t kSqeFlagsPsdtSgl = 0x40;
 inline constexpr uint8_t kSqeFlagsPsdtMask = 0xC0;
 inline constexpr uint8_t kSqeFlagsFuseMask = 0x03;  // FUSE: first/second command of a fused operation
+inline constexpr uint8_t kSqeFlagsFuseFirst = 0x01;
+inline constexpr uint8_t kSqeFlagsFuseSecond = 0x02;
 
 #pragma pack(push, 1)
 struct SglDescriptor {

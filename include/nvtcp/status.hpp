@@ -40,6 +40,8 @@ inline constexpr Status DataTransferError{Sct::Generic, 0x04};
 inline constexpr Status InternalError{Sct::Generic, 0x06};
 inline constexpr Status AbortRequested{Sct::Generic, 0x07};
 inline constexpr Status SqDeletion{Sct::Generic, 0x08};
+inline constexpr Status FailedFusedCommand{Sct::Generic, 0x09};
+inline constexpr Status MissingFusedCommand{Sct::Generic, 0x0A};
 inline constexpr Status InvalidNamespace{Sct::Generic, 0x0B};
 inline constexpr Status CommandSequenceError{Sct::Generic, 0x0C};
 inline constexpr Status InvalidSglSegment{Sct::Generic, 0x0D};

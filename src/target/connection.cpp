@@ -29,6 +29,8 @@ constexpr uint64_t kSendQueueRetryNs = 50'000'000;   // a fallback: sent respons
 constexpr Status kCommandInterrupted{Sct::Generic, 0x21};
 
 constexpr uint32_t align_4k(uint32_t n) { return (n + 4095) & ~4095u; }
+// How often writes waiting for a fused Compare and Write look at its namespace's fence again.
+constexpr uint64_t kFenceRetryNs = 20'000;
 
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
@@ -93,6 +95,8 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
   timer_.fn = on_keepalive_timer;
   retry_timer_.owner = this;
   retry_timer_.fn = on_retry_timer;
+  fence_timer_.owner = this;
+  fence_timer_.fn = on_fence_timer;
   resume_d_.owner = this;
   resume_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<Connection>*>(d)->owner->resume_waiting(); };
   target_.usage.connections.fetch_add(1);
@@ -174,6 +178,11 @@ void Connection::on_closed(int err) {
   teardown_controller("admin queue closed");
   reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
+  reactor_.cancel_timer(&fence_timer_);
+  // A fused operation that owned its namespace's fence and never reached the device lets go.
+  for (Request* w : fence_waiters_)
+    if (w->fence_owner) w->fence_ns->fence.release();
+  fence_waiters_.clear();
   reactor_.undefer(&resume_d_);
   set_.remove(this);
   if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
@@ -378,6 +387,8 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   r->tx_len = 0;
   r->tx_pad = 0;
   r->aborted = false;
+  r->fence_counted = r->fence_owner = false;
+  r->fused_partner = nullptr;
   r->state = Request::State::ReceivingData;
   if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
   h2c_req_ = r;
@@ -502,12 +513,13 @@ void Connection::execute(Request* r) {
   r->shutdown_after_flush = false;
   // No fused operations; and fabrics commands describe data with SGLs only (PSDT 01b),
   // whatever the opcode: anything else would run as something the host did not ask for.
-  if ((r->sqe.flags & kSqeFlagsFuseMask) || (r->sqe.flags & kSqeFlagsPsdtMask) != kSqeFlagsPsdtSgl) {
-    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (fused, or not PSDT 01b)", peer_, r->sqe.cid, r->sqe.opc,
+  if ((r->sqe.flags & kSqeFlagsPsdtMask) != kSqeFlagsPsdtSgl) {
+    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (not PSDT 01b)", peer_, r->sqe.cid, r->sqe.opc,
                r->sqe.flags);
     complete(r, sc::InvalidField);
     return;
   }
+  if ((fused_first_ || (r->sqe.flags & kSqeFlagsFuseMask)) && fused_halves(r)) return;
   if (r->sqe.opc == uint8_t(AdminOpcode::Fabrics)) {
     execute_fabrics(r);
   } else if (state_ != State::Connected) {
@@ -1179,7 +1191,165 @@ bool Connection::read_buffer(Request* r, Namespace* ns, uint32_t len) {
   return true;
 }
 
+// Fused Compare and Write (the only fused operation NVM defines): a Compare marked first,
+// then, as the very next command, a Write marked second, on the same blocks, each with its
+// data in the capsule. True when r was taken here.
+bool Connection::fused_halves(Request* r) {
+  const uint8_t fuse = r->sqe.flags & kSqeFlagsFuseMask;
+  if (Request* first = fused_first_; first && first != r) {
+    fused_first_ = nullptr;
+    const Sqe &c = first->sqe, &w = r->sqe;
+    const uint64_t len = first->data_len;
+    const bool pair = fuse == kSqeFlagsFuseSecond && w.opc == uint8_t(IoOpcode::Write) && w.nsid == c.nsid &&
+                      w.slba() == c.slba() && w.nlb() == c.nlb() && r->data_len == len && len != 0;
+    if (pair) {
+      start_fused(first, r);
+      return true;
+    }
+    log::warn("{}: fused Compare cid {} not followed by its Write (next: cid {} opcode 0x{:02x} fuse {})", peer_,
+              c.cid, w.cid, w.opc, fuse);
+    complete(first, fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
+    if (fuse == kSqeFlagsFuseSecond) {
+      complete(r, sc::FailedFusedCommand);
+      return true;
+    }
+    return fuse != 0 && fused_halves(r);  // r itself may be a new first half
+  }
+  if (fuse == kSqeFlagsFuseFirst && qid_ != 0 && state_ == State::Connected &&
+      r->sqe.opc == uint8_t(IoOpcode::Compare)) {
+    if (r->data_len == 0) {  // the pair runs from its in-capsule data only
+      complete(r, sc::InvalidField);
+      return true;
+    }
+    fused_first_ = r;
+    r->state = Request::State::Executing;
+    return true;
+  }
+  complete(r, fuse == kSqeFlagsFuseSecond ? sc::MissingFusedCommand : sc::InvalidField);
+  return true;
+}
+
+void Connection::start_fused(Request* cmp, Request* wr) {
+  cmp->fused_partner = wr;
+  wr->fused_partner = cmp;
+  wr->state = Request::State::Executing;
+  if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
+    end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
+    return;
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(cmp->sqe.nsid);
+  if (!ns) {
+    end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
+    return;
+  }
+  const uint64_t slba = cmp->sqe.slba(), nlb = cmp->sqe.nlb(), blocks = ns->blocks;
+  if (slba >= blocks || nlb > blocks - slba) {
+    end_fused(cmp, sc::LbaOutOfRange, sc::FailedFusedCommand);
+    return;
+  }
+  if ((nlb << ns->lbads) != cmp->data_len || cmp->sqe.sgl.length != cmp->data_len) {
+    end_fused(cmp, sc::DataSglLengthInvalid, sc::FailedFusedCommand);
+    return;
+  }
+  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), true, true)) {
+    end_fused(cmp, sc::ReservationConflict, sc::FailedFusedCommand);
+    return;
+  }
+  cmp->fence_ns = ns;
+  run_fused(cmp);
+}
+
+// Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare.
+void Connection::run_fused(Request* cmp) {
+  Namespace* ns = cmp->fence_ns;
+  if (!cmp->fence_owner) {
+    if (!ns->fence.try_own()) {  // another fused operation on this namespace runs
+      wait_for_fence(cmp);
+      return;
+    }
+    cmp->fence_owner = true;
+  }
+  if (!ns->fence.drained()) {
+    wait_for_fence(cmp);
+    return;
+  }
+  backend::BlockIo& io = cmp->io;
+  io.op = backend::BlockIo::Op::Read;
+  io.offset = cmp->sqe.slba() << ns->lbads;
+  io.length = cmp->data_len;
+  io.fua = false;
+  io.read_data = nullptr;
+  io.buffer = cmp->buf.get() + align_4k(cmp->data_len);
+  submit_io(cmp, ns);
+}
+
+void Connection::fused_io_done(Request* r, Status st) {
+  Request* cmp = r->sqe.opc == uint8_t(IoOpcode::Compare) ? r : r->fused_partner;
+  Request* wr = cmp->fused_partner;
+  if (r == wr) {  // the write is done: the pair is
+    if (st.ok() && stats_) stats_[wr->ns_index].add_write(wr->io.length);
+    end_fused(cmp, st.ok() ? sc::Success : sc::FailedFusedCommand, st);
+    return;
+  }
+  const uint8_t* device = cmp->io.read_data ? cmp->io.read_data : cmp->io.buffer;
+  if (st.ok() && std::memcmp(cmp->buf.get(), device, cmp->data_len) != 0) st = sc::CompareFailure;
+  if (!st.ok()) {
+    end_fused(cmp, st, sc::FailedFusedCommand);
+    return;
+  }
+  Namespace* ns = cmp->fence_ns;
+  backend::BlockIo& io = wr->io;
+  io.op = backend::BlockIo::Op::Write;
+  io.offset = wr->sqe.slba() << ns->lbads;
+  io.length = wr->data_len;
+  io.buffer = wr->buf.get();
+  io.read_data = nullptr;
+  io.fua = wr->sqe.fua();
+  wr->fence_owner = true;  // writes under the fence its Compare owns
+  wr->fence_ns = ns;
+  submit_io(wr, ns);
+}
+
+void Connection::end_fused(Request* cmp, Status cmp_st, Status wr_st) {
+  Request* wr = cmp->fused_partner;
+  if (cmp->fence_owner) cmp->fence_ns->fence.release();
+  cmp->fence_owner = wr->fence_owner = false;
+  cmp->fused_partner = wr->fused_partner = nullptr;
+  cmp->tx_len = wr->tx_len = 0;
+  complete(cmp, cmp_st);
+  complete(wr, wr_st);
+}
+
+void Connection::wait_for_fence(Request* r) {
+  fence_waiters_.push_back(r);
+  if (!fence_timer_.linked) reactor_.arm_timer(&fence_timer_, kFenceRetryNs);
+}
+
+void Connection::on_fence_timer(reactor::Timer* t) {
+  auto* self = static_cast<TimerSlot*>(t)->owner;
+  std::vector<Request*> waiting;
+  waiting.swap(self->fence_waiters_);
+  for (Request* r : waiting) {
+    // A fused Compare waits to own the fence or for it to drain; anything else is a write
+    // whose device operation is ready to go.
+    if (r->fused_partner && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(r);
+    else self->submit_io(r, r->fence_ns);
+  }
+}
+
 void Connection::submit_io(Request* r, Namespace* ns) {
+  // Writes count themselves against the namespace's fence, or wait while a fused Compare
+  // and Write holds it.
+  const auto op = r->io.op;
+  if (!r->fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
+                          op == backend::BlockIo::Op::Deallocate)) {
+    r->fence_ns = ns;
+    if (!ns->fence.begin_write(set_.index())) {
+      wait_for_fence(r);
+      return;
+    }
+    r->fence_counted = true;
+  }
   r->ns_index = ns->index;
   r->io.user = r;
   r->io.done = [](backend::BlockIo* io, Status st) {
@@ -1239,6 +1409,14 @@ void Connection::flush_step(Request* r) {
 
 void Connection::io_done(Request* r, Status st) {
   --backend_inflight_;
+  if (r->fence_counted) {
+    r->fence_ns->fence.end_write(set_.index());
+    r->fence_counted = false;
+  }
+  if (closed_ && r->fence_owner) {
+    r->fence_ns->fence.release();  // the connection is gone: its fused operation ends here
+    r->fence_owner = false;
+  }
   tx_pending_ -= r->tx_pending;
   r->tx_pending = 0;
   if (closed_) {
@@ -1261,6 +1439,10 @@ void Connection::io_done(Request* r, Status st) {
   if (!st.ok() && ctrl_) ctrl_->raise_device_error();
   if (r->sqe.opc == uint8_t(IoOpcode::Verify)) {  // read to check it, never sent
     complete(r, st);
+    return;
+  }
+  if (r->fused_partner) {
+    fused_io_done(r, st);
     return;
   }
   if (r->sqe.opc == uint8_t(IoOpcode::Copy)) {

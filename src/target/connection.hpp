@@ -37,6 +37,9 @@ struct ConnectionInfo {
 // Where every connection of one reactor is listed, so shutdown can close them all.
 class ConnectionSet {
  public:
+  // This reactor's number (0 .. cores-1): its slot in per-reactor counters.
+  void set_index(uint32_t i) { index_ = i; }
+  uint32_t index() const { return index_; }
   void add(Connection* c);
   void remove(Connection* c);
   void close_all();
@@ -60,6 +63,7 @@ class ConnectionSet {
  private:
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<Connection*> conns_;
+  uint32_t index_ = 0;
   size_t draining_ = 0;
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
@@ -107,6 +111,12 @@ struct Request {
   bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
   uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
   bool aborted = false;             // Abort: ends with Command Abort Requested once its R2T data is in
+  // Writes count in their namespace's WriteFence while on the device; a fused Compare and
+  // Write owns the fence instead. fence_ns: the namespace a request waits on or counts in.
+  Namespace* fence_ns = nullptr;
+  bool fence_counted = false;
+  bool fence_owner = false;
+  Request* fused_partner = nullptr;  // the other half of a fused Compare and Write
   Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;
   struct Sent : reactor::SendDone {
@@ -176,6 +186,15 @@ class Connection final : public reactor::StreamOwner,
   void dsm_step(Request* r);
   void copy_step(Request* r);
   void execute_reservation(Request* r, Namespace* ns);
+  // Fused Compare and Write: the first half is held until the next command arrives.
+  bool fused_halves(Request* r);
+  void start_fused(Request* cmp, Request* wr);
+  void run_fused(Request* cmp);
+  void fused_io_done(Request* r, wire::Status st);
+  void end_fused(Request* cmp, wire::Status cmp_st, wire::Status wr_st);
+  // Waiting for a namespace's fence (a write) or for its writes to drain (a fused owner).
+  void wait_for_fence(Request* r);
+  static void on_fence_timer(reactor::Timer* t);
   void copy_io_done(Request* r, wire::Status st);
   // A command's data from the host, len bytes: true when it is in r->buf (it came in the
   // capsule). Otherwise a buffer of buffer_bytes_for() is made and R2Ts ask for the data
@@ -250,7 +269,9 @@ class Connection final : public reactor::StreamOwner,
 
   struct TimerSlot : reactor::Timer {
     Connection* owner;
-  } timer_, retry_timer_;
+  } timer_, retry_timer_, fence_timer_;
+  std::vector<Request*> fence_waiters_;
+  Request* fused_first_ = nullptr;  // a fused first half waiting for its second
 
   Request* wait_head_ = nullptr;    // FIFO of Waiting requests
   Request* wait_tail_ = nullptr;

@@ -153,6 +153,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       if (nc.type == "file" && ::stat(nc.path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode))
         resv_path = nc.path + ".nvtcp-resv";
       auto ns = std::make_unique<Namespace>(resv_path);
+      ns->fence.init(std::max(1u, cfg.cores));
       ns->nsid = nc.nsid;
       ns->block_size = nc.block_size;
       ns->lbads = nc.block_size == 4096 ? 12 : 9;

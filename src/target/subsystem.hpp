@@ -22,6 +22,45 @@ namespace nvtcp::target {
 
 class Controller;
 
+// Makes a fused Compare and Write atomic against every other write to its namespace, from
+// any reactor. Writes count themselves in flight, each reactor in its own slot (no shared
+// cache line on the data path); a fused operation takes the fence, waits until no write is
+// in flight, compares and writes, and lets go. A write that finds the fence taken waits.
+class WriteFence {
+ public:
+  void init(uint32_t reactors) {
+    slots_ = std::make_unique<Slot[]>(reactors);
+    nslots_ = reactors;
+  }
+  // A write may start (and is counted) unless a fused operation holds the fence.
+  bool begin_write(uint32_t slot) {
+    slots_[slot].n.fetch_add(1, std::memory_order_seq_cst);
+    if (owned_.load(std::memory_order_seq_cst) == 0) return true;
+    slots_[slot].n.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void end_write(uint32_t slot) { slots_[slot].n.fetch_sub(1, std::memory_order_release); }
+  bool try_own() {
+    uint32_t expected = 0;
+    return owned_.compare_exchange_strong(expected, 1, std::memory_order_seq_cst);
+  }
+  // With the fence owned: no write still in flight.
+  bool drained() const {
+    for (uint32_t i = 0; i < nslots_; ++i)
+      if (slots_[i].n.load(std::memory_order_acquire) != 0) return false;
+    return true;
+  }
+  void release() { owned_.store(0, std::memory_order_release); }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint32_t> n{0};
+  };
+  std::atomic<uint32_t> owned_{0};
+  std::unique_ptr<Slot[]> slots_;
+  uint32_t nslots_ = 0;
+};
+
 struct Namespace {
   uint32_t nsid = 0;
   uint32_t index = 0;            // position in the subsystem's list: per-namespace counters
@@ -35,6 +74,7 @@ struct Namespace {
   uint8_t uuid[16] = {};
   uint8_t eui64[8] = {};
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
+  WriteFence fence;           // one slot per reactor
 
   explicit Namespace(std::string reservations_path = {}) : reservations(std::move(reservations_path)) {}
 };

@@ -165,6 +165,7 @@ std::string Target::start() {
   for (unsigned i = 0; i < cfg_.cores; ++i) {
     auto rt = std::make_unique<ReactorThread>();
     ReactorThread* raw = rt.get();
+    raw->connections.set_index(i);
     bool accept_here = i == 0;
     int cpu = i < cfg_.cpus.size() ? cfg_.cpus[i] : -1;
     rt->thread = std::thread([this, raw, accept_here, cpu] {

@@ -15,6 +15,8 @@ const char* known_name(Status s) {
     case sc::InternalError.value: return "Internal Error";
     case sc::AbortRequested.value: return "Command Abort Requested";
     case sc::SqDeletion.value: return "Command Aborted due to SQ Deletion";
+    case sc::FailedFusedCommand.value: return "Command Aborted due to Failed Fused Command";
+    case sc::MissingFusedCommand.value: return "Command Aborted due to Missing Fused Command";
     case sc::InvalidNamespace.value: return "Invalid Namespace or Format";
     case sc::CommandSequenceError.value: return "Command Sequence Error";
     case sc::InvalidSglSegment.value: return "Invalid SGL Segment Descriptor";
