@@ -2,6 +2,11 @@
 // and I/O commands against RAM and null namespaces) fed an arbitrary byte stream from a
 // peer over a socketpair, on a real reactor. Responses are read and dropped. Each input
 // ends with the peer closing, after which the connection must free itself.
+//
+// An input is one connection: an admin queue (Connect with qid 0 makes its own controller),
+// or an I/O queue of the standing controller 1, which the fuzzer keeps enabled with 4 I/O
+// queues for host nqn.2026-11.io.nvtcp:fuzz-host, host ID 00 01 .. 0f (what the io_* seeds,
+// made by make_io_seeds.py, connect as), so that I/O commands are reached too.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +16,8 @@
 #include "reactor/reactor.hpp"
 #include "target/connection.hpp"
 #include "target/subsystem.hpp"
+#include "wire/fabrics.hpp"
+#include "wire/features.hpp"
 #include "util/log.hpp"
 
 using namespace nvtcp;
@@ -29,6 +36,19 @@ target::TargetState& state() {
     target::finalize_config(cfg);
     auto* s = new target::TargetState();
     target::build_state(cfg, *s);
+    target::Subsystem* sub = s->find_subsystem(sc.nqn);
+    uint8_t hostid[16];
+    for (uint8_t i = 0; i < 16; ++i) hostid[i] = i;
+    auto ctrl = sub->add_controller(
+        std::make_shared<target::Controller>(*s, *sub, sub->allocate_cntlid(), "nqn.2026-11.io.nvtcp:fuzz-host", hostid, 0));
+    ctrl->property_set(wire::prop::CC, false, 0x00460001);  // EN, IOSQES 6, IOCQES 4
+    wire::Sqe nq{};
+    nq.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    nq.cdw10 = wire::kFeatureNumberOfQueues;
+    nq.cdw11 = 3 | 3u << 16;  // 4 I/O queues
+    uint8_t buf[4096];
+    ctrl->execute_admin(nq, buf, 0);
+    static std::shared_ptr<target::Controller> standing = ctrl;  // lives as long as the state
     return s;
   }();
   return *st;
