@@ -62,7 +62,7 @@ TEST(IdentityCheck, EachIdentifierThatDiffersIsNamed) {
 
 std::vector<uint8_t> changed_log(const std::vector<uint32_t>& ids) {
   std::vector<uint8_t> log(4096, 0);
-  std::memcpy(log.data(), ids.data(), ids.size() * 4);
+  if (!ids.empty()) std::memcpy(log.data(), ids.data(), ids.size() * 4);
   return log;
 }
 
