@@ -89,7 +89,8 @@ struct ControllerOptions {
   // the new state. Rescans follow the controller's namespace attribute notices and every
   // reconnect; after a reconnect the callback runs before the I/O queues reconnect. Keep it
   // short: keep-alive waits for it. namespace_info() and active_namespaces() may be called
-  // from it; rescan_namespaces() may not. Not called for the namespaces found at connect.
+  // from it, and admin() (run in place); rescan_namespaces() may not. Not called for the
+  // namespaces found at connect.
   std::function<void(uint32_t nsid)> on_namespace_change;
 
   // trtype:engine only: the data region shared with the engine, from which
@@ -204,7 +205,9 @@ class Controller {
   bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
   std::vector<uint32_t> active_namespaces();
   // Increases by one with every rescan that changed a namespace (0 when connect() returns):
-  // a cheap way for a thread to notice that it should look at namespace_info() again.
+  // a cheap way for a thread to notice that it should look at namespace_info() again. It
+  // moves once the new state is visible. Stays 0 through the offload engine, which does not
+  // pass namespace changes on yet.
   uint64_t namespace_generation() const;
   // Scans every namespace now and waits for it, as `nvme ns-rescan` does: for a controller
   // that sends no namespace notices. False and err when the controller is not live or a

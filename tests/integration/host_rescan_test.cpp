@@ -79,11 +79,19 @@ class StderrCapture {
   int saved_ = -1;
 };
 
-// on_namespace_change calls, from the admin thread.
+// on_namespace_change calls, from the admin thread. With ctrl set, each call also asks the
+// controller itself (an admin command from the admin thread) for the namespace's size.
 struct ChangeLog {
   std::mutex mu;
   std::vector<uint32_t> nsids;
+  std::atomic<host::Controller*> ctrl{nullptr};
+  std::atomic<uint64_t> nsze_seen{0};
   void add(uint32_t nsid) {
+    if (host::Controller* c = ctrl.load()) {
+      alignas(8) uint8_t id[wire::kIdentifyLen];
+      if (c->identify(uint8_t(wire::Cns::Namespace), nsid, id).status.ok())
+        nsze_seen = reinterpret_cast<const wire::IdentifyNamespace*>(id)->nsze;
+    }
     std::lock_guard lk(mu);
     nsids.push_back(nsid);
   }
@@ -191,6 +199,7 @@ TEST_F(HostRescan, AGrownNamespaceIsSeenWithoutAskingAndServesItsNewBlocks) {
   std::string err;
   auto ctrl = host::Controller::connect(t_->trid(), options(&changes, false), err);
   ASSERT_TRUE(ctrl) << err;
+  changes.ctrl = ctrl.get();
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   EXPECT_EQ(host_blocks(*ctrl, kFileNsid), blocks_of(8 << 20));
@@ -206,6 +215,7 @@ TEST_F(HostRescan, AGrownNamespaceIsSeenWithoutAskingAndServesItsNewBlocks) {
   EXPECT_TRUE(wait_for([&] { return ctrl->namespace_generation() >= 1; }, kDueMs));
   ASSERT_TRUE(wait_for([&] { return changes.count(kFileNsid) >= 1; }, kDueMs));
   EXPECT_EQ(changes.count(1) + changes.count(2) + changes.count(3), 0u) << "only namespace 4 changed";
+  EXPECT_EQ(changes.nsze_seen.load(), blocks_of(16 << 20)) << "admin() from the callback";
   EXPECT_EQ(ctrl->active_namespaces(), all);
   EXPECT_EQ(qp->block_size(kFileNsid), kBlock);
   // The queue pair made before the change reaches the new last block, and not one past it.
@@ -220,6 +230,7 @@ TEST_F(HostRescan, AGrownNamespaceIsSeenWithoutAskingAndServesItsNewBlocks) {
   EXPECT_TRUE(wait_for([&] { return changes.count(kFileNsid) >= 2; }, kDueMs));
   expect_out_of_range(*qp, kFileNsid, blocks_of(16 << 20) - 1);
   expect_block_works(*qp, kFileNsid, blocks_of(4 << 20) - 1, 2);
+  changes.ctrl = nullptr;
 }
 
 TEST_F(HostRescan, RescanOnRequestSeesWhatNoNoticeReported) {
