@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -68,6 +69,32 @@ struct Job {
   uint64_t pattern_seed = 0; // per run (shared by its threads), so blocks left by an earlier run never pass
   std::vector<bool> acked;   // verify: io_size units with at least one acknowledged write
   std::vector<Slot*> idle;   // slots whose submission was refused (queue reconnecting)
+  uint64_t ns_generation = 0;  // the controller's namespace generation the region was checked at
+
+  // The host library rescans by itself when the controller reports a namespace change. A
+  // namespace that shrank under the run: keep to its new end, since commands beyond it only
+  // fail (LBA Out of Range). One that grew keeps the region the run started with. Checked
+  // between polls, not per I/O (the generation is one atomic load; the rest runs only when
+  // it moved).
+  void follow_shrink(host::Controller& ctrl) {
+    const uint64_t g = ctrl.namespace_generation();
+    if (g == ns_generation) return;
+    ns_generation = g;
+    host::NamespaceInfo ni;
+    std::string err;
+    if (!ctrl.namespace_info(nsid, ni, err)) {
+      log::warn("namespace {} is gone ({}): its I/O will fail", nsid, err);
+      return;
+    }
+    if (ni.block_size != bs) {
+      log::warn("namespace {} now has {}-byte blocks, not {}: its I/O will fail", nsid, ni.block_size, bs);
+      return;
+    }
+    const uint64_t units = ni.blocks / nlb;
+    if (units >= span) return;
+    span = std::max<uint64_t>(units, 1);
+    log::warn("namespace {} shrank to {} blocks: I/O from now on stays below LBA {}", nsid, ni.blocks, span * nlb);
+  }
 
   void fill_pattern(Slot* s) {
     // Each block carries its LBA and a fixed tag, so a misplaced or stale block shows.
@@ -198,6 +225,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     while (true) {
       poll_all(1000);
       if (reactor::monotonic_ns() >= end) break;
+      job.follow_shrink(ctrl);
       if (!job.idle.empty()) {
         std::vector<Slot*> retry;
         retry.swap(job.idle);

@@ -8,9 +8,11 @@
 //
 // A queue pair belongs to the thread that created it (shared-nothing); several queue pairs
 // on one thread share that thread's reactor. The admin queue runs on a thread of its own,
-// which also sends Keep Alive.
+// which also sends Keep Alive and keeps Asynchronous Event Requests outstanding, so the
+// namespaces the host knows follow the controller's (see namespace_info()).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +83,16 @@ struct ControllerOptions {
   uint32_t max_retries = 5;
   bool sqpoll = false;               // the I/O queues' reactor gets an io_uring SQ thread
 
+  // Called on the admin thread for each namespace a rescan found added, removed, resized,
+  // reformatted or replaced (another namespace under the same NSID: its NGUID or EUI-64
+  // changed), once namespace_info(), active_namespaces() and QueuePair::block_size() show
+  // the new state. Rescans follow the controller's namespace attribute notices and every
+  // reconnect; after a reconnect the callback runs before the I/O queues reconnect. Keep it
+  // short: keep-alive waits for it. namespace_info() and active_namespaces() may be called
+  // from it, and admin() (run in place); rescan_namespaces() may not. Not called for the
+  // namespaces found at connect.
+  std::function<void(uint32_t nsid)> on_namespace_change;
+
   // trtype:engine only: the data region shared with the engine, from which
   // Controller::alloc_io_buffer() hands out I/O buffers (the first MiB carries admin data).
   uint64_t engine_region_bytes = 256ull << 20;
@@ -143,7 +155,8 @@ class QueuePair {
   // Whether the connection is up now, and how many times it was re-established.
   bool connected() const;
   uint32_t reconnects() const;
-  // The block size of a namespace as the controller reported it (0 if unknown).
+  // The block size of a namespace as the controller reported it at the last rescan (0 if
+  // unknown). Takes no lock: the admin thread may publish a rescan meanwhile.
   uint32_t block_size(uint32_t nsid) const;
 
  private:
@@ -183,12 +196,30 @@ class Controller {
   Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
   Completion identify(uint8_t cns, uint32_t nsid, void* buf4k, uint32_t cdw11 = 0);
   Completion get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset = 0);
+
+  // The namespaces as the host last scanned them: at connect, after every reconnect, and
+  // whenever the controller reports a namespace attribute change (the admin thread reads the
+  // changed-namespace log and identifies those namespaces again). No command is sent, so any
+  // thread may ask at any time. Through the offload engine (trtype:engine) each call asks
+  // the engine instead.
   bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
   std::vector<uint32_t> active_namespaces();
+  // Increases by one with every rescan that changed a namespace (0 when connect() returns):
+  // a cheap way for a thread to notice that it should look at namespace_info() again. It
+  // moves once the new state is visible. Stays 0 through the offload engine, which does not
+  // pass namespace changes on yet.
+  uint64_t namespace_generation() const;
+  // Scans every namespace now and waits for it, as `nvme ns-rescan` does: for a controller
+  // that sends no namespace notices. False and err when the controller is not live or a
+  // command failed.
+  bool rescan_namespaces(std::string& err);
   // The discovery log (header + entries), read in two steps as nvme-cli does.
   bool discovery_log(std::vector<uint8_t>& out, std::string& err);
 
-  const uint8_t* identify_data() const;   // the 4 KiB Identify Controller structure
+  // The 4 KiB Identify Controller structure from connect. A reconnect must find the same
+  // serial number, model and subsystem NQN (else the controller fails for good: another
+  // subsystem answers there); its firmware revision may differ, and is logged, not kept.
+  const uint8_t* identify_data() const;
   uint16_t cntlid() const;
   uint32_t io_queues_granted() const;
   uint32_t max_transfer_bytes() const;

@@ -14,11 +14,14 @@
 
 #include <fmt/format.h>
 
+#include "host/block_size_table.hpp"
 #include "host/engine_client.hpp"
+#include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
+#include "wire/features.hpp"
 #include "wire/identify.hpp"
 #include "wire/log_pages.hpp"
 
@@ -71,6 +74,53 @@ Sqe identify_cmd(uint8_t cns, uint32_t nsid, uint32_t cdw11) {
   return sqe;
 }
 
+Sqe set_features_cmd(uint8_t fid, uint32_t cdw11) {
+  Sqe sqe{};
+  sqe.opc = uint8_t(AdminOpcode::SetFeatures);
+  sqe.cdw10 = fid;
+  sqe.cdw11 = cdw11;
+  return sqe;
+}
+
+// retain: RAE 1, the read leaves the event type masked (nvme-cli's default is to clear).
+Sqe get_log_cmd(uint8_t lid, uint32_t nsid, uint32_t len, uint64_t offset, bool retain) {
+  Sqe sqe{};
+  sqe.opc = uint8_t(AdminOpcode::GetLogPage);
+  sqe.nsid = nsid;
+  const uint32_t numd = len / 4 - 1;
+  sqe.cdw10 = lid | (retain ? kLogRetainAsyncEvent : 0) | ((numd & 0xFFFF) << 16);
+  sqe.cdw11 = numd >> 16;
+  sqe.cdw12 = uint32_t(offset);
+  sqe.cdw13 = uint32_t(offset >> 32);
+  return sqe;
+}
+
+const char* async_event_type_name(uint8_t type) {
+  switch (AsyncEventType(type)) {
+    case AsyncEventType::Error: return "error";
+    case AsyncEventType::SmartHealth: return "SMART / health";
+    case AsyncEventType::Notice: return "notice";
+    case AsyncEventType::IoCommandSpecific: return "I/O command set specific";
+  }
+  return type == 7 ? "vendor specific" : "reserved type";
+}
+
+// A rescan_namespaces() caller waiting for the admin thread.
+struct ScanWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string err;
+  void finish(std::string e) {
+    {
+      std::lock_guard lk(mu);
+      err = std::move(e);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
 struct AdminWait {
   std::mutex mu;
   std::condition_variable cv;
@@ -92,6 +142,7 @@ struct Controller::State : detail::ControllerLink {
   bool discovery = false;
 
   std::thread thread;
+  std::thread::id admin_tid;  // set by the admin thread before connect() returns
   std::atomic<bool> stop{false};
   reactor::Reactor* reactor = nullptr;   // lives on the admin thread; guarded by mu for post()
   std::unique_ptr<QueuePairImpl> admin;
@@ -101,12 +152,34 @@ struct Controller::State : detail::ControllerLink {
   bool ka_outstanding = false;
 
   alignas(8) uint8_t ident[kIdentifyLen] = {};
+  // The current association's Identify Controller (admin thread only): its OAES and AERL
+  // decide the events asked for; `ident` stays as connect() returned it.
+  alignas(8) uint8_t ident_now[kIdentifyLen] = {};
+  bool refused = false;  // the last associate() met another controller: reconnecting is pointless
   uint64_t cap = 0;
   uint32_t vs = 0;
   uint32_t ioq_granted = 0;
   uint32_t max_transfer = 1u << 20;
   uint32_t in_capsule_max = 0;
+
+  // The namespaces as last scanned. Only the admin thread writes them, under ns_mu, so that
+  // namespace_info() and active_namespaces() elsewhere see one whole scan; the data path
+  // reads block sizes from the lock-free table instead.
+  mutable std::mutex ns_mu;
   std::map<uint32_t, NamespaceInfo> namespaces;
+  std::shared_ptr<detail::BlockSizeTable> block_sizes = std::make_shared<detail::BlockSizeTable>();
+  std::atomic<uint64_t> ns_generation{0};
+
+  // Asynchronous events, admin thread only. An AER's completion only notes what to do; the
+  // run loop does it, since reading a log or identifying a namespace is an admin command
+  // that must not be waited for inside another's completion.
+  struct Events {
+    uint32_t aers_wanted = 0;        // kept outstanding on this association
+    uint32_t aers_outstanding = 0;
+    bool ns_changed = false;         // a namespace attribute notice: read log 04h, rescan
+    std::vector<uint32_t> to_clear;  // dw0 of other events, whose log page is read with RAE 0
+  } ev;
+  std::vector<std::shared_ptr<ScanWait>> rescan_waiters;
 
   std::mutex mu;
   std::vector<bool> qid_used;
@@ -216,6 +289,224 @@ struct Controller::State : detail::ControllerLink {
     return w.cpl;
   }
 
+  bool admin_up() const { return admin && !admin->failed(); }
+
+  // ---------------------------------------------------------------- asynchronous events
+
+  // Feature 0Bh and the Asynchronous Event Requests of a new association: namespace attribute
+  // notices when OAES announces them, and SMART critical warnings. A controller that refuses
+  // costs us only the notices; a lost admin queue fails the association.
+  bool start_events(std::string& err) {
+    ev = Events{};
+    if (discovery) return true;
+    const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
+    const uint32_t notices = id->oaes & kAecNamespaceAttribute;
+    uint32_t aec = notices | kAecSmartWarningsDefined;
+    Completion c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+    if (!c.status.ok() && admin_up() && notices) {
+      aec = notices;  // a controller may take only what OAES lists
+      c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+    }
+    if (!admin_up()) {
+      err = "admin queue lost while enabling asynchronous events";
+      return false;
+    }
+    if (!c.status.ok())
+      log::warn("{}: Set Features (Asynchronous Event Configuration {:#x}): {}; namespace changes will be seen "
+                "only at a reconnect or rescan_namespaces()",
+                trid.subnqn, aec, status_name(c.status));
+    else if (!notices)
+      log::info("{}: the controller sends no namespace attribute notices (OAES {:#x}); namespace changes will be "
+                "seen only at a reconnect or rescan_namespaces()",
+                trid.subnqn, uint32_t(id->oaes));
+    // As many as AERL allows (several events can then be reported at once), but never more
+    // than an eighth of the admin queue: the rest is for commands. Linux keeps one.
+    ev.aers_wanted = std::max<uint32_t>(1, std::min<uint32_t>(id->aerl + 1u, admin->depth() / 8));
+    submit_aers();
+    return true;
+  }
+
+  void submit_aers() {
+    while (ev.aers_outstanding < ev.aers_wanted && admin_up()) {
+      Sqe sqe{};
+      sqe.opc = uint8_t(AdminOpcode::AsyncEventRequest);
+      if (admin->submit(sqe, nullptr, 0, false, on_aer, this) != 0) break;
+      ++ev.aers_outstanding;
+    }
+  }
+
+  static void on_aer(void* ctx, const Completion& c) { static_cast<State*>(ctx)->aer_completed(c); }
+  void aer_completed(const Completion& c) {
+    if (ev.aers_outstanding) --ev.aers_outstanding;
+    if (!c.status.ok()) {
+      // A path error: the connection is going (the next association asks again). Any other
+      // status would only come back again: not asking again is what the Linux host does too.
+      if (c.status != sc::TransportError)
+        log::warn("{}: Asynchronous Event Request failed: {}; {} left outstanding", trid.subnqn,
+                  status_name(c.status), ev.aers_outstanding);
+      return;
+    }
+    submit_aers();  // at once: another event may be waiting for a request
+    const uint8_t type = c.dw0 & 0x7, info = (c.dw0 >> 8) & 0xFF;
+    if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) ev.ns_changed = true;
+    else ev.to_clear.push_back(c.dw0);
+  }
+
+  // Reads the log page an event names with RAE 0 (which lets the controller report that type
+  // again) and logs the event in one line.
+  void clear_event(uint32_t dw0) {
+    const uint8_t type = dw0 & 0x7, info = (dw0 >> 8) & 0xFF, lid = (dw0 >> 16) & 0xFF;
+    alignas(8) uint8_t buf[sizeof(SmartLog)] = {};
+    const uint32_t len = lid == uint8_t(LogPageId::SmartHealth) ? sizeof(SmartLog) : sizeof(ErrorLogEntry);
+    Completion c = admin_sync(get_log_cmd(lid, kNsidAll, len, 0, false), buf, len, false);
+    std::string what;
+    if (!c.status.ok()) {
+      what = fmt::format("; reading log page {:#04x}: {}", lid, status_name(c.status));
+    } else if (lid == uint8_t(LogPageId::Error)) {
+      const auto* e = reinterpret_cast<const ErrorLogEntry*>(buf);  // the newest: the log lists newest first
+      what = fmt::format(": error {} on queue {} command {}: {} (namespace {}, LBA {})", e->error_count, e->sqid,
+                         e->cid, status_name(Status::from_cqe(e->status)), e->nsid, e->lba);
+    } else if (lid == uint8_t(LogPageId::SmartHealth)) {
+      const auto* h = reinterpret_cast<const SmartLog*>(buf);
+      what = fmt::format(": critical warning {:#04x}, temperature {} K, spare {}%", h->critical_warning,
+                         uint16_t(h->temperature), h->avail_spare);
+    }
+    log::warn("{}: asynchronous event {:#010x} ({}, information {:#04x}, log page {:#04x}){}", trid.subnqn, dw0,
+              async_event_type_name(type), info, lid, what);
+  }
+
+  // A namespace attribute notice: the changed-namespace log, read with RAE 0 first (so a
+  // change during the scan is reported again), names what to identify again. An empty list
+  // (someone else read it) or FFFFFFFFh means every namespace.
+  bool rescan_after_notice(std::string& err) {
+    std::vector<uint8_t> log(kChangedNamespacesMax * 4);
+    const uint32_t len = uint32_t(log.size());
+    Completion c = admin_sync(get_log_cmd(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len, 0, false), log.data(),
+                              len, false);
+    bool all = true;
+    std::vector<uint32_t> listed;
+    if (c.status.ok()) listed = detail::parse_changed_namespaces(log.data(), len, all);
+    else if (admin_up()) log::warn("{}: reading the changed-namespace log: {}", trid.subnqn, status_name(c.status));
+    all = all || listed.empty();
+    log::info("{}: namespace attribute notice: rescanning {}", trid.subnqn,
+              all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
+    return scan_namespaces(all ? nullptr : &listed, true, err);
+  }
+
+  // The run loop's part of event handling, between reactor turns. Each step is a few admin
+  // commands run with admin_sync(), which keeps serving the reactor (keep-alive, posted
+  // admin() commands) meanwhile.
+  void service_events() {
+    while (!stop.load(std::memory_order_relaxed) && admin_up()) {
+      std::string e;
+      if (!ev.to_clear.empty()) {
+        const uint32_t dw0 = ev.to_clear.front();
+        ev.to_clear.erase(ev.to_clear.begin());
+        clear_event(dw0);
+      } else if (ev.ns_changed) {
+        ev.ns_changed = false;
+        if (!rescan_after_notice(e)) log::warn("{}: namespace rescan failed: {}", trid.subnqn, e);
+      } else if (!rescan_waiters.empty()) {
+        auto waiters = std::move(rescan_waiters);  // callers from now on wait for the next scan
+        rescan_waiters.clear();
+        const bool ok = scan_namespaces(nullptr, true, e);
+        for (auto& w : waiters) w->finish(ok ? std::string() : e);
+      } else {
+        return;
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- namespaces
+
+  // The active namespace list (Identify CNS 02h), 1024 NSIDs a page.
+  bool read_active_list(std::vector<uint32_t>& out, std::string& err) {
+    out.clear();
+    alignas(8) uint8_t buf[kIdentifyLen];
+    uint32_t after = 0;
+    for (;;) {
+      Completion c = admin_sync(identify_cmd(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
+      if (!c.status.ok()) {
+        err = fmt::format("Identify (active namespace list): {}", status_name(c.status));
+        return false;
+      }
+      uint32_t ids[kIdentifyLen / 4];
+      std::memcpy(ids, buf, sizeof(ids));
+      size_t n = 0;
+      while (n < kIdentifyLen / 4 && ids[n] > after) out.push_back(ids[n++]);  // ascending, zero-terminated
+      if (n < kIdentifyLen / 4) return true;
+      after = ids[n - 1];
+    }
+  }
+
+  // Identifies the active namespaces again (those in `listed`, and any not known yet; all
+  // when listed is null) and publishes what changed. notify: log the changes, count a
+  // generation and call on_namespace_change (not for the scan at connect).
+  bool scan_namespaces(const std::vector<uint32_t>* listed, bool notify, std::string& err) {
+    std::vector<uint32_t> active;
+    bool sequential = false;  // NSIDs tried one by one: most of them are expected to be inactive
+    if (!read_active_list(active, err)) {
+      if (!admin_up()) return false;
+      // A controller older than NVMe 1.1 has no list: try every NSID up to NN, as Linux does.
+      const uint32_t nn = std::min<uint32_t>(reinterpret_cast<const IdentifyController*>(ident_now)->nn,
+                                             detail::BlockSizeTable::kCapacity);
+      log::info("{}: {}; identifying namespaces 1 to {} instead", trid.subnqn, err, nn);
+      for (uint32_t nsid = 1; nsid <= nn; ++nsid) active.push_back(nsid);
+      sequential = true;
+      err.clear();
+    }
+    std::map<uint32_t, NamespaceInfo> next;
+    alignas(8) uint8_t buf[kIdentifyLen];
+    for (uint32_t nsid : active) {
+      auto known = namespaces.find(nsid);  // this thread is the only writer: no lock to read
+      if (listed && known != namespaces.end() && std::find(listed->begin(), listed->end(), nsid) == listed->end()) {
+        next.emplace(nsid, known->second);
+        continue;
+      }
+      Completion c = admin_sync(identify_cmd(uint8_t(Cns::Namespace), nsid, 0), buf, kIdentifyLen, false);
+      if (!admin_up()) {
+        err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
+        return false;
+      }
+      if (!c.status.ok()) {
+        // As the Linux host: an error is no reason to drop a namespace we know.
+        if (known != namespaces.end() || !sequential)
+          log::warn("{}: Identify Namespace {}: {}{}", trid.subnqn, nsid, status_name(c.status),
+                    known != namespaces.end() ? "; keeping what was known" : "; not used");
+        if (known != namespaces.end()) next.emplace(nsid, known->second);
+        continue;
+      }
+      const auto* id = reinterpret_cast<const IdentifyNamespace*>(buf);
+      if (id->nsze == 0) continue;  // inactive (removed since the list was read)
+      NamespaceInfo ni;
+      std::string why;
+      if (detail::namespace_from_identify(nsid, *id, ni, why)) next.emplace(nsid, ni);
+      else log::warn("{}: {}: not used", trid.subnqn, why);
+    }
+    const auto changes = detail::diff_namespaces(namespaces, next);
+    if (changes.empty()) return true;
+    std::vector<std::pair<uint32_t, uint32_t>> sizes;
+    for (const auto& [nsid, ni] : next) sizes.emplace_back(nsid, ni.block_size);
+    if (!block_sizes->publish(sizes))
+      log::warn("{}: {} namespaces; read()/write() know the block size of the first {} only", trid.subnqn,
+                sizes.size(), detail::BlockSizeTable::kCapacity);
+    {
+      std::lock_guard lk(ns_mu);
+      namespaces = std::move(next);
+    }
+    if (!notify) return true;
+    for (const auto& ch : changes) {
+      using Kind = detail::NamespaceChangeKind;
+      // What was written there is gone for the application: louder than a size change.
+      if (ch.kind == Kind::Removed || ch.kind == Kind::Replaced) log::warn("{}: {}", trid.subnqn, detail::describe(ch));
+      else log::info("{}: {}", trid.subnqn, detail::describe(ch));
+    }
+    ns_generation.fetch_add(1, std::memory_order_release);  // after the publish above
+    if (opts.on_namespace_change)
+      for (const auto& ch : changes) opts.on_namespace_change(ch.nsid);
+    return true;
+  }
+
   // Connects the admin queue and brings the controller up the way the specification
   // orders it: CAP, VS, CC.EN, CSTS.RDY, Identify, Number of Queues. On the first
   // association the results are kept; a reconnect only checks them.
@@ -271,11 +562,25 @@ struct Controller::State : detail::ControllerLink {
       wait_ms(1);
     }
     // Other threads read ident once connect() has returned: a reconnect leaves it alone.
-    std::vector<uint8_t> fresh(kIdentifyLen);
-    cpl = admin_sync(identify_cmd(uint8_t(Cns::Controller), 0, 0), fresh.data(), kIdentifyLen, false);
+    cpl = admin_sync(identify_cmd(uint8_t(Cns::Controller), 0, 0), ident_now, kIdentifyLen, false);
     if (!cpl.status.ok()) return failed("Identify Controller", cpl);
+    const auto* was = reinterpret_cast<const IdentifyController*>(ident);
+    const auto* now = reinterpret_cast<const IdentifyController*>(ident_now);
+    if (!first) {
+      // Whatever answers at this address must be the controller we had: writing another
+      // subsystem's namespaces as if they were ours would destroy data.
+      const std::string why = detail::identity_mismatch(*was, *now);
+      if (!why.empty()) {
+        err = fmt::format("another controller answered ({})", why);
+        refused = true;
+        return false;
+      }
+      if (detail::firmware_revision(*was) != detail::firmware_revision(*now))
+        log::info("{}: firmware revision {} is now {}", trid.subnqn, detail::firmware_revision(*was),
+                  detail::firmware_revision(*now));
+    }
     if (first) {
-      std::memcpy(ident, fresh.data(), kIdentifyLen);
+      std::memcpy(ident, ident_now, kIdentifyLen);
       const auto* id = reinterpret_cast<const IdentifyController*>(ident);
       // MDTS is in units of the minimum page size (CAP.MPSMIN, 4 KiB << n); 0 = no limit.
       uint32_t mpsmin = 4096u << ((cap >> 48) & 0xF);
@@ -330,12 +635,21 @@ struct Controller::State : detail::ControllerLink {
       }
       std::string e;
       reset_requested.store(false, std::memory_order_release);
-      if (associate(false, e)) {
+      // Events first, then the scan: a change after the scan's Identify is then reported.
+      // The scan comes before the I/O queues reconnect (gen), so on_namespace_change tells
+      // of a replaced namespace before held commands go out again.
+      if (associate(false, e) && start_events(e) && scan_namespaces(nullptr, true, e)) {
         gen.fetch_add(1, std::memory_order_acq_rel);
         lstate.store(LinkState::Live, std::memory_order_release);
         arm_keep_alive();
         log::info("{}: reconnected as controller {} after {} ms ({} attempts)", trid.subnqn, cntlid_now.load(),
                   (reactor::monotonic_ns() - lost) / 1000000ull, attempt);
+        return;
+      }
+      if (refused) {
+        lstate.store(LinkState::Deleted, std::memory_order_release);
+        log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e);
+        admin.reset();
         return;
       }
       log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e);
@@ -344,13 +658,14 @@ struct Controller::State : detail::ControllerLink {
   }
 
   void run(std::promise<std::string>* connected) {
+    admin_tid = std::this_thread::get_id();
     reactor::Reactor r(256);
     {
       std::lock_guard lk(mu);
       reactor = &r;
     }
     std::string e;
-    bool ok = associate(true, e);
+    bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e));
     if (ok) {
       gen.store(1, std::memory_order_release);
       lstate.store(LinkState::Live, std::memory_order_release);
@@ -359,7 +674,12 @@ struct Controller::State : detail::ControllerLink {
     connected->set_value(ok ? std::string() : e);  // connected is gone after this
     while (ok && !stop.load(std::memory_order_relaxed)) {
       r.run_once(50000);
-      if (stop.load(std::memory_order_relaxed) || link_state() == LinkState::Deleted) continue;
+      if (stop.load(std::memory_order_relaxed)) continue;
+      if (link_state() == LinkState::Deleted) {
+        for (auto& w : rescan_waiters) w->finish("the controller is lost");
+        rescan_waiters.clear();
+        continue;
+      }
       if (!admin || admin->failed()) {
         recover(admin ? "admin queue: " + admin->error() : "admin queue lost");
       } else if (reset_requested.exchange(false, std::memory_order_acq_rel)) {
@@ -369,10 +689,14 @@ struct Controller::State : detail::ControllerLink {
           why = reset_reason;
         }
         recover(why);
+      } else if (link_state() == LinkState::Live) {
+        service_events();
       }
     }
     r.cancel_timer(&ka_timer);
     admin.reset();
+    for (auto& w : rescan_waiters) w->finish("the controller is shutting down");
+    rescan_waiters.clear();
     std::lock_guard lk(mu);
     reactor = nullptr;
   }
@@ -426,13 +750,6 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
     st.thread.join();
     return nullptr;
   }
-  if (!st.discovery) {
-    for (uint32_t nsid : c->active_namespaces()) {
-      NamespaceInfo ni;
-      std::string e;
-      if (c->namespace_info(nsid, ni, e)) st.namespaces[nsid] = ni;
-    }
-  }
   log::debug("connected to {} (controller {}, {} I/O queues)", st.trid.subnqn, c->cntlid(), st.ioq_granted);
   return c;
 }
@@ -462,6 +779,9 @@ Controller::~Controller() {
 Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
   if (engine_) return engine_->admin(sqe, data, len, to_controller);
   State& st = *s_;
+  // From the admin thread itself (an on_namespace_change callback): waiting for that thread
+  // would wait for ourselves.
+  if (std::this_thread::get_id() == st.admin_tid) return st.admin_sync(sqe, data, len, to_controller);
   auto w = std::make_shared<AdminWait>();
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
@@ -511,18 +831,16 @@ Completion Controller::identify(uint8_t cns, uint32_t nsid, void* buf, uint32_t 
 }
 
 Completion Controller::get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset) {
-  Sqe sqe{};
-  sqe.opc = uint8_t(AdminOpcode::GetLogPage);
-  sqe.nsid = nsid;
-  uint32_t numd = len / 4 - 1;
-  sqe.cdw10 = lid | ((numd & 0xFFFF) << 16);
-  sqe.cdw11 = numd >> 16;
-  sqe.cdw12 = uint32_t(offset);
-  sqe.cdw13 = uint32_t(offset >> 32);
-  return admin(sqe, buf, len, false);
+  return admin(get_log_cmd(lid, nsid, len, offset, false), buf, len, false);
 }
 
 std::vector<uint32_t> Controller::active_namespaces() {
+  if (!engine_) {
+    std::lock_guard lk(s_->ns_mu);
+    std::vector<uint32_t> out;
+    for (const auto& [nsid, ni] : s_->namespaces) out.push_back(nsid);
+    return out;
+  }
   std::vector<uint32_t> out;
   alignas(8) uint8_t buf[kIdentifyLen];
   uint32_t after = 0;
@@ -539,23 +857,65 @@ std::vector<uint32_t> Controller::active_namespaces() {
 }
 
 bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) {
+  if (!engine_) {
+    std::lock_guard lk(s_->ns_mu);
+    auto it = s_->namespaces.find(nsid);
+    if (it == s_->namespaces.end()) {
+      err = fmt::format("namespace {} is not active (as of the last scan)", nsid);
+      return false;
+    }
+    out = it->second;
+    return true;
+  }
   alignas(8) uint8_t buf[kIdentifyLen];
   Completion c = identify(uint8_t(Cns::Namespace), nsid, buf);
   if (!c.status.ok()) {
     err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
     return false;
   }
-  const auto* id = reinterpret_cast<const IdentifyNamespace*>(buf);
-  if (id->nsze == 0) {
-    err = fmt::format("namespace {} is not active", nsid);
+  return detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, err);
+}
+
+uint64_t Controller::namespace_generation() const {
+  return engine_ ? 0 : s_->ns_generation.load(std::memory_order_acquire);
+}
+
+bool Controller::rescan_namespaces(std::string& err) {
+  if (engine_) {
+    // The engine is asked at every namespace_info(); only read()/write()'s block sizes are kept.
+    std::vector<std::pair<uint32_t, uint32_t>> sizes;
+    for (uint32_t nsid : active_namespaces()) {
+      NamespaceInfo ni;
+      std::string e;
+      if (namespace_info(nsid, ni, e)) sizes.emplace_back(nsid, ni.block_size);
+    }
+    engine_->set_block_sizes(sizes);
+    return true;
+  }
+  State& st = *s_;
+  if (std::this_thread::get_id() == st.admin_tid) {
+    err = "rescan_namespaces() called on the admin thread (from on_namespace_change?)";
     return false;
   }
-  out.nsid = nsid;
-  out.blocks = id->nsze;
-  out.block_size = 1u << id->lbaf[id->flbas & 0xF].lbads;
-  std::memcpy(out.nguid, id->nguid, 16);
-  std::memcpy(out.eui64, id->eui64, 8);
-  return true;
+  if (st.discovery) {
+    err = "a discovery controller has no namespaces";
+    return false;
+  }
+  if (!live()) {
+    err = failed() ? "the controller is lost" : "the controller is resetting";
+    return false;
+  }
+  auto w = std::make_shared<ScanWait>();
+  st.post_to_admin([&st, w] { st.rescan_waiters.push_back(w); });
+  std::unique_lock lk(w->mu);
+  // Bounded like admin(): each command of the scan is bounded by the admin timeout.
+  const uint32_t limit_ms = st.opts.admin_timeout_ms * 4 + 5000;
+  if (!w->cv.wait_for(lk, std::chrono::milliseconds(limit_ms), [&] { return w->done; })) {
+    err = fmt::format("namespace rescan not finished after {} ms", limit_ms);
+    return false;
+  }
+  err = w->err;
+  return err.empty();
 }
 
 bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
@@ -645,7 +1005,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.max_retries = st.opts.max_retries;
   auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p, s_);
   impl->lease = lease;
-  for (const auto& [nsid, ni] : st.namespaces) impl->block_sizes.emplace_back(nsid, ni.block_size);
+  impl->block_sizes = st.block_sizes;
   if (!impl->connect(err)) return nullptr;
   return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl)));
 }
@@ -684,9 +1044,7 @@ int QueuePair::submit(const Sqe& sqe, void* data, uint32_t len, bool to_controll
 }
 
 uint32_t QueuePair::block_size(uint32_t nsid) const {
-  for (const auto& [id, bs] : impl_->block_sizes)
-    if (id == nsid) return bs;
-  return 0;
+  return impl_->block_sizes ? impl_->block_sizes->find(nsid) : 0;
 }
 
 namespace {

@@ -54,7 +54,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   const std::string& hostnqn() const { return hostnqn_; }
   // The controller stopped (CSTS.CFS) or the engine went away.
   bool failed() const;
-  void set_block_sizes(std::vector<std::pair<uint32_t, uint32_t>> b) { block_sizes_ = std::move(b); }
+  void set_block_sizes(const std::vector<std::pair<uint32_t, uint32_t>>& b) { block_sizes_->publish(b); }
   bool polling() const { return polling_; }
   // More I/O queues than interrupt vectors: queues share vectors, and a signal one takes may
   // have been another's, so waits are kept short.
@@ -79,7 +79,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   alignas(8) uint8_t ident_[4096] = {};
   uint32_t granted_ = 0;
   uint32_t max_transfer_ = 0;
-  std::vector<std::pair<uint32_t, uint32_t>> block_sizes_;
+  std::shared_ptr<BlockSizeTable> block_sizes_ = std::make_shared<BlockSizeTable>();
 
   std::mutex admin_mu_;
   std::unique_ptr<engine::AppQueuePair> admin_;

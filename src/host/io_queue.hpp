@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/block_size_table.hpp"
 #include "nvtcp/host.hpp"
 
 namespace nvtcp::host::detail {
@@ -26,8 +27,9 @@ class IoQueue {
 
   // Set by whoever created the queue: released (and so the qid returned) when it dies.
   std::shared_ptr<void> lease;
-  // Block size of each namespace, for read()/write() that count in blocks.
-  std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
+  // Block size of each namespace, for read()/write() that count in blocks: the controller's
+  // table, which its admin thread updates when a rescan changes a namespace.
+  std::shared_ptr<const BlockSizeTable> block_sizes;
 };
 
 }  // namespace nvtcp::host::detail

@@ -255,6 +255,7 @@ void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uin
   r->abort_sent = false;
   r->timed_out = false;
   r->retries = 0;
+  r->untimed = p_.qid == 0 && in.opc == uint8_t(AdminOpcode::AsyncEventRequest);
   // Fabrics commands (Connect) may carry up to 8 KiB in the capsule on any queue,
   // whatever IOCCSZ says about I/O commands.
   uint32_t icd_limit =
@@ -440,7 +441,7 @@ void QueuePairImpl::tick() {
 void QueuePairImpl::check_timeouts(uint64_t now) {
   uint64_t limit = uint64_t(p_.io_timeout_ms) * kMs;
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::Outstanding || r.held || now - r.sent_ns < limit) continue;
+    if (r.state != HostRequest::State::Outstanding || r.held || r.untimed || now - r.sent_ns < limit) continue;
     if (!r.abort_sent && link_ && r.cid != p_.depth) {
       // First ask the controller to abort it; the queue stays up.
       r.abort_sent = true;

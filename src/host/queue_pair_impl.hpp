@@ -24,6 +24,9 @@ struct HostRequest {
   bool held = false;              // not on the wire: waiting for a (new) connection
   bool abort_sent = false;        // timed out once; an Abort went to the admin queue
   bool timed_out = false;         // timed out after its Abort too: ends as host-aborted
+  // An Asynchronous Event Request: the controller answers it when an event happens, which
+  // may be never, so no command timeout applies to it.
+  bool untimed = false;
   uint8_t retries = 0;            // connections it was in flight on when they were lost
   CompletionFn cb = nullptr;
   void* ctx = nullptr;

@@ -24,6 +24,9 @@ inline constexpr uint32_t kHostBehaviorLen = 512;
 // Feature 0Bh: bits 7:0 enable SMART critical warnings, bit 8 namespace attribute notices.
 inline constexpr uint32_t kAecSmartWarnings = 0xFF;
 inline constexpr uint32_t kAecNamespaceAttribute = 1u << 8;
+// The critical warnings NVMe 1.4 defines (spare, temperature, reliability, read-only, volatile
+// memory backup): what a host may ask of any controller (nvmet refuses the other bits of 7:0).
+inline constexpr uint32_t kAecSmartWarningsDefined = 0x1F;
 
 // Temperature thresholds: THSEL 00b over, 01b under. The default over-temperature threshold
 // (343 K, 70 C) is what NVMe drives commonly report; there is no sensor behind it.

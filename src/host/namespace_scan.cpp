@@ -1,0 +1,136 @@
+#include "host/namespace_scan.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "nvtcp/sqe.hpp"
+
+namespace nvtcp::host::detail {
+
+using namespace nvtcp::wire;
+
+namespace {
+// A fixed-size ASCII field as a string: up to the first NUL, trailing spaces dropped.
+std::string field(const char* p, size_t n) {
+  size_t len = strnlen(p, n);
+  while (len > 0 && p[len - 1] == ' ') --len;
+  return std::string(p, len);
+}
+
+bool same_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
+  return std::memcmp(a.nguid, b.nguid, sizeof(a.nguid)) == 0 && std::memcmp(a.eui64, b.eui64, sizeof(a.eui64)) == 0;
+}
+}  // namespace
+
+std::string identity_mismatch(const IdentifyController& before, const IdentifyController& now) {
+  std::string why;
+  auto check = [&why](const char* what, const std::string& a, const std::string& b) {
+    if (a == b) return;
+    if (!why.empty()) why += ", ";
+    why += fmt::format("{} '{}' is now '{}'", what, a, b);
+  };
+  check("serial number", field(before.sn, sizeof(before.sn)), field(now.sn, sizeof(now.sn)));
+  check("model", field(before.mn, sizeof(before.mn)), field(now.mn, sizeof(now.mn)));
+  check("subsystem NQN", field(before.subnqn, sizeof(before.subnqn)), field(now.subnqn, sizeof(now.subnqn)));
+  return why;
+}
+
+std::string firmware_revision(const IdentifyController& id) { return field(id.fr, sizeof(id.fr)); }
+
+std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all) {
+  std::vector<uint32_t> out;
+  all = false;
+  for (size_t off = 0; off + 4 <= len; off += 4) {
+    uint32_t nsid;
+    std::memcpy(&nsid, log + off, 4);
+    if (nsid == 0) break;  // the list ends at the first zero
+    if (nsid == kNsidAll) {
+      all = true;
+      out.clear();
+      break;
+    }
+    out.push_back(nsid);
+  }
+  return out;
+}
+
+bool namespace_from_identify(uint32_t nsid, const IdentifyNamespace& id, NamespaceInfo& out, std::string& why) {
+  if (id.nsze == 0) {
+    why = fmt::format("namespace {} is not active", nsid);
+    return false;
+  }
+  const uint8_t lbads = id.lbaf[id.flbas & 0xF].lbads;
+  if (lbads < 9 || lbads > 16) {
+    why = fmt::format("namespace {}: block size 2^{} is not usable (512 bytes to 64 KiB)", nsid, lbads);
+    return false;
+  }
+  out = NamespaceInfo{};
+  out.nsid = nsid;
+  out.blocks = id.nsze;
+  out.block_size = 1u << lbads;
+  std::memcpy(out.nguid, id.nguid, sizeof(out.nguid));
+  std::memcpy(out.eui64, id.eui64, sizeof(out.eui64));
+  return true;
+}
+
+const char* namespace_change_name(NamespaceChangeKind k) {
+  switch (k) {
+    case NamespaceChangeKind::Added: return "added";
+    case NamespaceChangeKind::Removed: return "removed";
+    case NamespaceChangeKind::Resized: return "resized";
+    case NamespaceChangeKind::Reformatted: return "reformatted";
+    case NamespaceChangeKind::Replaced: return "replaced";
+  }
+  return "changed";
+}
+
+std::vector<NamespaceChange> diff_namespaces(const std::map<uint32_t, NamespaceInfo>& before,
+                                             const std::map<uint32_t, NamespaceInfo>& after) {
+  std::vector<NamespaceChange> out;
+  auto b = before.begin();
+  auto a = after.begin();
+  while (b != before.end() || a != after.end()) {
+    if (a == after.end() || (b != before.end() && b->first < a->first)) {
+      out.push_back({NamespaceChangeKind::Removed, b->first, b->second, {}});
+      ++b;
+    } else if (b == before.end() || a->first < b->first) {
+      out.push_back({NamespaceChangeKind::Added, a->first, {}, a->second});
+      ++a;
+    } else {
+      const NamespaceInfo& was = b->second;
+      const NamespaceInfo& now = a->second;
+      // As the Linux host: other identifiers under the same NSID are another namespace.
+      if (!same_ids(was, now)) out.push_back({NamespaceChangeKind::Replaced, a->first, was, now});
+      else if (was.block_size != now.block_size) out.push_back({NamespaceChangeKind::Reformatted, a->first, was, now});
+      else if (was.blocks != now.blocks) out.push_back({NamespaceChangeKind::Resized, a->first, was, now});
+      ++a;
+      ++b;
+    }
+  }
+  return out;
+}
+
+std::string describe(const NamespaceChange& c) {
+  auto size = [](const NamespaceInfo& n) { return fmt::format("{} blocks of {} bytes", n.blocks, n.block_size); };
+  switch (c.kind) {
+    case NamespaceChangeKind::Added: return fmt::format("namespace {} added: {}", c.nsid, size(c.after));
+    case NamespaceChangeKind::Removed: return fmt::format("namespace {} removed", c.nsid);
+    case NamespaceChangeKind::Resized:
+      return fmt::format("namespace {} resized: {} -> {} blocks of {} bytes", c.nsid, c.before.blocks, c.after.blocks,
+                         c.after.block_size);
+    case NamespaceChangeKind::Reformatted:
+      return fmt::format("namespace {} reformatted: {} -> {}", c.nsid, size(c.before), size(c.after));
+    case NamespaceChangeKind::Replaced:
+      return fmt::format(
+          "namespace {}: identifiers changed (NGUID {:02x} EUI-64 {:02x} -> NGUID {:02x} EUI-64 {:02x}): another "
+          "namespace now, treated as removed and added ({})",
+          c.nsid, fmt::join(c.before.nguid, ""), fmt::join(c.before.eui64, ""), fmt::join(c.after.nguid, ""),
+          fmt::join(c.after.eui64, ""), size(c.after));
+  }
+  return {};
+}
+
+}  // namespace nvtcp::host::detail

@@ -1,0 +1,223 @@
+// What the host concludes from Identify data and the changed-namespace log, on bytes: the
+// identity check of a reconnect, the namespace differences it logs and reports, and the
+// lock-free block size table the data path reads while a rescan is published.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "host/block_size_table.hpp"
+#include "host/namespace_scan.hpp"
+#include "nvtcp/sqe.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::host::detail {
+namespace {
+
+using wire::IdentifyController;
+using wire::IdentifyNamespace;
+
+void put(char* field, size_t n, const char* s) {
+  std::memset(field, ' ', n);
+  std::memcpy(field, s, std::strlen(s));
+}
+
+IdentifyController controller(const char* sn, const char* mn, const char* fr, const char* subnqn) {
+  IdentifyController id{};
+  put(id.sn, sizeof(id.sn), sn);
+  put(id.mn, sizeof(id.mn), mn);
+  put(id.fr, sizeof(id.fr), fr);
+  std::strcpy(id.subnqn, subnqn);  // NUL padded, as the specification has it
+  return id;
+}
+
+TEST(IdentityCheck, SameSubsystemWithNewFirmwareAndControllerIdIsTheSameController) {
+  IdentifyController before = controller("SN1", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a");
+  IdentifyController after = controller("SN1", "nvtcp", "0.2.0", "nqn.2026-11.io.nvtcp:a");
+  before.cntlid = 1;
+  after.cntlid = 7;
+  EXPECT_EQ(identity_mismatch(before, after), "");
+  EXPECT_EQ(firmware_revision(before), "0.1.0");
+  EXPECT_EQ(firmware_revision(after), "0.2.0");
+}
+
+TEST(IdentityCheck, EachIdentifierThatDiffersIsNamed) {
+  const IdentifyController a = controller("SN1", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a");
+  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a")),
+            "serial number 'SN1' is now 'SN2'");
+  EXPECT_EQ(identity_mismatch(a, controller("SN1", "other", "0.1.0", "nqn.2026-11.io.nvtcp:a")),
+            "model 'nvtcp' is now 'other'");
+  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:b")),
+            "serial number 'SN1' is now 'SN2', subsystem NQN 'nqn.2026-11.io.nvtcp:a' is now 'nqn.2026-11.io.nvtcp:b'");
+  // A field that fills its whole width has no terminator and must not run into the next.
+  IdentifyController full = a, other_model = a;
+  std::memcpy(full.sn, "12345678901234567890", 20);
+  other_model = full;
+  put(other_model.mn, sizeof(other_model.mn), "other");
+  EXPECT_EQ(identity_mismatch(full, other_model), "model 'nvtcp' is now 'other'");
+}
+
+std::vector<uint8_t> changed_log(const std::vector<uint32_t>& ids) {
+  std::vector<uint8_t> log(4096, 0);
+  if (!ids.empty()) std::memcpy(log.data(), ids.data(), ids.size() * 4);
+  return log;
+}
+
+TEST(ChangedNamespaceLog, ListsUpToTheFirstZero) {
+  bool all = true;
+  auto log = changed_log({4, 9, 0, 5});
+  EXPECT_EQ(parse_changed_namespaces(log.data(), log.size(), all), (std::vector<uint32_t>{4, 9}));
+  EXPECT_FALSE(all);
+  log = changed_log({});
+  EXPECT_TRUE(parse_changed_namespaces(log.data(), log.size(), all).empty());
+  EXPECT_FALSE(all);
+  // A full page has no terminator.
+  std::vector<uint32_t> many(1024);
+  for (uint32_t i = 0; i < 1024; ++i) many[i] = i + 1;
+  log = changed_log(many);
+  EXPECT_EQ(parse_changed_namespaces(log.data(), log.size(), all).size(), 1024u);
+}
+
+TEST(ChangedNamespaceLog, FFFFFFFFhMeansEveryNamespace) {
+  bool all = false;
+  auto log = changed_log({wire::kNsidAll});
+  EXPECT_TRUE(parse_changed_namespaces(log.data(), log.size(), all).empty());
+  EXPECT_TRUE(all);
+}
+
+TEST(IdentifyNamespaceData, SizeBlockSizeAndIdentifiers) {
+  IdentifyNamespace id{};
+  id.nsze = 32768;
+  id.flbas = 1;
+  id.lbaf[0].lbads = 9;
+  id.lbaf[1].lbads = 12;
+  for (int i = 0; i < 16; ++i) id.nguid[i] = uint8_t(i + 1);
+  for (int i = 0; i < 8; ++i) id.eui64[i] = uint8_t(0xE0 + i);
+  NamespaceInfo ni;
+  std::string why;
+  ASSERT_TRUE(namespace_from_identify(3, id, ni, why)) << why;
+  EXPECT_EQ(ni.nsid, 3u);
+  EXPECT_EQ(ni.blocks, 32768u);
+  EXPECT_EQ(ni.block_size, 4096u);
+  EXPECT_EQ(ni.nguid[15], 16);
+  EXPECT_EQ(ni.eui64[7], 0xE7);
+}
+
+TEST(IdentifyNamespaceData, InactiveAndUnusableFormatsAreRefused) {
+  IdentifyNamespace id{};
+  NamespaceInfo ni;
+  std::string why;
+  EXPECT_FALSE(namespace_from_identify(5, id, ni, why));  // NSZE 0: an inactive NSID
+  EXPECT_EQ(why, "namespace 5 is not active");
+  id.nsze = 100;
+  id.lbaf[0].lbads = 0;  // would be a 1-byte block
+  EXPECT_FALSE(namespace_from_identify(5, id, ni, why));
+  id.lbaf[0].lbads = 40;  // 1 << 40 does not fit a block size
+  EXPECT_FALSE(namespace_from_identify(5, id, ni, why));
+}
+
+NamespaceInfo ns(uint32_t nsid, uint64_t blocks, uint32_t bs, uint8_t id_seed) {
+  NamespaceInfo n;
+  n.nsid = nsid;
+  n.blocks = blocks;
+  n.block_size = bs;
+  std::memset(n.nguid, id_seed, sizeof(n.nguid));
+  std::memset(n.eui64, id_seed, sizeof(n.eui64));
+  return n;
+}
+
+TEST(NamespaceDiff, NothingChangedIsEmpty) {
+  std::map<uint32_t, NamespaceInfo> m{{1, ns(1, 100, 512, 1)}, {2, ns(2, 200, 4096, 2)}};
+  EXPECT_TRUE(diff_namespaces(m, m).empty());
+  EXPECT_TRUE(diff_namespaces({}, {}).empty());
+}
+
+TEST(NamespaceDiff, EveryKindInNsidOrder) {
+  std::map<uint32_t, NamespaceInfo> before{
+      {1, ns(1, 100, 512, 1)}, {2, ns(2, 200, 512, 2)}, {3, ns(3, 300, 512, 3)}, {5, ns(5, 500, 512, 5)},
+      {6, ns(6, 600, 512, 6)}};
+  std::map<uint32_t, NamespaceInfo> after{
+      {1, ns(1, 100, 512, 1)},    // unchanged
+      {2, ns(2, 400, 512, 2)},    // grown
+      {3, ns(3, 300, 512, 9)},    // another namespace under NSID 3
+      {4, ns(4, 10, 4096, 4)},    // new
+      {6, ns(6, 75, 4096, 6)}};   // reformatted (the size follows the block size); 5 is gone
+  auto d = diff_namespaces(before, after);
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(d[0].nsid, 2u);
+  EXPECT_EQ(d[0].kind, NamespaceChangeKind::Resized);
+  EXPECT_EQ(describe(d[0]), "namespace 2 resized: 200 -> 400 blocks of 512 bytes");
+  EXPECT_EQ(d[1].nsid, 3u);
+  EXPECT_EQ(d[1].kind, NamespaceChangeKind::Replaced);
+  EXPECT_NE(describe(d[1]).find("identifiers changed (NGUID 03030303030303030303030303030303 EUI-64 "
+                                "0303030303030303 -> NGUID 09090909090909090909090909090909"),
+            std::string::npos)
+      << describe(d[1]);
+  EXPECT_EQ(d[2].nsid, 4u);
+  EXPECT_EQ(d[2].kind, NamespaceChangeKind::Added);
+  EXPECT_EQ(describe(d[2]), "namespace 4 added: 10 blocks of 4096 bytes");
+  EXPECT_EQ(d[3].nsid, 5u);
+  EXPECT_EQ(d[3].kind, NamespaceChangeKind::Removed);
+  EXPECT_EQ(describe(d[3]), "namespace 5 removed");
+  EXPECT_EQ(d[4].nsid, 6u);
+  EXPECT_EQ(d[4].kind, NamespaceChangeKind::Reformatted);
+  EXPECT_EQ(describe(d[4]), "namespace 6 reformatted: 600 blocks of 512 bytes -> 75 blocks of 4096 bytes");
+}
+
+TEST(NamespaceDiff, ReplacedWinsOverResized) {
+  auto d = diff_namespaces({{7, ns(7, 100, 512, 1)}}, {{7, ns(7, 200, 4096, 2)}});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].kind, NamespaceChangeKind::Replaced);
+}
+
+TEST(BlockSizeTable, FindsWhatWasPublished) {
+  BlockSizeTable t;
+  EXPECT_EQ(t.find(1), 0u);
+  EXPECT_TRUE(t.publish({{1, 512}, {3, 4096}}));
+  EXPECT_EQ(t.find(1), 512u);
+  EXPECT_EQ(t.find(3), 4096u);
+  EXPECT_EQ(t.find(2), 0u);
+  EXPECT_TRUE(t.publish({{3, 512}}));
+  EXPECT_EQ(t.find(1), 0u) << "a removed namespace";
+  EXPECT_EQ(t.find(3), 512u);
+  std::vector<std::pair<uint32_t, uint32_t>> many;
+  for (uint32_t i = 1; i <= BlockSizeTable::kCapacity + 1; ++i) many.emplace_back(i, 512);
+  EXPECT_FALSE(t.publish(many)) << "more than fit";
+  EXPECT_EQ(t.find(BlockSizeTable::kCapacity), 512u);
+  EXPECT_EQ(t.find(BlockSizeTable::kCapacity + 1), 0u);
+}
+
+// Readers never see a half-published table: the two tables put the same namespaces in
+// other slots, so a reader that mixed them would miss a namespace (find() == 0) or see a
+// block size neither table has for it.
+TEST(BlockSizeTable, ReadersSeeOneWholeTableWhileItIsRepublished) {
+  BlockSizeTable t;
+  std::vector<std::pair<uint32_t, uint32_t>> a, b;
+  for (uint32_t i = 1; i <= 64; ++i) a.emplace_back(i, 512);
+  for (uint32_t i = 64; i >= 1; --i) b.emplace_back(i, 4096);
+  t.publish(a);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r)
+    readers.emplace_back([&] {
+      for (uint64_t n = 1; !stop.load(std::memory_order_relaxed); ++n) {
+        const uint32_t bs = t.find(uint32_t(n % 64) + 1);
+        if (bs != 512 && bs != 4096) bad.fetch_add(1, std::memory_order_relaxed);
+        if (n % 1024 == 0) reads.fetch_add(1024, std::memory_order_relaxed);
+      }
+    });
+  // Publishes until the readers have done many lookups (however slow this machine is).
+  uint64_t publishes = 0;
+  while (reads.load(std::memory_order_relaxed) < 200000 || publishes < 1000) t.publish(publishes++ % 2 ? a : b);
+  stop = true;
+  for (auto& th : readers) th.join();
+  EXPECT_EQ(bad.load(), 0u) << "of " << reads.load() << " lookups";
+  EXPECT_GT(reads.load(), 0u);
+}
+
+}  // namespace
+}  // namespace nvtcp::host::detail
