@@ -348,8 +348,17 @@ struct Controller::State : detail::ControllerLink {
     }
     submit_aers();  // at once: another event may be waiting for a request
     const uint8_t type = c.dw0 & 0x7, info = (c.dw0 >> 8) & 0xFF;
-    if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) ev.ns_changed = true;
-    else ev.to_clear.push_back(c.dw0);
+    const uint8_t lid = (c.dw0 >> 16) & 0xFF;
+    if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) {
+      ev.ns_changed = true;
+    } else if (type == uint8_t(AsyncEventType::IoCommandSpecific) &&
+               lid == uint8_t(LogPageId::ReservationNotification)) {
+      // The notices are the application's (a cluster manager reads them with get_log_page);
+      // reading them here would lose them. The type stays masked until it does.
+      log::info("{}: reservation notice waiting in log page 0x80", trid.subnqn);
+    } else {
+      ev.to_clear.push_back(c.dw0);
+    }
   }
 
   // Reads the log page an event names with RAE 0 (which lets the controller report that type
