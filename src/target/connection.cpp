@@ -848,7 +848,16 @@ bool Connection::abort_command(uint16_t cid) {
       }
       return true;
     }
-    return false;  // running on the device, or being sent
+    // Commands that go to the device one step at a time (a range, a namespace) stop at the
+    // next step: what the finished steps did stays done, as an aborted command may leave it.
+    const auto opc = static_cast<IoOpcode>(r->sqe.opc);
+    if (r->state == Request::State::Executing && !r->aborted && !r->fused_partner &&
+        (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
+      r->aborted = true;
+      log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", peer_, cid, r->sqe.opc);
+      return true;
+    }
+    return false;  // one operation on the device, or being sent
   }
   return false;
 }
@@ -1136,6 +1145,10 @@ bool Connection::host_data(Request* r, uint32_t len) {
 // Copy: each source range is read into the buffer after the range list, then written at
 // the destination, which moves on by that range's length.
 void Connection::copy_step(Request* r) {
+  if (r->aborted) {
+    complete(r, sc::AbortRequested);
+    return;
+  }
   const uint32_t nr = (r->sqe.cdw12 & 0xFF) + 1;
   if (r->copy_next == nr) {
     complete(r, sc::Success);
@@ -1154,6 +1167,7 @@ void Connection::copy_step(Request* r) {
 }
 
 void Connection::copy_io_done(Request* r, Status st) {
+  if (r->aborted && st.ok() && !r->copy_writing) st = sc::AbortRequested;  // the range is read, not written
   if (!st.ok()) {
     complete(r, st);
     return;
@@ -1361,6 +1375,10 @@ void Connection::submit_io(Request* r, Namespace* ns) {
 }
 
 void Connection::dsm_step(Request* r) {
+  if (r->aborted) {
+    complete(r, sc::AbortRequested);
+    return;
+  }
   Namespace* ns = ctrl_->subsystem().find_namespace(r->sqe.nsid);
   const auto* ranges = reinterpret_cast<const DsmRange*>(r->buf.get());
   uint32_t nr = (r->sqe.cdw10 & 0xFF) + 1;
@@ -1386,6 +1404,10 @@ void Connection::start_flush(Request* r, bool all) {
 }
 
 void Connection::flush_step(Request* r) {
+  if (r->aborted) {
+    complete(r, sc::AbortRequested);
+    return;
+  }
   const auto& namespaces = ctrl_->subsystem().namespaces();
   while (r->flush_next < namespaces.size()) {
     Namespace* ns = namespaces[r->flush_next++].get();

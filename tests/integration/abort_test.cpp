@@ -2,6 +2,8 @@
 // for the data its R2T asked for, or waiting for buffer memory) ends with Command Abort
 // Requested and the Abort says so in dw0 bit 0 (0: aborted); a command that already ran, or
 // an unknown one, is not aborted (1). A held Asynchronous Event Request can be aborted too.
+#include <mutex>
+
 #include "raw_session.hpp"
 
 namespace nvtcp::test {
@@ -120,6 +122,99 @@ TEST(Abort, AHeldAsynchronousEventRequestCanBeAborted) {
   }
   EXPECT_TRUE(admin.c.expect_silence(200)) << "four requests are within AERL";
   expect_read_works(io);
+}
+
+// A device whose Deallocates wait until the test lets them go (on the reactor that asked),
+// so that an Abort can arrive between the ranges of one Dataset Management command.
+class GatedDevice final : public backend::BlockDevice {
+ public:
+  explicit GatedDevice(uint64_t size) : size_(size) {}
+  uint64_t size_bytes() const override { return size_; }
+  uint32_t block_size() const override { return 512; }
+  const char* kind() const override { return "gated"; }
+  backend::Persistence persistence() const override { return backend::Persistence::None; }
+  void submit(backend::BlockIo* io, reactor::Reactor& r) override {
+    if (io->op == backend::BlockIo::Op::Read) {
+      std::memset(io->buffer, 0, io->length);
+      io->read_data = io->buffer;
+    }
+    if (io->op != backend::BlockIo::Op::Deallocate) {
+      io->done(io, sc::Success);
+      return;
+    }
+    std::lock_guard lk(mu_);
+    held_.emplace_back(io, &r);
+  }
+  size_t held() {
+    std::lock_guard lk(mu_);
+    return held_.size();
+  }
+  void release_one() {
+    std::lock_guard lk(mu_);
+    auto [io, r] = held_.front();
+    held_.erase(held_.begin());
+    r->post([io = io] { io->done(io, sc::Success); });
+  }
+
+ private:
+  uint64_t size_;
+  std::mutex mu_;
+  std::vector<std::pair<backend::BlockIo*, reactor::Reactor*>> held_;
+};
+
+TEST(Abort, ADatasetManagementStopsBetweenItsRanges) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].namespaces = {{2, "ram", 64u << 20, "", 512}};
+  GatedDevice* dev = nullptr;
+  auto factory = [&](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    auto d = std::make_unique<GatedDevice>(nc.size);
+    dev = d.get();
+    return d;
+  };
+  auto tgt = std::make_unique<target::Target>(cfg, factory);
+  ASSERT_EQ(tgt->start(), "");
+  struct Stop {
+    target::Target* t;
+    ~Stop() { t->stop(); }
+  } stop{tgt.get()};
+  Session admin, io;
+  Cqe cqe{};
+  ASSERT_TRUE(admin.open(tgt->port()));
+  ASSERT_TRUE(admin.connect_admin(cqe));
+  const uint16_t cntlid = uint16_t(cqe.dw0);
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
+  ASSERT_TRUE(io.open(tgt->port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+
+  Bytes ranges;
+  for (uint64_t i = 0; i < 3; ++i) {
+    DsmRange d{0, 8, i * 100};
+    const Bytes b = bytes_of(d);
+    ranges.insert(ranges.end(), b.begin(), b.end());
+  }
+  Sqe dsm{};
+  dsm.opc = uint8_t(IoOpcode::DatasetManagement);
+  dsm.flags = kSqeFlagsPsdtSgl;
+  dsm.cid = io.cid();
+  dsm.nsid = 2;
+  dsm.cdw10 = 2;        // three ranges, 0's based
+  dsm.cdw11 = 1u << 2;  // deallocate
+  dsm.sgl.length = uint32_t(ranges.size());
+  dsm.sgl.type = kSglDataBlockOffset;
+  ASSERT_TRUE(io.send_capsule(dsm, ranges));
+  ASSERT_TRUE(wait_for([&] { return dev->held() == 1; }, 5000)) << "the first range never reached the device";
+  ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 1, dsm.cid), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & 1, 0u);
+  dev->release_one();
+  ASSERT_TRUE(io.read_response(dsm.cid, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, sc::AbortRequested.value & 0xFF));
+  EXPECT_EQ(dev->held(), 0u) << "a range after the abort reached the device";
+  // The queue goes on.
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 2, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
 }
 
 }  // namespace
