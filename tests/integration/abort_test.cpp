@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "raw_session.hpp"
+#include "test_devices.hpp"
 
 namespace nvtcp::test {
 namespace {
@@ -124,44 +125,6 @@ TEST(Abort, AHeldAsynchronousEventRequestCanBeAborted) {
   expect_read_works(io);
 }
 
-// A device whose Deallocates wait until the test lets them go (on the reactor that asked),
-// so that an Abort can arrive between the ranges of one Dataset Management command.
-class GatedDevice final : public backend::BlockDevice {
- public:
-  explicit GatedDevice(uint64_t size) : size_(size) {}
-  uint64_t size_bytes() const override { return size_; }
-  uint32_t block_size() const override { return 512; }
-  const char* kind() const override { return "gated"; }
-  backend::Persistence persistence() const override { return backend::Persistence::None; }
-  void submit(backend::BlockIo* io, reactor::Reactor& r) override {
-    if (io->op == backend::BlockIo::Op::Read) {
-      std::memset(io->buffer, 0, io->length);
-      io->read_data = io->buffer;
-    }
-    if (io->op != backend::BlockIo::Op::Deallocate) {
-      io->done(io, sc::Success);
-      return;
-    }
-    std::lock_guard lk(mu_);
-    held_.emplace_back(io, &r);
-  }
-  size_t held() {
-    std::lock_guard lk(mu_);
-    return held_.size();
-  }
-  void release_one() {
-    std::lock_guard lk(mu_);
-    auto [io, r] = held_.front();
-    held_.erase(held_.begin());
-    r->post([io = io] { io->done(io, sc::Success); });
-  }
-
- private:
-  uint64_t size_;
-  std::mutex mu_;
-  std::vector<std::pair<backend::BlockIo*, reactor::Reactor*>> held_;
-};
-
 TEST(Abort, ADatasetManagementStopsBetweenItsRanges) {
   target::TargetConfig cfg = default_config();
   cfg.subsystems[0].namespaces = {{2, "ram", 64u << 20, "", 512}};
@@ -171,22 +134,10 @@ TEST(Abort, ADatasetManagementStopsBetweenItsRanges) {
     dev = d.get();
     return d;
   };
-  auto tgt = std::make_unique<target::Target>(cfg, factory);
-  ASSERT_EQ(tgt->start(), "");
-  struct Stop {
-    target::Target* t;
-    ~Stop() { t->stop(); }
-  } stop{tgt.get()};
+  RunningTarget t(cfg, factory);
   Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
   Cqe cqe{};
-  ASSERT_TRUE(admin.open(tgt->port()));
-  ASSERT_TRUE(admin.connect_admin(cqe));
-  const uint16_t cntlid = uint16_t(cqe.dw0);
-  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
-  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
-  ASSERT_TRUE(io.open(tgt->port()));
-  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
-  ASSERT_TRUE(ok(cqe));
 
   Bytes ranges;
   for (uint64_t i = 0; i < 3; ++i) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "raw_session.hpp"
+#include "test_devices.hpp"
 #include "wire/features.hpp"
 #include "wire/identify.hpp"
 #include "wire/log_pages.hpp"
@@ -213,52 +214,21 @@ TEST_F(NamespaceResize, AFileWithAConfiguredSizeDoesNotFollowItsFile) {
   (void)aer;
 }
 
-// Fails every read of block 7; everything else as a RAM device of nc.size bytes would do
-// (reads return zeros, writes are dropped).
-class FailingReadDevice final : public backend::BlockDevice {
- public:
-  FailingReadDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
-  uint64_t size_bytes() const override { return size_; }
-  uint32_t block_size() const override { return bs_; }
-  const char* kind() const override { return "failing"; }
-  backend::Persistence persistence() const override { return backend::Persistence::None; }
-  void submit(backend::BlockIo* io, reactor::Reactor&) override {
-    if (io->op == backend::BlockIo::Op::Read) {
-      if (io->offset <= 7ull * bs_ && io->offset + io->length > 7ull * bs_) {
-        io->done(io, sc::UnrecoveredReadError);
-        return;
-      }
-      std::memset(io->buffer, 0, io->length);
-      io->read_data = io->buffer;
-    }
-    io->done(io, sc::Success);
-  }
-
- private:
-  uint64_t size_;
-  uint32_t bs_;
-};
-
 TEST(AsyncEvents, ADeviceErrorIsAnErrorEventClearedByTheErrorLog) {
   target::TargetConfig cfg = default_config();
   cfg.subsystems[0].namespaces = {{1, "ram", 1 << 20, "", 512}};
   auto factory = [](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
     return std::make_unique<FailingReadDevice>(nc.size, nc.block_size);
   };
-  auto tgt = std::make_unique<target::Target>(cfg, factory);
-  ASSERT_EQ(tgt->start(), "");
-  struct Stop {
-    target::Target* t;
-    ~Stop() { t->stop(); }
-  } stop{tgt.get()};
+  RunningTarget t(cfg, factory);
 
   AdminQueue a;
-  ASSERT_NO_FATAL_FAILURE(a.open(tgt->port(), kHostNqn));
+  ASSERT_NO_FATAL_FAILURE(a.open(t.port(), kHostNqn));
   // Error events need no enabling (feature 0Bh stays 0).
   const uint16_t first = a.hold_aer(), second = a.hold_aer();
 
   Session io;
-  ASSERT_NO_FATAL_FAILURE(a.open_io(tgt->port(), io));
+  ASSERT_NO_FATAL_FAILURE(a.open_io(t.port(), io));
   Cqe cqe{};
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
   EXPECT_TRUE(ok(cqe));

@@ -19,6 +19,7 @@
 
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
+#include "test_devices.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/identify.hpp"
 #include "wire/log_pages.hpp"
@@ -297,47 +298,17 @@ TEST_F(HostRescan, AReconnectToAnotherSubsystemSerialIsRefusedForGood) {
   EXPECT_EQ(qp->read(2, 0, 1, buf.data(), [](void*, const Completion&) {}, nullptr), -ENOTCONN);
 }
 
-// Fails every read of block 7 (reads return zeros otherwise, writes are dropped).
-class FailingReadDevice final : public backend::BlockDevice {
- public:
-  FailingReadDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
-  uint64_t size_bytes() const override { return size_; }
-  uint32_t block_size() const override { return bs_; }
-  const char* kind() const override { return "failing"; }
-  backend::Persistence persistence() const override { return backend::Persistence::None; }
-  void submit(backend::BlockIo* io, reactor::Reactor&) override {
-    if (io->op == backend::BlockIo::Op::Read) {
-      if (io->offset <= 7ull * bs_ && io->offset + io->length > 7ull * bs_) {
-        io->done(io, wire::sc::UnrecoveredReadError);
-        return;
-      }
-      std::memset(io->buffer, 0, io->length);
-      io->read_data = io->buffer;
-    }
-    io->done(io, wire::sc::Success);
-  }
-
- private:
-  uint64_t size_;
-  uint32_t bs_;
-};
-
 TEST(HostAsyncEvents, AnErrorEventIsLoggedAndItsLogReadSoTheNextOneComes) {
   target::TargetConfig cfg = default_config();
   cfg.subsystems[0].namespaces = {{1, "ram", 1 << 20, "", kBlock}};
   auto factory = [](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
     return std::make_unique<FailingReadDevice>(nc.size, nc.block_size);
   };
-  auto tgt = std::make_unique<target::Target>(cfg, factory);
-  ASSERT_EQ(tgt->start(), "");
-  struct Stop {
-    target::Target* t;
-    ~Stop() { t->stop(); }
-  } stop{tgt.get()};
+  RunningTarget t(cfg, factory);
 
   StderrCapture log;
   host::TransportId trid;
-  trid.trsvcid = tgt->port();
+  trid.trsvcid = t.port();
   trid.subnqn = kTestNqn;
   std::string err;
   auto ctrl = host::Controller::connect(trid, ControllerOptions{}, err);

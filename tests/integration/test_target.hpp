@@ -101,7 +101,8 @@ inline wire::Status one_command(host::QueuePair& qp, const std::function<int(hos
 
 class RunningTarget {
  public:
-  explicit RunningTarget(target::TargetConfig cfg = default_config()) : t_(std::make_unique<target::Target>(cfg)) {
+  explicit RunningTarget(target::TargetConfig cfg = default_config(), target::DeviceFactory factory = {})
+      : t_(std::make_unique<target::Target>(cfg, std::move(factory))) {
     std::string err = t_->start();
     if (!err.empty()) throw std::runtime_error("target start: " + err);
   }

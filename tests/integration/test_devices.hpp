@@ -1,0 +1,79 @@
+// Block devices for integration tests that need a device to misbehave on cue.
+#pragma once
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "backend/block_device.hpp"
+#include "nvtcp/status.hpp"
+#include "reactor/reactor.hpp"
+
+namespace nvtcp::test {
+
+// Fails every read that touches block 7 with Unrecovered Read Error; other reads return
+// zeros, writes are dropped.
+class FailingReadDevice final : public backend::BlockDevice {
+ public:
+  FailingReadDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
+  uint64_t size_bytes() const override { return size_; }
+  uint32_t block_size() const override { return bs_; }
+  const char* kind() const override { return "failing"; }
+  backend::Persistence persistence() const override { return backend::Persistence::None; }
+  void submit(backend::BlockIo* io, reactor::Reactor&) override {
+    if (io->op == backend::BlockIo::Op::Read) {
+      if (io->offset <= 7ull * bs_ && io->offset + io->length > 7ull * bs_) {
+        io->done(io, wire::sc::UnrecoveredReadError);
+        return;
+      }
+      std::memset(io->buffer, 0, io->length);
+      io->read_data = io->buffer;
+    }
+    io->done(io, wire::sc::Success);
+  }
+
+ private:
+  uint64_t size_;
+  uint32_t bs_;
+};
+
+// Holds every Deallocate until the test lets it go (completed on the reactor that asked),
+// so that something can happen between the ranges of one Dataset Management command. Reads
+// return zeros, writes are dropped.
+class GatedDevice final : public backend::BlockDevice {
+ public:
+  explicit GatedDevice(uint64_t size) : size_(size) {}
+  uint64_t size_bytes() const override { return size_; }
+  uint32_t block_size() const override { return 512; }
+  const char* kind() const override { return "gated"; }
+  backend::Persistence persistence() const override { return backend::Persistence::None; }
+  void submit(backend::BlockIo* io, reactor::Reactor& r) override {
+    if (io->op == backend::BlockIo::Op::Read) {
+      std::memset(io->buffer, 0, io->length);
+      io->read_data = io->buffer;
+    }
+    if (io->op != backend::BlockIo::Op::Deallocate) {
+      io->done(io, wire::sc::Success);
+      return;
+    }
+    std::lock_guard lk(mu_);
+    held_.emplace_back(io, &r);
+  }
+  size_t held() {
+    std::lock_guard lk(mu_);
+    return held_.size();
+  }
+  void release_one() {
+    std::lock_guard lk(mu_);
+    auto [io, r] = held_.front();
+    held_.erase(held_.begin());
+    r->post([io = io] { io->done(io, wire::sc::Success); });
+  }
+
+ private:
+  uint64_t size_;
+  std::mutex mu_;
+  std::vector<std::pair<backend::BlockIo*, reactor::Reactor*>> held_;
+};
+
+}  // namespace nvtcp::test
