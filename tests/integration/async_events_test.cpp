@@ -246,9 +246,9 @@ TEST(AsyncEvents, ADeviceErrorIsAnErrorEventClearedByTheErrorLog) {
   ASSERT_TRUE(a.s.command(get_log_sqe(a.s.cid(), LogPageId::Error, 64 * sizeof(ErrorLogEntry)), {}, cqe, &log));
   ASSERT_TRUE(ok(cqe));
   const auto newest = read_as<ErrorLogEntry>(log);
-  EXPECT_EQ(newest.error_count, 3u);
-  EXPECT_EQ(newest.sqid, 1u);
-  EXPECT_EQ(newest.lba, 7u);
+  EXPECT_EQ(uint64_t{newest.error_count}, 3u);  // copied: packed members may be misaligned
+  EXPECT_EQ(uint16_t{newest.sqid}, 1u);
+  EXPECT_EQ(uint64_t{newest.lba}, 7u);
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 7, 1, 512), {}, cqe));
   ASSERT_TRUE(event_arrives(a.s, second, dw0)) << "no event after the error log was read";
   EXPECT_EQ(dw0 & 0x7, uint32_t(AsyncEventType::Error));

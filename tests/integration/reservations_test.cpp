@@ -86,12 +86,18 @@ class Host {
   wire::Status read(uint64_t lba) {
     return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(nsid_, lba, 1, buf, cb, ctx); });
   }
-  // The next reservation notice in log 80h (type Empty when there is none).
-  wire::ReservationNotificationLog notice() {
+  // The next reservation notice in log 80h (type Empty when there is none), copied out of
+  // the packed log page.
+  struct Notice {
+    uint64_t count;
+    uint8_t type;
+    uint32_t nsid;
+  };
+  Notice notice() {
     wire::ReservationNotificationLog l{};
     EXPECT_TRUE(
         ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l)).status.ok());
-    return l;
+    return {l.count, l.type, l.nsid};
   }
 
   uint8_t hostid[16];
@@ -103,17 +109,31 @@ class Host {
   uint32_t nsid_;
 };
 
+// A Reservation Report's fields, copied out of the packed wire structures (whose members
+// may sit at any address: a reference to one is undefined).
+struct Registrant {
+  uint16_t cntlid;
+  uint8_t rcsts;
+  uint64_t rkey;
+  uint8_t hostid[16];
+};
 struct Report {
-  wire::ReservationStatusExtHeader h;
-  std::vector<wire::RegisteredControllerExt> regs;
+  uint32_t gen;
+  uint8_t rtype;
+  uint16_t regctl;
+  uint8_t ptpls;
+  std::vector<Registrant> regs;
 };
 Report parse(const std::vector<uint8_t>& b) {
-  Report r;
-  std::memcpy(&r.h, b.data(), sizeof(r.h));
-  for (uint32_t i = 0; i < r.h.regctl && sizeof(r.h) + (i + 1) * 64 <= b.size(); ++i) {
+  wire::ReservationStatusExtHeader h;
+  std::memcpy(&h, b.data(), sizeof(h));
+  Report r{h.gen, h.rtype, h.regctl, h.ptpls, {}};
+  for (uint32_t i = 0; i < r.regctl && sizeof(h) + (i + 1) * 64 <= b.size(); ++i) {
     wire::RegisteredControllerExt e;
-    std::memcpy(&e, b.data() + sizeof(r.h) + i * 64, 64);
-    r.regs.push_back(e);
+    std::memcpy(&e, b.data() + sizeof(h) + i * 64, 64);
+    Registrant reg{e.cntlid, e.rcsts, e.rkey, {}};
+    std::memcpy(reg.hostid, e.hostid, 16);
+    r.regs.push_back(reg);
   }
   return r;
 }
@@ -137,9 +157,9 @@ TEST(Reservations, WriteExclusiveFencesTheOtherHostsWritesNotItsReads) {
   std::vector<uint8_t> raw;
   ASSERT_TRUE(b.report(raw).ok());
   const Report rep = parse(raw);
-  EXPECT_EQ(rep.h.rtype, uint8_t(ReservationType::WriteExclusive));
-  EXPECT_EQ(rep.h.regctl, 2u);
-  EXPECT_EQ(rep.h.gen, 2u) << "two registrations";
+  EXPECT_EQ(rep.rtype, uint8_t(ReservationType::WriteExclusive));
+  EXPECT_EQ(rep.regctl, 2u);
+  EXPECT_EQ(rep.gen, 2u) << "two registrations";
   ASSERT_EQ(rep.regs.size(), 2u);
   for (const auto& e : rep.regs) {
     const bool is_a = std::memcmp(e.hostid, a.hostid, 16) == 0;
@@ -151,7 +171,7 @@ TEST(Reservations, WriteExclusiveFencesTheOtherHostsWritesNotItsReads) {
   EXPECT_EQ(b.report(raw, 4096, false), sc::HostIdInconsistentFormat) << "64-bit host IDs";
   EXPECT_EQ(b.report(raw, 32), sc::InvalidField) << "shorter than the header";
   ASSERT_TRUE(b.report(raw, 64 + 64).ok()) << "room for one registrant";
-  EXPECT_EQ(parse(raw).h.regctl, 2u) << "the count is of all of them";
+  EXPECT_EQ(parse(raw).regctl, 2u) << "the count is of all of them";
 
   EXPECT_EQ(a.release(wire::ReleaseAction::Release, ReservationType::ExclusiveAccess, kKeyA), sc::InvalidField)
       << "not the type held";
@@ -221,7 +241,7 @@ TEST(Reservations, KeysThatDoNotMatchAreConflictsAndBadFieldsInvalid) {
   EXPECT_TRUE(a.write(5).ok());
   std::vector<uint8_t> raw;
   ASSERT_TRUE(a.report(raw).ok());
-  EXPECT_EQ(parse(raw).h.regctl, 1u);
+  EXPECT_EQ(parse(raw).regctl, 1u);
 }
 
 TEST(Reservations, PreemptMovesTheReservationAndTellsTheLoser) {
@@ -238,7 +258,7 @@ TEST(Reservations, PreemptMovesTheReservationAndTellsTheLoser) {
   EXPECT_TRUE(b.write(3).ok());
   EXPECT_EQ(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA), sc::ReservationConflict)
       << "a's key was removed";
-  wire::ReservationNotificationLog n{};
+  Host::Notice n{};
   ASSERT_TRUE(wait_for(
       [&] {
         n = a.notice();
@@ -257,8 +277,8 @@ TEST(Reservations, PreemptMovesTheReservationAndTellsTheLoser) {
   EXPECT_TRUE(a.write(3).ok());
   std::vector<uint8_t> raw;
   ASSERT_TRUE(a.report(raw).ok());
-  EXPECT_EQ(parse(raw).h.regctl, 0u);
-  EXPECT_EQ(parse(raw).h.rtype, 0u);
+  EXPECT_EQ(parse(raw).regctl, 0u);
+  EXPECT_EQ(parse(raw).rtype, 0u);
 }
 
 TEST(Reservations, NotificationMaskSilencesANoticeType) {
@@ -336,9 +356,9 @@ TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
     std::vector<uint8_t> raw;
     ASSERT_TRUE(c.report(raw).ok());
     const Report rep = parse(raw);
-    EXPECT_EQ(rep.h.rtype, uint8_t(ReservationType::WriteExclusiveRegistrantsOnly));
-    EXPECT_EQ(rep.h.regctl, 2u);
-    EXPECT_EQ(rep.h.ptpls, 1u);
+    EXPECT_EQ(rep.rtype, uint8_t(ReservationType::WriteExclusiveRegistrantsOnly));
+    EXPECT_EQ(rep.regctl, 2u);
+    EXPECT_EQ(rep.ptpls, 1u);
     EXPECT_EQ(c.write(0), sc::ReservationConflict) << "c never registered";
     EXPECT_TRUE(b.write(0).ok());
     // Persistence turned off: the state file goes, and the next start has nothing.
