@@ -70,6 +70,40 @@ pick_trixie_kernel_pkg() {
 }
 
 klog() { printf '%s\n' "$*"; }
+
+# Verdicts of a kernel test script: fail counts and goes on, die ends the test.
+FAILURES=0
+fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
+die() { printf 'FAIL: %s\n' "$*"; exit 1; }
+
+# The nvtcp target a script started in the background (TARGET_PID): SIGINT, and SIGKILL if it
+# has not exited 5 s later.
+TARGET_PID=""
+stop_target() {
+  [[ -n $TARGET_PID ]] || return 0
+  if kill -0 "$TARGET_PID" 2>/dev/null; then
+    kill -INT "$TARGET_PID"
+    for _ in $(seq 50); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$TARGET_PID" 2>/dev/null || true
+  fi
+  wait "$TARGET_PID" 2>/dev/null || true
+  TARGET_PID=""
+}
+
+# EXIT trap of a script that runs a target beside its guest: stops both, and keeps WORK (the
+# console and target logs) when the test failed or NVTCP_INTEROP_KEEP=1.
+kernel_target_cleanup() {
+  local rc=$?
+  set +e
+  kernel_stop 0
+  stop_target
+  if [[ ($rc -ne 0 && $rc -ne 77) || ${NVTCP_INTEROP_KEEP:-0} == 1 ]]; then
+    echo "console and target logs kept in $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+  exit "$rc"
+}
 kskip() { printf 'SKIP: %s\n' "$*"; exit 77; }
 
 # apt_quiet LOG ARGS...: apt-get with a lock timeout, non-interactive; output to LOG.

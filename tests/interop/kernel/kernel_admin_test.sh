@@ -91,36 +91,7 @@ case $(stat -f -c %T "$WORK") in
     WORK=$(mktemp -d "$(dirname "$NVTCP")/nvtcp-kadmin.XXXXXX")
     case $(stat -f -c %T "$WORK") in tmpfs|ramfs) rm -rf "$WORK"; echo "FAIL: /tmp and $(dirname "$NVTCP") are both tmpfs: no place for a file namespace with a write cache"; exit 1 ;; esac ;;
 esac
-FAILURES=0
-TARGET_PID=""
-
-fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
-die() { printf 'FAIL: %s\n' "$*"; exit 1; }
-
-stop_target() {
-  [[ -n $TARGET_PID ]] || return 0
-  if kill -0 "$TARGET_PID" 2>/dev/null; then
-    kill -INT "$TARGET_PID"
-    for _ in $(seq 50); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$TARGET_PID" 2>/dev/null || true
-  fi
-  wait "$TARGET_PID" 2>/dev/null || true
-  TARGET_PID=""
-}
-
-cleanup() {
-  local rc=$?
-  set +e
-  kernel_stop 0
-  stop_target
-  if [[ ($rc -ne 0 && $rc -ne 77) || ${NVTCP_INTEROP_KEEP:-0} == 1 ]]; then
-    echo "console and target log kept in $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
+trap kernel_target_cleanup EXIT
 trap 'exit 130' INT TERM
 
 kernel_prepare "$CACHE" trixie

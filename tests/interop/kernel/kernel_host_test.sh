@@ -86,36 +86,7 @@ case $(stat -f -c %T "$WORK") in
 esac
 IMAGE=$WORK/ns.img
 FILE_MIB=32
-FAILURES=0
-TARGET_PID=""
-
-fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
-die() { printf 'FAIL: %s\n' "$*"; exit 1; }
-
-stop_target() {
-  [[ -n $TARGET_PID ]] || return 0
-  if kill -0 "$TARGET_PID" 2>/dev/null; then
-    kill -INT "$TARGET_PID"
-    for _ in $(seq 50); do kill -0 "$TARGET_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$TARGET_PID" 2>/dev/null || true
-  fi
-  wait "$TARGET_PID" 2>/dev/null || true
-  TARGET_PID=""
-}
-
-cleanup() {
-  local rc=$?
-  set +e
-  kernel_stop 0
-  stop_target
-  if [[ ($rc -ne 0 && $rc -ne 77) || ${NVTCP_INTEROP_KEEP:-0} == 1 ]]; then
-    echo "console and target logs kept in $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
+trap kernel_target_cleanup EXIT
 trap 'exit 130' INT TERM
 
 # start_target LOGNAME: the target on $PORT / $DPORT; 0 once it is serving (ready file written).

@@ -44,11 +44,8 @@ START=$SECONDS
 NQN=nqn.2026-11.io.nvtcp:kernel
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
 WORK=$(mktemp -d /tmp/nvtcp-ktarget.XXXXXX)
-FAILURES=0
 declare -a RESULTS=()
 
-fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
-die() { printf 'FAIL: %s\n' "$*"; exit 1; }
 result() { RESULTS+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 cleanup() {

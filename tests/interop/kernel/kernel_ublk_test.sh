@@ -29,9 +29,6 @@ fi
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 
 WORK=$(mktemp -d /tmp/nvtcp-kublk.XXXXXX)
-FAILURES=0
-fail() { FAILURES=$((FAILURES + 1)); printf 'FAIL: %s\n' "$*"; }
-die() { printf 'FAIL: %s\n' "$*"; exit 1; }
 cleanup() {
   kernel_stop 5 || true
   if [[ $FAILURES -eq 0 && -z ${NVTCP_INTEROP_KEEP:-} ]]; then rm -rf "$WORK"; else echo "kept: $WORK"; fi
