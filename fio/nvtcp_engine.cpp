@@ -282,7 +282,8 @@ NamespaceFacts probe_namespace(const TransportId& trid, const ControllerOptions&
   return r;
 }
 
-// Block sizes fio may issue must be whole blocks and fit the controller's transfer limit.
+// Block sizes fio may issue must be whole blocks. Larger than the controller's transfer limit
+// (MDTS) is fine: the host library splits those into several commands.
 bool check_block_sizes(thread_data* td, const fio_file* f, const NamespaceFacts& ns) {
   const thread_options& o = td->o;
   if (o.bs_unaligned && ns.block_size > 1)
@@ -297,10 +298,6 @@ bool check_block_sizes(thread_data* td, const fio_file* f, const NamespaceFacts&
       return !fail(td, EINVAL, "bad block size",
                    "%s block size %llu%s%s is not a multiple of the namespace block size %u (%s)", names[d], lo,
                    hi != lo ? "-" : "", hi != lo ? std::to_string(hi).c_str() : "", ns.block_size, f->file_name);
-    if (d != DDIR_TRIM && hi > ns.max_transfer)
-      return !fail(td, EINVAL, "bad block size",
-                   "%s block size %llu is over the controller's largest transfer (MDTS) of %u bytes", names[d], hi,
-                   ns.max_transfer);
   }
   return true;
 }
@@ -477,7 +474,11 @@ int nvtcp_open_file(thread_data* td, fio_file* f) {
     return fail(td, EINVAL, "too many qpairs", "qpairs=%u but the controller granted only %u I/O queues", qpairs,
                 fc->ctrl->io_queues_granted());
   uint32_t mqes = uint32_t(fc->ctrl->cap() & 0xFFFF) + 1;
-  uint32_t depth = std::min<uint32_t>(std::max<unsigned>(td->o.iodepth, 1), mqes);
+  // An I/O over MDTS takes one slot per command it becomes: room for iodepth of the largest.
+  const unsigned long long max_bs = std::max({td->o.max_bs[DDIR_READ], td->o.max_bs[DDIR_WRITE], 1ull});
+  const uint32_t mdts = fc->ctrl->max_transfer_bytes();
+  const uint32_t per_io = mdts ? uint32_t((max_bs + mdts - 1) / mdts) : 1;
+  uint32_t depth = std::min<uint32_t>(std::max<unsigned>(td->o.iodepth, 1) * std::max(per_io, 1u), mqes);
   for (unsigned i = 0; i < qpairs; ++i) {
     auto qp = fc->ctrl->create_io_qpair(depth, err);
     if (!qp)

@@ -115,6 +115,7 @@ struct WriteFlags {
 namespace detail {
 class IoQueue;
 class EngineClient;
+class SplitPool;
 }  // namespace detail
 
 class QueuePair {
@@ -132,6 +133,10 @@ class QueuePair {
   // alloc_io_buffer() (the engine moves data to and from that shared region only); any
   // other buffer gives -EFAULT.
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
+  // A read or write larger than the controller's largest transfer (MDTS) is sent as several
+  // commands, as the Linux block layer and SPDK's driver split it; cb runs once, when the last
+  // one completes, with the first failure if any. It needs that many free slots at once
+  // (-EBUSY until then; -EINVAL if the queue pair's depth is smaller).
   int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
   int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
             WriteFlags flags = {});
@@ -161,7 +166,13 @@ class QueuePair {
 
  private:
   friend class Controller;
-  explicit QueuePair(std::unique_ptr<detail::IoQueue> impl);
+  explicit QueuePair(std::unique_ptr<detail::IoQueue> impl, uint32_t max_transfer);
+  int read_write(wire::IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
+                 uint32_t cdw12_flags, CompletionFn cb, void* ctx);
+  uint32_t max_transfer_;  // the controller's MDTS in bytes (0: no limit)
+  // Declared before impl_ so that it outlives it: impl_'s destructor completes what is still
+  // outstanding, parts of split commands included.
+  std::unique_ptr<detail::SplitPool> splits_;
   std::unique_ptr<detail::IoQueue> impl_;
 };
 

@@ -959,7 +959,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   if (engine_) {
     auto q = engine_->create_io_queue(depth, err);
     if (!q) return nullptr;
-    return std::unique_ptr<QueuePair>(new QueuePair(std::move(q)));
+    return std::unique_ptr<QueuePair>(new QueuePair(std::move(q), max_transfer_bytes()));
   }
   State& st = *s_;
   if (st.discovery) {
@@ -1016,7 +1016,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   impl->lease = lease;
   impl->block_sizes = st.block_sizes;
   if (!impl->connect(err)) return nullptr;
-  return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl)));
+  return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl), max_transfer_bytes()));
 }
 
 const uint8_t* Controller::identify_data() const { return engine_ ? engine_->identify_data() : s_->ident; }
@@ -1045,8 +1045,59 @@ void Controller::free_io_buffer(void* p) {
 
 // ---------------------------------------------------------------- QueuePair
 
-QueuePair::QueuePair(std::unique_ptr<detail::IoQueue> impl) : impl_(std::move(impl)) {}
-QueuePair::~QueuePair() = default;
+namespace detail {
+// Split reads and writes in flight on one queue pair: at most one per slot, made once.
+class SplitPool {
+ public:
+  explicit SplitPool(uint32_t n) : slots_(n) {
+    for (auto& s : slots_) {
+      s.pool = this;
+      s.next = free_;
+      free_ = &s;
+    }
+  }
+  struct Split {
+    SplitPool* pool = nullptr;
+    Split* next = nullptr;
+    CompletionFn cb = nullptr;
+    void* ctx = nullptr;
+    uint32_t remaining = 0;  // parts not yet completed
+    Completion result;       // the first failure, else success
+  };
+  Split* take() {
+    Split* s = free_;
+    if (s) free_ = s->next;
+    return s;
+  }
+  void give_back(Split* s) {
+    s->next = free_;
+    free_ = s;
+  }
+  // One part done; the caller hears once, after the last.
+  static void on_part(void* ctx, const Completion& c) {
+    auto* s = static_cast<Split*>(ctx);
+    if (!c.status.ok() && s->result.status.ok()) s->result = c;
+    if (--s->remaining == 0) s->pool->finish(s);
+  }
+  void finish(Split* s) {
+    const CompletionFn cb = s->cb;
+    void* const ctx = s->ctx;
+    const Completion result = s->result;
+    give_back(s);
+    cb(ctx, result);
+  }
+
+ private:
+  std::vector<Split> slots_;
+  Split* free_ = nullptr;
+};
+}  // namespace detail
+
+QueuePair::QueuePair(std::unique_ptr<detail::IoQueue> impl, uint32_t max_transfer)
+    : max_transfer_(max_transfer), impl_(std::move(impl)) {}
+QueuePair::~QueuePair() {
+  impl_.reset();  // its outstanding commands complete now, while the split pool still exists
+}
 
 int QueuePair::submit(const Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
   return impl_->submit(sqe, data, len, to_controller, cb, ctx);
@@ -1069,18 +1120,52 @@ Sqe rw_cmd(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb) {
 }  // namespace
 
 int QueuePair::read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx) {
-  uint32_t bs = block_size(nsid);
-  if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
-  return impl_->submit(rw_cmd(IoOpcode::Read, nsid, slba, nlb), buf, nlb * bs, false, cb, ctx);
+  return read_write(IoOpcode::Read, nsid, slba, nlb, buf, false, 0, cb, ctx);
 }
 
 int QueuePair::write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
                      WriteFlags flags) {
-  uint32_t bs = block_size(nsid);
+  return read_write(IoOpcode::Write, nsid, slba, nlb, const_cast<void*>(buf), true, flags.fua ? Sqe::kRwFua : 0,
+                    cb, ctx);
+}
+
+int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
+                          uint32_t cdw12_flags, CompletionFn cb, void* ctx) {
+  const uint32_t bs = block_size(nsid);
   if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
-  Sqe s = rw_cmd(IoOpcode::Write, nsid, slba, nlb);
-  if (flags.fua) s.cdw12 |= Sqe::kRwFua;
-  return impl_->submit(s, const_cast<void*>(buf), nlb * bs, true, cb, ctx);
+  const uint32_t per = max_transfer_ / bs;  // blocks one command may carry
+  if (max_transfer_ == 0 || per == 0 || nlb <= per) {
+    Sqe s = rw_cmd(op, nsid, slba, nlb);
+    s.cdw12 |= cdw12_flags;
+    return impl_->submit(s, buf, nlb * bs, to_controller, cb, ctx);
+  }
+  const uint32_t parts = (nlb + per - 1) / per;
+  if (parts > impl_->depth()) return -EINVAL;  // could never be in flight at once
+  if (impl_->depth() - impl_->outstanding() < parts) return -EBUSY;
+  if (!splits_) splits_ = std::make_unique<detail::SplitPool>(impl_->depth());  // once per queue pair
+  detail::SplitPool::Split* split = splits_->take();
+  if (!split) return -EBUSY;
+  split->cb = cb;
+  split->ctx = ctx;
+  split->remaining = parts;
+  split->result = {};
+  for (uint32_t i = 0; i < parts; ++i) {
+    const uint32_t n = std::min(per, nlb - i * per);
+    Sqe s = rw_cmd(op, nsid, slba + uint64_t(i) * per, n);
+    s.cdw12 |= cdw12_flags;
+    const int rc = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs, to_controller,
+                                 &detail::SplitPool::on_part, split);
+    if (rc == 0) continue;
+    if (i == 0) {
+      splits_->give_back(split);
+      return rc;
+    }
+    // Some parts are out: they complete, and the caller hears the failure of the rest then.
+    split->remaining -= parts - i;
+    if (split->result.status.ok()) split->result.status = sc::TransportError;
+    break;
+  }
+  return 0;
 }
 
 int QueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {

@@ -110,6 +110,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.allow_ddgst = j.value("ddgst", cfg.allow_ddgst);
     cfg.max_h2c_data = size32_field(j, "max_h2c_data", cfg.max_h2c_data);
     cfg.in_capsule_data = size32_field(j, "in_capsule_data", cfg.in_capsule_data);
+    cfg.mdts_bytes = size32_field(j, "mdts_bytes", cfg.mdts_bytes);
     cfg.max_queue_depth = int_field(j, "max_queue_depth", cfg.max_queue_depth);
     cfg.max_io_queues = int_field(j, "max_io_queues", cfg.max_io_queues);
     cfg.icreq_timeout_ms = int_field(j, "icreq_timeout_ms", cfg.icreq_timeout_ms);

@@ -3,7 +3,7 @@
 #
 #   fio_engine_test.sh CASE NVTCP_BINARY LIBNVTCP_FIO_SO
 #
-# CASE: randread randwrite randrw verify reconnect big_batched trim_flush options bad_input jobs32 preload
+# CASE: randread randwrite randrw verify mdts_split reconnect big_batched trim_flush options bad_input jobs32 preload
 #       engine engine_kill (through `nvtcp engine`, the offload engine)
 # Exit 0 pass, 1 fail, 77 skip (no fio and no way to install it, or the engine was not built).
 # The target serves nqn.2026-11.io.nvtcp:fio with a 1 GiB NULL namespace (ns 1) and a
@@ -204,6 +204,31 @@ PY
     run_fio verify_null "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randwrite --bs=4k --size=4M \
       --verify=crc32c
     expect_fail verify_null "verify: bad magic header"
+    ;;
+  mdts_split)
+    # bs=1M against a target whose MDTS is 128 KiB (SPDK's default): the host library sends each
+    # I/O as 8 commands and completes it once; fio's crc32c verify checks every byte came back.
+    cat >"$work/mdts.json" <<JSON
+{"listeners": [{"address": "127.0.0.1", "port": 0}], "discovery_port": 0, "mdts_bytes": 131072,
+ "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "128M"}]}]}
+JSON
+    rm -f "$work/mdts.ready"
+    "$nvtcp" target --config "$work/mdts.json" --ready-file "$work/mdts.ready" >"$work/mdts-target.log" 2>&1 &
+    mpid=$!
+    wait_ready "MDTS 128 KiB target" "$mpid" "$work/mdts.ready" "$work/mdts-target.log"
+    mport=$(cat "$work/mdts.ready")
+    "$nvtcp" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$mport subnqn:$NQN" >"$work/mdts.id" 2>&1 ||
+      fail "mdts_split: identify failed: $(cat "$work/mdts.id")"
+    grep -q "(131072 bytes)" "$work/mdts.id" || fail "mdts_split: the target's MDTS is not 128 KiB: $(grep mdts "$work/mdts.id")"
+    run_fio mdts_verify "--filename=$(trid 1 "$mport")" --thread=1 --iodepth=8 --rw=randwrite --bs=1m --size=64M \
+      --verify=crc32c --verify_fatal=1 --do_verify=1
+    expect_ok mdts_verify "read write"
+    run_fio mdts_mixed "--filename=$(trid 1 "$mport")" --thread=1 --numjobs=2 --iodepth=4 --time_based --runtime=2 \
+      --rw=randrw --bsrange=4k-1m --norandommap
+    expect_ok mdts_mixed "read write"
+    kill -INT "$mpid"
+    wait "$mpid" 2>/dev/null
+    note "1 MiB I/O against MDTS 128 KiB: verified"
     ;;
   reconnect)
     # fio's crc32c verify on a file namespace while the target is killed (SIGKILL) and

@@ -30,6 +30,21 @@ std::string load(const std::string& json) {
 
 TEST(ConfigRanges, DefaultsAreAccepted) { EXPECT_EQ(load("{}"), ""); }
 
+// MDTS comes from the file (SPDK's default is 128 KiB); it was checked but never read.
+TEST(ConfigRanges, MdtsIsReadFromTheFile) {
+  std::string path = "/tmp/nvtcp-config-mdts-" + std::to_string(getpid()) + ".json";
+  {
+    std::ofstream f(path);
+    f << R"({"mdts_bytes": "128K"})";
+  }
+  TargetConfig cfg;
+  EXPECT_EQ(load_config_file(path, cfg), "");
+  std::remove(path.c_str());
+  EXPECT_EQ(cfg.mdts_bytes, 128u << 10);
+  EXPECT_NE(load(R"({"mdts_bytes": 100000})").find("power of two"), std::string::npos);
+  EXPECT_NE(load(R"({"mdts_bytes": 2048})"), "");
+}
+
 TEST(ConfigRanges, QueueDepthMustFitSixteenBits) {
   EXPECT_EQ(load(R"({"max_queue_depth": 65535})"), "");
   EXPECT_NE(load(R"({"max_queue_depth": 65536})").find("max_queue_depth must be from 2 to 65535"), std::string::npos);
