@@ -730,8 +730,11 @@ TEST(HostTarget, ErrorsAreNvmeStatusesAndQueueSurvives) {
     EXPECT_TRUE(QueuePairWorks(*qp, 2, 20, ++seed));
   }
   {
-    SCOPED_TRACE("the host refuses a transfer over MDTS before sending it");
-    EXPECT_EQ(qp->read(2, 0, 4096, buf.data(), on_done, nullptr), -EINVAL);
+    // Until issue 15 the host refused this with -EINVAL; it now splits it at MDTS, as the
+    // Linux block layer does (HostSplit.* tests the splitting itself).
+    SCOPED_TRACE("the host splits a transfer over MDTS into commands the target takes");
+    std::vector<uint8_t> two_mib(2u << 20);
+    EXPECT_TRUE(HasStatus(do_read(*qp, 2, 0, 4096, two_mib.data()), sc::Success));
     EXPECT_EQ(qp->read(99, 0, 1, buf.data(), on_done, nullptr), -EINVAL) << "no block size for nsid 99";
   }
   EXPECT_FALSE(qp->failed());
