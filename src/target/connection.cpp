@@ -897,18 +897,13 @@ void Connection::execute_io(Request* r) {
     case IoOpcode::Verify: {
       // The range is read as a Read would read it, and nothing is sent: a device that could
       // not read a block fails the Verify (VSL in CNS 06h bounds it as MDTS bounds a read).
-      const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
-      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
-        complete(r, sc::LbaOutOfRange);
-        return;
-      }
-      const uint64_t len = nlb << ns->lbads;
-      if (len > ctrl_->mdts_bytes()) {
-        complete(r, sc::InvalidField);
+      uint64_t len = 0;
+      if (Status st = block_range(sqe, *ns, true, len); !st.ok()) {
+        complete(r, st);
         return;
       }
       io.op = backend::BlockIo::Op::Read;
-      io.offset = slba << ns->lbads;
+      io.offset = sqe.slba() << ns->lbads;
       io.length = len;
       if (!read_buffer(r, ns, uint32_t(len))) return;
       break;
@@ -916,22 +911,16 @@ void Connection::execute_io(Request* r) {
     case IoOpcode::Read:
     case IoOpcode::Write:
     case IoOpcode::WriteZeroes: {
-      uint64_t slba = sqe.slba();
-      uint64_t nlb = sqe.nlb();
-      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
-        complete(r, sc::LbaOutOfRange);
+      uint64_t len = 0;
+      if (Status st = block_range(sqe, *ns, opc != IoOpcode::WriteZeroes, len); !st.ok()) {
+        complete(r, st);
         return;
       }
-      uint64_t len = nlb << ns->lbads;
-      io.offset = slba << ns->lbads;
+      io.offset = sqe.slba() << ns->lbads;
       io.length = len;
       if (opc == IoOpcode::WriteZeroes) {
         io.op = backend::BlockIo::Op::WriteZeroes;
         break;
-      }
-      if (len > ctrl_->mdts_bytes()) {
-        complete(r, sc::InvalidField);
-        return;
       }
       if (sqe.sgl.length != len) {
         complete(r, sc::DataSglLengthInvalid);
@@ -955,14 +944,9 @@ void Connection::execute_io(Request* r) {
     }
     case IoOpcode::Compare: {
       // The host's blocks against the device's: Compare Failure on any difference.
-      const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
-      if (slba >= ns->blocks || nlb > ns->blocks - slba) {
-        complete(r, sc::LbaOutOfRange);
-        return;
-      }
-      const uint64_t len = nlb << ns->lbads;
-      if (len > ctrl_->mdts_bytes()) {
-        complete(r, sc::InvalidField);
+      uint64_t len = 0;
+      if (Status st = block_range(sqe, *ns, true, len); !st.ok()) {
+        complete(r, st);
         return;
       }
       if (sqe.sgl.length != len) {
@@ -971,7 +955,7 @@ void Connection::execute_io(Request* r) {
       }
       if (!host_data(r, uint32_t(len))) return;
       io.op = backend::BlockIo::Op::Read;
-      io.offset = slba << ns->lbads;
+      io.offset = sqe.slba() << ns->lbads;
       io.length = len;
       io.buffer = r->buf.get() + align_4k(uint32_t(len));
       break;
@@ -993,7 +977,8 @@ void Connection::execute_io(Request* r) {
       }
       if (!host_data(r, len)) return;
       const auto* ranges = reinterpret_cast<const CopySourceRange*>(r->buf.get());
-      const uint64_t blocks = ns->blocks, max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns->lbads);
+      const uint64_t blocks = ns->blocks.load(std::memory_order_relaxed);
+      const uint64_t max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns->lbads);
       uint64_t total = 0;
       for (uint32_t i = 0; i < nr; ++i) {
         const uint64_t nlb = uint64_t(ranges[i].nlb) + 1;
@@ -1036,8 +1021,9 @@ void Connection::execute_io(Request* r) {
         return;
       }
       const auto* ranges = reinterpret_cast<const DsmRange*>(r->buf.get());
+      const uint64_t blocks = ns->blocks.load(std::memory_order_relaxed);
       for (uint32_t i = 0; i < nr; ++i) {
-        if (ranges[i].slba >= ns->blocks || ranges[i].nlb > ns->blocks - ranges[i].slba) {
+        if (ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba) {
           complete(r, sc::LbaOutOfRange);
           return;
         }
@@ -1116,6 +1102,18 @@ void Connection::execute_reservation(Request* r, Namespace* ns) {
               ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns->nsid, uint8_t(ns->reservations.type()));
   ctrl_->subsystem().notify_reservation(ns->nsid, notices);
   complete(r, st);
+}
+
+// The blocks a command names (SLBA, NLB): inside the namespace, else LBA Out of Range; and,
+// for a command that moves data, at most MDTS, else Invalid Field. len: their bytes. The
+// namespace size (which a resize changes) is read once.
+Status Connection::block_range(const Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const {
+  const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
+  const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
+  if (slba >= blocks || nlb > blocks - slba) return sc::LbaOutOfRange;
+  len = nlb << ns.lbads;
+  if (bounded_by_mdts && len > ctrl_->mdts_bytes()) return sc::InvalidField;
+  return sc::Success;
 }
 
 bool Connection::host_data(Request* r, uint32_t len) {
@@ -1256,12 +1254,12 @@ void Connection::start_fused(Request* cmp, Request* wr) {
     end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
     return;
   }
-  const uint64_t slba = cmp->sqe.slba(), nlb = cmp->sqe.nlb(), blocks = ns->blocks;
-  if (slba >= blocks || nlb > blocks - slba) {
-    end_fused(cmp, sc::LbaOutOfRange, sc::FailedFusedCommand);
+  uint64_t len = 0;
+  if (Status st = block_range(cmp->sqe, *ns, true, len); !st.ok()) {
+    end_fused(cmp, st, sc::FailedFusedCommand);
     return;
   }
-  if ((nlb << ns->lbads) != cmp->data_len || cmp->sqe.sgl.length != cmp->data_len) {
+  if (len != cmp->data_len || cmp->sqe.sgl.length != cmp->data_len) {
     end_fused(cmp, sc::DataSglLengthInvalid, sc::FailedFusedCommand);
     return;
   }

@@ -200,6 +200,7 @@ class Connection final : public reactor::StreamOwner,
   // capsule). Otherwise a buffer of buffer_bytes_for() is made and R2Ts ask for the data
   // (the command runs again once it is in), or the command is parked or failed: false.
   bool host_data(Request* r, uint32_t len);
+  wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
   void start_flush(Request* r, bool all);
   void flush_step(Request* r);
   void submit_io(Request* r, Namespace* ns);
