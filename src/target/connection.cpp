@@ -689,6 +689,7 @@ void Connection::execute_connect(Request* r) {
       return;
     }
     stats_ = ctrl->stats(cmd.qid);
+    resv_cache_.assign(sub->namespaces().size(), {});
   }
   ctrl_ = ctrl;
   if (cmd.qid == 0) ctrl_->attach_admin_queue(&reactor_, this);
@@ -885,7 +886,8 @@ void Connection::execute_io(Request* r) {
     return;
   }
   // A reservation held on the namespace: one relaxed load while there is none.
-  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), reads_blocks(opc), writes_blocks(opc))) {
+  if (ns->reservations.held() &&
+      !ns->reservations.allowed(ctrl_->hostid(), reads_blocks(opc), writes_blocks(opc), resv_cache_[ns->index])) {
     complete(r, sc::ReservationConflict);
     return;
   }
@@ -1263,7 +1265,7 @@ void Connection::start_fused(Request* cmp, Request* wr) {
     end_fused(cmp, sc::DataSglLengthInvalid, sc::FailedFusedCommand);
     return;
   }
-  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), true, true)) {
+  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), true, true, resv_cache_[ns->index])) {
     end_fused(cmp, sc::ReservationConflict, sc::FailedFusedCommand);
     return;
   }

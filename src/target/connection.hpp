@@ -254,6 +254,8 @@ class Connection final : public reactor::StreamOwner,
   std::string address_;               // counted in TargetState::addresses
   Arrival arrival_;
   QueueStats* stats_ = nullptr;   // this queue's counters, one per namespace
+  // This host's reservation access per namespace (by Namespace::index), made at Connect.
+  std::vector<Reservations::AccessCache> resv_cache_;
 
   std::vector<std::unique_ptr<Request>> pool_;
   std::vector<Request*> free_;

@@ -162,7 +162,7 @@ Status Reservations::do_register(const HostId& host, uint32_t cdw10, const wire:
   if (cptpl == wire::kCptplOff) ptpl_ = false;
   ++generation_;
   if (cptpl == wire::kCptplOff && ptpl_capable()) ::unlink(path_.c_str());
-  if (std::string err = persist(); !err.empty()) {
+  if (std::string err = commit(); !err.empty()) {
     log::error("reservations: {}", err);
     return sc::InternalError;
   }
@@ -186,7 +186,7 @@ Status Reservations::acquire(const HostId& host, uint32_t cdw10, const wire::Res
     } else if (!is_holder(host) || type_ != want) {
       return sc::ReservationConflict;
     }
-    if (std::string err = persist(); !err.empty()) {
+    if (std::string err = commit(); !err.empty()) {
       log::error("reservations: {}", err);
       return sc::InternalError;
     }
@@ -224,7 +224,7 @@ Status Reservations::acquire(const HostId& host, uint32_t cdw10, const wire::Res
     return sc::InvalidField;
   }
   ++generation_;
-  if (std::string err = persist(); !err.empty()) {
+  if (std::string err = commit(); !err.empty()) {
     log::error("reservations: {}", err);
     return sc::InternalError;
   }
@@ -254,7 +254,7 @@ Status Reservations::release(const HostId& host, uint32_t cdw10, const wire::Res
     if (was != ReservationType::WriteExclusive && was != ReservationType::ExclusiveAccess)
       released_notices(host, notices);
   }
-  if (std::string err = persist(); !err.empty()) {
+  if (std::string err = commit(); !err.empty()) {
     log::error("reservations: {}", err);
     return sc::InternalError;
   }
@@ -284,9 +284,20 @@ Status Reservations::report(bool extended, uint8_t* buf, uint32_t len) const {
   return sc::Success;
 }
 
-bool Reservations::allowed(const uint8_t* host, bool read_group, bool write_group) const {
+bool Reservations::allowed(const uint8_t* host, bool read_group, bool write_group, AccessCache& cache) const {
   if (!held()) return true;
-  std::lock_guard lk(mu_);
+  if (cache.version != version_.load(std::memory_order_acquire)) {
+    // Decided once per change of the reservation state, not per command: the lock is taken
+    // here only after a reservation command.
+    std::lock_guard lk(mu_);
+    cache.read = decide(host, true, false);
+    cache.write = decide(host, false, true);
+    cache.version = version_.load(std::memory_order_relaxed);
+  }
+  return (!read_group || cache.read) && (!write_group || cache.write);
+}
+
+bool Reservations::decide(const uint8_t* host, bool read_group, bool write_group) const {
   if (type_ == ReservationType::None) return true;
   HostId h;
   std::memcpy(h.data(), host, 16);
@@ -317,6 +328,12 @@ bool Reservations::set_ptpl(bool on, std::string& err) {
   }
   err = persist();
   return err.empty();
+}
+
+std::string Reservations::commit() {
+  // Connections' cached access decisions (AccessCache) are for the version they saw.
+  version_.fetch_add(1, std::memory_order_release);
+  return persist();
 }
 
 std::string Reservations::persist() const {
@@ -366,6 +383,7 @@ std::string Reservations::load() {
     generation_ = j.at("generation").get<uint32_t>();
     ptpl_ = true;
     if (t != 0) set_reservation(ReservationType(t), holder);
+    version_.fetch_add(1, std::memory_order_release);
   } catch (const std::exception& e) {
     return fmt::format("'{}': {}", path_, e.what());
   }

@@ -50,9 +50,15 @@ class Reservations {
   wire::Status report(bool extended, uint8_t* buf, uint32_t len) const;
 
   // Data path: whether host may run a command of the read group (Read, Compare, Verify)
-  // or the write group (Write, Write Zeroes, DSM, Copy, Flush) now.
+  // or the write group (Write, Write Zeroes, DSM, Copy, Flush) now. Each connection keeps
+  // the last decision for its host in an AccessCache, good until the next reservation
+  // command changes the state: while a reservation is held, commands take no lock either.
+  struct AccessCache {
+    uint64_t version = ~0ull;
+    bool read = true, write = true;
+  };
   bool held() const { return type_seen_.load(std::memory_order_acquire) != 0; }
-  bool allowed(const uint8_t* host, bool read_group, bool write_group) const;
+  bool allowed(const uint8_t* host, bool read_group, bool write_group, AccessCache& cache) const;
 
   // What a test or the log wants to know.
   uint32_t generation() const;
@@ -74,6 +80,9 @@ class Reservations {
   void set_reservation(wire::ReservationType t, const HostId& holder);
   void clear_reservation();
   void released_notices(const HostId& by, std::vector<Notice>& notices) const;
+  bool decide(const uint8_t* host, bool read_group, bool write_group) const;  // under mu_
+  // After every change: a new version for the caches, and the state written when PTPL is on.
+  std::string commit();
   // Writes the state when PTPL is on (temporary file, fsync, rename, fsync of the directory).
   std::string persist() const;
 
@@ -82,6 +91,7 @@ class Reservations {
   wire::ReservationType type_ = wire::ReservationType::None;
   HostId holder_{};                  // meaningful for the types with one holder
   std::atomic<uint8_t> type_seen_{0};  // type_, for held() without the lock
+  std::atomic<uint64_t> version_{0};   // bumped by every change (commit())
   uint32_t generation_ = 0;
   bool ptpl_ = false;
   std::string path_;
