@@ -63,8 +63,8 @@ fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 
-# Steps whose nvtcp side is not implemented yet (docs/conformance.md: reservations, features
-# 82h/83h). They report PENDING / UNEXPECTED PASS against nvtcp instead of FAIL / PASS.
+# Steps whose nvtcp side a future command adds before the target has it: they report PENDING /
+# UNEXPECTED PASS against nvtcp instead of FAIL / PASS. Empty: every step must pass.
 # Take a step out of this list once the target passes it.
 NVTCP_PENDING=()
 
