@@ -1,26 +1,40 @@
 # The two entry points from the README: `make demo` and `make test`. Both install what they
 MAKEFLAGS += --no-print-directory
-# need from Debian's packages first, then build with CMake.
+# need first (`make deps`: Debian's packages and fio's headers), then build with CMake.
+# Building alone (`make`, `make build`, cmake) never installs or downloads anything.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-asan test-tsan interop fuzz fuzz-build fuzz-smoke clean
+PREFIX ?= /usr/local
+
+.PHONY: all deps build demo test test-asan test-tsan interop fuzz fuzz-build fuzz-smoke install package clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
-build: deps
+build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo: deps
+	@$(MAKE) build
 	@bash scripts/demo.sh $(BUILD)
 
-test: build
+# Binaries, libnvtcp (shared and static), headers, CMake package, nvtcp.pc, fio engine, and the
+# nvtcp-target service with its configuration (in /etc/nvtcp when PREFIX is /usr).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Debian package, in $(BUILD): nvtcp_<version>_<arch>.deb.
+package: build
+	@cd $(BUILD) && cpack -G DEB
+
+test: deps
+	@$(MAKE) build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory test-tsan
@@ -28,7 +42,7 @@ test: build
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer (the interop tests,
 # which mostly time a VM or a capture, run in the Release pass only).
-test-asan: deps
+test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE interop
@@ -46,7 +60,7 @@ test-asan: deps
 TSAN_TESTS ?= ^(HostTarget[./]|Engine[A-Za-z]*[.]|Reactor/DataPathModes[.]|BadInput[.]|KeepAlive[.]|Reconnect[.]|RamAtomicity[.]|Durability[A-Za-z]*[.]|PowerCut[.]|Abort[.]|AsyncEvents[.]|Reservations[.]|FusedCompareAndWrite[.])
 TSAN_RUN := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
 TSAN_ENV := TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)"
-test-tsan: deps
+test-tsan:
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=thread -DNVTCP_BENCH=OFF \
 	  -DNVTCP_FIO=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target nvtcp nvtcp_integration_tests
@@ -60,7 +74,7 @@ test-tsan: deps
 FUZZ_BUILD ?= build-fuzz
 FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller
 FUZZ_SECONDS ?= 600
-fuzz-build: deps
+fuzz-build:
 	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \
 	  -DNVTCP_TESTS=OFF -DNVTCP_BENCH=OFF -DNVTCP_FIO=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZERS))

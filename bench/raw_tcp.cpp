@@ -22,7 +22,7 @@
 
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
-#include "util/histogram.hpp"
+#include "histogram.hpp"  // apps/nvtcp: the latency histogram nvtcp perf reports
 
 using namespace nvtcp;
 

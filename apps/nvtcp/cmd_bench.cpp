@@ -128,6 +128,16 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
+// A file that ships with nvtcp: beside the binary in a build tree, else where the install put
+// it, relative to the binary's directory (bin/../share/nvtcp, bin/../lib/<arch>/nvtcp).
+std::string companion(const std::string& name, const char* installed_rel_dir) {
+  std::string beside = self_dir() + "/" + name;
+  struct stat st{};
+  if (stat(beside.c_str(), &st) == 0) return beside;
+  std::string installed = self_dir() + "/" + installed_rel_dir + "/" + name;
+  return stat(installed.c_str(), &st) == 0 ? installed : beside;
+}
+
 // "0", "1-15", "0,2-3" -> the CPUs listed.
 std::vector<int> parse_cpu_list(const std::string& list) {
   std::vector<int> cpus;
@@ -555,8 +565,8 @@ int run_compare(const BenchArgs& a) {
   ::mkdir(a.out_dir.c_str(), 0755);
   struct stat pst{};
   std::string python = stat("/usr/bin/python3", &pst) == 0 ? "/usr/bin/python3" : "python3";
-  ChildResult c = run_child({python, self_dir() + "/nvtcp_bench_report.py", "--compare", a.compare[0], a.compare[1],
-                             a.out_dir});
+  ChildResult c = run_child({python, companion("nvtcp_bench_report.py", NVTCP_BIN_TO_DATA), "--compare",
+                             a.compare[0], a.compare[1], a.out_dir});
   fmt::print("{}", c.out);
   if (c.status != 0) fmt::print(stderr, "nvtcp bench: compare: {}\n", c.err);
   return c.status == 0 ? 0 : 1;
@@ -632,7 +642,7 @@ int run_bench(BenchArgs& a) {
 
   // Which initiators can run here.
   std::vector<std::string> inits;
-  if (run.a.fio_engine.empty()) run.a.fio_engine = self_dir() + "/libnvtcp_fio.so";
+  if (run.a.fio_engine.empty()) run.a.fio_engine = companion("libnvtcp_fio.so", NVTCP_BIN_TO_FIO);
   for (const auto& i : a.initiators) {
     if (!run.hosts.empty()) {
       // fio --server runs the nvtcp ioengine there, inline or through that host's engine.
@@ -739,7 +749,7 @@ int run_bench(BenchArgs& a) {
   std::ofstream(json_path) << doc.dump(2) << "\n";
   fmt::print("\nraw figures: {}\n", json_path);
   // Tables and charts in the study's shape (python3-matplotlib).
-  std::string script = self_dir() + "/nvtcp_bench_report.py";
+  std::string script = companion("nvtcp_bench_report.py", NVTCP_BIN_TO_DATA);
   // Debian's interpreter, where python3-matplotlib lives (a PATH python may lack it).
   struct stat pst{};
   std::string python = stat("/usr/bin/python3", &pst) == 0 ? "/usr/bin/python3" : "python3";

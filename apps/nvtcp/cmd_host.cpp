@@ -8,11 +8,11 @@
 
 #include "commands.hpp"
 #include "nvtcp/host.hpp"
-#include "backend/block_device.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
+#include "nvtcp/properties.hpp"
+#include "nvtcp/size.hpp"
 #include "perf.hpp"
-#include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
 
 namespace nvtcp::app {
 
@@ -202,7 +202,7 @@ int run_perf_cmd(PerfArgs& a) {
     return 2;
   }
   uint64_t sz = 0;
-  if (!backend::parse_size(a.io_size, sz) || sz == 0 || sz > (64u << 20)) {
+  if (!parse_size(a.io_size, sz) || sz == 0 || sz > (64u << 20)) {
     fmt::print(stderr, "nvtcp perf: -o '{}' is not an I/O size\n", a.io_size);
     return 2;
   }
@@ -271,19 +271,19 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = host::PollMode::Busy; }, "same as --poll busy");
   c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = host::PollMode::Hybrid; }, "same as --poll hybrid");
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
-  c->add_option("--sqpoll-cpu", a->o.sqpoll_cpu, "pin the SQ threads to this CPU (default: unpinned)")
+  c->add_option("--sqpoll-cpu", a->o.data_path.sq_thread_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));
   c->add_option_function<std::string>(
       "--send-zc",
       [a](const std::string& v) {
         uint64_t n = 0;
-        if (!backend::parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError("--send-zc", "not a size: " + v);
-        a->o.send_zc_threshold = uint32_t(n);
+        if (!parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError("--send-zc", "not a size: " + v);
+        a->o.data_path.zero_copy_send_threshold = uint32_t(n);
       },
       "send segments of at least SIZE bytes (e.g. 64K) with io_uring zero-copy sends (default 0: off)");
-  c->add_flag("--recv-multishot", a->o.recv_multishot,
+  c->add_flag("--recv-multishot", a->o.data_path.recv_multishot,
               "receive with one multishot recv per connection into a shared provided-buffer ring");
-  c->add_flag("--no-spin-recv{false}", a->o.spin_recv,
+  c->add_flag("--no-spin-recv{false}", a->o.data_path.spin_recv,
               "busy/hybrid polling: wait for bytes through io_uring only, never with a polled recv()");
   add_recovery_options(c, a->o.ctrl);
   c->callback([a, &rc] { rc = run_perf_cmd(*a); });

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,12 +16,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "reactor/reactor.hpp"
-#include "util/log.hpp"
-
 namespace nvtcp::app {
 
 namespace {
+uint64_t monotonic_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+// What the run itself has to say (the library's own lines go to its log sink).
+template <typename... Args>
+void report(fmt::format_string<Args...> f, Args&&... a) {
+  std::fputs(("nvtcp perf: " + fmt::format(f, std::forward<Args>(a)...) + "\n").c_str(), stderr);
+}
+
 double process_cpu_seconds() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -83,17 +94,17 @@ struct Job {
     host::NamespaceInfo ni;
     std::string err;
     if (!ctrl.namespace_info(nsid, ni, err)) {
-      log::warn("namespace {} is gone ({}): its I/O will fail", nsid, err);
+      report("namespace {} is gone ({}): its I/O will fail", nsid, err);
       return;
     }
     if (ni.block_size != bs) {
-      log::warn("namespace {} now has {}-byte blocks, not {}: its I/O will fail", nsid, ni.block_size, bs);
+      report("namespace {} now has {}-byte blocks, not {}: its I/O will fail", nsid, ni.block_size, bs);
       return;
     }
     const uint64_t units = ni.blocks / nlb;
     if (units >= span) return;
     span = std::max<uint64_t>(units, 1);
-    log::warn("namespace {} shrank to {} blocks: I/O from now on stays below LBA {}", nsid, ni.blocks, span * nlb);
+    report("namespace {} shrank to {} blocks: I/O from now on stays below LBA {}", nsid, ni.blocks, span * nlb);
   }
 
   void fill_pattern(Slot* s) {
@@ -124,7 +135,7 @@ struct Job {
       else s->is_read = read_pct >= 100 ? true : read_pct == 0 ? false : (rng.next() % 100) < read_pct;
       if (o->verify && !s->is_read) fill_pattern(s);
     }
-    s->start_ns = reactor::monotonic_ns();
+    s->start_ns = monotonic_ns();
     int rc = s->is_read ? s->qp->read(nsid, s->lba, nlb, s->buf, on_done, s)
                         : s->qp->write(nsid, s->lba, nlb, s->buf, on_done, s);
     s->refused = rc == -ENOTCONN;
@@ -140,13 +151,13 @@ struct Job {
   static void on_done(void* ctx, const host::Completion& c) {
     auto* s = static_cast<Slot*>(ctx);
     Job* j = s->job;
-    uint64_t now = reactor::monotonic_ns();
+    uint64_t now = monotonic_ns();
     --j->outstanding;
     j->r->lat.record(now - s->start_ns);
     ++j->r->ios;
     if (s->is_read) ++j->r->reads; else ++j->r->writes;
     if (!c.status.ok()) {
-      if (j->r->errors++ < 5) log::warn("I/O error at LBA {}: {}", s->lba, wire::status_name(c.status));
+      if (j->r->errors++ < 5) report("I/O error at LBA {}: {}", s->lba, wire::status_name(c.status));
     } else if (j->o->verify && !s->is_read) {
       j->acked[s->lba / j->nlb] = true;
     } else if (j->o->verify && s->is_read) {
@@ -154,7 +165,7 @@ struct Job {
       // not checked (and counted).
       if (!j->acked[s->lba / j->nlb]) ++j->r->verify_skipped;
       else if (!j->check_pattern(s) && j->r->verify_failures++ < 5)
-        log::error("verify: data at LBA {} does not match what was written", s->lba);
+        report("verify: data at LBA {} does not match what was written", s->lba);
     }
     if (!j->stopping) j->issue(s);
   }
@@ -207,7 +218,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
 
   auto run_phase = [&](double secs) {
     job.stopping = false;
-    uint64_t t0 = reactor::monotonic_ns();
+    uint64_t t0 = monotonic_ns();
     // Over TCP one reactor serves every queue pair of this thread: polling any one drives
     // all. Through the engine each queue pair has its own completion queue to read.
     const bool each_queue = ctrl.trid().trtype == "engine";
@@ -224,7 +235,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     uint64_t end = t0 + uint64_t(secs * 1e9);
     while (true) {
       poll_all(1000);
-      if (reactor::monotonic_ns() >= end) break;
+      if (monotonic_ns() >= end) break;
       job.follow_shrink(ctrl);
       if (!job.idle.empty()) {
         std::vector<Slot*> retry;
@@ -239,9 +250,9 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     // In-flight commands may wait for a reconnect: give them as long as recovery may take.
     uint64_t drain_ms = 5000;
     if (o.ctrl.ctrl_loss_tmo_ms) drain_ms += o.ctrl.ctrl_loss_tmo_ms + 2ull * o.ctrl.io_timeout_ms;
-    uint64_t drain_end = reactor::monotonic_ns() + drain_ms * 1'000'000ull;
-    while (job.outstanding > 0 && reactor::monotonic_ns() < drain_end) poll_all(1000);
-    out.seconds += double(reactor::monotonic_ns() - t0) / 1e9;
+    uint64_t drain_end = monotonic_ns() + drain_ms * 1'000'000ull;
+    while (job.outstanding > 0 && monotonic_ns() < drain_end) poll_all(1000);
+    out.seconds += double(monotonic_ns() - t0) / 1e9;
   };
 
   if (o.verify) {
@@ -283,13 +294,8 @@ void pin_to(int cpu) {
 }  // namespace
 
 bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
-  // The host library makes each thread's reactor itself; it takes these defaults.
-  reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
-  ro.sq_thread_cpu = o.sqpoll_cpu;
-  ro.send_zc_threshold = o.send_zc_threshold;
-  ro.recv_multishot = o.recv_multishot;
-  ro.spin_recv = o.spin_recv;
-  reactor::ReactorOptions::set_defaults(ro);
+  // The host library makes each thread's reactor itself, with these options.
+  host::set_data_path_options(o.data_path);
   auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
   if (!ctrl) return false;
   host::NamespaceInfo ni;

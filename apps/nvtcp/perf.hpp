@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
-#include "util/histogram.hpp"
+#include "histogram.hpp"
 
 namespace nvtcp::app {
 
@@ -22,10 +22,7 @@ struct PerfOptions {
   unsigned cores = 1;                 // threads, each with its own queue pairs
   std::vector<int> cpus;              // pin thread i to cpus[i] when given
   bool verify = false;                // write tagged blocks, then read back and check
-  int sqpoll_cpu = -1;                // with ctrl.sqpoll: pin the SQ threads here
-  uint32_t send_zc_threshold = 0;     // zero-copy sends of segments this large (0 = off)
-  bool recv_multishot = false;        // multishot receive into a provided buffer ring
-  bool spin_recv = true;              // a spinning reactor polls idle sockets with recv()
+  host::DataPathOptions data_path;    // SQ thread CPU, zero-copy sends, multishot and spinning receive
 };
 
 struct PerfResult {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "nvtcp/identify.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 
@@ -44,6 +45,27 @@ enum class PollMode { Default, Interrupt, Busy, Hybrid };
 
 // "default", "interrupt", "busy" or "hybrid" (command-line and fio option values); false if unknown.
 bool parse_poll_mode(const std::string& text, PollMode& out);
+
+// How each thread's reactor (one io_uring per thread, shared by that thread's queue pairs)
+// moves bytes. Process-wide: set before the first queue pair is created; a thread's reactor
+// keeps the options it was made with. The per-controller choices (poll mode, SQ polling,
+// TCP congestion control) are in ControllerOptions.
+struct DataPathOptions {
+  // With ControllerOptions::sqpoll: the CPU the kernel's SQ thread is pinned to (-1: any).
+  int sq_thread_cpu = -1;
+  // A send that carries a segment of at least this many bytes goes zero-copy (the kernel
+  // sends from the application's pages, and the write completes once the kernel lets go of
+  // them). 0 = never; worth it from about 16 KiB.
+  uint32_t zero_copy_send_threshold = 0;
+  // Receive with one multishot receive per connection into a ring of buffers shared by the
+  // thread's connections, rather than one receive per connection per arrival.
+  bool recv_multishot = false;
+  // Busy and hybrid polling: a latency-bound connection is polled with a plain non-blocking
+  // receive while the reactor spins, which finds bytes sooner than io_uring's poll.
+  bool spin_recv = true;
+};
+void set_data_path_options(const DataPathOptions& options);
+DataPathOptions data_path_options();
 
 struct ControllerOptions {
   std::string hostnqn;               // empty: derived from the host ID
@@ -231,6 +253,9 @@ class Controller {
   // serial number, model and subsystem NQN (else the controller fails for good: another
   // subsystem answers there); its firmware revision may differ, and is logged, not kept.
   const uint8_t* identify_data() const;
+  const wire::IdentifyController& identify_controller() const {
+    return *reinterpret_cast<const wire::IdentifyController*>(identify_data());  // packed: any address will do
+  }
   uint16_t cntlid() const;
   uint32_t io_queues_granted() const;
   uint32_t max_transfer_bytes() const;

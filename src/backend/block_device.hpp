@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "nvtcp/size.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/reactor.hpp"
 
@@ -83,8 +84,7 @@ class BlockDevice {
   virtual void set_sync_observer(SyncObserver*) {}
 };
 
-// Parses "512", "4K", "1G", "1T" (binary units) into bytes; false on junk.
-bool parse_size(const std::string& text, uint64_t& out);
+using ::nvtcp::parse_size;  // "512", "4K", "1G", "1T" -> bytes (nvtcp/size.hpp)
 
 std::unique_ptr<BlockDevice> make_null(uint64_t size, uint32_t block_size);
 // reactors: how many reactor threads submit to it (more than one: commands on the same

@@ -21,7 +21,7 @@
 
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 // The ioctl-encoded command opcodes (Linux 6.3+; older UAPI headers lack them). Every kernel
 // that knows them accepts them; the plain numbers are a legacy a kernel may refuse.

@@ -1,19 +1,20 @@
-// Minimal leveled logging to stderr. Formatting happens only when the level is enabled,
-// and nothing logs on the per-I/O success path.
+// Leveled logging inside nvtcp, to the sink the application chose (nvtcp/log.hpp; stderr by
+// default). Formatting happens only when the level is enabled, and nothing logs on the
+// per-I/O success path.
 #pragma once
-#include <cstdio>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "nvtcp/log.hpp"
+
 namespace nvtcp::log {
 
-enum class Level { Debug = 0, Info = 1, Warn = 2, Error = 3, Off = 4 };
+using Level = LogLevel;
 
-Level level();
-void set_level(Level l);
-// "debug" | "info" | "warn" | "error" | "off"
-bool parse_level(const std::string& s, Level& out);
+inline Level level() { return log_level(); }
+inline void set_level(Level l) { set_log_level(l); }
+inline bool parse_level(const std::string& s, Level& out) { return parse_log_level(s, out); }
 void write(Level l, const std::string& msg);
 
 template <typename... Args>

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nvtcp/log_pages.hpp"   // kDiscoveryNqn, kDiscoveryPort, kDefaultPort
+#include "nvtcp/properties.hpp"  // CAP, VS, CC, CSTS
 #include "nvtcp/sqe.hpp"
 
 namespace nvtcp::wire {
@@ -16,9 +18,6 @@ enum class FabricsType : uint8_t {
   Disconnect = 0x08,
 };
 
-inline constexpr const char* kDiscoveryNqn = "nqn.2014-08.org.nvmexpress.discovery";
-inline constexpr uint16_t kDiscoveryPort = 8009;
-inline constexpr uint16_t kDefaultPort = 4420;
 inline constexpr uint16_t kDynamicCntlid = 0xFFFF;
 inline constexpr uint8_t kConnectAttrDisableSqFlow = 0x04;  // CATTR bit 2
 inline constexpr uint32_t kConnectDataLen = 1024;
@@ -97,30 +96,5 @@ static_assert(sizeof(PropertyGetCmd) == 64 && offsetof(PropertyGetCmd, attrib) =
 static_assert(offsetof(PropertyGetCmd, ofst) == 44);
 static_assert(sizeof(PropertySetCmd) == 64 && offsetof(PropertySetCmd, value) == 48);
 static_assert(sizeof(DisconnectCmd) == 64 && offsetof(DisconnectCmd, recfmt) == 40);
-
-// Controller properties reachable through Property Get/Set.
-namespace prop {
-inline constexpr uint32_t CAP = 0x00;   // 8 bytes
-inline constexpr uint32_t VS = 0x08;
-inline constexpr uint32_t CC = 0x14;
-inline constexpr uint32_t CSTS = 0x1C;
-inline constexpr uint32_t NSSR = 0x20;
-
-inline constexpr uint32_t kCcEnable = 0x1;
-inline constexpr uint32_t kCcShnShift = 14;
-inline constexpr uint32_t kCcShnMask = 0x3u << kCcShnShift;
-inline constexpr uint32_t kCstsReady = 0x1;
-inline constexpr uint32_t kCstsFatal = 0x2;
-inline constexpr uint32_t kCstsShstProcessing = 0x1u << 2;
-inline constexpr uint32_t kCstsShstComplete = 0x2u << 2;
-inline constexpr uint32_t kCstsShstMask = 0x3u << 2;
-
-// CAP: MQES (0's based), CQR=1, TO in 500 ms units, CSS bit 37 (NVM command set).
-constexpr uint64_t make_cap(uint16_t mqes, uint8_t timeout_500ms) {
-  return uint64_t(mqes) | (1ull << 16) | (uint64_t(timeout_500ms) << 24) | (1ull << 37);
-}
-constexpr uint16_t cap_mqes(uint64_t cap) { return cap & 0xFFFF; }
-constexpr uint32_t cap_timeout_ms(uint64_t cap) { return uint32_t((cap >> 24) & 0xFF) * 500; }
-}  // namespace prop
 
 }  // namespace nvtcp::wire

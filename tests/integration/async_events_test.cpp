@@ -10,8 +10,8 @@
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::test {
 namespace {

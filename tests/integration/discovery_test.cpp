@@ -12,7 +12,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::test {
 namespace {

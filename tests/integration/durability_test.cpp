@@ -33,7 +33,7 @@
 #include "power_loss_device.hpp"
 #include "test_target.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::test {
 namespace {

@@ -25,7 +25,7 @@
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 extern char** environ;
 

@@ -21,8 +21,8 @@
 #include "test_target.hpp"
 #include "test_devices.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::test {

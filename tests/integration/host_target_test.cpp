@@ -28,8 +28,8 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 
 extern char** environ;
 

@@ -13,7 +13,7 @@
 #include "nvtcp/host.hpp"
 #include "target/controller.hpp"
 #include "test_target.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::test {
 namespace {

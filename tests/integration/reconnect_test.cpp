@@ -13,7 +13,7 @@
 #include "fault_proxy.hpp"
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::test {
 namespace {

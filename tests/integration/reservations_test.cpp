@@ -12,8 +12,8 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "wire/reservations.hpp"
 
 namespace nvtcp::test {

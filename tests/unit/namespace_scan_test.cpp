@@ -12,7 +12,7 @@
 #include "host/block_size_table.hpp"
 #include "host/namespace_scan.hpp"
 #include "nvtcp/sqe.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host::detail {
 namespace {

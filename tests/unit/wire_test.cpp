@@ -22,8 +22,8 @@
 #include "nvtcp/status.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "wire/pdu.hpp"
 
 using namespace nvtcp::wire;
