@@ -2,17 +2,18 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "util/log.hpp"
+#include "nvtcp/log.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"nvtcp: a userspace NVMe/TCP target, initiator and benchmark"};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level works after the subcommand too
+  app.set_version_flag("--version", "nvtcp " NVTCP_VERSION);
   std::string log_level;
   app.add_option("--log-level", log_level, "debug, info, warn, error or off (also NVTCP_LOG)");
   app.parse_complete_callback([&] {
-    nvtcp::log::Level l;
-    if (!log_level.empty() && nvtcp::log::parse_level(log_level, l)) nvtcp::log::set_level(l);
+    nvtcp::LogLevel l;
+    if (!log_level.empty() && nvtcp::parse_log_level(log_level, l)) nvtcp::set_log_level(l);
   });
   int rc = 0;
   nvtcp::app::add_target_command(app, rc);
