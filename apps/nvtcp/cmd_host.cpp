@@ -252,6 +252,12 @@ void add_perf_command(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"read", "write", "randread", "randwrite", "randrw", "rw"}));
   c->add_option("-M,--read-percent", a->o.read_percent, "reads in a mixed workload, %")->check(CLI::Range(0, 100));
   c->add_option("-t,--time", a->o.seconds, "seconds to run")->check(CLI::Range(0.1, 86400.0));
+  c->add_option("--number-ios", a->o.number_ios,
+                "per thread: stop after this many I/Os, or at --time if that comes first (with --verify: "
+                "this many writes, then as many reads)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 40));
+  c->add_option("--rate-iops", a->o.rate_iops, "per thread: issue at most this many I/Os per second")
+      ->check(CLI::Range(1u, 100'000'000u));
   c->add_option("-P,--qpairs", a->o.qpairs, "queue pairs (TCP connections) per thread")->check(CLI::Range(1, 1024));
   c->add_option("--cores", a->o.cores, "threads, each driving its own queue pairs")->check(CLI::Range(1, 256));
   c->add_option("-c,--cpus", a->o.cpus, "pin thread i to the i-th CPU of this list (e.g. -c 1 or -c 0,1)")

@@ -76,7 +76,8 @@ struct Job {
   uint64_t outstanding = 0;
   bool verify_phase_read = false;
   uint64_t issued = 0;
-  uint64_t issue_limit = 0;  // verify read-back: exactly as many I/Os as were written
+  uint64_t issue_limit = 0;  // --number-ios, and verify read-back: exactly as many I/Os as were written
+  uint64_t phase_start_ns = 0;
   uint64_t pattern_seed = 0; // per run (shared by its threads), so blocks left by an earlier run never pass
   std::vector<bool> acked;   // verify: io_size units with at least one acknowledged write
   std::vector<Slot*> idle;   // slots whose submission was refused (queue reconnecting)
@@ -125,9 +126,18 @@ struct Job {
     return true;
   }
 
+  // --rate-iops: how many I/Os this thread may have issued by now (one at the start).
+  uint64_t paced_allowance() const {
+    return 1 + (monotonic_ns() - phase_start_ns) * o->rate_iops / 1'000'000'000ull;
+  }
+
   bool issue(Slot* s) {
     if (!s->refused) {  // a refused slot tries the same I/O again, keeping the verify sequence
       if (issue_limit && issued >= issue_limit) return false;
+      if (o->rate_iops && issued >= paced_allowance()) {
+        idle.push_back(s);  // ahead of the rate: the run loop offers it again
+        return false;
+      }
       ++issued;
       uint64_t unit = random ? rng.next() % span : (seq++ % span);
       s->lba = unit * nlb;
@@ -219,6 +229,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   auto run_phase = [&](double secs) {
     job.stopping = false;
     uint64_t t0 = monotonic_ns();
+    job.phase_start_ns = t0;
     // Over TCP one reactor serves every queue pair of this thread: polling any one drives
     // all. Through the engine each queue pair has its own completion queue to read.
     const bool each_queue = ctrl.trid().trtype == "engine";
@@ -236,6 +247,8 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     while (true) {
       poll_all(1000);
       if (monotonic_ns() >= end) break;
+      // --number-ios: done once every I/O asked for has completed.
+      if (o.number_ios && job.issued >= job.issue_limit && job.outstanding == 0 && job.idle.empty()) break;
       job.follow_shrink(ctrl);
       if (!job.idle.empty()) {
         std::vector<Slot*> retry;
@@ -263,6 +276,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     static const uint64_t run_seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
     job.pattern_seed = run_seed;
     job.acked.assign(job.span, false);
+    job.issue_limit = o.number_ios;
     Rng saved = job.rng;
     uint64_t saved_seq = job.seq;
     run_phase(o.seconds / 2);
@@ -273,6 +287,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     job.verify_phase_read = true;
     run_phase(o.seconds / 2);
   } else {
+    job.issue_limit = o.number_ios;
     run_phase(o.seconds);
   }
   bool any_failed = false;

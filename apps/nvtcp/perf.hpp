@@ -18,6 +18,8 @@ struct PerfOptions {
   std::string workload = "randread";  // read | write | randread | randwrite | randrw | rw
   uint32_t read_percent = 50;         // for randrw / rw
   double seconds = 5;
+  uint64_t number_ios = 0;            // per thread: stop after this many I/Os (0: run for seconds)
+  uint32_t rate_iops = 0;             // per thread: issue at most this many I/Os per second (0: no limit)
   uint32_t qpairs = 1;                // per thread
   unsigned cores = 1;                 // threads, each with its own queue pairs
   std::vector<int> cpus;              // pin thread i to cpus[i] when given

@@ -41,8 +41,13 @@ START=$SECONDS
 NQN=nqn.2026-11.io.nvtcp:tshark
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:7d1c2f3e-0b5a-4c8e-9f21-3a6b4d5e6f70
-PERF_TIME=0.2
+# A fixed number of I/Os at a fixed pace, so that a capture holds the same traffic on a fast idle
+# machine and on a loaded 2-core one: dumpcap drops packets when I/O outruns it, and the load
+# that decides how fast it can write is the machine's, not ours. 256 4K I/Os at 1000/s and 128 64K
+# writes at 250/s (16 MB/s) take about 0.8 s in all; --time only bounds a stalled run.
 PERF_QD=4
+PERF_4K=(--number-ios 256 --rate-iops 1000 -t 20)
+PERF_64K=(--number-ios 128 --rate-iops 250 -t 20)
 
 WORK=$(mktemp -d /tmp/nvtcp-tshark.XXXXXX)
 TARGET_PID=""
@@ -291,9 +296,9 @@ capture() {
   run_cmd "$name" discover "$NVTCP" discover -a 127.0.0.1 -s "$PORT" -q "$HOSTNQN" "${dg[@]}"
   run_cmd "$name" identify "$NVTCP" identify -r "$trid$trid_dg" -q "$HOSTNQN"
   run_cmd "$name" "perf 4K randrw" "$NVTCP" perf -r "$trid ns:1" -q "$PERF_QD" -o 4K -w randrw -M 50 \
-    -t "$PERF_TIME" "${dg[@]}"
+    "${PERF_4K[@]}" "${dg[@]}"
   run_cmd "$name" "perf 64K randwrite" "$NVTCP" perf -r "$trid ns:1" -q "$PERF_QD" -o 64K -w randwrite \
-    -t "$PERF_TIME" "${dg[@]}"
+    "${PERF_64K[@]}" "${dg[@]}"
   if [[ $digests -eq 1 ]]; then inject_bad_hdgst "$name"; else inject_garbage "$name"; fi
   stop_capture "$name"
   stop_target "$name"
@@ -308,7 +313,7 @@ capture_until_lossless() {
     log "$DROPPED; repeating this capture once"
     FAILURES=$failures_before
     capture "$@"
-    [[ -z $DROPPED ]] || fail "$DROPPED again; lower the I/O count (PERF_TIME, PERF_QD)"
+    [[ -z $DROPPED ]] || fail "$DROPPED again; lower the I/O count or rate (PERF_4K, PERF_64K)"
   fi
 }
 
