@@ -16,6 +16,14 @@ inline constexpr uint32_t NSSR = 0x20;
 inline constexpr uint32_t kCcEnable = 0x1;
 inline constexpr uint32_t kCcShnShift = 14;
 inline constexpr uint32_t kCcShnMask = 0x3u << kCcShnShift;
+inline constexpr uint32_t kCcShnNormal = 0x1u << kCcShnShift;   // normal shutdown notification
+// I/O queue entry sizes as powers of two: 64-byte SQEs (IOSQES, bits 19:16) and 16-byte CQEs
+// (IOCQES, bits 23:20), the only sizes NVM controllers use.
+inline constexpr uint32_t kCcIosqes64 = 6u << 16;
+inline constexpr uint32_t kCcIocqes16 = 4u << 20;
+// What a host writes to enable a controller: NVM command set (CSS 0), 4 KiB pages (MPS 0),
+// round robin (AMS 0), standard entry sizes.
+inline constexpr uint32_t kCcEnableNvm = kCcEnable | kCcIosqes64 | kCcIocqes16;
 inline constexpr uint32_t kCstsReady = 0x1;
 inline constexpr uint32_t kCstsFatal = 0x2;
 inline constexpr uint32_t kCstsShstProcessing = 0x1u << 2;

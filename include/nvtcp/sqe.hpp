@@ -41,6 +41,9 @@ enum class IoOpcode : uint8_t {
 inline constexpr uint8_t kSglDataBlockOffset = 0x01;      // in-capsule data (Data Block, Offset)
 inline constexpr uint8_t kSglTransportDataBlock = 0x5A;   // data moved by R2T/H2CData or C2HData
 
+// Dataset Management CDW11 attributes: AD (deallocate the ranges).
+inline constexpr uint32_t kDsmDeallocate = 1u << 2;
+
 // NSID FFFFFFFFh: every namespace (Flush), or controller-wide (logs, features).
 inline constexpr uint32_t kNsidAll = 0xFFFFFFFFu;
 

@@ -18,4 +18,10 @@ class Crc32c {
 
 uint32_t crc32c(const void* data, size_t len);
 
+// A PDU header's digest goes right after its hlen bytes (little-endian, as every field).
+inline void seal_header_digest(void* pdu, uint32_t hlen) {
+  const uint32_t crc = crc32c(pdu, hlen);
+  __builtin_memcpy(static_cast<uint8_t*>(pdu) + hlen, &crc, sizeof(crc));
+}
+
 }  // namespace nvtcp::wire

@@ -141,17 +141,28 @@ constexpr uint8_t expected_hlen(PduType t) {
   return 0;
 }
 
-// Fatal error status values carried by TermReq PDUs.
+// Fatal error status values carried by TermReq PDUs. 05h means one thing from each side.
 enum class Fes : uint16_t {
   InvalidHeaderField = 0x01,
   PduSequenceError = 0x02,
   HeaderDigestError = 0x03,
   DataOutOfRange = 0x04,
-  DataLimitExceeded = 0x05,  // R2T limit (C2H side) / data transfer limit exceeded
+  R2TLimitExceeded = 0x05,   // in an H2CTermReq: the controller sent more R2Ts than MAXR2T allows
+  DataLimitExceeded = 0x05,  // in a C2HTermReq: the host sent more data than MAXH2CDATA (or a PDU too long)
   UnsupportedParameter = 0x06,
 };
 
-const char* fes_name(Fes f);
+// The status's name as the PDU that carries it (H2CTermReq or C2HTermReq) defines it.
+const char* fes_name(Fes f, PduType term_req);
+const char* fes_name(Fes f);  // without the direction: 05h reads "limit exceeded"
+
+// ICReq/ICResp DGST field: which digests the host asks for, and the controller grants.
+inline constexpr uint8_t kIcDigestHeader = 0x01;
+inline constexpr uint8_t kIcDigestData = 0x02;
+
+inline constexpr uint8_t ic_digest_bits(bool hdgst, bool ddgst) {
+  return uint8_t((hdgst ? kIcDigestHeader : 0) | (ddgst ? kIcDigestData : 0));
+}
 
 // PDU data offset: header, optional header digest, then padding up to the alignment the
 // receiver asked for ((pda + 1) dwords).
@@ -176,6 +187,33 @@ inline void fill_common_header(CommonHeader& ch, PduType type, uint8_t hlen, uin
     ch.pdo = 0;
     ch.plen = hlen + (hdgst ? kDigestLen : 0);
   }
+}
+
+// The host's ICReq: hpda (0's based dwords of data alignment it wants), the digests it asks
+// for, and MAXR2T (0's based: how many R2Ts it takes outstanding per command).
+inline ICReqPdu make_icreq(uint8_t hpda, bool hdgst, bool ddgst, uint32_t maxr2t_zero_based = 0) {
+  ICReqPdu p{};
+  p.ch.type = uint8_t(PduType::ICReq);
+  p.ch.hlen = sizeof(ICReqPdu);
+  p.ch.plen = sizeof(ICReqPdu);
+  p.pfv = kPfv;
+  p.hpda = hpda;
+  p.digest = ic_digest_bits(hdgst, ddgst);
+  p.maxr2t = maxr2t_zero_based;
+  return p;
+}
+
+// The controller's ICResp: cpda, the digests it grants and MAXH2CDATA in bytes.
+inline ICRespPdu make_icresp(uint8_t cpda, bool hdgst, bool ddgst, uint32_t maxh2cdata) {
+  ICRespPdu p{};
+  p.ch.type = uint8_t(PduType::ICResp);
+  p.ch.hlen = sizeof(ICRespPdu);
+  p.ch.plen = sizeof(ICRespPdu);
+  p.pfv = kPfv;
+  p.cpda = cpda;
+  p.digest = ic_digest_bits(hdgst, ddgst);
+  p.maxh2cdata = maxh2cdata;
+  return p;
 }
 
 // The largest PDU header plus digest we ever need to hold before data starts.

@@ -10,14 +10,7 @@
 namespace nvtcp::test {
 namespace {
 
-Sqe abort_sqe(uint16_t cid, uint16_t sqid, uint16_t victim) {
-  Sqe s{};
-  s.opc = uint8_t(AdminOpcode::Abort);
-  s.flags = kSqeFlagsPsdtSgl;
-  s.cid = cid;
-  s.cdw10 = uint32_t(sqid) | uint32_t(victim) << 16;
-  return s;
-}
+Sqe abort_sqe(uint16_t cid, uint16_t sqid, uint16_t victim) { return raw_sqe(cmd::abort(sqid, victim), cid); }
 
 // The next PDU on io is the R2T for cid.
 AssertionResult r2t_for(Session& io, uint16_t cid, R2TPdu& r2t) {

@@ -34,12 +34,7 @@ Sqe admin_sqe(AdminOpcode opc, uint16_t cid, uint32_t nsid = 0) {
 }
 
 Sqe get_log_sqe(uint16_t cid, LogPageId lid, uint32_t len, bool retain = false, uint32_t nsid = 0) {
-  Sqe s = admin_sqe(AdminOpcode::GetLogPage, cid, nsid);
-  const uint32_t numd = len / 4 - 1;
-  s.cdw10 = uint32_t(lid) | (retain ? kLogRetainAsyncEvent : 0) | (numd & 0xFFFF) << 16;
-  s.cdw11 = numd >> 16;
-  s.sgl.length = len;
-  return s;
+  return raw_sqe(cmd::get_log_page(uint8_t(lid), nsid, len, 0, retain), cid, len);
 }
 
 // An admin queue, connected and enabled, with host NQN hostnqn.

@@ -404,16 +404,7 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
 
 // ------------------------------------------------------------------ controller state
 
-Sqe identify_sqe(uint16_t cid, uint8_t cns) {
-  Sqe s{};
-  s.opc = uint8_t(AdminOpcode::Identify);
-  s.flags = kSqeFlagsPsdtSgl;
-  s.cid = cid;
-  s.sgl.length = 4096;
-  s.sgl.type = kSglTransportDataBlock;
-  s.cdw10 = cns;
-  return s;
-}
+Sqe identify_sqe(uint16_t cid, uint8_t cns) { return raw_sqe(cmd::identify(cns), cid, kIdentifyLen); }
 
 uint32_t read_csts(Session& admin) {
   Cqe cqe{};
@@ -556,16 +547,7 @@ TEST(ControllerState, IoQueueEndsWithItsAdminQueue) {
 
 // A Get Log Page of the discovery log (70h) asking for len bytes.
 Sqe discovery_log_sqe(uint16_t cid, uint32_t len) {
-  Sqe s{};
-  s.opc = uint8_t(AdminOpcode::GetLogPage);
-  s.flags = kSqeFlagsPsdtSgl;
-  s.cid = cid;
-  s.sgl.length = len;
-  s.sgl.type = kSglTransportDataBlock;
-  const uint32_t numd = len / 4 - 1;
-  s.cdw10 = 0x70 | (numd & 0xFFFF) << 16;
-  s.cdw11 = numd >> 16;
-  return s;
+  return raw_sqe(cmd::get_log_page(uint8_t(LogPageId::Discovery), 0, len), cid, len);
 }
 
 // Discovery is open to any host. 1 MiB reads of a log that holds 2 KiB, pipelined on a few

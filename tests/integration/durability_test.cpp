@@ -32,6 +32,7 @@
 #include "nvtcp/host.hpp"
 #include "power_loss_device.hpp"
 #include "test_target.hpp"
+#include "wire/commands.hpp"
 #include "wire/features.hpp"
 #include "nvtcp/identify.hpp"
 
@@ -77,12 +78,8 @@ bool drain(QueuePair& qp, const std::vector<std::unique_ptr<Outcome>>& outs) {
 }
 
 wire::Sqe features_cmd(wire::AdminOpcode opc, uint8_t fid, uint32_t sel_or_cdw11) {
-  wire::Sqe s{};
-  s.opc = uint8_t(opc);
-  s.cdw10 = fid;
-  if (opc == wire::AdminOpcode::GetFeatures) s.cdw10 |= sel_or_cdw11 << 8;
-  else s.cdw11 = sel_or_cdw11;
-  return s;
+  return opc == wire::AdminOpcode::GetFeatures ? wire::cmd::get_features(fid, sel_or_cdw11)
+                                               : wire::cmd::set_features(fid, sel_or_cdw11);
 }
 
 // ---------------------------------------------------------------- ordering

@@ -397,11 +397,7 @@ class AerRefusingController {
   void session(int fd) {
     wire::ICReqPdu req;
     if (!read_all(fd, &req, sizeof(req))) return;
-    wire::ICRespPdu resp{};
-    resp.ch.type = uint8_t(wire::PduType::ICResp);
-    resp.ch.hlen = sizeof(resp);
-    resp.ch.plen = sizeof(resp);
-    resp.maxh2cdata = 128 * 1024;
+    const wire::ICRespPdu resp = wire::make_icresp(0, false, false, 128 * 1024);
     if (!write_all(fd, &resp, sizeof(resp))) return;
     uint32_t cc = 0;
     while (!stop_) {

@@ -27,6 +27,7 @@
 
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
+#include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
@@ -637,13 +638,7 @@ TEST(HostTarget, IoQueueConnectWhenIoccszIsSmallerThanConnectData) {
 // ---------------------------------------------------------------- 6. errors as statuses
 
 wire::Sqe rw_sqe(uint8_t opc, uint32_t nsid, uint64_t slba, uint32_t nlb) {
-  wire::Sqe s{};
-  s.opc = opc;
-  s.nsid = nsid;
-  s.cdw10 = uint32_t(slba);
-  s.cdw11 = uint32_t(slba >> 32);
-  s.cdw12 = (nlb - 1) & 0xFFFF;
-  return s;
+  return wire::cmd::block_range(wire::IoOpcode(opc), nsid, slba, nlb);
 }
 
 TEST(HostTarget, ErrorsAreNvmeStatusesAndQueueSurvives) {

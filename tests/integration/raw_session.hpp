@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "test_target.hpp"
+#include "wire/commands.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
@@ -94,15 +95,7 @@ inline Bytes build_pdu(Bytes hdr, const Bytes& data, bool hdgst, bool ddgst, uin
 }
 
 inline Bytes icreq_pdu(uint8_t digest) {
-  ICReqPdu p{};
-  p.ch.type = uint8_t(PduType::ICReq);
-  p.ch.hlen = sizeof(ICReqPdu);
-  p.ch.plen = sizeof(ICReqPdu);
-  p.pfv = kPfv;
-  p.hpda = 0;
-  p.digest = digest;
-  p.maxr2t = 0;
-  return bytes_of(p);
+  return bytes_of(make_icreq(0, digest & kIcDigestHeader, digest & kIcDigestData, 0));
 }
 
 inline Bytes capsule_pdu(const Sqe& sqe, const Bytes& data, bool hdgst, bool ddgst) {
@@ -123,70 +116,37 @@ inline Bytes h2c_data_pdu(uint16_t cccid, uint16_t ttag, uint32_t datao, const B
 }
 
 inline Sqe connect_sqe(uint16_t cid, uint16_t qid, uint16_t sqsize = 31) {
-  ConnectCmd c{};
-  c.opc = uint8_t(AdminOpcode::Fabrics);
-  c.flags = kSqeFlagsPsdtSgl;
-  c.cid = cid;
-  c.fctype = uint8_t(FabricsType::Connect);
-  c.sgl.addr = 0;
-  c.sgl.length = kConnectDataLen;
-  c.sgl.type = kSglDataBlockOffset;
-  c.recfmt = 0;
-  c.qid = qid;
-  c.sqsize = sqsize;
-  c.kato = 0;
-  Sqe s;
-  std::memcpy(&s, &c, sizeof(s));
+  Sqe s = cmd::connect(qid, sqsize, 0);
+  s.cid = cid;
   return s;
 }
 
 inline Bytes connect_data(const std::string& subnqn, const std::string& hostnqn, uint16_t cntlid) {
-  ConnectData d{};
-  std::memcpy(d.hostid, kHostId, 16);
-  d.cntlid = cntlid;
-  std::strncpy(d.subnqn, subnqn.c_str(), sizeof(d.subnqn) - 1);
-  std::strncpy(d.hostnqn, hostnqn.c_str(), sizeof(d.hostnqn) - 1);
-  return bytes_of(d);
+  return bytes_of(cmd::connect_data(kHostId, cntlid, subnqn, hostnqn));
 }
 
-inline Sqe property_sqe(uint16_t cid, FabricsType t, uint32_t ofst, uint64_t value) {
-  PropertySetCmd p{};
-  p.opc = uint8_t(AdminOpcode::Fabrics);
-  p.flags = kSqeFlagsPsdtSgl;
-  p.cid = cid;
-  p.fctype = uint8_t(t);
-  p.attrib = 0;  // 4 bytes
-  p.ofst = ofst;
-  p.value = value;
-  Sqe s;
-  std::memcpy(&s, &p, sizeof(s));
+// A command as a raw session sends it: SGL PSDT, its CID, and an SGL for data_len bytes of
+// data moved by R2T/H2CData or C2HData (or in the capsule, with kSglDataBlockOffset).
+inline Sqe raw_sqe(Sqe s, uint16_t cid, uint32_t data_len = 0, uint8_t sgl_type = kSglTransportDataBlock) {
+  s.flags = uint8_t((s.flags & ~kSqeFlagsPsdtMask) | kSqeFlagsPsdtSgl);
+  s.cid = cid;
+  s.sgl.length = data_len;
+  s.sgl.type = sgl_type;
   return s;
+}
+
+// A Property Get or Set of 4 bytes (raw sessions send SGL PSDT on every command).
+inline Sqe property_sqe(uint16_t cid, FabricsType t, uint32_t ofst, uint64_t value) {
+  return raw_sqe(t == FabricsType::PropertyGet ? cmd::property_get(ofst, false) : cmd::property_set(ofst, value), cid);
 }
 
 inline Sqe set_features_nq_sqe(uint16_t cid, uint16_t nq) {
-  Sqe s{};
-  s.opc = uint8_t(AdminOpcode::SetFeatures);
-  s.flags = kSqeFlagsPsdtSgl;
-  s.cid = cid;
-  s.cdw10 = 0x07;  // Number of Queues
-  s.cdw11 = uint32_t(nq - 1) | (uint32_t(nq - 1) << 16);
-  return s;
+  return raw_sqe(cmd::set_number_of_queues(nq, nq), cid);
 }
 
 inline Sqe rw_sqe(IoOpcode opc, uint16_t cid, uint32_t nsid, uint64_t slba, uint32_t nlb, uint32_t sgl_len,
-           uint8_t sgl_type = kSglTransportDataBlock) {
-  Sqe s{};
-  s.opc = uint8_t(opc);
-  s.flags = kSqeFlagsPsdtSgl;
-  s.cid = cid;
-  s.nsid = nsid;
-  s.sgl.addr = 0;
-  s.sgl.length = sgl_len;
-  s.sgl.type = sgl_type;
-  s.cdw10 = uint32_t(slba);
-  s.cdw11 = uint32_t(slba >> 32);
-  s.cdw12 = (nlb - 1) & 0xFFFF;
-  return s;
+                  uint8_t sgl_type = kSglTransportDataBlock) {
+  return raw_sqe(cmd::block_range(opc, nsid, slba, nlb), cid, sgl_len, sgl_type);
 }
 
 // ------------------------------------------------------------------ raw client

@@ -18,12 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "nvtcp/sqe.hpp"
-#include "nvtcp/status.hpp"
-#include "wire/digest.hpp"
-#include "wire/fabrics.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "nvtcp/properties.hpp"
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
+#include "wire/commands.hpp"
+#include "wire/digest.hpp"
+#include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
 
 using namespace nvtcp::wire;
@@ -160,6 +162,126 @@ TEST(WireICReq, LinuxKernelHostImage) {
   EXPECT_TRUE(SameBytes(p, want));
 }
 
+TEST(WireICReq, BuilderMakesTheLinuxHostImage) {
+  // The same bytes as above, from the one builder host and tests use.
+  ICReqPdu p = make_icreq(0, true, true, 0);
+  std::array<uint8_t, 16> want = {0x00, 0x00, 0x80, 0x00, 0x80, 0x00, 0x00, 0x00,
+                                  0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00};
+  EXPECT_EQ(std::memcmp(&p, want.data(), want.size()), 0);
+  for (size_t i = 16; i < sizeof(p); ++i) EXPECT_EQ(reinterpret_cast<const uint8_t*>(&p)[i], 0) << i;
+  EXPECT_EQ(make_icreq(3, false, true, 7).digest, kIcDigestData);
+  EXPECT_EQ(make_icreq(3, true, false, 7).digest, kIcDigestHeader);
+}
+
+TEST(WireICResp, Builder) {
+  // ICResp granting header digest only, CPDA 0, MAXH2CDATA 128 KiB.
+  ICRespPdu p = make_icresp(0, true, false, 128u << 10);
+  std::array<uint8_t, 16> want = {0x01, 0x00, 0x80, 0x00, 0x80, 0x00, 0x00, 0x00,
+                                  0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x02, 0x00};
+  EXPECT_EQ(std::memcmp(&p, want.data(), want.size()), 0);
+}
+
+TEST(WireDigest, SealHeaderDigestWritesTheCrcAfterTheHeader) {
+  // An R2T header (24 bytes) and its digest: the CRC32C of the 24 bytes, little-endian, at 24.
+  std::array<uint8_t, 28> pdu{};
+  for (size_t i = 0; i < 24; ++i) pdu[i] = uint8_t(i * 3 + 1);
+  pdu[24] = pdu[25] = pdu[26] = pdu[27] = 0xEE;
+  seal_header_digest(pdu.data(), 24);
+  const uint32_t crc = crc32c(pdu.data(), 24);
+  EXPECT_EQ(pdu[24], uint8_t(crc));
+  EXPECT_EQ(pdu[27], uint8_t(crc >> 24));
+  // A receiver's check: the CRC over header and digest is the CRC32C residue.
+  Crc32c running;
+  running.update(pdu.data(), 24);
+  EXPECT_EQ(running.value(), crc);
+}
+
+TEST(WireCommands, PropertyGetCapImage) {
+  // Property Get of CAP (8 bytes): opcode 7Fh, FCTYPE 04h at byte 4, ATTRIB 1 at 40, OFST 0 at 44.
+  Sqe s = cmd::property_get(prop::CAP, true);
+  const auto* b = reinterpret_cast<const uint8_t*>(&s);
+  EXPECT_EQ(b[0], 0x7F);
+  EXPECT_EQ(b[4], 0x04);
+  EXPECT_EQ(b[40], 0x01);
+  for (size_t i : {1u, 2u, 3u, 44u, 45u, 46u, 47u}) EXPECT_EQ(b[i], 0) << i;
+  Sqe v = cmd::property_get(prop::VS, false);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(&v)[40], 0x00);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(&v)[44], 0x08);
+}
+
+TEST(WireCommands, PropertySetCcEnableImage) {
+  // Property Set CC = enable with 64-byte SQEs and 16-byte CQEs: 0x00460001 at byte 48.
+  Sqe s = cmd::property_set(prop::CC, prop::kCcEnableNvm);
+  const auto* b = reinterpret_cast<const uint8_t*>(&s);
+  EXPECT_EQ(b[0], 0x7F);
+  EXPECT_EQ(b[4], 0x00);
+  EXPECT_EQ(b[44], 0x14);
+  std::array<uint8_t, 8> want = {0x01, 0x00, 0x46, 0x00, 0, 0, 0, 0};
+  EXPECT_EQ(std::memcmp(b + 48, want.data(), want.size()), 0);
+  EXPECT_EQ(prop::kCcEnableNvm | prop::kCcShnNormal, 0x00464001u);
+}
+
+TEST(WireCommands, ConnectImage) {
+  // Connect for I/O queue 3 with 128 entries, KATO 0: in-capsule SGL of 1024 bytes.
+  Sqe s = cmd::connect(3, 127, 0);
+  const auto* b = reinterpret_cast<const uint8_t*>(&s);
+  EXPECT_EQ(b[0], 0x7F);
+  EXPECT_EQ(b[1], kSqeFlagsPsdtSgl);
+  EXPECT_EQ(b[4], 0x01);
+  EXPECT_EQ(s.sgl.length, 1024u);
+  EXPECT_EQ(s.sgl.type, kSglDataBlockOffset);
+  EXPECT_EQ(b[42], 3);    // QID
+  EXPECT_EQ(b[44], 127);  // SQSIZE, 0's based
+  uint8_t hostid[16] = {1, 2, 3};
+  ConnectData d = cmd::connect_data(hostid, 0xFFFF, "nqn.a", "nqn.b");
+  EXPECT_EQ(d.hostid[2], 3);
+  EXPECT_EQ(d.cntlid, 0xFFFF);
+  EXPECT_STREQ(d.subnqn, "nqn.a");
+  EXPECT_STREQ(d.hostnqn, "nqn.b");
+}
+
+TEST(WireCommands, AdminDwords) {
+  Sqe id = cmd::identify(uint8_t(Cns::Namespace), 5);
+  EXPECT_EQ(id.opc, 0x06);
+  EXPECT_EQ(id.nsid, 5u);
+  EXPECT_EQ(id.cdw10, 0u);
+  // Get Log Page 04h, 4096 bytes (NUMD 1023), RAE 1, offset 2^32 + 8.
+  Sqe lp = cmd::get_log_page(0x04, kNsidAll, 4096, (1ull << 32) + 8, true);
+  EXPECT_EQ(lp.opc, 0x02);
+  EXPECT_EQ(lp.cdw10, 0x03FF8004u);
+  EXPECT_EQ(lp.cdw11, 0u);
+  EXPECT_EQ(lp.cdw12, 8u);
+  EXPECT_EQ(lp.cdw13, 1u);
+  Sqe nq = cmd::set_number_of_queues(4, 2);
+  EXPECT_EQ(nq.opc, 0x09);
+  EXPECT_EQ(nq.cdw10, 0x07u);
+  EXPECT_EQ(nq.cdw11, 0x00010003u);
+  Sqe gf = cmd::get_features(kFeatureVolatileWriteCache, kSelSupportedCapabilities);
+  EXPECT_EQ(gf.cdw10, 0x306u);
+  EXPECT_EQ(cmd::set_features(kFeatureKeepAliveTimer, 5000, true).cdw10, 0x8000000Fu);
+  Sqe ab = cmd::abort(2, 0x1234);
+  EXPECT_EQ(ab.opc, 0x08);
+  EXPECT_EQ(ab.cdw10, 0x12340002u);
+  EXPECT_EQ(cmd::keep_alive().opc, 0x18);
+  EXPECT_EQ(cmd::async_event_request().opc, 0x0C);
+}
+
+TEST(WireCommands, IoDwords) {
+  // Write of 8 blocks at LBA 2^33 + 1 with FUA.
+  Sqe w = cmd::block_range(IoOpcode::Write, 1, (1ull << 33) + 1, 8, Sqe::kRwFua);
+  EXPECT_EQ(w.opc, 0x01);
+  EXPECT_EQ(w.cdw10, 1u);
+  EXPECT_EQ(w.cdw11, 2u);
+  EXPECT_EQ(w.cdw12, 0x40000007u);
+  EXPECT_EQ(w.slba(), (1ull << 33) + 1);
+  EXPECT_EQ(w.nlb(), 8u);
+  Sqe d = cmd::deallocate(1, 3);
+  EXPECT_EQ(d.opc, 0x09);
+  EXPECT_EQ(d.cdw10, 2u);
+  EXPECT_EQ(d.cdw11, 0x4u);
+  EXPECT_EQ(cmd::flush(kNsidAll).nsid, 0xFFFFFFFFu);
+}
+
 TEST(WireICReq, FieldOffsets) {
   ICReqPdu p{};
   p.ch.type = TypeByte(PduType::ICReq);
@@ -262,6 +384,15 @@ TEST(WireTermReq, FesValues) {
   EXPECT_EQ(static_cast<uint16_t>(Fes::DataLimitExceeded), 0x05);
   EXPECT_EQ(static_cast<uint16_t>(Fes::UnsupportedParameter), 0x06);
   EXPECT_STREQ(fes_name(Fes::HeaderDigestError), "header digest error");
+}
+
+TEST(WireTermReq, FesFiveIsNamedByDirection) {
+  // 05h is "R2T Limit Exceeded" when a host sends it and "Data Transfer Limit Exceeded" when a
+  // controller does.
+  EXPECT_EQ(uint16_t(Fes::R2TLimitExceeded), 0x05);
+  EXPECT_STREQ(fes_name(Fes::R2TLimitExceeded, PduType::H2CTermReq), "R2T limit exceeded");
+  EXPECT_STREQ(fes_name(Fes::DataLimitExceeded, PduType::C2HTermReq), "data transfer limit exceeded");
+  EXPECT_STREQ(fes_name(Fes::HeaderDigestError, PduType::H2CTermReq), "header digest error");
 }
 
 TEST(WireH2CData, FieldOffsets) {
