@@ -8,13 +8,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libcli11-dev libfmt-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-      python3 python3-matplotlib procps util-linux fio dpkg-dev debootstrap)
+      python3 python3-matplotlib procps util-linux fio dpkg-dev debootstrap
+      tshark qemu-system-x86)
 missing=()
 for p in "${PKGS[@]}" "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
+  # tshark asks whether to make dumpcap setuid; the tests capture as root and need no such thing.
+  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections 2>/dev/null || true
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

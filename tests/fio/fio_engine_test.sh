@@ -32,15 +32,7 @@ note() { echo "[$case_name] $*"; }
 
 [ -f "$engine" ] || skip "the fio engine $engine was not built (fio headers unavailable at configure time)"
 [ -x "$nvtcp" ] || fail "no nvtcp binary at $nvtcp"
-if ! command -v fio >/dev/null; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    note "installing fio"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null 2>&1 ||
-      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null 2>&1; }
-  fi
-  command -v fio >/dev/null || skip "fio is not installed (apt-get install fio)"
-fi
+command -v fio >/dev/null || fail "fio is not installed: \`make deps\` installs it"
 
 # An engine built with ASan/UBSan needs their runtimes loaded before fio's own libraries.
 preload=$(ldd "$engine" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)

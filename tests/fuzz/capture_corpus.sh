@@ -40,8 +40,8 @@ NQN=nqn.2026-11.io.nvtcp:corpus
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:5e1f0c2a-9b7d-4e31-8a6c-2d4f6b8e0a13
 
 if ! command -v tshark >/dev/null || ! command -v dumpcap >/dev/null; then
-  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
-  DEBIAN_FRONTEND=noninteractive apt-get -y -q install --no-install-recommends tshark >/dev/null
+  echo "capture_corpus: tshark/dumpcap are missing: \`make deps\` installs them" >&2
+  exit 1
 fi
 
 WORK=$(mktemp -d /tmp/nvtcp-corpus.XXXXXX)

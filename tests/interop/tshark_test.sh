@@ -24,8 +24,7 @@
 # the digest run HDGSTF/DDGSTF on the right PDUs with every digest verified good. Packets dropped by
 # the capture, or TCP segments it missed, fail the test: a lossy capture proves nothing.
 #
-# Runs as root (CI is root); otherwise prints SKIP and exits 77. Installs tshark with apt-get when it
-# is missing. Set NVTCP_INTEROP_KEEP=1 to keep the captures and logs (they are kept on failure).
+# Runs as root (CI is root); otherwise prints SKIP and exits 77. tshark comes from `make deps`. Set NVTCP_INTEROP_KEEP=1 to keep the captures and logs (they are kept on failure).
 set -euo pipefail
 
 NVTCP=${1:?usage: tshark_test.sh path/to/nvtcp}
@@ -33,7 +32,7 @@ NVTCP=$(readlink -f "$NVTCP")
 [[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
 
 if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.tshark needs root (packet capture on lo, apt-get install tshark)"
+  echo "SKIP: interop.tshark needs root (packet capture on lo)"
   exit 77
 fi
 
@@ -84,20 +83,8 @@ trap 'exit 130' INT TERM
 # --- tshark --------------------------------------------------------------------------------------
 
 ensure_tshark() {
-  if command -v tshark >/dev/null && command -v dumpcap >/dev/null; then return 0; fi
-  command -v apt-get >/dev/null || die "tshark is missing and there is no apt-get to install it"
-  log "installing tshark with apt-get (log: $WORK/apt.log)"
-  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
-  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300
-             install --no-install-recommends tshark)
-  if ! "${apt[@]}" >"$WORK/apt.log" 2>&1; then
-    log "apt-get install failed; running apt-get update and trying again"
-    env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300 update >>"$WORK/apt.log" 2>&1 || true
-    "${apt[@]}" >>"$WORK/apt.log" 2>&1 || { tail -20 "$WORK/apt.log"; die "could not install tshark"; }
-  fi
-  if ! command -v tshark >/dev/null || ! command -v dumpcap >/dev/null; then
-    die "tshark installed but tshark/dumpcap not on PATH"
-  fi
+  command -v tshark >/dev/null && command -v dumpcap >/dev/null && return 0
+  die "tshark/dumpcap are missing: \`make deps\` installs them (package tshark)"
 }
 ensure_tshark
 TSHARK_VERSION=$(tshark --version 2>/dev/null | head -1)

@@ -18,15 +18,14 @@
 #                              the load order of each module is read from it.
 #   busybox-static             `apt-get download` + `dpkg -x`: the guest's userland, and `cpio -o -H newc`
 #                              packs the initramfs.
-#   qemu-system-x86            `apt-get install` (qemu-system-x86_64 -accel tcg: there is no KVM here).
+#   qemu-system-x86            installed by `make deps` (qemu-system-x86_64 -accel tcg: there is no KVM here).
 #   nvme-cli + its libraries   `apt-get download` of nvme-cli's dependency closure (library packages
 #                              only) + `dpkg -x`; the guest gets nvme, the .so files the packages' own
 #                              loader resolves for it, and that loader (for `nvme discover`, `id-ctrl`).
 #
 # The cache (vmlinuz 8 MB, base.cpio 13 MB with busybox, nvme-cli and the modules) lives in the build
 # tree and is keyed by the kernel package; the 400 MB unpacked package is deleted once it is built.
-# Preparing from scratch took 19-31 s here (download 80 MB, dpkg -x, busybox depmod, cpio), plus about
-# 35 s when QEMU itself has to be installed; with a warm cache, nothing (no apt at all).
+# Preparing from scratch took 19-31 s here (download 80 MB, dpkg -x, busybox depmod, cpio), (QEMU itself comes from `make deps`); with a warm cache, nothing (no apt at all).
 #
 # Guest side: /init (guest/init) mounts proc/sys/dev/tmp, loads e1000, brings up eth0 as
 # 10.0.2.15 behind QEMU's user-mode network (gateway 10.0.2.2 = the host's 127.0.0.1), sources
@@ -123,11 +122,7 @@ apt_retry() {
 
 ensure_qemu() {
   command -v qemu-system-x86_64 >/dev/null && return 0
-  command -v apt-get >/dev/null || kskip "qemu-system-x86_64 is missing and there is no apt-get"
-  klog "installing qemu-system-x86 with apt-get"
-  apt_retry "$1/apt.log" -y install --no-install-recommends qemu-system-x86 \
-    || { tail -5 "$1/apt.log"; kskip "could not install qemu-system-x86 (apt-get failed, see above)"; }
-  command -v qemu-system-x86_64 >/dev/null || kskip "qemu-system-x86 installed but no qemu-system-x86_64"
+  die "qemu-system-x86_64 is missing: \`make deps\` installs it (package qemu-system-x86)"
 }
 
 # The newest linux-image-6.1.0-N-amd64 (signed image package) in the archive.
