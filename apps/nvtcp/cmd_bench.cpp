@@ -28,8 +28,8 @@
 #include "commands.hpp"
 #include "engine/engine.hpp"
 #include "nvtcp/host.hpp"
+#include "nvtcp/log.hpp"
 #include "target/target.hpp"
-#include "util/log.hpp"
 
 extern char** environ;
 
@@ -574,7 +574,7 @@ int run_compare(const BenchArgs& a) {
 
 int run_bench(BenchArgs& a) {
   if (!a.compare.empty()) return run_compare(a);
-  if (log::level() < log::Level::Warn) log::set_level(log::Level::Warn);  // the table is the output
+  if (log_level() < LogLevel::Warn) set_log_level(LogLevel::Warn);  // the table is the output
   Runner run;
   run.a = a;
   try {
