@@ -18,6 +18,7 @@
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
+#include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
@@ -184,13 +185,38 @@ struct Controller::State : detail::ControllerLink {
   std::mutex mu;
   std::vector<bool> qid_used;
 
-  // Association state, read by the I/O queues' threads.
+  // Association state, read by the I/O queues' threads; written only through set_link_state(),
+  // by the admin thread (or by ~Controller once that thread has ended).
   std::atomic<LinkState> lstate{LinkState::Resetting};
   std::atomic<uint32_t> gen{0};
   std::atomic<uint16_t> cntlid_now{0};
   std::atomic<uint32_t> reset_count{0};
   std::atomic<bool> reset_requested{false};
   std::string reset_reason;  // guarded by mu
+
+  static const char* link_state_name(LinkState s) {
+    switch (s) {
+      case LinkState::Live: return "Live";
+      case LinkState::Resetting: return "Resetting";
+      case LinkState::Deleted: return "Deleted";
+    }
+    return "?";
+  }
+  // Resetting until the first association is up; Deleted is final.
+  static constexpr detail::TransitionTable<LinkState, 3> kLinkTransitions{
+      {LinkState::Resetting, LinkState::Live},     // an association is up (the first, or a reconnect)
+      {LinkState::Live, LinkState::Resetting},     // the admin queue failed, or an I/O queue asked for a reset
+      {LinkState::Live, LinkState::Deleted},       // reconnect is off, or the controller is destroyed
+      {LinkState::Resetting, LinkState::Deleted},  // ctrl_loss_tmo, another controller answered, or destroyed
+  };
+  void set_link_state(LinkState to) {
+    const LinkState from = lstate.load(std::memory_order_relaxed);  // this thread is the only writer
+    if (detail::kCheckTransitions && !kLinkTransitions.allows(from, to))
+      detail::illegal_transition("controller link", link_state_name(from), link_state_name(to), "set_link_state");
+    log::debug("{} (controller {}): {} -> {}", trid.subnqn, cntlid_now.load(), link_state_name(from),
+               link_state_name(to));
+    lstate.store(to, std::memory_order_release);
+  }
 
   // ControllerLink
   LinkState link_state() const override { return lstate.load(std::memory_order_acquire); }
@@ -621,11 +647,11 @@ struct Controller::State : detail::ControllerLink {
   // reconnect_delay_ms until ctrl_loss_tmo_ms, or give the controller up.
   void recover(const std::string& why) {
     if (!opts.ctrl_loss_tmo_ms) {
-      lstate.store(LinkState::Deleted, std::memory_order_release);
+      set_link_state(LinkState::Deleted);
       log::error("{} (controller {}): {}; reconnect is off (ctrl_loss_tmo 0)", trid.subnqn, cntlid_now.load(), why);
       return;
     }
-    lstate.store(LinkState::Resetting, std::memory_order_release);
+    set_link_state(LinkState::Resetting);
     reset_count.fetch_add(1, std::memory_order_relaxed);
     uint64_t lost = reactor::monotonic_ns();
     log::warn("{} (controller {}): resetting: {}; reconnecting every {} ms for up to {} ms", trid.subnqn,
@@ -638,7 +664,7 @@ struct Controller::State : detail::ControllerLink {
       if (stop.load(std::memory_order_relaxed)) return;
       uint64_t elapsed_ms = (reactor::monotonic_ns() - lost) / 1000000ull;
       if (elapsed_ms >= opts.ctrl_loss_tmo_ms) {
-        lstate.store(LinkState::Deleted, std::memory_order_release);
+        set_link_state(LinkState::Deleted);
         log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, elapsed_ms);
         return;
       }
@@ -649,14 +675,14 @@ struct Controller::State : detail::ControllerLink {
       // of a replaced namespace before held commands go out again.
       if (associate(false, e) && start_events(e) && scan_namespaces(nullptr, true, e)) {
         gen.fetch_add(1, std::memory_order_acq_rel);
-        lstate.store(LinkState::Live, std::memory_order_release);
+        set_link_state(LinkState::Live);
         arm_keep_alive();
         log::info("{}: reconnected as controller {} after {} ms ({} attempts)", trid.subnqn, cntlid_now.load(),
                   (reactor::monotonic_ns() - lost) / 1000000ull, attempt);
         return;
       }
       if (refused) {
-        lstate.store(LinkState::Deleted, std::memory_order_release);
+        set_link_state(LinkState::Deleted);
         log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e);
         admin.reset();
         return;
@@ -677,7 +703,7 @@ struct Controller::State : detail::ControllerLink {
     bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e));
     if (ok) {
       gen.store(1, std::memory_order_release);
-      lstate.store(LinkState::Live, std::memory_order_release);
+      set_link_state(LinkState::Live);
       arm_keep_alive();
     }
     connected->set_value(ok ? std::string() : e);  // connected is gone after this
@@ -782,7 +808,7 @@ Controller::~Controller() {
   st.post_to_admin([] {});
   if (st.thread.joinable()) st.thread.join();
   // Queue pairs may outlive this object: nothing will reconnect them any more.
-  st.lstate.store(State::LinkState::Deleted, std::memory_order_release);
+  if (st.link_state() != State::LinkState::Deleted) st.set_link_state(State::LinkState::Deleted);
 }
 
 Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller) {
