@@ -488,7 +488,8 @@ void QueuePairImpl::tick() {
   if (state_ == State::Ready) {
     // Another queue (or the admin queue) lost its connection and the controller was reset:
     // this connection belongs to the old association.
-    if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_) disconnect("the controller was reset", false);
+    if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_)
+      disconnect("the controller was reset", false);
     else if (p_.io_timeout_ms) check_timeouts(now);
   }
   if (!failed() && state_ != State::Ready && associated_before_) {
@@ -558,7 +559,8 @@ void QueuePairImpl::on_closed(int err) {
     end_outstanding();
     return;
   }
-  if (receiving()) fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
+  if (receiving())
+    fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
 }
 
 void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
