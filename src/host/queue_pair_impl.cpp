@@ -125,7 +125,7 @@ QueuePairImpl::~QueuePairImpl() {
 }
 
 void QueuePairImpl::shutdown() {
-  fail_for_good("queue pair closed");
+  fail_for_good("queue pair closed", FailedBy::Owner);
   // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   uint64_t deadline = reactor::monotonic_ns() + 2000 * kMs;
@@ -411,12 +411,12 @@ void QueuePairImpl::fail(const std::string& why) {
   fail_for_good(why);
 }
 
-void QueuePairImpl::fail_for_good(const std::string& why) {
+void QueuePairImpl::fail_for_good(const std::string& why, FailedBy by) {
   if (failed()) return;
   bool was_ready = state_ == State::Ready || state_ == State::Disconnected;
   fast_failing_ = false;
   if (error_.empty()) error_ = why;
-  if (was_ready && why != "queue pair closed")  // during connect() the error is returned instead
+  if (was_ready && by == FailedBy::Connection)  // during connect() the error is returned instead
     log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   // Commands end only once nothing can land in their buffers any more: a receive in flight

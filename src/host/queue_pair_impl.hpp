@@ -201,7 +201,10 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   void on_associated();
   // Any fatal error on the current connection: hold and reconnect when possible, else fail.
   void fail(const std::string& why);
-  void fail_for_good(const std::string& why);
+  // Who ended the queue: its owner (shutdown(), the destructor) expects it, so only a failure
+  // of the connection itself is worth a warning.
+  enum class FailedBy : uint8_t { Connection, Owner };
+  void fail_for_good(const std::string& why, FailedBy by = FailedBy::Connection);
   void disconnect(const std::string& why, bool reset_controller);
   // Starts closing an open stream; on_closed() follows.
   void close_stream();
