@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "util/log.hpp"
 #include "wire/digest.hpp"
@@ -19,7 +21,86 @@ using namespace nvtcp::wire;
 namespace {
 constexpr uint32_t kHostMaxR2T = 4;  // outstanding R2Ts per command we accept (ICReq MAXR2T + 1)
 constexpr uint64_t kMs = 1'000'000ull;
+
+using QS = QueueState;
+using SS = SocketState;
+
+constexpr TransitionTable<QS, size_t(QS::kCount)> kQueueTransitions{
+    {QS::Idle, QS::TcpConnecting},
+    {QS::Idle, QS::Failed},  // the socket could not be made, or shut down before connect()
+    {QS::TcpConnecting, QS::AwaitICResp},
+    {QS::TcpConnecting, QS::Disconnected},  // a reconnect attempt's TCP connect failed or timed out
+    {QS::TcpConnecting, QS::Failed},        // no stream yet: nothing to wait for
+    {QS::AwaitICResp, QS::AwaitConnect},
+    {QS::AwaitConnect, QS::Ready},
+    // Any state with a stream can lose it: a reconnect attempt is retried (Disconnected), the
+    // rest fails. Failed directly when the stream had already closed by itself.
+    {QS::AwaitICResp, QS::Disconnected},
+    {QS::AwaitICResp, QS::Failing},
+    {QS::AwaitICResp, QS::Failed},
+    {QS::AwaitConnect, QS::Disconnected},
+    {QS::AwaitConnect, QS::Failing},
+    {QS::AwaitConnect, QS::Failed},
+    {QS::Ready, QS::Disconnected},
+    {QS::Ready, QS::Failing},
+    {QS::Ready, QS::Failed},
+    {QS::Disconnected, QS::TcpConnecting},  // the controller is back: the next attempt
+    {QS::Disconnected, QS::Failing},        // ctrl_loss_tmo, or shut down while the old stream still closes
+    {QS::Disconnected, QS::Failed},
+    {QS::Failing, QS::Failed},  // the stream's close finished: the commands have ended
+};
+
+constexpr TransitionTable<SS, size_t(SS::kCount)> kSocketTransitions{
+    {SS::None, SS::Connecting},
+    {SS::Connecting, SS::None},  // the connect failed, or completed after the attempt was given up
+    {SS::Connecting, SS::Open},
+    {SS::Open, SS::Closing},   // we close it
+    {SS::Open, SS::Closed},    // the peer or the network closed it
+    {SS::Closing, SS::Closed},
+    {SS::Closed, SS::None},    // stream_ released
+};
+
+// Queue pairs per state, process-wide. Changed only at state changes, never per I/O; relaxed,
+// since the counts are read only to look at them.
+std::atomic<uint32_t> g_queue_pairs_in_state[size_t(QS::kCount)];
 }  // namespace
+
+const char* queue_state_name(QueueState s) {
+  constexpr const char* kNames[] = {"Idle",  "TcpConnecting", "AwaitICResp", "AwaitConnect",
+                                    "Ready", "Disconnected",  "Failing",     "Failed"};
+  static_assert(std::size(kNames) == size_t(QS::kCount));
+  return size_t(s) < size_t(QS::kCount) ? kNames[size_t(s)] : "?";
+}
+
+bool queue_transition_allowed(QueueState from, QueueState to) { return kQueueTransitions.allows(from, to); }
+
+uint32_t queue_pairs_in_state(QueueState s) {
+  return size_t(s) < size_t(QS::kCount) ? g_queue_pairs_in_state[size_t(s)].load(std::memory_order_relaxed) : 0;
+}
+
+const char* socket_state_name(SocketState s) {
+  constexpr const char* kNames[] = {"None", "Connecting", "Open", "Closing", "Closed"};
+  static_assert(std::size(kNames) == size_t(SS::kCount));
+  return size_t(s) < size_t(SS::kCount) ? kNames[size_t(s)] : "?";
+}
+
+void QueuePairImpl::set_state(State to) {
+  if (kCheckTransitions && !kQueueTransitions.allows(state_, to))
+    illegal_transition("queue pair", queue_state_name(state_), queue_state_name(to), "QueuePairImpl::set_state");
+  log::debug("{}:{} qid {}: {} -> {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, queue_state_name(state_),
+             queue_state_name(to));
+  g_queue_pairs_in_state[size_t(state_)].fetch_sub(1, std::memory_order_relaxed);
+  g_queue_pairs_in_state[size_t(to)].fetch_add(1, std::memory_order_relaxed);
+  state_ = to;
+}
+
+void QueuePairImpl::set_socket(SocketState to) {
+  if (kCheckTransitions && !kSocketTransitions.allows(socket_, to))
+    illegal_transition("socket", socket_state_name(socket_), socket_state_name(to), "QueuePairImpl::set_socket");
+  log::debug("{}:{} qid {}: socket {} -> {} ({})", p_.trid.traddr, p_.trid.trsvcid, p_.qid,
+             socket_state_name(socket_), socket_state_name(to), queue_state_name(state_));
+  socket_ = to;
+}
 
 QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr<ControllerLink> link)
     : reactor_(r), p_(std::move(p)), link_(std::move(link)), receiver_(transport::Side::Host, this) {
@@ -33,25 +114,30 @@ QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr
   };
   tick_.qp = this;
   tick_.fn = on_tick;
+  g_queue_pairs_in_state[size_t(state_)].fetch_add(1, std::memory_order_relaxed);
 }
 
 QueuePairImpl::~QueuePairImpl() {
   shutdown();
   reactor_.cancel_timer(&tick_);
   if (fd_ >= 0) ::close(fd_);
+  g_queue_pairs_in_state[size_t(state_)].fetch_sub(1, std::memory_order_relaxed);
 }
 
 void QueuePairImpl::shutdown() {
-  fail_for_good("queue pair closed");
+  fail_for_good("queue pair closed", FailedBy::Owner);
   // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
-  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   uint64_t deadline = reactor::monotonic_ns() + 2000 * kMs;
-  while ((!closed_ || connect_res_ == 1) && reactor::monotonic_ns() < deadline) reactor_.run_once(1000);
+  auto kernel_holds_socket = [this] {
+    return socket_ == SocketState::Connecting || socket_ == SocketState::Open || socket_ == SocketState::Closing;
+  };
+  while (kernel_holds_socket() && reactor::monotonic_ns() < deadline) reactor_.run_once(1000);
 }
 
 bool QueuePairImpl::run_until(State want, std::string& err) {
   uint64_t deadline = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
-  while (state_ != want && !failed_) {
+  while (state_ != want && !failed()) {
     if (reactor::monotonic_ns() > deadline) {
       const char* phase = state_ == State::TcpConnecting ? "connecting"
                           : state_ == State::AwaitICResp ? "waiting for ICResp"
@@ -62,7 +148,7 @@ bool QueuePairImpl::run_until(State want, std::string& err) {
     }
     reactor_.run_once(10000);
   }
-  if (failed_) {
+  if (failed()) {
     err = fmt::format("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, error_);
     return false;
   }
@@ -72,8 +158,7 @@ bool QueuePairImpl::run_until(State want, std::string& err) {
 bool QueuePairImpl::connect(std::string& err) {
   if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, err)) return false;
   if (!start_connect(err)) {
-    failed_ = true;
-    state_ = State::Failed;
+    set_state(State::Failed);
     return false;
   }
   if (!run_until(State::Ready, err)) return false;
@@ -95,8 +180,8 @@ bool QueuePairImpl::start_connect(std::string& err) {
     return false;
   }
   // TCP connect through the ring; the tick (or run_until) bounds it.
-  state_ = State::TcpConnecting;
-  connect_res_ = 1;
+  set_state(State::TcpConnecting);
+  set_socket(SocketState::Connecting);
   attempt_deadline_ns_ = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
   io_uring_sqe* sqe = reactor_.get_sqe();
   io_uring_prep_connect(sqe, fd_, reinterpret_cast<sockaddr*>(&endpoint_.addr), endpoint_.len);
@@ -105,21 +190,19 @@ bool QueuePairImpl::start_connect(std::string& err) {
 }
 
 void QueuePairImpl::on_tcp_connected(int res) {
-  connect_res_ = res > 0 ? 0 : res;
-  if (state_ != State::TcpConnecting) {  // given up meanwhile
+  if (state_ != State::TcpConnecting || res < 0) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    return;
+    set_socket(SocketState::None);
   }
+  if (state_ != State::TcpConnecting) return;  // given up meanwhile
   if (res < 0) {
-    ::close(fd_);
-    fd_ = -1;
     fail(fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res)));
     return;
   }
   stream_ = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
   fd_ = -1;  // the stream owns it now
-  closed_ = false;
+  set_socket(SocketState::Open);
   receiver_.reset();
   stream_->start();
 
@@ -132,7 +215,7 @@ void QueuePairImpl::on_tcp_connected(int res) {
   ic->hpda = 0;
   ic->digest = uint8_t((p_.hdgst ? 1 : 0) | (p_.ddgst ? 2 : 0));
   ic->maxr2t = kHostMaxR2T - 1;
-  state_ = State::AwaitICResp;
+  set_state(State::AwaitICResp);
   stream_->send(icreq_, sizeof(icreq_));
 }
 
@@ -188,22 +271,22 @@ void QueuePairImpl::send_connect() {
 }
 
 void QueuePairImpl::on_associated() {
-  state_ = State::Ready;
+  set_state(State::Ready);
   if (link_) generation_ = link_->generation();
   uint32_t held = 0;
-  for (auto& r : pool_) held += r.state == HostRequest::State::Outstanding && r.held;
-  if (ever_ready_) {
+  for (auto& r : pool_) held += r.state == HostRequest::State::Held;
+  if (associated_before_) {
     ++reconnects_;
     log::info("{}:{} qid {}: reconnected to controller {} after {} ms; sending {} held commands again",
               p_.trid.traddr, p_.trid.trsvcid, p_.qid, cntlid_, (reactor::monotonic_ns() - lost_ns_) / kMs, held);
   }
-  ever_ready_ = true;
+  associated_before_ = true;
   lost_ns_ = 0;
   fast_failing_ = false;
   // Held commands go out again (NVMe does not order commands, so the order is free), except
   // those that have already been in flight on too many lost connections.
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::Outstanding || !r.held || state_ != State::Ready) continue;
+    if (r.state != HostRequest::State::Held || state_ != State::Ready) continue;
     if (r.retries > p_.max_retries) {
       log::warn("{}:{} qid {}: cid {} failed after {} attempts", p_.trid.traddr, p_.trid.trsvcid, p_.qid, r.cid,
                 unsigned(r.retries));
@@ -212,7 +295,6 @@ void QueuePairImpl::on_associated() {
       finish(&r, c);
       continue;
     }
-    r.held = false;
     r.timed_out = false;
     send_command(&r);
   }
@@ -223,12 +305,12 @@ void QueuePairImpl::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, ui
 }
 
 bool QueuePairImpl::can_reconnect() const {
-  return link_ && p_.ctrl_loss_tmo_ms > 0 && ever_ready_ && !failed_ &&
+  return link_ && p_.ctrl_loss_tmo_ms > 0 && associated_before_ && !failed() &&
          link_->link_state() != ControllerLink::LinkState::Deleted;
 }
 
 int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  if (failed_ || fast_failing_) return -ENOTCONN;
+  if (failed() || fast_failing_) return -ENOTCONN;
   bool send_now = state_ == State::Ready;
   // While reconnecting, commands wait for the new connection (as the kernel queues them).
   if (!send_now && !can_reconnect()) return -ENOTCONN;
@@ -239,19 +321,17 @@ int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_contr
   ++outstanding_;
   start_request(r, in, data, len, to_controller, cb, ctx);
   if (send_now) send_command(r);
-  else r->held = true;
+  else r->set_state(HostRequest::State::Held);
   return 0;
 }
 
 void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uint32_t len, bool to_controller,
                                   CompletionFn cb, void* ctx) {
-  r->state = HostRequest::State::Outstanding;
   r->cb = cb;
   r->ctx = ctx;
   r->data = static_cast<uint8_t*>(data);
   r->len = len;
   r->to_controller = to_controller;
-  r->held = false;
   r->abort_sent = false;
   r->timed_out = false;
   r->retries = 0;
@@ -273,6 +353,7 @@ void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uin
 }
 
 void QueuePairImpl::send_command(HostRequest* r) {
+  r->set_state(HostRequest::State::OnWire);
   r->c2h_received = 0;
   r->r2t_next = 0;
   r->h2c_pdus = 0;
@@ -312,8 +393,7 @@ int QueuePairImpl::poll(uint32_t timeout_us) {
 void QueuePairImpl::finish(HostRequest* r, const Completion& c) {
   CompletionFn cb = r->cb;
   void* ctx = r->ctx;
-  r->state = HostRequest::State::Free;
-  r->held = false;
+  r->set_state(HostRequest::State::Free);
   if (r->cid < p_.depth) {  // not the Connect slot
     free_.push_back(r);
     --outstanding_;
@@ -323,7 +403,7 @@ void QueuePairImpl::finish(HostRequest* r, const Completion& c) {
 }
 
 void QueuePairImpl::fail(const std::string& why) {
-  if (failed_ || state_ == State::Disconnected) return;
+  if (failed() || state_ == State::Disconnected) return;
   if (can_reconnect()) {
     disconnect(why, state_ == State::Ready);
     return;
@@ -331,29 +411,34 @@ void QueuePairImpl::fail(const std::string& why) {
   fail_for_good(why);
 }
 
-void QueuePairImpl::fail_for_good(const std::string& why) {
-  if (failed_) return;
+void QueuePairImpl::fail_for_good(const std::string& why, FailedBy by) {
+  if (failed()) return;
   bool was_ready = state_ == State::Ready || state_ == State::Disconnected;
-  failed_ = true;
   fast_failing_ = false;
   if (error_.empty()) error_ = why;
-  if (was_ready && why != "queue pair closed")  // during connect() the error is returned instead
+  if (was_ready && by == FailedBy::Connection)  // during connect() the error is returned instead
     log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
-  state_ = State::Failed;
-  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   // Commands end only once nothing can land in their buffers any more: a receive in flight
   // may be writing straight into one.
-  if (stream_ && !closed_) {
-    fail_pending_ = true;
-    stream_->close();
+  if (socket_ == SocketState::Open || socket_ == SocketState::Closing) {
+    set_state(State::Failing);
+    close_stream();
   } else {
+    set_state(State::Failed);
     end_outstanding();
   }
 }
 
+void QueuePairImpl::close_stream() {
+  if (socket_ != SocketState::Open) return;  // none, or its close is already under way
+  set_socket(SocketState::Closing);
+  stream_->close();
+}
+
 void QueuePairImpl::end_outstanding() {
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::Outstanding) continue;
+    if (r.state == HostRequest::State::Free) continue;
     Completion c;
     c.status = r.timed_out ? sc::HostAbortedCommand : sc::TransportError;
     finish(&r, c);
@@ -368,17 +453,17 @@ void QueuePairImpl::disconnect(const std::string& why, bool reset_controller) {
   else
     log::info("{}:{} qid {}: reconnect attempt failed: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
   if (!lost_ns_) lost_ns_ = now;
-  state_ = State::Disconnected;
+  set_state(State::Disconnected);
   rx_req_ = nullptr;
-  if (stream_ && !closed_) stream_->close();
-  if (connect_res_ == 1 && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  close_stream();
+  if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::Outstanding || r.held) continue;
+    if (r.state != HostRequest::State::OnWire) continue;
     if (r.cid == p_.depth) {  // this attempt's Connect: dropped with it
-      r.state = HostRequest::State::Free;
+      r.set_state(HostRequest::State::Free);
       continue;
     }
-    r.held = true;
+    r.set_state(HostRequest::State::Held);
     ++r.retries;
   }
   next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
@@ -398,24 +483,28 @@ void QueuePairImpl::arm_tick() {
 void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp->tick(); }
 
 void QueuePairImpl::tick() {
-  if (failed_) return;
+  if (failed()) return;
   uint64_t now = reactor::monotonic_ns();
   if (state_ == State::Ready) {
     // Another queue (or the admin queue) lost its connection and the controller was reset:
     // this connection belongs to the old association.
-    if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_) disconnect("the controller was reset", false);
+    if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_)
+      disconnect("the controller was reset", false);
     else if (p_.io_timeout_ms) check_timeouts(now);
   }
-  if (!failed_ && state_ != State::Ready && ever_ready_) {
+  if (!failed() && state_ != State::Ready && associated_before_) {
     now = reactor::monotonic_ns();  // after any disconnect() above, which stamped lost_ns_
-    if (stream_ && closed_) stream_.reset();
+    if (socket_ == SocketState::Closed) {
+      stream_.reset();
+      set_socket(SocketState::None);
+    }
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
     if (lost || now - lost_ns_ >= uint64_t(p_.ctrl_loss_tmo_ms) * kMs) {
       fail_for_good(fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", (now - lost_ns_) / kMs));
       return;
     }
     if (state_ != State::Disconnected && now > attempt_deadline_ns_) fail("reconnect attempt timed out");
-    if (state_ == State::Disconnected && !stream_ && connect_res_ != 1) {
+    if (state_ == State::Disconnected && socket_ == SocketState::None) {
       if (p_.fast_io_fail_tmo_ms >= 0 && !fast_failing_ && now - lost_ns_ >= uint64_t(p_.fast_io_fail_tmo_ms) * kMs) {
         fast_failing_ = true;
         log::warn("{}:{} qid {}: fast_io_fail_tmo ({} ms) passed: failing held and new I/O until reconnected",
@@ -428,20 +517,19 @@ void QueuePairImpl::tick() {
         p_.cntlid = link_->link_cntlid();
         next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
         std::string err;
-        if (!start_connect(err)) {
-          state_ = State::Disconnected;
+        if (!start_connect(err)) {  // still Disconnected: the next attempt comes after the delay
           log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err);
         }
       }
     }
   }
-  if (!failed_) arm_tick();
+  if (!failed()) arm_tick();
 }
 
 void QueuePairImpl::check_timeouts(uint64_t now) {
   uint64_t limit = uint64_t(p_.io_timeout_ms) * kMs;
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::Outstanding || r.held || r.untimed || now - r.sent_ns < limit) continue;
+    if (r.state != HostRequest::State::OnWire || r.untimed || now - r.sent_ns < limit) continue;
     if (!r.abort_sent && link_ && r.cid != p_.depth) {
       // First ask the controller to abort it; the queue stays up.
       r.abort_sent = true;
@@ -465,13 +553,14 @@ void QueuePairImpl::on_receive(const uint8_t* data, size_t len) {
 }
 
 void QueuePairImpl::on_closed(int err) {
-  closed_ = true;
-  if (fail_pending_) {
-    fail_pending_ = false;
+  set_socket(SocketState::Closed);
+  if (state_ == State::Failing) {
+    set_state(State::Failed);
     end_outstanding();
     return;
   }
-  if (receiving()) fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
+  if (receiving())
+    fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
 }
 
 void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
@@ -486,7 +575,8 @@ void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) 
 }
 
 HostRequest* QueuePairImpl::lookup(uint16_t cid, uint32_t fei_offset) {
-  if (cid >= pool_.size() || pool_[cid].state != HostRequest::State::Outstanding) {
+  // Only a command sent on this connection: a held one is not on the wire (yet).
+  if (cid >= pool_.size() || pool_[cid].state != HostRequest::State::OnWire) {
     receiver_.fail(Fes::InvalidHeaderField, fei_offset, fmt::format("PDU for command {} that is not outstanding", cid));
     return nullptr;
   }
@@ -525,7 +615,7 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
     cpda_ = ic.cpda;
     maxh2cdata_ = ic.maxh2cdata;
     receiver_.set_digests(p_.hdgst, p_.ddgst);
-    state_ = State::AwaitConnect;
+    set_state(State::AwaitConnect);
     return true;
   }
   if (state_ == State::AwaitICResp) {

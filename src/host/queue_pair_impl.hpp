@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "host/io_queue.hpp"
+#include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "transport/pdu_receiver.hpp"
@@ -16,12 +17,34 @@
 namespace nvtcp::host::detail {
 
 struct HostRequest {
-  enum class State : uint8_t { Free, Outstanding };
+  // Free -> OnWire -> Free is the life of a command on a healthy connection. A command submitted
+  // while reconnecting, or on the wire when the connection was lost, is Held until the next
+  // connection is up. Free: no callback owed; Held and OnWire: exactly one callback owed.
+  enum class State : uint8_t { Free, Held, OnWire, kCount };
+  // Per I/O: checked (kCheckTransitions builds only), never logged or counted.
+  void set_state(State to) {
+    if constexpr (kCheckTransitions) {
+      if (!kTransitions.allows(state, to)) illegal_transition("command slot", name(state), name(to), "HostRequest");
+    }
+    state = to;
+  }
+  static const char* name(State s) {
+    constexpr const char* kNames[] = {"Free", "Held", "OnWire"};
+    return size_t(s) < size_t(State::kCount) ? kNames[size_t(s)] : "?";
+  }
+  static constexpr TransitionTable<State, size_t(State::kCount)> kTransitions{
+      {State::Free, State::OnWire},    // sent at once
+      {State::Free, State::Held},      // submitted while reconnecting
+      {State::OnWire, State::Free},    // completed, or (the Connect slot) dropped with its connection
+      {State::OnWire, State::Held},    // its connection was lost: it goes out again on the next
+      {State::Held, State::OnWire},    // the next connection is up
+      {State::Held, State::Free},      // ended without being sent again (retries, fast_io_fail, failure)
+  };
+
   State state = State::Free;
   uint16_t cid = 0;
   bool to_controller = false;
   bool in_capsule = false;
-  bool held = false;              // not on the wire: waiting for a (new) connection
   bool abort_sent = false;        // timed out once; an Abort went to the admin queue
   bool timed_out = false;         // timed out after its Abort too: ends as host-aborted
   // An Asynchronous Event Request: the controller answers it when an event happens, which
@@ -80,6 +103,44 @@ struct QueueParams {
   uint32_t max_retries = 5;
 };
 
+// Where a queue is in its connection's life. Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect
+// -> Ready. A lost connection goes to Disconnected when it can be re-established (its commands
+// held), and from there through the connecting states again; otherwise to Failing, while the
+// stream's close finishes (a receive in flight may still write into a command's buffer, so the
+// commands end only then), and Failed. Failing and Failed are final.
+enum class QueueState : uint8_t {
+  Idle,
+  TcpConnecting,
+  AwaitICResp,
+  AwaitConnect,
+  Ready,
+  Disconnected,
+  Failing,
+  Failed,
+  kCount
+};
+const char* queue_state_name(QueueState s);
+bool queue_transition_allowed(QueueState from, QueueState to);
+// Queue pairs (admin and I/O, of every controller in the process) now in state s: what a
+// debugger or a test looks at to see how many queues are reconnecting or lost.
+uint32_t queue_pairs_in_state(QueueState s);
+
+// What the kernel still holds of the queue's connection. A separate machine from QueueState
+// because an operation started in one queue state finishes in whatever state the queue is in by
+// then: a connect abandoned by a timed-out reconnect attempt or by shutdown() still owns the
+// socket and its SQE until its completion comes, and a stream closed on a loss delivers
+// on_closed() while the queue is already Disconnected or connecting again. Nothing new may
+// start on the socket until it is back to None.
+enum class SocketState : uint8_t {
+  None,        // no socket
+  Connecting,  // the ring's connect owns fd_
+  Open,        // stream_ carries the connection
+  Closing,     // stream_->close() called; on_closed() still to come
+  Closed,      // on_closed() came; stream_ is released at the next tick
+  kCount
+};
+const char* socket_state_name(SocketState s);
+
 class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public transport::PduHandler {
  public:
   // link: the controller, for queues that reconnect with it (nullptr: this connection
@@ -100,8 +161,9 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   uint16_t cntlid() const { return cntlid_; }
   uint32_t depth() const override { return p_.depth; }
   uint32_t outstanding() const override { return outstanding_; }
-  bool failed() const override { return failed_; }
+  bool failed() const override { return state_ == State::Failing || state_ == State::Failed; }
   bool ready() const override { return state_ == State::Ready; }
+  QueueState state() const { return state_; }
   uint32_t reconnects() const override { return reconnects_; }
   const std::string& error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }
@@ -123,9 +185,11 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
 
  private:
-  // Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect -> Ready. A lost connection goes to
-  // Disconnected when it can be re-established (commands held), else to Failed.
-  enum class State { Idle, TcpConnecting, AwaitICResp, AwaitConnect, Ready, Disconnected, Failed };
+  using State = QueueState;
+
+  // Every change of state_ and socket_ goes through these: they check the transition and log it.
+  void set_state(State to);
+  void set_socket(SocketState to);
 
   bool receiving() const {
     return state_ == State::AwaitICResp || state_ == State::AwaitConnect || state_ == State::Ready;
@@ -137,8 +201,13 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   void on_associated();
   // Any fatal error on the current connection: hold and reconnect when possible, else fail.
   void fail(const std::string& why);
-  void fail_for_good(const std::string& why);
+  // Who ended the queue: its owner (shutdown(), the destructor) expects it, so only a failure
+  // of the connection itself is worth a warning.
+  enum class FailedBy : uint8_t { Connection, Owner };
+  void fail_for_good(const std::string& why, FailedBy by = FailedBy::Connection);
   void disconnect(const std::string& why, bool reset_controller);
+  // Starts closing an open stream; on_closed() follows.
+  void close_stream();
   // Ends every outstanding command with a path error (Command Aborted By Host if it timed out).
   void end_outstanding();
   void finish(HostRequest* r, const Completion& c);
@@ -162,11 +231,15 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   std::unique_ptr<reactor::TcpStream> stream_;
   transport::PduReceiver receiver_;
   State state_ = State::Idle;
-  bool failed_ = false;
-  bool closed_ = true;            // no stream, or its close has finished
-  bool fail_pending_ = false;     // failed for good: end every command once the stream is closed
-  bool ever_ready_ = false;
-  bool fast_failing_ = false;     // fast_io_fail_tmo passed: new I/O fails at once
+  SocketState socket_ = SocketState::None;
+  // Facts beside the state, each for a reason of its own:
+  // - associated_before_: every connecting state is passed both on the first connection and on
+  //   each reconnect; only this tells them apart (a failed first connect is final and returned
+  //   to the caller, a failed reconnect attempt is retried).
+  // - fast_failing_: fast_io_fail_tmo has passed in the current outage. It belongs to the outage,
+  //   not to a state: it holds through every reconnect attempt's connecting states until Ready.
+  bool associated_before_ = false;
+  bool fast_failing_ = false;
   std::string error_;
 
   uint8_t cpda_ = 0;
@@ -199,7 +272,6 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
   uint8_t connect_data_[wire::kConnectDataLen];
   reactor::OwnedCompletion<QueuePairImpl> connect_c_;
-  int connect_res_ = 0;             // 1 while a TCP connect is in flight
   reactor::Endpoint endpoint_;
 };
 

@@ -1,0 +1,156 @@
+// Asynchronous events on the admin thread: the Asynchronous Event Requests kept outstanding, and
+// what the run loop does about each event between reactor turns.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "host/admin_commands.hpp"
+#include "host/controller_state.hpp"
+#include "host/namespace_scan.hpp"
+#include "util/log.hpp"
+#include "wire/features.hpp"
+#include "wire/log_pages.hpp"
+
+namespace nvtcp::host {
+
+using namespace nvtcp::wire;
+using detail::set_features_cmd;
+using detail::get_log_cmd;
+
+namespace {
+const char* async_event_type_name(uint8_t type) {
+  switch (AsyncEventType(type)) {
+    case AsyncEventType::Error: return "error";
+    case AsyncEventType::SmartHealth: return "SMART / health";
+    case AsyncEventType::Notice: return "notice";
+    case AsyncEventType::IoCommandSpecific: return "I/O command set specific";
+  }
+  return type == 7 ? "vendor specific" : "reserved type";
+}
+}  // namespace
+
+bool Controller::State::start_events(std::string& err) {
+  ev = Events{};
+  if (discovery) return true;
+  const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
+  const uint32_t notices = id->oaes & kAecNamespaceAttribute;
+  uint32_t aec = notices | kAecSmartWarningsDefined;
+  Completion c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+  if (!c.status.ok() && admin_up() && notices) {
+    aec = notices;  // a controller may take only what OAES lists
+    c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+  }
+  if (!admin_up()) {
+    err = "admin queue lost while enabling asynchronous events";
+    return false;
+  }
+  if (!c.status.ok())
+    log::warn("{}: Set Features (Asynchronous Event Configuration {:#x}): {}; namespace changes will be seen "
+              "only at a reconnect or rescan_namespaces()",
+              trid.subnqn, aec, status_name(c.status));
+  else if (!notices)
+    log::info("{}: the controller sends no namespace attribute notices (OAES {:#x}); namespace changes will be "
+              "seen only at a reconnect or rescan_namespaces()",
+              trid.subnqn, uint32_t(id->oaes));
+  // As many as AERL allows (several events can then be reported at once), but never more
+  // than an eighth of the admin queue: the rest is for commands. Linux keeps one.
+  ev.aers_wanted = std::max<uint32_t>(1, std::min<uint32_t>(id->aerl + 1u, admin->depth() / 8));
+  submit_aers();
+  return true;
+}
+
+void Controller::State::submit_aers() {
+  while (ev.aers_outstanding < ev.aers_wanted && admin_up()) {
+    Sqe sqe{};
+    sqe.opc = uint8_t(AdminOpcode::AsyncEventRequest);
+    if (admin->submit(sqe, nullptr, 0, false, on_aer, this) != 0) break;
+    ++ev.aers_outstanding;
+  }
+}
+
+void Controller::State::aer_completed(const Completion& c) {
+  if (ev.aers_outstanding) --ev.aers_outstanding;
+  if (!c.status.ok()) {
+    // A path error: the connection is going (the next association asks again). Any other
+    // status would only come back again: not asking again is what the Linux host does too.
+    if (c.status != sc::TransportError)
+      log::warn("{}: Asynchronous Event Request failed: {}; {} left outstanding", trid.subnqn,
+                status_name(c.status), ev.aers_outstanding);
+    return;
+  }
+  submit_aers();  // at once: another event may be waiting for a request
+  const uint8_t type = c.dw0 & 0x7, info = (c.dw0 >> 8) & 0xFF;
+  const uint8_t lid = (c.dw0 >> 16) & 0xFF;
+  if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) {
+    ev.ns_changed = true;
+  } else if (type == uint8_t(AsyncEventType::IoCommandSpecific) &&
+             lid == uint8_t(LogPageId::ReservationNotification)) {
+    // The notices are the application's (a cluster manager reads them with get_log_page);
+    // reading them here would lose them. The type stays masked until it does.
+    log::info("{}: reservation notice waiting in log page 0x80", trid.subnqn);
+  } else {
+    ev.to_clear.push_back(c.dw0);
+  }
+}
+
+void Controller::State::clear_event(uint32_t dw0) {
+  const uint8_t type = dw0 & 0x7, info = (dw0 >> 8) & 0xFF, lid = (dw0 >> 16) & 0xFF;
+  alignas(8) uint8_t buf[sizeof(SmartLog)] = {};
+  const uint32_t len = lid == uint8_t(LogPageId::SmartHealth) ? sizeof(SmartLog) : sizeof(ErrorLogEntry);
+  Completion c = admin_sync(get_log_cmd(lid, kNsidAll, len, 0, false), buf, len, false);
+  std::string what;
+  if (!c.status.ok()) {
+    what = fmt::format("; reading log page {:#04x}: {}", lid, status_name(c.status));
+  } else if (lid == uint8_t(LogPageId::Error)) {
+    const auto* e = reinterpret_cast<const ErrorLogEntry*>(buf);  // the newest: the log lists newest first
+    what = fmt::format(": error {} on queue {} command {}: {} (namespace {}, LBA {})", e->error_count, e->sqid,
+                       e->cid, status_name(Status::from_cqe(e->status)), e->nsid, e->lba);
+  } else if (lid == uint8_t(LogPageId::SmartHealth)) {
+    const auto* h = reinterpret_cast<const SmartLog*>(buf);
+    what = fmt::format(": critical warning {:#04x}, temperature {} K, spare {}%", h->critical_warning,
+                       uint16_t(h->temperature), h->avail_spare);
+  }
+  log::warn("{}: asynchronous event {:#010x} ({}, information {:#04x}, log page {:#04x}){}", trid.subnqn, dw0,
+            async_event_type_name(type), info, lid, what);
+}
+
+bool Controller::State::rescan_after_notice(std::string& err) {
+  std::vector<uint8_t> log(kChangedNamespacesMax * 4);
+  const uint32_t len = uint32_t(log.size());
+  Completion c = admin_sync(get_log_cmd(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len, 0, false), log.data(),
+                            len, false);
+  bool all = true;
+  std::vector<uint32_t> listed;
+  if (c.status.ok()) listed = detail::parse_changed_namespaces(log.data(), len, all);
+  else if (admin_up()) log::warn("{}: reading the changed-namespace log: {}", trid.subnqn, status_name(c.status));
+  all = all || listed.empty();
+  log::info("{}: namespace attribute notice: rescanning {}", trid.subnqn,
+            all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
+  return scan_namespaces(all ? nullptr : &listed, true, err);
+}
+
+void Controller::State::service_events() {
+  while (!stop.load(std::memory_order_relaxed) && admin_up()) {
+    std::string e;
+    if (!ev.to_clear.empty()) {
+      const uint32_t dw0 = ev.to_clear.front();
+      ev.to_clear.erase(ev.to_clear.begin());
+      clear_event(dw0);
+    } else if (ev.ns_changed) {
+      ev.ns_changed = false;
+      if (!rescan_after_notice(e)) log::warn("{}: namespace rescan failed: {}", trid.subnqn, e);
+    } else if (!rescan_waiters.empty()) {
+      auto waiters = std::move(rescan_waiters);  // callers from now on wait for the next scan
+      rescan_waiters.clear();
+      const bool ok = scan_namespaces(nullptr, true, e);
+      for (auto& w : waiters) w->finish(ok ? std::string() : e);
+    } else {
+      return;
+    }
+  }
+}
+
+}  // namespace nvtcp::host

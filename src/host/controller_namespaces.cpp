@@ -1,0 +1,105 @@
+// The controller's list of active namespaces as the admin thread keeps it: scanned at connect,
+// after a namespace attribute notice, at a reconnect and on rescan_namespaces().
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "host/admin_commands.hpp"
+#include "host/controller_state.hpp"
+#include "host/namespace_scan.hpp"
+#include "util/log.hpp"
+#include "wire/identify.hpp"
+
+namespace nvtcp::host {
+
+using namespace nvtcp::wire;
+using detail::identify_cmd;
+
+bool Controller::State::read_active_list(std::vector<uint32_t>& out, std::string& err) {
+  out.clear();
+  alignas(8) uint8_t buf[kIdentifyLen];
+  uint32_t after = 0;
+  for (;;) {
+    Completion c = admin_sync(identify_cmd(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
+    if (!c.status.ok()) {
+      err = fmt::format("Identify (active namespace list): {}", status_name(c.status));
+      return false;
+    }
+    uint32_t ids[kIdentifyLen / 4];
+    std::memcpy(ids, buf, sizeof(ids));
+    size_t n = 0;
+    while (n < kIdentifyLen / 4 && ids[n] > after) out.push_back(ids[n++]);  // ascending, zero-terminated
+    if (n < kIdentifyLen / 4) return true;
+    after = ids[n - 1];
+  }
+}
+
+bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, bool notify, std::string& err) {
+  std::vector<uint32_t> active;
+  bool sequential = false;  // NSIDs tried one by one: most of them are expected to be inactive
+  if (!read_active_list(active, err)) {
+    if (!admin_up()) return false;
+    // A controller older than NVMe 1.1 has no list: try every NSID up to NN, as Linux does.
+    const uint32_t nn = std::min<uint32_t>(reinterpret_cast<const IdentifyController*>(ident_now)->nn,
+                                           detail::BlockSizeTable::kCapacity);
+    log::info("{}: {}; identifying namespaces 1 to {} instead", trid.subnqn, err, nn);
+    for (uint32_t nsid = 1; nsid <= nn; ++nsid) active.push_back(nsid);
+    sequential = true;
+    err.clear();
+  }
+  std::map<uint32_t, NamespaceInfo> next;
+  alignas(8) uint8_t buf[kIdentifyLen];
+  for (uint32_t nsid : active) {
+    auto known = namespaces.find(nsid);  // this thread is the only writer: no lock to read
+    if (listed && known != namespaces.end() && std::find(listed->begin(), listed->end(), nsid) == listed->end()) {
+      next.emplace(nsid, known->second);
+      continue;
+    }
+    Completion c = admin_sync(identify_cmd(uint8_t(Cns::Namespace), nsid, 0), buf, kIdentifyLen, false);
+    if (!admin_up()) {
+      err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
+      return false;
+    }
+    if (!c.status.ok()) {
+      // As the Linux host: an error is no reason to drop a namespace we know.
+      if (known != namespaces.end() || !sequential)
+        log::warn("{}: Identify Namespace {}: {}{}", trid.subnqn, nsid, status_name(c.status),
+                  known != namespaces.end() ? "; keeping what was known" : "; not used");
+      if (known != namespaces.end()) next.emplace(nsid, known->second);
+      continue;
+    }
+    const auto* id = reinterpret_cast<const IdentifyNamespace*>(buf);
+    if (id->nsze == 0) continue;  // inactive (removed since the list was read)
+    NamespaceInfo ni;
+    std::string why;
+    if (detail::namespace_from_identify(nsid, *id, ni, why)) next.emplace(nsid, ni);
+    else log::warn("{}: {}: not used", trid.subnqn, why);
+  }
+  const auto changes = detail::diff_namespaces(namespaces, next);
+  if (changes.empty()) return true;
+  std::vector<std::pair<uint32_t, uint32_t>> sizes;
+  for (const auto& [nsid, ni] : next) sizes.emplace_back(nsid, ni.block_size);
+  if (!block_sizes->publish(sizes))
+    log::warn("{}: {} namespaces; read()/write() know the block size of the first {} only", trid.subnqn,
+              sizes.size(), detail::BlockSizeTable::kCapacity);
+  {
+    std::lock_guard lk(ns_mu);
+    namespaces = std::move(next);
+  }
+  if (!notify) return true;
+  for (const auto& ch : changes) {
+    using Kind = detail::NamespaceChangeKind;
+    // What was written there is gone for the application: louder than a size change.
+    if (ch.kind == Kind::Removed || ch.kind == Kind::Replaced) log::warn("{}: {}", trid.subnqn, detail::describe(ch));
+    else log::info("{}: {}", trid.subnqn, detail::describe(ch));
+  }
+  ns_generation.fetch_add(1, std::memory_order_release);  // after the publish above
+  if (opts.on_namespace_change)
+    for (const auto& ch : changes) opts.on_namespace_change(ch.nsid);
+  return true;
+}
+
+}  // namespace nvtcp::host

@@ -1,0 +1,39 @@
+// Keep Alive on the admin queue, from a timer on the admin thread, so it keeps going whatever
+// the application's threads do.
+#include <algorithm>
+
+#include "host/controller_state.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::host {
+
+using namespace nvtcp::wire;
+
+void Controller::State::arm_keep_alive() {
+  uint32_t kato = opts.kato_ms;
+  if (kato == 0 || discovery) return;
+  // By default send at half the timeout, so one late packet is no loss.
+  uint64_t interval_ms = opts.keep_alive_interval_ms ? opts.keep_alive_interval_ms : kato / 2;
+  reactor->arm_timer(&ka_timer, std::max<uint64_t>(interval_ms, 1) * 1000000ull);
+}
+
+void Controller::State::keep_alive(reactor::Timer* t) {
+  State* st = static_cast<KaTimer*>(t)->st;
+  if (!st->admin || st->admin->failed()) return;
+  if (!st->ka_outstanding) {
+    Sqe sqe{};
+    sqe.opc = uint8_t(AdminOpcode::KeepAlive);
+    st->ka_outstanding = true;
+    int rc = st->admin->submit(sqe, nullptr, 0, false,
+                               [](void* ctx, const Completion& c) {
+                                 auto* s = static_cast<State*>(ctx);
+                                 s->ka_outstanding = false;
+                                 if (!c.status.ok()) log::warn("Keep Alive failed: {}", status_name(c.status));
+                               },
+                               st);
+    if (rc != 0) st->ka_outstanding = false;
+  }
+  st->arm_keep_alive();
+}
+
+}  // namespace nvtcp::host

@@ -1,0 +1,57 @@
+// Controller recovery: after a lost admin queue or an I/O queue's reset request, reconnect every
+// reconnect_delay_ms until ctrl_loss_tmo_ms, or give the controller up.
+#include <string>
+
+#include "host/controller_state.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::host {
+
+void Controller::State::recover(const std::string& why) {
+  if (!opts.ctrl_loss_tmo_ms) {
+    set_link_state(LinkState::Deleted);
+    log::error("{} (controller {}): {}; reconnect is off (ctrl_loss_tmo 0)", trid.subnqn, cntlid_now.load(), why);
+    return;
+  }
+  set_link_state(LinkState::Resetting);
+  reset_count.fetch_add(1, std::memory_order_relaxed);
+  uint64_t lost = reactor::monotonic_ns();
+  log::warn("{} (controller {}): resetting: {}; reconnecting every {} ms for up to {} ms", trid.subnqn,
+            cntlid_now.load(), why, opts.reconnect_delay_ms, opts.ctrl_loss_tmo_ms);
+  reactor->cancel_timer(&ka_timer);
+  admin.reset();  // ends its outstanding commands with a path error
+  ka_outstanding = false;
+  for (unsigned attempt = 1; !stop.load(std::memory_order_relaxed); ++attempt) {
+    wait_ms(opts.reconnect_delay_ms);
+    if (stop.load(std::memory_order_relaxed)) return;
+    uint64_t elapsed_ms = (reactor::monotonic_ns() - lost) / 1000000ull;
+    if (elapsed_ms >= opts.ctrl_loss_tmo_ms) {
+      set_link_state(LinkState::Deleted);
+      log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, elapsed_ms);
+      return;
+    }
+    std::string e;
+    reset_requested.store(false, std::memory_order_release);
+    // Events first, then the scan: a change after the scan's Identify is then reported.
+    // The scan comes before the I/O queues reconnect (gen), so on_namespace_change tells
+    // of a replaced namespace before held commands go out again.
+    if (associate(false, e) && start_events(e) && scan_namespaces(nullptr, true, e)) {
+      gen.fetch_add(1, std::memory_order_acq_rel);
+      set_link_state(LinkState::Live);
+      arm_keep_alive();
+      log::info("{}: reconnected as controller {} after {} ms ({} attempts)", trid.subnqn, cntlid_now.load(),
+                (reactor::monotonic_ns() - lost) / 1000000ull, attempt);
+      return;
+    }
+    if (refused) {
+      set_link_state(LinkState::Deleted);
+      log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e);
+      admin.reset();
+      return;
+    }
+    log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e);
+    admin.reset();
+  }
+}
+
+}  // namespace nvtcp::host
