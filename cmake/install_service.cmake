@@ -8,8 +8,12 @@ else()
 endif()
 set(NVTCP_EXEC "${CMAKE_INSTALL_PREFIX}/${NVTCP_BINDIR}/nvtcp")
 set(NVTCP_CONFIG "${nvtcp_etc}/target.json")
-set(unit_dir "${CMAKE_CURRENT_BINARY_DIR}/nvtcp-service")
+# A directory of its own per install: an install to another prefix (cpack's, say) may run at the
+# same time from the same build tree, and its unit names other paths.
+string(RANDOM LENGTH 16 unit_tag)
+set(unit_dir "${CMAKE_CURRENT_BINARY_DIR}/nvtcp-service-${unit_tag}")
 configure_file("${NVTCP_SOURCE_DIR}/packaging/nvtcp-target.service.in" "${unit_dir}/nvtcp-target.service" @ONLY)
 file(INSTALL "${unit_dir}/nvtcp-target.service" DESTINATION "${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
+file(REMOVE_RECURSE "${unit_dir}")
 file(INSTALL "${NVTCP_SOURCE_DIR}/packaging/target.json" DESTINATION "${nvtcp_etc}")
 file(INSTALL "${NVTCP_SOURCE_DIR}/packaging/target.json" DESTINATION "${CMAKE_INSTALL_PREFIX}/share/doc/nvtcp/examples")

@@ -30,6 +30,8 @@ for f in "$prefix/bin/nvtcp" "$libdir/libnvtcp.a" "$libdir/libnvtcp.so" "$libdir
          "$prefix/lib/systemd/system/nvtcp-target.service" "$prefix/share/nvtcp/nvtcp_bench_report.py"; do
   [ -e "$f" ] || fail "not installed: $f"
 done
+grep -qx "ExecStart=$prefix/bin/nvtcp target --config $prefix/etc/nvtcp/target.json" \
+  "$prefix/lib/systemd/system/nvtcp-target.service" || fail "the unit does not run the nvtcp installed with it"
 soname=$(readelf -d "$libdir/libnvtcp.so.0" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = libnvtcp.so.0 ] || fail "SONAME is '$soname', not libnvtcp.so.0"
 
@@ -73,8 +75,11 @@ cmake -S "$SRC/examples" -B "$dir/ex-cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$dir
   cmake --build "$dir/ex-cmake" -j 2 >>"$dir/ex-cmake.log" 2>&1 || { cat "$dir/ex-cmake.log"; fail "cmake example build"; }
 run_example find_package "$dir/ex-cmake/write_read"
 run_example find_package_static "$dir/ex-cmake/write_read_static"
-if ldd "$dir/ex-cmake/write_read_static" | grep -q libnvtcp; then fail "the static example loads libnvtcp.so"; fi
-ldd "$dir/ex-cmake/write_read" | grep -q "$libdir/libnvtcp.so.0" || fail "the shared example does not use the installed libnvtcp"
+# (ldd's output is captured first: grep -q would close the pipe early, and pipefail fail the check.)
+static_libs=$(ldd "$dir/ex-cmake/write_read_static")
+shared_libs=$(ldd "$dir/ex-cmake/write_read")
+if grep -q libnvtcp <<<"$static_libs"; then fail "the static example loads libnvtcp.so"; fi
+grep -q "$libdir/libnvtcp.so.0" <<<"$shared_libs" || fail "the shared example does not use the installed libnvtcp"
 
 step "example with pkg-config"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
