@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "target/state_check.hpp"
 #include "util/log.hpp"
 #include "util/zeros.hpp"
 #include "wire/digest.hpp"
@@ -84,7 +85,11 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
       peer_(std::move(peer)),
       set_(set),
       stream_(r, fd, this),
-      receiver_(transport::Side::Target, this) {
+      receiver_(transport::Side::Target, this),
+      pool_(target.config, target.usage, this, [](reactor::SendDone* d) {
+        Request* req = static_cast<Request::Sent*>(d)->req;
+        req->conn->release(req);
+      }) {
   address_ = std::move(address);
   arrival_ = std::move(arrival);
   term_sent_.owner = this;
@@ -102,7 +107,7 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
   target_.usage.connections.fetch_add(1);
   const auto& cfg = target_.config;
   receiver_.set_max_plen(std::max({cfg.in_capsule_data, cfg.max_h2c_data, kAdminInCapsule}) + 512);
-  resize_pool(1);  // until Connect says how deep the queue is, only Connect can arrive
+  pool_.resize(1);  // until Connect says how deep the queue is, only Connect can arrive
   set_.add(this);
 }
 
@@ -110,7 +115,6 @@ Connection::~Connection() {
   reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
-  release_budgets(host_.get(), buffer_bytes_ + pool_bytes_);
   if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
   if (!address_.empty()) target_.addresses.release(address_);
   target_.usage.connections.fetch_sub(1);
@@ -123,10 +127,11 @@ ConnectionInfo Connection::info() const {
   i.connected = state_ == State::Connected;
   i.send_queue_bytes = stream_.queued_bytes();
   i.send_queue_peak = send_peak_;
-  i.buffer_bytes = buffer_bytes_;
-  i.pool_bytes = pool_bytes_;
+  i.buffer_bytes = pool_.buffer_bytes();
+  i.pool_bytes = pool_.pool_bytes();
   i.waiting = waiting_;
   i.waits = waits_;
+  i.request_states = pool_.counts();
   return i;
 }
 
@@ -137,9 +142,29 @@ void Connection::start() {
 }
 
 void Connection::close(const std::string& why) {
-  if (state_ != State::Closing) log::info("{}: closing connection: {}", peer_, why);
-  state_ = State::Closing;
+  if (state_ != State::Closing) {
+    log::info("{}: closing connection: {}", peer_, why);
+    set_state(State::Closing);
+  }
   stream_.close();
+}
+
+const char* Connection::state_name(State s) {
+  switch (s) {
+    case State::AwaitICReq: return "AwaitICReq";
+    case State::AwaitConnect: return "AwaitConnect";
+    case State::Connected: return "Connected";
+    case State::Closing: return "Closing";
+  }
+  return "?";
+}
+
+void Connection::set_state(State to) {
+#if NVTCP_STATE_CHECKS
+  if (!connection_transition_legal(state_, to))
+    illegal_transition("connection", state_name(state_), state_name(to), qid_);
+#endif
+  state_ = to;
 }
 
 void Connection::teardown_controller(const char* why) {
@@ -174,7 +199,7 @@ void Connection::on_closed(int err) {
   if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
   log::debug("{}: connection closed", peer_);
   closed_ = true;
-  state_ = State::Closing;
+  if (state_ != State::Closing) set_state(State::Closing);
   teardown_controller("admin queue closed");
   reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
@@ -193,8 +218,8 @@ const Request* Connection::stalled_write(uint64_t now) const {
   // Checked on the connection's periodic timer, not per I/O: a scan of the slots.
   const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
   if (limit == 0) return nullptr;
-  for (const auto& r : pool_)
-    if (r->state == Request::State::AwaitingH2C && r->rx_next < r->r2t_next) {
+  for (const auto& r : pool_.slots())
+    if (r->state() == Request::State::AwaitingH2C && r->rx_next < r->r2t_next) {
       const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % Request::kMaxR2T];
       if (now > asked && now - asked > limit) return r.get();
     }
@@ -307,7 +332,7 @@ void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
         return;
       }
       if (r->data_len) r->rx_next = r->data_len;
-      r->state = Request::State::Executing;
+      set_request_state(r, Request::State::Executing);
       admit(r);
       return;
     }
@@ -324,7 +349,7 @@ void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
             fes_name(fes), fei);
   if (state_ == State::Closing) return;
-  state_ = State::Closing;
+  set_state(State::Closing);
   uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
   stream_.send(term_pdu_, len, &term_sent_);
   reactor_.arm_timer(&timer_, kTermReqLingerNs);
@@ -354,7 +379,7 @@ bool Connection::handle_icreq(const ICReqPdu& req) {
   resp->maxh2cdata = target_.config.max_h2c_data;
   stream_.send(icresp_, sizeof(icresp_));
   receiver_.set_digests(hdgst_, ddgst_);
-  state_ = State::AwaitConnect;
+  set_state(State::AwaitConnect);
   log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", peer_, req.hpda, req.maxr2t, hdgst_, ddgst_);
   return true;
 }
@@ -364,13 +389,13 @@ uint32_t Connection::max_incapsule() const {
 }
 
 bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
-  Request* r = alloc_request();
+  Request* r = pool_.alloc();
   if (!r && sqsize_ && pool_.size() < size_t(sqsize_) + stream_.held_send_dones()) {
     // Zero-copy sends keep requests whose response has left (so the host may reuse the
     // slot) until the kernel lets go of their pages: the pool grows past the queue depth
     // by at most that many, once, at warm-up.
-    resize_pool(uint32_t(pool_.size()) + 1);
-    r = alloc_request();
+    pool_.resize(uint32_t(pool_.size()) + 1);
+    r = pool_.alloc();
   }
   if (!r) {
     fatal(Fes::PduSequenceError, 0,
@@ -389,7 +414,6 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
   r->aborted = false;
   r->fence_counted = r->fence_owner = false;
   r->fused_partner = nullptr;
-  r->state = Request::State::ReceivingData;
   if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
   h2c_req_ = r;
   if (data_len == 0) return true;
@@ -427,12 +451,12 @@ bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, 
 }
 
 bool Connection::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst) {
-  if (pdu.ttag >= pool_.size() || pool_[pdu.ttag]->state != Request::State::AwaitingH2C) {
+  if (pdu.ttag >= pool_.size() || pool_.at(pdu.ttag)->state() != Request::State::AwaitingH2C) {
     fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, ttag),
           fmt::format("H2CData for unknown transfer tag {}", pdu.ttag));
     return false;
   }
-  Request* r = pool_[pdu.ttag].get();
+  Request* r = pool_.at(pdu.ttag);
   if (r->sqe.cid != pdu.cccid) {
     fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, cccid),
           fmt::format("H2CData cccid {} does not match tag {} (cid {})", pdu.cccid, pdu.ttag, r->sqe.cid));
@@ -470,7 +494,7 @@ void Connection::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
     send_r2ts(r);
     return;
   }
-  r->state = Request::State::Executing;
+  set_request_state(r, Request::State::Executing);
   if (r->aborted) complete(r, sc::AbortRequested);
   else if (!r->status.ok()) complete(r, r->status);
   else if (qid_ == 0) execute_admin(r);
@@ -641,7 +665,7 @@ void Connection::execute_connect(Request* r) {
     return;
   }
   const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
-  if (!reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
+  if (!pool_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_buffer_memory {}, "
               "max_host_buffer_memory {})",
@@ -650,7 +674,7 @@ void Connection::execute_connect(Request* r) {
     return;
   }
   auto undo = [&] {
-    release_budgets(host.get(), pool);
+    pool_.release_budgets(host.get(), pool);
     host->connections.fetch_sub(1, std::memory_order_relaxed);
   };
   std::shared_ptr<Controller> ctrl;
@@ -695,14 +719,13 @@ void Connection::execute_connect(Request* r) {
   if (cmd.qid == 0) ctrl_->attach_admin_queue(&reactor_, this);
   else ctrl_->register_io_queue(cmd.qid, &reactor_, this);
   host_ = std::move(host);
-  host_->bytes.fetch_add(buffer_bytes_, std::memory_order_relaxed);  // what it took before Connect
-  pool_bytes_ = pool;
+  pool_.attach_host(host_.get(), pool);
   qid_ = cmd.qid;
   sqsize_ = uint16_t(cmd.sqsize + 1);
   sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
   sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
-  state_ = State::Connected;
-  resize_pool(sqsize_);
+  set_state(State::Connected);
+  pool_.resize(sqsize_);
   log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer_, hostnqn, subnqn,
             ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
             hdgst_ ? ", header digest" : "", ddgst_ ? ", data digest" : "");
@@ -757,10 +780,10 @@ void Connection::execute_admin(Request* r) {
   }
   if (res.held) {
     if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
-      r->state = Request::State::HeldAbort;  // abort_done() completes it
+      set_request_state(r, Request::State::HeldAbort);  // abort_done() completes it
       return;
     }
-    r->state = Request::State::HeldAer;
+    set_request_state(r, Request::State::HeldAer);
     deliver_async_events();  // an event may already be waiting for it
     return;
   }
@@ -782,9 +805,9 @@ void Connection::execute_admin(Request* r) {
 void Connection::deliver_async_events() {
   if (state_ != State::Connected || !ctrl_) return;
   uint32_t dw0 = 0;
-  for (auto& slot : pool_) {
+  for (auto& slot : pool_.slots()) {
     Request* r = slot.get();
-    if (r->state != Request::State::HeldAer) continue;
+    if (r->state() != Request::State::HeldAer) continue;
     if (!ctrl_->take_async_event(dw0)) return;
     r->dw0 = dw0;
     log::info("{}: asynchronous event 0x{:08x} to controller {}", peer_, dw0, ctrl_->cntlid());
@@ -795,9 +818,9 @@ void Connection::deliver_async_events() {
 void Connection::abort_done(uint16_t abort_cid, bool aborted) {
   if (state_ != State::Connected || !ctrl_) return;
   ctrl_->abort_finished();
-  for (auto& slot : pool_) {
+  for (auto& slot : pool_.slots()) {
     Request* r = slot.get();
-    if (r->state != Request::State::HeldAbort || r->sqe.cid != abort_cid) continue;
+    if (r->state() != Request::State::HeldAbort || r->sqe.cid != abort_cid) continue;
     r->dw0 = aborted ? 0 : 1;
     complete(r, sc::Success);
     return;
@@ -805,9 +828,9 @@ void Connection::abort_done(uint16_t abort_cid, bool aborted) {
 }
 
 bool Connection::abort_held_aer(uint16_t cid) {
-  for (auto& slot : pool_) {
+  for (auto& slot : pool_.slots()) {
     Request* r = slot.get();
-    if (r->state != Request::State::HeldAer || r->sqe.cid != cid) continue;
+    if (r->state() != Request::State::HeldAer || r->sqe.cid != cid) continue;
     if (!ctrl_->take_held_aer()) return false;
     complete(r, sc::AbortRequested);
     return true;
@@ -817,10 +840,10 @@ bool Connection::abort_held_aer(uint16_t cid) {
 
 bool Connection::abort_command(uint16_t cid) {
   if (state_ != State::Connected) return false;
-  for (auto& slot : pool_) {
+  for (auto& slot : pool_.slots()) {
     Request* r = slot.get();
     if (r->sqe.cid != cid) continue;
-    if (r->state == Request::State::Waiting) {
+    if (r->state() == Request::State::Waiting) {
       // Out of the wait list, wherever it is in it.
       Request** link = &wait_head_;
       Request* prev = nullptr;
@@ -837,14 +860,14 @@ bool Connection::abort_command(uint16_t cid) {
       complete(r, sc::AbortRequested);
       return true;
     }
-    if (r->state == Request::State::AwaitingH2C && !r->aborted) {
+    if (r->state() == Request::State::AwaitingH2C && !r->aborted) {
       // The data already asked for may still come: take it, ask for no more, then end.
       r->aborted = true;
       r->data_len = r->r2t_next;
       log::info("{}: cid {} aborted while it waited for data ({} of {} bytes asked for)", peer_, cid, r->rx_next,
                 r->r2t_next);
       if (r->rx_next == r->data_len) {
-        r->state = Request::State::Executing;
+        set_request_state(r, Request::State::Executing);
         complete(r, sc::AbortRequested);
       }
       return true;
@@ -852,7 +875,7 @@ bool Connection::abort_command(uint16_t cid) {
     // Commands that go to the device one step at a time (a range, a namespace) stop at the
     // next step: what the finished steps did stays done, as an aborted command may leave it.
     const auto opc = static_cast<IoOpcode>(r->sqe.opc);
-    if (r->state == Request::State::Executing && !r->aborted && !r->fused_partner &&
+    if (r->state() == Request::State::Executing && !r->aborted && !r->fused_partner &&
         (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
       r->aborted = true;
       log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", peer_, cid, r->sqe.opc);
@@ -1131,7 +1154,7 @@ bool Connection::host_data(Request* r, uint32_t len) {
       case BufferResult::Fail: complete(r, sc::InternalError); return false;
     }
     r->data_len = len;
-    r->state = Request::State::AwaitingH2C;
+    set_request_state(r, Request::State::AwaitingH2C);
     send_r2ts(r);
     return false;
   }
@@ -1235,8 +1258,7 @@ bool Connection::fused_halves(Request* r) {
       complete(r, sc::InvalidField);
       return true;
     }
-    fused_first_ = r;
-    r->state = Request::State::Executing;
+    fused_first_ = r;  // stays Executing (as execute() found it) until its second half comes
     return true;
   }
   complete(r, fuse == kSqeFlagsFuseSecond ? sc::MissingFusedCommand : sc::InvalidField);
@@ -1246,7 +1268,6 @@ bool Connection::fused_halves(Request* r) {
 void Connection::start_fused(Request* cmp, Request* wr) {
   cmp->fused_partner = wr;
   wr->fused_partner = cmp;
-  wr->state = Request::State::Executing;
   if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
     end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
     return;
@@ -1496,7 +1517,7 @@ void Connection::complete(Request* r, Status st) {
 }
 
 void Connection::send_response(Request* r) {
-  r->state = Request::State::Sending;
+  set_request_state(r, Request::State::Sending);
   // Failed commands go to the controller's error log; Command Interrupted only asks the
   // host to retry later, and is no error.
   if (!r->status.ok() && ctrl_ && r->status != kCommandInterrupted) ctrl_->record_error(qid_, r->sqe, r->status);
@@ -1564,41 +1585,10 @@ void Connection::send_response(Request* r) {
 
 // ---------------------------------------------------------------- request pool
 
-void Connection::resize_pool(uint32_t depth) {
-  while (pool_.size() < depth) {
-    auto r = std::make_unique<Request>();
-    r->index = uint16_t(pool_.size());
-    r->conn = this;
-    r->sent.req = r.get();
-    r->sent.fn = [](reactor::SendDone* d) {
-      Request* req = static_cast<Request::Sent*>(d)->req;
-      req->conn->release(req);
-    };
-    free_.push_back(r.get());
-    pool_.push_back(std::move(r));
-  }
-  free_.reserve(pool_.size());
-}
-
-Request* Connection::alloc_request() {
-  if (free_.empty()) return nullptr;
-  Request* r = free_.back();
-  free_.pop_back();
-  return r;
-}
-
 void Connection::release(Request* r) {
-  r->state = Request::State::Free;
   // Admin and discovery commands are few and far between: their buffers (log pages up to
   // MDTS) go back at once instead of waiting, idle, for the next one.
-  if (qid_ == 0 && r->buf_cap) free_buffer(r);
-  // Idle buffers are kept for reuse (no allocation per I/O) while the target uses less than
-  // half its buffer budget; above that they go back, so that idle connections cannot hold
-  // memory that busy ones wait for.
-  const uint64_t budget = target_.config.max_buffer_memory;
-  if (r->buf_cap && budget && target_.usage.buffer_bytes.load(std::memory_order_relaxed) > budget / 2)
-    free_buffer(r);
-  free_.push_back(r);
+  pool_.release(r, qid_ == 0);
   if (wait_head_) reactor_.defer(&resume_d_);
   if (close_after_send_) {
     close_after_send_ = false;
@@ -1607,68 +1597,14 @@ void Connection::release(Request* r) {
 }
 
 Connection::BufferResult Connection::ensure_buffer(Request* r, uint32_t len) {
-  if (len <= r->buf_cap) return BufferResult::Ok;
-  const auto& cfg = target_.config;
-  const uint64_t cap = (uint64_t(len) + 4095) & ~uint64_t(4095);
-  const uint64_t grow = cap - r->buf_cap;
-  // I/O queues leave part of the target's budget to admin queues and to connections not yet
-  // past Connect, so that data commands, however many, never lock a host out of connecting.
-  const bool io_queue = state_ == State::Connected && qid_ != 0;
-  const uint64_t global_cap =
-      io_queue && cfg.max_buffer_memory ? cfg.max_buffer_memory - admin_buffer_reserve(cfg) : cfg.max_buffer_memory;
-  auto reserve = [&] {
-    if (cfg.max_connection_buffer_memory && buffer_bytes_ + grow > cfg.max_connection_buffer_memory) return false;
-    return reserve_budgets(host_.get(), grow, global_cap);
-  };
-  // Short of memory: first give back what this connection's idle requests still hold.
-  if (!reserve() && (reclaim_idle_buffers() == 0 || !reserve())) return BufferResult::Wait;
-  void* p = nullptr;
-  // 4 KiB alignment lets file namespaces use O_DIRECT straight from this buffer.
-  if (posix_memalign(&p, 4096, cap) != 0) {
-    release_budgets(host_.get(), grow);
-    log::warn("{}: cannot allocate a {}-byte data buffer", peer_, cap);
-    return BufferResult::Fail;
-  }
-  r->buf.reset(static_cast<uint8_t*>(p));
-  r->buf_cap = uint32_t(cap);
-  buffer_bytes_ += grow;
-  if (memory_logged_ && !wait_head_) {
+  const uint32_t had = r->buf_cap;
+  const BufferResult res = pool_.ensure_buffer(r, len, state_ == State::Connected && qid_ != 0);
+  if (res == BufferResult::Fail) log::warn("{}: cannot allocate a {}-byte data buffer", peer_, align_4k(len));
+  if (res == BufferResult::Ok && r->buf_cap != had && memory_logged_ && !wait_head_) {
     log::info("{}: buffer memory available again", peer_);
     memory_logged_ = false;
   }
-  return BufferResult::Ok;
-}
-
-// Takes n bytes from the host's budget (before Connect there is none) and the target's
-// (up to global_cap), or from neither.
-bool Connection::reserve_budgets(HostBudget* host, uint64_t n, uint64_t global_cap) {
-  if (host && !host->reserve(n, target_.config.max_host_buffer_memory)) return false;
-  if (target_.usage.reserve_buffer(n, global_cap)) return true;
-  if (host) host->release(n);
-  return false;
-}
-
-void Connection::release_budgets(HostBudget* host, uint64_t n) {
-  if (n == 0) return;
-  target_.usage.release_buffer(n);
-  if (host) host->release(n);
-}
-
-void Connection::free_buffer(Request* r) {
-  if (!r->buf_cap) return;
-  buffer_bytes_ -= r->buf_cap;
-  release_budgets(host_.get(), r->buf_cap);
-  r->buf.reset();
-  r->buf_cap = 0;
-}
-
-uint64_t Connection::reclaim_idle_buffers() {
-  uint64_t freed = 0;
-  for (Request* r : free_) {
-    freed += r->buf_cap;
-    free_buffer(r);
-  }
-  return freed;
+  return res;
 }
 
 // ---------------------------------------------------------------- back-pressure
@@ -1687,7 +1623,7 @@ void Connection::admit(Request* r) {
 }
 
 void Connection::park(Request* r, bool for_memory) {
-  r->state = Request::State::Waiting;
+  set_request_state(r, Request::State::Waiting);
   r->next_waiting = nullptr;
   if (!wait_head_) {
     wait_head_ = wait_tail_ = r;
@@ -1724,7 +1660,7 @@ void Connection::resume_waiting() {
     if (!wait_head_) wait_tail_ = nullptr;
     r->next_waiting = nullptr;
     --waiting_;
-    r->state = Request::State::Executing;
+    set_request_state(r, Request::State::Executing);
     execute(r);
     if (memory_short_) break;  // it is parked at the head again
   }
