@@ -4,6 +4,10 @@
 // Life of a read:  CapsuleCmd -> Request (pool) -> namespace read -> C2HData [+ CapsuleResp]
 // Life of a write: CapsuleCmd [+ in-capsule data] or R2T -> H2CData... -> namespace write
 //                  -> CapsuleResp
+//
+// Where it lives: connection.cpp (life cycle, deadlines), connection_pdu.cpp (PDUs in and out),
+// connection_exec.cpp (admission, fabrics and admin commands, host data), connection_io.cpp
+// (NVM I/O commands), request_pool.cpp (requests, their states and buffer memory).
 #pragma once
 #include <atomic>
 #include <cstdint>
