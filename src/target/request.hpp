@@ -26,7 +26,9 @@ struct Request {
   State state() const { return state_; }
 
   uint16_t index = 0;             // also the transfer tag of this request's R2Ts
-  wire::Sqe sqe{};
+  // Sqe is packed (alignment 1), yet its fields are bound to references (fmt's arguments):
+  // aligned here, each dword field sits on its natural boundary.
+  alignas(8) wire::Sqe sqe{};
   wire::Status status;
   uint32_t dw0 = 0, dw1 = 0;
   uint32_t data_len = 0;          // bytes this command moves (SGL length)
