@@ -34,7 +34,7 @@ void ConnectionSet::close_all() {
 }
 
 Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-                       std::string address, Arrival arrival)
+                       std::string address, Arrival arrival, const Clock& clock)
     : target_(target),
       reactor_(r),
       peer_(std::move(peer)),
@@ -44,15 +44,17 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
       pool_(target.config, target.usage, this, [](reactor::SendDone* d) {
         Request* req = static_cast<Request::Sent*>(d)->req;
         req->conn->release(req);
-      }) {
+      }),
+      deadlines_(this, r, clock,
+                 {&Connection::on_icreq_deadline, &Connection::on_connect_deadline, &Connection::on_keep_alive_check,
+                  &Connection::on_controller_poll, &Connection::on_send_stall_check, &Connection::on_h2c_data_check,
+                  &Connection::on_term_req_linger}) {
   address_ = std::move(address);
   arrival_ = std::move(arrival);
   term_sent_.owner = this;
   term_sent_.fn = [](reactor::SendDone* d) {
     static_cast<TermSent*>(d)->owner->stream_.close();
   };
-  timer_.owner = this;
-  timer_.fn = on_keepalive_timer;
   retry_timer_.owner = this;
   retry_timer_.fn = on_retry_timer;
   fence_timer_.owner = this;
@@ -67,7 +69,6 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
 }
 
 Connection::~Connection() {
-  reactor_.cancel_timer(&timer_);
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
   if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
@@ -92,7 +93,7 @@ ConnectionInfo Connection::info() const {
 
 void Connection::start() {
   log::debug("{}: connection accepted", peer_);
-  reactor_.arm_timer(&timer_, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
+  deadlines_.arm(Deadline::ICReq, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
   stream_.start();
 }
 
@@ -156,7 +157,7 @@ void Connection::on_closed(int err) {
   closed_ = true;
   if (state_ != State::Closing) set_state(State::Closing);
   teardown_controller("admin queue closed");
-  reactor_.cancel_timer(&timer_);
+  deadlines_.cancel_all();
   reactor_.cancel_timer(&retry_timer_);
   reactor_.cancel_timer(&fence_timer_);
   // A fused operation that owned its namespace's fence and never reached the device lets go.
@@ -192,48 +193,76 @@ bool Connection::send_stalled(uint64_t now) {
   return limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit;
 }
 
-void Connection::on_keepalive_timer(reactor::Timer* t) {
-  auto* self = static_cast<TimerSlot*>(t)->owner;
-  uint64_t now = reactor::monotonic_ns();  // the same clock Controller::touch() reads
-  switch (self->state_) {
-    case State::AwaitICReq:
-      self->close(fmt::format("no ICReq within {} ms", self->target_.config.icreq_timeout_ms));
-      return;
-    case State::AwaitConnect:
-      self->close("no Connect after ICReq");
-      return;
-    case State::Closing:
-      self->stream_.close();  // the peer did not take our TermReq in time
-      return;
-    case State::Connected: break;
-  }
-  Controller* c = self->ctrl_.get();
-  if (!c) return;
-  if (self->qid_ == 0 && c->keep_alive_expired(now)) {
-    log::warn("{}: keep-alive timeout ({} ms) on controller {}", self->peer_, c->kato_ms(), c->cntlid());
-    self->teardown_controller("keep-alive timeout");
-    self->close("keep-alive timeout");
-    return;
-  }
-  if (c->dead.load(std::memory_order_relaxed)) {
-    self->close("its controller was torn down");
-    return;
-  }
-  if (self->send_stalled(now)) {
-    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection",
-              self->peer_, self->stream_.queued_bytes(), self->target_.config.send_timeout_ms);
-    self->close("send timeout");
-    return;
-  }
-  if (const Request* r = self->stalled_write(now)) {
-    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection",
-              self->peer_, r->sqe.cid, self->qid_, self->target_.config.h2c_data_timeout_ms);
-    self->close("H2CData timeout");
-    return;
-  }
+void Connection::on_icreq_deadline(uint64_t) {
+  if (state_ == State::AwaitICReq) close(fmt::format("no ICReq within {} ms", target_.config.icreq_timeout_ms));
+}
+
+void Connection::on_connect_deadline(uint64_t) {
+  if (state_ == State::AwaitConnect) close("no Connect after ICReq");
+}
+
+void Connection::on_term_req_linger(uint64_t) {
+  stream_.close();  // the peer did not take our TermReq in time
+}
+
+uint64_t Connection::poll_period() const {
   uint64_t period = kControllerPollNs;
-  if (self->qid_ == 0 && c->kato_ms()) period = std::min<uint64_t>(period, uint64_t(c->kato_ms()) * 250000ull);
-  self->reactor_.arm_timer(&self->timer_, period);
+  if (qid_ == 0 && ctrl_ && ctrl_->kato_ms()) period = std::min<uint64_t>(period, uint64_t(ctrl_->kato_ms()) * 250000ull);
+  return period;
+}
+
+void Connection::start_connected_checks() {
+  deadlines_.cancel(Deadline::Connect);
+  // The first checks come one controller poll after Connect, then every poll_period().
+  if (qid_ == 0) deadlines_.arm(Deadline::KeepAlive, kControllerPollNs);
+  deadlines_.arm(Deadline::ControllerPoll, kControllerPollNs);
+  deadlines_.arm(Deadline::SendStall, kControllerPollNs);
+  deadlines_.arm(Deadline::H2CData, kControllerPollNs);
+}
+
+// Each check below stops (and is not armed again) once the connection is closing: a check
+// that closes it ends the others due at the same time.
+void Connection::on_keep_alive_check(uint64_t) {
+  if (state_ != State::Connected || !ctrl_) return;
+  // Controller::touch() stamps commands with reactor::monotonic_ns(): KATO is measured on it.
+  if (ctrl_->keep_alive_expired(reactor::monotonic_ns())) {
+    log::warn("{}: keep-alive timeout ({} ms) on controller {}", peer_, ctrl_->kato_ms(), ctrl_->cntlid());
+    teardown_controller("keep-alive timeout");
+    close("keep-alive timeout");
+    return;
+  }
+  deadlines_.arm(Deadline::KeepAlive, poll_period());
+}
+
+void Connection::on_controller_poll(uint64_t) {
+  if (state_ != State::Connected || !ctrl_) return;
+  if (ctrl_->dead.load(std::memory_order_relaxed)) {
+    close("its controller was torn down");
+    return;
+  }
+  deadlines_.arm(Deadline::ControllerPoll, poll_period());
+}
+
+void Connection::on_send_stall_check(uint64_t now) {
+  if (state_ != State::Connected || !ctrl_) return;
+  if (send_stalled(now)) {
+    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", peer_,
+              stream_.queued_bytes(), target_.config.send_timeout_ms);
+    close("send timeout");
+    return;
+  }
+  deadlines_.arm(Deadline::SendStall, poll_period());
+}
+
+void Connection::on_h2c_data_check(uint64_t now) {
+  if (state_ != State::Connected || !ctrl_) return;
+  if (const Request* r = stalled_write(now)) {
+    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection", peer_,
+              r->sqe.cid, qid_, target_.config.h2c_data_timeout_ms);
+    close("H2CData timeout");
+    return;
+  }
+  deadlines_.arm(Deadline::H2CData, poll_period());
 }
 
 }  // namespace nvtcp::target

@@ -17,7 +17,9 @@
 
 #include "backend/block_device.hpp"
 #include "reactor/tcp_stream.hpp"
+#include "target/clock.hpp"
 #include "target/controller.hpp"
+#include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "wire/pdu.hpp"
@@ -85,14 +87,18 @@ class Connection final : public reactor::StreamOwner,
                          public CommandAborter {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
+  // clock: what the connection's deadlines read (tests pass one they step).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-             std::string address = {}, Arrival arrival = {});
+             std::string address = {}, Arrival arrival = {}, const Clock& clock = MonotonicClock::instance());
   ~Connection() override;
 
   void start();
   void close(const std::string& why);
   const std::string& peer() const { return peer_; }
   ConnectionInfo info() const;
+  // Runs the deadlines due by the connection's clock: the reactor does this at the earliest
+  // one; a test that stepped a fake clock calls it.
+  void run_due_deadlines() { deadlines_.run_due(); }
 
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;
@@ -185,7 +191,25 @@ class Connection final : public reactor::StreamOwner,
   static void on_retry_timer(reactor::Timer* t);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   uint32_t max_incapsule() const;
-  static void on_keepalive_timer(reactor::Timer* t);
+  // The connection's deadlines, each with its own handler (run in this order when several
+  // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
+  // Connect: and its Connect, by the same deadline. On a connected queue, every poll_period():
+  // KeepAlive (admin queue: the host's KATO), ControllerPoll (its controller was torn down
+  // elsewhere), SendStall (the host reads no responses), H2CData (the host owes data an R2T
+  // asked for). TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
+  enum class Deadline : uint8_t { ICReq, Connect, KeepAlive, ControllerPoll, SendStall, H2CData, TermReqLinger, kCount };
+  void on_icreq_deadline(uint64_t now);
+  void on_connect_deadline(uint64_t now);
+  void on_keep_alive_check(uint64_t now);
+  void on_controller_poll(uint64_t now);
+  void on_send_stall_check(uint64_t now);
+  void on_h2c_data_check(uint64_t now);
+  void on_term_req_linger(uint64_t now);
+  // Connect succeeded: the setup deadline gives way to the periodic checks.
+  void start_connected_checks();
+  // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
+  // admin queue whose KATO is shorter.
+  uint64_t poll_period() const;
   // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
   const Request* stalled_write(uint64_t now) const;
   bool send_stalled(uint64_t now);
@@ -227,9 +251,10 @@ class Connection final : public reactor::StreamOwner,
   alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
   bool close_after_send_ = false;   // Disconnect: close once its response is out
 
+  DeadlineSet<Connection, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
     Connection* owner;
-  } timer_, retry_timer_, fence_timer_;
+  } retry_timer_, fence_timer_;
   std::vector<Request*> fence_waiters_;
   Request* fused_first_ = nullptr;  // a fused first half waiting for its second
 

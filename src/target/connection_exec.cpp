@@ -228,7 +228,7 @@ void Connection::execute_connect(Request* r) {
   log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer_, hostnqn, subnqn,
             ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
             hdgst_ ? ", header digest" : "", ddgst_ ? ", data digest" : "");
-  reactor_.arm_timer(&timer_, kControllerPollNs);
+  start_connected_checks();
   r->dw0 = ctrl->cntlid();
   complete(r, sc::Success);
 }

@@ -90,7 +90,7 @@ void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   set_state(State::Closing);
   uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
   stream_.send(term_pdu_, len, &term_sent_);
-  reactor_.arm_timer(&timer_, kTermReqLingerNs);
+  deadlines_.arm(Deadline::TermReqLinger, kTermReqLingerNs);
 }
 
 bool Connection::handle_icreq(const ICReqPdu& req) {
@@ -118,6 +118,9 @@ bool Connection::handle_icreq(const ICReqPdu& req) {
   stream_.send(icresp_, sizeof(icresp_));
   receiver_.set_digests(hdgst_, ddgst_);
   set_state(State::AwaitConnect);
+  // Connect is due by the deadline the ICReq had: icreq_timeout_ms from accept covers both.
+  deadlines_.arm_at(Deadline::Connect, deadlines_.deadline(Deadline::ICReq));
+  deadlines_.cancel(Deadline::ICReq);
   log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", peer_, req.hpda, req.maxr2t, hdgst_, ddgst_);
   return true;
 }
@@ -264,7 +267,7 @@ void Connection::send_r2ts(Request* r) {
       std::memcpy(slot + sizeof(R2TPdu), &crc, 4);
     }
     stream_.send(slot, p->ch.plen);
-    r->r2t_sent_ns[sent % Request::kMaxR2T] = reactor::monotonic_ns();
+    r->r2t_sent_ns[sent % Request::kMaxR2T] = deadlines_.clock().now_ns();
     r->r2t_next += len;
   }
 }
