@@ -319,19 +319,7 @@ TEST(BadInput, PeerVanishesMidTransfer) {
   expect_healthy(t);
 }
 
-TEST(BadInput, NoICReqTimesOut) {
-  auto cfg = default_config();
-  cfg.icreq_timeout_ms = 300;
-  RunningTarget t(cfg);
-  RawClient c;
-  ASSERT_TRUE(c.connect(t.port()));
-  auto start = Clock::now();
-  EXPECT_TRUE(c.expect_eof());
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  EXPECT_LT(ms, 2000) << "the target kept a silent connection open";
-  EXPECT_GE(ms, 250) << "the target closed the connection before its ICReq timeout";
-  expect_healthy(t);
-}
+// A silent host's ICReq timeout: tests/unit/connection_deadlines_test.cpp, on a stepped clock.
 
 // ------------------------------------------------------------------ limits at the edge
 
