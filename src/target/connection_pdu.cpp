@@ -22,6 +22,10 @@ constexpr uint64_t kTermReqLingerNs = 1'000'000'000;  // how long a C2HTermReq g
 }  // namespace
 
 bool Connection::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& dst) {
+  // The connection began closing while the receiver still held bytes of the same segment
+  // (an H2CTermReq with PDUs behind it): take nothing more from this host, as on_receive()
+  // would not have. Refusing the PDU stops the receiver; on_pdu_error() sends nothing now.
+  if (state_ == State::Closing) return false;
   const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
   auto type = static_cast<PduType>(ch.type);
   if (type == PduType::H2CTermReq) {
@@ -84,9 +88,9 @@ void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
 void Connection::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver_.fail(fes, fei, why); }
 
 void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
+  if (state_ == State::Closing) return;  // already on its way out: no TermReq to send
   log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
             fes_name(fes), fei);
-  if (state_ == State::Closing) return;
   set_state(State::Closing);
   uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
   stream_.send(term_pdu_, len, &term_sent_);
