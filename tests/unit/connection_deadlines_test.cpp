@@ -86,18 +86,23 @@ struct ConnectionDeadlines : ::testing::Test {
     c->run_due_deadlines();
     spin(reactor);
   }
+  // Steps a's clock to 1 ms before its deadline (left_ms away), where it must still be open,
+  // then to 1 ms past it, where the target must have closed it.
+  void expect_closed_at_deadline(const Accepted& a, uint64_t left_ms) {
+    step(a.conn, (left_ms - 1) * kMs);
+    ASSERT_EQ(set.size(), 1u) << "the target closed the connection before its deadline";
+    EXPECT_FALSE(host_sees_eof(a.host_fd));
+    step(a.conn, 2 * kMs);
+    for (int i = 0; i < 100 && set.size() > 0; ++i) reactor.run_once(1000);
+    EXPECT_EQ(set.size(), 0u) << "the connection is still open past its deadline";
+    EXPECT_TRUE(host_sees_eof(a.host_fd));
+  }
 };
 
 TEST_F(ConnectionDeadlines, NoICReqIsClosedAtItsDeadlineNotBefore) {
   Accepted a(reactor, set, clock, "silent");
   spin(reactor);
-  step(a.conn, (kICReqTimeoutMs - 1) * kMs);
-  ASSERT_EQ(set.size(), 1u) << "the target closed the connection before its ICReq timeout";
-  EXPECT_FALSE(host_sees_eof(a.host_fd));
-  step(a.conn, 2 * kMs);
-  for (int i = 0; i < 100 && set.size() > 0; ++i) reactor.run_once(1000);
-  EXPECT_EQ(set.size(), 0u) << "the target kept a silent connection open";
-  EXPECT_TRUE(host_sees_eof(a.host_fd));
+  expect_closed_at_deadline(a, kICReqTimeoutMs);
 }
 
 TEST_F(ConnectionDeadlines, ConnectIsDueByTheDeadlineTheICReqHad) {
@@ -119,14 +124,8 @@ TEST_F(ConnectionDeadlines, ConnectIsDueByTheDeadlineTheICReqHad) {
   }
   ASSERT_EQ(got, sizeof(icresp));
   EXPECT_EQ(icresp.ch.type, uint8_t(wire::PduType::ICResp));
-  // Still open just before accept + icreq_timeout_ms, however late the ICReq came...
-  step(a.conn, (kICReqTimeoutMs - 100 - 1) * kMs);
-  ASSERT_EQ(set.size(), 1u) << "closed before the Connect deadline";
-  // ...and closed right after it.
-  step(a.conn, 2 * kMs);
-  for (int i = 0; i < 100 && set.size() > 0; ++i) reactor.run_once(1000);
-  EXPECT_EQ(set.size(), 0u) << "no Connect, and the connection is still open";
-  EXPECT_TRUE(host_sees_eof(a.host_fd));
+  // Closed at accept + icreq_timeout_ms, however late the ICReq came.
+  expect_closed_at_deadline(a, kICReqTimeoutMs - 100);
 }
 
 TEST_F(ConnectionDeadlines, OneConnectionsDeadlineClosesOnlyThatConnection) {
