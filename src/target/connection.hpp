@@ -4,6 +4,10 @@
 // Life of a read:  CapsuleCmd -> Request (pool) -> namespace read -> C2HData [+ CapsuleResp]
 // Life of a write: CapsuleCmd [+ in-capsule data] or R2T -> H2CData... -> namespace write
 //                  -> CapsuleResp
+//
+// Where it lives: connection.cpp (life cycle, deadlines), connection_pdu.cpp (PDUs in and out),
+// connection_exec.cpp (admission, fabrics and admin commands, host data), connection_io.cpp
+// (NVM I/O commands), request_pool.cpp (requests, their states and buffer memory).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -13,13 +17,14 @@
 
 #include "backend/block_device.hpp"
 #include "reactor/tcp_stream.hpp"
+#include "target/clock.hpp"
 #include "target/controller.hpp"
+#include "target/deadline_set.hpp"
+#include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::target {
-
-class Connection;
 
 // What one connection holds right now (control path: gathered on its reactor).
 struct ConnectionInfo {
@@ -32,6 +37,7 @@ struct ConnectionInfo {
   uint64_t pool_bytes = 0;             // its request pool (also counted in the buffer budgets)
   uint32_t waiting = 0;                // commands held back (send queue over its cap, or memory)
   uint64_t waits = 0;                  // commands ever held back
+  RequestStateCounts request_states{};  // its requests in each Request::State
 };
 
 // Where every connection of one reactor is listed, so shutdown can close them all.
@@ -68,62 +74,6 @@ class ConnectionSet {
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
 
-struct Request {
-  // Waiting: received, but held back until the send queue drains or buffer memory is free.
-  // HeldAer: an Asynchronous Event Request waiting for an event; HeldAbort: an Abort waiting
-  // for the I/O queue's answer.
-  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Waiting, Executing, Sending, HeldAer, HeldAbort };
-
-  State state = State::Free;
-  uint16_t index = 0;             // also the transfer tag of this request's R2Ts
-  wire::Sqe sqe{};
-  wire::Status status;
-  uint32_t dw0 = 0, dw1 = 0;
-  uint32_t data_len = 0;          // bytes this command moves (SGL length)
-  uint32_t rx_next = 0;           // host->controller bytes received, in order
-  uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
-  // AwaitingH2C: when each outstanding R2T was sent (by R2T number mod kMaxR2T). The data an
-  // R2T asks for is due within h2c_data_timeout_ms of it, however it trickles in.
-  const uint8_t* tx_data = nullptr;  // controller->host data to send
-  uint32_t tx_len = 0;
-  uint32_t tx_pad = 0;               // zero bytes sent after tx_data (a log page's end)
-
-  // Data buffer, grown to the largest transfer this slot has seen, then reused.
-  std::unique_ptr<uint8_t, void (*)(void*)> buf{nullptr, free};
-  uint32_t buf_cap = 0;
-
-  // Header storage for the PDUs this request sends; they must outlive the send.
-  alignas(8) uint8_t resp_pdu[sizeof(wire::CapsuleRespPdu) + wire::kDigestLen];
-  alignas(8) uint8_t c2h_pdu[128];  // header + digest + padding up to the host's HPDA
-  uint8_t c2h_ddgst[4];
-  static constexpr uint32_t kMaxR2T = 4;
-  alignas(8) uint8_t r2t_pdu[kMaxR2T][sizeof(wire::R2TPdu) + wire::kDigestLen];
-  uint64_t r2t_sent_ns[kMaxR2T] = {};
-
-  backend::BlockIo io;
-  uint32_t ns_index = 0;          // the namespace's Namespace::index (its counters)
-  uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
-  uint32_t copy_next = 0;           // Copy: the source range being copied
-  uint64_t copy_dst = 0;            // Copy: where it goes (LBA)
-  bool copy_writing = false;        // Copy: the device is writing the range (else reading it)
-  uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
-  bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
-  bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
-  uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
-  bool aborted = false;             // Abort: ends with Command Abort Requested once its R2T data is in
-  // Writes count in their namespace's WriteFence while on the device; a fused Compare and
-  // Write owns the fence instead. fence_ns: the namespace a request waits on or counts in.
-  Namespace* fence_ns = nullptr;
-  bool fence_counted = false;
-  bool fence_owner = false;
-  Request* fused_partner = nullptr;  // the other half of a fused Compare and Write
-  Request* next_waiting = nullptr;  // the connection's list of Waiting requests
-  Connection* conn = nullptr;
-  struct Sent : reactor::SendDone {
-    Request* req = nullptr;
-  } sent;
-};
-
 // Where a connection came in: the listener's port ID (0: the discovery-only port) and the
 // local address the host reached (what a wildcard listener advertises to it).
 struct Arrival {
@@ -137,14 +87,18 @@ class Connection final : public reactor::StreamOwner,
                          public CommandAborter {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
+  // clock: what the connection's deadlines read (tests pass one they step).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-             std::string address = {}, Arrival arrival = {});
+             std::string address = {}, Arrival arrival = {}, const Clock& clock = MonotonicClock::instance());
   ~Connection() override;
 
   void start();
   void close(const std::string& why);
   const std::string& peer() const { return peer_; }
   ConnectionInfo info() const;
+  // Runs the deadlines due by the connection's clock: the reactor does this at the earliest
+  // one; a test that stepped a fake clock calls it.
+  void run_due_deadlines() { deadlines_.run_due(); }
 
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;
@@ -163,7 +117,22 @@ class Connection final : public reactor::StreamOwner,
   bool abort_command(uint16_t cid) override;
 
  private:
+  // AwaitICReq -> AwaitConnect -> Connected, and from any of them -> Closing, which is final
+  // (connection_transition_legal()).
   enum class State { AwaitICReq, AwaitConnect, Connected, Closing };
+  static const char* state_name(State s);
+  static constexpr bool connection_transition_legal(State from, State to) {
+    switch (from) {
+      case State::AwaitICReq: return to == State::AwaitConnect || to == State::Closing;
+      case State::AwaitConnect: return to == State::Connected || to == State::Closing;
+      case State::Connected: return to == State::Closing;
+      case State::Closing: return false;
+    }
+    return false;
+  }
+  // The one place the connection changes state (checked in Debug and sanitizer builds).
+  void set_state(State to);
+  void set_request_state(Request* r, Request::State to) { pool_.set_state(r, to); }
 
   // PDU handling
   bool handle_icreq(const wire::ICReqPdu& pdu);
@@ -207,16 +176,12 @@ class Connection final : public reactor::StreamOwner,
   void teardown_controller(const char* why);
   void invalid_connect_param(Request* r, bool in_data, uint32_t offset);
 
-  Request* alloc_request();
-  // Buffer memory: bounded per connection and for the whole target. Wait means "not now":
-  // the caller parks the request and it runs again once memory is released.
-  enum class BufferResult { Ok, Wait, Fail };
+  // Buffer memory: bounded per connection, per host and for the whole target (RequestPool).
+  // Wait means "not now": the caller parks the request and it runs again once memory is
+  // released.
+  using BufferResult = RequestPool::BufferResult;
   BufferResult ensure_buffer(Request* r, uint32_t len);
   bool read_buffer(Request* r, Namespace* ns, uint32_t len);
-  void free_buffer(Request* r);
-  bool reserve_budgets(HostBudget* host, uint64_t n, uint64_t global_cap);
-  void release_budgets(HostBudget* host, uint64_t n);
-  uint64_t reclaim_idle_buffers();
   // Back-pressure: commands wait (in arrival order) while the send queue is over its cap
   // or buffer memory is short, instead of growing either without bound.
   void admit(Request* r);
@@ -224,10 +189,27 @@ class Connection final : public reactor::StreamOwner,
   void resume_waiting();
   bool send_queue_full() const;
   static void on_retry_timer(reactor::Timer* t);
-  void resize_pool(uint32_t depth);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   uint32_t max_incapsule() const;
-  static void on_keepalive_timer(reactor::Timer* t);
+  // The connection's deadlines, each with its own handler (run in this order when several
+  // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
+  // Connect: and its Connect, by the same deadline. On a connected queue, every poll_period():
+  // KeepAlive (admin queue: the host's KATO), ControllerPoll (its controller was torn down
+  // elsewhere), SendStall (the host reads no responses), H2CData (the host owes data an R2T
+  // asked for). TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
+  enum class Deadline : uint8_t { ICReq, Connect, KeepAlive, ControllerPoll, SendStall, H2CData, TermReqLinger, kCount };
+  void on_icreq_deadline(uint64_t now);
+  void on_connect_deadline(uint64_t now);
+  void on_keep_alive_check(uint64_t now);
+  void on_controller_poll(uint64_t now);
+  void on_send_stall_check(uint64_t now);
+  void on_h2c_data_check(uint64_t now);
+  void on_term_req_linger(uint64_t now);
+  // Connect succeeded: the setup deadline gives way to the periodic checks.
+  void start_connected_checks();
+  // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
+  // admin queue whose KATO is shorter.
+  uint64_t poll_period() const;
   // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
   const Request* stalled_write(uint64_t now) const;
   bool send_stalled(uint64_t now);
@@ -250,15 +232,14 @@ class Connection final : public reactor::StreamOwner,
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
   std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
-  uint64_t pool_bytes_ = 0;           // the request pool, counted in the buffer budgets
   std::string address_;               // counted in TargetState::addresses
   Arrival arrival_;
   QueueStats* stats_ = nullptr;   // this queue's counters, one per namespace
   // This host's reservation access per namespace (by Namespace::index), made at Connect.
   std::vector<Reservations::AccessCache> resv_cache_;
 
-  std::vector<std::unique_ptr<Request>> pool_;
-  std::vector<Request*> free_;
+  // Declared after host_: the pool gives its bytes back to the host's budget as it goes.
+  RequestPool pool_;
   uint32_t backend_inflight_ = 0;   // requests inside a device; memory must stay until done
   bool closed_ = false;             // stream reported on_closed
 
@@ -270,9 +251,10 @@ class Connection final : public reactor::StreamOwner,
   alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
   bool close_after_send_ = false;   // Disconnect: close once its response is out
 
+  DeadlineSet<Connection, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
     Connection* owner;
-  } timer_, retry_timer_, fence_timer_;
+  } retry_timer_, fence_timer_;
   std::vector<Request*> fence_waiters_;
   Request* fused_first_ = nullptr;  // a fused first half waiting for its second
 
@@ -285,7 +267,6 @@ class Connection final : public reactor::StreamOwner,
   bool memory_logged_ = false;
   uint64_t tx_pending_ = 0;         // sum of Request::tx_pending
   uint64_t send_peak_ = 0;
-  uint64_t buffer_bytes_ = 0;       // sum of this connection's Request::buf_cap
   uint64_t sent_seen_ = 0;          // stream bytes sent at the last periodic check
   uint64_t send_progress_ns_ = 0;   // when the send queue was last empty or moving
   reactor::OwnedDeferred<Connection> resume_d_;

@@ -405,6 +405,13 @@ std::vector<ConnectionInfo> Target::connection_info() {
   return out;
 }
 
+RequestStateCounts Target::request_states() {
+  RequestStateCounts sum{};
+  for (const ConnectionInfo& c : connection_info())
+    for (size_t s = 0; s < sum.size(); ++s) sum[s] += c.request_states[s];
+  return sum;
+}
+
 uint16_t Target::port(size_t listener) const {
   return listener < state_->listeners.size() ? state_->listeners[listener].port : 0;
 }
