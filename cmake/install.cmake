@@ -33,6 +33,7 @@ install(FILES ${PROJECT_BINARY_DIR}/nvtcp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 # /usr/lib/systemd/system, as Debian has them; any other prefix: under it), so the unit's
 # ExecStart names the nvtcp that was installed with it.
 install(CODE "set(NVTCP_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+              set(NVTCP_BINARY_DIR \"${PROJECT_BINARY_DIR}\")
               set(NVTCP_BINDIR \"${CMAKE_INSTALL_BINDIR}\")" COMPONENT runtime)
 install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT runtime)
 

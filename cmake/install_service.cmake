@@ -11,7 +11,7 @@ set(NVTCP_CONFIG "${nvtcp_etc}/target.json")
 # A directory of its own per install: an install to another prefix (cpack's, say) may run at the
 # same time from the same build tree, and its unit names other paths.
 string(RANDOM LENGTH 16 unit_tag)
-set(unit_dir "${CMAKE_CURRENT_BINARY_DIR}/nvtcp-service-${unit_tag}")
+set(unit_dir "${NVTCP_BINARY_DIR}/nvtcp-service-${unit_tag}")
 configure_file("${NVTCP_SOURCE_DIR}/packaging/nvtcp-target.service.in" "${unit_dir}/nvtcp-target.service" @ONLY)
 file(INSTALL "${unit_dir}/nvtcp-target.service" DESTINATION "${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
 file(REMOVE_RECURSE "${unit_dir}")
