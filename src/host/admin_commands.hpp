@@ -5,8 +5,8 @@
 
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::host::detail {
 

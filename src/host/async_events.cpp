@@ -12,7 +12,7 @@
 #include "host/namespace_scan.hpp"
 #include "util/log.hpp"
 #include "wire/features.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::host {
 

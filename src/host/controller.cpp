@@ -25,8 +25,8 @@
 #include "nvtcp/host.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::host {
 

@@ -11,7 +11,7 @@
 #include "host/controller_state.hpp"
 #include "host/namespace_scan.hpp"
 #include "util/log.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host {
 

@@ -19,7 +19,7 @@
 #include "host/queue_pair_impl.hpp"
 #include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host {
 

@@ -15,7 +15,7 @@
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host::detail {
 

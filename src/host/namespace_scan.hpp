@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host::detail {
 

@@ -12,7 +12,7 @@
 #include "target/connection_internal.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/identify.hpp"
+#include "nvtcp/identify.hpp"
 
 namespace nvtcp::target {
 

@@ -9,8 +9,8 @@
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "wire/identify.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 

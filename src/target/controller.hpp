@@ -15,7 +15,7 @@
 #include "nvtcp/status.hpp"
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "wire/reservations.hpp"
 
 namespace nvtcp::reactor {

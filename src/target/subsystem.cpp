@@ -11,7 +11,7 @@
 #include "util/log.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
-#include "wire/log_pages.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 
