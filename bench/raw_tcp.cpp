@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "histogram.hpp"  // apps/nvtcp: the latency histogram nvtcp perf reports
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
-#include "histogram.hpp"  // apps/nvtcp: the latency histogram nvtcp perf reports
 
 using namespace nvtcp;
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "nvtcp/host.hpp"
 #include "histogram.hpp"
+#include "nvtcp/host.hpp"
 
 namespace nvtcp::app {
 

@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 
 #include "engine/region.hpp"
+#include "nvtcp/identify.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
 
 namespace nvtcp::engine {
 

@@ -19,9 +19,9 @@
 
 #include <fmt/format.h>
 
+#include "nvtcp/identify.hpp"
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
-#include "nvtcp/identify.hpp"
 
 // The ioctl-encoded command opcodes (Linux 6.3+; older UAPI headers lack them). Every kernel
 // that knows them accepts them; the plain numbers are a legacy a kernel may refuse.

@@ -9,6 +9,7 @@
 
 #include "host/controller_state.hpp"
 #include "util/log.hpp"
+#include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
 
 namespace nvtcp::host {
@@ -46,10 +47,7 @@ void Controller::State::request_reset(uint32_t generation, const std::string& wh
 void Controller::State::abort_command(uint16_t sqid, uint16_t cid) {
   post_to_admin([this, sqid, cid] {
     if (link_state() != LinkState::Live || !admin) return;
-    Sqe sqe{};
-    sqe.opc = uint8_t(AdminOpcode::Abort);
-    sqe.cdw10 = sqid | (uint32_t(cid) << 16);
-    admin->submit(sqe, nullptr, 0, false,
+    admin->submit(cmd::abort(sqid, cid), nullptr, 0, false,
                   [](void*, const Completion& c) {
                     // dw0 bit 0: 0 = the command was aborted, 1 = it was not.
                     log::info("Abort: {}", !c.status.ok()       ? status_name(c.status)

@@ -7,18 +7,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "host/admin_commands.hpp"
 #include "host/controller_state.hpp"
 #include "host/namespace_scan.hpp"
-#include "util/log.hpp"
-#include "wire/features.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "util/log.hpp"
+#include "wire/commands.hpp"
+#include "wire/features.hpp"
 
 namespace nvtcp::host {
 
 using namespace nvtcp::wire;
-using detail::set_features_cmd;
-using detail::get_log_cmd;
 
 namespace {
 const char* async_event_type_name(uint8_t type) {
@@ -38,10 +36,10 @@ bool Controller::State::start_events(std::string& err) {
   const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
   const uint32_t notices = id->oaes & kAecNamespaceAttribute;
   uint32_t aec = notices | kAecSmartWarningsDefined;
-  Completion c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+  Completion c = admin_sync(cmd::set_features(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
   if (!c.status.ok() && admin_up() && notices) {
     aec = notices;  // a controller may take only what OAES lists
-    c = admin_sync(set_features_cmd(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
+    c = admin_sync(cmd::set_features(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
   }
   if (!admin_up()) {
     err = "admin queue lost while enabling asynchronous events";
@@ -64,9 +62,7 @@ bool Controller::State::start_events(std::string& err) {
 
 void Controller::State::submit_aers() {
   while (ev.aers_outstanding < ev.aers_wanted && admin_up()) {
-    Sqe sqe{};
-    sqe.opc = uint8_t(AdminOpcode::AsyncEventRequest);
-    if (admin->submit(sqe, nullptr, 0, false, on_aer, this) != 0) break;
+    if (admin->submit(cmd::async_event_request(), nullptr, 0, false, on_aer, this) != 0) break;
     ++ev.aers_outstanding;
   }
 }
@@ -100,7 +96,7 @@ void Controller::State::clear_event(uint32_t dw0) {
   const uint8_t type = dw0 & 0x7, info = (dw0 >> 8) & 0xFF, lid = (dw0 >> 16) & 0xFF;
   alignas(8) uint8_t buf[sizeof(SmartLog)] = {};
   const uint32_t len = lid == uint8_t(LogPageId::SmartHealth) ? sizeof(SmartLog) : sizeof(ErrorLogEntry);
-  Completion c = admin_sync(get_log_cmd(lid, kNsidAll, len, 0, false), buf, len, false);
+  Completion c = admin_sync(cmd::get_log_page(lid, kNsidAll, len, 0, false), buf, len, false);
   std::string what;
   if (!c.status.ok()) {
     what = fmt::format("; reading log page {:#04x}: {}", lid, status_name(c.status));
@@ -120,7 +116,7 @@ void Controller::State::clear_event(uint32_t dw0) {
 bool Controller::State::rescan_after_notice(std::string& err) {
   std::vector<uint8_t> log(kChangedNamespacesMax * 4);
   const uint32_t len = uint32_t(log.size());
-  Completion c = admin_sync(get_log_cmd(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len, 0, false), log.data(),
+  Completion c = admin_sync(cmd::get_log_page(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len, 0, false), log.data(),
                             len, false);
   bool all = true;
   std::vector<uint32_t> listed;

@@ -6,20 +6,17 @@
 
 #include <fmt/format.h>
 
-#include "host/admin_commands.hpp"
 #include "host/controller_state.hpp"
 #include "host/namespace_scan.hpp"
-#include "util/log.hpp"
-#include "wire/fabrics.hpp"
 #include "nvtcp/identify.hpp"
+#include "util/log.hpp"
+#include "wire/commands.hpp"
+#include "wire/fabrics.hpp"
 
 namespace nvtcp::host {
 
 using namespace nvtcp::wire;
 using detail::QueueParams;
-using detail::property_get_cmd;
-using detail::property_set_cmd;
-using detail::identify_cmd;
 
 bool Controller::State::associate(bool first, std::string& err) {
   QueueParams p;
@@ -43,23 +40,23 @@ bool Controller::State::associate(bool first, std::string& err) {
     err = fmt::format("{}: {}", what, status_name(cpl.status));
     return false;
   };
-  Completion cpl = admin_sync(property_get_cmd(prop::CAP, true), nullptr, 0, false);
+  Completion cpl = admin_sync(cmd::property_get(prop::CAP, true), nullptr, 0, false);
   if (!cpl.status.ok()) return failed("Property Get CAP", cpl);
   uint64_t new_cap = (uint64_t(cpl.dw1) << 32) | cpl.dw0;
-  cpl = admin_sync(property_get_cmd(prop::VS, false), nullptr, 0, false);
+  cpl = admin_sync(cmd::property_get(prop::VS, false), nullptr, 0, false);
   if (!cpl.status.ok()) return failed("Property Get VS", cpl);
   if (first) {
     cap = new_cap;
     vs = cpl.dw0;
   }
   // CC: enable, NVM command set, 4 KiB pages, round robin, 64-byte SQEs, 16-byte CQEs.
-  uint32_t cc = prop::kCcEnable | (6u << 16) | (4u << 20);
-  cpl = admin_sync(property_set_cmd(prop::CC, cc), nullptr, 0, false);
+  uint32_t cc = prop::kCcEnableNvm;
+  cpl = admin_sync(cmd::property_set(prop::CC, cc), nullptr, 0, false);
   if (!cpl.status.ok()) return failed("Property Set CC", cpl);
   uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
   uint64_t deadline = reactor::monotonic_ns() + uint64_t(timeout_ms) * 1000000ull;
   for (;;) {
-    cpl = admin_sync(property_get_cmd(prop::CSTS, false), nullptr, 0, false);
+    cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
     if (cpl.dw0 & prop::kCstsFatal) {
       err = "controller reported a fatal status (CSTS.CFS) while enabling";
@@ -73,7 +70,7 @@ bool Controller::State::associate(bool first, std::string& err) {
     wait_ms(1);
   }
   // Other threads read ident once connect() has returned: a reconnect leaves it alone.
-  cpl = admin_sync(identify_cmd(uint8_t(Cns::Controller), 0, 0), ident_now, kIdentifyLen, false);
+  cpl = admin_sync(cmd::identify(uint8_t(Cns::Controller), 0, 0), ident_now, kIdentifyLen, false);
   if (!cpl.status.ok()) return failed("Identify Controller", cpl);
   const auto* was = reinterpret_cast<const IdentifyController*>(ident);
   const auto* now = reinterpret_cast<const IdentifyController*>(ident_now);

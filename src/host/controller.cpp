@@ -16,17 +16,17 @@
 
 #include <fmt/format.h>
 
-#include "host/admin_commands.hpp"
 #include "host/block_size_table.hpp"
 #include "host/controller_state.hpp"
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
-#include "util/log.hpp"
-#include "wire/fabrics.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "util/log.hpp"
+#include "wire/commands.hpp"
+#include "wire/fabrics.hpp"
 
 namespace nvtcp::host {
 
@@ -34,10 +34,6 @@ using namespace nvtcp::wire;
 using detail::QueueParams;
 using detail::QueuePairImpl;
 using detail::ScanWait;
-using detail::get_log_cmd;
-using detail::identify_cmd;
-using detail::property_get_cmd;
-using detail::property_set_cmd;
 
 namespace {
 // One reactor per application thread, shared by that thread's queue pairs.
@@ -119,11 +115,11 @@ Controller::~Controller() {
   State& st = *s_;
   if (st.link_state() == State::LinkState::Live) {
     // Normal shutdown: CC.SHN = 01b, then wait briefly for CSTS.SHST = complete.
-    uint32_t cc = prop::kCcEnable | (6u << 16) | (4u << 20) | (1u << prop::kCcShnShift);
-    Completion cpl = admin(property_set_cmd(prop::CC, cc), nullptr, 0, false);
+    uint32_t cc = prop::kCcEnableNvm | prop::kCcShnNormal;
+    Completion cpl = admin(cmd::property_set(prop::CC, cc), nullptr, 0, false);
     if (cpl.status.ok()) {
       for (int i = 0; i < 100; ++i) {
-        cpl = admin(property_get_cmd(prop::CSTS, false), nullptr, 0, false);
+        cpl = admin(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
         if (!cpl.status.ok() || (cpl.dw0 & prop::kCstsShstMask) == prop::kCstsShstComplete) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
@@ -187,11 +183,11 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
 }
 
 Completion Controller::identify(uint8_t cns, uint32_t nsid, void* buf, uint32_t cdw11) {
-  return admin(identify_cmd(cns, nsid, cdw11), buf, kIdentifyLen, false);
+  return admin(cmd::identify(cns, nsid, cdw11), buf, kIdentifyLen, false);
 }
 
 Completion Controller::get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset) {
-  return admin(get_log_cmd(lid, nsid, len, offset, false), buf, len, false);
+  return admin(cmd::get_log_page(lid, nsid, len, offset, false), buf, len, false);
 }
 
 std::vector<uint32_t> Controller::active_namespaces() {
@@ -458,18 +454,6 @@ uint32_t QueuePair::block_size(uint32_t nsid) const {
   return impl_->block_sizes ? impl_->block_sizes->find(nsid) : 0;
 }
 
-namespace {
-Sqe rw_cmd(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb) {
-  Sqe s{};
-  s.opc = uint8_t(op);
-  s.nsid = nsid;
-  s.cdw10 = uint32_t(slba);
-  s.cdw11 = uint32_t(slba >> 32);
-  s.cdw12 = (nlb - 1) & 0xFFFF;
-  return s;
-}
-}  // namespace
-
 int QueuePair::read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx) {
   return read_write(IoOpcode::Read, nsid, slba, nlb, buf, false, 0, cb, ctx);
 }
@@ -486,9 +470,7 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
   const uint32_t per = max_transfer_ / bs;  // blocks one command may carry
   if (max_transfer_ == 0 || per == 0 || nlb <= per) {
-    Sqe s = rw_cmd(op, nsid, slba, nlb);
-    s.cdw12 |= cdw12_flags;
-    return impl_->submit(s, buf, nlb * bs, to_controller, cb, ctx);
+    return impl_->submit(cmd::block_range(op, nsid, slba, nlb, cdw12_flags), buf, nlb * bs, to_controller, cb, ctx);
   }
   const uint32_t parts = (nlb + per - 1) / per;
   if (parts > impl_->depth()) return -EINVAL;  // could never be in flight at once
@@ -502,8 +484,7 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   split->result = {};
   for (uint32_t i = 0; i < parts; ++i) {
     const uint32_t n = std::min(per, nlb - i * per);
-    Sqe s = rw_cmd(op, nsid, slba + uint64_t(i) * per, n);
-    s.cdw12 |= cdw12_flags;
+    const Sqe s = cmd::block_range(op, nsid, slba + uint64_t(i) * per, n, cdw12_flags);
     const int rc = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs, to_controller,
                                  &detail::SplitPool::on_part, split);
     if (rc == 0) continue;
@@ -520,25 +501,17 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
 }
 
 int QueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {
-  Sqe s{};
-  s.opc = uint8_t(IoOpcode::Flush);
-  s.nsid = nsid;
-  return impl_->submit(s, nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::flush(nsid), nullptr, 0, false, cb, ctx);
 }
 
 int QueuePair::write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx) {
   if (nlb == 0 || nlb > 65536) return -EINVAL;
-  return impl_->submit(rw_cmd(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::block_range(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx);
 }
 
 int QueuePair::deallocate(uint32_t nsid, const DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx) {
   if (n == 0 || n > 256) return -EINVAL;
-  Sqe s{};
-  s.opc = uint8_t(IoOpcode::DatasetManagement);
-  s.nsid = nsid;
-  s.cdw10 = n - 1;
-  s.cdw11 = 1u << 2;  // AD: deallocate
-  return impl_->submit(s, const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true, cb, ctx);
+  return impl_->submit(cmd::deallocate(nsid, n), const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true, cb, ctx);
 }
 
 int QueuePair::process_completions(uint32_t timeout_us) { return impl_->poll(timeout_us); }

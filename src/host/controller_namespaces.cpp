@@ -7,23 +7,22 @@
 
 #include <fmt/format.h>
 
-#include "host/admin_commands.hpp"
 #include "host/controller_state.hpp"
 #include "host/namespace_scan.hpp"
-#include "util/log.hpp"
 #include "nvtcp/identify.hpp"
+#include "util/log.hpp"
+#include "wire/commands.hpp"
 
 namespace nvtcp::host {
 
 using namespace nvtcp::wire;
-using detail::identify_cmd;
 
 bool Controller::State::read_active_list(std::vector<uint32_t>& out, std::string& err) {
   out.clear();
   alignas(8) uint8_t buf[kIdentifyLen];
   uint32_t after = 0;
   for (;;) {
-    Completion c = admin_sync(identify_cmd(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
+    Completion c = admin_sync(cmd::identify(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
     if (!c.status.ok()) {
       err = fmt::format("Identify (active namespace list): {}", status_name(c.status));
       return false;
@@ -58,7 +57,7 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
       next.emplace(nsid, known->second);
       continue;
     }
-    Completion c = admin_sync(identify_cmd(uint8_t(Cns::Namespace), nsid, 0), buf, kIdentifyLen, false);
+    Completion c = admin_sync(cmd::identify(uint8_t(Cns::Namespace), nsid, 0), buf, kIdentifyLen, false);
     if (!admin_up()) {
       err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
       return false;

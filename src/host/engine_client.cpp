@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
+#include "nvtcp/identify.hpp"
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
 
 namespace nvtcp::host::detail {
 
@@ -285,7 +285,7 @@ bool EngineClient::wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms) 
 
 bool EngineClient::enable(std::string& err) {
   // IOSQES 6 (64 bytes), IOCQES 4 (16 bytes), then EN.
-  store_release(at_.registers().cc, prop::kCcEnable | (6u << 16) | (4u << 20));
+  store_release(at_.registers().cc, prop::kCcEnableNvm);
   kick();
   if (!wait_csts(prop::kCstsReady, prop::kCstsReady, opts_.connect_timeout_ms)) {
     err = gone_ ? "the engine closed the attachment" : "the engine's controller did not become ready (CSTS.RDY)";

@@ -4,6 +4,7 @@
 
 #include "host/controller_state.hpp"
 #include "util/log.hpp"
+#include "wire/commands.hpp"
 
 namespace nvtcp::host {
 
@@ -21,10 +22,8 @@ void Controller::State::keep_alive(reactor::Timer* t) {
   State* st = static_cast<KaTimer*>(t)->st;
   if (!st->admin || st->admin->failed()) return;
   if (!st->ka_outstanding) {
-    Sqe sqe{};
-    sqe.opc = uint8_t(AdminOpcode::KeepAlive);
     st->ka_outstanding = true;
-    int rc = st->admin->submit(sqe, nullptr, 0, false,
+    int rc = st->admin->submit(cmd::keep_alive(), nullptr, 0, false,
                                [](void* ctx, const Completion& c) {
                                  auto* s = static_cast<State*>(ctx);
                                  s->ka_outstanding = false;

@@ -206,15 +206,9 @@ void QueuePairImpl::on_tcp_connected(int res) {
   receiver_.reset();
   stream_->start();
 
-  std::memset(icreq_, 0, sizeof(icreq_));
-  auto* ic = reinterpret_cast<ICReqPdu*>(icreq_);
-  ic->ch.type = uint8_t(PduType::ICReq);
-  ic->ch.hlen = sizeof(ICReqPdu);
-  ic->ch.plen = sizeof(ICReqPdu);
-  ic->pfv = kPfv;
-  ic->hpda = 0;
-  ic->digest = uint8_t((p_.hdgst ? 1 : 0) | (p_.ddgst ? 2 : 0));
-  ic->maxr2t = kHostMaxR2T - 1;
+  const ICReqPdu ic = make_icreq(0, p_.hdgst, p_.ddgst, kHostMaxR2T - 1);
+  static_assert(sizeof(icreq_) == sizeof(ic));
+  std::memcpy(icreq_, &ic, sizeof(ic));
   set_state(State::AwaitICResp);
   stream_->send(icreq_, sizeof(icreq_));
 }
@@ -365,10 +359,7 @@ void QueuePairImpl::send_command(HostRequest* r) {
   uint32_t icd = r->in_capsule ? r->len : 0;
   fill_header(pdu->ch, PduType::CapsuleCmd, sizeof(CapsuleCmdHeader), icd, 0);
   uint32_t head = icd ? pdu->ch.pdo : pdu->ch.plen;
-  if (p_.hdgst) {
-    uint32_t crc = crc32c(r->cmd_pdu, sizeof(CapsuleCmdHeader));
-    std::memcpy(r->cmd_pdu + sizeof(CapsuleCmdHeader), &crc, 4);
-  }
+  if (p_.hdgst) seal_header_digest(r->cmd_pdu, sizeof(CapsuleCmdHeader));
   if (icd) {
     uint32_t used = sizeof(CapsuleCmdHeader) + (p_.hdgst ? 4 : 0);
     std::memset(r->cmd_pdu + used, 0, head - used);  // padding up to the controller's CPDA
@@ -377,9 +368,8 @@ void QueuePairImpl::send_command(HostRequest* r) {
   if (icd) {
     stream_->send(r->data, icd);
     if (p_.ddgst) {
-      uint32_t crc = crc32c(r->data, icd);
-      std::memcpy(r->cmd_ddgst, &crc, 4);
-      stream_->send(r->cmd_ddgst, 4);
+      put_data_digest(r->cmd_ddgst, r->data, icd);
+      stream_->send(r->cmd_ddgst, kDigestLen);
     }
   }
 }
@@ -594,7 +584,7 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
     }
     // Checked here, while the header is still held, so a TermReq can quote it.
     const auto& ic = *reinterpret_cast<const ICRespPdu*>(hdr);
-    uint8_t asked = uint8_t((p_.hdgst ? 1 : 0) | (p_.ddgst ? 2 : 0));
+    const uint8_t asked = ic_digest_bits(p_.hdgst, p_.ddgst);
     if (ic.pfv != kPfv) {
       receiver_.fail(Fes::UnsupportedParameter, offsetof(ICRespPdu, pfv), "ICResp PFV");
       return false;
@@ -675,7 +665,7 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       return;
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes)), unsigned(t.fes),
+      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes), PduType::C2HTermReq), unsigned(t.fes),
                        uint32_t(t.fei)));
       return;
     }
@@ -728,7 +718,7 @@ void QueuePairImpl::send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uin
   uint32_t end = offset + length;
   while (offset < end) {
     if (r->h2c_pdus >= h2c_slots_per_request_) {
-      receiver_.fail(Fes::DataLimitExceeded, 0, "too many R2Ts for one command");
+      receiver_.fail(Fes::R2TLimitExceeded, 0, "too many R2Ts for one command");
       return;
     }
     uint32_t n = std::min(maxh2cdata_, end - offset);
@@ -740,17 +730,13 @@ void QueuePairImpl::send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uin
     h->ttag = ttag;
     h->datao = offset;
     h->datal = n;
-    if (p_.hdgst) {
-      uint32_t crc = crc32c(slot, sizeof(H2CDataPdu));
-      std::memcpy(slot + sizeof(H2CDataPdu), &crc, 4);
-    }
+    if (p_.hdgst) seal_header_digest(slot, sizeof(H2CDataPdu));
     stream_->send(slot, h->ch.pdo);
     stream_->send(r->data + offset, n);
     if (p_.ddgst) {
       uint8_t* dd = slot + h2c_slot_size_ - kDigestLen;
-      uint32_t crc = crc32c(r->data + offset, n);
-      std::memcpy(dd, &crc, 4);
-      stream_->send(dd, 4);
+      put_data_digest(dd, r->data + offset, n);
+      stream_->send(dd, kDigestLen);
     }
     offset += n;
   }

@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "nvtcp/identify.hpp"
 #include "target/connection_internal.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
-#include "nvtcp/identify.hpp"
 
 namespace nvtcp::target {
 

@@ -57,7 +57,8 @@ void Connection::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
     case PduType::ICReq: return;  // answered in on_pdu_header
     case PduType::H2CTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes)), unsigned(t.fes), uint32_t(t.fei));
+      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes), PduType::H2CTermReq),
+                unsigned(t.fes), uint32_t(t.fei));
       close("H2CTermReq received");
       return;
     }
@@ -90,7 +91,7 @@ void Connection::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver
 void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   if (state_ == State::Closing) return;  // already on its way out: no TermReq to send
   log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
-            fes_name(fes), fei);
+            fes_name(fes, PduType::C2HTermReq), fei);
   set_state(State::Closing);
   uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
   stream_.send(term_pdu_, len, &term_sent_);
@@ -108,17 +109,11 @@ bool Connection::handle_icreq(const ICReqPdu& req) {
   }
   hpda_ = req.hpda;
   host_maxr2t_ = std::min<uint32_t>(req.maxr2t, Request::kMaxR2T - 1) + 1;
-  hdgst_ = (req.digest & 1) && target_.config.allow_hdgst;
-  ddgst_ = (req.digest & 2) && target_.config.allow_ddgst;
-  std::memset(icresp_, 0, sizeof(icresp_));
-  auto* resp = reinterpret_cast<ICRespPdu*>(icresp_);
-  resp->ch.type = uint8_t(PduType::ICResp);
-  resp->ch.hlen = sizeof(ICRespPdu);
-  resp->ch.plen = sizeof(ICRespPdu);
-  resp->pfv = kPfv;
-  resp->cpda = 0;
-  resp->digest = uint8_t((hdgst_ ? 1 : 0) | (ddgst_ ? 2 : 0));
-  resp->maxh2cdata = target_.config.max_h2c_data;
+  hdgst_ = (req.digest & kIcDigestHeader) && target_.config.allow_hdgst;
+  ddgst_ = (req.digest & kIcDigestData) && target_.config.allow_ddgst;
+  const ICRespPdu resp = make_icresp(0, hdgst_, ddgst_, target_.config.max_h2c_data);
+  static_assert(sizeof(icresp_) == sizeof(resp));
+  std::memcpy(icresp_, &resp, sizeof(resp));
   stream_.send(icresp_, sizeof(icresp_));
   receiver_.set_digests(hdgst_, ddgst_);
   set_state(State::AwaitConnect);
@@ -266,10 +261,7 @@ void Connection::send_r2ts(Request* r) {
     p->ttag = r->index;
     p->r2to = r->r2t_next;
     p->r2tl = len;
-    if (hdgst_) {
-      uint32_t crc = crc32c(slot, sizeof(R2TPdu));
-      std::memcpy(slot + sizeof(R2TPdu), &crc, 4);
-    }
+    if (hdgst_) seal_header_digest(slot, sizeof(R2TPdu));
     stream_.send(slot, p->ch.plen);
     r->r2t_sent_ns[sent % Request::kMaxR2T] = deadlines_.clock().now_ns();
     r->r2t_next += len;
@@ -301,10 +293,7 @@ void Connection::send_response(Request* r) {
     c2h->datao = 0;
     c2h->datal = total;
     uint32_t pdo = c2h->ch.pdo;
-    if (hdgst_) {
-      uint32_t crc = crc32c(r->c2h_pdu, sizeof(C2HDataPdu));
-      std::memcpy(r->c2h_pdu + sizeof(C2HDataPdu), &crc, 4);
-    }
+    if (hdgst_) seal_header_digest(r->c2h_pdu, sizeof(C2HDataPdu));
     std::memset(r->c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0,
                 pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
     stream_.send(r->c2h_pdu, pdo);
@@ -341,10 +330,7 @@ void Connection::send_response(Request* r) {
   cqe.cid = r->sqe.cid;
   cqe.status = r->status.to_cqe(r->status != kCommandInterrupted);
   std::memcpy(resp->cqe, &cqe, sizeof(cqe));
-  if (hdgst_) {
-    uint32_t crc = crc32c(r->resp_pdu, sizeof(CapsuleRespPdu));
-    std::memcpy(r->resp_pdu + sizeof(CapsuleRespPdu), &crc, 4);
-  }
+  if (hdgst_) seal_header_digest(r->resp_pdu, sizeof(CapsuleRespPdu));
   stream_.send(r->resp_pdu, resp->ch.plen, &r->sent);
   send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
 }

@@ -5,12 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
-#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "nvtcp/log_pages.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/log_pages.hpp"
 #include "wire/reservations.hpp"
 
 namespace nvtcp::reactor {

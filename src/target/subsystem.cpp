@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "nvtcp/log_pages.hpp"
 #include "target/controller.hpp"
 #include "util/log.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
-#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 

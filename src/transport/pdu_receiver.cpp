@@ -163,7 +163,10 @@ bool PduReceiver::finish_common_header() {
     return false;
   }
   if (ch.plen > max_plen_) {
-    fail(Fes::DataLimitExceeded, offsetof(CommonHeader, plen),
+    // The status names the limit from the sender's side: a controller's C2HTermReq has "data
+    // transfer limit exceeded"; a host's H2CTermReq uses 05h for "R2T limit exceeded", so the
+    // host calls a PDU longer than it takes an invalid PLEN.
+    fail(side_ == Side::Target ? Fes::DataLimitExceeded : Fes::InvalidHeaderField, offsetof(CommonHeader, plen),
          fmt::format("{}: plen {} over the limit {}", pdu_type_name(type), ch.plen, max_plen_));
     return false;
   }

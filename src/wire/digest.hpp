@@ -24,4 +24,10 @@ inline void seal_header_digest(void* pdu, uint32_t hlen) {
   __builtin_memcpy(static_cast<uint8_t*>(pdu) + hlen, &crc, sizeof(crc));
 }
 
+// The data digest of len bytes at data, written (4 bytes, little-endian) at out.
+inline void put_data_digest(void* out, const void* data, size_t len) {
+  const uint32_t crc = crc32c(data, len);
+  __builtin_memcpy(out, &crc, sizeof(crc));
+}
+
 }  // namespace nvtcp::wire

@@ -18,18 +18,13 @@ const char* pdu_type_name(PduType t) {
 }
 
 const char* fes_name(Fes f, PduType term_req) {
-  if (f == Fes::R2TLimitExceeded)
-    return term_req == PduType::H2CTermReq ? "R2T limit exceeded" : "data transfer limit exceeded";
-  return fes_name(f);
-}
-
-const char* fes_name(Fes f) {
   switch (f) {
     case Fes::InvalidHeaderField: return "invalid PDU header field";
     case Fes::PduSequenceError: return "PDU sequence error";
     case Fes::HeaderDigestError: return "header digest error";
     case Fes::DataOutOfRange: return "data transfer out of range";
-    case Fes::DataLimitExceeded: return "limit exceeded";
+    case Fes::R2TLimitExceeded:  // == DataLimitExceeded: 05h means what its sender says
+      return term_req == PduType::H2CTermReq ? "R2T limit exceeded" : "data transfer limit exceeded";
     case Fes::UnsupportedParameter: return "unsupported parameter";
   }
   return "unknown";

@@ -154,7 +154,6 @@ enum class Fes : uint16_t {
 
 // The status's name as the PDU that carries it (H2CTermReq or C2HTermReq) defines it.
 const char* fes_name(Fes f, PduType term_req);
-const char* fes_name(Fes f);  // without the direction: 05h reads "limit exceeded"
 
 // ICReq/ICResp DGST field: which digests the host asks for, and the controller grants.
 inline constexpr uint8_t kIcDigestHeader = 0x01;

@@ -16,9 +16,9 @@
 #include "reactor/reactor.hpp"
 #include "target/connection.hpp"
 #include "target/subsystem.hpp"
+#include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "util/log.hpp"
 
 using namespace nvtcp;
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
-#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::test {
 namespace {

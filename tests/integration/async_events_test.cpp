@@ -7,11 +7,11 @@
 
 #include <cstdlib>
 
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
-#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::test {
 namespace {

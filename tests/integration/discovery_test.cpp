@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
-#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::test {
 namespace {

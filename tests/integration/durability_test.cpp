@@ -30,11 +30,11 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/identify.hpp"
 #include "power_loss_device.hpp"
 #include "test_target.hpp"
 #include "wire/commands.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
 
 namespace nvtcp::test {
 namespace {

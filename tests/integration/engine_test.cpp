@@ -17,15 +17,15 @@
 
 #include <fmt/format.h>
 
+#include "../support/fault_proxy.hpp"
 #include "engine/app_controller.hpp"
 #include "engine/attach.hpp"
 #include "engine/engine.hpp"
 #include "engine/shm_queue.hpp"
-#include "../support/fault_proxy.hpp"
+#include "nvtcp/identify.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
-#include "nvtcp/identify.hpp"
 
 extern char** environ;
 

@@ -18,11 +18,11 @@
 #include <thread>
 
 #include "nvtcp/host.hpp"
-#include "test_target.hpp"
-#include "test_devices.hpp"
-#include "wire/fabrics.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "test_devices.hpp"
+#include "test_target.hpp"
+#include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::test {

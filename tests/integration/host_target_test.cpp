@@ -26,11 +26,11 @@
 #include <nlohmann/json.hpp>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "test_target.hpp"
 #include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
-#include "nvtcp/identify.hpp"
-#include "nvtcp/log_pages.hpp"
 
 extern char** environ;
 

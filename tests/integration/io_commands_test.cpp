@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/identify.hpp"
 #include "target/controller.hpp"
 #include "test_target.hpp"
-#include "nvtcp/identify.hpp"
 
 namespace nvtcp::test {
 namespace {

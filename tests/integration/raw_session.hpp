@@ -372,8 +372,9 @@ inline AssertionResult expect_term_req(Session& s, Fes fes, std::optional<uint32
   if (ch.flags & (kFlagHdgst | kFlagDdgst)) return AssertionFailure() << "C2HTermReq carries digest flags";
   auto t = read_as<TermReqPdu>(p);
   if (t.fes != uint16_t(fes))
-    return AssertionFailure() << "C2HTermReq FES " << t.fes << " (" << fes_name(Fes(t.fes)) << "), expected "
-                              << unsigned(fes) << " (" << fes_name(fes) << "); FEI " << t.fei;
+    return AssertionFailure() << "C2HTermReq FES " << t.fes << " (" << fes_name(Fes(t.fes), PduType::C2HTermReq)
+                              << "), expected " << unsigned(fes) << " (" << fes_name(fes, PduType::C2HTermReq)
+                              << "); FEI " << t.fei;
   if (fei && t.fei != *fei) return AssertionFailure() << "C2HTermReq FEI " << t.fei << ", expected " << *fei;
   size_t quoted = p.size() - sizeof(TermReqPdu);
   // A C2HTermReq is at most 152 bytes (Linux hosts reject longer ones): 128 quoted bytes.

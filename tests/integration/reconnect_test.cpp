@@ -12,8 +12,8 @@
 
 #include "fault_proxy.hpp"
 #include "nvtcp/host.hpp"
-#include "test_target.hpp"
 #include "nvtcp/identify.hpp"
+#include "test_target.hpp"
 
 namespace nvtcp::test {
 namespace {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
-#include "test_target.hpp"
-#include "wire/features.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "test_target.hpp"
+#include "wire/features.hpp"
 #include "wire/reservations.hpp"
 
 namespace nvtcp::test {

@@ -11,8 +11,8 @@
 
 #include "host/block_size_table.hpp"
 #include "host/namespace_scan.hpp"
-#include "nvtcp/sqe.hpp"
 #include "nvtcp/identify.hpp"
+#include "nvtcp/sqe.hpp"
 
 namespace nvtcp::host::detail {
 namespace {

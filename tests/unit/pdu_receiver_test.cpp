@@ -168,6 +168,18 @@ TEST(Receiver, RejectsWrongDirectionAndBadLengths) {
   }
 }
 
+TEST(PduReceiver, AnOverlongPduIsAnInvalidPlenOnTheHostSide) {
+  // 05h in a host's H2CTermReq means "R2T limit exceeded": a C2HData longer than the host takes
+  // is an invalid PLEN instead (FEI 4, the field's offset).
+  CommonHeader ch{uint8_t(PduType::C2HData), 0, 24, 0, 1u << 30};
+  Recorder r;
+  PduReceiver rx(Side::Host, &r);
+  EXPECT_FALSE(rx.feed(reinterpret_cast<uint8_t*>(&ch), sizeof(ch)));
+  EXPECT_TRUE(r.error);
+  EXPECT_EQ(r.fes, Fes::InvalidHeaderField);
+  EXPECT_EQ(r.fei, 4u);
+}
+
 TEST(Receiver, DigestFlagMustMatchNegotiation) {
   auto c = capsule(1, {}, false, false, 0);  // no HDGSTF although negotiated
   Recorder r;

@@ -383,7 +383,7 @@ TEST(WireTermReq, FesValues) {
   EXPECT_EQ(static_cast<uint16_t>(Fes::DataOutOfRange), 0x04);
   EXPECT_EQ(static_cast<uint16_t>(Fes::DataLimitExceeded), 0x05);
   EXPECT_EQ(static_cast<uint16_t>(Fes::UnsupportedParameter), 0x06);
-  EXPECT_STREQ(fes_name(Fes::HeaderDigestError), "header digest error");
+  EXPECT_STREQ(fes_name(Fes::HeaderDigestError, PduType::C2HTermReq), "header digest error");
 }
 
 TEST(WireTermReq, FesFiveIsNamedByDirection) {
