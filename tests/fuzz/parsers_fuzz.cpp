@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nvtcp::host::TransportId::parse(t.to_string(), again, err);  // what we print parses back
   }
   uint64_t v;
-  nvtcp::backend::parse_size(s, v);
+  nvtcp::parse_size(s, v);
   static std::string path = "/tmp/nvtcp-fuzz-config-" + std::to_string(getpid()) + ".json";
   if (FILE* f = std::fopen(path.c_str(), "w")) {
     std::fwrite(data, 1, size, f);
@@ -32,8 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           cfg.max_io_queues > 1024 || cfg.cores < 1 || cfg.max_r2t_per_command < 1 || cfg.max_r2t_per_command > 4 ||
           cfg.in_capsule_data % 16 || cfg.max_h2c_data < 4096 || cfg.icreq_timeout_ms == 0)
         __builtin_trap();
-      for (const auto& s : cfg.subsystems)
-        for (const auto& n : s.namespaces)
+      for (const auto& subsystem : cfg.subsystems)
+        for (const auto& n : subsystem.namespaces)
           if (n.nsid == 0 || n.nsid >= 0xFFFFFFFE || (n.block_size != 512 && n.block_size != 4096)) __builtin_trap();
     }
   }
