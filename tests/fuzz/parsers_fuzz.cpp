@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "backend/block_device.hpp"
 #include "nvtcp/host.hpp"
+#include "nvtcp/size.hpp"
 #include "target/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
