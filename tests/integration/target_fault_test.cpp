@@ -283,7 +283,9 @@ TEST(TargetFaults, HostThatStopsReadingIsBoundedAndOthersAreServed) {
   const uint32_t base = t.target().live_connections();
   FaultProxy proxy(t.port());
   ControllerOptions o;
-  o.kato_ms = 1000;
+  // Real time: the keep-alive must hold while the other host runs (Keep Alive every 1.5 s on a
+  // loaded machine under ASan), and expire within kDeadlineMs once stalled below.
+  o.kato_ms = 3000;
   std::string err;
   auto slow = Controller::connect(via(t, proxy), o, err);
   ASSERT_TRUE(slow) << err;
