@@ -16,6 +16,22 @@
 namespace nvtcp::app {
 
 namespace {
+// SIGUSR1: what the target holds now, for an operator (kill -USR1) or a test. Requests are
+// counted per state by their connections (asked on each reactor), so a command stuck waiting
+// for memory, for H2C data or for the device shows here.
+void log_statistics(target::Target& t) {
+  const target::RequestStateCounts states = t.request_states();
+  std::string per_state;
+  for (size_t i = 0; i < states.size(); ++i)
+    per_state += fmt::format("{}{} {}", i ? ", " : "", target::request_state_name(target::Request::State(i)),
+                             states[i]);
+  log::info("target statistics: {} connections, {} I/O commands ({} Flush, {} FUA writes), {} buffer bytes; "
+            "requests: {}",
+            t.live_connections(), t.io_count(), t.flush_count(), t.fua_write_count(), t.buffer_bytes(), per_state);
+}
+}  // namespace
+
+namespace {
 struct TargetArgs {
   std::string config;
   std::vector<std::string> listen;
@@ -146,6 +162,7 @@ int run_target(const TargetArgs& a) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);  // log the statistics and carry on
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // reactor threads inherit the mask
 
   // A setting out of its range is the user's to fix (exit 2), like a bad flag; what fails
@@ -185,7 +202,7 @@ int run_target(const TargetArgs& a) {
     }
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && sig == SIGUSR1) log_statistics(t);
   log::info("signal {}: shutting down", sig);
   t.stop();
   uint64_t ios = t.io_count();

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `kill -USR1` makes the target log what it holds and carry on: connections, I/O so far, buffer
+# bytes and its requests per state. Taken while nvtcp perf keeps 16 reads outstanding: the
+# requests of the I/O queue are counted (at least its 16 entries, in whatever states they are),
+# and the target keeps serving after the signal.
+set -euo pipefail
+NVTCP=$1
+dir=$(mktemp -d /tmp/nvtcp-statistics.XXXXXX)
+target_pid=
+cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+NQN=nqn.2026-11.io.nvtcp:statistics
+"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --ram 16M --ready-file "$dir/ready" \
+  >"$dir/target.log" 2>&1 &
+target_pid=$!
+for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+[ -s "$dir/ready" ] || fail "target did not start"
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/ready") subnqn:$NQN ns:1"
+"$NVTCP" perf -r "$trid" -q 16 -o 4K -w randread -t 4 --json >"$dir/perf.json" 2>"$dir/perf.log" &
+perf_pid=$!
+# Until the statistics show the I/O queue: its connection is up once perf has done some I/O.
+for _ in $(seq 100); do
+  sleep 0.1
+  kill -USR1 "$target_pid"
+  sleep 0.05
+  line=$(grep 'target statistics' "$dir/target.log" | tail -1 || true)
+  [[ $line =~ ([0-9]+)\ connections,\ ([0-9]+)\ I/O ]] && ((BASH_REMATCH[1] >= 2 && BASH_REMATCH[2] > 0)) && break
+done
+echo "$line"
+[[ $line =~ ([0-9]+)\ connections ]] && ((BASH_REMATCH[1] >= 2)) || fail "no statistics line with both queues"
+total=0
+for n in $(grep -o '[A-Za-z]* [0-9]*' <<<"${line#*requests: }" | awk '{print $2}'); do total=$((total + n)); done
+((total >= 16)) || fail "the requests per state add up to $total, fewer than the I/O queue's 16"
+wait "$perf_pid" || fail "perf failed after the signal: $(tail -3 "$dir/perf.log")"
+kill -0 "$target_pid" || fail "the target exited on SIGUSR1"
+kill -TERM "$target_pid"
+wait "$target_pid" || fail "the target did not exit cleanly"
+target_pid=
+grep -q 'signal 15: shutting down' "$dir/target.log" || fail "no orderly shutdown"
+echo "PASS: statistics on SIGUSR1 ($total requests counted), target kept serving"
