@@ -210,9 +210,17 @@ class Connection final : public reactor::StreamOwner,
   // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
   // admin queue whose KATO is shorter.
   uint64_t poll_period() const;
-  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
-  const Request* stalled_write(uint64_t now) const;
-  bool send_stalled(uint64_t now);
+  // Arms check d for due, the instant its condition holds if nothing changes meanwhile (so a
+  // timeout ends the connection when it expires, not up to a period later), but no later
+  // than poll_period() from now: what a check cannot foresee (a Set Features that shortens
+  // KATO, a new R2T) is noticed within a period.
+  void arm_check(Deadline d, uint64_t now, uint64_t due);
+  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any; else
+  // next_due is when the first of the owed data will be late (UINT64_MAX: none is owed).
+  const Request* stalled_write(uint64_t now, uint64_t& next_due) const;
+  // Whether the send queue has not moved for over send_timeout_ms; else next_due is when it
+  // will have been still for that long if it does not move (UINT64_MAX: it is empty).
+  bool send_stalled(uint64_t now, uint64_t& next_due);
 
   TargetState& target_;
   reactor::Reactor& reactor_;
