@@ -45,6 +45,7 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
         Request* req = static_cast<Request::Sent*>(d)->req;
         req->conn->release(req);
       }),
+      backend_gate_(release_closed, this),
       deadlines_(this, r, clock,
                  {&Connection::on_icreq_deadline, &Connection::on_connect_deadline, &Connection::on_keep_alive_check,
                   &Connection::on_controller_poll, &Connection::on_send_stall_check, &Connection::on_h2c_data_check,
@@ -154,7 +155,6 @@ void Connection::on_receive_direct(size_t len) {
 void Connection::on_closed(int err) {
   if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
   log::debug("{}: connection closed", peer_);
-  closed_ = true;
   if (state_ != State::Closing) set_state(State::Closing);
   teardown_controller("admin queue closed");
   deadlines_.cancel_all();
@@ -166,8 +166,16 @@ void Connection::on_closed(int err) {
   fence_waiters_.clear();
   reactor_.undefer(&resume_d_);
   set_.remove(this);
-  if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
-  else set_.add_draining();
+  // Shutdown waits for draining connections: counted until the release frees this one, at
+  // once or at its last device completion.
+  set_.add_draining();
+  backend_gate_.close();
+}
+
+void Connection::release_closed(void* conn) {
+  auto* c = static_cast<Connection*>(conn);
+  c->set_.remove_draining();
+  delete c;
 }
 
 const Request* Connection::stalled_write(uint64_t now, uint64_t& next_due) const {

@@ -22,6 +22,7 @@
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
+#include "util/gate.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::target {
@@ -248,8 +249,10 @@ class Connection final : public reactor::StreamOwner,
 
   // Declared after host_: the pool gives its bytes back to the host's budget as it goes.
   RequestPool pool_;
-  uint32_t backend_inflight_ = 0;   // requests inside a device; memory must stay until done
-  bool closed_ = false;             // stream reported on_closed
+  // Requests inside a device: their memory (and so the connection) must stay until they are
+  // done. Closed when the stream reports on_closed; its release frees the connection.
+  Gate backend_gate_;
+  static void release_closed(void* conn);
 
   Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
   alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
