@@ -194,10 +194,11 @@ class Connection final : public reactor::StreamOwner,
   uint32_t max_incapsule() const;
   // The connection's deadlines, each with its own handler (run in this order when several
   // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
-  // Connect: and its Connect, by the same deadline. On a connected queue, every poll_period():
-  // KeepAlive (admin queue: the host's KATO), ControllerPoll (its controller was torn down
-  // elsewhere), SendStall (the host reads no responses), H2CData (the host owes data an R2T
-  // asked for). TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
+  // Connect: and its Connect, by the same deadline. On a connected queue, at least every
+  // poll_period(): ControllerPoll (its controller was torn down elsewhere), and, each also at
+  // the instant it would expire (arm_check()), KeepAlive (admin queue: the host's KATO),
+  // SendStall (the host reads no responses), H2CData (the host owes data an R2T asked for).
+  // TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
   enum class Deadline : uint8_t { ICReq, Connect, KeepAlive, ControllerPoll, SendStall, H2CData, TermReqLinger, kCount };
   void on_icreq_deadline(uint64_t now);
   void on_connect_deadline(uint64_t now);

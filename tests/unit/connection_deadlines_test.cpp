@@ -177,9 +177,8 @@ struct HostEnd {
     wire::Sqe sqe = wire::cmd::connect(qid, 31, kato_ms);
     sqe.cid = cid();
     wire::Cqe cqe{};
-    if (auto res = command(sqe, test::bytes_of(wire::cmd::connect_data(test::kHostId, cntlid, nqn, test::kHostNqn)), &cqe);
-        !res)
-      return res;
+    const auto data = test::bytes_of(wire::cmd::connect_data(test::kHostId, cntlid, nqn, test::kHostNqn));
+    if (auto res = command(sqe, data, &cqe); !res) return res;
     if (got_cntlid) *got_cntlid = uint16_t(cqe.dw0);
     return ::testing::AssertionSuccess();
   }
@@ -219,7 +218,8 @@ struct ConnectionDeadlines : ::testing::Test {
     spin(reactor);
     ASSERT_TRUE(h.icreq());
     ASSERT_TRUE(h.connect(kNqn, 0, wire::kDynamicCntlid, kato_ms, &cntlid));
-    ASSERT_TRUE(h.command(test::property_sqe(h.cid(), wire::FabricsType::PropertySet, wire::prop::CC, test::kCcEnable)));
+    ASSERT_TRUE(
+        h.command(test::property_sqe(h.cid(), wire::FabricsType::PropertySet, wire::prop::CC, test::kCcEnable)));
     ASSERT_TRUE(h.command(test::set_features_nq_sqe(h.cid(), 1)));
   }
   void open_io(HostEnd& h, uint16_t cntlid) {
