@@ -1,6 +1,6 @@
 // Where a target connection reads the time for its deadlines: the monotonic clock in
 // production; tests substitute a clock they step, so that timing logic (ICReq and Connect
-// deadlines, H2C data timeouts, send stalls) is tested without sleeping.
+// deadlines, keep-alive, H2C data timeouts, send stalls) is tested without sleeping.
 #pragma once
 #include <cstdint>
 
@@ -14,7 +14,7 @@ class Clock {
   virtual uint64_t now_ns() const = 0;
 };
 
-// reactor::monotonic_ns(): the clock Controller::touch() and the reactor's timers read.
+// reactor::monotonic_ns(): the clock the reactor's timers read.
 class MonotonicClock final : public Clock {
  public:
   uint64_t now_ns() const override { return reactor::monotonic_ns(); }

@@ -45,6 +45,7 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
         Request* req = static_cast<Request::Sent*>(d)->req;
         req->conn->release(req);
       }),
+      backend_gate_(release_closed, this),
       deadlines_(this, r, clock,
                  {&Connection::on_icreq_deadline, &Connection::on_connect_deadline, &Connection::on_keep_alive_check,
                   &Connection::on_controller_poll, &Connection::on_send_stall_check, &Connection::on_h2c_data_check,
@@ -154,7 +155,6 @@ void Connection::on_receive_direct(size_t len) {
 void Connection::on_closed(int err) {
   if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
   log::debug("{}: connection closed", peer_);
-  closed_ = true;
   if (state_ != State::Closing) set_state(State::Closing);
   teardown_controller("admin queue closed");
   deadlines_.cancel_all();
@@ -166,31 +166,44 @@ void Connection::on_closed(int err) {
   fence_waiters_.clear();
   reactor_.undefer(&resume_d_);
   set_.remove(this);
-  if (backend_inflight_ == 0) delete this;  // else the last device completion frees us
-  else set_.add_draining();
+  // Shutdown waits for draining connections: counted until the release frees this one, at
+  // once or at its last device completion.
+  set_.add_draining();
+  backend_gate_.close();
 }
 
-const Request* Connection::stalled_write(uint64_t now) const {
-  // Checked on the connection's periodic timer, not per I/O: a scan of the slots.
+void Connection::release_closed(void* conn) {
+  auto* c = static_cast<Connection*>(conn);
+  c->set_.remove_draining();
+  delete c;
+}
+
+const Request* Connection::stalled_write(uint64_t now, uint64_t& next_due) const {
+  // Checked on the connection's H2CData deadline, not per I/O: a scan of the slots.
+  next_due = UINT64_MAX;
   const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
   if (limit == 0) return nullptr;
   for (const auto& r : pool_.slots())
     if (r->state() == Request::State::AwaitingH2C && r->rx_next < r->r2t_next) {
       const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % Request::kMaxR2T];
       if (now > asked && now - asked > limit) return r.get();
+      next_due = std::min(next_due, asked + limit + 1);
     }
   return nullptr;
 }
 
-// Responses queued and none of them taken by the host since send_timeout_ms ago.
-bool Connection::send_stalled(uint64_t now) {
+// Responses queued and none of them taken by the host since send_timeout_ms ago. Progress
+// is seen only here: the stall is counted from the check that first found the queue still.
+bool Connection::send_stalled(uint64_t now, uint64_t& next_due) {
   const uint64_t limit = uint64_t(target_.config.send_timeout_ms) * 1000000ull;
   if (stream_.queued_bytes() == 0 || stream_.sent_bytes() != sent_seen_ || send_progress_ns_ == 0) {
     sent_seen_ = stream_.sent_bytes();
     send_progress_ns_ = now;
-    return false;
+  } else if (limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit) {
+    return true;
   }
-  return limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit;
+  next_due = limit != 0 && stream_.queued_bytes() != 0 ? send_progress_ns_ + limit + 1 : UINT64_MAX;
+  return false;
 }
 
 void Connection::on_icreq_deadline(uint64_t) {
@@ -211,6 +224,10 @@ uint64_t Connection::poll_period() const {
   return period;
 }
 
+void Connection::arm_check(Deadline d, uint64_t now, uint64_t due) {
+  deadlines_.arm_at(d, std::min(due, now + poll_period()));
+}
+
 void Connection::start_connected_checks() {
   deadlines_.cancel(Deadline::Connect);
   // The first checks come one controller poll after Connect, then every poll_period().
@@ -222,16 +239,16 @@ void Connection::start_connected_checks() {
 
 // Each check below stops (and is not armed again) once the connection is closing: a check
 // that closes it ends the others due at the same time.
-void Connection::on_keep_alive_check(uint64_t) {
+void Connection::on_keep_alive_check(uint64_t now) {
   if (state_ != State::Connected || !ctrl_) return;
-  // Controller::touch() stamps commands with reactor::monotonic_ns(): KATO is measured on it.
-  if (ctrl_->keep_alive_expired(reactor::monotonic_ns())) {
+  // The controller stamps commands with the clock it got from this queue: KATO is measured on it.
+  if (ctrl_->keep_alive_expired(now)) {
     log::warn("{}: keep-alive timeout ({} ms) on controller {}", peer_, ctrl_->kato_ms(), ctrl_->cntlid());
     teardown_controller("keep-alive timeout");
     close("keep-alive timeout");
     return;
   }
-  deadlines_.arm(Deadline::KeepAlive, poll_period());
+  arm_check(Deadline::KeepAlive, now, ctrl_->keep_alive_deadline());
 }
 
 void Connection::on_controller_poll(uint64_t) {
@@ -245,24 +262,26 @@ void Connection::on_controller_poll(uint64_t) {
 
 void Connection::on_send_stall_check(uint64_t now) {
   if (state_ != State::Connected || !ctrl_) return;
-  if (send_stalled(now)) {
+  uint64_t due = UINT64_MAX;
+  if (send_stalled(now, due)) {
     log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", peer_,
               stream_.queued_bytes(), target_.config.send_timeout_ms);
     close("send timeout");
     return;
   }
-  deadlines_.arm(Deadline::SendStall, poll_period());
+  arm_check(Deadline::SendStall, now, due);
 }
 
 void Connection::on_h2c_data_check(uint64_t now) {
   if (state_ != State::Connected || !ctrl_) return;
-  if (const Request* r = stalled_write(now)) {
+  uint64_t due = UINT64_MAX;
+  if (const Request* r = stalled_write(now, due)) {
     log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection", peer_,
               r->sqe.cid, qid_, target_.config.h2c_data_timeout_ms);
     close("H2CData timeout");
     return;
   }
-  deadlines_.arm(Deadline::H2CData, poll_period());
+  arm_check(Deadline::H2CData, now, due);
 }
 
 }  // namespace nvtcp::target

@@ -22,6 +22,7 @@
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
+#include "util/gate.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::target {
@@ -193,10 +194,11 @@ class Connection final : public reactor::StreamOwner,
   uint32_t max_incapsule() const;
   // The connection's deadlines, each with its own handler (run in this order when several
   // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
-  // Connect: and its Connect, by the same deadline. On a connected queue, every poll_period():
-  // KeepAlive (admin queue: the host's KATO), ControllerPoll (its controller was torn down
-  // elsewhere), SendStall (the host reads no responses), H2CData (the host owes data an R2T
-  // asked for). TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
+  // Connect: and its Connect, by the same deadline. On a connected queue, at least every
+  // poll_period(): ControllerPoll (its controller was torn down elsewhere), and, each also at
+  // the instant it would expire (arm_check()), KeepAlive (admin queue: the host's KATO),
+  // SendStall (the host reads no responses), H2CData (the host owes data an R2T asked for).
+  // TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
   enum class Deadline : uint8_t { ICReq, Connect, KeepAlive, ControllerPoll, SendStall, H2CData, TermReqLinger, kCount };
   void on_icreq_deadline(uint64_t now);
   void on_connect_deadline(uint64_t now);
@@ -210,9 +212,17 @@ class Connection final : public reactor::StreamOwner,
   // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
   // admin queue whose KATO is shorter.
   uint64_t poll_period() const;
-  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any.
-  const Request* stalled_write(uint64_t now) const;
-  bool send_stalled(uint64_t now);
+  // Arms check d for due, the instant its condition holds if nothing changes meanwhile (so a
+  // timeout ends the connection when it expires, not up to a period later), but no later
+  // than poll_period() from now: what a check cannot foresee (a Set Features that shortens
+  // KATO, a new R2T) is noticed within a period.
+  void arm_check(Deadline d, uint64_t now, uint64_t due);
+  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any; else
+  // next_due is when the first of the owed data will be late (UINT64_MAX: none is owed).
+  const Request* stalled_write(uint64_t now, uint64_t& next_due) const;
+  // Whether the send queue has not moved for over send_timeout_ms; else next_due is when it
+  // will have been still for that long if it does not move (UINT64_MAX: it is empty).
+  bool send_stalled(uint64_t now, uint64_t& next_due);
 
   TargetState& target_;
   reactor::Reactor& reactor_;
@@ -240,8 +250,10 @@ class Connection final : public reactor::StreamOwner,
 
   // Declared after host_: the pool gives its bytes back to the host's budget as it goes.
   RequestPool pool_;
-  uint32_t backend_inflight_ = 0;   // requests inside a device; memory must stay until done
-  bool closed_ = false;             // stream reported on_closed
+  // Requests inside a device: their memory (and so the connection) must stay until they are
+  // done. Closed when the stream reports on_closed; its release frees the connection.
+  Gate backend_gate_;
+  static void release_closed(void* conn);
 
   Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
   alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];

@@ -76,7 +76,7 @@ void Connection::execute_fabrics(Request* r) {
       std::memcpy(&pg, &r->sqe, sizeof(pg));
       bool eight = (pg.attrib & 0x7) == 1;
       Status st;
-      ctrl_->touch(reactor::monotonic_ns());
+      ctrl_->touch();
       if (fctype == FabricsType::PropertyGet) {
         uint64_t v = 0;
         st = ctrl_->property_get(pg.ofst, eight, v);
@@ -189,7 +189,8 @@ void Connection::execute_connect(Request* r) {
       complete(r, sc::ConnectControllerBusy);
       return;
     }
-    ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato));
+    ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato,
+                                                            deadlines_.clock()));
     ctrl->set_local_address(arrival_.local_address);
   } else {
     ctrl = sub->find_controller(data.cntlid);

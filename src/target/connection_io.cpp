@@ -498,7 +498,9 @@ void Connection::submit_io(Request* r, Namespace* ns) {
     Request* req = static_cast<Request*>(io->user);
     req->conn->io_done(req, st);
   };
-  ++backend_inflight_;
+  // Only a closed connection refuses, and nothing runs commands once it is closed: the
+  // request goes with the connection's pool.
+  if (!backend_gate_.enter()) return;
   ns->device->submit(&r->io, reactor_);
 }
 
@@ -558,24 +560,21 @@ void Connection::flush_step(Request* r) {
 }
 
 void Connection::io_done(Request* r, Status st) {
-  --backend_inflight_;
   if (r->fence_counted) {
     r->fence_ns->fence.end_write(set_.index());
     r->fence_counted = false;
   }
-  if (closed_ && r->fence_owner) {
+  if (backend_gate_.closed() && r->fence_owner) {
     r->fence_ns->fence.release();  // the connection is gone: its fused operation ends here
     r->fence_owner = false;
   }
   tx_pending_ -= r->tx_pending;
   r->tx_pending = 0;
-  if (closed_) {
-    if (backend_inflight_ == 0) {
-      set_.remove_draining();
-      delete this;
-    }
+  if (backend_gate_.closed()) {
+    backend_gate_.leave();  // the last completion of a closed connection frees it: touch nothing after
     return;
   }
+  backend_gate_.leave();
   if (r->io.op == backend::BlockIo::Op::Deallocate && st.ok()) {
     dsm_step(r);
     return;

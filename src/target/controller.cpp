@@ -40,13 +40,14 @@ uint8_t log2_u32(uint32_t v) {
 }  // namespace
 
 Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
-                       const uint8_t hostid[16], uint32_t kato_ms)
+                       const uint8_t hostid[16], uint32_t kato_ms, const Clock& clock)
     : target_(target),
       subsys_(subsys),
       cntlid_(cntlid),
       hostnqn_(std::move(hostnqn)),
       kato_ms_(effective_kato_ms(kato_ms)),
-      connect_kato_ms_(kato_ms_) {
+      connect_kato_ms_(kato_ms_),
+      clock_(clock) {
   std::memcpy(hostid_, hostid, 16);
   uint32_t n = target.config.max_io_queues + 1;
   queue_claimed_.reset(new std::atomic<bool>[n]);
@@ -58,7 +59,7 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
   ns_slots_ = std::max<uint32_t>(1, uint32_t(subsys.namespaces().size()));
   resv_masks_.reset(new std::atomic<uint32_t>[subsys.max_nsid() + 1]);
   for (uint32_t i = 0; i <= subsys.max_nsid(); ++i) resv_masks_[i].store(0, std::memory_order_relaxed);
-  last_seen_ns_ = reactor::monotonic_ns();
+  touch();
 }
 
 std::atomic<uint32_t>* Controller::resv_mask(uint32_t nsid) const {
@@ -221,7 +222,7 @@ uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
 
 AdminResult Controller::execute_admin(const Sqe& sqe, uint8_t* buf, uint32_t sgl_len, uint32_t host_len) {
   AdminResult r;
-  touch(reactor::monotonic_ns());
+  touch();
   auto opc = static_cast<AdminOpcode>(sqe.opc);
   bool discovery = subsys_.is_discovery();
   // Admin commands other than fabrics ones need an enabled, ready controller (the Linux

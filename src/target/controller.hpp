@@ -14,6 +14,7 @@
 #include "nvtcp/log_pages.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
+#include "target/clock.hpp"
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
@@ -93,8 +94,10 @@ class CommandAborter {
 
 class Controller : public std::enable_shared_from_this<Controller> {
  public:
+  // clock: what keep-alive is measured on; the admin queue that makes the controller passes
+  // the clock its own deadlines read, so that a test stepping it steps both.
   Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
-             const uint8_t hostid[16], uint32_t kato_ms);
+             const uint8_t hostid[16], uint32_t kato_ms, const Clock& clock = MonotonicClock::instance());
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -165,10 +168,12 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void add_reservation_notice(wire::ReservationNotice type, uint32_t nsid);
 
   // Keep-alive: any admin command counts as a sign of life.
-  void touch(uint64_t now_ns) { last_seen_ns_ = now_ns; }
-  bool keep_alive_expired(uint64_t now_ns) const {
-    // last_seen may be a little newer than a cached "now": never let that wrap around.
-    return kato_ms_ != 0 && now_ns > last_seen_ns_ && now_ns - last_seen_ns_ > uint64_t(kato_ms_) * 1000000ull;
+  void touch() { last_seen_ns_ = clock_.now_ns(); }
+  bool keep_alive_expired(uint64_t now_ns) const { return now_ns >= keep_alive_deadline(); }
+  // The first instant at which keep-alive has expired if no command comes before it (KATO
+  // after the last one); never, with KATO 0.
+  uint64_t keep_alive_deadline() const {
+    return kato_ms_ == 0 ? UINT64_MAX : last_seen_ns_ + uint64_t(kato_ms_) * 1000000ull + 1;
   }
 
   // Claims an I/O queue id for a connecting queue; false if taken or out of range. A
@@ -205,6 +210,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint8_t hostid_[16];
   uint32_t kato_ms_;
   uint32_t connect_kato_ms_;  // what Connect set: feature 0Fh's default
+  const Clock& clock_;
   uint64_t last_seen_ns_ = 0;
 
   uint32_t cc_ = 0;

@@ -9,6 +9,9 @@
 
 using namespace nvtcp;
 
+// Real time on purpose: this is the end-to-end view (the host library's queue pair sees its
+// connection end and fails new I/O). When expiry falls due, to the millisecond, is tested on a
+// stepped clock in tests/unit/connection_deadlines_test.cpp; the waits here allow 6 x KATO.
 TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
   test::RunningTarget t;
   host::ControllerOptions o;
@@ -31,6 +34,9 @@ TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
   EXPECT_NE(qp->read(2, 0, 1, buf.data(), nullptr, nullptr), 0);
 }
 
+// Real time on purpose: what keeps the controller alive here is the host library's own Keep
+// Alive timer, across three KATOs. That any admin command (Keep Alive among them) starts KATO
+// again on the target is tested on a stepped clock in tests/unit/connection_deadlines_test.cpp.
 TEST(KeepAlive, HostThatSendsKeepAliveStays) {
   test::RunningTarget t;
   host::ControllerOptions o;
