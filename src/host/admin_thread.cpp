@@ -64,9 +64,9 @@ void Controller::State::post_to_admin(std::function<void()> fn) {
 }
 
 void Controller::State::wait_ms(uint64_t ms) {
-  uint64_t until = reactor::monotonic_ns() + ms * 1000000ull;
+  uint64_t until = now_ns() + ms * 1000000ull;
   while (!stop.load(std::memory_order_relaxed)) {
-    uint64_t now = reactor::monotonic_ns();
+    uint64_t now = now_ns();
     if (now >= until) break;
     reactor->run_once(uint32_t(std::min<uint64_t>((until - now) / 1000, 50000)));
   }
@@ -88,9 +88,9 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
                          },
                          &w);
   if (rc != 0) return fail_cpl;
-  uint64_t deadline = reactor::monotonic_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
+  uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
   while (!w.done) {
-    if (reactor::monotonic_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
+    if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
     else reactor->run_once(10000);
   }
   return w.cpl;

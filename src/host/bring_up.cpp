@@ -33,6 +33,7 @@ bool Controller::State::associate(bool first, std::string& err) {
   p.timeout_ms = opts.connect_timeout_ms;
   p.tcp_congestion = opts.tcp_congestion;
   p.io_timeout_ms = opts.admin_timeout_ms;
+  p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);
   if (!admin->connect(err)) return false;
 
@@ -54,7 +55,7 @@ bool Controller::State::associate(bool first, std::string& err) {
   cpl = admin_sync(cmd::property_set(prop::CC, cc), nullptr, 0, false);
   if (!cpl.status.ok()) return failed("Property Set CC", cpl);
   uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
-  uint64_t deadline = reactor::monotonic_ns() + uint64_t(timeout_ms) * 1000000ull;
+  uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
   for (;;) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
@@ -63,7 +64,7 @@ bool Controller::State::associate(bool first, std::string& err) {
       return false;
     }
     if (cpl.dw0 & prop::kCstsReady) break;
-    if (reactor::monotonic_ns() > deadline) {
+    if (now_ns() > deadline) {
       err = fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms);
       return false;
     }

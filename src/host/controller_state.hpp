@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/block_size_table.hpp"
+#include "host/clock.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
@@ -52,6 +53,10 @@ struct Controller::State : detail::ControllerLink {
   std::string hostnqn;
   uint8_t hostid[16] = {};
   bool discovery = false;
+  // What every timing decision of the controller and its queues reads. The real clock unless a
+  // test sets another before connecting; a fake one must then be stepped, or waits never end.
+  const detail::Clock* clock = &detail::monotonic_clock();
+  uint64_t now_ns() const { return clock->now_ns(); }
 
   std::thread thread;
   std::thread::id admin_tid;  // set by the admin thread before connect() returns

@@ -954,7 +954,9 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   ASSERT_TRUE(qp) << err;
   ASSERT_TRUE(QueuePairWorks(*qp, 2, 1, 1));
 
-  // Three keep-alive timeouts of idling: only the host's Keep Alive keeps it alive.
+  // Three keep-alive timeouts of idling: only the host's Keep Alive keeps it alive. Real time on
+  // purpose (two real timers, the host's and the target's, must agree); the host's interval is
+  // unit-tested on a fake clock in HostTiming.KeepAliveInterval.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   EXPECT_FALSE(ctrl->failed());
   EXPECT_FALSE(qp->failed());
