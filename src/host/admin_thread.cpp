@@ -103,14 +103,14 @@ void Controller::State::run(std::promise<std::string>* connected) {
     std::lock_guard lk(mu);
     reactor = &r;
   }
-  std::string e;
+  HostError e;
   bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e));
   if (ok) {
     gen.store(1, std::memory_order_release);
     set_link_state(LinkState::Live);
     arm_keep_alive();
   }
-  connected->set_value(ok ? std::string() : e);  // connected is gone after this
+  connected->set_value(ok ? std::string() : e.message);  // connect()'s public shape; connected is gone after this
   while (ok && !stop.load(std::memory_order_relaxed)) {
     r.run_once(50000);
     if (stop.load(std::memory_order_relaxed)) continue;

@@ -18,7 +18,7 @@ namespace nvtcp::host {
 using namespace nvtcp::wire;
 using detail::QueueParams;
 
-bool Controller::State::associate(bool first, std::string& err) {
+bool Controller::State::associate(bool first, HostError& err) {
   QueueParams p;
   p.trid = trid;
   p.qid = 0;
@@ -38,7 +38,10 @@ bool Controller::State::associate(bool first, std::string& err) {
   if (!admin->connect(err)) return false;
 
   auto failed = [&](const std::string& what, const Completion& cpl) {
-    err = fmt::format("{}: {}", what, status_name(cpl.status));
+    // A lost admin queue ends its commands with a path error: the connection is what failed.
+    std::string msg = fmt::format("{}: {}", what, status_name(cpl.status));
+    err = admin_up() ? HostError::from_status(cpl.status, std::move(msg))
+                     : HostError::make(HostError::Kind::Transport, std::move(msg));
     return false;
   };
   Completion cpl = admin_sync(cmd::property_get(prop::CAP, true), nullptr, 0, false);
@@ -60,12 +63,12 @@ bool Controller::State::associate(bool first, std::string& err) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
     if (cpl.dw0 & prop::kCstsFatal) {
-      err = "controller reported a fatal status (CSTS.CFS) while enabling";
+      err = HostError::make(HostError::Kind::Controller, "controller reported a fatal status (CSTS.CFS) while enabling");
       return false;
     }
     if (cpl.dw0 & prop::kCstsReady) break;
     if (now_ns() > deadline) {
-      err = fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms);
+      err = HostError::make(HostError::Kind::Timeout, fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms));
       return false;
     }
     wait_ms(1);
@@ -80,8 +83,7 @@ bool Controller::State::associate(bool first, std::string& err) {
     // subsystem's namespaces as if they were ours would destroy data.
     const std::string why = detail::identity_mismatch(*was, *now);
     if (!why.empty()) {
-      err = fmt::format("another controller answered ({})", why);
-      refused = true;
+      err = HostError::make(HostError::Kind::WrongController, fmt::format("another controller answered ({})", why));
       return false;
     }
     if (detail::firmware_revision(*was) != detail::firmware_revision(*now))

@@ -374,7 +374,11 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p, s_);
   impl->lease = lease;
   impl->block_sizes = st.block_sizes;
-  if (!impl->connect(err)) return nullptr;
+  detail::HostError e;
+  if (!impl->connect(e)) {
+    err = e.message;  // create_io_qpair()'s public shape
+    return nullptr;
+  }
   return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl), max_transfer_bytes()));
 }
 

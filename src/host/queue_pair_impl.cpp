@@ -135,7 +135,7 @@ QueuePairImpl::~QueuePairImpl() {
 }
 
 void QueuePairImpl::shutdown() {
-  fail_for_good("queue pair closed", FailedBy::Owner);
+  fail_for_good(HostError::make(HostError::Kind::Transport, "queue pair closed"), FailedBy::Owner);
   end_linger();  // the owner wants the queue gone: no waiting for the peer to take a TermReq
   // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
@@ -147,28 +147,33 @@ void QueuePairImpl::shutdown() {
   while (kernel_holds_socket() && now() < deadline) reactor_.run_once(1000);
 }
 
-bool QueuePairImpl::run_until(State want, std::string& err) {
+bool QueuePairImpl::run_until(State want, HostError& err) {
   uint64_t deadline = now() + uint64_t(p_.timeout_ms) * kMs;
   while (state_ != want && !failed()) {
     if (now() > deadline) {
       const char* phase = state_ == State::TcpConnecting ? "connecting"
                           : state_ == State::AwaitICResp ? "waiting for ICResp"
                                                          : "waiting for the Connect response";
-      err = fmt::format("{}:{} qid {}: timed out after {} ms {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid,
-                        p_.timeout_ms, phase);
+      err = HostError::make(HostError::Kind::Timeout, fmt::format("{}:{} qid {}: timed out after {} ms {}",
+                                                                  p_.trid.traddr, p_.trid.trsvcid, p_.qid,
+                                                                  p_.timeout_ms, phase));
       return false;
     }
     reactor_.run_once(10000);
   }
   if (failed()) {
-    err = fmt::format("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, error_);
+    err = error_.context(fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
     return false;
   }
   return true;
 }
 
-bool QueuePairImpl::connect(std::string& err) {
-  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, err)) return false;
+bool QueuePairImpl::connect(HostError& err) {
+  std::string why;
+  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, why)) {
+    err = HostError::make(HostError::Kind::Address, why);
+    return false;
+  }
   if (!start_connect(err)) {
     set_state(State::Failed);
     return false;
@@ -178,17 +183,17 @@ bool QueuePairImpl::connect(std::string& err) {
   return true;
 }
 
-bool QueuePairImpl::start_connect(std::string& err) {
+bool QueuePairImpl::start_connect(HostError& err) {
   fd_ = ::socket(endpoint_.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
-    err = fmt::format("socket: {}", strerror(errno));
+    err = HostError::system(errno, fmt::format("socket: {}", strerror(errno)));
     return false;
   }
   std::string e = reactor::apply_socket_options(fd_, {true, 0, 0, p_.tcp_congestion});
   if (!e.empty()) {
     ::close(fd_);
     fd_ = -1;
-    err = e;
+    err = HostError::make(HostError::Kind::Address, e);  // an option this socket cannot take
     return false;
   }
   // TCP connect through the ring; the tick (or run_until) bounds it.
@@ -209,7 +214,7 @@ void QueuePairImpl::on_tcp_connected(int res) {
   }
   if (state_ != State::TcpConnecting) return;  // given up meanwhile
   if (res < 0) {
-    fail(fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res)));
+    fail(HostError::system(-res, fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res))));
     return;
   }
   stream_ = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
@@ -267,11 +272,12 @@ void QueuePairImpl::send_connect() {
           self->on_associated();
           return;
         }
-        self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
-                               c.status == sc::ConnectInvalidParameters
-                                   ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
-                                                 (c.dw0 >> 16) & 1 ? "connect data" : "command")
-                                   : ""));
+        self->fail(HostError::from_status(
+            c.status, fmt::format("Connect rejected: {}{}", status_name(c.status),
+                                  c.status == sc::ConnectInvalidParameters
+                                      ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
+                                                    (c.dw0 >> 16) & 1 ? "connect data" : "command")
+                                      : "")));
       },
       this);
   send_command(r);
@@ -404,22 +410,22 @@ void QueuePairImpl::finish(HostRequest* r, const Completion& c) {
   if (cb) cb(ctx, c);
 }
 
-void QueuePairImpl::fail(const std::string& why) {
+void QueuePairImpl::fail(HostError why) {
   if (failed() || state_ == State::Disconnected) return;
   if (can_reconnect()) {
-    disconnect(why, state_ == State::Ready);
+    disconnect(why.message, state_ == State::Ready);
     return;
   }
-  fail_for_good(why);
+  fail_for_good(std::move(why));
 }
 
-void QueuePairImpl::fail_for_good(const std::string& why, FailedBy by) {
+void QueuePairImpl::fail_for_good(HostError why, FailedBy by) {
   if (failed()) return;
   bool was_ready = state_ == State::Ready || state_ == State::Disconnected;
   outage_.ended();
-  if (error_.empty()) error_ = why;
   if (was_ready && by == FailedBy::Connection)  // during connect() the error is returned instead
-    log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
+    log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why.message);
+  if (error_.ok()) error_ = std::move(why);
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   // Commands end only once nothing can land in their buffers any more: a receive in flight
   // may be writing straight into one.
@@ -517,10 +523,12 @@ void QueuePairImpl::tick() {
     }
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
     if (lost || outage_.ctrl_loss_passed(t)) {
-      fail_for_good(fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", outage_.elapsed_ms(t)));
+      fail_for_good(HostError::make(HostError::Kind::Timeout, fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)",
+                                                                          outage_.elapsed_ms(t))));
       return;
     }
-    if (state_ != State::Disconnected && t > attempt_deadline_ns_) fail("reconnect attempt timed out");
+    if (state_ != State::Disconnected && t > attempt_deadline_ns_)
+      fail(HostError::make(HostError::Kind::Timeout, "reconnect attempt timed out"));
     if (state_ == State::Disconnected && socket_ == SocketState::None) {
       if (outage_.fast_io_fail_due(t)) {
         log::warn("{}:{} qid {}: fast_io_fail_tmo ({} ms) passed: failing held and new I/O until reconnected",
@@ -531,9 +539,9 @@ void QueuePairImpl::tick() {
       if (link_->link_state() == ControllerLink::LinkState::Live && link_->generation() != generation_ &&
           outage_.attempt_due(t)) {
         p_.cntlid = link_->link_cntlid();
-        std::string err;
+        HostError err;
         if (!start_connect(err)) {  // still Disconnected: the next attempt comes after the delay
-          log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err);
+          log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err.message);
         }
       }
     }
@@ -560,8 +568,9 @@ void QueuePairImpl::check_timeouts(uint64_t t) {
       case TimeoutStep::Reset:
         // Still nothing: the connection cannot be trusted any more. Reset (or fail) it.
         r.timed_out = true;
-        fail(fmt::format("cid {} not completed after {} ms{}", r.cid, (t - r.sent_ns) / kMs,
-                         r.abort_sent ? " and an Abort" : ""));
+        fail(HostError::make(HostError::Kind::Timeout, fmt::format("cid {} not completed after {} ms{}", r.cid,
+                                                                   (t - r.sent_ns) / kMs,
+                                                                   r.abort_sent ? " and an Abort" : "")));
         return;
     }
   }
@@ -582,8 +591,11 @@ void QueuePairImpl::on_closed(int err) {
     end_outstanding();
     return;
   }
-  if (receiving())
-    fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
+  if (!receiving()) return;
+  HostError e = HostError::make(HostError::Kind::Transport, err < 0 ? fmt::format("connection lost: {}", strerror(-err))
+                                                                    : std::string("connection closed by the target"));
+  e.err_no = err < 0 ? -err : 0;
+  fail(std::move(e));
 }
 
 void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
@@ -598,7 +610,7 @@ void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) 
       reactor_.arm_timer(&linger_, terminator_.linger_ns());
     }
   }
-  fail(why);
+  fail(HostError::make(HostError::Kind::Transport, why));
 }
 
 HostRequest* QueuePairImpl::lookup(uint16_t cid, uint32_t fei_offset) {
@@ -636,7 +648,8 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
       return false;
     }
     if (ic.digest != asked) {
-      fail(fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked));
+      fail(HostError::make(HostError::Kind::Controller,
+                           fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked)));
       return false;
     }
     cpda_ = ic.cpda;
@@ -702,8 +715,9 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       return;
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes), PduType::C2HTermReq), unsigned(t.fes),
-                       uint32_t(t.fei)));
+      fail(HostError::make(HostError::Kind::Transport,
+                           fmt::format("target terminated the connection: {} (FES {}, FEI {})",
+                                       fes_name(Fes(t.fes), PduType::C2HTermReq), unsigned(t.fes), uint32_t(t.fei))));
       return;
     }
     case PduType::C2HData: {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "host/clock.hpp"
+#include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/state_transitions.hpp"
 #include "host/timing.hpp"
@@ -155,7 +156,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   ~QueuePairImpl() override;
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
-  bool connect(std::string& err);
+  bool connect(HostError& err);
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
              void* ctx) override;
   int poll(uint32_t timeout_us) override;
@@ -172,7 +173,8 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   QueueState state() const { return state_; }
   SocketState socket_state() const { return socket_; }
   uint32_t reconnects() const override { return reconnects_; }
-  const std::string& error() const { return error_; }
+  const std::string& error() const { return error_.message; }
+  const HostError& last_error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }
   const QueueParams& params() const { return p_; }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
@@ -203,16 +205,16 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   }
   bool can_reconnect() const;
   uint64_t now() const { return p_.clock->now_ns(); }
-  bool start_connect(std::string& err);
+  bool start_connect(HostError& err);
   void on_tcp_connected(int res);
   void send_connect();
   void on_associated();
   // Any fatal error on the current connection: hold and reconnect when possible, else fail.
-  void fail(const std::string& why);
+  void fail(HostError why);
   // Who ended the queue: its owner (shutdown(), the destructor) expects it, so only a failure
   // of the connection itself is worth a warning.
   enum class FailedBy : uint8_t { Connection, Owner };
-  void fail_for_good(const std::string& why, FailedBy by = FailedBy::Connection);
+  void fail_for_good(HostError why, FailedBy by = FailedBy::Connection);
   void disconnect(const std::string& why, bool reset_controller);
   // Starts closing an open stream; on_closed() follows. A lingering stream is left to its linger.
   void close_stream();
@@ -226,7 +228,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
                      CompletionFn cb, void* ctx);
   void send_command(HostRequest* r);
   void send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uint32_t length);
-  bool run_until(State want, std::string& err);
+  bool run_until(State want, HostError& err);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   HostRequest* lookup(uint16_t cid, uint32_t fei_offset);
   void size_h2c_arena();
@@ -250,7 +252,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // - outage_.fast_failing(): fast_io_fail_tmo has passed in the current outage. It belongs to the
   //   outage, not to a state: it holds through every reconnect attempt's connecting states until Ready.
   bool associated_before_ = false;
-  std::string error_;
+  HostError error_;  // the first failure of the queue
 
   uint8_t cpda_ = 0;
   uint32_t maxh2cdata_ = 0;

@@ -34,7 +34,7 @@ void Controller::State::recover(const std::string& why) {
       log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, outage.elapsed_ms(now));
       return;
     }
-    std::string e;
+    HostError e;
     reset_requested.store(false, std::memory_order_release);
     // Events first, then the scan: a change after the scan's Identify is then reported.
     // The scan comes before the I/O queues reconnect (gen), so on_namespace_change tells
@@ -47,13 +47,13 @@ void Controller::State::recover(const std::string& why) {
                 outage.elapsed_ms(now_ns()), attempt);
       return;
     }
-    if (refused) {
+    if (e.kind == HostError::Kind::WrongController) {
       set_link_state(LinkState::Deleted);
-      log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e);
+      log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e.message);
       admin.reset();
       return;
     }
-    log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e);
+    log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e.message);
     admin.reset();
   }
 }

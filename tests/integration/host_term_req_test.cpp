@@ -21,6 +21,7 @@
 
 namespace {
 
+using nvtcp::host::detail::HostError;
 using nvtcp::host::detail::QueuePairImpl;
 using nvtcp::host::detail::QueueParams;
 using nvtcp::host::detail::SocketState;
@@ -89,7 +90,7 @@ struct Scripted {
     if (conn >= 0) ::close(conn);
   }
   // Drives the host into the bad ICResp; returns connect()'s result and how long it took.
-  bool run(QueuePairImpl& qp, std::string& err, std::chrono::milliseconds& took) {
+  bool run(QueuePairImpl& qp, HostError& err, std::chrono::milliseconds& took) {
     // connect() runs the reactor on this thread; the target's script runs beside it.
     auto start = std::chrono::steady_clock::now();
     std::thread target([&] {
@@ -125,10 +126,11 @@ TEST(HostTermReq, QuotesTheHeaderFailsAtOnceAndClosesWhenTheTargetDoes) {
   Scripted s;
   ASSERT_NE(s.l.port, 0);
   QueuePairImpl qp(s.r, s.p);
-  std::string err;
+  HostError err;
   std::chrono::milliseconds took{};
   EXPECT_FALSE(s.run(qp, err, took));
-  EXPECT_NE(err.find("PFV"), std::string::npos) << err;
+  EXPECT_EQ(err.kind, HostError::Kind::Transport) << err.message;
+  EXPECT_NE(err.message.find("PFV"), std::string::npos) << err.message;
   // The queue failed without waiting out the linger: failing commands and closing the socket
   // are separate steps.
   EXPECT_LT(took.count(), int64_t(nvtcp::transport::kTermReqLingerNs / 1'000'000));
@@ -157,7 +159,7 @@ TEST(HostTermReq, ATargetThatNeverClosesIsClosedAfterTheLinger) {
   Scripted s;
   ASSERT_NE(s.l.port, 0);
   QueuePairImpl qp(s.r, s.p);
-  std::string err;
+  HostError err;
   std::chrono::milliseconds took{};
   EXPECT_FALSE(s.run(qp, err, took));
   ASSERT_TRUE(s.read_term_req());
