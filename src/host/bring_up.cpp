@@ -63,12 +63,14 @@ bool Controller::State::associate(bool first, HostError& err) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
     if (cpl.dw0 & prop::kCstsFatal) {
-      err = HostError::make(HostError::Kind::Controller, "controller reported a fatal status (CSTS.CFS) while enabling");
+      err = HostError::make(HostError::Kind::Controller,
+                            "controller reported a fatal status (CSTS.CFS) while enabling");
       return false;
     }
     if (cpl.dw0 & prop::kCstsReady) break;
     if (now_ns() > deadline) {
-      err = HostError::make(HostError::Kind::Timeout, fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms));
+      err = HostError::make(HostError::Kind::Timeout,
+                            fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms));
       return false;
     }
     wait_ms(1);

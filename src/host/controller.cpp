@@ -128,7 +128,8 @@ Controller::~Controller() {
         cpl = admin(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
         if (!cpl.status.ok() || (cpl.dw0 & prop::kCstsShstMask) == prop::kCstsShstComplete) break;
         if (st.now_ns() >= deadline) {
-          log::warn("{}: shutdown not complete after {} ms; closing anyway", st.trid.subnqn, limit_ns / detail::kNsPerMs);
+          log::warn("{}: shutdown not complete after {} ms; closing anyway", st.trid.subnqn,
+                    limit_ns / detail::kNsPerMs);
           break;
         }
         // Between two Property Gets (each a round trip): a short pause, not a busy loop.

@@ -24,7 +24,8 @@ bool Controller::State::read_active_list(std::vector<uint32_t>& out, HostError& 
   for (;;) {
     Completion c = admin_sync(cmd::identify(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
     if (!c.status.ok()) {
-      err = HostError::from_status(c.status, fmt::format("Identify (active namespace list): {}", status_name(c.status)));
+      err = HostError::from_status(c.status,
+                                   fmt::format("Identify (active namespace list): {}", status_name(c.status)));
       return false;
     }
     uint32_t ids[kIdentifyLen / 4];

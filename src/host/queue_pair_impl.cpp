@@ -523,8 +523,9 @@ void QueuePairImpl::tick() {
     }
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
     if (lost || outage_.ctrl_loss_passed(t)) {
-      fail_for_good(HostError::make(HostError::Kind::Timeout, fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)",
-                                                                          outage_.elapsed_ms(t))));
+      fail_for_good(HostError::make(
+          HostError::Kind::Timeout,
+          fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", outage_.elapsed_ms(t))));
       return;
     }
     if (state_ != State::Disconnected && t > attempt_deadline_ns_)

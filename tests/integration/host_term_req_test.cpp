@@ -120,15 +120,31 @@ struct Scripted {
     ssize_t got = ::recv(conn, &b, 1, MSG_DONTWAIT);
     return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
+  // The target closes its end; the host's close then completes and the queue ends Failed.
+  void close_and_wait(QueuePairImpl& qp) {
+    ::close(conn);
+    conn = -1;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (qp.state() != QS::Failed && std::chrono::steady_clock::now() < end) r.run_once(1000);
+  }
 };
 
-TEST(HostTermReq, QuotesTheHeaderFailsAtOnceAndClosesWhenTheTargetDoes) {
+// Every test starts where the host has just failed on the bad ICResp.
+class HostTermReq : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(s.l.port, 0);
+    connected = s.run(qp, err, took);
+  }
   Scripted s;
-  ASSERT_NE(s.l.port, 0);
-  QueuePairImpl qp(s.r, s.p);
+  QueuePairImpl qp{s.r, s.p};
   HostError err;
   std::chrono::milliseconds took{};
-  EXPECT_FALSE(s.run(qp, err, took));
+  bool connected = true;
+};
+
+TEST_F(HostTermReq, QuotesTheHeaderFailsAtOnceAndClosesWhenTheTargetDoes) {
+  EXPECT_FALSE(connected);
   EXPECT_EQ(err.kind, HostError::Kind::Transport) << err.message;
   EXPECT_NE(err.message.find("PFV"), std::string::npos) << err.message;
   // The queue failed without waiting out the linger: failing commands and closing the socket
@@ -147,21 +163,13 @@ TEST(HostTermReq, QuotesTheHeaderFailsAtOnceAndClosesWhenTheTargetDoes) {
   // Lingering: still open for the target to read the TermReq and close first.
   EXPECT_EQ(qp.socket_state(), SocketState::Lingering);
   EXPECT_TRUE(s.still_open());
-  ::close(s.conn);
-  s.conn = -1;
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (qp.state() != QS::Failed && std::chrono::steady_clock::now() < end) s.r.run_once(1000);
+  s.close_and_wait(qp);
   EXPECT_EQ(qp.state(), QS::Failed);
   EXPECT_EQ(qp.socket_state(), SocketState::Closed);
 }
 
-TEST(HostTermReq, ATargetThatNeverClosesIsClosedAfterTheLinger) {
-  Scripted s;
-  ASSERT_NE(s.l.port, 0);
-  QueuePairImpl qp(s.r, s.p);
-  HostError err;
-  std::chrono::milliseconds took{};
-  EXPECT_FALSE(s.run(qp, err, took));
+TEST_F(HostTermReq, ATargetThatNeverClosesIsClosedAfterTheLinger) {
+  EXPECT_FALSE(connected);
   ASSERT_TRUE(s.read_term_req());
   auto start = std::chrono::steady_clock::now();
   // Real time: the linger is a reactor timer. Wide margins: it must not close at once, and it
@@ -178,10 +186,7 @@ TEST(HostTermReq, ATargetThatNeverClosesIsClosedAfterTheLinger) {
   EXPECT_EQ(got, 0) << "expected an orderly close after the linger";
   EXPECT_GE(waited, std::chrono::nanoseconds(nvtcp::transport::kTermReqLingerNs / 2));
   // The host shut its side down; its close completes once ours follows.
-  ::close(s.conn);
-  s.conn = -1;
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (qp.state() != QS::Failed && std::chrono::steady_clock::now() < end) s.r.run_once(1000);
+  s.close_and_wait(qp);
   EXPECT_EQ(qp.socket_state(), SocketState::Closed);
   EXPECT_EQ(qp.state(), QS::Failed);
 }
