@@ -64,9 +64,9 @@ void Controller::State::post_to_admin(std::function<void()> fn) {
 }
 
 void Controller::State::wait_ms(uint64_t ms) {
-  uint64_t until = reactor::monotonic_ns() + ms * 1000000ull;
+  uint64_t until = now_ns() + ms * 1000000ull;
   while (!stop.load(std::memory_order_relaxed)) {
-    uint64_t now = reactor::monotonic_ns();
+    uint64_t now = now_ns();
     if (now >= until) break;
     reactor->run_once(uint32_t(std::min<uint64_t>((until - now) / 1000, 50000)));
   }
@@ -88,9 +88,9 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
                          },
                          &w);
   if (rc != 0) return fail_cpl;
-  uint64_t deadline = reactor::monotonic_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
+  uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
   while (!w.done) {
-    if (reactor::monotonic_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
+    if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
     else reactor->run_once(10000);
   }
   return w.cpl;
@@ -103,14 +103,14 @@ void Controller::State::run(std::promise<std::string>* connected) {
     std::lock_guard lk(mu);
     reactor = &r;
   }
-  std::string e;
+  HostError e;
   bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e));
   if (ok) {
     gen.store(1, std::memory_order_release);
     set_link_state(LinkState::Live);
     arm_keep_alive();
   }
-  connected->set_value(ok ? std::string() : e);  // connected is gone after this
+  connected->set_value(ok ? std::string() : e.message);  // connect()'s public shape; connected is gone after this
   while (ok && !stop.load(std::memory_order_relaxed)) {
     r.run_once(50000);
     if (stop.load(std::memory_order_relaxed)) continue;

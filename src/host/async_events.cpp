@@ -30,7 +30,7 @@ const char* async_event_type_name(uint8_t type) {
 }
 }  // namespace
 
-bool Controller::State::start_events(std::string& err) {
+bool Controller::State::start_events(HostError& err) {
   ev = Events{};
   if (discovery) return true;
   const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
@@ -42,7 +42,7 @@ bool Controller::State::start_events(std::string& err) {
     c = admin_sync(cmd::set_features(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
   }
   if (!admin_up()) {
-    err = "admin queue lost while enabling asynchronous events";
+    err = HostError::make(HostError::Kind::Transport, "admin queue lost while enabling asynchronous events");
     return false;
   }
   if (!c.status.ok())
@@ -113,7 +113,7 @@ void Controller::State::clear_event(uint32_t dw0) {
             async_event_type_name(type), info, lid, what);
 }
 
-bool Controller::State::rescan_after_notice(std::string& err) {
+bool Controller::State::rescan_after_notice(HostError& err) {
   std::vector<uint8_t> log(kChangedNamespacesMax * 4);
   const uint32_t len = uint32_t(log.size());
   Completion c = admin_sync(cmd::get_log_page(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len, 0, false), log.data(),
@@ -130,19 +130,19 @@ bool Controller::State::rescan_after_notice(std::string& err) {
 
 void Controller::State::service_events() {
   while (!stop.load(std::memory_order_relaxed) && admin_up()) {
-    std::string e;
+    HostError e;
     if (!ev.to_clear.empty()) {
       const uint32_t dw0 = ev.to_clear.front();
       ev.to_clear.erase(ev.to_clear.begin());
       clear_event(dw0);
     } else if (ev.ns_changed) {
       ev.ns_changed = false;
-      if (!rescan_after_notice(e)) log::warn("{}: namespace rescan failed: {}", trid.subnqn, e);
+      if (!rescan_after_notice(e)) log::warn("{}: namespace rescan failed: {}", trid.subnqn, e.message);
     } else if (!rescan_waiters.empty()) {
       auto waiters = std::move(rescan_waiters);  // callers from now on wait for the next scan
       rescan_waiters.clear();
       const bool ok = scan_namespaces(nullptr, true, e);
-      for (auto& w : waiters) w->finish(ok ? std::string() : e);
+      for (auto& w : waiters) w->finish(ok ? std::string() : e.message);  // rescan_namespaces()' public shape
     } else {
       return;
     }

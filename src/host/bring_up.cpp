@@ -18,7 +18,7 @@ namespace nvtcp::host {
 using namespace nvtcp::wire;
 using detail::QueueParams;
 
-bool Controller::State::associate(bool first, std::string& err) {
+bool Controller::State::associate(bool first, HostError& err) {
   QueueParams p;
   p.trid = trid;
   p.qid = 0;
@@ -33,11 +33,15 @@ bool Controller::State::associate(bool first, std::string& err) {
   p.timeout_ms = opts.connect_timeout_ms;
   p.tcp_congestion = opts.tcp_congestion;
   p.io_timeout_ms = opts.admin_timeout_ms;
+  p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);
   if (!admin->connect(err)) return false;
 
   auto failed = [&](const std::string& what, const Completion& cpl) {
-    err = fmt::format("{}: {}", what, status_name(cpl.status));
+    // A lost admin queue ends its commands with a path error: the connection is what failed.
+    std::string msg = fmt::format("{}: {}", what, status_name(cpl.status));
+    err = admin_up() ? HostError::from_status(cpl.status, std::move(msg))
+                     : HostError::make(HostError::Kind::Transport, std::move(msg));
     return false;
   };
   Completion cpl = admin_sync(cmd::property_get(prop::CAP, true), nullptr, 0, false);
@@ -54,17 +58,19 @@ bool Controller::State::associate(bool first, std::string& err) {
   cpl = admin_sync(cmd::property_set(prop::CC, cc), nullptr, 0, false);
   if (!cpl.status.ok()) return failed("Property Set CC", cpl);
   uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
-  uint64_t deadline = reactor::monotonic_ns() + uint64_t(timeout_ms) * 1000000ull;
+  uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
   for (;;) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
     if (cpl.dw0 & prop::kCstsFatal) {
-      err = "controller reported a fatal status (CSTS.CFS) while enabling";
+      err = HostError::make(HostError::Kind::Controller,
+                            "controller reported a fatal status (CSTS.CFS) while enabling");
       return false;
     }
     if (cpl.dw0 & prop::kCstsReady) break;
-    if (reactor::monotonic_ns() > deadline) {
-      err = fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms);
+    if (now_ns() > deadline) {
+      err = HostError::make(HostError::Kind::Timeout,
+                            fmt::format("controller not ready after {} ms (CAP.TO)", timeout_ms));
       return false;
     }
     wait_ms(1);
@@ -79,8 +85,7 @@ bool Controller::State::associate(bool first, std::string& err) {
     // subsystem's namespaces as if they were ours would destroy data.
     const std::string why = detail::identity_mismatch(*was, *now);
     if (!why.empty()) {
-      err = fmt::format("another controller answered ({})", why);
-      refused = true;
+      err = HostError::make(HostError::Kind::WrongController, fmt::format("another controller answered ({})", why));
       return false;
     }
     if (detail::firmware_revision(*was) != detail::firmware_revision(*now))

@@ -21,6 +21,7 @@
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
+#include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
@@ -114,13 +115,24 @@ Controller::~Controller() {
   if (!s_) return;
   State& st = *s_;
   if (st.link_state() == State::LinkState::Live) {
-    // Normal shutdown: CC.SHN = 01b, then wait briefly for CSTS.SHST = complete.
+    // Normal shutdown: CC.SHN = 01b, then poll CSTS until SHST says complete. Polling is what
+    // the specification asks of a host here (no event announces it); the wait is bounded by what
+    // the controller itself promises (RTD3E, else CAP.TO), read on the injectable clock.
     uint32_t cc = prop::kCcEnableNvm | prop::kCcShnNormal;
     Completion cpl = admin(cmd::property_set(prop::CC, cc), nullptr, 0, false);
     if (cpl.status.ok()) {
-      for (int i = 0; i < 100; ++i) {
+      const auto* id = reinterpret_cast<const IdentifyController*>(st.ident);
+      const uint64_t limit_ns = uint64_t(detail::shutdown_timeout_ms(id->rtd3e, st.cap)) * detail::kNsPerMs;
+      const uint64_t deadline = st.now_ns() + limit_ns;
+      for (;;) {
         cpl = admin(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
         if (!cpl.status.ok() || (cpl.dw0 & prop::kCstsShstMask) == prop::kCstsShstComplete) break;
+        if (st.now_ns() >= deadline) {
+          log::warn("{}: shutdown not complete after {} ms; closing anyway", st.trid.subnqn,
+                    limit_ns / detail::kNsPerMs);
+          break;
+        }
+        // Between two Property Gets (each a round trip): a short pause, not a busy loop.
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
@@ -359,10 +371,15 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;
   p.io_timeout_ms = st.opts.io_timeout_ms;
   p.max_retries = st.opts.max_retries;
+  p.clock = st.clock;
   auto impl = std::make_unique<QueuePairImpl>(thread_reactor(st.opts), p, s_);
   impl->lease = lease;
   impl->block_sizes = st.block_sizes;
-  if (!impl->connect(err)) return nullptr;
+  detail::HostError e;
+  if (!impl->connect(e)) {
+    err = e.message;  // create_io_qpair()'s public shape
+    return nullptr;
+  }
   return std::unique_ptr<QueuePair>(new QueuePair(std::move(impl), max_transfer_bytes()));
 }
 

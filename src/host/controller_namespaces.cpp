@@ -17,14 +17,15 @@ namespace nvtcp::host {
 
 using namespace nvtcp::wire;
 
-bool Controller::State::read_active_list(std::vector<uint32_t>& out, std::string& err) {
+bool Controller::State::read_active_list(std::vector<uint32_t>& out, HostError& err) {
   out.clear();
   alignas(8) uint8_t buf[kIdentifyLen];
   uint32_t after = 0;
   for (;;) {
     Completion c = admin_sync(cmd::identify(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
     if (!c.status.ok()) {
-      err = fmt::format("Identify (active namespace list): {}", status_name(c.status));
+      err = HostError::from_status(c.status,
+                                   fmt::format("Identify (active namespace list): {}", status_name(c.status)));
       return false;
     }
     uint32_t ids[kIdentifyLen / 4];
@@ -36,7 +37,7 @@ bool Controller::State::read_active_list(std::vector<uint32_t>& out, std::string
   }
 }
 
-bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, bool notify, std::string& err) {
+bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, bool notify, HostError& err) {
   std::vector<uint32_t> active;
   bool sequential = false;  // NSIDs tried one by one: most of them are expected to be inactive
   if (!read_active_list(active, err)) {
@@ -44,10 +45,10 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
     // A controller older than NVMe 1.1 has no list: try every NSID up to NN, as Linux does.
     const uint32_t nn = std::min<uint32_t>(reinterpret_cast<const IdentifyController*>(ident_now)->nn,
                                            detail::BlockSizeTable::kCapacity);
-    log::info("{}: {}; identifying namespaces 1 to {} instead", trid.subnqn, err, nn);
+    log::info("{}: {}; identifying namespaces 1 to {} instead", trid.subnqn, err.message, nn);
     for (uint32_t nsid = 1; nsid <= nn; ++nsid) active.push_back(nsid);
     sequential = true;
-    err.clear();
+    err = HostError{};
   }
   std::map<uint32_t, NamespaceInfo> next;
   alignas(8) uint8_t buf[kIdentifyLen];
@@ -59,7 +60,8 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
     }
     Completion c = admin_sync(cmd::identify(uint8_t(Cns::Namespace), nsid, 0), buf, kIdentifyLen, false);
     if (!admin_up()) {
-      err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
+      err = HostError::make(HostError::Kind::Transport,
+                            fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status)));
       return false;
     }
     if (!c.status.ok()) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/block_size_table.hpp"
+#include "host/clock.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
@@ -46,12 +47,17 @@ struct ScanWait {
 struct Controller::State : detail::ControllerLink {
   using QueuePairImpl = detail::QueuePairImpl;
   using ScanWait = detail::ScanWait;
+  using HostError = detail::HostError;
 
   TransportId trid;
   ControllerOptions opts;
   std::string hostnqn;
   uint8_t hostid[16] = {};
   bool discovery = false;
+  // What every timing decision of the controller and its queues reads. The real clock unless a
+  // test sets another before connecting; a fake one must then be stepped, or waits never end.
+  const detail::Clock* clock = &detail::monotonic_clock();
+  uint64_t now_ns() const { return clock->now_ns(); }
 
   std::thread thread;
   std::thread::id admin_tid;  // set by the admin thread before connect() returns
@@ -67,7 +73,6 @@ struct Controller::State : detail::ControllerLink {
   // The current association's Identify Controller (admin thread only): its OAES and AERL
   // decide the events asked for; `ident` stays as connect() returned it.
   alignas(8) uint8_t ident_now[wire::kIdentifyLen] = {};
-  bool refused = false;  // the last associate() met another controller: reconnecting is pointless
   uint64_t cap = 0;
   uint32_t vs = 0;
   uint32_t ioq_granted = 0;
@@ -139,7 +144,8 @@ struct Controller::State : detail::ControllerLink {
   // Connects the admin queue and brings the controller up the way the specification
   // orders it: CAP, VS, CC.EN, CSTS.RDY, Identify, Number of Queues. On the first
   // association the results are kept; a reconnect only checks them.
-  bool associate(bool first, std::string& err);
+  // Another controller answering at this address fails with Kind::WrongController.
+  bool associate(bool first, HostError& err);
 
   // ---------------------------------------------------------------- recovery.cpp
   // The admin queue failed or an I/O queue asked for a reset: reconnect every
@@ -154,7 +160,7 @@ struct Controller::State : detail::ControllerLink {
   // Feature 0Bh and the Asynchronous Event Requests of a new association: namespace attribute
   // notices when OAES announces them, and SMART critical warnings. A controller that refuses
   // costs us only the notices; a lost admin queue fails the association.
-  bool start_events(std::string& err);
+  bool start_events(HostError& err);
   void submit_aers();
   static void on_aer(void* ctx, const Completion& c) { static_cast<State*>(ctx)->aer_completed(c); }
   void aer_completed(const Completion& c);
@@ -164,7 +170,7 @@ struct Controller::State : detail::ControllerLink {
   // A namespace attribute notice: the changed-namespace log, read with RAE 0 first (so a
   // change during the scan is reported again), names what to identify again. An empty list
   // (someone else read it) or FFFFFFFFh means every namespace.
-  bool rescan_after_notice(std::string& err);
+  bool rescan_after_notice(HostError& err);
   // The run loop's part of event handling, between reactor turns. Each step is a few admin
   // commands run with admin_sync(), which keeps serving the reactor (keep-alive, posted
   // admin() commands) meanwhile.
@@ -172,11 +178,11 @@ struct Controller::State : detail::ControllerLink {
 
   // ---------------------------------------------------------------- controller_namespaces.cpp
   // The active namespace list (Identify CNS 02h), 1024 NSIDs a page.
-  bool read_active_list(std::vector<uint32_t>& out, std::string& err);
+  bool read_active_list(std::vector<uint32_t>& out, HostError& err);
   // Identifies the active namespaces again (those in `listed`, and any not known yet; all
   // when listed is null) and publishes what changed. notify: log the changes, count a
   // generation and call on_namespace_change (not for the scan at connect).
-  bool scan_namespaces(const std::vector<uint32_t>* listed, bool notify, std::string& err);
+  bool scan_namespaces(const std::vector<uint32_t>* listed, bool notify, HostError& err);
 };
 
 }  // namespace nvtcp::host

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "host/controller_state.hpp"
+#include "host/timing.hpp"
 #include "util/log.hpp"
 #include "wire/commands.hpp"
 
@@ -13,9 +14,7 @@ using namespace nvtcp::wire;
 void Controller::State::arm_keep_alive() {
   uint32_t kato = opts.kato_ms;
   if (kato == 0 || discovery) return;
-  // By default send at half the timeout, so one late packet is no loss.
-  uint64_t interval_ms = opts.keep_alive_interval_ms ? opts.keep_alive_interval_ms : kato / 2;
-  reactor->arm_timer(&ka_timer, std::max<uint64_t>(interval_ms, 1) * 1000000ull);
+  reactor->arm_timer(&ka_timer, detail::keep_alive_interval_ms(kato, opts.keep_alive_interval_ms) * 1000000ull);
 }
 
 void Controller::State::keep_alive(reactor::Timer* t) {

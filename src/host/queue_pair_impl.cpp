@@ -56,6 +56,9 @@ constexpr TransitionTable<SS, size_t(SS::kCount)> kSocketTransitions{
     {SS::Connecting, SS::Open},
     {SS::Open, SS::Closing},   // we close it
     {SS::Open, SS::Closed},    // the peer or the network closed it
+    {SS::Open, SS::Lingering},       // we sent a TermReq
+    {SS::Lingering, SS::Closing},    // the linger passed, or the owner shut the queue down
+    {SS::Lingering, SS::Closed},     // the peer closed after reading our TermReq
     {SS::Closing, SS::Closed},
     {SS::Closed, SS::None},    // stream_ released
 };
@@ -79,7 +82,7 @@ uint32_t queue_pairs_in_state(QueueState s) {
 }
 
 const char* socket_state_name(SocketState s) {
-  constexpr const char* kNames[] = {"None", "Connecting", "Open", "Closing", "Closed"};
+  constexpr const char* kNames[] = {"None", "Connecting", "Open", "Lingering", "Closing", "Closed"};
   static_assert(std::size(kNames) == size_t(SS::kCount));
   return size_t(s) < size_t(SS::kCount) ? kNames[size_t(s)] : "?";
 }
@@ -103,7 +106,11 @@ void QueuePairImpl::set_socket(SocketState to) {
 }
 
 QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr<ControllerLink> link)
-    : reactor_(r), p_(std::move(p)), link_(std::move(link)), receiver_(transport::Side::Host, this) {
+    : reactor_(r),
+      p_(std::move(p)),
+      link_(std::move(link)),
+      receiver_(transport::Side::Host, this),
+      outage_({p_.ctrl_loss_tmo_ms, p_.fast_io_fail_tmo_ms, p_.reconnect_delay_ms}) {
   pool_.resize(p_.depth + 1);
   for (uint32_t i = 0; i <= p_.depth; ++i) pool_[i].cid = uint16_t(i);
   free_.reserve(p_.depth);
@@ -114,49 +121,59 @@ QueuePairImpl::QueuePairImpl(reactor::Reactor& r, QueueParams p, std::shared_ptr
   };
   tick_.qp = this;
   tick_.fn = on_tick;
+  linger_.qp = this;
+  linger_.fn = on_linger_end;
   g_queue_pairs_in_state[size_t(state_)].fetch_add(1, std::memory_order_relaxed);
 }
 
 QueuePairImpl::~QueuePairImpl() {
   shutdown();
   reactor_.cancel_timer(&tick_);
+  reactor_.cancel_timer(&linger_);
   if (fd_ >= 0) ::close(fd_);
   g_queue_pairs_in_state[size_t(state_)].fetch_sub(1, std::memory_order_relaxed);
 }
 
 void QueuePairImpl::shutdown() {
-  fail_for_good("queue pair closed", FailedBy::Owner);
+  fail_for_good(HostError::make(HostError::Kind::Transport, "queue pair closed"), FailedBy::Owner);
+  end_linger();  // the owner wants the queue gone: no waiting for the peer to take a TermReq
   // A TCP connect in flight owns its SQE and the socket: abort it and wait for it.
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-  uint64_t deadline = reactor::monotonic_ns() + 2000 * kMs;
+  uint64_t deadline = now() + 2000 * kMs;
   auto kernel_holds_socket = [this] {
-    return socket_ == SocketState::Connecting || socket_ == SocketState::Open || socket_ == SocketState::Closing;
+    return socket_ == SocketState::Connecting || socket_ == SocketState::Open || socket_ == SocketState::Lingering ||
+           socket_ == SocketState::Closing;
   };
-  while (kernel_holds_socket() && reactor::monotonic_ns() < deadline) reactor_.run_once(1000);
+  while (kernel_holds_socket() && now() < deadline) reactor_.run_once(1000);
 }
 
-bool QueuePairImpl::run_until(State want, std::string& err) {
-  uint64_t deadline = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
+bool QueuePairImpl::run_until(State want, HostError& err) {
+  uint64_t deadline = now() + uint64_t(p_.timeout_ms) * kMs;
   while (state_ != want && !failed()) {
-    if (reactor::monotonic_ns() > deadline) {
+    if (now() > deadline) {
       const char* phase = state_ == State::TcpConnecting ? "connecting"
                           : state_ == State::AwaitICResp ? "waiting for ICResp"
                                                          : "waiting for the Connect response";
-      err = fmt::format("{}:{} qid {}: timed out after {} ms {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid,
-                        p_.timeout_ms, phase);
+      err = HostError::make(HostError::Kind::Timeout, fmt::format("{}:{} qid {}: timed out after {} ms {}",
+                                                                  p_.trid.traddr, p_.trid.trsvcid, p_.qid,
+                                                                  p_.timeout_ms, phase));
       return false;
     }
     reactor_.run_once(10000);
   }
   if (failed()) {
-    err = fmt::format("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, error_);
+    err = error_.context(fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
     return false;
   }
   return true;
 }
 
-bool QueuePairImpl::connect(std::string& err) {
-  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, err)) return false;
+bool QueuePairImpl::connect(HostError& err) {
+  std::string why;
+  if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, why)) {
+    err = HostError::make(HostError::Kind::Address, why);
+    return false;
+  }
   if (!start_connect(err)) {
     set_state(State::Failed);
     return false;
@@ -166,23 +183,23 @@ bool QueuePairImpl::connect(std::string& err) {
   return true;
 }
 
-bool QueuePairImpl::start_connect(std::string& err) {
+bool QueuePairImpl::start_connect(HostError& err) {
   fd_ = ::socket(endpoint_.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
-    err = fmt::format("socket: {}", strerror(errno));
+    err = HostError::system(errno, fmt::format("socket: {}", strerror(errno)));
     return false;
   }
   std::string e = reactor::apply_socket_options(fd_, {true, 0, 0, p_.tcp_congestion});
   if (!e.empty()) {
     ::close(fd_);
     fd_ = -1;
-    err = e;
+    err = HostError::make(HostError::Kind::Address, e);  // an option this socket cannot take
     return false;
   }
   // TCP connect through the ring; the tick (or run_until) bounds it.
   set_state(State::TcpConnecting);
   set_socket(SocketState::Connecting);
-  attempt_deadline_ns_ = reactor::monotonic_ns() + uint64_t(p_.timeout_ms) * kMs;
+  attempt_deadline_ns_ = now() + uint64_t(p_.timeout_ms) * kMs;
   io_uring_sqe* sqe = reactor_.get_sqe();
   io_uring_prep_connect(sqe, fd_, reinterpret_cast<sockaddr*>(&endpoint_.addr), endpoint_.len);
   reactor_.prep(sqe, &connect_c_);
@@ -197,13 +214,14 @@ void QueuePairImpl::on_tcp_connected(int res) {
   }
   if (state_ != State::TcpConnecting) return;  // given up meanwhile
   if (res < 0) {
-    fail(fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res)));
+    fail(HostError::system(-res, fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res))));
     return;
   }
   stream_ = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
   fd_ = -1;  // the stream owns it now
   set_socket(SocketState::Open);
   receiver_.reset();
+  terminator_.reset();
   stream_->start();
 
   const ICReqPdu ic = make_icreq(0, p_.hdgst, p_.ddgst, kHostMaxR2T - 1);
@@ -254,11 +272,12 @@ void QueuePairImpl::send_connect() {
           self->on_associated();
           return;
         }
-        self->fail(fmt::format("Connect rejected: {}{}", status_name(c.status),
-                               c.status == sc::ConnectInvalidParameters
-                                   ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
-                                                 (c.dw0 >> 16) & 1 ? "connect data" : "command")
-                                   : ""));
+        self->fail(HostError::from_status(
+            c.status, fmt::format("Connect rejected: {}{}", status_name(c.status),
+                                  c.status == sc::ConnectInvalidParameters
+                                      ? fmt::format(" (offset {} in the {})", c.dw0 & 0xFFFF,
+                                                    (c.dw0 >> 16) & 1 ? "connect data" : "command")
+                                      : "")));
       },
       this);
   send_command(r);
@@ -272,11 +291,10 @@ void QueuePairImpl::on_associated() {
   if (associated_before_) {
     ++reconnects_;
     log::info("{}:{} qid {}: reconnected to controller {} after {} ms; sending {} held commands again",
-              p_.trid.traddr, p_.trid.trsvcid, p_.qid, cntlid_, (reactor::monotonic_ns() - lost_ns_) / kMs, held);
+              p_.trid.traddr, p_.trid.trsvcid, p_.qid, cntlid_, outage_.elapsed_ms(now()), held);
   }
   associated_before_ = true;
-  lost_ns_ = 0;
-  fast_failing_ = false;
+  outage_.ended();
   // Held commands go out again (NVMe does not order commands, so the order is free), except
   // those that have already been in flight on too many lost connections.
   for (auto& r : pool_) {
@@ -304,7 +322,7 @@ bool QueuePairImpl::can_reconnect() const {
 }
 
 int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  if (failed() || fast_failing_) return -ENOTCONN;
+  if (failed() || outage_.fast_failing()) return -ENOTCONN;
   bool send_now = state_ == State::Ready;
   // While reconnecting, commands wait for the new connection (as the kernel queues them).
   if (!send_now && !can_reconnect()) return -ENOTCONN;
@@ -353,7 +371,7 @@ void QueuePairImpl::send_command(HostRequest* r) {
   r->h2c_pdus = 0;
   r->data_error = false;
   r->abort_sent = false;
-  r->sent_ns = reactor_.now_ns();
+  r->sent_ns = p_.clock->turn_ns(reactor_);
   // The header is filled at each send: a new connection may have another CPDA.
   auto* pdu = reinterpret_cast<CapsuleCmdHeader*>(r->cmd_pdu);
   uint32_t icd = r->in_capsule ? r->len : 0;
@@ -392,28 +410,34 @@ void QueuePairImpl::finish(HostRequest* r, const Completion& c) {
   if (cb) cb(ctx, c);
 }
 
-void QueuePairImpl::fail(const std::string& why) {
+void QueuePairImpl::fail(HostError why) {
   if (failed() || state_ == State::Disconnected) return;
   if (can_reconnect()) {
-    disconnect(why, state_ == State::Ready);
+    disconnect(why.message, state_ == State::Ready);
     return;
   }
-  fail_for_good(why);
+  fail_for_good(std::move(why));
 }
 
-void QueuePairImpl::fail_for_good(const std::string& why, FailedBy by) {
+void QueuePairImpl::fail_for_good(HostError why, FailedBy by) {
   if (failed()) return;
   bool was_ready = state_ == State::Ready || state_ == State::Disconnected;
-  fast_failing_ = false;
-  if (error_.empty()) error_ = why;
+  outage_.ended();
   if (was_ready && by == FailedBy::Connection)  // during connect() the error is returned instead
-    log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
+    log::warn("{}:{} qid {}: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why.message);
+  if (error_.ok()) error_ = std::move(why);
   if (socket_ == SocketState::Connecting && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   // Commands end only once nothing can land in their buffers any more: a receive in flight
   // may be writing straight into one.
   if (socket_ == SocketState::Open || socket_ == SocketState::Closing) {
     set_state(State::Failing);
     close_stream();
+  } else if (socket_ == SocketState::Lingering) {
+    // Our TermReq stopped the receive path (on_pdu_error runs inside a receive's completion, and
+    // recv_direct() names no buffer once we are not receiving), so no receive can land in a
+    // command's buffer any more: the commands end now; the socket closes after its linger.
+    set_state(State::Failing);
+    end_outstanding();
   } else {
     set_state(State::Failed);
     end_outstanding();
@@ -421,10 +445,20 @@ void QueuePairImpl::fail_for_good(const std::string& why, FailedBy by) {
 }
 
 void QueuePairImpl::close_stream() {
-  if (socket_ != SocketState::Open) return;  // none, or its close is already under way
+  if (socket_ != SocketState::Open) return;  // none, lingering, or its close is already under way
   set_socket(SocketState::Closing);
   stream_->close();
 }
+
+void QueuePairImpl::end_linger() {
+  if (socket_ != SocketState::Lingering) return;
+  reactor_.cancel_timer(&linger_);
+  terminator_.closing();
+  set_socket(SocketState::Closing);
+  stream_->close();
+}
+
+void QueuePairImpl::on_linger_end(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp->end_linger(); }
 
 void QueuePairImpl::end_outstanding() {
   for (auto& r : pool_) {
@@ -436,13 +470,13 @@ void QueuePairImpl::end_outstanding() {
 }
 
 void QueuePairImpl::disconnect(const std::string& why, bool reset_controller) {
-  uint64_t now = reactor::monotonic_ns();
+  const uint64_t t = now();
   if (state_ == State::Ready)
     log::warn("{}:{} qid {}: {}; reconnecting (ctrl_loss_tmo {} ms)", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why,
               p_.ctrl_loss_tmo_ms);
   else
     log::info("{}:{} qid {}: reconnect attempt failed: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, why);
-  if (!lost_ns_) lost_ns_ = now;
+  outage_.lost(t);
   set_state(State::Disconnected);
   rx_req_ = nullptr;
   close_stream();
@@ -456,7 +490,6 @@ void QueuePairImpl::disconnect(const std::string& why, bool reset_controller) {
     r.set_state(HostRequest::State::Held);
     ++r.retries;
   }
-  next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
   if (reset_controller && link_) link_->request_reset(generation_, why);
 }
 
@@ -474,41 +507,42 @@ void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp-
 
 void QueuePairImpl::tick() {
   if (failed()) return;
-  uint64_t now = reactor::monotonic_ns();
+  uint64_t t = now();
   if (state_ == State::Ready) {
     // Another queue (or the admin queue) lost its connection and the controller was reset:
     // this connection belongs to the old association.
     if (link_ && p_.ctrl_loss_tmo_ms && link_->generation() != generation_)
       disconnect("the controller was reset", false);
-    else if (p_.io_timeout_ms) check_timeouts(now);
+    else if (p_.io_timeout_ms) check_timeouts(t);
   }
   if (!failed() && state_ != State::Ready && associated_before_) {
-    now = reactor::monotonic_ns();  // after any disconnect() above, which stamped lost_ns_
+    t = now();  // after any disconnect() above, which started the outage
     if (socket_ == SocketState::Closed) {
       stream_.reset();
       set_socket(SocketState::None);
     }
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
-    if (lost || now - lost_ns_ >= uint64_t(p_.ctrl_loss_tmo_ms) * kMs) {
-      fail_for_good(fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", (now - lost_ns_) / kMs));
+    if (lost || outage_.ctrl_loss_passed(t)) {
+      fail_for_good(HostError::make(
+          HostError::Kind::Timeout,
+          fmt::format("no connection for {} ms: controller lost (ctrl_loss_tmo)", outage_.elapsed_ms(t))));
       return;
     }
-    if (state_ != State::Disconnected && now > attempt_deadline_ns_) fail("reconnect attempt timed out");
+    if (state_ != State::Disconnected && t > attempt_deadline_ns_)
+      fail(HostError::make(HostError::Kind::Timeout, "reconnect attempt timed out"));
     if (state_ == State::Disconnected && socket_ == SocketState::None) {
-      if (p_.fast_io_fail_tmo_ms >= 0 && !fast_failing_ && now - lost_ns_ >= uint64_t(p_.fast_io_fail_tmo_ms) * kMs) {
-        fast_failing_ = true;
+      if (outage_.fast_io_fail_due(t)) {
         log::warn("{}:{} qid {}: fast_io_fail_tmo ({} ms) passed: failing held and new I/O until reconnected",
                   p_.trid.traddr, p_.trid.trsvcid, p_.qid, p_.fast_io_fail_tmo_ms);
         end_outstanding();
       }
       // Reconnect once the controller itself is back (its generation moved on).
       if (link_->link_state() == ControllerLink::LinkState::Live && link_->generation() != generation_ &&
-          now >= next_attempt_ns_) {
+          outage_.attempt_due(t)) {
         p_.cntlid = link_->link_cntlid();
-        next_attempt_ns_ = now + uint64_t(p_.reconnect_delay_ms) * kMs;
-        std::string err;
+        HostError err;
         if (!start_connect(err)) {  // still Disconnected: the next attempt comes after the delay
-          log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err);
+          log::warn("{}:{} qid {}: reconnect: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err.message);
         }
       }
     }
@@ -516,25 +550,30 @@ void QueuePairImpl::tick() {
   if (!failed()) arm_tick();
 }
 
-void QueuePairImpl::check_timeouts(uint64_t now) {
-  uint64_t limit = uint64_t(p_.io_timeout_ms) * kMs;
+void QueuePairImpl::check_timeouts(uint64_t t) {
+  const uint64_t limit = uint64_t(p_.io_timeout_ms) * kMs;
+  // The Connect slot has no Abort: it belongs to the connection being set up.
   for (auto& r : pool_) {
-    if (r.state != HostRequest::State::OnWire || r.untimed || now - r.sent_ns < limit) continue;
-    if (!r.abort_sent && link_ && r.cid != p_.depth) {
-      // First ask the controller to abort it; the queue stays up.
-      r.abort_sent = true;
-      r.abort_ns = now;
-      log::warn("{}:{} qid {}: cid {} not completed after {} ms; sending Abort", p_.trid.traddr, p_.trid.trsvcid,
-                p_.qid, r.cid, p_.io_timeout_ms);
-      link_->abort_command(p_.qid, r.cid);
-      continue;
+    if (r.state != HostRequest::State::OnWire || r.untimed) continue;
+    const bool can_abort = link_ && r.cid != p_.depth;
+    switch (command_timeout_step({r.sent_ns, r.abort_sent, r.abort_ns}, t, limit, can_abort)) {
+      case TimeoutStep::None: continue;
+      case TimeoutStep::Abort:
+        // First ask the controller to abort it; the queue stays up.
+        r.abort_sent = true;
+        r.abort_ns = t;
+        log::warn("{}:{} qid {}: cid {} not completed after {} ms; sending Abort", p_.trid.traddr, p_.trid.trsvcid,
+                  p_.qid, r.cid, p_.io_timeout_ms);
+        link_->abort_command(p_.qid, r.cid);
+        continue;
+      case TimeoutStep::Reset:
+        // Still nothing: the connection cannot be trusted any more. Reset (or fail) it.
+        r.timed_out = true;
+        fail(HostError::make(HostError::Kind::Timeout, fmt::format("cid {} not completed after {} ms{}", r.cid,
+                                                                   (t - r.sent_ns) / kMs,
+                                                                   r.abort_sent ? " and an Abort" : "")));
+        return;
     }
-    if (r.abort_sent && now - r.abort_ns < limit) continue;
-    // Still nothing: the connection cannot be trusted any more. Reset (or fail) it.
-    r.timed_out = true;
-    fail(fmt::format("cid {} not completed after {} ms{}", r.cid, (now - r.sent_ns) / kMs,
-                     r.abort_sent ? " and an Abort" : ""));
-    return;
   }
 }
 
@@ -543,25 +582,36 @@ void QueuePairImpl::on_receive(const uint8_t* data, size_t len) {
 }
 
 void QueuePairImpl::on_closed(int err) {
+  if (socket_ == SocketState::Lingering) {  // the peer read our TermReq and closed: the linger is over
+    reactor_.cancel_timer(&linger_);
+    terminator_.peer_closed();
+  }
   set_socket(SocketState::Closed);
   if (state_ == State::Failing) {
     set_state(State::Failed);
     end_outstanding();
     return;
   }
-  if (receiving())
-    fail(err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target");
+  if (!receiving()) return;
+  HostError e = HostError::make(HostError::Kind::Transport, err < 0 ? fmt::format("connection lost: {}", strerror(-err))
+                                                                    : std::string("connection closed by the target"));
+  e.err_no = err < 0 ? -err : 0;
+  fail(std::move(e));
 }
 
 void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   log::warn("{}:{} qid {}: fatal transport error: {} (FES {}); sending H2CTermReq", p_.trid.traddr, p_.trid.trsvcid,
             p_.qid, why, unsigned(fes));
-  if (stream_ && receiving()) {
-    uint32_t len = receiver_.build_term_req(term_pdu_, PduType::H2CTermReq, fes, fei);
-    stream_->send(term_pdu_, len);
-    stream_->reactor().run_deferred();  // push it out before the close below
+  if (stream_ && socket_ == SocketState::Open && receiving()) {
+    // The commands fail (or are held for a reconnect) at once, below; only the socket waits.
+    auto pdu = terminator_.start(receiver_, PduType::H2CTermReq, fes, fei, now());
+    if (!pdu.empty()) {
+      stream_->send(pdu.data(), pdu.size());
+      set_socket(SocketState::Lingering);
+      reactor_.arm_timer(&linger_, terminator_.linger_ns());
+    }
   }
-  fail(why);
+  fail(HostError::make(HostError::Kind::Transport, why));
 }
 
 HostRequest* QueuePairImpl::lookup(uint16_t cid, uint32_t fei_offset) {
@@ -599,7 +649,8 @@ bool QueuePairImpl::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t
       return false;
     }
     if (ic.digest != asked) {
-      fail(fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked));
+      fail(HostError::make(HostError::Kind::Controller,
+                           fmt::format("the target answered digests 0x{:x} to our request 0x{:x}", ic.digest, asked)));
       return false;
     }
     cpda_ = ic.cpda;
@@ -665,8 +716,9 @@ void QueuePairImpl::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       return;
     case PduType::C2HTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      fail(fmt::format("target terminated the connection: {} (FES {}, FEI {})", fes_name(Fes(t.fes), PduType::C2HTermReq), unsigned(t.fes),
-                       uint32_t(t.fei)));
+      fail(HostError::make(HostError::Kind::Transport,
+                           fmt::format("target terminated the connection: {} (FES {}, FEI {})",
+                                       fes_name(Fes(t.fes), PduType::C2HTermReq), unsigned(t.fes), uint32_t(t.fei))));
       return;
     }
     case PduType::C2HData: {

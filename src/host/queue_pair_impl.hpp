@@ -6,11 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "host/clock.hpp"
+#include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/state_transitions.hpp"
+#include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "transport/pdu_receiver.hpp"
+#include "transport/terminator.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
 
@@ -101,6 +105,8 @@ struct QueueParams {
   int32_t fast_io_fail_tmo_ms = -1;
   uint32_t io_timeout_ms = 0;     // 0 = commands never time out
   uint32_t max_retries = 5;
+  // Every timing decision reads this; tests may give a FakeClock (it must outlive the queue).
+  const Clock* clock = &monotonic_clock();
 };
 
 // Where a queue is in its connection's life. Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect
@@ -135,6 +141,7 @@ enum class SocketState : uint8_t {
   None,        // no socket
   Connecting,  // the ring's connect owns fd_
   Open,        // stream_ carries the connection
+  Lingering,   // our TermReq is queued; open until the peer closes or the linger passes (nothing is received)
   Closing,     // stream_->close() called; on_closed() still to come
   Closed,      // on_closed() came; stream_ is released at the next tick
   kCount
@@ -149,7 +156,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   ~QueuePairImpl() override;
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
-  bool connect(std::string& err);
+  bool connect(HostError& err);
   int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
              void* ctx) override;
   int poll(uint32_t timeout_us) override;
@@ -164,8 +171,10 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   bool failed() const override { return state_ == State::Failing || state_ == State::Failed; }
   bool ready() const override { return state_ == State::Ready; }
   QueueState state() const { return state_; }
+  SocketState socket_state() const { return socket_; }
   uint32_t reconnects() const override { return reconnects_; }
-  const std::string& error() const { return error_; }
+  const std::string& error() const { return error_.message; }
+  const HostError& last_error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }
   const QueueParams& params() const { return p_; }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
@@ -195,19 +204,23 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
     return state_ == State::AwaitICResp || state_ == State::AwaitConnect || state_ == State::Ready;
   }
   bool can_reconnect() const;
-  bool start_connect(std::string& err);
+  uint64_t now() const { return p_.clock->now_ns(); }
+  bool start_connect(HostError& err);
   void on_tcp_connected(int res);
   void send_connect();
   void on_associated();
   // Any fatal error on the current connection: hold and reconnect when possible, else fail.
-  void fail(const std::string& why);
+  void fail(HostError why);
   // Who ended the queue: its owner (shutdown(), the destructor) expects it, so only a failure
   // of the connection itself is worth a warning.
   enum class FailedBy : uint8_t { Connection, Owner };
-  void fail_for_good(const std::string& why, FailedBy by = FailedBy::Connection);
+  void fail_for_good(HostError why, FailedBy by = FailedBy::Connection);
   void disconnect(const std::string& why, bool reset_controller);
-  // Starts closing an open stream; on_closed() follows.
+  // Starts closing an open stream; on_closed() follows. A lingering stream is left to its linger.
   void close_stream();
+  // Cuts a TermReq's linger short (it passed, or the owner shuts down) and closes.
+  void end_linger();
+  static void on_linger_end(reactor::Timer* t);
   // Ends every outstanding command with a path error (Command Aborted By Host if it timed out).
   void end_outstanding();
   void finish(HostRequest* r, const Completion& c);
@@ -215,13 +228,13 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
                      CompletionFn cb, void* ctx);
   void send_command(HostRequest* r);
   void send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uint32_t length);
-  bool run_until(State want, std::string& err);
+  bool run_until(State want, HostError& err);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   HostRequest* lookup(uint16_t cid, uint32_t fei_offset);
   void size_h2c_arena();
   static void on_tick(reactor::Timer* t);
   void tick();
-  void check_timeouts(uint64_t now);
+  void check_timeouts(uint64_t t);
   void arm_tick();
 
   reactor::Reactor& reactor_;
@@ -236,11 +249,10 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // - associated_before_: every connecting state is passed both on the first connection and on
   //   each reconnect; only this tells them apart (a failed first connect is final and returned
   //   to the caller, a failed reconnect attempt is retried).
-  // - fast_failing_: fast_io_fail_tmo has passed in the current outage. It belongs to the outage,
-  //   not to a state: it holds through every reconnect attempt's connecting states until Ready.
+  // - outage_.fast_failing(): fast_io_fail_tmo has passed in the current outage. It belongs to the
+  //   outage, not to a state: it holds through every reconnect attempt's connecting states until Ready.
   bool associated_before_ = false;
-  bool fast_failing_ = false;
-  std::string error_;
+  HostError error_;  // the first failure of the queue
 
   uint8_t cpda_ = 0;
   uint32_t maxh2cdata_ = 0;
@@ -250,12 +262,12 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // Recovery
   uint32_t generation_ = 0;       // the controller association this connection belongs to
   uint32_t reconnects_ = 0;
-  uint64_t lost_ns_ = 0;          // when the connection was lost (0 = not lost)
-  uint64_t next_attempt_ns_ = 0;
+  Outage outage_;                 // from a lost connection to the next association
   uint64_t attempt_deadline_ns_ = 0;
   struct TickTimer : reactor::Timer {
     QueuePairImpl* qp = nullptr;
   } tick_;
+  TickTimer linger_;                // the TermReq's linger (see transport::Terminator)
 
   // pool_[depth] is kept for fabrics Connect, so a reconnect finds a command slot even
   // when every other one holds a command waiting to be sent again.
@@ -269,7 +281,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   HostRequest* rx_req_ = nullptr;   // request of the PDU being received
 
   alignas(8) uint8_t icreq_[sizeof(wire::ICReqPdu)];
-  alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
+  transport::Terminator terminator_;
   uint8_t connect_data_[wire::kConnectDataLen];
   reactor::OwnedCompletion<QueuePairImpl> connect_c_;
   reactor::Endpoint endpoint_;

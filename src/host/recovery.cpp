@@ -3,6 +3,7 @@
 #include <string>
 
 #include "host/controller_state.hpp"
+#include "host/timing.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::host {
@@ -15,7 +16,10 @@ void Controller::State::recover(const std::string& why) {
   }
   set_link_state(LinkState::Resetting);
   reset_count.fetch_add(1, std::memory_order_relaxed);
-  uint64_t lost = reactor::monotonic_ns();
+  // The same outage rules as the I/O queues' (fast_io_fail_tmo is theirs alone); the delay
+  // between attempts is waited out below, so only ctrl_loss_tmo is asked of it here.
+  detail::Outage outage({opts.ctrl_loss_tmo_ms, -1, opts.reconnect_delay_ms});
+  outage.lost(now_ns());
   log::warn("{} (controller {}): resetting: {}; reconnecting every {} ms for up to {} ms", trid.subnqn,
             cntlid_now.load(), why, opts.reconnect_delay_ms, opts.ctrl_loss_tmo_ms);
   reactor->cancel_timer(&ka_timer);
@@ -24,13 +28,13 @@ void Controller::State::recover(const std::string& why) {
   for (unsigned attempt = 1; !stop.load(std::memory_order_relaxed); ++attempt) {
     wait_ms(opts.reconnect_delay_ms);
     if (stop.load(std::memory_order_relaxed)) return;
-    uint64_t elapsed_ms = (reactor::monotonic_ns() - lost) / 1000000ull;
-    if (elapsed_ms >= opts.ctrl_loss_tmo_ms) {
+    const uint64_t now = now_ns();
+    if (outage.ctrl_loss_passed(now)) {
       set_link_state(LinkState::Deleted);
-      log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, elapsed_ms);
+      log::error("{}: no connection for {} ms (ctrl_loss_tmo): controller lost", trid.subnqn, outage.elapsed_ms(now));
       return;
     }
-    std::string e;
+    HostError e;
     reset_requested.store(false, std::memory_order_release);
     // Events first, then the scan: a change after the scan's Identify is then reported.
     // The scan comes before the I/O queues reconnect (gen), so on_namespace_change tells
@@ -40,16 +44,16 @@ void Controller::State::recover(const std::string& why) {
       set_link_state(LinkState::Live);
       arm_keep_alive();
       log::info("{}: reconnected as controller {} after {} ms ({} attempts)", trid.subnqn, cntlid_now.load(),
-                (reactor::monotonic_ns() - lost) / 1000000ull, attempt);
+                outage.elapsed_ms(now_ns()), attempt);
       return;
     }
-    if (refused) {
+    if (e.kind == HostError::Kind::WrongController) {
       set_link_state(LinkState::Deleted);
-      log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e);
+      log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e.message);
       admin.reset();
       return;
     }
-    log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e);
+    log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e.message);
     admin.reset();
   }
 }

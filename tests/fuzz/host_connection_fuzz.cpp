@@ -394,7 +394,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     run.qp = &qp;
     std::thread t([&] { peer.run(lfd); });
 
-    std::string err;
+    host::detail::HostError err;
     bool connected = qp.connect(err);
     if (connected) {
       uint32_t n = 1 + (counts & 3);
@@ -428,7 +428,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     if (std::getenv("HOST_FUZZ_VERBOSE"))
       std::fprintf(stderr, "connect %s%s; submitted %u completed %u failed %d\n", connected ? "ok" : "failed: ",
-                   err.c_str(), run.submitted, run.completed, int(qp.failed()));
+                   err.message.c_str(), run.submitted, run.completed, int(qp.failed()));
     if (qp.outstanding() != 0) die("outstanding() is not 0 after shutdown()");
     for (auto& c : cmds)
       if (c.outstanding) die("a command never completed although the queue pair was shut down");

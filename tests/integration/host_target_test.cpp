@@ -954,9 +954,9 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   ASSERT_TRUE(qp) << err;
   ASSERT_TRUE(QueuePairWorks(*qp, 2, 1, 1));
 
-  // Three keep-alive timeouts of idling: only the host's Keep Alive keeps it alive. Real time
-  // on purpose: it is the host library's Keep Alive timer that is exercised end to end; the
-  // target's side of KATO is tested on a stepped clock in connection_deadlines_test.cpp.
+  // Three keep-alive timeouts of idling: only the host's Keep Alive keeps it alive. Real time on
+  // purpose: two real timers, the host's and the target's, must agree. Each side's logic is
+  // unit-tested on a stepped clock (HostTiming.KeepAliveInterval, connection_deadlines_test.cpp).
   std::this_thread::sleep_for(std::chrono::seconds(3));
   EXPECT_FALSE(ctrl->failed());
   EXPECT_FALSE(qp->failed());

@@ -367,6 +367,8 @@ TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
     // Stop and start from another thread while this one keeps submitting.
     std::thread restart([&] {
       target.reset();
+      // A real outage of real length: the point is that commands submitted meanwhile are held
+      // and none is lost, which no clock can fake. Wide margins: ctrl_loss_tmo is 20 s.
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       target = std::make_unique<RunningTarget>(cfg);
     });
@@ -407,13 +409,16 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   EXPECT_EQ(out.st, wire::sc::TransportError);
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->failed(); }, 10000));
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
+  // The controller's own ctrl_loss_tmo runs on its admin thread: this polls for its verdict with
+  // a wide margin (10 s for 600 ms). The exact boundary is HostTiming.CtrlLossTmoCountsFromTheFirstLoss.
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->failed() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(ctrl->failed());
 }
 
 // fast_io_fail_tmo: while the target is unreachable, held I/O fails early and new I/O is
-// refused; once it is reachable again, the queue reconnects and I/O flows.
+// refused; once it is reachable again, the queue reconnects and I/O flows. The wiring on real time;
+// the 300 ms boundary itself is HostTiming.FastIoFailFiresOncePerOutage on a fake clock.
 TEST(Reconnect, FastIoFailThenRecover) {
   RunningTarget t;
   FaultProxy proxy(t.port());
@@ -442,7 +447,8 @@ TEST(Reconnect, FastIoFailThenRecover) {
 
 // A command the target never sees: after io_timeout an Abort goes out on the admin queue;
 // the target cannot abort what it never got, so after io_timeout again the controller is
-// reset and the command, sent again on the new connection, completes.
+// reset and the command, sent again on the new connection, completes. The wiring on real time;
+// the Abort-then-reset boundaries are HostTiming.IoTimeoutAbortsThenResets on a fake clock.
 TEST(Reconnect, IoTimeoutAbortsThenResets) {
   RunningTarget t;
   FaultProxy proxy(t.port());
@@ -524,6 +530,7 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   Completion c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
   EXPECT_FALSE(c.status.ok());
   EXPECT_GE(ctrl->resets(), 1u);
+  // The reconnect runs on the admin thread after reconnect_delay: poll for it with a wide margin.
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->live() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(ctrl->live());

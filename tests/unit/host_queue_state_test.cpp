@@ -97,9 +97,11 @@ TEST(HostQueueState, RefusedConnectEndsFailedAndCountsFollow) {
     QueuePairImpl qp(r, p);
     EXPECT_EQ(qp.state(), QS::Idle);
     EXPECT_EQ(queue_pairs_in_state(QS::Idle), idle_before + 1);
-    std::string err;
+    nvtcp::host::detail::HostError err;
     EXPECT_FALSE(qp.connect(err));
-    EXPECT_NE(err.find("connect to"), std::string::npos) << err;
+    EXPECT_EQ(err.kind, nvtcp::host::detail::HostError::Kind::System) << err.message;
+    EXPECT_EQ(err.err_no, ECONNREFUSED) << err.message;
+    EXPECT_NE(err.message.find("connect to"), std::string::npos) << err.message;
     // No link: a refused first connect is final, with nothing left to wait for.
     EXPECT_EQ(qp.state(), QS::Failed);
     EXPECT_TRUE(qp.failed());
