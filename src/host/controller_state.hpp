@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "host/block_size_table.hpp"
-#include "host/clock.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "host/state_transitions.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
+#include "reactor/clock.hpp"
 
 namespace nvtcp::host {
 
@@ -56,7 +56,7 @@ struct Controller::State : detail::ControllerLink {
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a
   // test sets another before connecting; a fake one must then be stepped, or waits never end.
-  const detail::Clock* clock = &detail::monotonic_clock();
+  const reactor::Clock* clock = &reactor::monotonic_clock();
   uint64_t now_ns() const { return clock->now_ns(); }
 
   std::thread thread;

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "host/clock.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/state_transitions.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
+#include "reactor/clock.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
@@ -105,8 +105,8 @@ struct QueueParams {
   int32_t fast_io_fail_tmo_ms = -1;
   uint32_t io_timeout_ms = 0;     // 0 = commands never time out
   uint32_t max_retries = 5;
-  // Every timing decision reads this; tests may give a FakeClock (it must outlive the queue).
-  const Clock* clock = &monotonic_clock();
+  // Every timing decision reads this; tests may give a reactor::FakeClock (it must outlive the queue).
+  const reactor::Clock* clock = &reactor::monotonic_clock();
 };
 
 // Where a queue is in its connection's life. Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect

@@ -1,5 +1,5 @@
 // The host's time-based decisions, apart from sockets and threads: each takes the time as an
-// argument, so a unit test steps a FakeClock through them instead of sleeping. QueuePairImpl
+// argument, so a unit test steps a reactor::FakeClock through them instead of sleeping. QueuePairImpl
 // and the controller's admin thread ask these and act on the answers.
 #pragma once
 #include <cstdint>

@@ -34,7 +34,7 @@ void ConnectionSet::close_all() {
 }
 
 Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-                       std::string address, Arrival arrival, const Clock& clock)
+                       std::string address, Arrival arrival, const reactor::Clock& clock)
     : target_(target),
       reactor_(r),
       peer_(std::move(peer)),

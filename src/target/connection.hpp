@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "backend/block_device.hpp"
+#include "reactor/clock.hpp"
 #include "reactor/tcp_stream.hpp"
-#include "target/clock.hpp"
 #include "target/controller.hpp"
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
@@ -90,7 +90,7 @@ class Connection final : public reactor::StreamOwner,
   // address: the source address counted for max_connections_per_address (empty: none).
   // clock: what the connection's deadlines read (tests pass one they step).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-             std::string address = {}, Arrival arrival = {}, const Clock& clock = MonotonicClock::instance());
+             std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
   ~Connection() override;
 
   void start();

@@ -40,7 +40,7 @@ uint8_t log2_u32(uint32_t v) {
 }  // namespace
 
 Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
-                       const uint8_t hostid[16], uint32_t kato_ms, const Clock& clock)
+                       const uint8_t hostid[16], uint32_t kato_ms, const reactor::Clock& clock)
     : target_(target),
       subsys_(subsys),
       cntlid_(cntlid),

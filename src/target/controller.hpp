@@ -14,7 +14,7 @@
 #include "nvtcp/log_pages.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
-#include "target/clock.hpp"
+#include "reactor/clock.hpp"
 #include "target/subsystem.hpp"
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
@@ -97,7 +97,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // clock: what keep-alive is measured on; the admin queue that makes the controller passes
   // the clock its own deadlines read, so that a test stepping it steps both.
   Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
-             const uint8_t hostid[16], uint32_t kato_ms, const Clock& clock = MonotonicClock::instance());
+             const uint8_t hostid[16], uint32_t kato_ms, const reactor::Clock& clock = reactor::monotonic_clock());
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -210,7 +210,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint8_t hostid_[16];
   uint32_t kato_ms_;
   uint32_t connect_kato_ms_;  // what Connect set: feature 0Fh's default
-  const Clock& clock_;
+  const reactor::Clock& clock_;
   uint64_t last_seen_ns_ = 0;
 
   uint32_t cc_ = 0;

@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
-#include "target/clock.hpp"
 
 namespace nvtcp::target {
 
@@ -20,7 +20,7 @@ class DeadlineSet {
  public:
   using Handler = void (Owner::*)(uint64_t now_ns);
 
-  DeadlineSet(Owner* owner, reactor::Reactor& r, const Clock& clock, const std::array<Handler, N>& handlers)
+  DeadlineSet(Owner* owner, reactor::Reactor& r, const reactor::Clock& clock, const std::array<Handler, N>& handlers)
       : reactor_(r), clock_(clock), handlers_(handlers) {
     timer_.set = this;
     timer_.owner = owner;
@@ -30,7 +30,7 @@ class DeadlineSet {
   DeadlineSet(const DeadlineSet&) = delete;
   DeadlineSet& operator=(const DeadlineSet&) = delete;
 
-  const Clock& clock() const { return clock_; }
+  const reactor::Clock& clock() const { return clock_; }
   void arm(Id id, uint64_t delay_ns) { arm_at(id, clock_.now_ns() + delay_ns); }
   void arm_at(Id id, uint64_t at_ns) {
     at_[size_t(id)] = at_ns;
@@ -84,7 +84,7 @@ class DeadlineSet {
     Owner* owner = nullptr;
   } timer_;
   reactor::Reactor& reactor_;
-  const Clock& clock_;
+  const reactor::Clock& clock_;
   std::array<Handler, N> handlers_;
   std::array<uint64_t, N> at_{};
   std::array<bool, N> armed_{};

@@ -37,7 +37,7 @@ constexpr uint32_t kNullNsid = 1;
 constexpr uint32_t kRamNsid = 2;
 constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:deadlines";
 
-struct SteppedClock : target::Clock {
+struct SteppedClock : reactor::Clock {
   uint64_t now = 5'000 * kMs;
   uint64_t now_ns() const override { return now; }
 };
@@ -67,7 +67,7 @@ target::TargetState& state() {
 struct Accepted {
   int host_fd = -1;
   target::Connection* conn = nullptr;  // frees itself once closed: valid while in the set
-  Accepted(reactor::Reactor& r, target::ConnectionSet& set, const target::Clock& clock, const char* name) {
+  Accepted(reactor::Reactor& r, target::ConnectionSet& set, const reactor::Clock& clock, const char* name) {
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
     host_fd = sv[1];

@@ -12,7 +12,7 @@ using namespace nvtcp::target;
 
 namespace {
 
-struct SteppedClock : Clock {
+struct SteppedClock : reactor::Clock {
   uint64_t now = 1'000'000;
   uint64_t now_ns() const override { return now; }
 };

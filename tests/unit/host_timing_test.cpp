@@ -5,23 +5,23 @@
 
 #include <gtest/gtest.h>
 
-#include "host/clock.hpp"
 #include "nvtcp/properties.hpp"
+#include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
 
 namespace {
 
-using nvtcp::host::detail::CommandTimes;
 using nvtcp::host::detail::command_timeout_step;
-using nvtcp::host::detail::FakeClock;
+using nvtcp::host::detail::CommandTimes;
 using nvtcp::host::detail::keep_alive_interval_ms;
 using nvtcp::host::detail::kMaxShutdownWaitMs;
 using nvtcp::host::detail::kMinShutdownWaitMs;
 using nvtcp::host::detail::kNsPerMs;
-using nvtcp::host::detail::monotonic_clock;
 using nvtcp::host::detail::Outage;
 using nvtcp::host::detail::shutdown_timeout_ms;
 using nvtcp::host::detail::TimeoutStep;
+using nvtcp::reactor::FakeClock;
+using nvtcp::reactor::monotonic_clock;
 
 // Reconnect.CtrlLossTmoFailsHeldCommands (ctrl_loss_tmo 600 ms, nobody comes back): the
 // controller is lost exactly when ctrl_loss_tmo has passed since the first loss, however many

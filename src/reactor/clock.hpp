@@ -1,15 +1,14 @@
-// The time the host's timing logic reads: keep-alive, command timeouts, admin timeouts, the
-// reconnect delay, ctrl_loss_tmo, fast_io_fail_tmo and the shutdown wait. Behind an interface so
-// that the decisions can be tested by stepping a fake clock instead of sleeping.
+// The time that timing logic reads, on both sides: the target connection's deadlines (ICReq,
+// Connect, keep-alive, H2C data, send stalls) and the host's (keep-alive, command and admin
+// timeouts, the reconnect delay, ctrl_loss_tmo, fast_io_fail_tmo, the shutdown wait). Behind an
+// interface so that the decisions can be tested by stepping a fake clock instead of sleeping.
 #pragma once
 #include <atomic>
 #include <cstdint>
 
 namespace nvtcp::reactor {
-class Reactor;
-}
 
-namespace nvtcp::host::detail {
+class Reactor;
 
 class Clock {
  public:
@@ -18,7 +17,7 @@ class Clock {
   // The time of this reactor turn, for per-command stamps on the data path. The real clock
   // answers with the reactor's cached reading (the same clock, read once a turn), so a command
   // costs no clock read; a fake clock answers with its own time so stamps and checks agree.
-  virtual uint64_t turn_ns(const reactor::Reactor& r) const;
+  virtual uint64_t turn_ns(const Reactor& r) const;
 };
 
 // CLOCK_MONOTONIC, as reactor::monotonic_ns() reads it: the default everywhere.
@@ -30,7 +29,7 @@ class FakeClock final : public Clock {
  public:
   explicit FakeClock(uint64_t start_ns = 1'000'000'000) : now_(start_ns) {}
   uint64_t now_ns() const override { return now_.load(std::memory_order_acquire); }
-  uint64_t turn_ns(const reactor::Reactor&) const override { return now_ns(); }
+  uint64_t turn_ns(const Reactor&) const override { return now_ns(); }
   void step_ns(uint64_t ns) { now_.fetch_add(ns, std::memory_order_acq_rel); }
   void step_ms(uint64_t ms) { step_ns(ms * 1'000'000); }
 
@@ -38,4 +37,4 @@ class FakeClock final : public Clock {
   std::atomic<uint64_t> now_;
 };
 
-}  // namespace nvtcp::host::detail
+}  // namespace nvtcp::reactor
