@@ -27,8 +27,8 @@ const char* Controller::State::link_state_name(LinkState s) {
 
 void Controller::State::set_link_state(LinkState to) {
   const LinkState from = lstate.load(std::memory_order_relaxed);  // this thread is the only writer
-  if (detail::kCheckTransitions && !kLinkTransitions.allows(from, to))
-    detail::illegal_transition("controller link", link_state_name(from), link_state_name(to), "set_link_state");
+  if (kCheckTransitions && !kLinkTransitions.allows(from, to))
+    illegal_transition("controller link", link_state_name(from), link_state_name(to), "set_link_state");
   log::debug("{} (controller {}): {} -> {}", trid.subnqn, cntlid_now.load(), link_state_name(from),
              link_state_name(to));
   lstate.store(to, std::memory_order_release);

@@ -17,7 +17,7 @@
 
 #include "host/block_size_table.hpp"
 #include "host/queue_pair_impl.hpp"
-#include "host/state_transitions.hpp"
+#include "util/state_machine.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "reactor/clock.hpp"
@@ -123,7 +123,7 @@ struct Controller::State : detail::ControllerLink {
   void set_link_state(LinkState to);
   static const char* link_state_name(LinkState s);
   // Resetting until the first association is up; Deleted is final.
-  static constexpr detail::TransitionTable<LinkState, 3> kLinkTransitions{
+  static constexpr TransitionTable<LinkState, 3> kLinkTransitions{
       {LinkState::Resetting, LinkState::Live},     // an association is up (the first, or a reconnect)
       {LinkState::Live, LinkState::Resetting},     // the admin queue failed, or an I/O queue asked for a reset
       {LinkState::Live, LinkState::Deleted},       // reconnect is off, or the controller is destroyed

@@ -8,7 +8,7 @@
 
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
-#include "host/state_transitions.hpp"
+#include "util/state_machine.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "target/connection_internal.hpp"
-#include "target/state_check.hpp"
+#include "util/state_machine.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {
@@ -119,7 +119,7 @@ const char* Connection::state_name(State s) {
 void Connection::set_state(State to) {
 #if NVTCP_STATE_CHECKS
   if (!connection_transition_legal(state_, to))
-    illegal_transition("connection", state_name(state_), state_name(to), qid_);
+    illegal_transition("connection", state_name(state_), state_name(to), "Connection::set_state", long(qid_));
 #endif
   state_ = to;
 }

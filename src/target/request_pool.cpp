@@ -1,16 +1,8 @@
 #include "target/request_pool.hpp"
 
-#include <cstdio>
-#include <cstdlib>
-
-#include "target/state_check.hpp"
+#include "util/state_machine.hpp"
 
 namespace nvtcp::target {
-
-void illegal_transition(const char* machine, const char* from, const char* to, unsigned id) {
-  std::fprintf(stderr, "nvtcp: illegal %s state transition %s -> %s (id %u)\n", machine, from, to, id);
-  std::abort();
-}
 
 const char* request_state_name(Request::State s) {
   switch (s) {
@@ -50,7 +42,8 @@ void RequestPool::resize(uint32_t depth) {
 void RequestPool::set_state(Request* r, Request::State to) {
 #if NVTCP_STATE_CHECKS
   if (!request_transition_legal(r->state_, to))
-    illegal_transition("request", request_state_name(r->state_), request_state_name(to), r->index);
+    illegal_transition("request", request_state_name(r->state_), request_state_name(to), "RequestPool::set_state",
+                       long(r->index));
 #endif
   --counts_[size_t(r->state_)];
   ++counts_[size_t(to)];

@@ -61,7 +61,7 @@ TEST(HostQueueState, CommandSlotTable) {
 }
 
 TEST(HostQueueStateDeathTest, IllegalCommandSlotTransitionAborts) {
-  if (!nvtcp::host::detail::kCheckTransitions) GTEST_SKIP() << "transition checks are off in this build";
+  if (!nvtcp::kCheckTransitions) GTEST_SKIP() << "transition checks are off in this build";
   HostRequest r;
   EXPECT_DEATH(r.set_state(HostRequest::State::Free), "illegal command slot transition Free -> Free");
 }

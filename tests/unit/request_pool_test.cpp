@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "target/request_pool.hpp"
-#include "target/state_check.hpp"
+#include "util/state_machine.hpp"
 
 using namespace nvtcp;
 using namespace nvtcp::target;
@@ -138,7 +138,7 @@ TEST_F(PoolTest, IllegalTransitionAborts) {
   RequestPool pool(cfg, usage, nullptr, no_send_done);
   pool.resize(1);
   Request* r = pool.alloc();
-  EXPECT_DEATH(pool.set_state(r, S::Free), "illegal request state transition ReceivingData -> Free");
+  EXPECT_DEATH(pool.set_state(r, S::Free), "illegal request transition ReceivingData -> Free in RequestPool::set_state");
 }
 
 TEST_F(PoolTest, BuffersAreAlignedCountedAndReused) {
