@@ -54,7 +54,9 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
   arrival_ = std::move(arrival);
   term_sent_.owner = this;
   term_sent_.fn = [](reactor::SendDone* d) {
-    static_cast<TermSent*>(d)->owner->stream_.close();
+    Connection* c = static_cast<TermSent*>(d)->owner;
+    c->terminator_.closing();
+    c->stream_.close();
   };
   retry_timer_.owner = this;
   retry_timer_.fn = on_retry_timer;
@@ -156,6 +158,7 @@ void Connection::on_closed(int err) {
   if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
   log::debug("{}: connection closed", peer_);
   if (state_ != State::Closing) set_state(State::Closing);
+  terminator_.peer_closed();
   teardown_controller("admin queue closed");
   deadlines_.cancel_all();
   reactor_.cancel_timer(&retry_timer_);
@@ -215,6 +218,7 @@ void Connection::on_connect_deadline(uint64_t) {
 }
 
 void Connection::on_term_req_linger(uint64_t) {
+  terminator_.closing();
   stream_.close();  // the peer did not take our TermReq in time
 }
 

@@ -22,6 +22,7 @@
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
+#include "transport/terminator.hpp"
 #include "util/gate.hpp"
 #include "wire/pdu.hpp"
 
@@ -256,7 +257,7 @@ class Connection final : public reactor::StreamOwner,
   static void release_closed(void* conn);
 
   Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
-  alignas(8) uint8_t term_pdu_[transport::PduReceiver::kMaxTermReqLen];
+  transport::Terminator terminator_;  // the C2HTermReq after a fatal transport error
   struct TermSent : reactor::SendDone {
     Connection* owner = nullptr;
   } term_sent_;

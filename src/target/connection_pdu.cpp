@@ -17,10 +17,6 @@ namespace nvtcp::target {
 
 using namespace nvtcp::wire;
 
-namespace {
-constexpr uint64_t kTermReqLingerNs = 1'000'000'000;  // how long a C2HTermReq gets to leave before we close
-}  // namespace
-
 bool Connection::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& dst) {
   // The connection began closing while the receiver still held bytes of the same segment
   // (an H2CTermReq with PDUs behind it): take nothing more from this host, as on_receive()
@@ -93,9 +89,12 @@ void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
             fes_name(fes, PduType::C2HTermReq), fei);
   set_state(State::Closing);
-  uint32_t len = receiver_.build_term_req(term_pdu_, PduType::C2HTermReq, fes, fei);
-  stream_.send(term_pdu_, len, &term_sent_);
-  deadlines_.arm(Deadline::TermReqLinger, kTermReqLingerNs);
+  // The same TermReq-and-linger piece as the host's. The target closes as soon as its C2HTermReq
+  // has left (term_sent_), as nvmet and SPDK do; the linger only bounds a send that never leaves.
+  const auto pdu = terminator_.start(receiver_, PduType::C2HTermReq, fes, fei, deadlines_.clock().now_ns());
+  if (pdu.empty()) return;
+  stream_.send(pdu.data(), uint32_t(pdu.size()), &term_sent_);
+  deadlines_.arm(Deadline::TermReqLinger, terminator_.linger_ns());
 }
 
 bool Connection::handle_icreq(const ICReqPdu& req) {

@@ -12,11 +12,9 @@
 //   auto pdu = terminator_.start(receiver_, PduType::H2CTermReq, fes, fei, now);
 //   stream_->send(pdu.data(), pdu.size());   arm a timer at terminator_.close_at_ns()
 //   ... on_closed():  terminator_.peer_closed();   timer: if (terminator_.expired(now)) close
-// Target (Connection::on_pdu_error, to be switched over), replacing term_pdu_ + kTermReqLingerNs:
-//   auto pdu = terminator_.start(receiver_, PduType::C2HTermReq, fes, fei, now);
-//   stream_.send(pdu.data(), pdu.size(), &term_sent_);
-//   deadlines_.arm(Deadline::TermReqLinger, terminator_.linger_ns());
-//   on_term_req_linger(): terminator_.closing(); stream_.close();   on_closed(): terminator_.peer_closed();
+// Target (Connection::on_pdu_error): the same start(); it closes as soon as its C2HTermReq has
+// left (closing() then close, as nvmet and SPDK do), the linger only bounding a send that never
+// leaves; on_closed() calls peer_closed().
 #pragma once
 #include <cstdint>
 #include <span>
