@@ -17,10 +17,10 @@
 
 #include "host/block_size_table.hpp"
 #include "host/queue_pair_impl.hpp"
-#include "util/state_machine.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "reactor/clock.hpp"
+#include "util/state_machine.hpp"
 
 namespace nvtcp::host {
 

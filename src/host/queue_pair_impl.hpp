@@ -8,13 +8,13 @@
 
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
-#include "util/state_machine.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
+#include "util/state_machine.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
 

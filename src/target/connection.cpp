@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "target/connection_internal.hpp"
-#include "util/state_machine.hpp"
 #include "util/log.hpp"
+#include "util/state_machine.hpp"
 
 namespace nvtcp::target {
 
