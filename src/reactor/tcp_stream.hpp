@@ -11,29 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "reactor/byte_stream.hpp"
 #include "reactor/reactor.hpp"
 
 namespace nvtcp::reactor {
-
-// Called when every byte of a queued segment has been handed to the kernel; owners use
-// it to recycle the memory the segment pointed at.
-struct SendDone {
-  void (*fn)(SendDone* self) = nullptr;
-};
-
-class StreamOwner {
- public:
-  virtual ~StreamOwner() = default;
-  // Received bytes; the owner consumes all of them (it buffers what it cannot place yet).
-  virtual void on_receive(const uint8_t* data, size_t len) = 0;
-  // The stream is closed and no operation is in flight: the owner may free it now.
-  // err is 0 for an orderly close by the peer or by us, else a negative errno.
-  virtual void on_closed(int err) = 0;
-  // Large payloads skip the staging buffer: before each receive the owner may name where
-  // the next bytes belong (at most n of them); they then arrive through on_receive_direct.
-  virtual bool recv_direct(uint8_t*& /*p*/, size_t& /*n*/) { return false; }
-  virtual void on_receive_direct(size_t /*len*/) {}
-};
 
 struct SocketOptions {
   bool nodelay = true;
@@ -45,27 +26,29 @@ struct SocketOptions {
 // Applies options to a socket; returns an error message or empty.
 std::string apply_socket_options(int fd, const SocketOptions& opts);
 
-class TcpStream {
+// A ByteStream over a TCP socket. Final, so that the host's queue pairs, which hold a TcpStream
+// itself, call it without a virtual dispatch.
+class TcpStream final : public ByteStream {
  public:
   TcpStream(Reactor& r, int fd, StreamOwner* owner, size_t rx_buffer = 128 * 1024);
-  ~TcpStream();
+  ~TcpStream() override;
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
 
   // Starts receiving. Call once the owner is ready for bytes.
-  void start();
+  void start() override;
   // Queues len bytes at data; done (optional) fires when they have all been sent.
-  void send(const void* data, size_t len, SendDone* done = nullptr);
+  void send(const void* data, size_t len, SendDone* done = nullptr) override;
   // Shuts the socket down; on_closed follows once nothing is in flight.
-  void close();
-  bool closing() const { return closing_; }
+  void close() override;
+  bool closing() const override { return closing_; }
   int fd() const { return fd_; }
   Reactor& reactor() { return reactor_; }
-  size_t queued_bytes() const { return queued_bytes_; }
+  size_t queued_bytes() const override { return queued_bytes_; }
   // Bytes handed to the kernel so far: progress, for a deadline on a peer that stops reading.
-  uint64_t sent_bytes() const { return sent_bytes_; }
+  uint64_t sent_bytes() const override { return sent_bytes_; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
-  size_t held_send_dones() const { return pending_count_; }
+  size_t held_send_dones() const override { return pending_count_; }
 
  private:
   struct Segment {

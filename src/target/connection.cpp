@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "reactor/tcp_stream.hpp"
 #include "target/connection_internal.hpp"
 #include "util/log.hpp"
 #include "util/state_machine.hpp"
@@ -35,11 +36,17 @@ void ConnectionSet::close_all() {
 
 Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
                        std::string address, Arrival arrival, const reactor::Clock& clock)
+    : Connection(
+          target, r, [&r, fd](reactor::StreamOwner& owner) { return std::make_unique<reactor::TcpStream>(r, fd, &owner); },
+          std::move(peer), set, std::move(address), std::move(arrival), clock) {}
+
+Connection::Connection(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
+                       ConnectionSet& set, std::string address, Arrival arrival, const reactor::Clock& clock)
     : target_(target),
       reactor_(r),
       peer_(std::move(peer)),
       set_(set),
-      stream_(r, fd, this),
+      stream_(make_stream(*this)),
       receiver_(transport::Side::Target, this),
       pool_(target.config, target.usage, this, [](reactor::SendDone* d) {
         Request* req = static_cast<Request::Sent*>(d)->req;
@@ -56,7 +63,7 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, int fd, std::st
   term_sent_.fn = [](reactor::SendDone* d) {
     Connection* c = static_cast<TermSent*>(d)->owner;
     c->terminator_.closing();
-    c->stream_.close();
+    c->stream_->close();
   };
   retry_timer_.owner = this;
   retry_timer_.fn = on_retry_timer;
@@ -84,7 +91,7 @@ ConnectionInfo Connection::info() const {
   i.peer = peer_;
   i.qid = qid_;
   i.connected = state_ == State::Connected;
-  i.send_queue_bytes = stream_.queued_bytes();
+  i.send_queue_bytes = stream_->queued_bytes();
   i.send_queue_peak = send_peak_;
   i.buffer_bytes = pool_.buffer_bytes();
   i.pool_bytes = pool_.pool_bytes();
@@ -97,7 +104,7 @@ ConnectionInfo Connection::info() const {
 void Connection::start() {
   log::debug("{}: connection accepted", peer_);
   deadlines_.arm(Deadline::ICReq, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
-  stream_.start();
+  stream_->start();
 }
 
 void Connection::close(const std::string& why) {
@@ -105,7 +112,7 @@ void Connection::close(const std::string& why) {
     log::info("{}: closing connection: {}", peer_, why);
     set_state(State::Closing);
   }
-  stream_.close();
+  stream_->close();
 }
 
 const char* Connection::state_name(State s) {
@@ -199,13 +206,13 @@ const Request* Connection::stalled_write(uint64_t now, uint64_t& next_due) const
 // is seen only here: the stall is counted from the check that first found the queue still.
 bool Connection::send_stalled(uint64_t now, uint64_t& next_due) {
   const uint64_t limit = uint64_t(target_.config.send_timeout_ms) * 1000000ull;
-  if (stream_.queued_bytes() == 0 || stream_.sent_bytes() != sent_seen_ || send_progress_ns_ == 0) {
-    sent_seen_ = stream_.sent_bytes();
+  if (stream_->queued_bytes() == 0 || stream_->sent_bytes() != sent_seen_ || send_progress_ns_ == 0) {
+    sent_seen_ = stream_->sent_bytes();
     send_progress_ns_ = now;
   } else if (limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit) {
     return true;
   }
-  next_due = limit != 0 && stream_.queued_bytes() != 0 ? send_progress_ns_ + limit + 1 : UINT64_MAX;
+  next_due = limit != 0 && stream_->queued_bytes() != 0 ? send_progress_ns_ + limit + 1 : UINT64_MAX;
   return false;
 }
 
@@ -219,7 +226,7 @@ void Connection::on_connect_deadline(uint64_t) {
 
 void Connection::on_term_req_linger(uint64_t) {
   terminator_.closing();
-  stream_.close();  // the peer did not take our TermReq in time
+  stream_->close();  // the peer did not take our TermReq in time
 }
 
 uint64_t Connection::poll_period() const {
@@ -269,7 +276,7 @@ void Connection::on_send_stall_check(uint64_t now) {
   uint64_t due = UINT64_MAX;
   if (send_stalled(now, due)) {
     log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", peer_,
-              stream_.queued_bytes(), target_.config.send_timeout_ms);
+              stream_->queued_bytes(), target_.config.send_timeout_ms);
     close("send timeout");
     return;
   }

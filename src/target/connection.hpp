@@ -11,13 +11,15 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/block_device.hpp"
 #include "reactor/clock.hpp"
-#include "reactor/tcp_stream.hpp"
+#include "reactor/byte_stream.hpp"
+#include "reactor/reactor.hpp"
 #include "target/controller.hpp"
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
@@ -92,6 +94,12 @@ class Connection final : public reactor::StreamOwner,
   // clock: what the connection's deadlines read (tests pass one they step).
   Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
              std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
+  // The same over a stream that make_stream builds for the connection (its owner): what a test
+  // passes to keep the bytes in memory, and where a TLS stream will come in.
+  using MakeStream = std::function<std::unique_ptr<reactor::ByteStream>(reactor::StreamOwner& owner)>;
+  Connection(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
+             ConnectionSet& set, std::string address = {}, Arrival arrival = {},
+             const reactor::Clock& clock = reactor::monotonic_clock());
   ~Connection() override;
 
   void start();
@@ -229,7 +237,7 @@ class Connection final : public reactor::StreamOwner,
   reactor::Reactor& reactor_;
   std::string peer_;
   ConnectionSet& set_;
-  reactor::TcpStream stream_;
+  std::unique_ptr<reactor::ByteStream> stream_;  // set in the constructor, never null
   transport::PduReceiver receiver_;
   State state_ = State::AwaitICReq;
 

@@ -438,7 +438,7 @@ bool Connection::read_buffer(Request* r, Namespace* ns, uint32_t len) {
 
 bool Connection::send_queue_full() const {
   const uint64_t cap = target_.config.max_send_queue_bytes;
-  return cap && stream_.queued_bytes() + tx_pending_ > cap;
+  return cap && stream_->queued_bytes() + tx_pending_ > cap;
 }
 
 void Connection::admit(Request* r) {

@@ -93,7 +93,7 @@ void Connection::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   // has left (term_sent_), as nvmet and SPDK do; the linger only bounds a send that never leaves.
   const auto pdu = terminator_.start(receiver_, PduType::C2HTermReq, fes, fei, deadlines_.clock().now_ns());
   if (pdu.empty()) return;
-  stream_.send(pdu.data(), uint32_t(pdu.size()), &term_sent_);
+  stream_->send(pdu.data(), uint32_t(pdu.size()), &term_sent_);
   deadlines_.arm(Deadline::TermReqLinger, terminator_.linger_ns());
 }
 
@@ -113,7 +113,7 @@ bool Connection::handle_icreq(const ICReqPdu& req) {
   const ICRespPdu resp = make_icresp(0, hdgst_, ddgst_, target_.config.max_h2c_data);
   static_assert(sizeof(icresp_) == sizeof(resp));
   std::memcpy(icresp_, &resp, sizeof(resp));
-  stream_.send(icresp_, sizeof(icresp_));
+  stream_->send(icresp_, sizeof(icresp_));
   receiver_.set_digests(hdgst_, ddgst_);
   set_state(State::AwaitConnect);
   // Connect is due by the deadline the ICReq had: icreq_timeout_ms from accept covers both.
@@ -129,7 +129,7 @@ uint32_t Connection::max_incapsule() const {
 
 bool Connection::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
   Request* r = pool_.alloc();
-  if (!r && sqsize_ && pool_.size() < size_t(sqsize_) + stream_.held_send_dones()) {
+  if (!r && sqsize_ && pool_.size() < size_t(sqsize_) + stream_->held_send_dones()) {
     // Zero-copy sends keep requests whose response has left (so the host may reuse the
     // slot) until the kernel lets go of their pages: the pool grows past the queue depth
     // by at most that many, once, at warm-up.
@@ -261,7 +261,7 @@ void Connection::send_r2ts(Request* r) {
     p->r2to = r->r2t_next;
     p->r2tl = len;
     if (hdgst_) seal_header_digest(slot, sizeof(R2TPdu));
-    stream_.send(slot, p->ch.plen);
+    stream_->send(slot, p->ch.plen);
     r->r2t_sent_ns[sent % Request::kMaxR2T] = deadlines_.clock().now_ns();
     r->r2t_next += len;
   }
@@ -295,26 +295,26 @@ void Connection::send_response(Request* r) {
     if (hdgst_) seal_header_digest(r->c2h_pdu, sizeof(C2HDataPdu));
     std::memset(r->c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0,
                 pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
-    stream_.send(r->c2h_pdu, pdo);
+    stream_->send(r->c2h_pdu, pdo);
     // The data, then (a log page's end) zeros from the shared region, then the digest of
     // both; the last segment carries the SendDone.
     reactor::SendDone* done = success_flag ? &r->sent : nullptr;
     Crc32c crc;
     if (ddgst_) crc.update(r->tx_data, r->tx_len);
-    stream_.send(r->tx_data, r->tx_len, r->tx_pad || ddgst_ ? nullptr : done);
+    stream_->send(r->tx_data, r->tx_len, r->tx_pad || ddgst_ ? nullptr : done);
     for (uint32_t left = r->tx_pad; left > 0;) {
       const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
       if (ddgst_) crc.update(kZeroBytes, n);
       left -= n;
-      stream_.send(kZeroBytes, n, left || ddgst_ ? nullptr : done);
+      stream_->send(kZeroBytes, n, left || ddgst_ ? nullptr : done);
     }
     if (ddgst_) {
       const uint32_t v = crc.value();
       std::memcpy(r->c2h_ddgst, &v, 4);
-      stream_.send(r->c2h_ddgst, 4, done);
+      stream_->send(r->c2h_ddgst, 4, done);
     }
     if (success_flag) {
-      send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
+      send_peak_ = std::max<uint64_t>(send_peak_, stream_->queued_bytes());
       return;
     }
   }
@@ -330,8 +330,8 @@ void Connection::send_response(Request* r) {
   cqe.status = r->status.to_cqe(r->status != kCommandInterrupted);
   std::memcpy(resp->cqe, &cqe, sizeof(cqe));
   if (hdgst_) seal_header_digest(r->resp_pdu, sizeof(CapsuleRespPdu));
-  stream_.send(r->resp_pdu, resp->ch.plen, &r->sent);
-  send_peak_ = std::max<uint64_t>(send_peak_, stream_.queued_bytes());
+  stream_->send(r->resp_pdu, resp->ch.plen, &r->sent);
+  send_peak_ = std::max<uint64_t>(send_peak_, stream_->queued_bytes());
 }
 
 void Connection::release(Request* r) {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "backend/block_device.hpp"
-#include "reactor/tcp_stream.hpp"
+#include "reactor/byte_stream.hpp"
 #include "target/subsystem.hpp"
 #include "wire/pdu.hpp"
 

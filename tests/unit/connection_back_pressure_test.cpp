@@ -1,0 +1,277 @@
+// A target connection over an in-memory stream (no socket): the test decides when the host reads.
+// - Back-pressure: with the send queue over max_send_queue_bytes, new commands wait (counted,
+//   in the Waiting state) instead of growing the queue; as the host reads, they run, in the
+//   order they came, and every one is answered once.
+// - Send stall on a fake clock: a host that reads slowly, a few bytes at a time, is no stall;
+//   one that stops reading is closed send_timeout_ms after the last progress, not before.
+// - Closing a connection whose responses were never read gives every request back.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "../integration/raw_session.hpp"
+#include "memory_stream.hpp"
+#include "reactor/clock.hpp"
+#include "target/connection.hpp"
+#include "target/subsystem.hpp"
+#include "util/log.hpp"
+#include "wire/pdu.hpp"
+
+using namespace nvtcp;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kSendCap = 64 * 1024;  // max_send_queue_bytes
+constexpr uint32_t kSendTimeoutMs = 300;
+constexpr uint64_t kPollMs = 100;  // kControllerPollNs: how often a connected queue checks
+constexpr uint32_t kNullNsid = 1;  // 4 KiB blocks
+constexpr uint32_t kReadBytes = 16 * 1024;
+constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:back-pressure";
+
+target::TargetState& state() {
+  static target::TargetState* st = [] {
+    target::TargetConfig cfg;
+    cfg.listeners.push_back({"127.0.0.1", 4420});
+    cfg.max_send_queue_bytes = kSendCap;
+    cfg.send_timeout_ms = kSendTimeoutMs;
+    target::SubsystemConfig sc;
+    sc.nqn = kNqn;
+    sc.namespaces.push_back({kNullNsid, "null", 1u << 30, "", 4096});
+    cfg.subsystems.push_back(sc);
+    EXPECT_EQ(target::finalize_config(cfg), "");
+    auto* s = new target::TargetState();
+    EXPECT_EQ(target::build_state(cfg, *s), "");
+    return s;
+  }();
+  return *st;
+}
+
+// One PDU as the host reads it.
+struct Pdu {
+  wire::PduType type;
+  test::Bytes bytes;
+};
+
+// The host's end of one connection: the target's Connection over a MemoryStream.
+struct HostEnd {
+  reactor::Reactor& r;
+  target::Connection* conn = nullptr;  // frees itself once closed: valid while in the set
+  test::MemoryStream* stream = nullptr;
+  uint16_t next_cid = 1;
+
+  HostEnd(reactor::Reactor& reactor, target::ConnectionSet& set, const reactor::Clock& clock, const char* name)
+      : r(reactor) {
+    conn = new target::Connection(
+        state(), r,
+        [&](reactor::StreamOwner& owner) {
+          auto s = std::make_unique<test::MemoryStream>(r, owner);
+          stream = s.get();
+          return s;
+        },
+        name, set, {}, {}, clock);
+    conn->start();
+  }
+  uint16_t cid() { return next_cid++; }
+  void spin(int turns = 5) {
+    for (int i = 0; i < turns; ++i) r.run_once(0);
+  }
+  // The host sends b; the reactor then runs what it started.
+  void send(const test::Bytes& b) {
+    stream->deliver(b);
+    spin();
+  }
+  // The next whole PDU among the bytes the host has read, if there is one.
+  bool pop(Pdu& out) {
+    auto& in = stream->received();
+    if (in.size() < sizeof(wire::CommonHeader)) return false;
+    const auto ch = test::read_as<wire::CommonHeader>(in);
+    if (in.size() < ch.plen) return false;
+    out.type = wire::PduType(ch.type);
+    out.bytes.assign(in.begin(), in.begin() + ch.plen);
+    in.erase(in.begin(), in.begin() + ch.plen);
+    return true;
+  }
+  // Reads everything queued (turning the reactor, since reading lets waiting commands run) and
+  // returns the PDUs, in order.
+  std::vector<Pdu> read_all() {
+    std::vector<Pdu> out;
+    for (int i = 0; i < 1000; ++i) {
+      spin();
+      if (stream->drain() == 0) break;
+    }
+    for (Pdu p; pop(p);) out.push_back(p);
+    return out;
+  }
+  // Sends sqe (with in-capsule data) and reads up to its response, which must be a success.
+  ::testing::AssertionResult command(wire::Sqe sqe, const test::Bytes& data = {}, wire::Cqe* out = nullptr) {
+    send(test::capsule_pdu(sqe, data, false, false));
+    for (const Pdu& p : read_all()) {
+      if (p.type != wire::PduType::CapsuleResp) continue;
+      const auto cqe = test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader));
+      if (cqe.cid != sqe.cid) return ::testing::AssertionFailure() << "response for cid " << cqe.cid;
+      if (out) *out = cqe;
+      return test::ok(cqe);
+    }
+    return ::testing::AssertionFailure() << "no response for cid " << sqe.cid;
+  }
+  ::testing::AssertionResult icreq() {
+    send(test::icreq_pdu(0));
+    auto pdus = read_all();
+    if (pdus.size() != 1 || pdus[0].type != wire::PduType::ICResp) return ::testing::AssertionFailure() << "no ICResp";
+    return ::testing::AssertionSuccess();
+  }
+  ::testing::AssertionResult connect(uint16_t qid, uint16_t cntlid, uint16_t* got_cntlid = nullptr) {
+    wire::Sqe sqe = wire::cmd::connect(qid, 127, 0);
+    sqe.cid = cid();
+    wire::Cqe cqe{};
+    const auto data = test::bytes_of(wire::cmd::connect_data(test::kHostId, cntlid, kNqn, test::kHostNqn));
+    if (auto res = command(sqe, data, &cqe); !res) return res;
+    if (got_cntlid) *got_cntlid = uint16_t(cqe.dw0);
+    return ::testing::AssertionSuccess();
+  }
+  test::Bytes read_capsule(uint16_t c) {
+    return test::capsule_pdu(test::rw_sqe(wire::IoOpcode::Read, c, kNullNsid, 0, kReadBytes / 4096, kReadBytes),
+                             {}, false, false);
+  }
+};
+
+// Requests not Free: waiting, running or with a response not yet read.
+uint32_t in_use(const target::ConnectionInfo& i) {
+  uint32_t n = 0;
+  for (size_t s = 0; s < i.request_states.size(); ++s)
+    if (s != size_t(target::Request::State::Free)) n += i.request_states[s];
+  return n;
+}
+
+struct ConnectionBackPressure : ::testing::Test {
+  reactor::Reactor reactor{64};
+  target::ConnectionSet set;
+  reactor::FakeClock clock;
+  ConnectionBackPressure() { log::set_level(log::Level::Off); }
+  ~ConnectionBackPressure() override {
+    set.close_all();
+    for (int i = 0; i < 100 && set.size() > 0; ++i) reactor.run_once(1000);
+  }
+  // An admin queue, enabled, with one I/O queue granted, and I/O queue 1 on io.
+  void open(HostEnd& admin, HostEnd& io) {
+    uint16_t cntlid = 0;
+    ASSERT_TRUE(admin.icreq());
+    ASSERT_TRUE(admin.connect(0, wire::kDynamicCntlid, &cntlid));
+    ASSERT_TRUE(admin.command(
+        test::property_sqe(admin.cid(), wire::FabricsType::PropertySet, wire::prop::CC, test::kCcEnable)));
+    ASSERT_TRUE(admin.command(test::set_features_nq_sqe(admin.cid(), 1)));
+    ASSERT_TRUE(io.icreq());
+    ASSERT_TRUE(io.connect(1, cntlid));
+  }
+  // Steps the fake clock and runs what fell due on conn (its reactor timer reads the real clock).
+  void step(target::Connection* conn, uint64_t ns) {
+    clock.step_ns(ns);
+    conn->run_due_deadlines();
+    for (int i = 0; i < 5; ++i) reactor.run_once(0);
+  }
+};
+
+TEST_F(ConnectionBackPressure, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderAsTheHostReads) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  constexpr uint16_t kReads = 64;  // 1 MiB of responses against a 64 KiB cap
+  test::Bytes burst;
+  for (uint16_t c = 1; c <= kReads; ++c) {
+    const auto pdu = io.read_capsule(c);
+    burst.insert(burst.end(), pdu.begin(), pdu.end());
+  }
+  io.send(burst);
+
+  // The host has read nothing: the queue stops at the cap (plus the one response that crossed
+  // it), and the rest of the commands wait.
+  const auto held = io.conn->info();
+  const uint64_t one_response = sizeof(wire::C2HDataPdu) + kReadBytes + sizeof(wire::CapsuleRespPdu);
+  EXPECT_GT(held.send_queue_bytes, 0u);
+  EXPECT_LE(held.send_queue_bytes, kSendCap + one_response);
+  EXPECT_LE(held.send_queue_peak, kSendCap + one_response);
+  EXPECT_GT(held.waiting, 0u);
+  EXPECT_EQ(held.waiting, held.request_states[size_t(target::Request::State::Waiting)]);
+  EXPECT_EQ(in_use(held), kReads) << "each command is either waiting or answered, none lost";
+
+  // Nothing moves on its own while the host does not read (the retry timer finds the queue still full).
+  for (int i = 0; i < 5; ++i) io.spin();
+  EXPECT_EQ(io.conn->info().waiting, held.waiting);
+
+  // As the host reads, the waiting commands run: every one answered once, with its data, in
+  // the order sent.
+  std::vector<uint16_t> order;
+  std::map<uint16_t, uint32_t> data;
+  for (int round = 0; round < 200 && order.size() < kReads; ++round) {
+    io.stream->drain(kSendCap / 4);  // a host that reads a quarter of the cap at a time
+    io.spin();
+    EXPECT_LE(io.conn->info().send_queue_bytes, kSendCap + one_response);
+    for (Pdu p; io.pop(p);) {
+      if (p.type == wire::PduType::C2HData) {
+        const auto d = test::read_as<wire::C2HDataPdu>(p.bytes);
+        data[d.cccid] += d.datal;
+        if (d.ch.flags & wire::kFlagDataSuccess) order.push_back(d.cccid);  // no CapsuleResp follows
+      } else if (p.type == wire::PduType::CapsuleResp) {
+        const auto cqe = test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader));
+        EXPECT_TRUE(test::ok(cqe)) << "cid " << cqe.cid;
+        order.push_back(cqe.cid);
+      } else {
+        ADD_FAILURE() << "unexpected PDU type " << unsigned(p.type);
+      }
+    }
+  }
+  ASSERT_EQ(order.size(), size_t(kReads));
+  for (uint16_t i = 0; i < kReads; ++i) {
+    EXPECT_EQ(order[i], i + 1) << "responses out of arrival order at " << i;
+    EXPECT_EQ(data[i + 1], kReadBytes) << "cid " << i + 1;
+  }
+  const auto after = io.conn->info();
+  EXPECT_EQ(after.waiting, 0u);
+  EXPECT_EQ(after.send_queue_bytes, 0u);
+  EXPECT_EQ(after.waits, held.waiting) << "each held command waited once";
+  EXPECT_EQ(in_use(after), 0u) << "every request is free again";
+}
+
+TEST_F(ConnectionBackPressure, AHostThatReadsSlowlyIsNotStalledOneThatStopsIsClosedAtSendTimeout) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  io.send(io.read_capsule(io.cid()));
+  ASSERT_GT(io.stream->queued_bytes(), 0u);
+  // A byte every poll period, for three send timeouts: progress each time, no stall.
+  for (uint64_t t = 0; t < 3 * kSendTimeoutMs; t += kPollMs) {
+    ASSERT_EQ(io.stream->drain(1), 1u);
+    step(io.conn, kPollMs * kMs);
+    ASSERT_EQ(set.size(), 2u) << "closed a host that was reading, " << t << " ms in";
+  }
+  // The host stops reading. The check just run saw its last progress: closed send_timeout_ms
+  // after it, not before.
+  step(io.conn, (kSendTimeoutMs - 1) * kMs);
+  ASSERT_EQ(set.size(), 2u) << "closed before send_timeout_ms without progress";
+  EXPECT_FALSE(io.stream->closing());
+  step(io.conn, 2 * kMs);
+  EXPECT_TRUE(io.stream->closing()) << "still open past send_timeout_ms without progress";
+  for (int i = 0; i < 100 && set.size() > 1; ++i) reactor.run_once(0);
+  EXPECT_EQ(set.size(), 1u) << "the stalled queue, and only it, is gone";
+}
+
+TEST_F(ConnectionBackPressure, ClosingWithResponsesUnreadGivesEveryRequestBack) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  test::Bytes burst;
+  for (uint16_t c = 1; c <= 16; ++c) {
+    const auto pdu = io.read_capsule(c);
+    burst.insert(burst.end(), pdu.begin(), pdu.end());
+  }
+  io.send(burst);
+  ASSERT_GT(io.conn->info().waiting, 0u);
+  const uint64_t connections = state().usage.connections.load();
+  io.conn->close("test");
+  // The queued responses are dropped and their requests released; the connection then frees
+  // itself (ASan would report what it kept).
+  for (int i = 0; i < 100 && set.size() > 1; ++i) reactor.run_once(0);
+  EXPECT_EQ(set.size(), 1u);
+  EXPECT_EQ(state().usage.connections.load(), connections - 1);
+}
+
+}  // namespace
