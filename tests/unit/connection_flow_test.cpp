@@ -1,10 +1,12 @@
-// A target connection over an in-memory stream (no socket): the test decides when the host reads.
+// A target connection's flow control over an in-memory stream (no socket): the test decides when the
 // - Back-pressure: with the send queue over max_send_queue_bytes, new commands wait (counted,
 //   in the Waiting state) instead of growing the queue; as the host reads, they run, in the
 //   order they came, and every one is answered once.
 // - Send stall on a fake clock: a host that reads slowly, a few bytes at a time, is no stall;
 //   one that stops reading is closed send_timeout_ms after the last progress, not before.
 // - Closing a connection whose responses were never read gives every request back.
+// - The R2T window: a write gets as many R2Ts outstanding as the host's MAXR2T allows, each
+//   MAXH2CDATA long, and the next one only once a whole R2T's data is in.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -27,7 +29,9 @@ constexpr uint64_t kSendCap = 64 * 1024;  // max_send_queue_bytes
 constexpr uint32_t kSendTimeoutMs = 300;
 constexpr uint64_t kPollMs = 100;  // kControllerPollNs: how often a connected queue checks
 constexpr uint32_t kNullNsid = 1;  // 4 KiB blocks
+constexpr uint32_t kRamNsid = 2;   // 512-byte blocks
 constexpr uint32_t kReadBytes = 16 * 1024;
+constexpr uint32_t kMaxH2CData = 32 * 1024;
 constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:back-pressure";
 
 target::TargetState& state() {
@@ -36,9 +40,11 @@ target::TargetState& state() {
     cfg.listeners.push_back({"127.0.0.1", 4420});
     cfg.max_send_queue_bytes = kSendCap;
     cfg.send_timeout_ms = kSendTimeoutMs;
+    cfg.max_h2c_data = kMaxH2CData;
     target::SubsystemConfig sc;
     sc.nqn = kNqn;
     sc.namespaces.push_back({kNullNsid, "null", 1u << 30, "", 4096});
+    sc.namespaces.push_back({kRamNsid, "ram", 4u << 20, "", 512});
     cfg.subsystems.push_back(sc);
     EXPECT_EQ(target::finalize_config(cfg), "");
     auto* s = new target::TargetState();
@@ -116,8 +122,9 @@ struct HostEnd {
     }
     return ::testing::AssertionFailure() << "no response for cid " << sqe.cid;
   }
-  ::testing::AssertionResult icreq() {
-    send(test::icreq_pdu(0));
+  // maxr2t: R2Ts the host allows outstanding per command, 0's based.
+  ::testing::AssertionResult icreq(uint32_t maxr2t = 0) {
+    send(test::bytes_of(wire::make_icreq(0, false, false, maxr2t)));
     auto pdus = read_all();
     if (pdus.size() != 1 || pdus[0].type != wire::PduType::ICResp) return ::testing::AssertionFailure() << "no ICResp";
     return ::testing::AssertionSuccess();
@@ -145,24 +152,24 @@ uint32_t in_use(const target::ConnectionInfo& i) {
   return n;
 }
 
-struct ConnectionBackPressure : ::testing::Test {
+struct ConnectionFlow : ::testing::Test {
   reactor::Reactor reactor{64};
   target::ConnectionSet set;
   reactor::FakeClock clock;
-  ConnectionBackPressure() { log::set_level(log::Level::Off); }
-  ~ConnectionBackPressure() override {
+  ConnectionFlow() { log::set_level(log::Level::Off); }
+  ~ConnectionFlow() override {
     set.close_all();
     for (int i = 0; i < 100 && set.size() > 0; ++i) reactor.run_once(1000);
   }
   // An admin queue, enabled, with one I/O queue granted, and I/O queue 1 on io.
-  void open(HostEnd& admin, HostEnd& io) {
+  void open(HostEnd& admin, HostEnd& io, uint32_t io_maxr2t = 0) {
     uint16_t cntlid = 0;
     ASSERT_TRUE(admin.icreq());
     ASSERT_TRUE(admin.connect(0, wire::kDynamicCntlid, &cntlid));
     ASSERT_TRUE(admin.command(
         test::property_sqe(admin.cid(), wire::FabricsType::PropertySet, wire::prop::CC, test::kCcEnable)));
     ASSERT_TRUE(admin.command(test::set_features_nq_sqe(admin.cid(), 1)));
-    ASSERT_TRUE(io.icreq());
+    ASSERT_TRUE(io.icreq(io_maxr2t));
     ASSERT_TRUE(io.connect(1, cntlid));
   }
   // Steps the fake clock and runs what fell due on conn (its reactor timer reads the real clock).
@@ -173,7 +180,7 @@ struct ConnectionBackPressure : ::testing::Test {
   }
 };
 
-TEST_F(ConnectionBackPressure, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderAsTheHostReads) {
+TEST_F(ConnectionFlow, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderAsTheHostReads) {
   HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
   open(admin, io);
   constexpr uint16_t kReads = 64;  // 1 MiB of responses against a 64 KiB cap
@@ -233,7 +240,7 @@ TEST_F(ConnectionBackPressure, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderA
   EXPECT_EQ(in_use(after), 0u) << "every request is free again";
 }
 
-TEST_F(ConnectionBackPressure, AHostThatReadsSlowlyIsNotStalledOneThatStopsIsClosedAtSendTimeout) {
+TEST_F(ConnectionFlow, AHostThatReadsSlowlyIsNotStalledOneThatStopsIsClosedAtSendTimeout) {
   HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
   open(admin, io);
   io.send(io.read_capsule(io.cid()));
@@ -255,7 +262,7 @@ TEST_F(ConnectionBackPressure, AHostThatReadsSlowlyIsNotStalledOneThatStopsIsClo
   EXPECT_EQ(set.size(), 1u) << "the stalled queue, and only it, is gone";
 }
 
-TEST_F(ConnectionBackPressure, ClosingWithResponsesUnreadGivesEveryRequestBack) {
+TEST_F(ConnectionFlow, ClosingWithResponsesUnreadGivesEveryRequestBack) {
   HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
   open(admin, io);
   test::Bytes burst;
@@ -272,6 +279,77 @@ TEST_F(ConnectionBackPressure, ClosingWithResponsesUnreadGivesEveryRequestBack) 
   for (int i = 0; i < 100 && set.size() > 1; ++i) reactor.run_once(0);
   EXPECT_EQ(set.size(), 1u);
   EXPECT_EQ(state().usage.connections.load(), connections - 1);
+}
+
+// The R2Ts the host has read so far, in order.
+std::vector<wire::R2TPdu> r2ts(HostEnd& h) {
+  std::vector<wire::R2TPdu> out;
+  for (const Pdu& p : h.read_all()) {
+    EXPECT_EQ(p.type, wire::PduType::R2T) << "unexpected PDU type " << unsigned(p.type);
+    if (p.type == wire::PduType::R2T) out.push_back(test::read_as<wire::R2TPdu>(p.bytes));
+  }
+  return out;
+}
+
+TEST_F(ConnectionFlow, AWriteGetsMaxR2TWindowsOfMaxH2CDataAndTheNextOnceOneIsFull) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io, 1);  // two R2Ts outstanding
+  constexpr uint32_t kChunks = 5;
+  constexpr uint32_t kLen = kChunks * kMaxH2CData;
+  test::Bytes data(kLen);
+  for (uint32_t i = 0; i < kLen; ++i) data[i] = uint8_t(i * 7 + i / 4096);
+  const uint16_t cid = io.cid();
+  io.send(test::capsule_pdu(test::rw_sqe(wire::IoOpcode::Write, cid, kRamNsid, 0, kLen / 512, kLen), {}, false, false));
+
+  auto window = r2ts(io);
+  ASSERT_EQ(window.size(), 2u) << "MAXR2T 1 (0's based) allows two R2Ts at once";
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(window[i].cccid, cid);
+    EXPECT_EQ(window[i].r2to, i * kMaxH2CData);
+    EXPECT_EQ(window[i].r2tl, kMaxH2CData);
+  }
+  const uint16_t ttag = window[0].ttag;
+  EXPECT_EQ(window[1].ttag, ttag);
+  EXPECT_EQ(in_use(io.conn->info()), 1u);
+  EXPECT_EQ(io.conn->info().request_states[size_t(target::Request::State::AwaitingH2C)], 1u);
+
+  auto h2c = [&](uint32_t off, uint32_t len, bool last) {
+    io.send(test::h2c_data_pdu(cid, ttag, off, test::Bytes(data.begin() + off, data.begin() + off + len), last));
+  };
+  uint32_t next = 2;  // the chunk the next R2T must ask for
+  for (uint32_t chunk = 0; chunk < kChunks; ++chunk) {
+    const uint32_t off = chunk * kMaxH2CData;
+    // Half of an R2T's data opens nothing; the other half opens the next R2T, if any is left.
+    h2c(off, kMaxH2CData / 2, false);
+    EXPECT_TRUE(r2ts(io).empty()) << "an R2T before chunk " << chunk << " was all in";
+    h2c(off + kMaxH2CData / 2, kMaxH2CData / 2, true);
+    if (next < kChunks) {
+      window = r2ts(io);
+      ASSERT_EQ(window.size(), 1u) << "after chunk " << chunk;
+      EXPECT_EQ(window[0].r2to, next * kMaxH2CData);
+      EXPECT_EQ(window[0].r2tl, kMaxH2CData);
+      ++next;
+    }
+  }
+  // All in: the write completes, and the data reads back as sent.
+  bool answered = false;
+  for (const Pdu& p : io.read_all()) {
+    ASSERT_EQ(p.type, wire::PduType::CapsuleResp);
+    const auto cqe = test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader));
+    EXPECT_EQ(cqe.cid, cid);
+    EXPECT_TRUE(test::ok(cqe));
+    answered = true;
+  }
+  ASSERT_TRUE(answered);
+  const uint16_t rd = io.cid();
+  io.send(test::capsule_pdu(test::rw_sqe(wire::IoOpcode::Read, rd, kRamNsid, 0, kLen / 512, kLen), {}, false, false));
+  test::Bytes back;
+  for (const Pdu& p : io.read_all())
+    if (p.type == wire::PduType::C2HData) {
+      const auto ch = test::read_as<wire::CommonHeader>(p.bytes);
+      back.insert(back.end(), p.bytes.begin() + ch.pdo, p.bytes.end());
+    }
+  EXPECT_TRUE(back == data) << "read back " << back.size() << " bytes, not what was written";
 }
 
 }  // namespace
