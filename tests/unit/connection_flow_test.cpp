@@ -1,4 +1,5 @@
-// A target connection's flow control over an in-memory stream (no socket): the test decides when the
+// A target connection's flow control over an in-memory stream (no socket): the test decides when
+// the host reads.
 // - Back-pressure: with the send queue over max_send_queue_bytes, new commands wait (counted,
 //   in the Waiting state) instead of growing the queue; as the host reads, they run, in the
 //   order they came, and every one is answered once.
