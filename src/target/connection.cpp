@@ -26,8 +26,22 @@ void ConnectionSet::remove(Connection* c) {
     conns_.pop_back();
   }
 }
+void ConnectionSet::remove_draining(Connection* c) {
+  auto it = std::find(draining_.begin(), draining_.end(), c);
+  if (it != draining_.end()) {
+    *it = draining_.back();
+    draining_.pop_back();
+  }
+}
 void ConnectionSet::collect(std::vector<ConnectionInfo>& out) const {
   for (const Connection* c : conns_) out.push_back(c->info());
+}
+RequestStateCounts ConnectionSet::request_states() const {
+  RequestStateCounts sum{};
+  for (const auto* list : {&conns_, &draining_})
+    for (const Connection* c : *list)
+      for (size_t s = 0; s < sum.size(); ++s) sum[s] += c->request_states()[s];
+  return sum;
 }
 void ConnectionSet::close_all() {
   auto copy = conns_;
@@ -178,13 +192,13 @@ void Connection::on_closed(int err) {
   set_.remove(this);
   // Shutdown waits for draining connections: counted until the release frees this one, at
   // once or at its last device completion.
-  set_.add_draining();
+  set_.add_draining(this);
   backend_gate_.close();
 }
 
 void Connection::release_closed(void* conn) {
   auto* c = static_cast<Connection*>(conn);
-  c->set_.remove_draining();
+  c->set_.remove_draining(c);
   delete c;
 }
 

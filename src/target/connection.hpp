@@ -56,10 +56,14 @@ class ConnectionSet {
   size_t size() const { return conns_.size(); }
   // Closed connections that wait for their last device completion before they free
   // themselves: shutdown waits for these too, or they would outlive their reactor.
-  void add_draining() { ++draining_; }
-  void remove_draining() { --draining_; }
-  size_t draining() const { return draining_; }
+  void add_draining(Connection* c) { draining_.push_back(c); }
+  void remove_draining(Connection* c);
+  size_t draining() const { return draining_.size(); }
+  // The open connections, one entry each.
   void collect(std::vector<ConnectionInfo>& out) const;
+  // Requests per state over every connection of this reactor, the closed ones whose requests
+  // are still inside a device included: a request stuck in a device shows, though its host left.
+  RequestStateCounts request_states() const;
   // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
   void count_io() { bump(ios_); }
   uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
@@ -74,7 +78,7 @@ class ConnectionSet {
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<Connection*> conns_;
   uint32_t index_ = 0;
-  size_t draining_ = 0;
+  std::vector<Connection*> draining_;
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
 
@@ -106,6 +110,7 @@ class Connection final : public reactor::StreamOwner,
   void close(const std::string& why);
   const std::string& peer() const { return peer_; }
   ConnectionInfo info() const;
+  const RequestStateCounts& request_states() const { return pool_.counts(); }
   // Runs the deadlines due by the connection's clock: the reactor does this at the earliest
   // one; a test that stepped a fake clock calls it.
   void run_due_deadlines() { deadlines_.run_due(); }

@@ -407,8 +407,16 @@ std::vector<ConnectionInfo> Target::connection_info() {
 
 RequestStateCounts Target::request_states() {
   RequestStateCounts sum{};
-  for (const ConnectionInfo& c : connection_info())
-    for (size_t s = 0; s < sum.size(); ++s) sum[s] += c.request_states[s];
+  if (!started_) return sum;
+  for (auto& rt : reactors_) {
+    auto done = std::make_shared<std::promise<RequestStateCounts>>();
+    auto f = done->get_future();
+    ReactorThread* raw = rt.get();
+    raw->reactor->post([raw, done] { done->set_value(raw->connections.request_states()); });
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
+    const RequestStateCounts c = f.get();
+    for (size_t s = 0; s < sum.size(); ++s) sum[s] += c[s];
+  }
   return sum;
 }
 

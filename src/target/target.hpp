@@ -37,8 +37,9 @@ class Target {
   // One entry per live connection, gathered on the reactors (control path; never call it
   // from a reactor thread). Empty when the target is not running.
   std::vector<ConnectionInfo> connection_info();
-  // The requests of every live connection in each Request::State (control path, gathered on
-  // the reactors like connection_info()): with no I/O outstanding, all of them are Free.
+  // The requests in each Request::State (control path, gathered on the reactors like
+  // connection_info()): those of every live connection, and those of closed connections that
+  // still wait for a device. With no I/O outstanding, all of them are Free.
   RequestStateCounts request_states();
   // I/O commands completed by all reactors so far.
   uint64_t io_count() const;

@@ -1,7 +1,9 @@
 // The target's per-state request counts (Target::request_states), read while commands are
 // in given states and after they are done: a command whose R2T is outstanding is counted in
-// AwaitingH2C, and once a workload is answered every request is back in Free.
+// AwaitingH2C, and once a workload is answered every request is back in Free; a command still
+// in the device when its host goes away is counted until the device lets it go.
 #include "raw_session.hpp"
+#include "test_devices.hpp"
 
 namespace nvtcp::test {
 namespace {
@@ -72,6 +74,41 @@ TEST(RequestStates, AfterAWorkloadEveryRequestIsFree) {
   uint32_t pools = 0;
   for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::Request));
   EXPECT_EQ(c[size_t(S::Free)], pools) << describe(c);
+}
+
+TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].namespaces = {{2, "ram", 64u << 20, "", 512}};
+  GatedDevice* dev = nullptr;
+  auto factory = [&](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    auto d = std::make_unique<GatedDevice>(nc.size);
+    dev = d.get();
+    return d;
+  };
+  RunningTarget t(cfg, factory);
+  Session admin;
+  auto io = std::make_unique<Session>();
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, *io));
+  const DsmRange range{0, 8, 0};
+  Sqe dsm = raw_sqe(cmd::deallocate(2, 1), io->cid(), sizeof(range), kSglDataBlockOffset);
+  ASSERT_TRUE(io->send_capsule(dsm, bytes_of(range)));
+  ASSERT_TRUE(wait_for([&] { return dev->held() == 1; }, 5000)) << "the Deallocate never reached the device";
+  target::RequestStateCounts c = t.target().request_states();
+  EXPECT_EQ(outside_free(c), 1u) << describe(c);
+
+  // The host goes away: its queue closes, but its request is still in the device and is counted.
+  io.reset();
+  ASSERT_TRUE(wait_for([&] { return t.target().connection_info().size() == 1; }, 5000)) << "the I/O queue stays open";
+  c = t.target().request_states();
+  EXPECT_EQ(outside_free(c), 1u) << "a request in the device vanished from the counts with its host: "
+                                 << describe(c);
+  // The device lets go: the closed connection frees itself, and only the admin queue's pool is left.
+  dev->release_one();
+  EXPECT_TRUE(wait_for([&] { return outside_free(c = t.target().request_states()) == 0; }, 5000)) << describe(c);
+  uint32_t pools = 0;
+  for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::Request));
+  EXPECT_TRUE(wait_for([&] { return (c = t.target().request_states())[size_t(S::Free)] == pools; }, 5000))
+      << describe(c);
 }
 
 }  // namespace
