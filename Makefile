@@ -29,7 +29,7 @@ demo: deps
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-# The Debian package, in $(BUILD): nvtcp_<version>_<arch>.deb.
+# The Debian packages, in $(BUILD): nvtcp, libnvtcp0 and libnvtcp-dev, each _<version>_<arch>.deb.
 package: build
 	@cd $(BUILD) && cpack -G DEB
 

@@ -2,31 +2,31 @@
 # (`cpack -G DEB` in the build directory, or `make package`).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS nvtcp RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(TARGETS nvtcp RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 install(TARGETS nvtcp_shared nvtcp_static EXPORT nvtcpTargets
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT libs NAMELINK_COMPONENT dev
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/nvtcp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        COMPONENT development FILES_MATCHING PATTERN "*.hpp")
+        COMPONENT dev FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_SOURCE_DIR}/apps/nvtcp/bench_report.py DESTINATION ${CMAKE_INSTALL_DATADIR}/nvtcp
-        RENAME nvtcp_bench_report.py COMPONENT runtime)
+        RENAME nvtcp_bench_report.py COMPONENT tools)
 
 # find_package(nvtcp) -> nvtcp::nvtcp (shared) and nvtcp::nvtcp_static.
 set(NVTCP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nvtcp)
-install(EXPORT nvtcpTargets NAMESPACE nvtcp:: DESTINATION ${NVTCP_CMAKE_DIR} COMPONENT development)
+install(EXPORT nvtcpTargets NAMESPACE nvtcp:: DESTINATION ${NVTCP_CMAKE_DIR} COMPONENT dev)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/nvtcpConfig.cmake.in
   ${PROJECT_BINARY_DIR}/nvtcpConfig.cmake INSTALL_DESTINATION ${NVTCP_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/nvtcpConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/nvtcpConfig.cmake ${PROJECT_BINARY_DIR}/nvtcpConfigVersion.cmake
-        DESTINATION ${NVTCP_CMAKE_DIR} COMPONENT development)
+        DESTINATION ${NVTCP_CMAKE_DIR} COMPONENT dev)
 
 # pkg-config: `pkg-config --cflags --libs nvtcp` (add --static for libnvtcp.a). The paths are
 # relative to the .pc file's own place, so a tree installed under any prefix (or moved) works.
 file(RELATIVE_PATH NVTCP_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" NVTCP_PC_TO_PREFIX "${NVTCP_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/nvtcp.pc.in ${PROJECT_BINARY_DIR}/nvtcp.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/nvtcp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT development)
+install(FILES ${PROJECT_BINARY_DIR}/nvtcp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
 # The target as a service: nvtcp-target.service runs `nvtcp target --config /etc/nvtcp/target.json`.
 # Both land where the install prefix says at install time (prefix /usr: /etc/nvtcp and
@@ -34,30 +34,56 @@ install(FILES ${PROJECT_BINARY_DIR}/nvtcp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 # ExecStart names the nvtcp that was installed with it.
 install(CODE "set(NVTCP_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
               set(NVTCP_BINARY_DIR \"${PROJECT_BINARY_DIR}\")
-              set(NVTCP_BINDIR \"${CMAKE_INSTALL_BINDIR}\")" COMPONENT runtime)
-install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT runtime)
+              set(NVTCP_BINDIR \"${CMAKE_INSTALL_BINDIR}\")" COMPONENT tools)
+install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT tools)
 
-# The Debian package: one package with everything (binaries, library, headers, fio engine,
-# service). dpkg-shlibdeps works out the library dependencies.
+# The Debian packages, one per component, as Debian splits a library:
+# - nvtcp (tools): the nvtcp binary (target, discover, identify, perf, bench), the fio engine,
+#   the nvtcp-target service and its configuration (a conffile);
+# - libnvtcp0 (libs): the shared host library, all an application linked against it needs;
+# - libnvtcp-dev (dev): headers, libnvtcp.so, libnvtcp.a, the CMake package and nvtcp.pc; it
+#   depends on libnvtcp0 of the same version.
+# A server that only runs the target installs nvtcp alone (the binary links the library
+# statically). dpkg-shlibdeps works out each package's library dependencies.
 set(CPACK_PACKAGE_NAME nvtcp)
 set(CPACK_PACKAGE_VENDOR "nvtcp")
 set(CPACK_PACKAGE_CONTACT "nvtcp maintainers <nvtcp@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "userspace NVMe-over-TCP target, host library, offload engine and benchmark")
-set(CPACK_PACKAGE_DESCRIPTION "nvtcp serves NULL, RAM and file namespaces over NVMe/TCP (nvtcp target, also as\n\
-the nvtcp-target service), and connects to NVMe/TCP controllers with libnvtcp, the fio\n\
-ioengine libnvtcp_fio.so and the nvtcp discover, identify, perf and bench tools.")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_PREFIX /usr)  # what the install runs with under CPACK_SET_DESTDIR
 # install_service.cmake reads the prefix the package installs to; DESTDIR staging gives it /usr.
 set(CPACK_SET_DESTDIR ON)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL tools libs dev)
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
+set(CPACK_COMPONENT_DEV_DEPENDS libs)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# shlibs for packages that link libnvtcp, and the ldconfig trigger.
-set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "fio, nvme-cli")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/conffiles)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME nvtcp)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION net)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "fio, nvme-cli")
+set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/conffiles)
+set(CPACK_DEBIAN_TOOLS_DESCRIPTION "userspace NVMe-over-TCP target, tools, fio engine and benchmark
+nvtcp serves NULL, RAM and file namespaces over NVMe/TCP (nvtcp target, also as the
+nvtcp-target service), and connects to NVMe/TCP controllers with the fio ioengine
+libnvtcp_fio.so and the nvtcp discover, identify, perf and bench tools.")
+
+set(CPACK_DEBIAN_LIBS_PACKAGE_NAME libnvtcp0)
+set(CPACK_DEBIAN_LIBS_PACKAGE_SECTION libs)
+# shlibs for packages that link libnvtcp, and the ldconfig trigger.
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # only libnvtcp0 has a library with a SONAME
+set(CPACK_DEBIAN_LIBS_DESCRIPTION "userspace NVMe-over-TCP host library
+libnvtcp connects to NVMe/TCP controllers (the Linux kernel's nvmet, SPDK, nvtcp) and runs
+admin and I/O commands on per-thread queue pairs, with reconnect, keep-alive and digests.")
+
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME libnvtcp-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+# nvtcpConfig.cmake finds fmt; libnvtcp.a also needs liburing and ISA-L at link time.
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libfmt-dev, liburing-dev, libisal-dev")
+set(CPACK_DEBIAN_DEV_DESCRIPTION "userspace NVMe-over-TCP host library (development files)
+Headers, the static library, the CMake package (find_package(nvtcp): nvtcp::nvtcp and
+nvtcp::nvtcp_static) and nvtcp.pc for pkg-config.")
 include(CPack)

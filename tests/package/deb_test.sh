@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The Debian package as an administrator meets it: `cpack -G DEB` builds nvtcp_<version>_<arch>.deb,
-# apt installs it (dependencies from Debian) into a fresh Debian 12 root made by debootstrap, and
-# the target starts there from the ExecStart line of the packaged nvtcp-target.service, reading
-# the packaged /etc/nvtcp/target.json. A host outside the root identifies it and runs I/O, and
-# Debian's fio inside the root loads the packaged fio engine against it.
+# The Debian packages as an administrator meets them: `cpack -G DEB` builds nvtcp, libnvtcp0 and
+# libnvtcp-dev (_<version>_<arch>.deb). apt installs nvtcp alone (dependencies from Debian) into a
+# fresh Debian 12 root made by debootstrap, and the target starts there from the ExecStart line of
+# the packaged nvtcp-target.service, reading the packaged /etc/nvtcp/target.json. A host outside
+# the root identifies it and runs I/O, and Debian's fio inside the root loads the packaged fio
+# engine against it. Then apt adds libnvtcp0 and libnvtcp-dev: the library is in the loader's
+# cache and the development files are where find_package and pkg-config look.
 #
 #   deb_test.sh BUILD_DIR
 #
@@ -18,24 +20,27 @@ step() { echo "== $*"; }
 
 if [ "${1:-}" = --in-root ]; then
   # Inside `unshare --mount`: /proc and /dev for the root, then everything that runs in it.
-  root=$2 deb=$3 host_nvtcp=$4
+  root=$2 debs=$3 host_nvtcp=$4
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
   mount --make-rslave "$root/dev"
   in_root() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
 
-  step "apt installs $(basename "$deb") and its dependencies"
-  cp "$deb" "$root/tmp/nvtcp.deb"
+  mkdir -p "$root/tmp/debs"
+  cp "$debs"/*.deb "$root/tmp/debs/"
   in_root apt-get update -qq >/dev/null || fail "apt-get update in the root"
-  in_root apt-get install -y -qq --no-install-recommends /tmp/nvtcp.deb >"$root/tmp/apt.log" 2>&1 ||
-    { tail -20 "$root/tmp/apt.log"; fail "apt-get install of the package"; }
+  installed() { in_root dpkg-query --showformat='${Status}' --show "$1" 2>/dev/null || true; }
+  # The root's path to package $1's file (the glob is expanded here, outside the root).
+  deb_in_root() { local f; f=$(ls "$root"/tmp/debs/"$1"_*.deb); echo "/tmp/debs/$(basename "$f")"; }
+
+  step "apt installs nvtcp alone, with its dependencies"
+  in_root apt-get install -y -qq --no-install-recommends "$(deb_in_root nvtcp)" >"$root/tmp/apt.log" 2>&1 ||
+    { tail -20 "$root/tmp/apt.log"; fail "apt-get install of the nvtcp package"; }
+  [ "$(installed nvtcp)" = "install ok installed" ] || fail "dpkg does not list nvtcp as installed"
+  [ "$(installed libnvtcp0)" != "install ok installed" ] || fail "nvtcp pulled in libnvtcp0: the binary links it statically"
+  in_root nvtcp --version || fail "the installed nvtcp does not run"
   # Outputs are captured before they are searched: `grep -q` in a pipe closes it early, and
   # under pipefail the writer's SIGPIPE would fail the check.
-  status=$(in_root dpkg -s nvtcp)
-  grep -q '^Status: install ok installed' <<<"$status" || fail "dpkg does not list nvtcp as installed"
-  in_root nvtcp --version || fail "the installed nvtcp does not run"
-  cache=$(in_root ldconfig -p)
-  grep -q 'libnvtcp.so.0 ' <<<"$cache" || fail "libnvtcp.so.0 is not in the loader cache"
   conffiles=$(in_root dpkg-query --showformat='${Conffiles}\n' --show nvtcp)
   grep -q /etc/nvtcp/target.json <<<"$conffiles" || fail "/etc/nvtcp/target.json is not a conffile"
 
@@ -85,7 +90,26 @@ if [ "${1:-}" = --in-root ]; then
   wait "$target_pid" || rc=$?
   trap - EXIT
   [ "$rc" -eq 0 ] || { tail -5 "$root/tmp/target.log"; fail "the target exited $rc on SIGTERM"; }
-  echo "PASS: package installed with apt in a fresh Debian 12 root and served from its unit's ExecStart"
+
+  step "apt adds libnvtcp0 and libnvtcp-dev"
+  in_root apt-get install -y -qq --no-install-recommends "$(deb_in_root libnvtcp0)" "$(deb_in_root libnvtcp-dev)" \
+    >>"$root/tmp/apt.log" 2>&1 || { tail -20 "$root/tmp/apt.log"; fail "apt-get install of the library packages"; }
+  for p in libnvtcp0 libnvtcp-dev; do
+    [ "$(installed $p)" = "install ok installed" ] || fail "dpkg does not list $p as installed"
+  done
+  cache=$(in_root ldconfig -p)
+  grep -q 'libnvtcp.so.0 ' <<<"$cache" || fail "libnvtcp.so.0 is not in the loader cache"
+  dev_files=$(in_root dpkg -L libnvtcp-dev)
+  for f in include/nvtcp/host.hpp libnvtcp.so libnvtcp.a cmake/nvtcp/nvtcpConfig.cmake pkgconfig/nvtcp.pc; do
+    grep -q "/$f\$" <<<"$dev_files" || fail "libnvtcp-dev lacks $f"
+  done
+  [ "$(in_root readlink -f /usr/lib/libnvtcp.so)" = "$(in_root readlink -f /usr/lib/libnvtcp.so.0)" ] ||
+    fail "libnvtcp.so does not lead to the installed libnvtcp.so.0"
+  # What libnvtcp-dev's users need to build against it came with it from Debian.
+  for p in libfmt-dev liburing-dev libisal-dev; do
+    [ "$(installed $p)" = "install ok installed" ] || fail "libnvtcp-dev did not bring $p"
+  done
+  echo "PASS: packages installed with apt in a fresh Debian 12 root and served from the unit's ExecStart"
   exit 0
 fi
 
@@ -96,19 +120,29 @@ command -v unshare >/dev/null || skip "unshare (util-linux) is missing"
 host_nvtcp=$BUILD/nvtcp
 
 step "cpack -G DEB"
-(cd "$BUILD" && cpack -G DEB >cpack.log 2>&1) || { cat "$BUILD/cpack.log"; fail "cpack"; }
-deb=$(ls -t "$BUILD"/nvtcp_*.deb | head -1)
-echo "$deb"
-dpkg-deb -I "$deb" | sed -n 's/^ Depends: /depends: /p'
-contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for f in ./usr/bin/nvtcp ./usr/include/nvtcp/host.hpp ./etc/nvtcp/target.json ./usr/lib/nvtcp/libnvtcp_fio.so; do
-  grep -qx "$f" <<<"$contents" || fail "the package lacks $f"
-done
+debs=$(mktemp -d /var/tmp/nvtcp-debs.XXXXXX)
+trap 'rm -rf "$debs"' EXIT
+(cd "$BUILD" && cpack -G DEB -B "$debs" >cpack.log 2>&1) || { cat "$BUILD/cpack.log"; rm -rf "$debs"; fail "cpack"; }
+# Which package holds what: a file in the wrong one breaks an install that has only some of them.
+expect_in() {
+  local deb contents f
+  deb=$(ls "$debs"/"$1"_*.deb 2>/dev/null | head -1)
+  [ -n "$deb" ] || fail "cpack made no $1 package"
+  echo "$(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
+  contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
+  shift
+  for f in "$@"; do grep -qx "./$f" <<<"$contents" || fail "$(basename "$deb") lacks /$f"; done
+}
+expect_in nvtcp usr/bin/nvtcp etc/nvtcp/target.json usr/lib/nvtcp/libnvtcp_fio.so \
+  usr/lib/systemd/system/nvtcp-target.service
+expect_in libnvtcp0 usr/lib/libnvtcp.so.0
+expect_in libnvtcp-dev usr/include/nvtcp/host.hpp usr/lib/libnvtcp.so usr/lib/libnvtcp.a usr/lib/pkgconfig/nvtcp.pc \
+  usr/lib/cmake/nvtcp/nvtcpConfig.cmake
 
 cache=${NVTCP_DEBOOTSTRAP_CACHE:-/var/tmp/nvtcp-debootstrap}
 tarball=$cache/bookworm-minbase.tar
 dir=$(mktemp -d /var/tmp/nvtcp-deb-test.XXXXXX)
-trap 'rm -rf --one-file-system "$dir"' EXIT
+trap 'rm -rf --one-file-system "$dir" "$debs"' EXIT
 root=$dir/root
 mkdir -p "$root" "$cache"
 if [ -s "$tarball" ]; then
@@ -121,4 +155,4 @@ else
   tar -C "$root" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-unshare --mount --propagation private bash "$0" --in-root "$root" "$deb" "$host_nvtcp"
+unshare --mount --propagation private bash "$0" --in-root "$root" "$debs" "$host_nvtcp"
