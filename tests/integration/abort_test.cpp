@@ -122,12 +122,7 @@ TEST(Abort, ADatasetManagementStopsBetweenItsRanges) {
   target::TargetConfig cfg = default_config();
   cfg.subsystems[0].namespaces = {{2, "ram", 64u << 20, "", 512}};
   GatedDevice* dev = nullptr;
-  auto factory = [&](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
-    auto d = std::make_unique<GatedDevice>(nc.size);
-    dev = d.get();
-    return d;
-  };
-  RunningTarget t(cfg, factory);
+  RunningTarget t(cfg, gated_devices(dev));
   Session admin, io;
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
   Cqe cqe{};

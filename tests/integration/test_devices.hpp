@@ -1,6 +1,7 @@
 // Block devices for integration tests that need a device to misbehave on cue.
 #pragma once
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "backend/block_device.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/reactor.hpp"
+#include "target/subsystem.hpp"
 
 namespace nvtcp::test {
 
@@ -75,5 +77,14 @@ class GatedDevice final : public backend::BlockDevice {
   std::mutex mu_;
   std::vector<std::pair<backend::BlockIo*, reactor::Reactor*>> held_;
 };
+
+// A device factory that makes every namespace a GatedDevice; dev points at the last one made.
+inline target::DeviceFactory gated_devices(GatedDevice*& dev) {
+  return [&dev](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    auto d = std::make_unique<GatedDevice>(nc.size);
+    dev = d.get();
+    return d;
+  };
+}
 
 }  // namespace nvtcp::test

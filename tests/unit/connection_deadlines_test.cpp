@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "../integration/raw_session.hpp"
+#include "connection_test_state.hpp"
 #include "target/connection.hpp"
 #include "target/subsystem.hpp"
 #include "util/log.hpp"
@@ -33,8 +34,8 @@ constexpr uint32_t kDiscoveryKatoMs = 300;
 constexpr uint32_t kH2CDataTimeoutMs = 500;
 constexpr uint32_t kSendTimeoutMs = 300;
 constexpr uint64_t kPollMs = 100;  // kControllerPollNs: when a connected queue first checks
-constexpr uint32_t kNullNsid = 1;
-constexpr uint32_t kRamNsid = 2;
+constexpr uint32_t kNullNsid = test::kConnNullNsid;
+constexpr uint32_t kRamNsid = test::kConnRamNsid;
 constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:deadlines";
 
 struct SteppedClock : reactor::Clock {
@@ -43,23 +44,12 @@ struct SteppedClock : reactor::Clock {
 };
 
 target::TargetState& state() {
-  static target::TargetState* st = [] {
-    target::TargetConfig cfg;
-    cfg.listeners.push_back({"127.0.0.1", 4420});
+  static target::TargetState* st = test::make_connection_test_state(kNqn, [](target::TargetConfig& cfg) {
     cfg.icreq_timeout_ms = kICReqTimeoutMs;
     cfg.discovery_kato_ms = kDiscoveryKatoMs;
     cfg.h2c_data_timeout_ms = kH2CDataTimeoutMs;
     cfg.send_timeout_ms = kSendTimeoutMs;
-    target::SubsystemConfig sc;
-    sc.nqn = kNqn;
-    sc.namespaces.push_back({kNullNsid, "null", 1u << 30, "", 4096});
-    sc.namespaces.push_back({kRamNsid, "ram", 4u << 20, "", 512});
-    cfg.subsystems.push_back(sc);
-    EXPECT_EQ(target::finalize_config(cfg), "");
-    auto* s = new target::TargetState();
-    EXPECT_EQ(target::build_state(cfg, *s), "");
-    return s;
-  }();
+  });
   return *st;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../integration/raw_session.hpp"
+#include "connection_test_state.hpp"
 #include "memory_stream.hpp"
 #include "reactor/clock.hpp"
 #include "target/connection.hpp"
@@ -29,29 +30,18 @@ constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kSendCap = 64 * 1024;  // max_send_queue_bytes
 constexpr uint32_t kSendTimeoutMs = 300;
 constexpr uint64_t kPollMs = 100;  // kControllerPollNs: how often a connected queue checks
-constexpr uint32_t kNullNsid = 1;  // 4 KiB blocks
-constexpr uint32_t kRamNsid = 2;   // 512-byte blocks
+constexpr uint32_t kNullNsid = test::kConnNullNsid;  // 4 KiB blocks
+constexpr uint32_t kRamNsid = test::kConnRamNsid;    // 512-byte blocks
 constexpr uint32_t kReadBytes = 16 * 1024;
 constexpr uint32_t kMaxH2CData = 32 * 1024;
 constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:back-pressure";
 
 target::TargetState& state() {
-  static target::TargetState* st = [] {
-    target::TargetConfig cfg;
-    cfg.listeners.push_back({"127.0.0.1", 4420});
+  static target::TargetState* st = test::make_connection_test_state(kNqn, [](target::TargetConfig& cfg) {
     cfg.max_send_queue_bytes = kSendCap;
     cfg.send_timeout_ms = kSendTimeoutMs;
     cfg.max_h2c_data = kMaxH2CData;
-    target::SubsystemConfig sc;
-    sc.nqn = kNqn;
-    sc.namespaces.push_back({kNullNsid, "null", 1u << 30, "", 4096});
-    sc.namespaces.push_back({kRamNsid, "ram", 4u << 20, "", 512});
-    cfg.subsystems.push_back(sc);
-    EXPECT_EQ(target::finalize_config(cfg), "");
-    auto* s = new target::TargetState();
-    EXPECT_EQ(target::build_state(cfg, *s), "");
-    return s;
-  }();
+  });
   return *st;
 }
 
