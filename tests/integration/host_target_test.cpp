@@ -936,7 +936,11 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   EXPECT_EQ(subsys.controller_count(), 0u);
   std::string err;
   ControllerOptions o;
-  o.kato_ms = 1000;
+  // A Keep Alive every 250 ms against a KATO of 2 s: on a loaded machine either side's thread may
+  // be kept off a CPU for a while, and only a stall of 1.75 s would fail this. (With the default
+  // interval of KATO/2, 1 s of 2 s, the first run under a parallel build did fail.)
+  o.kato_ms = 2000;
+  o.keep_alive_interval_ms = 250;
   o.io_queues = 2;
   auto ctrl = Controller::connect(t.trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
@@ -948,16 +952,16 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   gf.cdw10 = 0x0F;  // Keep Alive Timer
   Completion c = ctrl->admin(gf, nullptr, 0, false);
   ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
-  EXPECT_EQ(c.dw0, 1000u);
+  EXPECT_EQ(c.dw0, 2000u);
 
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   ASSERT_TRUE(QueuePairWorks(*qp, 2, 1, 1));
 
-  // Three keep-alive timeouts of idling: only the host's Keep Alive keeps it alive. Real time on
-  // purpose: two real timers, the host's and the target's, must agree. Each side's logic is
-  // unit-tested on a stepped clock (HostTiming.KeepAliveInterval, connection_deadlines_test.cpp).
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Two and a half keep-alive timeouts of idling: only the host's Keep Alive keeps it alive. Real
+  // time on purpose: two real timers, the host's and the target's, must agree. Each side's logic
+  // is unit-tested on a stepped clock (HostTiming.KeepAliveInterval, connection_deadlines_test.cpp).
+  std::this_thread::sleep_for(std::chrono::seconds(5));
   EXPECT_FALSE(ctrl->failed());
   EXPECT_FALSE(qp->failed());
   EXPECT_EQ(subsys.controller_count(), 1u);
