@@ -64,11 +64,12 @@ void Controller::State::post_to_admin(std::function<void()> fn) {
 }
 
 void Controller::State::wait_ms(uint64_t ms) {
+  // Each turn re-reads the clock; poll_period_ns bounds the sleep so a fake clock's step is seen.
   uint64_t until = now_ns() + ms * 1000000ull;
   while (!stop.load(std::memory_order_relaxed)) {
     uint64_t now = now_ns();
     if (now >= until) break;
-    reactor->run_once(uint32_t(std::min<uint64_t>((until - now) / 1000, 50000)));
+    reactor->run_once(uint32_t(clock->poll_period_ns(std::min<uint64_t>(until - now, 50'000'000)) / 1000));
   }
 }
 
@@ -91,7 +92,7 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
   uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
   while (!w.done) {
     if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
-    else reactor->run_once(10000);
+    else reactor->run_once(uint32_t(clock->poll_period_ns(10'000'000) / 1000));
   }
   return w.cpl;
 }

@@ -68,6 +68,7 @@ struct Controller::State : detail::ControllerLink {
     State* st = nullptr;
   } ka_timer;
   bool ka_outstanding = false;
+  uint64_t ka_due_ns = 0;  // on `clock`: when the next Keep Alive goes out
 
   alignas(8) uint8_t ident[wire::kIdentifyLen] = {};
   // The current association's Identify Controller (admin thread only): its OAES and AERL

@@ -159,7 +159,7 @@ bool QueuePairImpl::run_until(State want, HostError& err) {
                                                                   p_.timeout_ms, phase));
       return false;
     }
-    reactor_.run_once(10000);
+    reactor_.run_once(uint32_t(p_.clock->poll_period_ns(10 * kMs) / 1000));
   }
   if (failed()) {
     err = error_.context(fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
@@ -500,7 +500,10 @@ void QueuePairImpl::arm_tick() {
   uint64_t period = 100;
   if (p_.io_timeout_ms) period = std::min<uint64_t>(period, p_.io_timeout_ms / 4);
   if (recovery) period = std::min<uint64_t>(period, std::max<uint32_t>(p_.reconnect_delay_ms, 1) / 4);
-  reactor_.arm_timer(&tick_, std::max<uint64_t>(period, 2) * kMs);
+  // The tick is a real-time wake-up; what it decides reads the queue's clock. On a test's fake
+  // clock it comes every millisecond of real time, so a step is acted on at the stepped time
+  // exactly (not at the next period boundary of fake time, which a step may jump past).
+  reactor_.arm_timer(&tick_, p_.clock->poll_period_ns(std::max<uint64_t>(period, 2) * kMs));
 }
 
 void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp->tick(); }
