@@ -21,6 +21,7 @@
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
+#include "host/test_seams.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
@@ -96,6 +97,17 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
   st.hostnqn = !trid.hostnqn.empty() ? trid.hostnqn : !opts.hostnqn.empty() ? opts.hostnqn : default_hostnqn(st.hostid);
   st.ka_timer.st = &st;
   st.ka_timer.fn = State::keep_alive;
+  if (detail::ControllerSeam* seam = detail::ControllerSeam::current()) {  // a test's clock
+    st.clock = &seam->clock();
+    seam->post_to_admin_ = [ws = std::weak_ptr<State>(c->s_)](std::function<void()> fn) {
+      std::shared_ptr<State> sp = ws.lock();
+      if (!sp) return false;
+      std::lock_guard lk(sp->mu);
+      if (!sp->reactor) return false;
+      sp->reactor->post(std::move(fn));
+      return true;
+    };
+  }
 
   // The admin thread connects and enables the controller, then serves until stopped.
   std::promise<std::string> connected;

@@ -55,7 +55,8 @@ struct Controller::State : detail::ControllerLink {
   uint8_t hostid[16] = {};
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a
-  // test sets another before connecting; a fake one must then be stepped, or waits never end.
+  // test sets another before connecting (detail::ControllerSeam, test_seams.hpp); a fake one
+  // must then be stepped, or waits never end.
   const reactor::Clock* clock = &reactor::monotonic_clock();
   uint64_t now_ns() const { return clock->now_ns(); }
 
