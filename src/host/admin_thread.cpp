@@ -97,7 +97,7 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
   return w.cpl;
 }
 
-void Controller::State::run(std::promise<std::string>* connected) {
+void Controller::State::run(std::promise<HostError>* connected) {
   admin_tid = std::this_thread::get_id();
   reactor::Reactor r(256);
   {
@@ -111,12 +111,12 @@ void Controller::State::run(std::promise<std::string>* connected) {
     set_link_state(LinkState::Live);
     arm_keep_alive();
   }
-  connected->set_value(ok ? std::string() : e.message);  // connect()'s public shape; connected is gone after this
+  connected->set_value(ok ? HostError() : e);  // connected is gone after this
   while (ok && !stop.load(std::memory_order_relaxed)) {
     r.run_once(50000);
     if (stop.load(std::memory_order_relaxed)) continue;
     if (link_state() == LinkState::Deleted) {
-      for (auto& w : rescan_waiters) w->finish("the controller is lost");
+      for (auto& w : rescan_waiters) w->finish(HostError::make(HostError::Kind::Transport, "the controller is lost"));
       rescan_waiters.clear();
       continue;
     }
@@ -135,7 +135,8 @@ void Controller::State::run(std::promise<std::string>* connected) {
   }
   r.cancel_timer(&ka_timer);
   admin.reset();
-  for (auto& w : rescan_waiters) w->finish("the controller is shutting down");
+  for (auto& w : rescan_waiters)
+    w->finish(HostError::make(HostError::Kind::Transport, "the controller is shutting down"));
   rescan_waiters.clear();
   std::lock_guard lk(mu);
   reactor = nullptr;

@@ -142,7 +142,7 @@ void Controller::State::service_events() {
       auto waiters = std::move(rescan_waiters);  // callers from now on wait for the next scan
       rescan_waiters.clear();
       const bool ok = scan_namespaces(nullptr, true, e);
-      for (auto& w : waiters) w->finish(ok ? std::string() : e.message);  // rescan_namespaces()' public shape
+      for (auto& w : waiters) w->finish(ok ? HostError() : e);
     } else {
       return;
     }

@@ -66,8 +66,12 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
                                                 std::string& err) {
   std::unique_ptr<Controller> c(new Controller());
   if (trid.trtype == "engine") {
-    c->engine_ = detail::EngineClient::connect(trid, opts, err);
-    if (!c->engine_) return nullptr;
+    detail::HostError attach_err;
+    c->engine_ = detail::EngineClient::connect(trid, opts, attach_err);
+    if (!c->engine_) {
+      err = attach_err.message;  // connect()'s public shape
+      return nullptr;
+    }
     std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
     for (uint32_t nsid : c->active_namespaces()) {
       NamespaceInfo ni;
@@ -110,11 +114,12 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
   }
 
   // The admin thread connects and enables the controller, then serves until stopped.
-  std::promise<std::string> connected;
+  std::promise<detail::HostError> connected;
   auto connected_f = connected.get_future();
   st.thread = std::thread([sp = &st, &connected] { sp->run(&connected); });
-  err = connected_f.get();
-  if (!err.empty()) {
+  const detail::HostError e = connected_f.get();
+  if (!e.ok()) {
+    err = e.message;  // connect()'s public shape
     st.stop = true;
     st.thread.join();
     return nullptr;
@@ -253,7 +258,10 @@ bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& 
     err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
     return false;
   }
-  return detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, err);
+  detail::HostError e;
+  if (detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, e)) return true;
+  err = e.message;  // namespace_info()'s public shape
+  return false;
 }
 
 uint64_t Controller::namespace_generation() const {
@@ -294,8 +302,9 @@ bool Controller::rescan_namespaces(std::string& err) {
     err = fmt::format("namespace rescan not finished after {} ms", limit_ms);
     return false;
   }
-  err = w->err;
-  return err.empty();
+  if (w->err.ok()) return true;
+  err = w->err.message;  // rescan_namespaces()' public shape
+  return false;
 }
 
 bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
@@ -328,8 +337,12 @@ bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
 
 std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::string& err) {
   if (engine_) {
-    auto q = engine_->create_io_queue(depth, err);
-    if (!q) return nullptr;
+    detail::HostError e;
+    auto q = engine_->create_io_queue(depth, e);
+    if (!q) {
+      err = e.message;  // create_io_qpair()'s public shape
+      return nullptr;
+    }
     return std::unique_ptr<QueuePair>(new QueuePair(std::move(q), max_transfer_bytes()));
   }
   State& st = *s_;

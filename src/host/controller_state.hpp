@@ -30,8 +30,8 @@ struct ScanWait {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::string err;
-  void finish(std::string e) {
+  HostError err;  // ok(): the scan finished
+  void finish(HostError e) {
     {
       std::lock_guard lk(mu);
       err = std::move(e);
@@ -120,7 +120,7 @@ struct Controller::State : detail::ControllerLink {
   // ---------------------------------------------------------------- admin_thread.cpp
   // The admin thread's body: brings the controller up, tells connect() how that went, then
   // serves posted work, events and recovery until stopped.
-  void run(std::promise<std::string>* connected);
+  void run(std::promise<HostError>* connected);
   // Every change of lstate: checks the transition against kLinkTransitions and logs it.
   void set_link_state(LinkState to);
   static const char* link_state_name(LinkState s);

@@ -19,6 +19,7 @@ struct HostError {
     Status,           // the controller answered with an error status: status
     Controller,       // the controller misbehaved (CSTS.CFS, answers we cannot use)
     WrongController,  // another controller answered at this address: reconnecting is pointless
+    Namespace,        // the namespace is not active, or has a format this host cannot use
   };
   Kind kind = Kind::None;
   int err_no = 0;                          // Kind::System; Kind::Transport when the socket said why
