@@ -81,14 +81,14 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
   if (!admin) return fail_cpl;
-  int rc = admin->submit(sqe, data, len, to_controller,
-                         [](void* ctx, const Completion& c) {
-                           auto* wp = static_cast<Wait*>(ctx);
-                           wp->cpl = c;
-                           wp->done = true;
-                         },
-                         &w);
-  if (rc != 0) return fail_cpl;
+  const HostError refused = admin->submit(sqe, data, len, to_controller,
+                                          [](void* ctx, const Completion& c) {
+                                            auto* wp = static_cast<Wait*>(ctx);
+                                            wp->cpl = c;
+                                            wp->done = true;
+                                          },
+                                          &w);
+  if (!refused.ok()) return fail_cpl;
   uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
   while (!w.done) {
     if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope

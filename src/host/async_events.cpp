@@ -62,7 +62,7 @@ bool Controller::State::start_events(HostError& err) {
 
 void Controller::State::submit_aers() {
   while (ev.aers_outstanding < ev.aers_wanted && admin_up()) {
-    if (admin->submit(cmd::async_event_request(), nullptr, 0, false, on_aer, this) != 0) break;
+    if (!admin->submit(cmd::async_event_request(), nullptr, 0, false, on_aer, this).ok()) break;
     ++ev.aers_outstanding;
   }
 }

@@ -177,20 +177,17 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
     auto* holder = new std::shared_ptr<AdminWait>(w);
     void* buf = len ? w->bounce.data() : nullptr;
     bool live = st.admin && st.link_state() == State::LinkState::Live;
-    int rc = live ? st.admin->submit(sqe, buf, len, to_controller,
-                                     [](void* ctx, const Completion& c) {
-                                       auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
-                                       {
-                                         std::lock_guard lk((*h)->mu);
-                                         (*h)->cpl = c;
-                                         (*h)->done = true;
-                                       }
-                                       (*h)->cv.notify_all();
-                                       delete h;
-                                     },
-                                     holder)
-                  : -ENOTCONN;
-    if (rc != 0) {
+    auto on_done = [](void* ctx, const Completion& c) {
+      auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
+      {
+        std::lock_guard lk((*h)->mu);
+        (*h)->cpl = c;
+        (*h)->done = true;
+      }
+      (*h)->cv.notify_all();
+      delete h;
+    };
+    if (!live || !st.admin->submit(sqe, buf, len, to_controller, on_done, holder).ok()) {
       delete holder;
       std::lock_guard lk(w->mu);
       w->cpl.status = sc::TransportError;
@@ -489,7 +486,7 @@ QueuePair::~QueuePair() {
 }
 
 int QueuePair::submit(const Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  return impl_->submit(sqe, data, len, to_controller, cb, ctx);
+  return impl_->submit(sqe, data, len, to_controller, cb, ctx).to_errno();  // the public -errno shape
 }
 
 uint32_t QueuePair::block_size(uint32_t nsid) const {
@@ -512,7 +509,8 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
   const uint32_t per = max_transfer_ / bs;  // blocks one command may carry
   if (max_transfer_ == 0 || per == 0 || nlb <= per) {
-    return impl_->submit(cmd::block_range(op, nsid, slba, nlb, cdw12_flags), buf, nlb * bs, to_controller, cb, ctx);
+    return impl_->submit(cmd::block_range(op, nsid, slba, nlb, cdw12_flags), buf, nlb * bs, to_controller, cb, ctx)
+        .to_errno();
   }
   const uint32_t parts = (nlb + per - 1) / per;
   if (parts > impl_->depth()) return -EINVAL;  // could never be in flight at once
@@ -527,12 +525,12 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   for (uint32_t i = 0; i < parts; ++i) {
     const uint32_t n = std::min(per, nlb - i * per);
     const Sqe s = cmd::block_range(op, nsid, slba + uint64_t(i) * per, n, cdw12_flags);
-    const int rc = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs, to_controller,
-                                 &detail::SplitPool::on_part, split);
-    if (rc == 0) continue;
+    const detail::HostError refused = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs,
+                                                    to_controller, &detail::SplitPool::on_part, split);
+    if (refused.ok()) continue;
     if (i == 0) {
       splits_->give_back(split);
-      return rc;
+      return refused.to_errno();
     }
     // Some parts are out: they complete, and the caller hears the failure of the rest then.
     split->remaining -= parts - i;
@@ -543,17 +541,19 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
 }
 
 int QueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {
-  return impl_->submit(cmd::flush(nsid), nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::flush(nsid), nullptr, 0, false, cb, ctx).to_errno();
 }
 
 int QueuePair::write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx) {
   if (nlb == 0 || nlb > 65536) return -EINVAL;
-  return impl_->submit(cmd::block_range(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::block_range(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx).to_errno();
 }
 
 int QueuePair::deallocate(uint32_t nsid, const DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx) {
   if (n == 0 || n > 256) return -EINVAL;
-  return impl_->submit(cmd::deallocate(nsid, n), const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true, cb, ctx);
+  return impl_->submit(cmd::deallocate(nsid, n), const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true,
+                       cb, ctx)
+      .to_errno();
 }
 
 int QueuePair::process_completions(uint32_t timeout_us) { return impl_->poll(timeout_us); }

@@ -94,11 +94,11 @@ class EngineIoQueue final : public IoQueue {
     fail_outstanding();
   }
 
-  int submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
+  HostError submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
     int64_t off = 0;
-    if (len && (off = c_->offset_of(data, len)) < 0) return -EFAULT;
-    if (c_->failed()) return -ENOTCONN;
-    if (free_.empty()) return -EBUSY;
+    if (len && (off = c_->offset_of(data, len)) < 0) return HostError::refused(HostError::Kind::Invalid, EFAULT);
+    if (c_->failed()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
+    if (free_.empty()) return HostError::refused(HostError::Kind::Busy, EBUSY);
     const uint16_t cid = free_.back();
     free_.pop_back();
     reqs_[cid] = {cb, ctx};
@@ -109,7 +109,7 @@ class EngineIoQueue final : public IoQueue {
     app_.submit(s);  // the SQ has a slot more than the queue's depth
     ++outstanding_;
     if (app_.ring_sq()) c_->kick();
-    return 0;
+    return {};
   }
 
   int poll(uint32_t timeout_us) override {

@@ -32,14 +32,15 @@ void Controller::State::keep_alive(reactor::Timer* t) {
   }
   if (!st->ka_outstanding) {
     st->ka_outstanding = true;
-    int rc = st->admin->submit(cmd::keep_alive(), nullptr, 0, false,
-                               [](void* ctx, const Completion& c) {
-                                 auto* s = static_cast<State*>(ctx);
-                                 s->ka_outstanding = false;
-                                 if (!c.status.ok()) log::warn("Keep Alive failed: {}", status_name(c.status));
-                               },
-                               st);
-    if (rc != 0) st->ka_outstanding = false;
+    const detail::HostError refused =
+        st->admin->submit(cmd::keep_alive(), nullptr, 0, false,
+                          [](void* ctx, const Completion& c) {
+                            auto* s = static_cast<State*>(ctx);
+                            s->ka_outstanding = false;
+                            if (!c.status.ok()) log::warn("Keep Alive failed: {}", status_name(c.status));
+                          },
+                          st);
+    if (!refused.ok()) st->ka_outstanding = false;
   }
   st->arm_keep_alive();
 }

@@ -321,20 +321,21 @@ bool QueuePairImpl::can_reconnect() const {
          link_->link_state() != ControllerLink::LinkState::Deleted;
 }
 
-int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  if (failed() || outage_.fast_failing()) return -ENOTCONN;
+HostError QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+                                void* ctx) {
+  if (failed() || outage_.fast_failing()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
   bool send_now = state_ == State::Ready;
   // While reconnecting, commands wait for the new connection (as the kernel queues them).
-  if (!send_now && !can_reconnect()) return -ENOTCONN;
-  if (len > p_.max_transfer) return -EINVAL;
-  if (free_.empty()) return -EBUSY;
+  if (!send_now && !can_reconnect()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
+  if (len > p_.max_transfer) return HostError::refused(HostError::Kind::Invalid, EINVAL);
+  if (free_.empty()) return HostError::refused(HostError::Kind::Busy, EBUSY);
   HostRequest* r = free_.back();
   free_.pop_back();
   ++outstanding_;
   start_request(r, in, data, len, to_controller, cb, ctx);
   if (send_now) send_command(r);
   else r->set_state(HostRequest::State::Held);
-  return 0;
+  return {};
 }
 
 void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uint32_t len, bool to_controller,
