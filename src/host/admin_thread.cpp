@@ -63,9 +63,10 @@ void Controller::State::post_to_admin(std::function<void()> fn) {
   if (reactor) reactor->post(std::move(fn));
 }
 
-void Controller::State::wait_ms(uint64_t ms) {
+void Controller::State::wait_ms(uint64_t ms) { wait_until(now_ns() + ms * 1000000ull); }
+
+void Controller::State::wait_until(uint64_t until) {
   // Each turn re-reads the clock; poll_period_ns bounds the sleep so a fake clock's step is seen.
-  uint64_t until = now_ns() + ms * 1000000ull;
   while (!stop.load(std::memory_order_relaxed)) {
     uint64_t now = now_ns();
     if (now >= until) break;

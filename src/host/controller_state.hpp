@@ -134,8 +134,10 @@ struct Controller::State : detail::ControllerLink {
   void request_reset(uint32_t generation, const std::string& why) override;
   void abort_command(uint16_t sqid, uint16_t cid) override;
   void post_to_admin(std::function<void()> fn);
-  // Runs the admin thread's reactor for ms milliseconds (posted work keeps being served).
+  // Runs the admin thread's reactor for ms milliseconds, or until the clock reads until_ns
+  // (posted work keeps being served).
   void wait_ms(uint64_t ms);
+  void wait_until(uint64_t until_ns);
   // An admin command from the admin thread itself (bring-up): submit and run the reactor
   // until it completes. The admin queue's command timeout bounds it; a lost connection
   // ends it at once.

@@ -35,7 +35,9 @@ class ControllerSeam {
   // (on a fake clock none waits longer than reactor::kFakeClockPollNs of real time), then one
   // more reactor turn has begun, so its loops have read the clock again and have started on
   // what the timers found. What is due at the current time is then done or under way; what is
-  // not due has not happened.
+  // not due has not happened. "Started" only: work that runs the reactor itself (recover()
+  // closing the old admin queue) may still be going on, so whatever it schedules must be timed
+  // from a reading taken before it (recover() dates the next attempt from the loss).
   // False if the thread does not answer within timeout_ms (it has ended).
   bool settle_admin(int timeout_ms = 10000) const;
 
