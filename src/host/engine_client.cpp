@@ -240,8 +240,8 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   id.cdw10 = 0x01;
   Completion cpl = c->admin(id, c->ident_, sizeof(c->ident_), false);
   if (!cpl.status.ok()) {
-    err = HostError::from_status(cpl.status,
-                                 fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status)));
+    err = HostError::from_status(
+        cpl.status, fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status)));
     return nullptr;
   }
   const auto* ic = reinterpret_cast<const wire::IdentifyController*>(c->ident_);
@@ -252,8 +252,8 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   nq.cdw11 = (io - 1) | ((io - 1) << 16);
   cpl = c->admin(nq, nullptr, 0, false);
   if (!cpl.status.ok()) {
-    err = HostError::from_status(
-        cpl.status, fmt::format("Set Features (Number of Queues) through the engine: {}", wire::status_name(cpl.status)));
+    err = HostError::from_status(cpl.status, fmt::format("Set Features (Number of Queues) through the engine: {}",
+                                                         wire::status_name(cpl.status)));
     return nullptr;
   }
   c->granted_ = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;

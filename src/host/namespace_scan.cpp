@@ -65,8 +65,9 @@ bool namespace_from_identify(uint32_t nsid, const IdentifyNamespace& id, Namespa
   }
   const uint8_t lbads = id.lbaf[id.flbas & 0xF].lbads;
   if (lbads < 9 || lbads > 16) {
-    err = HostError::make(HostError::Kind::Namespace,
-                          fmt::format("namespace {}: block size 2^{} is not usable (512 bytes to 64 KiB)", nsid, lbads));
+    err = HostError::make(
+        HostError::Kind::Namespace,
+        fmt::format("namespace {}: block size 2^{} is not usable (512 bytes to 64 KiB)", nsid, lbads));
     return false;
   }
   out = NamespaceInfo{};
