@@ -63,12 +63,14 @@ void Controller::State::post_to_admin(std::function<void()> fn) {
   if (reactor) reactor->post(std::move(fn));
 }
 
-void Controller::State::wait_ms(uint64_t ms) {
-  uint64_t until = now_ns() + ms * 1000000ull;
+void Controller::State::wait_ms(uint64_t ms) { wait_until(now_ns() + ms * 1000000ull); }
+
+void Controller::State::wait_until(uint64_t until) {
+  // Each turn re-reads the clock; poll_period_ns bounds the sleep so a fake clock's step is seen.
   while (!stop.load(std::memory_order_relaxed)) {
     uint64_t now = now_ns();
     if (now >= until) break;
-    reactor->run_once(uint32_t(std::min<uint64_t>((until - now) / 1000, 50000)));
+    reactor->run_once(uint32_t(clock->poll_period_ns(std::min<uint64_t>(until - now, 50'000'000)) / 1000));
   }
 }
 
@@ -80,23 +82,23 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
   if (!admin) return fail_cpl;
-  int rc = admin->submit(sqe, data, len, to_controller,
-                         [](void* ctx, const Completion& c) {
-                           auto* wp = static_cast<Wait*>(ctx);
-                           wp->cpl = c;
-                           wp->done = true;
-                         },
-                         &w);
-  if (rc != 0) return fail_cpl;
+  const HostError refused = admin->submit(sqe, data, len, to_controller,
+                                          [](void* ctx, const Completion& c) {
+                                            auto* wp = static_cast<Wait*>(ctx);
+                                            wp->cpl = c;
+                                            wp->done = true;
+                                          },
+                                          &w);
+  if (!refused.ok()) return fail_cpl;
   uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
   while (!w.done) {
     if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
-    else reactor->run_once(10000);
+    else reactor->run_once(uint32_t(clock->poll_period_ns(10'000'000) / 1000));
   }
   return w.cpl;
 }
 
-void Controller::State::run(std::promise<std::string>* connected) {
+void Controller::State::run(std::promise<HostError>* connected) {
   admin_tid = std::this_thread::get_id();
   reactor::Reactor r(256);
   {
@@ -110,12 +112,12 @@ void Controller::State::run(std::promise<std::string>* connected) {
     set_link_state(LinkState::Live);
     arm_keep_alive();
   }
-  connected->set_value(ok ? std::string() : e.message);  // connect()'s public shape; connected is gone after this
+  connected->set_value(ok ? HostError() : e);  // connected is gone after this
   while (ok && !stop.load(std::memory_order_relaxed)) {
     r.run_once(50000);
     if (stop.load(std::memory_order_relaxed)) continue;
     if (link_state() == LinkState::Deleted) {
-      for (auto& w : rescan_waiters) w->finish("the controller is lost");
+      for (auto& w : rescan_waiters) w->finish(HostError::make(HostError::Kind::Transport, "the controller is lost"));
       rescan_waiters.clear();
       continue;
     }
@@ -134,7 +136,8 @@ void Controller::State::run(std::promise<std::string>* connected) {
   }
   r.cancel_timer(&ka_timer);
   admin.reset();
-  for (auto& w : rescan_waiters) w->finish("the controller is shutting down");
+  for (auto& w : rescan_waiters)
+    w->finish(HostError::make(HostError::Kind::Transport, "the controller is shutting down"));
   rescan_waiters.clear();
   std::lock_guard lk(mu);
   reactor = nullptr;

@@ -62,7 +62,7 @@ bool Controller::State::start_events(HostError& err) {
 
 void Controller::State::submit_aers() {
   while (ev.aers_outstanding < ev.aers_wanted && admin_up()) {
-    if (admin->submit(cmd::async_event_request(), nullptr, 0, false, on_aer, this) != 0) break;
+    if (!admin->submit(cmd::async_event_request(), nullptr, 0, false, on_aer, this).ok()) break;
     ++ev.aers_outstanding;
   }
 }
@@ -142,7 +142,7 @@ void Controller::State::service_events() {
       auto waiters = std::move(rescan_waiters);  // callers from now on wait for the next scan
       rescan_waiters.clear();
       const bool ok = scan_namespaces(nullptr, true, e);
-      for (auto& w : waiters) w->finish(ok ? std::string() : e.message);  // rescan_namespaces()' public shape
+      for (auto& w : waiters) w->finish(ok ? HostError() : e);
     } else {
       return;
     }

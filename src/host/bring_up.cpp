@@ -83,9 +83,10 @@ bool Controller::State::associate(bool first, HostError& err) {
   if (!first) {
     // Whatever answers at this address must be the controller we had: writing another
     // subsystem's namespaces as if they were ours would destroy data.
-    const std::string why = detail::identity_mismatch(*was, *now);
-    if (!why.empty()) {
-      err = HostError::make(HostError::Kind::WrongController, fmt::format("another controller answered ({})", why));
+    HostError mismatch = detail::identity_mismatch(*was, *now);
+    if (!mismatch.ok()) {
+      mismatch.message = fmt::format("another controller answered ({})", mismatch.message);
+      err = std::move(mismatch);
       return false;
     }
     if (detail::firmware_revision(*was) != detail::firmware_revision(*now))

@@ -21,6 +21,7 @@
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
+#include "host/test_seams.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
@@ -65,8 +66,12 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
                                                 std::string& err) {
   std::unique_ptr<Controller> c(new Controller());
   if (trid.trtype == "engine") {
-    c->engine_ = detail::EngineClient::connect(trid, opts, err);
-    if (!c->engine_) return nullptr;
+    detail::HostError attach_err;
+    c->engine_ = detail::EngineClient::connect(trid, opts, attach_err);
+    if (!c->engine_) {
+      err = attach_err.message;  // connect()'s public shape
+      return nullptr;
+    }
     std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
     for (uint32_t nsid : c->active_namespaces()) {
       NamespaceInfo ni;
@@ -96,13 +101,25 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
   st.hostnqn = !trid.hostnqn.empty() ? trid.hostnqn : !opts.hostnqn.empty() ? opts.hostnqn : default_hostnqn(st.hostid);
   st.ka_timer.st = &st;
   st.ka_timer.fn = State::keep_alive;
+  if (detail::ControllerSeam* seam = detail::ControllerSeam::current()) {  // a test's clock
+    st.clock = &seam->clock();
+    seam->post_to_admin_ = [ws = std::weak_ptr<State>(c->s_)](std::function<void()> fn) {
+      std::shared_ptr<State> sp = ws.lock();
+      if (!sp) return false;
+      std::lock_guard lk(sp->mu);
+      if (!sp->reactor) return false;
+      sp->reactor->post(std::move(fn));
+      return true;
+    };
+  }
 
   // The admin thread connects and enables the controller, then serves until stopped.
-  std::promise<std::string> connected;
+  std::promise<detail::HostError> connected;
   auto connected_f = connected.get_future();
   st.thread = std::thread([sp = &st, &connected] { sp->run(&connected); });
-  err = connected_f.get();
-  if (!err.empty()) {
+  const detail::HostError e = connected_f.get();
+  if (!e.ok()) {
+    err = e.message;  // connect()'s public shape
     st.stop = true;
     st.thread.join();
     return nullptr;
@@ -160,20 +177,17 @@ Completion Controller::admin(const Sqe& sqe, void* data, uint32_t len, bool to_c
     auto* holder = new std::shared_ptr<AdminWait>(w);
     void* buf = len ? w->bounce.data() : nullptr;
     bool live = st.admin && st.link_state() == State::LinkState::Live;
-    int rc = live ? st.admin->submit(sqe, buf, len, to_controller,
-                                     [](void* ctx, const Completion& c) {
-                                       auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
-                                       {
-                                         std::lock_guard lk((*h)->mu);
-                                         (*h)->cpl = c;
-                                         (*h)->done = true;
-                                       }
-                                       (*h)->cv.notify_all();
-                                       delete h;
-                                     },
-                                     holder)
-                  : -ENOTCONN;
-    if (rc != 0) {
+    auto on_done = [](void* ctx, const Completion& c) {
+      auto* h = static_cast<std::shared_ptr<AdminWait>*>(ctx);
+      {
+        std::lock_guard lk((*h)->mu);
+        (*h)->cpl = c;
+        (*h)->done = true;
+      }
+      (*h)->cv.notify_all();
+      delete h;
+    };
+    if (!live || !st.admin->submit(sqe, buf, len, to_controller, on_done, holder).ok()) {
       delete holder;
       std::lock_guard lk(w->mu);
       w->cpl.status = sc::TransportError;
@@ -241,7 +255,10 @@ bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& 
     err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
     return false;
   }
-  return detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, err);
+  detail::HostError e;
+  if (detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, e)) return true;
+  err = e.message;  // namespace_info()'s public shape
+  return false;
 }
 
 uint64_t Controller::namespace_generation() const {
@@ -282,8 +299,9 @@ bool Controller::rescan_namespaces(std::string& err) {
     err = fmt::format("namespace rescan not finished after {} ms", limit_ms);
     return false;
   }
-  err = w->err;
-  return err.empty();
+  if (w->err.ok()) return true;
+  err = w->err.message;  // rescan_namespaces()' public shape
+  return false;
 }
 
 bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
@@ -316,8 +334,12 @@ bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
 
 std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::string& err) {
   if (engine_) {
-    auto q = engine_->create_io_queue(depth, err);
-    if (!q) return nullptr;
+    detail::HostError e;
+    auto q = engine_->create_io_queue(depth, e);
+    if (!q) {
+      err = e.message;  // create_io_qpair()'s public shape
+      return nullptr;
+    }
     return std::unique_ptr<QueuePair>(new QueuePair(std::move(q), max_transfer_bytes()));
   }
   State& st = *s_;
@@ -464,7 +486,7 @@ QueuePair::~QueuePair() {
 }
 
 int QueuePair::submit(const Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  return impl_->submit(sqe, data, len, to_controller, cb, ctx);
+  return impl_->submit(sqe, data, len, to_controller, cb, ctx).to_errno();  // the public -errno shape
 }
 
 uint32_t QueuePair::block_size(uint32_t nsid) const {
@@ -487,7 +509,8 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   if (!bs || nlb == 0 || nlb > 65536) return -EINVAL;
   const uint32_t per = max_transfer_ / bs;  // blocks one command may carry
   if (max_transfer_ == 0 || per == 0 || nlb <= per) {
-    return impl_->submit(cmd::block_range(op, nsid, slba, nlb, cdw12_flags), buf, nlb * bs, to_controller, cb, ctx);
+    return impl_->submit(cmd::block_range(op, nsid, slba, nlb, cdw12_flags), buf, nlb * bs, to_controller, cb, ctx)
+        .to_errno();
   }
   const uint32_t parts = (nlb + per - 1) / per;
   if (parts > impl_->depth()) return -EINVAL;  // could never be in flight at once
@@ -502,12 +525,12 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
   for (uint32_t i = 0; i < parts; ++i) {
     const uint32_t n = std::min(per, nlb - i * per);
     const Sqe s = cmd::block_range(op, nsid, slba + uint64_t(i) * per, n, cdw12_flags);
-    const int rc = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs, to_controller,
-                                 &detail::SplitPool::on_part, split);
-    if (rc == 0) continue;
+    const detail::HostError refused = impl_->submit(s, static_cast<uint8_t*>(buf) + uint64_t(i) * per * bs, n * bs,
+                                                    to_controller, &detail::SplitPool::on_part, split);
+    if (refused.ok()) continue;
     if (i == 0) {
       splits_->give_back(split);
-      return rc;
+      return refused.to_errno();
     }
     // Some parts are out: they complete, and the caller hears the failure of the rest then.
     split->remaining -= parts - i;
@@ -518,17 +541,19 @@ int QueuePair::read_write(IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nl
 }
 
 int QueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {
-  return impl_->submit(cmd::flush(nsid), nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::flush(nsid), nullptr, 0, false, cb, ctx).to_errno();
 }
 
 int QueuePair::write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx) {
   if (nlb == 0 || nlb > 65536) return -EINVAL;
-  return impl_->submit(cmd::block_range(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx);
+  return impl_->submit(cmd::block_range(IoOpcode::WriteZeroes, nsid, slba, nlb), nullptr, 0, false, cb, ctx).to_errno();
 }
 
 int QueuePair::deallocate(uint32_t nsid, const DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx) {
   if (n == 0 || n > 256) return -EINVAL;
-  return impl_->submit(cmd::deallocate(nsid, n), const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true, cb, ctx);
+  return impl_->submit(cmd::deallocate(nsid, n), const_cast<DsmRange*>(ranges), n * uint32_t(sizeof(DsmRange)), true,
+                       cb, ctx)
+      .to_errno();
 }
 
 int QueuePair::process_completions(uint32_t timeout_us) { return impl_->poll(timeout_us); }

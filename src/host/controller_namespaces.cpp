@@ -75,9 +75,9 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
     const auto* id = reinterpret_cast<const IdentifyNamespace*>(buf);
     if (id->nsze == 0) continue;  // inactive (removed since the list was read)
     NamespaceInfo ni;
-    std::string why;
+    HostError why;
     if (detail::namespace_from_identify(nsid, *id, ni, why)) next.emplace(nsid, ni);
-    else log::warn("{}: {}: not used", trid.subnqn, why);
+    else log::warn("{}: {}: not used", trid.subnqn, why.message);
   }
   const auto changes = detail::diff_namespaces(namespaces, next);
   if (changes.empty()) return true;

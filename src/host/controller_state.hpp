@@ -30,8 +30,8 @@ struct ScanWait {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::string err;
-  void finish(std::string e) {
+  HostError err;  // ok(): the scan finished
+  void finish(HostError e) {
     {
       std::lock_guard lk(mu);
       err = std::move(e);
@@ -55,7 +55,8 @@ struct Controller::State : detail::ControllerLink {
   uint8_t hostid[16] = {};
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a
-  // test sets another before connecting; a fake one must then be stepped, or waits never end.
+  // test sets another before connecting (detail::ControllerSeam, test_seams.hpp); a fake one
+  // must then be stepped, or waits never end.
   const reactor::Clock* clock = &reactor::monotonic_clock();
   uint64_t now_ns() const { return clock->now_ns(); }
 
@@ -68,6 +69,7 @@ struct Controller::State : detail::ControllerLink {
     State* st = nullptr;
   } ka_timer;
   bool ka_outstanding = false;
+  uint64_t ka_due_ns = 0;  // on `clock`: when the next Keep Alive goes out
 
   alignas(8) uint8_t ident[wire::kIdentifyLen] = {};
   // The current association's Identify Controller (admin thread only): its OAES and AERL
@@ -118,7 +120,7 @@ struct Controller::State : detail::ControllerLink {
   // ---------------------------------------------------------------- admin_thread.cpp
   // The admin thread's body: brings the controller up, tells connect() how that went, then
   // serves posted work, events and recovery until stopped.
-  void run(std::promise<std::string>* connected);
+  void run(std::promise<HostError>* connected);
   // Every change of lstate: checks the transition against kLinkTransitions and logs it.
   void set_link_state(LinkState to);
   static const char* link_state_name(LinkState s);
@@ -132,8 +134,10 @@ struct Controller::State : detail::ControllerLink {
   void request_reset(uint32_t generation, const std::string& why) override;
   void abort_command(uint16_t sqid, uint16_t cid) override;
   void post_to_admin(std::function<void()> fn);
-  // Runs the admin thread's reactor for ms milliseconds (posted work keeps being served).
+  // Runs the admin thread's reactor for ms milliseconds, or until the clock reads until_ns
+  // (posted work keeps being served).
   void wait_ms(uint64_t ms);
+  void wait_until(uint64_t until_ns);
   // An admin command from the admin thread itself (bring-up): submit and run the reactor
   // until it completes. The admin queue's command timeout bounds it; a lost connection
   // ends it at once.

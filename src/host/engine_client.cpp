@@ -94,11 +94,11 @@ class EngineIoQueue final : public IoQueue {
     fail_outstanding();
   }
 
-  int submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
+  HostError submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
     int64_t off = 0;
-    if (len && (off = c_->offset_of(data, len)) < 0) return -EFAULT;
-    if (c_->failed()) return -ENOTCONN;
-    if (free_.empty()) return -EBUSY;
+    if (len && (off = c_->offset_of(data, len)) < 0) return HostError::refused(HostError::Kind::Invalid, EFAULT);
+    if (c_->failed()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
+    if (free_.empty()) return HostError::refused(HostError::Kind::Busy, EBUSY);
     const uint16_t cid = free_.back();
     free_.pop_back();
     reqs_[cid] = {cb, ctx};
@@ -109,7 +109,7 @@ class EngineIoQueue final : public IoQueue {
     app_.submit(s);  // the SQ has a slot more than the queue's depth
     ++outstanding_;
     if (app_.ring_sq()) c_->kick();
-    return 0;
+    return {};
   }
 
   int poll(uint32_t timeout_us) override {
@@ -191,7 +191,7 @@ class EngineIoQueue final : public IoQueue {
 // ---------------------------------------------------------------- controller
 
 std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, const ControllerOptions& opts,
-                                                    std::string& err) {
+                                                    HostError& err) {
   std::shared_ptr<EngineClient> c(new EngineClient());
   c->trid_ = trid;
   c->opts_ = opts;
@@ -206,8 +206,9 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
     c->hostnqn_ = default_hostnqn(id);
   }
   if (opts.engine_region_bytes < 2 * kAdminBufferBytes) {
-    err = fmt::format("engine_region_bytes {} is below the {} bytes minimum", opts.engine_region_bytes,
-                      2 * kAdminBufferBytes);
+    err = HostError::make(HostError::Kind::Address,
+                          fmt::format("engine_region_bytes {} is below the {} bytes minimum", opts.engine_region_bytes,
+                                      2 * kAdminBufferBytes));
     return nullptr;
   }
   engine::AttachRequest req;
@@ -217,7 +218,13 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   req.vectors = std::min<uint32_t>(req.queue_pairs, engine::kMaxVectors);
   req.data_bytes = opts.engine_region_bytes;
   std::strncpy(req.subnqn, trid.subnqn.c_str(), sizeof(req.subnqn) - 1);
-  if (!engine::attach(trid.traddr, req, c->at_, err)) return nullptr;
+  std::string why;
+  if (!engine::attach(trid.traddr, req, c->at_, why)) {
+    // The engine is reached through the address (a UNIX socket path): not reaching it, or
+    // being refused by it, is the address not being usable.
+    err = HostError::make(HostError::Kind::Address, std::move(why));
+    return nullptr;
+  }
 
   c->data_ = c->at_.data();
   c->admin_buf_ = c->data_;
@@ -233,7 +240,8 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   id.cdw10 = 0x01;
   Completion cpl = c->admin(id, c->ident_, sizeof(c->ident_), false);
   if (!cpl.status.ok()) {
-    err = fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status));
+    err = HostError::from_status(
+        cpl.status, fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status)));
     return nullptr;
   }
   const auto* ic = reinterpret_cast<const wire::IdentifyController*>(c->ident_);
@@ -244,7 +252,8 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   nq.cdw11 = (io - 1) | ((io - 1) << 16);
   cpl = c->admin(nq, nullptr, 0, false);
   if (!cpl.status.ok()) {
-    err = fmt::format("Set Features (Number of Queues) through the engine: {}", wire::status_name(cpl.status));
+    err = HostError::from_status(cpl.status, fmt::format("Set Features (Number of Queues) through the engine: {}",
+                                                         wire::status_name(cpl.status)));
     return nullptr;
   }
   c->granted_ = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
@@ -283,12 +292,13 @@ bool EngineClient::wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms) 
   }
 }
 
-bool EngineClient::enable(std::string& err) {
+bool EngineClient::enable(HostError& err) {
   // IOSQES 6 (64 bytes), IOCQES 4 (16 bytes), then EN.
   store_release(at_.registers().cc, prop::kCcEnableNvm);
   kick();
   if (!wait_csts(prop::kCstsReady, prop::kCstsReady, opts_.connect_timeout_ms)) {
-    err = gone_ ? "the engine closed the attachment" : "the engine's controller did not become ready (CSTS.RDY)";
+    err = gone_ ? HostError::make(HostError::Kind::Transport, "the engine closed the attachment")
+                : HostError::make(HostError::Kind::Timeout, "the engine's controller did not become ready (CSTS.RDY)");
     return false;
   }
   return true;
@@ -330,13 +340,14 @@ bool EngineClient::lifeline_closed(int wait_ms) {
   return gone_.load();
 }
 
-std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::string& err) {
+std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, HostError& err) {
   if (depth < 1 || depth > kQueueEntries - 1) {
-    err = fmt::format("queue depth {} out of range (1..{} through the engine)", depth, kQueueEntries - 1);
+    err = HostError::system(EINVAL, fmt::format("queue depth {} out of range (1..{} through the engine)", depth,
+                                                kQueueEntries - 1));
     return nullptr;
   }
   if (failed()) {
-    err = "the engine's controller has stopped";
+    err = HostError::make(HostError::Kind::Controller, "the engine's controller has stopped");
     return nullptr;
   }
   uint16_t qid = 0;
@@ -351,7 +362,7 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::stri
     }
   }
   if (qid == 0) {
-    err = fmt::format("all {} I/O queues the engine granted are in use", granted_);
+    err = HostError::system(EBUSY, fmt::format("all {} I/O queues the engine granted are in use", granted_));
     return nullptr;
   }
   auto lease = std::shared_ptr<void>(nullptr, [self = shared_from_this(), qid](void*) { self->release_qid(qid); });
@@ -366,7 +377,8 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::stri
   cq.cdw11 = 1u | (ien ? 2u : 0u) | (iv << 16);
   Completion c = admin(cq, nullptr, 0, false);
   if (!c.status.ok()) {
-    err = fmt::format("Create I/O Completion Queue {}: {}", qid, wire::status_name(c.status));
+    err = HostError::from_status(c.status,
+                                 fmt::format("Create I/O Completion Queue {}: {}", qid, wire::status_name(c.status)));
     return nullptr;
   }
   Sqe sq{};
@@ -375,7 +387,8 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, std::stri
   sq.cdw11 = 1u | (uint32_t(qid) << 16);
   c = admin(sq, nullptr, 0, false);
   if (!c.status.ok()) {
-    err = fmt::format("Create I/O Submission Queue {}: {}", qid, wire::status_name(c.status));
+    err = HostError::from_status(c.status,
+                                 fmt::format("Create I/O Submission Queue {}: {}", qid, wire::status_name(c.status)));
     Sqe del{};
     del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
     del.cdw10 = qid;

@@ -15,6 +15,7 @@
 
 #include "engine/attach.hpp"
 #include "engine/shm_queue.hpp"
+#include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "nvtcp/host.hpp"
 
@@ -23,14 +24,14 @@ namespace nvtcp::host::detail {
 class EngineClient : public std::enable_shared_from_this<EngineClient> {
  public:
   static std::shared_ptr<EngineClient> connect(const TransportId& trid, const ControllerOptions& opts,
-                                               std::string& err);
+                                               HostError& err);
   ~EngineClient();
 
   // wait_ms: how long to wait for the answer (0: the admin timeout; kUntilGone: until the
   // engine answers, stops the controller or goes away).
   static constexpr uint32_t kUntilGone = 0xFFFFFFFFu;
   Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
-  std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, std::string& err);
+  std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, HostError& err);
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();
 
@@ -67,7 +68,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
 
  private:
   EngineClient() = default;
-  bool enable(std::string& err);
+  bool enable(HostError& err);
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
 

@@ -2,6 +2,7 @@
 // on message, which is for people only. The public API (include/nvtcp/host.hpp) keeps its shapes
 // — std::string& err, nullptr, -errno — and the conversion happens where a call leaves src/host.
 #pragma once
+#include <cerrno>
 #include <string>
 #include <utility>
 
@@ -19,6 +20,9 @@ struct HostError {
     Status,           // the controller answered with an error status: status
     Controller,       // the controller misbehaved (CSTS.CFS, answers we cannot use)
     WrongController,  // another controller answered at this address: reconnecting is pointless
+    Namespace,        // the namespace is not active, or has a format this host cannot use
+    Busy,             // every command slot of the queue is taken: retry after completions (EBUSY)
+    Invalid,          // the command cannot be carried as given: too long, or a buffer it may not use
   };
   Kind kind = Kind::None;
   int err_no = 0;                          // Kind::System; Kind::Transport when the socket said why
@@ -43,6 +47,16 @@ struct HostError {
     e.status = s;
     return e;
   }
+  // A command the data path refuses (submit): no message, so that a full queue, which is frequent,
+  // allocates nothing; it leaves src/host as -errno (to_errno()).
+  static HostError refused(Kind k, int err_no) {
+    HostError e;
+    e.kind = k;
+    e.err_no = err_no;
+    return e;
+  }
+  // The public -errno shape (QueuePair's int returns): 0 when ok, -EIO for an error without an errno.
+  int to_errno() const { return ok() ? 0 : -(err_no ? err_no : EIO); }
   // The same error with context in front of its message ("Identify Controller: ...").
   HostError context(const std::string& what) const {
     HostError e = *this;

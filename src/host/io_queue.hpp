@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host/block_size_table.hpp"
+#include "host/host_error.hpp"
 #include "nvtcp/host.hpp"
 
 namespace nvtcp::host::detail {
@@ -15,8 +16,10 @@ namespace nvtcp::host::detail {
 class IoQueue {
  public:
   virtual ~IoQueue() = default;
-  virtual int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
-                     void* ctx) = 0;
+  // ok(), or refused: Kind::Transport (ENOTCONN: failed, or failing fast while reconnecting),
+  // Kind::Busy (EBUSY), Kind::Invalid (EINVAL, EFAULT). No message (see HostError::refused).
+  virtual HostError submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+                           void* ctx) = 0;
   virtual int poll(uint32_t timeout_us) = 0;
   virtual uint16_t qid() const = 0;
   virtual uint32_t depth() const = 0;

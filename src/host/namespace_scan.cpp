@@ -25,17 +25,18 @@ bool same_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
 }
 }  // namespace
 
-std::string identity_mismatch(const IdentifyController& before, const IdentifyController& now) {
-  std::string why;
-  auto check = [&why](const char* what, const std::string& a, const std::string& b) {
+HostError identity_mismatch(const IdentifyController& before, const IdentifyController& now) {
+  HostError err;
+  auto check = [&err](const char* what, const std::string& a, const std::string& b) {
     if (a == b) return;
-    if (!why.empty()) why += ", ";
-    why += fmt::format("{} '{}' is now '{}'", what, a, b);
+    if (!err.ok()) err.message += ", ";
+    err.kind = HostError::Kind::WrongController;
+    err.message += fmt::format("{} '{}' is now '{}'", what, a, b);
   };
   check("serial number", field(before.sn, sizeof(before.sn)), field(now.sn, sizeof(now.sn)));
   check("model", field(before.mn, sizeof(before.mn)), field(now.mn, sizeof(now.mn)));
   check("subsystem NQN", field(before.subnqn, sizeof(before.subnqn)), field(now.subnqn, sizeof(now.subnqn)));
-  return why;
+  return err;
 }
 
 std::string firmware_revision(const IdentifyController& id) { return field(id.fr, sizeof(id.fr)); }
@@ -57,14 +58,16 @@ std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, b
   return out;
 }
 
-bool namespace_from_identify(uint32_t nsid, const IdentifyNamespace& id, NamespaceInfo& out, std::string& why) {
+bool namespace_from_identify(uint32_t nsid, const IdentifyNamespace& id, NamespaceInfo& out, HostError& err) {
   if (id.nsze == 0) {
-    why = fmt::format("namespace {} is not active", nsid);
+    err = HostError::make(HostError::Kind::Namespace, fmt::format("namespace {} is not active", nsid));
     return false;
   }
   const uint8_t lbads = id.lbaf[id.flbas & 0xF].lbads;
   if (lbads < 9 || lbads > 16) {
-    why = fmt::format("namespace {}: block size 2^{} is not usable (512 bytes to 64 KiB)", nsid, lbads);
+    err = HostError::make(
+        HostError::Kind::Namespace,
+        fmt::format("namespace {}: block size 2^{} is not usable (512 bytes to 64 KiB)", nsid, lbads));
     return false;
   }
   out = NamespaceInfo{};

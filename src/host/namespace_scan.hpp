@@ -8,15 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "host/host_error.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 
 namespace nvtcp::host::detail {
 
-// Empty when `now` (Identify Controller after a reconnect) is the controller we had before:
-// the same serial number, model and subsystem NQN. Otherwise why not, for the log: another
-// subsystem answers at that address now, and its namespaces are not ours to write.
-std::string identity_mismatch(const wire::IdentifyController& before, const wire::IdentifyController& now);
+// ok() when `now` (Identify Controller after a reconnect) is the controller we had before: the
+// same serial number, model and subsystem NQN. Otherwise Kind::WrongController, its message
+// naming what differs: another subsystem answers at that address now, and its namespaces are
+// not ours to write.
+HostError identity_mismatch(const wire::IdentifyController& before, const wire::IdentifyController& now);
 
 // The firmware revision, printable (space padding and NULs trimmed).
 std::string firmware_revision(const wire::IdentifyController& id);
@@ -25,9 +27,10 @@ std::string firmware_revision(const wire::IdentifyController& id);
 // changed than it can list (FFFFFFFFh first).
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all);
 
-// Identify Namespace into NamespaceInfo. False for an inactive NSID (NSZE 0) and for a
-// format whose block size is not one a host can use (below 512 bytes or above 64 KiB).
-bool namespace_from_identify(uint32_t nsid, const wire::IdentifyNamespace& id, NamespaceInfo& out, std::string& why);
+// Identify Namespace into NamespaceInfo. False (HostError::Kind::Namespace) for an inactive
+// NSID (NSZE 0) and for a format whose block size is not one a host can use (below 512 bytes or
+// above 64 KiB).
+bool namespace_from_identify(uint32_t nsid, const wire::IdentifyNamespace& id, NamespaceInfo& out, HostError& err);
 
 // One namespace's difference between two scans. Replaced: the NSID now names another
 // namespace (its NGUID or EUI-64 changed): what was written to the old one is not there.

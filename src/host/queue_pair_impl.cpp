@@ -159,7 +159,7 @@ bool QueuePairImpl::run_until(State want, HostError& err) {
                                                                   p_.timeout_ms, phase));
       return false;
     }
-    reactor_.run_once(10000);
+    reactor_.run_once(uint32_t(p_.clock->poll_period_ns(10 * kMs) / 1000));
   }
   if (failed()) {
     err = error_.context(fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
@@ -321,20 +321,21 @@ bool QueuePairImpl::can_reconnect() const {
          link_->link_state() != ControllerLink::LinkState::Deleted;
 }
 
-int QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx) {
-  if (failed() || outage_.fast_failing()) return -ENOTCONN;
+HostError QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+                                void* ctx) {
+  if (failed() || outage_.fast_failing()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
   bool send_now = state_ == State::Ready;
   // While reconnecting, commands wait for the new connection (as the kernel queues them).
-  if (!send_now && !can_reconnect()) return -ENOTCONN;
-  if (len > p_.max_transfer) return -EINVAL;
-  if (free_.empty()) return -EBUSY;
+  if (!send_now && !can_reconnect()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
+  if (len > p_.max_transfer) return HostError::refused(HostError::Kind::Invalid, EINVAL);
+  if (free_.empty()) return HostError::refused(HostError::Kind::Busy, EBUSY);
   HostRequest* r = free_.back();
   free_.pop_back();
   ++outstanding_;
   start_request(r, in, data, len, to_controller, cb, ctx);
   if (send_now) send_command(r);
   else r->set_state(HostRequest::State::Held);
-  return 0;
+  return {};
 }
 
 void QueuePairImpl::start_request(HostRequest* r, const Sqe& in, void* data, uint32_t len, bool to_controller,
@@ -500,7 +501,10 @@ void QueuePairImpl::arm_tick() {
   uint64_t period = 100;
   if (p_.io_timeout_ms) period = std::min<uint64_t>(period, p_.io_timeout_ms / 4);
   if (recovery) period = std::min<uint64_t>(period, std::max<uint32_t>(p_.reconnect_delay_ms, 1) / 4);
-  reactor_.arm_timer(&tick_, std::max<uint64_t>(period, 2) * kMs);
+  // The tick is a real-time wake-up; what it decides reads the queue's clock. On a test's fake
+  // clock it comes every millisecond of real time, so a step is acted on at the stepped time
+  // exactly (not at the next period boundary of fake time, which a step may jump past).
+  reactor_.arm_timer(&tick_, p_.clock->poll_period_ns(std::max<uint64_t>(period, 2) * kMs));
 }
 
 void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp->tick(); }

@@ -157,8 +157,8 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
   bool connect(HostError& err);
-  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
-             void* ctx) override;
+  HostError submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+                   void* ctx) override;
   int poll(uint32_t timeout_us) override;
   // Closes the connection for good, ending every outstanding command with a path error,
   // and waits for the close to finish.

@@ -14,19 +14,24 @@ void Controller::State::recover(const std::string& why) {
     log::error("{} (controller {}): {}; reconnect is off (ctrl_loss_tmo 0)", trid.subnqn, cntlid_now.load(), why);
     return;
   }
+  // The outage, and the first attempt's time, date from the loss: not from whenever closing
+  // the old admin queue below lets go (it runs the reactor until the kernel has the socket back).
+  const uint64_t lost_at = now_ns();
   set_link_state(LinkState::Resetting);
   reset_count.fetch_add(1, std::memory_order_relaxed);
   // The same outage rules as the I/O queues' (fast_io_fail_tmo is theirs alone); the delay
   // between attempts is waited out below, so only ctrl_loss_tmo is asked of it here.
   detail::Outage outage({opts.ctrl_loss_tmo_ms, -1, opts.reconnect_delay_ms});
-  outage.lost(now_ns());
+  outage.lost(lost_at);
+  const uint64_t delay_ns = uint64_t(opts.reconnect_delay_ms) * detail::kNsPerMs;
+  uint64_t next_attempt_ns = lost_at + delay_ns;
   log::warn("{} (controller {}): resetting: {}; reconnecting every {} ms for up to {} ms", trid.subnqn,
             cntlid_now.load(), why, opts.reconnect_delay_ms, opts.ctrl_loss_tmo_ms);
   reactor->cancel_timer(&ka_timer);
   admin.reset();  // ends its outstanding commands with a path error
   ka_outstanding = false;
   for (unsigned attempt = 1; !stop.load(std::memory_order_relaxed); ++attempt) {
-    wait_ms(opts.reconnect_delay_ms);
+    wait_until(next_attempt_ns);
     if (stop.load(std::memory_order_relaxed)) return;
     const uint64_t now = now_ns();
     if (outage.ctrl_loss_passed(now)) {
@@ -55,6 +60,7 @@ void Controller::State::recover(const std::string& why) {
     }
     log::warn("{}: reconnect attempt {} failed: {}", trid.subnqn, attempt, e.message);
     admin.reset();
+    next_attempt_ns = now_ns() + delay_ns;  // a delay after the failed attempt, as before
   }
 }
 

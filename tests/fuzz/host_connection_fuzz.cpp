@@ -270,7 +270,7 @@ struct Cmd {
       buf = static_cast<uint8_t*>(std::malloc(len));
       std::memset(buf, write ? 0x5a : 0, len);
     }
-    int rc = run->qp->submit(s, buf, len, write, &Cmd::done, this);
+    int rc = run->qp->submit(s, buf, len, write, &Cmd::done, this).to_errno();
     if (rc != 0) {
       std::free(buf);
       buf = nullptr;

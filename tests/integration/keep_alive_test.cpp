@@ -46,7 +46,8 @@ TEST(KeepAlive, HostThatSendsKeepAliveStays) {
   ASSERT_TRUE(ctrl) << err;
   // Real time on purpose: what is tested is that the host's timer keeps a real target's KATO
   // timer from firing, three timeouts long. The interval the host picks is stepped on a fake
-  // clock in HostTiming.KeepAliveInterval; here only the margin (interval 250 ms of 500) matters.
+  // clock in HostTiming.KeepAliveInterval, and when a live controller sends it in
+  // HostSteppedClock.KeepAliveGoesOutAtTheInterval; here only the margin (interval 250 ms of 500) matters.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(t.target().state().subsystems[0]->controller_count(), 1u);
   EXPECT_FALSE(ctrl->failed());

@@ -410,7 +410,8 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->failed(); }, 10000));
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   // The controller's own ctrl_loss_tmo runs on its admin thread: this polls for its verdict with
-  // a wide margin (10 s for 600 ms). The exact boundary is HostTiming.CtrlLossTmoCountsFromTheFirstLoss.
+  // a wide margin (10 s for 600 ms). The exact boundary, on this same flow with a stepped clock, is
+  // HostSteppedClock.CtrlLossTmoFailsHeldCommands (the decision alone: HostTiming.CtrlLossTmoCountsFromTheFirstLoss).
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->failed() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(ctrl->failed());
@@ -418,7 +419,7 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
 
 // fast_io_fail_tmo: while the target is unreachable, held I/O fails early and new I/O is
 // refused; once it is reachable again, the queue reconnects and I/O flows. The wiring on real time;
-// the 300 ms boundary itself is HostTiming.FastIoFailFiresOncePerOutage on a fake clock.
+// the 300 ms boundary itself is HostSteppedClock.FastIoFailThenRecover on a stepped clock.
 TEST(Reconnect, FastIoFailThenRecover) {
   RunningTarget t;
   FaultProxy proxy(t.port());
@@ -448,7 +449,8 @@ TEST(Reconnect, FastIoFailThenRecover) {
 // A command the target never sees: after io_timeout an Abort goes out on the admin queue;
 // the target cannot abort what it never got, so after io_timeout again the controller is
 // reset and the command, sent again on the new connection, completes. The wiring on real time;
-// the Abort-then-reset boundaries are HostTiming.IoTimeoutAbortsThenResets on a fake clock.
+// the Abort-then-reset boundaries, and the reconnect delay after the reset, are
+// HostSteppedClock.IoTimeoutAbortsThenResetsThenReconnectsAfterTheDelay on a stepped clock.
 TEST(Reconnect, IoTimeoutAbortsThenResets) {
   RunningTarget t;
   FaultProxy proxy(t.port());
@@ -531,6 +533,7 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   EXPECT_FALSE(c.status.ok());
   EXPECT_GE(ctrl->resets(), 1u);
   // The reconnect runs on the admin thread after reconnect_delay: poll for it with a wide margin.
+  // HostSteppedClock.AdminTimeoutResetsTheController has the admin_timeout boundary.
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->live() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(ctrl->live());

@@ -108,7 +108,9 @@ TEST(HostQueueState, RefusedConnectEndsFailedAndCountsFollow) {
     EXPECT_EQ(queue_pairs_in_state(QS::Idle), idle_before);
     EXPECT_EQ(queue_pairs_in_state(QS::Failed), failed_before + 1);
     int dummy = 0;
-    EXPECT_EQ(qp.submit(nvtcp::wire::Sqe{}, &dummy, 0, false, nullptr, nullptr), -ENOTCONN);
+    const nvtcp::host::detail::HostError refused = qp.submit(nvtcp::wire::Sqe{}, &dummy, 0, false, nullptr, nullptr);
+    EXPECT_EQ(refused.kind, nvtcp::host::detail::HostError::Kind::Transport);
+    EXPECT_EQ(refused.to_errno(), -ENOTCONN);
   }
   EXPECT_EQ(queue_pairs_in_state(QS::Failed), failed_before);
   ::close(holder);

@@ -169,4 +169,14 @@ TEST(HostTiming, RealClockAgreesWithTheReactor) {
   EXPECT_EQ(fake.turn_ns(r), 42u);
 }
 
+TEST(HostTiming, WaitsOnAFakeClockReReadItEveryMillisecond) {
+  // The real clock lets a waiter sleep the whole delay; a fake one, which a test steps without
+  // waking anyone, is looked at again after at most kFakeClockPollNs.
+  using nvtcp::reactor::kFakeClockPollNs;
+  EXPECT_EQ(monotonic_clock().poll_period_ns(5 * kNsPerMs), 5 * kNsPerMs);
+  FakeClock fake;
+  EXPECT_EQ(fake.poll_period_ns(5 * kNsPerMs), kFakeClockPollNs);
+  EXPECT_EQ(fake.poll_period_ns(kFakeClockPollNs / 2), kFakeClockPollNs / 2);
+}
+
 }  // namespace

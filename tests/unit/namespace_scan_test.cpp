@@ -39,25 +39,27 @@ TEST(IdentityCheck, SameSubsystemWithNewFirmwareAndControllerIdIsTheSameControll
   IdentifyController after = controller("SN1", "nvtcp", "0.2.0", "nqn.2026-11.io.nvtcp:a");
   before.cntlid = 1;
   after.cntlid = 7;
-  EXPECT_EQ(identity_mismatch(before, after), "");
+  EXPECT_TRUE(identity_mismatch(before, after).ok());
   EXPECT_EQ(firmware_revision(before), "0.1.0");
   EXPECT_EQ(firmware_revision(after), "0.2.0");
 }
 
 TEST(IdentityCheck, EachIdentifierThatDiffersIsNamed) {
   const IdentifyController a = controller("SN1", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a");
-  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a")),
+  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a")).kind,
+            HostError::Kind::WrongController);
+  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a")).message,
             "serial number 'SN1' is now 'SN2'");
-  EXPECT_EQ(identity_mismatch(a, controller("SN1", "other", "0.1.0", "nqn.2026-11.io.nvtcp:a")),
+  EXPECT_EQ(identity_mismatch(a, controller("SN1", "other", "0.1.0", "nqn.2026-11.io.nvtcp:a")).message,
             "model 'nvtcp' is now 'other'");
-  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:b")),
+  EXPECT_EQ(identity_mismatch(a, controller("SN2", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:b")).message,
             "serial number 'SN1' is now 'SN2', subsystem NQN 'nqn.2026-11.io.nvtcp:a' is now 'nqn.2026-11.io.nvtcp:b'");
   // A field that fills its whole width has no terminator and must not run into the next.
   IdentifyController full = a, other_model = a;
   std::memcpy(full.sn, "12345678901234567890", 20);
   other_model = full;
   put(other_model.mn, sizeof(other_model.mn), "other");
-  EXPECT_EQ(identity_mismatch(full, other_model), "model 'nvtcp' is now 'other'");
+  EXPECT_EQ(identity_mismatch(full, other_model).message, "model 'nvtcp' is now 'other'");
 }
 
 std::vector<uint8_t> changed_log(const std::vector<uint32_t>& ids) {
@@ -97,8 +99,8 @@ TEST(IdentifyNamespaceData, SizeBlockSizeAndIdentifiers) {
   for (int i = 0; i < 16; ++i) id.nguid[i] = uint8_t(i + 1);
   for (int i = 0; i < 8; ++i) id.eui64[i] = uint8_t(0xE0 + i);
   NamespaceInfo ni;
-  std::string why;
-  ASSERT_TRUE(namespace_from_identify(3, id, ni, why)) << why;
+  HostError why;
+  ASSERT_TRUE(namespace_from_identify(3, id, ni, why)) << why.message;
   EXPECT_EQ(ni.nsid, 3u);
   EXPECT_EQ(ni.blocks, 32768u);
   EXPECT_EQ(ni.block_size, 4096u);
@@ -109,14 +111,19 @@ TEST(IdentifyNamespaceData, SizeBlockSizeAndIdentifiers) {
 TEST(IdentifyNamespaceData, InactiveAndUnusableFormatsAreRefused) {
   IdentifyNamespace id{};
   NamespaceInfo ni;
-  std::string why;
+  HostError why;
   EXPECT_FALSE(namespace_from_identify(5, id, ni, why));  // NSZE 0: an inactive NSID
-  EXPECT_EQ(why, "namespace 5 is not active");
+  EXPECT_EQ(why.kind, HostError::Kind::Namespace);
+  EXPECT_EQ(why.message, "namespace 5 is not active");
   id.nsze = 100;
   id.lbaf[0].lbads = 0;  // would be a 1-byte block
+  why = {};
   EXPECT_FALSE(namespace_from_identify(5, id, ni, why));
+  EXPECT_EQ(why.kind, HostError::Kind::Namespace);
   id.lbaf[0].lbads = 40;  // 1 << 40 does not fit a block size
+  why = {};
   EXPECT_FALSE(namespace_from_identify(5, id, ni, why));
+  EXPECT_EQ(why.kind, HostError::Kind::Namespace);
 }
 
 NamespaceInfo ns(uint32_t nsid, uint64_t blocks, uint32_t bs, uint8_t id_seed) {
