@@ -19,7 +19,10 @@ namespace nvtcp::test {
 
 class MemoryStream final : public reactor::ByteStream {
  public:
-  MemoryStream(reactor::Reactor& r, reactor::StreamOwner& owner) : reactor_(r), owner_(owner) {
+  // gone (optional) is set when the stream is destroyed: its owner frees it once closed, and a
+  // test that kept a pointer to it learns there that the pointer is no longer good.
+  MemoryStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool* gone = nullptr)
+      : reactor_(r), owner_(owner), gone_(gone) {
     closed_d_.owner = this;
     closed_d_.fn = [](reactor::Deferred* d) {
       auto* self = static_cast<reactor::OwnedDeferred<MemoryStream>*>(d)->owner;
@@ -27,7 +30,10 @@ class MemoryStream final : public reactor::ByteStream {
       self->owner_.on_closed(0);
     };
   }
-  ~MemoryStream() override { reactor_.undefer(&closed_d_); }
+  ~MemoryStream() override {
+    reactor_.undefer(&closed_d_);
+    if (gone_) *gone_ = true;
+  }
 
   // ByteStream
   void start() override { started_ = true; }
@@ -108,6 +114,7 @@ class MemoryStream final : public reactor::ByteStream {
   };
   reactor::Reactor& reactor_;
   reactor::StreamOwner& owner_;
+  bool* gone_;
   std::deque<Segment> queue_;
   size_t queued_ = 0;
   uint64_t sent_ = 0;
