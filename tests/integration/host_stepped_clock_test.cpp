@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "fault_proxy.hpp"
+#include "host_recovery.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "host/test_seams.hpp"
 #include "nvtcp/host.hpp"
@@ -37,34 +38,6 @@ using reactor::FakeClock;
 
 // A command capsule without in-capsule data or digests, as Keep Alive, Abort and Identify go out.
 constexpr uint64_t kCmdBytes = sizeof(wire::CapsuleCmdHeader);
-
-struct Outcome {
-  int done = 0;
-  wire::Status st;
-  static void cb(void* ctx, const Completion& c) {
-    auto* o = static_cast<Outcome*>(ctx);
-    ++o->done;
-    o->st = c.status;
-  }
-};
-
-ControllerOptions recovering_options() {
-  ControllerOptions o;
-  o.ctrl_loss_tmo_ms = 20000;
-  o.reconnect_delay_ms = 100;
-  o.connect_timeout_ms = 2000;
-  o.io_timeout_ms = 5000;
-  return o;
-}
-
-host::TransportId via(uint16_t port) {
-  host::TransportId t;
-  t.traddr = "127.0.0.1";
-  t.trsvcid = port;
-  t.subnqn = kTestNqn;
-  t.nsid = 2;
-  return t;
-}
 
 // A controller and one I/O queue pair on the seam's clock.
 struct Session {

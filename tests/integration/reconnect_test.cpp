@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fault_proxy.hpp"
+#include "host_recovery.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "test_target.hpp"
@@ -217,35 +218,6 @@ TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   w.report = false;
   w.verify_all();
   EXPECT_EQ(w.mismatches, 1u);
-}
-
-// Counts the completions of the commands a test submits and keeps the last status.
-struct Outcome {
-  int done = 0;
-  wire::Status st;
-  static void cb(void* ctx, const Completion& c) {
-    auto* o = static_cast<Outcome*>(ctx);
-    ++o->done;
-    o->st = c.status;
-  }
-};
-
-ControllerOptions recovering_options() {
-  ControllerOptions o;
-  o.ctrl_loss_tmo_ms = 20000;
-  o.reconnect_delay_ms = 100;
-  o.connect_timeout_ms = 2000;
-  o.io_timeout_ms = 5000;
-  return o;
-}
-
-host::TransportId via(uint16_t port, uint32_t nsid = 2) {
-  host::TransportId t;
-  t.traddr = "127.0.0.1";
-  t.trsvcid = port;
-  t.subnqn = kTestNqn;
-  t.nsid = nsid;
-  return t;
 }
 
 template <class Pred>

@@ -1,0 +1,42 @@
+// What the host recovery tests share, on real time (reconnect_test.cpp) and on a stepped clock
+// (host_stepped_clock_test.cpp): the options that turn reconnecting on, the address of a target
+// or of the fault proxy in front of it, and a completion counter.
+#pragma once
+#include "nvtcp/host.hpp"
+#include "test_target.hpp"
+
+namespace nvtcp::test {
+
+// Counts the completions of the commands a test submits and keeps the last status.
+struct Outcome {
+  int done = 0;
+  wire::Status st;
+  static void cb(void* ctx, const host::Completion& c) {
+    auto* o = static_cast<Outcome*>(ctx);
+    ++o->done;
+    o->st = c.status;
+  }
+};
+
+// Reconnecting on (ctrl_loss_tmo 20 s, a try every 100 ms), with command timeouts far beyond
+// anything a test does on purpose.
+inline host::ControllerOptions recovering_options() {
+  host::ControllerOptions o;
+  o.ctrl_loss_tmo_ms = 20000;
+  o.reconnect_delay_ms = 100;
+  o.connect_timeout_ms = 2000;
+  o.io_timeout_ms = 5000;
+  return o;
+}
+
+// The test subsystem at 127.0.0.1:port (a RunningTarget's, or a FaultProxy's in front of it).
+inline host::TransportId via(uint16_t port, uint32_t nsid = 2) {
+  host::TransportId t;
+  t.traddr = "127.0.0.1";
+  t.trsvcid = port;
+  t.subnqn = kTestNqn;
+  t.nsid = nsid;
+  return t;
+}
+
+}  // namespace nvtcp::test
