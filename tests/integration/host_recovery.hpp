@@ -2,6 +2,12 @@
 // (host_stepped_clock_test.cpp): the options that turn reconnecting on, the address of a target
 // or of the fault proxy in front of it, and a completion counter.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
@@ -37,6 +43,31 @@ inline host::TransportId via(uint16_t port, uint32_t nsid = 2) {
   t.subnqn = kTestNqn;
   t.nsid = nsid;
   return t;
+}
+
+// A controller and one I/O queue pair of the given depth.
+struct Session {
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+};
+inline ::testing::AssertionResult open_session(const host::TransportId& trid, const host::ControllerOptions& o,
+                                               uint32_t depth, Session& s) {
+  std::string err;
+  s.ctrl = host::Controller::connect(trid, o, err);
+  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
+  if (!s.qp) return ::testing::AssertionFailure() << err;
+  return ::testing::AssertionSuccess();
+}
+
+// Processes qp's completions until pred holds (true) or timeout_ms of real time pass (false).
+template <class Pred>
+bool poll_until(host::QueuePair& qp, Pred pred, int timeout_ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    qp.process_completions(1000);
+  }
+  return true;
 }
 
 }  // namespace nvtcp::test

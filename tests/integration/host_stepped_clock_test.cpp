@@ -39,19 +39,6 @@ using reactor::FakeClock;
 // A command capsule without in-capsule data or digests, as Keep Alive, Abort and Identify go out.
 constexpr uint64_t kCmdBytes = sizeof(wire::CapsuleCmdHeader);
 
-// A controller and one I/O queue pair on the seam's clock.
-struct Session {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<QueuePair> qp;
-};
-::testing::AssertionResult open_session(uint16_t port, const ControllerOptions& o, Session& s) {
-  std::string err;
-  s.ctrl = host::Controller::connect(via(port), o, err);
-  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(8, err);
-  if (!s.qp) return ::testing::AssertionFailure() << err;
-  return ::testing::AssertionSuccess();
-}
-
 // Runs this thread's reactor (the queue pair's) until every timer armed before the call has
 // fired: on a fake clock none is armed for longer than kFakeClockPollNs of real time, and the
 // last turn below starts that long after the call.
@@ -59,16 +46,6 @@ void settle(QueuePair& qp) {
   const uint64_t since = reactor::monotonic_ns();
   while (reactor::monotonic_ns() < since + reactor::kFakeClockPollNs) qp.process_completions(200);
   qp.process_completions(0);
-}
-
-template <class Pred>
-bool poll_until(QueuePair& qp, Pred pred, int timeout_ms) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    qp.process_completions(1000);
-  }
-  return true;
 }
 
 // Host-to-target bytes of admin connection `conn` once an Identify sent now has been answered:
@@ -131,7 +108,7 @@ TEST(HostSteppedClock, IoTimeoutAbortsThenResetsThenReconnectsAfterTheDelay) {
   ControllerOptions o = recovering_options();
   o.io_timeout_ms = 300;
   Session s;
-  ASSERT_TRUE(open_session(proxy.port(), o, s));
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   ASSERT_EQ(proxy.accepted(), 2u);  // 0: admin, 1: the queue pair
@@ -199,7 +176,7 @@ TEST(HostSteppedClock, IoTimeoutWithoutReconnectFailsTheCommand) {
   ControllerOptions o;  // ctrl_loss_tmo 0: no reconnect
   o.io_timeout_ms = 200;
   Session s;
-  ASSERT_TRUE(open_session(proxy.port(), o, s));
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& qp = s.qp;
   proxy.stall(1, Direction::ToTarget, true);
   std::vector<uint8_t> buf(4096);
@@ -239,7 +216,7 @@ TEST(HostSteppedClock, CtrlLossTmoFailsHeldCommands) {
   ControllerOptions o = recovering_options();
   o.ctrl_loss_tmo_ms = 600;
   Session s;
-  ASSERT_TRUE(open_session(target->port(), o, s));
+  ASSERT_TRUE(open_session(via(target->port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   target.reset();
@@ -283,7 +260,7 @@ TEST(HostSteppedClock, FastIoFailThenRecover) {
   ControllerOptions o = recovering_options();
   o.fast_io_fail_tmo_ms = 300;
   Session s;
-  ASSERT_TRUE(open_session(proxy.port(), o, s));
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   std::vector<uint8_t> buf(4096);
@@ -327,7 +304,7 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
   ControllerOptions o = recovering_options();
   o.admin_timeout_ms = 300;
   Session s;
-  ASSERT_TRUE(open_session(proxy.port(), o, s));
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   proxy.stall(0, Direction::ToHost, true);

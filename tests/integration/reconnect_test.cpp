@@ -181,20 +181,6 @@ class VerifyWorkload {
   uint32_t in_flight_ = 0;
 };
 
-// A controller and one I/O queue pair of the given depth.
-struct Session {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<QueuePair> qp;
-};
-::testing::AssertionResult open_session(const host::TransportId& trid, const ControllerOptions& o, uint32_t depth,
-                                        Session& s) {
-  std::string err;
-  s.ctrl = host::Controller::connect(trid, o, err);
-  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
-  if (!s.qp) return ::testing::AssertionFailure() << err;
-  return ::testing::AssertionSuccess();
-}
-
 // The checker itself: a block overwritten behind its back must show as a mismatch.
 TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   RunningTarget t;
@@ -218,16 +204,6 @@ TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   w.report = false;
   w.verify_all();
   EXPECT_EQ(w.mismatches, 1u);
-}
-
-template <class Pred>
-bool poll_until(QueuePair& qp, Pred pred, int timeout_ms) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    qp.process_completions(1000);
-  }
-  return true;
 }
 
 // Connections cut again and again under a verify workload: the host reconnects, sends
