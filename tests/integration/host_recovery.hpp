@@ -1,6 +1,8 @@
 // What the host recovery tests share, on real time (reconnect_test.cpp) and on a stepped clock
 // (host_stepped_clock_test.cpp): the options that turn reconnecting on, the address of a target
-// or of the fault proxy in front of it, and a completion counter.
+// or of the fault proxy in front of it, and a completion counter. In a namespace of their own:
+// tests/integration links into one binary, and raw_session.hpp already has a nvtcp::test::Session
+// (two classes of one name there would be one class to the linker, with one of the destructors).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -11,7 +13,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::recovery {
 
 // Counts the completions of the commands a test submits and keeps the last status.
 struct Outcome {
@@ -46,12 +48,12 @@ inline host::TransportId via(uint16_t port, uint32_t nsid = 2) {
 }
 
 // A controller and one I/O queue pair of the given depth.
-struct Session {
+struct HostSession {
   std::unique_ptr<host::Controller> ctrl;
   std::unique_ptr<host::QueuePair> qp;
 };
 inline ::testing::AssertionResult open_session(const host::TransportId& trid, const host::ControllerOptions& o,
-                                               uint32_t depth, Session& s) {
+                                               uint32_t depth, HostSession& s) {
   std::string err;
   s.ctrl = host::Controller::connect(trid, o, err);
   if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
@@ -70,4 +72,4 @@ bool poll_until(host::QueuePair& qp, Pred pred, int timeout_ms) {
   return true;
 }
 
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::recovery

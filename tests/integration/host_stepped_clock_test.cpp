@@ -29,6 +29,8 @@
 namespace nvtcp::test {
 namespace {
 
+using namespace recovery;
+
 using host::Completion;
 using host::ControllerOptions;
 using host::QueuePair;
@@ -107,7 +109,7 @@ TEST(HostSteppedClock, IoTimeoutAbortsThenResetsThenReconnectsAfterTheDelay) {
   ControllerSeam seam(clk);
   ControllerOptions o = recovering_options();
   o.io_timeout_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -175,7 +177,7 @@ TEST(HostSteppedClock, IoTimeoutWithoutReconnectFailsTheCommand) {
   ControllerSeam seam(clk);
   ControllerOptions o;  // ctrl_loss_tmo 0: no reconnect
   o.io_timeout_ms = 200;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& qp = s.qp;
   proxy.stall(1, Direction::ToTarget, true);
@@ -215,7 +217,7 @@ TEST(HostSteppedClock, CtrlLossTmoFailsHeldCommands) {
   ControllerSeam seam(clk);
   ControllerOptions o = recovering_options();
   o.ctrl_loss_tmo_ms = 600;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(target->port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -259,7 +261,7 @@ TEST(HostSteppedClock, FastIoFailThenRecover) {
   ControllerSeam seam(clk);
   ControllerOptions o = recovering_options();
   o.fast_io_fail_tmo_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -303,7 +305,7 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
   ControllerSeam seam(clk);
   ControllerOptions o = recovering_options();
   o.admin_timeout_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;

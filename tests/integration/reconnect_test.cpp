@@ -19,6 +19,8 @@
 namespace nvtcp::test {
 namespace {
 
+using namespace recovery;
+
 using host::Completion;
 using host::ControllerOptions;
 using host::QueuePair;
@@ -184,7 +186,7 @@ class VerifyWorkload {
 // The checker itself: a block overwritten behind its back must show as a mismatch.
 TEST(Reconnect, VerifyWorkloadCatchesALostWrite) {
   RunningTarget t;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(t.trid(kTestNqn, 2), host::ControllerOptions{}, 8, s));
   auto& qp = s.qp;
   VerifyWorkload w(*qp, 2, 512, 64, 8, 1);
@@ -215,7 +217,7 @@ TEST(Reconnect, CutConnectionsLoseNoAcknowledgedWrite) {
     FaultProxy proxy(t.port());
     ControllerOptions o = recovering_options();
     o.hdgst = o.ddgst = digests;
-    Session s;
+    HostSession s;
     ASSERT_TRUE(open_session(via(proxy.port()), o, 32, s));
     auto& ctrl = s.ctrl;
     auto& qp = s.qp;
@@ -250,7 +252,7 @@ TEST(Reconnect, CutConnectionsLoseNoAcknowledgedWrite) {
 TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
   RunningTarget t;
   FaultProxy proxy(t.port());
-  Session s;
+  HostSession s;
   constexpr int kRounds = 8;
   ControllerOptions o = recovering_options();
   // A command may be in flight at every cut (on a loaded machine the cut can land in the
@@ -295,7 +297,7 @@ TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
   uint16_t port = target->port();
   cfg.listeners[0].port = port;
 
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(port, 4), recovering_options(), 32, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -344,7 +346,7 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   auto target = std::make_unique<RunningTarget>();
   ControllerOptions o = recovering_options();
   o.ctrl_loss_tmo_ms = 600;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(target->port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -373,7 +375,7 @@ TEST(Reconnect, FastIoFailThenRecover) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.fast_io_fail_tmo_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& qp = s.qp;
   std::vector<uint8_t> buf(4096);
@@ -404,7 +406,7 @@ TEST(Reconnect, IoTimeoutAbortsThenResets) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.io_timeout_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
@@ -428,7 +430,7 @@ TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.max_retries = 2;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& qp = s.qp;
   ASSERT_EQ(proxy.accepted(), 2u);
@@ -452,7 +454,7 @@ TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   FaultProxy proxy(t.port());
   ControllerOptions o;
   o.io_timeout_ms = 200;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& qp = s.qp;
   proxy.stall(1, Direction::ToTarget, true);
@@ -471,7 +473,7 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   FaultProxy proxy(t.port());
   ControllerOptions o = recovering_options();
   o.admin_timeout_ms = 300;
-  Session s;
+  HostSession s;
   ASSERT_TRUE(open_session(via(proxy.port()), o, 8, s));
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
