@@ -342,8 +342,8 @@ bool EngineClient::lifeline_closed(int wait_ms) {
 
 std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, HostError& err) {
   if (depth < 1 || depth > kQueueEntries - 1) {
-    err = HostError::system(EINVAL, fmt::format("queue depth {} out of range (1..{} through the engine)", depth,
-                                                kQueueEntries - 1));
+    err = HostError::refused(HostError::Kind::Invalid, EINVAL);
+    err.message = fmt::format("queue depth {} out of range (1..{} through the engine)", depth, kQueueEntries - 1);
     return nullptr;
   }
   if (failed()) {
@@ -362,7 +362,8 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, HostError
     }
   }
   if (qid == 0) {
-    err = HostError::system(EBUSY, fmt::format("all {} I/O queues the engine granted are in use", granted_));
+    err = HostError::refused(HostError::Kind::Busy, EBUSY);
+    err.message = fmt::format("all {} I/O queues the engine granted are in use", granted_);
     return nullptr;
   }
   auto lease = std::shared_ptr<void>(nullptr, [self = shared_from_this(), qid](void*) { self->release_qid(qid); });
