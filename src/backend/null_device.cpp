@@ -1,14 +1,14 @@
 // The reference study's NULL device: reads return zeros, writes are discarded.
-#include <cstring>
-
 #include "backend/block_device.hpp"
+#include "util/log.hpp"
 #include "util/zeros.hpp"
 
 namespace nvtcp::backend {
 
 namespace {
-// Reads point straight at one shared zero region, so a null read costs no copy at all
-// (reads larger than the region are zeroed in the caller's buffer).
+// Reads point straight at one shared zero region, so a null read costs no copy at all. The
+// region is as long as the largest transfer a target accepts (util/zeros.hpp), so every read
+// is served from it: a zero-copy device gets no buffer of its own from the target.
 class NullDevice final : public BlockDevice {
  public:
   NullDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
@@ -19,12 +19,12 @@ class NullDevice final : public BlockDevice {
   bool zero_copy_reads() const override { return true; }
   void submit(BlockIo* io, reactor::Reactor&) override {
     if (io->op == BlockIo::Op::Read) {
-      if (io->length <= kZeroBytesLen) {
-        io->read_data = kZeroBytes;
-      } else {
-        std::memset(io->buffer, 0, io->length);
-        io->read_data = io->buffer;
+      if (io->length > kZeroBytesLen) {  // the target bounds reads by MDTS; never trust that here
+        log::error("null namespace: a {}-byte read is beyond the {}-byte zero region", io->length, kZeroBytesLen);
+        io->done(io, wire::sc::InternalError);
+        return;
       }
+      io->read_data = zero_bytes();
     }
     io->done(io, wire::sc::Success);
   }

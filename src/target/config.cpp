@@ -12,8 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/block_device.hpp"
+#include "util/zeros.hpp"
 
 namespace nvtcp::target {
+
+// A NULL namespace sends every read it accepts from the shared zero region.
+static_assert(kZeroBytesLen >= kMaxMdtsBytes, "the zero region must cover the largest MDTS");
 
 namespace {
 // A JSON integer that must fit T: a value that would be cut to fit (70000 for a port,
@@ -64,7 +68,7 @@ std::string check_ranges(const TargetConfig& cfg) {
        "SQSIZE is a 16-bit 0's based count and the queue's head index is 16 bits"},
       {"max_io_queues", cfg.max_io_queues, 1, 1024, "each controller keeps per-queue state for all of them"},
       {"max_r2t_per_command", cfg.max_r2t_per_command, 1, 4, "R2T PDUs each write keeps room for"},
-      {"mdts_bytes", cfg.mdts_bytes, 4096, 8u << 20, "MDTS is a power of two of 4 KiB pages"},
+      {"mdts_bytes", cfg.mdts_bytes, 4096, kMaxMdtsBytes, "MDTS is a power of two of 4 KiB pages"},
       {"icreq_timeout_ms", cfg.icreq_timeout_ms, 1, 3600000, "at most an hour"},
       {"h2c_data_timeout_ms", cfg.h2c_data_timeout_ms, 0, 86400000, "0 = never; at most a day"},
       {"send_timeout_ms", cfg.send_timeout_ms, 0, 86400000, "0 = never; at most a day"},

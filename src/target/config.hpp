@@ -38,6 +38,9 @@ struct ListenerConfig {
 // "ADDRESS:PORT" or "[IPV6]:PORT" into a listener; false if it is neither.
 bool parse_listener(const std::string& text, ListenerConfig& out);
 
+// The largest MDTS a target may be configured with.
+inline constexpr uint32_t kMaxMdtsBytes = 8u << 20;
+
 struct TargetConfig {
   std::vector<ListenerConfig> listeners;
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
@@ -51,7 +54,7 @@ struct TargetConfig {
   uint32_t max_queue_depth = 1024;      // CAP.MQES + 1
   uint32_t max_io_queues = 128;
   uint32_t max_r2t_per_command = 4;     // outstanding R2Ts per write (also bounded by the host)
-  uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS)
+  uint32_t mdts_bytes = 1u << 20;       // largest transfer (MDTS), at most kMaxMdtsBytes
   uint32_t icreq_timeout_ms = 10000;
   // A write whose R2T has had no H2CData for this long ends its connection (the buffers it
   // holds are freed); keep-alives do not cover a host that stalls mid-transfer. 0 = never.

@@ -304,9 +304,9 @@ void Connection::send_response(Request* r) {
     stream_->send(r->tx_data, r->tx_len, r->tx_pad || ddgst_ ? nullptr : done);
     for (uint32_t left = r->tx_pad; left > 0;) {
       const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
-      if (ddgst_) crc.update(kZeroBytes, n);
+      if (ddgst_) crc.update(zero_bytes(), n);
       left -= n;
-      stream_->send(kZeroBytes, n, left || ddgst_ ? nullptr : done);
+      stream_->send(zero_bytes(), n, left || ddgst_ ? nullptr : done);
     }
     if (ddgst_) {
       const uint32_t v = crc.value();

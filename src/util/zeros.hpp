@@ -6,7 +6,12 @@
 
 namespace nvtcp {
 
-inline constexpr size_t kZeroBytesLen = 1u << 20;
-extern const uint8_t kZeroBytes[kZeroBytesLen];
+// As long as the largest transfer a target may offer (its largest MDTS, 8 MiB), so that a
+// NULL namespace serves every read it accepts from here: target/config.cpp checks this.
+inline constexpr size_t kZeroBytesLen = 8u << 20;
+
+// Mapped once, read-only and anonymous: its pages are the kernel's shared zero page, so the
+// region costs no memory and no space in the binary, and a stray write faults at once.
+const uint8_t* zero_bytes();
 
 }  // namespace nvtcp

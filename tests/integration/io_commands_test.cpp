@@ -175,3 +175,47 @@ TEST(IoCommandsIdentify, CompareAndCopyAreAnnouncedWithTheirLimits) {
 
 }  // namespace
 }  // namespace nvtcp::test
+
+namespace nvtcp::test {
+namespace {
+
+// A NULL namespace reads from one shared zero region, without a buffer of its own: every
+// read and Verify the largest MDTS allows is served from it, and the target stays up (a
+// read beyond a region shorter than MDTS once wrote through a null buffer).
+TEST(IoCommandsLimits, NullReadsAndVerifiesUpToTheLargestMdtsReturnZeros) {
+  target::TargetConfig cfg = default_config();
+  cfg.mdts_bytes = target::kMaxMdtsBytes;
+  RunningTarget t(cfg);
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), {}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(4, err);
+  ASSERT_TRUE(qp) << err;
+  auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(target::kMaxMdtsBytes));
+  ASSERT_TRUE(buf);
+  constexpr uint32_t kNullNsid = 1;
+  for (uint32_t bytes : {(1u << 20) + 512, 2u << 20, target::kMaxMdtsBytes}) {
+    SCOPED_TRACE("bytes " + std::to_string(bytes));
+    const uint32_t nlb = bytes / kBlock;
+    std::memset(buf, 0xA5, bytes);
+    ASSERT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) {
+                  return qp->read(kNullNsid, 7, nlb, buf, cb, ctx);
+                }).ok());
+    EXPECT_TRUE(std::all_of(buf, buf + bytes, [](uint8_t b) { return b == 0; })) << "a NULL read is zeros";
+    wire::Sqe verify{};
+    verify.opc = uint8_t(wire::IoOpcode::Verify);
+    verify.nsid = kNullNsid;
+    verify.cdw10 = 7;
+    verify.cdw12 = nlb - 1;
+    EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) {
+                  return qp->submit(verify, nullptr, 0, false, cb, ctx);
+                }).ok());
+  }
+  EXPECT_FALSE(qp->failed());
+  ctrl->free_io_buffer(buf);
+  auto other = host::Controller::connect(t.trid(), {}, err);
+  EXPECT_TRUE(other) << "the target no longer serves a new host: " << err;
+}
+
+}  // namespace
+}  // namespace nvtcp::test
