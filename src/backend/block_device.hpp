@@ -24,8 +24,9 @@ struct BlockIo {
   uint8_t* buffer = nullptr;  // Write: data to store. Read: where to put data if copying.
   // Write, WriteZeroes: Force Unit Access; done is called only once the data is durable.
   bool fua = false;
-  // Read: a device that can serve data without a copy points this at it (valid until the
-  // request's data has been sent); otherwise it fills buffer and sets read_data = buffer.
+  // Read: a device that can serve data without a copy points this at it (valid, and
+  // unchanged, until the request's data has been sent: the socket reads it turns later);
+  // otherwise it fills buffer and sets read_data = buffer.
   const uint8_t* read_data = nullptr;
   void (*done)(BlockIo* io, wire::Status status) = nullptr;
   void* user = nullptr;       // the submitter's context for done
@@ -66,7 +67,8 @@ class BlockDevice {
   virtual uint64_t revalidate_size() { return size_bytes(); }
   virtual uint32_t block_size() const = 0;
   virtual const char* kind() const = 0;
-  // Read needs a caller buffer only when this is false.
+  // Read needs a caller buffer only when this is false. True only for a device whose blocks
+  // no command can change while a read's data is still being sent (NULL).
   virtual bool zero_copy_reads() const { return false; }
   // Runs on the calling reactor's thread; io->done is called exactly once.
   virtual void submit(BlockIo* io, reactor::Reactor& r) = 0;

@@ -18,10 +18,14 @@ namespace {
 // AWUPF are 0): a read sees the old block or the new one, never a mix, and of two writes
 // one survives whole. So each 64 KiB region of the namespace maps to one of a table of
 // spinlocks, and a command copies region by region under that region's lock. One lock is
-// held at a time (no ordering to get wrong); a block never straddles a region. Reads copy
-// too, since a zero-copy read would let the kernel read the memory later, while a write
-// may be under way. With one reactor, commands run one after another and none of this is
-// needed: reads stay zero-copy and nothing is locked.
+// held at a time (no ordering to get wrong); a block never straddles a region. With one
+// reactor, commands run one after another and nothing is locked.
+//
+// Reads copy into the request's buffer in both cases. A read sent straight from namespace
+// memory would be read by the kernel only as the socket drains, turns later, after a write
+// that completed meanwhile had changed those blocks: the host would get a block half old,
+// half new. The copy is taken at the read's own moment, which is what makes it atomic.
+// (NULL namespaces, whose blocks never change, stay zero-copy.)
 class RegionLocks {
  public:
   static constexpr unsigned kRegionShift = 16;  // 64 KiB
@@ -82,7 +86,6 @@ class RamDevice final : public BlockDevice {
   // Memory is the medium: a write is as durable as it will ever be once copied (until the
   // process exits), so there is no volatile cache and Flush has nothing to do.
   Persistence persistence() const override { return Persistence::Process; }
-  bool zero_copy_reads() const override { return !locks_; }
   void submit(BlockIo* io, reactor::Reactor& r) override {
     if (io->op == BlockIo::Op::WriteZeroes || io->op == BlockIo::Op::Deallocate) {
       io->device = this;
@@ -96,7 +99,10 @@ class RamDevice final : public BlockDevice {
       submit_shared(io);
     } else {
       switch (io->op) {
-        case BlockIo::Op::Read: io->read_data = p; break;
+        case BlockIo::Op::Read:
+          std::memcpy(io->buffer, p, io->length);
+          io->read_data = io->buffer;
+          break;
         case BlockIo::Op::Write: std::memcpy(p, io->buffer, io->length); break;
         case BlockIo::Op::WriteZeroes:
         case BlockIo::Op::Deallocate:
