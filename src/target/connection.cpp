@@ -185,8 +185,10 @@ void Connection::on_closed(int err) {
   reactor_.cancel_timer(&retry_timer_);
   reactor_.cancel_timer(&fence_timer_);
   // A fused operation that owned its namespace's fence and never reached the device lets go.
-  for (Request* w : fence_waiters_)
+  for (Request* w : fence_waiters_) {
     if (w->fence_owner) w->fence_ns->fence.release();
+    w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
+  }
   fence_waiters_.clear();
   reactor_.undefer(&resume_d_);
   set_.remove(this);

@@ -169,6 +169,8 @@ class Connection final : public reactor::StreamOwner,
   void release(Request* r);
   void dsm_step(Request* r);
   void copy_step(Request* r);
+  void next_step_later(Request* r);  // Copy, Dataset Management: the next range, next turn
+  void run_next_step(Request* r);
   void execute_reservation(Request* r, Namespace* ns);
   // Fused Compare and Write: the first half is held until the next command arrives.
   bool fused_halves(Request* r);

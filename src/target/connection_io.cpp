@@ -45,6 +45,15 @@ void Connection::execute_io(Request* r) {
   Namespace* ns = ctrl_->subsystem().find_namespace(sqe.nsid);
   auto opc = static_cast<IoOpcode>(sqe.opc);
   if (opc == IoOpcode::Flush && sqe.nsid == kNsidAll) {
+    // Flush is in the write group a reservation restricts, on every namespace it reaches:
+    // a host that may not write one of them gets Reservation Conflict, as it would for a
+    // Flush to that namespace alone, and nothing is flushed.
+    for (const auto& each : ctrl_->subsystem().namespaces())
+      if (each->reservations.held() &&
+          !each->reservations.allowed(ctrl_->hostid(), false, true, resv_cache_[each->index])) {
+        complete(r, sc::ReservationConflict);
+        return;
+      }
     start_flush(r, true);
     return;
   }
@@ -318,7 +327,7 @@ void Connection::copy_io_done(Request* r, Status st) {
   if (r->copy_writing) {
     r->copy_dst += r->io.length >> ctrl_->subsystem().find_namespace(r->sqe.nsid)->lbads;
     ++r->copy_next;
-    copy_step(r);
+    next_step_later(r);
     return;
   }
   // A device that lent its own memory for the read: copy out of it first, since the write
@@ -486,7 +495,7 @@ void Connection::submit_io(Request* r, Namespace* ns) {
   if (!r->fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
                           op == backend::BlockIo::Op::Deallocate)) {
     r->fence_ns = ns;
-    if (!ns->fence.begin_write(set_.index())) {
+    if (!ns->fence.begin_write(set_.index(), r->fence_waiting)) {
       wait_for_fence(r);
       return;
     }
@@ -502,6 +511,34 @@ void Connection::submit_io(Request* r, Namespace* ns) {
   // request goes with the connection's pool.
   if (!backend_gate_.enter()) return;
   ns->device->submit(&r->io, reactor_);
+}
+
+// Copy and Dataset Management move on one range per reactor turn: the next range starts from
+// a no-op's completion, among the turn's other completions, not inline. A device that
+// completes inline (RAM) would otherwise run a command's every range in one turn: 128 ranges
+// of 1 MiB are 256 MiB of memcpy, and every other command on this reactor would wait for it.
+// One range is at most MDTS (Copy) or one Deallocate of a range (which yields in slices
+// itself), so no command holds the reactor longer than one such step.
+void Connection::next_step_later(Request* r) {
+  if (!backend_gate_.enter()) return;  // closed: nothing runs commands any more
+  r->next_step.owner = r;
+  r->next_step.fn = [](reactor::Completion* c, int, uint32_t) {
+    Request* req = static_cast<reactor::OwnedCompletion<Request>*>(c)->owner;
+    req->conn->run_next_step(req);
+  };
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  io_uring_prep_nop(sqe);
+  reactor_.prep(sqe, &r->next_step);
+}
+
+void Connection::run_next_step(Request* r) {
+  if (backend_gate_.closed()) {
+    backend_gate_.leave();  // may free this connection: touch nothing after
+    return;
+  }
+  backend_gate_.leave();
+  if (r->sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
+  else dsm_step(r);
 }
 
 void Connection::dsm_step(Request* r) {
@@ -576,7 +613,7 @@ void Connection::io_done(Request* r, Status st) {
   }
   backend_gate_.leave();
   if (r->io.op == backend::BlockIo::Op::Deallocate && st.ok()) {
-    dsm_step(r);
+    next_step_later(r);
     return;
   }
   if (r->io.op == backend::BlockIo::Op::Flush && st.ok()) {

@@ -68,6 +68,10 @@ struct Request {
   Namespace* fence_ns = nullptr;
   bool fence_counted = false;
   bool fence_owner = false;
+  bool fence_waiting = false;       // a write the fence held back, registered as waiting
+  // Copy and Dataset Management: the no-op whose completion starts the next range, one
+  // range per reactor turn (Connection::next_step_later).
+  reactor::OwnedCompletion<Request> next_step;
   Request* fused_partner = nullptr;  // the other half of a fused Compare and Write
   Request* next_waiting = nullptr;  // the connection's list of Waiting requests
   Connection* conn = nullptr;

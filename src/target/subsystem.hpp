@@ -26,21 +26,44 @@ class Controller;
 // any reactor. Writes count themselves in flight, each reactor in its own slot (no shared
 // cache line on the data path); a fused operation takes the fence, waits until no write is
 // in flight, compares and writes, and lets go. A write that finds the fence taken waits.
+//
+// Turns, so that neither side starves the other: a write that had to wait registers itself
+// (once) as waiting, and while any write waits no fused operation may take the fence. So
+// after each fused operation every write it held back goes first, and a fused operation
+// waits only for those; writes that find the fence free never wait and never register.
+// (Without this, two hosts issuing fused pairs back to back kept the fence owned nearly all
+// the time and another host's writes, retrying on a timer, got through by chance.)
 class WriteFence {
  public:
   void init(uint32_t reactors) {
     slots_ = std::make_unique<Slot[]>(reactors);
     nslots_ = reactors;
   }
-  // A write may start (and is counted) unless a fused operation holds the fence.
-  bool begin_write(uint32_t slot) {
+  // A write may start (and is counted) unless a fused operation holds the fence. waiting is
+  // the write's own flag: set here when it must wait, cleared when it starts.
+  bool begin_write(uint32_t slot, bool& waiting) {
     slots_[slot].n.fetch_add(1, std::memory_order_seq_cst);
-    if (owned_.load(std::memory_order_seq_cst) == 0) return true;
+    if (owned_.load(std::memory_order_seq_cst) == 0) {
+      stop_waiting(waiting);
+      return true;
+    }
     slots_[slot].n.fetch_sub(1, std::memory_order_release);
+    if (!waiting) {
+      waiting = true;
+      writers_waiting_.fetch_add(1, std::memory_order_seq_cst);
+    }
     return false;
   }
+  // A waiting write that will not start after all (its connection closed).
+  void stop_waiting(bool& waiting) {
+    if (!waiting) return;
+    waiting = false;
+    writers_waiting_.fetch_sub(1, std::memory_order_seq_cst);
+  }
   void end_write(uint32_t slot) { slots_[slot].n.fetch_sub(1, std::memory_order_release); }
+  // False while another fused operation holds the fence or a write it held back waits.
   bool try_own() {
+    if (writers_waiting_.load(std::memory_order_seq_cst) != 0) return false;
     uint32_t expected = 0;
     return owned_.compare_exchange_strong(expected, 1, std::memory_order_seq_cst);
   }
@@ -51,12 +74,14 @@ class WriteFence {
     return true;
   }
   void release() { owned_.store(0, std::memory_order_release); }
+  uint32_t writers_waiting() const { return writers_waiting_.load(std::memory_order_relaxed); }
 
  private:
   struct alignas(64) Slot {
     std::atomic<uint32_t> n{0};
   };
   std::atomic<uint32_t> owned_{0};
+  std::atomic<uint32_t> writers_waiting_{0};
   std::unique_ptr<Slot[]> slots_;
   uint32_t nslots_ = 0;
 };
