@@ -342,7 +342,11 @@ bool Connection::abort_command(uint16_t cid) {
   if (state_ != State::Connected) return false;
   for (auto& slot : pool_.slots()) {
     Request* r = slot.get();
-    if (r->sqe.cid != cid) continue;
+    // A free slot keeps the CID of the command it last carried, and a command being sent is
+    // done: the host may already have its answer and reuse the CID for a live command in
+    // another slot, which is the one to abort.
+    const Request::State st = r->state();
+    if (r->sqe.cid != cid || st == Request::State::Free || st == Request::State::Sending) continue;
     if (r->state() == Request::State::Waiting) {
       // Out of the wait list, wherever it is in it.
       Request** link = &wait_head_;

@@ -2,6 +2,7 @@
 // for the data its R2T asked for, or waiting for buffer memory) ends with Command Abort
 // Requested and the Abort says so in dw0 bit 0 (0: aborted); a command that already ran, or
 // an unknown one, is not aborted (1). A held Asynchronous Event Request can be aborted too.
+#include <array>
 #include <mutex>
 
 #include "raw_session.hpp"
@@ -154,6 +155,54 @@ TEST(Abort, ADatasetManagementStopsBetweenItsRanges) {
   // The queue goes on.
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 2, 0, 1, 512), {}, cqe));
   EXPECT_TRUE(ok(cqe));
+}
+
+// A request slot keeps the CID of the command it last carried after that command is done.
+// Abort must look only at live commands: a finished write's CID is reused by a live write in
+// another slot (each order of slots, so that the finished one is searched first in one of
+// them). Abort once took the finished one ("not aborted") and the live write went on.
+TEST(Abort, ALiveCommandIsFoundWhenAFinishedOneUsedItsCid) {
+  for (bool reused_first : {true, false}) {
+    SCOPED_TRACE(reused_first ? "the CID's first command was sent first" : "it was sent second");
+    RunningTarget t;
+    Session admin, io;
+    ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+    const uint16_t reused = 77, other = 78;
+    const Sqe done = rw_sqe(IoOpcode::Write, reused, kRamNsid, 40, 8, 4096);
+    const Sqe held = rw_sqe(IoOpcode::Write, other, kRamNsid, 48, 8, 4096);
+    R2TPdu r_done{}, r_held{};
+    const std::array<const Sqe*, 2> order =
+        reused_first ? std::array<const Sqe*, 2>{&done, &held} : std::array<const Sqe*, 2>{&held, &done};
+    for (const Sqe* w : order) {
+      ASSERT_TRUE(io.send_capsule(*w));
+      ASSERT_TRUE(r2t_for(io, w->cid, w == &done ? r_done : r_held));
+    }
+    // The first command with the CID finishes, then the other write; their slots are free.
+    Cqe cqe{};
+    ASSERT_TRUE(io.c.send(h2c_data_pdu(done.cid, r_done.ttag, r_done.r2to, Bytes(r_done.r2tl, 0x11), true)));
+    ASSERT_TRUE(io.read_response(done.cid, cqe));
+    ASSERT_TRUE(ok(cqe));
+    ASSERT_TRUE(io.c.send(h2c_data_pdu(held.cid, r_held.ttag, r_held.r2to, Bytes(r_held.r2tl, 0x22), true)));
+    ASSERT_TRUE(io.read_response(held.cid, cqe));
+    ASSERT_TRUE(ok(cqe));
+    ASSERT_TRUE(wait_for(
+        [&] { return t.target().request_states()[size_t(target::Request::State::Sending)] == 0; }, 5000));
+
+    const Sqe live = rw_sqe(IoOpcode::Write, reused, kRamNsid, 56, 8, 4096);
+    ASSERT_TRUE(io.send_capsule(live));
+    R2TPdu r_live{};
+    ASSERT_TRUE(r2t_for(io, live.cid, r_live));
+    ASSERT_TRUE(admin.command(abort_sqe(admin.cid(), 1, reused), {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+    EXPECT_EQ(cqe.dw0 & 1, 0u) << "the live command with that CID was not aborted";
+    ASSERT_TRUE(io.c.send(h2c_data_pdu(live.cid, r_live.ttag, r_live.r2to, Bytes(r_live.r2tl, 0x33), true)));
+    ASSERT_TRUE(io.read_response(live.cid, cqe));
+    EXPECT_TRUE(status_is(cqe, 0, sc::AbortRequested.value & 0xFF));
+    Bytes data;
+    ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 56, 8, 4096), {}, cqe, &data));
+    ASSERT_TRUE(ok(cqe));
+    EXPECT_EQ(data, Bytes(4096, 0)) << "the aborted write reached the namespace";
+  }
 }
 
 }  // namespace
