@@ -35,7 +35,7 @@ package: build
 
 test: deps
 	@$(MAKE) build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@bash scripts/ctest-with-skips.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory test-tsan
 	@$(MAKE) --no-print-directory fuzz-smoke
@@ -45,7 +45,7 @@ test: deps
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE interop
+	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 -LE interop
 
 # The multi-threaded paths under ThreadSanitizer: the integration tests that run target reactors
 # and host threads side by side (several target reactors, the host's admin thread, reconnects,
@@ -64,8 +64,8 @@ test-tsan:
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=thread -DNVTCP_BENCH=OFF \
 	  -DNVTCP_FIO=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target nvtcp nvtcp_integration_tests
-	@cd $(TSAN_BUILD) && $(TSAN_ENV) $(TSAN_RUN) ctest --output-on-failure -j $(JOBS) --timeout 300 \
-	  -R '$(TSAN_TESTS)'
+	@$(TSAN_ENV) $(TSAN_RUN) bash scripts/ctest-with-skips.sh $(TSAN_BUILD) --output-on-failure -j $(JOBS) \
+	  --timeout 300 -R '$(TSAN_TESTS)'
 	@$(TSAN_ENV) $(TSAN_RUN) bash tests/tsan/cli_multicore.sh $(TSAN_BUILD)/nvtcp
 
 # libFuzzer targets (clang, ASan + UBSan) on everything that parses bytes from the network

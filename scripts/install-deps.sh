@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libcli11-dev libfmt-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
       python3 python3-matplotlib procps util-linux fio dpkg-dev debootstrap
-      tshark qemu-system-x86)
+      tshark qemu-system-x86
+      file       # CPack's Debian generator runs file(1) on what it packages (make package)
+      iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
+      xz-utils)  # the kernel interop tests unpack Debian's xz-compressed kernel modules
 missing=()
 for p in "${PKGS[@]}" "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
