@@ -210,6 +210,22 @@ struct Engine::Impl {
   // accept() failing for want of descriptors or memory leaves the listening socket readable:
   // it is taken out of the epoll set for a while instead of spinning the control thread.
   void pause_accepting(int e);
+  // A refused attach is logged, but at most kRefusalLogsPerSecond a second: a program that
+  // attaches in a loop must not fill the log (the rest are counted and said so).
+  static constexpr uint32_t kRefusalLogsPerSecond = 10;
+  uint64_t refusal_log_second = 0;
+  uint32_t refusal_logs = 0, refusal_logs_dropped = 0;
+  void log_refusal(const std::string& why) {
+    const uint64_t second = monotonic_ns() / 1'000'000'000ull;
+    if (second != refusal_log_second) {
+      if (refusal_logs_dropped)
+        log::warn("engine: {} more attach refusals were not logged", refusal_logs_dropped);
+      refusal_log_second = second;
+      refusal_logs = refusal_logs_dropped = 0;
+    }
+    if (refusal_logs++ < kRefusalLogsPerSecond) log::warn("engine: attach refused: {}", why);
+    else ++refusal_logs_dropped;
+  }
   void resume_accepting_if_due();
   // Why an attach request is beyond the engine's limits (0: it is not); uid from SO_PEERCRED.
   int check_limits_for(const AttachRequest& req, uid_t uid, std::string& why) const;
@@ -572,8 +588,8 @@ void Engine::Impl::accept_application() {
   if (pendings.size() >= opts.limits.max_pending_attaches) {
     refused.fetch_add(1, std::memory_order_relaxed);
     refused_for_limits.fetch_add(1, std::memory_order_relaxed);
-    log::warn("engine: attach refused: pid {}: {} connections already wait to attach (max_pending_attaches)",
-              p->conn.pid, pendings.size());
+    log_refusal(fmt::format("pid {}: {} connections already wait to attach (max_pending_attaches)", p->conn.pid,
+                            pendings.size()));
     return;  // closed unanswered: the peer sees its connection reset
   }
   p->deadline_ns = monotonic_ns() + 5'000'000'000ull;
@@ -655,7 +671,7 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
   if (a == AttachServer::Answer::Refused) {
     refused.fetch_add(1, std::memory_order_relaxed);
     if (over_limit) refused_for_limits.fetch_add(1, std::memory_order_relaxed);
-    log::warn("engine: attach refused: {}", err);
+    log_refusal(err);
   } else {
     add_application(std::move(at), remote);
   }
@@ -678,7 +694,7 @@ void Engine::Impl::expire_pendings() {
     PendingSlot& p = **it++;
     if (now < p.deadline_ns) continue;
     refused.fetch_add(1, std::memory_order_relaxed);
-    log::warn("engine: attach refused: pid {}: no attach request within 5 s", p.conn.pid);
+    log_refusal(fmt::format("pid {}: no attach request within 5 s", p.conn.pid));
     drop_pending(p);
   }
 }
