@@ -100,10 +100,12 @@ inline void signal_fd(int fd) {
   const char b = 1;
   (void)!::write(fd, &b, 1);
 }
-// Takes every pending signal of a pipe's (non-blocking) read end.
+// Takes the pending signals of a pipe's (non-blocking) read end: at most a pipe's worth
+// (64 KiB) a call, so a peer that keeps writing cannot hold the reader here; what is left
+// keeps the (level-triggered) descriptor readable for the next turn.
 inline void drain_fd(int fd) {
-  char buf[64];
-  while (::read(fd, buf, sizeof(buf)) == ssize_t(sizeof(buf))) {
+  char buf[4096];
+  for (int i = 0; i < 16 && ::read(fd, buf, sizeof(buf)) == ssize_t(sizeof(buf)); ++i) {
   }
 }
 
