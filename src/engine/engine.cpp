@@ -197,11 +197,11 @@ struct Engine::Impl {
   // taken out earlier in the same batch (its application freed, say) is recognised as stale
   // before anything of it is read.
   void watch(int fd, uint32_t mask, Watch* w) {
+    live_watches.insert(w);  // first: if it throws, no event names w
     epoll_event ev{};
     ev.events = mask;
     ev.data.ptr = w;
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-    live_watches.insert(w);
   }
   void unwatch(int fd, Watch* w) {
     if (live_watches.erase(w) && fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
@@ -234,6 +234,7 @@ struct Engine::Impl {
   void expire_pendings();
   void add_application(Attachment at, size_t remote);
   void handle_events();
+  void dispatch(const epoll_event& ev);
   void lifeline(AppSlot& slot);
   void take_away(AppSlot& slot, DetachCause cause);
   // Runs one application's controller work: whatever it throws stops that application's
@@ -593,8 +594,9 @@ void Engine::Impl::accept_application() {
     return;  // closed unanswered: the peer sees its connection reset
   }
   p->deadline_ns = monotonic_ns() + 5'000'000'000ull;
-  watch(p->conn.fd, EPOLLIN | EPOLLRDHUP, &p->watch);
+  // Kept before it is watched: nothing in the epoll set points at a slot that is not held.
   pendings.push_back(std::move(p));
+  watch(pendings.back()->conn.fd, EPOLLIN | EPOLLRDHUP, &pendings.back()->watch);
   answer_pending(*pendings.back());  // the request is often there already
 }
 
@@ -711,18 +713,21 @@ void Engine::Impl::add_application(Attachment at, size_t remote) {
   admin_limits.max_in_flight = uint32_t(opts.limits.max_admin_in_flight);
   admin_limits.max_buffer_bytes = opts.limits.max_app_admin_buffer_bytes;
   slot->ctl = std::make_unique<AppController>(std::move(at), *slot, cntlid, opts.max_queue_pairs - 1, admin_limits);
-  ++apps_per_user[slot->uid];
-  mapped_bytes.fetch_add(slot->region_bytes, std::memory_order_relaxed);
-  watch(slot->ctl->attachment().socket(), EPOLLIN | EPOLLRDHUP, &slot->lifeline_watch);
-  // EPOLLHUP (the application closed its end) is reported whether asked for or not.
-  watch(slot->ctl->attachment().kick_fd(), EPOLLIN, &slot->kick_watch);
-  slot->watching = true;
-  log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", slot->ctl->name(),
-            remotes[remote].trid.subnqn, slot->ctl->attachment().layout().queue_pairs,
-            slot->ctl->attachment().layout().queue_entries, slot->ctl->attachment().layout().data_bytes >> 20);
-  attached.fetch_add(1, std::memory_order_relaxed);
-  app_count.fetch_add(1, std::memory_order_relaxed);
+  // Held and counted before it is watched: nothing in the epoll set points at a slot that
+  // is not held, and reap() uncounts only what was counted.
   apps.push_back(std::move(slot));
+  AppSlot& held = *apps.back();
+  app_count.fetch_add(1, std::memory_order_relaxed);
+  ++apps_per_user[held.uid];
+  mapped_bytes.fetch_add(held.region_bytes, std::memory_order_relaxed);
+  held.watching = true;
+  watch(held.ctl->attachment().socket(), EPOLLIN | EPOLLRDHUP, &held.lifeline_watch);
+  // EPOLLHUP (the application closed its end) is reported whether asked for or not.
+  watch(held.ctl->attachment().kick_fd(), EPOLLIN, &held.kick_watch);
+  log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", held.ctl->name(),
+            remotes[remote].trid.subnqn, held.ctl->attachment().layout().queue_pairs,
+            held.ctl->attachment().layout().queue_entries, held.ctl->attachment().layout().data_bytes >> 20);
+  attached.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The application closed its lifeline: it detached or died (a SIGKILL closes it too).
@@ -838,11 +843,11 @@ void Engine::Impl::handle_events() {
     if (it == apps.end()) continue;
     AppSlot& slot = **it;
     if (ev.kind == CoreEvent::Kind::Faulted) {
-      slot.ctl->io_queue_faulted(ev.qid);
+      guarded(slot, [&] { slot.ctl->io_queue_faulted(ev.qid); });
       continue;
     }
     slot.core_of.erase(ev.qid);
-    slot.ctl->io_queue_stopped(ev.qid, ev.cq);
+    guarded(slot, [&] { slot.ctl->io_queue_stopped(ev.qid, ev.cq); });
     reap(slot);
   }
 }
@@ -856,23 +861,26 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
     if (!pendings.empty()) expire_pendings();
     resume_accepting_if_due();
     for (int i = 0; i < n; ++i) {
-      void* tag = evs[i].data.ptr;
-      if (tag == nullptr) {
-        accept_application();
-      } else if (tag == &events_fd) {
-        handle_events();
-      } else {
-        if (!live_watches.count(tag)) continue;  // taken out earlier in this batch
-        auto* w = static_cast<Watch*>(tag);
-        if (w->kind == Watch::Kind::Pending) {
-          answer_pending(*w->pending);
-          continue;
-        }
-        if (w->kind == Watch::Kind::Lifeline) lifeline(*w->slot);
-        else doorbell(*w->slot, evs[i].events);
+      // The control thread serves every application: an allocation failing for one event
+      // (an attach, say) drops that event, never the engine.
+      try {
+        dispatch(evs[i]);
+      } catch (const std::exception& e) {
+        log::error("engine: control thread: {}; that event is dropped", e.what());
       }
     }
   }
+}
+
+void Engine::Impl::dispatch(const epoll_event& ev) {
+  void* tag = ev.data.ptr;
+  if (tag == nullptr) return accept_application();
+  if (tag == &events_fd) return handle_events();
+  if (!live_watches.count(tag)) return;  // taken out earlier in this batch
+  auto* w = static_cast<Watch*>(tag);
+  if (w->kind == Watch::Kind::Pending) return answer_pending(*w->pending);
+  if (w->kind == Watch::Kind::Lifeline) return lifeline(*w->slot);
+  doorbell(*w->slot, ev.events);
 }
 
 void Engine::Impl::stop_cores() {
