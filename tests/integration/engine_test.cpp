@@ -652,11 +652,12 @@ TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersS
   // Attached before the others were refused: a 1 MiB Get Log Page (Error Information) is
   // answered with a status, and every application goes on.
   ASSERT_TRUE(first.enable());
-  Sqe log = admin_cmd(AdminOpcode::GetLogPage, 0x01 | (((1u << 18) - 1) << 16), 0);
+  Sqe log = admin_cmd(AdminOpcode::GetLogPage, 0x01 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
   log.sgl.addr = 0;
   log.sgl.length = 1u << 20;
   const wire::Cqe c = first.command(log);
   EXPECT_NE(c.cid, 0) << "no answer";
+  EXPECT_NE(wire::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
   EXPECT_EQ(other.read(), sc::Success);
   ASSERT_TRUE(second.enable());
   EXPECT_EQ(second.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
@@ -762,6 +763,12 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
   EXPECT_LE(st.admin_buffer_peak_bytes, kAppBuffers + 4096) << "admin buffers beyond max_app_admin_buffer_bytes";
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().admin_buffer_bytes == 0; }, 2000))
       << "admin buffers not given back after the flood";
+  // A log larger than the application's admin buffers could ever hold: Invalid Field (as a
+  // transfer beyond MDTS), not a wait that never ends.
+  Sqe too_big = admin_cmd(AdminOpcode::GetLogPage, 0x02 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
+  too_big.nsid = wire::kNsidAll;
+  too_big.sgl.length = 1u << 20;
+  EXPECT_EQ(flood.status(too_big), sc::InvalidField);
   BystanderApp other(e, 8ull << 20);
   EXPECT_EQ(other.read(), sc::Success);
 }
