@@ -33,6 +33,8 @@ struct EngineArgs {
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
   std::string poll;
+  // engine::limit_options(), by index; 0: not given (every limit's minimum is at least 1).
+  std::vector<uint64_t> limits = std::vector<uint64_t>(engine::limit_options().size(), 0);
 };
 
 double cpu_seconds() {
@@ -53,8 +55,10 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     static const std::set<std::string> known{"socket",      "cpus",        "controllers",      "queue_depth",
                                              "max_queue_pairs", "idle_spin_us", "ctrl_loss_tmo_s", "reconnect_delay_s",
                                              "kato_s",      "tcp_congestion", "ublk", "ublk_queue_depth"};
+    std::set<std::string> limit_keys;
+    for (const auto& l : engine::limit_options()) limit_keys.insert(l.key);
     for (const auto& [k, v] : j.items())
-      if (!known.count(k)) {
+      if (!known.count(k) && !limit_keys.count(k)) {
         err = fmt::format("{}: unknown key '{}'", path, k);
         return false;
       }
@@ -74,6 +78,8 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
     if (j.contains("ublk")) o.ublk = j["ublk"].get<bool>();
     if (j.contains("ublk_queue_depth")) o.ublk_options.queue_depth = j["ublk_queue_depth"].get<uint32_t>();
+    for (const auto& l : engine::limit_options())
+      if (j.contains(l.key)) o.limits.*l.field = j[l.key].get<uint64_t>();
   } catch (const std::exception& e) {
     err = fmt::format("{}: {}", path, e.what());
     return false;
@@ -118,6 +124,12 @@ int run_engine(const EngineArgs& a) {
   if (a.ublk_queue_depth) o.ublk_options.queue_depth = a.ublk_queue_depth;
   if (o.queue_depth < 2 || o.queue_depth > 1024 || o.max_queue_pairs < 2 || o.max_queue_pairs > 1024) {
     fmt::print(stderr, "nvtcp engine: queue depth must be 2..1024 and max queue pairs 2..1024\n");
+    return 2;
+  }
+  for (size_t i = 0; i < a.limits.size(); ++i)
+    if (a.limits[i]) o.limits.*engine::limit_options()[i].field = a.limits[i];
+  if (!engine::check_limits(o.limits, err)) {
+    fmt::print(stderr, "nvtcp engine: {}\n", err);
     return 2;
   }
 
@@ -184,6 +196,9 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_flag("--ublk", a->ublk,
               "also show each remote namespace as a block device /dev/ublkbN (Linux 6.0+ with ublk_drv)");
   c->add_option("--ublk-queue-depth", a->ublk_queue_depth, "requests in flight per ublk device (default 64)");
+  // What applications may hold of the engine (engine/limits.hpp), range-checked at start.
+  for (size_t i = 0; i < engine::limit_options().size(); ++i)
+    c->add_option(engine::limit_options()[i].flag, a->limits[i], engine::limit_options()[i].help);
   c->callback([a, &rc] { rc = run_engine(*a); });
 }
 

@@ -41,14 +41,17 @@ void clear_queue(const QueueMemory& m) {
 }
 }  // namespace
 
-AppController::AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max)
+AppController::AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max,
+                             AdminLimits limits)
     : at_(std::move(at)),
       backend_(backend),
       cntlid_(cntlid),
       io_queues_max_(std::min(io_queues_max, at_.layout().queue_pairs - 1)),
       io_queues_granted_(io_queues_max_),
       admin_(at_.queue_pair(0), 0),
-      io_(io_queues_max_ + 1) {
+      io_(io_queues_max_ + 1),
+      limits_(limits) {
+  limits_.max_in_flight = std::max<uint32_t>(limits_.max_in_flight, 1);
   const auto* id = reinterpret_cast<const wire::IdentifyController*>(backend_.remote_identify());
   ControllerRegisters& r = at_.registers();
   // CAP: MQES, contiguous queues required, TO 15 s, the NVM command set; DSTRD 0 and
@@ -119,6 +122,7 @@ void AppController::enable() {
   admin_ = EngineQueuePair(at_.queue_pair(0), 0);
   admin_backlog_.clear();
   held_aers_.clear();
+  waiting_.reset();
   io_queues_granted_ = io_queues_max_;
   queues_requested_ = false;
   coalescing_ = 0;  // features return to their defaults with a reset
@@ -140,6 +144,7 @@ void AppController::begin_disable(bool shutdown_notice) {
     disabling_ = true;
     held_aers_.clear();
     admin_backlog_.clear();
+    waiting_.reset();  // fetched before the reset: dropped with the rest of the admin queue
   }
   if (!shutdown_notice) {
     abandon_queues();
@@ -187,6 +192,7 @@ void AppController::fatal(const std::string& why) {
 void AppController::detach() {
   if (detached_) return;
   detached_ = true;
+  waiting_.reset();
   abandon_queues();
   for (uint16_t qid = 1; qid < io_.size(); ++qid)
     if (io_[qid].state == QueueState::CqOnly) set_queue_state(qid, QueueState::None);
@@ -212,13 +218,29 @@ void AppController::io_queue_faulted(uint16_t qid) {
   fatal(fmt::format("I/O queue {}: impossible doorbell value", qid));
 }
 
+// Room for one more command of this application: its answers fit the admin CQ backlog, and
+// it has a forwarded command to spare. The buffer budget is looked at when a command needs
+// one (most need none); a command that has to wait for it is the one held in waiting_.
+bool AppController::admin_room() const {
+  return !waiting_ && admin_backlog_.size() < kAerLimit + 16 && forwarded_.size() < limits_.max_in_flight;
+}
+
+void AppController::resume_admin() {
+  if (!waiting_ || detached_ || !enabled_ || disabling_ || faulted_) return;
+  const Sqe s = *waiting_;
+  waiting_.reset();
+  execute_guarded(s);
+  if (!waiting_) process_admin();
+}
+
 void AppController::process_admin() {
   flush_admin_cq();
   Sqe s;
-  // Admin commands run one at a time; a full admin CQ stops fetching until the
-  // application reads it.
+  // Admin commands run one at a time; a full admin CQ, the application's forwarded commands
+  // at their limit, or a command waiting for buffer budget stop fetching: the SQ head stays
+  // until there is room (the application sees its SQ entries still unfetched).
   for (int pass = 0; pass < 2; ++pass) {
-    while (admin_backlog_.size() < kAerLimit + 16 && admin_.fetch(s)) execute(s);
+    while (admin_room() && admin_.fetch(s)) execute_guarded(s);
     if (admin_.fault() != EngineQueuePair::Fault::None) {
       fatal("admin queue: impossible doorbell value");
       return;
@@ -255,19 +277,51 @@ uint8_t* AppController::admin_data(const Sqe& sqe, uint32_t len, Status& st) {
   return d.data;
 }
 
+// Whatever a command's execution throws (an allocation, say) fails that command alone; an
+// exception never reaches the engine's loop, which serves every other application.
+void AppController::execute_guarded(const Sqe& sqe) {
+  try {
+    execute(sqe);
+  } catch (const std::exception& e) {
+    log::warn("engine: {}: admin opcode {:02x}h failed: {}", name(), sqe.opc, e.what());
+    try {
+      complete(sqe.cid, sc::InternalError);
+    } catch (const std::exception&) {
+      fatal("no memory to answer an admin command");
+    }
+  }
+}
+
+void AppController::get_log_page(const Sqe& sqe) {
+  const uint8_t lid = uint8_t(sqe.cdw10);
+  const uint32_t lsp = (sqe.cdw10 >> 8) & 0x7F;
+  const uint64_t numd = (uint64_t(sqe.cdw10 >> 16) | (uint64_t(sqe.cdw11 & 0xFFFF) << 16)) + 1;
+  if (numd * 4 > kMaxAdminTransfer) return complete(sqe.cid, sc::InvalidField);
+  // Logs whose reading changes them for every other reader of the shared controller.
+  constexpr uint8_t kLogTelemetryHostInitiated = 0x07, kLogPersistentEvent = 0x0D,
+                    kLogReservationNotification = 0x80;
+  if (lid == kLogReservationNotification) {
+    log::debug("engine: {}: Get Log Page {:02x}h refused: reading it takes entries from every application", name(),
+               lid);
+    return complete(sqe.cid, sc::InvalidLogPage);
+  }
+  if ((lid == kLogTelemetryHostInitiated || lid == kLogPersistentEvent) && lsp != 0) {
+    log::debug("engine: {}: Get Log Page {:02x}h with LSP {:x}h refused: it would change the log for every "
+               "application", name(), lid, lsp);
+    return complete(sqe.cid, sc::InvalidField);
+  }
+  // Retain Asynchronous Event (RAE, CDW10 bit 15) always: one application reading a log
+  // must not clear an event for the others.
+  Sqe log = sqe;
+  log.cdw10 |= 1u << 15;
+  forward(log, uint32_t(numd * 4), false);
+}
+
 void AppController::execute(const Sqe& sqe) {
   if (sqe.flags & wire::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
   switch (static_cast<AdminOpcode>(sqe.opc)) {
     case AdminOpcode::Identify: return identify(sqe);
-    case AdminOpcode::GetLogPage: {
-      const uint64_t numd = (uint64_t(sqe.cdw10 >> 16) | (uint64_t(sqe.cdw11 & 0xFFFF) << 16)) + 1;
-      if (numd * 4 > kMaxAdminTransfer) return complete(sqe.cid, sc::InvalidField);
-      // Retain Asynchronous Event (RAE, CDW10 bit 15) always: one application reading a log
-      // must not clear an event for the others.
-      Sqe log = sqe;
-      log.cdw10 |= 1u << 15;
-      return forward(log, uint32_t(numd * 4), false);
-    }
+    case AdminOpcode::GetLogPage: return get_log_page(sqe);
     case AdminOpcode::GetFeatures: return features(sqe, false);
     case AdminOpcode::SetFeatures: return features(sqe, true);
     case AdminOpcode::AsyncEventRequest:
@@ -283,6 +337,8 @@ void AppController::execute(const Sqe& sqe) {
     case AdminOpcode::DeleteIoSq: return delete_sq(sqe);
     case AdminOpcode::DeleteIoCq: return delete_cq(sqe);
     default:
+      // Fabrics (7Fh), Namespace Management/Attachment, Format NVM, Sanitize, Firmware,
+      // Directive Send, Security Send, ...: not this controller's to send to the shared one.
       log::debug("engine: {}: admin opcode {:02x}h is not supported", name(), sqe.opc);
       return complete(sqe.cid, sc::InvalidOpcode);
   }
@@ -436,29 +492,66 @@ void AppController::features(const Sqe& sqe, bool set) {
 
 // Admin commands may complete in any order: a forwarded one answers when the remote
 // controller does, and the admin queue goes on meanwhile.
+// The command's buffer comes from the engine's budget and this application's share of it;
+// when either is held by commands in flight, the command waits (waiting_) and the admin SQ
+// is not fetched until resume_admin().
 void AppController::forward(const Sqe& sqe, uint32_t len, bool to_controller) {
   Status st;
   uint8_t* app = len ? admin_data(sqe, len, st) : nullptr;
   if (!st.ok()) return complete(sqe.cid, st);
-  std::vector<uint8_t> data(len, 0);
+  const uint64_t charge = AdminBufferPool::charge(len);
+  if (charge > limits_.max_buffer_bytes) {
+    log::debug("engine: {}: admin opcode {:02x}h moves {} bytes, beyond its {} bytes of admin buffers", name(),
+               sqe.opc, len, limits_.max_buffer_bytes);
+    return complete(sqe.cid, sc::InvalidField);
+  }
+  AdminBuffer data;
+  AdminBufferPool::Take taken = AdminBufferPool::Take::Wait;
+  if (admin_buffer_bytes_ + charge <= limits_.max_buffer_bytes) taken = backend_.admin_buffers().take(len, data);
+  switch (taken) {
+    case AdminBufferPool::Take::Taken: break;
+    case AdminBufferPool::Take::Wait:
+      // Some buffer is in flight (this application's, or the engine's whole budget is):
+      // this command goes once one comes back.
+      waiting_ = sqe;
+      return;
+    case AdminBufferPool::Take::TooLarge:
+      log::debug("engine: {}: admin opcode {:02x}h moves {} bytes, beyond the engine's admin buffers", name(),
+                 sqe.opc, len);
+      return complete(sqe.cid, sc::InvalidField);
+    case AdminBufferPool::Take::NoMemory:
+      log::warn("engine: {}: no memory for the {} bytes of admin opcode {:02x}h", name(), len, sqe.opc);
+      return complete(sqe.cid, sc::InternalError);
+  }
   if (to_controller && len) std::memcpy(data.data(), app, len);
   Sqe remote = sqe;
   remote.flags = 0;
   std::memset(&remote.sgl, 0, sizeof(remote.sgl));
   const uint64_t tag = (uint64_t(epoch_) << 40) | next_tag_++;
-  forwarded_[tag] = Forwarded{sqe.cid, to_controller ? nullptr : app, len};
+  forwarded_[tag] = Forwarded{sqe.cid, to_controller ? nullptr : app, len, charge};
+  admin_buffer_bytes_ += charge;
+  admin_in_flight_peak_ = std::max(admin_in_flight_peak_, uint32_t(forwarded_.size()));
   backend_.forward_admin(*this, remote, std::move(data), to_controller, tag);
 }
 
-void AppController::admin_forwarded(uint64_t tag, const host::Completion& c, const std::vector<uint8_t>& data) {
+void AppController::admin_forwarded(uint64_t tag, const host::Completion& c, AdminBuffer data) {
   auto it = forwarded_.find(tag);
   if (it == forwarded_.end()) return;
   const Forwarded f = it->second;
   forwarded_.erase(it);
-  // Answered after a reset (or after the application went): nobody asks any more.
-  if (uint32_t(tag >> 40) != epoch_ || detached_ || disabling_ || !enabled_) return;
-  if (c.status.ok() && f.app_data && f.len) std::memcpy(f.app_data, data.data(), std::min<size_t>(f.len, data.size()));
-  complete(f.cid, c.status, c.dw0);
+  admin_buffer_bytes_ -= f.charged;
+  if (detached_ || disabling_ || !enabled_) return;
+  // Answered after a reset: nobody asks any more (but its room is free again below).
+  if (uint32_t(tag >> 40) == epoch_) {
+    if (c.status.ok() && f.app_data && f.len && data.data())
+      std::memcpy(f.app_data, data.data(), std::min(f.len, data.size()));
+    complete(f.cid, c.status, c.dw0);
+  }
+  data.reset();  // its bytes are free for the next command
+  // A forwarded command less: the admin SQ may be fetched again.
+  if (faulted_) return;
+  if (waiting_) resume_admin();
+  else process_admin();
 }
 
 }  // namespace nvtcp::engine

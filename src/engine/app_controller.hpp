@@ -13,6 +13,27 @@
 // admin queue goes on meanwhile); Set Features of those is refused, since every
 // application of the engine shares that controller.
 //
+// Admin work is bounded per application (AdminLimits): at most max_in_flight commands
+// forwarded at once and max_buffer_bytes of their data buffers (taken from the engine's
+// AdminBufferPool). Beyond either, the admin SQ is not fetched (its head stays where it
+// is) until a forwarded command completes, as a controller fetches SQEs as it has room;
+// the application's other commands wait behind it, the other applications do not.
+// A command that cannot be buffered at all, or for which the system has no memory, gets
+// an NVMe status, and nothing thrown while running one escapes: it fails that command.
+//
+// What an application may not do to the shared remote controller is answered here, never
+// forwarded: fabrics commands (7Fh: Property Set, Disconnect, Authentication) and every
+// admin opcode not listed above (Namespace Management and Attachment, Format NVM,
+// Sanitize, Firmware Commit and Download, Directive Send, Security Send, Virtualization
+// and Capacity Management, vendor-specific) get Invalid Command Opcode, as a controller
+// answers an opcode it does not support; Abort is answered here (the engine's commands
+// at the remote are not the application's to abort) and so is Keep Alive. Get Log Page
+// always retains events (RAE), and is refused for logs a read changes for every other
+// reader: Reservation Notification (80h, each read takes entries away: Invalid Log Page)
+// and any log-specific action on Telemetry Host-Initiated (07h, LSP creates a new
+// snapshot) or the Persistent Event Log (0Dh, LSP establishes or releases the reading
+// context): Invalid Field.
+//
 // Data pointers of admin commands are SGL Data Block descriptors whose address is an offset
 // into the application's data region, as for I/O; anything else gets an NVMe status.
 // The application's memory is read once per SQE and never trusted: an impossible doorbell
@@ -21,14 +42,22 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/admin_buffers.hpp"
 #include "engine/attach.hpp"
 #include "engine/shm_queue.hpp"
 #include "nvtcp/host.hpp"
 
 namespace nvtcp::engine {
+
+// What one application's admin queue may hold of the engine (see the comment above).
+struct AdminLimits {
+  uint32_t max_in_flight = 8;
+  uint64_t max_buffer_bytes = 2ull << 20;
+};
 
 class AppController {
  public:
@@ -36,10 +65,13 @@ class AppController {
   struct Backend {
     virtual ~Backend() = default;
     // A command for the remote controller, run elsewhere (the remote may take seconds):
-    // data is the engine's own copy (filled when to_controller). The answer comes back
-    // through AppController::admin_forwarded(tag, ...) on the control thread.
-    virtual void forward_admin(AppController& app, const wire::Sqe& sqe, std::vector<uint8_t> data,
-                               bool to_controller, uint64_t tag) = 0;
+    // data is the engine's own buffer from admin_buffers() (filled when to_controller). The
+    // answer comes back through AppController::admin_forwarded(tag, ...) on the control
+    // thread; the buffer goes back to the pool once that has read it.
+    virtual void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
+                               uint64_t tag) = 0;
+    // The engine's budget of admin data buffers (shared by every application).
+    virtual AdminBufferPool& admin_buffers() = 0;
     // The remote controller's Identify Controller structure (4 KiB).
     virtual const uint8_t* remote_identify() = 0;
     // Starts carrying I/O queue pair qid (its SQ and CQ, the CQ going on from cq); false if
@@ -52,7 +84,7 @@ class AppController {
     virtual void set_coalescing(AppController& app, uint32_t value) = 0;
   };
 
-  AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max);
+  AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max, AdminLimits limits = {});
   ~AppController();
   AppController(const AppController&) = delete;
   AppController& operator=(const AppController&) = delete;
@@ -61,8 +93,22 @@ class AppController {
   void on_kick();
   // The application is gone (its lifeline closed): every queue is abandoned.
   void detach();
+  // The engine cannot go on serving this controller (an internal error): CSTS.CFS, as for an
+  // impossible doorbell value, until the application resets it.
+  void stop_controller(const std::string& why) { fatal(why); }
   // The remote controller answered a forwarded command (data: what it returned).
-  void admin_forwarded(uint64_t tag, const host::Completion& c, const std::vector<uint8_t>& data);
+  // data: the command's buffer, given back to the pool here once read (before anything
+  // more of this application's is fetched).
+  void admin_forwarded(uint64_t tag, const host::Completion& c, AdminBuffer data);
+  // A fetched command waits for admin buffer budget (held by any application's commands):
+  // the engine calls resume_admin() when some was given back.
+  bool admin_waiting() const { return waiting_.has_value(); }
+  void resume_admin();
+  // Forwarded commands out now (answers of before a reset included: they hold buffers), and
+  // the most there ever were.
+  uint32_t admin_in_flight() const { return uint32_t(forwarded_.size()); }
+  uint32_t admin_in_flight_peak() const { return admin_in_flight_peak_; }
+  uint64_t admin_buffer_bytes() const { return admin_buffer_bytes_; }
   // From the engine: an I/O queue asked to stop is gone; one faulted.
   void io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq = {});
   void io_queue_faulted(uint16_t qid);
@@ -96,7 +142,11 @@ class AppController {
   void finish_disable_if_done();
   void fatal(const std::string& why);
   void process_admin();
+  // Whether the admin SQ may be fetched from now (the application's admin budget).
+  bool admin_room() const;
   void execute(const wire::Sqe& sqe);
+  void execute_guarded(const wire::Sqe& sqe);
+  void get_log_page(const wire::Sqe& sqe);
   void complete(uint16_t cid, wire::Status st, uint32_t dw0 = 0);
   void flush_admin_cq();
   uint8_t* admin_data(const wire::Sqe& sqe, uint32_t len, wire::Status& st);
@@ -134,8 +184,15 @@ class AppController {
     uint16_t cid;
     uint8_t* app_data;  // in the application's region (nullptr: no data back)
     uint32_t len;
+    uint64_t charged;   // of admin_buffer_bytes_
   };
   std::map<uint64_t, Forwarded> forwarded_;
+  AdminLimits limits_;
+  uint64_t admin_buffer_bytes_ = 0;   // buffers of the commands in forwarded_
+  uint32_t admin_in_flight_peak_ = 0;
+  // Fetched, waiting for buffer budget: the one command the SQ head has moved past and
+  // that is not yet running (nothing more is fetched meanwhile).
+  std::optional<wire::Sqe> waiting_;
   uint64_t next_tag_ = 1;
   uint32_t epoch_ = 0;                  // a reset starts a new one: older answers are dropped
 };

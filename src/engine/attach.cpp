@@ -105,7 +105,9 @@ PendingAttach::~PendingAttach() {
 bool AttachServer::accept_connection(PendingAttach& out, std::string& err) {
   const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) {
-    err = fmt::format("accept: {}", strerror(errno));
+    const int e = errno;
+    err = fmt::format("accept: {}", strerror(e));
+    errno = e;  // the caller tells a lack of descriptors (back off) from the rest
     return false;
   }
   ucred cred{};
@@ -147,9 +149,14 @@ AttachServer::Answer AttachServer::answer(PendingAttach& conn, Attachment& out, 
   at.peer_pid_ = cred.pid;
   at.peer_uid_ = cred.uid;
   AttachReply reply;
+  // The refusal, then why in words (a second message, NUL-terminated, at most
+  // kMaxRefusalReason bytes): the application can show the reason the engine logs, and an
+  // application that reads only the reply still gets its errno.
   auto refuse = [&](int e, std::string why) {
     reply.error = e;
     (void)::send(at.sock_, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const std::string text = why.substr(0, kMaxRefusalReason - 1);
+    (void)::send(at.sock_, text.c_str(), text.size() + 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     err = std::move(why);
     return Answer::Refused;
   };
@@ -192,7 +199,8 @@ AttachServer::Answer AttachServer::answer(PendingAttach& conn, Attachment& out, 
     return refuse(EMFILE, fmt::format("pid {}: pipe: {}", cred.pid, strerror(errno)));
   at.kick_ = pipefd[0];      // the engine reads the doorbell notices
   fds.push_back(pipefd[1]);  // the application writes them
-  for (uint32_t i = 0; i < req.vectors; ++i) {
+  const uint32_t vectors = std::min(req.vectors, max_vectors_);
+  for (uint32_t i = 0; i < vectors; ++i) {
     if (pipe2(pipefd, O_NONBLOCK | O_CLOEXEC) != 0) {
       close_sent();
       return refuse(EMFILE, fmt::format("pid {}: pipe: {}", cred.pid, strerror(errno)));
@@ -200,7 +208,7 @@ AttachServer::Answer AttachServer::answer(PendingAttach& conn, Attachment& out, 
     at.vectors_.push_back(pipefd[1]);  // the engine interrupts through it
     fds.push_back(pipefd[0]);          // the application waits on it
   }
-  reply.vectors = req.vectors;
+  reply.vectors = vectors;
   reply.total_bytes = layout->total_bytes;
   iovec iov{&reply, sizeof(reply)};
   std::vector<uint8_t> control(CMSG_SPACE(sizeof(int) * fds.size()));
@@ -221,6 +229,9 @@ AttachServer::Answer AttachServer::answer(PendingAttach& conn, Attachment& out, 
     err = fmt::format("pid {}: sending the attachment: {}", cred.pid, strerror(send_errno));
     return Answer::Refused;
   }
+  // Mapped, sealed and sent: the engine needs the memfd no more (a descriptor less per
+  // application held here).
+  close_fd(at.memfd_);
   out = std::move(at);
   return Answer::Attached;
 }
@@ -262,12 +273,30 @@ bool attach(const std::string& path, const AttachRequest& req, Attachment& out, 
   if (n != ssize_t(sizeof(reply)))
     return fail(sent ? fmt::format("no answer from the engine ({} bytes)", n)
                      : fmt::format("sending the attach request: {}", strerror(send_errno)));
-  if (reply.error) return fail(fmt::format("the engine refused the attach: {}", strerror(reply.error)));
+  if (reply.error) {
+    // The engine says why in a second message (an older engine closes instead).
+    char why[kMaxRefusalReason] = {};
+    pollfd pfd{at.sock_, POLLIN, 0};
+    ssize_t k = 0;
+    if (::poll(&pfd, 1, 1000) == 1) k = ::recv(at.sock_, why, sizeof(why) - 1, MSG_DONTWAIT);
+    if (k > 0 && why[0]) return fail(fmt::format("the engine refused the attach: {} ({})", why, strerror(reply.error)));
+    return fail(fmt::format("the engine refused the attach: {}", strerror(reply.error)));
+  }
   if (msg.msg_flags & MSG_CTRUNC) return fail("the engine's descriptors were cut short");
   auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
-  if (!layout || fds.size() != 2 + size_t(reply.vectors) || reply.vectors != req.vectors ||
+  if (!layout || fds.size() != 2 + size_t(reply.vectors) || reply.vectors < 1 || reply.vectors > req.vectors ||
       reply.total_bytes != layout->total_bytes)
     return fail(fmt::format("the engine's answer does not match the request ({} descriptors)", fds.size()));
+  // Whoever answers on the socket path is not trusted blindly either: the region must be a
+  // memfd sealed against shrinking at least as large as the layout (a smaller or shrinkable
+  // one would turn this process's next access into SIGBUS), and the signals pipes.
+  struct stat st{};
+  const int seals = fcntl(fds[0], F_GET_SEALS);
+  if (fstat(fds[0], &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) < layout->total_bytes || seals < 0 ||
+      !(seals & F_SEAL_SHRINK))
+    return fail("the engine's region is not a sealed memfd of the size asked for");
+  for (size_t i = 1; i < fds.size(); ++i)
+    if (fstat(fds[i], &st) != 0 || !S_ISFIFO(st.st_mode)) return fail("the engine's signal descriptors are not pipes");
   at.memfd_ = fds[0];
   at.kick_ = fds[1];
   at.vectors_.assign(fds.begin() + 2, fds.end());

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,6 +23,7 @@ namespace nvtcp::engine {
 
 inline constexpr uint32_t kAttachMagic = 0x6e766174;  // "tavn"
 inline constexpr uint32_t kMaxVectors = 32;            // interrupt vectors (signal pipes) per application
+inline constexpr size_t kMaxRefusalReason = 256;       // the text that follows a refusal, NUL included
 
 struct AttachRequest {
   uint32_t magic = kAttachMagic;
@@ -73,7 +75,7 @@ class Attachment {
   // Engine -> application: the engine's write ends, the application's read ends.
   const std::vector<int>& vector_fds() const { return vectors_; }
   pid_t peer_pid() const { return peer_pid_; }
-  int memfd_for_test() const { return memfd_; }
+  int memfd_for_test() const { return memfd_; }  // the application's side only (the engine closes its own)
   const std::string& subnqn() const { return subnqn_; }
   ControllerRegisters& registers() const { return RegionLayout::registers(region_); }
   uid_t peer_uid() const { return peer_uid_; }
@@ -98,10 +100,12 @@ inline void signal_fd(int fd) {
   const char b = 1;
   (void)!::write(fd, &b, 1);
 }
-// Takes every pending signal of a pipe's (non-blocking) read end.
+// Takes the pending signals of a pipe's (non-blocking) read end: at most a pipe's worth
+// (64 KiB) a call, so a peer that keeps writing cannot hold the reader here; what is left
+// keeps the (level-triggered) descriptor readable for the next turn.
 inline void drain_fd(int fd) {
-  char buf[64];
-  while (::read(fd, buf, sizeof(buf)) == ssize_t(sizeof(buf))) {
+  char buf[4096];
+  for (int i = 0; i < 16 && ::read(fd, buf, sizeof(buf)) == ssize_t(sizeof(buf)); ++i) {
   }
 }
 
@@ -125,6 +129,10 @@ class AttachServer {
   AttachServer& operator=(const AttachServer&) = delete;
 
   bool listen(const std::string& path, std::string& err);
+  // Interrupt vectors granted to an attachment at most (1..kMaxVectors): one asking for more
+  // gets this many, as a PCIe function offers a number of MSI-X vectors and the host uses
+  // what it gets (AttachReply::vectors says how many).
+  void set_max_vectors(uint32_t n) { max_vectors_ = std::clamp<uint32_t>(n, 1, kMaxVectors); }
   int fd() const { return fd_; }
   // Takes one application's attach request from a connection ready to accept and answers it,
   // waiting up to 5 s for the request (blocking: for tools and tests).
@@ -136,6 +144,7 @@ class AttachServer {
 
   // The same in two steps that never block, for an event loop: accept a connection (its
   // credentials are read at once), then answer its request once the socket is readable.
+  // accept_connection's false leaves errno as accept() set it.
   bool accept_connection(PendingAttach& out, std::string& err);
   enum class Answer { NotYet, Attached, Refused };
   // NotYet: no request has come (p stays pending). Attached: out holds the attachment.
@@ -145,6 +154,7 @@ class AttachServer {
  private:
   int fd_ = -1;
   std::string path_;
+  uint32_t max_vectors_ = kMaxVectors;
 };
 
 // The application's side: connects, asks, and maps what it gets (checking the header).

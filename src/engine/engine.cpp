@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/admin_buffers.hpp"
 #include "engine/app_controller.hpp"
 #include "engine/attach.hpp"
 #include "engine/io_forwarder.hpp"
@@ -78,7 +80,7 @@ struct AdminJob {
   AppController* owner;
   size_t remote;
   wire::Sqe sqe;
-  std::vector<uint8_t> data;
+  AdminBuffer data;  // from the engine's AdminBufferPool; given back when the job is done
   bool to_controller;
   uint64_t tag;
   host::Completion result;
@@ -106,7 +108,8 @@ struct Engine::Impl {
     };
     std::vector<Placed> placed;
     // Published for stats() from time to time.
-    std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, interrupts{0}, sleeps{0}, cpu_ns{0};
+    std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, refused_opcodes{0}, interrupts{0},
+        sleeps{0}, cpu_ns{0};
 
     void on_queue_removed(void* owner, uint16_t qid, EngineQueuePair::CqPosition cq) override {
       auto it = std::find_if(placed.begin(), placed.end(),
@@ -139,7 +142,7 @@ struct Engine::Impl {
     void run(std::promise<std::string>& started);
   };
 
-  explicit Impl(const EngineOptions& o) : opts(o) {}
+  explicit Impl(const EngineOptions& o) : opts(o), admin_pool(o.limits.max_admin_buffer_bytes) {}
 
   // One application and the controller it sees; the Backend that controller uses.
   struct PendingSlot;
@@ -154,6 +157,8 @@ struct Engine::Impl {
     uint64_t deadline_ns = 0;
     Watch watch{nullptr, Watch::Kind::Pending, this};
   };
+  // Why an attached application is taken away.
+  enum class DetachCause { LifelineClosed, LifelineMisused, DoorbellHungUp };
 
   void post_event(CoreEvent ev) {
     {
@@ -176,26 +181,67 @@ struct Engine::Impl {
     }
     admin_cv.notify_one();
   }
+  // The next job for the admin worker: the oldest of an application other than the one
+  // served last, if any, so one application's flood (at most its max_admin_in_flight)
+  // delays another's command by one command, not by the whole flood. Under admin_mu.
+  AdminJob next_admin_job() {
+    auto it = std::find_if(admin_jobs.begin(), admin_jobs.end(),
+                           [&](const AdminJob& j) { return j.owner != admin_last_owner; });
+    if (it == admin_jobs.end()) it = admin_jobs.begin();
+    AdminJob job = std::move(*it);
+    admin_jobs.erase(it);
+    admin_last_owner = job.owner;
+    return job;
+  }
   // Every Watch in the epoll set is in live_watches: an event reported for one that was
   // taken out earlier in the same batch (its application freed, say) is recognised as stale
   // before anything of it is read.
   void watch(int fd, uint32_t mask, Watch* w) {
+    live_watches.insert(w);  // first: if it throws, no event names w
     epoll_event ev{};
     ev.events = mask;
     ev.data.ptr = w;
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-    live_watches.insert(w);
   }
   void unwatch(int fd, Watch* w) {
     if (live_watches.erase(w) && fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   }
   void accept_application();
+  // accept() failing for want of descriptors or memory leaves the listening socket readable:
+  // it is taken out of the epoll set for a while instead of spinning the control thread.
+  void pause_accepting(int e);
+  // A refused attach is logged, but at most kRefusalLogsPerSecond a second: a program that
+  // attaches in a loop must not fill the log (the rest are counted and said so).
+  static constexpr uint32_t kRefusalLogsPerSecond = 10;
+  uint64_t refusal_log_second = 0;
+  uint32_t refusal_logs = 0, refusal_logs_dropped = 0;
+  void log_refusal(const std::string& why) {
+    const uint64_t second = monotonic_ns() / 1'000'000'000ull;
+    if (second != refusal_log_second) {
+      if (refusal_logs_dropped)
+        log::warn("engine: {} more attach refusals were not logged", refusal_logs_dropped);
+      refusal_log_second = second;
+      refusal_logs = refusal_logs_dropped = 0;
+    }
+    if (refusal_logs++ < kRefusalLogsPerSecond) log::warn("engine: attach refused: {}", why);
+    else ++refusal_logs_dropped;
+  }
+  void resume_accepting_if_due();
+  // Why an attach request is beyond the engine's limits (0: it is not); uid from SO_PEERCRED.
+  int check_limits_for(const AttachRequest& req, uid_t uid, std::string& why) const;
   void answer_pending(PendingSlot& p);
   void drop_pending(PendingSlot& p);
   void expire_pendings();
   void add_application(Attachment at, size_t remote);
   void handle_events();
+  void dispatch(const epoll_event& ev);
   void lifeline(AppSlot& slot);
+  void take_away(AppSlot& slot, DetachCause cause);
+  // Runs one application's controller work: whatever it throws stops that application's
+  // controller (CSTS.CFS), never the engine serving the others.
+  template <class F>
+  void guarded(AppSlot& slot, F&& f);
+  void doorbell(AppSlot& slot, uint32_t revents);
   void reap(AppSlot& slot);
   void stop_cores();
 
@@ -221,21 +267,34 @@ struct Engine::Impl {
   uint16_t next_cntlid = 1;
   std::atomic<uint64_t> attached{0}, refused{0}, control_cpu_ns{0};
   std::atomic<uint32_t> app_count{0};
+  const AppController* admin_last_owner = nullptr;  // under admin_mu
+  AdminBufferPool admin_pool;
+  // What the applications attached now hold (control thread; stats() reads the atomics).
+  std::map<uid_t, uint32_t> apps_per_user;
+  std::atomic<uint64_t> mapped_bytes{0};
+  std::atomic<uint64_t> refused_for_limits{0}, broken_doorbells{0}, control_wakeups{0};
+  std::atomic<uint32_t> admin_in_flight_peak{0};
+  bool accepting = true;
+  uint64_t accept_resume_ns = 0;
+  uint64_t accept_pause_ns = 0;      // the current back-off (10 ms doubling to 1 s)
 };
 
 struct AppSlot final : AppController::Backend {
   Engine::Impl* engine = nullptr;
   size_t remote = 0;
+  uid_t uid = 0;              // the peer's, counted in apps_per_user
+  uint64_t region_bytes = 0;  // counted in mapped_bytes
   std::unique_ptr<AppController> ctl;
   Engine::Impl::Watch lifeline_watch{this, Engine::Impl::Watch::Kind::Lifeline};
   Engine::Impl::Watch kick_watch{this, Engine::Impl::Watch::Kind::Kick};
   std::map<uint16_t, Engine::Impl::Core*> core_of;  // I/O queue -> the core carrying it
   bool watching = false;
 
-  void forward_admin(AppController& app, const wire::Sqe& sqe, std::vector<uint8_t> data, bool to_controller,
+  void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
                      uint64_t tag) override {
     engine->queue_admin(AdminJob{&app, remote, sqe, std::move(data), to_controller, tag, {}});
   }
+  AdminBufferPool& admin_buffers() override { return engine->admin_pool; }
   const uint8_t* remote_identify() override { return engine->remotes[remote].identify.data(); }
   bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
                       EngineQueuePair::CqPosition cq) override {
@@ -280,6 +339,18 @@ struct AppSlot final : AppController::Backend {
   }
 };
 
+template <class F>
+void Engine::Impl::guarded(AppSlot& slot, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    slot.ctl->stop_controller(fmt::format("internal error: {}", e.what()));
+  }
+  const uint32_t peak = slot.ctl->admin_in_flight_peak();
+  if (peak > admin_in_flight_peak.load(std::memory_order_relaxed))
+    admin_in_flight_peak.store(peak, std::memory_order_relaxed);
+}
+
 void Engine::Impl::Core::take_mail() {
   std::vector<CoreOp> ops;
   {
@@ -307,8 +378,9 @@ void Engine::Impl::Core::take_mail() {
 }
 
 void Engine::Impl::Core::publish_stats() {
-  uint64_t f = 0, c = 0, d = 0, r = 0, i = 0;
+  uint64_t f = 0, c = 0, d = 0, r = 0, i = 0, o = 0;
   for (const auto& fw : fwds) {
+    o += fw->stats().refused_opcodes;
     f += fw->stats().forwarded;
     c += fw->stats().completed;
     d += fw->stats().dropped;
@@ -319,6 +391,7 @@ void Engine::Impl::Core::publish_stats() {
   completed.store(c, std::memory_order_relaxed);
   dropped.store(d, std::memory_order_relaxed);
   refused.store(r, std::memory_order_relaxed);
+  refused_opcodes.store(o, std::memory_order_relaxed);
   interrupts.store(i, std::memory_order_relaxed);
   cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
 }
@@ -400,6 +473,25 @@ bool Engine::Impl::start(std::string& err) {
     err = "no remote controller given";
     return false;
   }
+  if (!check_limits(opts.limits, err)) return false;
+  // Every application holds its lifeline, its doorbell pipe and one pipe per vector here;
+  // pending connections one each; the engine itself a few dozen (epoll, io_urings, sockets).
+  // The soft limit is raised to what that needs if the hard one allows; otherwise attaches
+  // beyond it are refused (EMFILE, with that reason) rather than the engine failing.
+  {
+    const uint64_t need = opts.limits.max_applications * (2 + opts.limits.max_vectors) +
+                          opts.limits.max_pending_attaches + 64 + 8 * (opts.cpus.size() + 1) * opts.controllers.size();
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+      rlimit want = rl;
+      want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? rlim_t(need) : std::min<rlim_t>(rlim_t(need), rl.rlim_max);
+      if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+      if (rl.rlim_cur < need)
+        log::warn("engine: open files limit {} is below the {} that max_applications {} with max_vectors {} may need; "
+                  "attaches beyond it are refused",
+                  uint64_t(rl.rlim_cur), need, opts.limits.max_applications, opts.limits.max_vectors);
+    }
+  }
   for (const auto& trid : opts.controllers) {
     // A data digest is computed over the bytes as they are sent; an application could change
     // its (shared) write buffer in between, and the digest error would cost every
@@ -466,6 +558,7 @@ bool Engine::Impl::start(std::string& err) {
     }
   }
   if (!server.listen(opts.socket_path, err)) return false;
+  server.set_max_vectors(uint32_t(opts.limits.max_vectors));
   epfd = epoll_create1(EPOLL_CLOEXEC);
   events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   admin_thread = std::thread([this] { admin_worker(); });
@@ -485,18 +578,83 @@ void Engine::Impl::accept_application() {
   auto p = std::make_unique<PendingSlot>();
   std::string err;
   if (!server.accept_connection(p->conn, err)) {
-    log::warn("engine: {}", err);
+    const int e = errno;
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) pause_accepting(e);
+    else if (e != EAGAIN && e != EINTR && e != ECONNABORTED) log::warn("engine: {}", err);
     return;
   }
+  accept_pause_ns = 0;
+  // Connections that have not sent their request yet are bounded: each holds a descriptor
+  // for up to 5 s, and anyone may open them.
+  if (pendings.size() >= opts.limits.max_pending_attaches) {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    refused_for_limits.fetch_add(1, std::memory_order_relaxed);
+    log_refusal(fmt::format("pid {}: {} connections already wait to attach (max_pending_attaches)", p->conn.pid,
+                            pendings.size()));
+    return;  // closed unanswered: the peer sees its connection reset
+  }
   p->deadline_ns = monotonic_ns() + 5'000'000'000ull;
-  watch(p->conn.fd, EPOLLIN | EPOLLRDHUP, &p->watch);
+  // Kept before it is watched: nothing in the epoll set points at a slot that is not held.
   pendings.push_back(std::move(p));
+  watch(pendings.back()->conn.fd, EPOLLIN | EPOLLRDHUP, &pendings.back()->watch);
   answer_pending(*pendings.back());  // the request is often there already
+}
+
+void Engine::Impl::pause_accepting(int e) {
+  accept_pause_ns = std::clamp<uint64_t>(accept_pause_ns * 2, 10'000'000, 1'000'000'000);
+  if (accepting) epoll_ctl(epfd, EPOLL_CTL_DEL, server.fd(), nullptr);
+  accepting = false;
+  accept_resume_ns = monotonic_ns() + accept_pause_ns;
+  log::warn("engine: cannot accept an application: {}; not accepting for {} ms", strerror(e),
+            accept_pause_ns / 1'000'000);
+}
+
+void Engine::Impl::resume_accepting_if_due() {
+  if (accepting || monotonic_ns() < accept_resume_ns) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the listening socket
+  epoll_ctl(epfd, EPOLL_CTL_ADD, server.fd(), &ev);
+  accepting = true;
+}
+
+int Engine::Impl::check_limits_for(const AttachRequest& req, uid_t uid, std::string& why) const {
+  const EngineLimits& l = opts.limits;
+  if (apps.size() >= l.max_applications) {
+    why = fmt::format("the engine serves {} applications already (max_applications)", apps.size());
+    return EBUSY;
+  }
+  const auto u = apps_per_user.find(uid);
+  if (u != apps_per_user.end() && u->second >= l.max_applications_per_user) {
+    why = fmt::format("uid {} has {} applications attached already (max_applications_per_user)", uid, u->second);
+    return EUSERS;
+  }
+  // A request out of range altogether is refused with its own reason by the attach server.
+  const auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
+  if (!layout) return 0;
+  if (layout->total_bytes > l.max_region_bytes) {
+    why = fmt::format("a region of {} bytes asked for, at most {} (max_region_bytes)", layout->total_bytes,
+                      l.max_region_bytes);
+    return EFBIG;
+  }
+  const uint64_t mapped = mapped_bytes.load(std::memory_order_relaxed);
+  if (layout->total_bytes > l.max_mapped_bytes - mapped) {
+    why = fmt::format("a region of {} bytes asked for, {} of the engine's {} are mapped already (max_mapped_bytes)",
+                      layout->total_bytes, mapped, l.max_mapped_bytes);
+    return ENOMEM;
+  }
+  return 0;
 }
 
 void Engine::Impl::answer_pending(PendingSlot& p) {
   size_t remote = 0;
+  bool over_limit = false;
+  const uid_t uid = p.conn.uid;
   auto check = [&](const AttachRequest& req, std::string& why) {
+    if (const int e = check_limits_for(req, uid, why)) {
+      over_limit = true;
+      return e;
+    }
     for (size_t i = 0; i < remotes.size(); ++i) {
       if (remotes[i].trid.subnqn == req.subnqn) {
         remote = i;
@@ -514,7 +672,8 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
   unwatch(fd, &p.watch);  // answered: the socket is the attachment's now
   if (a == AttachServer::Answer::Refused) {
     refused.fetch_add(1, std::memory_order_relaxed);
-    log::warn("engine: attach refused: {}", err);
+    if (over_limit) refused_for_limits.fetch_add(1, std::memory_order_relaxed);
+    log_refusal(err);
   } else {
     add_application(std::move(at), remote);
   }
@@ -537,7 +696,7 @@ void Engine::Impl::expire_pendings() {
     PendingSlot& p = **it++;
     if (now < p.deadline_ns) continue;
     refused.fetch_add(1, std::memory_order_relaxed);
-    log::warn("engine: attach refused: pid {}: no attach request within 5 s", p.conn.pid);
+    log_refusal(fmt::format("pid {}: no attach request within 5 s", p.conn.pid));
     drop_pending(p);
   }
 }
@@ -548,29 +707,76 @@ void Engine::Impl::add_application(Attachment at, size_t remote) {
   slot->remote = remote;
   const uint16_t cntlid = next_cntlid;
   next_cntlid = next_cntlid >= 0xFFEF ? 1 : next_cntlid + 1;
-  slot->ctl = std::make_unique<AppController>(std::move(at), *slot, cntlid, opts.max_queue_pairs - 1);
-  watch(slot->ctl->attachment().socket(), EPOLLIN | EPOLLRDHUP, &slot->lifeline_watch);
-  watch(slot->ctl->attachment().kick_fd(), EPOLLIN, &slot->kick_watch);
-  slot->watching = true;
-  log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", slot->ctl->name(),
-            remotes[remote].trid.subnqn, slot->ctl->attachment().layout().queue_pairs,
-            slot->ctl->attachment().layout().queue_entries, slot->ctl->attachment().layout().data_bytes >> 20);
-  attached.fetch_add(1, std::memory_order_relaxed);
-  app_count.fetch_add(1, std::memory_order_relaxed);
+  slot->uid = at.peer_uid();
+  slot->region_bytes = at.layout().total_bytes;
+  AdminLimits admin_limits;
+  admin_limits.max_in_flight = uint32_t(opts.limits.max_admin_in_flight);
+  admin_limits.max_buffer_bytes = opts.limits.max_app_admin_buffer_bytes;
+  slot->ctl = std::make_unique<AppController>(std::move(at), *slot, cntlid, opts.max_queue_pairs - 1, admin_limits);
+  // Held and counted before it is watched: nothing in the epoll set points at a slot that
+  // is not held, and reap() uncounts only what was counted.
   apps.push_back(std::move(slot));
+  AppSlot& held = *apps.back();
+  app_count.fetch_add(1, std::memory_order_relaxed);
+  ++apps_per_user[held.uid];
+  mapped_bytes.fetch_add(held.region_bytes, std::memory_order_relaxed);
+  held.watching = true;
+  watch(held.ctl->attachment().socket(), EPOLLIN | EPOLLRDHUP, &held.lifeline_watch);
+  // EPOLLHUP (the application closed its end) is reported whether asked for or not.
+  watch(held.ctl->attachment().kick_fd(), EPOLLIN, &held.kick_watch);
+  log::info("engine: {} attached to {} ({} queue pairs of {} entries, {} MiB of data region)", held.ctl->name(),
+            remotes[remote].trid.subnqn, held.ctl->attachment().layout().queue_pairs,
+            held.ctl->attachment().layout().queue_entries, held.ctl->attachment().layout().data_bytes >> 20);
+  attached.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The application closed its lifeline: it detached or died (a SIGKILL closes it too).
+// Nothing is sent on a lifeline after the attach: an application that does is broken (and
+// would keep the level-triggered socket readable), so it is taken away as well.
 void Engine::Impl::lifeline(AppSlot& slot) {
   char b;
   const ssize_t n = ::recv(slot.ctl->attachment().socket(), &b, 1, MSG_DONTWAIT);
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;  // nothing is sent on it
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  take_away(slot, n > 0 ? DetachCause::LifelineMisused : DetachCause::LifelineClosed);
+}
+
+// The doorbell-notice pipe: a notice, or its write end closed. A pipe whose writer is gone
+// stays readable (EOF) and reports EPOLLHUP on every epoll_wait, so it must leave the epoll
+// set at once; an application that closed it can never ring again, so it is taken away
+// (its queues drained, its lifeline closed when it is freed: it sees the engine go).
+void Engine::Impl::doorbell(AppSlot& slot, uint32_t revents) {
+  const int fd = slot.ctl->attachment().kick_fd();
+  if (revents & (EPOLLHUP | EPOLLERR)) {
+    drain_fd(fd);
+    take_away(slot, DetachCause::DoorbellHungUp);
+    return;
+  }
+  drain_fd(fd);
+  guarded(slot, [&] { slot.ctl->on_kick(); });
+  slot.wake_cores();
+}
+
+void Engine::Impl::take_away(AppSlot& slot, DetachCause cause) {
   if (slot.watching) {
     unwatch(slot.ctl->attachment().socket(), &slot.lifeline_watch);
     unwatch(slot.ctl->attachment().kick_fd(), &slot.kick_watch);
     slot.watching = false;
   }
-  log::info("engine: {} detached; {} I/O queue(s) to drain", slot.ctl->name(), slot.ctl->live_io_queues());
+  if (slot.ctl->detached()) return;
+  switch (cause) {
+    case DetachCause::LifelineClosed:
+      log::info("engine: {} detached; {} I/O queue(s) to drain", slot.ctl->name(), slot.ctl->live_io_queues());
+      break;
+    case DetachCause::LifelineMisused:
+      log::warn("engine: {} sent data on its lifeline after attaching; detached, {} I/O queue(s) to drain",
+                slot.ctl->name(), slot.ctl->live_io_queues());
+      break;
+    case DetachCause::DoorbellHungUp:
+      broken_doorbells.fetch_add(1, std::memory_order_relaxed);
+      log::warn("engine: {} closed its doorbell-notice pipe; detached, {} I/O queue(s) to drain", slot.ctl->name(),
+                slot.ctl->live_io_queues());
+      break;
+  }
   slot.ctl->detach();
   slot.wake_cores();
   reap(slot);
@@ -581,6 +787,8 @@ void Engine::Impl::reap(AppSlot& slot) {
   for (auto it = apps.begin(); it != apps.end(); ++it) {
     if (it->get() != &slot) continue;
     log::debug("engine: {} freed", slot.ctl->name());
+    if (auto u = apps_per_user.find(slot.uid); u != apps_per_user.end() && --u->second == 0) apps_per_user.erase(u);
+    mapped_bytes.fetch_sub(slot.region_bytes, std::memory_order_relaxed);
     apps.erase(it);
     app_count.fetch_sub(1, std::memory_order_relaxed);
     return;
@@ -595,13 +803,11 @@ void Engine::Impl::admin_worker() {
       std::unique_lock lk(admin_mu);
       admin_cv.wait(lk, [&] { return admin_stop || !admin_jobs.empty(); });
       if (admin_stop) return;
-      job = std::move(admin_jobs.front());
-      admin_jobs.pop_front();
+      job = next_admin_job();
     }
     Remote& r = remotes[job.remote];
     job.result = r.ctrl->failed() ? host::Completion{wire::sc::TransportError}
-                                  : r.ctrl->admin(job.sqe, job.data.empty() ? nullptr : job.data.data(),
-                                                  uint32_t(job.data.size()), job.to_controller);
+                                  : r.ctrl->admin(job.sqe, job.data.data(), job.data.size(), job.to_controller);
     {
       std::lock_guard lk(events_mu);
       admin_done.push_back(std::move(job));
@@ -624,19 +830,24 @@ void Engine::Impl::handle_events() {
   for (AdminJob& job : done) {
     auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == job.owner; });
     if (it == apps.end()) continue;
-    (*it)->ctl->admin_forwarded(job.tag, job.result, job.data);
-    reap(**it);
+    AppSlot& slot = **it;
+    guarded(slot, [&] { slot.ctl->admin_forwarded(job.tag, job.result, std::move(job.data)); });
+    reap(slot);
   }
+  // Buffers came back: commands waiting for budget try again.
+  if (!done.empty())
+    for (auto& slot : apps)
+      if (slot->ctl->admin_waiting()) guarded(*slot, [&] { slot->ctl->resume_admin(); });
   for (const CoreEvent& ev : evs) {
     auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == ev.owner; });
     if (it == apps.end()) continue;
     AppSlot& slot = **it;
     if (ev.kind == CoreEvent::Kind::Faulted) {
-      slot.ctl->io_queue_faulted(ev.qid);
+      guarded(slot, [&] { slot.ctl->io_queue_faulted(ev.qid); });
       continue;
     }
     slot.core_of.erase(ev.qid);
-    slot.ctl->io_queue_stopped(ev.qid, ev.cq);
+    guarded(slot, [&] { slot.ctl->io_queue_stopped(ev.qid, ev.cq); });
     reap(slot);
   }
 }
@@ -645,31 +856,31 @@ void Engine::Impl::run(const std::atomic<bool>& stop) {
   epoll_event evs[64];
   while (!stop.load(std::memory_order_relaxed)) {
     const int n = epoll_wait(epfd, evs, 64, 100);
+    control_wakeups.fetch_add(1, std::memory_order_relaxed);
     control_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
     if (!pendings.empty()) expire_pendings();
+    resume_accepting_if_due();
     for (int i = 0; i < n; ++i) {
-      void* tag = evs[i].data.ptr;
-      if (tag == nullptr) {
-        accept_application();
-      } else if (tag == &events_fd) {
-        handle_events();
-      } else {
-        if (!live_watches.count(tag)) continue;  // taken out earlier in this batch
-        auto* w = static_cast<Watch*>(tag);
-        if (w->kind == Watch::Kind::Pending) {
-          answer_pending(*w->pending);
-          continue;
-        }
-        if (w->kind == Watch::Kind::Lifeline) {
-          lifeline(*w->slot);
-        } else {
-          drain_fd(w->slot->ctl->attachment().kick_fd());
-          w->slot->ctl->on_kick();
-          w->slot->wake_cores();
-        }
+      // The control thread serves every application: an allocation failing for one event
+      // (an attach, say) drops that event, never the engine.
+      try {
+        dispatch(evs[i]);
+      } catch (const std::exception& e) {
+        log::error("engine: control thread: {}; that event is dropped", e.what());
       }
     }
   }
+}
+
+void Engine::Impl::dispatch(const epoll_event& ev) {
+  void* tag = ev.data.ptr;
+  if (tag == nullptr) return accept_application();
+  if (tag == &events_fd) return handle_events();
+  if (!live_watches.count(tag)) return;  // taken out earlier in this batch
+  auto* w = static_cast<Watch*>(tag);
+  if (w->kind == Watch::Kind::Pending) return answer_pending(*w->pending);
+  if (w->kind == Watch::Kind::Lifeline) return lifeline(*w->slot);
+  doorbell(*w->slot, ev.events);
 }
 
 void Engine::Impl::stop_cores() {
@@ -679,6 +890,12 @@ void Engine::Impl::stop_cores() {
   }
   admin_cv.notify_all();
   if (admin_thread.joinable()) admin_thread.join();  // its command in flight ends with the remote's timeout
+  // Their buffers go back to the pool while it is still there.
+  admin_jobs.clear();
+  {
+    std::lock_guard lk(events_mu);
+    admin_done.clear();
+  }
   ublk_devices.clear();  // each stops its device and waits for what is in flight
   for (auto& slot : apps) slot->ctl->detach();
   cores_stop.store(true);
@@ -714,11 +931,19 @@ EngineStats Engine::stats() const {
     s.completed += c->completed.load(std::memory_order_relaxed);
     s.dropped += c->dropped.load(std::memory_order_relaxed);
     s.refused_io += c->refused.load(std::memory_order_relaxed);
+    s.refused_opcodes += c->refused_opcodes.load(std::memory_order_relaxed);
     s.interrupts += c->interrupts.load(std::memory_order_relaxed);
     s.core_sleeps += c->sleeps.load(std::memory_order_relaxed);
     cpu_ns += c->cpu_ns.load(std::memory_order_relaxed);
   }
   s.cpu_seconds = double(cpu_ns) / 1e9;
+  s.refused_for_limits = impl_->refused_for_limits.load(std::memory_order_relaxed);
+  s.broken_doorbells = impl_->broken_doorbells.load(std::memory_order_relaxed);
+  s.control_wakeups = impl_->control_wakeups.load(std::memory_order_relaxed);
+  s.mapped_bytes = impl_->mapped_bytes.load(std::memory_order_relaxed);
+  s.admin_in_flight_peak = impl_->admin_in_flight_peak.load(std::memory_order_relaxed);
+  s.admin_buffer_bytes = impl_->admin_pool.in_use();
+  s.admin_buffer_peak_bytes = impl_->admin_pool.peak();
   for (const auto& d : impl_->ublk_devices) s.ublk_requests += d->requests();
   return s;
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/limits.hpp"
 #include "engine/ublk_device.hpp"
 #include "nvtcp/host.hpp"
 
@@ -43,6 +44,8 @@ struct EngineOptions {
   // Also show every active namespace of every remote controller as /dev/ublkbN (ublk).
   bool ublk = false;
   UblkOptions ublk_options;
+  // What applications may hold of the engine (limits.hpp); checked by start().
+  EngineLimits limits;
 };
 
 struct EngineStats {
@@ -56,6 +59,14 @@ struct EngineStats {
   uint64_t interrupts = 0;
   uint64_t core_sleeps = 0;
   uint64_t ublk_requests = 0;   // block requests the ublk devices served
+  uint64_t refused_opcodes = 0; // of refused_io: I/O opcodes not carried (fabrics, reservations, ...)
+  uint64_t refused_for_limits = 0;  // of refused: attaches beyond a limit (applications, bytes, vectors)
+  uint64_t broken_doorbells = 0;    // applications detached for hanging up their doorbell-notice pipe
+  uint64_t control_wakeups = 0;     // times the control thread's epoll_wait returned
+  uint64_t mapped_bytes = 0;        // regions of the applications attached now
+  uint32_t admin_in_flight_peak = 0;      // the most admin commands one application had forwarded at once
+  uint64_t admin_buffer_bytes = 0;        // admin data buffers held now
+  uint64_t admin_buffer_peak_bytes = 0;   // the most ever held at once
   double cpu_seconds = 0;       // CPU time of the engine's threads (cores and control)
 };
 

@@ -91,11 +91,39 @@ void IoForwarder::remove_queue(Queue* q, Removal how) {
 
 bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQueuePair::Fault::None; }
 
+// The I/O opcodes the engine carries to the shared remote controller: those whose data
+// (if any) it can size and check against the application's region, and whose effect stays
+// within what every application may do to a namespace they share (read it, write it).
+// Everything else is answered Invalid Command Opcode, as a PCIe controller answers an
+// opcode it does not support on an I/O queue:
+//   - fabrics commands (7Fh): a Disconnect, Property Set or Authentication on the NVMe/TCP
+//     queue pair every application shares would close or change it for all of them;
+//   - Reservation Register/Acquire/Release: every application reaches the remote controller
+//     as the engine's one host, so a registration or reservation of one would be everyone's
+//     (and a Preempt or Clear would take the others'); Reservation Report only reads;
+//   - Copy, Write Uncorrectable, Zoned, vendor-specific and unknown opcodes: their data
+//     cannot be checked against the region here.
+bool IoForwarder::carried(uint8_t opc) {
+  switch (static_cast<wire::IoOpcode>(opc)) {
+    case wire::IoOpcode::Flush:
+    case wire::IoOpcode::Write:
+    case wire::IoOpcode::Read:
+    case wire::IoOpcode::Compare:
+    case wire::IoOpcode::WriteZeroes:
+    case wire::IoOpcode::DatasetManagement:
+    case wire::IoOpcode::Verify:
+    case wire::IoOpcode::ReservationReport: return true;
+    default: return false;
+  }
+}
+
 uint64_t IoForwarder::data_length(const wire::Sqe& sqe) const {
   switch (static_cast<wire::IoOpcode>(sqe.opc)) {
     case wire::IoOpcode::Read:
-    case wire::IoOpcode::Write: return uint64_t(sqe.nlb()) * qp_.block_size(sqe.nsid);
+    case wire::IoOpcode::Write:
+    case wire::IoOpcode::Compare: return uint64_t(sqe.nlb()) * qp_.block_size(sqe.nsid);
     case wire::IoOpcode::DatasetManagement: return ((sqe.cdw10 & 0xFF) + 1) * uint64_t(sizeof(wire::DsmRange));
+    case wire::IoOpcode::ReservationReport: return (uint64_t(sqe.cdw10) + 1) * 4;  // NUMD, 0's based
     default: return 0;
   }
 }
@@ -242,6 +270,10 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   // Fused commands are not carried: their halves would sit apart, between other
   // applications' commands, on the shared queue pair.
   if (sqe.flags & wire::kSqeFlagsFuseMask) return refuse(wire::sc::InvalidField);
+  if (!carried(sqe.opc)) {
+    ++stats_.refused_opcodes;
+    return refuse(wire::sc::InvalidOpcode);
+  }
   const uint64_t want64 = data_length(sqe);
   if (want64 > 0xFFFFFFFFull) return refuse(wire::sc::DataSglLengthInvalid);  // beyond any MDTS
   const uint32_t want = uint32_t(want64);

@@ -81,7 +81,10 @@ class IoForwarder {
     uint64_t completed = 0;   // CQEs posted
     uint64_t dropped = 0;     // answers of abandoned queues
     uint64_t interrupts = 0;  // interrupt signals
+    uint64_t refused_opcodes = 0;  // of refused: opcodes not carried (fabrics, reservations, ...)
   };
+  // Whether an I/O opcode is carried to the remote controller at all (see io_forwarder.cpp).
+  static bool carried(uint8_t opc);
   const Stats& stats() const { return stats_; }
   // True when that queue has been stopped for an impossible doorbell (the CSTS.CFS analog).
   bool faulted(const Queue* q) const;

@@ -95,6 +95,8 @@ class EngineIoQueue final : public IoQueue {
   }
 
   HostError submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
+    // No fabrics command on an I/O queue (the engine would answer Invalid Opcode anyway).
+    if (sqe.opc == uint8_t(wire::AdminOpcode::Fabrics)) return HostError::refused(HostError::Kind::Invalid, EINVAL);
     int64_t off = 0;
     if (len && (off = c_->offset_of(data, len)) < 0) return HostError::refused(HostError::Kind::Invalid, EFAULT);
     if (c_->failed()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);

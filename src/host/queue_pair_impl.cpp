@@ -323,6 +323,11 @@ bool QueuePairImpl::can_reconnect() const {
 
 HostError QueuePairImpl::submit(const Sqe& in, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                                 void* ctx) {
+  // A fabrics command on an I/O queue is the queue's own business (its Connect, sent by
+  // connect() itself): one from a caller (a Disconnect, say) would end or change the queue
+  // under every command on it, and through a shared queue pair under other callers too.
+  if (p_.qid != 0 && in.opc == uint8_t(AdminOpcode::Fabrics))
+    return HostError::refused(HostError::Kind::Invalid, EINVAL);
   if (failed() || outage_.fast_failing()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
   bool send_now = state_ == State::Ready;
   // While reconnecting, commands wait for the new connection (as the kernel queues them).

@@ -8,7 +8,9 @@
 // every queue handed to an engine core lies inside the region; a queue is never started
 // twice without being stopped; a stop is only asked for a started queue; an application
 // that is gone gets nothing started; once detached, the controller finishes when its last
-// queue is gone.
+// queue is gone; an application never has more admin commands forwarded than its limit,
+// nor more admin buffer bytes than its share, and every buffer is given back by the end;
+// fabrics and other commands for the shared controller are never forwarded.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -45,15 +47,24 @@ struct FakeBackend final : AppController::Backend {
   uint8_t identify[4096] = {};
   Input* in = nullptr;
 
+  std::unique_ptr<engine::AdminBufferPool> pool;
+  engine::AdminLimits limits;
   struct Job {
     uint64_t tag;
-    std::vector<uint8_t> data;
+    engine::AdminBuffer data;
   };
   std::vector<Job> jobs;  // forwarded, answered when the input says
-  void forward_admin(AppController&, const wire::Sqe&, std::vector<uint8_t> data, bool, uint64_t tag) override {
+  void forward_admin(AppController& ctl, const wire::Sqe& sqe, engine::AdminBuffer data, bool,
+                     uint64_t tag) override {
     if (detached) __builtin_trap();
+    // Only what the shared controller may see reaches it.
+    if (sqe.opc == uint8_t(wire::AdminOpcode::Fabrics) || sqe.opc == uint8_t(wire::AdminOpcode::SetFeatures))
+      __builtin_trap();
     jobs.push_back({tag, std::move(data)});
+    if (ctl.admin_in_flight() > limits.max_in_flight || ctl.admin_buffer_bytes() > limits.max_buffer_bytes)
+      __builtin_trap();
   }
+  engine::AdminBufferPool& admin_buffers() override { return *pool; }
   void answer_one(AppController& ctl) {
     if (jobs.empty()) return;
     const size_t k = in->byte() % jobs.size();
@@ -63,7 +74,8 @@ struct FakeBackend final : AppController::Backend {
     host::Completion c;
     c.status = wire::Status::from_cqe(uint16_t(in->byte() & 3) << 1);
     c.dw0 = in->u32();
-    ctl.admin_forwarded(j.tag, c, j.data);
+    ctl.admin_forwarded(j.tag, c, std::move(j.data));
+    if (ctl.admin_waiting()) ctl.resume_admin();  // as the engine does once a buffer is back
   }
   const uint8_t* remote_identify() override { return identify; }
   bool inside(const void* p, size_t len) const {
@@ -108,7 +120,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   be.hi = region + layout->total_bytes;
   be.in = &in;
   std::memset(be.identify, 0, sizeof(be.identify));
-  AppController ctl(engine::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8);
+  // Small budgets, so that floods reach them: the pool may be below one application's share.
+  be.pool = std::make_unique<engine::AdminBufferPool>(4096ull * (1 + in.byte() % 16));
+  be.limits.max_in_flight = 1 + in.byte() % 8;
+  be.limits.max_buffer_bytes = 4096ull * (1 + in.byte() % 8);
+  AppController ctl(engine::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8, be.limits);
   engine::QueueMemory admin_mem = layout->queue_pair(region, 0);
   engine::ControllerRegisters& regs = engine::RegionLayout::registers(region);
   uint32_t tail = 0;
@@ -122,7 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 1: {  // a well-formed admin command at the tail
         wire::Sqe s{};
-        static const uint8_t ops[] = {0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A, 0x0C, 0x18, 0x7C, 0x80};
+        static const uint8_t ops[] = {0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A,
+                                      0x0C, 0x18, 0x7C, 0x80, 0x7F, 0x0D, 0x15, 0x84, 0x10};
         s.opc = ops[in.byte() % sizeof(ops)];
         s.flags = uint8_t(wire::kSqeFlagsPsdtSgl | (in.byte() & 0x83));
         s.cid = uint16_t(in.u32());
@@ -171,8 +188,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         be.detached = true;
         break;
       case 8:
-        if (op & 0x10) be.answer_one(ctl);  // the remote controller answers a forwarded command
-        else ctl.on_kick();
+        if (op & 0x10) {
+          be.answer_one(ctl);  // the remote controller answers a forwarded command
+        } else if (op & 0x20) {
+          // A flood: the admin SQ filled with commands the engine forwards (Get Log Page,
+          // Identify, Get Features), or with fabrics commands; one doorbell for all.
+          const uint32_t n = 1 + in.byte() % entries;
+          for (uint32_t k = 0; k < n; ++k) {  // overwriting entries not fetched yet is the application's right
+            wire::Sqe s{};
+            static const uint8_t flood_ops[] = {0x02, 0x06, 0x0A, 0x7F};
+            s.opc = flood_ops[(op >> 6) & 3];
+            s.flags = wire::kSqeFlagsPsdtSgl;
+            s.cid = uint16_t(k);
+            s.cdw10 = s.opc == 0x02 ? (uint32_t(in.byte() % 4) << 16) | 0x02u : (s.opc == 0x06 ? 0x02u : 0x07u);
+            s.sgl.addr = uint64_t(in.byte() % 16) * 4096;
+            s.sgl.length = s.opc == 0x02 ? ((s.cdw10 >> 16) + 1) * 4 : 4096;
+            std::memcpy(&admin_mem.sq[tail % entries], &s, sizeof(s));
+            tail = (tail + 1) % entries;
+          }
+          admin_mem.words->sq_tail = tail;
+          ctl.on_kick();
+        } else {
+          ctl.on_kick();
+        }
         break;
     }
   }
@@ -187,5 +225,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   while (!be.jobs.empty()) be.answer_one(ctl);  // the answers still out come back (and are dropped)
   if (!ctl.finished()) __builtin_trap();
+  if (be.pool->in_use() != 0) __builtin_trap();  // every admin buffer was given back
   return 0;
 }

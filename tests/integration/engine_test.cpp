@@ -10,7 +10,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -106,15 +109,20 @@ Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
 
 // An application that drives the shared memory by hand (no host library), so it can do
 // what the library never does: die without a word, ring impossible doorbells.
+engine::AttachRequest raw_request(uint32_t pairs = 3) {
+  engine::AttachRequest req;
+  req.queue_pairs = pairs;
+  req.queue_entries = 64;
+  req.vectors = 2;
+  req.data_bytes = 4 << 20;
+  std::strcpy(req.subnqn, kTestNqn);
+  return req;
+}
+
 class RawApp {
  public:
-  explicit RawApp(const std::string& path, uint32_t pairs = 3) {
-    engine::AttachRequest req;
-    req.queue_pairs = pairs;
-    req.queue_entries = 64;
-    req.vectors = 2;
-    req.data_bytes = 4 << 20;
-    std::strcpy(req.subnqn, kTestNqn);
+  explicit RawApp(const std::string& path, uint32_t pairs = 3) : RawApp(path, raw_request(pairs)) {}
+  RawApp(const std::string& path, const engine::AttachRequest& req) {
     std::string err;
     if (!engine::attach(path, req, at, err)) throw std::runtime_error(err);
     admin = std::make_unique<engine::AppQueuePair>(at.queue_pair(0));
@@ -165,9 +173,11 @@ class RawApp {
 
 // A well-behaved application beside a misbehaving one: its reads must go on working.
 struct BystanderApp {
-  explicit BystanderApp(RunningEngine& e) {
+  explicit BystanderApp(RunningEngine& e, uint64_t region_bytes = 0) {
     std::string err;
-    ctrl = host::Controller::connect(e.trid(), {}, err);
+    host::ControllerOptions o;
+    if (region_bytes) o.engine_region_bytes = region_bytes;
+    ctrl = host::Controller::connect(e.trid(), o, err);
     if (ctrl) qp = ctrl->create_io_qpair(16, err);
     if (!qp) throw std::runtime_error("bystander: " + err);
     buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(4096));
@@ -593,6 +603,321 @@ TEST(Engine, AnApplicationSeesItsCommandsEndWhenTheEngineDies) {
   EXPECT_NE(qp->read(1, 0, 8, buf, cb, &count), 0) << "no new command on a dead engine";
   ::unlink(sock.c_str());
   ::unlink(ready.c_str());
+}
+
+
+// ---- Issue 24: every attached application is treated as hostile to the others ----
+
+// Attachments (per engine and per peer uid) and mapped bytes (per attachment and in all) are
+// bounded: an attach beyond a limit is refused with the limit named on the application's
+// side, the applications attached before go on being served (a 1 MiB log page for one of
+// them is answered, where it used to abort the engine), and interrupt vectors beyond the
+// engine's grant are cut to it.
+TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersServed) {
+  RunningTarget t;
+  RunningEngine e(t.trid(), 50, [](engine::EngineOptions& o) {
+    o.limits.max_applications = 4;
+    o.limits.max_applications_per_user = 3;  // every application here has the test's uid
+    o.limits.max_region_bytes = 16ull << 20;
+    o.limits.max_mapped_bytes = 30ull << 20;
+    o.limits.max_vectors = 3;
+  });
+  BystanderApp other(e, 8ull << 20);
+  const std::string path = e.engine().options().socket_path;
+  std::string why;
+
+  engine::AttachRequest huge = raw_request();
+  huge.data_bytes = 1ull << 40;  // the tester's 1 TiB region
+  engine::Attachment refused;
+  EXPECT_FALSE(engine::attach(path, huge, refused, why));
+  EXPECT_NE(why.find("max_region_bytes"), std::string::npos) << why;
+
+  engine::AttachRequest wide = raw_request();
+  wide.vectors = 32;
+  RawApp first(path, wide);
+  EXPECT_EQ(first.at.vector_fds().size(), 3u) << "vectors beyond max_vectors are not granted";
+
+  engine::AttachRequest big = raw_request();
+  big.data_bytes = 15ull << 20;  // 8 + 4 + 15 MiB and headers: beyond 30 MiB mapped
+  EXPECT_FALSE(engine::attach(path, big, refused, why));
+  EXPECT_NE(why.find("max_mapped_bytes"), std::string::npos) << why;
+
+  RawApp second(path);
+  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));  // a fourth of this uid
+  EXPECT_NE(why.find("max_applications_per_user"), std::string::npos) << why;
+  EXPECT_LE(e.engine().stats().mapped_bytes, 30ull << 20);
+  // The engine counts a refusal after the application has read it.
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused_for_limits == 3; }, 2000));
+
+  // Attached before the others were refused: a 1 MiB Get Log Page (Error Information) is
+  // answered with a status, and every application goes on.
+  ASSERT_TRUE(first.enable());
+  Sqe log = admin_cmd(AdminOpcode::GetLogPage, 0x01 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
+  log.sgl.addr = 0;
+  log.sgl.length = 1u << 20;
+  const wire::Cqe c = first.command(log);
+  EXPECT_NE(c.cid, 0) << "no answer";
+  EXPECT_NE(wire::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
+  EXPECT_EQ(other.read(), sc::Success);
+  ASSERT_TRUE(second.enable());
+  EXPECT_EQ(second.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
+}
+
+// The engine as the attach limit sees it: max_applications counts every attachment.
+TEST(EngineLimits, AttachesBeyondMaxApplicationsAreRefused) {
+  RunningTarget t;
+  RunningEngine e(t.trid(), 50, [](engine::EngineOptions& o) {
+    o.limits.max_applications = 2;
+    o.limits.max_applications_per_user = 2;
+  });
+  const std::string path = e.engine().options().socket_path;
+  RawApp a(path), b(path);
+  engine::Attachment refused;
+  std::string why;
+  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));
+  EXPECT_NE(why.find("max_applications"), std::string::npos) << why;
+  ASSERT_TRUE(a.enable());
+  EXPECT_EQ(a.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
+}
+
+// Out-of-range limits are refused at start, with the key named.
+TEST(EngineLimits, OutOfRangeLimitsAreRefusedAtStart) {
+  engine::EngineLimits l;
+  std::string err;
+  EXPECT_TRUE(engine::check_limits(l, err)) << err;
+  l.max_vectors = 33;
+  EXPECT_FALSE(engine::check_limits(l, err));
+  EXPECT_NE(err.find("max_vectors"), std::string::npos) << err;
+  l = {};
+  l.max_app_admin_buffer_bytes = l.max_admin_buffer_bytes + 1;
+  EXPECT_FALSE(engine::check_limits(l, err));
+  RunningTarget t;
+  engine::EngineOptions o;
+  o.socket_path = socket_path();
+  o.controllers = {t.trid()};
+  o.limits.max_applications = 0;
+  engine::Engine eng(o);
+  EXPECT_FALSE(eng.start(err));
+  EXPECT_NE(err.find("max_applications"), std::string::npos) << err;
+}
+
+// One application floods its admin queue with Get Log Pages: the engine fetches no more of
+// them than its admin budget allows (commands in flight; buffer bytes), the rest stay in the
+// SQ until one completes, every one is answered in the end, the buffers are given back, and
+// another application's Identify is served meanwhile.
+TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
+  RunningTarget t;
+  constexpr uint32_t kInFlight = 4;
+  constexpr uint64_t kAppBuffers = 512 << 10;
+  RunningEngine e(t.trid(), 50, [](engine::EngineOptions& o) {
+    o.limits.max_admin_in_flight = kInFlight;
+    o.limits.max_app_admin_buffer_bytes = kAppBuffers;
+    o.limits.max_admin_buffer_bytes = 2ull << 20;
+  });
+  const std::string path = e.engine().options().socket_path;
+  RawApp flood(path);
+  ASSERT_TRUE(flood.enable());
+  RawApp quiet(path);
+  ASSERT_TRUE(quiet.enable());
+
+  // kCommands Get Log Pages (SMART) of log_bytes each, with one doorbell; every answer read.
+  constexpr uint32_t kCommands = 60;  // of the 63 the 64-entry admin SQ holds
+  auto run_flood = [&](uint32_t log_bytes) {
+    for (uint32_t i = 0; i < kCommands; ++i) {
+      Sqe s = admin_cmd(AdminOpcode::GetLogPage, 0x02 | ((log_bytes / 4 - 1) << 16), 0);
+      s.cid = uint16_t(1000 + i);
+      s.flags = wire::kSqeFlagsPsdtSgl;
+      s.nsid = wire::kNsidAll;
+      s.sgl.addr = 0;
+      s.sgl.length = log_bytes;
+      EXPECT_TRUE(flood.admin->submit(s));
+    }
+    flood.admin->ring_sq();
+    flood.kick();
+    Sqe id = admin_cmd(AdminOpcode::Identify, 0x01);
+    id.sgl.addr = 1 << 20;
+    id.sgl.length = 4096;
+    EXPECT_EQ(quiet.status(id), sc::Success) << "the other application's Identify is served during the flood";
+    uint32_t answered = 0;
+    EXPECT_TRUE(wait_for(
+        [&] {
+          wire::Cqe c{};
+          while (flood.admin->poll(c)) {
+            ++answered;
+            flood.admin->ring_cq();
+          }
+          flood.kick();
+          return answered == kCommands;
+        },
+        10000))
+        << answered << " of " << kCommands << " answered";
+  };
+
+  // Small logs: the buffers fit; the commands in flight are what bounds the flood.
+  run_flood(4096);
+  EXPECT_LE(e.engine().stats().admin_in_flight_peak, kInFlight) << "fetched beyond max_admin_in_flight";
+  // Large logs: two fit the application's buffer bytes at once, the third waits in the SQ.
+  run_flood(256 << 10);
+  const engine::EngineStats st = e.engine().stats();
+  EXPECT_LE(st.admin_in_flight_peak, kInFlight);
+  EXPECT_LE(st.admin_buffer_peak_bytes, kAppBuffers + 4096) << "admin buffers beyond max_app_admin_buffer_bytes";
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().admin_buffer_bytes == 0; }, 2000))
+      << "admin buffers not given back after the flood";
+  // A log larger than the application's admin buffers could ever hold: Invalid Field (as a
+  // transfer beyond MDTS), not a wait that never ends.
+  Sqe too_big = admin_cmd(AdminOpcode::GetLogPage, 0x02 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
+  too_big.nsid = wire::kNsidAll;
+  too_big.sgl.length = 1u << 20;
+  EXPECT_EQ(flood.status(too_big), sc::InvalidField);
+  BystanderApp other(e, 8ull << 20);
+  EXPECT_EQ(other.read(), sc::Success);
+}
+
+// Fabrics commands and commands whose effect reaches beyond the application never reach the
+// shared remote controller: Invalid Command Opcode, on I/O queues (a Disconnect there used
+// to close the queue pair every application shares) and on the admin queue; the same
+// application and the others go on.
+TEST(EngineIsolation, FabricsAndSharedStateCommandsAreRefusedAndEveryoneGoesOn) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  BystanderApp other(e);
+  RawApp app(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  ASSERT_TRUE(app.create_queue(1, 16));
+  engine::QueueMemory m = app.at.queue_pair(1);
+  m.sq_size = m.cq_size = 16;
+  engine::AppQueuePair io(m);
+  auto io_status = [&](Sqe s) {
+    EXPECT_TRUE(io.submit(s));
+    io.ring_sq();
+    app.kick();
+    wire::Cqe c{};
+    EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000)) << "no answer to I/O opcode " << int(s.opc);
+    io.ring_cq();
+    return wire::Status::from_cqe(c.status);
+  };
+  Sqe disconnect{};
+  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
+  disconnect.cid = 7;
+  EXPECT_EQ(io_status(disconnect), sc::InvalidOpcode);
+  Sqe reserve{};
+  reserve.opc = uint8_t(wire::IoOpcode::ReservationAcquire);
+  reserve.nsid = kRamNsid;
+  reserve.cid = 8;
+  EXPECT_EQ(io_status(reserve), sc::InvalidOpcode);
+  EXPECT_EQ(io_status(app.read_cmd(9, 0, 8, 0)), sc::Success) << "the queue goes on";
+  EXPECT_GE(e.engine().stats().refused_opcodes, 2u);
+
+  Sqe prop_set{};
+  prop_set.opc = uint8_t(AdminOpcode::Fabrics);
+  prop_set.nsid = uint8_t(wire::FabricsType::PropertySet);  // FCTYPE: byte 4 of a fabrics SQE
+  EXPECT_EQ(app.status(prop_set), sc::InvalidOpcode);
+  for (uint8_t opc : {0x0D /*Namespace Management*/, 0x15 /*Namespace Attachment*/, 0x80 /*Format NVM*/,
+                      0x84 /*Sanitize*/, 0x10 /*Firmware Commit*/, 0x19 /*Directive Send*/})
+    EXPECT_EQ(app.status(admin_cmd(AdminOpcode(opc))), sc::InvalidOpcode) << "admin opcode " << int(opc);
+  Sqe resv_log = admin_cmd(AdminOpcode::GetLogPage, 0x80 | ((64 / 4 - 1) << 16));
+  resv_log.sgl.length = 64;
+  EXPECT_EQ(app.status(resv_log), sc::InvalidLogPage);
+  EXPECT_EQ(other.read(), sc::Success) << "the shared queue pair is still there";
+}
+
+// The host library never puts a fabrics command on an I/O queue for a caller, over NVMe/TCP
+// or through the engine.
+TEST(EngineIsolation, TheHostLibraryRefusesFabricsCommandsOnIoQueues) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  Sqe disconnect{};
+  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
+  for (const host::TransportId& trid : {t.trid(), e.trid()}) {
+    std::string err;
+    auto ctrl = host::Controller::connect(trid, {}, err);
+    ASSERT_TRUE(ctrl) << err;
+    auto qp = ctrl->create_io_qpair(16, err);
+    ASSERT_TRUE(qp) << err;
+    Io io;
+    EXPECT_EQ(qp->submit(disconnect, nullptr, 0, false, Io::cb, &io), -EINVAL) << trid.trtype;
+    BystanderApp still(e);
+    EXPECT_EQ(still.read(), sc::Success);
+  }
+}
+
+// An application closes the write end of its doorbell-notice pipe but keeps its lifeline:
+// the pipe hangs up for good. The engine takes that application away (it can never ring
+// again) instead of being woken by the hang-up forever: its control thread's wake-ups over
+// a while stay those of an idle engine, the application's lifeline is closed, others go on.
+TEST(EngineIsolation, AHungUpDoorbellPipeDetachesTheApplicationWithoutSpinning) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  RawApp app(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  // Closes the pipe's write end; the descriptor number stays the Attachment's (to close).
+  const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(devnull, 0);
+  ASSERT_GE(dup3(devnull, app.at.kick_fd(), O_CLOEXEC), 0);
+  close(devnull);
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().broken_doorbells == 1; }, 5000));
+  const uint64_t before = e.engine().stats().control_wakeups;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t wakeups = e.engine().stats().control_wakeups - before;
+  // Idle, the control thread wakes every 100 ms; on the hang-up it woke at once, every time.
+  EXPECT_LT(wakeups, 30u) << "the control thread is woken over and over";
+  pollfd pfd{app.at.socket(), POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  char b;
+  EXPECT_EQ(recv(app.at.socket(), &b, 1, MSG_DONTWAIT), 0) << "the engine closes the broken application's lifeline";
+  BystanderApp other(e);
+  EXPECT_EQ(other.read(), sc::Success);
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().applications == 1; }, 5000));
+}
+
+
+// Nothing is sent on a lifeline after the attach; an application that does (it would keep
+// the socket readable, and the control thread busy) is taken away, the others go on.
+TEST(EngineIsolation, AnApplicationThatTalksOnItsLifelineIsDetached) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  RawApp app(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  const char junk[16] = {};
+  ASSERT_EQ(send(app.at.socket(), junk, sizeof(junk), MSG_NOSIGNAL), ssize_t(sizeof(junk)));
+  pollfd pfd{app.at.socket(), POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  char b;
+  EXPECT_EQ(recv(app.at.socket(), &b, 1, MSG_DONTWAIT), 0) << "the engine closes the lifeline";
+  BystanderApp other(e);
+  EXPECT_EQ(other.read(), sc::Success);
+}
+
+// Connections that never send their attach request are bounded (each holds a descriptor
+// for 5 s): one beyond max_pending_attaches is closed at once, and once the silent ones are
+// gone an application attaches as usual.
+TEST(EngineLimits, SilentConnectionsBeyondMaxPendingAttachesAreClosed) {
+  RunningTarget t;
+  RunningEngine e(t.trid(), 50, [](engine::EngineOptions& o) { o.limits.max_pending_attaches = 2; });
+  auto connect_silently = [&] {
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, e.engine().options().socket_path.c_str(), sizeof(a.sun_path) - 1);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    return fd;
+  };
+  const int s1 = connect_silently(), s2 = connect_silently();
+  // accept() takes them in the order they came: s3 is the one beyond the limit.
+  const int s3 = connect_silently();
+  pollfd pfd{s3, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the connection beyond the limit is closed";
+  char b;
+  EXPECT_LE(recv(s3, &b, 1, MSG_DONTWAIT), 0);
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused_for_limits == 1; }, 2000));
+  close(s1);
+  close(s2);
+  close(s3);
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused == 3; }, 2000)) << "the silent ones given up";
+  BystanderApp other(e);
+  EXPECT_EQ(other.read(), sc::Success);
 }
 
 }  // namespace
