@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nvtcp/host.hpp"
@@ -371,6 +373,31 @@ TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
     ASSERT_TRUE(c.qp);
     EXPECT_TRUE(c.write(0).ok());
   }
+}
+
+// A Get Log Page of the notification log that fails (offset past the log) must not take
+// the notice away: the next good read still gets it.
+TEST(Reservations, AFailedNotificationLogReadKeepsTheNotice) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::Preempt, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the notice is queued for a by now
+  wire::ReservationNotificationLog l{};
+  for (uint64_t bad_offset : {uint64_t(sizeof(l)), uint64_t(2), uint64_t(1) << 40}) {
+    EXPECT_EQ(a.ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l),
+                                   bad_offset)
+                  .status,
+              sc::InvalidField)
+        << bad_offset;
+  }
+  const Host::Notice n = a.notice();
+  EXPECT_EQ(n.type, uint8_t(wire::ReservationNotice::RegistrationPreempted));
+  EXPECT_EQ(n.nsid, kRamNsid);
+  EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty)) << "read once, then gone";
 }
 
 }  // namespace
