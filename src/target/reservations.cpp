@@ -207,9 +207,9 @@ bool Reservations::preempt_key(uint64_t key, const HostId& by, std::vector<Notic
   return any;
 }
 
-uint64_t Reservations::changed(bool persistence_changed) {
+uint64_t Reservations::changed(Access access, bool persistence_changed) {
   // Connections' cached access decisions (AccessCache) are for the version they saw.
-  version_.fetch_add(1, std::memory_order_release);
+  if (access == Access::MayHaveChanged) version_.fetch_add(1, std::memory_order_release);
   if (registrants_.size() < max_registrants_) full_reported_ = false;
   if (path_.empty() || !(ptpl_ || persistence_changed)) return 0;
   return ++state_ticket_;
@@ -237,10 +237,14 @@ Reservations::Outcome Reservations::apply_register(const HostId& host, uint32_t 
   {
     std::lock_guard lk(mu_);
     Registrant* me = find(host);
+    // A key replaced, or a registration repeated, changes no one's access (keys are checked
+    // by reservation commands only); a registrant added or removed does.
+    Access access = Access::MayHaveChanged;
     switch (static_cast<wire::RegisterAction>(action)) {
       case wire::RegisterAction::Register:
         if (me) {
           if (me->key != d.nrkey) return {sc::ReservationConflict};  // registered with another key
+          access = Access::Unchanged;
         } else {
           if (registrants_.size() >= max_registrants_) {
             // NVMe names no status for a full registrant table; SPDK's target answers
@@ -263,13 +267,14 @@ Reservations::Outcome Reservations::apply_register(const HostId& host, uint32_t 
       case wire::RegisterAction::Replace:
         if (!me || (!iekey && me->key != d.crkey)) return {sc::ReservationConflict};
         me->key = d.nrkey;
+        access = Access::Unchanged;
         break;
     }
     const bool was = ptpl_;
     if (cptpl == wire::kCptplOn) ptpl_ = true;
     if (cptpl == wire::kCptplOff) ptpl_ = false;
     ++generation_;
-    ticket = changed(was != ptpl_);
+    ticket = changed(access, was != ptpl_);
   }
   return finish(sc::Success, ticket);
 }
@@ -294,7 +299,7 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
         return {holds(*me) && type_ == want ? sc::Success : sc::ReservationConflict};
       }
       set_reservation(want, host);
-      ticket = changed();
+      ticket = changed(Access::MayHaveChanged);
       lk.unlock();  // the writer's lock is never taken under mu_
       return finish(sc::Success, ticket);
     }
@@ -327,7 +332,7 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
       return {sc::InvalidField};
     }
     ++generation_;
-    ticket = changed();
+    ticket = changed(Access::MayHaveChanged);
   }
   return finish(sc::Success, ticket);
 }
@@ -358,7 +363,7 @@ Reservations::Outcome Reservations::apply_release(const HostId& host, uint32_t c
       if (was != ReservationType::WriteExclusive && was != ReservationType::ExclusiveAccess)
         released_notices(host, notices);
     }
-    ticket = changed();
+    ticket = changed(Access::MayHaveChanged);
   }
   return finish(sc::Success, ticket);
 }
@@ -445,7 +450,7 @@ bool Reservations::set_ptpl(bool on, std::string& err) {
     std::lock_guard lk(mu_);
     const bool was = ptpl_;
     ptpl_ = on;
-    ticket = changed(was != on);
+    ticket = changed(Access::Unchanged, was != on);
   }
   request_write(ticket);
   if (ticket && !wait_durable(ticket)) {

@@ -148,10 +148,11 @@ class Reservations {
   void clear_reservation();
   void released_notices(const HostId& by, std::vector<Notice>& notices) const;
   bool decide(const uint8_t* host, bool read_group, bool write_group) const;  // under mu_
-  // After every change (under mu_): a new version for the caches and, while the state
-  // belongs on disk (PTPL on, or just turned off so the file must go), a ticket for the
-  // writer. The one place a change is recorded.
-  uint64_t changed(bool persistence_changed = false);
+  // After every change (under mu_): a new version for the caches when who may do what can
+  // have changed and, while the state belongs on disk (PTPL on, or just turned off so the
+  // file must go), a ticket for the writer. The one place a change is recorded.
+  enum class Access { MayHaveChanged, Unchanged };
+  uint64_t changed(Access access, bool persistence_changed = false);
   // Outside mu_: wakes the writer for ticket (starting it the first time).
   void request_write(uint64_t ticket);
   Outcome finish(wire::Status st, uint64_t ticket);
@@ -166,7 +167,9 @@ class Reservations {
   wire::ReservationType type_ = wire::ReservationType::None;
   HostId holder_{};                  // meaningful for the types with one holder
   std::atomic<uint8_t> type_seen_{0};  // type_, for held() without the lock
-  std::atomic<uint64_t> version_{0};   // bumped by every change (changed())
+  // Bumped by changes that can change access (changed()): every connection with a cached
+  // decision then takes mu_ once on its next command, so a key Replace loop must not bump it.
+  std::atomic<uint64_t> version_{0};
   uint32_t generation_ = 0;
   bool ptpl_ = false;
   uint64_t state_ticket_ = 0;        // the last change that must reach the file (under mu_)

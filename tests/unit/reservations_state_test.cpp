@@ -125,6 +125,28 @@ TEST(Reservations, RegisterBeyondTheRegistrantLimitFailsAndTheRegisteredKeepWork
   EXPECT_EQ(r.registrant_count(), 4u);
 }
 
+// Each connection caches its access decision until the state changes; a host replacing its
+// key in a loop must not make every other connection's next I/O take the namespace mutex.
+TEST(Reservations, AKeyReplaceLoopKeepsOtherConnectionsCachedAccess) {
+  Reservations r({}, 8);
+  std::vector<Reservations::Notice> n;
+  ASSERT_TRUE(r.do_register(host(0), register_cdw10(), {0, 1}, n).ok());
+  ASSERT_TRUE(r.do_register(host(1), register_cdw10(), {0, 2}, n).ok());
+  ASSERT_TRUE(r.acquire(host(0), uint32_t(wire::AcquireAction::Acquire) | 1u << 8, {1, 0}, n).ok());
+  Reservations::AccessCache other;
+  EXPECT_FALSE(r.allowed(host(1).data(), false, true, other)) << "Write Exclusive: not the holder";
+  const uint64_t seen = other.version;
+  for (uint64_t k = 2; k < 50; ++k) {
+    ASSERT_TRUE(r.do_register(host(1), uint32_t(wire::RegisterAction::Replace), {k, k + 1}, n).ok());
+    ASSERT_TRUE(r.do_register(host(1), register_cdw10(), {0, k + 1}, n).ok());  // the same key again
+  }
+  EXPECT_FALSE(r.allowed(host(1).data(), false, true, other));
+  EXPECT_EQ(other.version, seen) << "the cached decision was still good";
+  ASSERT_TRUE(r.do_register(host(2), register_cdw10(), {0, 9}, n).ok());  // a registrant more
+  EXPECT_FALSE(r.allowed(host(1).data(), false, true, other));
+  EXPECT_NE(other.version, seen);
+}
+
 TEST(Reservations, ReportCountsTheCeilingOfRegistrantsWithoutWrapping) {
   // 65535 registrants (the ceiling: REGCTL is 16 bits), restored from a file so the test
   // does not pay one registration each.
