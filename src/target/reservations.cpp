@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -462,14 +463,25 @@ bool Reservations::set_ptpl(bool on, std::string& err) {
 
 void Reservations::request_write(uint64_t ticket) {
   if (!ticket) return;
+  std::vector<std::pair<uint64_t, std::function<void(bool)>>> failed;
   {
     std::lock_guard lk(persist_mu_);
     requested_ticket_ = std::max(requested_ticket_, ticket);
     if (!writer_.joinable() && !stopping_) {
-      writer_ = std::thread([this] { writer_loop(); });
-      pthread_setname_np(writer_.native_handle(), "nvtcp-resv");
+      try {
+        writer_ = std::thread([this] { writer_loop(); });
+        pthread_setname_np(writer_.native_handle(), "nvtcp-resv");
+      } catch (const std::system_error& e) {
+        // No thread (the process is out of them): the command fails with Internal Error
+        // rather than the reactor with an exception; the next change tries again.
+        log::error("reservations '{}': cannot start the writer thread: {}", path_, e.what());
+        attempted_ticket_ = requested_ticket_;
+        failed.swap(waiters_);
+        durable_cv_.notify_all();
+      }
     }
   }
+  for (auto& [t, done] : failed) done(false);
   persist_cv_.notify_one();
 }
 
