@@ -75,6 +75,10 @@ struct TargetConfig {
   uint64_t max_connection_buffer_memory = 256ull << 20;  // the same, per connection
   uint64_t max_host_buffer_memory = 512ull << 20;        // the same, per host NQN (all its connections)
   uint64_t max_send_queue_bytes = 8u << 20; // per connection: new commands wait above this
+  // Reservation registrants per namespace (a registration outlives its host's connections,
+  // as NVMe requires, so a host that invents host IDs would otherwise grow it for good).
+  // At most 65535: Reservation Report counts them in 16 bits.
+  uint32_t max_registrants_per_namespace = 256;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
   std::string poll = "hybrid";           // interrupt | busy | hybrid (see reactor::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)

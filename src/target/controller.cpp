@@ -456,6 +456,9 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
   auto lid = static_cast<LogPageId>(sqe.cdw10 & 0xFF);
   uint64_t offset = (uint64_t(sqe.cdw13) << 32) | sqe.cdw12;
   bool discovery = subsys_.is_discovery();
+  // What a successful read of this log takes away; applied only once the read is known to
+  // succeed (see below), never while the log is being built.
+  enum class Consume { Nothing, ReservationNotice, ChangedNamespaces } consume = Consume::Nothing;
   scratch_.clear();
   switch (lid) {
     case LogPageId::SupportedLogPages: {
@@ -544,10 +547,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       auto* list = reinterpret_cast<uint32_t*>(scratch_.data());
       if (changed_ns_overflow_) list[0] = kNsidAll;
       else std::copy(changed_ns_.begin(), changed_ns_.end(), list);
-      if (!(sqe.cdw10 & kLogRetainAsyncEvent)) {  // read: the list starts again (as nvmet)
-        changed_ns_.clear();
-        changed_ns_overflow_ = false;
-      }
+      consume = Consume::ChangedNamespaces;  // once read, the list starts again (as nvmet)
       break;
     }
     case LogPageId::ReservationNotification: {
@@ -556,9 +556,9 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       scratch_.assign(sizeof(ReservationNotificationLog), 0);
       if (!resv_notices_.empty()) {
         ReservationNotificationLog n = resv_notices_.front();
-        resv_notices_.erase(resv_notices_.begin());
-        n.available = uint8_t(std::min<size_t>(resv_notices_.size(), 0xFF));
+        n.available = uint8_t(std::min<size_t>(resv_notices_.size() - 1, 0xFF));
         std::memcpy(scratch_.data(), &n, sizeof(n));
+        consume = Consume::ReservationNotice;
       }
       break;
     }
@@ -574,11 +574,20 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
     st = sc::InvalidLogPage;
     return;
   }
-  if (!(sqe.cdw10 & kLogRetainAsyncEvent)) unmask_event_for_log(lid);
+  // A read that fails takes nothing away: the notice, the changed-namespace list and the
+  // masked event stay until a read that succeeds. A notice is read once whatever RAE says
+  // (the next read gives the next one); RAE keeps the list and the event's mask.
   if (offset >= scratch_.size() || (offset & 3)) {
     st = sc::InvalidField;
     return;
   }
+  const bool retain_event = sqe.cdw10 & kLogRetainAsyncEvent;
+  if (consume == Consume::ReservationNotice) resv_notices_.erase(resv_notices_.begin());
+  if (consume == Consume::ChangedNamespaces && !retain_event) {
+    changed_ns_.clear();
+    changed_ns_overflow_ = false;
+  }
+  if (!retain_event) unmask_event_for_log(lid);
   // Past the end of the log the host gets zeros.
   const uint32_t copy = uint32_t(std::min<uint64_t>(len, scratch_.size() - offset));
   r.src = scratch_.data() + offset;

@@ -6,12 +6,22 @@
 // Reservation commands run on whichever reactor received them, under a mutex; they are rare.
 // Every other I/O command asks allowed() first, which costs one relaxed load while no
 // reservation is held, the case of almost every namespace.
+//
+// What any host can make this cost is bounded: at most max_registrants registrants (a
+// registration outlives its host's connections, as NVMe requires, so the bound is this
+// limit and not an expiry); every command is linear in them; and with persistence on, the
+// file is written by one writer thread per namespace, never by a reactor and never under
+// the mutex. The writer always writes the latest state, so the commands that arrive while
+// it writes share the next fsync.
 #pragma once
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nvtcp/status.hpp"
@@ -28,17 +38,53 @@ class Reservations {
     wire::ReservationNotice type;
   };
 
+  // Registrants per namespace: a cluster has a handful of hosts; a host that invents host
+  // IDs (one per Connect) is stopped here.
+  static constexpr uint32_t kDefaultMaxRegistrants = 256;
+  // Reservation Report's REGCTL is 16 bits: the limit must fit it, so the count never wraps.
+  static constexpr uint32_t kMaxRegistrantsCeiling = 0xFFFF;
+
   // persist_path: where the state is kept while persistence through power loss is on
   // (file namespaces); empty: PTPL is not supported.
-  explicit Reservations(std::string persist_path = {});
+  explicit Reservations(std::string persist_path = {}, uint32_t max_registrants = kDefaultMaxRegistrants);
+  ~Reservations();  // finishes a write in progress, then stops the writer
+  Reservations(const Reservations&) = delete;
+  Reservations& operator=(const Reservations&) = delete;
 
-  // At start: the state a previous run persisted, if any. Error text, or empty.
+  // At start: the state a previous run persisted, if any. Never fails the start: a file that
+  // cannot be trusted (not a regular file, a symlink, too large, unparsable, inconsistent,
+  // more registrants than the limit) turns persistence off for this namespace only (PTPL no
+  // longer offered, the file left alone for the operator) and the reason is returned for
+  // the log. Empty: restored, or nothing to restore.
   std::string load();
   bool ptpl_capable() const { return !path_.empty(); }
   bool ptpl() const;
-  // Feature 83h; false when PTPL is not supported.
+  // Feature 83h; false when PTPL is not supported or the state could not be written.
+  // Returns once the change is durable (the file written, or removed).
   bool set_ptpl(bool on, std::string& err);
 
+  // A reservation command's result: its status, and the state version that must be durable
+  // before the command may complete (0: nothing to wait for). Hand the ticket to
+  // when_durable() (a reactor) or wait_durable() (a thread that may block).
+  struct Outcome {
+    wire::Status status;
+    uint64_t durable_ticket = 0;
+  };
+  Outcome apply_register(const HostId& host, uint32_t cdw10, const wire::ReservationRegisterData& d,
+                         std::vector<Notice>& notices);
+  Outcome apply_acquire(const HostId& host, uint32_t cdw10, const wire::ReservationAcquireData& d,
+                        std::vector<Notice>& notices);
+  Outcome apply_release(const HostId& host, uint32_t cdw10, const wire::ReservationReleaseData& d,
+                        std::vector<Notice>& notices);
+  // done(durable) runs on the writer thread once the state of ticket (or a later one) is
+  // written and synced, or the write failed (durable false); at once, on the caller's
+  // thread, for ticket 0. A reactor posts from done to itself.
+  void when_durable(uint64_t ticket, std::function<void(bool durable)> done);
+  // Blocks until then; true when durable. Takes no namespace lock while it waits.
+  bool wait_durable(uint64_t ticket);
+
+  // The same commands, completing once durable (the caller's thread waits, without the
+  // namespace mutex, while the writer writes; commands of other reactors share the fsync).
   wire::Status do_register(const HostId& host, uint32_t cdw10, const wire::ReservationRegisterData& d,
                            std::vector<Notice>& notices);
   wire::Status acquire(const HostId& host, uint32_t cdw10, const wire::ReservationAcquireData& d,
@@ -46,7 +92,7 @@ class Reservations {
   wire::Status release(const HostId& host, uint32_t cdw10, const wire::ReservationReleaseData& d,
                        std::vector<Notice>& notices);
   // Reservation Report into buf (len bytes, zero-filled first): the extended structure only,
-  // since fabrics host identifiers are 128 bits.
+  // since fabrics host identifiers are 128 bits. Linear in the registrants.
   wire::Status report(bool extended, uint8_t* buf, uint32_t len) const;
 
   // Data path: whether host may run a command of the read group (Read, Compare, Verify)
@@ -63,38 +109,86 @@ class Reservations {
   // What a test or the log wants to know.
   uint32_t generation() const;
   wire::ReservationType type() const;
+  uint32_t max_registrants() const { return max_registrants_; }
+  size_t registrant_count() const;
+  // State files written and synced so far (each is one fsync of the file and one of the
+  // directory): what shows that commands share writes.
+  uint64_t persist_writes() const { return persist_writes_.load(std::memory_order_relaxed); }
+  // Tests: runs on the writer thread after it has taken a snapshot of the state (the
+  // namespace mutex released) and before it touches the file.
+  void set_before_write_hook(std::function<void()> hook);
 
  private:
   struct Registrant {
     HostId host;
     uint64_t key;
   };
+  // What the writer writes: the state as one command left it.
+  struct Snapshot {
+    uint64_t ticket = 0;
+    bool ptpl = false;
+    uint32_t generation = 0;
+    wire::ReservationType type = wire::ReservationType::None;
+    HostId holder{};
+    std::vector<Registrant> registrants;
+  };
+
   Registrant* find(const HostId& host);
   const Registrant* find(const uint8_t* host) const;
   bool all_registrants_type() const;
+  // Whether a registrant holds the reservation: O(1), with no search.
+  bool holds(const Registrant& r) const;
   bool is_holder(const HostId& host) const;
   // Drops one registration; a holder's departure ends or passes on the reservation.
   void unregister(size_t index, const HostId& by, std::vector<Notice>& notices);
-  // Removes every registrant (but by) with key; notices RegistrationPreempted. False if none.
+  // Removes every registrant (but by) with key, in one pass; notices RegistrationPreempted.
+  // False if none.
   bool preempt_key(uint64_t key, const HostId& by, std::vector<Notice>& notices);
   void set_reservation(wire::ReservationType t, const HostId& holder);
   void clear_reservation();
   void released_notices(const HostId& by, std::vector<Notice>& notices) const;
   bool decide(const uint8_t* host, bool read_group, bool write_group) const;  // under mu_
-  // After every change: a new version for the caches, and the state written when PTPL is on.
-  std::string commit();
-  // Writes the state when PTPL is on (temporary file, fsync, rename, fsync of the directory).
-  std::string persist() const;
+  // After every change (under mu_): a new version for the caches when who may do what can
+  // have changed and, while the state belongs on disk (PTPL on, or just turned off so the
+  // file must go), a ticket for the writer. The one place a change is recorded.
+  enum class Access { MayHaveChanged, Unchanged };
+  uint64_t changed(Access access, bool persistence_changed = false);
+  // Outside mu_: wakes the writer for ticket (starting it the first time).
+  void request_write(uint64_t ticket);
+  Outcome finish(wire::Status st, uint64_t ticket);
+  wire::Status wait_for(const Outcome& o);
+  void writer_loop();
+  // Writes (or, PTPL off, removes) the state file: temporary file created exclusively,
+  // written, fsynced, renamed over the old one, then the directory fsynced. Error or empty.
+  std::string write_state(const Snapshot& s) const;
 
   mutable std::mutex mu_;
   std::vector<Registrant> registrants_;
   wire::ReservationType type_ = wire::ReservationType::None;
   HostId holder_{};                  // meaningful for the types with one holder
   std::atomic<uint8_t> type_seen_{0};  // type_, for held() without the lock
-  std::atomic<uint64_t> version_{0};   // bumped by every change (commit())
+  // Bumped by changes that can change access (changed()): every connection with a cached
+  // decision then takes mu_ once on its next command, so a key Replace loop must not bump it.
+  std::atomic<uint64_t> version_{0};
   uint32_t generation_ = 0;
   bool ptpl_ = false;
+  uint64_t state_ticket_ = 0;        // the last change that must reach the file (under mu_)
+  bool full_reported_ = false;       // the registrant limit was logged since it was last hit
   std::string path_;
+  const uint32_t max_registrants_;
+
+  // The writer (its own lock; never taken together with mu_).
+  std::mutex persist_mu_;
+  std::condition_variable persist_cv_;     // the writer waits for work here
+  std::condition_variable durable_cv_;     // wait_durable() waits here
+  uint64_t requested_ticket_ = 0;          // highest ticket asked for
+  uint64_t attempted_ticket_ = 0;          // highest ticket a write has covered, well or not
+  uint64_t durable_ticket_ = 0;            // highest ticket written and synced
+  std::vector<std::pair<uint64_t, std::function<void(bool)>>> waiters_;
+  std::function<void()> before_write_hook_;
+  bool stopping_ = false;
+  std::thread writer_;
+  std::atomic<uint64_t> persist_writes_{0};
 };
 
 }  // namespace nvtcp::target

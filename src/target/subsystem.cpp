@@ -80,10 +80,20 @@ std::vector<uint32_t> Subsystem::revalidate_namespaces() {
 
 void Subsystem::notify_reservation(uint32_t nsid, const std::vector<Reservations::Notice>& notices) {
   if (notices.empty()) return;
+  // Sorted by host, then one look-up per controller: a Clear or Preempt among thousands of
+  // registrants and controllers must not cost their product under the controller mutex.
+  std::vector<const Reservations::Notice*> by_host;
+  by_host.reserve(notices.size());
+  for (const auto& n : notices) by_host.push_back(&n);
+  auto host_less = [](const Reservations::Notice* a, const Reservations::Notice* b) { return a->host < b->host; };
+  std::stable_sort(by_host.begin(), by_host.end(), host_less);
   std::lock_guard lk(mu_);
-  for (const auto& n : notices)
-    for (auto& [id, c] : controllers_)
-      if (std::memcmp(c->hostid(), n.host.data(), 16) == 0) c->add_reservation_notice(n.type, nsid);
+  for (auto& [id, c] : controllers_) {
+    Reservations::Notice probe{};
+    std::memcpy(probe.host.data(), c->hostid(), 16);
+    auto [first, last] = std::equal_range(by_host.begin(), by_host.end(), &probe, host_less);
+    for (auto it = first; it != last; ++it) c->add_reservation_notice((*it)->type, nsid);
+  }
 }
 
 void Subsystem::remove_controller(uint16_t cntlid) {
@@ -152,7 +162,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       struct stat sb{};
       if (nc.type == "file" && ::stat(nc.path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode))
         resv_path = nc.path + ".nvtcp-resv";
-      auto ns = std::make_unique<Namespace>(resv_path);
+      auto ns = std::make_unique<Namespace>(resv_path, cfg.max_registrants_per_namespace);
       ns->fence.init(std::max(1u, cfg.cores));
       ns->nsid = nc.nsid;
       ns->block_size = nc.block_size;
@@ -166,8 +176,10 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
         else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
       }
       if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
+      // A state file that cannot be trusted costs this namespace its persistence, not the
+      // target its start: every other namespace and subsystem is served as usual.
       if (std::string e = ns->reservations.load(); !e.empty())
-        return fmt::format("subsystem {} namespace {}: reservations: {}", sc.nqn, nc.nsid, e);
+        log::error("subsystem {} namespace {}: reservation state not restored: {}", sc.nqn, nc.nsid, e);
       ns->blocks = ns->device->size_bytes() / nc.block_size;
       // Stable identifiers derived from the subsystem NQN and nsid, so a host that
       // reconnects to a restarted target sees the same namespace.

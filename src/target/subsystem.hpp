@@ -101,7 +101,9 @@ struct Namespace {
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
 
-  explicit Namespace(std::string reservations_path = {}) : reservations(std::move(reservations_path)) {}
+  explicit Namespace(std::string reservations_path = {},
+                     uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)
+      : reservations(std::move(reservations_path), max_registrants) {}
 };
 
 struct Listener {

@@ -115,6 +115,18 @@ SEEDS = {
         resv(0x15, 16, 1, struct.pack("<Q", 0xC3)),                    # clear
         resv(0x0D, 17, 1, struct.pack("<QQ", 0xC3, 0)),                # unregister: not registered
         resv(0x0D, 18, 0, struct.pack("<Q", 0))),                      # 8 bytes of register data
+    # A reservation flood (issue 24 finding 8): the same host registering, replacing its key,
+    # acquiring and releasing in a loop with full-size Reports in between, then "all
+    # registrants" reservations and Clear, so the fuzzer starts from long command runs.
+    "io_resv_flood_14": session(*[
+        c for i in range(24) for c in (
+            resv(0x0D, 2 + 6 * i, 0, struct.pack("<QQ", 0, 0x100 + i)),                 # register (new key: conflict after the first)
+            resv(0x0D, 3 + 6 * i, 2 | 1 << 3, struct.pack("<QQ", 0, 0x100 + i + 1)),     # replace, IEKEY
+            resv(0x11, 4 + 6 * i, (5 + i % 2) << 8, struct.pack("<QQ", 0x100 + i + 1, 0)),  # acquire all registrants
+            report(5 + 6 * i, 1023 if i % 3 else 15),
+            resv(0x11, 6 + 6 * i, (5 + i % 2) << 8 | 1, struct.pack("<QQ", 0x100 + i + 1, 0)),  # preempt all
+            resv(0x15, 7 + 6 * i, (5 + i % 2) << 8 | (i % 2), struct.pack("<Q", 0x100 + i + 1)))  # release / clear
+    ], rw(0x01, 200, 1, 5, 1, A), rw(0x02, 201, 1, 5, 1)),
 }
 
 for name, data in SEEDS.items():

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nvtcp/host.hpp"
@@ -371,6 +375,92 @@ TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
     ASSERT_TRUE(c.qp);
     EXPECT_TRUE(c.write(0).ok());
   }
+}
+
+// A host that connects again and again with a new host ID each time, registering every
+// time: registrations outlive their hosts (NVMe), so the registrant limit is what bounds
+// them. The healthy host registered first keeps reading and writing.
+TEST(Reservations, AHostLoopingNewHostIdsIsCappedByTheRegistrantLimit) {
+  target::TargetConfig cfg = default_config();
+  cfg.max_registrants_per_namespace = 4;
+  RunningTarget t(cfg);
+  Host healthy(t, 1, kRamNsid);
+  ASSERT_TRUE(healthy.qp);
+  ASSERT_TRUE(healthy.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  int registered = 0, refused = 0;
+  for (uint8_t id = 3; id < 13; ++id) {  // host IDs id * 16 + i: distinct below 16
+    Host hostile(t, id, kRamNsid);  // connects, registers, disconnects
+    ASSERT_TRUE(hostile.qp);
+    const wire::Status st = hostile.reg(wire::RegisterAction::Register, 0, 0x1000 + id);
+    if (st.ok()) ++registered;
+    else if (st == sc::InternalError) ++refused;
+    else ADD_FAILURE() << "unexpected status " << std::hex << st.value;
+  }
+  EXPECT_EQ(registered, 3);
+  EXPECT_EQ(refused, 7);
+  std::vector<uint8_t> raw;
+  ASSERT_TRUE(healthy.report(raw).ok());
+  EXPECT_EQ(parse(raw).regctl, 4u) << "the registrant table stays within its limit";
+  EXPECT_TRUE(healthy.write(3).ok());
+  EXPECT_TRUE(healthy.read(3).ok());
+  ASSERT_TRUE(healthy.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+}
+
+// A Get Log Page of the notification log that fails (offset past the log) must not take
+// the notice away: the next good read still gets it.
+TEST(Reservations, AFailedNotificationLogReadKeepsTheNotice) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::Preempt, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the notice is queued for a by now
+  wire::ReservationNotificationLog l{};
+  for (uint64_t bad_offset : {uint64_t(sizeof(l)), uint64_t(2), uint64_t(1) << 40}) {
+    EXPECT_EQ(a.ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l),
+                                   bad_offset)
+                  .status,
+              sc::InvalidField)
+        << bad_offset;
+  }
+  const Host::Notice n = a.notice();
+  EXPECT_EQ(n.type, uint8_t(wire::ReservationNotice::RegistrationPreempted));
+  EXPECT_EQ(n.nsid, kRamNsid);
+  EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty)) << "read once, then gone";
+}
+
+// A state file that cannot be read as ours costs its namespace persistence, not the target
+// its start: the file namespace serves (without PTPL), and so does every other namespace.
+TEST(Reservations, AGarbageStateFileCostsOnlyItsNamespacePersistence) {
+  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string path = tmpl, state = path + ".nvtcp-resv";
+  struct Cleanup {
+    std::string a, b;
+    ~Cleanup() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } cleanup{path, state};
+  { std::ofstream(state) << "{\"version\": 1, \"registrants\": [ garbage"; }
+  RunningTarget t(default_config(path));  // threw "target start: ..." before
+  Host a(t, 1, kFileNsid), r(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && r.qp);
+  alignas(8) uint8_t id[wire::kIdentifyLen];
+  ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kFileNsid, id).status.ok());
+  EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13)
+      << "no PTPL offered for the namespace whose file was refused";
+  EXPECT_EQ(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn), sc::InvalidField);
+  EXPECT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  EXPECT_TRUE(a.write(0).ok());
+  EXPECT_TRUE(r.write(0).ok());
+  std::stringstream left;
+  left << std::ifstream(state).rdbuf();
+  EXPECT_EQ(left.str(), "{\"version\": 1, \"registrants\": [ garbage") << "left for the operator";
 }
 
 }  // namespace

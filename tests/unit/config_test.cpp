@@ -58,6 +58,16 @@ TEST(ConfigRanges, QueueCountThatWouldWrapIsRefused) {
   EXPECT_EQ(load(R"({"max_io_queues": 1024})"), "");
 }
 
+TEST(ConfigRanges, RegistrantLimitMustFitReportsSixteenBitCount) {
+  EXPECT_EQ(TargetConfig{}.max_registrants_per_namespace, 256u);
+  EXPECT_EQ(load(R"({"max_registrants_per_namespace": 65535})"), "");
+  EXPECT_EQ(load(R"({"max_registrants_per_namespace": 1})"), "");
+  EXPECT_NE(load(R"({"max_registrants_per_namespace": 65536})").find("max_registrants_per_namespace must be from 1 to 65535"),
+            std::string::npos);
+  EXPECT_NE(load(R"({"max_registrants_per_namespace": 0})"), "");
+  EXPECT_NE(load(R"({"max_registrants_per_namespace": -1})"), "");
+}
+
 TEST(ConfigRanges, ValuesAreNotCutToFit) {
   EXPECT_NE(load(R"({"listeners": [{"address": "127.0.0.1", "port": 70000}]})").find("'port' must be an integer"),
             std::string::npos);
