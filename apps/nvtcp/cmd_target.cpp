@@ -64,6 +64,7 @@ struct TargetArgs {
   int64_t send_timeout_ms = -1;
   uint32_t max_connections_per_address = 0, max_connections_per_host = 0;
   int64_t h2c_data_timeout_ms = -1;  // -1: not given
+  int64_t max_registrants_per_namespace = -1;  // -1: not given (finalize_config checks the range)
 };
 
 int run_target(const TargetArgs& a) {
@@ -129,6 +130,8 @@ int run_target(const TargetArgs& a) {
   if (a.max_connections_per_address) cfg.max_connections_per_address = a.max_connections_per_address;
   if (a.max_connections_per_host) cfg.max_connections_per_host = a.max_connections_per_host;
   if (a.h2c_data_timeout_ms >= 0) cfg.h2c_data_timeout_ms = uint32_t(a.h2c_data_timeout_ms);
+  if (a.max_registrants_per_namespace >= 0)
+    cfg.max_registrants_per_namespace = uint32_t(std::min<int64_t>(a.max_registrants_per_namespace, UINT32_MAX));
   for (auto [text, field, name] : {std::tuple{&a.max_buffer_memory, &cfg.max_buffer_memory, "--max-buffer-memory"},
                                    std::tuple{&a.max_connection_buffer_memory, &cfg.max_connection_buffer_memory,
                                               "--max-connection-buffer-memory"},
@@ -256,6 +259,10 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--discovery-kato-ms", a->discovery_kato_ms,
                 "keep-alive timeout forced on discovery controllers that ask for none (default 120000; 0: none)")
       ->check(CLI::Range(int64_t(0), int64_t(3600000)));
+  c->add_option("--max-registrants-per-namespace", a->max_registrants_per_namespace,
+                "reservation registrants per namespace (default 256, 1..65535); a Register from one more host "
+                "gets Internal Error")
+      ->check(CLI::Range(int64_t(1), int64_t(65535)));
   c->add_option("--h2c-data-timeout-ms", a->h2c_data_timeout_ms,
                 "close a connection whose write has waited this long for requested H2CData (default 30000; 0: never)")
       ->check(CLI::Range(int64_t(0), int64_t(86400000)));

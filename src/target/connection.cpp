@@ -83,6 +83,8 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, const MakeStrea
   retry_timer_.fn = on_retry_timer;
   fence_timer_.owner = this;
   fence_timer_.fn = on_fence_timer;
+  durable_timer_.owner = this;
+  durable_timer_.fn = on_durable_timer;
   resume_d_.owner = this;
   resume_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<Connection>*>(d)->owner->resume_waiting(); };
   target_.usage.connections.fetch_add(1);
@@ -94,6 +96,8 @@ Connection::Connection(TargetState& target, reactor::Reactor& r, const MakeStrea
 
 Connection::~Connection() {
   reactor_.cancel_timer(&retry_timer_);
+  reactor_.cancel_timer(&fence_timer_);
+  reactor_.cancel_timer(&durable_timer_);
   reactor_.undefer(&resume_d_);
   if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
   if (!address_.empty()) target_.addresses.release(address_);
@@ -184,6 +188,8 @@ void Connection::on_closed(int err) {
   deadlines_.cancel_all();
   reactor_.cancel_timer(&retry_timer_);
   reactor_.cancel_timer(&fence_timer_);
+  reactor_.cancel_timer(&durable_timer_);
+  durable_waiters_.clear();  // their changes are made; their answers have nowhere to go
   // A fused operation that owned its namespace's fence and never reached the device lets go.
   for (Request* w : fence_waiters_) {
     if (w->fence_owner) w->fence_ns->fence.release();

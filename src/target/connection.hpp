@@ -172,6 +172,7 @@ class Connection final : public reactor::StreamOwner,
   void next_step_later(Request* r);  // Copy, Dataset Management: the next range, next turn
   void run_next_step(Request* r);
   void execute_reservation(Request* r, Namespace* ns);
+  static void on_durable_timer(reactor::Timer* t);
   // Fused Compare and Write: the first half is held until the next command arrives.
   bool fused_halves(Request* r);
   void start_fused(Request* cmp, Request* wr);
@@ -282,8 +283,9 @@ class Connection final : public reactor::StreamOwner,
   DeadlineSet<Connection, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
     Connection* owner;
-  } retry_timer_, fence_timer_;
+  } retry_timer_, fence_timer_, durable_timer_;
   std::vector<Request*> fence_waiters_;
+  std::vector<Request*> durable_waiters_;  // reservation commands waiting for their state on disk
   Request* fused_first_ = nullptr;  // a fused first half waiting for its second
 
   Request* wait_head_ = nullptr;    // FIFO of Waiting requests

@@ -19,6 +19,9 @@ using namespace nvtcp::wire;
 namespace {
 // How often writes waiting for a fused Compare and Write look at its namespace's fence again.
 constexpr uint64_t kFenceRetryNs = 20'000;
+// How often reservation commands waiting for their state to be durable look again: an fsync
+// takes far longer.
+constexpr uint64_t kDurableRetryNs = 100'000;
 
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
@@ -254,32 +257,62 @@ void Connection::execute_reservation(Request* r, Namespace* ns) {
   }
   if (!host_data(r, len)) return;
   std::vector<Reservations::Notice> notices;
-  Status st;
+  Reservations::Outcome o;
   switch (opc) {
     case IoOpcode::ReservationRegister: {
       ReservationRegisterData d;
       std::memcpy(&d, r->buf.get(), sizeof(d));
-      st = ns->reservations.do_register(host, sqe.cdw10, d, notices);
+      o = ns->reservations.apply_register(host, sqe.cdw10, d, notices);
       break;
     }
     case IoOpcode::ReservationAcquire: {
       ReservationAcquireData d;
       std::memcpy(&d, r->buf.get(), sizeof(d));
-      st = ns->reservations.acquire(host, sqe.cdw10, d, notices);
+      o = ns->reservations.apply_acquire(host, sqe.cdw10, d, notices);
       break;
     }
     default: {
       ReservationReleaseData d;
       std::memcpy(&d, r->buf.get(), sizeof(d));
-      st = ns->reservations.release(host, sqe.cdw10, d, notices);
+      o = ns->reservations.apply_release(host, sqe.cdw10, d, notices);
       break;
     }
   }
-  if (st.ok())
-    log::info("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}", peer_,
-              ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns->nsid, uint8_t(ns->reservations.type()));
+  // debug, not info: any host can send these in a loop, and each log line is a write(2).
+  if (o.status.ok())
+    log::debug("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}", peer_,
+               ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns->nsid, uint8_t(ns->reservations.type()));
   ctrl_->subsystem().notify_reservation(ns->nsid, notices);
-  complete(r, st);
+  if (!o.durable_ticket) {
+    complete(r, o.status);
+    return;
+  }
+  // Persistence on (CPTPL): the command completes once its state is durable. The namespace's
+  // writer thread writes it (commands that arrive meanwhile share the next write); this
+  // reactor looks again every kDurableRetryNs and never waits for the disk itself.
+  r->durable_ticket = o.durable_ticket;
+  durable_waiters_.push_back(r);
+  if (!durable_timer_.linked) reactor_.arm_timer(&durable_timer_, kDurableRetryNs);
+}
+
+void Connection::on_durable_timer(reactor::Timer* t) {
+  auto* self = static_cast<TimerSlot*>(t)->owner;
+  auto& waiting = self->durable_waiters_;
+  size_t kept = 0;
+  for (Request* r : waiting) {
+    bool durable = false;
+    Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
+    if (ns && !ns->reservations.written(r->durable_ticket, durable)) {
+      waiting[kept++] = r;
+      continue;
+    }
+    r->durable_ticket = 0;
+    // The change is made; a state that could not be written fails the command (the host
+    // asked for it to survive power loss and it would not).
+    self->complete(r, durable ? sc::Success : sc::InternalError);
+  }
+  waiting.resize(kept);
+  if (kept) self->reactor_.arm_timer(&self->durable_timer_, kDurableRetryNs);
 }
 
 // The blocks a command names (SLBA, NLB): inside the namespace, else LBA Out of Range; and,

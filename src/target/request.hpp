@@ -69,6 +69,7 @@ struct Request {
   bool fence_counted = false;
   bool fence_owner = false;
   bool fence_waiting = false;       // a write the fence held back, registered as waiting
+  uint64_t durable_ticket = 0;      // a reservation change waiting to be durable (CPTPL)
   // Copy and Dataset Management: the no-op whose completion starts the next range, one
   // range per reactor turn (Connection::next_step_later).
   reactor::OwnedCompletion<Request> next_step;

@@ -496,6 +496,13 @@ void Reservations::when_durable(uint64_t ticket, std::function<void(bool)> done)
   waiters_.emplace_back(ticket, std::move(done));
 }
 
+bool Reservations::written(uint64_t ticket, bool& durable) {
+  std::lock_guard lk(persist_mu_);
+  if (ticket != 0 && attempted_ticket_ < ticket) return false;
+  durable = ticket == 0 || durable_ticket_ >= ticket;
+  return true;
+}
+
 bool Reservations::wait_durable(uint64_t ticket) {
   if (ticket == 0) return true;
   std::unique_lock lk(persist_mu_);

@@ -82,6 +82,11 @@ class Reservations {
   void when_durable(uint64_t ticket, std::function<void(bool durable)> done);
   // Blocks until then; true when durable. Takes no namespace lock while it waits.
   bool wait_durable(uint64_t ticket);
+  // Without waiting: false while the write that covers ticket is still to come; once it
+  // has been tried, true, with durable saying whether it reached the disk. For a reactor,
+  // which looks again on a timer: the writer thread then never reaches into a reactor (one
+  // that a target shutting down may already have destroyed).
+  bool written(uint64_t ticket, bool& durable);
 
   // The same commands, completing once durable (the caller's thread waits, without the
   // namespace mutex, while the writer writes; commands of other reactors share the fsync).

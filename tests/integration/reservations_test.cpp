@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -461,6 +463,111 @@ TEST(Reservations, AGarbageStateFileCostsOnlyItsNamespacePersistence) {
   std::stringstream left;
   left << std::ifstream(state).rdbuf();
   EXPECT_EQ(left.str(), "{\"version\": 1, \"registrants\": [ garbage") << "left for the operator";
+}
+
+// Persistence on: a reservation command completes only once its state is on disk, but the
+// reactor does not wait for the disk. While the namespace's writer is held mid-write, another
+// host on the same reactor (one reactor: every queue shares it) reads and writes; then the
+// write goes through and the reservation command completes. When the reactor itself wrote
+// and fsynced the file, every other host on it waited for each such command.
+TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten) {
+  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string path = tmpl, state = path + ".nvtcp-resv";
+  struct Cleanup {
+    std::string a, b;
+    ~Cleanup() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } cleanup{path, state};
+  RunningTarget t(default_config(path));
+  Host a(t, 1, kFileNsid), b(t, 2, kFileNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  target::Namespace* ns = t.target().state().find_subsystem(kTestNqn)->find_namespace(kFileNsid);
+  ASSERT_TRUE(ns);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool writer_held = false, let_go = false;
+  ns->reservations.set_before_write_hook([&] {
+    std::unique_lock lk(mu);
+    writer_held = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return let_go; });
+  });
+  struct LetGo {  // the writer must not stay held if an assertion ends the test early
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& let_go;
+    ~LetGo() {
+      std::lock_guard lk(mu);
+      let_go = true;
+      cv.notify_all();
+    }
+  } let_go_on_exit{mu, cv, let_go};
+
+  wire::ReservationRegisterData d{0, kKeyA};
+  std::memcpy(a.buf, &d, sizeof(d));
+  wire::Sqe reg{};
+  reg.opc = uint8_t(wire::IoOpcode::ReservationRegister);
+  reg.nsid = kFileNsid;
+  reg.cdw10 = uint32_t(wire::RegisterAction::Register) | wire::kCptplOn << 30;
+  bool reg_done = false;
+  wire::Status reg_status = sc::InternalError;
+  struct Ctx {
+    bool* done;
+    wire::Status* st;
+  } ctx{&reg_done, &reg_status};
+  ASSERT_EQ(a.qp->submit(
+                reg, a.buf, sizeof(d), true,
+                [](void* c, const host::Completion& cpl) {
+                  auto* x = static_cast<Ctx*>(c);
+                  *x->st = cpl.status;
+                  *x->done = true;
+                },
+                &ctx),
+            0);
+  for (int i = 0; i < 100; ++i) a.qp->process_completions(1000);  // it goes out
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return writer_held; })) << "the state was not written";
+  }
+  EXPECT_TRUE(b.write(8).ok()) << "another host's write waited for the reservation's fsync";
+  EXPECT_TRUE(b.read(8).ok());
+  a.qp->process_completions(1000);
+  EXPECT_FALSE(reg_done) << "the Register completed before its state was durable";
+  {
+    std::lock_guard lk(mu);
+    let_go = true;
+    cv.notify_all();
+  }
+  for (int i = 0; i < 10000 && !reg_done; ++i) a.qp->process_completions(1000);
+  ASSERT_TRUE(reg_done);
+  EXPECT_TRUE(reg_status.ok()) << wire::status_name(reg_status);
+  EXPECT_EQ(::access(state.c_str(), F_OK), 0) << "no state file next to the image";
+  ns->reservations.set_before_write_hook({});
+}
+
+// Flush is in the write group, on every namespace it reaches: to NSID FFFFFFFFh it is refused
+// like a Flush to the namespace another host holds under Exclusive Access, not run past it.
+TEST(Reservations, FlushToEveryNamespaceIsInTheWriteGroupOfEach) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  auto flush = [](Host& h, uint32_t nsid) {
+    return one_command(*h.qp, [&](host::CompletionFn cb, void* ctx) { return h.qp->flush(nsid, cb, ctx); });
+  };
+  EXPECT_TRUE(flush(b, wire::kNsidAll).ok()) << "no reservation yet";
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::ExclusiveAccess, kKeyA).ok());
+  EXPECT_EQ(flush(b, kRamNsid), sc::ReservationConflict);
+  EXPECT_EQ(flush(b, wire::kNsidAll), sc::ReservationConflict) << "a Flush to every namespace ran past the reservation";
+  EXPECT_TRUE(flush(a, wire::kNsidAll).ok()) << "the holder may flush everything";
+  EXPECT_TRUE(flush(b, 3).ok()) << "another namespace, not reserved";
+  ASSERT_TRUE(a.release(wire::ReleaseAction::Release, ReservationType::ExclusiveAccess, kKeyA).ok());
+  EXPECT_TRUE(flush(b, wire::kNsidAll).ok());
 }
 
 }  // namespace
