@@ -272,6 +272,7 @@ void Connection::execute_admin(Request* r) {
       case BufferResult::Fail: complete(r, sc::InternalError); return;
     }
     std::memcpy(r->buf.get(), res.src, res.data_len);
+    ctrl_->log_page_delivered();  // only now: a read that waited above is built again
     r->tx_data = r->buf.get();
     r->tx_len = res.data_len;
     r->tx_pad = res.pad_len;

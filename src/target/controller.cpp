@@ -457,8 +457,10 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
   uint64_t offset = (uint64_t(sqe.cdw13) << 32) | sqe.cdw12;
   bool discovery = subsys_.is_discovery();
   // What a successful read of this log takes away; applied only once the read is known to
-  // succeed (see below), never while the log is being built.
-  enum class Consume { Nothing, ReservationNotice, ChangedNamespaces } consume = Consume::Nothing;
+  // succeed and its data has a buffer to go in (log_page_delivered), never while the log is
+  // being built.
+  LogConsume& consume = pending_consume_.what;
+  pending_consume_ = {};
   scratch_.clear();
   switch (lid) {
     case LogPageId::SupportedLogPages: {
@@ -547,7 +549,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
       auto* list = reinterpret_cast<uint32_t*>(scratch_.data());
       if (changed_ns_overflow_) list[0] = kNsidAll;
       else std::copy(changed_ns_.begin(), changed_ns_.end(), list);
-      consume = Consume::ChangedNamespaces;  // once read, the list starts again (as nvmet)
+      consume = LogConsume::ChangedNamespaces;  // once read, the list starts again (as nvmet)
       break;
     }
     case LogPageId::ReservationNotification: {
@@ -558,7 +560,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
         ReservationNotificationLog n = resv_notices_.front();
         n.available = uint8_t(std::min<size_t>(resv_notices_.size() - 1, 0xFF));
         std::memcpy(scratch_.data(), &n, sizeof(n));
-        consume = Consume::ReservationNotice;
+        consume = LogConsume::ReservationNotice;
       }
       break;
     }
@@ -581,18 +583,29 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
     st = sc::InvalidField;
     return;
   }
-  const bool retain_event = sqe.cdw10 & kLogRetainAsyncEvent;
-  if (consume == Consume::ReservationNotice) resv_notices_.erase(resv_notices_.begin());
-  if (consume == Consume::ChangedNamespaces && !retain_event) {
-    changed_ns_.clear();
-    changed_ns_overflow_ = false;
-  }
-  if (!retain_event) unmask_event_for_log(lid);
+  pending_consume_.retain_event = sqe.cdw10 & kLogRetainAsyncEvent;
+  pending_consume_.lid = lid;
+  pending_consume_.valid = true;
   // Past the end of the log the host gets zeros.
   const uint32_t copy = uint32_t(std::min<uint64_t>(len, scratch_.size() - offset));
   r.src = scratch_.data() + offset;
   r.data_len = copy;
   r.pad_len = len - copy;
+}
+
+// The log page get_log_page() built last has a buffer and goes to the host: what reading it
+// takes away goes now. (A read that waited for buffer memory runs again and builds the log
+// anew; a read that found none fails: either way nothing was lost on the way.)
+void Controller::log_page_delivered() {
+  if (!pending_consume_.valid) return;
+  const PendingConsume c = pending_consume_;
+  pending_consume_ = {};
+  if (c.what == LogConsume::ReservationNotice && !resv_notices_.empty()) resv_notices_.erase(resv_notices_.begin());
+  if (c.what == LogConsume::ChangedNamespaces && !c.retain_event) {
+    changed_ns_.clear();
+    changed_ns_overflow_ = false;
+  }
+  if (!c.retain_event) unmask_event_for_log(c.lid);
 }
 
 uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {

@@ -138,6 +138,9 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // AdminResult::src instead.
   // host_len: bytes of data from the host in buf (Set Features with data).
   AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len, uint32_t host_len = 0);
+  // The Get Log Page execute_admin() just answered (res.src) is on its way to the host: the
+  // notice, changed-namespace list or event mask its read takes away go only now.
+  void log_page_delivered();
 
   // Asynchronous events. The admin queue attaches itself at Connect and detaches at
   // teardown (its reactor); raise() may be called from any thread and runs the event on
@@ -261,6 +264,13 @@ class Controller : public std::enable_shared_from_this<Controller> {
   bool changed_ns_overflow_ = false;
   void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
   void unmask_event_for_log(wire::LogPageId lid);
+  enum class LogConsume : uint8_t { Nothing, ReservationNotice, ChangedNamespaces };
+  struct PendingConsume {
+    bool valid = false;  // a log page was built and its read is valid
+    LogConsume what = LogConsume::Nothing;
+    bool retain_event = false;
+    wire::LogPageId lid{};
+  } pending_consume_;  // set by get_log_page, applied by log_page_delivered
   bool event_enabled(wire::AsyncEventType type) const;
   AdminQueueSink* event_sink_ = nullptr;   // admin reactor only
   std::mutex admin_mu_;                     // guards admin_reactor_ for raise() from any thread
