@@ -115,6 +115,25 @@ class Host {
   uint32_t nsid_;
 };
 
+// A file namespace's image in /tmp and the reservation state file beside it, both removed
+// when the test ends.
+struct ImageFile {
+  std::string path, state;
+  ImageFile() {
+    char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    if (fd < 0) return;
+    ::close(fd);
+    path = tmpl;
+    state = path + ".nvtcp-resv";
+  }
+  ~ImageFile() {
+    if (path.empty()) return;
+    ::unlink(path.c_str());
+    ::unlink(state.c_str());
+  }
+};
+
 // A Reservation Report's fields, copied out of the packed wire structures (whose members
 // may sit at any address: a reference to one is undefined).
 struct Registrant {
@@ -320,18 +339,9 @@ TEST(Reservations, NotificationMaskSilencesANoticeType) {
 }
 
 TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
-  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
-  const int fd = mkstemp(tmpl);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
-  const std::string path = tmpl, state = path + ".nvtcp-resv";
-  struct Cleanup {
-    std::string a, b;
-    ~Cleanup() {
-      ::unlink(a.c_str());
-      ::unlink(b.c_str());
-    }
-  } cleanup{path, state};
+  ImageFile image;
+  ASSERT_FALSE(image.path.empty());
+  const std::string &path = image.path, &state = image.state;
   {
     RunningTarget t(default_config(path));
     Host a(t, 1, kFileNsid), b(t, 2, kFileNsid);
@@ -436,18 +446,9 @@ TEST(Reservations, AFailedNotificationLogReadKeepsTheNotice) {
 // A state file that cannot be read as ours costs its namespace persistence, not the target
 // its start: the file namespace serves (without PTPL), and so does every other namespace.
 TEST(Reservations, AGarbageStateFileCostsOnlyItsNamespacePersistence) {
-  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
-  const int fd = mkstemp(tmpl);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
-  const std::string path = tmpl, state = path + ".nvtcp-resv";
-  struct Cleanup {
-    std::string a, b;
-    ~Cleanup() {
-      ::unlink(a.c_str());
-      ::unlink(b.c_str());
-    }
-  } cleanup{path, state};
+  ImageFile image;
+  ASSERT_FALSE(image.path.empty());
+  const std::string &path = image.path, &state = image.state;
   { std::ofstream(state) << "{\"version\": 1, \"registrants\": [ garbage"; }
   RunningTarget t(default_config(path));  // threw "target start: ..." before
   Host a(t, 1, kFileNsid), r(t, 2, kRamNsid);
@@ -471,18 +472,9 @@ TEST(Reservations, AGarbageStateFileCostsOnlyItsNamespacePersistence) {
 // write goes through and the reservation command completes. When the reactor itself wrote
 // and fsynced the file, every other host on it waited for each such command.
 TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten) {
-  char tmpl[] = "/tmp/nvtcp-resv-XXXXXX";
-  const int fd = mkstemp(tmpl);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
-  const std::string path = tmpl, state = path + ".nvtcp-resv";
-  struct Cleanup {
-    std::string a, b;
-    ~Cleanup() {
-      ::unlink(a.c_str());
-      ::unlink(b.c_str());
-    }
-  } cleanup{path, state};
+  ImageFile image;
+  ASSERT_FALSE(image.path.empty());
+  const std::string &path = image.path, &state = image.state;
   RunningTarget t(default_config(path));
   Host a(t, 1, kFileNsid), b(t, 2, kFileNsid);
   ASSERT_TRUE(a.qp && b.qp);
