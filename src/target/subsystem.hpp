@@ -75,6 +75,7 @@ class WriteFence {
   }
   void release() { owned_.store(0, std::memory_order_release); }
   uint32_t writers_waiting() const { return writers_waiting_.load(std::memory_order_relaxed); }
+  bool owned() const { return owned_.load(std::memory_order_relaxed) != 0; }  // for tests and statistics
 
  private:
   struct alignas(64) Slot {

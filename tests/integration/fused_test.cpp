@@ -3,9 +3,12 @@
 // matched, atomic against every other write to the namespace from any reactor; and each
 // broken pair with its status.
 #include <atomic>
+#include <climits>
+#include <mutex>
 #include <thread>
 
 #include "raw_session.hpp"
+#include "test_devices.hpp"
 
 namespace nvtcp::test {
 namespace {
@@ -151,6 +154,86 @@ TEST(FusedCompareAndWrite, IncrementsFromTwoReactorsAreNeverLost) {
   std::memcpy(&v, read_block(io, kLba).data(), sizeof(v));
   EXPECT_EQ(v, uint64_t(done.load()));
   EXPECT_EQ(done.load(), 2 * kPerHost);
+}
+
+// Writes and fused pairs take turns at the namespace's fence. A Deallocate held in the
+// device keeps a write in flight, so the first pair owns the fence and waits for it; then a
+// plain write (held back: it waits) and a second pair arrive. Once the first pair is done,
+// the write held back goes before the second pair takes the fence. Before, both retried every
+// 20 us and whichever timer came first won: two hosts issuing pairs back to back kept other
+// hosts' writes out. Several rounds, since under the old rule the order was a coin toss.
+TEST(FusedCompareAndWrite, AWriteHeldBackByOnePairGoesBeforeTheNextPair) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].namespaces = {{2, "ram", 64u << 20, "", 512}};
+  GatedDevice* dev = nullptr;
+  RunningTarget t(cfg, gated_devices(dev));  // one reactor: one order of answers
+  struct AnswerOrder : target::ResponseObserver {
+    std::mutex mu;
+    std::vector<std::pair<uint8_t, uint16_t>> answers;  // opcode, CID
+    void on_response(uint16_t qid, const Sqe& sqe, Status, const backend::BlockIo&) override {
+      if (qid == 0) return;
+      std::lock_guard lk(mu);
+      answers.emplace_back(sqe.opc, sqe.cid);
+    }
+    size_t position(uint8_t opc, uint16_t cid) {
+      std::lock_guard lk(mu);
+      for (size_t i = 0; i < answers.size(); ++i)
+        if (answers[i] == std::pair{opc, cid}) return i;
+      return SIZE_MAX;
+    }
+  } order;
+  t.target().state().response_observer.store(&order);
+  struct Unobserve {
+    RunningTarget& t;
+    ~Unobserve() { t.target().state().response_observer.store(nullptr); }
+  } unobserve{t};
+  target::WriteFence& fence = t.target().state().subsystems[0]->find_namespace(kRamNsid)->fence;
+  Session admin_d, d, admin_1, f1, admin_w, w, admin_2, f2;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_d, d));
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_1, f1));
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_w, w));
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_2, f2));
+  w.next_cid = 1000;
+  f2.next_cid = 2000;
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Sqe dsm{};
+    dsm.opc = uint8_t(IoOpcode::DatasetManagement);
+    dsm.nsid = kRamNsid;
+    dsm.cdw11 = 1u << 2;  // deallocate one range
+    dsm = raw_sqe(dsm, d.cid(), sizeof(DsmRange), kSglDataBlockOffset);
+    ASSERT_TRUE(d.send_capsule(dsm, bytes_of(DsmRange{0, 8, 5000})));
+    ASSERT_TRUE(wait_for([&] { return dev->held() == 1; }, 5000));
+    const Sqe c1 = fused(IoOpcode::Compare, f1.cid(), 10, kSqeFlagsFuseFirst);
+    const Sqe w1 = fused(IoOpcode::Write, f1.cid(), 10, kSqeFlagsFuseSecond);
+    ASSERT_TRUE(f1.send_capsule(c1, Bytes(512, 0)));
+    ASSERT_TRUE(f1.send_capsule(w1, Bytes(512, 0)));
+    ASSERT_TRUE(wait_for([&] { return fence.owned(); }, 5000)) << "the first pair never took the fence";
+    const Sqe plain = rw_sqe(IoOpcode::Write, w.cid(), kRamNsid, 20, 1, 512, kSglDataBlockOffset);
+    ASSERT_TRUE(w.send_capsule(plain, Bytes(512, 1)));
+    ASSERT_TRUE(wait_for([&] { return fence.writers_waiting() == 1; }, 5000)) << "the write did not wait";
+    const Sqe c2 = fused(IoOpcode::Compare, f2.cid(), 30, kSqeFlagsFuseFirst);
+    const Sqe w2 = fused(IoOpcode::Write, f2.cid(), 30, kSqeFlagsFuseSecond);
+    ASSERT_TRUE(f2.send_capsule(c2, Bytes(512, 0)));
+    ASSERT_TRUE(f2.send_capsule(w2, Bytes(512, 0)));
+    // Both halves of the second pair are in (waiting for the fence) before the first ends.
+    ASSERT_TRUE(wait_for(
+        [&] { return t.target().request_states()[size_t(target::Request::State::Executing)] == 6; }, 5000));
+    dev->release_one();
+    Cqe cqe{};
+    ASSERT_TRUE(d.read_response(dsm.cid, cqe));
+    ASSERT_TRUE(f1.read_response(c1.cid, cqe));
+    EXPECT_TRUE(ok(cqe));
+    ASSERT_TRUE(f1.read_response(w1.cid, cqe));
+    ASSERT_TRUE(w.read_response(plain.cid, cqe));
+    EXPECT_TRUE(ok(cqe));
+    ASSERT_TRUE(f2.read_response(c2.cid, cqe));
+    EXPECT_TRUE(ok(cqe));
+    ASSERT_TRUE(f2.read_response(w2.cid, cqe));
+    EXPECT_TRUE(ok(cqe));
+    EXPECT_LT(order.position(plain.opc, plain.cid), order.position(c2.opc, c2.cid))
+        << "the second pair took the fence before the write the first one had held back";
+  }
 }
 
 }  // namespace
