@@ -748,7 +748,12 @@ void Engine::Impl::doorbell(AppSlot& slot, uint32_t revents) {
   const int fd = slot.ctl->attachment().kick_fd();
   if (revents & (EPOLLHUP | EPOLLERR)) {
     drain_fd(fd);
-    take_away(slot, DetachCause::DoorbellHungUp);
+    // An application that exits (or is killed) closes every descriptor it has, this pipe
+    // and its lifeline alike, in no order the engine sees: a lifeline already closed says
+    // it left; one still open says it broke its doorbell and stays.
+    char b;
+    const bool left = ::recv(slot.ctl->attachment().socket(), &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    take_away(slot, left ? DetachCause::LifelineClosed : DetachCause::DoorbellHungUp);
     return;
   }
   drain_fd(fd);
