@@ -172,6 +172,7 @@ class Connection final : public reactor::StreamOwner,
   void next_step_later(Request* r);  // Copy, Dataset Management: the next range, next turn
   void run_next_step(Request* r);
   void execute_reservation(Request* r, Namespace* ns);
+  void wait_until_durable(Request* r, uint64_t ticket);  // a reservation state write
   static void on_durable_timer(reactor::Timer* t);
   // Fused Compare and Write: the first half is held until the next command arrives.
   bool fused_halves(Request* r);

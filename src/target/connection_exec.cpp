@@ -290,6 +290,10 @@ void Connection::execute_admin(Request* r) {
   }
   r->dw0 = res.dw0;
   r->dw1 = res.dw1;
+  if (res.status.ok() && res.durable_ticket) {
+    wait_until_durable(r, res.durable_ticket);  // feature 83h: the state file is written first
+    return;
+  }
   if (res.status.ok() && res.flush_after) {
     start_flush(r, true);  // a write cache turned off: what it held must be durable first
     return;

@@ -287,10 +287,16 @@ void Connection::execute_reservation(Request* r, Namespace* ns) {
     complete(r, o.status);
     return;
   }
-  // Persistence on (CPTPL): the command completes once its state is durable. The namespace's
-  // writer thread writes it (commands that arrive meanwhile share the next write); this
-  // reactor looks again every kDurableRetryNs and never waits for the disk itself.
-  r->durable_ticket = o.durable_ticket;
+  // Persistence on (CPTPL): the command completes once its state is durable.
+  wait_until_durable(r, o.durable_ticket);
+}
+
+// The namespace's writer thread writes the reservation state (commands that arrive meanwhile
+// share the next write); this reactor looks again every kDurableRetryNs and never waits for
+// the disk itself. r completes then, with Success or, if the state could not be written,
+// Internal Error.
+void Connection::wait_until_durable(Request* r, uint64_t ticket) {
+  r->durable_ticket = ticket;
   durable_waiters_.push_back(r);
   if (!durable_timer_.linked) reactor_.arm_timer(&durable_timer_, kDurableRetryNs);
 }

@@ -755,11 +755,14 @@ AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32
         r.status = sc::InvalidNamespace;
         return r;
       }
+      if (sqe.cdw11 & ~1u) break;
       std::string err;
-      if (sqe.cdw11 & ~1u || !ns->reservations.set_ptpl(sqe.cdw11 & 1, err)) {
-        if (!err.empty()) log::info("controller {}: feature 83h on namespace {}: {}", cntlid_, sqe.nsid, err);
+      const Reservations::Outcome o = ns->reservations.apply_ptpl(sqe.cdw11 & 1, err);
+      if (!o.status.ok()) {
+        log::info("controller {}: feature 83h on namespace {}: {}", cntlid_, sqe.nsid, err);
         break;
       }
+      r.durable_ticket = o.durable_ticket;  // the connection completes it once written
       return r;
     }
     case kFeatureHostBehaviorSupport: {

@@ -45,6 +45,9 @@ struct AdminResult {
   uint32_t pad_len = 0;
   bool held = false;       // Asynchronous Event Request: completes later (or never)
   bool flush_after = false; // complete only after every namespace has been flushed
+  // Set Features 83h: complete once the namespace's (sqe.nsid) reservation state of this
+  // ticket is on disk (Reservations::written), without the reactor waiting for it.
+  uint64_t durable_ticket = 0;
 };
 
 // Per I/O queue counters: one writer (that queue's reactor), read by SMART log requests.

@@ -442,9 +442,19 @@ bool Reservations::decide(const uint8_t* host, bool read_group, bool write_group
 }
 
 bool Reservations::set_ptpl(bool on, std::string& err) {
+  const Outcome o = apply_ptpl(on, err);
+  if (!o.status.ok()) return false;
+  if (o.durable_ticket && !wait_durable(o.durable_ticket)) {
+    err = fmt::format("cannot write the reservation state '{}' (see the log)", path_);
+    return false;
+  }
+  return true;
+}
+
+Reservations::Outcome Reservations::apply_ptpl(bool on, std::string& err) {
   if (!ptpl_capable()) {
     err = "persistence through power loss needs a file namespace";
-    return false;
+    return {wire::sc::InvalidField, 0};
   }
   uint64_t ticket = 0;
   {
@@ -453,12 +463,7 @@ bool Reservations::set_ptpl(bool on, std::string& err) {
     ptpl_ = on;
     ticket = changed(Access::Unchanged, was != on);
   }
-  request_write(ticket);
-  if (ticket && !wait_durable(ticket)) {
-    err = fmt::format("cannot write the reservation state '{}' (see the log)", path_);
-    return false;
-  }
-  return true;
+  return finish(wire::sc::Success, ticket);
 }
 
 void Reservations::request_write(uint64_t ticket) {

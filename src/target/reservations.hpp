@@ -76,6 +76,9 @@ class Reservations {
                         std::vector<Notice>& notices);
   Outcome apply_release(const HostId& host, uint32_t cdw10, const wire::ReservationReleaseData& d,
                         std::vector<Notice>& notices);
+  // Feature 83h as set_ptpl() does it, without waiting: the ticket to hand to written() (0:
+  // nothing to write), or Invalid Field when the namespace cannot persist (err says why).
+  Outcome apply_ptpl(bool on, std::string& err);
   // done(durable) runs on the writer thread once the state of ticket (or a later one) is
   // written and synced, or the write failed (durable false); at once, on the caller's
   // thread, for ticket 0. A reactor posts from done to itself.

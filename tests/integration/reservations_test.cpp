@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -539,6 +540,37 @@ TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten
   ASSERT_TRUE(reg_done);
   EXPECT_TRUE(reg_status.ok()) << wire::status_name(reg_status);
   EXPECT_EQ(::access(state.c_str(), F_OK), 0) << "no state file next to the image";
+
+  // Feature 83h (persistence off) waits for its write the same way: on the side.
+  {
+    std::lock_guard lk(mu);
+    writer_held = let_go = false;
+  }
+  std::atomic<bool> set_done{false};
+  wire::Status set_status = sc::InternalError;
+  std::thread setter([&] {
+    wire::Sqe set{};
+    set.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    set.nsid = kFileNsid;
+    set.cdw10 = wire::kFeatureReservationPersistence;
+    set.cdw11 = 0;
+    set_status = a.ctrl->admin(set, nullptr, 0, false).status;
+    set_done = true;
+  });
+  {
+    std::unique_lock lk(mu);
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return writer_held; })) << "feature 83h wrote nothing";
+  }
+  EXPECT_TRUE(b.write(9).ok()) << "another host's write waited for feature 83h's write";
+  EXPECT_FALSE(set_done) << "Set Features 83h completed before its state was durable";
+  {
+    std::lock_guard lk(mu);
+    let_go = true;
+    cv.notify_all();
+  }
+  setter.join();
+  EXPECT_TRUE(set_status.ok()) << wire::status_name(set_status);
+  EXPECT_NE(::access(state.c_str(), F_OK), 0) << "persistence off leaves no state file";
   ns->reservations.set_before_write_hook({});
 }
 
