@@ -91,7 +91,10 @@ inline wire::Status one_command(host::QueuePair& qp, const std::function<int(hos
     delete w;
     return wire::sc::TransportError;
   }
-  for (int i = 0; i < 10000 && !w->done; ++i) qp.process_completions(1000);
+  // By the clock, not by a count of polls: a poll returns as soon as anything arrives, so
+  // 10,000 of them pass long before an 8 MiB read has come in on a loaded machine.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!w->done && std::chrono::steady_clock::now() < deadline) qp.process_completions(1000);
   EXPECT_TRUE(w->done) << "the command never completed";
   if (!w->done) return wire::sc::TransportError;
   const wire::Status st = w->c.status;
