@@ -468,7 +468,6 @@ Reservations::Outcome Reservations::apply_ptpl(bool on, std::string& err) {
 
 void Reservations::request_write(uint64_t ticket) {
   if (!ticket) return;
-  std::vector<std::pair<uint64_t, std::function<void(bool)>>> failed;
   {
     std::lock_guard lk(persist_mu_);
     requested_ticket_ = std::max(requested_ticket_, ticket);
@@ -481,24 +480,11 @@ void Reservations::request_write(uint64_t ticket) {
         // rather than the reactor with an exception; the next change tries again.
         log::error("reservations '{}': cannot start the writer thread: {}", path_, e.what());
         attempted_ticket_ = requested_ticket_;
-        failed.swap(waiters_);
         durable_cv_.notify_all();
       }
     }
   }
-  for (auto& [t, done] : failed) done(false);
   persist_cv_.notify_one();
-}
-
-void Reservations::when_durable(uint64_t ticket, std::function<void(bool)> done) {
-  std::unique_lock lk(persist_mu_);
-  if (ticket == 0 || attempted_ticket_ >= ticket) {
-    const bool durable = ticket == 0 || durable_ticket_ >= ticket;
-    lk.unlock();
-    done(durable);
-    return;
-  }
-  waiters_.emplace_back(ticket, std::move(done));
 }
 
 bool Reservations::written(uint64_t ticket, bool& durable) {
@@ -543,17 +529,7 @@ void Reservations::writer_loop() {
     lk.lock();
     attempted_ticket_ = std::max(attempted_ticket_, s.ticket);
     if (err.empty()) durable_ticket_ = std::max(durable_ticket_, s.ticket);
-    std::vector<std::pair<uint64_t, std::function<void(bool)>>> ready;
-    std::erase_if(waiters_, [&](auto& w) {
-      if (w.first > attempted_ticket_) return false;
-      ready.push_back(std::move(w));
-      return true;
-    });
-    const uint64_t durable = durable_ticket_;
     durable_cv_.notify_all();
-    lk.unlock();
-    for (auto& [ticket, done] : ready) done(durable >= ticket);
-    lk.lock();
   }
 }
 

@@ -65,7 +65,8 @@ class Reservations {
 
   // A reservation command's result: its status, and the state version that must be durable
   // before the command may complete (0: nothing to wait for). Hand the ticket to
-  // when_durable() (a reactor) or wait_durable() (a thread that may block).
+  // written() (a reactor, which looks again on a timer) or wait_durable() (a thread that
+  // may block).
   struct Outcome {
     wire::Status status;
     uint64_t durable_ticket = 0;
@@ -79,11 +80,8 @@ class Reservations {
   // Feature 83h as set_ptpl() does it, without waiting: the ticket to hand to written() (0:
   // nothing to write), or Invalid Field when the namespace cannot persist (err says why).
   Outcome apply_ptpl(bool on, std::string& err);
-  // done(durable) runs on the writer thread once the state of ticket (or a later one) is
-  // written and synced, or the write failed (durable false); at once, on the caller's
-  // thread, for ticket 0. A reactor posts from done to itself.
-  void when_durable(uint64_t ticket, std::function<void(bool durable)> done);
-  // Blocks until then; true when durable. Takes no namespace lock while it waits.
+  // Blocks until the write that covers ticket (or a later one) has been tried; true when it
+  // reached the disk. Takes no namespace lock while it waits.
   bool wait_durable(uint64_t ticket);
   // Without waiting: false while the write that covers ticket is still to come; once it
   // has been tried, true, with durable saying whether it reached the disk. For a reactor,
@@ -192,7 +190,6 @@ class Reservations {
   uint64_t requested_ticket_ = 0;          // highest ticket asked for
   uint64_t attempted_ticket_ = 0;          // highest ticket a write has covered, well or not
   uint64_t durable_ticket_ = 0;            // highest ticket written and synced
-  std::vector<std::pair<uint64_t, std::function<void(bool)>>> waiters_;
   std::function<void()> before_write_hook_;
   bool stopping_ = false;
   std::thread writer_;

@@ -314,23 +314,17 @@ TEST(Reservations, CommandsThatArriveDuringAWriteShareTheNextOne) {
   }
   ASSERT_TRUE(proceeded) << "a command waited for the writer's file I/O";
   const uint64_t last = during.get();
-  bool first_done = false;
-  r.when_durable(first.durable_ticket, [&](bool durable) {
-    std::lock_guard lk(m);
-    first_done = durable;
-  });
+  bool first_durable = false;
+  EXPECT_FALSE(r.written(first.durable_ticket, first_durable)) << "completed before its state was written";
   {
     std::lock_guard lk(m);
-    EXPECT_FALSE(first_done) << "completed before its state was written";
     let_go = true;
   }
   cv.notify_all();
   EXPECT_TRUE(r.wait_durable(last));
   EXPECT_EQ(r.persist_writes(), 3u) << "the held write, then one for all 32 commands";
-  {
-    std::lock_guard lk(m);
-    EXPECT_TRUE(first_done);
-  }
+  EXPECT_TRUE(r.written(first.durable_ticket, first_durable));
+  EXPECT_TRUE(first_durable);
   // What reached the file is the latest state.
   Reservations again(path, 64);
   EXPECT_EQ(again.load(), "");
