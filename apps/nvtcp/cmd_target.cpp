@@ -25,9 +25,20 @@ void log_statistics(target::Target& t) {
   for (size_t i = 0; i < states.size(); ++i)
     per_state += fmt::format("{}{} {}", i ? ", " : "", target::request_state_name(target::Request::State(i)),
                              states[i]);
+  // Where requests went since start: how often they waited for memory, their data, a fence,
+  // the device... (the states they only pass through are left out).
+  const target::RequestStateEntries entries = t.request_entries();
+  std::string waits;
+  for (auto s : {target::Request::State::Queued, target::Request::State::NeedBuffer,
+                 target::Request::State::AwaitingH2C, target::Request::State::AwaitingFusedPartner,
+                 target::Request::State::AwaitingFence, target::Request::State::InDevice,
+                 target::Request::State::BetweenSteps, target::Request::State::AwaitingDurable,
+                 target::Request::State::HeldAer, target::Request::State::HeldAbort})
+    waits += fmt::format("{}{} {}", waits.empty() ? "" : ", ", target::request_state_name(s), entries[size_t(s)]);
   log::info("target statistics: {} connections, {} I/O commands ({} Flush, {} FUA writes), {} buffer bytes; "
-            "requests: {}",
-            t.live_connections(), t.io_count(), t.flush_count(), t.fua_write_count(), t.buffer_bytes(), per_state);
+            "requests: {}; entered since start: {}",
+            t.live_connections(), t.io_count(), t.flush_count(), t.fua_write_count(), t.buffer_bytes(), per_state,
+            waits);
 }
 }  // namespace
 

@@ -1,29 +1,81 @@
-// One command on a target connection, from its capsule to its response: what it asked for,
-// its data buffer, the PDUs it sends, and the state it is in (an explicit state machine).
+// One command on a target queue, from its capsule to its response: what it asked for, the
+// data it moves, the PDUs it sends, the scratch state of its command, and the state it is in.
+//
+// The life of a request is one state machine, run by TcpQueue::process() (tcp_queue.cpp).
+// The transport half of it (capsule, buffer, R2T, response) is the TCP queue's; the states in
+// the middle (Executing to the waits of a command) are the command layer's, which changes
+// them through the same checked setter (RequestPool::set_state, which also counts them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <variant>
 
 #include "backend/block_device.hpp"
 #include "reactor/byte_stream.hpp"
 #include "target/subsystem.hpp"
+#include "util/state_machine.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::target {
 
-class Connection;
+class TcpQueue;
 
 struct Request {
-  // Waiting: received, but held back until the send queue drains or buffer memory is free.
-  // HeldAer: an Asynchronous Event Request waiting for an event; HeldAbort: an Abort waiting
-  // for the I/O queue's answer. The legal moves between them: request_transition_legal().
-  enum class State : uint8_t { Free, ReceivingData, AwaitingH2C, Waiting, Executing, Sending, HeldAer, HeldAbort };
-  static constexpr size_t kStateCount = size_t(State::HeldAbort) + 1;
+  enum class State : uint8_t {
+    Free,                  // the slot carries no command
+    ReceivingCapsule,      // its capsule header is in; in-capsule data is still arriving
+    Queued,                // held before it runs: the send queue is over its cap, or older commands wait
+    NeedBuffer,            // parsed, and its buffer is not there yet: being allocated, or waiting for
+                           // memory freed elsewhere
+    AwaitingH2C,           // R2Ts sent; the host's data is arriving
+    Executing,             // in a command handler (never held here: a handler moves it on before it returns)
+    AwaitingFusedPartner,  // a fused Compare waiting for the Write that must follow it
+    AwaitingFence,         // a write held while a fused Compare and Write owns its namespace, or such a
+                           // pair waiting to own the fence or for the writes in flight to drain
+    InDevice,              // a device operation of it is running
+    BetweenSteps,          // Copy, Dataset Management: the next range starts on the next reactor turn
+    AwaitingDurable,       // a reservation change waiting for its state file to be on disk
+    HeldAer,               // an Asynchronous Event Request waiting for an event
+    HeldAbort,             // an Abort waiting for the I/O queue's answer
+    Sending,               // its response (and data) is queued; the stream has not let go of it yet
+    kCount
+  };
+  static constexpr size_t kStateCount = size_t(State::kCount);
 
   // Changed only by RequestPool::set_state, which checks the move and counts it.
   State state() const { return state_; }
+
+  // The data a command moves, as its parse declared it (CommandQueue::parse).
+  enum class Direction : uint8_t { None, HostToController, ControllerToHost };
+  struct Transfer {
+    Direction dir = Direction::None;
+    uint32_t len = 0;     // bytes the host sends (HostToController) or at most receives
+    uint32_t buffer = 0;  // bytes of buffer the command needs before it runs (0: none)
+  };
+
+  // Per-command scratch state, one alternative per command that runs in steps or waits.
+  struct FlushSteps {          // Flush; Property Set CC.SHN; Set Features 06h turning a cache off
+    uint32_t next = 0;         // next namespace (subsystem order) to flush
+    bool all = false;          // every namespace, not just sqe.nsid
+    bool shutdown_after = false;  // Property Set CC.SHN: report the shutdown complete at the end
+  };
+  struct DsmSteps {
+    uint32_t next = 0;  // next range to deallocate
+  };
+  struct CopySteps {
+    uint32_t next = 0;     // the source range being copied
+    uint64_t dst = 0;      // where it goes (LBA)
+    bool writing = false;  // the device is writing the range (else reading it)
+  };
+  struct FusedHalf {
+    Request* partner = nullptr;  // the other half of a fused Compare and Write
+  };
+  struct DurableWait {
+    uint64_t ticket = 0;  // the reservation state write it waits for (Reservations::written)
+  };
+  using Steps = std::variant<std::monostate, FlushSteps, DsmSteps, CopySteps, FusedHalf, DurableWait>;
 
   uint16_t index = 0;             // also the transfer tag of this request's R2Ts
   // Sqe is packed (alignment 1), yet its fields are bound to references (fmt's arguments):
@@ -31,12 +83,15 @@ struct Request {
   alignas(8) wire::Sqe sqe{};
   wire::Status status;
   uint32_t dw0 = 0, dw1 = 0;
-  uint32_t data_len = 0;          // bytes this command moves (SGL length)
+  Transfer xfer;
+  uint32_t capsule_len = 0;       // host data that came in the capsule
   uint32_t rx_next = 0;           // host->controller bytes received, in order
   uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
+  bool aborted = false;           // Abort: ends with Command Abort Requested at its next step
   const uint8_t* tx_data = nullptr;  // controller->host data to send
   uint32_t tx_len = 0;
   uint32_t tx_pad = 0;               // zero bytes sent after tx_data (a log page's end)
+  uint32_t tx_pending = 0;        // bytes promised to the send queue while it executes
 
   // Data buffer, grown to the largest transfer this slot has seen, then reused.
   std::unique_ptr<uint8_t, void (*)(void*)> buf{nullptr, free};
@@ -53,32 +108,24 @@ struct Request {
   uint64_t r2t_sent_ns[kMaxR2T] = {};
 
   backend::BlockIo io;
+  wire::Status device_status;     // InDevice: what the device answered
   uint32_t ns_index = 0;          // the namespace's Namespace::index (its counters)
-  uint32_t dsm_next = 0;            // Dataset Management: next range to deallocate
-  uint32_t copy_next = 0;           // Copy: the source range being copied
-  uint64_t copy_dst = 0;            // Copy: where it goes (LBA)
-  bool copy_writing = false;        // Copy: the device is writing the range (else reading it)
-  uint32_t flush_next = 0;          // Flush: next namespace (subsystem order) to flush
-  bool flush_all = false;           // Flush: every namespace, not just sqe.nsid
-  bool shutdown_after_flush = false;  // Property Set CC.SHN: report the shutdown complete
-  uint32_t tx_pending = 0;          // read bytes promised to the send queue once the device answers
-  bool aborted = false;             // Abort: ends with Command Abort Requested once its R2T data is in
   // Writes count in their namespace's WriteFence while on the device; a fused Compare and
   // Write owns the fence instead. fence_ns: the namespace a request waits on or counts in.
   Namespace* fence_ns = nullptr;
   bool fence_counted = false;
   bool fence_owner = false;
   bool fence_waiting = false;       // a write the fence held back, registered as waiting
-  uint64_t durable_ticket = 0;      // a reservation change waiting to be durable (CPTPL)
-  // Copy and Dataset Management: the no-op whose completion starts the next range, one
-  // range per reactor turn (Connection::next_step_later).
+  Steps steps;
+  // BetweenSteps: the no-op whose completion starts the next range.
   reactor::OwnedCompletion<Request> next_step;
-  Request* fused_partner = nullptr;  // the other half of a fused Compare and Write
-  Request* next_waiting = nullptr;  // the connection's list of Waiting requests
-  Connection* conn = nullptr;
+  Request* next_waiting = nullptr;  // the queue's list of Queued and NeedBuffer requests
+  TcpQueue* queue = nullptr;
   struct Sent : reactor::SendDone {
     Request* req = nullptr;
   } sent;
+
+  FusedHalf* fused() { return std::get_if<FusedHalf>(&steps); }
 
  private:
   friend class RequestPool;
@@ -87,33 +134,41 @@ struct Request {
 
 const char* request_state_name(Request::State s);
 
-// The life of a request (SPDK's nvmf_tcp_req_set_state checks the same way):
-//   Free -> ReceivingData          a capsule arrives for it
-//   ReceivingData -> Executing     the capsule (and its in-capsule data) is in
-//   ReceivingData -> Sending       a bad capsule or data digest: answered at once
-//   Executing -> AwaitingH2C       R2Ts ask the host for the data
-//   AwaitingH2C -> Executing       the data is in (or an abort ended the transfer)
-//   Executing -> Waiting           held back: send queue over its cap, or no buffer memory
-//   Waiting -> Executing           resumed, in arrival order
-//   Waiting -> Sending             aborted while it waited
-//   Executing -> HeldAer/HeldAbort an Asynchronous Event Request or an Abort, held
-//   HeldAer/HeldAbort -> Sending   its event or answer came
-//   Executing -> Sending           done: the response (and any data) is queued
-//   Sending -> Free                the stream let go of its PDUs
-constexpr bool request_transition_legal(Request::State from, Request::State to) {
-  using S = Request::State;
-  switch (from) {
-    case S::Free: return to == S::ReceivingData;
-    case S::ReceivingData: return to == S::Executing || to == S::Sending;
-    case S::AwaitingH2C: return to == S::Executing;
-    case S::Waiting: return to == S::Executing || to == S::Sending;
-    case S::Executing:
-      return to == S::AwaitingH2C || to == S::Waiting || to == S::HeldAer || to == S::HeldAbort || to == S::Sending;
-    case S::Sending: return to == S::Free;
-    case S::HeldAer:
-    case S::HeldAbort: return to == S::Sending;
-  }
-  return false;
-}
+// The moves a request makes. SPDK's nvmf_tcp_req_set_state counts requests per state as
+// RequestPool::set_state does; the check that each move is one of these is ours.
+inline constexpr TransitionTable<Request::State, Request::kStateCount> kRequestTransitions{
+    {Request::State::Free, Request::State::ReceivingCapsule},         // a capsule arrives for it
+    {Request::State::ReceivingCapsule, Request::State::Queued},       // in, but it has to wait its turn
+    {Request::State::ReceivingCapsule, Request::State::NeedBuffer},   // in and parsed; it needs a buffer
+    {Request::State::ReceivingCapsule, Request::State::AwaitingH2C},  // ... or has one, and R2Ts go out
+    {Request::State::ReceivingCapsule, Request::State::Executing},    // ... or has all it needs
+    {Request::State::ReceivingCapsule, Request::State::Sending},      // bad capsule, data digest or parse
+    {Request::State::Queued, Request::State::NeedBuffer},             // its turn came, and it is parsed
+    {Request::State::Queued, Request::State::AwaitingH2C},
+    {Request::State::Queued, Request::State::Executing},
+    {Request::State::Queued, Request::State::Sending},                // aborted or failed its parse
+    {Request::State::NeedBuffer, Request::State::AwaitingH2C},        // buffer ready, R2Ts go out
+    {Request::State::NeedBuffer, Request::State::Executing},          // buffer ready (or none needed)
+    {Request::State::NeedBuffer, Request::State::Sending},            // aborted, or no memory at all
+    {Request::State::AwaitingH2C, Request::State::Executing},         // all its data is in
+    {Request::State::AwaitingH2C, Request::State::Sending},           // digest error or aborted
+    {Request::State::Executing, Request::State::NeedBuffer},          // Get Log Page: its log is larger
+    {Request::State::Executing, Request::State::AwaitingFusedPartner},
+    {Request::State::Executing, Request::State::AwaitingFence},
+    {Request::State::Executing, Request::State::InDevice},
+    {Request::State::Executing, Request::State::BetweenSteps},
+    {Request::State::Executing, Request::State::AwaitingDurable},
+    {Request::State::Executing, Request::State::HeldAer},
+    {Request::State::Executing, Request::State::HeldAbort},
+    {Request::State::Executing, Request::State::Sending},             // done: the response is queued
+    {Request::State::AwaitingFusedPartner, Request::State::Executing},  // its Write came, or another command
+    {Request::State::AwaitingFence, Request::State::Executing},
+    {Request::State::InDevice, Request::State::Executing},            // the device answered
+    {Request::State::BetweenSteps, Request::State::Executing},
+    {Request::State::AwaitingDurable, Request::State::Executing},
+    {Request::State::HeldAer, Request::State::Sending},               // its event came, or it was aborted
+    {Request::State::HeldAbort, Request::State::Sending},             // the I/O queue answered
+    {Request::State::Sending, Request::State::Free},                  // the stream let go of its PDUs
+};
 
 }  // namespace nvtcp::target

@@ -7,18 +7,25 @@ namespace nvtcp::target {
 const char* request_state_name(Request::State s) {
   switch (s) {
     case Request::State::Free: return "Free";
-    case Request::State::ReceivingData: return "ReceivingData";
+    case Request::State::ReceivingCapsule: return "ReceivingCapsule";
+    case Request::State::Queued: return "Queued";
+    case Request::State::NeedBuffer: return "NeedBuffer";
     case Request::State::AwaitingH2C: return "AwaitingH2C";
-    case Request::State::Waiting: return "Waiting";
     case Request::State::Executing: return "Executing";
-    case Request::State::Sending: return "Sending";
+    case Request::State::AwaitingFusedPartner: return "AwaitingFusedPartner";
+    case Request::State::AwaitingFence: return "AwaitingFence";
+    case Request::State::InDevice: return "InDevice";
+    case Request::State::BetweenSteps: return "BetweenSteps";
+    case Request::State::AwaitingDurable: return "AwaitingDurable";
     case Request::State::HeldAer: return "HeldAer";
     case Request::State::HeldAbort: return "HeldAbort";
+    case Request::State::Sending: return "Sending";
+    case Request::State::kCount: break;
   }
   return "?";
 }
 
-RequestPool::RequestPool(const TargetConfig& cfg, ResourceUsage& usage, Connection* owner,
+RequestPool::RequestPool(const TargetConfig& cfg, ResourceUsage& usage, TcpQueue* owner,
                          void (*on_sent)(reactor::SendDone*))
     : cfg_(cfg), usage_(usage), owner_(owner), on_sent_(on_sent) {}
 
@@ -28,7 +35,7 @@ void RequestPool::resize(uint32_t depth) {
   while (slots_.size() < depth) {
     auto r = std::make_unique<Request>();
     r->index = uint16_t(slots_.size());
-    r->conn = owner_;
+    r->queue = owner_;
     r->sent.req = r.get();
     r->sent.fn = on_sent_;
     free_.push_back(r.get());
@@ -40,13 +47,12 @@ void RequestPool::resize(uint32_t depth) {
 }
 
 void RequestPool::set_state(Request* r, Request::State to) {
-#if NVTCP_STATE_CHECKS
-  if (!request_transition_legal(r->state_, to))
+  if (kCheckTransitions && !kRequestTransitions.allows(r->state_, to))
     illegal_transition("request", request_state_name(r->state_), request_state_name(to), "RequestPool::set_state",
                        long(r->index));
-#endif
   --counts_[size_t(r->state_)];
   ++counts_[size_t(to)];
+  ++entries_[size_t(to)];
   r->state_ = to;
 }
 
@@ -54,7 +60,7 @@ Request* RequestPool::alloc() {
   if (free_.empty()) return nullptr;
   Request* r = free_.back();
   free_.pop_back();
-  set_state(r, Request::State::ReceivingData);
+  set_state(r, Request::State::ReceivingCapsule);
   return r;
 }
 

@@ -20,12 +20,15 @@ namespace nvtcp::target {
 
 // How many requests are in each Request::State (indexed by the state).
 using RequestStateCounts = std::array<uint32_t, Request::kStateCount>;
+// How many times requests entered each state: where they went, and how often they waited
+// (for memory, the fence, the device...) over a run.
+using RequestStateEntries = std::array<uint64_t, Request::kStateCount>;
 
 class RequestPool {
  public:
-  // owner: set in each request (its completions find their connection through it);
+  // owner: set in each request (its completions find their queue through it);
   // on_sent: called when the stream lets go of a request's last PDU.
-  RequestPool(const TargetConfig& cfg, ResourceUsage& usage, Connection* owner,
+  RequestPool(const TargetConfig& cfg, ResourceUsage& usage, TcpQueue* owner,
               void (*on_sent)(reactor::SendDone*));
   // Gives every byte this pool holds (buffers and the pool itself) back to the budgets.
   ~RequestPool();
@@ -39,7 +42,7 @@ class RequestPool {
   Request* at(uint32_t tag) const { return slots_[tag].get(); }
   const std::vector<std::unique_ptr<Request>>& slots() const { return slots_; }
 
-  // A free request, now ReceivingData; nullptr when every request is in use.
+  // A free request, now ReceivingCapsule; nullptr when every request is in use.
   Request* alloc();
   // A request whose response has left (Sending) goes back to Free. Its buffer is kept for
   // reuse unless free_buffer_now, or unless the target uses over half its buffer budget
@@ -50,6 +53,7 @@ class RequestPool {
   void set_state(Request* r, Request::State to);
   uint32_t count(Request::State s) const { return counts_[size_t(s)]; }
   const RequestStateCounts& counts() const { return counts_; }
+  const RequestStateEntries& entries() const { return entries_; }
 
   // Buffer memory. Wait means "not now": the caller parks the request and it runs again once
   // memory is released; Fail: the allocation itself failed.
@@ -74,12 +78,13 @@ class RequestPool {
  private:
   const TargetConfig& cfg_;
   ResourceUsage& usage_;
-  Connection* owner_;
+  TcpQueue* owner_;
   void (*on_sent_)(reactor::SendDone*);
   HostBudget* host_ = nullptr;
   std::vector<std::unique_ptr<Request>> slots_;
   std::vector<Request*> free_;
   RequestStateCounts counts_{};
+  RequestStateEntries entries_{};
   uint64_t buffer_bytes_ = 0;
   uint64_t pool_bytes_ = 0;
 };

@@ -177,8 +177,8 @@ class Subsystem {
 // when a connection comes or goes and when a request's buffer must grow (warm-up, or a
 // larger transfer than that slot has seen), never per I/O in steady state.
 struct ResourceUsage {
-  std::atomic<uint32_t> connections{0};         // Connection objects alive
-  std::atomic<uint32_t> handoff{0};             // accepted, not yet a Connection
+  std::atomic<uint32_t> connections{0};         // TcpQueue objects alive
+  std::atomic<uint32_t> handoff{0};             // accepted, not yet a TcpQueue
   std::atomic<uint64_t> refused_connections{0}; // closed at accept: over max_connections
   std::atomic<uint64_t> buffer_bytes{0};        // request data buffers, all connections
   std::atomic<uint64_t> buffer_peak{0};

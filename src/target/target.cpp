@@ -18,7 +18,7 @@
 
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
-#include "target/connection.hpp"
+#include "target/tcp_queue.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {
@@ -299,7 +299,7 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
         state_->usage.handoff.fetch_sub(1);
         return;
       }
-      auto* conn = new Connection(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address),
+      auto* conn = new TcpQueue(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address),
                                   std::move(arrival));
       state_->usage.handoff.fetch_sub(1);
       conn->start();
@@ -415,6 +415,21 @@ RequestStateCounts Target::request_states() {
     raw->reactor->post([raw, done] { done->set_value(raw->connections.request_states()); });
     if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
     const RequestStateCounts c = f.get();
+    for (size_t s = 0; s < sum.size(); ++s) sum[s] += c[s];
+  }
+  return sum;
+}
+
+RequestStateEntries Target::request_entries() {
+  RequestStateEntries sum{};
+  if (!started_) return sum;
+  for (auto& rt : reactors_) {
+    auto done = std::make_shared<std::promise<RequestStateEntries>>();
+    auto f = done->get_future();
+    ReactorThread* raw = rt.get();
+    raw->reactor->post([raw, done] { done->set_value(raw->connections.request_entries()); });
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
+    const RequestStateEntries c = f.get();
     for (size_t s = 0; s < sum.size(); ++s) sum[s] += c[s];
   }
   return sum;

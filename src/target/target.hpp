@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "target/config.hpp"
-#include "target/connection.hpp"
+#include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
 
 namespace nvtcp::target {
@@ -41,6 +41,8 @@ class Target {
   // connection_info()): those of every live connection, and those of closed connections that
   // still wait for a device. With no I/O outstanding, all of them are Free.
   RequestStateCounts request_states();
+  // Entries into each state since start, over every connection (control path, as above).
+  RequestStateEntries request_entries();
   // I/O commands completed by all reactors so far.
   uint64_t io_count() const;
   // Flush commands and FUA writes completed with success so far.

@@ -33,8 +33,13 @@ done
 echo "$line"
 [[ $line =~ ([0-9]+)\ connections ]] && ((BASH_REMATCH[1] >= 2)) || fail "no statistics line with both queues"
 total=0
-for n in $(grep -o '[A-Za-z]* [0-9]*' <<<"${line#*requests: }" | awk '{print $2}'); do total=$((total + n)); done
+per_state=${line#*requests: }
+per_state=${per_state%%; entered since start*}
+for n in $(grep -o '[A-Za-z]* [0-9]*' <<<"$per_state" | awk '{print $2}'); do total=$((total + n)); done
 ((total >= 16)) || fail "the requests per state add up to $total, fewer than the I/O queue's 16"
+# Every I/O went through the device: entries into InDevice count at least the I/O done.
+[[ $line =~ entered\ since\ start:.*InDevice\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) \
+  || fail "no device entries in the statistics: ${line#*entered since start: }"
 wait "$perf_pid" || fail "perf failed after the signal: $(tail -3 "$dir/perf.log")"
 kill -0 "$target_pid" || fail "the target exited on SIGUSR1"
 kill -TERM "$target_pid"

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "reactor/reactor.hpp"
-#include "target/connection.hpp"
+#include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return 0;
   target::ConnectionSet set;
-  auto* conn = new target::Connection(state(), r, sv[0], "fuzz", set);
+  auto* conn = new target::TcpQueue(state(), r, sv[0], "fuzz", set);
   conn->start();
   size_t off = 0;
   bool peer_closed = false;

@@ -216,9 +216,20 @@ TEST(FusedCompareAndWrite, AWriteHeldBackByOnePairGoesBeforeTheNextPair) {
     const Sqe w2 = fused(IoOpcode::Write, f2.cid(), 30, kSqeFlagsFuseSecond);
     ASSERT_TRUE(f2.send_capsule(c2, Bytes(512, 0)));
     ASSERT_TRUE(f2.send_capsule(w2, Bytes(512, 0)));
-    // Both halves of the second pair are in (waiting for the fence) before the first ends.
+    // Both halves of the second pair are in before the first ends: the Deallocate in the
+    // device; the first Compare waiting for it to drain, the plain write and the second Compare
+    // waiting for the fence; each Write waiting for its Compare.
+    using S = target::Request::State;
+    target::RequestStateCounts c{};
     ASSERT_TRUE(wait_for(
-        [&] { return t.target().request_states()[size_t(target::Request::State::Executing)] == 6; }, 5000));
+        [&] {
+          c = t.target().request_states();
+          return c[size_t(S::InDevice)] == 1 && c[size_t(S::AwaitingFence)] == 3 &&
+                 c[size_t(S::AwaitingFusedPartner)] == 2;
+        },
+        5000))
+        << "in the device " << c[size_t(S::InDevice)] << ", at the fence " << c[size_t(S::AwaitingFence)]
+        << ", waiting for their Compare " << c[size_t(S::AwaitingFusedPartner)];
     dev->release_one();
     Cqe cqe{};
     ASSERT_TRUE(d.read_response(dsm.cid, cqe));

@@ -108,3 +108,128 @@ TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
 
 }  // namespace
 }  // namespace nvtcp::test
+
+namespace nvtcp::test {
+namespace {
+
+// Namespace 1 a NULL device (zero-copy reads: the data of many reads can sit in a send queue
+// without buffers), namespace 2 a GatedDevice (holds a Deallocate in the device), the rest RAM.
+target::DeviceFactory null_and_gated(GatedDevice*& gated) {
+  return [&gated](const target::NamespaceConfig& nc, std::string& err) -> std::unique_ptr<backend::BlockDevice> {
+    if (nc.nsid == 1) return backend::make_null(nc.size, nc.block_size);
+    if (nc.nsid == kRamNsid) {
+      auto d = std::make_unique<GatedDevice>(nc.size);
+      gated = d.get();
+      return d;
+    }
+    return backend::make_ram(nc.size, nc.block_size, 1, err);
+  };
+}
+
+}  // namespace
+
+// Requests held in every state a request can wait in, each counted there: the counts say where
+// each request is. (Executing is never held: a handler moves its request on before it returns.
+// BetweenSteps lasts until the reactor's next turn, HeldAbort until the I/O queue's reactor
+// answers, AwaitingDurable until a state file is written: tests/unit/command_queue_test.cpp
+// holds those below the transport, where the test owns the reactor.)
+TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
+  target::TargetConfig cfg = default_config();
+  // One 1 MiB buffer per connection fits, a second does not: the second R2T write waits.
+  cfg.max_connection_buffer_memory = 3u << 19;
+  cfg.max_send_queue_bytes = 0;  // reads the host does not take stay Sending, none held back
+  GatedDevice* gated = nullptr;
+  RunningTarget t(cfg, null_and_gated(gated));
+  Session admin1, io1, admin2, io2, admin3, io3;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin1, io1));
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin2, io2));
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin3, io3));
+  target::RequestStateCounts expected{};
+
+  // HeldAer: an Asynchronous Event Request, no event.
+  Sqe aer{};
+  aer.opc = uint8_t(AdminOpcode::AsyncEventRequest);
+  aer.flags = kSqeFlagsPsdtSgl;
+  aer.cid = admin1.cid();
+  ASSERT_TRUE(admin1.send_capsule(aer));
+  expected[size_t(S::HeldAer)] = 1;
+
+  // AwaitingH2C: a 1 MiB write whose R2T the host does not answer; NeedBuffer: a second one,
+  // with no memory for it; Queued: a read behind them (commands run in arrival order).
+  constexpr uint32_t kMiB = 1u << 20;
+  const Sqe w1 = rw_sqe(IoOpcode::Write, io1.cid(), 3, 0, kMiB / 4096, kMiB);
+  ASSERT_TRUE(io1.send_capsule(w1));
+  Bytes p;
+  ASSERT_TRUE(io1.read_pdu(p));
+  ASSERT_EQ(read_as<CommonHeader>(p).type, uint8_t(PduType::R2T));
+  ASSERT_TRUE(io1.send_capsule(rw_sqe(IoOpcode::Write, io1.cid(), 3, 1024, kMiB / 4096, kMiB)));
+  ASSERT_TRUE(io1.send_capsule(rw_sqe(IoOpcode::Read, io1.cid(), 3, 0, 1, 4096)));
+  expected[size_t(S::AwaitingH2C)] = 1;
+  expected[size_t(S::NeedBuffer)] = 1;
+  expected[size_t(S::Queued)] = 1;
+
+  // InDevice: a Deallocate the device holds, counted in its namespace's fence. AwaitingFence:
+  // a fused Compare that owns the fence and waits for that write to drain, and a plain write
+  // held by the fence. AwaitingFusedPartner: the fused Write, waiting for its Compare.
+  const DsmRange range{0, 8, 5000};
+  ASSERT_TRUE(io2.send_capsule(raw_sqe(cmd::deallocate(kRamNsid, 1), io2.cid(), sizeof(range), kSglDataBlockOffset),
+                               bytes_of(range)));
+  ASSERT_TRUE(wait_for([&] { return gated->held() == 1; }, 5000)) << "the Deallocate never reached the device";
+  Sqe cmp = rw_sqe(IoOpcode::Compare, io2.cid(), kRamNsid, 10, 1, 512, kSglDataBlockOffset);
+  cmp.flags |= kSqeFlagsFuseFirst;
+  Sqe fw = rw_sqe(IoOpcode::Write, io2.cid(), kRamNsid, 10, 1, 512, kSglDataBlockOffset);
+  fw.flags |= kSqeFlagsFuseSecond;
+  ASSERT_TRUE(io2.send_capsule(cmp, Bytes(512, 0)));
+  ASSERT_TRUE(io2.send_capsule(fw, Bytes(512, 0)));
+  ASSERT_TRUE(io2.send_capsule(rw_sqe(IoOpcode::Write, io2.cid(), kRamNsid, 20, 1, 512, kSglDataBlockOffset),
+                               Bytes(512, 1)));
+  expected[size_t(S::InDevice)] = 1;
+  expected[size_t(S::AwaitingFence)] = 2;
+  expected[size_t(S::AwaitingFusedPartner)] = 1;
+
+  // ReceivingCapsule: a capsule whose in-capsule data is still on its way.
+  const Bytes partial = capsule_pdu(rw_sqe(IoOpcode::Write, io2.cid(), 3, 64, 1, 4096, kSglDataBlockOffset),
+                                    Bytes(4096, 2), false, false);
+  ASSERT_TRUE(io2.c.send(Bytes(partial.begin(), partial.begin() + 72 + 100)));
+  expected[size_t(S::ReceivingCapsule)] = 1;
+
+  // Sending: 30 reads of 1 MiB the host does not read: what the socket cannot take stays in
+  // the send queue, and its requests with it.
+  Bytes reads;
+  for (int i = 0; i < 30; ++i) {
+    const Bytes c = capsule_pdu(rw_sqe(IoOpcode::Read, io3.cid(), 1, 0, kMiB / 512, kMiB), {}, false, false);
+    reads.insert(reads.end(), c.begin(), c.end());
+  }
+  ASSERT_TRUE(io3.c.send(reads));
+
+  // The six admin and I/O queues' pools hold nothing else.
+  target::RequestStateCounts c{};
+  const bool held = wait_for(
+      [&] {
+        c = t.target().request_states();
+        for (size_t s = 0; s < c.size(); ++s)
+          if (S(s) != S::Free && S(s) != S::Sending && c[s] != expected[s]) return false;
+        return c[size_t(S::Sending)] >= 1;
+      },
+      10000);
+  EXPECT_TRUE(held) << describe(c);
+  for (size_t s = 0; s < c.size(); ++s) {
+    if (S(s) == S::Free) continue;
+    if (S(s) == S::Sending) EXPECT_GE(c[s], 1u) << "reads whose data waits for the socket";
+    else EXPECT_EQ(c[s], expected[s]) << target::request_state_name(S(s));
+  }
+
+  // The device lets go: the fused pair and the write behind it run, and are answered.
+  gated->release_one();
+  Cqe cqe{};
+  ASSERT_TRUE(io2.read_response(uint16_t(cmp.cid - 1), cqe));
+  EXPECT_TRUE(ok(cqe));
+  ASSERT_TRUE(io2.read_response(cmp.cid, cqe));
+  EXPECT_TRUE(ok(cqe));
+  ASSERT_TRUE(io2.read_response(fw.cid, cqe));
+  EXPECT_TRUE(ok(cqe));
+  ASSERT_TRUE(io2.read_response(uint16_t(fw.cid + 1), cqe));
+  EXPECT_TRUE(ok(cqe));
+}
+
+}  // namespace nvtcp::test

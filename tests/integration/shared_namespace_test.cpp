@@ -76,13 +76,14 @@ TEST(SharedNamespace, AReadStillBeingSentIsNotChangedByAWriteThatCompletesMeanwh
         states = t.target().request_states();
         // (Once the socket's buffers are full this holds until the host reads: a read whose
         // data is still being sent, and reads that wait behind it.)
-        return count(states, State::Executing) == 0 && count(states, State::ReceivingData) == 0 &&
-               count(states, State::Sending) >= 1 && count(states, State::Waiting) >= 1;
+        return count(states, State::Executing) == 0 && count(states, State::ReceivingCapsule) == 0 &&
+               count(states, State::InDevice) == 0 && count(states, State::Sending) >= 1 &&
+               count(states, State::Queued) >= 1;
       },
       10000))
       << "the case needs reads whose data waits for the socket and reads that wait behind them: sending "
-      << count(states, State::Sending) << ", waiting " << count(states, State::Waiting);
-  const uint32_t ran = kReads - count(states, State::Waiting);
+      << count(states, State::Sending) << ", waiting " << count(states, State::Queued);
+  const uint32_t ran = kReads - count(states, State::Queued);
 
   ASSERT_NO_FATAL_FAILURE(write_through_library(t, kRamNsid, 0, new_data));
 

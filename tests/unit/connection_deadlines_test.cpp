@@ -19,7 +19,7 @@
 
 #include "../integration/raw_session.hpp"
 #include "connection_test_state.hpp"
-#include "target/connection.hpp"
+#include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
@@ -56,12 +56,12 @@ target::TargetState& state() {
 // One accepted connection: the target's end of a socketpair, the test holding the host's.
 struct Accepted {
   int host_fd = -1;
-  target::Connection* conn = nullptr;  // frees itself once closed: valid while in the set
+  target::TcpQueue* conn = nullptr;  // frees itself once closed: valid while in the set
   Accepted(reactor::Reactor& r, target::ConnectionSet& set, const reactor::Clock& clock, const char* name) {
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
     host_fd = sv[1];
-    conn = new target::Connection(state(), r, sv[0], name, set, {}, {}, clock);
+    conn = new target::TcpQueue(state(), r, sv[0], name, set, {}, {}, clock);
     conn->start();
   }
   ~Accepted() { ::close(host_fd); }
@@ -185,12 +185,12 @@ struct ConnectionDeadlines : ::testing::Test {
   }
   // Steps the clock and runs what fell due on every connection given (their reactor timers
   // read the real clock and would not fire for a fake step).
-  void step(std::initializer_list<target::Connection*> conns, uint64_t ns) {
+  void step(std::initializer_list<target::TcpQueue*> conns, uint64_t ns) {
     clock.now += ns;
     for (auto* c : conns) c->run_due_deadlines();
     spin(reactor);
   }
-  void step(target::Connection* c, uint64_t ns) { step({c}, ns); }
+  void step(target::TcpQueue* c, uint64_t ns) { step({c}, ns); }
   // Steps a's clock to 1 ms before its deadline (left_ms away), where it must still be open,
   // then to 1 ms past it, where the target must have closed it (and only it).
   void expect_closed_at_deadline(const Accepted& a, uint64_t left_ms) {

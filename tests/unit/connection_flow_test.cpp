@@ -17,7 +17,7 @@
 #include "connection_test_state.hpp"
 #include "memory_stream.hpp"
 #include "reactor/clock.hpp"
-#include "target/connection.hpp"
+#include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
@@ -51,17 +51,17 @@ struct Pdu {
   test::Bytes bytes;
 };
 
-// The host's end of one connection: the target's Connection over a MemoryStream.
+// The host's end of one connection: the target's TcpQueue over a MemoryStream.
 struct HostEnd {
   reactor::Reactor& r;
-  target::Connection* conn = nullptr;  // frees itself once closed: valid while in the set
+  target::TcpQueue* conn = nullptr;  // frees itself once closed: valid while in the set
   test::MemoryStream* stream = nullptr;  // the connection's: valid until gone
   bool gone = false;                      // the connection freed itself, and its stream with it
   uint16_t next_cid = 1;
 
   HostEnd(reactor::Reactor& reactor, target::ConnectionSet& set, const reactor::Clock& clock, const char* name)
       : r(reactor) {
-    conn = new target::Connection(
+    conn = new target::TcpQueue(
         state(), r,
         [&](reactor::StreamOwner& owner) {
           auto s = std::make_unique<test::MemoryStream>(r, owner, &gone);
@@ -173,7 +173,7 @@ struct ConnectionFlow : ::testing::Test {
     ASSERT_TRUE(io.connect(1, cntlid));
   }
   // Steps the fake clock and runs what fell due on conn (its reactor timer reads the real clock).
-  void step(target::Connection* conn, uint64_t ns) {
+  void step(target::TcpQueue* conn, uint64_t ns) {
     clock.step_ns(ns);
     conn->run_due_deadlines();
     for (int i = 0; i < 5; ++i) reactor.run_once(0);
@@ -199,7 +199,7 @@ TEST_F(ConnectionFlow, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderAsTheHost
   EXPECT_LE(held.send_queue_bytes, kSendCap + one_response);
   EXPECT_LE(held.send_queue_peak, kSendCap + one_response);
   EXPECT_GT(held.waiting, 0u);
-  EXPECT_EQ(held.waiting, held.request_states[size_t(target::Request::State::Waiting)]);
+  EXPECT_EQ(held.waiting, held.request_states[size_t(target::Request::State::Queued)]);
   EXPECT_EQ(in_use(held), kReads) << "each command is either waiting or answered, none lost";
 
   // Nothing moves on its own while the host does not read (the retry timer finds the queue still full).

@@ -1,7 +1,9 @@
 // RequestPool without a socket: requests, their states and the memory budgets behind them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "target/request_pool.hpp"
 #include "util/state_machine.hpp"
@@ -24,11 +26,17 @@ struct PoolTest : ::testing::Test {
   }
 };
 
-// Drives a fresh request to Sending along the shortest legal path, as a read would go.
+// Drives a fresh request to Executing along the shortest legal path, as a read would go.
+void to_executing(RequestPool& pool, Request* r) {
+  pool.set_state(r, S::NeedBuffer);
+  pool.set_state(r, S::Executing);
+}
+
+// ... and on to Sending.
 Request* sent_request(RequestPool& pool) {
   Request* r = pool.alloc();
   if (!r) return nullptr;
-  pool.set_state(r, S::Executing);
+  to_executing(pool, r);
   pool.set_state(r, S::Sending);
   return r;
 }
@@ -48,8 +56,8 @@ TEST_F(PoolTest, AllocatesEveryRequestOnceThenRunsOut) {
   EXPECT_NE(b, c);
   EXPECT_NE(a, c);
   EXPECT_EQ(pool.alloc(), nullptr);  // the queue depth is the limit
-  EXPECT_EQ(a->state(), S::ReceivingData);
-  EXPECT_EQ(pool.count(S::ReceivingData), 3u);
+  EXPECT_EQ(a->state(), S::ReceivingCapsule);
+  EXPECT_EQ(pool.count(S::ReceivingCapsule), 3u);
   EXPECT_EQ(pool.count(S::Free), 0u);
   // Each request knows its slot: the transfer tag its R2Ts carry.
   for (uint32_t i = 0; i < pool.size(); ++i) EXPECT_EQ(pool.at(i)->index, i);
@@ -71,65 +79,81 @@ TEST_F(PoolTest, ReleaseReturnsARequestToTheFreeList) {
 
 TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
   RequestPool pool(cfg, usage, nullptr, no_send_done);
-  pool.resize(8);
-  Request* write = pool.alloc();
-  pool.set_state(write, S::Executing);
+  pool.resize(Request::kStateCount);
+  // One request in each state, each reached along a legal path.
+  std::vector<Request*> in(Request::kStateCount, nullptr);
+  auto take = [&](S s) {
+    Request* r = pool.alloc();
+    in[size_t(s)] = r;
+    return r;
+  };
+  take(S::ReceivingCapsule);
+  pool.set_state(take(S::Queued), S::Queued);
+  pool.set_state(take(S::NeedBuffer), S::NeedBuffer);
+  Request* write = take(S::AwaitingH2C);
+  pool.set_state(write, S::NeedBuffer);
   pool.set_state(write, S::AwaitingH2C);  // an R2T is outstanding
-  Request* parked = pool.alloc();
-  pool.set_state(parked, S::Executing);
-  pool.set_state(parked, S::Waiting);
-  Request* aer = pool.alloc();
-  pool.set_state(aer, S::Executing);
-  pool.set_state(aer, S::HeldAer);
-  Request* abort = pool.alloc();
-  pool.set_state(abort, S::Executing);
-  pool.set_state(abort, S::HeldAbort);
-  Request* reading = pool.alloc();
-  pool.set_state(reading, S::Executing);
-  Request* answered = sent_request(pool);
-  Request* arriving = pool.alloc();
-  EXPECT_EQ(pool.count(S::AwaitingH2C), 1u);
-  EXPECT_EQ(pool.count(S::Waiting), 1u);
-  EXPECT_EQ(pool.count(S::HeldAer), 1u);
-  EXPECT_EQ(pool.count(S::HeldAbort), 1u);
-  EXPECT_EQ(pool.count(S::Executing), 1u);
-  EXPECT_EQ(pool.count(S::Sending), 1u);
-  EXPECT_EQ(pool.count(S::ReceivingData), 1u);
-  EXPECT_EQ(pool.count(S::Free), 1u);
+  to_executing(pool, take(S::Executing));
+  for (S held : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::BetweenSteps, S::AwaitingDurable,
+                 S::HeldAer, S::HeldAbort, S::Sending}) {
+    Request* r = take(held);
+    to_executing(pool, r);
+    pool.set_state(r, held);
+  }
+  // The one request left is Free: it was never taken.
+  for (uint32_t i = 0; i < pool.size(); ++i)
+    if (std::find(in.begin(), in.end(), pool.at(i)) == in.end()) in[size_t(S::Free)] = pool.at(i);
+  for (size_t s = 0; s < Request::kStateCount; ++s) {
+    EXPECT_EQ(pool.count(S(s)), 1u) << request_state_name(S(s));
+    ASSERT_NE(in[s], nullptr) << request_state_name(S(s));
+    EXPECT_EQ(in[s]->state(), S(s));
+  }
   uint32_t sum = 0;
   for (uint32_t n : pool.counts()) sum += n;
   EXPECT_EQ(sum, pool.size());
 
   // Every one of them back to Free, along legal paths.
-  pool.set_state(write, S::Executing);
-  pool.set_state(parked, S::Executing);
-  for (Request* r : {write, parked, aer, abort, reading}) pool.set_state(r, S::Sending);
-  pool.set_state(arriving, S::Sending);  // a bad capsule is answered at once
-  for (Request* r : {write, parked, aer, abort, reading, answered, arriving}) pool.release(r, false);
-  EXPECT_EQ(pool.count(S::Free), 8u);
+  for (S s : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::BetweenSteps, S::AwaitingDurable})
+    pool.set_state(in[size_t(s)], S::Executing);
+  pool.set_state(in[size_t(S::AwaitingH2C)], S::Executing);
+  pool.set_state(in[size_t(S::NeedBuffer)], S::Executing);
+  for (size_t s = 0; s < Request::kStateCount; ++s) {
+    Request* r = in[s];
+    if (r->state() == S::Free || r->state() == S::Sending) continue;
+    pool.set_state(r, S::Sending);  // a bad capsule, a failed parse or a held command: answered
+  }
+  for (Request* r : in)
+    if (r->state() == S::Sending) pool.release(r, false);
+  EXPECT_EQ(pool.count(S::Free), pool.size());
 }
 
 TEST(RequestTransitions, TableAllowsExactlyTheDocumentedMoves) {
-  auto legal = [](S from, S to) { return request_transition_legal(from, to); };
-  const S all[] = {S::Free, S::ReceivingData, S::AwaitingH2C, S::Waiting,
-                   S::Executing, S::Sending, S::HeldAer, S::HeldAbort};
+  auto legal = [](S from, S to) { return kRequestTransitions.allows(from, to); };
   int n = 0;
-  for (S from : all)
-    for (S to : all) n += legal(from, to);
-  EXPECT_EQ(n, 14);  // the moves listed beside request_transition_legal()
-  EXPECT_TRUE(legal(S::Free, S::ReceivingData));
-  EXPECT_TRUE(legal(S::ReceivingData, S::Executing));
-  EXPECT_TRUE(legal(S::ReceivingData, S::Sending));
-  EXPECT_TRUE(legal(S::Executing, S::AwaitingH2C));
+  for (size_t from = 0; from < Request::kStateCount; ++from)
+    for (size_t to = 0; to < Request::kStateCount; ++to) n += legal(S(from), S(to));
+  EXPECT_EQ(n, 32);  // the moves listed in kRequestTransitions
+  EXPECT_TRUE(legal(S::Free, S::ReceivingCapsule));
+  EXPECT_TRUE(legal(S::ReceivingCapsule, S::NeedBuffer));
+  EXPECT_TRUE(legal(S::ReceivingCapsule, S::Sending));
+  EXPECT_TRUE(legal(S::NeedBuffer, S::AwaitingH2C));
   EXPECT_TRUE(legal(S::AwaitingH2C, S::Executing));
-  EXPECT_TRUE(legal(S::Waiting, S::Sending));
+  EXPECT_TRUE(legal(S::Executing, S::InDevice));
+  EXPECT_TRUE(legal(S::InDevice, S::Executing));
+  EXPECT_TRUE(legal(S::Queued, S::Sending));
   EXPECT_TRUE(legal(S::Sending, S::Free));
-  // A request is never reused before its response has left, nor answered twice.
+  // A request is never reused before its response has left, nor answered twice, nor answered
+  // from inside a device or between its steps without its handler seeing it.
   EXPECT_FALSE(legal(S::Executing, S::Free));
   EXPECT_FALSE(legal(S::Sending, S::Sending));
   EXPECT_FALSE(legal(S::Free, S::Sending));
-  EXPECT_FALSE(legal(S::AwaitingH2C, S::Sending));
-  for (S s : all) EXPECT_FALSE(legal(s, s)) << request_state_name(s);
+  EXPECT_FALSE(legal(S::InDevice, S::Sending));
+  EXPECT_FALSE(legal(S::BetweenSteps, S::Sending));
+  EXPECT_FALSE(legal(S::AwaitingH2C, S::InDevice));
+  // A request held back runs in its turn, and only from the wait list.
+  EXPECT_FALSE(legal(S::Executing, S::Queued));
+  EXPECT_FALSE(legal(S::AwaitingH2C, S::Queued));
+  for (size_t s = 0; s < Request::kStateCount; ++s) EXPECT_FALSE(legal(S(s), S(s))) << request_state_name(S(s));
 }
 
 TEST_F(PoolTest, IllegalTransitionAborts) {
@@ -138,7 +162,7 @@ TEST_F(PoolTest, IllegalTransitionAborts) {
   RequestPool pool(cfg, usage, nullptr, no_send_done);
   pool.resize(1);
   Request* r = pool.alloc();
-  EXPECT_DEATH(pool.set_state(r, S::Free), "illegal request transition ReceivingData -> Free in RequestPool::set_state");
+  EXPECT_DEATH(pool.set_state(r, S::Free), "illegal request transition ReceivingCapsule -> Free in RequestPool::set_state");
 }
 
 TEST_F(PoolTest, BuffersAreAlignedCountedAndReused) {
@@ -154,7 +178,7 @@ TEST_F(PoolTest, BuffersAreAlignedCountedAndReused) {
   EXPECT_EQ(pool.ensure_buffer(r, 4096, true), RequestPool::BufferResult::Ok);  // fits: no new buffer
   EXPECT_EQ(r->buf.get(), first);
   sent_request(pool);  // the other slot, to be released without a buffer
-  pool.set_state(r, S::Executing);
+  to_executing(pool, r);
   pool.set_state(r, S::Sending);
   pool.release(r, false);  // under half the budget: the buffer stays for the next command
   EXPECT_EQ(r->buf_cap, 8192u);
@@ -172,7 +196,7 @@ TEST_F(PoolTest, ConnectionBudgetExhaustionWaitsUntilIdleBuffersAreReclaimed) {
   EXPECT_EQ(b->buf_cap, 0u);
   EXPECT_EQ(usage.buffer_bytes.load(), 200u << 10);
   // a finishes and idles with its buffer; b's next try takes it back from the free list.
-  pool.set_state(a, S::Executing);
+  to_executing(pool, a);
   pool.set_state(a, S::Sending);
   pool.release(a, false);
   EXPECT_EQ(a->buf_cap, 200u << 10);

@@ -1,13 +1,11 @@
-// One NVMe/TCP queue on the target: a TCP connection, its PDU state machine, and a pool
-// of requests sized by the queue depth the host asked for at Connect.
+// One NVMe/TCP queue on the target: a TCP connection with its PDUs (ICReq/ICResp, CapsuleCmd,
+// R2T and H2CData, C2HData, CapsuleResp, TermReq), digests, R2T windows, deadlines and send
+// back-pressure, and a pool of requests sized by the queue depth the host asked for. It knows
+// no opcode: commands run in its CommandQueue (command_queue.hpp), which it hands each
+// request and which answers through the CommandTransport calls.
 //
-// Life of a read:  CapsuleCmd -> Request (pool) -> namespace read -> C2HData [+ CapsuleResp]
-// Life of a write: CapsuleCmd [+ in-capsule data] or R2T -> H2CData... -> namespace write
-//                  -> CapsuleResp
-//
-// Where it lives: connection.cpp (life cycle, deadlines), connection_pdu.cpp (PDUs in and out),
-// connection_exec.cpp (admission, fabrics and admin commands, host data), connection_io.cpp
-// (NVM I/O commands), request_pool.cpp (requests, their states and buffer memory).
+// The life of a 4 KiB read: tcp_queue.cpp (the capsule in, process(), the C2HData out) and
+// io_commands.cpp (its parse, its execute, its device completion).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -16,16 +14,16 @@
 #include <string>
 #include <vector>
 
-#include "backend/block_device.hpp"
-#include "reactor/clock.hpp"
 #include "reactor/byte_stream.hpp"
+#include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
-#include "target/controller.hpp"
+#include "target/command_queue.hpp"
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
 #include "util/gate.hpp"
+#include "util/state_machine.hpp"
 #include "wire/pdu.hpp"
 
 namespace nvtcp::target {
@@ -50,20 +48,25 @@ class ConnectionSet {
   // This reactor's number (0 .. cores-1): its slot in per-reactor counters.
   void set_index(uint32_t i) { index_ = i; }
   uint32_t index() const { return index_; }
-  void add(Connection* c);
-  void remove(Connection* c);
+  void add(TcpQueue* c);
+  void remove(TcpQueue* c);
   void close_all();
   size_t size() const { return conns_.size(); }
   // Closed connections that wait for their last device completion before they free
   // themselves: shutdown waits for these too, or they would outlive their reactor.
-  void add_draining(Connection* c) { draining_.push_back(c); }
-  void remove_draining(Connection* c);
+  void add_draining(TcpQueue* c) { draining_.push_back(c); }
+  void remove_draining(TcpQueue* c);
   size_t draining() const { return draining_.size(); }
   // The open connections, one entry each.
   void collect(std::vector<ConnectionInfo>& out) const;
   // Requests per state over every connection of this reactor, the closed ones whose requests
   // are still inside a device included: a request stuck in a device shows, though its host left.
   RequestStateCounts request_states() const;
+  // Entries into each state over every connection this reactor has had, closed ones included.
+  RequestStateEntries request_entries() const;
+  void retire(const RequestStateEntries& e) {
+    for (size_t s = 0; s < e.size(); ++s) retired_entries_[s] += e[s];
+  }
   // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
   void count_io() { bump(ios_); }
   uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
@@ -76,41 +79,34 @@ class ConnectionSet {
 
  private:
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
-  std::vector<Connection*> conns_;
+  std::vector<TcpQueue*> conns_;
   uint32_t index_ = 0;
-  std::vector<Connection*> draining_;
+  std::vector<TcpQueue*> draining_;
+  RequestStateEntries retired_entries_{};  // of the connections that are gone
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
 
-// Where a connection came in: the listener's port ID (0: the discovery-only port) and the
-// local address the host reached (what a wildcard listener advertises to it).
-struct Arrival {
-  uint16_t portid = 1;
-  std::string local_address;
-};
-
-class Connection final : public reactor::StreamOwner,
-                         public transport::PduHandler,
-                         public AdminQueueSink,
-                         public CommandAborter {
+class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler, public CommandTransport {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
   // clock: what the connection's deadlines read (tests pass one they step).
-  Connection(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-             std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
+  TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
+           std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
   // The same over a stream that make_stream builds for the connection (its owner): what a test
   // passes to keep the bytes in memory, and where a TLS stream will come in.
   using MakeStream = std::function<std::unique_ptr<reactor::ByteStream>(reactor::StreamOwner& owner)>;
-  Connection(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
-             ConnectionSet& set, std::string address = {}, Arrival arrival = {},
-             const reactor::Clock& clock = reactor::monotonic_clock());
-  ~Connection() override;
+  TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
+           ConnectionSet& set, std::string address = {}, Arrival arrival = {},
+           const reactor::Clock& clock = reactor::monotonic_clock());
+  ~TcpQueue() override;
 
   void start();
-  void close(const std::string& why);
-  const std::string& peer() const { return peer_; }
+  void close(const std::string& why) override;
+  const std::string& peer() const override { return peer_; }
+  std::string link_features() const override;
   ConnectionInfo info() const;
   const RequestStateCounts& request_states() const { return pool_.counts(); }
+  const RequestStateEntries& request_entries() const { return pool_.entries(); }
   // Runs the deadlines due by the connection's clock: the reactor does this at the earliest
   // one; a test that stepped a fake clock calls it.
   void run_due_deadlines() { deadlines_.run_due(); }
@@ -124,92 +120,60 @@ class Connection final : public reactor::StreamOwner,
   bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
   void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
-  // AdminQueueSink (admin queues): completes held Asynchronous Event Requests and Aborts.
-  void deliver_async_events() override;
-  void abort_done(uint16_t abort_cid, bool aborted) override;
-  bool abort_held_aer(uint16_t cid) override;
-  // CommandAborter (I/O queues).
-  bool abort_command(uint16_t cid) override;
+  // CommandTransport
+  void complete(Request& r) override;
+  void submit(Request& r, Namespace& ns) override;
+  void next_turn(Request& r) override;
+  void need_buffer(Request& r, uint32_t len) override;
+  bool abort_before_execution(Request& r) override;
+  void connected() override;
+  bool closing() const override { return state_ == State::Closing; }
+  void close_after_response() override { close_after_send_ = true; }
+  reactor::Reactor& reactor() override { return reactor_; }
+  const reactor::Clock& clock() const override { return deadlines_.clock(); }
 
  private:
-  // AwaitICReq -> AwaitConnect -> Connected, and from any of them -> Closing, which is final
-  // (connection_transition_legal()).
-  enum class State { AwaitICReq, AwaitConnect, Connected, Closing };
+  using RState = Request::State;
+  // AwaitICReq -> Ready (ICResp sent: capsules flow) -> Closing, which is final; or
+  // AwaitICReq -> Closing.
+  enum class State : uint8_t { AwaitICReq, Ready, Closing, kCount };
+  static constexpr TransitionTable<State, size_t(State::kCount)> kTransitions{
+      {State::AwaitICReq, State::Ready}, {State::AwaitICReq, State::Closing}, {State::Ready, State::Closing}};
   static const char* state_name(State s);
-  static constexpr bool connection_transition_legal(State from, State to) {
-    switch (from) {
-      case State::AwaitICReq: return to == State::AwaitConnect || to == State::Closing;
-      case State::AwaitConnect: return to == State::Connected || to == State::Closing;
-      case State::Connected: return to == State::Closing;
-      case State::Closing: return false;
-    }
-    return false;
-  }
-  // The one place the connection changes state (checked in Debug and sanitizer builds).
+  // The one place the queue changes state (checked in Debug and sanitizer builds).
   void set_state(State to);
-  void set_request_state(Request* r, Request::State to) { pool_.set_state(r, to); }
+  void set_request_state(Request& r, RState to) { pool_.set_state(&r, to); }
 
-  // PDU handling
+  // The life of a request, one event at a time: see tcp_queue.cpp.
+  void process(Request& r);
+  bool buffer_ready(Request& r, uint32_t len);
+  void execute(Request& r);
+  void finish(Request& r, wire::Status st);
+  void device_done(Request& r, wire::Status st);
+  void run_next_step(Request& r);
+
+  // PDUs
   bool handle_icreq(const wire::ICReqPdu& pdu);
   bool capsule_header(const wire::CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst);
   bool h2c_data_header(const wire::H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst);
   void h2c_data_complete(const wire::H2CDataPdu& pdu, bool data_ok);
   void fatal(wire::Fes fes, uint32_t fei, const std::string& why);
-
-  // Command execution
-  void execute(Request* r);
-  void execute_fabrics(Request* r);
-  void execute_connect(Request* r);
-  void execute_admin(Request* r);
-  void execute_io(Request* r);
-  void io_done(Request* r, wire::Status st);
-  void complete(Request* r, wire::Status st);
-  void send_response(Request* r);
-  void send_r2ts(Request* r);
-  void release(Request* r);
-  void dsm_step(Request* r);
-  void copy_step(Request* r);
-  void next_step_later(Request* r);  // Copy, Dataset Management: the next range, next turn
-  void run_next_step(Request* r);
-  void execute_reservation(Request* r, Namespace* ns);
-  void wait_until_durable(Request* r, uint64_t ticket);  // a reservation state write
-  static void on_durable_timer(reactor::Timer* t);
-  // Fused Compare and Write: the first half is held until the next command arrives.
-  bool fused_halves(Request* r);
-  void start_fused(Request* cmp, Request* wr);
-  void run_fused(Request* cmp);
-  void fused_io_done(Request* r, wire::Status st);
-  void end_fused(Request* cmp, wire::Status cmp_st, wire::Status wr_st);
-  // Waiting for a namespace's fence (a write) or for its writes to drain (a fused owner).
-  void wait_for_fence(Request* r);
-  static void on_fence_timer(reactor::Timer* t);
-  void copy_io_done(Request* r, wire::Status st);
-  // A command's data from the host, len bytes: true when it is in r->buf (it came in the
-  // capsule). Otherwise a buffer of buffer_bytes_for() is made and R2Ts ask for the data
-  // (the command runs again once it is in), or the command is parked or failed: false.
-  bool host_data(Request* r, uint32_t len);
-  wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
-  void start_flush(Request* r, bool all);
-  void flush_step(Request* r);
-  void submit_io(Request* r, Namespace* ns);
-  void teardown_controller(const char* why);
-  void invalid_connect_param(Request* r, bool in_data, uint32_t offset);
+  void send_r2ts(Request& r);
+  void send_response(Request& r);
+  void release(Request& r);
+  void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
 
   // Buffer memory: bounded per connection, per host and for the whole target (RequestPool).
-  // Wait means "not now": the caller parks the request and it runs again once memory is
-  // released.
   using BufferResult = RequestPool::BufferResult;
-  BufferResult ensure_buffer(Request* r, uint32_t len);
-  bool read_buffer(Request* r, Namespace* ns, uint32_t len);
+  BufferResult ensure_buffer(Request& r, uint32_t len);
   // Back-pressure: commands wait (in arrival order) while the send queue is over its cap
   // or buffer memory is short, instead of growing either without bound.
-  void admit(Request* r);
-  void park(Request* r, bool for_memory);
+  void park(Request& r, RState as);
   void resume_waiting();
+  bool withdraw(Request& r);  // out of the wait list, wherever it is in it
   bool send_queue_full() const;
   static void on_retry_timer(reactor::Timer* t);
-  void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
-  uint32_t max_incapsule() const;
+
   // The connection's deadlines, each with its own handler (run in this order when several
   // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
   // Connect: and its Connect, by the same deadline. On a connected queue, at least every
@@ -225,8 +189,6 @@ class Connection final : public reactor::StreamOwner,
   void on_send_stall_check(uint64_t now);
   void on_h2c_data_check(uint64_t now);
   void on_term_req_linger(uint64_t now);
-  // Connect succeeded: the setup deadline gives way to the periodic checks.
-  void start_connected_checks();
   // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
   // admin queue whose KATO is shorter.
   uint64_t poll_period() const;
@@ -241,6 +203,7 @@ class Connection final : public reactor::StreamOwner,
   // Whether the send queue has not moved for over send_timeout_ms; else next_due is when it
   // will have been still for that long if it does not move (UINT64_MAX: it is empty).
   bool send_stalled(uint64_t now, uint64_t& next_due);
+  bool live() const { return state_ == State::Ready && commands_.connected(); }
 
   TargetState& target_;
   reactor::Reactor& reactor_;
@@ -249,58 +212,47 @@ class Connection final : public reactor::StreamOwner,
   std::unique_ptr<reactor::ByteStream> stream_;  // set in the constructor, never null
   transport::PduReceiver receiver_;
   State state_ = State::AwaitICReq;
+  std::string address_;  // counted in TargetState::addresses
 
-  // Negotiated at ICReq / Connect
+  // Negotiated at ICReq
   bool hdgst_ = false, ddgst_ = false;
   uint8_t hpda_ = 0;
-  uint32_t host_maxr2t_ = 1;        // outstanding R2Ts per command the host allows
-  uint16_t qid_ = 0;
-  uint16_t sqsize_ = 0;             // entries (1's based)
-  uint16_t sqhd_ = 0;
-  bool sq_flow_disabled_ = false;
-  std::shared_ptr<Controller> ctrl_;
-  std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
-  std::string address_;               // counted in TargetState::addresses
-  Arrival arrival_;
-  QueueStats* stats_ = nullptr;   // this queue's counters, one per namespace
-  // This host's reservation access per namespace (by Namespace::index), made at Connect.
-  std::vector<Reservations::AccessCache> resv_cache_;
+  uint32_t host_maxr2t_ = 1;  // outstanding R2Ts per command the host allows
 
-  // Declared after host_: the pool gives its bytes back to the host's budget as it goes.
+  // Declared before the pool: the pool gives its bytes back to the host's budget, which the
+  // command queue holds, as it goes.
+  CommandQueue commands_;
   RequestPool pool_;
   // Requests inside a device: their memory (and so the connection) must stay until they are
   // done. Closed when the stream reports on_closed; its release frees the connection.
   Gate backend_gate_;
   static void release_closed(void* conn);
 
-  Request* h2c_req_ = nullptr;      // request the current H2CData PDU belongs to
+  Request* h2c_req_ = nullptr;        // request the current CapsuleCmd or H2CData PDU belongs to
   transport::Terminator terminator_;  // the C2HTermReq after a fatal transport error
   struct TermSent : reactor::SendDone {
-    Connection* owner = nullptr;
+    TcpQueue* owner = nullptr;
   } term_sent_;
   alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
-  bool close_after_send_ = false;   // Disconnect: close once its response is out
+  bool close_after_send_ = false;  // Disconnect: close once its response is out
 
-  DeadlineSet<Connection, Deadline, size_t(Deadline::kCount)> deadlines_;
+  DeadlineSet<TcpQueue, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
-    Connection* owner;
-  } retry_timer_, fence_timer_, durable_timer_;
-  std::vector<Request*> fence_waiters_;
-  std::vector<Request*> durable_waiters_;  // reservation commands waiting for their state on disk
-  Request* fused_first_ = nullptr;  // a fused first half waiting for its second
+    TcpQueue* owner = nullptr;
+  } retry_timer_;
 
-  Request* wait_head_ = nullptr;    // FIFO of Waiting requests
+  Request* wait_head_ = nullptr;  // FIFO of Queued and NeedBuffer requests
   Request* wait_tail_ = nullptr;
   uint32_t waiting_ = 0;
   uint64_t waits_ = 0;
   bool resuming_ = false;
-  bool memory_short_ = false;       // the last parked request waits for memory
+  bool memory_short_ = false;  // the last parked request waits for memory
   bool memory_logged_ = false;
-  uint64_t tx_pending_ = 0;         // sum of Request::tx_pending
+  uint64_t tx_pending_ = 0;  // sum of Request::tx_pending
   uint64_t send_peak_ = 0;
-  uint64_t sent_seen_ = 0;          // stream bytes sent at the last periodic check
-  uint64_t send_progress_ns_ = 0;   // when the send queue was last empty or moving
-  reactor::OwnedDeferred<Connection> resume_d_;
+  uint64_t sent_seen_ = 0;         // stream bytes sent at the last periodic check
+  uint64_t send_progress_ns_ = 0;  // when the send queue was last empty or moving
+  reactor::OwnedDeferred<TcpQueue> resume_d_;
 };
 
 }  // namespace nvtcp::target

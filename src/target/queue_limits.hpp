@@ -1,6 +1,5 @@
-// Limits and helpers that more than one of a target connection's source files use
-// (connection.cpp, connection_pdu.cpp, connection_exec.cpp, connection_io.cpp); nothing
-// outside them includes this.
+// Limits and helpers that the TCP queue and the command layer share (tcp_queue.cpp and the
+// command files); nothing outside the target's queue includes this.
 #pragma once
 #include <cstdint>
 

@@ -1,0 +1,147 @@
+// Admin commands on an admin queue: what the controller answers (controller.cpp), the data
+// each moves, and the commands it holds: Asynchronous Event Requests until an event comes,
+// Aborts until the I/O queue answers.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "nvtcp/identify.hpp"
+#include "target/command_queue.hpp"
+#include "target/queue_limits.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+// Admin commands with data for the host. Get Features has data for some features only
+// (81h): without it the SGL may be empty.
+bool transfers_to_host(const Sqe& sqe) {
+  auto op = static_cast<AdminOpcode>(sqe.opc);
+  if (op == AdminOpcode::GetFeatures) return sqe.sgl.length != 0;
+  return op == AdminOpcode::Identify || op == AdminOpcode::GetLogPage;
+}
+}  // namespace
+
+void CommandQueue::parse_admin(Request& r) {
+  const Sqe& sqe = r.sqe;
+  if (transfers_to_host(sqe)) {
+    if (sqe.sgl.type != kSglTransportDataBlock) {
+      r.status = sc::SglDescriptorTypeInvalid;
+      return;
+    }
+    if (sqe.sgl.length > ctrl_->mdts_bytes()) {
+      r.status = sc::InvalidField;
+      return;
+    }
+    // Identify fills 4 KiB; a log page or a feature's data asks for its buffer once it is
+    // built and its size known (execute_admin).
+    const bool identify = static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify;
+    r.xfer = {Request::Direction::ControllerToHost, sqe.sgl.length, identify ? kIdentifyLen : 0};
+    return;
+  }
+  if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::SetFeatures && sqe.sgl.length) {
+    // A feature with data (16h): in the capsule, as hosts send it, or asked for with an R2T.
+    if (sqe.sgl.length > kAdminInCapsule) {
+      r.status = sc::DataSglLengthInvalid;
+      return;
+    }
+    if (r.capsule_len == 0 && sqe.sgl.type != kSglTransportDataBlock) {
+      r.status = sc::SglDescriptorTypeInvalid;
+      return;
+    }
+    if (r.capsule_len != 0 && r.capsule_len != sqe.sgl.length) {
+      r.status = sc::DataSglLengthInvalid;
+      return;
+    }
+    r.xfer = {Request::Direction::HostToController, sqe.sgl.length, sqe.sgl.length};
+  }
+}
+
+void CommandQueue::execute_admin(Request& r) {
+  const Sqe& sqe = r.sqe;
+  const uint32_t sgl_len = r.xfer.dir == Request::Direction::ControllerToHost ? r.xfer.len : 0;
+  const uint32_t host_len = r.xfer.dir == Request::Direction::HostToController ? r.xfer.len : 0;
+  AdminResult res = ctrl_->execute_admin(sqe, r.buf.get(), sgl_len, host_len);
+  if (res.status.ok() && res.src) {
+    // A log page (or a feature's data): a buffer the size of what it holds in the window,
+    // zeros after it. Asking for the buffer changes nothing: the log is built anew then.
+    const uint32_t need = std::max<uint32_t>(res.data_len, 4);
+    if (r.buf_cap < need) {
+      transport_.need_buffer(r, need);
+      return;
+    }
+    std::memcpy(r.buf.get(), res.src, res.data_len);
+    ctrl_->log_page_delivered();  // only now: what its read takes away goes
+    r.tx_data = r.buf.get();
+    r.tx_len = res.data_len;
+    r.tx_pad = res.pad_len;
+    done(r, res.status);
+    return;
+  }
+  if (res.held) {
+    if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
+      set_state(r, State::HeldAbort);  // abort_done() completes it
+      return;
+    }
+    set_state(r, State::HeldAer);
+    deliver_async_events();  // an event may already be waiting for it
+    return;
+  }
+  r.dw0 = res.dw0;
+  r.dw1 = res.dw1;
+  if (res.status.ok() && res.durable_ticket) {
+    wait_until_durable(r, res.durable_ticket);  // feature 83h: the state file is written first
+    return;
+  }
+  if (res.status.ok() && res.flush_after) {
+    start_flush(r, true);  // a write cache turned off: what it held must be durable first
+    return;
+  }
+  if (res.status.ok() && res.data_len) {
+    r.tx_data = r.buf.get();
+    r.tx_len = std::min(res.data_len, sgl_len);
+  }
+  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", transport_.peer(), sqe.opc, status_name(res.status));
+  done(r, res.status);
+}
+
+void CommandQueue::deliver_async_events() {
+  if (!connected() || transport_.closing()) return;
+  uint32_t dw0 = 0;
+  for (auto& slot : pool_.slots()) {
+    Request& r = *slot;
+    if (r.state() != State::HeldAer) continue;
+    if (!ctrl_->take_async_event(dw0)) return;
+    r.dw0 = dw0;
+    log::info("{}: asynchronous event 0x{:08x} to controller {}", transport_.peer(), dw0, ctrl_->cntlid());
+    done(r, sc::Success);
+  }
+}
+
+void CommandQueue::abort_done(uint16_t abort_cid, bool aborted) {
+  if (!connected() || transport_.closing()) return;
+  ctrl_->abort_finished();
+  for (auto& slot : pool_.slots()) {
+    Request& r = *slot;
+    if (r.state() != State::HeldAbort || r.sqe.cid != abort_cid) continue;
+    r.dw0 = aborted ? 0 : 1;
+    done(r, sc::Success);
+    return;
+  }
+}
+
+bool CommandQueue::abort_held_aer(uint16_t cid) {
+  for (auto& slot : pool_.slots()) {
+    Request& r = *slot;
+    if (r.state() != State::HeldAer || r.sqe.cid != cid) continue;
+    if (!ctrl_->take_held_aer()) return false;
+    done(r, sc::AbortRequested);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace nvtcp::target

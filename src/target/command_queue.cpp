@@ -1,0 +1,250 @@
+// The command layer's contract (parse, execute, device completions) dispatched by command set,
+// the queue's responses, Abort of an I/O command, and the holds a command waits in: a
+// namespace's fence and a reservation state file on its way to disk.
+#include "target/command_queue.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "target/queue_limits.hpp"
+#include "target/tcp_queue.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+// How often writes waiting for a fused Compare and Write look at its namespace's fence again.
+constexpr uint64_t kFenceRetryNs = 20'000;
+// How often reservation commands waiting for their state to be durable look again: an fsync
+// takes far longer.
+constexpr uint64_t kDurableRetryNs = 100'000;
+}  // namespace
+
+CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, RequestPool& pool, ConnectionSet& set,
+                           Arrival arrival)
+    : target_(target), transport_(transport), pool_(pool), set_(set), arrival_(std::move(arrival)) {
+  fence_timer_.owner = this;
+  fence_timer_.fn = on_fence_timer;
+  durable_timer_.owner = this;
+  durable_timer_.fn = on_durable_timer;
+}
+
+CommandQueue::~CommandQueue() {
+  transport_.reactor().cancel_timer(&fence_timer_);
+  transport_.reactor().cancel_timer(&durable_timer_);
+  if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void CommandQueue::fetched() {
+  if (sqsize_) sqhd_ = uint16_t((sqhd_ + 1) % sqsize_);
+}
+
+uint32_t CommandQueue::max_in_capsule() const {
+  return (connected() && qid_ != 0) ? target_.config.in_capsule_data : kAdminInCapsule;
+}
+
+uint32_t CommandQueue::in_capsule_buffer(const Sqe& sqe, uint32_t len) const {
+  return qid_ && ctrl_ ? buffer_bytes_for(sqe, len, ctrl_->mdts_bytes()) : len;
+}
+
+void CommandQueue::done(Request& r, Status st) {
+  r.status = st;
+  transport_.complete(r);
+}
+
+Cqe CommandQueue::response(const Request& r) {
+  // Failed commands go to the controller's error log; Command Interrupted only asks the
+  // host to retry later, and is no error.
+  if (!r.status.ok() && ctrl_ && r.status != kCommandInterrupted) ctrl_->record_error(qid_, r.sqe, r.status);
+  if (ResponseObserver* o = target_.response_observer.load(std::memory_order_acquire))
+    o->on_response(qid_, r.sqe, r.status, r.io);
+  Cqe cqe{};
+  cqe.dw0 = r.dw0;
+  cqe.dw1 = r.dw1;
+  cqe.sqhd = sq_flow_disabled_ ? 0 : sqhd_;
+  cqe.sqid = qid_;
+  cqe.cid = r.sqe.cid;
+  cqe.status = r.status.to_cqe(r.status != kCommandInterrupted);
+  return cqe;
+}
+
+// ---------------------------------------------------------------- the contract
+
+void CommandQueue::parse(Request& r) {
+  // Fabrics commands describe data with SGLs only (PSDT 01b), whatever the opcode: anything
+  // else would run as something the host did not ask for.
+  if ((r.sqe.flags & kSqeFlagsPsdtMask) != kSqeFlagsPsdtSgl) {
+    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (not PSDT 01b)", transport_.peer(), r.sqe.cid, r.sqe.opc,
+               r.sqe.flags);
+    r.status = sc::InvalidField;
+    return;
+  }
+  // The command after a fused first half decides its fate, whatever it is.
+  if ((fused_first_ || (r.sqe.flags & kSqeFlagsFuseMask)) && fused_halves(r)) return;
+  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) parse_fabrics(r);
+  else if (!connected()) r.status = sc::CommandSequenceError;
+  else if (qid_ == 0) parse_admin(r);
+  else parse_io(r);
+}
+
+void CommandQueue::execute(Request& r) {
+  if (Request::FusedHalf* f = r.fused()) {
+    if (!f->partner) {
+      set_state(r, State::AwaitingFusedPartner);  // a first half: its Write comes next
+      return;
+    }
+    start_fused(*f->partner, r);  // a second half: the pair runs
+    return;
+  }
+  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) execute_fabrics(r);
+  else if (qid_ == 0) execute_admin(r);
+  else execute_io(r);
+}
+
+void CommandQueue::next_step(Request& r) {
+  if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
+  else dsm_step(r);
+}
+
+void CommandQueue::device_released(Request& r, bool queue_ending) {
+  if (r.fence_counted) {
+    r.fence_ns->fence.end_write(set_.index());
+    r.fence_counted = false;
+  }
+  if (queue_ending && r.fence_owner) {
+    r.fence_ns->fence.release();  // the queue is gone: its fused operation ends here
+    r.fence_owner = false;
+  }
+}
+
+// ---------------------------------------------------------------- the controller's end
+
+void CommandQueue::end_controller(const char* why) {
+  if (!ctrl_) return;
+  if (qid_ == 0) {
+    ctrl_->detach_admin_queue();
+    if (!ctrl_->dead.exchange(true))
+      log::info("{}: controller {} of {} torn down: {}", transport_.peer(), ctrl_->cntlid(), ctrl_->subsystem().nqn(),
+                why);
+    ctrl_->subsystem().remove_controller(ctrl_->cntlid());
+  } else {
+    ctrl_->unregister_io_queue(qid_, this);
+    ctrl_->release_queue(qid_);
+  }
+  ctrl_.reset();
+}
+
+void CommandQueue::closed() {
+  end_controller("admin queue closed");
+  auto& reactor = transport_.reactor();
+  reactor.cancel_timer(&fence_timer_);
+  reactor.cancel_timer(&durable_timer_);
+  durable_waiters_.clear();  // their changes are made; their answers have nowhere to go
+  // A fused operation that owned its namespace's fence and never reached the device lets go.
+  for (Request* w : fence_waiters_) {
+    if (w->fence_owner) w->fence_ns->fence.release();
+    w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
+  }
+  fence_waiters_.clear();
+}
+
+// ---------------------------------------------------------------- Abort of an I/O command
+
+bool CommandQueue::abort_command(uint16_t cid) {
+  if (!connected() || transport_.closing()) return false;
+  for (auto& slot : pool_.slots()) {
+    Request& r = *slot;
+    // A free slot keeps the CID of the command it last carried, and a command being sent is
+    // done: the host may already have its answer and reuse the CID for a live command in
+    // another slot, which is the one to abort.
+    const State st = r.state();
+    if (r.sqe.cid != cid || st == State::Free || st == State::Sending) continue;
+    if (transport_.abort_before_execution(r)) return true;
+    // Commands that go to the device one step at a time (a range, a namespace) stop at the
+    // next step: what the finished steps did stays done, as an aborted command may leave it.
+    const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+    if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted &&
+        !r.fused() &&
+        (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
+      r.aborted = true;
+      log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", transport_.peer(), cid, r.sqe.opc);
+      return true;
+    }
+    return false;  // one operation on the device, or being sent
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------- holds
+
+void CommandQueue::submit(Request& r, Namespace& ns) {
+  // Writes count themselves against the namespace's fence, or wait while a fused Compare
+  // and Write holds it.
+  const auto op = r.io.op;
+  if (!r.fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
+                         op == backend::BlockIo::Op::Deallocate)) {
+    r.fence_ns = &ns;
+    if (!ns.fence.begin_write(set_.index(), r.fence_waiting)) {
+      wait_for_fence(r);
+      return;
+    }
+    r.fence_counted = true;
+  }
+  transport_.submit(r, ns);
+}
+
+void CommandQueue::wait_for_fence(Request& r) {
+  set_state(r, State::AwaitingFence);
+  fence_waiters_.push_back(&r);
+  if (!fence_timer_.linked) transport_.reactor().arm_timer(&fence_timer_, kFenceRetryNs);
+}
+
+void CommandQueue::on_fence_timer(reactor::Timer* t) {
+  auto* self = static_cast<TimerSlot*>(t)->owner;
+  std::vector<Request*> waiting;
+  waiting.swap(self->fence_waiters_);
+  for (Request* r : waiting) {
+    self->set_state(*r, State::Executing);
+    // A fused Compare waits to own the fence or for it to drain; anything else is a write
+    // whose device operation is ready to go.
+    if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
+    else self->submit(*r, *r->fence_ns);
+  }
+}
+
+// The namespace's writer thread writes the reservation state (commands that arrive meanwhile
+// share the next write); this reactor looks again every kDurableRetryNs and never waits for
+// the disk itself. r completes then, with Success or, if the state could not be written,
+// Internal Error.
+void CommandQueue::wait_until_durable(Request& r, uint64_t ticket) {
+  r.steps = Request::DurableWait{ticket};
+  set_state(r, State::AwaitingDurable);
+  durable_waiters_.push_back(&r);
+  if (!durable_timer_.linked) transport_.reactor().arm_timer(&durable_timer_, kDurableRetryNs);
+}
+
+void CommandQueue::on_durable_timer(reactor::Timer* t) {
+  auto* self = static_cast<TimerSlot*>(t)->owner;
+  auto& waiting = self->durable_waiters_;
+  size_t kept = 0;
+  for (Request* r : waiting) {
+    bool durable = false;
+    Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
+    if (ns && !ns->reservations.written(std::get<Request::DurableWait>(r->steps).ticket, durable)) {
+      waiting[kept++] = r;
+      continue;
+    }
+    // The change is made; a state that could not be written fails the command (the host
+    // asked for it to survive power loss and it would not).
+    self->set_state(*r, State::Executing);
+    self->done(*r, durable ? sc::Success : sc::InternalError);
+  }
+  waiting.resize(kept);
+  if (kept) self->transport_.reactor().arm_timer(&self->durable_timer_, kDurableRetryNs);
+}
+
+}  // namespace nvtcp::target

@@ -1,0 +1,203 @@
+// Fabrics commands: Connect (which makes this queue an admin queue with a new controller, or an
+// I/O queue of an existing one), Property Get and Set, Disconnect.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "target/command_queue.hpp"
+#include "target/queue_limits.hpp"
+#include "util/log.hpp"
+#include "wire/fabrics.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+constexpr uint32_t kMaxAdminQueueDepth = 128;
+}  // namespace
+
+void CommandQueue::parse_fabrics(Request& r) {
+  const auto fctype = static_cast<FabricsType>(r.sqe.fctype());
+  if (fctype == FabricsType::Connect) {
+    if (connected()) {
+      r.status = sc::CommandSequenceError;
+    } else if (r.capsule_len != kConnectDataLen) {
+      // Its data comes in the capsule, as every host sends it.
+      log::warn("{}: Connect without its {}-byte data (got {})", transport_.peer(), kConnectDataLen, r.capsule_len);
+      r.status = sc::DataSglLengthInvalid;
+    }
+    return;
+  }
+  if (!connected()) {
+    r.status = sc::CommandSequenceError;
+    return;
+  }
+  switch (fctype) {
+    case FabricsType::PropertyGet:
+    case FabricsType::PropertySet:
+      if (qid_ != 0) r.status = sc::InvalidOpcode;
+      return;
+    case FabricsType::Disconnect: return;
+    default: r.status = sc::InvalidOpcode; return;
+  }
+}
+
+void CommandQueue::execute_fabrics(Request& r) {
+  const auto fctype = static_cast<FabricsType>(r.sqe.fctype());
+  if (fctype == FabricsType::Connect) {
+    execute_connect(r);
+    return;
+  }
+  if (fctype == FabricsType::Disconnect) {
+    transport_.close_after_response();
+    done(r, sc::Success);
+    return;
+  }
+  PropertySetCmd pg;
+  std::memcpy(&pg, &r.sqe, sizeof(pg));
+  const bool eight = (pg.attrib & 0x7) == 1;
+  ctrl_->touch();
+  if (fctype == FabricsType::PropertyGet) {
+    uint64_t v = 0;
+    const Status st = ctrl_->property_get(pg.ofst, eight, v);
+    r.dw0 = uint32_t(v);
+    r.dw1 = uint32_t(v >> 32);
+    done(r, st);
+    return;
+  }
+  const Controller::PropertySetResult set = ctrl_->property_set(pg.ofst, eight, pg.value);
+  if (set.flush_for_shutdown) {
+    start_flush(r, true, true);  // completes the Property Set once every cache is durable
+    return;
+  }
+  done(r, set.status);
+}
+
+void CommandQueue::invalid_connect_param(Request& r, bool in_data, uint32_t offset) {
+  r.dw0 = offset | (in_data ? (1u << 16) : 0);
+  done(r, sc::ConnectInvalidParameters);
+}
+
+void CommandQueue::execute_connect(Request& r) {
+  const std::string& peer = transport_.peer();
+  ConnectCmd cmd;
+  std::memcpy(&cmd, &r.sqe, sizeof(cmd));
+  if (cmd.recfmt != 0) {
+    done(r, sc::ConnectIncompatibleFormat);
+    return;
+  }
+  ConnectData data;
+  std::memcpy(&data, r.buf.get(), sizeof(data));
+  std::string subnqn(data.subnqn, strnlen(data.subnqn, sizeof(data.subnqn)));
+  std::string hostnqn(data.hostnqn, strnlen(data.hostnqn, sizeof(data.hostnqn)));
+  Subsystem* sub = target_.find_subsystem(subnqn);
+  if (!sub) {
+    log::warn("{}: Connect to unknown subsystem '{}'", peer, subnqn);
+    invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
+    return;
+  }
+  // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
+  if (!sub->reachable_through(arrival_.portid)) {
+    log::warn("{}: Connect to subsystem '{}', which is not on the listener this host came through", peer, subnqn);
+    invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
+    return;
+  }
+  if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
+    log::warn("{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
+    done(r, sc::ConnectInvalidHost);
+    return;
+  }
+  // Admin and discovery queues carry few commands: at most kMaxAdminQueueDepth entries (the
+  // Linux host asks for 32, SPDK allows 128), which also bounds how many responses one
+  // discovery connection, open to any host, can have in flight.
+  const uint32_t max_depth = cmd.qid == 0 ? std::min(kMaxAdminQueueDepth, target_.config.max_queue_depth)
+                                          : target_.config.max_queue_depth;
+  if (cmd.sqsize == 0 || uint32_t(cmd.sqsize) + 1 > max_depth) {
+    log::warn("{}: Connect SQSIZE {} out of range", peer, cmd.sqsize);
+    invalid_connect_param(r, false, offsetof(ConnectCmd, sqsize));
+    return;
+  }
+  // What this queue holds for its life: one of its host's connection slots, and its request
+  // pool (SQSIZE requests), counted in the buffer budgets like data buffers.
+  const auto& cfg = target_.config;
+  auto host = target_.host_budget(hostnqn);
+  if (host->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
+      cfg.max_connections_per_host) {
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: host '{}' already has {} queues (max_connections_per_host)", peer, hostnqn,
+              cfg.max_connections_per_host);
+    done(r, sc::ConnectControllerBusy);
+    return;
+  }
+  const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
+  if (!pool_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_buffer_memory {}, "
+              "max_host_buffer_memory {})",
+              peer, cmd.sqsize + 1, hostnqn, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
+    done(r, kCommandInterrupted);
+    return;
+  }
+  auto undo = [&] {
+    pool_.release_budgets(host.get(), pool);
+    host->connections.fetch_sub(1, std::memory_order_relaxed);
+  };
+  std::shared_ptr<Controller> ctrl;
+  if (cmd.qid == 0) {
+    if (data.cntlid != kDynamicCntlid) {
+      undo();
+      invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
+      return;
+    }
+    uint16_t cntlid = sub->allocate_cntlid();
+    if (cntlid == 0) {
+      undo();
+      done(r, sc::ConnectControllerBusy);
+      return;
+    }
+    ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato,
+                                                            transport_.clock()));
+    ctrl->set_local_address(arrival_.local_address);
+  } else {
+    ctrl = sub->find_controller(data.cntlid);
+    if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {
+      log::warn("{}: I/O Connect names controller {} that this host does not own", peer, data.cntlid);
+      undo();
+      invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
+      return;
+    }
+    if (!ctrl->ready()) {
+      undo();
+      done(r, sc::CommandSequenceError);
+      return;
+    }
+    if (!ctrl->claim_queue(cmd.qid)) {
+      log::warn("{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer, cmd.qid,
+                ctrl->num_io_queues());
+      undo();
+      invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
+      return;
+    }
+    stats_ = ctrl->stats(cmd.qid);
+    resv_cache_.assign(sub->namespaces().size(), {});
+  }
+  ctrl_ = ctrl;
+  if (cmd.qid == 0) ctrl_->attach_admin_queue(&transport_.reactor(), this);
+  else ctrl_->register_io_queue(cmd.qid, &transport_.reactor(), this);
+  host_ = std::move(host);
+  pool_.attach_host(host_.get(), pool);
+  qid_ = cmd.qid;
+  sqsize_ = uint16_t(cmd.sqsize + 1);
+  sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
+  sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
+  transport_.connected();
+  log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{})", peer, hostnqn, subnqn,
+            ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
+            transport_.link_features());
+  r.dw0 = ctrl->cntlid();
+  done(r, sc::Success);
+}
+
+}  // namespace nvtcp::target

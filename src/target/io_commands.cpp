@@ -1,0 +1,610 @@
+// NVM I/O commands: Read, Write, Write Zeroes, Compare, Verify, Copy, Dataset Management,
+// Flush, reservations and fused Compare and Write, each as its parse (what it moves, checked
+// before any data), its execute (the device operation it starts) and its device completion.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "target/command_queue.hpp"
+#include "target/queue_limits.hpp"
+#include "target/tcp_queue.hpp"
+#include "util/log.hpp"
+#include "wire/reservations.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+using Direction = Request::Direction;
+
+// The command groups a reservation restricts (NVMe base specification, reservations).
+bool reads_blocks(IoOpcode op) {
+  return op == IoOpcode::Read || op == IoOpcode::Compare || op == IoOpcode::Verify || op == IoOpcode::Copy;
+}
+bool writes_blocks(IoOpcode op) {
+  return op == IoOpcode::Write || op == IoOpcode::WriteZeroes || op == IoOpcode::DatasetManagement ||
+         op == IoOpcode::Copy || op == IoOpcode::Flush;
+}
+
+// r takes len bytes from the host: in its capsule (exactly len), or asked for by R2T (then
+// the SGL must say so). The buffer holds them and whatever the command adds to them.
+bool host_data(Request& r, uint32_t len, uint32_t mdts) {
+  if (r.capsule_len == 0 && r.sqe.sgl.type != kSglTransportDataBlock) {
+    r.status = sc::SglDescriptorTypeInvalid;
+    return false;
+  }
+  if (r.capsule_len != 0 && r.capsule_len != len) {
+    r.status = sc::DataSglLengthInvalid;
+    return false;
+  }
+  r.xfer = {Direction::HostToController, len, buffer_bytes_for(r.sqe, len, mdts)};
+  return true;
+}
+}  // namespace
+
+// The blocks a command names (SLBA, NLB): inside the namespace, else LBA Out of Range; and,
+// for a command that moves data, at most MDTS, else Invalid Field. len: their bytes. The
+// namespace size (which a resize changes) is read once.
+Status CommandQueue::block_range(const Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const {
+  const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
+  const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
+  if (slba >= blocks || nlb > blocks - slba) return sc::LbaOutOfRange;
+  len = nlb << ns.lbads;
+  if (bounded_by_mdts && len > ctrl_->mdts_bytes()) return sc::InvalidField;
+  return sc::Success;
+}
+
+bool CommandQueue::io_allowed(Request& r) {
+  // The admin queue's loss ends this queue now, not at the next periodic check; a reset or
+  // shut-down controller runs no I/O (the host must re-enable it first).
+  if (ctrl_->dead.load(std::memory_order_relaxed)) {
+    transport_.close("its controller was torn down");
+    return false;
+  }
+  if (!ctrl_->ready()) {
+    r.status = sc::CommandSequenceError;
+    return false;
+  }
+  return true;
+}
+
+Namespace* CommandQueue::permitted_namespace(Request& r) {
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  if (opc == IoOpcode::Flush && r.sqe.nsid == kNsidAll) {
+    // Flush is in the write group a reservation restricts, on every namespace it reaches:
+    // a host that may not write one of them gets Reservation Conflict, as it would for a
+    // Flush to that namespace alone, and nothing is flushed.
+    for (const auto& each : ctrl_->subsystem().namespaces())
+      if (each->reservations.held() &&
+          !each->reservations.allowed(ctrl_->hostid(), false, true, resv_cache_[each->index])) {
+        r.status = sc::ReservationConflict;
+        return nullptr;
+      }
+    return nullptr;  // no one namespace: the flush goes to all
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  if (!ns) {
+    r.status = sc::InvalidNamespace;
+    return nullptr;
+  }
+  // A reservation held on the namespace: one relaxed load while there is none.
+  if (ns->reservations.held() &&
+      !ns->reservations.allowed(ctrl_->hostid(), reads_blocks(opc), writes_blocks(opc), resv_cache_[ns->index])) {
+    r.status = sc::ReservationConflict;
+    return nullptr;
+  }
+  return ns;
+}
+
+// ---------------------------------------------------------------- parse
+
+void CommandQueue::parse_io(Request& r) {
+  if (!io_allowed(r)) {
+    if (r.status.ok()) r.status = sc::CommandSequenceError;  // the queue closes: it is not answered
+    return;
+  }
+  const Sqe& sqe = r.sqe;
+  const auto opc = static_cast<IoOpcode>(sqe.opc);
+  Namespace* ns = permitted_namespace(r);
+  if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
+  const uint32_t mdts = ctrl_->mdts_bytes();
+  uint64_t len = 0;
+  switch (opc) {
+    case IoOpcode::Verify:
+      // The range is read as a Read would read it, and nothing is sent: a device that could
+      // not read a block fails the Verify (VSL in CNS 06h bounds it as MDTS bounds a read).
+      if (Status st = block_range(sqe, *ns, true, len); !st.ok()) {
+        r.status = st;
+        return;
+      }
+      r.xfer = {Direction::None, 0, ns->device->zero_copy_reads() ? 0 : uint32_t(len)};
+      return;
+    case IoOpcode::Read:
+      if (Status st = block_range(sqe, *ns, true, len); !st.ok()) r.status = st;
+      else if (sqe.sgl.length != len) r.status = sc::DataSglLengthInvalid;
+      else if (sqe.sgl.type != kSglTransportDataBlock) r.status = sc::SglDescriptorTypeInvalid;
+      else r.xfer = {Direction::ControllerToHost, uint32_t(len), ns->device->zero_copy_reads() ? 0 : uint32_t(len)};
+      return;
+    case IoOpcode::Write:
+    case IoOpcode::Compare:
+      // Compare: the host's blocks against the device's, read in after them in the buffer.
+      if (Status st = block_range(sqe, *ns, true, len); !st.ok()) r.status = st;
+      else if (sqe.sgl.length != len) r.status = sc::DataSglLengthInvalid;
+      else host_data(r, uint32_t(len), mdts);
+      return;
+    case IoOpcode::WriteZeroes:
+      if (Status st = block_range(sqe, *ns, false, len); !st.ok()) r.status = st;
+      return;
+    case IoOpcode::Copy: {
+      const uint32_t nr = (sqe.cdw12 & 0xFF) + 1, format = (sqe.cdw12 >> 8) & 0xF;
+      const uint32_t ranges = nr * uint32_t(sizeof(CopySourceRange));
+      if (format != 0) r.status = sc::InvalidField;  // source range format 0h only (OCFS)
+      else if (nr > kCopyMaxRanges) r.status = sc::CommandSizeLimitExceeded;
+      else if (sqe.sgl.length != ranges) r.status = sc::DataSglLengthInvalid;
+      else host_data(r, ranges, mdts);
+      return;
+    }
+    case IoOpcode::DatasetManagement: {
+      const uint32_t ranges = ((sqe.cdw10 & 0xFF) + 1) * uint32_t(sizeof(DsmRange));
+      if (sqe.sgl.length != ranges) r.status = sc::DataSglLengthInvalid;
+      else host_data(r, ranges, mdts);
+      return;
+    }
+    case IoOpcode::Flush: return;
+    case IoOpcode::ReservationReport: {
+      const uint64_t report = (uint64_t(sqe.cdw10) + 1) * 4;  // NUMD, 0's based
+      if (sqe.sgl.type != kSglTransportDataBlock) r.status = sc::SglDescriptorTypeInvalid;
+      else if (report > mdts) r.status = sc::InvalidField;
+      else if (sqe.sgl.length != report) r.status = sc::DataSglLengthInvalid;
+      else r.xfer = {Direction::ControllerToHost, uint32_t(report), uint32_t(report)};
+      return;
+    }
+    case IoOpcode::ReservationRegister:
+    case IoOpcode::ReservationAcquire:
+    case IoOpcode::ReservationRelease: {
+      const uint32_t data = opc == IoOpcode::ReservationRelease ? sizeof(ReservationReleaseData) : 16;
+      if (sqe.sgl.length != data) r.status = sc::DataSglLengthInvalid;
+      else host_data(r, data, mdts);
+      return;
+    }
+    default: r.status = sc::InvalidOpcode; return;
+  }
+}
+
+// ---------------------------------------------------------------- execute
+
+void CommandQueue::execute_io(Request& r) {
+  // Checked again: the host's data may have taken a while, and the controller, or a
+  // reservation, may have changed meanwhile.
+  if (!io_allowed(r)) {
+    if (!r.status.ok()) done(r, r.status);
+    return;  // else the queue is closing
+  }
+  const Sqe& sqe = r.sqe;
+  const auto opc = static_cast<IoOpcode>(sqe.opc);
+  Namespace* ns = permitted_namespace(r);
+  if (!ns && !r.status.ok()) {
+    done(r, r.status);
+    return;
+  }
+  if (!ns) {
+    start_flush(r, true);  // NSID FFFFFFFFh
+    return;
+  }
+  backend::BlockIo& io = r.io;
+  io.buffer = r.buf.get();
+  io.read_data = nullptr;
+  io.offset = sqe.slba() << ns->lbads;
+  io.length = uint64_t(sqe.nlb()) << ns->lbads;
+  io.fua = (opc == IoOpcode::Write || opc == IoOpcode::WriteZeroes) && sqe.fua();
+  switch (opc) {
+    case IoOpcode::Read:
+    case IoOpcode::Verify: io.op = backend::BlockIo::Op::Read; break;
+    case IoOpcode::Write: io.op = backend::BlockIo::Op::Write; break;
+    case IoOpcode::WriteZeroes: io.op = backend::BlockIo::Op::WriteZeroes; break;
+    case IoOpcode::Compare:
+      io.op = backend::BlockIo::Op::Read;
+      io.buffer = r.buf.get() + align_4k(r.xfer.len);
+      break;
+    case IoOpcode::Copy: execute_copy(r, *ns); return;
+    case IoOpcode::DatasetManagement: execute_dsm(r, *ns); return;
+    case IoOpcode::Flush: start_flush(r, false); return;
+    default: execute_reservation(r, *ns); return;  // parse let only these through
+  }
+  submit(r, *ns);
+}
+
+void CommandQueue::execute_copy(Request& r, Namespace& ns) {
+  const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
+  const auto* ranges = reinterpret_cast<const CopySourceRange*>(r.buf.get());
+  const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
+  const uint64_t max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns.lbads);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < nr; ++i) {
+    const uint64_t nlb = uint64_t(ranges[i].nlb) + 1;
+    if (nlb > max_range) {
+      done(r, sc::CommandSizeLimitExceeded);
+      return;
+    }
+    if (ranges[i].slba >= blocks || nlb > blocks - ranges[i].slba) {
+      done(r, sc::LbaOutOfRange);
+      return;
+    }
+    total += nlb;
+  }
+  const uint64_t sdlba = r.sqe.slba();
+  if (sdlba >= blocks || total > blocks - sdlba) {
+    done(r, sc::LbaOutOfRange);
+    return;
+  }
+  r.steps = Request::CopySteps{0, sdlba, false};
+  copy_step(r);
+}
+
+void CommandQueue::execute_dsm(Request& r, Namespace& ns) {
+  if (!(r.sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
+    done(r, sc::Success);
+    return;
+  }
+  const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
+  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf.get());
+  const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < nr; ++i) {
+    if (ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba) {
+      done(r, sc::LbaOutOfRange);
+      return;
+    }
+  }
+  r.steps = Request::DsmSteps{};
+  dsm_step(r);
+}
+
+// Reservation commands: the namespace's Reservations decides, under its lock; the notices a
+// command causes go to the other hosts' controllers.
+void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
+  const Sqe& sqe = r.sqe;
+  const auto opc = static_cast<IoOpcode>(sqe.opc);
+  if (opc == IoOpcode::ReservationReport) {
+    const Status st = ns.reservations.report(sqe.cdw11 & 1, r.buf.get(), r.xfer.len);
+    if (st.ok()) {
+      r.tx_data = r.buf.get();
+      r.tx_len = r.xfer.len;
+    }
+    done(r, st);
+    return;
+  }
+  Reservations::HostId host;
+  std::memcpy(host.data(), ctrl_->hostid(), host.size());
+  std::vector<Reservations::Notice> notices;
+  Reservations::Outcome o;
+  switch (opc) {
+    case IoOpcode::ReservationRegister: {
+      ReservationRegisterData d;
+      std::memcpy(&d, r.buf.get(), sizeof(d));
+      o = ns.reservations.apply_register(host, sqe.cdw10, d, notices);
+      break;
+    }
+    case IoOpcode::ReservationAcquire: {
+      ReservationAcquireData d;
+      std::memcpy(&d, r.buf.get(), sizeof(d));
+      o = ns.reservations.apply_acquire(host, sqe.cdw10, d, notices);
+      break;
+    }
+    default: {
+      ReservationReleaseData d;
+      std::memcpy(&d, r.buf.get(), sizeof(d));
+      o = ns.reservations.apply_release(host, sqe.cdw10, d, notices);
+      break;
+    }
+  }
+  // debug, not info: any host can send these in a loop, and each log line is a write(2).
+  if (o.status.ok())
+    log::debug("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}",
+               transport_.peer(), ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
+  ctrl_->subsystem().notify_reservation(ns.nsid, notices);
+  if (!o.durable_ticket) {
+    done(r, o.status);
+    return;
+  }
+  // Persistence on (CPTPL): the command completes once its state is durable.
+  wait_until_durable(r, o.durable_ticket);
+}
+
+// ---------------------------------------------------------------- device completions
+
+void CommandQueue::device_done(Request& r) {
+  Status st = r.device_status;
+  // A device that failed a command is an error event for the host (Transient Internal
+  // Error: the failure is the command's, the controller goes on).
+  if (!st.ok() && ctrl_) ctrl_->raise_device_error();
+  if (r.fused()) {
+    fused_done(r);
+    return;
+  }
+  if (std::holds_alternative<Request::FlushSteps>(r.steps)) {
+    if (st.ok()) flush_step(r);
+    else done(r, st);
+    return;
+  }
+  if (std::holds_alternative<Request::DsmSteps>(r.steps)) {
+    if (st.ok()) transport_.next_turn(r);
+    else done(r, st);
+    return;
+  }
+  if (std::holds_alternative<Request::CopySteps>(r.steps)) {
+    copy_done(r);
+    return;
+  }
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  if (opc == IoOpcode::Verify) {  // read to check it, never sent
+    done(r, st);
+    return;
+  }
+  if (opc == IoOpcode::Compare) {
+    const uint8_t* device = r.io.read_data ? r.io.read_data : r.io.buffer;
+    if (st.ok() && std::memcmp(r.buf.get(), device, r.io.length) != 0) st = sc::CompareFailure;
+    done(r, st);
+    return;
+  }
+  if (st.ok() && stats_) {
+    if (r.io.op == backend::BlockIo::Op::Read) stats_[r.ns_index].add_read(r.io.length);
+    else if (r.io.op == backend::BlockIo::Op::Write) stats_[r.ns_index].add_write(r.io.length);
+  }
+  if (st.ok() && r.io.fua) set_.count_fua_write();
+  if (st.ok() && r.io.op == backend::BlockIo::Op::Read) {
+    r.tx_data = r.io.read_data;
+    r.tx_len = uint32_t(r.io.length);
+  }
+  done(r, st);
+}
+
+// ---------------------------------------------------------------- commands in steps
+
+// Copy: each source range is read into the buffer after the range list, then written at
+// the destination, which moves on by that range's length.
+void CommandQueue::copy_step(Request& r) {
+  if (r.aborted) {
+    done(r, sc::AbortRequested);
+    return;
+  }
+  auto& copy = std::get<Request::CopySteps>(r.steps);
+  const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
+  if (copy.next == nr) {
+    done(r, sc::Success);
+    return;
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf.get())[copy.next];
+  copy.writing = false;
+  r.io.op = backend::BlockIo::Op::Read;
+  r.io.offset = range.slba << ns->lbads;
+  r.io.length = (uint64_t(range.nlb) + 1) << ns->lbads;
+  r.io.buffer = r.buf.get() + kCopyRangesBytes;
+  r.io.read_data = nullptr;
+  r.io.fua = false;
+  submit(r, *ns);
+}
+
+void CommandQueue::copy_done(Request& r) {
+  auto& copy = std::get<Request::CopySteps>(r.steps);
+  Status st = r.device_status;
+  if (r.aborted && st.ok() && !copy.writing) st = sc::AbortRequested;  // the range is read, not written
+  if (!st.ok()) {
+    done(r, st);
+    return;
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  if (copy.writing) {
+    copy.dst += r.io.length >> ns->lbads;
+    ++copy.next;
+    transport_.next_turn(r);
+    return;
+  }
+  // A device that lent its own memory for the read: copy out of it first, since the write
+  // may overlap the range it came from.
+  uint8_t* data = r.buf.get() + kCopyRangesBytes;
+  if (r.io.read_data != data) std::memcpy(data, r.io.read_data, r.io.length);
+  copy.writing = true;
+  r.io.op = backend::BlockIo::Op::Write;
+  r.io.offset = copy.dst << ns->lbads;
+  r.io.buffer = data;
+  r.io.read_data = nullptr;
+  r.io.fua = r.sqe.fua();  // CDW12 bit 30, as for a write
+  submit(r, *ns);
+}
+
+void CommandQueue::dsm_step(Request& r) {
+  if (r.aborted) {
+    done(r, sc::AbortRequested);
+    return;
+  }
+  auto& dsm = std::get<Request::DsmSteps>(r.steps);
+  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf.get());
+  const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
+  while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
+  if (dsm.next == nr) {
+    done(r, sc::Success);
+    return;
+  }
+  const DsmRange& d = ranges[dsm.next++];
+  r.io.op = backend::BlockIo::Op::Deallocate;
+  r.io.offset = d.slba << ns->lbads;
+  r.io.length = uint64_t(d.nlb) << ns->lbads;
+  submit(r, *ns);
+}
+
+// Flush makes durable every write that completed before it arrived: on one namespace, or
+// (NSID FFFFFFFFh, and when feature 06h turns a cache off) on each namespace the controller
+// reaches, one after another. Namespaces without a volatile write cache have nothing to do.
+void CommandQueue::start_flush(Request& r, bool all, bool shutdown_after) {
+  r.steps = Request::FlushSteps{0, all, shutdown_after};
+  flush_step(r);
+}
+
+void CommandQueue::flush_step(Request& r) {
+  if (r.aborted) {
+    done(r, sc::AbortRequested);
+    return;
+  }
+  auto& flush = std::get<Request::FlushSteps>(r.steps);
+  const auto& namespaces = ctrl_->subsystem().namespaces();
+  while (flush.next < namespaces.size()) {
+    Namespace* ns = namespaces[flush.next++].get();
+    if (!flush.all && ns->nsid != r.sqe.nsid) continue;
+    if (!ns->device->volatile_write_cache()) continue;
+    r.io.op = backend::BlockIo::Op::Flush;
+    r.io.offset = r.io.length = 0;
+    r.io.fua = false;
+    r.io.buffer = nullptr;
+    r.io.read_data = nullptr;
+    submit(r, *ns);
+    return;
+  }
+  if (qid_ != 0) set_.count_flush();
+  if (flush.shutdown_after) ctrl_->shutdown_complete();
+  done(r, sc::Success);
+}
+
+// ---------------------------------------------------------------- fused Compare and Write
+
+// The only fused operation NVM defines: a Compare marked first, then, as the very next
+// command, a Write marked second, on the same blocks, each with its data in the capsule.
+// Decided at parse, in arrival order. True when r was taken here: paired (execute starts the
+// pair), held as a first half, or failed (r.status).
+bool CommandQueue::fused_halves(Request& r) {
+  const uint8_t fuse = r.sqe.flags & kSqeFlagsFuseMask;
+  if (Request* first = fused_first_) {
+    fused_first_ = nullptr;
+    const Sqe &c = first->sqe, &w = r.sqe;
+    const uint32_t len = first->capsule_len;
+    const bool pair = fuse == kSqeFlagsFuseSecond && w.opc == uint8_t(IoOpcode::Write) && w.nsid == c.nsid &&
+                      w.slba() == c.slba() && w.nlb() == c.nlb() && r.capsule_len == len && len != 0;
+    if (pair) {
+      first->steps = Request::FusedHalf{&r};
+      r.steps = Request::FusedHalf{first};
+      return true;
+    }
+    log::warn("{}: fused Compare cid {} not followed by its Write (next: cid {} opcode 0x{:02x} fuse {})",
+              transport_.peer(), c.cid, w.cid, w.opc, fuse);
+    first->steps = std::monostate{};
+    set_state(*first, State::Executing);
+    done(*first, fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
+    if (fuse == kSqeFlagsFuseSecond) {
+      r.status = sc::FailedFusedCommand;
+      return true;
+    }
+    if (fuse == 0) return false;  // r runs as itself
+    // r itself is a new first half.
+  }
+  if (fuse == kSqeFlagsFuseFirst && qid_ != 0 && connected() && r.sqe.opc == uint8_t(IoOpcode::Compare)) {
+    if (r.capsule_len == 0) {  // the pair runs from its in-capsule data only
+      r.status = sc::InvalidField;
+      return true;
+    }
+    r.steps = Request::FusedHalf{};
+    fused_first_ = &r;  // execute() holds it until its second half comes
+    return true;
+  }
+  r.status = fuse == kSqeFlagsFuseSecond ? sc::MissingFusedCommand : sc::InvalidField;
+  return true;
+}
+
+void CommandQueue::start_fused(Request& cmp, Request& wr) {
+  if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
+    end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
+    return;
+  }
+  Namespace* ns = ctrl_->subsystem().find_namespace(cmp.sqe.nsid);
+  if (!ns) {
+    end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
+    return;
+  }
+  uint64_t len = 0;
+  if (Status st = block_range(cmp.sqe, *ns, true, len); !st.ok()) {
+    end_fused(cmp, st, sc::FailedFusedCommand);
+    return;
+  }
+  if (len != cmp.capsule_len || cmp.sqe.sgl.length != cmp.capsule_len) {
+    end_fused(cmp, sc::DataSglLengthInvalid, sc::FailedFusedCommand);
+    return;
+  }
+  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), true, true, resv_cache_[ns->index])) {
+    end_fused(cmp, sc::ReservationConflict, sc::FailedFusedCommand);
+    return;
+  }
+  cmp.fence_ns = ns;
+  set_state(wr, State::AwaitingFusedPartner);  // until its Compare has read and matched
+  set_state(cmp, State::Executing);
+  run_fused(cmp);
+}
+
+// Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare.
+void CommandQueue::run_fused(Request& cmp) {
+  Namespace* ns = cmp.fence_ns;
+  if (!cmp.fence_owner) {
+    if (!ns->fence.try_own()) {  // another fused operation on this namespace runs
+      wait_for_fence(cmp);
+      return;
+    }
+    cmp.fence_owner = true;
+  }
+  if (!ns->fence.drained()) {
+    wait_for_fence(cmp);
+    return;
+  }
+  backend::BlockIo& io = cmp.io;
+  io.op = backend::BlockIo::Op::Read;
+  io.offset = cmp.sqe.slba() << ns->lbads;
+  io.length = cmp.capsule_len;
+  io.fua = false;
+  io.read_data = nullptr;
+  io.buffer = cmp.buf.get() + align_4k(cmp.capsule_len);
+  submit(cmp, *ns);
+}
+
+void CommandQueue::fused_done(Request& r) {
+  Request& cmp = r.sqe.opc == uint8_t(IoOpcode::Compare) ? r : *r.fused()->partner;
+  Request& wr = *cmp.fused()->partner;
+  Status st = r.device_status;
+  if (&r == &wr) {  // the write is done: the pair is
+    if (st.ok() && stats_) stats_[wr.ns_index].add_write(wr.io.length);
+    end_fused(cmp, st.ok() ? sc::Success : sc::FailedFusedCommand, st);
+    return;
+  }
+  const uint8_t* device = cmp.io.read_data ? cmp.io.read_data : cmp.io.buffer;
+  if (st.ok() && std::memcmp(cmp.buf.get(), device, cmp.capsule_len) != 0) st = sc::CompareFailure;
+  if (!st.ok()) {
+    end_fused(cmp, st, sc::FailedFusedCommand);
+    return;
+  }
+  Namespace* ns = cmp.fence_ns;
+  backend::BlockIo& io = wr.io;
+  io.op = backend::BlockIo::Op::Write;
+  io.offset = wr.sqe.slba() << ns->lbads;
+  io.length = wr.capsule_len;
+  io.buffer = wr.buf.get();
+  io.read_data = nullptr;
+  io.fua = wr.sqe.fua();
+  wr.fence_owner = true;  // writes under the fence its Compare owns
+  wr.fence_ns = ns;
+  set_state(cmp, State::AwaitingFusedPartner);  // until its Write is done
+  set_state(wr, State::Executing);
+  submit(wr, *ns);
+}
+
+void CommandQueue::end_fused(Request& cmp, Status cmp_st, Status wr_st) {
+  Request& wr = *cmp.fused()->partner;
+  if (cmp.fence_owner) cmp.fence_ns->fence.release();
+  cmp.fence_owner = wr.fence_owner = false;
+  cmp.steps = wr.steps = std::monostate{};
+  cmp.tx_len = wr.tx_len = 0;
+  for (Request* half : {&cmp, &wr})
+    if (half->state() != State::Executing) set_state(*half, State::Executing);
+  done(cmp, cmp_st);
+  done(wr, wr_st);
+}
+
+}  // namespace nvtcp::target

@@ -1,0 +1,902 @@
+// The NVMe/TCP queue: a connection's life (accept, ICReq, deadlines, close and the last device
+// completion that frees it), its PDUs in and out, back-pressure, and process(), which moves
+// each request through its life.
+#include "target/tcp_queue.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "reactor/tcp_stream.hpp"
+#include "target/queue_limits.hpp"
+#include "util/log.hpp"
+#include "util/zeros.hpp"
+#include "wire/digest.hpp"
+
+namespace nvtcp::target {
+
+using namespace nvtcp::wire;
+
+namespace {
+constexpr uint64_t kMemoryRetryNs = 2'000'000;      // waiting for buffer memory freed elsewhere
+constexpr uint64_t kSendQueueRetryNs = 50'000'000;  // a fallback: sent responses wake us sooner
+}  // namespace
+
+// ---------------------------------------------------------------- the connections of a reactor
+
+void ConnectionSet::add(TcpQueue* c) { conns_.push_back(c); }
+void ConnectionSet::remove(TcpQueue* c) {
+  auto it = std::find(conns_.begin(), conns_.end(), c);
+  if (it != conns_.end()) {
+    *it = conns_.back();
+    conns_.pop_back();
+  }
+}
+void ConnectionSet::remove_draining(TcpQueue* c) {
+  auto it = std::find(draining_.begin(), draining_.end(), c);
+  if (it != draining_.end()) {
+    *it = draining_.back();
+    draining_.pop_back();
+  }
+}
+void ConnectionSet::collect(std::vector<ConnectionInfo>& out) const {
+  for (const TcpQueue* c : conns_) out.push_back(c->info());
+}
+RequestStateCounts ConnectionSet::request_states() const {
+  RequestStateCounts sum{};
+  for (const auto* list : {&conns_, &draining_})
+    for (const TcpQueue* c : *list)
+      for (size_t s = 0; s < sum.size(); ++s) sum[s] += c->request_states()[s];
+  return sum;
+}
+RequestStateEntries ConnectionSet::request_entries() const {
+  RequestStateEntries sum = retired_entries_;
+  for (const auto* list : {&conns_, &draining_})
+    for (const TcpQueue* c : *list)
+      for (size_t s = 0; s < sum.size(); ++s) sum[s] += c->request_entries()[s];
+  return sum;
+}
+void ConnectionSet::close_all() {
+  auto copy = conns_;
+  for (TcpQueue* c : copy) c->close("target shutting down");
+}
+
+// ---------------------------------------------------------------- life cycle
+
+TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
+                   std::string address, Arrival arrival, const reactor::Clock& clock)
+    : TcpQueue(
+          target, r, [&r, fd](reactor::StreamOwner& owner) { return std::make_unique<reactor::TcpStream>(r, fd, &owner); },
+          std::move(peer), set, std::move(address), std::move(arrival), clock) {}
+
+TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
+                   ConnectionSet& set, std::string address, Arrival arrival, const reactor::Clock& clock)
+    : target_(target),
+      reactor_(r),
+      peer_(std::move(peer)),
+      set_(set),
+      stream_(make_stream(*this)),
+      receiver_(transport::Side::Target, this),
+      address_(std::move(address)),
+      commands_(target, *this, pool_, set, std::move(arrival)),
+      pool_(target.config, target.usage, this,
+            [](reactor::SendDone* d) {
+              Request* req = static_cast<Request::Sent*>(d)->req;
+              req->queue->process(*req);
+            }),
+      backend_gate_(release_closed, this),
+      deadlines_(this, r, clock,
+                 {&TcpQueue::on_icreq_deadline, &TcpQueue::on_connect_deadline, &TcpQueue::on_keep_alive_check,
+                  &TcpQueue::on_controller_poll, &TcpQueue::on_send_stall_check, &TcpQueue::on_h2c_data_check,
+                  &TcpQueue::on_term_req_linger}) {
+  term_sent_.owner = this;
+  term_sent_.fn = [](reactor::SendDone* d) {
+    TcpQueue* c = static_cast<TermSent*>(d)->owner;
+    c->terminator_.closing();
+    c->stream_->close();
+  };
+  retry_timer_.owner = this;
+  retry_timer_.fn = on_retry_timer;
+  resume_d_.owner = this;
+  resume_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<TcpQueue>*>(d)->owner->resume_waiting(); };
+  target_.usage.connections.fetch_add(1);
+  const auto& cfg = target_.config;
+  receiver_.set_max_plen(std::max({cfg.in_capsule_data, cfg.max_h2c_data, kAdminInCapsule}) + 512);
+  pool_.resize(1);  // until Connect says how deep the queue is, only Connect can arrive
+  set_.add(this);
+}
+
+TcpQueue::~TcpQueue() {
+  set_.retire(pool_.entries());
+  reactor_.cancel_timer(&retry_timer_);
+  reactor_.undefer(&resume_d_);
+  if (!address_.empty()) target_.addresses.release(address_);
+  target_.usage.connections.fetch_sub(1);
+}
+
+ConnectionInfo TcpQueue::info() const {
+  ConnectionInfo i;
+  i.peer = peer_;
+  i.qid = commands_.qid();
+  i.connected = live();
+  i.send_queue_bytes = stream_->queued_bytes();
+  i.send_queue_peak = send_peak_;
+  i.buffer_bytes = pool_.buffer_bytes();
+  i.pool_bytes = pool_.pool_bytes();
+  i.waiting = waiting_;
+  i.waits = waits_;
+  i.request_states = pool_.counts();
+  return i;
+}
+
+void TcpQueue::start() {
+  log::debug("{}: connection accepted", peer_);
+  deadlines_.arm(Deadline::ICReq, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
+  stream_->start();
+}
+
+void TcpQueue::close(const std::string& why) {
+  if (state_ != State::Closing) {
+    log::info("{}: closing connection: {}", peer_, why);
+    set_state(State::Closing);
+  }
+  stream_->close();
+}
+
+const char* TcpQueue::state_name(State s) {
+  switch (s) {
+    case State::AwaitICReq: return "AwaitICReq";
+    case State::Ready: return "Ready";
+    case State::Closing: return "Closing";
+    case State::kCount: break;
+  }
+  return "?";
+}
+
+void TcpQueue::set_state(State to) {
+  if (kCheckTransitions && !kTransitions.allows(state_, to))
+    illegal_transition("connection", state_name(state_), state_name(to), "TcpQueue::set_state",
+                       long(commands_.qid()));
+  state_ = to;
+}
+
+void TcpQueue::on_receive(const uint8_t* data, size_t len) {
+  if (state_ == State::Closing) return;
+  receiver_.feed(data, len);
+}
+
+bool TcpQueue::recv_direct(uint8_t*& p, size_t& n) {
+  return state_ != State::Closing && receiver_.in_place_window(transport::kMinInPlaceBytes, p, n);
+}
+
+void TcpQueue::on_receive_direct(size_t len) {
+  if (state_ == State::Closing) return;
+  receiver_.consumed_in_place(len);
+}
+
+void TcpQueue::on_closed(int err) {
+  if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
+  log::debug("{}: connection closed", peer_);
+  if (state_ != State::Closing) set_state(State::Closing);
+  terminator_.peer_closed();
+  commands_.closed();
+  deadlines_.cancel_all();
+  reactor_.cancel_timer(&retry_timer_);
+  reactor_.undefer(&resume_d_);
+  set_.remove(this);
+  // Shutdown waits for draining connections: counted until the release frees this one, at
+  // once or at its last device completion.
+  set_.add_draining(this);
+  backend_gate_.close();
+}
+
+void TcpQueue::release_closed(void* conn) {
+  auto* c = static_cast<TcpQueue*>(conn);
+  c->set_.remove_draining(c);
+  delete c;
+}
+
+std::string TcpQueue::link_features() const {
+  return fmt::format("{}{}", hdgst_ ? ", header digest" : "", ddgst_ ? ", data digest" : "");
+}
+
+void TcpQueue::connected() {
+  pool_.resize(commands_.sqsize());
+  deadlines_.cancel(Deadline::Connect);
+  // The first checks come one controller poll after Connect, then every poll_period().
+  if (commands_.qid() == 0) deadlines_.arm(Deadline::KeepAlive, kControllerPollNs);
+  deadlines_.arm(Deadline::ControllerPoll, kControllerPollNs);
+  deadlines_.arm(Deadline::SendStall, kControllerPollNs);
+  deadlines_.arm(Deadline::H2CData, kControllerPollNs);
+}
+
+// ---------------------------------------------------------------- the life of a request
+//
+// Every event that moves a request on lands here, with the request in the state the event
+// ends: its capsule is in (ReceivingCapsule), its turn came (Queued) or its memory did
+// (NeedBuffer), the data its R2Ts asked for is in (AwaitingH2C), its device answered
+// (InDevice), its next step's turn came (BetweenSteps), the stream let go of its response
+// (Sending). Each case runs the request as far as it can go now:
+//
+//   ReceivingCapsule -> [Queued] -> [NeedBuffer] -> [AwaitingH2C] -> Executing -> ... -> Sending -> Free
+//
+// In between, the command layer holds it (AwaitingFusedPartner, AwaitingFence,
+// AwaitingDurable, HeldAer, HeldAbort) and moves it on itself; InDevice and BetweenSteps come
+// back here. A failure at any point answers at once (-> Sending).
+void TcpQueue::process(Request& r) {
+  switch (r.state()) {
+    case RState::ReceivingCapsule:
+      // Commands run in arrival order: behind older ones that wait, and not while the send
+      // queue is over its cap (its responses would only pile up).
+      if (wait_head_ || send_queue_full()) {
+        park(r, RState::Queued);
+        return;
+      }
+      [[fallthrough]];
+    case RState::Queued:
+      commands_.parse(r);
+      if (state_ == State::Closing) return;  // its controller is gone: nothing is answered
+      if (!r.status.ok()) {
+        finish(r, r.status);
+        return;
+      }
+      // Only a command whose buffer is not there yet (its slot's is too small) goes through
+      // NeedBuffer, so its entries count buffer allocations and memory waits.
+      if (r.xfer.buffer > r.buf_cap) set_request_state(r, RState::NeedBuffer);
+      [[fallthrough]];
+    case RState::NeedBuffer:
+      if (!buffer_ready(r, r.xfer.buffer)) return;  // waits for memory, or failed
+      if (r.xfer.dir == Request::Direction::HostToController && r.capsule_len == 0) {
+        set_request_state(r, RState::AwaitingH2C);
+        send_r2ts(r);
+        return;
+      }
+      execute(r);
+      return;
+    case RState::AwaitingH2C:  // every byte asked for is in
+      if (r.aborted) finish(r, sc::AbortRequested);
+      else if (!r.status.ok()) finish(r, r.status);
+      else execute(r);
+      return;
+    case RState::InDevice:
+      set_request_state(r, RState::Executing);
+      commands_.device_done(r);
+      return;
+    case RState::BetweenSteps:
+      set_request_state(r, RState::Executing);
+      commands_.next_step(r);
+      return;
+    case RState::Sending:
+      release(r);
+      return;
+    case RState::Free:
+    case RState::Executing:
+    case RState::AwaitingFusedPartner:
+    case RState::AwaitingFence:
+    case RState::AwaitingDurable:
+    case RState::HeldAer:
+    case RState::HeldAbort:
+    case RState::kCount: break;
+  }
+  log::error("{}: request {} (cid {}) moved on in state {}", peer_, r.index, r.sqe.cid, request_state_name(r.state()));
+}
+
+// A command that sends data to the host holds its bytes against the send queue's cap from
+// now on, until its response is queued.
+void TcpQueue::execute(Request& r) {
+  set_request_state(r, RState::Executing);
+  if (r.xfer.dir == Request::Direction::ControllerToHost && r.tx_pending == 0) {
+    r.tx_pending = r.xfer.len;
+    tx_pending_ += r.tx_pending;
+  }
+  commands_.execute(r);
+}
+
+void TcpQueue::finish(Request& r, Status st) {
+  r.status = st;
+  complete(r);
+}
+
+void TcpQueue::complete(Request& r) {
+  tx_pending_ -= r.tx_pending;
+  r.tx_pending = 0;
+  if (commands_.qid() != 0) set_.count_io();
+  send_response(r);
+}
+
+void TcpQueue::need_buffer(Request& r, uint32_t len) {
+  r.xfer.buffer = len;
+  // While it waits for memory its bytes are not on their way: they hold no room in the send
+  // queue (execute() counts them again).
+  tx_pending_ -= r.tx_pending;
+  r.tx_pending = 0;
+  set_request_state(r, RState::NeedBuffer);
+  process(r);
+}
+
+bool TcpQueue::buffer_ready(Request& r, uint32_t len) {
+  if (len == 0) return true;
+  switch (ensure_buffer(r, len)) {
+    case BufferResult::Ok: return true;
+    case BufferResult::Wait: park(r, RState::NeedBuffer); return false;
+    case BufferResult::Fail: finish(r, sc::InternalError); return false;
+  }
+  return false;
+}
+
+void TcpQueue::submit(Request& r, Namespace& ns) {
+  set_request_state(r, RState::InDevice);
+  r.ns_index = ns.index;
+  r.io.user = &r;
+  r.io.done = [](backend::BlockIo* io, Status st) {
+    Request* req = static_cast<Request*>(io->user);
+    req->queue->device_done(*req, st);
+  };
+  // Only a closed connection refuses, and nothing runs commands once it is closed: the
+  // request goes with the connection's pool.
+  if (!backend_gate_.enter()) return;
+  ns.device->submit(&r.io, reactor_);
+}
+
+void TcpQueue::device_done(Request& r, Status st) {
+  // A closing connection runs nothing more: the request stays where it is, and goes with the
+  // connection's pool.
+  const bool ending = backend_gate_.closed() || state_ == State::Closing;
+  commands_.device_released(r, ending);
+  if (backend_gate_.closed()) {
+    backend_gate_.leave();  // the last completion of a closed connection frees it: touch nothing after
+    return;
+  }
+  backend_gate_.leave();
+  if (ending) return;
+  r.device_status = st;
+  process(r);
+}
+
+// Copy and Dataset Management move on one range per reactor turn: the next range starts from
+// a no-op's completion, among the turn's other completions, not inline. A device that
+// completes inline (RAM) would otherwise run a command's every range in one turn: 128 ranges
+// of 1 MiB are 256 MiB of memcpy, and every other command on this reactor would wait for it.
+void TcpQueue::next_turn(Request& r) {
+  set_request_state(r, RState::BetweenSteps);
+  if (!backend_gate_.enter()) return;  // closed: nothing runs commands any more
+  r.next_step.owner = &r;
+  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
+    Request* req = static_cast<reactor::OwnedCompletion<Request>*>(c)->owner;
+    req->queue->run_next_step(*req);
+  };
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  io_uring_prep_nop(sqe);
+  reactor_.prep(sqe, &r.next_step);
+}
+
+void TcpQueue::run_next_step(Request& r) {
+  if (backend_gate_.closed()) {
+    backend_gate_.leave();  // may free this connection: touch nothing after
+    return;
+  }
+  backend_gate_.leave();
+  if (state_ != State::Closing) process(r);
+}
+
+bool TcpQueue::abort_before_execution(Request& r) {
+  switch (r.state()) {
+    case RState::Queued:
+    case RState::NeedBuffer:
+      if (!withdraw(r)) return false;
+      log::info("{}: cid {} aborted while it waited", peer_, r.sqe.cid);
+      finish(r, sc::AbortRequested);
+      return true;
+    case RState::AwaitingH2C:
+      if (r.aborted) return false;
+      // The data already asked for may still come: take it, ask for no more, then end.
+      r.aborted = true;
+      log::info("{}: cid {} aborted while it waited for data ({} of {} bytes asked for)", peer_, r.sqe.cid,
+                r.rx_next, r.r2t_next);
+      if (r.rx_next == r.r2t_next) process(r);
+      return true;
+    default: return false;
+  }
+}
+
+// ---------------------------------------------------------------- PDUs in
+
+bool TcpQueue::on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& dst) {
+  // The connection began closing while the receiver still held bytes of the same segment
+  // (an H2CTermReq with PDUs behind it): take nothing more from this host, as on_receive()
+  // would not have. Refusing the PDU stops the receiver; on_pdu_error() sends nothing now.
+  if (state_ == State::Closing) return false;
+  const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
+  auto type = static_cast<PduType>(ch.type);
+  if (type == PduType::H2CTermReq) {
+    dst = nullptr;  // the offending header the host quotes back; we only log the status
+    return true;
+  }
+  if (type == PduType::ICReq) {
+    if (state_ != State::AwaitICReq) {
+      fatal(Fes::PduSequenceError, 0, "ICReq after the connection was initialized");
+      return false;
+    }
+    // Handled here, while the header is still held, so a TermReq can quote it.
+    return handle_icreq(*reinterpret_cast<const ICReqPdu*>(hdr));
+  }
+  if (state_ == State::AwaitICReq) {
+    fatal(Fes::PduSequenceError, 0, fmt::format("{} before ICReq", pdu_type_name(type)));
+    return false;
+  }
+  if (type == PduType::CapsuleCmd)
+    return capsule_header(*reinterpret_cast<const CapsuleCmdHeader*>(hdr), data_len, dst);
+  if (type == PduType::H2CData) return h2c_data_header(*reinterpret_cast<const H2CDataPdu*>(hdr), data_len, dst);
+  fatal(Fes::InvalidHeaderField, 0, fmt::format("unexpected {}", pdu_type_name(type)));
+  return false;
+}
+
+void TcpQueue::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
+  const auto& ch = *reinterpret_cast<const CommonHeader*>(hdr);
+  switch (static_cast<PduType>(ch.type)) {
+    case PduType::ICReq: return;  // answered in on_pdu_header
+    case PduType::H2CTermReq: {
+      const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
+      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes), PduType::H2CTermReq),
+                unsigned(t.fes), uint32_t(t.fei));
+      close("H2CTermReq received");
+      return;
+    }
+    case PduType::CapsuleCmd: {
+      Request& r = *h2c_req_;
+      h2c_req_ = nullptr;
+      if (!data_ok) {
+        log::warn("{}: data digest error in capsule cid {}", peer_, r.sqe.cid);
+        finish(r, sc::TransientTransportError);
+        return;
+      }
+      if (!r.status.ok()) {
+        finish(r, r.status);
+        return;
+      }
+      process(r);
+      return;
+    }
+    case PduType::H2CData:
+      h2c_data_complete(*reinterpret_cast<const H2CDataPdu*>(hdr), data_ok);
+      return;
+    default: return;
+  }
+}
+
+void TcpQueue::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver_.fail(fes, fei, why); }
+
+void TcpQueue::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
+  if (state_ == State::Closing) return;  // already on its way out: no TermReq to send
+  log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
+            fes_name(fes, PduType::C2HTermReq), fei);
+  set_state(State::Closing);
+  // The same TermReq-and-linger piece as the host's. The target closes as soon as its C2HTermReq
+  // has left (term_sent_), as nvmet and SPDK do; the linger only bounds a send that never leaves.
+  const auto pdu = terminator_.start(receiver_, PduType::C2HTermReq, fes, fei, deadlines_.clock().now_ns());
+  if (pdu.empty()) return;
+  stream_->send(pdu.data(), uint32_t(pdu.size()), &term_sent_);
+  deadlines_.arm(Deadline::TermReqLinger, terminator_.linger_ns());
+}
+
+bool TcpQueue::handle_icreq(const ICReqPdu& req) {
+  if (req.pfv != kPfv) {
+    fatal(Fes::UnsupportedParameter, offsetof(ICReqPdu, pfv), fmt::format("ICReq PFV {} unsupported", req.pfv));
+    return false;
+  }
+  if (req.hpda > 31) {
+    fatal(Fes::InvalidHeaderField, offsetof(ICReqPdu, hpda), fmt::format("ICReq HPDA {} out of range", req.hpda));
+    return false;
+  }
+  hpda_ = req.hpda;
+  host_maxr2t_ = std::min<uint32_t>(req.maxr2t, Request::kMaxR2T - 1) + 1;
+  hdgst_ = (req.digest & kIcDigestHeader) && target_.config.allow_hdgst;
+  ddgst_ = (req.digest & kIcDigestData) && target_.config.allow_ddgst;
+  const ICRespPdu resp = make_icresp(0, hdgst_, ddgst_, target_.config.max_h2c_data);
+  static_assert(sizeof(icresp_) == sizeof(resp));
+  std::memcpy(icresp_, &resp, sizeof(resp));
+  stream_->send(icresp_, sizeof(icresp_));
+  receiver_.set_digests(hdgst_, ddgst_);
+  set_state(State::Ready);
+  // Connect is due by the deadline the ICReq had: icreq_timeout_ms from accept covers both.
+  deadlines_.arm_at(Deadline::Connect, deadlines_.deadline(Deadline::ICReq));
+  deadlines_.cancel(Deadline::ICReq);
+  log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", peer_, req.hpda, req.maxr2t, hdgst_, ddgst_);
+  return true;
+}
+
+bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
+  Request* found = pool_.alloc();
+  const uint16_t sqsize = commands_.sqsize();
+  if (!found && sqsize && pool_.size() < size_t(sqsize) + stream_->held_send_dones()) {
+    // Zero-copy sends keep requests whose response has left (so the host may reuse the
+    // slot) until the kernel lets go of their pages: the pool grows past the queue depth
+    // by at most that many, once, at warm-up.
+    pool_.resize(uint32_t(pool_.size()) + 1);
+    found = pool_.alloc();
+  }
+  if (!found) {
+    fatal(Fes::PduSequenceError, 0, fmt::format("more commands outstanding than the queue depth ({})", pool_.size()));
+    return false;
+  }
+  Request& r = *found;
+  std::memcpy(&r.sqe, pdu.sqe, sizeof(Sqe));
+  r.status = sc::Success;
+  r.dw0 = r.dw1 = 0;
+  r.xfer = {};
+  r.capsule_len = 0;
+  r.rx_next = 0;
+  r.r2t_next = 0;
+  r.aborted = false;
+  r.tx_data = nullptr;
+  r.tx_len = 0;
+  r.tx_pad = 0;
+  r.fence_counted = r.fence_owner = false;
+  r.steps = std::monostate{};
+  commands_.fetched();
+  h2c_req_ = &r;
+  if (data_len == 0) return true;
+  // In-capsule data: check the SGL now, and drop the bytes of a bad one as they arrive.
+  const SglDescriptor& sgl = r.sqe.sgl;
+  if (data_len > commands_.max_in_capsule()) r.status = sc::DataSglLengthInvalid;
+  else if (sgl.type != kSglDataBlockOffset) r.status = sc::SglDescriptorTypeInvalid;
+  else if (sgl.addr != 0) r.status = sc::SglOffsetInvalid;
+  else if (sgl.length != data_len) r.status = sc::DataSglLengthInvalid;
+  else if (BufferResult br = ensure_buffer(r, commands_.in_capsule_buffer(r.sqe, data_len)); br != BufferResult::Ok) {
+    // The data is on its way and has nowhere to wait: drop it, and ask for a retry.
+    r.status = br == BufferResult::Wait ? kCommandInterrupted : sc::InternalError;
+    target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
+    if (!memory_logged_) {
+      log::warn("{}: no buffer memory for {} bytes of in-capsule data (limits: {} per connection, {} in all); "
+                "cid {} ends with Command Interrupted, to be retried",
+                peer_, data_len, target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory,
+                r.sqe.cid);
+      memory_logged_ = true;
+    }
+    dst = nullptr;
+    return true;
+  }
+  if (!r.status.ok()) {
+    log::warn("{}: cid {}: bad in-capsule data ({} bytes, SGL type 0x{:02x} length {}): {}", peer_, r.sqe.cid,
+              data_len, sgl.type, sgl.length, status_name(r.status));
+    dst = nullptr;
+    return true;
+  }
+  r.capsule_len = data_len;
+  r.rx_next = data_len;
+  dst = r.buf.get();
+  return true;
+}
+
+bool TcpQueue::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst) {
+  if (pdu.ttag >= pool_.size() || pool_.at(pdu.ttag)->state() != RState::AwaitingH2C) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, ttag),
+          fmt::format("H2CData for unknown transfer tag {}", pdu.ttag));
+    return false;
+  }
+  Request* r = pool_.at(pdu.ttag);
+  if (r->sqe.cid != pdu.cccid) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, cccid),
+          fmt::format("H2CData cccid {} does not match tag {} (cid {})", pdu.cccid, pdu.ttag, r->sqe.cid));
+    return false;
+  }
+  if (pdu.datal != data_len) {
+    fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, datal),
+          fmt::format("H2CData DATAL {} but the PDU carries {} bytes", pdu.datal, data_len));
+    return false;
+  }
+  if (pdu.datal > target_.config.max_h2c_data) {
+    fatal(Fes::DataLimitExceeded, 0, fmt::format("H2CData of {} bytes over MAXH2CDATA", pdu.datal));
+    return false;
+  }
+  if (pdu.datao != r->rx_next || uint64_t(pdu.datao) + pdu.datal > r->r2t_next || pdu.datal == 0) {
+    fatal(Fes::DataOutOfRange, 0,
+          fmt::format("H2CData [{}, +{}) outside the requested window [{}, {})", pdu.datao, pdu.datal, r->rx_next,
+                      r->r2t_next));
+    return false;
+  }
+  h2c_req_ = r;
+  dst = r->buf.get() + pdu.datao;
+  return true;
+}
+
+void TcpQueue::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
+  Request& r = *h2c_req_;
+  h2c_req_ = nullptr;
+  r.rx_next += pdu.datal;
+  if (!data_ok) {
+    log::warn("{}: data digest error in H2CData for cid {}", peer_, r.sqe.cid);
+    r.status = sc::TransientTransportError;
+  }
+  // An aborted transfer ends with the data already asked for; otherwise with all of it.
+  const uint32_t wanted = r.aborted ? r.r2t_next : r.xfer.len;
+  if (r.rx_next < wanted) {
+    send_r2ts(r);
+    return;
+  }
+  process(r);
+}
+
+// ---------------------------------------------------------------- PDUs out
+
+void TcpQueue::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags) {
+  fill_common_header(ch, type, hlen, data_len, flags, hdgst_, ddgst_, hpda_);
+}
+
+void TcpQueue::send_r2ts(Request& r) {
+  if (r.aborted) return;  // an aborted command asks for no more data
+  const uint32_t chunk = target_.config.max_h2c_data;
+  const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, Request::kMaxR2T});
+  while (r.r2t_next < r.xfer.len) {
+    uint32_t sent = (r.r2t_next + chunk - 1) / chunk;
+    uint32_t done = r.rx_next / chunk;
+    if (sent - done >= max_out) break;
+    uint32_t len = std::min(chunk, r.xfer.len - r.r2t_next);
+    uint8_t* slot = r.r2t_pdu[sent % Request::kMaxR2T];
+    auto* p = reinterpret_cast<R2TPdu*>(slot);
+    std::memset(p, 0, sizeof(R2TPdu));
+    fill_header(p->ch, PduType::R2T, sizeof(R2TPdu), 0, 0);
+    p->cccid = r.sqe.cid;
+    p->ttag = r.index;
+    p->r2to = r.r2t_next;
+    p->r2tl = len;
+    if (hdgst_) seal_header_digest(slot, sizeof(R2TPdu));
+    stream_->send(slot, p->ch.plen);
+    r.r2t_sent_ns[sent % Request::kMaxR2T] = deadlines_.clock().now_ns();
+    r.r2t_next += len;
+  }
+}
+
+void TcpQueue::send_response(Request& r) {
+  set_request_state(r, RState::Sending);
+  const Cqe cqe = commands_.response(r);
+  const bool data = r.tx_len > 0 && r.status.ok();
+  const bool success_flag = data && commands_.sq_flow_disabled();
+  if (data) {
+    const uint32_t total = r.tx_len + r.tx_pad;
+    auto* c2h = reinterpret_cast<C2HDataPdu*>(r.c2h_pdu);
+    std::memset(r.c2h_pdu, 0, sizeof(C2HDataPdu) + kDigestLen);
+    fill_header(c2h->ch, PduType::C2HData, sizeof(C2HDataPdu), total,
+                kFlagDataLast | (success_flag ? kFlagDataSuccess : 0));
+    c2h->cccid = r.sqe.cid;
+    c2h->datao = 0;
+    c2h->datal = total;
+    uint32_t pdo = c2h->ch.pdo;
+    if (hdgst_) seal_header_digest(r.c2h_pdu, sizeof(C2HDataPdu));
+    std::memset(r.c2h_pdu + sizeof(C2HDataPdu) + (hdgst_ ? 4 : 0), 0, pdo - sizeof(C2HDataPdu) - (hdgst_ ? 4 : 0));
+    stream_->send(r.c2h_pdu, pdo);
+    // The data, then (a log page's end) zeros from the shared region, then the digest of
+    // both; the last segment carries the SendDone.
+    reactor::SendDone* done = success_flag ? &r.sent : nullptr;
+    Crc32c crc;
+    if (ddgst_) crc.update(r.tx_data, r.tx_len);
+    stream_->send(r.tx_data, r.tx_len, r.tx_pad || ddgst_ ? nullptr : done);
+    for (uint32_t left = r.tx_pad; left > 0;) {
+      const uint32_t n = uint32_t(std::min<size_t>(left, kZeroBytesLen));
+      if (ddgst_) crc.update(zero_bytes(), n);
+      left -= n;
+      stream_->send(zero_bytes(), n, left || ddgst_ ? nullptr : done);
+    }
+    if (ddgst_) {
+      const uint32_t v = crc.value();
+      std::memcpy(r.c2h_ddgst, &v, 4);
+      stream_->send(r.c2h_ddgst, 4, done);
+    }
+    if (success_flag) {
+      send_peak_ = std::max<uint64_t>(send_peak_, stream_->queued_bytes());
+      return;
+    }
+  }
+  auto* resp = reinterpret_cast<CapsuleRespPdu*>(r.resp_pdu);
+  std::memset(r.resp_pdu, 0, sizeof(r.resp_pdu));
+  fill_header(resp->ch, PduType::CapsuleResp, sizeof(CapsuleRespPdu), 0, 0);
+  std::memcpy(resp->cqe, &cqe, sizeof(cqe));
+  if (hdgst_) seal_header_digest(r.resp_pdu, sizeof(CapsuleRespPdu));
+  stream_->send(r.resp_pdu, resp->ch.plen, &r.sent);
+  send_peak_ = std::max<uint64_t>(send_peak_, stream_->queued_bytes());
+}
+
+void TcpQueue::release(Request& r) {
+  // Admin and discovery commands are few and far between: their buffers (log pages up to
+  // MDTS) go back at once instead of waiting, idle, for the next one.
+  pool_.release(&r, commands_.qid() == 0);
+  if (wait_head_) reactor_.defer(&resume_d_);
+  if (close_after_send_) {
+    close_after_send_ = false;
+    close("host sent Disconnect");
+  }
+}
+
+// ---------------------------------------------------------------- back-pressure
+
+TcpQueue::BufferResult TcpQueue::ensure_buffer(Request& r, uint32_t len) {
+  const uint32_t had = r.buf_cap;
+  const BufferResult res = pool_.ensure_buffer(&r, len, live() && commands_.qid() != 0);
+  if (res == BufferResult::Fail) log::warn("{}: cannot allocate a {}-byte data buffer", peer_, align_4k(len));
+  if (res == BufferResult::Ok && r.buf_cap != had && memory_logged_ && !wait_head_) {
+    log::info("{}: buffer memory available again", peer_);
+    memory_logged_ = false;
+  }
+  return res;
+}
+
+bool TcpQueue::send_queue_full() const {
+  const uint64_t cap = target_.config.max_send_queue_bytes;
+  return cap && stream_->queued_bytes() + tx_pending_ > cap;
+}
+
+void TcpQueue::park(Request& r, RState as) {
+  if (r.state() != as) set_request_state(r, as);  // a NeedBuffer request resumed too early stays one
+  r.next_waiting = nullptr;
+  if (!wait_head_) {
+    wait_head_ = wait_tail_ = &r;
+  } else if (resuming_) {
+    r.next_waiting = wait_head_;  // it was the head a moment ago: keep arrival order
+    wait_head_ = &r;
+  } else {
+    wait_tail_->next_waiting = &r;
+    wait_tail_ = &r;
+  }
+  ++waiting_;
+  ++waits_;
+  if (as == RState::NeedBuffer) {
+    memory_short_ = true;
+    target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
+    if (!memory_logged_) {
+      log::warn("{}: buffer memory exhausted (limits: {} per connection, {} in all); commands wait", peer_,
+                target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory);
+      memory_logged_ = true;
+    }
+    reactor_.arm_timer(&retry_timer_, kMemoryRetryNs);
+  } else if (!retry_timer_.linked) {
+    reactor_.arm_timer(&retry_timer_, kSendQueueRetryNs);
+  }
+}
+
+bool TcpQueue::withdraw(Request& r) {
+  Request** link = &wait_head_;
+  Request* prev = nullptr;
+  while (*link && *link != &r) {
+    prev = *link;
+    link = &(*link)->next_waiting;
+  }
+  if (!*link) return false;
+  *link = r.next_waiting;
+  if (wait_tail_ == &r) wait_tail_ = prev;
+  r.next_waiting = nullptr;
+  --waiting_;
+  return true;
+}
+
+void TcpQueue::resume_waiting() {
+  if (resuming_ || state_ == State::Closing) return;
+  resuming_ = true;
+  memory_short_ = false;
+  while (wait_head_ && state_ != State::Closing && !send_queue_full()) {
+    Request& r = *wait_head_;
+    wait_head_ = r.next_waiting;
+    if (!wait_head_) wait_tail_ = nullptr;
+    r.next_waiting = nullptr;
+    --waiting_;
+    process(r);
+    if (memory_short_) break;  // it is parked at the head again
+  }
+  resuming_ = false;
+  if (!wait_head_) {
+    reactor_.cancel_timer(&retry_timer_);
+    if (memory_logged_) {
+      log::info("{}: buffer memory available again", peer_);
+      memory_logged_ = false;
+    }
+  } else if (!retry_timer_.linked) {
+    reactor_.arm_timer(&retry_timer_, memory_short_ ? kMemoryRetryNs : kSendQueueRetryNs);
+  }
+}
+
+void TcpQueue::on_retry_timer(reactor::Timer* t) { static_cast<TimerSlot*>(t)->owner->resume_waiting(); }
+
+// ---------------------------------------------------------------- deadlines
+
+const Request* TcpQueue::stalled_write(uint64_t now, uint64_t& next_due) const {
+  // Checked on the connection's H2CData deadline, not per I/O: a scan of the slots.
+  next_due = UINT64_MAX;
+  const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
+  if (limit == 0) return nullptr;
+  for (const auto& r : pool_.slots())
+    if (r->state() == RState::AwaitingH2C && r->rx_next < r->r2t_next) {
+      const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % Request::kMaxR2T];
+      if (now > asked && now - asked > limit) return r.get();
+      next_due = std::min(next_due, asked + limit + 1);
+    }
+  return nullptr;
+}
+
+// Responses queued and none of them taken by the host since send_timeout_ms ago. Progress
+// is seen only here: the stall is counted from the check that first found the queue still.
+bool TcpQueue::send_stalled(uint64_t now, uint64_t& next_due) {
+  const uint64_t limit = uint64_t(target_.config.send_timeout_ms) * 1000000ull;
+  if (stream_->queued_bytes() == 0 || stream_->sent_bytes() != sent_seen_ || send_progress_ns_ == 0) {
+    sent_seen_ = stream_->sent_bytes();
+    send_progress_ns_ = now;
+  } else if (limit != 0 && now > send_progress_ns_ && now - send_progress_ns_ > limit) {
+    return true;
+  }
+  next_due = limit != 0 && stream_->queued_bytes() != 0 ? send_progress_ns_ + limit + 1 : UINT64_MAX;
+  return false;
+}
+
+void TcpQueue::on_icreq_deadline(uint64_t) {
+  if (state_ == State::AwaitICReq) close(fmt::format("no ICReq within {} ms", target_.config.icreq_timeout_ms));
+}
+
+void TcpQueue::on_connect_deadline(uint64_t) {
+  if (state_ == State::Ready && !commands_.connected()) close("no Connect after ICReq");
+}
+
+void TcpQueue::on_term_req_linger(uint64_t) {
+  terminator_.closing();
+  stream_->close();  // the peer did not take our TermReq in time
+}
+
+uint64_t TcpQueue::poll_period() const {
+  uint64_t period = kControllerPollNs;
+  const Controller* ctrl = commands_.controller();
+  if (commands_.qid() == 0 && ctrl && ctrl->kato_ms())
+    period = std::min<uint64_t>(period, uint64_t(ctrl->kato_ms()) * 250000ull);
+  return period;
+}
+
+void TcpQueue::arm_check(Deadline d, uint64_t now, uint64_t due) {
+  deadlines_.arm_at(d, std::min(due, now + poll_period()));
+}
+
+// Each check below stops (and is not armed again) once the connection is closing: a check
+// that closes it ends the others due at the same time.
+void TcpQueue::on_keep_alive_check(uint64_t now) {
+  if (!live()) return;
+  Controller& ctrl = *commands_.controller();
+  // The controller stamps commands with the clock it got from this queue: KATO is measured on it.
+  if (ctrl.keep_alive_expired(now)) {
+    log::warn("{}: keep-alive timeout ({} ms) on controller {}", peer_, ctrl.kato_ms(), ctrl.cntlid());
+    commands_.end_controller("keep-alive timeout");
+    close("keep-alive timeout");
+    return;
+  }
+  arm_check(Deadline::KeepAlive, now, ctrl.keep_alive_deadline());
+}
+
+void TcpQueue::on_controller_poll(uint64_t) {
+  if (!live()) return;
+  if (commands_.controller()->dead.load(std::memory_order_relaxed)) {
+    close("its controller was torn down");
+    return;
+  }
+  deadlines_.arm(Deadline::ControllerPoll, poll_period());
+}
+
+void TcpQueue::on_send_stall_check(uint64_t now) {
+  if (!live()) return;
+  uint64_t due = UINT64_MAX;
+  if (send_stalled(now, due)) {
+    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", peer_,
+              stream_->queued_bytes(), target_.config.send_timeout_ms);
+    close("send timeout");
+    return;
+  }
+  arm_check(Deadline::SendStall, now, due);
+}
+
+void TcpQueue::on_h2c_data_check(uint64_t now) {
+  if (!live()) return;
+  uint64_t due = UINT64_MAX;
+  if (const Request* r = stalled_write(now, due)) {
+    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection", peer_,
+              r->sqe.cid, commands_.qid(), target_.config.h2c_data_timeout_ms);
+    close("H2CData timeout");
+    return;
+  }
+  arm_check(Deadline::H2CData, now, due);
+}
+
+}  // namespace nvtcp::target
