@@ -108,6 +108,7 @@ void CommandQueue::parse_io(Request& r) {
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   Namespace* ns = permitted_namespace(r);
+  r.ns = ns;
   if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
   const uint32_t mdts = ctrl_->mdts_bytes();
   uint64_t len = 0;
@@ -176,19 +177,23 @@ void CommandQueue::parse_io(Request& r) {
 // ---------------------------------------------------------------- execute
 
 void CommandQueue::execute_io(Request& r) {
-  // Checked again: the host's data may have taken a while, and the controller, or a
-  // reservation, may have changed meanwhile.
-  if (!io_allowed(r)) {
-    if (!r.status.ok()) done(r, r.status);
-    return;  // else the queue is closing
+  // Checked again when the command waited (for memory, its turn or the host's data): the
+  // controller, or a reservation, may have changed meanwhile. Otherwise parse checked it
+  // this very turn.
+  Namespace* ns = r.ns;
+  if (r.waited) {
+    if (!io_allowed(r)) {
+      if (!r.status.ok()) done(r, r.status);
+      return;  // else the queue is closing
+    }
+    ns = permitted_namespace(r);
+    if (!ns && !r.status.ok()) {
+      done(r, r.status);
+      return;
+    }
   }
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
-  Namespace* ns = permitted_namespace(r);
-  if (!ns && !r.status.ok()) {
-    done(r, r.status);
-    return;
-  }
   if (!ns) {
     start_flush(r, true);  // NSID FFFFFFFFh
     return;

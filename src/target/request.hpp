@@ -85,6 +85,11 @@ struct Request {
   uint32_t dw0 = 0, dw1 = 0;
   Transfer xfer;
   uint32_t capsule_len = 0;       // host data that came in the capsule
+  // I/O commands: the namespace parse found (nullptr: none, or every one for a Flush), and
+  // whether time passed between parse and execute (the request waited for memory, its turn
+  // or its data), so that execute checks the controller and reservations again.
+  Namespace* ns = nullptr;
+  bool waited = false;
   uint32_t rx_next = 0;           // host->controller bytes received, in order
   uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
   bool aborted = false;           // Abort: ends with Command Abort Requested at its next step

@@ -249,6 +249,7 @@ void TcpQueue::process(Request& r) {
       if (!buffer_ready(r, r.xfer.buffer)) return;  // waits for memory, or failed
       if (r.xfer.dir == Request::Direction::HostToController && r.capsule_len == 0) {
         set_request_state(r, RState::AwaitingH2C);
+        r.waited = true;
         send_r2ts(r);
         return;
       }
@@ -529,6 +530,8 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
   r.rx_next = 0;
   r.r2t_next = 0;
   r.aborted = false;
+  r.ns = nullptr;
+  r.waited = false;
   r.tx_data = nullptr;
   r.tx_len = 0;
   r.tx_pad = 0;
@@ -728,6 +731,7 @@ bool TcpQueue::send_queue_full() const {
 
 void TcpQueue::park(Request& r, RState as) {
   if (r.state() != as) set_request_state(r, as);  // a NeedBuffer request resumed too early stays one
+  r.waited = true;
   r.next_waiting = nullptr;
   if (!wait_head_) {
     wait_head_ = wait_tail_ = &r;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,9 @@ target::TargetState& state() {
 }
 
 class FakeTransport;
-FakeTransport* g_fake = nullptr;  // the device callbacks find their transport here
+// The device callbacks find the transport of their request here (several fakes may share a
+// namespace, as queues of two hosts do).
+std::map<const target::Request*, FakeTransport*> g_owner;
 
 class FakeTransport final : public target::CommandTransport {
  public:
@@ -49,11 +53,10 @@ class FakeTransport final : public target::CommandTransport {
       : reactor_(r), pool_(ts.config, ts.usage, nullptr, [](reactor::SendDone*) {}),
         commands_(ts, *this, pool_, set, target::Arrival{}) {
     pool_.resize(1);
-    g_fake = this;
   }
   ~FakeTransport() override {
     commands_.closed();
-    g_fake = nullptr;
+    for (auto it = g_owner.begin(); it != g_owner.end();) it = it->second == this ? g_owner.erase(it) : std::next(it);
   }
 
   target::CommandQueue& commands() { return commands_; }
@@ -71,6 +74,8 @@ class FakeTransport final : public target::CommandTransport {
     r->xfer = {};
     r->capsule_len = r->rx_next = r->r2t_next = 0;
     r->aborted = false;
+    r->ns = nullptr;
+    r->waited = false;
     r->tx_data = nullptr;
     r->tx_len = r->tx_pad = 0;
     r->steps = std::monostate{};
@@ -92,7 +97,9 @@ class FakeTransport final : public target::CommandTransport {
     }
     if (r->xfer.dir == target::Request::Direction::HostToController && r->capsule_len == 0) {
       pool_.set_state(r, S::AwaitingH2C);
+      r->waited = true;
       ++r2t_transfers;
+      if (while_data_travels) while_data_travels();
       EXPECT_EQ(data.size(), r->xfer.len) << "the test passes the data its R2Ts ask for";
       std::memcpy(r->buf.get(), data.data(), std::min<size_t>(data.size(), r->xfer.len));
       r->rx_next = r->r2t_next = r->xfer.len;
@@ -130,12 +137,14 @@ class FakeTransport final : public target::CommandTransport {
     ++device_ops;
     r.ns_index = ns.index;
     r.io.user = &r;
+    g_owner[&r] = this;
     r.io.done = [](backend::BlockIo* io, Status st) {
       auto& req = *static_cast<target::Request*>(io->user);
-      g_fake->commands_.device_released(req, false);
+      FakeTransport* q = g_owner.at(&req);
+      q->commands_.device_released(req, false);
       req.device_status = st;
-      g_fake->pool_.set_state(&req, S::Executing);
-      g_fake->commands_.device_done(req);
+      q->pool_.set_state(&req, S::Executing);
+      q->commands_.device_done(req);
     };
     ns.device->submit(&r.io, reactor_);  // NULL and RAM answer at once
   }
@@ -164,6 +173,7 @@ class FakeTransport final : public target::CommandTransport {
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
   int device_ops = 0, r2t_transfers = 0, buffer_requests = 0;
+  std::function<void()> while_data_travels;  // runs between an R2T command's parse and its execute
   std::string closed_why;
   bool disconnect_requested = false;
 
@@ -183,8 +193,8 @@ Sqe with_sgl(Sqe s, uint16_t cid, uint32_t len, uint8_t type = kSglTransportData
   return s;
 }
 
-Bytes connect_bytes(uint16_t cntlid) {
-  const ConnectData d = cmd::connect_data(kHostId, cntlid, kNqn, kHostNqn);
+Bytes connect_bytes(uint16_t cntlid, const uint8_t (&hostid)[16] = kHostId, const char* hostnqn = kHostNqn) {
+  const ConnectData d = cmd::connect_data(hostid, cntlid, kNqn, hostnqn);
   Bytes b(sizeof(d));
   std::memcpy(b.data(), &d, sizeof(d));
   return b;
@@ -210,8 +220,8 @@ class CommandQueueTest : public ::testing::Test {
     return st;
   }
   // An admin queue with an enabled controller (and I/O queues granted), as a host brings it up.
-  void bring_up_admin(FakeTransport& admin) {
-    admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
+  void bring_up_admin(FakeTransport& admin, const uint8_t (&hostid)[16] = kHostId, const char* hostnqn = kHostNqn) {
+    admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid, hostid, hostnqn));
     ASSERT_TRUE(admin.completed.back()->status.ok()) << status_name(admin.completed.back()->status);
     cntlid = uint16_t(admin.cqes.back().dw0);
     ASSERT_TRUE(last_status(admin).ok());
@@ -220,8 +230,8 @@ class CommandQueueTest : public ::testing::Test {
     admin.run(with_sgl(cmd::set_number_of_queues(4, 4), 2, 0));
     ASSERT_TRUE(last_status(admin).ok());
   }
-  void bring_up_io(FakeTransport& io) {
-    io.run(cmd::connect(1, 31, 0), connect_bytes(cntlid));
+  void bring_up_io(FakeTransport& io, const uint8_t (&hostid)[16] = kHostId, const char* hostnqn = kHostNqn) {
+    io.run(cmd::connect(1, 31, 0), connect_bytes(cntlid, hostid, hostnqn));
     ASSERT_TRUE(last_status(io).ok());
   }
 
@@ -546,4 +556,47 @@ TEST_F(CommandQueueTest, AReservationThatMustPersistWaitsForItsStateFile) {
   }
   ts.reset();
   std::filesystem::remove_all(dir);
+}
+
+// A write whose data comes by R2T is checked again once the data is in: a reservation another
+// host took meanwhile refuses it, though its parse was allowed.
+TEST_F(CommandQueueTest, AReservationTakenWhileAWritesDataTravelsRefusesTheWrite) {
+  constexpr uint8_t kOtherHostId[16] = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+  constexpr const char* kOtherHostNqn = "nqn.2026-12.io.nvtcp:command-queue-other-host";
+  FakeTransport admin(reactor_, set_), io(reactor_, set_), other_admin(reactor_, set_), other(reactor_, set_);
+  ASSERT_NO_FATAL_FAILURE(bring_up_admin(admin));
+  ASSERT_NO_FATAL_FAILURE(bring_up_io(io));
+  ASSERT_NO_FATAL_FAILURE(bring_up_admin(other_admin, kOtherHostId, kOtherHostNqn));
+  ASSERT_NO_FATAL_FAILURE(bring_up_io(other, kOtherHostId, kOtherHostNqn));
+  auto resv = [](IoOpcode opc, uint16_t cid, uint32_t cdw10, const Bytes& data) {
+    Sqe s = with_sgl(Sqe{}, cid, uint32_t(data.size()), kSglDataBlockOffset);
+    s.opc = uint8_t(opc);
+    s.nsid = test::kConnRamNsid;
+    s.cdw10 = cdw10;
+    return s;
+  };
+  const ReservationRegisterData key{0, 0x77};
+  other.run(resv(IoOpcode::ReservationRegister, 110, uint32_t(RegisterAction::Register), bytes_of(key)),
+            bytes_of(key));
+  ASSERT_TRUE(last_status(other).ok());
+  io.while_data_travels = [&] {
+    const ReservationAcquireData acq{0x77, 0};
+    const uint32_t write_exclusive = uint32_t(ReservationType::WriteExclusive) << 8;
+    other.run(resv(IoOpcode::ReservationAcquire, 111, uint32_t(AcquireAction::Acquire) | write_exclusive,
+                   bytes_of(acq)),
+              bytes_of(acq));
+  };
+  io.run(rw(IoOpcode::Write, 112, test::kConnRamNsid, 0, 1, 512), Bytes(512, 3), true);
+  EXPECT_TRUE(last_status(other).ok()) << "the other host holds the reservation";
+  EXPECT_EQ(last_status(io), sc::ReservationConflict);
+  EXPECT_EQ(io.device_ops, 0);
+  // Released again, the next write goes through.
+  io.while_data_travels = nullptr;
+  const ReservationReleaseData rel{0x77};
+  other.run(resv(IoOpcode::ReservationRelease, 113, uint32_t(ReservationType::WriteExclusive) << 8, bytes_of(rel)),
+            bytes_of(rel));
+  ASSERT_TRUE(last_status(other).ok());
+  target::Request* w = io.run(rw(IoOpcode::Write, 114, test::kConnRamNsid, 0, 1, 512), Bytes(512, 3), true);
+  ASSERT_EQ(w->state(), S::Sending) << target::request_state_name(w->state()) << " " << status_name(w->status);
+  EXPECT_TRUE(last_status(io).ok());
 }
