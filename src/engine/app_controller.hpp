@@ -47,9 +47,9 @@
 #include <vector>
 
 #include "engine/admin_buffers.hpp"
-#include "engine/attach.hpp"
-#include "engine/shm_queue.hpp"
 #include "nvtcp/host.hpp"
+#include "shm/attach.hpp"
+#include "shm/shm_queue.hpp"
 
 namespace nvtcp::engine {
 
@@ -76,15 +76,15 @@ class AppController {
     virtual const uint8_t* remote_identify() = 0;
     // Starts carrying I/O queue pair qid (its SQ and CQ, the CQ going on from cq); false if
     // it cannot (no engine core).
-    virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
-                                EngineQueuePair::CqPosition cq) = 0;
+    virtual bool start_io_queue(AppController& app, uint16_t qid, const shm::QueueMemory& m, int vector_fd,
+                                shm::EngineQueuePair::CqPosition cq) = 0;
     // Takes I/O queue pair qid away; io_queue_stopped() says when it is gone.
     virtual void stop_io_queue(AppController& app, uint16_t qid, bool abandon) = 0;
     // Interrupt Coalescing (feature 08h) changed: applies to every I/O queue of the app.
     virtual void set_coalescing(AppController& app, uint32_t value) = 0;
   };
 
-  AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max, AdminLimits limits = {});
+  AppController(shm::Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max, AdminLimits limits = {});
   ~AppController();
   AppController(const AppController&) = delete;
   AppController& operator=(const AppController&) = delete;
@@ -110,13 +110,13 @@ class AppController {
   uint32_t admin_in_flight_peak() const { return admin_in_flight_peak_; }
   uint64_t admin_buffer_bytes() const { return admin_buffer_bytes_; }
   // From the engine: an I/O queue asked to stop is gone; one faulted.
-  void io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq = {});
+  void io_queue_stopped(uint16_t qid, shm::EngineQueuePair::CqPosition cq = {});
   void io_queue_faulted(uint16_t qid);
 
   // Detached, every I/O queue gone and no forwarded command out: the engine may destroy it.
   bool finished() const { return detached_ && live_io_queues() == 0 && forwarded_.empty(); }
   bool detached() const { return detached_; }
-  const Attachment& attachment() const { return at_; }
+  const shm::Attachment& attachment() const { return at_; }
   uint16_t cntlid() const { return cntlid_; }
   uint32_t coalescing() const { return coalescing_; }
   std::string name() const;
@@ -129,7 +129,7 @@ class AppController {
     uint32_t cq_entries = 0;
     uint32_t sq_entries = 0;
     int vector = -1;              // -1: interrupts off (IEN = 0)
-    EngineQueuePair::CqPosition cq;  // where the CQ stands between two SQs on it
+    shm::EngineQueuePair::CqPosition cq;  // where the CQ stands between two SQs on it
     bool deleting = false;        // a Delete I/O SQ waits for it
     uint16_t delete_cid = 0;
   };
@@ -160,7 +160,7 @@ class AppController {
   uint32_t csts() const;
   void set_csts(uint32_t v);
 
-  Attachment at_;
+  shm::Attachment at_;
   Backend& backend_;
   uint16_t cntlid_;
   uint32_t io_queues_max_;        // queue pairs of the region, less the admin pair
@@ -172,7 +172,7 @@ class AppController {
   bool shutdown_pending_ = false;
   bool faulted_ = false;
   bool detached_ = false;
-  EngineQueuePair admin_;
+  shm::EngineQueuePair admin_;
   std::deque<wire::Cqe> admin_backlog_;  // answers the admin CQ had no room for
   std::vector<uint16_t> held_aers_;
   std::vector<IoQueue> io_;             // index = qid

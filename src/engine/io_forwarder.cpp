@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "engine/attach.hpp"
-#include "engine/region.hpp"
 #include "reactor/reactor.hpp"
+#include "shm/attach.hpp"
+#include "shm/region.hpp"
 
 namespace nvtcp::engine {
 
 struct IoForwarder::Queue {
   void* owner;
   uint16_t qid;
-  EngineQueuePair q;
+  shm::EngineQueuePair q;
   uint8_t* data;
   uint64_t data_bytes;
   int vector_fd;
@@ -59,10 +59,10 @@ IoForwarder::~IoForwarder() {
   while (in_flight_ > 0) qp_.process_completions(1000);
 }
 
-IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
-                                           uint64_t data_bytes, int vector_fd, EngineQueuePair::CqPosition cq) {
+IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const shm::QueueMemory& m, uint8_t* data,
+                                           uint64_t data_bytes, int vector_fd, shm::EngineQueuePair::CqPosition cq) {
   queues_.push_back(
-      std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+      std::unique_ptr<Queue>(new Queue{owner, qid, shm::EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
   queues_.back()->q.resume_cq(cq);
   queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();
@@ -89,7 +89,7 @@ void IoForwarder::remove_queue(Queue* q, Removal how) {
   }
 }
 
-bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQueuePair::Fault::None; }
+bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != shm::EngineQueuePair::Fault::None; }
 
 // The I/O opcodes the engine carries to the shared remote controller: those whose data
 // (if any) it can size and check against the application's region, and whose effect stays
@@ -152,7 +152,7 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
       q.holding = false;
       ++handled;
     }
-    if (q.q.fault() != EngineQueuePair::Fault::None && !q.fault_reported) {
+    if (q.q.fault() != shm::EngineQueuePair::Fault::None && !q.fault_reported) {
       q.fault_reported = true;
       if (events_) events_->on_queue_fault(q.owner, q.qid, q.q.fault());
     }
@@ -182,7 +182,7 @@ void IoForwarder::interrupt(Queue& q) {
   }
   if (!fire) return;
   if (q.q.take_interrupt_request()) {  // only an application that sleeps on it is signalled
-    signal_fd(q.vector_fd);
+    shm::signal_fd(q.vector_fd);
     ++stats_.interrupts;
   }
   q.irq_pending = 0;
@@ -191,14 +191,14 @@ void IoForwarder::interrupt(Queue& q) {
 
 void IoForwarder::resume_polling() {
   for (auto& qp : queues_)
-    if (qp->q.fault() == EngineQueuePair::Fault::None) qp->q.stop_notices();
+    if (qp->q.fault() == shm::EngineQueuePair::Fault::None) qp->q.stop_notices();
 }
 
 bool IoForwarder::prepare_to_sleep() {
   bool work = false;
   for (auto& qp : queues_) {
     Queue& q = *qp;
-    if (q.removing || q.q.fault() != EngineQueuePair::Fault::None) continue;
+    if (q.removing || q.q.fault() != shm::EngineQueuePair::Fault::None) continue;
     q.q.want_sq_notice();
     if (q.holding || q.waiting_head || q.irq_pending) work = true;  // coalesced interrupts wait awake
     else if (q.q.fetch(q.held)) q.holding = work = true;  // published just before the notice
@@ -240,7 +240,7 @@ void IoForwarder::reap_removed() {
     }
     void* owner = q.owner;
     const uint16_t qid = q.qid;
-    const EngineQueuePair::CqPosition cq = q.q.cq_position();
+    const shm::EngineQueuePair::CqPosition cq = q.q.cq_position();
     queues_.erase(queues_.begin() + ptrdiff_t(i));
     if (events_) events_->on_queue_removed(owner, qid, cq);
   }
@@ -277,7 +277,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   const uint64_t want64 = data_length(sqe);
   if (want64 > 0xFFFFFFFFull) return refuse(wire::sc::DataSglLengthInvalid);  // beyond any MDTS
   const uint32_t want = uint32_t(want64);
-  DataSpan span = resolve_data(sqe, q.data, q.data_bytes, want);
+  shm::DataSpan span = shm::resolve_data(sqe, q.data, q.data_bytes, want);
   if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
     span.status = wire::sc::InvalidNamespace;
   if (!span.status.ok()) return refuse(span.status);
@@ -332,7 +332,7 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
     release(cmd);
     return;
   }
-  if (q.q.fault() != EngineQueuePair::Fault::None) {  // its CQ cannot be trusted: never posted
+  if (q.q.fault() != shm::EngineQueuePair::Fault::None) {  // its CQ cannot be trusted: never posted
     ++stats_.dropped;
     release(cmd);
     return;
@@ -349,7 +349,7 @@ void IoForwarder::flush_waiting(Queue& q) {
   while (q.waiting_head) {
     Command* cmd = q.waiting_head;
     if (q.q.cq_space() == 0) {
-      if (q.q.fault() != EngineQueuePair::Fault::None) {
+      if (q.q.fault() != shm::EngineQueuePair::Fault::None) {
         q.waiting_head = cmd->next;
         if (!q.waiting_head) q.waiting_tail = nullptr;
         ++stats_.dropped;

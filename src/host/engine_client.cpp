@@ -27,15 +27,15 @@ constexpr uint32_t kQueueEntries = 1024;        // of every queue the engine lay
 constexpr uint32_t kAdminBufferBytes = 1u << 20; // admin data, at the start of the region
 constexpr uint32_t kMaxIoQueues = 128;
 
-using engine::detail::load_acquire;
-using engine::detail::store_release;
+using shm::detail::load_acquire;
+using shm::detail::store_release;
 using reactor::monotonic_ns;
 
 // Waits up to timeout_ms for an interrupt vector (a pipe's read end) to be signalled, and
 // takes the signal.
 void wait_vector(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, timeout_ms) > 0) engine::drain_fd(fd);
+  if (::poll(&p, 1, timeout_ms) > 0) shm::drain_fd(fd);
 }
 
 void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
@@ -53,7 +53,7 @@ void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
 class EngineIoQueue final : public IoQueue {
  public:
   EngineIoQueue(std::shared_ptr<EngineClient> c, uint16_t qid, uint32_t depth, int vector_fd,
-                const engine::QueueMemory& m)
+                const shm::QueueMemory& m)
       : c_(std::move(c)), qid_(qid), depth_(depth), vector_fd_(vector_fd), app_(m), reqs_(depth) {
     for (uint32_t i = depth; i-- > 0;) free_.push_back(uint16_t(i));
   }
@@ -182,7 +182,7 @@ class EngineIoQueue final : public IoQueue {
   uint16_t qid_;
   uint32_t depth_;
   int vector_fd_;
-  engine::AppQueuePair app_;
+  shm::AppQueuePair app_;
   std::vector<Req> reqs_;
   std::vector<uint16_t> free_;  // command IDs (index into reqs_)
   uint32_t outstanding_ = 0;
@@ -213,15 +213,15 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
                                       2 * kAdminBufferBytes));
     return nullptr;
   }
-  engine::AttachRequest req;
+  shm::AttachRequest req;
   const uint32_t io = std::clamp<uint32_t>(opts.io_queues, 1, kMaxIoQueues);
   req.queue_pairs = io + 1;
   req.queue_entries = kQueueEntries;
-  req.vectors = std::min<uint32_t>(req.queue_pairs, engine::kMaxVectors);
+  req.vectors = std::min<uint32_t>(req.queue_pairs, shm::kMaxVectors);
   req.data_bytes = opts.engine_region_bytes;
   std::strncpy(req.subnqn, trid.subnqn.c_str(), sizeof(req.subnqn) - 1);
   std::string why;
-  if (!engine::attach(trid.traddr, req, c->at_, why)) {
+  if (!shm::attach(trid.traddr, req, c->at_, why)) {
     // The engine is reached through the address (a UNIX socket path): not reaching it, or
     // being refused by it, is the address not being usable.
     err = HostError::make(HostError::Kind::Address, std::move(why));
@@ -234,7 +234,7 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   c->io_base_ = c->data_ + kAdminBufferBytes;
   c->io_end_ = c->data_ + c->at_.layout().data_bytes;
   c->free_[kAdminBufferBytes] = c->at_.layout().data_bytes - kAdminBufferBytes;
-  c->admin_ = std::make_unique<engine::AppQueuePair>(c->at_.queue_pair(0));
+  c->admin_ = std::make_unique<shm::AppQueuePair>(c->at_.queue_pair(0));
   if (!c->enable(err)) return nullptr;
 
   Sqe id{};
@@ -268,14 +268,14 @@ EngineClient::~EngineClient() { shutdown(); }
 void EngineClient::shutdown() {
   if (!at_.region() || gone_.load()) return;
   // A normal shutdown notice (CC.SHN = 01b); the engine says when it is done.
-  engine::ControllerRegisters& r = at_.registers();
+  shm::ControllerRegisters& r = at_.registers();
   store_release(r.cc, load_acquire(r.cc) | (1u << prop::kCcShnShift));
   kick();
   wait_csts(prop::kCstsShstMask, prop::kCstsShstComplete, 2000);
   gone_.store(true);
 }
 
-void EngineClient::kick() const { engine::signal_fd(at_.kick_fd()); }
+void EngineClient::kick() const { shm::signal_fd(at_.kick_fd()); }
 
 bool EngineClient::failed() const {
   return gone_.load(std::memory_order_relaxed) || (load_acquire(at_.registers().csts) & prop::kCstsFatal);
@@ -398,7 +398,7 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, HostError
     admin(del, nullptr, 0, false);
     return nullptr;
   }
-  engine::QueueMemory m = at_.queue_pair(qid);
+  shm::QueueMemory m = at_.queue_pair(qid);
   m.sq_size = depth + 1;
   m.cq_size = depth + 1;
   auto q = std::make_unique<EngineIoQueue>(shared_from_this(), qid, depth, ien ? at_.vector_fds()[iv] : -1, m);

@@ -10,7 +10,7 @@
 #include "../integration/test_target.hpp"
 #include "engine/engine.hpp"
 #include "engine/io_forwarder.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -145,14 +145,14 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
   ASSERT_TRUE(ctrl) << err;
   auto qp = ctrl->create_io_qpair(64, err);
   ASSERT_TRUE(qp) << err;
-  auto layout = engine::RegionLayout::compute(2, 64, 1 << 20);
+  auto layout = shm::RegionLayout::compute(2, 64, 1 << 20);
   ASSERT_TRUE(layout);
   std::vector<uint8_t> region(layout->total_bytes + 4096);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(region.data()) + 4095) & ~uintptr_t(4095));
   layout->write_header(base);
   engine::IoForwarder fwd(*qp);
   fwd.add_queue(nullptr, 1, layout->queue_pair(base, 1), base + layout->data_offset, layout->data_bytes);
-  engine::AppQueuePair app(layout->queue_pair(base, 1));
+  shm::AppQueuePair app(layout->queue_pair(base, 1));
   uint64_t completed = 0, errors = 0;
   uint16_t cid = 0;
   auto turn = [&] {

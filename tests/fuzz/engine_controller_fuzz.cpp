@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/app_controller.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 #include "wire/features.hpp"
 
 using namespace nvtcp;
@@ -82,11 +82,11 @@ struct FakeBackend final : AppController::Backend {
     auto* b = static_cast<const uint8_t*>(p);
     return b >= lo && b + len <= hi;
   }
-  bool start_io_queue(AppController&, uint16_t qid, const engine::QueueMemory& m, int,
-                      engine::EngineQueuePair::CqPosition) override {
+  bool start_io_queue(AppController&, uint16_t qid, const shm::QueueMemory& m, int,
+                      shm::EngineQueuePair::CqPosition) override {
     if (detached) __builtin_trap();
     if (running.count(qid) || stopping.count(qid)) __builtin_trap();
-    if (!inside(m.words, sizeof(engine::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(wire::Sqe)) ||
+    if (!inside(m.words, sizeof(shm::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(wire::Sqe)) ||
         !inside(m.cq, size_t(m.cq_size) * sizeof(wire::Cqe)) || m.sq_size < 2 || m.cq_size < 2)
       __builtin_trap();
     running.insert(qid);
@@ -108,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
   const uint32_t pairs = 2 + in.byte() % 4;
   const uint32_t entries = 2 + in.byte() % 30;
-  auto layout = engine::RegionLayout::compute(pairs, entries, 64 * 1024);
+  auto layout = shm::RegionLayout::compute(pairs, entries, 64 * 1024);
   // One heap block exactly the region's size: a read or write past it is ASan's to catch.
   auto free_aligned = [](uint8_t* p) { ::operator delete[](p, std::align_val_t(4096)); };
   std::unique_ptr<uint8_t[], decltype(free_aligned)> heap(new (std::align_val_t(4096)) uint8_t[layout->total_bytes](),
@@ -124,9 +124,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   be.pool = std::make_unique<engine::AdminBufferPool>(4096ull * (1 + in.byte() % 16));
   be.limits.max_in_flight = 1 + in.byte() % 8;
   be.limits.max_buffer_bytes = 4096ull * (1 + in.byte() % 8);
-  AppController ctl(engine::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8, be.limits);
-  engine::QueueMemory admin_mem = layout->queue_pair(region, 0);
-  engine::ControllerRegisters& regs = engine::RegionLayout::registers(region);
+  AppController ctl(shm::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8, be.limits);
+  shm::QueueMemory admin_mem = layout->queue_pair(region, 0);
+  shm::ControllerRegisters& regs = shm::RegionLayout::registers(region);
   uint32_t tail = 0;
 
   while (in.n) {

@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "engine/io_forwarder.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test {
 namespace {
 
-using engine::AppQueuePair;
-using engine::RegionLayout;
+using shm::AppQueuePair;
+using shm::RegionLayout;
 
 constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks (default_config)
 
@@ -249,7 +249,7 @@ TEST_F(EngineForward, AnApplicationThatNeverReadsItsCqCannotTakeEveryCommandReco
   auto layout = RegionLayout::compute(3, 256, 1 << 20);
   SharedRegion r(*layout);
   engine::IoForwarder fwd(*qp_);  // 64 records (the host queue pair's depth)
-  engine::QueueMemory hog_mem = layout->queue_pair(r.base, 1);
+  shm::QueueMemory hog_mem = layout->queue_pair(r.base, 1);
   hog_mem.cq_size = 4;  // three completions fill it
   fwd.add_queue(nullptr, 1, hog_mem, r.data(), layout->data_bytes);
   fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes);

@@ -22,10 +22,10 @@
 
 #include "../support/fault_proxy.hpp"
 #include "engine/app_controller.hpp"
-#include "engine/attach.hpp"
 #include "engine/engine.hpp"
-#include "engine/shm_queue.hpp"
 #include "nvtcp/identify.hpp"
+#include "shm/attach.hpp"
+#include "shm/shm_queue.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -109,8 +109,8 @@ Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
 
 // An application that drives the shared memory by hand (no host library), so it can do
 // what the library never does: die without a word, ring impossible doorbells.
-engine::AttachRequest raw_request(uint32_t pairs = 3) {
-  engine::AttachRequest req;
+shm::AttachRequest raw_request(uint32_t pairs = 3) {
+  shm::AttachRequest req;
   req.queue_pairs = pairs;
   req.queue_entries = 64;
   req.vectors = 2;
@@ -122,10 +122,10 @@ engine::AttachRequest raw_request(uint32_t pairs = 3) {
 class RawApp {
  public:
   explicit RawApp(const std::string& path, uint32_t pairs = 3) : RawApp(path, raw_request(pairs)) {}
-  RawApp(const std::string& path, const engine::AttachRequest& req) {
+  RawApp(const std::string& path, const shm::AttachRequest& req) {
     std::string err;
-    if (!engine::attach(path, req, at, err)) throw std::runtime_error(err);
-    admin = std::make_unique<engine::AppQueuePair>(at.queue_pair(0));
+    if (!shm::attach(path, req, at, err)) throw std::runtime_error(err);
+    admin = std::make_unique<shm::AppQueuePair>(at.queue_pair(0));
   }
   bool enable() {
     std::atomic_ref<uint32_t>(at.registers().cc).store(prop::kCcEnable | (6u << 16) | (4u << 20));
@@ -135,7 +135,7 @@ class RawApp {
   bool wait_csts(uint32_t mask, uint32_t want) {
     return wait_for([&] { return (std::atomic_ref<uint32_t>(at.registers().csts).load() & mask) == want; }, 5000);
   }
-  void kick() { engine::signal_fd(at.kick_fd()); }
+  void kick() { shm::signal_fd(at.kick_fd()); }
   wire::Cqe command(Sqe s) {
     s.cid = ++cid;
     s.flags = wire::kSqeFlagsPsdtSgl;
@@ -166,8 +166,8 @@ class RawApp {
     return s;
   }
 
-  engine::Attachment at;
-  std::unique_ptr<engine::AppQueuePair> admin;
+  shm::Attachment at;
+  std::unique_ptr<shm::AppQueuePair> admin;
   uint16_t cid = 0;
 };
 
@@ -311,9 +311,9 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   EXPECT_EQ(wire::Status::from_cqe(got.status), sc::SglOffsetInvalid);
 
   // I/O on queue 1, then Delete SQ 1 and CQ 1.
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 16;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   io.submit(app.read_cmd(7, 0, 8, 0));
   if (io.ring_sq()) app.kick();
   wire::Cqe ioc{};
@@ -337,8 +337,8 @@ TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
     RawApp dying(e.engine().options().socket_path);
     ASSERT_TRUE(dying.enable());
     ASSERT_TRUE(dying.create_queue(1, 64));
-    engine::QueueMemory m = dying.at.queue_pair(1);
-    engine::AppQueuePair io(m);
+    shm::QueueMemory m = dying.at.queue_pair(1);
+    shm::AppQueuePair io(m);
     for (uint16_t cid = 0; cid < 63; ++cid) io.submit(dying.read_cmd(cid, cid * 64, 64, cid * 32768ull));
     if (io.ring_sq()) dying.kick();
     ASSERT_TRUE(wait_for([&] { return e.engine().stats().forwarded > 0; }, 5000));
@@ -367,11 +367,11 @@ TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
   std::atomic_ref<uint32_t>(bad.at.registers().cc).store(0);
   bad.kick();
   ASSERT_TRUE(bad.wait_csts(prop::kCstsFatal | prop::kCstsReady, 0));
-  bad.admin = std::make_unique<engine::AppQueuePair>(bad.at.queue_pair(0));
+  bad.admin = std::make_unique<shm::AppQueuePair>(bad.at.queue_pair(0));
   bad.cid = 0;
   ASSERT_TRUE(bad.enable());
   ASSERT_TRUE(bad.create_queue(1, 64));
-  engine::AppQueuePair q(bad.at.queue_pair(1));
+  shm::AppQueuePair q(bad.at.queue_pair(1));
   q.submit(bad.read_cmd(3, 0, 8, 0));
   if (q.ring_sq()) bad.kick();
   wire::Cqe c{};
@@ -387,9 +387,9 @@ TEST(Engine, ANewSqOnAnOldCqGoesOnWhereTheCqStood) {
   RawApp app(e.engine().options().socket_path);
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.create_queue(1, 8));
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 8;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   uint16_t cid = 0;
   auto one_read = [&] {
     io.submit(app.read_cmd(cid, cid, 1, 0));
@@ -415,10 +415,10 @@ TEST(Engine, AResetDuringAStuckSqDeletionCompletes) {
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoCq, 1 | (3u << 16), 1)).ok());  // 4 entries
   ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoSq, 1 | (63u << 16), 1 | (1u << 16))).ok());
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = 64;
   m.cq_size = 4;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   for (uint16_t c = 0; c < 60; ++c) io.submit(app.read_cmd(c, c, 1, 0));
   if (io.ring_sq()) app.kick();
   // Delete I/O SQ cannot finish: its aborted entries wait for CQ room that never comes.
@@ -540,7 +540,7 @@ TEST(Engine, SignallingAnApplicationThatDiedDoesNotKillTheEngine) {
   int p[2];
   ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
   ::close(p[0]);          // the application is gone
-  engine::signal_fd(p[1]);  // what the engine does on a completion for it
+  shm::signal_fd(p[1]);  // what the engine does on a completion for it
   ::close(p[1]);
   BystanderApp other(e);
   EXPECT_EQ(other.read(), sc::Success) << "the engine goes on";
@@ -626,24 +626,24 @@ TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersS
   const std::string path = e.engine().options().socket_path;
   std::string why;
 
-  engine::AttachRequest huge = raw_request();
+  shm::AttachRequest huge = raw_request();
   huge.data_bytes = 1ull << 40;  // the tester's 1 TiB region
-  engine::Attachment refused;
-  EXPECT_FALSE(engine::attach(path, huge, refused, why));
+  shm::Attachment refused;
+  EXPECT_FALSE(shm::attach(path, huge, refused, why));
   EXPECT_NE(why.find("max_region_bytes"), std::string::npos) << why;
 
-  engine::AttachRequest wide = raw_request();
+  shm::AttachRequest wide = raw_request();
   wide.vectors = 32;
   RawApp first(path, wide);
   EXPECT_EQ(first.at.vector_fds().size(), 3u) << "vectors beyond max_vectors are not granted";
 
-  engine::AttachRequest big = raw_request();
+  shm::AttachRequest big = raw_request();
   big.data_bytes = 15ull << 20;  // 8 + 4 + 15 MiB and headers: beyond 30 MiB mapped
-  EXPECT_FALSE(engine::attach(path, big, refused, why));
+  EXPECT_FALSE(shm::attach(path, big, refused, why));
   EXPECT_NE(why.find("max_mapped_bytes"), std::string::npos) << why;
 
   RawApp second(path);
-  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));  // a fourth of this uid
+  EXPECT_FALSE(shm::attach(path, raw_request(), refused, why));  // a fourth of this uid
   EXPECT_NE(why.find("max_applications_per_user"), std::string::npos) << why;
   EXPECT_LE(e.engine().stats().mapped_bytes, 30ull << 20);
   // The engine counts a refusal after the application has read it.
@@ -672,9 +672,9 @@ TEST(EngineLimits, AttachesBeyondMaxApplicationsAreRefused) {
   });
   const std::string path = e.engine().options().socket_path;
   RawApp a(path), b(path);
-  engine::Attachment refused;
+  shm::Attachment refused;
   std::string why;
-  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));
+  EXPECT_FALSE(shm::attach(path, raw_request(), refused, why));
   EXPECT_NE(why.find("max_applications"), std::string::npos) << why;
   ASSERT_TRUE(a.enable());
   EXPECT_EQ(a.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
@@ -784,9 +784,9 @@ TEST(EngineIsolation, FabricsAndSharedStateCommandsAreRefusedAndEveryoneGoesOn) 
   RawApp app(e.engine().options().socket_path);
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.create_queue(1, 16));
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 16;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   auto io_status = [&](Sqe s) {
     EXPECT_TRUE(io.submit(s));
     io.ring_sq();

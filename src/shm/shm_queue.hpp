@@ -24,7 +24,7 @@
 
 #include "nvtcp/sqe.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 // EventIdx value that asks for no notice at all: the engine is polling the queue.
 inline constexpr uint32_t kNoNotice = 0xFFFFFFFFu;
@@ -248,4 +248,4 @@ class EngineQueuePair {
   Fault fault_ = Fault::None;
 };
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/shm_queue.hpp"
+#include "shm/shm_queue.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 namespace {
 
 // A queue pair in one anonymous shared mapping, zeroed as a fresh memfd is.
@@ -41,7 +41,7 @@ wire::Sqe cmd(uint16_t cid) {
   return s;
 }
 
-TEST(EngineQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
+TEST(ShmQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
   EXPECT_TRUE(need_event(5, 6, 5, 16));    // the engine saw 5 and sleeps: moving to 6 passes it
   EXPECT_TRUE(need_event(5, 9, 5, 16));
   EXPECT_FALSE(need_event(0, 6, 5, 16));   // the engine asked at 0 and has been polling since
@@ -55,7 +55,7 @@ TEST(EngineQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
     for (uint32_t n = 1; n < 16; ++n) EXPECT_FALSE(need_event(kNoNotice, (old_idx + n) % 16, old_idx, 16));
 }
 
-TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
+TEST(ShmQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
   Region r(8, 4);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 3);
@@ -94,7 +94,7 @@ TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
   EXPECT_EQ(app.sq_free(), 7u) << "the SQ heads in the CQEs gave every slot back";
 }
 
-TEST(EngineQueue, FullRingsHoldBack) {
+TEST(ShmQueue, FullRingsHoldBack) {
   Region r(4, 4);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 1);
@@ -114,7 +114,7 @@ TEST(EngineQueue, FullRingsHoldBack) {
   EXPECT_EQ(eng.cq_space(), 1u);
 }
 
-TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
+TEST(ShmQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   Region r(16, 16);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 1);
@@ -145,7 +145,7 @@ TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   }
 }
 
-TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
+TEST(ShmQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
   {
     Region r(8, 8);
     EngineQueuePair eng(r.mem, 1);
@@ -176,7 +176,7 @@ TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
 
 // Two threads, as an application and the engine would be (processes share the mapping the
 // same way): every command completes exactly once, in any interleaving.
-TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
+TEST(ShmQueue, ApplicationAndEngineOnTwoThreads) {
   Region r(64, 64);
   constexpr uint32_t kCommands = 200000;
   std::atomic<bool> stop{false}, faulted{false};
@@ -228,4 +228,4 @@ TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <optional>
 
-#include "engine/shm_queue.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
+#include "shm/shm_queue.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 inline constexpr uint32_t kRegionMagic = 0x6e767465;  // "etvn"
 inline constexpr uint32_t kRegionVersion = 2;
@@ -141,4 +141,4 @@ inline DataSpan resolve_data(const wire::Sqe& sqe, uint8_t* data_base, uint64_t 
   return d;
 }
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

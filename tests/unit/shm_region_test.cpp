@@ -6,12 +6,12 @@
 #include <limits>
 #include <vector>
 
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 namespace {
 
-TEST(EngineRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
+TEST(ShmRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
   auto l = RegionLayout::compute(5, 1024, 3 << 20);
   ASSERT_TRUE(l);
   EXPECT_EQ(l->queues_offset, 4096u);
@@ -29,7 +29,7 @@ TEST(EngineRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
   }
 }
 
-TEST(EngineRegion, OutOfRangeNumbersHaveNoLayout) {
+TEST(ShmRegion, OutOfRangeNumbersHaveNoLayout) {
   EXPECT_FALSE(RegionLayout::compute(0, 64, 0));
   EXPECT_FALSE(RegionLayout::compute(kMaxQueuePairs + 1, 64, 0));
   EXPECT_FALSE(RegionLayout::compute(2, 1, 0));
@@ -38,7 +38,7 @@ TEST(EngineRegion, OutOfRangeNumbersHaveNoLayout) {
   EXPECT_TRUE(RegionLayout::compute(kMaxQueuePairs, kMaxQueueEntries, 0));
 }
 
-TEST(EngineRegion, HeaderSaysWhatTheLayoutIs) {
+TEST(ShmRegion, HeaderSaysWhatTheLayoutIs) {
   auto l = RegionLayout::compute(2, 32, 8192);
   ASSERT_TRUE(l);
   std::vector<uint8_t> region(l->total_bytes);
@@ -59,7 +59,7 @@ wire::Sqe with_sgl(uint64_t offset, uint32_t length, uint8_t type = 0x01) {
   return s;
 }
 
-TEST(EngineRegion, DataPointersMustLieInsideTheDataRegion) {
+TEST(ShmRegion, DataPointersMustLieInsideTheDataRegion) {
   std::vector<uint8_t> data(1 << 20);
   const uint64_t n = data.size();
   DataSpan d = resolve_data(with_sgl(4096, 8192), data.data(), n, 8192);
@@ -81,4 +81,4 @@ TEST(EngineRegion, DataPointersMustLieInsideTheDataRegion) {
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm
