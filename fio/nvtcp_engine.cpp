@@ -362,7 +362,7 @@ struct FileCtx {
 struct Slot {
   io_u* u = nullptr;
   ThreadCtx* t = nullptr;
-  nvtcp::wire::DsmRange range{};
+  nvtcp::nvme::DsmRange range{};
 };
 
 struct ThreadCtx {
@@ -415,7 +415,7 @@ void on_complete(void* ctx, const Completion& c) {
     if (!t->error_logged) {
       t->error_logged = true;
       log_err("nvtcp: %s of %llu bytes at offset %llu failed: %s\n", io_ddir_name(u->ddir), u->xfer_buflen, u->offset,
-              nvtcp::wire::status_name(c.status).c_str());
+              nvtcp::nvme::status_name(c.status).c_str());
     }
   }
   t->push_done(u);

@@ -39,7 +39,7 @@ void add_recovery_options(CLI::App* c, host::ControllerOptions& o) {
 }
 }  // namespace
 
-using namespace nvtcp::wire;
+using namespace nvtcp::nvme;
 
 namespace {
 std::string trimmed(const char* p, size_t n) {

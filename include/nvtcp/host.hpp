@@ -122,7 +122,7 @@ struct ControllerOptions {
 
 // What a completion callback receives: the CQE's status and command-specific dwords.
 struct Completion {
-  wire::Status status;
+  nvme::Status status;
   uint32_t dw0 = 0;
   uint32_t dw1 = 0;
 };
@@ -154,7 +154,7 @@ class QueuePair {
   // Through the offload engine (trtype:engine) the buffer must come from the controller's
   // alloc_io_buffer() (the engine moves data to and from that shared region only); any
   // other buffer gives -EFAULT.
-  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
+  int submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
   // A read or write larger than the controller's largest transfer (MDTS) is sent as several
   // commands, as the Linux block layer and SPDK's driver split it; cb runs once, when the last
   // one completes, with the first failure if any. It needs that many free slots at once
@@ -162,11 +162,11 @@ class QueuePair {
   int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
   int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
             WriteFlags flags = {});
-  // Makes every write completed before it durable; nsid wire::kNsidAll flushes every namespace.
+  // Makes every write completed before it durable; nsid nvme::kNsidAll flushes every namespace.
   int flush(uint32_t nsid, CompletionFn cb, void* ctx);
   int write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx);
   // ranges: n Dataset Management ranges (16 bytes each), sent with the Deallocate attribute.
-  int deallocate(uint32_t nsid, const wire::DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx);
+  int deallocate(uint32_t nsid, const nvme::DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx);
 
   // Runs this thread's reactor once: sends what was submitted, waits up to timeout_us for
   // something to arrive (0 = don't wait), and delivers completions. Returns how many
@@ -189,7 +189,7 @@ class QueuePair {
  private:
   friend class Controller;
   explicit QueuePair(std::unique_ptr<detail::IoQueue> impl, uint32_t max_transfer);
-  int read_write(wire::IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
+  int read_write(nvme::IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
                  uint32_t cdw12_flags, CompletionFn cb, void* ctx);
   uint32_t max_transfer_;  // the controller's MDTS in bytes (0: no limit)
   // Declared before impl_ so that it outlives it: impl_'s destructor completes what is still
@@ -226,7 +226,7 @@ class Controller {
   void free_io_buffer(void* p);
 
   // Synchronous admin commands (the admin thread runs them).
-  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  Completion admin(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
   Completion identify(uint8_t cns, uint32_t nsid, void* buf4k, uint32_t cdw11 = 0);
   Completion get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset = 0);
 
@@ -253,8 +253,8 @@ class Controller {
   // serial number, model and subsystem NQN (else the controller fails for good: another
   // subsystem answers there); its firmware revision may differ, and is logged, not kept.
   const uint8_t* identify_data() const;
-  const wire::IdentifyController& identify_controller() const {
-    return *reinterpret_cast<const wire::IdentifyController*>(identify_data());  // packed: any address will do
+  const nvme::IdentifyController& identify_controller() const {
+    return *reinterpret_cast<const nvme::IdentifyController*>(identify_data());  // packed: any address will do
   }
   uint16_t cntlid() const;
   uint32_t io_queues_granted() const;

@@ -16,11 +16,11 @@
 
 namespace nvtcp::engine {
 
-using wire::AdminOpcode;
-using wire::Sqe;
-using wire::Status;
-namespace sc = wire::sc;
-namespace prop = wire::prop;
+using nvme::AdminOpcode;
+using nvme::Sqe;
+using nvme::Status;
+namespace sc = nvme::sc;
+namespace prop = nvme::prop;
 
 namespace {
 constexpr uint32_t kAerLimit = 4;           // AERL 3: four held at once
@@ -36,8 +36,8 @@ using shm::detail::store_release;
 // of the first pass is 1, so a zeroed CQ holds no completion).
 void clear_queue(const shm::QueueMemory& m) {
   std::memset(m.words, 0, sizeof(shm::QueueWords));
-  std::memset(m.sq, 0, size_t(m.sq_size) * sizeof(wire::Sqe));
-  std::memset(m.cq, 0, size_t(m.cq_size) * sizeof(wire::Cqe));
+  std::memset(m.sq, 0, size_t(m.sq_size) * sizeof(nvme::Sqe));
+  std::memset(m.cq, 0, size_t(m.cq_size) * sizeof(nvme::Cqe));
 }
 }  // namespace
 
@@ -52,7 +52,7 @@ AppController::AppController(shm::Attachment at, Backend& backend, uint16_t cntl
       io_(io_queues_max_ + 1),
       limits_(limits) {
   limits_.max_in_flight = std::max<uint32_t>(limits_.max_in_flight, 1);
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(backend_.remote_identify());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(backend_.remote_identify());
   shm::ControllerRegisters& r = at_.registers();
   // CAP: MQES, contiguous queues required, TO 15 s, the NVM command set; DSTRD 0 and
   // MPSMIN 4 KiB.
@@ -251,7 +251,7 @@ void AppController::process_admin() {
 
 void AppController::complete(uint16_t cid, Status st, uint32_t dw0) {
   if (detached_ || disabling_) return;
-  wire::Cqe c{};
+  nvme::Cqe c{};
   c.cid = cid;
   c.dw0 = dw0;
   c.status = st.to_cqe(!st.ok());
@@ -318,7 +318,7 @@ void AppController::get_log_page(const Sqe& sqe) {
 }
 
 void AppController::execute(const Sqe& sqe) {
-  if (sqe.flags & wire::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
+  if (sqe.flags & nvme::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
   switch (static_cast<AdminOpcode>(sqe.opc)) {
     case AdminOpcode::Identify: return identify(sqe);
     case AdminOpcode::GetLogPage: return get_log_page(sqe);
@@ -359,7 +359,7 @@ void AppController::create_cq(const Sqe& sqe) {
   q.vector = ien ? int(iv) : -1;
   q.cq = {};
   shm::QueueMemory m = at_.queue_pair(qid);
-  std::memset(m.cq, 0, size_t(entries) * sizeof(wire::Cqe));
+  std::memset(m.cq, 0, size_t(entries) * sizeof(nvme::Cqe));
   store_release(m.words->cq_head, 0);  // a new CQ starts at slot 0 with phase 1
   store_release(m.words->cq_event_idx, 0);
   set_queue_state(qid, QueueState::CqOnly);
@@ -426,7 +426,7 @@ void AppController::identify(const Sqe& sqe) {
   // controller's ID, SGL data blocks, Doorbell Buffer Config among the optional admin
   // commands (the only one here), no keep-alive, and no fabrics attributes.
   bounce_.assign(backend_.remote_identify(), backend_.remote_identify() + kIdentifyBytes);
-  auto* id = reinterpret_cast<wire::IdentifyController*>(bounce_.data());
+  auto* id = reinterpret_cast<nvme::IdentifyController*>(bounce_.data());
   id->cntlid = cntlid_;
   id->cntrltype = 1;  // I/O controller
   id->oacs = kOacsDoorbellBufferConfig;
@@ -484,7 +484,7 @@ void AppController::features(const Sqe& sqe, bool set) {
         return complete(sqe.cid, sc::InvalidField);
       }
       uint32_t len = 0;
-      if ((sqe.flags & wire::kSqeFlagsPsdtMask) == wire::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
+      if ((sqe.flags & nvme::kSqeFlagsPsdtMask) == nvme::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
       return forward(sqe, len, false);
     }
   }

@@ -68,7 +68,7 @@ class AppController {
     // data is the engine's own buffer from admin_buffers() (filled when to_controller). The
     // answer comes back through AppController::admin_forwarded(tag, ...) on the control
     // thread; the buffer goes back to the pool once that has read it.
-    virtual void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
+    virtual void forward_admin(AppController& app, const nvme::Sqe& sqe, AdminBuffer data, bool to_controller,
                                uint64_t tag) = 0;
     // The engine's budget of admin data buffers (shared by every application).
     virtual AdminBufferPool& admin_buffers() = 0;
@@ -144,19 +144,19 @@ class AppController {
   void process_admin();
   // Whether the admin SQ may be fetched from now (the application's admin budget).
   bool admin_room() const;
-  void execute(const wire::Sqe& sqe);
-  void execute_guarded(const wire::Sqe& sqe);
-  void get_log_page(const wire::Sqe& sqe);
-  void complete(uint16_t cid, wire::Status st, uint32_t dw0 = 0);
+  void execute(const nvme::Sqe& sqe);
+  void execute_guarded(const nvme::Sqe& sqe);
+  void get_log_page(const nvme::Sqe& sqe);
+  void complete(uint16_t cid, nvme::Status st, uint32_t dw0 = 0);
   void flush_admin_cq();
-  uint8_t* admin_data(const wire::Sqe& sqe, uint32_t len, wire::Status& st);
-  void create_cq(const wire::Sqe& sqe);
-  void create_sq(const wire::Sqe& sqe);
-  void delete_sq(const wire::Sqe& sqe);
-  void delete_cq(const wire::Sqe& sqe);
-  void identify(const wire::Sqe& sqe);
-  void features(const wire::Sqe& sqe, bool set);
-  void forward(const wire::Sqe& sqe, uint32_t len, bool to_controller);
+  uint8_t* admin_data(const nvme::Sqe& sqe, uint32_t len, nvme::Status& st);
+  void create_cq(const nvme::Sqe& sqe);
+  void create_sq(const nvme::Sqe& sqe);
+  void delete_sq(const nvme::Sqe& sqe);
+  void delete_cq(const nvme::Sqe& sqe);
+  void identify(const nvme::Sqe& sqe);
+  void features(const nvme::Sqe& sqe, bool set);
+  void forward(const nvme::Sqe& sqe, uint32_t len, bool to_controller);
   uint32_t csts() const;
   void set_csts(uint32_t v);
 
@@ -173,7 +173,7 @@ class AppController {
   bool faulted_ = false;
   bool detached_ = false;
   shm::EngineQueuePair admin_;
-  std::deque<wire::Cqe> admin_backlog_;  // answers the admin CQ had no room for
+  std::deque<nvme::Cqe> admin_backlog_;  // answers the admin CQ had no room for
   std::vector<uint16_t> held_aers_;
   std::vector<IoQueue> io_;             // index = qid
   uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
@@ -192,7 +192,7 @@ class AppController {
   uint32_t admin_in_flight_peak_ = 0;
   // Fetched, waiting for buffer budget: the one command the SQ head has moved past and
   // that is not yet running (nothing more is fetched meanwhile).
-  std::optional<wire::Sqe> waiting_;
+  std::optional<nvme::Sqe> waiting_;
   uint64_t next_tag_ = 1;
   uint32_t epoch_ = 0;                  // a reset starts a new one: older answers are dropped
 };

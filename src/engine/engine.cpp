@@ -79,7 +79,7 @@ struct CoreEvent {
 struct AdminJob {
   AppController* owner;
   size_t remote;
-  wire::Sqe sqe;
+  nvme::Sqe sqe;
   AdminBuffer data;  // from the engine's AdminBufferPool; given back when the job is done
   bool to_controller;
   uint64_t tag;
@@ -290,7 +290,7 @@ struct AppSlot final : AppController::Backend {
   std::map<uint16_t, Engine::Impl::Core*> core_of;  // I/O queue -> the core carrying it
   bool watching = false;
 
-  void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
+  void forward_admin(AppController& app, const nvme::Sqe& sqe, AdminBuffer data, bool to_controller,
                      uint64_t tag) override {
     engine->queue_admin(AdminJob{&app, remote, sqe, std::move(data), to_controller, tag, {}});
   }
@@ -811,7 +811,7 @@ void Engine::Impl::admin_worker() {
       job = next_admin_job();
     }
     Remote& r = remotes[job.remote];
-    job.result = r.ctrl->failed() ? host::Completion{wire::sc::TransportError}
+    job.result = r.ctrl->failed() ? host::Completion{nvme::sc::TransportError}
                                   : r.ctrl->admin(job.sqe, job.data.data(), job.data.size(), job.to_controller);
     {
       std::lock_guard lk(events_mu);

@@ -95,10 +95,10 @@ class IoForwarder {
  private:
   struct Command;
   static void on_host_completion(void* ctx, const host::Completion& c);
-  bool forward(Queue& q, const wire::Sqe& sqe);  // false: the host queue pair is full
+  bool forward(Queue& q, const nvme::Sqe& sqe);  // false: the host queue pair is full
   Command* take(Queue& q);
-  void answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd);
-  uint64_t data_length(const wire::Sqe& sqe) const;
+  void answer(Queue& q, uint16_t cid, const nvme::Cqe& cqe, Command* cmd);
+  uint64_t data_length(const nvme::Sqe& sqe) const;
   void flush_waiting(Queue& q);
   void release(Command* cmd);
   void drain_deleted_sq(Queue& q);

@@ -30,7 +30,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   // wait_ms: how long to wait for the answer (0: the admin timeout; kUntilGone: until the
   // engine answers, stops the controller or goes away).
   static constexpr uint32_t kUntilGone = 0xFFFFFFFFu;
-  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
+  Completion admin(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
   std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, HostError& err);
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();

@@ -157,9 +157,9 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
   uint16_t cid = 0;
   auto turn = [&] {
     while (app.sq_free() > 0) {
-      wire::Sqe s{};
-      s.opc = uint8_t(cid & 1 ? wire::IoOpcode::Write : wire::IoOpcode::Read);
-      s.flags = wire::kSqeFlagsPsdtSgl;
+      nvme::Sqe s{};
+      s.opc = uint8_t(cid & 1 ? nvme::IoOpcode::Write : nvme::IoOpcode::Read);
+      s.flags = nvme::kSqeFlagsPsdtSgl;
       s.cid = cid;
       s.nsid = 2;
       s.cdw10 = (cid * 8u) % 100000;
@@ -171,7 +171,7 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
     }
     app.ring_sq();
     fwd.poll();
-    wire::Cqe c;
+    nvme::Cqe c;
     while (app.poll(c)) {
       ++completed;
       errors += (c.status >> 1) != 0;

@@ -14,12 +14,12 @@ using namespace nvtcp;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint32_t sq_size = 2 + data[0] % 63, cq_size = 2 + data[1] % 63;
-  std::vector<uint8_t> region(sizeof(shm::QueueWords) + sq_size * sizeof(wire::Sqe) + cq_size * sizeof(wire::Cqe));
+  std::vector<uint8_t> region(sizeof(shm::QueueWords) + sq_size * sizeof(nvme::Sqe) + cq_size * sizeof(nvme::Cqe));
   shm::QueueMemory m;
   m.words = reinterpret_cast<shm::QueueWords*>(region.data());
-  m.sq = reinterpret_cast<wire::Sqe*>(region.data() + sizeof(shm::QueueWords));
+  m.sq = reinterpret_cast<nvme::Sqe*>(region.data() + sizeof(shm::QueueWords));
   m.sq_size = sq_size;
-  m.cq = reinterpret_cast<wire::Cqe*>(region.data() + sizeof(shm::QueueWords) + sq_size * sizeof(wire::Sqe));
+  m.cq = reinterpret_cast<nvme::Cqe*>(region.data() + sizeof(shm::QueueWords) + sq_size * sizeof(nvme::Sqe));
   m.cq_size = cq_size;
   shm::EngineQueuePair eng(m, 1);
   bool faulted = false;
@@ -44,12 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 2: {
-        wire::Sqe s;
+        nvme::Sqe s;
         if (eng.fetch(s) && eng.sq_head() >= sq_size) __builtin_trap();
         break;
       }
       case 3:
-        if (eng.cq_space() > 0) eng.post(wire::Cqe{});
+        if (eng.cq_space() > 0) eng.post(nvme::Cqe{});
         break;
       case 4:
         eng.want_sq_notice();

@@ -35,10 +35,10 @@ extern char** environ;
 namespace nvtcp::test {
 namespace {
 
-using wire::AdminOpcode;
-using wire::Sqe;
-namespace sc = wire::sc;
-namespace prop = wire::prop;
+using nvme::AdminOpcode;
+using nvme::Sqe;
+namespace sc = nvme::sc;
+namespace prop = nvme::prop;
 
 constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
 
@@ -94,9 +94,9 @@ struct Io {
   }
 };
 
-wire::Status run_io(host::QueuePair& qp, Io& io) {
+nvme::Status run_io(host::QueuePair& qp, Io& io) {
   for (int i = 0; i < 10000 && !io.done; ++i) qp.process_completions(1000);
-  return io.done ? io.c.status : wire::sc::InternalError;
+  return io.done ? io.c.status : nvme::sc::InternalError;
 }
 
 Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
@@ -136,18 +136,18 @@ class RawApp {
     return wait_for([&] { return (std::atomic_ref<uint32_t>(at.registers().csts).load() & mask) == want; }, 5000);
   }
   void kick() { shm::signal_fd(at.kick_fd()); }
-  wire::Cqe command(Sqe s) {
+  nvme::Cqe command(Sqe s) {
     s.cid = ++cid;
-    s.flags = wire::kSqeFlagsPsdtSgl;
+    s.flags = nvme::kSqeFlagsPsdtSgl;
     admin->submit(s);
     admin->ring_sq();
     kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return admin->poll(c); }, 5000)) << "no answer to admin opcode " << int(s.opc);
     admin->ring_cq();
     return c;
   }
-  wire::Status status(const Sqe& s) { return wire::Status::from_cqe(command(s).status); }
+  nvme::Status status(const Sqe& s) { return nvme::Status::from_cqe(command(s).status); }
   // Creates I/O queue pair qid (entries each) with interrupts off.
   bool create_queue(uint16_t qid, uint32_t entries) {
     return status(admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), 1)).ok() &&
@@ -155,8 +155,8 @@ class RawApp {
   }
   Sqe read_cmd(uint16_t command_id, uint64_t lba, uint32_t nlb, uint64_t data_off) {
     Sqe s{};
-    s.opc = uint8_t(wire::IoOpcode::Read);
-    s.flags = wire::kSqeFlagsPsdtSgl;
+    s.opc = uint8_t(nvme::IoOpcode::Read);
+    s.flags = nvme::kSqeFlagsPsdtSgl;
     s.cid = command_id;
     s.nsid = kRamNsid;
     s.cdw10 = uint32_t(lba);
@@ -182,10 +182,10 @@ struct BystanderApp {
     if (!qp) throw std::runtime_error("bystander: " + err);
     buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(4096));
   }
-  wire::Status read() {
+  nvme::Status read() {
     Io io;
     const int rc = qp->read(kRamNsid, 0, 8, buf, Io::cb, &io);
-    return rc == 0 ? run_io(*qp, io) : wire::sc::InternalError;
+    return rc == 0 ? run_io(*qp, io) : nvme::sc::InternalError;
   }
   std::unique_ptr<host::Controller> ctrl;
   std::unique_ptr<host::QueuePair> qp;
@@ -199,7 +199,7 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
   auto ctrl = host::Controller::connect(e.trid(), {}, err);
   ASSERT_TRUE(ctrl) << err;
   // The controller the application sees: the remote's identity, its own controller ID.
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data());
   EXPECT_EQ(std::string(id->subnqn), kTestNqn);
   EXPECT_EQ(id->cntlid, ctrl->cntlid());
   EXPECT_EQ(id->sgls & 3, 1u) << "SGL data blocks carry the data pointers";
@@ -246,7 +246,7 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
 
   // Flush, Write Zeroes and a DSM deallocate pass through as well.
   Io f;
-  ASSERT_EQ(qp->flush(wire::kNsidAll, Io::cb, &f), 0);
+  ASSERT_EQ(qp->flush(nvme::kNsidAll, Io::cb, &f), 0);
   EXPECT_EQ(run_io(*qp, f), sc::Success);
   Io z;
   ASSERT_EQ(qp->write_zeroes(kRamNsid, 0, 8, Io::cb, &z), 0);
@@ -265,8 +265,8 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   RawApp app(e.engine().options().socket_path, 4);  // three I/O queue pairs at most
   ASSERT_TRUE(app.enable());
   // Number of Queues: asked for 8, three granted.
-  wire::Cqe c = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 7 | (7u << 16)));
-  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+  nvme::Cqe c = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 7 | (7u << 16)));
+  EXPECT_EQ(nvme::Status::from_cqe(c.status), sc::Success);
   EXPECT_EQ(c.dw0, 2u | (2u << 16));
   auto cq = [](uint16_t qid, uint32_t entries, uint32_t flags) {
     return admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), flags);
@@ -301,14 +301,14 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   id.sgl.addr = (4 << 20) - 100;
   id.sgl.length = 4096;
   id.cid = ++app.cid;
-  id.flags = wire::kSqeFlagsPsdtSgl;
+  id.flags = nvme::kSqeFlagsPsdtSgl;
   app.admin->submit(id);
   app.admin->ring_sq();
   app.kick();
-  wire::Cqe got{};
+  nvme::Cqe got{};
   ASSERT_TRUE(wait_for([&] { return app.admin->poll(got); }, 5000));
   app.admin->ring_cq();
-  EXPECT_EQ(wire::Status::from_cqe(got.status), sc::SglOffsetInvalid);
+  EXPECT_EQ(nvme::Status::from_cqe(got.status), sc::SglOffsetInvalid);
 
   // I/O on queue 1, then Delete SQ 1 and CQ 1.
   shm::QueueMemory m = app.at.queue_pair(1);
@@ -316,10 +316,10 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   shm::AppQueuePair io(m);
   io.submit(app.read_cmd(7, 0, 8, 0));
   if (io.ring_sq()) app.kick();
-  wire::Cqe ioc{};
+  nvme::Cqe ioc{};
   ASSERT_TRUE(wait_for([&] { return io.poll(ioc); }, 5000));
   EXPECT_EQ(ioc.cid, 7);
-  EXPECT_EQ(wire::Status::from_cqe(ioc.status), sc::Success);
+  EXPECT_EQ(nvme::Status::from_cqe(ioc.status), sc::Success);
   io.ring_cq();
   EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoSq, 1)), sc::Success);
   EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 1)), sc::Success);
@@ -374,9 +374,9 @@ TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
   shm::AppQueuePair q(bad.at.queue_pair(1));
   q.submit(bad.read_cmd(3, 0, 8, 0));
   if (q.ring_sq()) bad.kick();
-  wire::Cqe c{};
+  nvme::Cqe c{};
   ASSERT_TRUE(wait_for([&] { return q.poll(c); }, 5000));
-  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+  EXPECT_EQ(nvme::Status::from_cqe(c.status), sc::Success);
 }
 
 // Delete I/O SQ leaves its CQ, and a new SQ on that CQ goes on posting where the last one
@@ -394,7 +394,7 @@ TEST(Engine, ANewSqOnAnOldCqGoesOnWhereTheCqStood) {
   auto one_read = [&] {
     io.submit(app.read_cmd(cid, cid, 1, 0));
     if (io.ring_sq()) app.kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000));
     io.ring_cq();
     EXPECT_EQ(c.cid, cid);
@@ -424,7 +424,7 @@ TEST(Engine, AResetDuringAStuckSqDeletionCompletes) {
   // Delete I/O SQ cannot finish: its aborted entries wait for CQ room that never comes.
   Sqe del = admin_cmd(AdminOpcode::DeleteIoSq, 1);
   del.cid = ++app.cid;
-  del.flags = wire::kSqeFlagsPsdtSgl;
+  del.flags = nvme::kSqeFlagsPsdtSgl;
   app.admin->submit(del);
   app.admin->ring_sq();
   app.kick();
@@ -655,9 +655,9 @@ TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersS
   Sqe log = admin_cmd(AdminOpcode::GetLogPage, 0x01 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
   log.sgl.addr = 0;
   log.sgl.length = 1u << 20;
-  const wire::Cqe c = first.command(log);
+  const nvme::Cqe c = first.command(log);
   EXPECT_NE(c.cid, 0) << "no answer";
-  EXPECT_NE(wire::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
+  EXPECT_NE(nvme::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
   EXPECT_EQ(other.read(), sc::Success);
   ASSERT_TRUE(second.enable());
   EXPECT_EQ(second.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
@@ -726,8 +726,8 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
     for (uint32_t i = 0; i < kCommands; ++i) {
       Sqe s = admin_cmd(AdminOpcode::GetLogPage, 0x02 | ((log_bytes / 4 - 1) << 16), 0);
       s.cid = uint16_t(1000 + i);
-      s.flags = wire::kSqeFlagsPsdtSgl;
-      s.nsid = wire::kNsidAll;
+      s.flags = nvme::kSqeFlagsPsdtSgl;
+      s.nsid = nvme::kNsidAll;
       s.sgl.addr = 0;
       s.sgl.length = log_bytes;
       EXPECT_TRUE(flood.admin->submit(s));
@@ -741,7 +741,7 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
     uint32_t answered = 0;
     EXPECT_TRUE(wait_for(
         [&] {
-          wire::Cqe c{};
+          nvme::Cqe c{};
           while (flood.admin->poll(c)) {
             ++answered;
             flood.admin->ring_cq();
@@ -766,7 +766,7 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
   // A log larger than the application's admin buffers could ever hold: Invalid Field (as a
   // transfer beyond MDTS), not a wait that never ends.
   Sqe too_big = admin_cmd(AdminOpcode::GetLogPage, 0x02 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
-  too_big.nsid = wire::kNsidAll;
+  too_big.nsid = nvme::kNsidAll;
   too_big.sgl.length = 1u << 20;
   EXPECT_EQ(flood.status(too_big), sc::InvalidField);
   BystanderApp other(e, 8ull << 20);
@@ -791,18 +791,18 @@ TEST(EngineIsolation, FabricsAndSharedStateCommandsAreRefusedAndEveryoneGoesOn) 
     EXPECT_TRUE(io.submit(s));
     io.ring_sq();
     app.kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000)) << "no answer to I/O opcode " << int(s.opc);
     io.ring_cq();
-    return wire::Status::from_cqe(c.status);
+    return nvme::Status::from_cqe(c.status);
   };
   Sqe disconnect{};
-  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.opc = uint8_t(nvme::IoOpcode::Fabrics);
   disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
   disconnect.cid = 7;
   EXPECT_EQ(io_status(disconnect), sc::InvalidOpcode);
   Sqe reserve{};
-  reserve.opc = uint8_t(wire::IoOpcode::ReservationAcquire);
+  reserve.opc = uint8_t(nvme::IoOpcode::ReservationAcquire);
   reserve.nsid = kRamNsid;
   reserve.cid = 8;
   EXPECT_EQ(io_status(reserve), sc::InvalidOpcode);
@@ -828,7 +828,7 @@ TEST(EngineIsolation, TheHostLibraryRefusesFabricsCommandsOnIoQueues) {
   RunningTarget t;
   RunningEngine e(t.trid());
   Sqe disconnect{};
-  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.opc = uint8_t(nvme::IoOpcode::Fabrics);
   disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
   for (const host::TransportId& trid : {t.trid(), e.trid()}) {
     std::string err;

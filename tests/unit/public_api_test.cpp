@@ -1,5 +1,6 @@
-// The process-wide parts of the public API: the log sink and level, the data-path options and
-// size parsing. (Connecting, queue pairs and admin commands are integration tests.)
+// The process-wide parts of the public API: the log sink and level, the data-path options,
+// size parsing and the NVMe types in nvtcp::nvme. (Connecting, queue pairs and admin commands
+// are integration tests.)
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +11,8 @@
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
 #include "nvtcp/size.hpp"
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
 #include "util/log.hpp"
 
 namespace {
@@ -96,6 +99,16 @@ TEST(PublicSize, Units) {
   EXPECT_FALSE(nvtcp::parse_size("", v));
   EXPECT_FALSE(nvtcp::parse_size("99999999999999999999", v));
   EXPECT_FALSE(nvtcp::parse_size("17179869184G", v));  // 2^34 GiB overflows 64 bits
+}
+
+TEST(PublicNvme, TypesAndStatusNames) {
+  static_assert(sizeof(nvtcp::nvme::Sqe) == 64 && sizeof(nvtcp::nvme::Cqe) == 16);
+  EXPECT_EQ(nvtcp::nvme::kNsidAll, 0xFFFFFFFFu);
+  EXPECT_EQ(nvtcp::nvme::status_name(nvtcp::nvme::sc::Success), "Success (SCT 0h / SC 00h)");
+  EXPECT_EQ(nvtcp::nvme::status_name(nvtcp::nvme::sc::InvalidOpcode), "Invalid Command Opcode (SCT 0h / SC 01h)");
+  nvtcp::host::Completion c;
+  c.status = nvtcp::nvme::sc::InvalidField;
+  EXPECT_EQ(c.status.value, nvtcp::nvme::sc::InvalidField.value);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@
 namespace nvtcp::target {
 namespace {
 
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 using HostId = Reservations::HostId;
 
 HostId host(uint32_t n) {

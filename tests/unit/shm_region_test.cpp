@@ -49,10 +49,10 @@ TEST(ShmRegion, HeaderSaysWhatTheLayoutIs) {
   EXPECT_FALSE(other->matches(region.data())) << "an application expecting other queue sizes must notice";
 }
 
-wire::Sqe with_sgl(uint64_t offset, uint32_t length, uint8_t type = 0x01) {
-  wire::Sqe s{};
-  s.opc = uint8_t(wire::IoOpcode::Read);
-  s.flags = wire::kSqeFlagsPsdtSgl;
+nvme::Sqe with_sgl(uint64_t offset, uint32_t length, uint8_t type = 0x01) {
+  nvme::Sqe s{};
+  s.opc = uint8_t(nvme::IoOpcode::Read);
+  s.flags = nvme::kSqeFlagsPsdtSgl;
   s.sgl.addr = offset;
   s.sgl.length = length;
   s.sgl.type = type;
@@ -67,17 +67,17 @@ TEST(ShmRegion, DataPointersMustLieInsideTheDataRegion) {
   EXPECT_EQ(d.data, data.data() + 4096);
   EXPECT_EQ(d.length, 8192u);
   EXPECT_TRUE(resolve_data(with_sgl(n - 4096, 4096), data.data(), n, 4096).status.ok()) << "the last 4 KiB";
-  EXPECT_EQ(resolve_data(with_sgl(n - 4095, 4096), data.data(), n, 4096).status, wire::sc::SglOffsetInvalid);
-  EXPECT_EQ(resolve_data(with_sgl(n, 1), data.data(), n, 1).status, wire::sc::SglOffsetInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(n - 4095, 4096), data.data(), n, 4096).status, nvme::sc::SglOffsetInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(n, 1), data.data(), n, 1).status, nvme::sc::SglOffsetInvalid);
   EXPECT_EQ(resolve_data(with_sgl(~uint64_t(0) - 10, 4096), data.data(), n, 4096).status,
-            wire::sc::SglOffsetInvalid) << "offset + length wrapping around 2^64";
-  EXPECT_EQ(resolve_data(with_sgl(0, 4096), data.data(), n, 8192).status, wire::sc::DataSglLengthInvalid);
-  EXPECT_EQ(resolve_data(with_sgl(0, 4096, 0x5A), data.data(), n, 4096).status, wire::sc::SglDescriptorTypeInvalid)
+            nvme::sc::SglOffsetInvalid) << "offset + length wrapping around 2^64";
+  EXPECT_EQ(resolve_data(with_sgl(0, 4096), data.data(), n, 8192).status, nvme::sc::DataSglLengthInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(0, 4096, 0x5A), data.data(), n, 4096).status, nvme::sc::SglDescriptorTypeInvalid)
       << "a transport descriptor means nothing in shared memory";
-  wire::Sqe prp = with_sgl(0, 4096);
+  nvme::Sqe prp = with_sgl(0, 4096);
   prp.flags = 0;  // PSDT 00b: PRPs
-  EXPECT_EQ(resolve_data(prp, data.data(), n, 4096).status, wire::sc::SglDescriptorTypeInvalid);
-  EXPECT_TRUE(resolve_data(wire::Sqe{}, data.data(), n, 0).status.ok()) << "no data, nothing to check";
+  EXPECT_EQ(resolve_data(prp, data.data(), n, 4096).status, nvme::sc::SglDescriptorTypeInvalid);
+  EXPECT_TRUE(resolve_data(nvme::Sqe{}, data.data(), n, 0).status.ok()) << "no data, nothing to check";
 }
 
 }  // namespace
