@@ -55,7 +55,7 @@ using nvtcp::host::Completion;
 using nvtcp::host::Controller;
 using nvtcp::host::ControllerOptions;
 using nvtcp::host::parse_poll_mode;
-using nvtcp::host::PollMode;
+using nvtcp::PollMode;
 using nvtcp::host::QueuePair;
 using nvtcp::host::TransportId;
 

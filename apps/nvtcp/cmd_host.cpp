@@ -274,8 +274,8 @@ void add_perf_command(CLI::App& app, int& rc) {
       },
       "hybrid (spin while completions keep coming, sleep when idle; the default over TCP), busy (always spin) or "
       "interrupt (always sleep: for hosts shared with other work; the default through the offload engine)");
-  c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = host::PollMode::Busy; }, "same as --poll busy");
-  c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = host::PollMode::Hybrid; }, "same as --poll hybrid");
+  c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = PollMode::Busy; }, "same as --poll busy");
+  c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = PollMode::Hybrid; }, "same as --poll hybrid");
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
   c->add_option("--sqpoll-cpu", a->o.data_path.sq_thread_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nvtcp/identify.hpp"
+#include "nvtcp/poll_mode.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 
@@ -40,8 +41,6 @@ struct TransportId {
   static bool parse(const std::string& text, TransportId& out, std::string& err);
   std::string to_string() const;
 };
-
-enum class PollMode { Default, Interrupt, Busy, Hybrid };
 
 // "default", "interrupt", "busy" or "hybrid" (command-line and fio option values); false if unknown.
 bool parse_poll_mode(const std::string& text, PollMode& out);
@@ -78,12 +77,9 @@ struct ControllerOptions {
   bool hdgst = false;
   bool ddgst = false;
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
-  // How the I/O queues wait for completions. Hybrid: spin while completions keep coming,
-  // sleep after 50 us without any (an idle queue pair costs no CPU). Busy: never sleep (a
-  // whole core, the lowest latency). Interrupt: always sleep (for hosts shared with other
-  // work; about 5x the latency at QD1 on loopback). Default: Hybrid over TCP, the fastest on
-  // an idle machine; Interrupt through the offload engine (trtype:engine), whose own cores
-  // poll: the application's CPU is what the engine is there to save.
+  // How the I/O queues wait for completions (nvtcp/poll_mode.hpp). Default: Hybrid over TCP,
+  // the fastest on an idle machine; Interrupt through the offload engine (trtype:engine),
+  // whose own cores poll: the application's CPU is what the engine is there to save.
   PollMode poll = PollMode::Default;
 
   // Recovery, with the Linux host's meaning. When a connection is lost, or a command times

@@ -270,7 +270,7 @@ TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
   trid.traddr = eo.socket_path;
   trid.subnqn = test::kTestNqn;
   host::ControllerOptions co;
-  co.poll = host::PollMode::Busy;
+  co.poll = PollMode::Busy;
   co.io_queues = 1;
   auto ctrl = host::Controller::connect(trid, co, err);
   ASSERT_TRUE(ctrl) << err;

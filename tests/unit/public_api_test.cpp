@@ -1,6 +1,6 @@
 // The process-wide parts of the public API: the log sink and level, the data-path options,
-// size parsing and the NVMe types in nvtcp::nvme. (Connecting, queue pairs and admin commands
-// are integration tests.)
+// size parsing, poll modes and the NVMe types in nvtcp::nvme. (Connecting, queue pairs and
+// admin commands are integration tests.)
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
+#include "nvtcp/poll_mode.hpp"
 #include "nvtcp/size.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
@@ -99,6 +100,20 @@ TEST(PublicSize, Units) {
   EXPECT_FALSE(nvtcp::parse_size("", v));
   EXPECT_FALSE(nvtcp::parse_size("99999999999999999999", v));
   EXPECT_FALSE(nvtcp::parse_size("17179869184G", v));  // 2^34 GiB overflows 64 bits
+}
+
+TEST(PublicPollMode, ParsesTheNamesTheOptionsTake) {
+  nvtcp::PollMode m = nvtcp::PollMode::Busy;
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("default", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Default);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("interrupt", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Interrupt);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("busy", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Busy);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("hybrid", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Hybrid);
+  EXPECT_FALSE(nvtcp::host::parse_poll_mode("spin", m));
+  EXPECT_EQ(nvtcp::host::ControllerOptions{}.poll, nvtcp::PollMode::Default);
 }
 
 TEST(PublicNvme, TypesAndStatusNames) {
