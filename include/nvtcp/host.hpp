@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,23 @@ struct ControllerOptions {
   // Controller::alloc_io_buffer() hands out I/O buffers (the first MiB carries admin data).
   uint64_t engine_region_bytes = 256ull << 20;
 };
+
+// The recovery and keep-alive timeouts in seconds, nvme-cli's units (nvme connect
+// --ctrl-loss-tmo, --reconnect-delay, --fast_io_fail_tmo, --keep-alive-tmo), as command lines,
+// configuration files and the fio engine take them. An empty one leaves its option as it is.
+struct RecoverySeconds {
+  std::optional<double> ctrl_loss_tmo;     // 0: no reconnect
+  std::optional<double> reconnect_delay;   // more than 0
+  std::optional<double> fast_io_fail_tmo;  // -1: held I/O waits for ctrl_loss_tmo
+  std::optional<double> keep_alive_tmo;    // kato; 0: no keep-alive
+  std::optional<double> io_timeout;        // 0: no timeout
+};
+// Sets the ControllerOptions these stand for, by one set of rules for every caller: each
+// value must lie in [0, 1e6] seconds (fast_io_fail_tmo may also be -1) and is rounded to the
+// nearest millisecond; a reconnect delay is at least 1 ms (0 would retry in a tight loop, and
+// Linux refuses it too). False and err, naming the option, for a value it refuses; o is then
+// unchanged.
+bool apply_recovery_seconds(const RecoverySeconds& s, ControllerOptions& o, std::string& err);
 
 // What a completion callback receives: the CQE's status and command-specific dwords.
 struct Completion {
