@@ -50,7 +50,7 @@ struct Options {
 
   reactor::ReactorOptions reactor_options(int core) const {
     reactor::ReactorOptions r = reactor::ReactorOptions::defaults();
-    r.poll = busy_poll ? reactor::PollMode::BusyPoll : hybrid_poll ? reactor::PollMode::Hybrid : reactor::PollMode::Interrupt;
+    r.poll = busy_poll ? PollMode::Busy : hybrid_poll ? PollMode::Hybrid : PollMode::Interrupt;
     r.sqpoll = sqpoll;
     r.sq_thread_cpu = sqpoll_same_core ? core : -1;
     r.send_zc_threshold = send_zc;

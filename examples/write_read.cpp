@@ -15,7 +15,7 @@ namespace {
 // Completion callbacks run inside process_completions(); they record the outcome here.
 struct Done {
   bool finished = false;
-  nvtcp::wire::Status status;
+  nvtcp::nvme::Status status;
 };
 void on_done(void* ctx, const nvtcp::host::Completion& cpl) {
   auto* d = static_cast<Done*>(ctx);
@@ -25,7 +25,7 @@ void on_done(void* ctx, const nvtcp::host::Completion& cpl) {
 bool wait(nvtcp::host::QueuePair& qp, Done& d, const char* what) {
   while (!d.finished) qp.process_completions(1000);
   if (d.status.ok()) return true;
-  std::fprintf(stderr, "%s failed: %s\n", what, nvtcp::wire::status_name(d.status).c_str());
+  std::fprintf(stderr, "%s failed: %s\n", what, nvtcp::nvme::status_name(d.status).c_str());
   return false;
 }
 }  // namespace

@@ -51,12 +51,13 @@ extern "C" {
 
 namespace {
 
+using nvtcp::PollMode;
 using nvtcp::host::Completion;
 using nvtcp::host::Controller;
 using nvtcp::host::ControllerOptions;
 using nvtcp::host::parse_poll_mode;
-using nvtcp::host::PollMode;
 using nvtcp::host::QueuePair;
+using nvtcp::host::RecoverySeconds;
 using nvtcp::host::TransportId;
 
 constexpr const char* kEngineName = "nvtcp";
@@ -218,6 +219,18 @@ bool job_poll_mode(thread_data* td, PollMode& m) {
   return true;
 }
 
+// The recovery options are seconds, as nvme-cli takes them; the host library converts them,
+// by the rules the nvtcp CLI's follow too.
+bool job_recovery(thread_data* td, ControllerOptions& c, std::string& err) {
+  const EngineOptions& o = options(td);
+  RecoverySeconds s;
+  s.ctrl_loss_tmo = o.ctrl_loss_tmo;
+  s.reconnect_delay = o.reconnect_delay;
+  s.fast_io_fail_tmo = o.fast_io_fail_tmo;
+  s.io_timeout = o.io_timeout;
+  return nvtcp::host::apply_recovery_seconds(s, c, err);
+}
+
 ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   const EngineOptions& o = options(td);
   ControllerOptions c;
@@ -229,10 +242,8 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   c.io_queues = std::max<uint32_t>(io_queues, 1);
   job_poll_mode(td, c.poll);  // checked in nvtcp_init
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
-  c.ctrl_loss_tmo_ms = o.ctrl_loss_tmo * 1000;
-  c.reconnect_delay_ms = o.reconnect_delay * 1000;
-  c.fast_io_fail_tmo_ms = o.fast_io_fail_tmo < 0 ? -1 : o.fast_io_fail_tmo * 1000;
-  c.io_timeout_ms = o.io_timeout * 1000;
+  std::string err;
+  job_recovery(td, c, err);  // checked in nvtcp_init
   return c;
 }
 
@@ -362,7 +373,7 @@ struct FileCtx {
 struct Slot {
   io_u* u = nullptr;
   ThreadCtx* t = nullptr;
-  nvtcp::wire::DsmRange range{};
+  nvtcp::nvme::DsmRange range{};
 };
 
 struct ThreadCtx {
@@ -415,7 +426,7 @@ void on_complete(void* ctx, const Completion& c) {
     if (!t->error_logged) {
       t->error_logged = true;
       log_err("nvtcp: %s of %llu bytes at offset %llu failed: %s\n", io_ddir_name(u->ddir), u->xfer_buflen, u->offset,
-              nvtcp::wire::status_name(c.status).c_str());
+              nvtcp::nvme::status_name(c.status).c_str());
     }
   }
   t->push_done(u);
@@ -435,6 +446,12 @@ int nvtcp_init(thread_data* td) {
     return 1;
   }
   t->busy_poll = mode == PollMode::Busy;
+  ControllerOptions scratch;
+  std::string err;
+  if (!job_recovery(td, scratch, err)) {
+    log_err("nvtcp: %s\n", err.c_str());
+    return 1;
+  }
   td->io_ops_data = t.release();
   return 0;
 }

@@ -27,7 +27,7 @@ struct EngineArgs {
   uint32_t queue_depth = 0;
   uint32_t max_queue_pairs = 0;
   int64_t idle_spin_us = -2;  // -2: not given
-  int64_t ctrl_loss_tmo_s = -1, reconnect_delay_s = -1, kato_s = -1;
+  host::RecoverySeconds recovery;  // --ctrl-loss-tmo, --reconnect-delay, --kato
   std::string tcp_congestion;
   std::string ready_file;
   bool ublk = false;
@@ -72,9 +72,14 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     if (j.contains("queue_depth")) o.queue_depth = j["queue_depth"].get<uint32_t>();
     if (j.contains("max_queue_pairs")) o.max_queue_pairs = j["max_queue_pairs"].get<uint32_t>();
     if (j.contains("idle_spin_us")) o.idle_spin_us = j["idle_spin_us"].get<int64_t>();
-    if (j.contains("ctrl_loss_tmo_s")) o.host.ctrl_loss_tmo_ms = j["ctrl_loss_tmo_s"].get<uint32_t>() * 1000;
-    if (j.contains("reconnect_delay_s")) o.host.reconnect_delay_ms = j["reconnect_delay_s"].get<uint32_t>() * 1000;
-    if (j.contains("kato_s")) o.host.kato_ms = j["kato_s"].get<uint32_t>() * 1000;
+    host::RecoverySeconds recovery;
+    if (j.contains("ctrl_loss_tmo_s")) recovery.ctrl_loss_tmo = j["ctrl_loss_tmo_s"].get<double>();
+    if (j.contains("reconnect_delay_s")) recovery.reconnect_delay = j["reconnect_delay_s"].get<double>();
+    if (j.contains("kato_s")) recovery.keep_alive_tmo = j["kato_s"].get<double>();
+    if (!host::apply_recovery_seconds(recovery, o.host, err)) {
+      err = fmt::format("{}: {}", path, err);
+      return false;
+    }
     if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
     if (j.contains("ublk")) o.ublk = j["ublk"].get<bool>();
     if (j.contains("ublk_queue_depth")) o.ublk_options.queue_depth = j["ublk_queue_depth"].get<uint32_t>();
@@ -113,9 +118,10 @@ int run_engine(const EngineArgs& a) {
   if (a.queue_depth) o.queue_depth = a.queue_depth;
   if (a.max_queue_pairs) o.max_queue_pairs = a.max_queue_pairs;
   if (a.idle_spin_us != -2) o.idle_spin_us = a.idle_spin_us;
-  if (a.ctrl_loss_tmo_s >= 0) o.host.ctrl_loss_tmo_ms = uint32_t(a.ctrl_loss_tmo_s * 1000);
-  if (a.reconnect_delay_s >= 0) o.host.reconnect_delay_ms = uint32_t(a.reconnect_delay_s * 1000);
-  if (a.kato_s >= 0) o.host.kato_ms = uint32_t(a.kato_s * 1000);
+  if (!host::apply_recovery_seconds(a.recovery, o.host, err)) {
+    fmt::print(stderr, "nvtcp engine: {}\n", err);
+    return 2;
+  }
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.ublk) o.ublk = true;
   if (!a.poll.empty()) {
@@ -185,9 +191,15 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_option("--max-queue-pairs", a->max_queue_pairs, "queue pairs per application, admin included (default 129)");
   c->add_option("--idle-spin-us", a->idle_spin_us,
                 "an idle core spins this long before sleeping (default 200; 0 sleeps at once, -1 never sleeps)");
-  c->add_option("--ctrl-loss-tmo", a->ctrl_loss_tmo_s, "seconds to keep reconnecting a lost controller (default 600)");
-  c->add_option("--reconnect-delay", a->reconnect_delay_s, "seconds between reconnect attempts (default 2)");
-  c->add_option("--kato", a->kato_s, "keep-alive timeout asked of the remote controllers, seconds (default 30)");
+  c->add_option_function<double>(
+      "--ctrl-loss-tmo", [a](double v) { a->recovery.ctrl_loss_tmo = v; },
+      "seconds to keep reconnecting a lost controller (default 600)");
+  c->add_option_function<double>(
+      "--reconnect-delay", [a](double v) { a->recovery.reconnect_delay = v; },
+      "seconds between reconnect attempts (default 2)");
+  c->add_option_function<double>(
+      "--kato", [a](double v) { a->recovery.keep_alive_tmo = v; },
+      "keep-alive timeout asked of the remote controllers, seconds (default 30)");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
   c->add_option("--poll", a->poll,

@@ -17,29 +17,29 @@
 namespace nvtcp::app {
 
 namespace {
-// Recovery options, in seconds as nvme-cli takes them.
+// Recovery options, in seconds as nvme-cli takes them, converted by the host library's rules.
 void add_recovery_options(CLI::App* c, host::ControllerOptions& o) {
-  auto ms = [](double secs) { return uint32_t(std::max(0.0, secs) * 1000.0 + 0.5); };
+  auto set = [&o](std::optional<double> host::RecoverySeconds::*field) {
+    return [&o, field](double v) {
+      host::RecoverySeconds s;
+      s.*field = v;
+      std::string err;
+      if (!host::apply_recovery_seconds(s, o, err)) throw CLI::ValidationError(err);
+    };
+  };
+  c->add_option_function<double>("--ctrl-loss-tmo", set(&host::RecoverySeconds::ctrl_loss_tmo),
+                                 "seconds to keep reconnecting after a connection is lost (default 0: no reconnect)");
+  c->add_option_function<double>("--reconnect-delay", set(&host::RecoverySeconds::reconnect_delay),
+                                 "seconds between reconnect attempts (default 2)");
+  c->add_option_function<double>("--fast-io-fail-tmo", set(&host::RecoverySeconds::fast_io_fail_tmo),
+                                 "seconds after a loss from which held I/O fails (default -1: wait for ctrl-loss-tmo)");
   c->add_option_function<double>(
-       "--ctrl-loss-tmo", [&o, ms](double v) { o.ctrl_loss_tmo_ms = ms(v); },
-       "seconds to keep reconnecting after a connection is lost (default 0: no reconnect)")
-      ->check(CLI::Range(0.0, 1e6));
-  c->add_option_function<double>(
-       "--reconnect-delay", [&o, ms](double v) { o.reconnect_delay_ms = std::max<uint32_t>(ms(v), 1); },
-       "seconds between reconnect attempts (default 2)")
-      ->check(CLI::Range(0.001, 1e6));
-  c->add_option_function<double>(
-       "--fast-io-fail-tmo", [&o, ms](double v) { o.fast_io_fail_tmo_ms = v < 0 ? -1 : int32_t(ms(v)); },
-       "seconds after a loss from which held I/O fails (default -1: wait for ctrl-loss-tmo)")
-      ->check(CLI::Range(-1.0, 1e6));
-  c->add_option_function<double>(
-       "--io-timeout", [&o, ms](double v) { o.io_timeout_ms = ms(v); },
-       "seconds before an I/O is aborted, and as long again before the controller is reset (default 30; 0: never)")
-      ->check(CLI::Range(0.0, 1e6));
+      "--io-timeout", set(&host::RecoverySeconds::io_timeout),
+      "seconds before an I/O is aborted, and as long again before the controller is reset (default 30; 0: never)");
 }
 }  // namespace
 
-using namespace nvtcp::wire;
+using namespace nvtcp::nvme;
 
 namespace {
 std::string trimmed(const char* p, size_t n) {
@@ -274,8 +274,8 @@ void add_perf_command(CLI::App& app, int& rc) {
       },
       "hybrid (spin while completions keep coming, sleep when idle; the default over TCP), busy (always spin) or "
       "interrupt (always sleep: for hosts shared with other work; the default through the offload engine)");
-  c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = host::PollMode::Busy; }, "same as --poll busy");
-  c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = host::PollMode::Hybrid; }, "same as --poll hybrid");
+  c->add_flag_callback("--busy-poll", [a] { a->o.ctrl.poll = PollMode::Busy; }, "same as --poll busy");
+  c->add_flag_callback("--hybrid-poll", [a] { a->o.ctrl.poll = PollMode::Hybrid; }, "same as --poll hybrid");
   c->add_flag("--sqpoll", a->o.ctrl.sqpoll, "an io_uring SQ thread submits for the queue pairs (no syscalls when polling)");
   c->add_option("--sqpoll-cpu", a->o.data_path.sq_thread_cpu, "pin the SQ threads to this CPU (default: unpinned)")
       ->check(CLI::Range(-1, 4095));

@@ -167,7 +167,7 @@ struct Job {
     ++j->r->ios;
     if (s->is_read) ++j->r->reads; else ++j->r->writes;
     if (!c.status.ok()) {
-      if (j->r->errors++ < 5) report("I/O error at LBA {}: {}", s->lba, wire::status_name(c.status));
+      if (j->r->errors++ < 5) report("I/O error at LBA {}: {}", s->lba, nvme::status_name(c.status));
     } else if (j->o->verify && !s->is_read) {
       j->acked[s->lba / j->nlb] = true;
     } else if (j->o->verify && s->is_read) {

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nvtcp/identify.hpp"
+#include "nvtcp/poll_mode.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 
@@ -40,8 +42,6 @@ struct TransportId {
   static bool parse(const std::string& text, TransportId& out, std::string& err);
   std::string to_string() const;
 };
-
-enum class PollMode { Default, Interrupt, Busy, Hybrid };
 
 // "default", "interrupt", "busy" or "hybrid" (command-line and fio option values); false if unknown.
 bool parse_poll_mode(const std::string& text, PollMode& out);
@@ -78,12 +78,9 @@ struct ControllerOptions {
   bool hdgst = false;
   bool ddgst = false;
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
-  // How the I/O queues wait for completions. Hybrid: spin while completions keep coming,
-  // sleep after 50 us without any (an idle queue pair costs no CPU). Busy: never sleep (a
-  // whole core, the lowest latency). Interrupt: always sleep (for hosts shared with other
-  // work; about 5x the latency at QD1 on loopback). Default: Hybrid over TCP, the fastest on
-  // an idle machine; Interrupt through the offload engine (trtype:engine), whose own cores
-  // poll: the application's CPU is what the engine is there to save.
+  // How the I/O queues wait for completions (nvtcp/poll_mode.hpp). Default: Hybrid over TCP,
+  // the fastest on an idle machine; Interrupt through the offload engine (trtype:engine),
+  // whose own cores poll: the application's CPU is what the engine is there to save.
   PollMode poll = PollMode::Default;
 
   // Recovery, with the Linux host's meaning. When a connection is lost, or a command times
@@ -120,9 +117,26 @@ struct ControllerOptions {
   uint64_t engine_region_bytes = 256ull << 20;
 };
 
+// The recovery and keep-alive timeouts in seconds, nvme-cli's units (nvme connect
+// --ctrl-loss-tmo, --reconnect-delay, --fast_io_fail_tmo, --keep-alive-tmo), as command lines,
+// configuration files and the fio engine take them. An empty one leaves its option as it is.
+struct RecoverySeconds {
+  std::optional<double> ctrl_loss_tmo;     // 0: no reconnect
+  std::optional<double> reconnect_delay;   // more than 0
+  std::optional<double> fast_io_fail_tmo;  // -1: held I/O waits for ctrl_loss_tmo
+  std::optional<double> keep_alive_tmo;    // kato; 0: no keep-alive
+  std::optional<double> io_timeout;        // 0: no timeout
+};
+// Sets the ControllerOptions these stand for, by one set of rules for every caller: each
+// value must lie in [0, 1e6] seconds (fast_io_fail_tmo may also be -1) and is rounded to the
+// nearest millisecond; a reconnect delay is at least 1 ms (0 would retry in a tight loop, and
+// Linux refuses it too). False and err, naming the option, for a value it refuses; o is then
+// unchanged.
+bool apply_recovery_seconds(const RecoverySeconds& s, ControllerOptions& o, std::string& err);
+
 // What a completion callback receives: the CQE's status and command-specific dwords.
 struct Completion {
-  wire::Status status;
+  nvme::Status status;
   uint32_t dw0 = 0;
   uint32_t dw1 = 0;
 };
@@ -154,7 +168,7 @@ class QueuePair {
   // Through the offload engine (trtype:engine) the buffer must come from the controller's
   // alloc_io_buffer() (the engine moves data to and from that shared region only); any
   // other buffer gives -EFAULT.
-  int submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
+  int submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb, void* ctx);
   // A read or write larger than the controller's largest transfer (MDTS) is sent as several
   // commands, as the Linux block layer and SPDK's driver split it; cb runs once, when the last
   // one completes, with the first failure if any. It needs that many free slots at once
@@ -162,11 +176,11 @@ class QueuePair {
   int read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx);
   int write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
             WriteFlags flags = {});
-  // Makes every write completed before it durable; nsid wire::kNsidAll flushes every namespace.
+  // Makes every write completed before it durable; nsid nvme::kNsidAll flushes every namespace.
   int flush(uint32_t nsid, CompletionFn cb, void* ctx);
   int write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx);
   // ranges: n Dataset Management ranges (16 bytes each), sent with the Deallocate attribute.
-  int deallocate(uint32_t nsid, const wire::DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx);
+  int deallocate(uint32_t nsid, const nvme::DsmRange* ranges, uint32_t n, CompletionFn cb, void* ctx);
 
   // Runs this thread's reactor once: sends what was submitted, waits up to timeout_us for
   // something to arrive (0 = don't wait), and delivers completions. Returns how many
@@ -189,7 +203,7 @@ class QueuePair {
  private:
   friend class Controller;
   explicit QueuePair(std::unique_ptr<detail::IoQueue> impl, uint32_t max_transfer);
-  int read_write(wire::IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
+  int read_write(nvme::IoOpcode op, uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, bool to_controller,
                  uint32_t cdw12_flags, CompletionFn cb, void* ctx);
   uint32_t max_transfer_;  // the controller's MDTS in bytes (0: no limit)
   // Declared before impl_ so that it outlives it: impl_'s destructor completes what is still
@@ -226,7 +240,7 @@ class Controller {
   void free_io_buffer(void* p);
 
   // Synchronous admin commands (the admin thread runs them).
-  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  Completion admin(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
   Completion identify(uint8_t cns, uint32_t nsid, void* buf4k, uint32_t cdw11 = 0);
   Completion get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset = 0);
 
@@ -253,8 +267,8 @@ class Controller {
   // serial number, model and subsystem NQN (else the controller fails for good: another
   // subsystem answers there); its firmware revision may differ, and is logged, not kept.
   const uint8_t* identify_data() const;
-  const wire::IdentifyController& identify_controller() const {
-    return *reinterpret_cast<const wire::IdentifyController*>(identify_data());  // packed: any address will do
+  const nvme::IdentifyController& identify_controller() const {
+    return *reinterpret_cast<const nvme::IdentifyController*>(identify_data());  // packed: any address will do
   }
   uint16_t cntlid() const;
   uint32_t io_queues_granted() const;

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 enum class Cns : uint8_t {
   Namespace = 0x00,
@@ -270,4 +270,4 @@ static_assert(offsetof(IndependentIdentifyNamespace, nvmsetid) == 10 && offsetof
 static_assert(sizeof(IoCommandSetVectors) == kIdentifyLen);
 static_assert(sizeof(NvmIdentifyController) == kIdentifyLen && offsetof(NvmIdentifyController, dmrsl) == 4);
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

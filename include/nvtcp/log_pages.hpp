@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 enum class LogPageId : uint8_t {
   SupportedLogPages = 0x00,
@@ -158,4 +158,4 @@ inline void put_u128(uint8_t (&field)[16], uint64_t v) {
   for (int i = 8; i < 16; ++i) field[i] = 0;
 }
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 // Controller properties reachable through Property Get/Set.
 namespace prop {
@@ -38,4 +38,4 @@ constexpr uint16_t cap_mqes(uint64_t cap) { return cap & 0xFFFF; }
 constexpr uint32_t cap_timeout_ms(uint64_t cap) { return uint32_t((cap >> 24) & 0xFF) * 500; }
 }  // namespace prop
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

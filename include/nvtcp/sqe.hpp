@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 enum class AdminOpcode : uint8_t {
   DeleteIoSq = 0x00,
@@ -125,4 +125,4 @@ static_assert(sizeof(Cqe) == 16 && offsetof(Cqe, sqhd) == 8 && offsetof(Cqe, cid
 static_assert(offsetof(Cqe, status) == 14);
 static_assert(sizeof(DsmRange) == 16);
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 enum class Sct : uint8_t { Generic = 0, CommandSpecific = 1, Media = 2, Path = 3, Vendor = 7 };
 
@@ -81,4 +81,4 @@ inline constexpr Status HostAbortedCommand{Sct::Path, 0x71};
 // "Invalid Field in Command (SCT 0h / SC 02h)"
 std::string status_name(Status s);
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

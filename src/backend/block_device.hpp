@@ -28,7 +28,7 @@ struct BlockIo {
   // unchanged, until the request's data has been sent: the socket reads it turns later);
   // otherwise it fills buffer and sets read_data = buffer.
   const uint8_t* read_data = nullptr;
-  void (*done)(BlockIo* io, wire::Status status) = nullptr;
+  void (*done)(BlockIo* io, nvme::Status status) = nullptr;
   void* user = nullptr;       // the submitter's context for done
   // Device-private state for devices that go through io_uring (partial transfers resume).
   reactor::OwnedCompletion<BlockIo> completion;

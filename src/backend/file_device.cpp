@@ -83,7 +83,7 @@ class FileDevice final : public BlockDevice {
                         (io->fua || !cache_enabled_.load(std::memory_order_relaxed));
     io->syncing = io->op == BlockIo::Op::Flush && volatile_write_cache();
     if (io->op == BlockIo::Op::Flush && !io->syncing) {
-      io->done(io, wire::sc::Success);  // nothing to flush on tmpfs
+      io->done(io, nvme::sc::Success);  // nothing to flush on tmpfs
       return;
     }
     io->completion.owner = io;
@@ -130,7 +130,7 @@ class FileDevice final : public BlockDevice {
       log::warn("file namespace {}: {} of {} bytes at {}{} failed: {}", path_, op_name(io->op), io->length,
                 io->offset, io->syncing ? " (sync)" : "", strerror(-res));
       io->read_data = nullptr;
-      io->done(io, io->op == BlockIo::Op::Read ? wire::sc::UnrecoveredReadError : wire::sc::WriteFault);
+      io->done(io, io->op == BlockIo::Op::Read ? nvme::sc::UnrecoveredReadError : nvme::sc::WriteFault);
       return;
     }
     if (io->syncing) {
@@ -145,7 +145,7 @@ class FileDevice final : public BlockDevice {
         io->progress = io->length;
       }
       if (res == 0 && io->op == BlockIo::Op::Write) {
-        io->done(io, wire::sc::WriteFault);
+        io->done(io, nvme::sc::WriteFault);
         return;
       }
       if (io->progress < io->length) {
@@ -163,13 +163,13 @@ class FileDevice final : public BlockDevice {
       return;
     }
     io->read_data = io->op == BlockIo::Op::Read ? io->buffer : nullptr;
-    io->done(io, wire::sc::Success);
+    io->done(io, nvme::sc::Success);
   }
 
   void synced(BlockIo* io) {
     if (SyncObserver* o = observer_.load(std::memory_order_acquire)) o->on_sync_complete(*io);
     io->read_data = nullptr;
-    io->done(io, wire::sc::Success);
+    io->done(io, nvme::sc::Success);
   }
 
   int fd_;

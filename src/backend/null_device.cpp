@@ -21,12 +21,12 @@ class NullDevice final : public BlockDevice {
     if (io->op == BlockIo::Op::Read) {
       if (io->length > kZeroBytesLen) {  // the target bounds reads by MDTS; never trust that here
         log::error("null namespace: a {}-byte read is beyond the {}-byte zero region", io->length, kZeroBytesLen);
-        io->done(io, wire::sc::InternalError);
+        io->done(io, nvme::sc::InternalError);
         return;
       }
       io->read_data = zero_bytes();
     }
-    io->done(io, wire::sc::Success);
+    io->done(io, nvme::sc::Success);
   }
 
  private:

@@ -109,7 +109,7 @@ class RamDevice final : public BlockDevice {
         case BlockIo::Op::Flush: break;
       }
     }
-    io->done(io, wire::sc::Success);
+    io->done(io, nvme::sc::Success);
   }
 
   // Write Zeroes and Deallocate: whole pages go back to the kernel (they read as zeros
@@ -130,7 +130,7 @@ class RamDevice final : public BlockDevice {
     }
     io->progress += n;
     if (io->progress == io->length) {
-      io->done(io, wire::sc::Success);
+      io->done(io, nvme::sc::Success);
       return;
     }
     io->completion.owner = io;

@@ -8,19 +8,19 @@
 
 #include <fmt/format.h>
 
-#include "engine/region.hpp"
 #include "nvtcp/identify.hpp"
+#include "shm/region.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
 
 namespace nvtcp::engine {
 
-using wire::AdminOpcode;
-using wire::Sqe;
-using wire::Status;
-namespace sc = wire::sc;
-namespace prop = wire::prop;
+using nvme::AdminOpcode;
+using nvme::Sqe;
+using nvme::Status;
+namespace sc = nvme::sc;
+namespace prop = nvme::prop;
 
 namespace {
 constexpr uint32_t kAerLimit = 4;           // AERL 3: four held at once
@@ -29,19 +29,19 @@ constexpr uint32_t kIdentifyBytes = 4096;
 constexpr uint32_t kOacsDoorbellBufferConfig = 1u << 8;
 constexpr uint8_t kFeatureInterruptCoalescing = 0x08;
 
-using detail::load_acquire;
-using detail::store_release;
+using shm::detail::load_acquire;
+using shm::detail::store_release;
 
 // Zeroes a queue pair's words and rings: the state a queue starts from (the CQ phase tag
 // of the first pass is 1, so a zeroed CQ holds no completion).
-void clear_queue(const QueueMemory& m) {
-  std::memset(m.words, 0, sizeof(QueueWords));
-  std::memset(m.sq, 0, size_t(m.sq_size) * sizeof(wire::Sqe));
-  std::memset(m.cq, 0, size_t(m.cq_size) * sizeof(wire::Cqe));
+void clear_queue(const shm::QueueMemory& m) {
+  std::memset(m.words, 0, sizeof(shm::QueueWords));
+  std::memset(m.sq, 0, size_t(m.sq_size) * sizeof(nvme::Sqe));
+  std::memset(m.cq, 0, size_t(m.cq_size) * sizeof(nvme::Cqe));
 }
 }  // namespace
 
-AppController::AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max,
+AppController::AppController(shm::Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max,
                              AdminLimits limits)
     : at_(std::move(at)),
       backend_(backend),
@@ -52,8 +52,8 @@ AppController::AppController(Attachment at, Backend& backend, uint16_t cntlid, u
       io_(io_queues_max_ + 1),
       limits_(limits) {
   limits_.max_in_flight = std::max<uint32_t>(limits_.max_in_flight, 1);
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(backend_.remote_identify());
-  ControllerRegisters& r = at_.registers();
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(backend_.remote_identify());
+  shm::ControllerRegisters& r = at_.registers();
   // CAP: MQES, contiguous queues required, TO 15 s, the NVM command set; DSTRD 0 and
   // MPSMIN 4 KiB.
   r.cap = prop::make_cap(uint16_t(at_.layout().queue_entries - 1), 30);
@@ -119,7 +119,7 @@ void AppController::on_kick() {
 
 void AppController::enable() {
   ++epoch_;  // answers to commands of before the reset are dropped
-  admin_ = EngineQueuePair(at_.queue_pair(0), 0);
+  admin_ = shm::EngineQueuePair(at_.queue_pair(0), 0);
   admin_backlog_.clear();
   held_aers_.clear();
   waiting_.reset();
@@ -198,7 +198,7 @@ void AppController::detach() {
     if (io_[qid].state == QueueState::CqOnly) set_queue_state(qid, QueueState::None);
 }
 
-void AppController::io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq) {
+void AppController::io_queue_stopped(uint16_t qid, shm::EngineQueuePair::CqPosition cq) {
   if (qid == 0 || qid >= io_.size() || io_[qid].state != QueueState::Stopping) return;
   IoQueue& q = io_[qid];
   q.cq = cq;
@@ -241,7 +241,7 @@ void AppController::process_admin() {
   // until there is room (the application sees its SQ entries still unfetched).
   for (int pass = 0; pass < 2; ++pass) {
     while (admin_room() && admin_.fetch(s)) execute_guarded(s);
-    if (admin_.fault() != EngineQueuePair::Fault::None) {
+    if (admin_.fault() != shm::EngineQueuePair::Fault::None) {
       fatal("admin queue: impossible doorbell value");
       return;
     }
@@ -251,7 +251,7 @@ void AppController::process_admin() {
 
 void AppController::complete(uint16_t cid, Status st, uint32_t dw0) {
   if (detached_ || disabling_) return;
-  wire::Cqe c{};
+  nvme::Cqe c{};
   c.cid = cid;
   c.dw0 = dw0;
   c.status = st.to_cqe(!st.ok());
@@ -268,11 +268,11 @@ void AppController::flush_admin_cq() {
   }
   if (!admin_backlog_.empty()) admin_.want_cq_notice();
   // The admin queue always interrupts through vector 0 (an application that polls ignores it).
-  if (posted && !at_.vector_fds().empty()) signal_fd(at_.vector_fds()[0]);
+  if (posted && !at_.vector_fds().empty()) shm::signal_fd(at_.vector_fds()[0]);
 }
 
 uint8_t* AppController::admin_data(const Sqe& sqe, uint32_t len, Status& st) {
-  DataSpan d = resolve_data(sqe, at_.data(), at_.layout().data_bytes, len);
+  shm::DataSpan d = shm::resolve_data(sqe, at_.data(), at_.layout().data_bytes, len);
   st = d.status;
   return d.data;
 }
@@ -318,7 +318,7 @@ void AppController::get_log_page(const Sqe& sqe) {
 }
 
 void AppController::execute(const Sqe& sqe) {
-  if (sqe.flags & wire::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
+  if (sqe.flags & nvme::kSqeFlagsFuseMask) return complete(sqe.cid, sc::InvalidField);
   switch (static_cast<AdminOpcode>(sqe.opc)) {
     case AdminOpcode::Identify: return identify(sqe);
     case AdminOpcode::GetLogPage: return get_log_page(sqe);
@@ -358,8 +358,8 @@ void AppController::create_cq(const Sqe& sqe) {
   q.cq_entries = entries;
   q.vector = ien ? int(iv) : -1;
   q.cq = {};
-  QueueMemory m = at_.queue_pair(qid);
-  std::memset(m.cq, 0, size_t(entries) * sizeof(wire::Cqe));
+  shm::QueueMemory m = at_.queue_pair(qid);
+  std::memset(m.cq, 0, size_t(entries) * sizeof(nvme::Cqe));
   store_release(m.words->cq_head, 0);  // a new CQ starts at slot 0 with phase 1
   store_release(m.words->cq_event_idx, 0);
   set_queue_state(qid, QueueState::CqOnly);
@@ -384,7 +384,7 @@ void AppController::create_sq(const Sqe& sqe) {
   if (entries < 2 || entries > at_.layout().queue_entries) return complete(sqe.cid, sc::InvalidQueueSize);
   if (!contiguous) return complete(sqe.cid, sc::InvalidField);
   IoQueue& q = io_[qid];
-  QueueMemory m = at_.queue_pair(qid);
+  shm::QueueMemory m = at_.queue_pair(qid);
   // The SQ doorbell of a new SQ is 0 (the CQ's words are the CQ's, set when it was made).
   store_release(m.words->sq_tail, 0);
   store_release(m.words->sq_event_idx, 0);
@@ -426,7 +426,7 @@ void AppController::identify(const Sqe& sqe) {
   // controller's ID, SGL data blocks, Doorbell Buffer Config among the optional admin
   // commands (the only one here), no keep-alive, and no fabrics attributes.
   bounce_.assign(backend_.remote_identify(), backend_.remote_identify() + kIdentifyBytes);
-  auto* id = reinterpret_cast<wire::IdentifyController*>(bounce_.data());
+  auto* id = reinterpret_cast<nvme::IdentifyController*>(bounce_.data());
   id->cntlid = cntlid_;
   id->cntrltype = 1;  // I/O controller
   id->oacs = kOacsDoorbellBufferConfig;
@@ -484,7 +484,7 @@ void AppController::features(const Sqe& sqe, bool set) {
         return complete(sqe.cid, sc::InvalidField);
       }
       uint32_t len = 0;
-      if ((sqe.flags & wire::kSqeFlagsPsdtMask) == wire::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
+      if ((sqe.flags & nvme::kSqeFlagsPsdtMask) == nvme::kSqeFlagsPsdtSgl) len = std::min(sqe.sgl.length, 4096u);
       return forward(sqe, len, false);
     }
   }

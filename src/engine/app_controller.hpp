@@ -47,9 +47,9 @@
 #include <vector>
 
 #include "engine/admin_buffers.hpp"
-#include "engine/attach.hpp"
-#include "engine/shm_queue.hpp"
 #include "nvtcp/host.hpp"
+#include "shm/attach.hpp"
+#include "shm/shm_queue.hpp"
 
 namespace nvtcp::engine {
 
@@ -68,7 +68,7 @@ class AppController {
     // data is the engine's own buffer from admin_buffers() (filled when to_controller). The
     // answer comes back through AppController::admin_forwarded(tag, ...) on the control
     // thread; the buffer goes back to the pool once that has read it.
-    virtual void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
+    virtual void forward_admin(AppController& app, const nvme::Sqe& sqe, AdminBuffer data, bool to_controller,
                                uint64_t tag) = 0;
     // The engine's budget of admin data buffers (shared by every application).
     virtual AdminBufferPool& admin_buffers() = 0;
@@ -76,15 +76,15 @@ class AppController {
     virtual const uint8_t* remote_identify() = 0;
     // Starts carrying I/O queue pair qid (its SQ and CQ, the CQ going on from cq); false if
     // it cannot (no engine core).
-    virtual bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
-                                EngineQueuePair::CqPosition cq) = 0;
+    virtual bool start_io_queue(AppController& app, uint16_t qid, const shm::QueueMemory& m, int vector_fd,
+                                shm::EngineQueuePair::CqPosition cq) = 0;
     // Takes I/O queue pair qid away; io_queue_stopped() says when it is gone.
     virtual void stop_io_queue(AppController& app, uint16_t qid, bool abandon) = 0;
     // Interrupt Coalescing (feature 08h) changed: applies to every I/O queue of the app.
     virtual void set_coalescing(AppController& app, uint32_t value) = 0;
   };
 
-  AppController(Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max, AdminLimits limits = {});
+  AppController(shm::Attachment at, Backend& backend, uint16_t cntlid, uint32_t io_queues_max, AdminLimits limits = {});
   ~AppController();
   AppController(const AppController&) = delete;
   AppController& operator=(const AppController&) = delete;
@@ -110,13 +110,13 @@ class AppController {
   uint32_t admin_in_flight_peak() const { return admin_in_flight_peak_; }
   uint64_t admin_buffer_bytes() const { return admin_buffer_bytes_; }
   // From the engine: an I/O queue asked to stop is gone; one faulted.
-  void io_queue_stopped(uint16_t qid, EngineQueuePair::CqPosition cq = {});
+  void io_queue_stopped(uint16_t qid, shm::EngineQueuePair::CqPosition cq = {});
   void io_queue_faulted(uint16_t qid);
 
   // Detached, every I/O queue gone and no forwarded command out: the engine may destroy it.
   bool finished() const { return detached_ && live_io_queues() == 0 && forwarded_.empty(); }
   bool detached() const { return detached_; }
-  const Attachment& attachment() const { return at_; }
+  const shm::Attachment& attachment() const { return at_; }
   uint16_t cntlid() const { return cntlid_; }
   uint32_t coalescing() const { return coalescing_; }
   std::string name() const;
@@ -129,7 +129,7 @@ class AppController {
     uint32_t cq_entries = 0;
     uint32_t sq_entries = 0;
     int vector = -1;              // -1: interrupts off (IEN = 0)
-    EngineQueuePair::CqPosition cq;  // where the CQ stands between two SQs on it
+    shm::EngineQueuePair::CqPosition cq;  // where the CQ stands between two SQs on it
     bool deleting = false;        // a Delete I/O SQ waits for it
     uint16_t delete_cid = 0;
   };
@@ -144,23 +144,23 @@ class AppController {
   void process_admin();
   // Whether the admin SQ may be fetched from now (the application's admin budget).
   bool admin_room() const;
-  void execute(const wire::Sqe& sqe);
-  void execute_guarded(const wire::Sqe& sqe);
-  void get_log_page(const wire::Sqe& sqe);
-  void complete(uint16_t cid, wire::Status st, uint32_t dw0 = 0);
+  void execute(const nvme::Sqe& sqe);
+  void execute_guarded(const nvme::Sqe& sqe);
+  void get_log_page(const nvme::Sqe& sqe);
+  void complete(uint16_t cid, nvme::Status st, uint32_t dw0 = 0);
   void flush_admin_cq();
-  uint8_t* admin_data(const wire::Sqe& sqe, uint32_t len, wire::Status& st);
-  void create_cq(const wire::Sqe& sqe);
-  void create_sq(const wire::Sqe& sqe);
-  void delete_sq(const wire::Sqe& sqe);
-  void delete_cq(const wire::Sqe& sqe);
-  void identify(const wire::Sqe& sqe);
-  void features(const wire::Sqe& sqe, bool set);
-  void forward(const wire::Sqe& sqe, uint32_t len, bool to_controller);
+  uint8_t* admin_data(const nvme::Sqe& sqe, uint32_t len, nvme::Status& st);
+  void create_cq(const nvme::Sqe& sqe);
+  void create_sq(const nvme::Sqe& sqe);
+  void delete_sq(const nvme::Sqe& sqe);
+  void delete_cq(const nvme::Sqe& sqe);
+  void identify(const nvme::Sqe& sqe);
+  void features(const nvme::Sqe& sqe, bool set);
+  void forward(const nvme::Sqe& sqe, uint32_t len, bool to_controller);
   uint32_t csts() const;
   void set_csts(uint32_t v);
 
-  Attachment at_;
+  shm::Attachment at_;
   Backend& backend_;
   uint16_t cntlid_;
   uint32_t io_queues_max_;        // queue pairs of the region, less the admin pair
@@ -172,8 +172,8 @@ class AppController {
   bool shutdown_pending_ = false;
   bool faulted_ = false;
   bool detached_ = false;
-  EngineQueuePair admin_;
-  std::deque<wire::Cqe> admin_backlog_;  // answers the admin CQ had no room for
+  shm::EngineQueuePair admin_;
+  std::deque<nvme::Cqe> admin_backlog_;  // answers the admin CQ had no room for
   std::vector<uint16_t> held_aers_;
   std::vector<IoQueue> io_;             // index = qid
   uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
@@ -192,7 +192,7 @@ class AppController {
   uint32_t admin_in_flight_peak_ = 0;
   // Fetched, waiting for buffer budget: the one command the SQ head has moved past and
   // that is not yet running (nothing more is fetched meanwhile).
-  std::optional<wire::Sqe> waiting_;
+  std::optional<nvme::Sqe> waiting_;
   uint64_t next_tag_ = 1;
   uint32_t epoch_ = 0;                  // a reset starts a new one: older answers are dropped
 };

@@ -27,9 +27,9 @@
 
 #include "engine/admin_buffers.hpp"
 #include "engine/app_controller.hpp"
-#include "engine/attach.hpp"
 #include "engine/io_forwarder.hpp"
 #include "reactor/reactor.hpp"
+#include "shm/attach.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::engine {
@@ -58,13 +58,13 @@ struct CoreOp {
   AppController* owner;
   uint16_t qid;
   size_t remote = 0;
-  QueueMemory mem{};
+  shm::QueueMemory mem{};
   uint8_t* data = nullptr;
   uint64_t data_bytes = 0;
   int vector_fd = -1;
   bool abandon = false;
   uint32_t coalescing = 0;  // feature 08h's value
-  EngineQueuePair::CqPosition cq;  // Add: where the CQ goes on from
+  shm::EngineQueuePair::CqPosition cq;  // Add: where the CQ goes on from
 };
 
 // What a core tells the control thread.
@@ -72,14 +72,14 @@ struct CoreEvent {
   enum class Kind { Stopped, Faulted } kind;
   AppController* owner;
   uint16_t qid;
-  EngineQueuePair::CqPosition cq;  // Stopped: where the queue's CQ stands
+  shm::EngineQueuePair::CqPosition cq;  // Stopped: where the queue's CQ stands
 };
 
 // An application's admin command for a remote controller, run by the admin worker.
 struct AdminJob {
   AppController* owner;
   size_t remote;
-  wire::Sqe sqe;
+  nvme::Sqe sqe;
   AdminBuffer data;  // from the engine's AdminBufferPool; given back when the job is done
   bool to_controller;
   uint64_t tag;
@@ -111,14 +111,14 @@ struct Engine::Impl {
     std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, refused_opcodes{0}, interrupts{0},
         sleeps{0}, cpu_ns{0};
 
-    void on_queue_removed(void* owner, uint16_t qid, EngineQueuePair::CqPosition cq) override {
+    void on_queue_removed(void* owner, uint16_t qid, shm::EngineQueuePair::CqPosition cq) override {
       auto it = std::find_if(placed.begin(), placed.end(),
                              [&](const Placed& p) { return p.owner == owner && p.qid == qid; });
       if (it != placed.end()) placed.erase(it);
       queues.fetch_sub(1, std::memory_order_relaxed);
       engine->post_event({CoreEvent::Kind::Stopped, static_cast<AppController*>(owner), qid, cq});
     }
-    void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault) override {
+    void on_queue_fault(void* owner, uint16_t qid, shm::EngineQueuePair::Fault) override {
       engine->post_event({CoreEvent::Kind::Faulted, static_cast<AppController*>(owner), qid, {}});
     }
     // Wakes the core's reactor (only when it sleeps, unless always). The reactor is the
@@ -153,7 +153,7 @@ struct Engine::Impl {
   };
   // A connection whose attach request has not come yet (it gets a few seconds).
   struct PendingSlot {
-    PendingAttach conn;
+    shm::PendingAttach conn;
     uint64_t deadline_ns = 0;
     Watch watch{nullptr, Watch::Kind::Pending, this};
   };
@@ -228,11 +228,11 @@ struct Engine::Impl {
   }
   void resume_accepting_if_due();
   // Why an attach request is beyond the engine's limits (0: it is not); uid from SO_PEERCRED.
-  int check_limits_for(const AttachRequest& req, uid_t uid, std::string& why) const;
+  int check_limits_for(const shm::AttachRequest& req, uid_t uid, std::string& why) const;
   void answer_pending(PendingSlot& p);
   void drop_pending(PendingSlot& p);
   void expire_pendings();
-  void add_application(Attachment at, size_t remote);
+  void add_application(shm::Attachment at, size_t remote);
   void handle_events();
   void dispatch(const epoll_event& ev);
   void lifeline(AppSlot& slot);
@@ -249,7 +249,7 @@ struct Engine::Impl {
   std::vector<Remote> remotes;
   std::vector<std::unique_ptr<Core>> cores;
   std::atomic<bool> cores_stop{false};
-  AttachServer server;
+  shm::AttachServer server;
   int epfd = -1;
   int events_fd = -1;
   std::mutex events_mu;
@@ -290,14 +290,14 @@ struct AppSlot final : AppController::Backend {
   std::map<uint16_t, Engine::Impl::Core*> core_of;  // I/O queue -> the core carrying it
   bool watching = false;
 
-  void forward_admin(AppController& app, const wire::Sqe& sqe, AdminBuffer data, bool to_controller,
+  void forward_admin(AppController& app, const nvme::Sqe& sqe, AdminBuffer data, bool to_controller,
                      uint64_t tag) override {
     engine->queue_admin(AdminJob{&app, remote, sqe, std::move(data), to_controller, tag, {}});
   }
   AdminBufferPool& admin_buffers() override { return engine->admin_pool; }
   const uint8_t* remote_identify() override { return engine->remotes[remote].identify.data(); }
-  bool start_io_queue(AppController& app, uint16_t qid, const QueueMemory& m, int vector_fd,
-                      EngineQueuePair::CqPosition cq) override {
+  bool start_io_queue(AppController& app, uint16_t qid, const shm::QueueMemory& m, int vector_fd,
+                      shm::EngineQueuePair::CqPosition cq) override {
     if (engine->cores.empty()) return false;
     // The core carrying the fewest queues.
     auto* core = std::min_element(engine->cores.begin(), engine->cores.end(), [](const auto& a, const auto& b) {
@@ -305,7 +305,7 @@ struct AppSlot final : AppController::Backend {
                  })->get();
     core->queues.fetch_add(1, std::memory_order_relaxed);
     core_of[qid] = core;
-    const Attachment& at = app.attachment();
+    const shm::Attachment& at = app.attachment();
     CoreOp op{CoreOp::Kind::Add, &app, qid};
     op.remote = remote;
     op.mem = m;
@@ -618,7 +618,7 @@ void Engine::Impl::resume_accepting_if_due() {
   accepting = true;
 }
 
-int Engine::Impl::check_limits_for(const AttachRequest& req, uid_t uid, std::string& why) const {
+int Engine::Impl::check_limits_for(const shm::AttachRequest& req, uid_t uid, std::string& why) const {
   const EngineLimits& l = opts.limits;
   if (apps.size() >= l.max_applications) {
     why = fmt::format("the engine serves {} applications already (max_applications)", apps.size());
@@ -630,7 +630,7 @@ int Engine::Impl::check_limits_for(const AttachRequest& req, uid_t uid, std::str
     return EUSERS;
   }
   // A request out of range altogether is refused with its own reason by the attach server.
-  const auto layout = RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
+  const auto layout = shm::RegionLayout::compute(req.queue_pairs, req.queue_entries, req.data_bytes);
   if (!layout) return 0;
   if (layout->total_bytes > l.max_region_bytes) {
     why = fmt::format("a region of {} bytes asked for, at most {} (max_region_bytes)", layout->total_bytes,
@@ -650,7 +650,7 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
   size_t remote = 0;
   bool over_limit = false;
   const uid_t uid = p.conn.uid;
-  auto check = [&](const AttachRequest& req, std::string& why) {
+  auto check = [&](const shm::AttachRequest& req, std::string& why) {
     if (const int e = check_limits_for(req, uid, why)) {
       over_limit = true;
       return e;
@@ -665,12 +665,12 @@ void Engine::Impl::answer_pending(PendingSlot& p) {
     return ENOENT;
   };
   const int fd = p.conn.fd;
-  Attachment at;
+  shm::Attachment at;
   std::string err;
-  const AttachServer::Answer a = server.answer(p.conn, at, err, check);
-  if (a == AttachServer::Answer::NotYet) return;
+  const shm::AttachServer::Answer a = server.answer(p.conn, at, err, check);
+  if (a == shm::AttachServer::Answer::NotYet) return;
   unwatch(fd, &p.watch);  // answered: the socket is the attachment's now
-  if (a == AttachServer::Answer::Refused) {
+  if (a == shm::AttachServer::Answer::Refused) {
     refused.fetch_add(1, std::memory_order_relaxed);
     if (over_limit) refused_for_limits.fetch_add(1, std::memory_order_relaxed);
     log_refusal(err);
@@ -701,7 +701,7 @@ void Engine::Impl::expire_pendings() {
   }
 }
 
-void Engine::Impl::add_application(Attachment at, size_t remote) {
+void Engine::Impl::add_application(shm::Attachment at, size_t remote) {
   auto slot = std::make_unique<AppSlot>();
   slot->engine = this;
   slot->remote = remote;
@@ -747,7 +747,7 @@ void Engine::Impl::lifeline(AppSlot& slot) {
 void Engine::Impl::doorbell(AppSlot& slot, uint32_t revents) {
   const int fd = slot.ctl->attachment().kick_fd();
   if (revents & (EPOLLHUP | EPOLLERR)) {
-    drain_fd(fd);
+    shm::drain_fd(fd);
     // An application that exits (or is killed) closes every descriptor it has, this pipe
     // and its lifeline alike, in no order the engine sees: a lifeline already closed says
     // it left; one still open says it broke its doorbell and stays.
@@ -756,7 +756,7 @@ void Engine::Impl::doorbell(AppSlot& slot, uint32_t revents) {
     take_away(slot, left ? DetachCause::LifelineClosed : DetachCause::DoorbellHungUp);
     return;
   }
-  drain_fd(fd);
+  shm::drain_fd(fd);
   guarded(slot, [&] { slot.ctl->on_kick(); });
   slot.wake_cores();
 }
@@ -811,7 +811,7 @@ void Engine::Impl::admin_worker() {
       job = next_admin_job();
     }
     Remote& r = remotes[job.remote];
-    job.result = r.ctrl->failed() ? host::Completion{wire::sc::TransportError}
+    job.result = r.ctrl->failed() ? host::Completion{nvme::sc::TransportError}
                                   : r.ctrl->admin(job.sqe, job.data.data(), job.data.size(), job.to_controller);
     {
       std::lock_guard lk(events_mu);

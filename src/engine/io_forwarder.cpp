@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "engine/attach.hpp"
-#include "engine/region.hpp"
 #include "reactor/reactor.hpp"
+#include "shm/attach.hpp"
+#include "shm/region.hpp"
 
 namespace nvtcp::engine {
 
 struct IoForwarder::Queue {
   void* owner;
   uint16_t qid;
-  EngineQueuePair q;
+  shm::EngineQueuePair q;
   uint8_t* data;
   uint64_t data_bytes;
   int vector_fd;
@@ -22,7 +22,7 @@ struct IoForwarder::Queue {
   uint32_t irq_threshold = 1;   // coalescing: interrupt after this many
   uint64_t irq_time_ns = 0;     // ... or this long after the first (0: at once)
   uint64_t irq_first_ns = 0;
-  wire::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
+  nvme::Sqe held{};        // fetched, not yet sent (the host queue pair was full)
   bool holding = false;
   bool fault_reported = false;
   bool cq_notice = false;  // asked to be told when the application frees CQ slots
@@ -41,7 +41,7 @@ struct IoForwarder::Command {
   IoForwarder* self = nullptr;
   Queue* queue = nullptr;
   uint16_t app_cid = 0;
-  wire::Cqe cqe{};         // the answer, once it came
+  nvme::Cqe cqe{};         // the answer, once it came
   Command* next = nullptr; // free list, or the list of answers waiting for CQ room
 };
 
@@ -59,10 +59,10 @@ IoForwarder::~IoForwarder() {
   while (in_flight_ > 0) qp_.process_completions(1000);
 }
 
-IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data,
-                                           uint64_t data_bytes, int vector_fd, EngineQueuePair::CqPosition cq) {
+IoForwarder::Queue* IoForwarder::add_queue(void* owner, uint16_t qid, const shm::QueueMemory& m, uint8_t* data,
+                                           uint64_t data_bytes, int vector_fd, shm::EngineQueuePair::CqPosition cq) {
   queues_.push_back(
-      std::unique_ptr<Queue>(new Queue{owner, qid, EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
+      std::unique_ptr<Queue>(new Queue{owner, qid, shm::EngineQueuePair(m, qid), data, data_bytes, vector_fd}));
   queues_.back()->q.resume_cq(cq);
   queues_.back()->q.stop_notices();  // polled from now on
   return queues_.back().get();
@@ -89,7 +89,7 @@ void IoForwarder::remove_queue(Queue* q, Removal how) {
   }
 }
 
-bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQueuePair::Fault::None; }
+bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != shm::EngineQueuePair::Fault::None; }
 
 // The I/O opcodes the engine carries to the shared remote controller: those whose data
 // (if any) it can size and check against the application's region, and whose effect stays
@@ -104,26 +104,26 @@ bool IoForwarder::faulted(const Queue* q) const { return q->q.fault() != EngineQ
 //   - Copy, Write Uncorrectable, Zoned, vendor-specific and unknown opcodes: their data
 //     cannot be checked against the region here.
 bool IoForwarder::carried(uint8_t opc) {
-  switch (static_cast<wire::IoOpcode>(opc)) {
-    case wire::IoOpcode::Flush:
-    case wire::IoOpcode::Write:
-    case wire::IoOpcode::Read:
-    case wire::IoOpcode::Compare:
-    case wire::IoOpcode::WriteZeroes:
-    case wire::IoOpcode::DatasetManagement:
-    case wire::IoOpcode::Verify:
-    case wire::IoOpcode::ReservationReport: return true;
+  switch (static_cast<nvme::IoOpcode>(opc)) {
+    case nvme::IoOpcode::Flush:
+    case nvme::IoOpcode::Write:
+    case nvme::IoOpcode::Read:
+    case nvme::IoOpcode::Compare:
+    case nvme::IoOpcode::WriteZeroes:
+    case nvme::IoOpcode::DatasetManagement:
+    case nvme::IoOpcode::Verify:
+    case nvme::IoOpcode::ReservationReport: return true;
     default: return false;
   }
 }
 
-uint64_t IoForwarder::data_length(const wire::Sqe& sqe) const {
-  switch (static_cast<wire::IoOpcode>(sqe.opc)) {
-    case wire::IoOpcode::Read:
-    case wire::IoOpcode::Write:
-    case wire::IoOpcode::Compare: return uint64_t(sqe.nlb()) * qp_.block_size(sqe.nsid);
-    case wire::IoOpcode::DatasetManagement: return ((sqe.cdw10 & 0xFF) + 1) * uint64_t(sizeof(wire::DsmRange));
-    case wire::IoOpcode::ReservationReport: return (uint64_t(sqe.cdw10) + 1) * 4;  // NUMD, 0's based
+uint64_t IoForwarder::data_length(const nvme::Sqe& sqe) const {
+  switch (static_cast<nvme::IoOpcode>(sqe.opc)) {
+    case nvme::IoOpcode::Read:
+    case nvme::IoOpcode::Write:
+    case nvme::IoOpcode::Compare: return uint64_t(sqe.nlb()) * qp_.block_size(sqe.nsid);
+    case nvme::IoOpcode::DatasetManagement: return ((sqe.cdw10 & 0xFF) + 1) * uint64_t(sizeof(nvme::DsmRange));
+    case nvme::IoOpcode::ReservationReport: return (uint64_t(sqe.cdw10) + 1) * 4;  // NUMD, 0's based
     default: return 0;
   }
 }
@@ -152,7 +152,7 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
       q.holding = false;
       ++handled;
     }
-    if (q.q.fault() != EngineQueuePair::Fault::None && !q.fault_reported) {
+    if (q.q.fault() != shm::EngineQueuePair::Fault::None && !q.fault_reported) {
       q.fault_reported = true;
       if (events_) events_->on_queue_fault(q.owner, q.qid, q.q.fault());
     }
@@ -182,7 +182,7 @@ void IoForwarder::interrupt(Queue& q) {
   }
   if (!fire) return;
   if (q.q.take_interrupt_request()) {  // only an application that sleeps on it is signalled
-    signal_fd(q.vector_fd);
+    shm::signal_fd(q.vector_fd);
     ++stats_.interrupts;
   }
   q.irq_pending = 0;
@@ -191,14 +191,14 @@ void IoForwarder::interrupt(Queue& q) {
 
 void IoForwarder::resume_polling() {
   for (auto& qp : queues_)
-    if (qp->q.fault() == EngineQueuePair::Fault::None) qp->q.stop_notices();
+    if (qp->q.fault() == shm::EngineQueuePair::Fault::None) qp->q.stop_notices();
 }
 
 bool IoForwarder::prepare_to_sleep() {
   bool work = false;
   for (auto& qp : queues_) {
     Queue& q = *qp;
-    if (q.removing || q.q.fault() != EngineQueuePair::Fault::None) continue;
+    if (q.removing || q.q.fault() != shm::EngineQueuePair::Fault::None) continue;
     q.q.want_sq_notice();
     if (q.holding || q.waiting_head || q.irq_pending) work = true;  // coalesced interrupts wait awake
     else if (q.q.fetch(q.held)) q.holding = work = true;  // published just before the notice
@@ -209,15 +209,15 @@ bool IoForwarder::prepare_to_sleep() {
 // A deleted SQ's remaining entries end with Command Aborted due to SQ Deletion (as the CQ
 // has room for them; the application still reads its CQ until it deletes it).
 void IoForwarder::drain_deleted_sq(Queue& q) {
-  wire::Sqe s;
+  nvme::Sqe s;
   while (free_ && q.records < q.q.cq_space() && (q.holding || q.q.fetch(s))) {
     if (q.holding) {
       s = q.held;
       q.holding = false;
     }
     Command* cmd = take(q);
-    wire::Cqe c{};
-    c.status = wire::sc::SqDeletion.to_cqe(false);
+    nvme::Cqe c{};
+    c.status = nvme::sc::SqDeletion.to_cqe(false);
     ++stats_.refused;
     answer(q, s.cid, c, cmd);
   }
@@ -231,7 +231,7 @@ void IoForwarder::reap_removed() {
       continue;
     }
     if (q.removal == Removal::Delete) {
-      wire::Sqe s;
+      nvme::Sqe s;
       if (q.holding || q.q.fetch(s)) {  // more arrived: still to be aborted
         if (!q.holding) q.held = s, q.holding = true;
         ++i;
@@ -240,7 +240,7 @@ void IoForwarder::reap_removed() {
     }
     void* owner = q.owner;
     const uint16_t qid = q.qid;
-    const EngineQueuePair::CqPosition cq = q.q.cq_position();
+    const shm::EngineQueuePair::CqPosition cq = q.q.cq_position();
     queues_.erase(queues_.begin() + ptrdiff_t(i));
     if (events_) events_->on_queue_removed(owner, qid, cq);
   }
@@ -256,12 +256,12 @@ IoForwarder::Command* IoForwarder::take(Queue& q) {
   return cmd;
 }
 
-bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
+bool IoForwarder::forward(Queue& q, const nvme::Sqe& sqe) {
   if (!free_) return false;
   Command* cmd = take(q);
   cmd->app_cid = sqe.cid;
-  auto refuse = [&](wire::Status st) {
-    wire::Cqe c{};
+  auto refuse = [&](nvme::Status st) {
+    nvme::Cqe c{};
     c.status = st.to_cqe(true);
     ++stats_.refused;
     answer(q, sqe.cid, c, cmd);
@@ -269,17 +269,17 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
   };
   // Fused commands are not carried: their halves would sit apart, between other
   // applications' commands, on the shared queue pair.
-  if (sqe.flags & wire::kSqeFlagsFuseMask) return refuse(wire::sc::InvalidField);
+  if (sqe.flags & nvme::kSqeFlagsFuseMask) return refuse(nvme::sc::InvalidField);
   if (!carried(sqe.opc)) {
     ++stats_.refused_opcodes;
-    return refuse(wire::sc::InvalidOpcode);
+    return refuse(nvme::sc::InvalidOpcode);
   }
   const uint64_t want64 = data_length(sqe);
-  if (want64 > 0xFFFFFFFFull) return refuse(wire::sc::DataSglLengthInvalid);  // beyond any MDTS
+  if (want64 > 0xFFFFFFFFull) return refuse(nvme::sc::DataSglLengthInvalid);  // beyond any MDTS
   const uint32_t want = uint32_t(want64);
-  DataSpan span = resolve_data(sqe, q.data, q.data_bytes, want);
-  if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(wire::IoOpcode::DatasetManagement))
-    span.status = wire::sc::InvalidNamespace;
+  shm::DataSpan span = shm::resolve_data(sqe, q.data, q.data_bytes, want);
+  if (want && qp_.block_size(sqe.nsid) == 0 && sqe.opc != uint8_t(nvme::IoOpcode::DatasetManagement))
+    span.status = nvme::sc::InvalidNamespace;
   if (!span.status.ok()) return refuse(span.status);
   const bool to_controller = sqe.opc & 1;  // NVMe opcodes: bit 0 = host to controller
   const int rc = qp_.submit(sqe, span.data, span.length, to_controller, on_host_completion, cmd);
@@ -287,7 +287,7 @@ bool IoForwarder::forward(Queue& q, const wire::Sqe& sqe) {
     release(cmd);
     return false;
   }
-  if (rc != 0) return refuse(rc == -EINVAL ? wire::sc::InvalidField : wire::sc::TransportError);
+  if (rc != 0) return refuse(rc == -EINVAL ? nvme::sc::InvalidField : nvme::sc::TransportError);
   ++in_flight_;
   ++q.in_flight;
   ++stats_.forwarded;
@@ -306,7 +306,7 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
     self->release(cmd);
     return;
   }
-  cmd->cqe = wire::Cqe{};
+  cmd->cqe = nvme::Cqe{};
   cmd->cqe.dw0 = c.dw0;
   cmd->cqe.dw1 = c.dw1;
   cmd->cqe.status = c.status.to_cqe(true);
@@ -322,9 +322,9 @@ void IoForwarder::release(Command* cmd) {
 // Posts the answer to cid on q's CQ and frees cmd, or, with no room there (or earlier
 // answers still waiting: they keep their order), queues cmd until the application frees
 // CQ slots.
-void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd) {
+void IoForwarder::answer(Queue& q, uint16_t cid, const nvme::Cqe& cqe, Command* cmd) {
   if (!q.waiting_head && q.q.cq_space() > 0) {
-    wire::Cqe c = cqe;
+    nvme::Cqe c = cqe;
     c.cid = cid;
     q.q.post(c);
     ++q.irq_pending;
@@ -332,7 +332,7 @@ void IoForwarder::answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* 
     release(cmd);
     return;
   }
-  if (q.q.fault() != EngineQueuePair::Fault::None) {  // its CQ cannot be trusted: never posted
+  if (q.q.fault() != shm::EngineQueuePair::Fault::None) {  // its CQ cannot be trusted: never posted
     ++stats_.dropped;
     release(cmd);
     return;
@@ -349,7 +349,7 @@ void IoForwarder::flush_waiting(Queue& q) {
   while (q.waiting_head) {
     Command* cmd = q.waiting_head;
     if (q.q.cq_space() == 0) {
-      if (q.q.fault() != EngineQueuePair::Fault::None) {
+      if (q.q.fault() != shm::EngineQueuePair::Fault::None) {
         q.waiting_head = cmd->next;
         if (!q.waiting_head) q.waiting_tail = nullptr;
         ++stats_.dropped;
@@ -362,7 +362,7 @@ void IoForwarder::flush_waiting(Queue& q) {
     }
     q.waiting_head = cmd->next;
     if (!q.waiting_head) q.waiting_tail = nullptr;
-    wire::Cqe c = cmd->cqe;
+    nvme::Cqe c = cmd->cqe;
     c.cid = cmd->app_cid;
     q.q.post(c);
     ++q.irq_pending;

@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/shm_queue.hpp"
 #include "nvtcp/host.hpp"
+#include "shm/shm_queue.hpp"
 
 namespace nvtcp::engine {
 
@@ -27,9 +27,9 @@ class IoForwarder {
     virtual ~Events() = default;
     // A queue asked to go by remove_queue() has no command left: it is gone. cq: where its
     // CQ stands (a new SQ on the same CQ goes on from there).
-    virtual void on_queue_removed(void* owner, uint16_t qid, EngineQueuePair::CqPosition cq) = 0;
+    virtual void on_queue_removed(void* owner, uint16_t qid, shm::EngineQueuePair::CqPosition cq) = 0;
     // A queue stopped for an impossible doorbell value (the CSTS.CFS analog).
-    virtual void on_queue_fault(void* owner, uint16_t qid, EngineQueuePair::Fault f) = 0;
+    virtual void on_queue_fault(void* owner, uint16_t qid, shm::EngineQueuePair::Fault f) = 0;
   };
 
   explicit IoForwarder(host::QueuePair& qp, Events* events = nullptr);
@@ -44,8 +44,8 @@ class IoForwarder {
   // application's data region as mapped here. vector_fd: the pipe (write end) that interrupts the
   // application when completions were posted in a turn (-1: it polls). owner: the
   // application's tag, handed back in Events.
-  Queue* add_queue(void* owner, uint16_t qid, const QueueMemory& m, uint8_t* data, uint64_t data_bytes,
-                   int vector_fd = -1, EngineQueuePair::CqPosition cq = {});
+  Queue* add_queue(void* owner, uint16_t qid, const shm::QueueMemory& m, uint8_t* data, uint64_t data_bytes,
+                   int vector_fd = -1, shm::EngineQueuePair::CqPosition cq = {});
 
   enum class Removal {
     // Delete I/O SQ: SQEs still in the SQ complete with Command Aborted due to SQ
@@ -95,10 +95,10 @@ class IoForwarder {
  private:
   struct Command;
   static void on_host_completion(void* ctx, const host::Completion& c);
-  bool forward(Queue& q, const wire::Sqe& sqe);  // false: the host queue pair is full
+  bool forward(Queue& q, const nvme::Sqe& sqe);  // false: the host queue pair is full
   Command* take(Queue& q);
-  void answer(Queue& q, uint16_t cid, const wire::Cqe& cqe, Command* cmd);
-  uint64_t data_length(const wire::Sqe& sqe) const;
+  void answer(Queue& q, uint16_t cid, const nvme::Cqe& cqe, Command* cmd);
+  uint64_t data_length(const nvme::Sqe& sqe) const;
   void flush_waiting(Queue& q);
   void release(Command* cmd);
   void drain_deleted_sq(Queue& q);

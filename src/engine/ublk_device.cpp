@@ -112,7 +112,7 @@ struct UblkDevice::Impl {
     reactor::Completion cmd;   // the FETCH or COMMIT_AND_FETCH command's completion
     uint8_t* buf = nullptr;
     uint32_t bytes = 0;        // of the request being served
-    wire::DsmRange range{};
+    nvme::DsmRange range{};
   };
 
   host::Controller* ctrl = nullptr;
@@ -207,7 +207,7 @@ void UblkDevice::Impl::serve(Tag& t) {
     case UBLK_IO_OP_DISCARD:
       t.bytes = 0;
       if (nlb > 0xFFFFFFFFull) return commit(t, -EINVAL);
-      t.range = wire::DsmRange{};
+      t.range = nvme::DsmRange{};
       t.range.nlb = uint32_t(nlb);
       t.range.slba = lba;
       rc = qp->deallocate(nsid, &t.range, 1, on_nvme, &t);
@@ -226,7 +226,7 @@ void UblkDevice::Impl::serve(Tag& t) {
 void UblkDevice::Impl::on_nvme(void* ctx, const host::Completion& c) {
   Tag& t = *static_cast<Tag*>(ctx);
   if (!c.status.ok())
-    log::warn("ublk{}: tag {}: {}", t.dev->dev_id, t.tag, wire::status_name(c.status));
+    log::warn("ublk{}: tag {}: {}", t.dev->dev_id, t.tag, nvme::status_name(c.status));
   t.dev->commit(t, c.status.ok() ? int32_t(t.bytes) : -EIO);
 }
 
@@ -335,7 +335,7 @@ std::unique_ptr<UblkDevice> UblkDevice::create(host::Controller& ctrl, uint32_t 
   std::unique_ptr<UblkDevice> dev(new UblkDevice(std::move(d)));
   Impl& im = *dev->impl_;
 
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl.identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl.identify_data());
   ublk_params p{};
   p.len = sizeof(p);
   p.types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD;

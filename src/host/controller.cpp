@@ -41,11 +41,10 @@ namespace {
 // One reactor per application thread, shared by that thread's queue pairs.
 reactor::Reactor& thread_reactor(const ControllerOptions& o) {
   thread_local std::unique_ptr<reactor::Reactor> r;
-  if (!r) r = std::make_unique<reactor::Reactor>(4096, reactor::PollMode::Interrupt, o.sqpoll);
-  // The last controller set up on this thread decides for all of its queue pairs.
-  r->set_poll_mode(o.poll == PollMode::Busy        ? reactor::PollMode::BusyPoll
-                   : o.poll == PollMode::Interrupt ? reactor::PollMode::Interrupt
-                                                   : reactor::PollMode::Hybrid);  // Default over TCP
+  if (!r) r = std::make_unique<reactor::Reactor>(4096, PollMode::Interrupt, o.sqpoll);
+  // The last controller set up on this thread decides for all of its queue pairs; Default is
+  // Hybrid over TCP (see ControllerOptions::poll).
+  r->set_poll_mode(o.poll == PollMode::Default ? PollMode::Hybrid : o.poll);
   return *r;
 }
 

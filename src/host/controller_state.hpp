@@ -71,10 +71,10 @@ struct Controller::State : detail::ControllerLink {
   bool ka_outstanding = false;
   uint64_t ka_due_ns = 0;  // on `clock`: when the next Keep Alive goes out
 
-  alignas(8) uint8_t ident[wire::kIdentifyLen] = {};
+  alignas(8) uint8_t ident[nvme::kIdentifyLen] = {};
   // The current association's Identify Controller (admin thread only): its OAES and AERL
   // decide the events asked for; `ident` stays as connect() returned it.
-  alignas(8) uint8_t ident_now[wire::kIdentifyLen] = {};
+  alignas(8) uint8_t ident_now[nvme::kIdentifyLen] = {};
   uint64_t cap = 0;
   uint32_t vs = 0;
   uint32_t ioq_granted = 0;
@@ -141,7 +141,7 @@ struct Controller::State : detail::ControllerLink {
   // An admin command from the admin thread itself (bring-up): submit and run the reactor
   // until it completes. The admin queue's command timeout bounds it; a lost connection
   // ends it at once.
-  Completion admin_sync(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  Completion admin_sync(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
   bool admin_up() const { return admin && !admin->failed(); }
 
   // ---------------------------------------------------------------- bring_up.cpp

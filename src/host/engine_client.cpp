@@ -19,27 +19,27 @@
 
 namespace nvtcp::host::detail {
 
-using wire::Sqe;
-namespace prop = wire::prop;
+using nvme::Sqe;
+namespace prop = nvme::prop;
 
 namespace {
 constexpr uint32_t kQueueEntries = 1024;        // of every queue the engine lays out
 constexpr uint32_t kAdminBufferBytes = 1u << 20; // admin data, at the start of the region
 constexpr uint32_t kMaxIoQueues = 128;
 
-using engine::detail::load_acquire;
-using engine::detail::store_release;
+using shm::detail::load_acquire;
+using shm::detail::store_release;
 using reactor::monotonic_ns;
 
 // Waits up to timeout_ms for an interrupt vector (a pipe's read end) to be signalled, and
 // takes the signal.
 void wait_vector(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, timeout_ms) > 0) engine::drain_fd(fd);
+  if (::poll(&p, 1, timeout_ms) > 0) shm::drain_fd(fd);
 }
 
 void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
-  s.flags = uint8_t((s.flags & ~wire::kSqeFlagsPsdtMask) | wire::kSqeFlagsPsdtSgl);
+  s.flags = uint8_t((s.flags & ~nvme::kSqeFlagsPsdtMask) | nvme::kSqeFlagsPsdtSgl);
   std::memset(&s.sgl, 0, sizeof(s.sgl));
   if (len == 0) return;
   s.sgl.addr = offset;
@@ -53,7 +53,7 @@ void set_sgl(Sqe& s, uint64_t offset, uint32_t len) {
 class EngineIoQueue final : public IoQueue {
  public:
   EngineIoQueue(std::shared_ptr<EngineClient> c, uint16_t qid, uint32_t depth, int vector_fd,
-                const engine::QueueMemory& m)
+                const shm::QueueMemory& m)
       : c_(std::move(c)), qid_(qid), depth_(depth), vector_fd_(vector_fd), app_(m), reqs_(depth) {
     for (uint32_t i = depth; i-- > 0;) free_.push_back(uint16_t(i));
   }
@@ -74,7 +74,7 @@ class EngineIoQueue final : public IoQueue {
       r.cb = nullptr;
       free_.push_back(cid);
       --outstanding_;
-      cb(r.ctx, Completion{wire::sc::TransportError});
+      cb(r.ctx, Completion{nvme::sc::TransportError});
     }
   }
 
@@ -83,12 +83,12 @@ class EngineIoQueue final : public IoQueue {
     // engine's recovery takes: the data buffers are in use until then); those answers are
     // delivered here, then the CQ goes.
     Sqe del{};
-    del.opc = uint8_t(wire::AdminOpcode::DeleteIoSq);
+    del.opc = uint8_t(nvme::AdminOpcode::DeleteIoSq);
     del.cdw10 = qid_;
     const Completion d = c_->admin(del, nullptr, 0, false, EngineClient::kUntilGone);
     reap();
     if (d.status.ok()) {
-      del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
+      del.opc = uint8_t(nvme::AdminOpcode::DeleteIoCq);
       c_->admin(del, nullptr, 0, false);
     }
     fail_outstanding();
@@ -96,7 +96,7 @@ class EngineIoQueue final : public IoQueue {
 
   HostError submit(const Sqe& sqe, void* data, uint32_t len, bool, CompletionFn cb, void* ctx) override {
     // No fabrics command on an I/O queue (the engine would answer Invalid Opcode anyway).
-    if (sqe.opc == uint8_t(wire::AdminOpcode::Fabrics)) return HostError::refused(HostError::Kind::Invalid, EINVAL);
+    if (sqe.opc == uint8_t(nvme::AdminOpcode::Fabrics)) return HostError::refused(HostError::Kind::Invalid, EINVAL);
     int64_t off = 0;
     if (len && (off = c_->offset_of(data, len)) < 0) return HostError::refused(HostError::Kind::Invalid, EFAULT);
     if (c_->failed()) return HostError::refused(HostError::Kind::Transport, ENOTCONN);
@@ -160,7 +160,7 @@ class EngineIoQueue final : public IoQueue {
 
   int reap() {
     int n = 0;
-    wire::Cqe cqe;
+    nvme::Cqe cqe;
     while (app_.poll(cqe)) {
       if (cqe.cid >= depth_ || !reqs_[cqe.cid].cb) {
         log::warn("engine queue {}: completion for command {} that is not outstanding", qid_, cqe.cid);
@@ -171,7 +171,7 @@ class EngineIoQueue final : public IoQueue {
       free_.push_back(cqe.cid);
       --outstanding_;
       ++n;
-      r.cb(r.ctx, Completion{wire::Status::from_cqe(cqe.status), cqe.dw0, cqe.dw1});
+      r.cb(r.ctx, Completion{nvme::Status::from_cqe(cqe.status), cqe.dw0, cqe.dw1});
     }
     if (n) last_progress_ns_ = monotonic_ns();
     if (n && app_.ring_cq()) c_->kick();
@@ -182,7 +182,7 @@ class EngineIoQueue final : public IoQueue {
   uint16_t qid_;
   uint32_t depth_;
   int vector_fd_;
-  engine::AppQueuePair app_;
+  shm::AppQueuePair app_;
   std::vector<Req> reqs_;
   std::vector<uint16_t> free_;  // command IDs (index into reqs_)
   uint32_t outstanding_ = 0;
@@ -213,15 +213,15 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
                                       2 * kAdminBufferBytes));
     return nullptr;
   }
-  engine::AttachRequest req;
+  shm::AttachRequest req;
   const uint32_t io = std::clamp<uint32_t>(opts.io_queues, 1, kMaxIoQueues);
   req.queue_pairs = io + 1;
   req.queue_entries = kQueueEntries;
-  req.vectors = std::min<uint32_t>(req.queue_pairs, engine::kMaxVectors);
+  req.vectors = std::min<uint32_t>(req.queue_pairs, shm::kMaxVectors);
   req.data_bytes = opts.engine_region_bytes;
   std::strncpy(req.subnqn, trid.subnqn.c_str(), sizeof(req.subnqn) - 1);
   std::string why;
-  if (!engine::attach(trid.traddr, req, c->at_, why)) {
+  if (!shm::attach(trid.traddr, req, c->at_, why)) {
     // The engine is reached through the address (a UNIX socket path): not reaching it, or
     // being refused by it, is the address not being usable.
     err = HostError::make(HostError::Kind::Address, std::move(why));
@@ -234,28 +234,28 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   c->io_base_ = c->data_ + kAdminBufferBytes;
   c->io_end_ = c->data_ + c->at_.layout().data_bytes;
   c->free_[kAdminBufferBytes] = c->at_.layout().data_bytes - kAdminBufferBytes;
-  c->admin_ = std::make_unique<engine::AppQueuePair>(c->at_.queue_pair(0));
+  c->admin_ = std::make_unique<shm::AppQueuePair>(c->at_.queue_pair(0));
   if (!c->enable(err)) return nullptr;
 
   Sqe id{};
-  id.opc = uint8_t(wire::AdminOpcode::Identify);
+  id.opc = uint8_t(nvme::AdminOpcode::Identify);
   id.cdw10 = 0x01;
   Completion cpl = c->admin(id, c->ident_, sizeof(c->ident_), false);
   if (!cpl.status.ok()) {
     err = HostError::from_status(
-        cpl.status, fmt::format("Identify Controller through the engine: {}", wire::status_name(cpl.status)));
+        cpl.status, fmt::format("Identify Controller through the engine: {}", nvme::status_name(cpl.status)));
     return nullptr;
   }
-  const auto* ic = reinterpret_cast<const wire::IdentifyController*>(c->ident_);
+  const auto* ic = reinterpret_cast<const nvme::IdentifyController*>(c->ident_);
   c->max_transfer_ = ic->mdts ? std::min<uint64_t>(4096ull << ic->mdts, 1u << 30) : (1u << 30);
   Sqe nq{};
-  nq.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+  nq.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
   nq.cdw10 = wire::kFeatureNumberOfQueues;
   nq.cdw11 = (io - 1) | ((io - 1) << 16);
   cpl = c->admin(nq, nullptr, 0, false);
   if (!cpl.status.ok()) {
     err = HostError::from_status(cpl.status, fmt::format("Set Features (Number of Queues) through the engine: {}",
-                                                         wire::status_name(cpl.status)));
+                                                         nvme::status_name(cpl.status)));
     return nullptr;
   }
   c->granted_ = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
@@ -268,20 +268,20 @@ EngineClient::~EngineClient() { shutdown(); }
 void EngineClient::shutdown() {
   if (!at_.region() || gone_.load()) return;
   // A normal shutdown notice (CC.SHN = 01b); the engine says when it is done.
-  engine::ControllerRegisters& r = at_.registers();
+  shm::ControllerRegisters& r = at_.registers();
   store_release(r.cc, load_acquire(r.cc) | (1u << prop::kCcShnShift));
   kick();
   wait_csts(prop::kCstsShstMask, prop::kCstsShstComplete, 2000);
   gone_.store(true);
 }
 
-void EngineClient::kick() const { engine::signal_fd(at_.kick_fd()); }
+void EngineClient::kick() const { shm::signal_fd(at_.kick_fd()); }
 
 bool EngineClient::failed() const {
   return gone_.load(std::memory_order_relaxed) || (load_acquire(at_.registers().csts) & prop::kCstsFatal);
 }
 
-uint16_t EngineClient::cntlid() const { return reinterpret_cast<const wire::IdentifyController*>(ident_)->cntlid; }
+uint16_t EngineClient::cntlid() const { return reinterpret_cast<const nvme::IdentifyController*>(ident_)->cntlid; }
 
 bool EngineClient::wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms) {
   const uint64_t deadline = monotonic_ns() + uint64_t(timeout_ms) * 1'000'000;
@@ -308,8 +308,8 @@ bool EngineClient::enable(HostError& err) {
 
 Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms) {
   std::lock_guard lk(admin_mu_);
-  if (len > admin_buf_len_) return Completion{wire::sc::InvalidField};
-  if (failed()) return Completion{wire::sc::TransportError};
+  if (len > admin_buf_len_) return Completion{nvme::sc::InvalidField};
+  if (failed()) return Completion{nvme::sc::TransportError};
   Sqe s = sqe;
   s.cid = ++admin_cid_;
   set_sgl(s, 0, len);
@@ -320,16 +320,16 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
   const uint64_t deadline = wait_ms == kUntilGone ? UINT64_MAX
                             : monotonic_ns() + uint64_t(wait_ms ? wait_ms : opts_.admin_timeout_ms) * 1'000'000;
   const int vec0 = at_.vector_fds().empty() ? -1 : at_.vector_fds()[0];
-  wire::Cqe c;
+  nvme::Cqe c;
   for (;;) {
     while (admin_->poll(c)) {
       admin_->ring_cq();
       if (c.cid != s.cid) continue;  // a late answer to a command given up on
-      const Completion out{wire::Status::from_cqe(c.status), c.dw0, c.dw1};
+      const Completion out{nvme::Status::from_cqe(c.status), c.dw0, c.dw1};
       if (out.status.ok() && len && !to_controller) std::memcpy(data, admin_buf_, len);
       return out;
     }
-    if (monotonic_ns() > deadline || failed()) return Completion{wire::sc::TransportError};
+    if (monotonic_ns() > deadline || failed()) return Completion{nvme::sc::TransportError};
     if (vec0 >= 0) wait_vector(vec0, 1);
     lifeline_closed(0);
   }
@@ -375,30 +375,30 @@ std::unique_ptr<IoQueue> EngineClient::create_io_queue(uint32_t depth, HostError
   const bool ien = opts_.poll != PollMode::Busy && vectors > 0;
   const uint32_t iv = vectors > 1 ? 1 + (qid - 1) % (vectors - 1) : 0;
   Sqe cq{};
-  cq.opc = uint8_t(wire::AdminOpcode::CreateIoCq);
+  cq.opc = uint8_t(nvme::AdminOpcode::CreateIoCq);
   cq.cdw10 = qid | (depth << 16);  // depth + 1 entries (0's based)
   cq.cdw11 = 1u | (ien ? 2u : 0u) | (iv << 16);
   Completion c = admin(cq, nullptr, 0, false);
   if (!c.status.ok()) {
     err = HostError::from_status(c.status,
-                                 fmt::format("Create I/O Completion Queue {}: {}", qid, wire::status_name(c.status)));
+                                 fmt::format("Create I/O Completion Queue {}: {}", qid, nvme::status_name(c.status)));
     return nullptr;
   }
   Sqe sq{};
-  sq.opc = uint8_t(wire::AdminOpcode::CreateIoSq);
+  sq.opc = uint8_t(nvme::AdminOpcode::CreateIoSq);
   sq.cdw10 = qid | (depth << 16);
   sq.cdw11 = 1u | (uint32_t(qid) << 16);
   c = admin(sq, nullptr, 0, false);
   if (!c.status.ok()) {
     err = HostError::from_status(c.status,
-                                 fmt::format("Create I/O Submission Queue {}: {}", qid, wire::status_name(c.status)));
+                                 fmt::format("Create I/O Submission Queue {}: {}", qid, nvme::status_name(c.status)));
     Sqe del{};
-    del.opc = uint8_t(wire::AdminOpcode::DeleteIoCq);
+    del.opc = uint8_t(nvme::AdminOpcode::DeleteIoCq);
     del.cdw10 = qid;
     admin(del, nullptr, 0, false);
     return nullptr;
   }
-  engine::QueueMemory m = at_.queue_pair(qid);
+  shm::QueueMemory m = at_.queue_pair(qid);
   m.sq_size = depth + 1;
   m.cq_size = depth + 1;
   auto q = std::make_unique<EngineIoQueue>(shared_from_this(), qid, depth, ien ? at_.vector_fds()[iv] : -1, m);

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/attach.hpp"
-#include "engine/shm_queue.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "nvtcp/host.hpp"
+#include "shm/attach.hpp"
+#include "shm/shm_queue.hpp"
 
 namespace nvtcp::host::detail {
 
@@ -30,7 +30,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   // wait_ms: how long to wait for the answer (0: the admin timeout; kUntilGone: until the
   // engine answers, stops the controller or goes away).
   static constexpr uint32_t kUntilGone = 0xFFFFFFFFu;
-  Completion admin(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
+  Completion admin(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, uint32_t wait_ms = 0);
   std::unique_ptr<IoQueue> create_io_queue(uint32_t depth, HostError& err);
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();
@@ -60,7 +60,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   // More I/O queues than interrupt vectors: queues share vectors, and a signal one takes may
   // have been another's, so waits are kept short.
   bool vectors_shared() const { return granted_ + 1 > at_.vector_fds().size(); }
-  const engine::Attachment& attachment() const { return at_; }
+  const shm::Attachment& attachment() const { return at_; }
   void kick() const;
   // Whether the engine's lifeline closed (waiting up to wait_ms): then it is gone, and
   // failed() says so from now on. Any thread.
@@ -72,7 +72,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
 
-  engine::Attachment at_;
+  shm::Attachment at_;
   TransportId trid_;
   ControllerOptions opts_;
   std::string hostnqn_;
@@ -83,7 +83,7 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   std::shared_ptr<BlockSizeTable> block_sizes_ = std::make_shared<BlockSizeTable>();
 
   std::mutex admin_mu_;
-  std::unique_ptr<engine::AppQueuePair> admin_;
+  std::unique_ptr<shm::AppQueuePair> admin_;
   uint16_t admin_cid_ = 0;
   uint8_t* admin_buf_ = nullptr;  // the first part of the data region
   uint32_t admin_buf_len_ = 0;

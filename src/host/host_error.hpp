@@ -26,7 +26,7 @@ struct HostError {
   };
   Kind kind = Kind::None;
   int err_no = 0;                          // Kind::System; Kind::Transport when the socket said why
-  wire::Status status = wire::sc::Success;  // Kind::Status
+  nvme::Status status = nvme::sc::Success;  // Kind::Status
   std::string message;
 
   bool ok() const { return kind == Kind::None; }
@@ -42,7 +42,7 @@ struct HostError {
     e.err_no = err_no;
     return e;
   }
-  static HostError from_status(wire::Status s, std::string msg) {
+  static HostError from_status(nvme::Status s, std::string msg) {
     HostError e = make(Kind::Status, std::move(msg));
     e.status = s;
     return e;

@@ -18,7 +18,7 @@ class IoQueue {
   virtual ~IoQueue() = default;
   // ok(), or refused: Kind::Transport (ENOTCONN: failed, or failing fast while reconnecting),
   // Kind::Busy (EBUSY), Kind::Invalid (EINVAL, EFAULT). No message (see HostError::refused).
-  virtual HostError submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+  virtual HostError submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                            void* ctx) = 0;
   virtual int poll(uint32_t timeout_us) = 0;
   virtual uint16_t qid() const = 0;

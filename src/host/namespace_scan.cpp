@@ -10,7 +10,7 @@
 
 namespace nvtcp::host::detail {
 
-using namespace nvtcp::wire;
+using namespace nvtcp::nvme;
 
 namespace {
 // A fixed-size ASCII field as a string: up to the first NUL, trailing spaces dropped.

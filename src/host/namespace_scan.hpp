@@ -18,10 +18,10 @@ namespace nvtcp::host::detail {
 // same serial number, model and subsystem NQN. Otherwise Kind::WrongController, its message
 // naming what differs: another subsystem answers at that address now, and its namespaces are
 // not ours to write.
-HostError identity_mismatch(const wire::IdentifyController& before, const wire::IdentifyController& now);
+HostError identity_mismatch(const nvme::IdentifyController& before, const nvme::IdentifyController& now);
 
 // The firmware revision, printable (space padding and NULs trimmed).
-std::string firmware_revision(const wire::IdentifyController& id);
+std::string firmware_revision(const nvme::IdentifyController& id);
 
 // The changed-namespace log (LID 04h): the NSIDs it lists, or all = true when it says more
 // changed than it can list (FFFFFFFFh first).
@@ -30,7 +30,7 @@ std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, b
 // Identify Namespace into NamespaceInfo. False (HostError::Kind::Namespace) for an inactive
 // NSID (NSZE 0) and for a format whose block size is not one a host can use (below 512 bytes or
 // above 64 KiB).
-bool namespace_from_identify(uint32_t nsid, const wire::IdentifyNamespace& id, NamespaceInfo& out, HostError& err);
+bool namespace_from_identify(uint32_t nsid, const nvme::IdentifyNamespace& id, NamespaceInfo& out, HostError& err);
 
 // One namespace's difference between two scans. Replaced: the NSID now names another
 // namespace (its NGUID or EUI-64 changed): what was written to the old one is not there.

@@ -157,7 +157,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
   bool connect(HostError& err);
-  HostError submit(const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
+  HostError submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                    void* ctx) override;
   int poll(uint32_t timeout_us) override;
   // Closes the connection for good, ending every outstanding command with a path error,
@@ -224,7 +224,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // Ends every outstanding command with a path error (Command Aborted By Host if it timed out).
   void end_outstanding();
   void finish(HostRequest* r, const Completion& c);
-  void start_request(HostRequest* r, const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller,
+  void start_request(HostRequest* r, const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller,
                      CompletionFn cb, void* ctx);
   void send_command(HostRequest* r);
   void send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uint32_t length);

@@ -19,7 +19,7 @@ uint64_t keep_alive_interval_ms(uint32_t kato_ms, uint32_t configured_ms) {
 }
 
 uint32_t shutdown_timeout_ms(uint32_t rtd3e_us, uint64_t cap) {
-  uint64_t ms = rtd3e_us ? (uint64_t(rtd3e_us) + 999) / 1000 : wire::prop::cap_timeout_ms(cap);
+  uint64_t ms = rtd3e_us ? (uint64_t(rtd3e_us) + 999) / 1000 : nvme::prop::cap_timeout_ms(cap);
   return uint32_t(std::clamp<uint64_t>(ms, kMinShutdownWaitMs, kMaxShutdownWaitMs));
 }
 

@@ -183,7 +183,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
   ++turn_;
   io_uring_cqe* cqe = nullptr;
   run_deferred();
-  bool spin = mode_ == PollMode::BusyPoll ||
+  bool spin = mode_ == PollMode::Busy ||
               (mode_ == PollMode::Hybrid && monotonic_ns() - last_activity_ns_ < spin_window_ns_);
   spin_receiving_ = spin && opts_.spin_recv && !sqpoll_;
   // Going to sleep: the receives this reactor was polling go to io_uring, to wake it.

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <vector>
 
+#include "nvtcp/poll_mode.hpp"
+
 namespace nvtcp::reactor {
 
 // Every io_uring submission carries a pointer to one of these as user_data; the reactor
@@ -62,14 +64,11 @@ struct SpinRecv {
   bool linked = false;
 };
 
-// Interrupt: sleep in io_uring until something completes. BusyPoll: never sleep (lowest
-// latency, a whole core). Hybrid: keep polling while completions keep coming and sleep
-// after spin_window of silence; on a VM this avoids most cross-CPU wake-ups under load
-// without burning an idle core.
-enum class PollMode { Interrupt, BusyPoll, Hybrid };
 
 // How a reactor drives io_uring and the streams on it.
 struct ReactorOptions {
+  // nvtcp::PollMode, the one the host's options take: Hybrid spins for spin_window; Default
+  // sleeps as Interrupt does.
   PollMode poll = PollMode::Interrupt;
   // IORING_SETUP_SQPOLL: a kernel thread picks up submissions (and runs their completion
   // work), so a spinning reactor makes no system call at all. The thread sleeps after

@@ -80,7 +80,7 @@ struct TargetConfig {
   // At most 65535: Reservation Report counts them in 16 bits.
   uint32_t max_registrants_per_namespace = 256;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
-  std::string poll = "hybrid";           // interrupt | busy | hybrid (see reactor::PollMode)
+  std::string poll = "hybrid";           // interrupt | busy | hybrid (see nvtcp::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)
   uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work
   int sqpoll_cpu = -1;                  // pin the SQ threads to this CPU (-1: unpinned)

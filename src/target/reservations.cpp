@@ -19,8 +19,8 @@ namespace nvtcp::target {
 
 using wire::ReservationNotice;
 using wire::ReservationType;
-using wire::Status;
-namespace sc = wire::sc;
+using nvme::Status;
+namespace sc = nvme::sc;
 
 namespace {
 
@@ -454,7 +454,7 @@ bool Reservations::set_ptpl(bool on, std::string& err) {
 Reservations::Outcome Reservations::apply_ptpl(bool on, std::string& err) {
   if (!ptpl_capable()) {
     err = "persistence through power loss needs a file namespace";
-    return {wire::sc::InvalidField, 0};
+    return {nvme::sc::InvalidField, 0};
   }
   uint64_t ticket = 0;
   {
@@ -463,7 +463,7 @@ Reservations::Outcome Reservations::apply_ptpl(bool on, std::string& err) {
     ptpl_ = on;
     ticket = changed(Access::Unchanged, was != on);
   }
-  return finish(wire::sc::Success, ticket);
+  return finish(nvme::sc::Success, ticket);
 }
 
 void Reservations::request_write(uint64_t ticket) {

@@ -68,7 +68,7 @@ class Reservations {
   // written() (a reactor, which looks again on a timer) or wait_durable() (a thread that
   // may block).
   struct Outcome {
-    wire::Status status;
+    nvme::Status status;
     uint64_t durable_ticket = 0;
   };
   Outcome apply_register(const HostId& host, uint32_t cdw10, const wire::ReservationRegisterData& d,
@@ -91,15 +91,15 @@ class Reservations {
 
   // The same commands, completing once durable (the caller's thread waits, without the
   // namespace mutex, while the writer writes; commands of other reactors share the fsync).
-  wire::Status do_register(const HostId& host, uint32_t cdw10, const wire::ReservationRegisterData& d,
+  nvme::Status do_register(const HostId& host, uint32_t cdw10, const wire::ReservationRegisterData& d,
                            std::vector<Notice>& notices);
-  wire::Status acquire(const HostId& host, uint32_t cdw10, const wire::ReservationAcquireData& d,
+  nvme::Status acquire(const HostId& host, uint32_t cdw10, const wire::ReservationAcquireData& d,
                        std::vector<Notice>& notices);
-  wire::Status release(const HostId& host, uint32_t cdw10, const wire::ReservationReleaseData& d,
+  nvme::Status release(const HostId& host, uint32_t cdw10, const wire::ReservationReleaseData& d,
                        std::vector<Notice>& notices);
   // Reservation Report into buf (len bytes, zero-filled first): the extended structure only,
   // since fabrics host identifiers are 128 bits. Linear in the registrants.
-  wire::Status report(bool extended, uint8_t* buf, uint32_t len) const;
+  nvme::Status report(bool extended, uint8_t* buf, uint32_t len) const;
 
   // Data path: whether host may run a command of the read group (Read, Compare, Verify)
   // or the write group (Write, Write Zeroes, DSM, Copy, Flush) now. Each connection keeps
@@ -161,8 +161,8 @@ class Reservations {
   uint64_t changed(Access access, bool persistence_changed = false);
   // Outside mu_: wakes the writer for ticket (starting it the first time).
   void request_write(uint64_t ticket);
-  Outcome finish(wire::Status st, uint64_t ticket);
-  wire::Status wait_for(const Outcome& o);
+  Outcome finish(nvme::Status st, uint64_t ticket);
+  nvme::Status wait_for(const Outcome& o);
   void writer_loop();
   // Writes (or, PTPL off, removes) the state file: temporary file created exclusively,
   // written, fsynced, renamed over the old one, then the directory fsynced. Error or empty.

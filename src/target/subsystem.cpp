@@ -73,7 +73,7 @@ std::vector<uint32_t> Subsystem::revalidate_namespaces() {
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     for (uint32_t nsid : changed)
-      c->raise(wire::AsyncEventType::Notice, wire::kAsyncNoticeNamespaceChanged, wire::LogPageId::ChangedNamespaces,
+      c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces,
                nsid);
   return changed;
 }
@@ -134,7 +134,7 @@ std::shared_ptr<HostBudget> TargetState::host_budget(const std::string& hostnqn)
 }
 
 Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
-  if (nqn == wire::kDiscoveryNqn) return discovery.get();
+  if (nqn == nvme::kDiscoveryNqn) return discovery.get();
   for (auto& s : subsystems)
     if (s->nqn() == nqn) return s.get();
   return nullptr;
@@ -143,7 +143,7 @@ Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
 std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFactory& factory) {
   st.config = cfg;
   SubsystemConfig dc;
-  dc.nqn = wire::kDiscoveryNqn;
+  dc.nqn = nvme::kDiscoveryNqn;
   dc.serial = "NVTCP-DISCOVERY";
   dc.model = "nvtcp discovery";
   st.discovery = std::make_unique<Subsystem>(dc, true);

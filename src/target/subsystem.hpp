@@ -204,7 +204,7 @@ struct ResourceUsage {
 class ResponseObserver {
  public:
   virtual ~ResponseObserver() = default;
-  virtual void on_response(uint16_t qid, const wire::Sqe& sqe, wire::Status status, const backend::BlockIo& io) = 0;
+  virtual void on_response(uint16_t qid, const nvme::Sqe& sqe, nvme::Status status, const backend::BlockIo& io) = 0;
 };
 
 // Makes the device of a namespace in place of the built-in backends (tests, embedders):

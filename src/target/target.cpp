@@ -176,9 +176,9 @@ std::string Target::start() {
         if (sched_setaffinity(0, sizeof(set), &set) != 0) log::warn("cannot pin a reactor to CPU {}", cpu);
       }
       reactor::ReactorOptions ro = reactor::ReactorOptions::defaults();
-      ro.poll = cfg_.poll == "busy"     ? reactor::PollMode::BusyPoll
-                : cfg_.poll == "hybrid" ? reactor::PollMode::Hybrid
-                                        : reactor::PollMode::Interrupt;
+      ro.poll = cfg_.poll == "busy"     ? PollMode::Busy
+                : cfg_.poll == "hybrid" ? PollMode::Hybrid
+                                        : PollMode::Interrupt;
       ro.sqpoll = cfg_.sqpoll;
       ro.sq_thread_idle_ms = cfg_.sqpoll_idle_ms;
       ro.sq_thread_cpu = cfg_.sqpoll_cpu;

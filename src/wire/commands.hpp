@@ -7,10 +7,9 @@
 #include <cstring>
 #include <string_view>
 
-#include "nvtcp/log_pages.hpp"
-#include "nvtcp/sqe.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
+#include "wire/nvme.hpp"
 
 namespace nvtcp::wire::cmd {
 

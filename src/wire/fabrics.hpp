@@ -3,9 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "nvtcp/log_pages.hpp"   // kDiscoveryNqn, kDiscoveryPort, kDefaultPort
-#include "nvtcp/properties.hpp"  // CAP, VS, CC, CSTS
-#include "nvtcp/sqe.hpp"
+#include "wire/nvme.hpp"
 
 namespace nvtcp::wire {
 

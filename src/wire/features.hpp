@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "wire/nvme.hpp"
+
 namespace nvtcp::wire {
 
 inline constexpr uint8_t kFeaturePowerManagement = 0x02;       // CDW11 bits 4:0 PS, 7:5 WH

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "wire/nvme.hpp"
+
 static_assert(std::endian::native == std::endian::little, "wire structs assume a little-endian host");
 
 namespace nvtcp::wire {
@@ -70,12 +72,12 @@ struct TermReqPdu {
 
 struct CapsuleCmdHeader {
   CommonHeader ch;
-  uint8_t sqe[64];   // wire::Sqe
+  uint8_t sqe[64];   // nvme::Sqe
 };
 
 struct CapsuleRespPdu {
   CommonHeader ch;
-  uint8_t cqe[16];   // wire::Cqe
+  uint8_t cqe[16];   // nvme::Cqe
 };
 
 struct H2CDataPdu {

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "wire/nvme.hpp"
+
 namespace nvtcp::wire {
 
 enum class ReservationType : uint8_t {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace nvtcp::wire {
+namespace nvtcp::nvme {
 
 namespace {
 const char* known_name(Status s) {
@@ -58,4 +58,4 @@ std::string status_name(Status s) {
   return fmt::format("{} (SCT {:x}h / SC {:02x}h)", n ? n : "Unknown Status", unsigned(s.sct()), s.sc());
 }
 
-}  // namespace nvtcp::wire
+}  // namespace nvtcp::nvme

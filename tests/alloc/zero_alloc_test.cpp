@@ -10,7 +10,7 @@
 #include "../integration/test_target.hpp"
 #include "engine/engine.hpp"
 #include "engine/io_forwarder.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -145,21 +145,21 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
   ASSERT_TRUE(ctrl) << err;
   auto qp = ctrl->create_io_qpair(64, err);
   ASSERT_TRUE(qp) << err;
-  auto layout = engine::RegionLayout::compute(2, 64, 1 << 20);
+  auto layout = shm::RegionLayout::compute(2, 64, 1 << 20);
   ASSERT_TRUE(layout);
   std::vector<uint8_t> region(layout->total_bytes + 4096);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(region.data()) + 4095) & ~uintptr_t(4095));
   layout->write_header(base);
   engine::IoForwarder fwd(*qp);
   fwd.add_queue(nullptr, 1, layout->queue_pair(base, 1), base + layout->data_offset, layout->data_bytes);
-  engine::AppQueuePair app(layout->queue_pair(base, 1));
+  shm::AppQueuePair app(layout->queue_pair(base, 1));
   uint64_t completed = 0, errors = 0;
   uint16_t cid = 0;
   auto turn = [&] {
     while (app.sq_free() > 0) {
-      wire::Sqe s{};
-      s.opc = uint8_t(cid & 1 ? wire::IoOpcode::Write : wire::IoOpcode::Read);
-      s.flags = wire::kSqeFlagsPsdtSgl;
+      nvme::Sqe s{};
+      s.opc = uint8_t(cid & 1 ? nvme::IoOpcode::Write : nvme::IoOpcode::Read);
+      s.flags = nvme::kSqeFlagsPsdtSgl;
       s.cid = cid;
       s.nsid = 2;
       s.cdw10 = (cid * 8u) % 100000;
@@ -171,7 +171,7 @@ TEST(ZeroAlloc, EngineForwarderSteadyState) {
     }
     app.ring_sq();
     fwd.poll();
-    wire::Cqe c;
+    nvme::Cqe c;
     while (app.poll(c)) {
       ++completed;
       errors += (c.status >> 1) != 0;
@@ -270,7 +270,7 @@ TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
   trid.traddr = eo.socket_path;
   trid.subnqn = test::kTestNqn;
   host::ControllerOptions co;
-  co.poll = host::PollMode::Busy;
+  co.poll = PollMode::Busy;
   co.io_queues = 1;
   auto ctrl = host::Controller::connect(trid, co, err);
   ASSERT_TRUE(ctrl) << err;

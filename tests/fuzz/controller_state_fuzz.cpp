@@ -33,11 +33,11 @@ target::TargetState& state() {
 
 void check(target::Controller& c, uint32_t cc, bool notified) {
   uint64_t csts = 0;
-  if (!c.property_get(wire::prop::CSTS, false, csts).ok()) __builtin_trap();
-  const bool rdy = csts & wire::prop::kCstsReady, cfs = csts & wire::prop::kCstsFatal;
-  const uint32_t shst = uint32_t(csts) & wire::prop::kCstsShstMask;
+  if (!c.property_get(nvme::prop::CSTS, false, csts).ok()) __builtin_trap();
+  const bool rdy = csts & nvme::prop::kCstsReady, cfs = csts & nvme::prop::kCstsFatal;
+  const uint32_t shst = uint32_t(csts) & nvme::prop::kCstsShstMask;
   if (rdy && (cfs || shst)) __builtin_trap();
-  if (rdy && !(cc & wire::prop::kCcEnable)) __builtin_trap();
+  if (rdy && !(cc & nvme::prop::kCcEnable)) __builtin_trap();
   if (shst && !notified) __builtin_trap();
   if (c.ready() != rdy) __builtin_trap();
 }
@@ -57,14 +57,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (op % 4 == 3) {
         if (notified) c.shutdown_complete();  // the connection calls it only after a notice
       } else {
-        auto res = c.property_set(op % 4 == 2 ? wire::prop::CSTS : wire::prop::CC, false, v);
+        auto res = c.property_set(op % 4 == 2 ? nvme::prop::CSTS : nvme::prop::CC, false, v);
         if (op % 4 != 2) {
           if (!res.status.ok()) __builtin_trap();
-          const bool was_en = cc & wire::prop::kCcEnable, en = v & wire::prop::kCcEnable;
+          const bool was_en = cc & nvme::prop::kCcEnable, en = v & nvme::prop::kCcEnable;
           if (was_en && !en) notified = false;
           if (res.flush_for_shutdown) notified = true;
           uint64_t now = 0;
-          c.property_get(wire::prop::CC, false, now);
+          c.property_get(nvme::prop::CC, false, now);
           cc = uint32_t(now);
         } else if (res.status.ok()) {
           __builtin_trap();  // CSTS is read-only

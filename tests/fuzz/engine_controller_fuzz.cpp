@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/app_controller.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 #include "wire/features.hpp"
 
 using namespace nvtcp;
@@ -54,11 +54,11 @@ struct FakeBackend final : AppController::Backend {
     engine::AdminBuffer data;
   };
   std::vector<Job> jobs;  // forwarded, answered when the input says
-  void forward_admin(AppController& ctl, const wire::Sqe& sqe, engine::AdminBuffer data, bool,
+  void forward_admin(AppController& ctl, const nvme::Sqe& sqe, engine::AdminBuffer data, bool,
                      uint64_t tag) override {
     if (detached) __builtin_trap();
     // Only what the shared controller may see reaches it.
-    if (sqe.opc == uint8_t(wire::AdminOpcode::Fabrics) || sqe.opc == uint8_t(wire::AdminOpcode::SetFeatures))
+    if (sqe.opc == uint8_t(nvme::AdminOpcode::Fabrics) || sqe.opc == uint8_t(nvme::AdminOpcode::SetFeatures))
       __builtin_trap();
     jobs.push_back({tag, std::move(data)});
     if (ctl.admin_in_flight() > limits.max_in_flight || ctl.admin_buffer_bytes() > limits.max_buffer_bytes)
@@ -72,7 +72,7 @@ struct FakeBackend final : AppController::Backend {
     jobs.erase(jobs.begin() + ptrdiff_t(k));
     if (!j.data.empty()) std::memset(j.data.data(), in->byte(), j.data.size());
     host::Completion c;
-    c.status = wire::Status::from_cqe(uint16_t(in->byte() & 3) << 1);
+    c.status = nvme::Status::from_cqe(uint16_t(in->byte() & 3) << 1);
     c.dw0 = in->u32();
     ctl.admin_forwarded(j.tag, c, std::move(j.data));
     if (ctl.admin_waiting()) ctl.resume_admin();  // as the engine does once a buffer is back
@@ -82,12 +82,12 @@ struct FakeBackend final : AppController::Backend {
     auto* b = static_cast<const uint8_t*>(p);
     return b >= lo && b + len <= hi;
   }
-  bool start_io_queue(AppController&, uint16_t qid, const engine::QueueMemory& m, int,
-                      engine::EngineQueuePair::CqPosition) override {
+  bool start_io_queue(AppController&, uint16_t qid, const shm::QueueMemory& m, int,
+                      shm::EngineQueuePair::CqPosition) override {
     if (detached) __builtin_trap();
     if (running.count(qid) || stopping.count(qid)) __builtin_trap();
-    if (!inside(m.words, sizeof(engine::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(wire::Sqe)) ||
-        !inside(m.cq, size_t(m.cq_size) * sizeof(wire::Cqe)) || m.sq_size < 2 || m.cq_size < 2)
+    if (!inside(m.words, sizeof(shm::QueueWords)) || !inside(m.sq, size_t(m.sq_size) * sizeof(nvme::Sqe)) ||
+        !inside(m.cq, size_t(m.cq_size) * sizeof(nvme::Cqe)) || m.sq_size < 2 || m.cq_size < 2)
       __builtin_trap();
     running.insert(qid);
     return true;
@@ -108,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
   const uint32_t pairs = 2 + in.byte() % 4;
   const uint32_t entries = 2 + in.byte() % 30;
-  auto layout = engine::RegionLayout::compute(pairs, entries, 64 * 1024);
+  auto layout = shm::RegionLayout::compute(pairs, entries, 64 * 1024);
   // One heap block exactly the region's size: a read or write past it is ASan's to catch.
   auto free_aligned = [](uint8_t* p) { ::operator delete[](p, std::align_val_t(4096)); };
   std::unique_ptr<uint8_t[], decltype(free_aligned)> heap(new (std::align_val_t(4096)) uint8_t[layout->total_bytes](),
@@ -124,9 +124,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   be.pool = std::make_unique<engine::AdminBufferPool>(4096ull * (1 + in.byte() % 16));
   be.limits.max_in_flight = 1 + in.byte() % 8;
   be.limits.max_buffer_bytes = 4096ull * (1 + in.byte() % 8);
-  AppController ctl(engine::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8, be.limits);
-  engine::QueueMemory admin_mem = layout->queue_pair(region, 0);
-  engine::ControllerRegisters& regs = engine::RegionLayout::registers(region);
+  AppController ctl(shm::Attachment::over(*layout, region), be, 1, 1 + in.byte() % 8, be.limits);
+  shm::QueueMemory admin_mem = layout->queue_pair(region, 0);
+  shm::ControllerRegisters& regs = shm::RegionLayout::registers(region);
   uint32_t tail = 0;
 
   while (in.n) {
@@ -137,11 +137,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ctl.on_kick();
         break;
       case 1: {  // a well-formed admin command at the tail
-        wire::Sqe s{};
+        nvme::Sqe s{};
         static const uint8_t ops[] = {0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A,
                                       0x0C, 0x18, 0x7C, 0x80, 0x7F, 0x0D, 0x15, 0x84, 0x10};
         s.opc = ops[in.byte() % sizeof(ops)];
-        s.flags = uint8_t(wire::kSqeFlagsPsdtSgl | (in.byte() & 0x83));
+        s.flags = uint8_t(nvme::kSqeFlagsPsdtSgl | (in.byte() & 0x83));
         s.cid = uint16_t(in.u32());
         s.cdw10 = in.u32();
         s.cdw11 = in.u32();
@@ -195,10 +195,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           // Identify, Get Features), or with fabrics commands; one doorbell for all.
           const uint32_t n = 1 + in.byte() % entries;
           for (uint32_t k = 0; k < n; ++k) {  // overwriting entries not fetched yet is the application's right
-            wire::Sqe s{};
+            nvme::Sqe s{};
             static const uint8_t flood_ops[] = {0x02, 0x06, 0x0A, 0x7F};
             s.opc = flood_ops[(op >> 6) & 3];
-            s.flags = wire::kSqeFlagsPsdtSgl;
+            s.flags = nvme::kSqeFlagsPsdtSgl;
             s.cid = uint16_t(k);
             s.cdw10 = s.opc == 0x02 ? (uint32_t(in.byte() % 4) << 16) | 0x02u : (s.opc == 0x06 ? 0x02u : 0x07u);
             s.sgl.addr = uint64_t(in.byte() % 16) * 4096;

@@ -7,21 +7,21 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/shm_queue.hpp"
+#include "shm/shm_queue.hpp"
 
 using namespace nvtcp;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint32_t sq_size = 2 + data[0] % 63, cq_size = 2 + data[1] % 63;
-  std::vector<uint8_t> region(sizeof(engine::QueueWords) + sq_size * sizeof(wire::Sqe) + cq_size * sizeof(wire::Cqe));
-  engine::QueueMemory m;
-  m.words = reinterpret_cast<engine::QueueWords*>(region.data());
-  m.sq = reinterpret_cast<wire::Sqe*>(region.data() + sizeof(engine::QueueWords));
+  std::vector<uint8_t> region(sizeof(shm::QueueWords) + sq_size * sizeof(nvme::Sqe) + cq_size * sizeof(nvme::Cqe));
+  shm::QueueMemory m;
+  m.words = reinterpret_cast<shm::QueueWords*>(region.data());
+  m.sq = reinterpret_cast<nvme::Sqe*>(region.data() + sizeof(shm::QueueWords));
   m.sq_size = sq_size;
-  m.cq = reinterpret_cast<wire::Cqe*>(region.data() + sizeof(engine::QueueWords) + sq_size * sizeof(wire::Sqe));
+  m.cq = reinterpret_cast<nvme::Cqe*>(region.data() + sizeof(shm::QueueWords) + sq_size * sizeof(nvme::Sqe));
   m.cq_size = cq_size;
-  engine::EngineQueuePair eng(m, 1);
+  shm::EngineQueuePair eng(m, 1);
   bool faulted = false;
   size_t i = 2;
   while (i < size) {
@@ -37,27 +37,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1: {  // the application scribbles over the rings
         const size_t n = std::min<size_t>(size - i, 32);
-        const size_t at = (size_t(op) * 131) % (region.size() - sizeof(engine::QueueWords));
-        std::memcpy(region.data() + sizeof(engine::QueueWords) + at, data + i,
-                    std::min(n, region.size() - sizeof(engine::QueueWords) - at));
+        const size_t at = (size_t(op) * 131) % (region.size() - sizeof(shm::QueueWords));
+        std::memcpy(region.data() + sizeof(shm::QueueWords) + at, data + i,
+                    std::min(n, region.size() - sizeof(shm::QueueWords) - at));
         i += n;
         break;
       }
       case 2: {
-        wire::Sqe s;
+        nvme::Sqe s;
         if (eng.fetch(s) && eng.sq_head() >= sq_size) __builtin_trap();
         break;
       }
       case 3:
-        if (eng.cq_space() > 0) eng.post(wire::Cqe{});
+        if (eng.cq_space() > 0) eng.post(nvme::Cqe{});
         break;
       case 4:
         eng.want_sq_notice();
         eng.want_cq_notice();
         break;
     }
-    if (faulted && eng.fault() == engine::EngineQueuePair::Fault::None) __builtin_trap();  // faults stick
-    faulted = eng.fault() != engine::EngineQueuePair::Fault::None;
+    if (faulted && eng.fault() == shm::EngineQueuePair::Fault::None) __builtin_trap();  // faults stick
+    faulted = eng.fault() != shm::EngineQueuePair::Fault::None;
   }
   return 0;
 }

@@ -150,8 +150,8 @@ struct Peer {
     if (host_bytes < sizeof(host_head) || connect_resp.size() < sizeof(wire::CapsuleRespPdu)) return;
     auto* ch = reinterpret_cast<wire::CommonHeader*>(connect_resp.data());
     if (ch->type != uint8_t(wire::PduType::CapsuleResp) || ch->hlen != sizeof(wire::CapsuleRespPdu)) return;
-    constexpr size_t kCmdCid = sizeof(wire::ICReqPdu) + sizeof(wire::CommonHeader) + offsetof(wire::Sqe, cid);
-    constexpr size_t kRespCid = sizeof(wire::CommonHeader) + offsetof(wire::Cqe, cid);
+    constexpr size_t kCmdCid = sizeof(wire::ICReqPdu) + sizeof(wire::CommonHeader) + offsetof(nvme::Sqe, cid);
+    constexpr size_t kRespCid = sizeof(wire::CommonHeader) + offsetof(nvme::Cqe, cid);
     std::memcpy(connect_resp.data() + kRespCid, host_head + kCmdCid, 2);
     if (hdgst && (ch->flags & wire::kFlagHdgst) && connect_resp.size() >= sizeof(wire::CapsuleRespPdu) + 4) {
       uint32_t crc = wire::crc32c(connect_resp.data(), sizeof(wire::CapsuleRespPdu));
@@ -262,8 +262,8 @@ struct Cmd {
   bool outstanding = false;
 
   int submit() {
-    wire::Sqe s{};
-    s.opc = uint8_t(flush ? wire::IoOpcode::Flush : write ? wire::IoOpcode::Write : wire::IoOpcode::Read);
+    nvme::Sqe s{};
+    s.opc = uint8_t(flush ? nvme::IoOpcode::Flush : write ? nvme::IoOpcode::Write : nvme::IoOpcode::Read);
     s.nsid = 1;
     s.cdw12 = flush ? 0 : (len / 512 - 1);
     if (len) {
@@ -321,7 +321,7 @@ void generated_handshake(std::vector<uint8_t>& out, std::vector<uint8_t>& out2, 
   uint8_t resp[sizeof(wire::CapsuleRespPdu) + wire::kDigestLen] = {};
   auto* r = reinterpret_cast<wire::CapsuleRespPdu*>(resp);
   wire::fill_common_header(r->ch, wire::PduType::CapsuleResp, sizeof(wire::CapsuleRespPdu), 0, 0, hdgst, ddgst, 0);
-  wire::Cqe cqe{};
+  nvme::Cqe cqe{};
   cqe.dw0 = 1;                 // CNTLID
   cqe.cid = 0;                 // replaced with the Connect command's CID by the peer
   cqe.status = (hs & 0x20) ? uint16_t(0x182 << 1) : 0;  // Connect Invalid Parameters

@@ -41,9 +41,9 @@ target::TargetState& state() {
     for (uint8_t i = 0; i < 16; ++i) hostid[i] = i;
     auto ctrl = sub->add_controller(
         std::make_shared<target::Controller>(*s, *sub, sub->allocate_cntlid(), "nqn.2026-11.io.nvtcp:fuzz-host", hostid, 0));
-    ctrl->property_set(wire::prop::CC, false, 0x00460001);  // EN, IOSQES 6, IOCQES 4
-    wire::Sqe nq{};
-    nq.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    ctrl->property_set(nvme::prop::CC, false, 0x00460001);  // EN, IOSQES 6, IOCQES 4
+    nvme::Sqe nq{};
+    nq.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
     nq.cdw10 = wire::kFeatureNumberOfQueues;
     nq.cdw11 = 3 | 3u << 16;  // 4 I/O queues
     uint8_t buf[4096];

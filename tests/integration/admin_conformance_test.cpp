@@ -21,7 +21,7 @@ namespace {
 using host::Completion;
 using host::Controller;
 using host::ControllerOptions;
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 
 constexpr uint8_t kHostId[16] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
                                   0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xF0, 0x01};
@@ -36,20 +36,20 @@ class AdminConformance : public ::testing::Test {
     ASSERT_TRUE(ctrl_) << err;
   }
   Completion set_feature(uint8_t fid, uint32_t cdw11, bool save = false) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
     sqe.cdw10 = fid | (save ? 1u << 31 : 0);
     sqe.cdw11 = cdw11;
     return ctrl_->admin(sqe, nullptr, 0, false);
   }
   Completion get_feature(uint8_t fid, uint32_t sel, uint32_t cdw11 = 0, void* data = nullptr, uint32_t len = 0) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::AdminOpcode::GetFeatures);
     sqe.cdw10 = fid | (sel << 8);
     sqe.cdw11 = cdw11;
     return ctrl_->admin(sqe, data, len, false);
   }
-  Completion identify(wire::Cns cns, uint32_t nsid, uint8_t csi = wire::kCsiNvm) {
+  Completion identify(nvme::Cns cns, uint32_t nsid, uint8_t csi = nvme::kCsiNvm) {
     std::memset(buf_, 0xA5, sizeof(buf_));  // every byte the target does not write shows
     return ctrl_->identify(uint8_t(cns), nsid, buf_, uint32_t(csi) << 24);
   }
@@ -58,11 +58,11 @@ class AdminConformance : public ::testing::Test {
       if (buf_[i]) return false;
     return true;
   }
-  Completion log(wire::LogPageId lid, uint32_t len, uint8_t csi = wire::kCsiNvm) {
+  Completion log(nvme::LogPageId lid, uint32_t len, uint8_t csi = nvme::kCsiNvm) {
     std::memset(buf_, 0xA5, sizeof(buf_));
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::AdminOpcode::GetLogPage);
-    sqe.nsid = wire::kNsidAll;
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::AdminOpcode::GetLogPage);
+    sqe.nsid = nvme::kNsidAll;
     const uint32_t numd = len / 4 - 1;
     sqe.cdw10 = uint8_t(lid) | ((numd & 0xFFFF) << 16);
     sqe.cdw11 = numd >> 16;
@@ -72,11 +72,11 @@ class AdminConformance : public ::testing::Test {
 
   RunningTarget t_;
   std::unique_ptr<Controller> ctrl_;
-  alignas(8) uint8_t buf_[wire::kIdentifyLen];
+  alignas(8) uint8_t buf_[nvme::kIdentifyLen];
 };
 
 TEST_F(AdminConformance, IdentifyControllerSaysWhichLogsExist) {
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl_->identify_data());
   EXPECT_EQ(id->lpa & 0x2, 0x2) << "Commands Supported and Effects log";
   EXPECT_EQ(id->lpa & 0x4, 0x4) << "extended data for Get Log Page";
   EXPECT_EQ(id->lpa & 0x1, 0x1) << "SMART per namespace";
@@ -84,17 +84,17 @@ TEST_F(AdminConformance, IdentifyControllerSaysWhichLogsExist) {
 }
 
 TEST_F(AdminConformance, IoCommandSetNamespaceIsZeroForNvm) {
-  ASSERT_TRUE(identify(wire::Cns::IoCommandSetNamespace, 1).status.ok());
+  ASSERT_TRUE(identify(nvme::Cns::IoCommandSetNamespace, 1).status.ok());
   EXPECT_TRUE(all_zero());
-  EXPECT_EQ(identify(wire::Cns::IoCommandSetNamespace, 1, 2).status, sc::InvalidField) << "ZNS is not supported";
-  EXPECT_EQ(identify(wire::Cns::IoCommandSetNamespace, 0).status, sc::InvalidNamespace);
-  EXPECT_EQ(identify(wire::Cns::IoCommandSetNamespace, wire::kNsidAll).status, sc::InvalidNamespace);
+  EXPECT_EQ(identify(nvme::Cns::IoCommandSetNamespace, 1, 2).status, sc::InvalidField) << "ZNS is not supported";
+  EXPECT_EQ(identify(nvme::Cns::IoCommandSetNamespace, 0).status, sc::InvalidNamespace);
+  EXPECT_EQ(identify(nvme::Cns::IoCommandSetNamespace, nvme::kNsidAll).status, sc::InvalidNamespace);
 }
 
 TEST_F(AdminConformance, IoCommandSetActiveListMatchesTheActiveList) {
-  ASSERT_TRUE(identify(wire::Cns::IoCommandSetActiveNamespaceList, 0).status.ok());
+  ASSERT_TRUE(identify(nvme::Cns::IoCommandSetActiveNamespaceList, 0).status.ok());
   std::vector<uint8_t> by_csi(buf_, buf_ + sizeof(buf_));
-  ASSERT_TRUE(identify(wire::Cns::ActiveNamespaceList, 0).status.ok());
+  ASSERT_TRUE(identify(nvme::Cns::ActiveNamespaceList, 0).status.ok());
   EXPECT_EQ(by_csi, std::vector<uint8_t>(buf_, buf_ + sizeof(buf_)));
   uint32_t first[4];
   std::memcpy(first, by_csi.data(), sizeof(first));
@@ -102,62 +102,62 @@ TEST_F(AdminConformance, IoCommandSetActiveListMatchesTheActiveList) {
   EXPECT_EQ(first[1], 2u);
   EXPECT_EQ(first[2], 3u);
   EXPECT_EQ(first[3], 0u);
-  ASSERT_TRUE(identify(wire::Cns::IoCommandSetActiveNamespaceList, 2).status.ok());
+  ASSERT_TRUE(identify(nvme::Cns::IoCommandSetActiveNamespaceList, 2).status.ok());
   std::memcpy(first, buf_, sizeof(first));
   EXPECT_EQ(first[0], 3u) << "NSIDs above the one given";
-  EXPECT_EQ(identify(wire::Cns::IoCommandSetActiveNamespaceList, 0, 2).status, sc::InvalidField);
-  EXPECT_EQ(identify(wire::Cns::IoCommandSetActiveNamespaceList, 0xFFFFFFFE).status, sc::InvalidField);
+  EXPECT_EQ(identify(nvme::Cns::IoCommandSetActiveNamespaceList, 0, 2).status, sc::InvalidField);
+  EXPECT_EQ(identify(nvme::Cns::IoCommandSetActiveNamespaceList, 0xFFFFFFFE).status, sc::InvalidField);
 }
 
 TEST_F(AdminConformance, IndependentNamespaceDataForActiveAndInactiveNamespaces) {
-  ASSERT_TRUE(identify(wire::Cns::IndependentNamespace, 2).status.ok());
-  wire::IndependentIdentifyNamespace id;
+  ASSERT_TRUE(identify(nvme::Cns::IndependentNamespace, 2).status.ok());
+  nvme::IndependentIdentifyNamespace id;
   std::memcpy(&id, buf_, sizeof(id));
-  EXPECT_EQ(id.nstat & wire::kNstatReady, wire::kNstatReady);
+  EXPECT_EQ(id.nstat & nvme::kNstatReady, nvme::kNstatReady);
   EXPECT_EQ(id.nmic, 1);
   EXPECT_EQ(id.anagrpid, 0u);
-  EXPECT_TRUE(all_zero(offsetof(wire::IndependentIdentifyNamespace, nstat) + 1));
-  ASSERT_TRUE(identify(wire::Cns::IndependentNamespace, 99).status.ok()) << "inactive: zero-filled";
+  EXPECT_TRUE(all_zero(offsetof(nvme::IndependentIdentifyNamespace, nstat) + 1));
+  ASSERT_TRUE(identify(nvme::Cns::IndependentNamespace, 99).status.ok()) << "inactive: zero-filled";
   EXPECT_TRUE(all_zero());
-  EXPECT_EQ(identify(wire::Cns::IndependentNamespace, 0).status, sc::InvalidNamespace);
-  EXPECT_EQ(identify(wire::Cns::IndependentNamespace, wire::kNsidAll).status, sc::InvalidNamespace);
+  EXPECT_EQ(identify(nvme::Cns::IndependentNamespace, 0).status, sc::InvalidNamespace);
+  EXPECT_EQ(identify(nvme::Cns::IndependentNamespace, nvme::kNsidAll).status, sc::InvalidNamespace);
 }
 
 TEST_F(AdminConformance, IoCommandSetCombinationsIsNvmOnly) {
-  ASSERT_TRUE(identify(wire::Cns::IoCommandSetCombinations, 0).status.ok());
-  wire::IoCommandSetVectors v;
+  ASSERT_TRUE(identify(nvme::Cns::IoCommandSetCombinations, 0).status.ok());
+  nvme::IoCommandSetVectors v;
   std::memcpy(&v, buf_, sizeof(v));
   EXPECT_EQ(v.vector[0], 1u);
   EXPECT_TRUE(all_zero(8));
 }
 
 TEST_F(AdminConformance, SupportedLogPagesListsWhatGetLogPageAnswers) {
-  ASSERT_TRUE(log(wire::LogPageId::SupportedLogPages, sizeof(wire::SupportedLogPagesLog)).status.ok());
-  wire::SupportedLogPagesLog l;
+  ASSERT_TRUE(log(nvme::LogPageId::SupportedLogPages, sizeof(nvme::SupportedLogPagesLog)).status.ok());
+  nvme::SupportedLogPagesLog l;
   std::memcpy(&l, buf_, sizeof(l));
   for (unsigned lid = 0; lid < 256; ++lid) {
-    const bool listed = l.lid[lid] & wire::kLogSupported;
-    EXPECT_EQ(l.lid[lid] & ~wire::kLogSupported, 0u) << "lid " << lid;
+    const bool listed = l.lid[lid] & nvme::kLogSupported;
+    EXPECT_EQ(l.lid[lid] & ~nvme::kLogSupported, 0u) << "lid " << lid;
     if (lid == 0x70) continue;  // the discovery log belongs to discovery controllers
     // A listed log answers; an unlisted one gets Invalid Log Page (4 bytes are enough to ask).
     alignas(8) uint8_t small[512];
-    Completion c = ctrl_->get_log_page(uint8_t(lid), wire::kNsidAll, small, sizeof(small));
-    if (listed) EXPECT_TRUE(c.status.ok()) << "lid " << lid << ": " << wire::status_name(c.status);
+    Completion c = ctrl_->get_log_page(uint8_t(lid), nvme::kNsidAll, small, sizeof(small));
+    if (listed) EXPECT_TRUE(c.status.ok()) << "lid " << lid << ": " << nvme::status_name(c.status);
     else EXPECT_EQ(c.status, sc::InvalidLogPage) << "lid " << lid;
   }
-  EXPECT_TRUE(l.lid[0x05] & wire::kLogSupported);
-  EXPECT_TRUE(l.lid[0x00] & wire::kLogSupported);
+  EXPECT_TRUE(l.lid[0x05] & nvme::kLogSupported);
+  EXPECT_TRUE(l.lid[0x00] & nvme::kLogSupported);
 }
 
 TEST_F(AdminConformance, CommandEffectsLogMarksEveryCommandTheTargetRuns) {
-  ASSERT_TRUE(log(wire::LogPageId::CommandEffects, sizeof(wire::CommandEffectsLog)).status.ok());
-  wire::CommandEffectsLog e;
+  ASSERT_TRUE(log(nvme::LogPageId::CommandEffects, sizeof(nvme::CommandEffectsLog)).status.ok());
+  nvme::CommandEffectsLog e;
   std::memcpy(&e, buf_, sizeof(e));
-  using wire::kEffectsCsupp;
-  using wire::kEffectsLbcc;
-  for (auto op : {wire::AdminOpcode::GetLogPage, wire::AdminOpcode::Identify, wire::AdminOpcode::Abort,
-                  wire::AdminOpcode::SetFeatures, wire::AdminOpcode::GetFeatures,
-                  wire::AdminOpcode::AsyncEventRequest, wire::AdminOpcode::KeepAlive})
+  using nvme::kEffectsCsupp;
+  using nvme::kEffectsLbcc;
+  for (auto op : {nvme::AdminOpcode::GetLogPage, nvme::AdminOpcode::Identify, nvme::AdminOpcode::Abort,
+                  nvme::AdminOpcode::SetFeatures, nvme::AdminOpcode::GetFeatures,
+                  nvme::AdminOpcode::AsyncEventRequest, nvme::AdminOpcode::KeepAlive})
     EXPECT_EQ(e.admin[uint8_t(op)], kEffectsCsupp) << "admin opcode " << int(op);
   EXPECT_EQ(e.io[0x00], kEffectsCsupp);                 // Flush
   EXPECT_EQ(e.io[0x01], kEffectsCsupp | kEffectsLbcc);  // Write
@@ -177,7 +177,7 @@ TEST_F(AdminConformance, CommandEffectsLogMarksEveryCommandTheTargetRuns) {
   EXPECT_EQ(io, 12u);
   for (uint8_t b : e.rsvd2048) ASSERT_EQ(b, 0);
   // Only the NVM command set.
-  EXPECT_EQ(log(wire::LogPageId::CommandEffects, sizeof(wire::CommandEffectsLog), 2).status, sc::InvalidField);
+  EXPECT_EQ(log(nvme::LogPageId::CommandEffects, sizeof(nvme::CommandEffectsLog), 2).status, sc::InvalidField);
 }
 
 // Every feature nvme-cli's get-feature asks for, with each select: what was set reads back
@@ -203,7 +203,7 @@ TEST_F(AdminConformance, FeaturesReadBackWhatWasSetUnderEverySelect) {
     SCOPED_TRACE(testing::Message() << "feature " << std::hex << int(c.fid) << " set " << c.set);
     ASSERT_TRUE(set_feature(c.fid, c.set).status.ok());
     Completion g = get_feature(c.fid, wire::kSelCurrent, c.cdw11_for_get);
-    ASSERT_TRUE(g.status.ok()) << wire::status_name(g.status);
+    ASSERT_TRUE(g.status.ok()) << nvme::status_name(g.status);
     EXPECT_EQ(g.dw0, c.want_current);
     for (uint32_t sel : {wire::kSelDefault, wire::kSelSaved}) {
       g = get_feature(c.fid, sel, c.cdw11_for_get);
@@ -246,7 +246,7 @@ TEST_F(AdminConformance, FeatureValuesTheTargetCannotHonourAreRefused) {
 TEST_F(AdminConformance, HostIdentifierIsTheOneConnectCarried) {
   alignas(8) uint8_t id[16] = {};
   Completion c = get_feature(wire::kFeatureHostIdentifier, wire::kSelCurrent, 1, id, sizeof(id));
-  ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  ASSERT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   EXPECT_EQ(std::memcmp(id, kHostId, sizeof(id)), 0);
   EXPECT_EQ(get_feature(wire::kFeatureHostIdentifier, wire::kSelCurrent, 0, id, sizeof(id)).status, sc::InvalidField)
       << "64-bit host identifiers do not exist over fabrics (EXHID 0)";
@@ -257,8 +257,8 @@ TEST_F(AdminConformance, HostIdentifierIsTheOneConnectCarried) {
 // behaviours the target cannot offer are refused and leave it alone.
 TEST_F(AdminConformance, HostBehaviorSupportKeepsAcreAndRefusesWhatTheTargetCannotDo) {
   auto set = [&](const std::vector<uint8_t>& data) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
     sqe.cdw10 = wire::kFeatureHostBehaviorSupport;
     std::vector<uint8_t> copy = data;
     return ctrl_->admin(sqe, copy.data(), uint32_t(copy.size()), true).status;
@@ -266,7 +266,7 @@ TEST_F(AdminConformance, HostBehaviorSupportKeepsAcreAndRefusesWhatTheTargetCann
   auto get = [&](uint32_t sel) {
     std::vector<uint8_t> data(wire::kHostBehaviorLen, 0xEE);
     Completion c = get_feature(wire::kFeatureHostBehaviorSupport, sel, 0, data.data(), uint32_t(data.size()));
-    EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+    EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
     return data;
   };
   std::vector<uint8_t> want(wire::kHostBehaviorLen, 0);
@@ -291,18 +291,18 @@ TEST_F(AdminConformance, HostBehaviorSupportKeepsAcreAndRefusesWhatTheTargetCann
 }
 
 uint64_t smart_error_entries(Controller& ctrl) {
-  wire::SmartLog smart{};
-  EXPECT_TRUE(ctrl.get_log_page(uint8_t(wire::LogPageId::SmartHealth), wire::kNsidAll, &smart, sizeof(smart))
+  nvme::SmartLog smart{};
+  EXPECT_TRUE(ctrl.get_log_page(uint8_t(nvme::LogPageId::SmartHealth), nvme::kNsidAll, &smart, sizeof(smart))
                   .status.ok());
   uint64_t n = 0;
   std::memcpy(&n, smart.num_err_log_entries, sizeof(n));
   return n;
 }
 
-std::vector<wire::ErrorLogEntry> error_log(Controller& ctrl) {
-  std::vector<wire::ErrorLogEntry> log(64);
-  EXPECT_TRUE(ctrl.get_log_page(uint8_t(wire::LogPageId::Error), wire::kNsidAll, log.data(),
-                                uint32_t(log.size() * sizeof(wire::ErrorLogEntry)))
+std::vector<nvme::ErrorLogEntry> error_log(Controller& ctrl) {
+  std::vector<nvme::ErrorLogEntry> log(64);
+  EXPECT_TRUE(ctrl.get_log_page(uint8_t(nvme::LogPageId::Error), nvme::kNsidAll, log.data(),
+                                uint32_t(log.size() * sizeof(nvme::ErrorLogEntry)))
                   .status.ok());
   return log;
 }
@@ -310,11 +310,11 @@ std::vector<wire::ErrorLogEntry> error_log(Controller& ctrl) {
 // nvme error-log: every failed command, admin or I/O, newest first, with its queue, command
 // ID, status, namespace and LBA; SMART counts them.
 TEST_F(AdminConformance, ErrorLogRecordsFailedCommands) {
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl_->identify_data());
   EXPECT_EQ(id->elpe, 63) << "64 entries";
   const uint64_t before = smart_error_entries(*ctrl_);
 
-  EXPECT_EQ(identify(wire::Cns(0x10), 0).status, sc::InvalidField);  // an admin command that fails
+  EXPECT_EQ(identify(nvme::Cns(0x10), 0).status, sc::InvalidField);  // an admin command that fails
   std::string err;
   auto qp = ctrl_->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
@@ -325,15 +325,15 @@ TEST_F(AdminConformance, ErrorLogRecordsFailedCommands) {
 
   EXPECT_EQ(smart_error_entries(*ctrl_), before + 2);
   auto log = error_log(*ctrl_);
-  const wire::ErrorLogEntry& io = log[0];
+  const nvme::ErrorLogEntry& io = log[0];
   EXPECT_EQ(io.error_count, before + 2);
   EXPECT_EQ(io.sqid, qp->qid());
   EXPECT_EQ(io.status, sc::LbaOutOfRange.to_cqe());
   EXPECT_EQ(io.nsid, 2u);
   EXPECT_EQ(io.lba, lba);
   EXPECT_EQ(io.pel, 0xFFFF);
-  EXPECT_EQ(io.trtype, wire::kTrtypeTcp);
-  const wire::ErrorLogEntry& admin = log[1];
+  EXPECT_EQ(io.trtype, nvme::kTrtypeTcp);
+  const nvme::ErrorLogEntry& admin = log[1];
   EXPECT_EQ(admin.error_count, before + 1);
   EXPECT_EQ(admin.sqid, 0);
   EXPECT_EQ(admin.status, sc::InvalidField.to_cqe());
@@ -342,15 +342,15 @@ TEST_F(AdminConformance, ErrorLogRecordsFailedCommands) {
 
 TEST_F(AdminConformance, ErrorLogKeepsTheLastSixtyFourNewestFirst) {
   const uint64_t before = smart_error_entries(*ctrl_);
-  for (int i = 0; i < 70; ++i) ASSERT_EQ(identify(wire::Cns(0x10), 0).status, sc::InvalidField);
+  for (int i = 0; i < 70; ++i) ASSERT_EQ(identify(nvme::Cns(0x10), 0).status, sc::InvalidField);
   const uint64_t last = before + 70;
   EXPECT_EQ(smart_error_entries(*ctrl_), last);
   auto log = error_log(*ctrl_);
   for (size_t i = 0; i < log.size(); ++i) EXPECT_EQ(log[i].error_count, last - i) << "entry " << i;
   // A window of the log (LPO) starts at that entry.
-  wire::ErrorLogEntry two[2];
-  ASSERT_TRUE(ctrl_->get_log_page(uint8_t(wire::LogPageId::Error), wire::kNsidAll, two, sizeof(two),
-                                  10 * sizeof(wire::ErrorLogEntry))
+  nvme::ErrorLogEntry two[2];
+  ASSERT_TRUE(ctrl_->get_log_page(uint8_t(nvme::LogPageId::Error), nvme::kNsidAll, two, sizeof(two),
+                                  10 * sizeof(nvme::ErrorLogEntry))
                   .status.ok());
   EXPECT_EQ(two[0].error_count, last - 10);
   EXPECT_EQ(two[1].error_count, last - 11);
@@ -360,11 +360,11 @@ struct SmartCounts {
   uint64_t reads = 0, writes = 0, units_read = 0, units_written = 0;
 };
 
-SmartCounts smart(Controller& ctrl, uint32_t nsid, wire::Status* st = nullptr) {
-  wire::SmartLog log{};
-  Completion c = ctrl.get_log_page(uint8_t(wire::LogPageId::SmartHealth), nsid, &log, sizeof(log));
+SmartCounts smart(Controller& ctrl, uint32_t nsid, nvme::Status* st = nullptr) {
+  nvme::SmartLog log{};
+  Completion c = ctrl.get_log_page(uint8_t(nvme::LogPageId::SmartHealth), nsid, &log, sizeof(log));
   if (st) *st = c.status;
-  else EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  else EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   SmartCounts s;
   std::memcpy(&s.reads, log.host_reads, 8);
   std::memcpy(&s.writes, log.host_writes, 8);
@@ -382,7 +382,7 @@ TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
   std::vector<uint8_t> data(64 * 1024, 0x5A);
   int pending = 0;
   auto done = [](void* ctx, const Completion& c) {
-    EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+    EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
     --*static_cast<int*>(ctx);
   };
   for (int i = 0; i < 3; ++i, ++pending) ASSERT_EQ(qp->write(2, uint64_t(i) * 128, 128, data.data(), done, &pending), 0);
@@ -391,7 +391,7 @@ TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
   ASSERT_EQ(pending, 0);
 
   const SmartCounts ns1 = smart(*ctrl_, 1), ns2 = smart(*ctrl_, 2), ns3 = smart(*ctrl_, 3);
-  const SmartCounts all = smart(*ctrl_, wire::kNsidAll), zero = smart(*ctrl_, 0);
+  const SmartCounts all = smart(*ctrl_, nvme::kNsidAll), zero = smart(*ctrl_, 0);
   EXPECT_EQ(ns1.reads + ns1.writes, 0u);
   EXPECT_EQ(ns2.writes, 3u);
   EXPECT_EQ(ns2.reads, 0u);
@@ -401,7 +401,7 @@ TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
   EXPECT_EQ(all.writes, 3u);
   EXPECT_EQ(all.reads, 5u);
   EXPECT_EQ(zero.reads, all.reads);
-  wire::Status st;
+  nvme::Status st;
   smart(*ctrl_, 99, &st);
   EXPECT_EQ(st, sc::InvalidNamespace);
 }
@@ -409,11 +409,11 @@ TEST_F(AdminConformance, SmartLogPerNamespaceAndForTheController) {
 // nvme verify: the range is read as a read would be and nothing is sent back; it is bounded
 // by VSL (CNS 06h), which equals MDTS; ONCS says Verify and Save/Select are supported.
 TEST_F(AdminConformance, VerifyReadsItsRangeAndSendsNothing) {
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl_->identify_data());
-  EXPECT_TRUE(id->oncs & wire::kOncsVerify);
-  EXPECT_TRUE(id->oncs & wire::kOncsSaveSelect);
-  ASSERT_TRUE(identify(wire::Cns::IoCommandSetController, 0).status.ok());
-  wire::NvmIdentifyController nvm;
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl_->identify_data());
+  EXPECT_TRUE(id->oncs & nvme::kOncsVerify);
+  EXPECT_TRUE(id->oncs & nvme::kOncsSaveSelect);
+  ASSERT_TRUE(identify(nvme::Cns::IoCommandSetController, 0).status.ok());
+  nvme::NvmIdentifyController nvm;
   std::memcpy(&nvm, buf_, sizeof(nvm));
   EXPECT_EQ(nvm.vsl, id->mdts);
   EXPECT_EQ(nvm.wzsl, 0) << "Write Zeroes has no limit";
@@ -422,8 +422,8 @@ TEST_F(AdminConformance, VerifyReadsItsRangeAndSendsNothing) {
   auto qp = ctrl_->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   auto verify = [&](uint32_t nsid, uint64_t slba, uint32_t nlb) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::IoOpcode::Verify);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::IoOpcode::Verify);
     sqe.nsid = nsid;
     sqe.cdw10 = uint32_t(slba);
     sqe.cdw11 = uint32_t(slba >> 32);
@@ -443,11 +443,11 @@ TEST_F(AdminConformance, VerifyReadsItsRangeAndSendsNothing) {
 TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFeatures) {
   RunningTarget t;
   std::string err;
-  auto disc = Controller::connect(t.trid(wire::kDiscoveryNqn), ControllerOptions{}, err);
+  auto disc = Controller::connect(t.trid(nvme::kDiscoveryNqn), ControllerOptions{}, err);
   ASSERT_TRUE(disc) << err;
   auto get = [&](uint8_t fid) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::AdminOpcode::GetFeatures);
     sqe.cdw10 = fid;
     return disc->admin(sqe, nullptr, 0, false).status;
   };

@@ -359,7 +359,7 @@ TEST(BadInput, ConnectSqsizeBeyondSixteenBits) {
   target::TargetConfig cfg = default_config();
   cfg.max_queue_depth = 65535;
   RunningTarget t(cfg);
-  for (const char* nqn : {wire::kDiscoveryNqn, kTestNqn}) {
+  for (const char* nqn : {nvme::kDiscoveryNqn, kTestNqn}) {
     Session s;
     ASSERT_TRUE(s.open(t.port()));
     Cqe cqe{};
@@ -397,7 +397,7 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
   Session s;
   ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe, wire::kDiscoveryNqn));
+  ASSERT_TRUE(s.connect_admin(cqe, nvme::kDiscoveryNqn));
   ASSERT_TRUE(ok(cqe));
   Sqe gf{};
   gf.opc = uint8_t(AdminOpcode::GetFeatures);
@@ -580,7 +580,7 @@ TEST(DiscoveryMemory, PipelinedLogReadsHoldOnlyWhatTheLogHolds) {
     auto s = std::make_unique<Session>();
     ASSERT_TRUE(s->open(t.port()));
     Cqe cqe{};
-    ASSERT_TRUE(s->connect_admin(cqe, wire::kDiscoveryNqn));
+    ASSERT_TRUE(s->connect_admin(cqe, nvme::kDiscoveryNqn));
     ASSERT_TRUE(ok(cqe));
     for (int k = 0; k < 30; ++k) ASSERT_TRUE(s->send_capsule(discovery_log_sqe(s->cid(), 1u << 20)));
     idle.push_back(std::move(s));
@@ -621,7 +621,7 @@ TEST(DiscoveryMemory, AnsweredLogReadsGiveTheirMemoryBack) {
     auto s = std::make_unique<Session>();
     ASSERT_TRUE(s->open(t.port()));
     Cqe cqe{};
-    ASSERT_TRUE(s->connect_admin(cqe, wire::kDiscoveryNqn));
+    ASSERT_TRUE(s->connect_admin(cqe, nvme::kDiscoveryNqn));
     const uint16_t first = s->next_cid;
     for (int k = 0; k < 30; ++k) ASSERT_TRUE(s->send_capsule(discovery_log_sqe(s->cid(), 1u << 20)));  // pipelined
     for (int k = 0; k < 30; ++k) {
@@ -653,7 +653,7 @@ TEST(DiscoveryMemory, AHostThatNeverReadsIsClosedAfterTheSendTimeout) {
   Session s;
   ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe, wire::kDiscoveryNqn));
+  ASSERT_TRUE(s.connect_admin(cqe, nvme::kDiscoveryNqn));
   ASSERT_TRUE(ok(cqe));
   // 30 MiB of answers: more than the socket buffers take, so the target's queue stops moving.
   for (int k = 0; k < 30; ++k) ASSERT_TRUE(s.send_capsule(discovery_log_sqe(s.cid(), 1u << 20)));

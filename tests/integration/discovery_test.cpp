@@ -42,7 +42,7 @@ std::vector<Entry> discover(const std::string& traddr, uint16_t port) {
   host::TransportId trid;
   trid.traddr = traddr;
   trid.trsvcid = port;
-  trid.subnqn = wire::kDiscoveryNqn;
+  trid.subnqn = nvme::kDiscoveryNqn;
   std::string err;
   auto disc = Controller::connect(trid, ControllerOptions{}, err);
   EXPECT_TRUE(disc) << err;
@@ -50,11 +50,11 @@ std::vector<Entry> discover(const std::string& traddr, uint16_t port) {
   std::vector<uint8_t> log;
   EXPECT_TRUE(disc->discovery_log(log, err)) << err;
   std::vector<Entry> out;
-  if (log.size() < sizeof(wire::DiscoveryLogHeader)) return out;
-  wire::DiscoveryLogHeader h;
+  if (log.size() < sizeof(nvme::DiscoveryLogHeader)) return out;
+  nvme::DiscoveryLogHeader h;
   std::memcpy(&h, log.data(), sizeof(h));
-  for (uint64_t i = 0; i < h.numrec && sizeof(h) + (i + 1) * sizeof(wire::DiscoveryLogEntry) <= log.size(); ++i) {
-    wire::DiscoveryLogEntry e;
+  for (uint64_t i = 0; i < h.numrec && sizeof(h) + (i + 1) * sizeof(nvme::DiscoveryLogEntry) <= log.size(); ++i) {
+    nvme::DiscoveryLogEntry e;
     std::memcpy(&e, log.data() + sizeof(h) + i * sizeof(e), sizeof(e));
     out.push_back({e.subtype, e.adrfam, e.eflags, field(e.subnqn, sizeof(e.subnqn)), field(e.traddr, sizeof(e.traddr)),
                    field(e.trsvcid, sizeof(e.trsvcid))});
@@ -86,12 +86,12 @@ TEST(Discovery, WildcardListenerAdvertisesTheAddressTheHostReached) {
       nqns.insert(e.nqn);
       EXPECT_EQ(e.traddr, addr) << e.nqn;
       EXPECT_EQ(e.trsvcid, port);
-      EXPECT_EQ(e.adrfam, wire::kAdrfamIpv4);
+      EXPECT_EQ(e.adrfam, nvme::kAdrfamIpv4);
       EXPECT_EQ(e.eflags, 0) << "nvmet sets no EFLAGS";
     }
-    EXPECT_EQ(nqns, (std::set<std::string>{kTestNqn, wire::kDiscoveryNqn}));
+    EXPECT_EQ(nqns, (std::set<std::string>{kTestNqn, nvme::kDiscoveryNqn}));
     for (const auto& e : entries) {  // and every entry can be dialled as given
-      if (e.subtype == wire::kSubtypeNvme) {
+      if (e.subtype == nvme::kSubtypeNvme) {
         EXPECT_TRUE(can_connect(e.traddr, uint16_t(std::stoi(e.trsvcid)), e.nqn));
       }
     }
@@ -117,8 +117,8 @@ TEST(Discovery, SubsystemsAreReachedOnlyThroughTheirListeners) {
   for (const auto& e : entries) got.insert({e.nqn, e.traddr, e.trsvcid});
   const std::multiset<std::tuple<std::string, std::string, std::string>> want{
       {kTestNqn, "127.0.0.1", p0},           {kTestNqn, "127.0.0.3", p1},
-      {kBoundNqn, "127.0.0.1", p0},          {wire::kDiscoveryNqn, "127.0.0.1", p0},
-      {wire::kDiscoveryNqn, "127.0.0.3", p1}};
+      {kBoundNqn, "127.0.0.1", p0},          {nvme::kDiscoveryNqn, "127.0.0.1", p0},
+      {nvme::kDiscoveryNqn, "127.0.0.3", p1}};
   EXPECT_EQ(got, want);
 
   EXPECT_TRUE(can_connect("127.0.0.1", t.port(0), kBoundNqn));

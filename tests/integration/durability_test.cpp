@@ -42,7 +42,7 @@ namespace {
 using host::Completion;
 using host::Controller;
 using host::QueuePair;
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------- helpers
@@ -77,8 +77,8 @@ bool drain(QueuePair& qp, const std::vector<std::unique_ptr<Outcome>>& outs) {
   return all_done();
 }
 
-wire::Sqe features_cmd(wire::AdminOpcode opc, uint8_t fid, uint32_t sel_or_cdw11) {
-  return opc == wire::AdminOpcode::GetFeatures ? wire::cmd::get_features(fid, sel_or_cdw11)
+nvme::Sqe features_cmd(nvme::AdminOpcode opc, uint8_t fid, uint32_t sel_or_cdw11) {
+  return opc == nvme::AdminOpcode::GetFeatures ? wire::cmd::get_features(fid, sel_or_cdw11)
                                                : wire::cmd::set_features(fid, sel_or_cdw11);
 }
 
@@ -91,14 +91,14 @@ class EventLog : public backend::SyncObserver, public target::ResponseObserver {
     bool sync = false;           // else a response
     const backend::BlockIo* io = nullptr;
     uint16_t qid = 0;
-    wire::Sqe sqe{};
+    nvme::Sqe sqe{};
     bool ok = false;
   };
   void on_sync_complete(const backend::BlockIo& io) override {
     std::lock_guard lk(mu_);
     events_.push_back({true, &io, 0, {}, true});
   }
-  void on_response(uint16_t qid, const wire::Sqe& sqe, wire::Status st, const backend::BlockIo& io) override {
+  void on_response(uint16_t qid, const nvme::Sqe& sqe, nvme::Status st, const backend::BlockIo& io) override {
     std::lock_guard lk(mu_);
     events_.push_back({false, &io, qid, sqe, st.ok()});
   }
@@ -106,7 +106,7 @@ class EventLog : public backend::SyncObserver, public target::ResponseObserver {
   // request's previous response: the syncs made for this very command, all before it.
   struct Answered {
     uint16_t qid;
-    wire::Sqe sqe;
+    nvme::Sqe sqe;
     bool ok;
     int syncs_before;
   };
@@ -186,7 +186,7 @@ class DurabilityOrdering : public ::testing::Test {
       const uint32_t kind = uint32_t(rng() % 10);
       int rc;
       if (flushes && kind >= 7) {
-        rc = qp_->flush(kind == 9 ? wire::kNsidAll : nsid, record, o.get());
+        rc = qp_->flush(kind == 9 ? nvme::kNsidAll : nsid, record, o.get());
       } else {
         const uint32_t nlb = 1 + uint32_t(rng() % 8);
         rc = qp_->write(nsid, (rng() % 1000) * 8, nlb, data.data(), record, o.get(), {.fua = kind < 3});
@@ -195,10 +195,10 @@ class DurabilityOrdering : public ::testing::Test {
       outs.push_back(std::move(o));
     }
     ASSERT_TRUE(drain(*qp_, outs));
-    for (const auto& o : outs) ASSERT_TRUE(o->cpl.status.ok()) << wire::status_name(o->cpl.status);
+    for (const auto& o : outs) ASSERT_TRUE(o->cpl.status.ok()) << nvme::status_name(o->cpl.status);
   }
 
-  Completion admin(const wire::Sqe& s) { return ctrl_->admin(s, nullptr, 0, false); }
+  Completion admin(const nvme::Sqe& s) { return ctrl_->admin(s, nullptr, 0, false); }
 
   std::string dir_;
   std::vector<std::string> files_;
@@ -217,18 +217,18 @@ TEST_F(DurabilityOrdering, FuaWritesAndFlushesAnswerOnlyAfterTheirSync) {
   for (const auto& a : log_.answered()) {
     ASSERT_NE(a.syncs_before, -1) << "a sync completed for a command that was never answered";
     if (a.qid == 0) continue;  // admin queue: Connect etc.
-    const auto opc = wire::IoOpcode(a.sqe.opc);
+    const auto opc = nvme::IoOpcode(a.sqe.opc);
     ASSERT_TRUE(a.ok);
-    if (opc == wire::IoOpcode::Write) {
+    if (opc == nvme::IoOpcode::Write) {
       const int want = a.sqe.fua() && is_file_ns(a.sqe.nsid) ? 1 : 0;
       EXPECT_EQ(a.syncs_before, want) << "write cid " << a.sqe.cid << " nsid " << a.sqe.nsid << " fua " << a.sqe.fua();
       if (want) ++fua;
       else if (is_file_ns(a.sqe.nsid)) ++cached;
-    } else if (opc == wire::IoOpcode::Flush) {
+    } else if (opc == nvme::IoOpcode::Flush) {
       // FFFFFFFFh syncs both file namespaces; the RAM namespace has nothing to sync.
-      const int want = a.sqe.nsid == wire::kNsidAll ? 2 : is_file_ns(a.sqe.nsid) ? 1 : 0;
+      const int want = a.sqe.nsid == nvme::kNsidAll ? 2 : is_file_ns(a.sqe.nsid) ? 1 : 0;
       EXPECT_EQ(a.syncs_before, want) << "flush cid " << a.sqe.cid << " nsid " << a.sqe.nsid;
-      if (a.sqe.nsid == wire::kNsidAll) ++flush_all;
+      if (a.sqe.nsid == nvme::kNsidAll) ++flush_all;
       else if (want) ++flush;
     }
   }
@@ -240,8 +240,8 @@ TEST_F(DurabilityOrdering, FuaWritesAndFlushesAnswerOnlyAfterTheirSync) {
   uint64_t fua_all = 0, flush_cmds = 0;
   for (const auto& a : log_.answered()) {
     if (a.qid == 0) continue;
-    fua_all += a.sqe.opc == uint8_t(wire::IoOpcode::Write) && a.sqe.fua();
-    flush_cmds += a.sqe.opc == uint8_t(wire::IoOpcode::Flush);
+    fua_all += a.sqe.opc == uint8_t(nvme::IoOpcode::Write) && a.sqe.fua();
+    flush_cmds += a.sqe.opc == uint8_t(nvme::IoOpcode::Flush);
   }
   EXPECT_EQ(target_->target().fua_write_count(), fua_all);
   EXPECT_EQ(target_->target().flush_count(), flush_cmds);
@@ -250,10 +250,10 @@ TEST_F(DurabilityOrdering, FuaWritesAndFlushesAnswerOnlyAfterTheirSync) {
 TEST_F(DurabilityOrdering, IdentifyReportsTheCacheAndFeature06hTurnsItOff) {
   std::vector<uint8_t> id(4096);
   ASSERT_TRUE(ctrl_->identify(1, 0, id.data()).status.ok());
-  EXPECT_EQ(reinterpret_cast<const wire::IdentifyController*>(id.data())->vwc,
-            wire::kVwcPresent | wire::kVwcFlushAllNamespaces);
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(id.data())->vwc,
+            nvme::kVwcPresent | nvme::kVwcFlushAllNamespaces);
 
-  using wire::AdminOpcode;
+  using nvme::AdminOpcode;
   Completion c = admin(features_cmd(AdminOpcode::GetFeatures, wire::kFeatureVolatileWriteCache, wire::kSelCurrent));
   ASSERT_TRUE(c.status.ok());
   EXPECT_EQ(c.dw0, 1u);
@@ -266,7 +266,7 @@ TEST_F(DurabilityOrdering, IdentifyReportsTheCacheAndFeature06hTurnsItOff) {
   run_mix(rng, 100, false);
   log_.clear();
   c = admin(features_cmd(AdminOpcode::SetFeatures, wire::kFeatureVolatileWriteCache, 0));
-  ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  ASSERT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   bool saw_set = false;
   for (const auto& a : log_.answered()) {
     if (a.qid == 0 && a.sqe.opc == uint8_t(AdminOpcode::SetFeatures)) {
@@ -285,7 +285,7 @@ TEST_F(DurabilityOrdering, IdentifyReportsTheCacheAndFeature06hTurnsItOff) {
   run_mix(rng, 200, false);
   int through = 0;
   for (const auto& a : log_.answered()) {
-    if (a.qid == 0 || a.sqe.opc != uint8_t(wire::IoOpcode::Write)) continue;
+    if (a.qid == 0 || a.sqe.opc != uint8_t(nvme::IoOpcode::Write)) continue;
     EXPECT_EQ(a.syncs_before, is_file_ns(a.sqe.nsid) ? 1 : 0) << "nsid " << a.sqe.nsid;
     through += is_file_ns(a.sqe.nsid);
   }
@@ -297,7 +297,7 @@ TEST_F(DurabilityOrdering, IdentifyReportsTheCacheAndFeature06hTurnsItOff) {
   c = admin(features_cmd(AdminOpcode::GetFeatures, wire::kFeatureVolatileWriteCache, wire::kSelCurrent));
   EXPECT_EQ(c.dw0, 1u);
   // The setting cannot be saved (SV, CDW10 bit 31).
-  wire::Sqe save = features_cmd(AdminOpcode::SetFeatures, wire::kFeatureVolatileWriteCache, 0);
+  nvme::Sqe save = features_cmd(AdminOpcode::SetFeatures, wire::kFeatureVolatileWriteCache, 0);
   save.cdw10 |= 1u << 31;
   c = admin(save);
   EXPECT_EQ(c.status, sc::FeatureNotSaveable);
@@ -314,8 +314,8 @@ TEST(DurabilityNoCache, RamAndNullReportNoVolatileWriteCache) {
   ASSERT_TRUE(ctrl) << err;
   std::vector<uint8_t> id(4096);
   ASSERT_TRUE(ctrl->identify(1, 0, id.data()).status.ok());
-  EXPECT_EQ(reinterpret_cast<const wire::IdentifyController*>(id.data())->vwc, 0);
-  using wire::AdminOpcode;
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(id.data())->vwc, 0);
+  using nvme::AdminOpcode;
   EXPECT_EQ(ctrl->admin(features_cmd(AdminOpcode::GetFeatures, wire::kFeatureVolatileWriteCache, 0), nullptr, 0, false)
                 .status,
             sc::InvalidField);
@@ -325,7 +325,7 @@ TEST(DurabilityNoCache, RamAndNullReportNoVolatileWriteCache) {
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   std::vector<std::unique_ptr<Outcome>> outs;
-  for (uint32_t nsid : {1u, 2u, wire::kNsidAll}) {
+  for (uint32_t nsid : {1u, 2u, nvme::kNsidAll}) {
     outs.push_back(std::make_unique<Outcome>());
     ASSERT_EQ(qp->flush(nsid, record, outs.back().get()), 0);
   }
@@ -415,14 +415,14 @@ class PowerCut : public ::testing::Test {
     // may have taken them, and whatever they left is in what was read back after it.
     if (op.cycle != cycle_) return;
     if (!c.status.ok()) {
-      ADD_FAILURE() << (op.flush ? "flush" : "write") << " failed without a power cut: " << wire::status_name(c.status);
+      ADD_FAILURE() << (op.flush ? "flush" : "write") << " failed without a power cut: " << nvme::status_name(c.status);
       return;
     }
     if (op.flush) {
       ++acked_flushes_;
       size_t i = 0;
       for (uint32_t ns = 1; ns <= kNamespaces; ++ns) {
-        if (op.nsid != wire::kNsidAll && op.nsid != ns) continue;
+        if (op.nsid != nvme::kNsidAll && op.nsid != ns) continue;
         for (uint32_t b = 0; b < kBlocks; ++b, ++i) {
           Block& blk = block(ns, b);
           blk.required = std::max(blk.required, op.acked_at_submit[i]);
@@ -451,10 +451,10 @@ class PowerCut : public ::testing::Test {
     if (kind < 20) {
       op->flush = true;
       op->fua = false;
-      op->nsid = kind < 10 ? wire::kNsidAll : 1 + uint32_t(rng_() % kNamespaces);
+      op->nsid = kind < 10 ? nvme::kNsidAll : 1 + uint32_t(rng_() % kNamespaces);
       op->acked_at_submit.clear();
       for (uint32_t ns = 1; ns <= kNamespaces; ++ns) {
-        if (op->nsid != wire::kNsidAll && op->nsid != ns) continue;
+        if (op->nsid != nvme::kNsidAll && op->nsid != ns) continue;
         for (uint32_t b = 0; b < kBlocks; ++b) op->acked_at_submit.push_back(block(ns, b).acked);
       }
       rc = qp.flush(op->nsid, on_complete, op);
@@ -557,7 +557,7 @@ TEST_F(PowerCut, EveryWriteAcknowledgedAsDurableSurvivesRandomCuts) {
   ASSERT_TRUE(ctrl) << err;
   std::vector<uint8_t> id(4096);
   ASSERT_TRUE(ctrl->identify(1, 0, id.data()).status.ok());
-  ASSERT_EQ(reinterpret_cast<const wire::IdentifyController*>(id.data())->vwc & wire::kVwcPresent, wire::kVwcPresent);
+  ASSERT_EQ(reinterpret_cast<const nvme::IdentifyController*>(id.data())->vwc & nvme::kVwcPresent, nvme::kVwcPresent);
   auto qp = ctrl->create_io_qpair(kDepth * 2, err);
   ASSERT_TRUE(qp) << err;
 

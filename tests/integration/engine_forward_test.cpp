@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "engine/io_forwarder.hpp"
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test {
 namespace {
 
-using engine::AppQueuePair;
-using engine::RegionLayout;
+using shm::AppQueuePair;
+using shm::RegionLayout;
 
 constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks (default_config)
 
@@ -58,10 +58,10 @@ struct SharedRegion {
   uint8_t* base;
 };
 
-wire::Sqe rw(wire::IoOpcode op, uint16_t cid, uint64_t slba, uint32_t nlb, uint64_t data_off) {
-  wire::Sqe s{};
+nvme::Sqe rw(nvme::IoOpcode op, uint16_t cid, uint64_t slba, uint32_t nlb, uint64_t data_off) {
+  nvme::Sqe s{};
   s.opc = uint8_t(op);
-  s.flags = wire::kSqeFlagsPsdtSgl;
+  s.flags = nvme::kSqeFlagsPsdtSgl;
   s.cid = cid;
   s.nsid = kRamNsid;
   s.cdw10 = uint32_t(slba);
@@ -83,12 +83,12 @@ class EngineForward : public ::testing::Test {
     ASSERT_TRUE(qp_) << err;
   }
   // Drives the engine until the application has `want` completions on app (or 10 s pass).
-  std::vector<wire::Cqe> run(engine::IoForwarder& fwd, AppQueuePair& app, size_t want) {
-    std::vector<wire::Cqe> got;
+  std::vector<nvme::Cqe> run(engine::IoForwarder& fwd, AppQueuePair& app, size_t want) {
+    std::vector<nvme::Cqe> got;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (got.size() < want && std::chrono::steady_clock::now() < deadline) {
       fwd.poll();
-      wire::Cqe c;
+      nvme::Cqe c;
       while (app.poll(c)) got.push_back(c);
       app.ring_cq();
     }
@@ -112,7 +112,7 @@ TEST_F(EngineForward, WritesAndReadsMoveThroughTheApplicationsOwnRegion) {
   for (uint16_t i = 0; i < 16; ++i) {
     auto p = pattern(16384, 100 + i);
     std::memcpy(r.data() + i * 16384u, p.data(), p.size());
-    ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Write, uint16_t(1000 + i), i * 32u, 32, i * 16384u)));
+    ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Write, uint16_t(1000 + i), i * 32u, 32, i * 16384u)));
   }
   app.ring_sq();
   auto done = run(fwd, app, 16);
@@ -124,7 +124,7 @@ TEST_F(EngineForward, WritesAndReadsMoveThroughTheApplicationsOwnRegion) {
   }
   // Read them back into the other half of the region.
   for (uint16_t i = 0; i < 16; ++i)
-    ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, uint16_t(2000 + i), i * 32u, 32, (512u << 10) + i * 16384u)));
+    ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, uint16_t(2000 + i), i * 32u, 32, (512u << 10) + i * 16384u)));
   app.ring_sq();
   done = run(fwd, app, 16);
   ASSERT_EQ(done.size(), 16u);
@@ -142,16 +142,16 @@ TEST_F(EngineForward, PointersOutsideTheRegionAreRefusedAndNothingMoves) {
   engine::IoForwarder fwd(*qp_);
   fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
   AppQueuePair app(layout->queue_pair(r.base, 1));
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 1, 0, 8, (64 << 10) - 2048)));  // runs past the end
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Write, 2, 0, 8, ~uint64_t(0) - 100)));  // wraps
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 3, 0, 8, 0)));                    // fine
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, 1, 0, 8, (64 << 10) - 2048)));  // runs past the end
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Write, 2, 0, 8, ~uint64_t(0) - 100)));  // wraps
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, 3, 0, 8, 0)));                    // fine
   app.ring_sq();
   auto done = run(fwd, app, 3);
   ASSERT_EQ(done.size(), 3u);
-  std::map<uint16_t, wire::Status> by_cid;
-  for (auto& c : done) by_cid[c.cid] = wire::Status::from_cqe(c.status);
-  EXPECT_EQ(by_cid[1], wire::sc::SglOffsetInvalid);
-  EXPECT_EQ(by_cid[2], wire::sc::SglOffsetInvalid);
+  std::map<uint16_t, nvme::Status> by_cid;
+  for (auto& c : done) by_cid[c.cid] = nvme::Status::from_cqe(c.status);
+  EXPECT_EQ(by_cid[1], nvme::sc::SglOffsetInvalid);
+  EXPECT_EQ(by_cid[2], nvme::sc::SglOffsetInvalid);
   EXPECT_TRUE(by_cid[3].ok());
   EXPECT_EQ(fwd.stats().refused, 2u);
   EXPECT_EQ(fwd.stats().forwarded, 1u);
@@ -165,19 +165,19 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
   fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
   fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes, vec.w);
   AppQueuePair busy(layout->queue_pair(r.base, 1)), quiet(layout->queue_pair(r.base, 2));
-  for (uint16_t i = 0; i < 200; ++i) ASSERT_TRUE(busy.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  for (uint16_t i = 0; i < 200; ++i) ASSERT_TRUE(busy.submit(rw(nvme::IoOpcode::Read, i, i, 1, i * 512u)));
   busy.ring_sq();
-  ASSERT_TRUE(quiet.submit(rw(wire::IoOpcode::Read, 7, 0, 1, 900u << 10)));
+  ASSERT_TRUE(quiet.submit(rw(nvme::IoOpcode::Read, 7, 0, 1, 900u << 10)));
   quiet.ring_sq();
   quiet.arm_interrupt();  // it will sleep on its vector
   // The quiet queue's command goes out in the first turn, whatever the busy one has queued.
   fwd.poll(8);
   EXPECT_EQ(fwd.stats().forwarded, 9u) << "8 from the busy queue (its budget), 1 from the quiet one";
-  std::vector<wire::Cqe> q;
+  std::vector<nvme::Cqe> q;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (q.empty() && std::chrono::steady_clock::now() < deadline) {
     fwd.poll(8);
-    wire::Cqe c;
+    nvme::Cqe c;
     while (quiet.poll(c)) q.push_back(c);
   }
   ASSERT_EQ(q.size(), 1u);
@@ -187,7 +187,7 @@ TEST_F(EngineForward, ABusyQueueDoesNotStarveAQuietOneAndInterruptsArrive) {
   deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (n < 200 && std::chrono::steady_clock::now() < deadline) {
     fwd.poll(8);
-    wire::Cqe c;
+    nvme::Cqe c;
     while (busy.poll(c)) ++n;
     busy.ring_cq();
   }
@@ -210,24 +210,24 @@ TEST_F(EngineForward, CoalescedInterruptsWaitForTheThresholdOrTheTime) {
   fwd.set_coalescing(q, 3 | (10u << 8));  // 4 completions, or 1 ms
   AppQueuePair app(layout->queue_pair(r.base, 1));
   // Not armed: an application that polls gets no interrupt at all.
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 90, 0, 1, 0)));
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, 90, 0, 1, 0)));
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 1).size(), 1u);
   for (int i = 0; i < 4; ++i) fwd.poll();
   EXPECT_FALSE(vec.signalled()) << "nobody waits on the vector: no signal";
   EXPECT_EQ(fwd.stats().interrupts, 0u);
   app.arm_interrupt();
-  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, i, i, 1, i * 512u)));
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 3).size(), 3u);
   EXPECT_FALSE(vec.signalled()) << "three completions, below the threshold: no interrupt yet";
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 3, 3, 1, 3 * 512u)));
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, 3, 3, 1, 3 * 512u)));
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 1).size(), 1u);
   EXPECT_TRUE(vec.signalled()) << "the fourth reaches the threshold";
   app.arm_interrupt();
 
-  ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, 4, 4, 1, 4 * 512u)));
+  ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, 4, 4, 1, 4 * 512u)));
   app.ring_sq();
   EXPECT_EQ(run(fwd, app, 1).size(), 1u);
   fwd.poll();
@@ -249,16 +249,16 @@ TEST_F(EngineForward, AnApplicationThatNeverReadsItsCqCannotTakeEveryCommandReco
   auto layout = RegionLayout::compute(3, 256, 1 << 20);
   SharedRegion r(*layout);
   engine::IoForwarder fwd(*qp_);  // 64 records (the host queue pair's depth)
-  engine::QueueMemory hog_mem = layout->queue_pair(r.base, 1);
+  shm::QueueMemory hog_mem = layout->queue_pair(r.base, 1);
   hog_mem.cq_size = 4;  // three completions fill it
   fwd.add_queue(nullptr, 1, hog_mem, r.data(), layout->data_bytes);
   fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes);
   AppQueuePair hog(hog_mem), other(layout->queue_pair(r.base, 2));
-  for (uint16_t i = 0; i < 200; ++i) ASSERT_TRUE(hog.submit(rw(wire::IoOpcode::Read, i, i, 1, (i % 64) * 512u)));
+  for (uint16_t i = 0; i < 200; ++i) ASSERT_TRUE(hog.submit(rw(nvme::IoOpcode::Read, i, i, 1, (i % 64) * 512u)));
   hog.ring_sq();
   for (int turn = 0; turn < 50; ++turn) fwd.poll();
   EXPECT_LE(fwd.stats().forwarded, 3u) << "the hog holds no more records than its CQ has slots";
-  for (uint16_t i = 0; i < 100; ++i) ASSERT_TRUE(other.submit(rw(wire::IoOpcode::Read, i, i, 1, (64 + i % 64) * 512u)));
+  for (uint16_t i = 0; i < 100; ++i) ASSERT_TRUE(other.submit(rw(nvme::IoOpcode::Read, i, i, 1, (64 + i % 64) * 512u)));
   other.ring_sq();
   const auto answers = run(fwd, other, 100);
   EXPECT_EQ(answers.size(), 100u) << "the other queue's commands found records";
@@ -273,7 +273,7 @@ TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
   fwd.add_queue(nullptr, 2, layout->queue_pair(r.base, 2), r.data(), layout->data_bytes);
   AppQueuePair stuck(layout->queue_pair(r.base, 1)), other(layout->queue_pair(r.base, 2));
-  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(stuck.submit(rw(nvme::IoOpcode::Read, i, i, 1, i * 512u)));
   stuck.ring_sq();
   // It reads its three answers (learning the SQ is free again) but never rings its CQ head:
   // as far as the engine knows, its CQ stays full.
@@ -281,18 +281,18 @@ TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (got < 3 && std::chrono::steady_clock::now() < deadline) {
     fwd.poll();
-    wire::Cqe c;
+    nvme::Cqe c;
     while (stuck.poll(c)) ++got;
   }
   ASSERT_EQ(got, 3u);
-  for (uint16_t i = 3; i < 6; ++i) ASSERT_TRUE(stuck.submit(rw(wire::IoOpcode::Read, i, i, 1, i * 512u)));
+  for (uint16_t i = 3; i < 6; ++i) ASSERT_TRUE(stuck.submit(rw(nvme::IoOpcode::Read, i, i, 1, i * 512u)));
   stuck.ring_sq();
   // Its CQ has no room as far as the engine knows: the three stay in its SQ (they take no
   // command record, so nothing of the shared pool sits behind its full CQ).
   for (int turn = 0; turn < 20; ++turn) fwd.poll();
   ASSERT_EQ(fwd.stats().forwarded, 3u) << "commands were taken from a queue whose CQ had no room";
   ASSERT_EQ(fwd.in_flight(), 0u);
-  ASSERT_TRUE(other.submit(rw(wire::IoOpcode::Read, 42, 9, 1, 8192)));
+  ASSERT_TRUE(other.submit(rw(nvme::IoOpcode::Read, 42, 9, 1, 8192)));
   other.ring_sq();
   auto answers = run(fwd, other, 1);
   ASSERT_EQ(answers.size(), 1u) << "the other queue's answer waited behind the stuck one's";
@@ -303,7 +303,7 @@ TEST_F(EngineForward, AFullCompletionQueueHoldsUpOnlyItsOwnAnswers) {
   deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (got < 3 && std::chrono::steady_clock::now() < deadline) {
     fwd.poll();
-    wire::Cqe c;
+    nvme::Cqe c;
     while (stuck.poll(c)) ++got;
     stuck.ring_cq();
   }
@@ -320,7 +320,7 @@ TEST_F(EngineForward, GoingAwayWithCommandsInFlight) {
     engine::IoForwarder fwd(*qp_);
     fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
     AppQueuePair app(layout->queue_pair(r.base, 1));
-    for (uint16_t i = 0; i < 32; ++i) ASSERT_TRUE(app.submit(rw(wire::IoOpcode::Read, i, i * 8u, 8, i * 4096u)));
+    for (uint16_t i = 0; i < 32; ++i) ASSERT_TRUE(app.submit(rw(nvme::IoOpcode::Read, i, i * 8u, 8, i * 4096u)));
     app.ring_sq();
     fwd.poll();
     EXPECT_GT(fwd.in_flight(), 0u);

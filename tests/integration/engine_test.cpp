@@ -22,10 +22,10 @@
 
 #include "../support/fault_proxy.hpp"
 #include "engine/app_controller.hpp"
-#include "engine/attach.hpp"
 #include "engine/engine.hpp"
-#include "engine/shm_queue.hpp"
 #include "nvtcp/identify.hpp"
+#include "shm/attach.hpp"
+#include "shm/shm_queue.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -35,10 +35,10 @@ extern char** environ;
 namespace nvtcp::test {
 namespace {
 
-using wire::AdminOpcode;
-using wire::Sqe;
-namespace sc = wire::sc;
-namespace prop = wire::prop;
+using nvme::AdminOpcode;
+using nvme::Sqe;
+namespace sc = nvme::sc;
+namespace prop = nvme::prop;
 
 constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
 
@@ -94,9 +94,9 @@ struct Io {
   }
 };
 
-wire::Status run_io(host::QueuePair& qp, Io& io) {
+nvme::Status run_io(host::QueuePair& qp, Io& io) {
   for (int i = 0; i < 10000 && !io.done; ++i) qp.process_completions(1000);
-  return io.done ? io.c.status : wire::sc::InternalError;
+  return io.done ? io.c.status : nvme::sc::InternalError;
 }
 
 Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
@@ -109,8 +109,8 @@ Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
 
 // An application that drives the shared memory by hand (no host library), so it can do
 // what the library never does: die without a word, ring impossible doorbells.
-engine::AttachRequest raw_request(uint32_t pairs = 3) {
-  engine::AttachRequest req;
+shm::AttachRequest raw_request(uint32_t pairs = 3) {
+  shm::AttachRequest req;
   req.queue_pairs = pairs;
   req.queue_entries = 64;
   req.vectors = 2;
@@ -122,10 +122,10 @@ engine::AttachRequest raw_request(uint32_t pairs = 3) {
 class RawApp {
  public:
   explicit RawApp(const std::string& path, uint32_t pairs = 3) : RawApp(path, raw_request(pairs)) {}
-  RawApp(const std::string& path, const engine::AttachRequest& req) {
+  RawApp(const std::string& path, const shm::AttachRequest& req) {
     std::string err;
-    if (!engine::attach(path, req, at, err)) throw std::runtime_error(err);
-    admin = std::make_unique<engine::AppQueuePair>(at.queue_pair(0));
+    if (!shm::attach(path, req, at, err)) throw std::runtime_error(err);
+    admin = std::make_unique<shm::AppQueuePair>(at.queue_pair(0));
   }
   bool enable() {
     std::atomic_ref<uint32_t>(at.registers().cc).store(prop::kCcEnable | (6u << 16) | (4u << 20));
@@ -135,19 +135,19 @@ class RawApp {
   bool wait_csts(uint32_t mask, uint32_t want) {
     return wait_for([&] { return (std::atomic_ref<uint32_t>(at.registers().csts).load() & mask) == want; }, 5000);
   }
-  void kick() { engine::signal_fd(at.kick_fd()); }
-  wire::Cqe command(Sqe s) {
+  void kick() { shm::signal_fd(at.kick_fd()); }
+  nvme::Cqe command(Sqe s) {
     s.cid = ++cid;
-    s.flags = wire::kSqeFlagsPsdtSgl;
+    s.flags = nvme::kSqeFlagsPsdtSgl;
     admin->submit(s);
     admin->ring_sq();
     kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return admin->poll(c); }, 5000)) << "no answer to admin opcode " << int(s.opc);
     admin->ring_cq();
     return c;
   }
-  wire::Status status(const Sqe& s) { return wire::Status::from_cqe(command(s).status); }
+  nvme::Status status(const Sqe& s) { return nvme::Status::from_cqe(command(s).status); }
   // Creates I/O queue pair qid (entries each) with interrupts off.
   bool create_queue(uint16_t qid, uint32_t entries) {
     return status(admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), 1)).ok() &&
@@ -155,8 +155,8 @@ class RawApp {
   }
   Sqe read_cmd(uint16_t command_id, uint64_t lba, uint32_t nlb, uint64_t data_off) {
     Sqe s{};
-    s.opc = uint8_t(wire::IoOpcode::Read);
-    s.flags = wire::kSqeFlagsPsdtSgl;
+    s.opc = uint8_t(nvme::IoOpcode::Read);
+    s.flags = nvme::kSqeFlagsPsdtSgl;
     s.cid = command_id;
     s.nsid = kRamNsid;
     s.cdw10 = uint32_t(lba);
@@ -166,8 +166,8 @@ class RawApp {
     return s;
   }
 
-  engine::Attachment at;
-  std::unique_ptr<engine::AppQueuePair> admin;
+  shm::Attachment at;
+  std::unique_ptr<shm::AppQueuePair> admin;
   uint16_t cid = 0;
 };
 
@@ -182,10 +182,10 @@ struct BystanderApp {
     if (!qp) throw std::runtime_error("bystander: " + err);
     buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(4096));
   }
-  wire::Status read() {
+  nvme::Status read() {
     Io io;
     const int rc = qp->read(kRamNsid, 0, 8, buf, Io::cb, &io);
-    return rc == 0 ? run_io(*qp, io) : wire::sc::InternalError;
+    return rc == 0 ? run_io(*qp, io) : nvme::sc::InternalError;
   }
   std::unique_ptr<host::Controller> ctrl;
   std::unique_ptr<host::QueuePair> qp;
@@ -199,7 +199,7 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
   auto ctrl = host::Controller::connect(e.trid(), {}, err);
   ASSERT_TRUE(ctrl) << err;
   // The controller the application sees: the remote's identity, its own controller ID.
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data());
   EXPECT_EQ(std::string(id->subnqn), kTestNqn);
   EXPECT_EQ(id->cntlid, ctrl->cntlid());
   EXPECT_EQ(id->sgls & 3, 1u) << "SGL data blocks carry the data pointers";
@@ -246,7 +246,7 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
 
   // Flush, Write Zeroes and a DSM deallocate pass through as well.
   Io f;
-  ASSERT_EQ(qp->flush(wire::kNsidAll, Io::cb, &f), 0);
+  ASSERT_EQ(qp->flush(nvme::kNsidAll, Io::cb, &f), 0);
   EXPECT_EQ(run_io(*qp, f), sc::Success);
   Io z;
   ASSERT_EQ(qp->write_zeroes(kRamNsid, 0, 8, Io::cb, &z), 0);
@@ -265,8 +265,8 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   RawApp app(e.engine().options().socket_path, 4);  // three I/O queue pairs at most
   ASSERT_TRUE(app.enable());
   // Number of Queues: asked for 8, three granted.
-  wire::Cqe c = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 7 | (7u << 16)));
-  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+  nvme::Cqe c = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureNumberOfQueues, 7 | (7u << 16)));
+  EXPECT_EQ(nvme::Status::from_cqe(c.status), sc::Success);
   EXPECT_EQ(c.dw0, 2u | (2u << 16));
   auto cq = [](uint16_t qid, uint32_t entries, uint32_t flags) {
     return admin_cmd(AdminOpcode::CreateIoCq, qid | ((entries - 1) << 16), flags);
@@ -301,25 +301,25 @@ TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   id.sgl.addr = (4 << 20) - 100;
   id.sgl.length = 4096;
   id.cid = ++app.cid;
-  id.flags = wire::kSqeFlagsPsdtSgl;
+  id.flags = nvme::kSqeFlagsPsdtSgl;
   app.admin->submit(id);
   app.admin->ring_sq();
   app.kick();
-  wire::Cqe got{};
+  nvme::Cqe got{};
   ASSERT_TRUE(wait_for([&] { return app.admin->poll(got); }, 5000));
   app.admin->ring_cq();
-  EXPECT_EQ(wire::Status::from_cqe(got.status), sc::SglOffsetInvalid);
+  EXPECT_EQ(nvme::Status::from_cqe(got.status), sc::SglOffsetInvalid);
 
   // I/O on queue 1, then Delete SQ 1 and CQ 1.
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 16;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   io.submit(app.read_cmd(7, 0, 8, 0));
   if (io.ring_sq()) app.kick();
-  wire::Cqe ioc{};
+  nvme::Cqe ioc{};
   ASSERT_TRUE(wait_for([&] { return io.poll(ioc); }, 5000));
   EXPECT_EQ(ioc.cid, 7);
-  EXPECT_EQ(wire::Status::from_cqe(ioc.status), sc::Success);
+  EXPECT_EQ(nvme::Status::from_cqe(ioc.status), sc::Success);
   io.ring_cq();
   EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoSq, 1)), sc::Success);
   EXPECT_EQ(app.status(admin_cmd(AdminOpcode::DeleteIoCq, 1)), sc::Success);
@@ -337,8 +337,8 @@ TEST(Engine, AnApplicationThatDiesMidIoIsDrainedAndFreed) {
     RawApp dying(e.engine().options().socket_path);
     ASSERT_TRUE(dying.enable());
     ASSERT_TRUE(dying.create_queue(1, 64));
-    engine::QueueMemory m = dying.at.queue_pair(1);
-    engine::AppQueuePair io(m);
+    shm::QueueMemory m = dying.at.queue_pair(1);
+    shm::AppQueuePair io(m);
     for (uint16_t cid = 0; cid < 63; ++cid) io.submit(dying.read_cmd(cid, cid * 64, 64, cid * 32768ull));
     if (io.ring_sq()) dying.kick();
     ASSERT_TRUE(wait_for([&] { return e.engine().stats().forwarded > 0; }, 5000));
@@ -367,16 +367,16 @@ TEST(Engine, AnImpossibleDoorbellStopsOnlyThatApplication) {
   std::atomic_ref<uint32_t>(bad.at.registers().cc).store(0);
   bad.kick();
   ASSERT_TRUE(bad.wait_csts(prop::kCstsFatal | prop::kCstsReady, 0));
-  bad.admin = std::make_unique<engine::AppQueuePair>(bad.at.queue_pair(0));
+  bad.admin = std::make_unique<shm::AppQueuePair>(bad.at.queue_pair(0));
   bad.cid = 0;
   ASSERT_TRUE(bad.enable());
   ASSERT_TRUE(bad.create_queue(1, 64));
-  engine::AppQueuePair q(bad.at.queue_pair(1));
+  shm::AppQueuePair q(bad.at.queue_pair(1));
   q.submit(bad.read_cmd(3, 0, 8, 0));
   if (q.ring_sq()) bad.kick();
-  wire::Cqe c{};
+  nvme::Cqe c{};
   ASSERT_TRUE(wait_for([&] { return q.poll(c); }, 5000));
-  EXPECT_EQ(wire::Status::from_cqe(c.status), sc::Success);
+  EXPECT_EQ(nvme::Status::from_cqe(c.status), sc::Success);
 }
 
 // Delete I/O SQ leaves its CQ, and a new SQ on that CQ goes on posting where the last one
@@ -387,14 +387,14 @@ TEST(Engine, ANewSqOnAnOldCqGoesOnWhereTheCqStood) {
   RawApp app(e.engine().options().socket_path);
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.create_queue(1, 8));
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 8;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   uint16_t cid = 0;
   auto one_read = [&] {
     io.submit(app.read_cmd(cid, cid, 1, 0));
     if (io.ring_sq()) app.kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000));
     io.ring_cq();
     EXPECT_EQ(c.cid, cid);
@@ -415,16 +415,16 @@ TEST(Engine, AResetDuringAStuckSqDeletionCompletes) {
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoCq, 1 | (3u << 16), 1)).ok());  // 4 entries
   ASSERT_TRUE(app.status(admin_cmd(AdminOpcode::CreateIoSq, 1 | (63u << 16), 1 | (1u << 16))).ok());
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = 64;
   m.cq_size = 4;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   for (uint16_t c = 0; c < 60; ++c) io.submit(app.read_cmd(c, c, 1, 0));
   if (io.ring_sq()) app.kick();
   // Delete I/O SQ cannot finish: its aborted entries wait for CQ room that never comes.
   Sqe del = admin_cmd(AdminOpcode::DeleteIoSq, 1);
   del.cid = ++app.cid;
-  del.flags = wire::kSqeFlagsPsdtSgl;
+  del.flags = nvme::kSqeFlagsPsdtSgl;
   app.admin->submit(del);
   app.admin->ring_sq();
   app.kick();
@@ -540,7 +540,7 @@ TEST(Engine, SignallingAnApplicationThatDiedDoesNotKillTheEngine) {
   int p[2];
   ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
   ::close(p[0]);          // the application is gone
-  engine::signal_fd(p[1]);  // what the engine does on a completion for it
+  shm::signal_fd(p[1]);  // what the engine does on a completion for it
   ::close(p[1]);
   BystanderApp other(e);
   EXPECT_EQ(other.read(), sc::Success) << "the engine goes on";
@@ -626,24 +626,24 @@ TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersS
   const std::string path = e.engine().options().socket_path;
   std::string why;
 
-  engine::AttachRequest huge = raw_request();
+  shm::AttachRequest huge = raw_request();
   huge.data_bytes = 1ull << 40;  // the tester's 1 TiB region
-  engine::Attachment refused;
-  EXPECT_FALSE(engine::attach(path, huge, refused, why));
+  shm::Attachment refused;
+  EXPECT_FALSE(shm::attach(path, huge, refused, why));
   EXPECT_NE(why.find("max_region_bytes"), std::string::npos) << why;
 
-  engine::AttachRequest wide = raw_request();
+  shm::AttachRequest wide = raw_request();
   wide.vectors = 32;
   RawApp first(path, wide);
   EXPECT_EQ(first.at.vector_fds().size(), 3u) << "vectors beyond max_vectors are not granted";
 
-  engine::AttachRequest big = raw_request();
+  shm::AttachRequest big = raw_request();
   big.data_bytes = 15ull << 20;  // 8 + 4 + 15 MiB and headers: beyond 30 MiB mapped
-  EXPECT_FALSE(engine::attach(path, big, refused, why));
+  EXPECT_FALSE(shm::attach(path, big, refused, why));
   EXPECT_NE(why.find("max_mapped_bytes"), std::string::npos) << why;
 
   RawApp second(path);
-  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));  // a fourth of this uid
+  EXPECT_FALSE(shm::attach(path, raw_request(), refused, why));  // a fourth of this uid
   EXPECT_NE(why.find("max_applications_per_user"), std::string::npos) << why;
   EXPECT_LE(e.engine().stats().mapped_bytes, 30ull << 20);
   // The engine counts a refusal after the application has read it.
@@ -655,9 +655,9 @@ TEST(EngineLimits, AttachesBeyondTheLimitsAreRefusedWithTheirReasonAndTheOthersS
   Sqe log = admin_cmd(AdminOpcode::GetLogPage, 0x01 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
   log.sgl.addr = 0;
   log.sgl.length = 1u << 20;
-  const wire::Cqe c = first.command(log);
+  const nvme::Cqe c = first.command(log);
   EXPECT_NE(c.cid, 0) << "no answer";
-  EXPECT_NE(wire::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
+  EXPECT_NE(nvme::Status::from_cqe(c.status), sc::DataSglLengthInvalid) << "the 1 MiB log was not asked for";
   EXPECT_EQ(other.read(), sc::Success);
   ASSERT_TRUE(second.enable());
   EXPECT_EQ(second.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
@@ -672,9 +672,9 @@ TEST(EngineLimits, AttachesBeyondMaxApplicationsAreRefused) {
   });
   const std::string path = e.engine().options().socket_path;
   RawApp a(path), b(path);
-  engine::Attachment refused;
+  shm::Attachment refused;
   std::string why;
-  EXPECT_FALSE(engine::attach(path, raw_request(), refused, why));
+  EXPECT_FALSE(shm::attach(path, raw_request(), refused, why));
   EXPECT_NE(why.find("max_applications"), std::string::npos) << why;
   ASSERT_TRUE(a.enable());
   EXPECT_EQ(a.status(admin_cmd(AdminOpcode::KeepAlive)), sc::Success);
@@ -726,8 +726,8 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
     for (uint32_t i = 0; i < kCommands; ++i) {
       Sqe s = admin_cmd(AdminOpcode::GetLogPage, 0x02 | ((log_bytes / 4 - 1) << 16), 0);
       s.cid = uint16_t(1000 + i);
-      s.flags = wire::kSqeFlagsPsdtSgl;
-      s.nsid = wire::kNsidAll;
+      s.flags = nvme::kSqeFlagsPsdtSgl;
+      s.nsid = nvme::kNsidAll;
       s.sgl.addr = 0;
       s.sgl.length = log_bytes;
       EXPECT_TRUE(flood.admin->submit(s));
@@ -741,7 +741,7 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
     uint32_t answered = 0;
     EXPECT_TRUE(wait_for(
         [&] {
-          wire::Cqe c{};
+          nvme::Cqe c{};
           while (flood.admin->poll(c)) {
             ++answered;
             flood.admin->ring_cq();
@@ -766,7 +766,7 @@ TEST(EngineLimits, AnAdminFloodStaysWithinItsBudgetAndOthersAreServed) {
   // A log larger than the application's admin buffers could ever hold: Invalid Field (as a
   // transfer beyond MDTS), not a wait that never ends.
   Sqe too_big = admin_cmd(AdminOpcode::GetLogPage, 0x02 | (0xFFFFu << 16), 3);  // NUMD 3FFFFh: 1 MiB
-  too_big.nsid = wire::kNsidAll;
+  too_big.nsid = nvme::kNsidAll;
   too_big.sgl.length = 1u << 20;
   EXPECT_EQ(flood.status(too_big), sc::InvalidField);
   BystanderApp other(e, 8ull << 20);
@@ -784,25 +784,25 @@ TEST(EngineIsolation, FabricsAndSharedStateCommandsAreRefusedAndEveryoneGoesOn) 
   RawApp app(e.engine().options().socket_path);
   ASSERT_TRUE(app.enable());
   ASSERT_TRUE(app.create_queue(1, 16));
-  engine::QueueMemory m = app.at.queue_pair(1);
+  shm::QueueMemory m = app.at.queue_pair(1);
   m.sq_size = m.cq_size = 16;
-  engine::AppQueuePair io(m);
+  shm::AppQueuePair io(m);
   auto io_status = [&](Sqe s) {
     EXPECT_TRUE(io.submit(s));
     io.ring_sq();
     app.kick();
-    wire::Cqe c{};
+    nvme::Cqe c{};
     EXPECT_TRUE(wait_for([&] { return io.poll(c); }, 5000)) << "no answer to I/O opcode " << int(s.opc);
     io.ring_cq();
-    return wire::Status::from_cqe(c.status);
+    return nvme::Status::from_cqe(c.status);
   };
   Sqe disconnect{};
-  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.opc = uint8_t(nvme::IoOpcode::Fabrics);
   disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
   disconnect.cid = 7;
   EXPECT_EQ(io_status(disconnect), sc::InvalidOpcode);
   Sqe reserve{};
-  reserve.opc = uint8_t(wire::IoOpcode::ReservationAcquire);
+  reserve.opc = uint8_t(nvme::IoOpcode::ReservationAcquire);
   reserve.nsid = kRamNsid;
   reserve.cid = 8;
   EXPECT_EQ(io_status(reserve), sc::InvalidOpcode);
@@ -828,7 +828,7 @@ TEST(EngineIsolation, TheHostLibraryRefusesFabricsCommandsOnIoQueues) {
   RunningTarget t;
   RunningEngine e(t.trid());
   Sqe disconnect{};
-  disconnect.opc = uint8_t(wire::IoOpcode::Fabrics);
+  disconnect.opc = uint8_t(nvme::IoOpcode::Fabrics);
   disconnect.nsid = uint8_t(wire::FabricsType::Disconnect);  // FCTYPE: byte 4 of a fabrics SQE
   for (const host::TransportId& trid : {t.trid(), e.trid()}) {
     std::string err;

@@ -18,7 +18,7 @@ namespace nvtcp::test::recovery {
 // Counts the completions of the commands a test submits and keeps the last status.
 struct Outcome {
   int done = 0;
-  wire::Status st;
+  nvme::Status st;
   static void cb(void* ctx, const host::Completion& c) {
     auto* o = static_cast<Outcome*>(ctx);
     ++o->done;

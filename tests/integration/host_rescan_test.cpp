@@ -89,9 +89,9 @@ struct ChangeLog {
   std::atomic<uint64_t> nsze_seen{0};
   void add(uint32_t nsid) {
     if (host::Controller* c = ctrl.load()) {
-      alignas(8) uint8_t id[wire::kIdentifyLen];
-      if (c->identify(uint8_t(wire::Cns::Namespace), nsid, id).status.ok())
-        nsze_seen = reinterpret_cast<const wire::IdentifyNamespace*>(id)->nsze;
+      alignas(8) uint8_t id[nvme::kIdentifyLen];
+      if (c->identify(uint8_t(nvme::Cns::Namespace), nsid, id).status.ok())
+        nsze_seen = reinterpret_cast<const nvme::IdentifyNamespace*>(id)->nsze;
     }
     std::lock_guard lk(mu);
     nsids.push_back(nsid);
@@ -132,7 +132,7 @@ Completion run_io(QueuePair& qp, bool write, uint32_t nsid, uint64_t lba, void* 
   };
   int rc = write ? qp.write(nsid, lba, 1, buf, cb, &d) : qp.read(nsid, lba, 1, buf, cb, &d);
   if (rc != 0) {
-    d.c.status = wire::sc::InternalError;
+    d.c.status = nvme::sc::InternalError;
     ADD_FAILURE() << (write ? "write" : "read") << " at LBA " << lba << " refused: " << rc;
     return d.c;
   }
@@ -140,7 +140,7 @@ Completion run_io(QueuePair& qp, bool write, uint32_t nsid, uint64_t lba, void* 
   while (!d.done && std::chrono::steady_clock::now() < end) qp.process_completions(1000);
   if (!d.done) {
     ADD_FAILURE() << "command at LBA " << lba << " not completed";
-    d.c.status = wire::sc::InternalError;
+    d.c.status = nvme::sc::InternalError;
   }
   return d.c;
 }
@@ -150,16 +150,16 @@ void expect_block_works(QueuePair& qp, uint32_t nsid, uint64_t lba, uint64_t see
   auto data = pattern(kBlock, seed);
   std::vector<uint8_t> back(kBlock);
   Completion c = run_io(qp, true, nsid, lba, data.data());
-  EXPECT_TRUE(c.status.ok()) << "write at LBA " << lba << ": " << wire::status_name(c.status);
+  EXPECT_TRUE(c.status.ok()) << "write at LBA " << lba << ": " << nvme::status_name(c.status);
   c = run_io(qp, false, nsid, lba, back.data());
-  EXPECT_TRUE(c.status.ok()) << "read at LBA " << lba << ": " << wire::status_name(c.status);
+  EXPECT_TRUE(c.status.ok()) << "read at LBA " << lba << ": " << nvme::status_name(c.status);
   EXPECT_EQ(back, data) << "LBA " << lba;
 }
 
 void expect_out_of_range(QueuePair& qp, uint32_t nsid, uint64_t lba) {
   std::vector<uint8_t> buf(kBlock);
   Completion c = run_io(qp, false, nsid, lba, buf.data());
-  EXPECT_EQ(c.status, wire::sc::LbaOutOfRange) << "read at LBA " << lba << ": " << wire::status_name(c.status);
+  EXPECT_EQ(c.status, nvme::sc::LbaOutOfRange) << "read at LBA " << lba << ": " << nvme::status_name(c.status);
 }
 
 // A file namespace (nsid 4) with no configured size: it follows its file.
@@ -278,7 +278,7 @@ TEST_F(HostRescan, AReconnectToAnotherSubsystemSerialIsRefusedForGood) {
   ASSERT_TRUE(ctrl) << err;
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
-  std::string serial(reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data())->sn, 20);
+  std::string serial(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->sn, 20);
   serial.erase(serial.find_last_not_of(' ') + 1);
 
   target::TargetConfig other = cfg_;
@@ -317,11 +317,11 @@ TEST(HostAsyncEvents, AnErrorEventIsLoggedAndItsLogReadSoTheNextOneComes) {
   ASSERT_TRUE(qp) << err;
   const std::string event = "asynchronous event 0x00010400 (error, information 0x04, log page 0x01): error ";
   std::vector<uint8_t> buf(kBlock);
-  EXPECT_EQ(run_io(*qp, false, 1, 7, buf.data()).status, wire::sc::UnrecoveredReadError);
+  EXPECT_EQ(run_io(*qp, false, 1, 7, buf.data()).status, nvme::sc::UnrecoveredReadError);
   ASSERT_TRUE(wait_for([&] { return log.count(event) == 1; }, kDueMs)) << "no error event logged";
   EXPECT_EQ(log.count(event + "1 on queue 1"), 1u) << "the line names the newest error log entry";
   // The target reports the type again only once its log was read with RAE 0.
-  EXPECT_EQ(run_io(*qp, false, 1, 7, buf.data()).status, wire::sc::UnrecoveredReadError);
+  EXPECT_EQ(run_io(*qp, false, 1, 7, buf.data()).status, nvme::sc::UnrecoveredReadError);
   ASSERT_TRUE(wait_for([&] { return log.count(event) == 2; }, kDueMs)) << "no second error event";
   EXPECT_EQ(log.count(event + "2 on queue 1"), 1u);
   EXPECT_TRUE(ctrl->live());
@@ -407,18 +407,18 @@ class AerRefusingController {
         return;
       std::vector<uint8_t> rest(ch.plen - sizeof(ch));
       if (!read_all(fd, rest.data(), rest.size())) return;
-      wire::Sqe sqe;
+      nvme::Sqe sqe;
       std::memcpy(&sqe, rest.data(), sizeof(sqe));
       ++commands_;
       if (!answer(fd, sqe, cc)) return;
     }
   }
 
-  bool answer(int fd, const wire::Sqe& sqe, uint32_t& cc) {
+  bool answer(int fd, const nvme::Sqe& sqe, uint32_t& cc) {
     using namespace nvtcp::wire;
-    wire::Cqe cqe{};
+    nvme::Cqe cqe{};
     std::vector<uint8_t> data;
-    wire::Status st = sc::Success;
+    nvme::Status st = sc::Success;
     switch (AdminOpcode(sqe.opc)) {
       case AdminOpcode::Fabrics: {
         PropertySetCmd p;
@@ -522,8 +522,8 @@ TEST(HostAsyncEvents, AnAerTheControllerRefusesIsNotSentAgain) {
   // AERL 3 and a 32-deep admin queue: four requests, each refused once.
   ASSERT_TRUE(wait_for([&] { return fake.aers() >= 4; }, kDueMs));
   // Many admin round trips later (each one after the refusals were handled), still four.
-  alignas(8) uint8_t id[wire::kIdentifyLen];
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(ctrl->identify(uint8_t(wire::Cns::Controller), 0, id).status.ok());
+  alignas(8) uint8_t id[nvme::kIdentifyLen];
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(ctrl->identify(uint8_t(nvme::Cns::Controller), 0, id).status.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(fake.aers(), 4) << "the host asked again after a refusal";
   EXPECT_TRUE(ctrl->live());

@@ -13,7 +13,7 @@
 namespace nvtcp::test {
 namespace {
 
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 constexpr uint32_t kRamNsid = 2;  // 64 MiB, 512-byte blocks
 constexpr uint32_t kMdts = 128u << 10;
 
@@ -56,7 +56,7 @@ TEST_F(HostSplit, OneMebibyteIsEightCommandsAndOneCompletion) {
   ASSERT_EQ(qp_->write(kRamNsid, 1000, 2048, data.data(), &count, &w, host::WriteFlags{true}), 0);
   drive(w, 1);
   ASSERT_EQ(w.n, 1);
-  EXPECT_TRUE(w.last.status.ok()) << wire::status_name(w.last.status);
+  EXPECT_TRUE(w.last.status.ok()) << nvme::status_name(w.last.status);
   EXPECT_EQ(t_->target().io_count() - ios, 8u) << "1 MiB in 128 KiB commands";
   EXPECT_EQ(t_->target().fua_write_count() - fua, 8u) << "FUA on every part";
 

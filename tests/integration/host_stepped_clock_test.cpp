@@ -53,9 +53,9 @@ void settle(QueuePair& qp) {
 // Host-to-target bytes of admin connection `conn` once an Identify sent now has been answered:
 // the answer shows every command the host sent on it before the Identify has passed the proxy.
 uint64_t admin_bytes_through_identify(host::Controller& c, const FaultProxy& p, int conn) {
-  alignas(8) uint8_t id[wire::kIdentifyLen];
-  Completion cpl = c.identify(uint8_t(wire::Cns::Controller), 0, id);
-  EXPECT_TRUE(cpl.status.ok()) << wire::status_name(cpl.status);
+  alignas(8) uint8_t id[nvme::kIdentifyLen];
+  Completion cpl = c.identify(uint8_t(nvme::Cns::Controller), 0, id);
+  EXPECT_TRUE(cpl.status.ok()) << nvme::status_name(cpl.status);
   return p.bytes(conn, Direction::ToTarget);
 }
 
@@ -162,7 +162,7 @@ TEST(HostSteppedClock, IoTimeoutAbortsThenResetsThenReconnectsAfterTheDelay) {
   // The I/O queue's own delay (counted from its loss, the same step) has passed too: it
   // reconnects and the held read completes on the new connection.
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
   EXPECT_EQ(buf[0], 0);  // the null namespace reads zeros
   EXPECT_EQ(qp->reconnects(), 1u);
   EXPECT_EQ(ctrl->resets(), 1u);
@@ -203,7 +203,7 @@ TEST(HostSteppedClock, IoTimeoutWithoutReconnectFailsTheCommand) {
   EXPECT_TRUE(qp->connected());
   clk.step_ms(2);  // 401: io_timeout since the Abort
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_EQ(out.st, wire::sc::HostAbortedCommand);
+  EXPECT_EQ(out.st, nvme::sc::HostAbortedCommand);
   EXPECT_TRUE(qp->failed());
   EXPECT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
 }
@@ -238,7 +238,7 @@ TEST(HostSteppedClock, CtrlLossTmoFailsHeldCommands) {
   clk.step_ms(2);  // 601
   settle(*qp);
   EXPECT_EQ(out.done, 1);
-  EXPECT_EQ(out.st, wire::sc::TransportError);
+  EXPECT_EQ(out.st, nvme::sc::TransportError);
   EXPECT_TRUE(qp->failed());
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   // The controller decides at its attempts (every reconnect_delay): the next one is at most a
@@ -278,7 +278,7 @@ TEST(HostSteppedClock, FastIoFailThenRecover) {
   clk.step_ms(2);
   settle(*qp);
   EXPECT_EQ(out.done, 1);
-  EXPECT_EQ(out.st, wire::sc::TransportError);
+  EXPECT_EQ(out.st, nvme::sc::TransportError);
   EXPECT_FALSE(qp->failed());
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   proxy.stall(-1, Direction::ToHost, false);
@@ -293,7 +293,7 @@ TEST(HostSteppedClock, FastIoFailThenRecover) {
   EXPECT_TRUE(ctrl->live());
   ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 2; }, 10000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
 }
 
 // An admin command that is never answered resets the controller at admin_timeout and not
@@ -313,8 +313,8 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
   const uint64_t before = proxy.bytes(0, Direction::ToTarget);
   // The Identify waits for its answer: another thread sends it while this one steps the clock.
   auto identify = std::async(std::launch::async, [&] {
-    alignas(8) uint8_t id[wire::kIdentifyLen];
-    return ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
+    alignas(8) uint8_t id[nvme::kIdentifyLen];
+    return ctrl->identify(uint8_t(nvme::Cns::Controller), 0, id);
   });
   ASSERT_TRUE(proxy.wait_until([&](const FaultProxy& p) { return p.bytes(0, Direction::ToTarget) > before; }, 10000));
   clk.step_ms(299);
@@ -330,9 +330,9 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
   // The reconnect comes reconnect_delay after the reset.
   clk.step_ms(101);
   ASSERT_TRUE(wait_for([&] { return ctrl->live(); }, 10000));
-  alignas(8) uint8_t id[wire::kIdentifyLen];
-  Completion c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
-  EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  alignas(8) uint8_t id[nvme::kIdentifyLen];
+  Completion c = ctrl->identify(uint8_t(nvme::Cns::Controller), 0, id);
+  EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   // The I/O queue belonged to the old association: it notices at its next tick, and reconnects
   // reconnect_delay after that.
   for (int i = 0; i < 50 && !(qp->reconnects() >= 1 && qp->connected()); ++i) {
@@ -344,7 +344,7 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
   Outcome out;
   ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
 }
 
 }  // namespace

@@ -41,8 +41,8 @@ using host::Completion;
 using host::Controller;
 using host::ControllerOptions;
 using host::QueuePair;
-using wire::Status;
-namespace sc = wire::sc;
+using nvme::Status;
+namespace sc = nvme::sc;
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kOpTimeout = std::chrono::seconds(10);
@@ -99,8 +99,8 @@ Result run_one(QueuePair& qp, const std::function<int(host::CompletionFn, void*)
   if (r.rc != 0) return ::testing::AssertionFailure() << "submit returned " << r.rc << " (" << strerror(-r.rc) << ")";
   if (!r.completed) return ::testing::AssertionFailure() << "no completion within the deadline";
   if (r.cpl.status != want)
-    return ::testing::AssertionFailure() << "status " << wire::status_name(r.cpl.status) << ", expected "
-                                         << wire::status_name(want);
+    return ::testing::AssertionFailure() << "status " << nvme::status_name(r.cpl.status) << ", expected "
+                                         << nvme::status_name(want);
   return ::testing::AssertionSuccess();
 }
 
@@ -114,7 +114,7 @@ Result do_read(QueuePair& qp, uint32_t nsid, uint64_t slba, uint32_t nlb, void* 
   return run_one(qp, [&](host::CompletionFn cb, void* ctx) { return qp.read(nsid, slba, nlb, buf, cb, ctx); });
 }
 
-Result do_raw(QueuePair& qp, const wire::Sqe& sqe, void* data, uint32_t len, bool to_controller) {
+Result do_raw(QueuePair& qp, const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller) {
   return run_one(qp,
                  [&](host::CompletionFn cb, void* ctx) { return qp.submit(sqe, data, len, to_controller, cb, ctx); });
 }
@@ -176,11 +176,11 @@ TEST(HostTarget, ConnectAndIdentifyController) {
   ASSERT_TRUE(ctrl) << err;
   EXPECT_FALSE(ctrl->failed());
 
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data());
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data());
   EXPECT_EQ(trimmed(id->subnqn, sizeof(id->subnqn)), kTestNqn);
   EXPECT_NE(ctrl->cntlid(), 0);
   EXPECT_EQ(id->cntlid, ctrl->cntlid());
-  EXPECT_EQ(id->cntrltype, wire::kCntrlTypeIo);
+  EXPECT_EQ(id->cntrltype, nvme::kCntrlTypeIo);
   EXPECT_EQ(id->mdts, 8) << "MDTS: 1 MiB in 4 KiB pages is 2^8";
   EXPECT_EQ(ctrl->max_transfer_bytes(), 1u << 20);
   EXPECT_EQ(id->ioccsz, (64u + 8192u) / 16) << "IOCCSZ: 64-byte SQE + 8 KiB in-capsule data, 16-byte units";
@@ -188,8 +188,8 @@ TEST(HostTarget, ConnectAndIdentifyController) {
   EXPECT_EQ(id->sqes, 0x66);
   EXPECT_EQ(id->cqes, 0x44);
   EXPECT_EQ(id->nn, 3u);
-  EXPECT_TRUE(id->oncs & wire::kOncsDsm) << "ONCS 0x" << std::hex << id->oncs;
-  EXPECT_TRUE(id->oncs & wire::kOncsWriteZeroes) << "ONCS 0x" << std::hex << id->oncs;
+  EXPECT_TRUE(id->oncs & nvme::kOncsDsm) << "ONCS 0x" << std::hex << id->oncs;
+  EXPECT_TRUE(id->oncs & nvme::kOncsWriteZeroes) << "ONCS 0x" << std::hex << id->oncs;
   EXPECT_EQ(id->sgls & 0x3, 0x1u) << "SGLs must be supported on fabrics";
   EXPECT_FALSE(trimmed(id->sn, sizeof(id->sn)).empty());
   EXPECT_EQ(trimmed(id->mn, sizeof(id->mn)), "nvtcp");
@@ -197,11 +197,11 @@ TEST(HostTarget, ConnectAndIdentifyController) {
 
   // CAP: MQES = 1023 (max queue depth 1024), CQR set, NVM command set, MPSMIN = 4 KiB.
   uint64_t cap = ctrl->cap();
-  EXPECT_EQ(wire::prop::cap_mqes(cap), 1023u);
+  EXPECT_EQ(nvme::prop::cap_mqes(cap), 1023u);
   EXPECT_TRUE(cap & (1ull << 16)) << "CAP.CQR";
   EXPECT_TRUE(cap & (1ull << 37)) << "CAP.CSS NVM";
   EXPECT_EQ((cap >> 48) & 0xF, 0u) << "CAP.MPSMIN";
-  EXPECT_GT(wire::prop::cap_timeout_ms(cap), 0u) << "CAP.TO";
+  EXPECT_GT(nvme::prop::cap_timeout_ms(cap), 0u) << "CAP.TO";
   // VS: 1.3 or later (we claim 2.0).
   uint32_t vs = ctrl->version();
   EXPECT_GE(vs, 0x00010300u) << std::hex << vs;
@@ -230,15 +230,15 @@ TEST(HostTarget, ConnectAndIdentifyController) {
   // Namespace identification descriptors carry the same NGUID as Identify Namespace.
   host::NamespaceInfo ni2;
   ASSERT_TRUE(ctrl->namespace_info(2, ni2, err)) << err;
-  alignas(8) uint8_t desc[wire::kIdentifyLen];
-  Completion c = ctrl->identify(uint8_t(wire::Cns::NamespaceDescriptors), 2, desc);
-  ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  alignas(8) uint8_t desc[nvme::kIdentifyLen];
+  Completion c = ctrl->identify(uint8_t(nvme::Cns::NamespaceDescriptors), 2, desc);
+  ASSERT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   bool found_nguid = false;
-  for (size_t off = 0; off + sizeof(wire::NsIdDescriptorHeader) <= sizeof(desc);) {
-    wire::NsIdDescriptorHeader h;
+  for (size_t off = 0; off + sizeof(nvme::NsIdDescriptorHeader) <= sizeof(desc);) {
+    nvme::NsIdDescriptorHeader h;
     std::memcpy(&h, desc + off, sizeof(h));
     if (h.nidl == 0) break;
-    if (h.nidt == wire::kNidtNguid) {
+    if (h.nidt == nvme::kNidtNguid) {
       ASSERT_EQ(h.nidl, 16);
       found_nguid = std::memcmp(desc + off + sizeof(h), ni2.nguid, 16) == 0;
     }
@@ -261,28 +261,28 @@ TEST(HostTarget, ConnectAndIdentifyController) {
 
 void check_discovery_log(const std::vector<uint8_t>& log, uint16_t port, const std::string& want_nqn,
                          bool want_present) {
-  ASSERT_GE(log.size(), sizeof(wire::DiscoveryLogHeader));
-  wire::DiscoveryLogHeader h;
+  ASSERT_GE(log.size(), sizeof(nvme::DiscoveryLogHeader));
+  nvme::DiscoveryLogHeader h;
   std::memcpy(&h, log.data(), sizeof(h));
-  ASSERT_EQ(log.size(), sizeof(h) + h.numrec * sizeof(wire::DiscoveryLogEntry)) << "numrec " << h.numrec;
+  ASSERT_EQ(log.size(), sizeof(h) + h.numrec * sizeof(nvme::DiscoveryLogEntry)) << "numrec " << h.numrec;
   EXPECT_GE(h.genctr, 1u);
   int nvme = 0, current = 0;
   for (uint64_t i = 0; i < h.numrec; ++i) {
-    wire::DiscoveryLogEntry e;
+    nvme::DiscoveryLogEntry e;
     std::memcpy(&e, log.data() + sizeof(h) + i * sizeof(e), sizeof(e));
     std::string nqn = trimmed(e.subnqn, sizeof(e.subnqn));
     std::string svc = trimmed(e.trsvcid, sizeof(e.trsvcid));
     std::string addr = trimmed(e.traddr, sizeof(e.traddr));
-    EXPECT_EQ(e.trtype, wire::kTrtypeTcp) << "entry " << i;
-    EXPECT_EQ(e.adrfam, wire::kAdrfamIpv4) << "entry " << i;
-    if (e.subtype == wire::kSubtypeNvme && nqn == want_nqn) {
+    EXPECT_EQ(e.trtype, nvme::kTrtypeTcp) << "entry " << i;
+    EXPECT_EQ(e.adrfam, nvme::kAdrfamIpv4) << "entry " << i;
+    if (e.subtype == nvme::kSubtypeNvme && nqn == want_nqn) {
       ++nvme;
       EXPECT_EQ(svc, std::to_string(port));
       EXPECT_EQ(addr, "127.0.0.1");
       EXPECT_EQ(e.cntlid, wire::kDynamicCntlid);
-    } else if (e.subtype == wire::kSubtypeCurrentDiscovery) {
+    } else if (e.subtype == nvme::kSubtypeCurrentDiscovery) {
       ++current;
-      EXPECT_EQ(nqn, wire::kDiscoveryNqn);
+      EXPECT_EQ(nqn, nvme::kDiscoveryNqn);
       EXPECT_EQ(svc, std::to_string(port));
       EXPECT_EQ(addr, "127.0.0.1");
     }
@@ -294,14 +294,14 @@ void check_discovery_log(const std::vector<uint8_t>& log, uint16_t port, const s
 
 TEST(HostTarget, DiscoveryThroughListenerPort) {
   RunningTarget t;
-  for (std::string subnqn : {std::string(), std::string(wire::kDiscoveryNqn)}) {
+  for (std::string subnqn : {std::string(), std::string(nvme::kDiscoveryNqn)}) {
     SCOPED_TRACE("subnqn '" + subnqn + "'");
     std::string err;
     auto disc = Controller::connect(t.trid(subnqn), ControllerOptions{}, err);
     ASSERT_TRUE(disc) << err;
-    const auto* id = reinterpret_cast<const wire::IdentifyController*>(disc->identify_data());
-    EXPECT_EQ(id->cntrltype, wire::kCntrlTypeDiscovery);
-    EXPECT_EQ(trimmed(id->subnqn, sizeof(id->subnqn)), wire::kDiscoveryNqn);
+    const auto* id = reinterpret_cast<const nvme::IdentifyController*>(disc->identify_data());
+    EXPECT_EQ(id->cntrltype, nvme::kCntrlTypeDiscovery);
+    EXPECT_EQ(trimmed(id->subnqn, sizeof(id->subnqn)), nvme::kDiscoveryNqn);
     std::vector<uint8_t> log;
     ASSERT_TRUE(disc->discovery_log(log, err)) << err;
     check_discovery_log(log, t.port(), kTestNqn, true);
@@ -342,7 +342,7 @@ TEST_P(DataIntegrity, WriteThenReadBack) {
   auto ctrl = Controller::connect(target_->trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
   EXPECT_EQ(ctrl->active_namespaces(), (std::vector<uint32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data())->nn, 4u);
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, 4u);
   auto qp = ctrl->create_io_qpair(32, err);
   ASSERT_TRUE(qp) << err;
 
@@ -409,7 +409,7 @@ TEST_P(DataIntegrity, WriteThenReadBack) {
         FAIL() << what << ": not every command completed in time";
       }
       for (size_t i = 0; i < waits.size(); ++i)
-        EXPECT_TRUE(waits[i].cpl.status.ok()) << what << " " << i << ": " << wire::status_name(waits[i].cpl.status);
+        EXPECT_TRUE(waits[i].cpl.status.ok()) << what << " " << i << ": " << nvme::status_name(waits[i].cpl.status);
     };
     for (size_t i = 0; i < sizes.size(); ++i) {
       waits.emplace_back();
@@ -521,7 +521,7 @@ TEST(HostTarget, WriteZeroesDeallocateAndFlush) {
     const uint32_t n2 = 64;
     auto data2 = pattern(size_t(n2) * bs, 99 + nsid);
     ASSERT_TRUE(Succeeded(do_write(*qp, nsid, base2, n2, data2.data())));
-    wire::DsmRange ranges[3] = {};
+    nvme::DsmRange ranges[3] = {};
     ranges[0].slba = 210;
     ranges[0].nlb = 5;
     ranges[1].slba = 250;
@@ -544,7 +544,7 @@ TEST(HostTarget, WriteZeroesDeallocateAndFlush) {
     }
 
     // Deallocate past the end is an error, and changes nothing.
-    wire::DsmRange bad{};
+    nvme::DsmRange bad{};
     bad.slba = (64ull << 20) / bs - 2;
     bad.nlb = 4;
     EXPECT_TRUE(HasStatus(
@@ -574,7 +574,7 @@ TEST(HostTarget, SmallInCapsuleDataAndSmallMaxH2CData) {
   o.hdgst = o.ddgst = true;
   auto ctrl = Controller::connect(t.trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
-  EXPECT_EQ(reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data())->ioccsz, (64u + 1024u) / 16);
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->ioccsz, (64u + 1024u) / 16);
   auto qp = ctrl->create_io_qpair(16, err);
   ASSERT_TRUE(qp) << err;
   for (uint32_t nsid : {2u, 3u, 4u}) {
@@ -593,7 +593,7 @@ TEST(HostTarget, SmallInCapsuleDataAndSmallMaxH2CData) {
     }
     // Dataset Management with 100 ranges (1600 bytes, over the in-capsule limit): the
     // range list arrives by R2T. Ranges 0..98 are empty; the last deallocates LBAs 1-2.
-    std::vector<wire::DsmRange> ranges(100);
+    std::vector<nvme::DsmRange> ranges(100);
     ranges[99].slba = 1;
     ranges[99].nlb = 2;
     ASSERT_TRUE(Succeeded(run_one(
@@ -621,7 +621,7 @@ TEST(HostTarget, IoQueueConnectWhenIoccszIsSmallerThanConnectData) {
     o.io_queues = 1;
     auto ctrl = Controller::connect(t.trid(), o, err);
     ASSERT_TRUE(ctrl) << err;
-    EXPECT_EQ(reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data())->ioccsz,
+    EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->ioccsz,
               (64u + in_capsule) / 16);
     auto qp = ctrl->create_io_qpair(8, err);
     EXPECT_TRUE(qp) << "I/O queue Connect failed: " << err;
@@ -637,8 +637,8 @@ TEST(HostTarget, IoQueueConnectWhenIoccszIsSmallerThanConnectData) {
 
 // ---------------------------------------------------------------- 6. errors as statuses
 
-wire::Sqe rw_sqe(uint8_t opc, uint32_t nsid, uint64_t slba, uint32_t nlb) {
-  return wire::cmd::block_range(wire::IoOpcode(opc), nsid, slba, nlb);
+nvme::Sqe rw_sqe(uint8_t opc, uint32_t nsid, uint64_t slba, uint32_t nlb) {
+  return wire::cmd::block_range(nvme::IoOpcode(opc), nsid, slba, nlb);
 }
 
 TEST(HostTarget, ErrorsAreNvmeStatusesAndQueueSurvives) {
@@ -652,7 +652,7 @@ TEST(HostTarget, ErrorsAreNvmeStatusesAndQueueSurvives) {
   const uint64_t blocks3 = (64ull << 20) / 4096;
   uint64_t seed = 1000;
   std::vector<uint8_t> buf(1u << 20, 0);
-  const uint8_t kRead = uint8_t(wire::IoOpcode::Read), kWrite = uint8_t(wire::IoOpcode::Write);
+  const uint8_t kRead = uint8_t(nvme::IoOpcode::Read), kWrite = uint8_t(nvme::IoOpcode::Write);
 
   {
     SCOPED_TRACE("read past the end");
@@ -693,7 +693,7 @@ TEST(HostTarget, ErrorsAreNvmeStatusesAndQueueSurvives) {
   }
   {
     SCOPED_TRACE("unknown I/O opcode 0x7E");
-    wire::Sqe s{};
+    nvme::Sqe s{};
     s.opc = 0x7E;
     s.nsid = 2;
     EXPECT_TRUE(HasStatus(do_raw(*qp, s, nullptr, 0, false), sc::InvalidOpcode));
@@ -791,7 +791,7 @@ TEST_P(SixtyFourQueuePairs, OnOneController) {
       FAIL() << what << ": not every command completed in time";
     }
     for (size_t i = 0; i < waits.size(); ++i)
-      EXPECT_TRUE(waits[i].cpl.status.ok()) << what << " " << i << ": " << wire::status_name(waits[i].cpl.status);
+      EXPECT_TRUE(waits[i].cpl.status.ok()) << what << " " << i << ": " << nvme::status_name(waits[i].cpl.status);
   };
   for (int q = 0; q < kQueues; ++q)
     for (int j = 0; j < kPerQueue; ++j) {
@@ -848,7 +848,7 @@ TEST(HostTarget, FullQueueRefusesWithEbusy) {
   ASSERT_EQ(qp->outstanding(), 0u);
   for (uint32_t i = 0; i < kDepth; ++i) {
     EXPECT_TRUE(waits[i].done);
-    EXPECT_TRUE(waits[i].cpl.status.ok()) << wire::status_name(waits[i].cpl.status);
+    EXPECT_TRUE(waits[i].cpl.status.ok()) << nvme::status_name(waits[i].cpl.status);
   }
   EXPECT_FALSE(waits[kDepth].done) << "a refused command must not complete";
   EXPECT_TRUE(QueuePairWorks(*qp, 2, 8000, 9));
@@ -947,11 +947,11 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   EXPECT_EQ(subsys.controller_count(), 1u);
 
   // The target took the timeout the host asked for.
-  wire::Sqe gf{};
-  gf.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+  nvme::Sqe gf{};
+  gf.opc = uint8_t(nvme::AdminOpcode::GetFeatures);
   gf.cdw10 = 0x0F;  // Keep Alive Timer
   Completion c = ctrl->admin(gf, nullptr, 0, false);
-  ASSERT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  ASSERT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   EXPECT_EQ(c.dw0, 2000u);
 
   auto qp = ctrl->create_io_qpair(8, err);
@@ -967,7 +967,7 @@ TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   EXPECT_EQ(subsys.controller_count(), 1u);
   EXPECT_TRUE(QueuePairWorks(*qp, 2, 2, 2));
   c = ctrl->admin(gf, nullptr, 0, false);
-  EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
 
   // The host goes away: the target forgets the controller.
   qp.reset();

@@ -18,7 +18,7 @@
 namespace nvtcp::test {
 namespace {
 
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 using Bytes = std::vector<uint8_t>;
 
 constexpr uint32_t kRamNsid = 2;   // 64 MiB, 512-byte blocks
@@ -51,21 +51,21 @@ class IoCommands : public ::testing::TestWithParam<uint32_t> {
   }
   uint32_t nsid() const { return GetParam(); }
 
-  wire::Status write(uint64_t slba, const Bytes& data) {
+  nvme::Status write(uint64_t slba, const Bytes& data) {
     std::memcpy(buf_, data.data(), data.size());
     return one_command(*qp_, [&](host::CompletionFn cb, void* ctx) {
       return qp_->write(nsid(), slba, uint32_t(data.size() / kBlock), buf_, cb, ctx);
     });
   }
   Bytes read(uint64_t slba, uint32_t nlb) {
-    const wire::Status st = one_command(
+    const nvme::Status st = one_command(
         *qp_, [&](host::CompletionFn cb, void* ctx) { return qp_->read(nsid(), slba, nlb, buf_, cb, ctx); });
-    EXPECT_TRUE(st.ok()) << wire::status_name(st);
+    EXPECT_TRUE(st.ok()) << nvme::status_name(st);
     return Bytes(buf_, buf_ + size_t(nlb) * kBlock);
   }
-  wire::Status compare(uint64_t slba, const Bytes& data) {
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::IoOpcode::Compare);
+  nvme::Status compare(uint64_t slba, const Bytes& data) {
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::IoOpcode::Compare);
     sqe.nsid = nsid();
     sqe.cdw10 = uint32_t(slba);
     sqe.cdw11 = uint32_t(slba >> 32);
@@ -76,21 +76,21 @@ class IoCommands : public ::testing::TestWithParam<uint32_t> {
     });
   }
   // ranges: (slba, nlb) pairs, written as format 0h entries.
-  wire::Status copy(uint64_t sdlba, const std::vector<std::pair<uint64_t, uint32_t>>& ranges, uint32_t format = 0,
+  nvme::Status copy(uint64_t sdlba, const std::vector<std::pair<uint64_t, uint32_t>>& ranges, uint32_t format = 0,
                     uint32_t nr_override = 0) {
-    std::vector<wire::CopySourceRange> list(ranges.size());
+    std::vector<nvme::CopySourceRange> list(ranges.size());
     for (size_t i = 0; i < ranges.size(); ++i) {
       list[i] = {};
       list[i].slba = ranges[i].first;
       list[i].nlb = uint16_t(ranges[i].second - 1);
     }
-    wire::Sqe sqe{};
-    sqe.opc = uint8_t(wire::IoOpcode::Copy);
+    nvme::Sqe sqe{};
+    sqe.opc = uint8_t(nvme::IoOpcode::Copy);
     sqe.nsid = nsid();
     sqe.cdw10 = uint32_t(sdlba);
     sqe.cdw11 = uint32_t(sdlba >> 32);
     sqe.cdw12 = ((nr_override ? nr_override : uint32_t(ranges.size())) - 1) | format << 8;
-    const uint32_t len = uint32_t(list.size() * sizeof(wire::CopySourceRange));
+    const uint32_t len = uint32_t(list.size() * sizeof(nvme::CopySourceRange));
     std::memcpy(buf_, list.data(), len);
     return one_command(
         *qp_, [&](host::CompletionFn cb, void* ctx) { return qp_->submit(sqe, buf_, len, true, cb, ctx); });
@@ -161,13 +161,13 @@ TEST(IoCommandsIdentify, CompareAndCopyAreAnnouncedWithTheirLimits) {
   std::string err;
   auto ctrl = host::Controller::connect(t.trid(), {}, err);
   ASSERT_TRUE(ctrl) << err;
-  const auto* id = reinterpret_cast<const wire::IdentifyController*>(ctrl->identify_data());
-  EXPECT_TRUE(id->oncs & wire::kOncsCompare);
-  EXPECT_TRUE(id->oncs & wire::kOncsCopy);
-  EXPECT_EQ(id->ocfs, wire::kOcfsFormat0);
-  alignas(8) uint8_t buf[wire::kIdentifyLen];
-  ASSERT_TRUE(ctrl->identify(uint8_t(wire::Cns::Namespace), 3, buf).status.ok());  // 4 KiB blocks
-  const auto* ns = reinterpret_cast<const wire::IdentifyNamespace*>(buf);
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data());
+  EXPECT_TRUE(id->oncs & nvme::kOncsCompare);
+  EXPECT_TRUE(id->oncs & nvme::kOncsCopy);
+  EXPECT_EQ(id->ocfs, nvme::kOcfsFormat0);
+  alignas(8) uint8_t buf[nvme::kIdentifyLen];
+  ASSERT_TRUE(ctrl->identify(uint8_t(nvme::Cns::Namespace), 3, buf).status.ok());  // 4 KiB blocks
+  const auto* ns = reinterpret_cast<const nvme::IdentifyNamespace*>(buf);
   EXPECT_EQ(ns->msrc, target::kCopyMaxRanges - 1);
   EXPECT_EQ(ns->mssrl, (1u << 20) / 4096) << "one range is at most MDTS";
   EXPECT_EQ(ns->mcl, target::kCopyMaxRanges * ns->mssrl);
@@ -202,8 +202,8 @@ TEST(IoCommandsLimits, NullReadsAndVerifiesUpToTheLargestMdtsReturnZeros) {
                   return qp->read(kNullNsid, 7, nlb, buf, cb, ctx);
                 }).ok());
     EXPECT_TRUE(std::all_of(buf, buf + bytes, [](uint8_t b) { return b == 0; })) << "a NULL read is zeros";
-    wire::Sqe verify{};
-    verify.opc = uint8_t(wire::IoOpcode::Verify);
+    nvme::Sqe verify{};
+    verify.opc = uint8_t(nvme::IoOpcode::Verify);
     verify.nsid = kNullNsid;
     verify.cdw10 = 7;
     verify.cdw12 = nlb - 1;

@@ -168,7 +168,7 @@ class VerifyWorkload {
       }
     }
     if (!c.status.ok()) {
-      if (w->errors++ < 5) ADD_FAILURE() << (s->write ? "write" : "read") << " failed: " << wire::status_name(c.status);
+      if (w->errors++ < 5) ADD_FAILURE() << (s->write ? "write" : "read") << " failed: " << nvme::status_name(c.status);
     } else if (s->write) {
       ++w->writes_acked;
     }
@@ -356,7 +356,7 @@ TEST(Reconnect, CtrlLossTmoFailsHeldCommands) {
   // The loss may not be noticed yet: the command is sent, or held for the reconnect.
   ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_EQ(out.st, wire::sc::TransportError);
+  EXPECT_EQ(out.st, nvme::sc::TransportError);
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->failed(); }, 10000));
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   // The controller's own ctrl_loss_tmo runs on its admin thread: this polls for its verdict with
@@ -385,7 +385,7 @@ TEST(Reconnect, FastIoFailThenRecover) {
   ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
   proxy.cut_all();
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_EQ(out.st, wire::sc::TransportError);
+  EXPECT_EQ(out.st, nvme::sc::TransportError);
   EXPECT_FALSE(qp->failed());
   EXPECT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), -ENOTCONN);
   proxy.stall(-1, Direction::ToHost, false);
@@ -393,7 +393,7 @@ TEST(Reconnect, FastIoFailThenRecover) {
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->connected(); }, 15000));
   ASSERT_EQ(qp->read(2, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 2; }, 10000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
 }
 
 // A command the target never sees: after io_timeout an Abort goes out on the admin queue;
@@ -416,7 +416,7 @@ TEST(Reconnect, IoTimeoutAbortsThenResets) {
   Outcome out;
   ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 15000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
   EXPECT_EQ(buf[0], 0);  // the null namespace reads zeros
   // At least one reset (a slow sanitizer build may time out a bring-up command as well).
   EXPECT_GE(ctrl->resets(), 1u);
@@ -443,7 +443,7 @@ TEST(Reconnect, MaxRetriesEndsACommandThatKeepsLosingItsConnection) {
   Outcome out;
   ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 20000));
-  EXPECT_EQ(out.st, wire::sc::TransportError);
+  EXPECT_EQ(out.st, nvme::sc::TransportError);
   EXPECT_EQ(qp->reconnects(), 3u);  // sent on the first connection and two more
   EXPECT_FALSE(qp->failed());
 }
@@ -462,7 +462,7 @@ TEST(Reconnect, IoTimeoutWithoutReconnectFailsTheCommand) {
   Outcome out;
   ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_EQ(out.st, wire::sc::HostAbortedCommand);
+  EXPECT_EQ(out.st, nvme::sc::HostAbortedCommand);
   EXPECT_TRUE(qp->failed());
 }
 
@@ -478,8 +478,8 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   auto& ctrl = s.ctrl;
   auto& qp = s.qp;
   proxy.stall(0, Direction::ToHost, true);
-  alignas(8) uint8_t id[wire::kIdentifyLen];
-  Completion c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
+  alignas(8) uint8_t id[nvme::kIdentifyLen];
+  Completion c = ctrl->identify(uint8_t(nvme::Cns::Controller), 0, id);
   EXPECT_FALSE(c.status.ok());
   EXPECT_GE(ctrl->resets(), 1u);
   // The reconnect runs on the admin thread after reconnect_delay: poll for it with a wide margin.
@@ -487,15 +487,15 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!ctrl->live() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(ctrl->live());
-  c = ctrl->identify(uint8_t(wire::Cns::Controller), 0, id);
-  EXPECT_TRUE(c.status.ok()) << wire::status_name(c.status);
+  c = ctrl->identify(uint8_t(nvme::Cns::Controller), 0, id);
+  EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
   // The I/O queue belonged to the old association: it reconnects and serves again.
   std::vector<uint8_t> buf(4096);
   Outcome out;
   ASSERT_TRUE(poll_until(*qp, [&] { return qp->reconnects() >= 1 && qp->connected(); }, 10000));
   ASSERT_EQ(qp->read(1, 0, 8, buf.data(), Outcome::cb, &out), 0);
   ASSERT_TRUE(poll_until(*qp, [&] { return out.done == 1; }, 10000));
-  EXPECT_TRUE(out.st.ok()) << wire::status_name(out.st);
+  EXPECT_TRUE(out.st.ok()) << nvme::status_name(out.st);
 }
 
 }  // namespace

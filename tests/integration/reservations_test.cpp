@@ -26,7 +26,7 @@
 namespace nvtcp::test {
 namespace {
 
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 using wire::ReservationType;
 
 constexpr uint32_t kRamNsid = 2;
@@ -54,9 +54,9 @@ class Host {
     if (buf) ctrl->free_io_buffer(buf);
   }
 
-  wire::Status command(wire::IoOpcode opc, uint32_t cdw10, const void* data, uint32_t len, bool to_ctrl = true,
+  nvme::Status command(nvme::IoOpcode opc, uint32_t cdw10, const void* data, uint32_t len, bool to_ctrl = true,
                        uint32_t cdw11 = 0) {
-    wire::Sqe sqe{};
+    nvme::Sqe sqe{};
     sqe.opc = uint8_t(opc);
     sqe.nsid = nsid_;
     sqe.cdw10 = cdw10;
@@ -64,33 +64,33 @@ class Host {
     if (to_ctrl && data) std::memcpy(buf, data, len);
     return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->submit(sqe, buf, len, to_ctrl, cb, ctx); });
   }
-  wire::Status reg(wire::RegisterAction a, uint64_t crkey, uint64_t nrkey, uint32_t cptpl = 0, bool iekey = false) {
+  nvme::Status reg(wire::RegisterAction a, uint64_t crkey, uint64_t nrkey, uint32_t cptpl = 0, bool iekey = false) {
     wire::ReservationRegisterData d{crkey, nrkey};
-    return command(wire::IoOpcode::ReservationRegister,
+    return command(nvme::IoOpcode::ReservationRegister,
                    uint32_t(a) | (iekey ? wire::kResvIgnoreExistingKey : 0) | cptpl << 30, &d, sizeof(d));
   }
-  wire::Status acquire(wire::AcquireAction a, ReservationType t, uint64_t crkey, uint64_t prkey = 0,
+  nvme::Status acquire(wire::AcquireAction a, ReservationType t, uint64_t crkey, uint64_t prkey = 0,
                        bool iekey = false) {
     wire::ReservationAcquireData d{crkey, prkey};
-    return command(wire::IoOpcode::ReservationAcquire,
+    return command(nvme::IoOpcode::ReservationAcquire,
                    uint32_t(a) | uint32_t(t) << 8 | (iekey ? wire::kResvIgnoreExistingKey : 0), &d, sizeof(d));
   }
-  wire::Status release(wire::ReleaseAction a, ReservationType t, uint64_t crkey) {
+  nvme::Status release(wire::ReleaseAction a, ReservationType t, uint64_t crkey) {
     wire::ReservationReleaseData d{crkey};
-    return command(wire::IoOpcode::ReservationRelease, uint32_t(a) | uint32_t(t) << 8, &d, sizeof(d));
+    return command(nvme::IoOpcode::ReservationRelease, uint32_t(a) | uint32_t(t) << 8, &d, sizeof(d));
   }
   // Reservation Report (extended) of len bytes; the status, and the bytes in out.
-  wire::Status report(std::vector<uint8_t>& out, uint32_t len = 4096, bool eds = true) {
+  nvme::Status report(std::vector<uint8_t>& out, uint32_t len = 4096, bool eds = true) {
     std::memset(buf, 0xEE, len);
-    const wire::Status st = command(wire::IoOpcode::ReservationReport, len / 4 - 1, nullptr, len, false, eds ? 1 : 0);
+    const nvme::Status st = command(nvme::IoOpcode::ReservationReport, len / 4 - 1, nullptr, len, false, eds ? 1 : 0);
     out.assign(buf, buf + len);
     return st;
   }
-  wire::Status write(uint64_t lba) {
+  nvme::Status write(uint64_t lba) {
     std::memset(buf, 0x77, 512);
     return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->write(nsid_, lba, 1, buf, cb, ctx); });
   }
-  wire::Status read(uint64_t lba) {
+  nvme::Status read(uint64_t lba) {
     return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(nsid_, lba, 1, buf, cb, ctx); });
   }
   // The next reservation notice in log 80h (type Empty when there is none), copied out of
@@ -103,7 +103,7 @@ class Host {
   Notice notice() {
     wire::ReservationNotificationLog l{};
     EXPECT_TRUE(
-        ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l)).status.ok());
+        ctrl->get_log_page(uint8_t(nvme::LogPageId::ReservationNotification), nvme::kNsidAll, &l, sizeof(l)).status.ok());
     return {l.count, l.type, l.nsid};
   }
 
@@ -257,7 +257,7 @@ TEST(Reservations, KeysThatDoNotMatchAreConflictsAndBadFieldsInvalid) {
   EXPECT_EQ(a.reg(wire::RegisterAction(3), kKeyA, 0), sc::InvalidField);
   EXPECT_EQ(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn), sc::InvalidField)
       << "persistence on a RAM namespace";
-  EXPECT_EQ(a.command(wire::IoOpcode::ReservationRegister, 0, nullptr, 8), sc::DataSglLengthInvalid)
+  EXPECT_EQ(a.command(nvme::IoOpcode::ReservationRegister, 0, nullptr, 8), sc::DataSglLengthInvalid)
       << "8 bytes of register data";
   // Replace with IEKEY ignores the current key.
   ASSERT_TRUE(a.reg(wire::RegisterAction::Replace, 0x1234, kKeyB, 0, true).ok());
@@ -311,14 +311,14 @@ TEST(Reservations, NotificationMaskSilencesANoticeType) {
   RunningTarget t;
   Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
   ASSERT_TRUE(a.qp && b.qp);
-  wire::Sqe set{};
-  set.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+  nvme::Sqe set{};
+  set.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
   set.nsid = kRamNsid;
   set.cdw10 = wire::kFeatureReservationNotificationMask;
   set.cdw11 = 1u << uint8_t(wire::ReservationNotice::RegistrationPreempted);
   ASSERT_TRUE(a.ctrl->admin(set, nullptr, 0, false).status.ok());
-  wire::Sqe get{};
-  get.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+  nvme::Sqe get{};
+  get.opc = uint8_t(nvme::AdminOpcode::GetFeatures);
   get.nsid = kRamNsid;
   get.cdw10 = wire::kFeatureReservationNotificationMask;
   EXPECT_EQ(a.ctrl->admin(get, nullptr, 0, false).dw0, set.cdw11);
@@ -347,20 +347,20 @@ TEST(Reservations, PersistThroughPowerLossKeepsThemAcrossATargetRestart) {
     RunningTarget t(default_config(path));
     Host a(t, 1, kFileNsid), b(t, 2, kFileNsid);
     ASSERT_TRUE(a.qp && b.qp);
-    alignas(8) uint8_t id[wire::kIdentifyLen];
-    ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kFileNsid, id).status.ok());
-    EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap,
+    alignas(8) uint8_t id[nvme::kIdentifyLen];
+    ASSERT_TRUE(a.ctrl->identify(uint8_t(nvme::Cns::Namespace), kFileNsid, id).status.ok());
+    EXPECT_EQ(reinterpret_cast<nvme::IdentifyNamespace*>(id)->rescap,
               wire::kRescapPtpl | wire::kRescapAllTypes | wire::kRescapIekey13);
-    ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kRamNsid, id).status.ok());
-    EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13);
-    EXPECT_TRUE(reinterpret_cast<const wire::IdentifyController*>(a.ctrl->identify_data())->oncs &
+    ASSERT_TRUE(a.ctrl->identify(uint8_t(nvme::Cns::Namespace), kRamNsid, id).status.ok());
+    EXPECT_EQ(reinterpret_cast<nvme::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13);
+    EXPECT_TRUE(reinterpret_cast<const nvme::IdentifyController*>(a.ctrl->identify_data())->oncs &
                 wire::kOncsReservations);
 
     ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn).ok());
     ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
     ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusiveRegistrantsOnly, kKeyA).ok());
-    wire::Sqe get{};
-    get.opc = uint8_t(wire::AdminOpcode::GetFeatures);
+    nvme::Sqe get{};
+    get.opc = uint8_t(nvme::AdminOpcode::GetFeatures);
     get.nsid = kFileNsid;
     get.cdw10 = wire::kFeatureReservationPersistence;
     EXPECT_EQ(a.ctrl->admin(get, nullptr, 0, false).dw0, 1u);
@@ -404,7 +404,7 @@ TEST(Reservations, AHostLoopingNewHostIdsIsCappedByTheRegistrantLimit) {
   for (uint8_t id = 3; id < 13; ++id) {  // host IDs id * 16 + i: distinct below 16
     Host hostile(t, id, kRamNsid);  // connects, registers, disconnects
     ASSERT_TRUE(hostile.qp);
-    const wire::Status st = hostile.reg(wire::RegisterAction::Register, 0, 0x1000 + id);
+    const nvme::Status st = hostile.reg(wire::RegisterAction::Register, 0, 0x1000 + id);
     if (st.ok()) ++registered;
     else if (st == sc::InternalError) ++refused;
     else ADD_FAILURE() << "unexpected status " << std::hex << st.value;
@@ -432,7 +432,7 @@ TEST(Reservations, AFailedNotificationLogReadKeepsTheNotice) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the notice is queued for a by now
   wire::ReservationNotificationLog l{};
   for (uint64_t bad_offset : {uint64_t(sizeof(l)), uint64_t(2), uint64_t(1) << 40}) {
-    EXPECT_EQ(a.ctrl->get_log_page(uint8_t(wire::LogPageId::ReservationNotification), wire::kNsidAll, &l, sizeof(l),
+    EXPECT_EQ(a.ctrl->get_log_page(uint8_t(nvme::LogPageId::ReservationNotification), nvme::kNsidAll, &l, sizeof(l),
                                    bad_offset)
                   .status,
               sc::InvalidField)
@@ -454,9 +454,9 @@ TEST(Reservations, AGarbageStateFileCostsOnlyItsNamespacePersistence) {
   RunningTarget t(default_config(path));  // threw "target start: ..." before
   Host a(t, 1, kFileNsid), r(t, 2, kRamNsid);
   ASSERT_TRUE(a.qp && r.qp);
-  alignas(8) uint8_t id[wire::kIdentifyLen];
-  ASSERT_TRUE(a.ctrl->identify(uint8_t(wire::Cns::Namespace), kFileNsid, id).status.ok());
-  EXPECT_EQ(reinterpret_cast<wire::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13)
+  alignas(8) uint8_t id[nvme::kIdentifyLen];
+  ASSERT_TRUE(a.ctrl->identify(uint8_t(nvme::Cns::Namespace), kFileNsid, id).status.ok());
+  EXPECT_EQ(reinterpret_cast<nvme::IdentifyNamespace*>(id)->rescap, wire::kRescapAllTypes | wire::kRescapIekey13)
       << "no PTPL offered for the namespace whose file was refused";
   EXPECT_EQ(a.reg(wire::RegisterAction::Register, 0, kKeyA, wire::kCptplOn), sc::InvalidField);
   EXPECT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
@@ -503,15 +503,15 @@ TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten
 
   wire::ReservationRegisterData d{0, kKeyA};
   std::memcpy(a.buf, &d, sizeof(d));
-  wire::Sqe reg{};
-  reg.opc = uint8_t(wire::IoOpcode::ReservationRegister);
+  nvme::Sqe reg{};
+  reg.opc = uint8_t(nvme::IoOpcode::ReservationRegister);
   reg.nsid = kFileNsid;
   reg.cdw10 = uint32_t(wire::RegisterAction::Register) | wire::kCptplOn << 30;
   bool reg_done = false;
-  wire::Status reg_status = sc::InternalError;
+  nvme::Status reg_status = sc::InternalError;
   struct Ctx {
     bool* done;
-    wire::Status* st;
+    nvme::Status* st;
   } ctx{&reg_done, &reg_status};
   ASSERT_EQ(a.qp->submit(
                 reg, a.buf, sizeof(d), true,
@@ -539,7 +539,7 @@ TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!reg_done && std::chrono::steady_clock::now() < deadline) a.qp->process_completions(1000);
   ASSERT_TRUE(reg_done);
-  EXPECT_TRUE(reg_status.ok()) << wire::status_name(reg_status);
+  EXPECT_TRUE(reg_status.ok()) << nvme::status_name(reg_status);
   EXPECT_EQ(::access(state.c_str(), F_OK), 0) << "no state file next to the image";
 
   // Feature 83h (persistence off) waits for its write the same way: on the side.
@@ -548,10 +548,10 @@ TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten
     writer_held = let_go = false;
   }
   std::atomic<bool> set_done{false};
-  wire::Status set_status = sc::InternalError;
+  nvme::Status set_status = sc::InternalError;
   std::thread setter([&] {
-    wire::Sqe set{};
-    set.opc = uint8_t(wire::AdminOpcode::SetFeatures);
+    nvme::Sqe set{};
+    set.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
     set.nsid = kFileNsid;
     set.cdw10 = wire::kFeatureReservationPersistence;
     set.cdw11 = 0;
@@ -570,7 +570,7 @@ TEST(Reservations, APersistedChangeDoesNotHoldUpOtherHostsWhileItsStateIsWritten
     cv.notify_all();
   }
   setter.join();
-  EXPECT_TRUE(set_status.ok()) << wire::status_name(set_status);
+  EXPECT_TRUE(set_status.ok()) << nvme::status_name(set_status);
   EXPECT_NE(::access(state.c_str(), F_OK), 0) << "persistence off leaves no state file";
   ns->reservations.set_before_write_hook({});
 }
@@ -584,15 +584,15 @@ TEST(Reservations, FlushToEveryNamespaceIsInTheWriteGroupOfEach) {
   auto flush = [](Host& h, uint32_t nsid) {
     return one_command(*h.qp, [&](host::CompletionFn cb, void* ctx) { return h.qp->flush(nsid, cb, ctx); });
   };
-  EXPECT_TRUE(flush(b, wire::kNsidAll).ok()) << "no reservation yet";
+  EXPECT_TRUE(flush(b, nvme::kNsidAll).ok()) << "no reservation yet";
   ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
   ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::ExclusiveAccess, kKeyA).ok());
   EXPECT_EQ(flush(b, kRamNsid), sc::ReservationConflict);
-  EXPECT_EQ(flush(b, wire::kNsidAll), sc::ReservationConflict) << "a Flush to every namespace ran past the reservation";
-  EXPECT_TRUE(flush(a, wire::kNsidAll).ok()) << "the holder may flush everything";
+  EXPECT_EQ(flush(b, nvme::kNsidAll), sc::ReservationConflict) << "a Flush to every namespace ran past the reservation";
+  EXPECT_TRUE(flush(a, nvme::kNsidAll).ok()) << "the holder may flush everything";
   EXPECT_TRUE(flush(b, 3).ok()) << "another namespace, not reserved";
   ASSERT_TRUE(a.release(wire::ReleaseAction::Release, ReservationType::ExclusiveAccess, kKeyA).ok());
-  EXPECT_TRUE(flush(b, wire::kNsidAll).ok());
+  EXPECT_TRUE(flush(b, nvme::kNsidAll).ok());
 }
 
 }  // namespace

@@ -124,12 +124,12 @@ bool drive(const std::vector<QueuePair*>& qps, const std::function<bool()>& pred
   if (int rc = qp.write(nsid, lba, len / 512, out.data(), Batch::cb, &w); rc != 0)
     return ::testing::AssertionFailure() << "write submit: " << rc;
   if (!drive({&qp}, [&] { return b.all_done(); })) return ::testing::AssertionFailure() << "write hung";
-  if (!w.cpl.status.ok()) return ::testing::AssertionFailure() << "write: " << wire::status_name(w.cpl.status);
+  if (!w.cpl.status.ok()) return ::testing::AssertionFailure() << "write: " << nvme::status_name(w.cpl.status);
   auto& r = b.add();
   if (int rc = qp.read(nsid, lba, len / 512, in.data(), Batch::cb, &r); rc != 0)
     return ::testing::AssertionFailure() << "read submit: " << rc;
   if (!drive({&qp}, [&] { return b.all_done(); })) return ::testing::AssertionFailure() << "read hung";
-  if (!r.cpl.status.ok()) return ::testing::AssertionFailure() << "read: " << wire::status_name(r.cpl.status);
+  if (!r.cpl.status.ok()) return ::testing::AssertionFailure() << "read: " << nvme::status_name(r.cpl.status);
   if (in != out) return ::testing::AssertionFailure() << "data mismatch";
   return ::testing::AssertionSuccess();
 }
@@ -413,9 +413,9 @@ TEST(ResourceLimits, InCapsuleDataWithoutMemoryIsInterrupted) {
   ASSERT_TRUE(drive({qp.get()}, [&] { return t.target().usage().memory_waits.load() > 0; }));
   proxy.stall(1, Direction::ToHost, false);
   ASSERT_TRUE(drive({qp.get()}, [&] { return b.all_done(); }));
-  EXPECT_TRUE(w1.cpl.status.ok()) << wire::status_name(w1.cpl.status);
-  EXPECT_TRUE(w2.cpl.status.ok()) << wire::status_name(w2.cpl.status);
-  EXPECT_EQ(w3.cpl.status, wire::Status(wire::Sct::Generic, 0x21)) << wire::status_name(w3.cpl.status);
+  EXPECT_TRUE(w1.cpl.status.ok()) << nvme::status_name(w1.cpl.status);
+  EXPECT_TRUE(w2.cpl.status.ok()) << nvme::status_name(w2.cpl.status);
+  EXPECT_EQ(w3.cpl.status, nvme::Status(nvme::Sct::Generic, 0x21)) << nvme::status_name(w3.cpl.status);
   // The retry the status asks for succeeds once memory is back.
   EXPECT_TRUE(write_read_compare(*qp, kRamNsid, 8192, 8192, 32));
   EXPECT_FALSE(qp->failed());
@@ -526,7 +526,7 @@ TEST(ResourceLimits, DeallocateStormDoesNotHoldUpOtherHosts) {
   auto qb = b->create_io_qpair(16, err);
   ASSERT_TRUE(qb) << err;
   ASSERT_TRUE(write_read_compare(*qb, kRamNsid, 4096, 4096, 9));  // something to read back
-  std::vector<wire::DsmRange> ranges(256);
+  std::vector<nvme::DsmRange> ranges(256);
   for (auto& r : ranges) r = {0, uint32_t((64u << 20) / 512), 0};
   Batch storm;
   constexpr int kStorm = 8;

@@ -73,14 +73,14 @@ struct Batch {
 int submit_write(QueuePair& qp, Batch& b, uint64_t lba, const std::vector<uint8_t>& data) {
   auto& o = b.add();
   o.rc = qp.write(kRamNsid, lba, uint32_t(data.size() / 512), data.data(), Batch::cb, &o);
-  if (o.rc) o.done = true, o.cpl.status = wire::sc::TransportError;
+  if (o.rc) o.done = true, o.cpl.status = nvme::sc::TransportError;
   return o.rc;
 }
 
 int submit_read(QueuePair& qp, Batch& b, uint64_t lba, std::vector<uint8_t>& data) {
   auto& o = b.add();
   o.rc = qp.read(kRamNsid, lba, uint32_t(data.size() / 512), data.data(), Batch::cb, &o);
-  if (o.rc) o.done = true, o.cpl.status = wire::sc::TransportError;
+  if (o.rc) o.done = true, o.cpl.status = nvme::sc::TransportError;
   return o.rc;
 }
 
@@ -104,7 +104,7 @@ int submit_read(QueuePair& qp, Batch& b, uint64_t lba, std::vector<uint8_t>& dat
     for (size_t i = 0; i < sizes.size(); ++i)
       if (!w.ops[i].cpl.status.ok())
         return ::testing::AssertionFailure() << "write of " << sizes[i]
-                                             << " bytes: " << wire::status_name(w.ops[i].cpl.status);
+                                             << " bytes: " << nvme::status_name(w.ops[i].cpl.status);
   }
   Batch r;
   for (size_t i = 0; i < sizes.size(); ++i) submit_read(qp, r, lbas[i], in[i]);
@@ -112,7 +112,7 @@ int submit_read(QueuePair& qp, Batch& b, uint64_t lba, std::vector<uint8_t>& dat
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (!r.ops[i].cpl.status.ok())
       return ::testing::AssertionFailure() << "read of " << sizes[i]
-                                           << " bytes: " << wire::status_name(r.ops[i].cpl.status);
+                                           << " bytes: " << nvme::status_name(r.ops[i].cpl.status);
     if (in[i] != out[i]) return ::testing::AssertionFailure() << "data mismatch in " << sizes[i] << " bytes";
   }
   return ::testing::AssertionSuccess();

@@ -25,13 +25,13 @@ class FailingReadDevice final : public backend::BlockDevice {
   void submit(backend::BlockIo* io, reactor::Reactor&) override {
     if (io->op == backend::BlockIo::Op::Read) {
       if (io->offset <= 7ull * bs_ && io->offset + io->length > 7ull * bs_) {
-        io->done(io, wire::sc::UnrecoveredReadError);
+        io->done(io, nvme::sc::UnrecoveredReadError);
         return;
       }
       std::memset(io->buffer, 0, io->length);
       io->read_data = io->buffer;
     }
-    io->done(io, wire::sc::Success);
+    io->done(io, nvme::sc::Success);
   }
 
  private:
@@ -55,7 +55,7 @@ class GatedDevice final : public backend::BlockDevice {
       io->read_data = io->buffer;
     }
     if (io->op != backend::BlockIo::Op::Deallocate) {
-      io->done(io, wire::sc::Success);
+      io->done(io, nvme::sc::Success);
       return;
     }
     std::lock_guard lk(mu_);
@@ -69,7 +69,7 @@ class GatedDevice final : public backend::BlockDevice {
     std::lock_guard lk(mu_);
     auto [io, r] = held_.front();
     held_.erase(held_.begin());
-    r->post([io = io] { io->done(io, wire::sc::Success); });
+    r->post([io = io] { io->done(io, nvme::sc::Success); });
   }
 
  private:

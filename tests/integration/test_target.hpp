@@ -73,7 +73,7 @@ inline uint64_t rss_bytes() {
 // Submits one I/O command through submit(cb, ctx) and drives qp until it completes (or 10 s
 // pass: then the status is a transport error); returns its status. A command that never
 // completes leaves its waiter allocated: the queue pair may still call back into it.
-inline wire::Status one_command(host::QueuePair& qp, const std::function<int(host::CompletionFn, void*)>& submit) {
+inline nvme::Status one_command(host::QueuePair& qp, const std::function<int(host::CompletionFn, void*)>& submit) {
   struct Wait {
     bool done = false;
     host::Completion c;
@@ -89,15 +89,15 @@ inline wire::Status one_command(host::QueuePair& qp, const std::function<int(hos
   EXPECT_EQ(rc, 0);
   if (rc != 0) {
     delete w;
-    return wire::sc::TransportError;
+    return nvme::sc::TransportError;
   }
   // By the clock, not by a count of polls: a poll returns as soon as anything arrives, so
   // 10,000 of them pass long before an 8 MiB read has come in on a loaded machine.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!w->done && std::chrono::steady_clock::now() < deadline) qp.process_completions(1000);
   EXPECT_TRUE(w->done) << "the command never completed";
-  if (!w->done) return wire::sc::TransportError;
-  const wire::Status st = w->c.status;
+  if (!w->done) return nvme::sc::TransportError;
+  const nvme::Status st = w->c.status;
   delete w;
   return st;
 }

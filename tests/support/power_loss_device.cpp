@@ -52,13 +52,13 @@ void PowerLossDevice::step(backend::BlockIo* io) {
 }
 
 void PowerLossDevice::apply(backend::BlockIo* io) {
-  wire::Status st = wire::sc::Success;
+  nvme::Status st = nvme::sc::Success;
   {
     std::lock_guard lk(mu_);
     const uint64_t first = io->offset / bs_, count = io->length / bs_;
     if (epoch_of(io) != epoch_) {
       ++counts_.lost_in_flight;  // power went away while the device held it
-      st = io->op == backend::BlockIo::Op::Read ? wire::sc::UnrecoveredReadError : wire::sc::WriteFault;
+      st = io->op == backend::BlockIo::Op::Read ? nvme::sc::UnrecoveredReadError : nvme::sc::WriteFault;
     } else {
       switch (io->op) {
         case backend::BlockIo::Op::Read:

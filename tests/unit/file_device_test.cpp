@@ -40,7 +40,7 @@ struct Request {
   BlockIo io;
   uintptr_t n = 0;  // the request's name in the trace
   bool done = false;
-  wire::Status status;
+  nvme::Status status;
   Trace* trace = nullptr;
 };
 
@@ -66,7 +66,7 @@ class FileDeviceTest : public ::testing::Test {
   }
 
   // Runs one request to completion; the trace gets "done:<n>" when it completes.
-  wire::Status run(BlockIo::Op op, uint64_t offset, uint64_t length, bool fua, uintptr_t n) {
+  nvme::Status run(BlockIo::Op op, uint64_t offset, uint64_t length, bool fua, uintptr_t n) {
     auto req = std::make_unique<Request>();
     req->trace = &trace_;
     req->io.op = op;
@@ -76,7 +76,7 @@ class FileDeviceTest : public ::testing::Test {
     req->io.buffer = buf_.data();
     req->n = n;
     req->io.user = req.get();
-    req->io.done = [](BlockIo* io, wire::Status st) {
+    req->io.done = [](BlockIo* io, nvme::Status st) {
       auto* r = static_cast<Request*>(io->user);
       r->done = true;
       r->status = st;

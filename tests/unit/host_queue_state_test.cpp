@@ -108,7 +108,7 @@ TEST(HostQueueState, RefusedConnectEndsFailedAndCountsFollow) {
     EXPECT_EQ(queue_pairs_in_state(QS::Idle), idle_before);
     EXPECT_EQ(queue_pairs_in_state(QS::Failed), failed_before + 1);
     int dummy = 0;
-    const nvtcp::host::detail::HostError refused = qp.submit(nvtcp::wire::Sqe{}, &dummy, 0, false, nullptr, nullptr);
+    const nvtcp::host::detail::HostError refused = qp.submit(nvtcp::nvme::Sqe{}, &dummy, 0, false, nullptr, nullptr);
     EXPECT_EQ(refused.kind, nvtcp::host::detail::HostError::Kind::Transport);
     EXPECT_EQ(refused.to_errno(), -ENOTCONN);
   }

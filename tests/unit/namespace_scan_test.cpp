@@ -17,8 +17,8 @@
 namespace nvtcp::host::detail {
 namespace {
 
-using wire::IdentifyController;
-using wire::IdentifyNamespace;
+using nvme::IdentifyController;
+using nvme::IdentifyNamespace;
 
 void put(char* field, size_t n, const char* s) {
   std::memset(field, ' ', n);
@@ -85,7 +85,7 @@ TEST(ChangedNamespaceLog, ListsUpToTheFirstZero) {
 
 TEST(ChangedNamespaceLog, FFFFFFFFhMeansEveryNamespace) {
   bool all = false;
-  auto log = changed_log({wire::kNsidAll});
+  auto log = changed_log({nvme::kNsidAll});
   EXPECT_TRUE(parse_changed_namespaces(log.data(), log.size(), all).empty());
   EXPECT_TRUE(all);
 }

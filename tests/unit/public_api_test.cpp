@@ -1,5 +1,6 @@
-// The process-wide parts of the public API: the log sink and level, the data-path options and
-// size parsing. (Connecting, queue pairs and admin commands are integration tests.)
+// The process-wide parts of the public API: the log sink and level, the data-path options,
+// size parsing, poll modes and the NVMe types in nvtcp::nvme. (Connecting, queue pairs and
+// admin commands are integration tests; recovery_seconds_test has the recovery options.)
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,7 +10,10 @@
 
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
+#include "nvtcp/poll_mode.hpp"
 #include "nvtcp/size.hpp"
+#include "nvtcp/sqe.hpp"
+#include "nvtcp/status.hpp"
 #include "util/log.hpp"
 
 namespace {
@@ -96,6 +100,30 @@ TEST(PublicSize, Units) {
   EXPECT_FALSE(nvtcp::parse_size("", v));
   EXPECT_FALSE(nvtcp::parse_size("99999999999999999999", v));
   EXPECT_FALSE(nvtcp::parse_size("17179869184G", v));  // 2^34 GiB overflows 64 bits
+}
+
+TEST(PublicPollMode, ParsesTheNamesTheOptionsTake) {
+  nvtcp::PollMode m = nvtcp::PollMode::Busy;
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("default", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Default);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("interrupt", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Interrupt);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("busy", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Busy);
+  EXPECT_TRUE(nvtcp::host::parse_poll_mode("hybrid", m));
+  EXPECT_EQ(m, nvtcp::PollMode::Hybrid);
+  EXPECT_FALSE(nvtcp::host::parse_poll_mode("spin", m));
+  EXPECT_EQ(nvtcp::host::ControllerOptions{}.poll, nvtcp::PollMode::Default);
+}
+
+TEST(PublicNvme, TypesAndStatusNames) {
+  static_assert(sizeof(nvtcp::nvme::Sqe) == 64 && sizeof(nvtcp::nvme::Cqe) == 16);
+  EXPECT_EQ(nvtcp::nvme::kNsidAll, 0xFFFFFFFFu);
+  EXPECT_EQ(nvtcp::nvme::status_name(nvtcp::nvme::sc::Success), "Success (SCT 0h / SC 00h)");
+  EXPECT_EQ(nvtcp::nvme::status_name(nvtcp::nvme::sc::InvalidOpcode), "Invalid Command Opcode (SCT 0h / SC 01h)");
+  nvtcp::host::Completion c;
+  c.status = nvtcp::nvme::sc::InvalidField;
+  EXPECT_EQ(c.status.value, nvtcp::nvme::sc::InvalidField.value);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ uint64_t rss_bytes() {
 struct Pending {
   BlockIo io;
   bool done = false;
-  wire::Status status;
+  nvme::Status status;
 };
 
 // Submits one request; returns how many reactor turns it took after submit() returned
@@ -40,7 +40,7 @@ int run(BlockDevice& dev, reactor::Reactor& r, BlockIo::Op op, uint64_t off, uin
   run.io.length = len;
   run.io.buffer = buf;
   run.io.user = &run;
-  run.io.done = [](BlockIo* io, wire::Status st) {
+  run.io.done = [](BlockIo* io, nvme::Status st) {
     auto* x = static_cast<Pending*>(io->user);
     x->done = true;
     x->status = st;
@@ -64,7 +64,7 @@ const uint8_t* read_back(BlockDevice& dev, reactor::Reactor& r, uint64_t off, ui
   rd.io.length = len;
   rd.io.buffer = buf;
   rd.io.user = &rd;
-  rd.io.done = [](BlockIo* io, wire::Status) { static_cast<Pending*>(io->user)->done = true; };
+  rd.io.done = [](BlockIo* io, nvme::Status) { static_cast<Pending*>(io->user)->done = true; };
   dev.submit(&rd.io, r);
   return rd.done ? rd.io.read_data : nullptr;  // RAM reads complete inside submit
 }

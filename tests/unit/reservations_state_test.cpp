@@ -1,7 +1,8 @@
 // The reservation state of one namespace without a target around it: the registrant limit,
 // Report's count, the state file's writer (one fsync shared by the commands that arrive
 // while it writes, no namespace lock held while it does) and loading a file that cannot be
-// trusted. Suite "Reservations" so that the TSan pass (Makefile TSAN_TESTS) runs it too.
+// trusted. It starts threads (commands beside the writer), so CMake labels its suites
+// `threaded` and the TSan pass runs them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -25,7 +26,7 @@
 namespace nvtcp::target {
 namespace {
 
-namespace sc = wire::sc;
+namespace sc = nvme::sc;
 using HostId = Reservations::HostId;
 
 HostId host(uint32_t n) {

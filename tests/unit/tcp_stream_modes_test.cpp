@@ -352,7 +352,7 @@ struct PolledPair {
 
 TEST(TcpStreamSpinRecv, ABusyReactorPollsAStreamThatWaits) {
   ReactorOptions o;
-  o.poll = PollMode::BusyPoll;
+  o.poll = PollMode::Busy;
   Reactor r(256, o);
   PolledPair p(r);
   ASSERT_TRUE(p.stream);
@@ -367,7 +367,7 @@ TEST(TcpStreamSpinRecv, ABusyReactorPollsAStreamThatWaits) {
 
 TEST(TcpStreamSpinRecv, OffMeansIoUringOnly) {
   ReactorOptions o;
-  o.poll = PollMode::BusyPoll;
+  o.poll = PollMode::Busy;
   o.spin_recv = false;
   Reactor r(256, o);
   PolledPair p(r);
@@ -415,7 +415,7 @@ TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
 
 TEST(TcpStreamSpinRecv, ClosingOrDestroyingAPolledStreamUnlinksIt) {
   ReactorOptions o;
-  o.poll = PollMode::BusyPoll;
+  o.poll = PollMode::Busy;
   Reactor r(256, o);
   PolledPair x(r), y(r);
   ASSERT_TRUE(x.stream && y.stream);
@@ -447,7 +447,7 @@ TEST(TcpStreamSpinRecv, MoreStreamsThanThePollLimitAllGetTheirBytes) {
   // 12 echo pairs (24 streams) on one busy reactor with at most 4 polled at a time: the rest
   // wait in io_uring, and every request gets its reply, byte for byte.
   ReactorOptions o;
-  o.poll = PollMode::BusyPoll;
+  o.poll = PollMode::Busy;
   o.spin_recv_max = 4;
   Reactor r(1024, o);
   constexpr int kPairs = 12, kRounds = 100;

@@ -11,20 +11,20 @@
 #include <thread>
 #include <vector>
 
-#include "engine/shm_queue.hpp"
+#include "shm/shm_queue.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 namespace {
 
 // A queue pair in one anonymous shared mapping, zeroed as a fresh memfd is.
 struct Region {
   explicit Region(uint32_t sq_size, uint32_t cq_size) {
-    bytes = sizeof(QueueWords) + sq_size * sizeof(wire::Sqe) + cq_size * sizeof(wire::Cqe);
+    bytes = sizeof(QueueWords) + sq_size * sizeof(nvme::Sqe) + cq_size * sizeof(nvme::Cqe);
     base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     mem.words = reinterpret_cast<QueueWords*>(base);
-    mem.sq = reinterpret_cast<wire::Sqe*>(base + sizeof(QueueWords));
+    mem.sq = reinterpret_cast<nvme::Sqe*>(base + sizeof(QueueWords));
     mem.sq_size = sq_size;
-    mem.cq = reinterpret_cast<wire::Cqe*>(base + sizeof(QueueWords) + sq_size * sizeof(wire::Sqe));
+    mem.cq = reinterpret_cast<nvme::Cqe*>(base + sizeof(QueueWords) + sq_size * sizeof(nvme::Sqe));
     mem.cq_size = cq_size;
   }
   ~Region() { munmap(base, bytes); }
@@ -33,15 +33,15 @@ struct Region {
   QueueMemory mem;
 };
 
-wire::Sqe cmd(uint16_t cid) {
-  wire::Sqe s{};
-  s.opc = uint8_t(wire::IoOpcode::Read);
+nvme::Sqe cmd(uint16_t cid) {
+  nvme::Sqe s{};
+  s.opc = uint8_t(nvme::IoOpcode::Read);
   s.cid = cid;
   s.nsid = 1;
   return s;
 }
 
-TEST(EngineQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
+TEST(ShmQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
   EXPECT_TRUE(need_event(5, 6, 5, 16));    // the engine saw 5 and sleeps: moving to 6 passes it
   EXPECT_TRUE(need_event(5, 9, 5, 16));
   EXPECT_FALSE(need_event(0, 6, 5, 16));   // the engine asked at 0 and has been polling since
@@ -55,7 +55,7 @@ TEST(EngineQueue, NeedEventIsTheShadowDoorbellRuleInRingArithmetic) {
     for (uint32_t n = 1; n < 16; ++n) EXPECT_FALSE(need_event(kNoNotice, (old_idx + n) % 16, old_idx, 16));
 }
 
-TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
+TEST(ShmQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
   Region r(8, 4);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 3);
@@ -66,18 +66,18 @@ TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
     int n = 0;
     while (n < 3 && app.submit(cmd(next_cid++))) ++n;
     app.ring_sq();
-    wire::Sqe s;
+    nvme::Sqe s;
     int fetched = 0;
     while (eng.fetch(s)) {
       ASSERT_GT(eng.cq_space(), 0u);
-      wire::Cqe c{};
+      nvme::Cqe c{};
       c.cid = s.cid;
       c.dw0 = s.cid * 7u;
       eng.post(c);
       ++fetched;
     }
     ASSERT_EQ(fetched, n);
-    wire::Cqe c;
+    nvme::Cqe c;
     int got = 0;
     while (app.poll(c)) {
       EXPECT_EQ(c.dw0, c.cid * 7u);
@@ -94,27 +94,27 @@ TEST(EngineQueue, RoundTripsWrapTheRingsAndFlipThePhase) {
   EXPECT_EQ(app.sq_free(), 7u) << "the SQ heads in the CQEs gave every slot back";
 }
 
-TEST(EngineQueue, FullRingsHoldBack) {
+TEST(ShmQueue, FullRingsHoldBack) {
   Region r(4, 4);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 1);
   for (uint16_t i = 0; i < 3; ++i) EXPECT_TRUE(app.submit(cmd(i)));
   EXPECT_FALSE(app.submit(cmd(3))) << "a ring of 4 holds 3";
   app.ring_sq();
-  wire::Sqe s;
+  nvme::Sqe s;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(eng.fetch(s));
     ASSERT_GT(eng.cq_space(), 0u);
-    eng.post(wire::Cqe{});
+    eng.post(nvme::Cqe{});
   }
   EXPECT_EQ(eng.cq_space(), 0u) << "three completions unread fill a CQ of 4";
-  wire::Cqe c;
+  nvme::Cqe c;
   ASSERT_TRUE(app.poll(c));
   app.ring_cq();
   EXPECT_EQ(eng.cq_space(), 1u);
 }
 
-TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
+TEST(ShmQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   Region r(16, 16);
   AppQueuePair app(r.mem);
   EngineQueuePair eng(r.mem, 1);
@@ -123,7 +123,7 @@ TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   EXPECT_TRUE(app.ring_sq()) << "the engine sleeps: notify it";
   ASSERT_TRUE(app.submit(cmd(2)));
   EXPECT_FALSE(app.ring_sq()) << "the engine has not slept again: no second notice";
-  wire::Sqe s;
+  nvme::Sqe s;
   while (eng.fetch(s)) {
   }
   eng.want_sq_notice();
@@ -134,9 +134,9 @@ TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   for (uint16_t i = 0; i < 40; ++i) {
     while (eng.fetch(s)) {
       ASSERT_GT(eng.cq_space(), 0u);
-      eng.post(wire::Cqe{});
+      eng.post(nvme::Cqe{});
     }
-    wire::Cqe c;
+    nvme::Cqe c;
     while (app.poll(c)) {
     }
     EXPECT_FALSE(app.ring_cq()) << i;
@@ -145,12 +145,12 @@ TEST(EngineQueue, EventIdxDecidesWhetherTheApplicationKicks) {
   }
 }
 
-TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
+TEST(ShmQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
   {
     Region r(8, 8);
     EngineQueuePair eng(r.mem, 1);
     r.mem.words->sq_tail = 8;  // one past the ring
-    wire::Sqe s;
+    nvme::Sqe s;
     EXPECT_FALSE(eng.fetch(s));
     EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::SqTailOutOfRange);
     r.mem.words->sq_tail = 1;  // a faulted queue stays faulted
@@ -166,8 +166,8 @@ TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
   {
     Region r(8, 8);
     EngineQueuePair eng(r.mem, 1);
-    eng.post(wire::Cqe{});
-    eng.post(wire::Cqe{});
+    eng.post(nvme::Cqe{});
+    eng.post(nvme::Cqe{});
     r.mem.words->cq_head = 3;  // "consumed" three of the two posted
     EXPECT_EQ(eng.cq_space(), 0u);
     EXPECT_EQ(eng.fault(), EngineQueuePair::Fault::CqHeadPastPosted);
@@ -176,18 +176,18 @@ TEST(EngineQueue, ImpossibleDoorbellsFaultTheQueueInsteadOfBeingFollowed) {
 
 // Two threads, as an application and the engine would be (processes share the mapping the
 // same way): every command completes exactly once, in any interleaving.
-TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
+TEST(ShmQueue, ApplicationAndEngineOnTwoThreads) {
   Region r(64, 64);
   constexpr uint32_t kCommands = 200000;
   std::atomic<bool> stop{false}, faulted{false};
   std::thread engine([&] {
     EngineQueuePair eng(r.mem, 1);
-    wire::Sqe s;
+    nvme::Sqe s;
     bool have = false;
     while (!stop.load(std::memory_order_relaxed)) {
       if (!have) have = eng.fetch(s);
       if (have && eng.cq_space() > 0) {
-        wire::Cqe c{};
+        nvme::Cqe c{};
         c.cid = s.cid;
         c.dw0 = s.cdw10;
         eng.post(c);
@@ -205,13 +205,13 @@ TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (completed < kCommands && !faulted.load() && std::chrono::steady_clock::now() < deadline) {
     while (submitted < kCommands && submitted - completed < 48) {
-      wire::Sqe s = cmd(uint16_t(submitted));
+      nvme::Sqe s = cmd(uint16_t(submitted));
       s.cdw10 = submitted;
       if (!app.submit(s)) break;
       ++submitted;
     }
     app.ring_sq();
-    wire::Cqe c;
+    nvme::Cqe c;
     while (app.poll(c)) {
       ASSERT_LT(c.dw0, kCommands);
       ASSERT_EQ(uint16_t(c.dw0), c.cid);
@@ -228,4 +228,4 @@ TEST(EngineQueue, ApplicationAndEngineOnTwoThreads) {
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -14,9 +14,9 @@
 #include <thread>
 #include <tuple>
 
-#include "engine/attach.hpp"
+#include "shm/attach.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 namespace {
 
 std::string socket_path() { return "/tmp/nvtcp-engine-test-" + std::to_string(getpid()) + ".sock"; }
@@ -36,7 +36,7 @@ Exchange exchange(AttachServer& server, const std::string& path, const AttachReq
   return x;
 }
 
-TEST(EngineAttach, TheApplicationGetsItsRegionAndEventfds) {
+TEST(ShmAttach, TheApplicationGetsItsRegionAndEventfds) {
   AttachServer server;
   std::string err;
   const std::string path = socket_path();
@@ -89,7 +89,7 @@ TEST(EngineAttach, TheApplicationGetsItsRegionAndEventfds) {
   EXPECT_EQ(recv(x.server_side.socket(), &b, 1, 0), 0);
 }
 
-TEST(EngineAttach, RequestsOutOfRangeAreRefusedWithAReason) {
+TEST(ShmAttach, RequestsOutOfRangeAreRefusedWithAReason) {
   AttachServer server;
   std::string err;
   const std::string path = socket_path();
@@ -119,7 +119,7 @@ TEST(EngineAttach, RequestsOutOfRangeAreRefusedWithAReason) {
 
 // Another user is refused by the engine itself, even where the socket's mode would let it
 // connect (as root: the test opens the socket up and attaches from a child run as nobody).
-TEST(EngineAttach, AnotherUserIsRefused) {
+TEST(ShmAttach, AnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
   AttachServer server;
   std::string err;
@@ -155,7 +155,7 @@ TEST(EngineAttach, AnotherUserIsRefused) {
   EXPECT_NE(server_err.find("not the engine's user"), std::string::npos) << server_err;
 }
 
-TEST(EngineAttach, NoEngineNoAttach) {
+TEST(ShmAttach, NoEngineNoAttach) {
   AttachRequest req;
   std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
   req.queue_pairs = 1;
@@ -167,4 +167,4 @@ TEST(EngineAttach, NoEngineNoAttach) {
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -1,4 +1,4 @@
-#include "engine/attach.hpp"
+#include "shm/attach.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 namespace {
 bool fill_addr(const std::string& path, sockaddr_un& a, std::string& err) {
@@ -315,4 +315,4 @@ bool attach(const std::string& path, const AttachRequest& req, Attachment& out, 
   return true;
 }
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -6,12 +6,12 @@
 #include <limits>
 #include <vector>
 
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 namespace {
 
-TEST(EngineRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
+TEST(ShmRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
   auto l = RegionLayout::compute(5, 1024, 3 << 20);
   ASSERT_TRUE(l);
   EXPECT_EQ(l->queues_offset, 4096u);
@@ -29,7 +29,7 @@ TEST(EngineRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
   }
 }
 
-TEST(EngineRegion, OutOfRangeNumbersHaveNoLayout) {
+TEST(ShmRegion, OutOfRangeNumbersHaveNoLayout) {
   EXPECT_FALSE(RegionLayout::compute(0, 64, 0));
   EXPECT_FALSE(RegionLayout::compute(kMaxQueuePairs + 1, 64, 0));
   EXPECT_FALSE(RegionLayout::compute(2, 1, 0));
@@ -38,7 +38,7 @@ TEST(EngineRegion, OutOfRangeNumbersHaveNoLayout) {
   EXPECT_TRUE(RegionLayout::compute(kMaxQueuePairs, kMaxQueueEntries, 0));
 }
 
-TEST(EngineRegion, HeaderSaysWhatTheLayoutIs) {
+TEST(ShmRegion, HeaderSaysWhatTheLayoutIs) {
   auto l = RegionLayout::compute(2, 32, 8192);
   ASSERT_TRUE(l);
   std::vector<uint8_t> region(l->total_bytes);
@@ -49,17 +49,17 @@ TEST(EngineRegion, HeaderSaysWhatTheLayoutIs) {
   EXPECT_FALSE(other->matches(region.data())) << "an application expecting other queue sizes must notice";
 }
 
-wire::Sqe with_sgl(uint64_t offset, uint32_t length, uint8_t type = 0x01) {
-  wire::Sqe s{};
-  s.opc = uint8_t(wire::IoOpcode::Read);
-  s.flags = wire::kSqeFlagsPsdtSgl;
+nvme::Sqe with_sgl(uint64_t offset, uint32_t length, uint8_t type = 0x01) {
+  nvme::Sqe s{};
+  s.opc = uint8_t(nvme::IoOpcode::Read);
+  s.flags = nvme::kSqeFlagsPsdtSgl;
   s.sgl.addr = offset;
   s.sgl.length = length;
   s.sgl.type = type;
   return s;
 }
 
-TEST(EngineRegion, DataPointersMustLieInsideTheDataRegion) {
+TEST(ShmRegion, DataPointersMustLieInsideTheDataRegion) {
   std::vector<uint8_t> data(1 << 20);
   const uint64_t n = data.size();
   DataSpan d = resolve_data(with_sgl(4096, 8192), data.data(), n, 8192);
@@ -67,18 +67,18 @@ TEST(EngineRegion, DataPointersMustLieInsideTheDataRegion) {
   EXPECT_EQ(d.data, data.data() + 4096);
   EXPECT_EQ(d.length, 8192u);
   EXPECT_TRUE(resolve_data(with_sgl(n - 4096, 4096), data.data(), n, 4096).status.ok()) << "the last 4 KiB";
-  EXPECT_EQ(resolve_data(with_sgl(n - 4095, 4096), data.data(), n, 4096).status, wire::sc::SglOffsetInvalid);
-  EXPECT_EQ(resolve_data(with_sgl(n, 1), data.data(), n, 1).status, wire::sc::SglOffsetInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(n - 4095, 4096), data.data(), n, 4096).status, nvme::sc::SglOffsetInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(n, 1), data.data(), n, 1).status, nvme::sc::SglOffsetInvalid);
   EXPECT_EQ(resolve_data(with_sgl(~uint64_t(0) - 10, 4096), data.data(), n, 4096).status,
-            wire::sc::SglOffsetInvalid) << "offset + length wrapping around 2^64";
-  EXPECT_EQ(resolve_data(with_sgl(0, 4096), data.data(), n, 8192).status, wire::sc::DataSglLengthInvalid);
-  EXPECT_EQ(resolve_data(with_sgl(0, 4096, 0x5A), data.data(), n, 4096).status, wire::sc::SglDescriptorTypeInvalid)
+            nvme::sc::SglOffsetInvalid) << "offset + length wrapping around 2^64";
+  EXPECT_EQ(resolve_data(with_sgl(0, 4096), data.data(), n, 8192).status, nvme::sc::DataSglLengthInvalid);
+  EXPECT_EQ(resolve_data(with_sgl(0, 4096, 0x5A), data.data(), n, 4096).status, nvme::sc::SglDescriptorTypeInvalid)
       << "a transport descriptor means nothing in shared memory";
-  wire::Sqe prp = with_sgl(0, 4096);
+  nvme::Sqe prp = with_sgl(0, 4096);
   prp.flags = 0;  // PSDT 00b: PRPs
-  EXPECT_EQ(resolve_data(prp, data.data(), n, 4096).status, wire::sc::SglDescriptorTypeInvalid);
-  EXPECT_TRUE(resolve_data(wire::Sqe{}, data.data(), n, 0).status.ok()) << "no data, nothing to check";
+  EXPECT_EQ(resolve_data(prp, data.data(), n, 4096).status, nvme::sc::SglDescriptorTypeInvalid);
+  EXPECT_TRUE(resolve_data(nvme::Sqe{}, data.data(), n, 0).status.ok()) << "no data, nothing to check";
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

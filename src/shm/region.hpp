@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <optional>
 
-#include "engine/shm_queue.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
+#include "shm/shm_queue.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 inline constexpr uint32_t kRegionMagic = 0x6e767465;  // "etvn"
 inline constexpr uint32_t kRegionVersion = 2;
@@ -68,7 +68,7 @@ struct RegionLayout {
     l.queue_pairs = queue_pairs;
     l.queue_entries = queue_entries;
     l.queues_offset = sizeof(RegionHeader);
-    l.pair_bytes = page_up(sizeof(QueueWords) + uint64_t(queue_entries) * (sizeof(wire::Sqe) + sizeof(wire::Cqe)));
+    l.pair_bytes = page_up(sizeof(QueueWords) + uint64_t(queue_entries) * (sizeof(nvme::Sqe) + sizeof(nvme::Cqe)));
     l.data_offset = l.queues_offset + uint64_t(queue_pairs) * l.pair_bytes;
     l.data_bytes = page_up(data_bytes);
     l.total_bytes = l.data_offset + l.data_bytes;
@@ -100,9 +100,9 @@ struct RegionLayout {
     auto* p = static_cast<uint8_t*>(region) + queues_offset + uint64_t(i) * pair_bytes;
     QueueMemory m;
     m.words = reinterpret_cast<QueueWords*>(p);
-    m.sq = reinterpret_cast<wire::Sqe*>(p + sizeof(QueueWords));
+    m.sq = reinterpret_cast<nvme::Sqe*>(p + sizeof(QueueWords));
     m.sq_size = queue_entries;
-    m.cq = reinterpret_cast<wire::Cqe*>(p + sizeof(QueueWords) + uint64_t(queue_entries) * sizeof(wire::Sqe));
+    m.cq = reinterpret_cast<nvme::Cqe*>(p + sizeof(QueueWords) + uint64_t(queue_entries) * sizeof(nvme::Sqe));
     m.cq_size = queue_entries;
     return m;
   }
@@ -113,27 +113,27 @@ struct RegionLayout {
 
 // A data pointer checked against the data region.
 struct DataSpan {
-  wire::Status status;     // Success, or why the descriptor is refused
+  nvme::Status status;     // Success, or why the descriptor is refused
   uint8_t* data = nullptr;
   uint32_t length = 0;
 };
 
 // The SGL of an application's SQE (one Data Block descriptor, addr = offset into the data
 // region) as a span of the region mapped at data_base; want = the bytes the command moves.
-inline DataSpan resolve_data(const wire::Sqe& sqe, uint8_t* data_base, uint64_t data_bytes, uint32_t want) {
+inline DataSpan resolve_data(const nvme::Sqe& sqe, uint8_t* data_base, uint64_t data_bytes, uint32_t want) {
   DataSpan d;
   if (want == 0) return d;
-  if ((sqe.flags & wire::kSqeFlagsPsdtMask) != wire::kSqeFlagsPsdtSgl || (sqe.sgl.type >> 4) != 0x0) {
-    d.status = wire::sc::SglDescriptorTypeInvalid;  // Data Block (type 0h) only
+  if ((sqe.flags & nvme::kSqeFlagsPsdtMask) != nvme::kSqeFlagsPsdtSgl || (sqe.sgl.type >> 4) != 0x0) {
+    d.status = nvme::sc::SglDescriptorTypeInvalid;  // Data Block (type 0h) only
     return d;
   }
   if (sqe.sgl.length != want) {
-    d.status = wire::sc::DataSglLengthInvalid;
+    d.status = nvme::sc::DataSglLengthInvalid;
     return d;
   }
   const uint64_t off = sqe.sgl.addr;
   if (off > data_bytes || want > data_bytes - off) {
-    d.status = wire::sc::SglOffsetInvalid;  // outside the application's own region
+    d.status = nvme::sc::SglOffsetInvalid;  // outside the application's own region
     return d;
   }
   d.data = data_base + off;
@@ -141,4 +141,4 @@ inline DataSpan resolve_data(const wire::Sqe& sqe, uint8_t* data_base, uint64_t 
   return d;
 }
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -24,7 +24,7 @@
 
 #include "nvtcp/sqe.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 // EventIdx value that asks for no notice at all: the engine is polling the queue.
 inline constexpr uint32_t kNoNotice = 0xFFFFFFFFu;
@@ -58,9 +58,9 @@ static_assert(offsetof(QueueWords, sq_event_idx) == 64);
 // Where one queue pair lives: its words and two rings (sizes in entries, 2..65536).
 struct QueueMemory {
   QueueWords* words = nullptr;
-  wire::Sqe* sq = nullptr;
+  nvme::Sqe* sq = nullptr;
   uint32_t sq_size = 0;
-  wire::Cqe* cq = nullptr;
+  nvme::Cqe* cq = nullptr;
   uint32_t cq_size = 0;
 };
 
@@ -71,7 +71,7 @@ inline uint32_t load_acquire(const uint32_t& w) {
 inline void store_release(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_release); }
 // The CQE's last dword (command id, then status with the phase tag in bit 16) is written
 // last, so a host that sees the new phase sees the whole entry.
-inline uint32_t& cqe_last_word(wire::Cqe& c) { return reinterpret_cast<uint32_t*>(&c)[3]; }
+inline uint32_t& cqe_last_word(nvme::Cqe& c) { return reinterpret_cast<uint32_t*>(&c)[3]; }
 }  // namespace detail
 
 // The application's side: a host driver's submission and completion logic.
@@ -81,7 +81,7 @@ class AppQueuePair {
 
   uint32_t sq_free() const { return m_.sq_size - 1 - in_sq(); }
   // Places sqe at the SQ tail; false if the SQ is full. Not visible to the engine before ring().
-  bool submit(const wire::Sqe& sqe) {
+  bool submit(const nvme::Sqe& sqe) {
     if (sq_free() == 0) return false;
     std::memcpy(&m_.sq[sq_tail_], &sqe, sizeof(sqe));
     sq_tail_ = (sq_tail_ + 1) % m_.sq_size;
@@ -99,8 +99,8 @@ class AppQueuePair {
     return kick;
   }
   // The next completion, if the engine has posted one (its phase tag is the current one).
-  bool poll(wire::Cqe& out) {
-    wire::Cqe& slot = m_.cq[cq_head_];
+  bool poll(nvme::Cqe& out) {
+    nvme::Cqe& slot = m_.cq[cq_head_];
     const uint32_t last = detail::load_acquire(detail::cqe_last_word(slot));
     if (((last >> 16) & 1) != phase_) return false;
     std::memcpy(&out, &slot, sizeof(out));
@@ -148,7 +148,7 @@ class EngineQueuePair {
 
   Fault fault() const { return fault_; }
   // Copies the next published SQE into out; false when there is none (or the queue faulted).
-  bool fetch(wire::Sqe& out) {
+  bool fetch(nvme::Sqe& out) {
     if (fault_ != Fault::None) return false;
     if (sq_head_ == sq_tail_seen_) {
       const uint32_t tail = detail::load_acquire(m_.words->sq_tail);
@@ -173,11 +173,11 @@ class EngineQueuePair {
     return m_.cq_size - 1 - (cq_tail_ + m_.cq_size - cq_head_seen_) % m_.cq_size;
   }
   // Posts a completion (the caller checked cq_space()); sqhd and sqid are filled in here.
-  void post(wire::Cqe cqe) {
+  void post(nvme::Cqe cqe) {
     cqe.sqhd = uint16_t(sq_head_);
     cqe.sqid = sqid_;
     cqe.status = uint16_t((cqe.status & ~1u) | phase_);
-    wire::Cqe& slot = m_.cq[cq_tail_];
+    nvme::Cqe& slot = m_.cq[cq_tail_];
     std::memcpy(&slot, &cqe, 12);  // all but the last dword
     uint32_t last;
     std::memcpy(&last, reinterpret_cast<const uint8_t*>(&cqe) + 12, 4);
@@ -248,4 +248,4 @@ class EngineQueuePair {
   Fault fault_ = Fault::None;
 };
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/region.hpp"
+#include "shm/region.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::shm {
 
 inline constexpr uint32_t kAttachMagic = 0x6e766174;  // "tavn"
 inline constexpr uint32_t kMaxVectors = 32;            // interrupt vectors (signal pipes) per application
@@ -160,4 +160,4 @@ class AttachServer {
 // The application's side: connects, asks, and maps what it gets (checking the header).
 bool attach(const std::string& path, const AttachRequest& req, Attachment& out, std::string& err);
 
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::shm
