@@ -405,34 +405,30 @@ std::vector<ConnectionInfo> Target::connection_info() {
   return out;
 }
 
-RequestStateCounts Target::request_states() {
-  RequestStateCounts sum{};
+// Asks each reactor for its share (get runs there) and adds the shares up; a reactor that does
+// not answer within 5 s is left out rather than waited for.
+template <typename Counts, typename Get>
+Counts Target::sum_over_reactors(Get get) {
+  Counts sum{};
   if (!started_) return sum;
   for (auto& rt : reactors_) {
-    auto done = std::make_shared<std::promise<RequestStateCounts>>();
+    auto done = std::make_shared<std::promise<Counts>>();
     auto f = done->get_future();
     ReactorThread* raw = rt.get();
-    raw->reactor->post([raw, done] { done->set_value(raw->connections.request_states()); });
+    raw->reactor->post([raw, done, get] { done->set_value(get(raw->connections)); });
     if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
-    const RequestStateCounts c = f.get();
+    const Counts c = f.get();
     for (size_t s = 0; s < sum.size(); ++s) sum[s] += c[s];
   }
   return sum;
 }
 
+RequestStateCounts Target::request_states() {
+  return sum_over_reactors<RequestStateCounts>([](const ConnectionSet& c) { return c.request_states(); });
+}
+
 RequestStateEntries Target::request_entries() {
-  RequestStateEntries sum{};
-  if (!started_) return sum;
-  for (auto& rt : reactors_) {
-    auto done = std::make_shared<std::promise<RequestStateEntries>>();
-    auto f = done->get_future();
-    ReactorThread* raw = rt.get();
-    raw->reactor->post([raw, done] { done->set_value(raw->connections.request_entries()); });
-    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
-    const RequestStateEntries c = f.get();
-    for (size_t s = 0; s < sum.size(); ++s) sum[s] += c[s];
-  }
-  return sum;
+  return sum_over_reactors<RequestStateEntries>([](const ConnectionSet& c) { return c.request_entries(); });
 }
 
 uint16_t Target::port(size_t listener) const {

@@ -67,6 +67,8 @@ class Target {
   DeviceFactory factory_;
   std::unique_ptr<TargetState> state_;
   std::vector<std::unique_ptr<ReactorThread>> reactors_;
+  template <typename Counts, typename Get>
+  Counts sum_over_reactors(Get get);
   std::vector<std::unique_ptr<ListenSocket>> sockets_;
   uint16_t discovery_port_ = 0;
   std::atomic<bool> stopping_{false};
