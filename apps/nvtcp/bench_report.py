@@ -7,6 +7,10 @@
 Tables go to stdout; charts to OUT_DIR: bs-randread.png, bs-randwrite.png, bs-randrw.png
 (grouped bars per block size, 32 jobs) and jobs-randread.png (4 KiB random read against jobs).
 Each figure is the median of its runs, with the range of IOPS beside it and as error bars.
+A figure that cannot be trusted says so: '!' when other processes (or the hypervisor) took a
+share of the sample's CPUs while a run was measured, 'S' when a kept run still stalled (I/O
+outstanding and nothing completed) after its reruns, 'r' when stalled runs were discarded and
+run again; the notes under the tables give the evidence, and the charts hatch those bars.
 --compare prints B's figures as ratios to A's, point by point, and charts them (compare.png).
 """
 import json
@@ -44,11 +48,56 @@ def size_label(bs):
 def iops_cell(r):
     lo, hi = r.get("iops_min"), r.get("iops_max")
     rng = f" ({lo / 1e6:.2f}-{hi / 1e6:.2f})" if lo is not None and hi is not None and r.get("runs", 1) > 1 else ""
-    return f"{r['iops'] / 1e6:6.3f} M{rng}"
+    m = marks(r)
+    return f"{r['iops'] / 1e6:6.3f} M{rng}" + (f" {m}" if m else "")
 
 
 def point_key(p):
-    return (p["figure"], p["workload"], p["bs"], p["jobs"], p["initiator"])
+    return (p["workload"], p["bs"], p["jobs"], p["initiator"])
+
+
+def figures_of(p):
+    """The study figures a point is shown in (4K random read at 32 jobs is in two, measured once)."""
+    return p.get("figures") or [p["figure"]]
+
+
+def marks(p):
+    """'!' busy machine, 'S' a kept run stalled, 'r' stalled runs discarded and run again."""
+    m = ""
+    if p.get("busy_runs"):
+        m += "!"
+    if p.get("stalled_runs"):
+        m += "S"
+    if p.get("discarded"):
+        m += "r"
+    return m
+
+
+def quality_notes(pts):
+    """One line per point whose figure carries a mark: what was seen, run by run."""
+    lines = []
+    for p in pts:
+        if not marks(p):
+            continue
+        what = []
+        samples = p.get("samples", [])
+        busy = [s["quality"] for s in samples if s["quality"].get("busy")]
+        if busy:
+            worst = max(busy, key=lambda q: q.get("others_cpu_pct", 0))
+            what.append(f"{len(busy)} of {len(samples)} runs beside other work (others up to "
+                        f"{worst.get('others_cpu_pct', 0):.0f}% of the CPUs, steal up to "
+                        f"{max(q.get('steal_pct', 0) for q in busy):.0f}%)")
+        stalled = [s for s in samples if s["quality"].get("stalls")]
+        if stalled:
+            what.append(f"{len(stalled)} kept run(s) still stalled after the reruns: " + ", ".join(
+                f"{s['quality']['stalled_s']:.2f} s at {s['iops'] / 1e6:.3f} M" for s in stalled))
+        if p.get("discarded"):
+            what.append(f"{len(p['discarded'])} run(s) discarded: " + ", ".join(
+                f"{d['reason']} ({d['iops'] / 1e6:.3f} M IOPS, others {d['quality'].get('others_cpu_pct', 0):.0f}%)"
+                for d in p["discarded"]))
+        lines.append(f"  [{marks(p)}] {p['workload']} {size_label(p['bs'])} {p['jobs']} jobs, {name(p['initiator'])}: "
+                     + "; ".join(what))
+    return lines
 
 
 def pyplot():
@@ -115,7 +164,8 @@ def main():
         print(f"\nmeasured on: {env.get('cpu_model', '?')}, {env.get('cpus_online', '?')} CPUs, "
               f"{env.get('kernel', '?')}, TCP congestion {env.get('tcp_congestion_used', '?')}, "
               f"nvtcp {env.get('nvtcp_version', '?')}, {env.get('fio_version', 'no fio')}; "
-              f"{doc.get('repeat', 1)} run(s) per point, medians (IOPS range in brackets)")
+              f"{doc.get('repeat', 1)} run(s) per point, medians (IOPS range in brackets); each run measured "
+              f"after {doc.get('ramp_seconds', 0)} s of load (connects and ramp in no figure)")
     pts = [p for p in doc["points"] if "error" not in p]
     inits = []
     for p in doc["points"]:
@@ -123,7 +173,8 @@ def main():
             inits.append(p["initiator"])
     figs = {}
     for p in pts:
-        figs.setdefault(p["figure"], []).append(p)
+        for f in figures_of(p):
+            figs.setdefault(f, []).append(p)
 
     for fig in ["bs-randread", "bs-randwrite", "bs-randrw", "jobs-randread"]:
         rows = figs.get(fig)
@@ -151,6 +202,16 @@ def main():
                     line += f" | {cell:^46}"
             print(line)
 
+    notes = quality_notes(pts)
+    if notes:
+        print()
+        print("Figures that cannot be fully trusted (! other work on the CPUs, S stalled, r stalled runs redone):")
+        for n in notes:
+            print(n)
+    elif any("samples" in p for p in pts):
+        print()
+        print("Every run: no other work on its CPUs above the threshold and no stall.")
+
     cpu_split(pts)
     per_host(pts)
 
@@ -164,6 +225,7 @@ def main():
         ks = sorted({r[key] for r in rows})
         width = 0.8 / max(len(inits), 1)
         f, ax = plt.subplots(figsize=(9, 4.8))
+        handles = []
         for n, i in enumerate(inits):
             vals = []
             gbps = []
@@ -177,17 +239,28 @@ def main():
                 err_hi.append(r["iops_max"] / 1e6 - v if r and "iops_max" in r else 0)
             xs = [x + (n - (len(inits) - 1) / 2) * width for x in range(len(ks))]
             bars = ax.bar(xs, vals, width, label=name(i), yerr=[err_lo, err_hi], capsize=2)
-            for b, g in zip(bars, gbps):
+            # The legend shows the initiator's colour, not the first bar's hatching.
+            from matplotlib.patches import Patch
+            handles.append(Patch(facecolor=bars.patches[0].get_facecolor(), label=name(i)))
+            for b, g, k in zip(bars, gbps, ks):
+                r = next((x for x in rows if x[key] == k and x["initiator"] == i), None)
+                m = marks(r) if r else ""
+                if m:  # a figure that cannot be fully trusted: hatched, with its mark
+                    b.set_hatch("//")
+                    b.set_edgecolor("black")
                 if g:
-                    ax.annotate(f"{g:.1f}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
-                                va="bottom", fontsize=7)
+                    ax.annotate(f"{g:.1f}" + (f" {m}" if m else ""), (b.get_x() + b.get_width() / 2, b.get_height()),
+                                ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(ks)))
         ax.set_xticklabels([str(k) if key == "jobs" else size_label(k) for k in ks])
         ax.set_xlabel("jobs" if key == "jobs" else "block size")
         ax.set_ylabel("M IOPS, median (bars: range; labels: Gb/s)")
+        if any(marks(r) for r in rows):
+            ax.text(0.01, 0.99, "hatched: ! other work on the CPUs, S stalled, r stalled runs redone",
+                    transform=ax.transAxes, fontsize=7, va="top")
         ax.set_title(TITLES[fig].format(jobs=rows[0]["jobs"]) + f" - {doc['target']} - "
                      f"n={doc.get('repeat', 1)} runs per bar", fontsize=9)
-        ax.legend()
+        ax.legend(handles=handles)
         ax.grid(axis="y", alpha=0.3)
         path = os.path.join(out, fig + ".png")
         f.tight_layout()
@@ -251,7 +324,8 @@ def cpu_split(pts):
     print(f"Projection for the study's servers ({SERVER_CORES} cores each side), a MODEL, not a measurement: each")
     print("role's measured CPU per I/O, divided into its cores' time; the application gets all host cores inline,")
     print(f"and all host cores again with the engine on a card of its own ({SERVER_CORES} engine cores here).")
-    print(f"{'workload':>10} {'bs':>5} | {'inline M IOPS':>13} {'limited by':>11} | {'offload M IOPS':>14} {'limited by':>11}")
+    print(f"{'workload':>10} {'bs':>5} {'jobs':>4} | {'inline M IOPS':>13} {'limited by':>11} | {'offload M IOPS':>14} "
+          f"{'limited by':>11}")
     for f, e in pairs:
         def bound(roles):
             lim = {r: SERVER_CORES / (c * 1e-6) for r, c in roles.items() if c}
@@ -260,7 +334,8 @@ def cpu_split(pts):
         i_iops, i_by = bound({"application": f["init_cpu_s_per_mio"], "target": f.get("target_cpu_s_per_mio")})
         o_iops, o_by = bound({"application": e["init_cpu_s_per_mio"], "engine": e.get("engine_cpu_s_per_mio"),
                               "target": e.get("target_cpu_s_per_mio")})
-        print(f"{f['workload']:>10} {size_label(f['bs']):>5} | {i_iops:13.2f} {i_by:>11} | {o_iops:14.2f} {o_by:>11}")
+        print(f"{f['workload']:>10} {size_label(f['bs']):>5} {f['jobs']:>4} | {i_iops:13.2f} {i_by:>11} | "
+              f"{o_iops:14.2f} {o_by:>11}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "sample_quality.hpp"
 #include "engine/engine.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
@@ -60,7 +61,17 @@ struct BenchArgs {
   std::vector<std::string> compare;  // two bench.json files: print and chart their ratio
   std::string hosts_file;       // remote initiator hosts, one fio server per line (see FioHost)
   std::vector<std::string> fio_clients;  // the same on the command line: SERVER,...
+  double ramp = -1;             // seconds of load before each sample (-1: 0.5 with --quick, else 1)
+  unsigned max_reruns = 2;      // a stalled sample is run again at most this often
+  double busy_percent = 10;     // others' CPU (% of the sample's CPUs) from which a sample is marked
+  double steal_percent = 5;     // the same for time the hypervisor stole
 };
+
+// Timeline resolution: perf counts completions per 10 ms; fio logs its IOPS per 50 ms window.
+constexpr uint32_t kPerfTimelineMs = 10;
+constexpr uint32_t kFioLogMs = 50;
+// Cells of the timeline kept in bench.json (K IOPS per 100 ms) as each sample's evidence.
+constexpr double kReportCellS = 0.1;
 
 // A remote initiator host: a `fio --server` that nvtcp bench drives through `fio --client`,
 // as fio's distributed mode does. The job runs there, so the ioengine path (--fio-engine)
@@ -118,6 +129,7 @@ struct Point {
   uint32_t bs;
   unsigned jobs;
   std::string figure;    // which study figure it belongs to
+  std::string also_in;   // another figure that shows the same point (measured once, shown in both)
 };
 
 std::string self_dir() {
@@ -162,6 +174,41 @@ struct ChildResult {
   std::string out, err;
   double cpu_seconds = 0;
 };
+
+double self_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+double wall_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+// The evidence of one sample's quality, for bench.json: what else ran on its CPUs and where
+// I/O stood still.
+json quality_json(const Interference& in, const StallReport& st, const Timeline& tl, bool has_timeline) {
+  json q;
+  auto pct = [](double v) { return std::round(v * 1000) / 10; };
+  q["others_cpu_pct"] = pct(in.others_share());
+  q["steal_pct"] = pct(in.steal_share());
+  q["irq_cpu_pct"] = pct(in.capacity_s > 0 ? in.irq_s / in.capacity_s : 0);
+  q["own_cpu_s"] = std::round(in.own_s * 1000) / 1000;
+  if (!has_timeline) {
+    q["timeline"] = nullptr;
+    return q;
+  }
+  json stalls = json::array();
+  for (const Stall& x : st.stalls)
+    stalls.push_back({{"start_s", std::round(x.start_s * 1000) / 1000}, {"length_s", std::round(x.length_s * 1000) / 1000}});
+  q["stalls"] = stalls;
+  q["stalled_s"] = std::round(st.stalled_s * 1000) / 1000;
+  q["stall_floor_s"] = std::round(st.min_stall_s * 1000) / 1000;
+  q["timeline_kiops_per_100ms"] = kiops_per_cell(tl, kReportCellS);
+  return q;
+}
 
 // Runs argv with stdout and stderr captured; CPU time from the child's rusage.
 ChildResult run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {}) {
@@ -227,6 +274,7 @@ struct Runner {
   std::unique_ptr<target::Target> target;
   unsigned host_cores = 1;
   double seconds = 10;
+  double ramp = 1;  // seconds of load before each sample's measured time
   // The offload engine, in this process, on its own threads (CPU time counted per thread).
   std::unique_ptr<engine::Engine> eng;
   std::thread eng_thread;
@@ -286,7 +334,7 @@ struct Runner {
   // The fio options of one point, without the ioengine and the file.
   std::vector<std::string> fio_job_args(const Point& p) const {
     return {"fio", "--name=bench", "--thread=1", "--group_reporting=1", "--output-format=json", "--time_based=1",
-            fmt::format("--runtime={}", seconds), "--ramp_time=0", "--norandommap=1", "--randrepeat=0",
+            fmt::format("--runtime={}", seconds), fmt::format("--ramp_time={}", ramp), "--norandommap=1", "--randrepeat=0",
             "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
             fmt::format("--numjobs={}", p.jobs), fmt::format("--iodepth={}", a.queue_depth),
             fmt::format("--iodepth_batch_submit={}", std::max(1u, a.queue_depth / 4)), "--iodepth_batch_complete_min=1"};
@@ -342,14 +390,35 @@ struct Runner {
   }
 
   json point_header(const std::string& init, const Point& p) const {
-    return {{"initiator", init}, {"workload", p.workload}, {"bs", p.bs},           {"jobs", p.jobs},
-            {"queue_depth", a.queue_depth}, {"figure", p.figure}};
+    json figures = json::array({p.figure});
+    if (!p.also_in.empty()) figures.push_back(p.also_in);
+    return {{"initiator", init},          {"workload", p.workload}, {"bs", p.bs},           {"jobs", p.jobs},
+            {"queue_depth", a.queue_depth}, {"figure", p.figure},     {"figures", figures}};
   }
 
-  // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...}
+  // The CPUs a sample runs on: the initiators', the embedded target's and the engine's.
+  std::vector<int> sample_cpus() const {
+    std::vector<int> cpus = parse_cpu_list(a.host_cpus);
+    auto add = [&](const std::string& list) {
+      for (int c : parse_cpu_list(list))
+        if (std::find(cpus.begin(), cpus.end(), c) == cpus.end()) cpus.push_back(c);
+    };
+    if (target) add(a.target_cpus);
+    if (eng) add(engine_cpus());
+    std::sort(cpus.begin(), cpus.end());
+    return cpus;
+  }
+
+  // One initiator at one point: {iops, gbps, lat_avg_us, lat_p99_us, init_cpu_s_per_mio, ...,
+  // quality: {others_cpu_pct, steal_pct, stalls, timeline...}}
   json run_point(const std::string& init, const Point& p) {
     if (!hosts.empty()) return run_remote_point(init, p);
     json res = point_header(init, p);
+    const std::vector<int> cpus = sample_cpus();
+    CpuTimes stat0, stat1;
+    const bool have_stat = read_proc_stat(cpus, stat0);
+    const double self0 = self_cpu_seconds(), wall0 = wall_seconds();
+    std::string log_dir;
     double tcpu0 = target ? target->cpu_seconds() : 0;
     uint64_t tio0 = target ? target->io_count() : 0;
     const double ecpu0 = eng ? eng->stats().cpu_seconds : 0;
@@ -363,6 +432,7 @@ struct Runner {
       std::string t = trid.to_string();
       cmd.insert(cmd.end(), {self_dir() + "/nvtcp", "perf", "-r", t, "-q", std::to_string(a.queue_depth), "-o",
                              std::to_string(p.bs), "-w", p.workload, "-M", "70", "-t", fmt::format("{}", seconds),
+                             "--ramp", fmt::format("{}", ramp), "--timeline-ms", std::to_string(kPerfTimelineMs),
                              "--cores", std::to_string(threads), "-P", std::to_string(qpairs), "--json"});
       if (a.hdgst) cmd.push_back("--hdgst");
       if (a.ddgst) cmd.push_back("--ddgst");
@@ -380,8 +450,38 @@ struct Runner {
       }
       cmd.insert(cmd.end(), fio.begin(), fio.end());
       write_job_file(init, p, fio, env);
+      // The bench's own instruments, not part of the job: each job's IOPS per window.
+      char dir_template[] = "/tmp/nvtcp-bench-fiolog.XXXXXX";
+      if (mkdtemp(dir_template)) {
+        log_dir = dir_template;
+        cmd.insert(cmd.end(), {"--write_iops_log=" + log_dir + "/bench", fmt::format("--log_avg_msec={}", kFioLogMs)});
+      }
     }
     c = run_child(cmd, env);
+    const double wall = wall_seconds() - wall0, own = self_cpu_seconds() - self0 + c.cpu_seconds;
+    Interference interf;
+    if (have_stat && read_proc_stat(cpus, stat1)) interf = interference(stat0, stat1, wall, own, sysconf(_SC_CLK_TCK));
+    Timeline tl;
+    bool has_timeline = false;
+    if (!log_dir.empty()) {
+      // fio numbers its jobs' logs bench_iops.1.log ... bench_iops.N.log.
+      tl.cell_s = 0.01;
+      has_timeline = true;
+      // The last window of a job ends as the run does and is never logged whole.
+      const double span = seconds - kFioLogMs / 1000.0;
+      tl.begin_s = span;
+      for (unsigned k = 1; k <= p.jobs; ++k) {
+        const std::string path = fmt::format("{}/bench_iops.{}.log", log_dir, k);
+        std::ifstream f(path);
+        std::string text(std::istreambuf_iterator<char>(f), {});
+        double first = span;
+        if (!f || !add_fio_iops_log(text, kFioLogMs, span, tl, &first)) has_timeline = false;
+        tl.begin_s = std::min(tl.begin_s, first);
+        unlink(path.c_str());
+      }
+      if (tl.begin_s >= span) tl.begin_s = 0;  // nothing completed at all: all of it stalled
+      rmdir(log_dir.c_str());
+    }
     double tcpu = target ? target->cpu_seconds() - tcpu0 : 0;
     uint64_t tios = target ? target->io_count() - tio0 : 0;
     const double ecpu = eng ? eng->stats().cpu_seconds - ecpu0 : 0;
@@ -391,21 +491,38 @@ struct Runner {
       res["error"] = fmt::format("exit {}: {}", c.status, c.err.substr(0, 400));
       return res;
     }
-    double iops = 0, lat_avg = 0, lat_p99 = 0;
+    double iops = 0, lat_avg = 0, lat_p99 = 0, ios = 0, init_cpu = 0;
     if (init == "perf") {
       iops = (*j)["iops"];
       lat_avg = (*j)["lat_avg_us"];
       lat_p99 = (*j)["lat_p99_us"];
+      ios = (*j)["ios"];
+      init_cpu = (*j)["cpu_seconds"];  // from the end of the ramp
+      if (j->contains("timeline")) {
+        const json& t = (*j)["timeline"];
+        tl.cell_s = t["cell_ms"].get<double>() / 1000.0;
+        tl.completed = t["completed"].get<std::vector<double>>();
+        tl.outstanding = t["outstanding"].get<std::vector<double>>();
+        has_timeline = true;
+      }
     } else {
-      job_figures((*j)["jobs"][0], iops, lat_avg, lat_p99);
+      const json& job = (*j)["jobs"][0];
+      job_figures(job, iops, lat_avg, lat_p99);
+      ios = iops * seconds;
+      // fio's job threads from the end of the ramp (getrusage per thread): with group_reporting
+      // usr_cpu and sys_cpu are the jobs' average share of their summed runtime.
+      init_cpu = (job["usr_cpu"].get<double>() + job["sys_cpu"].get<double>()) / 100.0 *
+                 job["job_runtime"].get<double>() / 1000.0;
     }
-    double ios = iops * seconds;
+    const StallReport stalls = has_timeline ? find_stalls(tl, lat_avg / 1e6) : StallReport{};
     res["iops"] = iops;
     res["gbps"] = iops * p.bs * 8 / 1e9;
     res["lat_avg_us"] = lat_avg;
     res["lat_p99_us"] = lat_p99;
-    res["init_cpu_s"] = c.cpu_seconds;
-    res["init_cpu_s_per_mio"] = ios > 0 ? c.cpu_seconds / (ios / 1e6) : 0;
+    res["init_cpu_s"] = init_cpu;
+    res["init_cpu_s_per_mio"] = ios > 0 ? init_cpu / (ios / 1e6) : 0;
+    res["init_process_cpu_s"] = c.cpu_seconds;  // the whole process, connects and ramp included
+    res["quality"] = quality_json(interf, stalls, tl, has_timeline);
     if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
     else res["target_cpu_s_per_mio"] = nullptr;
     if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
@@ -478,8 +595,11 @@ std::vector<Point> matrix(bool quick) {
   std::vector<Point> pts;
   std::vector<uint32_t> sizes{4096, 8192, 16384, 32768, 65536, 131072};
   for (const char* w : {"randread", "randwrite", "randrw"})
-    for (uint32_t bs : sizes) pts.push_back({w, bs, 32, std::string("bs-") + w});
-  for (unsigned jobs : {1u, 2u, 4u, 8u, 16u, 32u}) pts.push_back({"randread", 4096, jobs, "jobs-randread"});
+    for (uint32_t bs : sizes) pts.push_back({w, bs, 32, std::string("bs-") + w, ""});
+  // 4 KiB random read at 32 jobs is the block-size sweep's first point: measured once there
+  // and shown in the jobs sweep too.
+  pts.front().also_in = "jobs-randread";
+  for (unsigned jobs : {1u, 2u, 4u, 8u, 16u}) pts.push_back({"randread", 4096, jobs, "jobs-randread", ""});
   // The quick profile measures the same matrix, only shorter (see seconds below).
   (void)quick;
   return pts;
@@ -517,6 +637,30 @@ json summarize(const std::vector<json>& runs) {
   out["iops_max"] = hi;
   out["runs"] = runs.size();
   out["iops_runs"] = each;
+  // Each kept sample's evidence, the samples discarded for a stall, and counts a reader sees.
+  json samples = json::array(), discarded = json::array();
+  unsigned busy = 0, stalled = 0;
+  double others_max = 0;
+  for (const auto& r : runs) {
+    if (r.contains("quality")) {
+      const json& q = r["quality"];
+      samples.push_back({{"iops", r["iops"]}, {"quality", q}});
+      busy += q.value("busy", false) ? 1 : 0;
+      stalled += q.contains("stalls") && !q["stalls"].empty() ? 1 : 0;
+      others_max = std::max(others_max, q.value("others_cpu_pct", 0.0));
+    }
+    if (r.contains("discarded"))
+      for (const auto& d : r["discarded"]) discarded.push_back(d);
+  }
+  out.erase("quality");
+  out.erase("discarded");
+  if (!samples.empty()) {
+    out["samples"] = samples;
+    out["busy_runs"] = busy;
+    out["stalled_runs"] = stalled;
+    out["others_cpu_pct_max"] = others_max;
+  }
+  out["discarded"] = discarded;
   // Remote hosts: each host's own median and range, host by host in the hosts file's order.
   if (out.contains("hosts")) {
     json hosts = json::array();
@@ -586,6 +730,7 @@ int run_bench(BenchArgs& a) {
   }
   run.host_cores = count_cpus(a.host_cpus);
   run.seconds = a.runtime > 0 ? a.runtime : (a.quick ? 2 : 10);
+  run.ramp = a.ramp >= 0 ? a.ramp : (a.quick ? 0.5 : 1);
   std::string err;
   if (!a.hosts_file.empty() || !a.fio_clients.empty()) {
     std::string text;
@@ -691,6 +836,9 @@ int run_bench(BenchArgs& a) {
   json doc;
   doc["target"] = a.target_trid.empty() ? "embedded null namespace (1 TiB) on 127.0.0.1" : run.trid.to_string();
   doc["seconds_per_run"] = run.seconds;
+  doc["ramp_seconds"] = run.ramp;  // before each run's measured seconds, counted in no figure
+  doc["max_reruns"] = a.max_reruns;
+  doc["busy_threshold_pct"] = {{"others_cpu", a.busy_percent}, {"steal", a.steal_percent}};
   doc["queue_depth_per_job"] = a.queue_depth;
   doc["target_cpus"] = a.target_cpus;
   doc["host_cpus"] = a.host_cpus;
@@ -717,7 +865,29 @@ int run_bench(BenchArgs& a) {
     std::map<std::string, std::vector<json>> runs;
     for (unsigned r = 0; r < repeat; ++r) {
       for (const auto& init : inits) {
-        json one = run.run_point(init, p);
+        // A sample that stalled (I/O outstanding, nothing completed) measured the machine, not
+        // the stack: it is kept aside with its evidence and run again, a bounded number of times.
+        json one, discarded = json::array();
+        for (unsigned attempt = 0;; ++attempt) {
+          one = run.run_point(init, p);
+          if (one.contains("quality")) {
+            json& q = one["quality"];
+            q["busy"] = q["others_cpu_pct"].get<double>() >= a.busy_percent ||
+                        q["steal_pct"].get<double>() >= a.steal_percent;
+          }
+          const bool stalled = one.contains("quality") && one["quality"].contains("stalls") &&
+                               !one["quality"]["stalls"].empty();
+          if (one.contains("error") || !stalled || attempt >= a.max_reruns) break;
+          const json& q = one["quality"];
+          fmt::print("{:>7} {:>10} {:>6} {:>5} {:>12}  stalled: {:.2f} s with I/O outstanding and nothing completed "
+                     "({:.3f} M IOPS, others took {:.0f}% of the CPUs): run again\n",
+                     "", p.workload, p.bs, p.jobs, init, q["stalled_s"].get<double>(), one["iops"].get<double>() / 1e6,
+                     q["others_cpu_pct"].get<double>());
+          discarded.push_back({{"iops", one["iops"]},
+                               {"reason", fmt::format("stalled {:.2f} s", q["stalled_s"].get<double>())},
+                               {"quality", q}});
+        }
+        one["discarded"] = discarded;
         ++done;
         if (one.contains("error")) {
           fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12}  error: {}\n", done, total, p.workload, p.bs, p.jobs, init,
@@ -726,11 +896,21 @@ int run_bench(BenchArgs& a) {
           auto opt = [&](const char* k) {
             return one[k].is_null() ? std::string("-") : fmt::format("{:.3f}", one[k].get<double>());
           };
-          fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}\n",
+          std::string flags;
+          if (one.contains("quality")) {
+            const json& q = one["quality"];
+            if (q.value("busy", false))
+              flags += fmt::format("  busy: others {:.0f}%, steal {:.0f}%", q["others_cpu_pct"].get<double>(),
+                                   q["steal_pct"].get<double>());
+            if (q.contains("stalls") && !q["stalls"].empty())
+              flags += fmt::format("  STALLED {:.2f} s (kept: {} reruns used)", q["stalled_s"].get<double>(),
+                                   discarded.size());
+          }
+          fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}{}\n",
                      done, total, p.workload, p.bs, p.jobs, init, one["iops"].get<double>() / 1e6,
                      one["gbps"].get<double>(), one["lat_avg_us"].get<double>(), one["lat_p99_us"].get<double>(),
                      one["init_cpu_s_per_mio"].get<double>(), opt("engine_cpu_s_per_mio"),
-                     opt("target_cpu_s_per_mio"));
+                     opt("target_cpu_s_per_mio"), flags);
           if (one.contains("hosts"))
             for (const auto& h : one["hosts"])
               fmt::print("{:>7} {:>32} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f}\n", "", h["server"].get<std::string>(),
@@ -794,6 +974,17 @@ void add_bench_command(CLI::App& app, int& rc) {
                 "`fio --server` per line, \"SERVER [traddr=ADDR] [engine=SOCKET]\" (needs --target)");
   c->add_option("--fio-client", a->fio_clients,
                 "remote hosts as fio --client takes them, comma-separated (HOST, HOST,PORT, sock:PATH)");
+  c->add_option("--ramp", a->ramp,
+                "seconds of load before each run's measured time, in no figure (default 0.5 with --quick, else 1)")
+      ->check(CLI::Range(0.0, 600.0));
+  c->add_option("--max-reruns", a->max_reruns,
+                "run a stalled sample (I/O outstanding, nothing completed for 100 ms or more) again at most this often")
+      ->check(CLI::Range(0, 20));
+  c->add_option("--busy-percent", a->busy_percent,
+                "mark a sample when other processes took this much of its CPUs (%)")
+      ->check(CLI::Range(0.0, 100.0));
+  c->add_option("--steal-percent", a->steal_percent, "mark a sample when the hypervisor stole this much of its CPUs (%)")
+      ->check(CLI::Range(0.0, 100.0));
   c->add_option("--compare", a->compare, "A/bench.json B/bench.json: print and chart B's figures as ratios to A's")
       ->expected(2);
   c->callback([a, &rc] { rc = run_bench(*a); });

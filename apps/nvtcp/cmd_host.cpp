@@ -265,6 +265,12 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--hdgst", a->hdgst, "header digest");
   c->add_flag("--ddgst", a->ddgst, "data digest");
   c->add_flag("--json", a->json, "print one JSON object");
+  c->add_option("--ramp", a->o.ramp_seconds,
+                 "seconds of load before the measured time, counted in no figure (as fio's ramp_time)")
+      ->check(CLI::Range(0.0, 3600.0));
+  c->add_option("--timeline-ms", a->o.timeline_ms,
+                "with --json: I/Os completed and the most outstanding per interval of this many ms")
+      ->check(CLI::Range(1, 60000));
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_option_function<std::string>(

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <thread>
@@ -81,6 +82,13 @@ struct Job {
   uint64_t pattern_seed = 0; // per run (shared by its threads), so blocks left by an earlier run never pass
   std::vector<bool> acked;   // verify: io_size units with at least one acknowledged write
   std::vector<Slot*> idle;   // slots whose submission was refused (queue reconnecting)
+  // The measured span starts after the ramp: completions before it only keep the queues full.
+  uint64_t measure_start_ns = 0;
+  // --timeline-ms: cells of the measured span, sized before the run (nothing allocated per
+  // I/O). Outstanding holds kUnsampled until the run loop looked at the cell.
+  static constexpr uint64_t kUnsampled = ~0ull;
+  uint64_t cell_ns = 0;
+  std::vector<uint64_t> cell_completed, cell_outstanding;
   uint64_t ns_generation = 0;  // the controller's namespace generation the region was checked at
 
   // The host library rescans by itself when the controller reports a namespace change. A
@@ -163,6 +171,10 @@ struct Job {
     Job* j = s->job;
     uint64_t now = monotonic_ns();
     --j->outstanding;
+    if (j->cell_ns && now >= j->measure_start_ns) {
+      const uint64_t cell = (now - j->measure_start_ns) / j->cell_ns;
+      if (cell < j->cell_completed.size()) ++j->cell_completed[cell];
+    }
     j->r->lat.record(now - s->start_ns);
     ++j->r->ios;
     if (s->is_read) ++j->r->reads; else ++j->r->writes;
@@ -184,8 +196,9 @@ struct Job {
 
 namespace {
 // One thread's share of the run: its own queue pairs, slots and buffers, nothing shared.
+// on_ramp_end, when given, is called on this thread as its ramp ends.
 bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::NamespaceInfo& ni, unsigned index,
-                PerfResult& out, std::string& err) {
+                PerfResult& out, std::string& err, const std::function<void()>& on_ramp_end) {
   Job job;
   job.o = &o;
   job.r = &out;
@@ -226,10 +239,18 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     slots[i].buf = bufs.get() + i * o.io_size;
   }
 
-  auto run_phase = [&](double secs) {
+  auto run_phase = [&](double secs, double ramp_secs) {
     job.stopping = false;
     uint64_t t0 = monotonic_ns();
     job.phase_start_ns = t0;
+    job.measure_start_ns = t0 + uint64_t(ramp_secs * 1e9);
+    bool ramped = ramp_secs <= 0;
+    if (o.timeline_ms) {
+      job.cell_ns = uint64_t(o.timeline_ms) * 1'000'000ull;
+      const size_t cells = size_t(secs * 1e9) / job.cell_ns;
+      job.cell_completed.assign(cells, 0);
+      job.cell_outstanding.assign(cells, Job::kUnsampled);
+    }
     // Over TCP one reactor serves every queue pair of this thread: polling any one drives
     // all. Through the engine each queue pair has its own completion queue to read.
     const bool each_queue = ctrl.trid().trtype == "engine";
@@ -243,10 +264,26 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
       s.refused = false;  // a write refused at the end of the last phase never ran
       job.issue(&s);
     }
-    uint64_t end = t0 + uint64_t(secs * 1e9);
+    uint64_t end = job.measure_start_ns + uint64_t(secs * 1e9);
     while (true) {
       poll_all(1000);
-      if (monotonic_ns() >= end) break;
+      const uint64_t now = monotonic_ns();
+      if (!ramped && now >= job.measure_start_ns) {
+        // The ramp is over: what it did is not the sample's.
+        ramped = true;
+        const uint64_t errors = out.errors;
+        out = PerfResult{};
+        out.errors = errors;  // an error is never hidden, ramp or not
+        if (on_ramp_end) on_ramp_end();
+      }
+      if (job.cell_ns && ramped) {
+        const uint64_t c = (now - job.measure_start_ns) / job.cell_ns;
+        if (c < job.cell_outstanding.size()) {
+          uint64_t& o_max = job.cell_outstanding[c];
+          if (o_max == Job::kUnsampled || job.outstanding > o_max) o_max = job.outstanding;
+        }
+      }
+      if (now >= end) break;
       // --number-ios: done once every I/O asked for has completed.
       if (o.number_ios && job.issued >= job.issue_limit && job.outstanding == 0 && job.idle.empty()) break;
       job.follow_shrink(ctrl);
@@ -265,7 +302,15 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     if (o.ctrl.ctrl_loss_tmo_ms) drain_ms += o.ctrl.ctrl_loss_tmo_ms + 2ull * o.ctrl.io_timeout_ms;
     uint64_t drain_end = monotonic_ns() + drain_ms * 1'000'000ull;
     while (job.outstanding > 0 && monotonic_ns() < drain_end) poll_all(1000);
-    out.seconds += double(monotonic_ns() - t0) / 1e9;
+    out.seconds += double(monotonic_ns() - std::min(job.measure_start_ns, monotonic_ns())) / 1e9;
+    if (job.cell_ns) {
+      // A cell the loop never looked at (the thread did not run) had what the one before had.
+      uint64_t last = 0;
+      for (uint64_t& v : job.cell_outstanding) v = v == Job::kUnsampled ? last : (last = v);
+      out.timeline_cell_s = double(job.cell_ns) / 1e9;
+      out.timeline_completed = job.cell_completed;
+      out.timeline_outstanding = job.cell_outstanding;
+    }
   };
 
   if (o.verify) {
@@ -279,16 +324,16 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     job.issue_limit = o.number_ios;
     Rng saved = job.rng;
     uint64_t saved_seq = job.seq;
-    run_phase(o.seconds / 2);
+    run_phase(o.seconds / 2, 0);
     job.rng = saved;
     job.seq = saved_seq;
     job.issue_limit = job.issued;
     job.issued = 0;
     job.verify_phase_read = true;
-    run_phase(o.seconds / 2);
+    run_phase(o.seconds / 2, 0);
   } else {
     job.issue_limit = o.number_ios;
-    run_phase(o.seconds);
+    run_phase(o.seconds, o.ramp_seconds);
   }
   bool any_failed = false;
   for (auto& q : qps) any_failed |= q->failed();
@@ -337,10 +382,16 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   std::vector<PerfResult> results(cores);
   std::vector<std::string> errors(cores);
   std::vector<char> ok(cores, 0);
+  if (o.verify && o.ramp_seconds > 0) {
+    err = "--ramp does not go with --verify (the read-back must see every write)";
+    return false;
+  }
+  // The process's CPU from the end of the ramp (the first thread's; all start together).
   double cpu0 = process_cpu_seconds();
+  const std::function<void()> ramp_end_cpu = [&cpu0] { cpu0 = process_cpu_seconds(); };
   auto work = [&](unsigned i) {
     pin_to(i < o.cpus.size() ? o.cpus[i] : -1);
-    ok[i] = run_worker(o, *ctrl, ni, i, results[i], errors[i]);
+    ok[i] = run_worker(o, *ctrl, ni, i, results[i], errors[i], i == 0 ? ramp_end_cpu : std::function<void()>());
   };
   if (cores == 1) {
     work(0);
@@ -364,6 +415,16 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
     out.verify_skipped += r.verify_skipped;
     out.seconds = std::max(out.seconds, r.seconds);
     out.lat.merge(r.lat);
+    if (!r.timeline_completed.empty()) {
+      out.timeline_cell_s = r.timeline_cell_s;
+      const size_t n = std::max(out.timeline_completed.size(), r.timeline_completed.size());
+      out.timeline_completed.resize(n, 0);
+      out.timeline_outstanding.resize(n, 0);
+      for (size_t c = 0; c < r.timeline_completed.size(); ++c) {
+        out.timeline_completed[c] += r.timeline_completed[c];
+        out.timeline_outstanding[c] += r.timeline_outstanding[c];
+      }
+    }
   }
   return true;
 }
@@ -412,6 +473,12 @@ std::string format_perf_json(const PerfOptions& o, const PerfResult& r) {
   if (o.verify) {
     j["verify_failures"] = r.verify_failures;
     j["verify_skipped"] = r.verify_skipped;
+  }
+  j["ramp_seconds"] = o.ramp_seconds;
+  if (r.timeline_cell_s > 0) {
+    j["timeline"] = {{"cell_ms", r.timeline_cell_s * 1000},
+                     {"completed", r.timeline_completed},
+                     {"outstanding", r.timeline_outstanding}};
   }
   return j.dump();
 }

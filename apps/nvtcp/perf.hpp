@@ -24,6 +24,8 @@ struct PerfOptions {
   unsigned cores = 1;                 // threads, each with its own queue pairs
   std::vector<int> cpus;              // pin thread i to cpus[i] when given
   bool verify = false;                // write tagged blocks, then read back and check
+  double ramp_seconds = 0;            // run this long first and count none of it (connects are never counted)
+  uint32_t timeline_ms = 0;           // record completions and outstanding I/O per cell of this length (0: no)
   host::DataPathOptions data_path;    // SQ thread CPU, zero-copy sends, multishot and spinning receive
 };
 
@@ -32,6 +34,10 @@ struct PerfResult {
   double seconds = 0;
   double cpu_seconds = 0;
   LatencyHistogram lat;
+  // --timeline-ms: per cell of the measured time, I/Os completed and the most outstanding
+  // (summed over the threads); only whole cells.
+  double timeline_cell_s = 0;
+  std::vector<uint64_t> timeline_completed, timeline_outstanding;
   double iops() const { return seconds > 0 ? double(ios) / seconds : 0; }
   double mibps(uint32_t io_size) const { return iops() * io_size / (1024.0 * 1024.0); }
   double gbps(uint32_t io_size) const { return iops() * io_size * 8 / 1e9; }

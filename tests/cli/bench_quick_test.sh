@@ -15,6 +15,8 @@ fi
 "$NVTCP" bench --quick --points 2 --runtime 1 --repeat 2 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"
 grep -q "Random read, 32 jobs" "$out/stdout.txt"
 grep -q "4 KiB random read against jobs" "$out/stdout.txt"
+# The jobs table shows the 32-job point that the block-size sweep measured.
+sed -n '/4 KiB random read against jobs/,/^$/p' "$out/stdout.txt" | grep -qE "^ +32 \|" || { echo "no 32-job row"; exit 1; }
 /usr/bin/python3 - "$out/bench.json" "$inits" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -23,6 +25,10 @@ pts = doc["points"]
 assert len(pts) == 2 * len(inits), pts
 figs = {p["figure"] for p in pts}
 assert figs == {"bs-randread", "jobs-randread"}, figs
+# 4 KiB random read at 32 jobs is measured once and shown in both sweeps.
+shared = [p for p in pts if p["jobs"] == 32 and p["bs"] == 4096 and p["workload"] == "randread"]
+assert len(shared) == len(inits) and all(p["figures"] == ["bs-randread", "jobs-randread"] for p in shared), shared
+assert doc["ramp_seconds"] == 0.5, doc["ramp_seconds"]
 assert doc["repeat"] == 2, doc["repeat"]
 env = doc["environment"]
 for k in ("cpu_model", "cpus_online", "kernel", "tcp_congestion_used", "nvtcp_version", "command"):
@@ -35,6 +41,16 @@ for p in pts:
     else:
         assert p.get("engine_cpu_s_per_mio") is None, p
     assert "error" not in p, p
+    # Each kept run's evidence: what else ran on its CPUs, and its timeline with no stall
+    # left unreported.
+    assert len(p["samples"]) == 2, p
+    for smp in p["samples"]:
+        q = smp["quality"]
+        assert q["others_cpu_pct"] >= 0 and q["steal_pct"] >= 0 and isinstance(q["busy"], bool), q
+        assert q["timeline_kiops_per_100ms"], q
+        assert bool(q["stalls"]) == (q["stalled_s"] > 0), q
+    assert p["stalled_runs"] == sum(1 for smp in p["samples"] if smp["quality"]["stalls"]), p
+    assert isinstance(p["discarded"], list), p
     for k in ("initiator", "workload", "bs", "jobs", "iops", "gbps", "lat_avg_us", "lat_p99_us",
               "init_cpu_s_per_mio", "target_cpu_s_per_mio"):
         assert k in p, (k, p)

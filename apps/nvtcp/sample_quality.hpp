@@ -1,0 +1,90 @@
+// Whether one benchmark sample can be trusted: the CPU that processes other than the bench's
+// took on the bench's CPUs while it ran, the time the hypervisor stole from them, and stalls:
+// spans in which I/O was outstanding and nothing completed (on a loaded machine: receive-queue
+// drops followed by retransmission timeouts, a throttled vCPU). A figure measured over a stall
+// or beside another busy process is not the stack's, and the bench says so instead of printing
+// it like any other. Pure functions over text and counters, so that tests feed them streams
+// they stall on purpose.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nvtcp::app {
+
+// Times summed over a set of CPUs, in clock ticks (USER_HZ), from /proc/stat's "cpuN" lines.
+struct CpuTimes {
+  uint64_t user = 0;     // user + nice (guest time is inside user already)
+  uint64_t system = 0;
+  uint64_t irq = 0;      // hardirq + softirq: with IRQ time accounting charged to no process
+  uint64_t idle = 0;     // idle + iowait
+  uint64_t steal = 0;    // the vCPU was runnable and the hypervisor ran something else
+  unsigned cpus = 0;     // how many of the CPUs asked for were found
+};
+
+// The "cpuN" lines of /proc/stat's text for the CPUs listed (every CPU when the list is
+// empty). False when a listed CPU has no line or a line does not parse.
+bool parse_proc_stat(std::string_view text, const std::vector<int>& cpus, CpuTimes& out);
+
+// Reads /proc/stat now (false if it cannot be read or parsed).
+bool read_proc_stat(const std::vector<int>& cpus, CpuTimes& out);
+
+// What ran on the sample's CPUs besides the sample itself.
+struct Interference {
+  double capacity_s = 0;  // wall seconds x CPUs
+  double busy_s = 0;      // user + system time on those CPUs, every process
+  double own_s = 0;       // the sample's own processes (the bench, its target and engine, the initiator)
+  double others_s = 0;    // busy - own, not below zero
+  double irq_s = 0;       // interrupt and softirq time (the network stack; not split by process)
+  double steal_s = 0;
+  double others_share() const { return capacity_s > 0 ? others_s / capacity_s : 0; }
+  double steal_share() const { return capacity_s > 0 ? steal_s / capacity_s : 0; }
+};
+
+// Between two readings over wall_s seconds, with own_cpu_s of CPU used by the sample's own
+// processes (rusage: user + system, which is what /proc/stat's user and system hold).
+Interference interference(const CpuTimes& before, const CpuTimes& after, double wall_s, double own_cpu_s,
+                          long ticks_per_second);
+
+// Completions over time in equal cells. outstanding[i] is the most I/O outstanding seen in cell
+// i; left empty when the source cannot tell (fio's logs), each cell of a running job is then
+// taken to have I/O outstanding (a time-based fio job keeps its queue full).
+struct Timeline {
+  double cell_s = 0.01;
+  double begin_s = 0;  // cells before this are not judged (a source whose first window starts late)
+  std::vector<double> completed;
+  std::vector<double> outstanding;
+};
+
+struct Stall {
+  double start_s = 0;  // from the start of the measured span
+  double length_s = 0;
+};
+
+struct StallReport {
+  std::vector<Stall> stalls;
+  double stalled_s = 0;        // their total
+  double min_stall_s = 0;      // the shortest span that counted as a stall in this sample
+  bool stalled() const { return !stalls.empty(); }
+};
+
+// Spans of at least min_stall_s (and of at least 20 average latencies, so that a slow device
+// whose I/Os take longer than a cell is not called stalled) in which nothing completed while
+// I/O was outstanding.
+StallReport find_stalls(const Timeline& t, double lat_avg_s, double min_stall_s = 0.1);
+
+// One fio job's iops log written with --log_avg_msec=window_ms ("msec, iops, dir, bs, offset"
+// per line): each line covers the window_ms before its time, and fio writes no line for a
+// window in which nothing completed. Added into t (cells of t.cell_s over span_s seconds).
+// fio's first window after the ramp ends some tens of ms late, so the span before the first
+// window of any job is no evidence: first_window_s gets where this log's first window starts
+// (span_s if it has none), and the caller sets t.begin_s to the earliest over the jobs.
+// False when a line does not parse.
+bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Timeline& t,
+                      double* first_window_s = nullptr);
+
+// The timeline in coarser cells (sums), for reports: K IOPS per cell of cell_s seconds.
+std::vector<double> kiops_per_cell(const Timeline& t, double cell_s);
+
+}  // namespace nvtcp::app

@@ -1,0 +1,168 @@
+// The bench's judgement of a sample: /proc/stat read for a set of CPUs, the CPU other
+// processes took, and stalls found in timelines that the tests stall on purpose.
+#include "sample_quality.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace nvtcp::app {
+namespace {
+
+const char* kStat =
+    "cpu  1000 10 300 5000 20 5 15 40 0 0\n"
+    "cpu0 600 10 100 2000 10 2 8 30 0 0\n"
+    "cpu1 400 0 200 3000 10 3 7 10 0 0\n"
+    "intr 12345 0 0\n"
+    "ctxt 999\n";
+
+TEST(ProcStat, SumsTheListedCpusOnly) {
+  CpuTimes t;
+  ASSERT_TRUE(parse_proc_stat(kStat, {1}, t));
+  EXPECT_EQ(t.cpus, 1u);
+  EXPECT_EQ(t.user, 400u);
+  EXPECT_EQ(t.system, 200u);
+  EXPECT_EQ(t.idle, 3010u);
+  EXPECT_EQ(t.irq, 10u);
+  EXPECT_EQ(t.steal, 10u);
+  ASSERT_TRUE(parse_proc_stat(kStat, {0, 1}, t));
+  EXPECT_EQ(t.cpus, 2u);
+  EXPECT_EQ(t.user, 1010u);  // nice counts as user
+  EXPECT_EQ(t.steal, 40u);
+  ASSERT_TRUE(parse_proc_stat(kStat, {}, t));  // every CPU, not the "cpu" total line twice
+  EXPECT_EQ(t.cpus, 2u);
+  EXPECT_EQ(t.system, 300u);
+}
+
+TEST(ProcStat, AMissingCpuOrAGarbledLineIsRefused) {
+  CpuTimes t;
+  EXPECT_FALSE(parse_proc_stat(kStat, {2}, t));
+  EXPECT_FALSE(parse_proc_stat("cpu0 1 2 x 4 5 6 7 8\n", {0}, t));
+  EXPECT_FALSE(parse_proc_stat("cpu0 1 2 3\n", {0}, t));
+  EXPECT_FALSE(parse_proc_stat("", {}, t));
+}
+
+TEST(Interference, OthersAreTheBusyTimeTheSampleDidNotUse) {
+  CpuTimes a, b;
+  a.cpus = b.cpus = 2;
+  a.user = 1000, a.system = 500, a.steal = 10, a.irq = 7;
+  b.user = 1250, b.system = 650, b.steal = 30, b.irq = 47;  // 4 s busy, 0.2 s stolen, in 100 Hz ticks
+  const Interference i = interference(a, b, 2.0, 3.0, 100);
+  EXPECT_DOUBLE_EQ(i.capacity_s, 4.0);
+  EXPECT_DOUBLE_EQ(i.busy_s, 4.0);
+  EXPECT_DOUBLE_EQ(i.others_s, 1.0);
+  EXPECT_DOUBLE_EQ(i.others_share(), 0.25);
+  EXPECT_DOUBLE_EQ(i.steal_share(), 0.05);
+  EXPECT_DOUBLE_EQ(i.irq_s, 0.4);
+  // The sample's own rusage may exceed the ticks counted: others never go below zero.
+  EXPECT_DOUBLE_EQ(interference(a, b, 2.0, 5.0, 100).others_s, 0.0);
+}
+
+Timeline steady(size_t cells, double per_cell) {
+  Timeline t;
+  t.cell_s = 0.01;
+  t.completed.assign(cells, per_cell);
+  t.outstanding.assign(cells, 32);
+  return t;
+}
+
+TEST(Stalls, ASteadyStreamHasNone) {
+  EXPECT_FALSE(find_stalls(steady(200, 4000), 80e-6).stalled());
+}
+
+TEST(Stalls, ASpanWithIoOutstandingAndNothingCompletedIsOne) {
+  Timeline t = steady(200, 4000);
+  for (size_t i = 50; i < 80; ++i) t.completed[i] = 0;  // 300 ms with the queue full and nothing back
+  const StallReport r = find_stalls(t, 80e-6);
+  ASSERT_EQ(r.stalls.size(), 1u);
+  EXPECT_NEAR(r.stalls[0].start_s, 0.5, 1e-9);
+  EXPECT_NEAR(r.stalls[0].length_s, 0.3, 1e-9);
+  EXPECT_NEAR(r.stalled_s, 0.3, 1e-9);
+}
+
+TEST(Stalls, ShorterGapsIdleQueuesAndSlowDevicesAreNot) {
+  Timeline t = steady(200, 4000);
+  for (size_t i = 20; i < 29; ++i) t.completed[i] = 0;  // 90 ms: under the 100 ms floor
+  for (size_t i = 100; i < 150; ++i) t.completed[i] = 0, t.outstanding[i] = 0;  // nothing asked
+  EXPECT_FALSE(find_stalls(t, 80e-6).stalled());
+  // A device whose I/Os take 10 ms completes nothing for 150 ms at times without stalling:
+  // the floor is 20 average latencies.
+  Timeline slow = steady(200, 1);
+  for (size_t i = 60; i < 75; ++i) slow.completed[i] = 0;
+  EXPECT_FALSE(find_stalls(slow, 0.010).stalled());
+  EXPECT_TRUE(find_stalls(slow, 0.001).stalled());
+}
+
+TEST(Stalls, TwoStallsAreReportedApart) {
+  Timeline t = steady(300, 100);
+  for (size_t i = 10; i < 30; ++i) t.completed[i] = 0;
+  for (size_t i = 250; i < 300; ++i) t.completed[i] = 0;  // running into the end of the sample
+  const StallReport r = find_stalls(t, 50e-6);
+  ASSERT_EQ(r.stalls.size(), 2u);
+  EXPECT_NEAR(r.stalls[1].start_s, 2.5, 1e-9);
+  EXPECT_NEAR(r.stalled_s, 0.7, 1e-9);
+}
+
+// fio writes no line for a window in which nothing completed: the gap is the stall.
+TEST(FioLog, WindowsWithoutALineAreEmptyAndJobsAddUp) {
+  std::string job1, job2;
+  for (int ms = 50; ms <= 2000; ms += 50) {
+    if (ms > 600 && ms <= 900) continue;  // both jobs stalled from 550 to 900 ms
+    job1 += std::to_string(ms + 3) + ", 20000, 0, 4096, 0\n";
+    job2 += std::to_string(ms + 7) + ", 10000, 0, 4096, 0\n";
+    if (ms > 1500) job2 += std::to_string(ms + 7) + ", 5000, 1, 4096, 0\n";  // a mix: reads and writes
+  }
+  Timeline t;
+  t.cell_s = 0.01;
+  ASSERT_TRUE(add_fio_iops_log(job1, 50, 1.95, t));
+  ASSERT_TRUE(add_fio_iops_log(job2, 50, 1.95, t));
+  ASSERT_EQ(t.completed.size(), 195u);
+  const StallReport r = find_stalls(t, 100e-6);
+  ASSERT_EQ(r.stalls.size(), 1u);
+  EXPECT_NEAR(r.stalls[0].start_s, 0.61, 0.011);
+  EXPECT_NEAR(r.stalls[0].length_s, 0.29, 0.011);
+  const auto k = kiops_per_cell(t, 0.1);
+  ASSERT_EQ(k.size(), 19u);
+  EXPECT_NEAR(k[2], 30.0, 0.5);   // 20 K + 10 K IOPS
+  EXPECT_NEAR(k[7], 0.0, 0.5);
+  EXPECT_NEAR(k[17], 35.0, 0.5);  // and the writes
+}
+
+TEST(FioLog, OnlyOneJobStalledIsNoStallOfTheSample) {
+  std::string job1, job2;
+  for (int ms = 50; ms <= 2000; ms += 50) {
+    job1 += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
+    if (ms < 500 || ms > 1000) job2 += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
+  }
+  Timeline t;
+  t.cell_s = 0.01;
+  ASSERT_TRUE(add_fio_iops_log(job1, 50, 1.95, t));
+  ASSERT_TRUE(add_fio_iops_log(job2, 50, 1.95, t));
+  EXPECT_FALSE(find_stalls(t, 100e-6).stalled());
+}
+
+// After the ramp fio's first window ends some tens of ms late: not a stall.
+TEST(FioLog, TheSpanBeforeTheFirstWindowIsNoEvidence) {
+  std::string job;
+  for (int ms = 190; ms <= 1000; ms += 50) job += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
+  Timeline t;
+  t.cell_s = 0.01;
+  double first = 0;
+  ASSERT_TRUE(add_fio_iops_log(job, 50, 0.95, t, &first));
+  EXPECT_NEAR(first, 0.14, 1e-9);
+  EXPECT_TRUE(find_stalls(t, 100e-6).stalled());
+  t.begin_s = first;
+  EXPECT_FALSE(find_stalls(t, 100e-6).stalled());
+  double none = 0;
+  ASSERT_TRUE(add_fio_iops_log("", 50, 0.95, t, &none));
+  EXPECT_EQ(none, 0.95);  // a log without a line has no first window
+}
+
+TEST(FioLog, AGarbledLineIsRefused) {
+  Timeline t;
+  t.cell_s = 0.01;
+  EXPECT_FALSE(add_fio_iops_log("50, 20000, 0, 4096, 0\nfifty, 1, 0, 0, 0\n", 50, 1, t));
+}
+
+}  // namespace
+}  // namespace nvtcp::app
