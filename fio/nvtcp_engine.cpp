@@ -8,7 +8,7 @@
 //   LD_PRELOAD=build/libnvtcp_fio.so fio --ioengine=nvtcp ...        (as SPDK's plugin allows)
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
-// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion
+// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -79,6 +79,7 @@ struct EngineOptions {
   unsigned int reconnect_delay;
   int fast_io_fail_tmo;
   unsigned int io_timeout;
+  unsigned long long socket_buffer;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -131,6 +132,9 @@ fio_option g_options[] = {
     make_option("io_timeout", "nvtcp I/O timeout", FIO_OPT_INT, offsetof(EngineOptions, io_timeout),
                 "Seconds before an I/O is aborted, and as long again before the controller is reset (0: never)", "30",
                 86400, 0),
+    make_option("socket_buffer", "nvtcp socket buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, socket_buffer),
+                "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2m; 0: the kernel autotunes them)", "0",
+                1ull << 30, 0),
     fio_option{},
 };
 
@@ -242,6 +246,7 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   c.io_queues = std::max<uint32_t>(io_queues, 1);
   job_poll_mode(td, c.poll);  // checked in nvtcp_init
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
+  c.socket_buffer_bytes = uint32_t(o.socket_buffer);
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;

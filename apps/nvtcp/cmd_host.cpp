@@ -274,6 +274,14 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   c->add_option_function<std::string>(
+      "--socket-buffer",
+      [a](const std::string& v) {
+        uint64_t n = 0;
+        if (!parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError("--socket-buffer", "not a size up to 1G");
+        a->o.ctrl.socket_buffer_bytes = uint32_t(n);
+      },
+      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: the kernel autotunes them)");
+  c->add_option_function<std::string>(
       "--poll",
       [a](const std::string& v) {
         if (!host::parse_poll_mode(v, a->o.ctrl.poll)) throw CLI::ValidationError("--poll", "not a poll mode: " + v);

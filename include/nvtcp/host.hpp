@@ -78,6 +78,8 @@ struct ControllerOptions {
   bool hdgst = false;
   bool ddgst = false;
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
+  // SO_RCVBUF and SO_SNDBUF of each connection, fixed (0: the kernel autotunes them).
+  uint32_t socket_buffer_bytes = 0;
   // How the I/O queues wait for completions (nvtcp/poll_mode.hpp). Default: Hybrid over TCP,
   // the fastest on an idle machine; Interrupt through the offload engine (trtype:engine),
   // whose own cores poll: the application's CPU is what the engine is there to save.

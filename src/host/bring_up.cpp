@@ -32,6 +32,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   p.max_transfer = 1u << 20;
   p.timeout_ms = opts.connect_timeout_ms;
   p.tcp_congestion = opts.tcp_congestion;
+  p.socket_buffer_bytes = opts.socket_buffer_bytes;
   p.io_timeout_ms = opts.admin_timeout_ms;
   p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);

@@ -189,7 +189,8 @@ bool QueuePairImpl::start_connect(HostError& err) {
     err = HostError::system(errno, fmt::format("socket: {}", strerror(errno)));
     return false;
   }
-  std::string e = reactor::apply_socket_options(fd_, {true, 0, 0, p_.tcp_congestion});
+  const int buf = int(p_.socket_buffer_bytes);
+  std::string e = reactor::apply_socket_options(fd_, {true, buf, buf, p_.tcp_congestion});
   if (!e.empty()) {
     ::close(fd_);
     fd_ = -1;

@@ -81,6 +81,8 @@ std::string check_ranges(const TargetConfig& cfg) {
        "Reservation Report counts registrants in 16 bits"},
       {"sqpoll_idle_ms", cfg.sqpoll_idle_ms, 0, 60000, "at most a minute"},
       {"send_zc_threshold", cfg.send_zc_threshold, 0, 1u << 30, "0 = off"},
+      {"socket_buffer_bytes", cfg.socket_buffer_bytes, 0, 1u << 30,
+       "0 = the kernel's autotuning; the kernel also caps it at net.core.rmem_max and wmem_max"},
   };
   for (const Range& r : ranges) {
     if (r.value < r.min || r.value > r.max)
@@ -134,6 +136,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
     cfg.max_registrants_per_namespace =
         int_field(j, "max_registrants_per_namespace", cfg.max_registrants_per_namespace);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
+    cfg.socket_buffer_bytes = size_field(j, "socket_buffer_bytes", cfg.socket_buffer_bytes);
     cfg.poll = j.value("poll", cfg.poll);
     cfg.sqpoll = j.value("sqpoll", cfg.sqpoll);
     cfg.sqpoll_idle_ms = int_field(j, "sqpoll_idle_ms", cfg.sqpoll_idle_ms);

@@ -80,6 +80,9 @@ struct TargetConfig {
   // At most 65535: Reservation Report counts them in 16 bits.
   uint32_t max_registrants_per_namespace = 256;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
+  // SO_RCVBUF and SO_SNDBUF of every accepted connection (0: the kernel's autotuning, which
+  // starts at tcp_rmem's default). A fixed size also stops autotuning, as SPDK does.
+  uint64_t socket_buffer_bytes = 0;
   std::string poll = "hybrid";           // interrupt | busy | hybrid (see nvtcp::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)
   uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work

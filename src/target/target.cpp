@@ -286,7 +286,8 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     sock->backoff_ns = 0;
     accepted_.fetch_add(1);
     state_->usage.handoff.fetch_add(1);
-    std::string e = reactor::apply_socket_options(res, {true, 0, 0, cfg_.tcp_congestion});
+    const int buf = int(cfg_.socket_buffer_bytes);
+    std::string e = reactor::apply_socket_options(res, {true, buf, buf, cfg_.tcp_congestion});
     if (!e.empty()) log::warn("accepted socket: {}", e);
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());
     ReactorThread* dst = reactors_[idx].get();

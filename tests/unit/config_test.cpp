@@ -68,6 +68,13 @@ TEST(ConfigRanges, RegistrantLimitMustFitReportsSixteenBitCount) {
   EXPECT_NE(load(R"({"max_registrants_per_namespace": -1})"), "");
 }
 
+TEST(ConfigRanges, SocketBuffersAreASizeUpToAGibibyte) {
+  EXPECT_EQ(TargetConfig{}.socket_buffer_bytes, 0u);  // the kernel autotunes unless told
+  EXPECT_EQ(load(R"({"socket_buffer_bytes": "2M"})"), "");
+  EXPECT_NE(load(R"({"socket_buffer_bytes": "2G"})").find("socket_buffer_bytes must be from 0 to 1073741824"),
+            std::string::npos);
+}
+
 TEST(ConfigRanges, ValuesAreNotCutToFit) {
   EXPECT_NE(load(R"({"listeners": [{"address": "127.0.0.1", "port": 70000}]})").find("'port' must be an integer"),
             std::string::npos);
