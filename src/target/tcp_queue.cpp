@@ -510,10 +510,15 @@ bool TcpQueue::handle_icreq(const ICReqPdu& req) {
 bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
   Request* found = pool_.alloc();
   const uint16_t sqsize = commands_.sqsize();
-  if (!found && sqsize && pool_.size() < size_t(sqsize) + stream_->held_send_dones()) {
-    // Zero-copy sends keep requests whose response has left (so the host may reuse the
-    // slot) until the kernel lets go of their pages: the pool grows past the queue depth
-    // by at most that many, once, at warm-up.
+  // A request stays Sending until the stream lets go of its response, but the host may have
+  // it already and reuse the slot: the kernel copies a batch of responses into the socket and
+  // delivers the first ones (loopback: at once) before the send completes, which on a loaded
+  // machine (socket memory short, the batch waiting for it) is long enough for the host's next
+  // commands to arrive first; zero-copy sends hold theirs until the kernel lets go of the pages.
+  // So the pool grows past the queue depth while fewer than sqsize commands are outstanding
+  // besides those Sending, and never past twice the depth.
+  const size_t sending = pool_.count(Request::State::Sending);
+  if (!found && sqsize && pool_.size() < size_t(sqsize) + std::min<size_t>(sending, sqsize)) {
     pool_.resize(uint32_t(pool_.size()) + 1);
     found = pool_.alloc();
   }

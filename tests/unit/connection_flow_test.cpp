@@ -354,3 +354,82 @@ TEST_F(ConnectionFlow, AWriteGetsMaxR2TWindowsOfMaxH2CDataAndTheNextOnceOneIsFul
 }
 
 }  // namespace
+
+// Requests in one state.
+uint32_t in_state(const target::ConnectionInfo& i, target::Request::State s) { return i.request_states[size_t(s)]; }
+uint32_t pool_size(const target::ConnectionInfo& i) {
+  uint32_t n = 0;
+  for (uint32_t c : i.request_states) n += c;
+  return n;
+}
+
+// With SQ flow control off the host may reuse a command's slot once it has read the response.
+// A socket hands the peer the first responses of a batch before the send completes (on a
+// loaded machine, one waiting for socket memory, long enough for the next commands to arrive
+// first), so the target must take a command while the request it replaces is still Sending.
+// Found under TCP memory pressure, where the target answered such a host with a TermReq
+// ("more commands outstanding than the queue depth") and the run failed.
+TEST_F(ConnectionFlow, AHostMayReuseASlotWhoseResponseItReadBeforeTheSendCompleted) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  const uint32_t depth = pool_size(io.conn->info());
+  ASSERT_GT(depth, 1u);
+  io.stream->hold_dones(true);  // the host reads; the target's sends have not completed yet
+  auto flushes = [&](uint16_t first, uint32_t n) {
+    test::Bytes b;
+    for (uint32_t k = 0; k < n; ++k) {
+      const auto pdu = test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), uint16_t(first + k)), {}, false, false);
+      b.insert(b.end(), pdu.begin(), pdu.end());
+    }
+    return b;
+  };
+  io.send(flushes(1, depth));
+  auto answered = [&] {
+    uint32_t ok = 0;
+    for (const Pdu& p : io.read_all()) {
+      EXPECT_EQ(p.type, wire::PduType::CapsuleResp) << "PDU type " << unsigned(p.type);
+      if (p.type == wire::PduType::CapsuleResp) ok += test::ok(test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader)));
+    }
+    return ok;
+  };
+  ASSERT_EQ(answered(), depth);  // every response read by the host ...
+  EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), depth);  // ... none let go of yet
+  // The host has nothing outstanding and sends a queue's worth again: all taken and answered.
+  io.send(flushes(uint16_t(depth + 1), depth));
+  EXPECT_FALSE(io.gone) << "the connection was closed";
+  EXPECT_EQ(answered(), depth);
+  EXPECT_LE(pool_size(io.conn->info()), 2 * depth) << "the pool grows at most to twice the depth";
+  io.stream->release_dones();
+  io.spin();
+  EXPECT_EQ(in_use(io.conn->info()), 0u) << "every request is free again";
+}
+
+// The pool grows only for requests whose response has left: a host with a queue's worth of
+// commands truly outstanding (writes waiting for their data) that sends one more is still
+// refused with a TermReq (PDU sequence error) and closed.
+TEST_F(ConnectionFlow, AHostPastTheQueueDepthWithNothingAnsweredIsRefused) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  const uint32_t depth = pool_size(io.conn->info());
+  test::Bytes b;
+  for (uint32_t c = 1; c <= depth; ++c) {
+    const auto pdu = test::capsule_pdu(test::rw_sqe(wire::IoOpcode::Write, uint16_t(c), kNullNsid, c, 1, 4096), {},
+                                       false, false);
+    b.insert(b.end(), pdu.begin(), pdu.end());
+  }
+  io.send(b);
+  ASSERT_EQ(in_state(io.conn->info(), target::Request::State::AwaitingH2C), depth);
+  io.send(test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), uint16_t(depth + 1)), {}, false, false));
+  bool term = false;
+  for (int i = 0; i < 100 && !io.gone; ++i) {
+    io.stream->drain();
+    for (Pdu p; io.pop(p);) {
+      if (p.type != wire::PduType::C2HTermReq) continue;
+      term = true;
+      EXPECT_EQ(test::read_as<wire::TermReqPdu>(p.bytes).fes, uint16_t(wire::Fes::PduSequenceError));
+    }
+    io.spin();
+  }
+  EXPECT_TRUE(term) << "no C2HTermReq";
+  EXPECT_TRUE(io.gone) << "the connection stayed open";
+}

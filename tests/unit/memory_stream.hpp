@@ -48,6 +48,7 @@ class MemoryStream final : public reactor::ByteStream {
   void close() override {
     if (closing_) return;
     closing_ = true;
+    release_dones();
     while (!queue_.empty()) {
       reactor::SendDone* done = queue_.front().done;
       queue_.pop_front();
@@ -83,6 +84,16 @@ class MemoryStream final : public reactor::ByteStream {
       }
     }
   }
+  // From now on the peer's reads leave each segment's done pending until release_dones(), as
+  // a socket's send completion may be reaped after the peer has read the bytes.
+  void hold_dones(bool hold) { hold_dones_ = hold; }
+  void release_dones() {
+    std::vector<reactor::SendDone*> dones;
+    dones.swap(held_);
+    for (reactor::SendDone* d : dones) d->fn(d);
+  }
+  size_t held_dones() const { return held_.size(); }
+
   // The peer reads up to max bytes of what is queued: they move to received(), and each
   // segment's done fires once all of it has gone. Returns the bytes moved.
   size_t drain(size_t max = SIZE_MAX) {
@@ -98,7 +109,8 @@ class MemoryStream final : public reactor::ByteStream {
       if (s.off < s.len) break;
       reactor::SendDone* done = s.done;
       queue_.pop_front();
-      if (done) done->fn(done);
+      if (done && hold_dones_) held_.push_back(done);
+      else if (done) done->fn(done);
     }
     return moved;
   }
@@ -120,6 +132,8 @@ class MemoryStream final : public reactor::ByteStream {
   uint64_t sent_ = 0;
   bool started_ = false;
   bool closing_ = false;
+  bool hold_dones_ = false;
+  std::vector<reactor::SendDone*> held_;
   std::vector<uint8_t> received_;
   reactor::OwnedDeferred<MemoryStream> closed_d_;
 };
