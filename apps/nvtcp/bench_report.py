@@ -87,10 +87,10 @@ def quality_notes(pts):
             what.append(f"{len(busy)} of {len(samples)} runs beside other work (others up to "
                         f"{worst.get('others_cpu_pct', 0):.0f}% of the CPUs, steal up to "
                         f"{max(q.get('steal_pct', 0) for q in busy):.0f}%)")
-        stalled = [s for s in samples if s["quality"].get("stalls")]
+        stalled = [s for s in samples if s["quality"].get("stalled")]
         if stalled:
             what.append(f"{len(stalled)} kept run(s) still stalled after the reruns: " + ", ".join(
-                f"{s['quality']['stalled_s']:.2f} s at {s['iops'] / 1e6:.3f} M" for s in stalled))
+                f"{s['quality']['stall_reason']} at {s['iops'] / 1e6:.3f} M" for s in stalled))
         if p.get("discarded"):
             what.append(f"{len(p['discarded'])} run(s) discarded: " + ", ".join(
                 f"{d['reason']} ({d['iops'] / 1e6:.3f} M IOPS, others {d['quality'].get('others_cpu_pct', 0):.0f}%)"

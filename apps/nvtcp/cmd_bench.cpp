@@ -189,9 +189,22 @@ double wall_seconds() {
 }
 
 // The evidence of one sample's quality, for bench.json: what else ran on its CPUs and where
-// I/O stood still.
-json quality_json(const Interference& in, const StallReport& st, const Timeline& tl, bool has_timeline) {
+// I/O stood still. A run stalled when its timeline has a span with I/O outstanding and nothing
+// completed, or when a retransmission timeout (200 ms or more of one connection standing
+// still) fell into it: with 32 connections the others hide the one that stood still.
+json quality_json(const Interference& in, const StallReport& st, const Timeline& tl, bool has_timeline,
+                  const TcpCounters* tcp) {
   json q;
+  std::string reason;
+  if (st.stalled()) reason = fmt::format("stalled {:.2f} s", st.stalled_s);
+  if (tcp) {
+    q["tcp"] = {{"retrans_segs", tcp->retrans_segs}, {"loss_probes", tcp->loss_probes}, {"timeouts", tcp->timeouts},
+                {"rcvq_drops", tcp->rcvq_drops}, {"memory_pressures", tcp->memory_pressures}};
+    if (tcp->timeouts)
+      reason += fmt::format("{}{} retransmission timeout(s)", reason.empty() ? "" : ", ", tcp->timeouts);
+  }
+  q["stalled"] = !reason.empty();
+  q["stall_reason"] = reason;
   auto pct = [](double v) { return std::round(v * 1000) / 10; };
   q["others_cpu_pct"] = pct(in.others_share());
   q["steal_pct"] = pct(in.steal_share());
@@ -420,6 +433,8 @@ struct Runner {
     const std::vector<int> cpus = sample_cpus();
     CpuTimes stat0, stat1;
     const bool have_stat = read_proc_stat(cpus, stat0);
+    TcpCounters tcp0, tcp1;
+    const bool have_tcp = read_tcp_counters(tcp0);
     const double self0 = self_cpu_seconds(), wall0 = wall_seconds();
     std::string log_dir;
     double tcpu0 = target ? target->cpu_seconds() : 0;
@@ -465,6 +480,8 @@ struct Runner {
     const double wall = wall_seconds() - wall0, own = self_cpu_seconds() - self0 + c.cpu_seconds;
     Interference interf;
     if (have_stat && read_proc_stat(cpus, stat1)) interf = interference(stat0, stat1, wall, own, sysconf(_SC_CLK_TCK));
+    const bool tcp_read = have_tcp && read_tcp_counters(tcp1);
+    const TcpCounters tcp = tcp1 - tcp0;
     Timeline tl;
     bool has_timeline = false;
     if (!log_dir.empty()) {
@@ -526,7 +543,7 @@ struct Runner {
     res["init_cpu_s"] = init_cpu;
     res["init_cpu_s_per_mio"] = ios > 0 ? init_cpu / (ios / 1e6) : 0;
     res["init_process_cpu_s"] = c.cpu_seconds;  // the whole process, connects and ramp included
-    res["quality"] = quality_json(interf, stalls, tl, has_timeline);
+    res["quality"] = quality_json(interf, stalls, tl, has_timeline, tcp_read ? &tcp : nullptr);
     if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
     else res["target_cpu_s_per_mio"] = nullptr;
     if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
@@ -650,7 +667,7 @@ json summarize(const std::vector<json>& runs) {
       const json& q = r["quality"];
       samples.push_back({{"iops", r["iops"]}, {"quality", q}});
       busy += q.value("busy", false) ? 1 : 0;
-      stalled += q.contains("stalls") && !q["stalls"].empty() ? 1 : 0;
+      stalled += q.value("stalled", false) ? 1 : 0;
       others_max = std::max(others_max, q.value("others_cpu_pct", 0.0));
     }
     if (r.contains("discarded"))
@@ -881,17 +898,14 @@ int run_bench(BenchArgs& a) {
             q["busy"] = q["others_cpu_pct"].get<double>() >= a.busy_percent ||
                         q["steal_pct"].get<double>() >= a.steal_percent;
           }
-          const bool stalled = one.contains("quality") && one["quality"].contains("stalls") &&
-                               !one["quality"]["stalls"].empty();
+          const bool stalled = one.contains("quality") && one["quality"].value("stalled", false);
           if (one.contains("error") || !stalled || attempt >= a.max_reruns) break;
           const json& q = one["quality"];
-          fmt::print("{:>7} {:>10} {:>6} {:>5} {:>12}  stalled: {:.2f} s with I/O outstanding and nothing completed "
-                     "({:.3f} M IOPS, others took {:.0f}% of the CPUs): run again\n",
-                     "", p.workload, p.bs, p.jobs, init, q["stalled_s"].get<double>(), one["iops"].get<double>() / 1e6,
-                     q["others_cpu_pct"].get<double>());
-          discarded.push_back({{"iops", one["iops"]},
-                               {"reason", fmt::format("stalled {:.2f} s", q["stalled_s"].get<double>())},
-                               {"quality", q}});
+          fmt::print("{:>7} {:>10} {:>6} {:>5} {:>12}  stalled: {} ({:.3f} M IOPS, others took {:.0f}% of the CPUs): "
+                     "run again\n",
+                     "", p.workload, p.bs, p.jobs, init, q["stall_reason"].get<std::string>(),
+                     one["iops"].get<double>() / 1e6, q["others_cpu_pct"].get<double>());
+          discarded.push_back({{"iops", one["iops"]}, {"reason", q["stall_reason"]}, {"quality", q}});
         }
         one["discarded"] = discarded;
         ++done;
@@ -908,8 +922,8 @@ int run_bench(BenchArgs& a) {
             if (q.value("busy", false))
               flags += fmt::format("  busy: others {:.0f}%, steal {:.0f}%", q["others_cpu_pct"].get<double>(),
                                    q["steal_pct"].get<double>());
-            if (q.contains("stalls") && !q["stalls"].empty())
-              flags += fmt::format("  STALLED {:.2f} s (kept: {} reruns used)", q["stalled_s"].get<double>(),
+            if (q.value("stalled", false))
+              flags += fmt::format("  STALLED: {} (kept: {} reruns used)", q["stall_reason"].get<std::string>(),
                                    discarded.size());
           }
           fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}{}\n",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 namespace nvtcp::app {
 
@@ -143,6 +144,61 @@ bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Ti
     }
   }
   return true;
+}
+
+namespace {
+// "Prefix: a b c" followed by "Prefix: 1 2 3": each name with its value, as "Prefix.a".
+bool parse_counter_pairs(std::string_view text, std::map<std::string, uint64_t>& out) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty()) lines.push_back(line);
+  }
+  for (size_t i = 0; i + 1 < lines.size(); i += 2) {
+    std::string_view names = lines[i], values = lines[i + 1];
+    const size_t colon = names.find(':');
+    if (colon == std::string_view::npos || values.substr(0, colon + 1) != names.substr(0, colon + 1)) return false;
+    const std::string prefix(names.substr(0, colon));
+    names.remove_prefix(colon + 1);
+    values.remove_prefix(colon + 1);
+    for (;;) {
+      std::string_view n = next_field(names), v = next_field(values);
+      if (n.empty() != v.empty()) return false;
+      if (n.empty()) break;
+      int64_t value = 0;  // RtoMax and MaxConn may be negative
+      if (!to_number(v, value)) return false;
+      out[prefix + "." + std::string(n)] = uint64_t(value);
+    }
+  }
+  return true;
+}
+}  // namespace
+
+bool parse_tcp_counters(std::string_view netstat, std::string_view snmp, TcpCounters& out) {
+  std::map<std::string, uint64_t> c;
+  if (!parse_counter_pairs(netstat, c) || !parse_counter_pairs(snmp, c)) return false;
+  auto get = [&](const char* key, uint64_t& v) {
+    auto it = c.find(key);
+    if (it == c.end()) return false;
+    v = it->second;
+    return true;
+  };
+  out = {};
+  bool ok = get("Tcp.RetransSegs", out.retrans_segs) && get("TcpExt.TCPTimeouts", out.timeouts);
+  // Older kernels lack some of these: zero rather than no reading at all.
+  get("TcpExt.TCPLossProbes", out.loss_probes);
+  get("TcpExt.TCPRcvQDrop", out.rcvq_drops);
+  get("TcpExt.TCPMemoryPressures", out.memory_pressures);
+  return ok;
+}
+
+bool read_tcp_counters(TcpCounters& out) {
+  std::ifstream n("/proc/net/netstat"), s("/proc/net/snmp");
+  if (!n || !s) return false;
+  std::string nt(std::istreambuf_iterator<char>(n), {}), st(std::istreambuf_iterator<char>(s), {});
+  return parse_tcp_counters(nt, st, out);
 }
 
 std::vector<double> kiops_per_cell(const Timeline& t, double cell_s) {

@@ -84,6 +84,26 @@ StallReport find_stalls(const Timeline& t, double lat_avg_s, double min_stall_s 
 bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Timeline& t,
                       double* first_window_s = nullptr);
 
+// The kernel's TCP counters that tell a sample's connections stood still (machine-wide: on a
+// machine that runs other traffic, theirs count too).
+struct TcpCounters {
+  uint64_t retrans_segs = 0;      // Tcp RetransSegs
+  uint64_t loss_probes = 0;       // TcpExt TCPLossProbes: tail loss probes (often spurious on loopback)
+  uint64_t timeouts = 0;          // TcpExt TCPTimeouts: retransmission timeouts, 200 ms or more each
+  uint64_t rcvq_drops = 0;        // TcpExt TCPRcvQDrop: segments dropped, no room in a receive queue
+  uint64_t memory_pressures = 0;  // TcpExt TCPMemoryPressures: entered tcp_mem pressure
+  TcpCounters operator-(const TcpCounters& o) const {
+    auto d = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+    return {d(retrans_segs, o.retrans_segs), d(loss_probes, o.loss_probes), d(timeouts, o.timeouts),
+            d(rcvq_drops, o.rcvq_drops), d(memory_pressures, o.memory_pressures)};
+  }
+};
+
+// From the texts of /proc/net/netstat and /proc/net/snmp (pairs of "Prefix: names" and
+// "Prefix: values" lines). False when a counter is missing or a line pair does not match.
+bool parse_tcp_counters(std::string_view netstat, std::string_view snmp, TcpCounters& out);
+bool read_tcp_counters(TcpCounters& out);
+
 // The timeline in coarser cells (sums), for reports: K IOPS per cell of cell_s seconds.
 std::vector<double> kiops_per_cell(const Timeline& t, double cell_s);
 

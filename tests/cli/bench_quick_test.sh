@@ -49,7 +49,9 @@ for p in pts:
         assert q["others_cpu_pct"] >= 0 and q["steal_pct"] >= 0 and isinstance(q["busy"], bool), q
         assert q["timeline_kiops_per_100ms"], q
         assert bool(q["stalls"]) == (q["stalled_s"] > 0), q
-    assert p["stalled_runs"] == sum(1 for smp in p["samples"] if smp["quality"]["stalls"]), p
+        assert q["stalled"] == bool(q["stalls"] or q["tcp"]["timeouts"]), q
+        assert q["stalled"] == bool(q["stall_reason"]), q
+    assert p["stalled_runs"] == sum(1 for smp in p["samples"] if smp["quality"]["stalled"]), p
     assert isinstance(p["discarded"], list), p
     for k in ("initiator", "workload", "bs", "jobs", "iops", "gbps", "lat_avg_us", "lat_p99_us",
               "init_cpu_s_per_mio", "target_cpu_s_per_mio"):

@@ -164,5 +164,41 @@ TEST(FioLog, AGarbledLineIsRefused) {
   EXPECT_FALSE(add_fio_iops_log("50, 20000, 0, 4096, 0\nfifty, 1, 0, 0, 0\n", 50, 1, t));
 }
 
+TEST(TcpCounters, ReadFromNetstatAndSnmpPairs) {
+  const char* netstat =
+      "TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts TCPRcvQDrop TCPMemoryPressures\n"
+      "TcpExt: 0 12397 2 7 1\n"
+      "IpExt: InNoRoutes InTruncatedPkts\n"
+      "IpExt: 0 0\n";
+  const char* snmp =
+      "Ip: Forwarding DefaultTTL\n"
+      "Ip: 1 64\n"
+      "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn RetransSegs\n"
+      "Tcp: 1 200 120000 -1 59594\n";
+  TcpCounters a;
+  ASSERT_TRUE(parse_tcp_counters(netstat, snmp, a));
+  EXPECT_EQ(a.retrans_segs, 59594u);
+  EXPECT_EQ(a.loss_probes, 12397u);
+  EXPECT_EQ(a.timeouts, 2u);
+  EXPECT_EQ(a.rcvq_drops, 7u);
+  EXPECT_EQ(a.memory_pressures, 1u);
+  TcpCounters b = a;
+  b.timeouts = 5;
+  b.retrans_segs = 59600;
+  const TcpCounters d = b - a;
+  EXPECT_EQ(d.timeouts, 3u);
+  EXPECT_EQ(d.retrans_segs, 6u);
+  EXPECT_EQ((a - b).timeouts, 0u);  // a counter that went back (a namespace's reset) is no negative count
+}
+
+TEST(TcpCounters, MismatchedOrMissingIsRefused) {
+  TcpCounters c;
+  EXPECT_FALSE(parse_tcp_counters("TcpExt: TCPTimeouts\nIpExt: 1\n", "Tcp: RetransSegs\nTcp: 1\n", c));
+  EXPECT_FALSE(parse_tcp_counters("TcpExt: TCPTimeouts A\nTcpExt: 1\n", "Tcp: RetransSegs\nTcp: 1\n", c));
+  EXPECT_FALSE(parse_tcp_counters("TcpExt: TCPLossProbes\nTcpExt: 1\n", "Tcp: RetransSegs\nTcp: 1\n", c));
+  TcpCounters real;
+  EXPECT_TRUE(read_tcp_counters(real));  // this machine's /proc/net has them
+}
+
 }  // namespace
 }  // namespace nvtcp::app
