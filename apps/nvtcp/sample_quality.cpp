@@ -118,6 +118,7 @@ bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Ti
   const size_t cells = size_t(std::floor(span_s / t.cell_s + 1e-9));
   if (t.completed.size() < cells) t.completed.resize(cells, 0);
   const double w = window_ms / 1000.0;
+  bool first = true;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -133,7 +134,11 @@ bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Ti
     } catch (...) {
       return false;
     }
-    const double end = double(msec) / 1000.0, start = std::max(0.0, end - w);
+    // A line covers the window before it; the first line of a log, written within a few
+    // windows of the start, covers everything from the start (fio averages it over that).
+    const double end = double(msec) / 1000.0;
+    const double start = first && end <= 4 * w ? 0.0 : std::max(0.0, end - w);
+    first = false;
     if (first_window_s) *first_window_s = std::min(*first_window_s, start);
     if (start >= span_s) continue;
     // Spread the window's completions over the cells it covers, in proportion.

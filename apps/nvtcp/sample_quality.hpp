@@ -76,10 +76,12 @@ StallReport find_stalls(const Timeline& t, double lat_avg_s, double min_stall_s 
 
 // One fio job's iops log written with --log_avg_msec=window_ms ("msec, iops, dir, bs, offset"
 // per line): each line covers the window_ms before its time, and fio writes no line for a
-// window in which nothing completed. Added into t (cells of t.cell_s over span_s seconds).
-// fio's first window after the ramp ends some tens of ms late, so the span before the first
-// window of any job is no evidence: first_window_s gets where this log's first window starts
-// (span_s if it has none), and the caller sets t.begin_s to the earliest over the jobs.
+// window in which nothing completed; its first line, some tens of ms late after the ramp,
+// averages over everything since the start (taken so when it comes within four windows).
+// Added into t (cells of t.cell_s over span_s seconds). A log whose first line comes later
+// leaves the span before its first window as no evidence: first_window_s gets where that
+// window starts (span_s if there is no line), and the caller sets t.begin_s to the earliest
+// over the jobs.
 // False when a line does not parse.
 bool add_fio_iops_log(std::string_view text, double window_ms, double span_s, Timeline& t,
                       double* first_window_s = nullptr);
