@@ -8,7 +8,8 @@
 //   LD_PRELOAD=build/libnvtcp_fio.so fio --ioengine=nvtcp ...        (as SPDK's plugin allows)
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
-// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer
+// works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
+// start_together
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -27,6 +28,8 @@
 // C++ headers first: fio's headers define min/max macros that break the standard library.
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -80,6 +83,7 @@ struct EngineOptions {
   int fast_io_fail_tmo;
   unsigned int io_timeout;
   unsigned long long socket_buffer;
+  unsigned int start_together;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -135,6 +139,10 @@ fio_option g_options[] = {
     make_option("socket_buffer", "nvtcp socket buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, socket_buffer),
                 "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2m; 0: the kernel autotunes them)", "0",
                 1ull << 30, 0),
+    make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
+                "A job that has connected starts its I/O once every job of its group on this engine has connected "
+                "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
+                "1"),
     fio_option{},
 };
 
@@ -472,11 +480,68 @@ void nvtcp_cleanup(thread_data* td) {
   td->io_ops_data = nullptr;
 }
 
+// ------------------------------------------------------------------ starting together
+
+// fio lets each job start its I/O as soon as it has opened its file, and a job's ramp_time
+// runs from before it connects. 32 jobs connecting one after another on a CPU where the first
+// ones already spin took longer than a 0.5-s ramp here, so some jobs were still connecting,
+// and the others still ramping, in the measured seconds (the first 200 ms of a run at 35-60%
+// of its rate). With start_together a job that has connected (or failed to) waits for every
+// job of its fio group that uses this engine, at most kStartTogetherWait.
+constexpr auto kStartTogetherWait = std::chrono::seconds(10);
+
+struct StartBarrier {
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<unsigned, unsigned> arrived;  // jobs that have connected or failed, by fio group
+};
+
+StartBarrier& start_barrier() {
+  static StartBarrier b;
+  return b;
+}
+
+// The jobs of td's group that use the same ioengine (fio's job table, fixed once jobs run).
+unsigned group_jobs(thread_data* td) {
+  unsigned n = 0;
+  thread_data* other;
+  int i;
+  for_each_td(other, i) {
+    if (other->groupid == td->groupid && other->o.ioengine && td->o.ioengine &&
+        std::strcmp(other->o.ioengine, td->o.ioengine) == 0)
+      ++n;
+  }
+  return n;
+}
+
+void start_together(thread_data* td) {
+  const unsigned want = group_jobs(td);
+  StartBarrier& b = start_barrier();
+  std::unique_lock lk(b.m);
+  if (++b.arrived[td->groupid] >= want) {
+    b.cv.notify_all();
+    return;
+  }
+  if (!b.cv.wait_for(lk, kStartTogetherWait, [&] { return b.arrived[td->groupid] >= want; }))
+    log_info("nvtcp: job %s starts after waiting %llds for %u of its group's %u jobs to connect\n", td->o.name,
+             (long long)kStartTogetherWait.count(), want - b.arrived[td->groupid], want);
+}
+
+int open_file_connect(thread_data* td, fio_file* f);
+
 // Connects this thread's controller and queue pairs for a file (once; fio may close and
 // reopen files during a run, and the connection stays until cleanup).
 int nvtcp_open_file(thread_data* td, fio_file* f) {
   ThreadCtx* t = thread_ctx(td);
   if (FILE_ENG_DATA(f)) return 0;
+  const bool first = t->files.empty();
+  const int rc = open_file_connect(td, f);
+  if (first && options(td).start_together) start_together(td);
+  return rc;
+}
+
+int open_file_connect(thread_data* td, fio_file* f) {
+  ThreadCtx* t = thread_ctx(td);
   auto fc = std::make_unique<FileCtx>();
   if (!parse_filename(td, f->file_name, fc->trid)) return 1;
   unsigned qpairs = std::max<unsigned>(options(td).qpairs, 1);
