@@ -51,8 +51,6 @@ class ByteStream {
   virtual size_t queued_bytes() const = 0;
   // Bytes handed to the transport so far: progress, for a deadline on a peer that stops reading.
   virtual uint64_t sent_bytes() const = 0;
-  // SendDones whose bytes have left but which wait for a zero-copy notification.
-  virtual size_t held_send_dones() const = 0;
 };
 
 }  // namespace nvtcp::reactor

@@ -48,7 +48,7 @@ class TcpStream final : public ByteStream {
   // Bytes handed to the kernel so far: progress, for a deadline on a peer that stops reading.
   uint64_t sent_bytes() const override { return sent_bytes_; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
-  size_t held_send_dones() const override { return pending_count_; }
+  size_t held_send_dones() const { return pending_count_; }
 
  private:
   struct Segment {

@@ -60,7 +60,6 @@ class MemoryStream final : public reactor::ByteStream {
   bool closing() const override { return closing_; }
   size_t queued_bytes() const override { return queued_; }
   uint64_t sent_bytes() const override { return sent_; }
-  size_t held_send_dones() const override { return 0; }
 
   // The peer's side.
   bool started() const { return started_; }
@@ -92,7 +91,6 @@ class MemoryStream final : public reactor::ByteStream {
     dones.swap(held_);
     for (reactor::SendDone* d : dones) d->fn(d);
   }
-  size_t held_dones() const { return held_.size(); }
 
   // The peer reads up to max bytes of what is queued: they move to received(), and each
   // segment's done fires once all of it has gone. Returns the bytes moved.
