@@ -302,7 +302,8 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     if (o.ctrl.ctrl_loss_tmo_ms) drain_ms += o.ctrl.ctrl_loss_tmo_ms + 2ull * o.ctrl.io_timeout_ms;
     uint64_t drain_end = monotonic_ns() + drain_ms * 1'000'000ull;
     while (job.outstanding > 0 && monotonic_ns() < drain_end) poll_all(1000);
-    out.seconds += double(monotonic_ns() - std::min(job.measure_start_ns, monotonic_ns())) / 1e9;
+    const uint64_t done_ns = monotonic_ns();  // the measured span: from the ramp's end (none if it never ended)
+    if (done_ns > job.measure_start_ns) out.seconds += double(done_ns - job.measure_start_ns) / 1e9;
     if (job.cell_ns) {
       // A cell the loop never looked at (the thread did not run) had what the one before had.
       uint64_t last = 0;

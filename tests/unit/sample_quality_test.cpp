@@ -103,14 +103,29 @@ TEST(Stalls, TwoStallsAreReportedApart) {
   EXPECT_NEAR(r.stalled_s, 0.7, 1e-9);
 }
 
+// One line of a fio iops log: the window ending at ms, at iops, reads (dir 0) or writes (1).
+std::string fio_line(int ms, int iops, int dir = 0) {
+  return std::to_string(ms) + ", " + std::to_string(iops) + ", " + std::to_string(dir) + ", 4096, 0\n";
+}
+
+// A 20 K IOPS job logging every 50 ms from first_ms to 1 s; its timeline over 0.95 s.
+Timeline steady_fio_job(int first_ms, double* first_window_s) {
+  std::string job;
+  for (int ms = first_ms; ms <= 1000; ms += 50) job += fio_line(ms, 20000);
+  Timeline t;
+  t.cell_s = 0.01;
+  EXPECT_TRUE(add_fio_iops_log(job, 50, 0.95, t, first_window_s));
+  return t;
+}
+
 // fio writes no line for a window in which nothing completed: the gap is the stall.
 TEST(FioLog, WindowsWithoutALineAreEmptyAndJobsAddUp) {
   std::string job1, job2;
   for (int ms = 50; ms <= 2000; ms += 50) {
     if (ms > 600 && ms <= 900) continue;  // both jobs stalled from 550 to 900 ms
-    job1 += std::to_string(ms + 3) + ", 20000, 0, 4096, 0\n";
-    job2 += std::to_string(ms + 7) + ", 10000, 0, 4096, 0\n";
-    if (ms > 1500) job2 += std::to_string(ms + 7) + ", 5000, 1, 4096, 0\n";  // a mix: reads and writes
+    job1 += fio_line(ms + 3, 20000);
+    job2 += fio_line(ms + 7, 10000);
+    if (ms > 1500) job2 += fio_line(ms + 7, 5000, 1);  // a mix: reads and writes
   }
   Timeline t;
   t.cell_s = 0.01;
@@ -131,8 +146,8 @@ TEST(FioLog, WindowsWithoutALineAreEmptyAndJobsAddUp) {
 TEST(FioLog, OnlyOneJobStalledIsNoStallOfTheSample) {
   std::string job1, job2;
   for (int ms = 50; ms <= 2000; ms += 50) {
-    job1 += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
-    if (ms < 500 || ms > 1000) job2 += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
+    job1 += fio_line(ms, 20000);
+    if (ms < 500 || ms > 1000) job2 += fio_line(ms, 20000);
   }
   Timeline t;
   t.cell_s = 0.01;
@@ -143,12 +158,8 @@ TEST(FioLog, OnlyOneJobStalledIsNoStallOfTheSample) {
 
 // After the ramp fio's first line comes some tens of ms late and averages over all of it.
 TEST(FioLog, TheFirstLineCoversTheStart) {
-  std::string job;
-  for (int ms = 140; ms <= 1000; ms += 50) job += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
-  Timeline t;
-  t.cell_s = 0.01;
   double first = 1;
-  ASSERT_TRUE(add_fio_iops_log(job, 50, 0.95, t, &first));
+  const Timeline t = steady_fio_job(140, &first);
   EXPECT_EQ(first, 0.0);
   EXPECT_FALSE(find_stalls(t, 100e-6).stalled());
   EXPECT_NEAR(kiops_per_cell(t, 0.1)[0], 20.0, 0.5);  // 20 K IOPS from the start, not a slow first cell
@@ -156,12 +167,8 @@ TEST(FioLog, TheFirstLineCoversTheStart) {
 
 // A first line long after the start: the span before its window is no evidence.
 TEST(FioLog, TheSpanBeforeALateFirstWindowIsNoEvidence) {
-  std::string job;
-  for (int ms = 290; ms <= 1000; ms += 50) job += std::to_string(ms) + ", 20000, 0, 4096, 0\n";
-  Timeline t;
-  t.cell_s = 0.01;
   double first = 0;
-  ASSERT_TRUE(add_fio_iops_log(job, 50, 0.95, t, &first));
+  Timeline t = steady_fio_job(290, &first);
   EXPECT_NEAR(first, 0.24, 1e-9);
   EXPECT_TRUE(find_stalls(t, 100e-6).stalled());
   t.begin_s = first;
