@@ -114,6 +114,7 @@ struct ReactorStats {
   uint64_t multishot_nobufs = 0;  // the ring ran dry (the receive is re-armed)
   uint64_t direct_recvs = 0;      // receives straight into the owner's memory
   uint64_t spin_recvs = 0;        // receives that a spinning reactor's recv() completed
+  uint64_t spin_yields = 0;       // sched_yield()s of a spinning reactor that found nothing to do
 };
 
 // The provided-buffer ring behind multishot receives: equal buffers the kernel picks from,
@@ -226,6 +227,7 @@ class Reactor {
   uint64_t now_ns_ = 0;
   uint64_t last_activity_ns_ = 0;
   uint64_t spin_window_ns_ = 50'000;
+  uint64_t last_yield_ns_ = 0;
   bool spin_receiving_ = false;
   uint64_t turn_ = 0;
   SpinRecv* spin_recvs_ = nullptr;  // doubly linked, like timers_
