@@ -169,9 +169,9 @@ int run_engine(const EngineArgs& a) {
   eng.shutdown();
   const double cpu = cpu_seconds();
   log::info("engine: {} application(s) attached ({} refused); {} I/O commands forwarded, {} completions posted, {} "
-            "answered by the engine, {} dropped for applications gone; {} ublk block requests; {:.2f} CPU s, {:.3f} "
-            "CPU s per million I/Os",
-            s.attached, s.refused, s.forwarded, s.completed, s.refused_io, s.dropped, s.ublk_requests, cpu,
+            "answered by the engine, {} dropped for applications gone, {} interrupts; {} ublk block requests; {:.2f} "
+            "CPU s, {:.3f} CPU s per million I/Os",
+            s.attached, s.refused, s.forwarded, s.completed, s.refused_io, s.dropped, s.interrupts, s.ublk_requests, cpu,
             s.forwarded + s.ublk_requests ? cpu / (double(s.forwarded + s.ublk_requests) / 1e6) : 0.0);
   return 0;
 }

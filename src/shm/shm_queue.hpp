@@ -87,6 +87,8 @@ class AppQueuePair {
     sq_tail_ = (sq_tail_ + 1) % m_.sq_size;
     return true;
   }
+  // Submitted and not yet published by ring_sq().
+  uint32_t unrung() const { return (sq_tail_ + m_.sq_size - rung_sq_tail_) % m_.sq_size; }
   // Publishes what was submitted; true when the engine asked to be notified of it (its
   // EventIdx was passed): then the caller signals the engine.
   bool ring_sq() {

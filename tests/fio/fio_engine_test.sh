@@ -309,6 +309,9 @@ PY
     expect_fail bs1000 "nvtcp: read block size 1000 is not a multiple of the namespace block size 512"
     run_fio no_thread "--filename=$(trid 1)" --thread=0 --iodepth=4 --rw=randread --bs=4k --time_based --runtime=1
     expect_fail no_thread "nvtcp: the nvtcp engine needs --thread=1"
+    run_fio coalesce_tcp "--filename=$(trid 1)" --thread=1 --iodepth=4 --rw=randread --bs=4k --time_based \
+      --runtime=1 --intr_coalesce=8
+    expect_fail coalesce_tcp "nvtcp: intr_coalesce=8: only a controller of the offload engine"
     # The target keeps serving after all that.
     run_fio after "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randread --bs=4k --time_based --runtime=1
     expect_ok after read
@@ -336,6 +339,12 @@ PY
     run_fio engine_read "--filename=$(etrid 1)" --thread=1 --numjobs=2 --iodepth=32 --rw=randread --bs=4k \
       --time_based --runtime=1
     expect_ok engine_read read
+    # Interrupt coalescing asked of the engine's controller (Set Features 08h): every write
+    # still verifies, however the wake-ups are grouped.
+    run_fio engine_coalesced "--filename=$(etrid 2)" --thread=1 --numjobs=4 --iodepth=16 --rw=randwrite --bs=4k \
+      --size=4M --offset=128M --offset_increment=4M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+      --intr_coalesce=8 --intr_coalesce_us=200
+    expect_ok engine_coalesced "read write"
     kill -0 "$epid" 2>/dev/null || fail "the engine died"
     ;;
   engine_kill)
