@@ -51,6 +51,10 @@ class ByteStream {
   virtual size_t queued_bytes() const = 0;
   // Bytes handed to the transport so far: progress, for a deadline on a peer that stops reading.
   virtual uint64_t sent_bytes() const = 0;
+  // The most sends whose dones may still be pending after the peer can have their bytes
+  // (zero-copy sends wait for the kernel to let go of the pages, which on loopback is once
+  // the peer has read them): what an owner that frees a slot on done must allow for.
+  virtual size_t max_sends_held_after_delivery() const { return 0; }
 };
 
 }  // namespace nvtcp::reactor

@@ -47,6 +47,8 @@ class TcpStream final : public ByteStream {
   size_t queued_bytes() const override { return queued_bytes_; }
   // Bytes handed to the kernel so far: progress, for a deadline on a peer that stops reading.
   uint64_t sent_bytes() const override { return sent_bytes_; }
+  // Every zero-copy slot's sendmsg, each of up to kMaxIov segments.
+  size_t max_sends_held_after_delivery() const override { return zc_threshold_ ? size_t(kZcSlots) * kMaxIov : 0; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
   size_t held_send_dones() const { return pending_count_; }
 

@@ -516,9 +516,13 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
   // machine (socket memory short, the batch waiting for it) is long enough for the host's next
   // commands to arrive first; zero-copy sends hold theirs until the kernel lets go of the pages.
   // So the pool grows past the queue depth while fewer than sqsize commands are outstanding
-  // besides those Sending, and never past twice the depth.
+  // besides those Sending, and never past twice the depth plus what the stream may hold after
+  // delivery (zero-copy: 128 KiB reads at QD32 over loopback needed more than twice the depth,
+  // and a conforming host was cut off). A host that stops reading fills the Sending set with
+  // responses it never takes; the bound keeps that finite.
   const size_t sending = pool_.count(Request::State::Sending);
-  if (!found && sqsize && pool_.size() < size_t(sqsize) + std::min<size_t>(sending, sqsize)) {
+  const size_t sending_allowed = size_t(sqsize) + stream_->max_sends_held_after_delivery();
+  if (!found && sqsize && pool_.size() < size_t(sqsize) + std::min(sending, sending_allowed)) {
     pool_.resize(uint32_t(pool_.size()) + 1);
     found = pool_.alloc();
   }

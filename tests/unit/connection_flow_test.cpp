@@ -404,6 +404,57 @@ TEST_F(ConnectionFlow, AHostMayReuseASlotWhoseResponseItReadBeforeTheSendComplet
   EXPECT_EQ(in_use(io.conn->info()), 0u) << "every request is free again";
 }
 
+// Zero-copy sends hold their responses until the kernel lets go of the pages, which over
+// loopback is once the host has read them: the host may reuse those slots again and again.
+// The pool then grows past twice the depth, by what the stream says it may hold, and no
+// further.
+TEST_F(ConnectionFlow, ZeroCopyHoldsLetTheHostReuseSlotsPastTwiceTheDepth) {
+  HostEnd admin(reactor, set, clock, "admin"), io(reactor, set, clock, "io");
+  open(admin, io);
+  const uint32_t depth = pool_size(io.conn->info());
+  ASSERT_GT(depth, 1u);
+  io.stream->hold_dones(true);
+  io.stream->set_held_after_delivery(depth);
+  uint16_t cid = 1;
+  auto flushes = [&](uint32_t n) {
+    test::Bytes b;
+    for (uint32_t k = 0; k < n; ++k) {
+      const auto pdu = test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), cid++), {}, false, false);
+      b.insert(b.end(), pdu.begin(), pdu.end());
+    }
+    return b;
+  };
+  auto answered = [&] {
+    uint32_t ok = 0;
+    for (const Pdu& p : io.read_all())
+      if (p.type == wire::PduType::CapsuleResp) ok += test::ok(test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader)));
+    return ok;
+  };
+  // Three queues' worth, each read by the host before the next: 3 x depth held at once.
+  for (int round = 0; round < 3; ++round) {
+    io.send(flushes(depth));
+    ASSERT_FALSE(io.gone) << "round " << round << ": the connection was closed";
+    ASSERT_EQ(answered(), depth) << "round " << round;
+  }
+  EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), 3 * depth);
+  EXPECT_LE(pool_size(io.conn->info()), 3 * depth) << "the pool grows only as far as the holds need";
+  // A fourth would need more than the stream may hold: refused, as a host past its depth.
+  io.send(flushes(depth));
+  bool term = false;
+  for (int i = 0; i < 100 && !io.gone; ++i) {
+    io.stream->drain();
+    for (Pdu p; io.pop(p);) {
+      if (p.type != wire::PduType::C2HTermReq) continue;
+      term = true;
+      EXPECT_EQ(test::read_as<wire::TermReqPdu>(p.bytes).fes, uint16_t(wire::Fes::PduSequenceError));
+    }
+    if (term) io.stream->release_dones();  // the close waits for the held sends
+    io.spin();
+  }
+  EXPECT_TRUE(term) << "no C2HTermReq: the pool grew past depth + depth + what the stream may hold";
+  EXPECT_TRUE(io.gone) << "the connection stayed open";
+}
+
 // The pool grows only for requests whose response has left: a host with a queue's worth of
 // commands truly outstanding (writes waiting for their data) that sends one more is still
 // refused with a TermReq (PDU sequence error) and closed.

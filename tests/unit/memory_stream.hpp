@@ -86,6 +86,9 @@ class MemoryStream final : public reactor::ByteStream {
   // From now on the peer's reads leave each segment's done pending until release_dones(), as
   // a socket's send completion may be reaped after the peer has read the bytes.
   void hold_dones(bool hold) { hold_dones_ = hold; }
+  // What the stream says it may hold after delivery (a zero-copy TcpStream's allowance).
+  void set_held_after_delivery(size_t n) { held_after_delivery_ = n; }
+  size_t max_sends_held_after_delivery() const override { return held_after_delivery_; }
   void release_dones() {
     std::vector<reactor::SendDone*> dones;
     dones.swap(held_);
@@ -131,6 +134,7 @@ class MemoryStream final : public reactor::ByteStream {
   bool started_ = false;
   bool closing_ = false;
   bool hold_dones_ = false;
+  size_t held_after_delivery_ = 0;
   std::vector<reactor::SendDone*> held_;
   std::vector<uint8_t> received_;
   reactor::OwnedDeferred<MemoryStream> closed_d_;
