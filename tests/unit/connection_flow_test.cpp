@@ -10,6 +10,8 @@
 //   MAXH2CDATA long, and the next one only once a whole R2T's data is in.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <map>
 #include <vector>
 
@@ -363,6 +365,44 @@ uint32_t pool_size(const target::ConnectionInfo& i) {
   return n;
 }
 
+// n Flush capsules with command IDs from first on, back to back.
+test::Bytes flush_capsules(uint16_t first, uint32_t n) {
+  test::Bytes b;
+  for (uint32_t k = 0; k < n; ++k) {
+    const auto pdu = test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), uint16_t(first + k)), {}, false, false);
+    b.insert(b.end(), pdu.begin(), pdu.end());
+  }
+  return b;
+}
+
+// Reads what the host has been sent: every PDU must be a CapsuleResp; returns the successful ones.
+uint32_t successful_responses(HostEnd& h) {
+  uint32_t ok = 0;
+  for (const Pdu& p : h.read_all()) {
+    EXPECT_EQ(p.type, wire::PduType::CapsuleResp) << "PDU type " << unsigned(p.type);
+    if (p.type == wire::PduType::CapsuleResp) ok += test::ok(test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader)));
+  }
+  return ok;
+}
+
+// Runs until the target has closed h, checking that it said why with a C2HTermReq (PDU
+// sequence error); on_term runs once the TermReq is in (a close may wait for held sends).
+// Returns whether the TermReq came.
+bool refused_with_sequence_error(HostEnd& h, const std::function<void()>& on_term = {}) {
+  bool term = false;
+  for (int i = 0; i < 100 && !h.gone; ++i) {
+    h.stream->drain();
+    for (Pdu p; h.pop(p);) {
+      if (p.type != wire::PduType::C2HTermReq) continue;
+      term = true;
+      EXPECT_EQ(test::read_as<wire::TermReqPdu>(p.bytes).fes, uint16_t(wire::Fes::PduSequenceError));
+    }
+    if (term && on_term) on_term();
+    h.spin();
+  }
+  return term;
+}
+
 // With SQ flow control off the host may reuse a command's slot once it has read the response.
 // A socket hands the peer the first responses of a batch before the send completes (on a
 // loaded machine, one waiting for socket memory, long enough for the next commands to arrive
@@ -375,29 +415,13 @@ TEST_F(ConnectionFlow, AHostMayReuseASlotWhoseResponseItReadBeforeTheSendComplet
   const uint32_t depth = pool_size(io.conn->info());
   ASSERT_GT(depth, 1u);
   io.stream->hold_dones(true);  // the host reads; the target's sends have not completed yet
-  auto flushes = [&](uint16_t first, uint32_t n) {
-    test::Bytes b;
-    for (uint32_t k = 0; k < n; ++k) {
-      const auto pdu = test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), uint16_t(first + k)), {}, false, false);
-      b.insert(b.end(), pdu.begin(), pdu.end());
-    }
-    return b;
-  };
-  io.send(flushes(1, depth));
-  auto answered = [&] {
-    uint32_t ok = 0;
-    for (const Pdu& p : io.read_all()) {
-      EXPECT_EQ(p.type, wire::PduType::CapsuleResp) << "PDU type " << unsigned(p.type);
-      if (p.type == wire::PduType::CapsuleResp) ok += test::ok(test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader)));
-    }
-    return ok;
-  };
-  ASSERT_EQ(answered(), depth);  // every response read by the host ...
+  io.send(flush_capsules(1, depth));
+  ASSERT_EQ(successful_responses(io), depth);  // every response read by the host ...
   EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), depth);  // ... none let go of yet
   // The host has nothing outstanding and sends a queue's worth again: all taken and answered.
-  io.send(flushes(uint16_t(depth + 1), depth));
+  io.send(flush_capsules(uint16_t(depth + 1), depth));
   EXPECT_FALSE(io.gone) << "the connection was closed";
-  EXPECT_EQ(answered(), depth);
+  EXPECT_EQ(successful_responses(io), depth);
   EXPECT_LE(pool_size(io.conn->info()), 2 * depth) << "the pool grows at most to twice the depth";
   io.stream->release_dones();
   io.spin();
@@ -415,43 +439,18 @@ TEST_F(ConnectionFlow, ZeroCopyHoldsLetTheHostReuseSlotsPastTwiceTheDepth) {
   ASSERT_GT(depth, 1u);
   io.stream->hold_dones(true);
   io.stream->set_held_after_delivery(depth);
-  uint16_t cid = 1;
-  auto flushes = [&](uint32_t n) {
-    test::Bytes b;
-    for (uint32_t k = 0; k < n; ++k) {
-      const auto pdu = test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), cid++), {}, false, false);
-      b.insert(b.end(), pdu.begin(), pdu.end());
-    }
-    return b;
-  };
-  auto answered = [&] {
-    uint32_t ok = 0;
-    for (const Pdu& p : io.read_all())
-      if (p.type == wire::PduType::CapsuleResp) ok += test::ok(test::read_as<wire::Cqe>(p.bytes, sizeof(wire::CommonHeader)));
-    return ok;
-  };
   // Three queues' worth, each read by the host before the next: 3 x depth held at once.
-  for (int round = 0; round < 3; ++round) {
-    io.send(flushes(depth));
+  for (uint32_t round = 0; round < 3; ++round) {
+    io.send(flush_capsules(uint16_t(1 + round * depth), depth));
     ASSERT_FALSE(io.gone) << "round " << round << ": the connection was closed";
-    ASSERT_EQ(answered(), depth) << "round " << round;
+    ASSERT_EQ(successful_responses(io), depth) << "round " << round;
   }
   EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), 3 * depth);
   EXPECT_LE(pool_size(io.conn->info()), 3 * depth) << "the pool grows only as far as the holds need";
   // A fourth would need more than the stream may hold: refused, as a host past its depth.
-  io.send(flushes(depth));
-  bool term = false;
-  for (int i = 0; i < 100 && !io.gone; ++i) {
-    io.stream->drain();
-    for (Pdu p; io.pop(p);) {
-      if (p.type != wire::PduType::C2HTermReq) continue;
-      term = true;
-      EXPECT_EQ(test::read_as<wire::TermReqPdu>(p.bytes).fes, uint16_t(wire::Fes::PduSequenceError));
-    }
-    if (term) io.stream->release_dones();  // the close waits for the held sends
-    io.spin();
-  }
-  EXPECT_TRUE(term) << "no C2HTermReq: the pool grew past depth + depth + what the stream may hold";
+  io.send(flush_capsules(uint16_t(1 + 3 * depth), depth));
+  EXPECT_TRUE(refused_with_sequence_error(io, [&] { io.stream->release_dones(); }))  // the close waits for them
+      << "no C2HTermReq: the pool grew past depth + depth + what the stream may hold";
   EXPECT_TRUE(io.gone) << "the connection stayed open";
 }
 
@@ -470,17 +469,7 @@ TEST_F(ConnectionFlow, AHostPastTheQueueDepthWithNothingAnsweredIsRefused) {
   }
   io.send(b);
   ASSERT_EQ(in_state(io.conn->info(), target::Request::State::AwaitingH2C), depth);
-  io.send(test::capsule_pdu(test::raw_sqe(wire::cmd::flush(kNullNsid), uint16_t(depth + 1)), {}, false, false));
-  bool term = false;
-  for (int i = 0; i < 100 && !io.gone; ++i) {
-    io.stream->drain();
-    for (Pdu p; io.pop(p);) {
-      if (p.type != wire::PduType::C2HTermReq) continue;
-      term = true;
-      EXPECT_EQ(test::read_as<wire::TermReqPdu>(p.bytes).fes, uint16_t(wire::Fes::PduSequenceError));
-    }
-    io.spin();
-  }
-  EXPECT_TRUE(term) << "no C2HTermReq";
+  io.send(flush_capsules(uint16_t(depth + 1), 1));
+  EXPECT_TRUE(refused_with_sequence_error(io)) << "no C2HTermReq";
   EXPECT_TRUE(io.gone) << "the connection stayed open";
 }
