@@ -9,7 +9,7 @@
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
 // works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
-// start_together
+// send_buffer, start_together
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -83,6 +83,7 @@ struct EngineOptions {
   int fast_io_fail_tmo;
   unsigned int io_timeout;
   unsigned long long socket_buffer;
+  unsigned long long send_buffer;
   unsigned int start_together;
   unsigned int intr_coalesce;
   unsigned int intr_coalesce_us;
@@ -141,6 +142,8 @@ fio_option g_options[] = {
     make_option("socket_buffer", "nvtcp socket buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, socket_buffer),
                 "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2m; 0: the kernel autotunes them)", "0",
                 1ull << 30, 0),
+    make_option("send_buffer", "nvtcp send buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, send_buffer),
+                "SO_SNDBUF alone, over socket_buffer (e.g. 256k; 0: as socket_buffer)", "0", 1ull << 30, 0),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -269,6 +272,7 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   job_poll_mode(td, c.poll);  // checked in nvtcp_init
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
   c.socket_buffer_bytes = uint32_t(o.socket_buffer);
+  c.send_buffer_bytes = uint32_t(o.send_buffer);
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;

@@ -29,6 +29,8 @@ struct EngineArgs {
   int64_t idle_spin_us = -2;  // -2: not given
   host::RecoverySeconds recovery;  // --ctrl-loss-tmo, --reconnect-delay, --kato
   std::string tcp_congestion;
+  uint32_t socket_buffer = 0;  // 0: not given
+  uint32_t send_buffer = 0;
   std::string ready_file;
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
@@ -54,7 +56,8 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
     const auto j = nlohmann::json::parse(in);
     static const std::set<std::string> known{"socket",      "cpus",        "controllers",      "queue_depth",
                                              "max_queue_pairs", "idle_spin_us", "ctrl_loss_tmo_s", "reconnect_delay_s",
-                                             "kato_s",      "tcp_congestion", "ublk", "ublk_queue_depth"};
+                                             "kato_s",      "tcp_congestion", "socket_buffer_bytes",
+                                             "send_buffer_bytes", "ublk", "ublk_queue_depth"};
     std::set<std::string> limit_keys;
     for (const auto& l : engine::limit_options()) limit_keys.insert(l.key);
     for (const auto& [k, v] : j.items())
@@ -81,6 +84,8 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
       return false;
     }
     if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
+    if (j.contains("socket_buffer_bytes")) o.host.socket_buffer_bytes = j["socket_buffer_bytes"].get<uint32_t>();
+    if (j.contains("send_buffer_bytes")) o.host.send_buffer_bytes = j["send_buffer_bytes"].get<uint32_t>();
     if (j.contains("ublk")) o.ublk = j["ublk"].get<bool>();
     if (j.contains("ublk_queue_depth")) o.ublk_options.queue_depth = j["ublk_queue_depth"].get<uint32_t>();
     for (const auto& l : engine::limit_options())
@@ -123,6 +128,8 @@ int run_engine(const EngineArgs& a) {
     return 2;
   }
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
+  if (a.socket_buffer) o.host.socket_buffer_bytes = a.socket_buffer;
+  if (a.send_buffer) o.host.send_buffer_bytes = a.send_buffer;
   if (a.ublk) o.ublk = true;
   if (!a.poll.empty()) {
     host::parse_poll_mode(a.poll, o.host.poll);  // checked by the option's IsMember
@@ -201,6 +208,7 @@ void add_engine_command(CLI::App& app, int& rc) {
       "--kato", [a](double v) { a->recovery.keep_alive_tmo = v; },
       "keep-alive timeout asked of the remote controllers, seconds (default 30)");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
+  add_socket_buffer_options(c, a->socket_buffer, a->send_buffer);
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
   c->add_option("--poll", a->poll,
                 "how the NVMe/TCP queue pairs wait for bytes: hybrid (default), busy or interrupt")

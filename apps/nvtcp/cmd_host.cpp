@@ -39,6 +39,21 @@ void add_recovery_options(CLI::App* c, host::ControllerOptions& o) {
 }
 }  // namespace
 
+void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, uint32_t& send_buffer) {
+  auto size = [](const char* name, uint32_t& field) {
+    return [name, &field](const std::string& v) {
+      uint64_t n = 0;
+      if (!parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError(name, "not a size up to 1G");
+      field = uint32_t(n);
+    };
+  };
+  c->add_option_function<std::string>(
+      "--socket-buffer", size("--socket-buffer", socket_buffer),
+      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: the kernel autotunes them)");
+  c->add_option_function<std::string>("--send-buffer", size("--send-buffer", send_buffer),
+                                      "SO_SNDBUF alone, over --socket-buffer (e.g. 256K; default: as --socket-buffer)");
+}
+
 using namespace nvtcp::nvme;
 
 namespace {
@@ -273,14 +288,7 @@ void add_perf_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(1, 60000));
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
-  c->add_option_function<std::string>(
-      "--socket-buffer",
-      [a](const std::string& v) {
-        uint64_t n = 0;
-        if (!parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError("--socket-buffer", "not a size up to 1G");
-        a->o.ctrl.socket_buffer_bytes = uint32_t(n);
-      },
-      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: the kernel autotunes them)");
+  add_socket_buffer_options(c, a->o.ctrl.socket_buffer_bytes, a->o.ctrl.send_buffer_bytes);
   c->add_option_function<std::string>(
       "--poll",
       [a](const std::string& v) {

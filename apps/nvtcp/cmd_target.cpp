@@ -71,6 +71,7 @@ struct TargetArgs {
   bool no_connection_limit = false;
   std::string max_buffer_memory, max_connection_buffer_memory, max_host_buffer_memory, max_send_queue;
   std::string socket_buffer;
+  std::string send_buffer;
   uint32_t icreq_timeout_ms = 0;
   int64_t discovery_kato_ms = -1;
   int64_t send_timeout_ms = -1;
@@ -150,7 +151,8 @@ int run_target(const TargetArgs& a) {
                                    std::tuple{&a.max_host_buffer_memory, &cfg.max_host_buffer_memory,
                                               "--max-host-buffer-memory"},
                                    std::tuple{&a.max_send_queue, &cfg.max_send_queue_bytes, "--max-send-queue"},
-                                   std::tuple{&a.socket_buffer, &cfg.socket_buffer_bytes, "--socket-buffer"}}) {
+                                   std::tuple{&a.socket_buffer, &cfg.socket_buffer_bytes, "--socket-buffer"},
+                                   std::tuple{&a.send_buffer, &cfg.send_buffer_bytes, "--send-buffer"}}) {
     if (text->empty()) continue;
     if (!backend::parse_size(*text, *field)) {
       fmt::print(stderr, "nvtcp target: {} '{}' is not a size (e.g. 512M, or 0 for no limit)\n", name, *text);
@@ -264,6 +266,8 @@ void add_target_command(CLI::App& app, int& rc) {
                 "data buffer memory per connection (default 256M; 0 = no limit)");
   c->add_option("--socket-buffer", a->socket_buffer,
                 "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default 0: the kernel autotunes)");
+  c->add_option("--send-buffer", a->send_buffer,
+                "SO_SNDBUF alone, over --socket-buffer (e.g. 256K; default 0: as --socket-buffer)");
   c->add_option("--max-send-queue", a->max_send_queue,
                 "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
   c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")

@@ -1,6 +1,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+
 namespace nvtcp::app {
 // Each adds its subcommand; the callback stores the exit code in rc.
 void add_target_command(CLI::App& app, int& rc);
@@ -9,4 +11,7 @@ void add_identify_command(CLI::App& app, int& rc);
 void add_perf_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_engine_command(CLI::App& app, int& rc);
+
+// --socket-buffer and --send-buffer of the NVMe/TCP host connections (perf, engine).
+void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, uint32_t& send_buffer);
 }  // namespace nvtcp::app

@@ -33,6 +33,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   p.timeout_ms = opts.connect_timeout_ms;
   p.tcp_congestion = opts.tcp_congestion;
   p.socket_buffer_bytes = opts.socket_buffer_bytes;
+  p.send_buffer_bytes = opts.send_buffer_bytes;
   p.io_timeout_ms = opts.admin_timeout_ms;
   p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);

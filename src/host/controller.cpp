@@ -388,6 +388,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.timeout_ms = st.opts.connect_timeout_ms;
   p.tcp_congestion = st.opts.tcp_congestion;
   p.socket_buffer_bytes = st.opts.socket_buffer_bytes;
+  p.send_buffer_bytes = st.opts.send_buffer_bytes;
   p.ctrl_loss_tmo_ms = st.opts.ctrl_loss_tmo_ms;
   p.reconnect_delay_ms = st.opts.reconnect_delay_ms;
   p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;

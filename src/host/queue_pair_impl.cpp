@@ -189,8 +189,9 @@ bool QueuePairImpl::start_connect(HostError& err) {
     err = HostError::system(errno, fmt::format("socket: {}", strerror(errno)));
     return false;
   }
-  const int buf = int(p_.socket_buffer_bytes);
-  std::string e = reactor::apply_socket_options(fd_, {true, buf, buf, p_.tcp_congestion});
+  const int rcvbuf = int(p_.socket_buffer_bytes);
+  const int sndbuf = int(p_.send_buffer_bytes ? p_.send_buffer_bytes : p_.socket_buffer_bytes);
+  std::string e = reactor::apply_socket_options(fd_, {true, sndbuf, rcvbuf, p_.tcp_congestion});
   if (!e.empty()) {
     ::close(fd_);
     fd_ = -1;
