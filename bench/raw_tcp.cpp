@@ -43,7 +43,9 @@ struct Options {
   uint32_t send_zc = 0;
   bool recv_multishot = false;
   bool no_spin_recv = false;
-  int sndbuf = 0, rcvbuf = 0;     // SO_SNDBUF / SO_RCVBUF, 0 = kernel default (autotuned)
+  // SO_SNDBUF / SO_RCVBUF as nvtcp's defaults set them (0 = the kernel autotunes), so that
+  // the bound has the same socket queue as the stack it bounds.
+  int sndbuf = int(reactor::kDefaultSendBufferBytes), rcvbuf = 0;
   bool ping_pong = false;         // the QD1 limit: plain sockets, both sides spinning on recv()
   std::string address = "127.0.0.1";  // where the server listens (and the client connects)
   std::string server_netns, client_netns;  // network namespaces (ip netns names) of the two sides
@@ -263,7 +265,7 @@ int main(int argc, char** argv) {
   app.add_option("--send-zc", o.send_zc, "zero-copy sends of segments of at least this many bytes (0: off)");
   app.add_flag("--recv-multishot", o.recv_multishot, "multishot receive into a provided buffer ring");
   app.add_flag("--no-spin-recv", o.no_spin_recv, "busy/hybrid polling: receive through io_uring only, never a polled recv()");
-  app.add_option("--sndbuf", o.sndbuf, "SO_SNDBUF bytes on both sockets (0: kernel default)");
+  app.add_option("--sndbuf", o.sndbuf, "SO_SNDBUF bytes on both sockets (default: nvtcp's, 512 KiB; 0: the kernel autotunes)");
   app.add_option("--rcvbuf", o.rcvbuf, "SO_RCVBUF bytes on both sockets (0: kernel default)");
   app.add_flag("--ping-pong", o.ping_pong,
                "the QD1 limit: one request at a time over plain sockets, both sides spinning on recv()");

@@ -37,11 +37,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/size.hpp"
 
 // fio's headers are C without extern "C" guards.
 extern "C" {
@@ -83,7 +85,7 @@ struct EngineOptions {
   int fast_io_fail_tmo;
   unsigned int io_timeout;
   unsigned long long socket_buffer;
-  unsigned long long send_buffer;
+  char* send_buffer;  // a size, or empty: the host library's default
   unsigned int start_together;
   unsigned int intr_coalesce;
   unsigned int intr_coalesce_us;
@@ -142,8 +144,9 @@ fio_option g_options[] = {
     make_option("socket_buffer", "nvtcp socket buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, socket_buffer),
                 "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2m; 0: the kernel autotunes them)", "0",
                 1ull << 30, 0),
-    make_option("send_buffer", "nvtcp send buffer", FIO_OPT_STR_VAL, offsetof(EngineOptions, send_buffer),
-                "SO_SNDBUF alone, over socket_buffer (e.g. 256k; 0: as socket_buffer)", "0", 1ull << 30, 0),
+    make_option("send_buffer", "nvtcp send buffer", FIO_OPT_STR_STORE, offsetof(EngineOptions, send_buffer),
+                "SO_SNDBUF alone (e.g. 256k; 0: the kernel autotunes it; default: socket_buffer if set, else 512k)",
+                nullptr, 0, 0),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -248,6 +251,16 @@ bool job_poll_mode(thread_data* td, PollMode& m) {
   return true;
 }
 
+// send_buffer=: empty leaves the host library's default; false if it is not a size up to 1 GiB.
+bool job_send_buffer(thread_data* td, std::optional<uint32_t>& out) {
+  const EngineOptions& o = options(td);
+  if (!o.send_buffer || !*o.send_buffer) return true;
+  uint64_t n = 0;
+  if (!nvtcp::parse_size(o.send_buffer, n) || n > (1u << 30)) return false;
+  out = uint32_t(n);
+  return true;
+}
+
 // The recovery options are seconds, as nvme-cli takes them; the host library converts them,
 // by the rules the nvtcp CLI's follow too.
 bool job_recovery(thread_data* td, ControllerOptions& c, std::string& err) {
@@ -272,7 +285,7 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   job_poll_mode(td, c.poll);  // checked in nvtcp_init
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
   c.socket_buffer_bytes = uint32_t(o.socket_buffer);
-  c.send_buffer_bytes = uint32_t(o.send_buffer);
+  job_send_buffer(td, c.send_buffer_bytes);  // checked in nvtcp_init
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;
@@ -477,6 +490,11 @@ int nvtcp_init(thread_data* td) {
     return 1;
   }
   t->busy_poll = mode == PollMode::Busy;
+  std::optional<uint32_t> send_buffer;
+  if (!job_send_buffer(td, send_buffer)) {
+    log_err("nvtcp: send_buffer=%s is not a size up to 1g\n", options(td).send_buffer);
+    return 1;
+  }
   ControllerOptions scratch;
   std::string err;
   if (!job_recovery(td, scratch, err)) {

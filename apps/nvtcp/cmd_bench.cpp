@@ -57,7 +57,7 @@ struct BenchArgs {
   std::string out_dir = "bench-out";
   std::string tcp_congestion;
   uint64_t socket_buffer = 0;   // fixed SO_RCVBUF/SO_SNDBUF on every side (0: the kernel autotunes)
-  uint64_t send_buffer = 0;     // SO_SNDBUF alone on every side, over socket_buffer (0: as socket_buffer)
+  std::optional<uint32_t> send_buffer;  // SO_SNDBUF alone on every side (0: autotuned; unset: each side's default)
   bool hdgst = false, ddgst = false;
   unsigned repeat = 0;          // runs per point and initiator (0: 3 in --quick, 5 in full)
   std::vector<std::string> compare;  // two bench.json files: print and chart their ratio
@@ -314,7 +314,7 @@ struct Runner {
     o.host.ddgst = a.ddgst;
     o.host.tcp_congestion = a.tcp_congestion;
     o.host.socket_buffer_bytes = uint32_t(a.socket_buffer);
-    o.host.send_buffer_bytes = uint32_t(a.send_buffer);
+    if (a.send_buffer) o.host.send_buffer_bytes = a.send_buffer;
     eng = std::make_unique<engine::Engine>(o);
     if (!eng->start(err)) {
       eng.reset();
@@ -363,7 +363,7 @@ struct Runner {
       return {"--ioengine=external:" + a.fio_engine, "--filename=" + engine_filename(engine_socket)};
     std::vector<std::string> v{"--ioengine=external:" + a.fio_engine, "--filename=" + fio_filename(traddr)};
     if (a.socket_buffer) v.push_back(fmt::format("--socket_buffer={}", a.socket_buffer));
-    if (a.send_buffer) v.push_back(fmt::format("--send_buffer={}", a.send_buffer));
+    if (a.send_buffer) v.push_back(fmt::format("--send_buffer={}", *a.send_buffer));
     if (a.hdgst) v.push_back("--hdgst=1");
     if (a.ddgst) v.push_back("--ddgst=1");
     return v;
@@ -459,7 +459,7 @@ struct Runner {
       if (a.ddgst) cmd.push_back("--ddgst");
       if (!a.tcp_congestion.empty()) cmd.insert(cmd.end(), {"--tcp-congestion", a.tcp_congestion});
       if (a.socket_buffer) cmd.insert(cmd.end(), {"--socket-buffer", std::to_string(a.socket_buffer)});
-      if (a.send_buffer) cmd.insert(cmd.end(), {"--send-buffer", std::to_string(a.send_buffer)});
+      if (a.send_buffer) cmd.insert(cmd.end(), {"--send-buffer", std::to_string(*a.send_buffer)});
     } else {
       std::vector<std::string> fio = fio_job_args(p);
       if (init == "fio" || init == "engine") {
@@ -792,7 +792,7 @@ int run_bench(BenchArgs& a) {
     cfg.cores = count_cpus(a.target_cpus);
     if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
     cfg.socket_buffer_bytes = a.socket_buffer;
-    if (a.send_buffer) cfg.send_buffer_bytes = a.send_buffer;
+    if (a.send_buffer) cfg.send_buffer_bytes = *a.send_buffer;
     cfg.cpus = parse_cpu_list(a.target_cpus);
     target::SubsystemConfig sc;
     sc.nqn = "nqn.2026-11.io.nvtcp:bench";
@@ -873,7 +873,8 @@ int run_bench(BenchArgs& a) {
   doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
   doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
   doc["socket_buffer_bytes"] = a.socket_buffer;  // 0: the kernel autotunes
-  doc["send_buffer_bytes"] = a.send_buffer;      // 0: as socket_buffer_bytes, or each side's default
+  // null: each side's default (socket_buffer_bytes if set, else 512 KiB); 0: autotuned
+  doc["send_buffer_bytes"] = a.send_buffer ? nlohmann::json(*a.send_buffer) : nlohmann::json();
   doc["environment"] = environment(a);
   if (!run.hosts.empty()) {
     doc["hosts"] = json::array();
@@ -994,9 +995,10 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_option("--socket-buffer", a->socket_buffer,
                 "fixed SO_RCVBUF and SO_SNDBUF in bytes on every socket (default 0: the kernel autotunes)")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
-  c->add_option("--send-buffer", a->send_buffer,
-                "SO_SNDBUF alone in bytes on every socket, over --socket-buffer (default 0: as --socket-buffer)")
-      ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
+  c->add_option_function<uint32_t>(
+       "--send-buffer", [a](uint32_t v) { a->send_buffer = v; },
+       "SO_SNDBUF alone in bytes on every socket (0: autotuned; default: --socket-buffer if given, else 512 KiB)")
+      ->check(CLI::Range(uint32_t(0), uint32_t(1) << 30));
   c->add_flag("--hdgst", a->hdgst, "header digests");
   c->add_flag("--ddgst", a->ddgst, "data digests");
   c->add_option("--repeat", a->repeat,

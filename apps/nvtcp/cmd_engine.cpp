@@ -30,7 +30,7 @@ struct EngineArgs {
   host::RecoverySeconds recovery;  // --ctrl-loss-tmo, --reconnect-delay, --kato
   std::string tcp_congestion;
   uint32_t socket_buffer = 0;  // 0: not given
-  uint32_t send_buffer = 0;
+  std::optional<uint32_t> send_buffer;
   std::string ready_file;
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
@@ -129,7 +129,7 @@ int run_engine(const EngineArgs& a) {
   }
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.socket_buffer) o.host.socket_buffer_bytes = a.socket_buffer;
-  if (a.send_buffer) o.host.send_buffer_bytes = a.send_buffer;
+  if (a.send_buffer) o.host.send_buffer_bytes = *a.send_buffer;
   if (a.ublk) o.ublk = true;
   if (!a.poll.empty()) {
     host::parse_poll_mode(a.poll, o.host.poll);  // checked by the option's IsMember

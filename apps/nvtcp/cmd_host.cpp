@@ -39,8 +39,8 @@ void add_recovery_options(CLI::App* c, host::ControllerOptions& o) {
 }
 }  // namespace
 
-void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, uint32_t& send_buffer) {
-  auto size = [](const char* name, uint32_t& field) {
+void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::optional<uint32_t>& send_buffer) {
+  auto size = [](const char* name, auto& field) {
     return [name, &field](const std::string& v) {
       uint64_t n = 0;
       if (!parse_size(v, n) || n > (1u << 30)) throw CLI::ValidationError(name, "not a size up to 1G");
@@ -49,9 +49,10 @@ void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, uint32_t& s
   };
   c->add_option_function<std::string>(
       "--socket-buffer", size("--socket-buffer", socket_buffer),
-      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: the kernel autotunes them)");
-  c->add_option_function<std::string>("--send-buffer", size("--send-buffer", send_buffer),
-                                      "SO_SNDBUF alone, over --socket-buffer (e.g. 256K; default: as --socket-buffer)");
+      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive autotuned, send 512K)");
+  c->add_option_function<std::string>(
+      "--send-buffer", size("--send-buffer", send_buffer),
+      "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");
 }
 
 using namespace nvtcp::nvme;

@@ -151,13 +151,20 @@ int run_target(const TargetArgs& a) {
                                    std::tuple{&a.max_host_buffer_memory, &cfg.max_host_buffer_memory,
                                               "--max-host-buffer-memory"},
                                    std::tuple{&a.max_send_queue, &cfg.max_send_queue_bytes, "--max-send-queue"},
-                                   std::tuple{&a.socket_buffer, &cfg.socket_buffer_bytes, "--socket-buffer"},
-                                   std::tuple{&a.send_buffer, &cfg.send_buffer_bytes, "--send-buffer"}}) {
+                                   std::tuple{&a.socket_buffer, &cfg.socket_buffer_bytes, "--socket-buffer"}}) {
     if (text->empty()) continue;
     if (!backend::parse_size(*text, *field)) {
       fmt::print(stderr, "nvtcp target: {} '{}' is not a size (e.g. 512M, or 0 for no limit)\n", name, *text);
       return 2;
     }
+  }
+  if (!a.send_buffer.empty()) {
+    uint64_t n = 0;
+    if (!backend::parse_size(a.send_buffer, n)) {
+      fmt::print(stderr, "nvtcp target: --send-buffer '{}' is not a size (e.g. 512K, or 0 to autotune)\n", a.send_buffer);
+      return 2;
+    }
+    cfg.send_buffer_bytes = n;
   }
   cfg.max_h2c_data = a.max_h2c;
   if (!a.poll.empty()) cfg.poll = a.poll;
@@ -265,9 +272,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--max-connection-buffer-memory", a->max_connection_buffer_memory,
                 "data buffer memory per connection (default 256M; 0 = no limit)");
   c->add_option("--socket-buffer", a->socket_buffer,
-                "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default 0: the kernel autotunes)");
+                "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive autotuned, send 512K)");
   c->add_option("--send-buffer", a->send_buffer,
-                "SO_SNDBUF alone, over --socket-buffer (e.g. 256K; default 0: as --socket-buffer)");
+                "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");
   c->add_option("--max-send-queue", a->max_send_queue,
                 "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
   c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")

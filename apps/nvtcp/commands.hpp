@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 
 namespace nvtcp::app {
 // Each adds its subcommand; the callback stores the exit code in rc.
@@ -13,5 +14,5 @@ void add_bench_command(CLI::App& app, int& rc);
 void add_engine_command(CLI::App& app, int& rc);
 
 // --socket-buffer and --send-buffer of the NVMe/TCP host connections (perf, engine).
-void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, uint32_t& send_buffer);
+void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::optional<uint32_t>& send_buffer);
 }  // namespace nvtcp::app

@@ -80,9 +80,10 @@ struct ControllerOptions {
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
   // SO_RCVBUF and SO_SNDBUF of each connection, fixed (0: the kernel autotunes them).
   uint32_t socket_buffer_bytes = 0;
-  // SO_SNDBUF alone, over socket_buffer_bytes (0: as socket_buffer_bytes says). A small send
-  // buffer keeps large writes from queueing megabytes in the socket, which bbr paces badly.
-  uint32_t send_buffer_bytes = 0;
+  // SO_SNDBUF alone (0: the kernel autotunes it). Not set: socket_buffer_bytes if that is,
+  // else 512 KiB: a bounded send buffer keeps large writes from queueing megabytes in the
+  // socket, which bbr paces badly (the receive buffer keeps autotuning).
+  std::optional<uint32_t> send_buffer_bytes;
   // How the I/O queues wait for completions (nvtcp/poll_mode.hpp). Default: Hybrid over TCP,
   // the fastest on an idle machine; Interrupt through the offload engine (trtype:engine),
   // whose own cores poll: the application's CPU is what the engine is there to save.

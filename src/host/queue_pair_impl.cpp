@@ -190,7 +190,7 @@ bool QueuePairImpl::start_connect(HostError& err) {
     return false;
   }
   const int rcvbuf = int(p_.socket_buffer_bytes);
-  const int sndbuf = int(p_.send_buffer_bytes ? p_.send_buffer_bytes : p_.socket_buffer_bytes);
+  const int sndbuf = reactor::send_buffer_for(p_.send_buffer_bytes, p_.socket_buffer_bytes);
   std::string e = reactor::apply_socket_options(fd_, {true, sndbuf, rcvbuf, p_.tcp_congestion});
   if (!e.empty()) {
     ::close(fd_);

@@ -100,7 +100,7 @@ struct QueueParams {
   uint32_t timeout_ms = 5000;     // connect (TCP, ICReq, fabrics Connect)
   std::string tcp_congestion;
   uint32_t socket_buffer_bytes = 0;  // 0: the kernel autotunes
-  uint32_t send_buffer_bytes = 0;    // SO_SNDBUF alone (0: socket_buffer_bytes)
+  std::optional<uint32_t> send_buffer_bytes;  // see ControllerOptions
   // Recovery (see ControllerOptions). Reconnecting needs a ControllerLink.
   uint32_t ctrl_loss_tmo_ms = 0;
   uint32_t reconnect_delay_ms = 2000;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,21 @@ struct SocketOptions {
   int rcvbuf = 0;
   std::string congestion;         // TCP_CONGESTION per socket, e.g. "cubic"; empty = default
 };
+
+// SO_SNDBUF when none is configured: 512 KiB, 1 MiB in the kernel's accounting (it doubles
+// what is set). Autotuning grows a busy socket's send buffer to tcp_wmem's maximum, 4 MiB on
+// Debian, and a sender that hands the kernel everything ready then keeps a send queue that
+// deep; bbr paces such a queue so badly that 128 KiB transfers run at half the rate. 1 MiB
+// still carries 80 Gb/s per connection at 100 us of round trip. net.core.wmem_max caps it.
+// Measured in bench/RESULTS.md ("a send buffer of its own").
+inline constexpr uint32_t kDefaultSendBufferBytes = 512u << 10;
+
+// The SO_SNDBUF to set: the send buffer if configured (0: the kernel autotunes), else the
+// socket buffer if set, else kDefaultSendBufferBytes.
+inline int send_buffer_for(std::optional<uint64_t> send_buffer, uint64_t socket_buffer) {
+  if (send_buffer) return int(*send_buffer);
+  return int(socket_buffer ? socket_buffer : kDefaultSendBufferBytes);
+}
 
 // Applies options to a socket; returns an error message or empty.
 std::string apply_socket_options(int fd, const SocketOptions& opts);

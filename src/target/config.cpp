@@ -83,7 +83,7 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"send_zc_threshold", cfg.send_zc_threshold, 0, 1u << 30, "0 = off"},
       {"socket_buffer_bytes", cfg.socket_buffer_bytes, 0, 1u << 30,
        "0 = the kernel's autotuning; the kernel also caps it at net.core.rmem_max and wmem_max"},
-      {"send_buffer_bytes", cfg.send_buffer_bytes, 0, 1u << 30,
+      {"send_buffer_bytes", cfg.send_buffer_bytes.value_or(0), 0, 1u << 30,
        "0 = as socket_buffer_bytes; the kernel also caps it at net.core.wmem_max"},
   };
   for (const Range& r : ranges) {
@@ -139,7 +139,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         int_field(j, "max_registrants_per_namespace", cfg.max_registrants_per_namespace);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);
     cfg.socket_buffer_bytes = size_field(j, "socket_buffer_bytes", cfg.socket_buffer_bytes);
-    cfg.send_buffer_bytes = size_field(j, "send_buffer_bytes", cfg.send_buffer_bytes);
+    if (j.contains("send_buffer_bytes")) cfg.send_buffer_bytes = size_field(j, "send_buffer_bytes", 0);
     cfg.poll = j.value("poll", cfg.poll);
     cfg.sqpoll = j.value("sqpoll", cfg.sqpoll);
     cfg.sqpoll_idle_ms = int_field(j, "sqpoll_idle_ms", cfg.sqpoll_idle_ms);

@@ -1,6 +1,7 @@
 // Target configuration: the quick command-line case and the JSON file for the full one.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,10 +84,11 @@ struct TargetConfig {
   // SO_RCVBUF and SO_SNDBUF of every accepted connection (0: the kernel's autotuning, which
   // starts at tcp_rmem's default). A fixed size also stops autotuning, as SPDK does.
   uint64_t socket_buffer_bytes = 0;
-  // SO_SNDBUF alone, over socket_buffer_bytes (0: as socket_buffer_bytes says). The receive
-  // side keeps autotuning: a small send buffer keeps the socket's queue short, which bbr's
-  // pacing needs at large transfers, while a small receive buffer slows writes.
-  uint64_t send_buffer_bytes = 0;
+  // SO_SNDBUF alone (0: the kernel autotunes it). Not set: socket_buffer_bytes if that is,
+  // else reactor::kDefaultSendBufferBytes. The receive side keeps autotuning: a bounded send
+  // buffer keeps the socket's queue short, which bbr's pacing needs at large transfers, while
+  // a small receive buffer slows writes.
+  std::optional<uint64_t> send_buffer_bytes;
   std::string poll = "hybrid";           // interrupt | busy | hybrid (see nvtcp::PollMode)
   bool sqpoll = false;                  // an io_uring SQ thread per reactor (see reactor::ReactorOptions)
   uint32_t sqpoll_idle_ms = 2;          // the SQ thread sleeps after this long without work

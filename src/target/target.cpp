@@ -287,7 +287,7 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     accepted_.fetch_add(1);
     state_->usage.handoff.fetch_add(1);
     const int rcvbuf = int(cfg_.socket_buffer_bytes);
-    const int sndbuf = int(cfg_.send_buffer_bytes ? cfg_.send_buffer_bytes : cfg_.socket_buffer_bytes);
+    const int sndbuf = reactor::send_buffer_for(cfg_.send_buffer_bytes, cfg_.socket_buffer_bytes);
     std::string e = reactor::apply_socket_options(res, {true, sndbuf, rcvbuf, cfg_.tcp_congestion});
     if (!e.empty()) log::warn("accepted socket: {}", e);
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());

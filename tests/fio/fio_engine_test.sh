@@ -312,6 +312,8 @@ PY
     run_fio coalesce_tcp "--filename=$(trid 1)" --thread=1 --iodepth=4 --rw=randread --bs=4k --time_based \
       --runtime=1 --intr_coalesce=8
     expect_fail coalesce_tcp "nvtcp: intr_coalesce=8: only a controller of the offload engine"
+    run_fio bad_send_buffer "--filename=$(trid 1)" "${args[@]}" --send_buffer=lots
+    expect_fail bad_send_buffer "nvtcp: send_buffer=lots is not a size up to 1g"
     # The target keeps serving after all that.
     run_fio after "--filename=$(trid 1)" --thread=1 --iodepth=8 --rw=randread --bs=4k --time_based --runtime=1
     expect_ok after read

@@ -1,6 +1,7 @@
-// Socket buffer settings reach the sockets they name: socket_buffer_bytes fixes SO_RCVBUF and
-// SO_SNDBUF, send_buffer_bytes fixes SO_SNDBUF alone and leaves the receive side to the
-// kernel's autotuning, on the target's accepted connections and on the host's.
+// Socket buffer settings reach the sockets they name, on the target's accepted connections
+// and on the host's: socket_buffer_bytes fixes SO_RCVBUF and SO_SNDBUF, send_buffer_bytes
+// fixes SO_SNDBUF alone (0: autotuned) and leaves the receive side to the kernel's
+// autotuning; with neither, the send buffer is 512 KiB and the receive buffer autotunes.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "reactor/tcp_stream.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test {
@@ -53,9 +55,9 @@ std::vector<Buffers> connected_sockets(uint16_t port, bool local) {
   return out;
 }
 
-// tcp_rmem's default: where an autotuned receive buffer starts (it only grows from there).
-int autotuned_receive_start() {
-  std::ifstream f("/proc/sys/net/ipv4/tcp_rmem");
+// tcp_rmem's or tcp_wmem's default: where an autotuned buffer starts (it only grows from there).
+int autotuned_start(const char* sysctl) {
+  std::ifstream f(std::string("/proc/sys/net/ipv4/") + sysctl);
   int lo = 0, def = 0;
   f >> lo >> def;
   return def;
@@ -66,18 +68,25 @@ constexpr int kernel_size(uint32_t set) { return int(set) * 2; }
 
 struct Setting {
   uint32_t socket_buffer = 0;
-  uint32_t send_buffer = 0;
+  std::optional<uint32_t> send_buffer;
 };
 
 void check(const std::vector<Buffers>& sockets, Setting s, const char* side) {
   ASSERT_FALSE(sockets.empty()) << side << ": no connected socket found";
   for (const Buffers& b : sockets) {
-    const uint32_t snd = s.send_buffer ? s.send_buffer : s.socket_buffer;
-    EXPECT_EQ(b.sndbuf, kernel_size(snd)) << side;
+    const uint32_t snd = s.send_buffer ? *s.send_buffer
+                         : s.socket_buffer ? s.socket_buffer
+                                           : reactor::kDefaultSendBufferBytes;
+    if (snd)
+      EXPECT_EQ(b.sndbuf, kernel_size(snd)) << side;
+    else {  // (on loopback, autotuning starts it at tcp_wmem's maximum at once: 64 KiB segments)
+      EXPECT_GE(b.sndbuf, autotuned_start("tcp_wmem")) << side << ": the send buffer was fixed";
+      EXPECT_NE(b.sndbuf, kernel_size(reactor::kDefaultSendBufferBytes)) << side << ": the default was set";
+    }
     if (s.socket_buffer)
       EXPECT_EQ(b.rcvbuf, kernel_size(s.socket_buffer)) << side;
     else
-      EXPECT_GE(b.rcvbuf, autotuned_receive_start()) << side << ": the receive buffer was fixed";
+      EXPECT_GE(b.rcvbuf, autotuned_start("tcp_rmem")) << side << ": the receive buffer was fixed";
   }
 }
 
@@ -101,6 +110,13 @@ void connect_and_check(Setting target_side, Setting host_side) {
   check(connected_sockets(t.port(), false), host_side, "host");
 }
 
+TEST(SocketBuffers, ByDefaultTheSendBufferIsBoundedAndTheReceiveBufferAutotunes) {
+  connect_and_check({}, {});
+  EXPECT_EQ(reactor::kDefaultSendBufferBytes, 512u << 10);
+}
+
+TEST(SocketBuffers, ZeroLeavesTheSendBufferToAutotuning) { connect_and_check({0, 0}, {0, 0}); }
+
 TEST(SocketBuffers, SendBufferAloneLeavesTheReceiveBufferToAutotuning) {
   connect_and_check({0, 48u << 10}, {0, 40u << 10});
 }
@@ -109,7 +125,7 @@ TEST(SocketBuffers, SendBufferOverridesTheSocketBufferForSendsOnly) {
   connect_and_check({96u << 10, 48u << 10}, {80u << 10, 40u << 10});
 }
 
-TEST(SocketBuffers, SocketBufferFixesBoth) { connect_and_check({96u << 10, 0}, {80u << 10, 0}); }
+TEST(SocketBuffers, SocketBufferFixesBoth) { connect_and_check({96u << 10, {}}, {80u << 10, {}}); }
 
 }  // namespace
 }  // namespace nvtcp::test

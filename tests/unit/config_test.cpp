@@ -71,8 +71,9 @@ TEST(ConfigRanges, RegistrantLimitMustFitReportsSixteenBitCount) {
 TEST(ConfigRanges, SocketBuffersAreASizeUpToAGibibyte) {
   EXPECT_EQ(TargetConfig{}.socket_buffer_bytes, 0u);  // the kernel autotunes unless told
   EXPECT_EQ(load(R"({"socket_buffer_bytes": "2M"})"), "");
-  EXPECT_EQ(TargetConfig{}.send_buffer_bytes, 0u);
+  EXPECT_FALSE(TargetConfig{}.send_buffer_bytes);  // not set: socket_buffer_bytes, else 512 KiB
   EXPECT_EQ(load(R"({"send_buffer_bytes": "256K"})"), "");
+  EXPECT_EQ(load(R"({"send_buffer_bytes": 0})"), "");
   EXPECT_NE(load(R"({"send_buffer_bytes": "2G"})").find("send_buffer_bytes must be from 0 to 1073741824"),
             std::string::npos);
   EXPECT_NE(load(R"({"socket_buffer_bytes": "2G"})").find("socket_buffer_bytes must be from 0 to 1073741824"),
