@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -84,8 +85,14 @@ bool load_config(const std::string& path, engine::EngineOptions& o, std::string&
       return false;
     }
     if (j.contains("tcp_congestion")) o.host.tcp_congestion = j["tcp_congestion"].get<std::string>();
-    if (j.contains("socket_buffer_bytes")) o.host.socket_buffer_bytes = j["socket_buffer_bytes"].get<uint32_t>();
-    if (j.contains("send_buffer_bytes")) o.host.send_buffer_bytes = j["send_buffer_bytes"].get<uint32_t>();
+    // Byte counts up to 1 GiB, as the flags take them (a larger int would turn negative in setsockopt).
+    auto buffer_bytes = [&](const char* key) {
+      const uint64_t v = j[key].get<uint64_t>();
+      if (v > (1u << 30)) throw std::runtime_error(fmt::format("'{}' must be at most 1073741824 (got {})", key, v));
+      return uint32_t(v);
+    };
+    if (j.contains("socket_buffer_bytes")) o.host.socket_buffer_bytes = buffer_bytes("socket_buffer_bytes");
+    if (j.contains("send_buffer_bytes")) o.host.send_buffer_bytes = buffer_bytes("send_buffer_bytes");
     if (j.contains("ublk")) o.ublk = j["ublk"].get<bool>();
     if (j.contains("ublk_queue_depth")) o.ublk_options.queue_depth = j["ublk_queue_depth"].get<uint32_t>();
     for (const auto& l : engine::limit_options())

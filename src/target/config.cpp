@@ -84,7 +84,7 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"socket_buffer_bytes", cfg.socket_buffer_bytes, 0, 1u << 30,
        "0 = the kernel's autotuning; the kernel also caps it at net.core.rmem_max and wmem_max"},
       {"send_buffer_bytes", cfg.send_buffer_bytes.value_or(0), 0, 1u << 30,
-       "0 = as socket_buffer_bytes; the kernel also caps it at net.core.wmem_max"},
+       "0 = the kernel's autotuning; the kernel also caps it at net.core.wmem_max"},
   };
   for (const Range& r : ranges) {
     if (r.value < r.min || r.value > r.max)
