@@ -114,6 +114,7 @@ struct ReactorStats {
   uint64_t multishot_nobufs = 0;  // the ring ran dry (the receive is re-armed)
   uint64_t direct_recvs = 0;      // receives straight into the owner's memory
   uint64_t spin_recvs = 0;        // receives that a spinning reactor's recv() completed
+  uint64_t direct_sends = 0;      // sends that a spinning reactor made with sendmsg() itself
   uint64_t spin_yields = 0;       // sched_yield()s of a spinning reactor that found nothing to do
 };
 

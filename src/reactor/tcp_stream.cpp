@@ -322,6 +322,26 @@ void TcpStream::flush() {
         break;
       }
   }
+  // A latency-bound stream on a spinning reactor (its receives are polled, see
+  // ReactorOptions::spin_recv) sends with a plain non-blocking sendmsg() at once: through
+  // io_uring the bytes would leave only at the next turn's submission, and the send's
+  // completion would take a CQE. Only when nothing else of ours is in flight on the socket
+  // (no earlier send, no zero-copy send still held), so the bytes keep their order. What
+  // the socket does not take at once goes on through io_uring.
+  if (!zc && zc_busy_ == 0 && poll_next_ && !direct_send_blocked_ && reactor_.spin_receiving()) {
+    ssize_t sent = ::sendmsg(fd_, &msg_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const int err = sent < 0 ? errno : 0;
+    if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+      ++reactor_.stats().direct_sends;
+      size_t total = 0;
+      for (int i = 0; i < n; ++i) total += iov_[i].iov_len;
+      // A short send means a full socket buffer: the rest waits in io_uring for room.
+      direct_send_blocked_ = sent >= 0 && size_t(sent) < total;
+      on_send(sent < 0 ? -err : int(sent));
+      return;
+    }
+    direct_send_blocked_ = true;
+  }
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (slot) {
     slot->busy = true;
@@ -345,6 +365,8 @@ void TcpStream::flush() {
 
 void TcpStream::on_send(int res) {
   send_inflight_ = false;
+  // An io_uring send completed (or a direct one went whole): the socket has room again.
+  if (res >= 0 && size_t(res) == queued_bytes_) direct_send_blocked_ = false;
   if (res < 0) {
     if (res == -EAGAIN || res == -EINTR) {
       if (!closing_) flush();

@@ -141,6 +141,9 @@ class TcpStream final : public ByteStream {
   static constexpr size_t kSpinRecvMaxBytes = 16 * 1024;
   bool latency_bound(ssize_t received) const;
   bool spin_missed_ = false;      // the polled receive has found nothing at least once
+  // A direct send found the socket full: sends go through io_uring until one of them has
+  // emptied the queue.
+  bool direct_send_blocked_ = false;
   uint64_t recv_turn_ = 0;        // the loop turn an io_uring receive was queued in
   OwnedDeferred<TcpStream> flush_d_, close_d_;
 

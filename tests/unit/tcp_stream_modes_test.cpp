@@ -4,7 +4,9 @@
 // receive into provided buffers delivers every byte in order, survives a dry ring, and
 // still receives large payloads in place; a spinning reactor's polled receives (recv()
 // instead of io_uring) deliver every byte, hand over to io_uring when the reactor sleeps,
-// and let go of streams that close or are destroyed while polled.
+// and let go of streams that close or are destroyed while polled; its latency-bound
+// streams send with sendmsg() directly, and what a full socket does not take follows
+// through io_uring in order.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -434,6 +436,115 @@ TEST(TcpStreamSpinRecv, ClosingOrDestroyingAPolledStreamUnlinksIt) {
   y.stream.reset();  // destroyed while polled: the reactor must forget it
   EXPECT_EQ(r.spin_recvs_linked(), 0u);
   for (int i = 0; i < 100; ++i) r.run_once(0);
+}
+
+// Reads n bytes from fd (blocking), or fewer if the peer closes.
+std::vector<uint8_t> read_all(int fd, size_t n) {
+  std::vector<uint8_t> got(n);
+  size_t have = 0;
+  while (have < n) {
+    ssize_t k = ::recv(fd, got.data() + have, n - have, 0);
+    if (k <= 0) break;
+    have += size_t(k);
+  }
+  got.resize(have);
+  return got;
+}
+
+// Makes p's stream latency-bound on a busy reactor: its receives are polled.
+bool make_polled(Reactor& r, PolledPair& p) {
+  for (int i = 0; i < 200 && r.spin_recvs_linked() == 0; ++i)
+    if (!p.feed(r, 1, uint8_t(i))) return false;
+  return r.spin_recvs_linked() == 1;
+}
+
+TEST(TcpStreamDirectSend, ALatencyBoundStreamOnASpinningReactorSendsWithoutIoUring) {
+  ReactorOptions o;
+  o.poll = PollMode::Busy;
+  Reactor r(256, o);
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
+  ASSERT_TRUE(make_polled(r, p));
+  std::vector<int> order;
+  std::vector<Done> dones(3);
+  uint8_t reply[3][100];
+  for (int i = 0; i < 3; ++i) {
+    std::memset(reply[i], 0x20 + i, sizeof(reply[i]));
+    dones[size_t(i)].r = &r;
+    dones[size_t(i)].order = &order;
+    dones[size_t(i)].index = i;
+    p.stream->send(reply[i], sizeof(reply[i]), &dones[size_t(i)]);
+  }
+  r.run_once(0);  // the deferred flush: one sendmsg() of all three, done at once
+  EXPECT_EQ(r.stats().direct_sends, 1u);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2})) << "a direct send completes its SendDones in queue order";
+  EXPECT_EQ(p.stream->queued_bytes(), 0u);
+  std::vector<uint8_t> got = read_all(p.raw, sizeof(reply));
+  ASSERT_EQ(got.size(), sizeof(reply));
+  EXPECT_EQ(std::memcmp(got.data(), reply, sizeof(reply)), 0);
+  ASSERT_TRUE(p.close(r));
+}
+
+TEST(TcpStreamDirectSend, WhatAFullSocketDoesNotTakeGoesOnThroughIoUringInOrder) {
+  ReactorOptions o;
+  o.poll = PollMode::Busy;
+  Reactor r(256, o);
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
+  int small = 16 * 1024;
+  ASSERT_EQ(setsockopt(p.stream->fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  ASSERT_TRUE(make_polled(r, p));
+  // 96 segments of 40 KiB, far more than the socket and the peer's window hold while the
+  // peer does not read: the direct send is short and the rest must follow it, in order.
+  constexpr int kSegments = 96;
+  constexpr size_t kLen = 40 * 1024;
+  std::vector<uint8_t> data(kSegments * kLen);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = uint8_t(k * 13 / 4096 + k);
+  std::vector<int> order;
+  std::vector<Done> dones(kSegments);
+  for (int i = 0; i < kSegments; ++i) {
+    dones[size_t(i)].r = &r;
+    dones[size_t(i)].order = &order;
+    dones[size_t(i)].index = i;
+    p.stream->send(data.data() + size_t(i) * kLen, kLen, &dones[size_t(i)]);
+  }
+  r.run_once(0);
+  EXPECT_EQ(r.stats().direct_sends, 1u);
+  EXPECT_GT(p.stream->queued_bytes(), 0u) << "the socket cannot have taken it all";
+  std::vector<uint8_t> got;
+  std::thread reader([&] { got = read_all(p.raw, data.size()); });
+  bool all = run_until(r, [&] { return order.size() == size_t(kSegments); });
+  reader.join();
+  ASSERT_TRUE(all) << order.size() << " of " << kSegments << " SendDones";
+  ASSERT_EQ(got.size(), data.size());
+  EXPECT_TRUE(got == data) << "bytes out of order";
+  for (int i = 0; i < kSegments; ++i) EXPECT_EQ(order[size_t(i)], i);
+  // Once the queue has drained through io_uring, sends are direct again.
+  const uint64_t direct_before = r.stats().direct_sends;
+  uint8_t tail[32];
+  std::memset(tail, 0x5A, sizeof(tail));
+  p.stream->send(tail, sizeof(tail));
+  r.run_once(0);
+  EXPECT_EQ(r.stats().direct_sends, direct_before + 1);
+  got = read_all(p.raw, sizeof(tail));
+  ASSERT_EQ(got.size(), sizeof(tail));
+  EXPECT_EQ(std::memcmp(got.data(), tail, sizeof(tail)), 0);
+  ASSERT_TRUE(p.close(r));
+}
+
+TEST(TcpStreamDirectSend, AnInterruptDrivenReactorLeavesSendsToIoUring) {
+  Reactor r(256, ReactorOptions{});
+  PolledPair p(r);
+  ASSERT_TRUE(p.stream);
+  ASSERT_TRUE(p.feed(r, 3, 9));
+  uint8_t reply[64];
+  std::memset(reply, 0x33, sizeof(reply));
+  p.stream->send(reply, sizeof(reply));
+  ASSERT_TRUE(run_until(r, [&] { return p.stream->queued_bytes() == 0; }));
+  EXPECT_EQ(r.stats().direct_sends, 0u);
+  std::vector<uint8_t> got = read_all(p.raw, sizeof(reply));
+  EXPECT_EQ(got, std::vector<uint8_t>(reply, reply + sizeof(reply)));
+  ASSERT_TRUE(p.close(r));
 }
 
 // Echoes every 64-byte message it receives (with a fixed reply) on its own stream.
