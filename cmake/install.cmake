@@ -82,7 +82,7 @@ admin and I/O commands on per-thread queue pairs, with reconnect, keep-alive and
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libnvtcp-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # nvtcpConfig.cmake finds fmt; libnvtcp.a also needs liburing and ISA-L at link time.
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libfmt-dev, liburing-dev, libisal-dev")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libfmt-dev, liburing-dev, libisal-dev, libssl-dev")
 set(CPACK_DEBIAN_DEV_DESCRIPTION "userspace NVMe-over-TCP host library (development files)
 Headers, the static library, the CMake package (find_package(nvtcp): nvtcp::nvtcp and
 nvtcp::nvtcp_static) and nvtcp.pc for pkg-config.")

@@ -6,7 +6,7 @@
 # again only when the installed fio changes, so a warm machine pays nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libcli11-dev libfmt-dev
+PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev libfmt-dev
       nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
       python3 python3-matplotlib procps util-linux fio dpkg-dev debootstrap
       tshark qemu-system-x86

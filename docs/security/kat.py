@@ -6,6 +6,9 @@
 #                SHA-256 and SHA-384 (these reproduce the published values).
 #   identities:  retained PSK, v0/v1 identity and derived TLS PSK for the NQNs of section 5,
 #                in the RFC 8446 label encoding and in the legacy libnvme ("compat") one.
+#   dhchap:      the section 5.5 secret transformed, ffdhe2048 values for a fixed private
+#                exponent, an augmented challenge and both responses (LOCAL: computed from the
+#                formulas of section 2, not published vectors).
 import base64
 import hashlib
 import hmac
@@ -103,7 +106,46 @@ def identities():
         print(mode, 1, "test48", derive(K48, hashlib.sha384, TEST_HOST, TEST_SUB, 1, mode))
 
 
+# RFC 7919 ffdhe2048, generator 2.
+FFDHE2048 = int(
+    "FFFFFFFFFFFFFFFFADF85458A2BB4A9AAFDC5620273D3CF1D8B9C583CE2D3695A9E13641146433FBCC939DCE249B3EF97D"
+    "2FE363630C75D8F681B202AEC4617AD3DF1ED5D5FD65612433F51F5F066ED0856365553DED1AF3B557135E7F57C935984F0C"
+    "70E0E68B77E2A689DAF3EFE8721DF158A136ADE73530ACCA4F483A797ABC0AB182B324FB61D108A94BB2C8E3FBB96ADAB760"
+    "D7F4681D4F42A3DE394DF4AE56EDE76372BB190B07A7C8EE0A6D709E02FCE1CDF7E2ECC03404CD28342F619172FE9CE98583"
+    "FF8E4F1232EEF28183C3FE3B1B4C6FAD733BB5FCBC2EC22005C58EF1837D1683B2C6F34A26C1B2EFFA886B423861285C97FF"
+    "FFFFFFFFFFFFFF", 16)
+
+
+def dhchap():
+    secret = base64.b64decode("ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n")[:32]
+    kt_host = hmac.new(secret, SPEC_HOST + b"NVMe-over-Fabrics", hashlib.sha256).digest()
+    kt_ctrl = hmac.new(secret, SPEC_SUB + b"NVMe-over-Fabrics", hashlib.sha256).digest()
+    print("kt_host", kt_host.hex())
+    print("kt_ctrl", kt_ctrl.hex())
+    # Two fixed private exponents, their public values and the shared secret, padded to 256 bytes.
+    x = int.from_bytes(hashlib.sha256(b"nvtcp host exponent").digest(), "big")
+    y = int.from_bytes(hashlib.sha256(b"nvtcp controller exponent").digest(), "big")
+    gx, gy = pow(2, x, FFDHE2048), pow(2, y, FFDHE2048)
+    ks = pow(gy, x, FFDHE2048).to_bytes(256, "big")
+    assert ks == pow(gx, y, FFDHE2048).to_bytes(256, "big")
+    print("x", "%064x" % x)
+    print("gx", gx.to_bytes(256, "big").hex())
+    print("y", "%064x" % y)
+    print("ks", ks.hex())
+    print("sha256(gx)", hashlib.sha256(gx.to_bytes(256, "big")).hexdigest())
+    print("sha256(ks)", hashlib.sha256(ks).hexdigest())
+    c1 = bytes(range(32))
+    ca = hmac.new(hashlib.sha256(ks).digest(), c1, hashlib.sha256).digest()
+    print("ca", ca.hex())
+    seq, tid = 0x12345678, 0x0102
+    head = struct.pack("<IH", seq, tid) + b"\0"
+    r1 = hmac.new(kt_host, ca + head + b"HostHost" + SPEC_HOST + b"\0" + SPEC_SUB, hashlib.sha256).digest()
+    r2 = hmac.new(kt_ctrl, ca + head + b"Controller" + SPEC_SUB + b"\0" + SPEC_HOST, hashlib.sha256).digest()
+    print("r1", r1.hex())
+    print("r2", r2.hex())
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["kunit", "identities"]
+    which = sys.argv[1:] or ["kunit", "identities", "dhchap"]
     for name in which:
-        {"kunit": kunit, "identities": identities}[name]()
+        {"kunit": kunit, "identities": identities, "dhchap": dhchap}[name]()

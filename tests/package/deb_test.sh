@@ -106,7 +106,7 @@ if [ "${1:-}" = --in-root ]; then
   [ "$(in_root readlink -f /usr/lib/libnvtcp.so)" = "$(in_root readlink -f /usr/lib/libnvtcp.so.0)" ] ||
     fail "libnvtcp.so does not lead to the installed libnvtcp.so.0"
   # What libnvtcp-dev's users need to build against it came with it from Debian.
-  for p in libfmt-dev liburing-dev libisal-dev; do
+  for p in libfmt-dev liburing-dev libisal-dev libssl-dev; do
     [ "$(installed $p)" = "install ok installed" ] || fail "libnvtcp-dev did not bring $p"
   done
   echo "PASS: packages installed with apt in a fresh Debian 12 root and served from the unit's ExecStart"
