@@ -66,6 +66,9 @@ inline constexpr Status ConnectIncompatibleFormat{Sct::CommandSpecific, 0x80};
 inline constexpr Status ConnectControllerBusy{Sct::CommandSpecific, 0x81};
 inline constexpr Status ConnectInvalidParameters{Sct::CommandSpecific, 0x82};
 inline constexpr Status ConnectInvalidHost{Sct::CommandSpecific, 0x84};
+// A queue that must authenticate (Connect said so, ATR) answers everything but Authentication
+// Send/Receive with this until it has.
+inline constexpr Status AuthenticationRequired{Sct::CommandSpecific, 0x91};
 inline constexpr Status WriteFault{Sct::Media, 0x80};
 inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
 inline constexpr Status CompareFailure{Sct::Media, 0x85};

@@ -87,6 +87,7 @@ void CommandQueue::parse(Request& r) {
   if ((fused_first_ || (r.sqe.flags & kSqeFlagsFuseMask)) && fused_halves(r)) return;
   if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) parse_fabrics(r);
   else if (!connected()) r.status = sc::CommandSequenceError;
+  else if (!authenticated()) r.status = sc::AuthenticationRequired;
   else if (qid_ == 0) parse_admin(r);
   else parse_io(r);
 }

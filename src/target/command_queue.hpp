@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "auth/dhchap_transaction.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
 #include "target/controller.hpp"
@@ -97,6 +98,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   wire::Cqe response(const Request& r);
   bool sq_flow_disabled() const { return sq_flow_disabled_; }
   bool connected() const { return ctrl_ != nullptr; }
+  // Whether the queue may run commands: it needs no authentication or has authenticated.
+  bool authenticated() const { return !auth_required_ || (auth_ && auth_->authenticated()); }
   uint16_t qid() const { return qid_; }
   uint16_t sqsize() const { return sqsize_; }
   Controller* controller() const { return ctrl_.get(); }
@@ -131,6 +134,10 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   void execute_fabrics(Request& r);
   void execute_connect(Request& r);
   void invalid_connect_param(Request& r, bool in_data, uint32_t offset);
+  // In-band authentication: Authentication Send and Receive run the queue's DH-HMAC-CHAP
+  // transaction (auth_commands.cpp).
+  void parse_auth(Request& r);
+  void execute_auth(Request& r);
   void execute_admin(Request& r);
   void execute_io(Request& r);
   void execute_copy(Request& r, Namespace& ns);
@@ -172,6 +179,12 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
   std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
+  // Authentication: required when the host has a DH-HMAC-CHAP key (Connect answered with ATR);
+  // until the transaction succeeds, every other command but Disconnect is refused. The keys are
+  // held for the queue's life; the transaction is made at the first Authentication Send.
+  bool auth_required_ = false;
+  HostKeys auth_keys_;
+  std::unique_ptr<auth::DhchapController> auth_;
   QueueStats* stats_ = nullptr;       // this queue's counters, one per namespace
   // This host's reservation access per namespace (by Namespace::index), made at Connect.
   std::vector<Reservations::AccessCache> resv_cache_;

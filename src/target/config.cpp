@@ -98,6 +98,44 @@ std::string check_ranges(const TargetConfig& cfg) {
     if (cpu < 0 || cpu >= CPU_SETSIZE) return fmt::format("cpus: {} is not a CPU number (0 to {})", cpu, CPU_SETSIZE - 1);
   return {};
 }
+
+// A key field of a host: the key itself or "@FILE"; parse checks it. Errors name the field and
+// the host, never the key.
+template <class Key, class Parse>
+std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, const std::string& hostnqn,
+                                    Parse parse) {
+  if (!h.contains(field)) return nullptr;
+  if (!h[field].is_string()) throw std::runtime_error(fmt::format("host {}: {} must be a string", hostnqn, field));
+  auth::SecretString text;
+  std::string err;
+  auto key = std::make_shared<Key>();
+  if (!auth::read_key_value(h[field].get_ref<const std::string&>(), text, err) || !parse(text.view(), *key, err))
+    throw std::runtime_error(fmt::format("host {}: {}: {}", hostnqn, field, err));
+  return key;
+}
+
+// One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
+// "psk": ...}.
+void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
+  if (h.is_string()) {
+    sc.hosts.push_back(h.get<std::string>());
+    return;
+  }
+  if (!h.is_object() || !h.contains("nqn") || !h["nqn"].is_string())
+    throw std::runtime_error(fmt::format("subsystem {}: a hosts entry is a host NQN or an object with \"nqn\"", sc.nqn));
+  const std::string nqn = h["nqn"].get<std::string>();
+  for (const auto& [k, v] : h.items())
+    if (k != "nqn" && k != "dhchap_key" && k != "dhchap_ctrl_key" && k != "psk")
+      throw std::runtime_error(fmt::format("host {}: unknown key \"{}\" (nqn, dhchap_key, dhchap_ctrl_key, psk)", nqn, k));
+  HostKeys keys;
+  keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret);
+  keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret);
+  keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk);
+  if (keys.dhchap_ctrl && !keys.dhchap)
+    throw std::runtime_error(fmt::format("host {}: dhchap_ctrl_key needs dhchap_key (the host authenticates first)", nqn));
+  sc.hosts.push_back(nqn);
+  if (keys.dhchap || keys.psk) sc.host_keys[nqn] = std::move(keys);
+}
 }  // namespace
 
 std::string load_config_file(const std::string& path, TargetConfig& cfg) {
@@ -153,7 +191,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.serial = s.value("serial", "");
       sc.model = s.value("model", sc.model);
       sc.allow_any_host = s.value("allow_any_host", !s.contains("hosts"));
-      sc.hosts = s.value("hosts", std::vector<std::string>{});
+      for (const auto& h : s.value("hosts", nlohmann::json::array())) read_host(sc, h);
       sc.listeners = s.value("listeners", std::vector<std::string>{});
       for (const auto& n : s.value("namespaces", nlohmann::json::array())) {
         NamespaceConfig nc;

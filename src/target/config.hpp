@@ -1,9 +1,13 @@
 // Target configuration: the quick command-line case and the JSON file for the full one.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "auth/keys.hpp"
 
 namespace nvtcp::target {
 
@@ -13,6 +17,14 @@ struct NamespaceConfig {
   uint64_t size = 0;            // bytes (file: 0 = the file's size)
   std::string path;             // file only
   uint32_t block_size = 512;
+};
+
+// An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked
+// when the configuration is read. Shared, never copied: key material lives in one place.
+struct HostKeys {
+  std::shared_ptr<const auth::DhchapSecret> dhchap;       // set: the host must authenticate
+  std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
+  std::shared_ptr<const auth::ConfiguredPsk> psk;         // its TLS PSK
 };
 
 struct SubsystemConfig {
@@ -26,6 +38,7 @@ struct SubsystemConfig {
   // its discovery log entries, and where Connect is accepted. Empty: every listener (and the
   // discovery port), as a Linux nvmet subsystem linked to every port.
   std::vector<std::string> listeners;
+  std::map<std::string, HostKeys> host_keys;  // by host NQN, for hosts configured with keys
 };
 
 struct ListenerConfig {

@@ -8,6 +8,7 @@
 #include "target/command_queue.hpp"
 #include "target/queue_limits.hpp"
 #include "util/log.hpp"
+#include "wire/auth.hpp"
 #include "wire/fabrics.hpp"
 
 namespace nvtcp::target {
@@ -38,7 +39,10 @@ void CommandQueue::parse_fabrics(Request& r) {
     case FabricsType::PropertyGet:
     case FabricsType::PropertySet:
       if (qid_ != 0) r.status = sc::InvalidOpcode;
+      else if (!authenticated()) r.status = sc::AuthenticationRequired;
       return;
+    case FabricsType::AuthSend:
+    case FabricsType::AuthReceive: parse_auth(r); return;
     case FabricsType::Disconnect: return;
     default: r.status = sc::InvalidOpcode; return;
   }
@@ -53,6 +57,10 @@ void CommandQueue::execute_fabrics(Request& r) {
   if (fctype == FabricsType::Disconnect) {
     transport_.close_after_response();
     done(r, sc::Success);
+    return;
+  }
+  if (fctype == FabricsType::AuthSend || fctype == FabricsType::AuthReceive) {
+    execute_auth(r);
     return;
   }
   PropertySetCmd pg;
@@ -109,6 +117,8 @@ void CommandQueue::execute_connect(Request& r) {
     done(r, sc::ConnectInvalidHost);
     return;
   }
+  // A host with a DH-HMAC-CHAP key authenticates every queue before anything else (ATR).
+  const HostKeys* keys = sub->is_discovery() ? nullptr : sub->host_keys(hostnqn);
   // Admin and discovery queues carry few commands: at most kMaxAdminQueueDepth entries (the
   // Linux host asks for 32, SPDK allows 128), which also bounds how many responses one
   // discovery connection, open to any host, can have in flight.
@@ -192,11 +202,13 @@ void CommandQueue::execute_connect(Request& r) {
   sqsize_ = uint16_t(cmd.sqsize + 1);
   sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
   sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
+  if (keys) auth_keys_ = *keys;
+  auth_required_ = keys && keys->dhchap;
   transport_.connected();
-  log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{})", peer, hostnqn, subnqn,
+  log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
             ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
-            transport_.link_features());
-  r.dw0 = ctrl->cntlid();
+            transport_.link_features(), auth_required_ ? ", must authenticate" : "");
+  r.dw0 = ctrl->cntlid() | (auth_required_ ? kConnectResultAtr : 0);
   done(r, sc::Success);
 }
 

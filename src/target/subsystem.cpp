@@ -21,7 +21,8 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
       model_(cfg.model),
       discovery_(discovery),
       allow_any_(cfg.allow_any_host),
-      hosts_(cfg.hosts) {}
+      hosts_(cfg.hosts),
+      host_keys_(cfg.host_keys) {}
 
 bool Subsystem::host_allowed(const std::string& hostnqn) const {
   return allow_any_ || std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();

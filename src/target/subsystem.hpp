@@ -124,6 +124,11 @@ class Subsystem {
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
   bool host_allowed(const std::string& hostnqn) const;
+  // The keys configured for a host (nullptr: none; it connects without authenticating).
+  const HostKeys* host_keys(const std::string& hostnqn) const {
+    auto it = host_keys_.find(hostnqn);
+    return it == host_keys_.end() ? nullptr : &it->second;
+  }
   // Whether hosts reach this subsystem through the listener with this port ID (0: the
   // discovery-only port). Bound to named listeners, or to all of them (start-up only).
   bool reachable_through(uint16_t portid) const {
@@ -164,6 +169,7 @@ class Subsystem {
   bool discovery_;
   bool allow_any_;
   std::vector<std::string> hosts_;
+  std::map<std::string, HostKeys> host_keys_;
   std::vector<uint16_t> portids_;  // empty: every listener
   std::vector<std::unique_ptr<Namespace>> namespaces_;
   std::vector<Namespace*> ns_by_id_;

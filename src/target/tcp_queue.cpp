@@ -203,7 +203,9 @@ std::string TcpQueue::link_features() const {
 
 void TcpQueue::connected() {
   pool_.resize(commands_.sqsize());
-  deadlines_.cancel(Deadline::Connect);
+  // A queue that must authenticate gets icreq_timeout_ms more to do it (Connect deadline).
+  if (commands_.authenticated()) deadlines_.cancel(Deadline::Connect);
+  else deadlines_.arm(Deadline::Connect, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
   // The first checks come one controller poll after Connect, then every poll_period().
   if (commands_.qid() == 0) deadlines_.arm(Deadline::KeepAlive, kControllerPollNs);
   deadlines_.arm(Deadline::ControllerPoll, kControllerPollNs);
@@ -844,7 +846,10 @@ void TcpQueue::on_icreq_deadline(uint64_t) {
 }
 
 void TcpQueue::on_connect_deadline(uint64_t) {
-  if (state_ == State::Ready && !commands_.connected()) close("no Connect after ICReq");
+  if (state_ != State::Ready) return;
+  if (!commands_.connected()) close("no Connect after ICReq");
+  else if (!commands_.authenticated())
+    close(fmt::format("not authenticated within {} ms of Connect", target_.config.icreq_timeout_ms));
 }
 
 void TcpQueue::on_term_req_linger(uint64_t) {

@@ -41,6 +41,7 @@ const char* known_name(Status s) {
     case sc::ConnectControllerBusy.value: return "Connect Controller Busy";
     case sc::ConnectInvalidParameters.value: return "Connect Invalid Parameters";
     case sc::ConnectInvalidHost.value: return "Connect Invalid Host";
+    case sc::AuthenticationRequired.value: return "Authentication Required";
     case sc::WriteFault.value: return "Write Fault";
     case sc::UnrecoveredReadError.value: return "Unrecovered Read Error";
     case sc::CompareFailure.value: return "Compare Failure";

@@ -1,6 +1,7 @@
 // The target configuration: every numeric setting is checked against its range before
 // anything is built from it, from the JSON file and from code alike.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -141,6 +142,79 @@ TEST(ConfigListeners, ParseListener) {
   EXPECT_TRUE((ListenerConfig{"0.0.0.0", 1}.wildcard()));
   EXPECT_TRUE((ListenerConfig{"::", 1}.wildcard()));
   EXPECT_FALSE((ListenerConfig{"127.0.0.1", 1}.wildcard()));
+}
+
+
+// "hosts" entries with keys: parsed and checked on load, inline or from an owner-only file;
+// errors name the host and the field, never the key.
+constexpr const char* kKey = "DHHC-1:01:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+
+std::string load_hosts(const std::string& hosts, TargetConfig& cfg) {
+  std::string path = "/tmp/nvtcp-config-hosts-" + std::to_string(getpid()) + ".json";
+  {
+    std::ofstream f(path);
+    f << R"({"subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:t", "hosts": )" << hosts
+      << R"(, "namespaces": [{"type": "ram", "size": "1M"}]}]})";
+  }
+  std::string err = load_config_file(path, cfg);
+  std::remove(path.c_str());
+  return err;
+}
+
+TEST(ConfigHosts, PlainNqnsAndHostsWithKeys) {
+  TargetConfig cfg;
+  std::string hosts = std::string(R"(["nqn.h1", {"nqn": "nqn.h2", "dhchap_key": ")") + kKey +
+                      R"(", "dhchap_ctrl_key": ")" + kKey + R"(", "psk": "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:"}])";
+  ASSERT_EQ(load_hosts(hosts, cfg), "");
+  const SubsystemConfig& sc = cfg.subsystems.at(0);
+  EXPECT_FALSE(sc.allow_any_host);
+  EXPECT_EQ(sc.hosts, (std::vector<std::string>{"nqn.h1", "nqn.h2"}));
+  ASSERT_EQ(sc.host_keys.count("nqn.h2"), 1u);
+  EXPECT_EQ(sc.host_keys.count("nqn.h1"), 0u);
+  const HostKeys& k = sc.host_keys.at("nqn.h2");
+  ASSERT_TRUE(k.dhchap && k.dhchap_ctrl && k.psk);
+  EXPECT_EQ(k.dhchap->transform, 1);
+  EXPECT_EQ(k.dhchap->key.size(), 32u);
+  EXPECT_EQ(k.psk->hash, 1);
+}
+
+TEST(ConfigHosts, AKeyFromAFileMustBeTheOwners) {
+  std::string key_path = "/tmp/nvtcp-config-key-" + std::to_string(getpid());
+  {
+    std::ofstream f(key_path);
+    f << kKey << "\n";
+  }
+  chmod(key_path.c_str(), 0600);
+  TargetConfig cfg;
+  EXPECT_EQ(load_hosts(R"([{"nqn": "nqn.h", "dhchap_key": "@)" + key_path + R"("}])", cfg), "");
+  ASSERT_TRUE(cfg.subsystems.at(0).host_keys.at("nqn.h").dhchap);
+  chmod(key_path.c_str(), 0644);
+  TargetConfig again;
+  std::string err = load_hosts(R"([{"nqn": "nqn.h", "dhchap_key": "@)" + key_path + R"("}])", again);
+  EXPECT_NE(err.find("mode 0644"), std::string::npos) << err;
+  EXPECT_NE(err.find("host nqn.h: dhchap_key"), std::string::npos) << err;
+  std::remove(key_path.c_str());
+}
+
+TEST(ConfigHosts, BadKeysAndEntriesAreRefusedWithoutShowingTheKey) {
+  struct Case {
+    std::string hosts;
+    const char* says;
+  } cases[] = {
+      {R"([{"nqn": "nqn.h", "dhchap_key": "DHHC-1:01:ja6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:"}])",
+       "host nqn.h: dhchap_key: DH-HMAC-CHAP secret: CRC mismatch"},
+      {R"([{"nqn": "nqn.h", "dhchap_ctrl_key": ")" + std::string(kKey) + R"("}])", "dhchap_ctrl_key needs dhchap_key"},
+      {R"([{"nqn": "nqn.h", "psk": ")" + std::string(kKey) + R"("}])", "host nqn.h: psk: not a TLS PSK"},
+      {R"([{"nqn": "nqn.h", "dhchap_secret": ")" + std::string(kKey) + R"("}])", "unknown key \"dhchap_secret\""},
+      {R"([{"dhchap_key": ")" + std::string(kKey) + R"("}])", "a hosts entry is a host NQN or an object"},
+      {R"([{"nqn": "nqn.h", "dhchap_key": 5}])", "dhchap_key must be a string"},
+  };
+  for (const auto& c : cases) {
+    TargetConfig cfg;
+    std::string err = load_hosts(c.hosts, cfg);
+    EXPECT_NE(err.find(c.says), std::string::npos) << c.hosts << " -> " << err;
+    EXPECT_EQ(err.find("zGodOr4SEG0"), std::string::npos) << "the key must not appear: " << err;
+  }
 }
 
 }  // namespace

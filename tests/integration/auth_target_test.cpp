@@ -1,0 +1,221 @@
+// The target's in-band authentication, driven by a raw host that runs the host's DH-HMAC-CHAP
+// machine over Authentication Send/Receive: a host configured with a key is told to
+// authenticate (ATR) on every queue and is refused everything else until it has; one way and
+// both ways; a wrong secret ends that queue and no other host's; malformed commands get their
+// status; a queue that never authenticates is closed; a host without a key needs none.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "auth/dhchap_transaction.hpp"
+#include "raw_session.hpp"
+#include "test_target.hpp"
+#include "wire/auth.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+constexpr const char* kOtherHost = "nqn.2026-11.io.nvtcp:no-key";
+
+auth::DhchapSecret secret(uint8_t fill) {
+  auth::DhchapSecret s;
+  s.transform = 1;
+  s.key = auth::SecretBytes(32);
+  std::memset(s.key.data(), fill, 32);
+  return s;
+}
+
+target::TargetConfig auth_config(bool with_ctrl_key, uint32_t icreq_timeout_ms = 10000) {
+  target::TargetConfig cfg = default_config();
+  auto& sc = cfg.subsystems.at(0);
+  sc.allow_any_host = false;
+  sc.hosts = {kHostNqn, kOtherHost};
+  target::HostKeys keys;
+  keys.dhchap = std::make_shared<auth::DhchapSecret>(secret(0x11));
+  if (with_ctrl_key) keys.dhchap_ctrl = std::make_shared<auth::DhchapSecret>(secret(0x22));
+  sc.host_keys[kHostNqn] = keys;
+  cfg.icreq_timeout_ms = icreq_timeout_ms;
+  return cfg;
+}
+
+Sqe auth_sqe(uint16_t cid, FabricsType t, uint32_t len, uint8_t secp = wire::kAuthSecp) {
+  wire::AuthTransferCmd c{};
+  c.opc = uint8_t(AdminOpcode::Fabrics);
+  c.fctype = uint8_t(t);
+  c.spsp0 = wire::kAuthSpsp0;
+  c.spsp1 = wire::kAuthSpsp1;
+  c.secp = secp;
+  c.length = len;
+  Sqe s;
+  std::memcpy(&s, &c, sizeof(s));
+  return raw_sqe(s, cid, len, t == FabricsType::AuthSend ? kSglDataBlockOffset : kSglTransportDataBlock);
+}
+
+// Runs the host's side of the transaction on session s; returns the host machine's end state.
+AssertionResult authenticate(Session& s, auth::DhchapHost& host) {
+  for (int step = 0; step < 8 && !host.authenticated() && !host.failed(); ++step) {
+    std::vector<uint8_t> m = host.next_message();
+    if (!m.empty()) {
+      Cqe cqe{};
+      if (auto r = s.command(auth_sqe(s.cid(), FabricsType::AuthSend, uint32_t(m.size())), m, cqe); !r) return r;
+      if (!ok(cqe)) return AssertionFailure() << "Authentication Send: " << status_name(Status::from_cqe(cqe.status));
+    }
+    if (host.expects_receive()) {
+      Cqe cqe{};
+      Bytes in;
+      if (auto r = s.command(auth_sqe(s.cid(), FabricsType::AuthReceive, wire::kAuthHostReceiveLength), {}, cqe, &in);
+          !r)
+        return r;
+      if (!ok(cqe)) return AssertionFailure() << "Authentication Receive: " << status_name(Status::from_cqe(cqe.status));
+      if (in.size() != wire::kAuthHostReceiveLength) return AssertionFailure() << "received " << in.size() << " bytes";
+      host.on_receive(in);
+    }
+  }
+  if (host.authenticated()) return AssertionSuccess();
+  return AssertionFailure() << "host " << auth::to_string(host.state()) << ": " << host.failure_detail();
+}
+
+auth::DhchapKeys host_keys(const auth::DhchapSecret* h, const auth::DhchapSecret* c) {
+  return {h, c, kHostNqn, kTestNqn};
+}
+
+TEST(AuthTarget, AHostWithAKeyAuthenticatesBeforeAnythingElse) {
+  RunningTarget t(auth_config(false));
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & wire::kConnectResultAtr, wire::kConnectResultAtr) << "Connect says: authenticate";
+  EXPECT_NE(cqe.dw0 & 0xFFFF, 0u);
+  ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91)) << "Authentication Required before authenticating";
+  Sqe identify = raw_sqe(cmd::identify(0, 1, 0), s.cid(), 4096);
+  ASSERT_TRUE(s.command(identify, {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91));
+
+  const auth::DhchapSecret hs = secret(0x11);
+  auth::DhchapHost host(host_keys(&hs, nullptr), {}, 1);
+  ASSERT_TRUE(authenticate(s, host));
+  EXPECT_EQ(host.dh_group(), uint8_t(wire::DhGroup::Ffdhe2048));
+  ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe)) << "authenticated: the queue runs commands";
+}
+
+TEST(AuthTarget, BothWaysAndEveryQueueOnItsOwn) {
+  RunningTarget t(auth_config(true));
+  const auth::DhchapSecret hs = secret(0x11), cs = secret(0x22);
+  Session admin;
+  ASSERT_TRUE(admin.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(admin.connect_admin(cqe, kTestNqn, kHostNqn));
+  const uint16_t cntlid = uint16_t(cqe.dw0);
+  auth::DhchapHost host(host_keys(&hs, &cs), {}, 1);
+  ASSERT_TRUE(authenticate(admin, host));
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+
+  Session io;
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & wire::kConnectResultAtr, wire::kConnectResultAtr) << "I/O queues authenticate too";
+  Sqe read = rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512);
+  ASSERT_TRUE(io.command(read, {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91));
+  auth::DhchapHost io_host(host_keys(&hs, &cs), {}, 2);
+  ASSERT_TRUE(authenticate(io, io_host));
+  Bytes data;
+  read.cid = io.cid();
+  ASSERT_TRUE(io.command(read, {}, cqe, &data));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(data.size(), 512u);
+}
+
+TEST(AuthTarget, AWrongSecretEndsThatQueueAndOthersGoOn) {
+  RunningTarget t(auth_config(false));
+  const auth::DhchapSecret wrong = secret(0x12);
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  auth::DhchapHost host(host_keys(&wrong, nullptr), {}, 1);
+  EXPECT_FALSE(authenticate(s, host));
+  EXPECT_TRUE(host.failed());
+  EXPECT_EQ(host.failure_reason(), uint8_t(wire::AuthFailureReason::Failed)) << host.failure_detail();
+  // The target closes the queue after its Failure1.
+  Bytes p;
+  EXPECT_FALSE(s.c.read_pdu(p)) << "the connection should be closed";
+  expect_healthy(t, kOtherHost);
+}
+
+TEST(AuthTarget, TheControllerMustProveItsKeyWhenAsked) {
+  // The target has no controller key for this host, the host asks for one: refused.
+  RunningTarget t(auth_config(false));
+  const auth::DhchapSecret hs = secret(0x11), cs = secret(0x22);
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  auth::DhchapHost host(host_keys(&hs, &cs), {}, 1);
+  EXPECT_FALSE(authenticate(s, host));
+  EXPECT_TRUE(host.failed());
+}
+
+TEST(AuthTarget, AHostWithoutAKeyNeedsNone) {
+  RunningTarget t(auth_config(false));
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kOtherHost));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & wire::kConnectResultAtr, 0u);
+  ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+}
+
+TEST(AuthTarget, MalformedAuthenticationCommands) {
+  RunningTarget t(auth_config(false));
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  const Bytes neg(72, 0);
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthSend, 72, 0xEA), neg, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "another security protocol: Invalid Field";
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthReceive, 0), {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "AL 0";
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthReceive, 1u << 20), {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x02)) << "AL past any message";
+  Sqe short_sgl = auth_sqe(s.cid(), FabricsType::AuthSend, 72);
+  short_sgl.sgl.length = 40;
+  ASSERT_TRUE(s.command(short_sgl, Bytes(40, 0), cqe));
+  EXPECT_FALSE(ok(cqe)) << "TL and the SGL disagree";
+  // A Negotiate of zeros is not DH-HMAC-CHAP: the receive that follows says why, and the
+  // queue, which had to authenticate, closes.
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthSend, 72), neg, cqe));
+  ASSERT_TRUE(ok(cqe)) << "protocol errors are answered in the protocol";
+  Bytes in;
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthReceive, 64), {}, cqe, &in));
+  ASSERT_EQ(in.size(), 64u);
+  EXPECT_EQ(in[1], uint8_t(wire::AuthId::Failure1));
+  Bytes p;
+  EXPECT_FALSE(s.c.read_pdu(p));
+  expect_healthy(t, kOtherHost);
+}
+
+TEST(AuthTarget, AQueueThatNeverAuthenticatesIsClosed) {
+  RunningTarget t(auth_config(false, 200));
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  ASSERT_TRUE(ok(cqe));
+  Bytes p;
+  EXPECT_FALSE(s.c.read_pdu(p)) << "closed once icreq_timeout_ms has passed without authentication";
+}
+
+}  // namespace
+}  // namespace nvtcp::test
