@@ -69,6 +69,12 @@ DataPathOptions data_path_options();
 
 struct ControllerOptions {
   std::string hostnqn;               // empty: derived from the host ID
+  // DH-HMAC-CHAP in-band authentication, run on every queue whose Connect the controller
+  // answers with "authenticate" (ATR): the host's secret and, to have the controller prove
+  // itself as well, the controller's; each as nvme-cli's gen-dhchap-key writes it
+  // ("DHHC-1:XX:<base64>:") or "@FILE", a file that only its owner may read.
+  std::string dhchap_secret;
+  std::string dhchap_ctrl_secret;
   uint8_t hostid[16] = {};           // all zero: a random one per process
   uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
   uint32_t keep_alive_interval_ms = 0;  // how often Keep Alive is sent; 0 = kato_ms / 2

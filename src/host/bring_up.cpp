@@ -34,6 +34,8 @@ bool Controller::State::associate(bool first, HostError& err) {
   p.tcp_congestion = opts.tcp_congestion;
   p.socket_buffer_bytes = opts.socket_buffer_bytes;
   p.send_buffer_bytes = opts.send_buffer_bytes;
+  p.dhchap_secret = dhchap_secret;
+  p.dhchap_ctrl_secret = dhchap_ctrl_secret;
   p.io_timeout_ms = opts.admin_timeout_ms;
   p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);

@@ -98,6 +98,28 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
     st.hostid[8] = uint8_t((st.hostid[8] & 0x3F) | 0x80);
   }
   st.hostnqn = !trid.hostnqn.empty() ? trid.hostnqn : !opts.hostnqn.empty() ? opts.hostnqn : default_hostnqn(st.hostid);
+  // The secrets are read and checked here, so a bad one fails connect() before any network.
+  auto read_secret = [&](const std::string& value, const char* what, std::shared_ptr<const auth::DhchapSecret>& out) {
+    if (value.empty()) return true;
+    auth::SecretString text;
+    auto s = std::make_shared<auth::DhchapSecret>();
+    std::string e;
+    if (!auth::read_key_value(value, text, e) || !auth::parse_dhchap_secret(text.view(), *s, e)) {
+      err = fmt::format("{}: {}", what, e);
+      return false;
+    }
+    out = std::move(s);
+    return true;
+  };
+  if (!read_secret(opts.dhchap_secret, "DH-HMAC-CHAP host secret", st.dhchap_secret) ||
+      !read_secret(opts.dhchap_ctrl_secret, "DH-HMAC-CHAP controller secret", st.dhchap_ctrl_secret))
+    return nullptr;
+  if (st.dhchap_ctrl_secret && !st.dhchap_secret) {
+    err = "a DH-HMAC-CHAP controller secret needs the host secret too (the host authenticates first)";
+    return nullptr;
+  }
+  st.opts.dhchap_secret.clear();  // the parsed keys are what stays
+  st.opts.dhchap_ctrl_secret.clear();
   st.ka_timer.st = &st;
   st.ka_timer.fn = State::keep_alive;
   if (detail::ControllerSeam* seam = detail::ControllerSeam::current()) {  // a test's clock
@@ -389,6 +411,8 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.tcp_congestion = st.opts.tcp_congestion;
   p.socket_buffer_bytes = st.opts.socket_buffer_bytes;
   p.send_buffer_bytes = st.opts.send_buffer_bytes;
+  p.dhchap_secret = st.dhchap_secret;
+  p.dhchap_ctrl_secret = st.dhchap_ctrl_secret;
   p.ctrl_loss_tmo_ms = st.opts.ctrl_loss_tmo_ms;
   p.reconnect_delay_ms = st.opts.reconnect_delay_ms;
   p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;

@@ -52,6 +52,9 @@ struct Controller::State : detail::ControllerLink {
   TransportId trid;
   ControllerOptions opts;
   std::string hostnqn;
+  // The DH-HMAC-CHAP secrets of ControllerOptions, parsed once; every queue uses them.
+  std::shared_ptr<const auth::DhchapSecret> dhchap_secret;
+  std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
   uint8_t hostid[16] = {};
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a

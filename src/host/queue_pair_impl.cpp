@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "util/log.hpp"
+#include "wire/auth.hpp"
 #include "wire/digest.hpp"
 
 namespace nvtcp::host::detail {
@@ -153,6 +154,7 @@ bool QueuePairImpl::run_until(State want, HostError& err) {
     if (now() > deadline) {
       const char* phase = state_ == State::TcpConnecting ? "connecting"
                           : state_ == State::AwaitICResp ? "waiting for ICResp"
+                          : auth_                        ? "authenticating"
                                                          : "waiting for the Connect response";
       err = HostError::make(HostError::Kind::Timeout, fmt::format("{}:{} qid {}: timed out after {} ms {}",
                                                                   p_.trid.traddr, p_.trid.trsvcid, p_.qid,
@@ -271,6 +273,10 @@ void QueuePairImpl::send_connect() {
         if (self->state_ != State::AwaitConnect) return;  // the connection went away first
         if (c.status.ok()) {
           self->cntlid_ = uint16_t(c.dw0 & 0xFFFF);
+          if (c.dw0 & (kConnectResultAtr | kConnectResultAscr)) {
+            self->start_authentication(c.dw0);
+            return;
+          }
           self->on_associated();
           return;
         }
@@ -283,6 +289,85 @@ void QueuePairImpl::send_connect() {
       },
       this);
   send_command(r);
+}
+
+void QueuePairImpl::start_authentication(uint32_t connect_dw0) {
+  const std::string where = fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid);
+  if (connect_dw0 & kConnectResultAscr) {
+    fail_for_good(HostError::make(HostError::Kind::Controller,
+                                  "the controller asks for a secure channel concatenation, which this host does not do"));
+    return;
+  }
+  if (!p_.dhchap_secret) {
+    fail_for_good(HostError::from_status(
+        sc::AuthenticationRequired, fmt::format("controller {} requires DH-HMAC-CHAP authentication, and no host "
+                                                "secret was given (--dhchap-secret)",
+                                                cntlid_)));
+    return;
+  }
+  auth::DhchapKeys keys{p_.dhchap_secret.get(), p_.dhchap_ctrl_secret.get(), p_.hostnqn, p_.trid.subnqn};
+  auth_ = std::make_unique<auth::DhchapHost>(std::move(keys), auth::DhchapPolicy{}, ++auth_transactions_);
+  log::debug("{}: authenticating to controller {}", where, cntlid_);
+  auth_step();
+}
+
+void QueuePairImpl::auth_step() {
+  if (state_ != State::AwaitConnect || !auth_) return;  // the connection went away meanwhile
+  HostRequest* r = &pool_[p_.depth];  // the Connect slot, free again
+  AuthTransferCmd cmd{};
+  cmd.opc = uint8_t(AdminOpcode::Fabrics);
+  cmd.spsp0 = kAuthSpsp0;
+  cmd.spsp1 = kAuthSpsp1;
+  cmd.secp = kAuthSecp;
+  auto done = [](void* ctx, const Completion& c) {
+    auto* self = static_cast<QueuePairImpl*>(ctx);
+    if (self->state_ != State::AwaitConnect || !self->auth_) return;
+    const bool receive = self->auth_receiving_;
+    if (!c.status.ok()) {
+      self->fail_for_good(HostError::from_status(
+          c.status, fmt::format("Authentication {}: {}", receive ? "Receive" : "Send", status_name(c.status))));
+      return;
+    }
+    if (receive) self->auth_->on_receive(self->auth_in_);
+    self->auth_step();
+  };
+  std::vector<uint8_t> m = auth_->next_message();
+  if (!m.empty()) {
+    auth_out_ = std::move(m);
+    auth_receiving_ = false;
+    cmd.fctype = uint8_t(FabricsType::AuthSend);
+    cmd.length = uint32_t(auth_out_.size());
+    Sqe sqe;
+    std::memcpy(&sqe, &cmd, sizeof(cmd));
+    start_request(r, sqe, auth_out_.data(), cmd.length, true, done, this);
+    send_command(r);
+    return;
+  }
+  if (auth_->expects_receive()) {
+    auth_in_.assign(kAuthHostReceiveLength, 0);
+    auth_receiving_ = true;
+    cmd.fctype = uint8_t(FabricsType::AuthReceive);
+    cmd.length = kAuthHostReceiveLength;
+    Sqe sqe;
+    std::memcpy(&sqe, &cmd, sizeof(cmd));
+    start_request(r, sqe, auth_in_.data(), kAuthHostReceiveLength, false, done, this);
+    send_command(r);
+    return;
+  }
+  const uint8_t hash = auth_->hash(), group = auth_->dh_group();
+  const bool ok = auth_->authenticated();
+  const std::string detail = auth_->failure_detail();
+  const uint8_t reason = auth_->failure_reason();
+  auth_.reset();
+  if (!ok) {
+    fail_for_good(HostError::from_status(
+        sc::AuthenticationRequired, fmt::format("DH-HMAC-CHAP authentication with controller {} failed: {} ({})",
+                                                cntlid_, detail, auth_failure_name(reason))));
+    return;
+  }
+  log::debug("{}:{} qid {}: authenticated (DH-HMAC-CHAP, {}, DH group {}{})", p_.trid.traddr, p_.trid.trsvcid, p_.qid,
+             dhchap_hash_name(hash), dh_group_name(group), p_.dhchap_ctrl_secret ? ", controller verified" : "");
+  on_associated();
 }
 
 void QueuePairImpl::on_associated() {

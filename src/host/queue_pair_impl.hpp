@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "auth/dhchap_transaction.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/timing.hpp"
@@ -107,12 +108,18 @@ struct QueueParams {
   int32_t fast_io_fail_tmo_ms = -1;
   uint32_t io_timeout_ms = 0;     // 0 = commands never time out
   uint32_t max_retries = 5;
+  // DH-HMAC-CHAP: the host's secret, used when a Connect answers that the queue must
+  // authenticate (ATR); with the controller's secret the host asks the controller to prove
+  // itself too. Shared by every queue of a controller, for reconnects as well.
+  std::shared_ptr<const auth::DhchapSecret> dhchap_secret;
+  std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
   // Every timing decision reads this; tests may give a reactor::FakeClock (it must outlive the queue).
   const reactor::Clock* clock = &reactor::monotonic_clock();
 };
 
 // Where a queue is in its connection's life. Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect
-// -> Ready. A lost connection goes to Disconnected when it can be re-established (its commands
+// -> Ready. AwaitConnect covers the Connect and, when its answer asks for it (ATR), the
+// DH-HMAC-CHAP transaction that follows on the same queue. A lost connection goes to Disconnected when it can be re-established (its commands
 // held), and from there through the connecting states again; otherwise to Failing, while the
 // stream's close finishes (a receive in flight may still write into a command's buffer, so the
 // commands end only then), and Failed. Failing and Failed are final.
@@ -260,6 +267,15 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   uint32_t maxh2cdata_ = 0;
   uint16_t cntlid_ = 0;
   Completion connect_result_;
+  // In-band authentication after Connect: the transaction, what it sends and what it receives,
+  // carried by Authentication Send/Receive on the Connect slot one after another.
+  void start_authentication(uint32_t connect_dw0);
+  void auth_step();
+  std::unique_ptr<auth::DhchapHost> auth_;
+  std::vector<uint8_t> auth_out_;
+  std::vector<uint8_t> auth_in_;
+  uint16_t auth_transactions_ = 0;
+  bool auth_receiving_ = false;  // the command on the Connect slot is the Receive
 
   // Recovery
   uint32_t generation_ = 0;       // the controller association this connection belongs to

@@ -5,7 +5,12 @@
 // status; a queue that never authenticates is closed; a host without a key needs none.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "auth/dhchap_transaction.hpp"
 #include "raw_session.hpp"
@@ -215,6 +220,76 @@ TEST(AuthTarget, AQueueThatNeverAuthenticatesIsClosed) {
   ASSERT_TRUE(ok(cqe));
   Bytes p;
   EXPECT_FALSE(s.c.read_pdu(p)) << "closed once icreq_timeout_ms has passed without authentication";
+}
+
+
+// ---- the nvtcp host library against the nvtcp target -------------------------------------------
+
+host::ControllerOptions host_options(const std::string& secret, const std::string& ctrl_secret = {}) {
+  host::ControllerOptions o;
+  o.hostnqn = kHostNqn;
+  o.kato_ms = 0;
+  o.io_queues = 2;
+  o.dhchap_secret = secret;
+  o.dhchap_ctrl_secret = ctrl_secret;
+  return o;
+}
+
+std::string text_of(const auth::DhchapSecret& s) { return std::string(auth::format_dhchap_secret(s.transform, s.key.span()).view()); }
+
+void write_and_read_back(host::Controller& ctrl) {
+  std::string err;
+  auto qp = ctrl.create_io_qpair(32, err);
+  ASSERT_NE(qp, nullptr) << err;
+  std::vector<uint8_t> data = pattern(4096, 27), back(4096, 0);
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->write(2, 8, 8, data.data(), cb, ctx); }).ok());
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(2, 8, 8, back.data(), cb, ctx); }).ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST(AuthHost, TheHostLibraryAuthenticatesEveryQueue) {
+  RunningTarget t(auth_config(false));
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), host_options(text_of(secret(0x11))), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+}
+
+TEST(AuthHost, BothWaysFromAKeyFile) {
+  RunningTarget t(auth_config(true));
+  std::string path = "/tmp/nvtcp-auth-host-key-" + std::to_string(getpid());
+  {
+    std::ofstream f(path);
+    f << text_of(secret(0x11)) << "\n";
+  }
+  chmod(path.c_str(), 0600);
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), host_options("@" + path, text_of(secret(0x22))), err);
+  std::remove(path.c_str());
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+}
+
+TEST(AuthHost, WrongOrMissingSecretsAreRefusedClearly) {
+  RunningTarget t(auth_config(true));
+  std::string err;
+  EXPECT_EQ(host::Controller::connect(t.trid(), host_options(""), err), nullptr);
+  EXPECT_NE(err.find("requires DH-HMAC-CHAP authentication"), std::string::npos) << err;
+  EXPECT_EQ(host::Controller::connect(t.trid(), host_options(text_of(secret(0x12))), err), nullptr);
+  EXPECT_NE(err.find("authentication failed"), std::string::npos) << err;
+  // The controller answers the host's challenge with the wrong controller secret's response.
+  EXPECT_EQ(host::Controller::connect(t.trid(), host_options(text_of(secret(0x11)), text_of(secret(0x23))), err),
+            nullptr);
+  EXPECT_NE(err.find("controller's response does not match"), std::string::npos) << err;
+  EXPECT_EQ(host::Controller::connect(t.trid(), host_options("DHHC-1:01:bm90IGEga2V5:"), err), nullptr);
+  EXPECT_NE(err.find("DH-HMAC-CHAP host secret"), std::string::npos) << err;
+  EXPECT_EQ(err.find("bm90IGEga2V5"), std::string::npos) << "no key in errors: " << err;
+  EXPECT_EQ(host::Controller::connect(t.trid(), host_options("", text_of(secret(0x22))), err), nullptr);
+  EXPECT_NE(err.find("needs the host secret"), std::string::npos) << err;
+  expect_healthy(t, kOtherHost);
+  // And the right secrets still work after all that.
+  auto ctrl = host::Controller::connect(t.trid(), host_options(text_of(secret(0x11)), text_of(secret(0x22))), err);
+  ASSERT_NE(ctrl, nullptr) << err;
 }
 
 }  // namespace
