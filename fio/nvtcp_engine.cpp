@@ -9,7 +9,7 @@
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
 // works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
-// send_buffer, start_together
+// send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -89,6 +89,8 @@ struct EngineOptions {
   unsigned int start_together;
   unsigned int intr_coalesce;
   unsigned int intr_coalesce_us;
+  char* dhchap_secret;
+  char* dhchap_ctrl_secret;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -147,6 +149,14 @@ fio_option g_options[] = {
     make_option("send_buffer", "nvtcp send buffer", FIO_OPT_STR_STORE, offsetof(EngineOptions, send_buffer),
                 "SO_SNDBUF alone (e.g. 256k; 0: the kernel autotunes it; default: socket_buffer if set, else 512k)",
                 nullptr, 0, 0),
+    make_option("dhchap_secret", "nvtcp DH-HMAC-CHAP host secret", FIO_OPT_STR_STORE,
+                offsetof(EngineOptions, dhchap_secret),
+                "DH-HMAC-CHAP host secret, used when the target asks to authenticate: DHHC-1:XX:...: (as nvme-cli's "
+                "gen-dhchap-key writes it) or @FILE, a file only its owner can read",
+                nullptr),
+    make_option("dhchap_ctrl_secret", "nvtcp DH-HMAC-CHAP controller secret", FIO_OPT_STR_STORE,
+                offsetof(EngineOptions, dhchap_ctrl_secret),
+                "DH-HMAC-CHAP controller secret: the target must prove it holds it too (key or @FILE)", nullptr),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -232,6 +242,8 @@ std::string explain_connect_error(const TransportId& trid, const std::string& er
     hint = "the target has no subsystem named '" + trid.subnqn + "'";
   else if (err.find("Invalid Host") != std::string::npos)
     hint = "the subsystem does not allow this host NQN (see the hostnqn option)";
+  else if (err.find("DH-HMAC-CHAP") != std::string::npos)
+    hint = "see the dhchap_secret and dhchap_ctrl_secret options, and the host NQN the target has the keys for";
   else if (err.find("Connection refused") != std::string::npos)
     hint = "nothing listens at " + trid.traddr + ":" + std::to_string(trid.trsvcid) + " (wrong trsvcid, or no target)";
   else if (err.find("timed out") != std::string::npos)
@@ -286,6 +298,8 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   if (o.tcp_congestion && *o.tcp_congestion) c.tcp_congestion = o.tcp_congestion;
   c.socket_buffer_bytes = uint32_t(o.socket_buffer);
   job_send_buffer(td, c.send_buffer_bytes);  // checked in nvtcp_init
+  if (o.dhchap_secret && *o.dhchap_secret) c.dhchap_secret = o.dhchap_secret;
+  if (o.dhchap_ctrl_secret && *o.dhchap_ctrl_secret) c.dhchap_ctrl_secret = o.dhchap_ctrl_secret;
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;
@@ -368,7 +382,9 @@ int nvtcp_get_file_size(thread_data* td, fio_file* f) {
   if (!parse_filename(td, f->file_name, trid)) return 1;
   ControllerOptions opts = controller_options(td, 1);
   std::string key = std::string(f->file_name) + '\n' + opts.hostnqn + '\n' + (opts.hdgst ? "h" : "") +
-                    (opts.ddgst ? "d" : "") + '\n' + opts.tcp_congestion;
+                    (opts.ddgst ? "d" : "") + '\n' + opts.tcp_congestion + '\n' +
+                    // which secrets, without keeping their text in the cache
+                    std::to_string(std::hash<std::string>{}(opts.dhchap_secret + '\n' + opts.dhchap_ctrl_secret));
   NamespaceFacts ns;
   {
     std::lock_guard lk(g_probe_mu);

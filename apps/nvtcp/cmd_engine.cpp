@@ -32,6 +32,7 @@ struct EngineArgs {
   std::string tcp_congestion;
   uint32_t socket_buffer = 0;  // 0: not given
   std::optional<uint32_t> send_buffer;
+  std::string dhchap_secret, dhchap_ctrl_secret, hostnqn;
   std::string ready_file;
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
@@ -137,6 +138,9 @@ int run_engine(const EngineArgs& a) {
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.socket_buffer) o.host.socket_buffer_bytes = a.socket_buffer;
   if (a.send_buffer) o.host.send_buffer_bytes = *a.send_buffer;
+  if (!a.dhchap_secret.empty()) o.host.dhchap_secret = a.dhchap_secret;
+  if (!a.dhchap_ctrl_secret.empty()) o.host.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
+  if (!a.hostnqn.empty()) o.host.hostnqn = a.hostnqn;
   if (a.ublk) o.ublk = true;
   if (!a.poll.empty()) {
     host::parse_poll_mode(a.poll, o.host.poll);  // checked by the option's IsMember
@@ -216,6 +220,8 @@ void add_engine_command(CLI::App& app, int& rc) {
       "keep-alive timeout asked of the remote controllers, seconds (default 30)");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
   add_socket_buffer_options(c, a->socket_buffer, a->send_buffer);
+  add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
+  c->add_option("--hostnqn", a->hostnqn, "host NQN of the engine's connections (a --controller's hostnqn: wins)");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
   c->add_option("--poll", a->poll,
                 "how the NVMe/TCP queue pairs wait for bytes: hybrid (default), busy or interrupt")

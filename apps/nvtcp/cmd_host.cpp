@@ -55,6 +55,16 @@ void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::option
       "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");
 }
 
+void add_dhchap_options(CLI::App* c, std::string& secret, std::string& ctrl_secret) {
+  c->add_option("--dhchap-secret", secret,
+                "DH-HMAC-CHAP host secret, used when the target asks to authenticate: DHHC-1:XX:...: as nvme-cli's "
+                "gen-dhchap-key writes it, or @FILE (a file only its owner can read; a key on the command line is "
+                "visible to other users in the process list)");
+  c->add_option("--dhchap-ctrl-secret", ctrl_secret,
+                "DH-HMAC-CHAP controller secret: the target must prove it holds it too (bidirectional); "
+                "key or @FILE");
+}
+
 using namespace nvtcp::nvme;
 
 namespace {
@@ -97,6 +107,7 @@ struct DiscoverArgs {
   uint16_t port = kDiscoveryPort;
   std::string hostnqn;
   bool hdgst = false, ddgst = false;
+  std::string dhchap_secret, dhchap_ctrl_secret;
 };
 
 int run_discover(const DiscoverArgs& a) {
@@ -109,6 +120,8 @@ int run_discover(const DiscoverArgs& a) {
   o.hdgst = a.hdgst;
   o.ddgst = a.ddgst;
   o.kato_ms = 0;
+  o.dhchap_secret = a.dhchap_secret;
+  o.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
   std::string err;
   auto ctrl = host::Controller::connect(t, o, err);
   if (!ctrl) {
@@ -144,6 +157,7 @@ int run_discover(const DiscoverArgs& a) {
 struct IdentifyArgs {
   std::string trid;
   std::string hostnqn;
+  std::string dhchap_secret, dhchap_ctrl_secret;
 };
 
 int run_identify(const IdentifyArgs& a) {
@@ -155,6 +169,8 @@ int run_identify(const IdentifyArgs& a) {
   }
   if (!a.hostnqn.empty()) t.hostnqn = a.hostnqn;
   host::ControllerOptions o;
+  o.dhchap_secret = a.dhchap_secret;
+  o.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
   auto ctrl = host::Controller::connect(t, o, err);
   if (!ctrl) {
     fmt::print(stderr, "nvtcp identify: {}\n", err);
@@ -246,6 +262,7 @@ void add_discover_command(CLI::App& app, int& rc) {
   c->add_option("-q,--hostnqn", a->hostnqn, "host NQN");
   c->add_flag("--hdgst", a->hdgst, "header digest");
   c->add_flag("--ddgst", a->ddgst, "data digest");
+  add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
   c->callback([a, &rc] { rc = run_discover(*a); });
 }
 
@@ -255,6 +272,7 @@ void add_identify_command(CLI::App& app, int& rc) {
   c->add_option("-r,--trid", a->trid, "transport ID, e.g. 'trtype:tcp traddr:127.0.0.1 trsvcid:4420 subnqn:NQN'")
       ->required();
   c->add_option("-q,--hostnqn", a->hostnqn, "host NQN");
+  add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
   c->callback([a, &rc] { rc = run_identify(*a); });
 }
 
@@ -290,6 +308,8 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   add_socket_buffer_options(c, a->o.ctrl.socket_buffer_bytes, a->o.ctrl.send_buffer_bytes);
+  add_dhchap_options(c, a->o.ctrl.dhchap_secret, a->o.ctrl.dhchap_ctrl_secret);
+  c->add_option("--hostnqn", a->o.ctrl.hostnqn, "host NQN (the transport ID's hostnqn: wins)");
   c->add_option_function<std::string>(
       "--poll",
       [a](const std::string& v) {

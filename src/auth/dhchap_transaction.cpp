@@ -433,7 +433,7 @@ void DhchapHost::on_receive(std::span<const uint8_t> msg) {
   const auto type = wire::AuthType(msg[0]);
   const auto id = wire::AuthId(msg[1]);
   if (type == wire::AuthType::Common && id == wire::AuthId::Failure1) {
-    fail(AuthFailureReason(msg[7]), std::string("the controller refused: ") + wire::auth_failure_name(msg[7]), false);
+    fail(AuthFailureReason(msg[7]), "the controller refused it (AUTH_Failure1)", false);
     return;
   }
   if (load<wire::AuthHeader>(msg).t_id != tid_) {

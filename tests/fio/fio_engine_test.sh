@@ -380,6 +380,35 @@ PY
     run_fio after_kill "--filename=$(etrid 2)" --thread=1 --iodepth=8 --rw=randread --bs=4k --time_based --runtime=1
     expect_ok after_kill read
     ;;
+  dhchap)
+    # A second target whose subsystem has a host with DH-HMAC-CHAP keys (key files, mode 0600):
+    # jobs that give the secrets write and verify; a wrong one is refused with a clear message.
+    host=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
+    (umask 077
+     echo 'DHHC-1:01:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:' >"$work/host.key"
+     echo 'DHHC-1:02:ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoOEhYaHiImKi4yNjo+QkZKTvGwQfg==:' >"$work/ctrl.key"
+     echo 'DHHC-1:00:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAl7OaH:' >"$work/wrong.key")
+    cat >"$work/auth.json" <<JSON
+{"listeners": [{"address": "127.0.0.1", "port": 0}], "discovery_port": 0,
+ "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "64M"}],
+   "hosts": [{"nqn": "$host", "dhchap_key": "@$work/host.key", "dhchap_ctrl_key": "@$work/ctrl.key"}]}]}
+JSON
+    "$nvtcp" target --config "$work/auth.json" --ready-file "$work/auth.ready" >"$work/auth.log" 2>&1 &
+    apid=$!
+    wait_ready "target with keys" "$apid" "$work/auth.ready" "$work/auth.log"
+    aport=$(cat "$work/auth.ready")
+    run_fio dhchap "--filename=$(trid 1 "$aport")" --thread=1 --numjobs=2 --offset_increment=8m --iodepth=8 \
+      --rw=randwrite --bs=4k \
+      --size=8m --verify=crc32c --hostnqn="$host" --dhchap_secret="@$work/host.key" \
+      --dhchap_ctrl_secret="@$work/ctrl.key"
+    expect_ok dhchap write
+    grep -q 'authenticated on qid 1' "$work/auth.log" || fail "dhchap: no I/O queue authenticated"
+    run_fio dhchap_wrong "--filename=$(trid 1 "$aport")" --thread=1 --iodepth=1 --rw=randread --bs=4k \
+      --time_based --runtime=1 --hostnqn="$host" --dhchap_secret="@$work/wrong.key"
+    expect_fail dhchap_wrong "DH-HMAC-CHAP authentication .* failed"
+    ! grep -q 'ia6zGodOr4SEG0' "$work"/*.err "$work/auth.log" || fail "dhchap: a key appears in a log"
+    stop "$apid"
+    ;;
   preload)
     # SPDK's way: LD_PRELOAD the engine and name it (fio's symbols must be there, so the
     # preload goes on fio itself, not on a wrapper such as taskset).
