@@ -689,8 +689,23 @@ void QueuePairImpl::on_closed(int err) {
     return;
   }
   if (!receiving()) return;
-  HostError e = HostError::make(HostError::Kind::Transport, err < 0 ? fmt::format("connection lost: {}", strerror(-err))
-                                                                    : std::string("connection closed by the target"));
+  std::string why = err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target";
+  if (auth_) {
+    // The Linux target ends the controller as soon as it has sent AUTH_Failure1 or taken our
+    // AUTH_Failure2, and the last answer can be lost with the connection: a close in the middle
+    // of the transaction is a refusal, ours (said already) or the target's.
+    const std::string what =
+        auth_->failed() ? fmt::format("{} ({})", auth_->failure_detail(), auth_failure_name(auth_->failure_reason()))
+                        : fmt::format("{} during the transaction (the target refused this host's response, or its "
+                                      "secret)",
+                                      why);
+    auth_.reset();
+    fail_for_good(HostError::from_status(
+        sc::AuthenticationRequired,
+        fmt::format("DH-HMAC-CHAP authentication with controller {} failed: {}", cntlid_, what)));
+    return;
+  }
+  HostError e = HostError::make(HostError::Kind::Transport, why);
   e.err_no = err < 0 ? -err : 0;
   fail(std::move(e));
 }

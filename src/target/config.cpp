@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/block_device.hpp"
+#include "wire/auth.hpp"
 #include "util/zeros.hpp"
 
 namespace nvtcp::target {
@@ -125,12 +126,33 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
     throw std::runtime_error(fmt::format("subsystem {}: a hosts entry is a host NQN or an object with \"nqn\"", sc.nqn));
   const std::string nqn = h["nqn"].get<std::string>();
   for (const auto& [k, v] : h.items())
-    if (k != "nqn" && k != "dhchap_key" && k != "dhchap_ctrl_key" && k != "psk")
-      throw std::runtime_error(fmt::format("host {}: unknown key \"{}\" (nqn, dhchap_key, dhchap_ctrl_key, psk)", nqn, k));
+    if (k != "nqn" && k != "dhchap_key" && k != "dhchap_ctrl_key" && k != "psk" && k != "dhchap_hash" &&
+        k != "dhchap_dhgroup")
+      throw std::runtime_error(fmt::format(
+          "host {}: unknown key \"{}\" (nqn, dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup, psk)", nqn, k));
   HostKeys keys;
   keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret);
   keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret);
   keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk);
+  if (h.contains("dhchap_hash")) {
+    const std::string v = h["dhchap_hash"].is_string() ? h["dhchap_hash"].get<std::string>() : "";
+    uint8_t id = 0;
+    for (uint8_t i = 1; i <= 3; ++i)
+      if (v == wire::dhchap_hash_name(i) || "hmac(" + v + ")" == wire::dhchap_hash_name(i)) id = i;
+    if (!id)
+      throw std::runtime_error(fmt::format("host {}: dhchap_hash \"{}\" is not sha256, sha384 or sha512", nqn, v));
+    keys.dhchap_hashes = {id};
+  }
+  if (h.contains("dhchap_dhgroup")) {
+    const std::string v = h["dhchap_dhgroup"].is_string() ? h["dhchap_dhgroup"].get<std::string>() : "";
+    int id = -1;
+    for (uint8_t i = 0; i <= 5; ++i)
+      if (v == wire::dh_group_name(i)) id = i;
+    if (id < 0)
+      throw std::runtime_error(
+          fmt::format("host {}: dhchap_dhgroup \"{}\" is not null or ffdhe2048/3072/4096/6144/8192", nqn, v));
+    keys.dhchap_groups = {uint8_t(id)};
+  }
   if (keys.dhchap_ctrl && !keys.dhchap)
     throw std::runtime_error(fmt::format("host {}: dhchap_ctrl_key needs dhchap_key (the host authenticates first)", nqn));
   sc.hosts.push_back(nqn);

@@ -25,6 +25,11 @@ struct HostKeys {
   std::shared_ptr<const auth::DhchapSecret> dhchap;       // set: the host must authenticate
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
   std::shared_ptr<const auth::ConfiguredPsk> psk;         // its TLS PSK
+  // What the target accepts from this host, as nvmet's per-host dhchap_hash and dhchap_dhgroup
+  // ("dhchap_hash": "sha384", "dhchap_dhgroup": "ffdhe3072"); empty: every hash (SHA-256 first)
+  // and every group (ffdhe2048 first, NULL last).
+  std::vector<uint8_t> dhchap_hashes;
+  std::vector<uint8_t> dhchap_groups;
 };
 
 struct SubsystemConfig {

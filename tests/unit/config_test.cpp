@@ -178,6 +178,29 @@ TEST(ConfigHosts, PlainNqnsAndHostsWithKeys) {
   EXPECT_EQ(k.psk->hash, 1);
 }
 
+TEST(ConfigHosts, HashAndGroupPerHostAsNvmetNamesThem) {
+  TargetConfig cfg;
+  ASSERT_EQ(load_hosts(std::string(R"([{"nqn": "nqn.h", "dhchap_key": ")") + kKey +
+                           R"json(", "dhchap_hash": "hmac(sha384)", "dhchap_dhgroup": "ffdhe3072"},
+                           {"nqn": "nqn.g", "dhchap_key": ")json" + kKey +
+                           R"(", "dhchap_hash": "sha512", "dhchap_dhgroup": "null"}])",
+                       cfg),
+            "");
+  const auto& k = cfg.subsystems.at(0).host_keys;
+  EXPECT_EQ(k.at("nqn.h").dhchap_hashes, std::vector<uint8_t>{2});
+  EXPECT_EQ(k.at("nqn.h").dhchap_groups, std::vector<uint8_t>{2});
+  EXPECT_EQ(k.at("nqn.g").dhchap_hashes, std::vector<uint8_t>{3});
+  EXPECT_EQ(k.at("nqn.g").dhchap_groups, std::vector<uint8_t>{0});
+  TargetConfig bad;
+  EXPECT_NE(load_hosts(std::string(R"([{"nqn": "nqn.h", "dhchap_key": ")") + kKey + R"(", "dhchap_hash": "md5"}])", bad)
+                .find("dhchap_hash \"md5\" is not sha256"),
+            std::string::npos);
+  EXPECT_NE(load_hosts(std::string(R"([{"nqn": "nqn.h", "dhchap_key": ")") + kKey + R"(", "dhchap_dhgroup": "modp"}])",
+                       bad)
+                .find("dhchap_dhgroup \"modp\""),
+            std::string::npos);
+}
+
 TEST(ConfigHosts, AKeyFromAFileMustBeTheOwners) {
   std::string key_path = "/tmp/nvtcp-config-key-" + std::to_string(getpid());
   {
