@@ -16,13 +16,24 @@
 
 namespace nvtcp::auth {
 
-// What a side accepts, strongest first where it chooses.
+// What a side accepts, in the order it prefers (the controller picks the first the host offers).
 struct DhchapPolicy {
   std::vector<uint8_t> hashes = {uint8_t(wire::DhchapHash::Sha256), uint8_t(wire::DhchapHash::Sha384),
                                  uint8_t(wire::DhchapHash::Sha512)};
   std::vector<uint8_t> dh_groups = {uint8_t(wire::DhGroup::Ffdhe2048), uint8_t(wire::DhGroup::Ffdhe3072),
                                     uint8_t(wire::DhGroup::Ffdhe4096), uint8_t(wire::DhGroup::Ffdhe6144),
                                     uint8_t(wire::DhGroup::Ffdhe8192), uint8_t(wire::DhGroup::Null)};
+  // A controller's default: every hash, and the groups up to ffdhe4096. The controller computes
+  // its DH values before the host has proven anything, and an ffdhe8192 exchange costs each side
+  // about 100 ms of CPU (bench/RESULTS.md, auth-connect): a host that offered only the largest
+  // groups could make a target spend that per connection. Larger groups are there for a host
+  // configured with them.
+  static DhchapPolicy controller_default() {
+    DhchapPolicy p;
+    p.dh_groups = {uint8_t(wire::DhGroup::Ffdhe2048), uint8_t(wire::DhGroup::Ffdhe3072),
+                   uint8_t(wire::DhGroup::Ffdhe4096), uint8_t(wire::DhGroup::Null)};
+    return p;
+  }
 };
 
 // The keys and names one transaction binds.

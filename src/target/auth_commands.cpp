@@ -65,7 +65,7 @@ void CommandQueue::execute_auth(Request& r) {
   const std::string& hostnqn = ctrl_->hostnqn();
   if (!auth_) {
     auth::DhchapKeys keys{auth_keys_.dhchap.get(), auth_keys_.dhchap_ctrl.get(), hostnqn, ctrl_->subsystem().nqn()};
-    auth::DhchapPolicy policy;
+    auth::DhchapPolicy policy = auth::DhchapPolicy::controller_default();
     if (!auth_keys_.dhchap_hashes.empty()) policy.hashes = auth_keys_.dhchap_hashes;
     if (!auth_keys_.dhchap_groups.empty()) policy.dh_groups = auth_keys_.dhchap_groups;
     auth_ = std::make_unique<auth::DhchapController>(std::move(keys), std::move(policy));

@@ -26,8 +26,8 @@ struct HostKeys {
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
   std::shared_ptr<const auth::ConfiguredPsk> psk;         // its TLS PSK
   // What the target accepts from this host, as nvmet's per-host dhchap_hash and dhchap_dhgroup
-  // ("dhchap_hash": "sha384", "dhchap_dhgroup": "ffdhe3072"); empty: every hash (SHA-256 first)
-  // and every group (ffdhe2048 first, NULL last).
+  // ("dhchap_hash": "sha384", "dhchap_dhgroup": "ffdhe8192"); empty: every hash (SHA-256 first)
+  // and the groups up to ffdhe4096 (ffdhe2048 first, NULL last; DhchapPolicy::controller_default).
   std::vector<uint8_t> dhchap_hashes;
   std::vector<uint8_t> dhchap_groups;
 };

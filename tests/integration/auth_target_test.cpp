@@ -169,6 +169,34 @@ TEST(AuthTarget, TheControllerMustProveItsKeyWhenAsked) {
   EXPECT_TRUE(host.failed());
 }
 
+TEST(AuthTarget, TheLargestGroupsOnlyForAHostConfiguredWithThem) {
+  // Before the host proves anything the target computes its DH values; a host offering only
+  // ffdhe8192 (about 100 ms of the reactor per exchange) is refused unless configured for it.
+  target::TargetConfig cfg = auth_config(false);
+  cfg.subsystems.at(0).hosts.push_back(kOtherHost);
+  RunningTarget t(cfg);
+  const auth::DhchapSecret hs = secret(0x11);
+  auth::DhchapPolicy only_8192;
+  only_8192.dh_groups = {uint8_t(wire::DhGroup::Ffdhe8192)};
+  Session s;
+  ASSERT_TRUE(s.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(s.connect_admin(cqe, kTestNqn, kHostNqn));
+  auth::DhchapHost host(host_keys(&hs, nullptr), only_8192, 1);
+  EXPECT_FALSE(authenticate(s, host));
+  EXPECT_EQ(host.failure_reason(), uint8_t(wire::AuthFailureReason::DhGroupUnusable)) << host.failure_detail();
+
+  target::TargetConfig big = auth_config(false);
+  big.subsystems.at(0).host_keys[kHostNqn].dhchap_groups = {uint8_t(wire::DhGroup::Ffdhe8192)};
+  RunningTarget t2(big);
+  Session s2;
+  ASSERT_TRUE(s2.open(t2.port()));
+  ASSERT_TRUE(s2.connect_admin(cqe, kTestNqn, kHostNqn));
+  auth::DhchapHost host2(host_keys(&hs, nullptr), {}, 1);
+  EXPECT_TRUE(authenticate(s2, host2));
+  EXPECT_EQ(host2.dh_group(), uint8_t(wire::DhGroup::Ffdhe8192));
+}
+
 TEST(AuthTarget, AHostWithoutAKeyNeedsNone) {
   RunningTarget t(auth_config(false));
   Session s;

@@ -82,9 +82,9 @@ INSTANTIATE_TEST_SUITE_P(Combos, DhchapBothSides,
                          ::testing::Values(Combo{1, 0, false}, Combo{2, 0, true}, Combo{3, 0, false},
                                            Combo{1, 1, true}, Combo{2, 2, false}, Combo{3, 1, true},
                                            Combo{1, 3, false}),
-                         [](const auto& info) {
-                           return "hash" + std::to_string(info.param.hash) + "_group" +
-                                  std::to_string(info.param.group) + (info.param.bidirectional ? "_bi" : "_uni");
+                         [](const auto& p) {
+                           return "hash" + std::to_string(p.param.hash) + "_group" +
+                                  std::to_string(p.param.group) + (p.param.bidirectional ? "_bi" : "_uni");
                          });
 
 TEST(DhchapTransaction, ChallengeLayoutAsTheHostReadsIt) {
