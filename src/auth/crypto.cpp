@@ -82,6 +82,22 @@ bool hkdf(uint8_t hash, int mode, Bytes key, Bytes info, uint8_t* out, size_t le
   return EVP_KDF_derive(ctx.get(), out, len, params) == 1;
 }
 
+// A DH key of the named group from its values: a key pair (priv set) or a peer's public value.
+Pkey dh_key_from(const char* group, const BIGNUM* priv, const BIGNUM* pub) {
+  ParamBld bld(OSSL_PARAM_BLD_new());
+  if (!bld || OSSL_PARAM_BLD_push_utf8_string(bld.get(), OSSL_PKEY_PARAM_GROUP_NAME, group, 0) != 1 ||
+      (priv && OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PRIV_KEY, priv) != 1) ||
+      OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, pub) != 1)
+    return nullptr;
+  Params ps(OSSL_PARAM_BLD_to_param(bld.get()));
+  PkeyCtx ctx(EVP_PKEY_CTX_new_from_name(nullptr, "DH", nullptr));
+  EVP_PKEY* k = nullptr;
+  if (!ps || !ctx || EVP_PKEY_fromdata_init(ctx.get()) != 1 ||
+      EVP_PKEY_fromdata(ctx.get(), &k, priv ? EVP_PKEY_KEYPAIR : EVP_PKEY_PUBLIC_KEY, ps.get()) != 1)
+    return nullptr;
+  return Pkey(k);
+}
+
 }  // namespace
 
 uint32_t hash_length(uint8_t hash) { return wire::dhchap_hash_length(wire::DhchapHash(hash)); }
@@ -246,22 +262,12 @@ bool DhKeyPair::set_private(wire::DhGroup g, Bytes priv, std::string& err) {
     err = openssl_error("DH public value");
     return false;
   }
-  ParamBld bld(OSSL_PARAM_BLD_new());
-  if (!bld || OSSL_PARAM_BLD_push_utf8_string(bld.get(), OSSL_PKEY_PARAM_GROUP_NAME, name, 0) != 1 ||
-      OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PRIV_KEY, x.get()) != 1 ||
-      OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, y.get()) != 1) {
+  Pkey k = dh_key_from(name, x.get(), y.get());
+  if (!k) {
     err = openssl_error("DH key");
     return false;
   }
-  Params ps(OSSL_PARAM_BLD_to_param(bld.get()));
-  PkeyCtx fctx(EVP_PKEY_CTX_new_from_name(nullptr, "DH", nullptr));
-  EVP_PKEY* k = nullptr;
-  if (!ps || !fctx || EVP_PKEY_fromdata_init(fctx.get()) != 1 ||
-      EVP_PKEY_fromdata(fctx.get(), &k, EVP_PKEY_KEYPAIR, ps.get()) != 1) {
-    err = openssl_error("DH key");
-    return false;
-  }
-  key_->pkey.reset(k);
+  key_->pkey = std::move(k);
   group_ = g;
   return load_public(err);
 }
@@ -279,21 +285,11 @@ bool DhKeyPair::shared_secret(Bytes peer, SecretBytes& out, std::string& err) co
     return false;
   }
   Bn y(BN_bin2bn(peer.data(), int(peer.size()), nullptr));
-  ParamBld bld(OSSL_PARAM_BLD_new());
-  if (!y || !bld || OSSL_PARAM_BLD_push_utf8_string(bld.get(), OSSL_PKEY_PARAM_GROUP_NAME, name, 0) != 1 ||
-      OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, y.get()) != 1) {
+  Pkey peer_key = y ? dh_key_from(name, nullptr, y.get()) : nullptr;
+  if (!peer_key) {
     err = openssl_error("peer DH value");
     return false;
   }
-  Params ps(OSSL_PARAM_BLD_to_param(bld.get()));
-  PkeyCtx fctx(EVP_PKEY_CTX_new_from_name(nullptr, "DH", nullptr));
-  EVP_PKEY* pk = nullptr;
-  if (!ps || !fctx || EVP_PKEY_fromdata_init(fctx.get()) != 1 ||
-      EVP_PKEY_fromdata(fctx.get(), &pk, EVP_PKEY_PUBLIC_KEY, ps.get()) != 1) {
-    err = openssl_error("peer DH value");
-    return false;
-  }
-  Pkey peer_key(pk);
   PkeyCtx dctx(EVP_PKEY_CTX_new_from_pkey(nullptr, key_->pkey.get(), nullptr));
   // Left-padded to the prime's length, as the Linux kernel writes it; the peer's value is
   // checked (1 < y < p - 1, and of the subgroup's order) before it is used.
