@@ -9,7 +9,7 @@
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
 // works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
-// send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret
+// send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret, tls, tls_key
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -91,6 +91,8 @@ struct EngineOptions {
   unsigned int intr_coalesce_us;
   char* dhchap_secret;
   char* dhchap_ctrl_secret;
+  unsigned int tls;
+  char* tls_key;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -157,6 +159,12 @@ fio_option g_options[] = {
     make_option("dhchap_ctrl_secret", "nvtcp DH-HMAC-CHAP controller secret", FIO_OPT_STR_STORE,
                 offsetof(EngineOptions, dhchap_ctrl_secret),
                 "DH-HMAC-CHAP controller secret: the target must prove it holds it too (key or @FILE)", nullptr),
+    make_option("tls", "nvtcp TLS", FIO_OPT_BOOL, offsetof(EngineOptions, tls),
+                "TLS 1.3 secure channel with a pre-shared key on every connection (needs tls_key)", "0"),
+    make_option("tls_key", "nvtcp TLS PSK", FIO_OPT_STR_STORE, offsetof(EngineOptions, tls_key),
+                "the configured TLS PSK: NVMeTLSkey-1:XX:...: (as nvme-cli's gen-tls-key writes it) or @FILE, a file "
+                "only its owner can read; implies tls",
+                nullptr),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -242,6 +250,8 @@ std::string explain_connect_error(const TransportId& trid, const std::string& er
     hint = "the target has no subsystem named '" + trid.subnqn + "'";
   else if (err.find("Invalid Host") != std::string::npos)
     hint = "the subsystem does not allow this host NQN (see the hostnqn option)";
+  else if (err.find("TLS") != std::string::npos)
+    hint = "see the tls and tls_key options, and the host NQN and subsystem the target has the PSK for";
   else if (err.find("DH-HMAC-CHAP") != std::string::npos)
     hint = "see the dhchap_secret and dhchap_ctrl_secret options, and the host NQN the target has the keys for";
   else if (err.find("Connection refused") != std::string::npos)
@@ -300,6 +310,8 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   job_send_buffer(td, c.send_buffer_bytes);  // checked in nvtcp_init
   if (o.dhchap_secret && *o.dhchap_secret) c.dhchap_secret = o.dhchap_secret;
   if (o.dhchap_ctrl_secret && *o.dhchap_ctrl_secret) c.dhchap_ctrl_secret = o.dhchap_ctrl_secret;
+  c.tls = o.tls != 0;
+  if (o.tls_key && *o.tls_key) c.tls_key = o.tls_key;
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;
@@ -384,7 +396,8 @@ int nvtcp_get_file_size(thread_data* td, fio_file* f) {
   std::string key = std::string(f->file_name) + '\n' + opts.hostnqn + '\n' + (opts.hdgst ? "h" : "") +
                     (opts.ddgst ? "d" : "") + '\n' + opts.tcp_congestion + '\n' +
                     // which secrets, without keeping their text in the cache
-                    std::to_string(std::hash<std::string>{}(opts.dhchap_secret + '\n' + opts.dhchap_ctrl_secret));
+                    std::to_string(std::hash<std::string>{}(opts.dhchap_secret + '\n' + opts.dhchap_ctrl_secret + '\n' +
+                                                            (opts.tls ? "tls\n" : "") + opts.tls_key));
   NamespaceFacts ns;
   {
     std::lock_guard lk(g_probe_mu);

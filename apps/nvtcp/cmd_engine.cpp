@@ -33,6 +33,7 @@ struct EngineArgs {
   uint32_t socket_buffer = 0;  // 0: not given
   std::optional<uint32_t> send_buffer;
   std::string dhchap_secret, dhchap_ctrl_secret, hostnqn;
+  TlsArgs tls;
   std::string ready_file;
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
@@ -138,6 +139,7 @@ int run_engine(const EngineArgs& a) {
   if (!a.tcp_congestion.empty()) o.host.tcp_congestion = a.tcp_congestion;
   if (a.socket_buffer) o.host.socket_buffer_bytes = a.socket_buffer;
   if (a.send_buffer) o.host.send_buffer_bytes = *a.send_buffer;
+  a.tls.apply(o.host);
   if (!a.dhchap_secret.empty()) o.host.dhchap_secret = a.dhchap_secret;
   if (!a.dhchap_ctrl_secret.empty()) o.host.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
   if (!a.hostnqn.empty()) o.host.hostnqn = a.hostnqn;
@@ -221,6 +223,7 @@ void add_engine_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control of the NVMe/TCP connections");
   add_socket_buffer_options(c, a->socket_buffer, a->send_buffer);
   add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
+  add_tls_options(c, a->tls);
   c->add_option("--hostnqn", a->hostnqn, "host NQN of the engine's connections (a --controller's hostnqn: wins)");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
   c->add_option("--poll", a->poll,

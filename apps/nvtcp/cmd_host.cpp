@@ -65,6 +65,19 @@ void add_dhchap_options(CLI::App* c, std::string& secret, std::string& ctrl_secr
                 "key or @FILE");
 }
 
+void add_tls_options(CLI::App* c, TlsArgs& t) {
+  c->add_flag("--tls", t.tls, "TLS 1.3 secure channel with a pre-shared key on every connection (needs --tls-key)");
+  c->add_option("--tls-key", t.key,
+                "the configured TLS PSK: NVMeTLSkey-1:XX:...: as nvme-cli's gen-tls-key writes it, or @FILE (a file "
+                "only its owner can read); implies --tls");
+  c->add_option("--tls-identity-version", t.identity_version,
+                "PSK identity offered: 0 \"NVMe0R0H <hostnqn> <subnqn>\" (default) or 1 (with the PSK's digest)")
+      ->check(CLI::Range(0, 1));
+  c->add_flag("--tls-legacy-derivation", t.legacy_derivation,
+              "derive the TLS PSK as libnvme up to 1.14 (nvme-cli up to 2.14) did, for a target whose keyring "
+              "nvme-cli of that age filled");
+}
+
 using namespace nvtcp::nvme;
 
 namespace {
@@ -108,6 +121,7 @@ struct DiscoverArgs {
   std::string hostnqn;
   bool hdgst = false, ddgst = false;
   std::string dhchap_secret, dhchap_ctrl_secret;
+  TlsArgs tls;
 };
 
 int run_discover(const DiscoverArgs& a) {
@@ -120,6 +134,7 @@ int run_discover(const DiscoverArgs& a) {
   o.hdgst = a.hdgst;
   o.ddgst = a.ddgst;
   o.kato_ms = 0;
+  a.tls.apply(o);
   o.dhchap_secret = a.dhchap_secret;
   o.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
   std::string err;
@@ -158,6 +173,7 @@ struct IdentifyArgs {
   std::string trid;
   std::string hostnqn;
   std::string dhchap_secret, dhchap_ctrl_secret;
+  TlsArgs tls;
 };
 
 int run_identify(const IdentifyArgs& a) {
@@ -169,6 +185,7 @@ int run_identify(const IdentifyArgs& a) {
   }
   if (!a.hostnqn.empty()) t.hostnqn = a.hostnqn;
   host::ControllerOptions o;
+  a.tls.apply(o);
   o.dhchap_secret = a.dhchap_secret;
   o.dhchap_ctrl_secret = a.dhchap_ctrl_secret;
   auto ctrl = host::Controller::connect(t, o, err);
@@ -225,6 +242,7 @@ struct PerfArgs {
   bool json = false;
   bool hdgst = false, ddgst = false;
   std::string io_size = "4096";
+  TlsArgs tls;
 };
 
 int run_perf_cmd(PerfArgs& a) {
@@ -239,6 +257,7 @@ int run_perf_cmd(PerfArgs& a) {
     return 2;
   }
   a.o.io_size = uint32_t(sz);
+  a.tls.apply(a.o.ctrl);
   a.o.ctrl.hdgst = a.hdgst || a.o.trid.hdgst;
   a.o.ctrl.ddgst = a.ddgst || a.o.trid.ddgst;
   if (a.o.cpus.size() > a.o.cores) a.o.cores = unsigned(a.o.cpus.size());
@@ -263,6 +282,7 @@ void add_discover_command(CLI::App& app, int& rc) {
   c->add_flag("--hdgst", a->hdgst, "header digest");
   c->add_flag("--ddgst", a->ddgst, "data digest");
   add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
+  add_tls_options(c, a->tls);
   c->callback([a, &rc] { rc = run_discover(*a); });
 }
 
@@ -273,6 +293,7 @@ void add_identify_command(CLI::App& app, int& rc) {
       ->required();
   c->add_option("-q,--hostnqn", a->hostnqn, "host NQN");
   add_dhchap_options(c, a->dhchap_secret, a->dhchap_ctrl_secret);
+  add_tls_options(c, a->tls);
   c->callback([a, &rc] { rc = run_identify(*a); });
 }
 
@@ -309,6 +330,7 @@ void add_perf_command(CLI::App& app, int& rc) {
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   add_socket_buffer_options(c, a->o.ctrl.socket_buffer_bytes, a->o.ctrl.send_buffer_bytes);
   add_dhchap_options(c, a->o.ctrl.dhchap_secret, a->o.ctrl.dhchap_ctrl_secret);
+  add_tls_options(c, a->tls);
   c->add_option("--hostnqn", a->o.ctrl.hostnqn, "host NQN (the transport ID's hostnqn: wins)");
   c->add_option_function<std::string>(
       "--poll",

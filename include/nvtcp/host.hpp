@@ -75,6 +75,16 @@ struct ControllerOptions {
   // ("DHHC-1:XX:<base64>:") or "@FILE", a file that only its owner may read.
   std::string dhchap_secret;
   std::string dhchap_ctrl_secret;
+  // TLS 1.3 secure channel (NVMe/TCP TLS, PSK only) on every queue: the configured PSK in the
+  // interchange format nvme-cli's gen-tls-key writes ("NVMeTLSkey-1:01:<base64>:") or "@FILE".
+  // The host offers the identity "NVMe0R0H <hostnqn> <subnqn>" (tls_identity_version 1: the
+  // "NVMe1R0H ... <digest>" form) and derives the TLS PSK with RFC 8446's labels, as the Linux
+  // kernel and SPDK do; tls_legacy_derivation derives it as libnvme up to 1.14 (nvme-cli up to
+  // 2.14) did, for a target whose keyring was filled by those.
+  bool tls = false;
+  std::string tls_key;
+  int tls_identity_version = 0;
+  bool tls_legacy_derivation = false;
   uint8_t hostid[16] = {};           // all zero: a random one per process
   uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
   uint32_t keep_alive_interval_ms = 0;  // how often Keep Alive is sent; 0 = kato_ms / 2

@@ -116,9 +116,13 @@ inline constexpr uint8_t kAdrfamIpv6 = 2;
 inline constexpr uint8_t kSubtypeDiscoveryReferral = 1;
 inline constexpr uint8_t kSubtypeNvme = 2;
 inline constexpr uint8_t kSubtypeCurrentDiscovery = 3;
+inline constexpr uint8_t kTreqRequired = 0x1;              // secure channel required
 inline constexpr uint8_t kTreqNotRequired = 0x2;           // secure channel not required
+inline constexpr uint8_t kTreqSecureChannelMask = 0x3;
 inline constexpr uint8_t kTreqDisableSqFlow = 0x4;         // SQ flow control disable supported
-inline constexpr uint8_t kTcpSectypeNone = 0;
+inline constexpr uint8_t kTcpSectypeNone = 0;           // TSAS byte 0 (SECTYPE) for TCP
+inline constexpr uint8_t kTcpSectypeTls12 = 1;
+inline constexpr uint8_t kTcpSectypeTls13 = 2;
 
 struct DiscoveryLogEntry {
   uint8_t trtype;

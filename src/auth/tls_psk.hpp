@@ -38,4 +38,31 @@ std::string tls_psk_context(std::string_view identity);
 // TLS PSK = HKDF-Expand-Label(HKDF-Extract(0, psk), "nvme-tls-psk", context, hash length).
 bool tls_psk(uint8_t hash, Bytes psk, std::string_view context, LabelEncoding enc, SecretBytes& out);
 
+// A PSK identity as a client offers it, split into its fields.
+struct PskIdentity {
+  int version = 0;            // 0 or 1
+  uint8_t hash = 0;           // 1 (SHA-256) or 2 (SHA-384)
+  std::string hostnqn, subnqn;
+  std::string digest;         // version 1 only
+};
+// False (with why) for anything but "NVMe0R0H <NQNh> <NQNs>" or "NVMe1R0H <NQNh> <NQNs> <digest>"
+// with H 1 or 2 (generated PSKs, "NVMe.G..", come from secure channel concatenation, which
+// nvtcp does not do).
+bool parse_psk_identity(std::string_view text, PskIdentity& out, std::string& why);
+
+// The host's side: the identity it offers and the TLS PSK behind it, from its configured PSK.
+struct OfferedPsk {
+  std::string identity;
+  uint8_t hash = 0;
+  SecretBytes key;
+};
+bool host_tls_psk(const ConfiguredPsk& c, std::string_view hostnqn, std::string_view subnqn, int version,
+                  LabelEncoding enc, OfferedPsk& out);
+
+// The target's side: the TLS PSK for an identity a host offered, from the PSK configured for
+// that host. False (with why) when the identity's hash is not the configured PSK's, or its
+// digest (version 1) does not match the retained PSK.
+bool target_tls_psk(const ConfiguredPsk& c, std::string_view identity_text, const PskIdentity& id, LabelEncoding enc,
+                    SecretBytes& out, std::string& why);
+
 }  // namespace nvtcp::auth

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "auth/tls_psk.hpp"
 #include "host/block_size_table.hpp"
 #include "host/controller_state.hpp"
 #include "host/engine_client.hpp"
@@ -118,6 +119,35 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
     err = "a DH-HMAC-CHAP controller secret needs the host secret too (the host authenticates first)";
     return nullptr;
   }
+  if (opts.tls || !opts.tls_key.empty()) {
+    if (opts.tls_key.empty()) {
+      err = "TLS needs the PSK (--tls-key KEY or @FILE, as nvme-cli's gen-tls-key writes it)";
+      return nullptr;
+    }
+    if (opts.tls_identity_version != 0 && opts.tls_identity_version != 1) {
+      err = fmt::format("TLS PSK identity version {}: 0 or 1", opts.tls_identity_version);
+      return nullptr;
+    }
+    auth::SecretString text;
+    auth::ConfiguredPsk configured;
+    std::string e;
+    if (!auth::read_key_value(opts.tls_key, text, e) || !auth::parse_tls_psk(text.view(), configured, e)) {
+      err = fmt::format("TLS PSK: {}", e);
+      return nullptr;
+    }
+    auth::OfferedPsk offered;
+    const auto enc = opts.tls_legacy_derivation ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446;
+    if (!auth::host_tls_psk(configured, st.hostnqn, st.trid.subnqn, opts.tls_identity_version, enc, offered)) {
+      err = "TLS PSK: deriving the TLS PSK failed";
+      return nullptr;
+    }
+    auto psk = std::make_shared<tls::Psk>();
+    psk->identity = std::move(offered.identity);
+    psk->hash = offered.hash;
+    psk->key = std::move(offered.key);
+    st.tls_psk = std::move(psk);
+  }
+  st.opts.tls_key.clear();
   st.opts.dhchap_secret.clear();  // the parsed keys are what stays
   st.opts.dhchap_ctrl_secret.clear();
   st.ka_timer.st = &st;
@@ -413,6 +443,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.send_buffer_bytes = st.opts.send_buffer_bytes;
   p.dhchap_secret = st.dhchap_secret;
   p.dhchap_ctrl_secret = st.dhchap_ctrl_secret;
+  p.tls_psk = st.tls_psk;
   p.ctrl_loss_tmo_ms = st.opts.ctrl_loss_tmo_ms;
   p.reconnect_delay_ms = st.opts.reconnect_delay_ms;
   p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;

@@ -55,6 +55,7 @@ struct Controller::State : detail::ControllerLink {
   // The DH-HMAC-CHAP secrets of ControllerOptions, parsed once; every queue uses them.
   std::shared_ptr<const auth::DhchapSecret> dhchap_secret;
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
+  std::shared_ptr<const tls::Psk> tls_psk;  // set: every queue starts with a TLS handshake
   uint8_t hostid[16] = {};
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a

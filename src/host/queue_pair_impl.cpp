@@ -221,7 +221,21 @@ void QueuePairImpl::on_tcp_connected(int res) {
     fail(HostError::system(-res, fmt::format("connect to {}: {}", endpoint_.to_string(), strerror(-res))));
     return;
   }
-  stream_ = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
+  if (p_.tls_psk) {
+    // The ICReq waits in the TLS stream until the handshake is done.
+    auto tls = tls::TlsStream::client(reactor_, *this, *p_.tls_psk,
+                                      fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
+    const int fd = fd_;
+    tls->attach([this, fd](reactor::StreamOwner& o) { return std::make_unique<reactor::TcpStream>(reactor_, fd, &o, 256 * 1024); });
+    tls_ = tls.get();
+    tcp_ = nullptr;
+    stream_ = std::move(tls);
+  } else {
+    auto tcp = std::make_unique<reactor::TcpStream>(reactor_, fd_, this, 256 * 1024);
+    tcp_ = tcp.get();
+    tls_ = nullptr;
+    stream_ = std::move(tcp);
+  }
   fd_ = -1;  // the stream owns it now
   set_socket(SocketState::Open);
   receiver_.reset();
@@ -232,7 +246,7 @@ void QueuePairImpl::on_tcp_connected(int res) {
   static_assert(sizeof(icreq_) == sizeof(ic));
   std::memcpy(icreq_, &ic, sizeof(ic));
   set_state(State::AwaitICResp);
-  stream_->send(icreq_, sizeof(icreq_));
+  stream_send(icreq_, sizeof(icreq_));
 }
 
 void QueuePairImpl::size_h2c_arena() {
@@ -475,12 +489,12 @@ void QueuePairImpl::send_command(HostRequest* r) {
     uint32_t used = sizeof(CapsuleCmdHeader) + (p_.hdgst ? 4 : 0);
     std::memset(r->cmd_pdu + used, 0, head - used);  // padding up to the controller's CPDA
   }
-  stream_->send(r->cmd_pdu, head);
+  stream_send(r->cmd_pdu, head);
   if (icd) {
-    stream_->send(r->data, icd);
+    stream_send(r->data, icd);
     if (p_.ddgst) {
       put_data_digest(r->cmd_ddgst, r->data, icd);
-      stream_->send(r->cmd_ddgst, kDigestLen);
+      stream_send(r->cmd_ddgst, kDigestLen);
     }
   }
 }
@@ -615,6 +629,8 @@ void QueuePairImpl::tick() {
     t = now();  // after any disconnect() above, which started the outage
     if (socket_ == SocketState::Closed) {
       stream_.reset();
+      tcp_ = nullptr;
+      tls_ = nullptr;
       set_socket(SocketState::None);
     }
     bool lost = !link_ || link_->link_state() == ControllerLink::LinkState::Deleted;
@@ -690,6 +706,17 @@ void QueuePairImpl::on_closed(int err) {
   }
   if (!receiving()) return;
   std::string why = err < 0 ? fmt::format("connection lost: {}", strerror(-err)) : "connection closed by the target";
+  if (tls_ && !tls_->established()) {
+    // A handshake that did not finish: the key (ours, or the target's for us) is wrong or
+    // missing, or the listener does not speak TLS. Retrying with the same key cannot help.
+    fail_for_good(HostError::make(
+        HostError::Kind::Transport,
+        fmt::format("TLS handshake with {}:{} failed: {}", p_.trid.traddr, p_.trid.trsvcid,
+                    !tls_->failure().empty() ? tls_->failure()
+                                             : why + " (the target refused the PSK identity \"" +
+                                                   p_.tls_psk->identity + "\", or does not speak TLS on this port)")));
+    return;
+  }
   if (auth_) {
     // The Linux target ends the controller as soon as it has sent AUTH_Failure1 or taken our
     // AUTH_Failure2, and the last answer can be lost with the connection: a close in the middle
@@ -705,6 +732,8 @@ void QueuePairImpl::on_closed(int err) {
         fmt::format("DH-HMAC-CHAP authentication with controller {} failed: {}", cntlid_, what)));
     return;
   }
+  if (state_ == State::AwaitICResp && !tls_)
+    why += " before its ICResp (a listener that requires TLS closes a host that does not start with it: see --tls-key)";
   HostError e = HostError::make(HostError::Kind::Transport, why);
   e.err_no = err < 0 ? -err : 0;
   fail(std::move(e));
@@ -717,7 +746,7 @@ void QueuePairImpl::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) 
     // The commands fail (or are held for a reconnect) at once, below; only the socket waits.
     auto pdu = terminator_.start(receiver_, PduType::H2CTermReq, fes, fei, now());
     if (!pdu.empty()) {
-      stream_->send(pdu.data(), pdu.size());
+      stream_send(pdu.data(), pdu.size());
       set_socket(SocketState::Lingering);
       reactor_.arm_timer(&linger_, terminator_.linger_ns());
     }
@@ -894,12 +923,12 @@ void QueuePairImpl::send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uin
     h->datao = offset;
     h->datal = n;
     if (p_.hdgst) seal_header_digest(slot, sizeof(H2CDataPdu));
-    stream_->send(slot, h->ch.pdo);
-    stream_->send(r->data + offset, n);
+    stream_send(slot, h->ch.pdo);
+    stream_send(r->data + offset, n);
     if (p_.ddgst) {
       uint8_t* dd = slot + h2c_slot_size_ - kDigestLen;
       put_data_digest(dd, r->data + offset, n);
-      stream_->send(dd, kDigestLen);
+      stream_send(dd, kDigestLen);
     }
     offset += n;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "auth/dhchap_transaction.hpp"
+#include "tls/tls_stream.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/timing.hpp"
@@ -113,6 +114,8 @@ struct QueueParams {
   // itself too. Shared by every queue of a controller, for reconnects as well.
   std::shared_ptr<const auth::DhchapSecret> dhchap_secret;
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
+  // TLS: the PSK (identity and derived key) every connection of the controller starts with.
+  std::shared_ptr<const tls::Psk> tls_psk;
   // Every timing decision reads this; tests may give a reactor::FakeClock (it must outlive the queue).
   const reactor::Clock* clock = &reactor::monotonic_clock();
 };
@@ -250,7 +253,15 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   QueueParams p_;
   std::shared_ptr<ControllerLink> link_;
   int fd_ = -1;
-  std::unique_ptr<reactor::TcpStream> stream_;
+  // The connection's stream: a TcpStream, or a TlsStream over one. tcp_ is the TcpStream when it is
+  // the stream itself, so plain connections send without a virtual call.
+  std::unique_ptr<reactor::ByteStream> stream_;
+  reactor::TcpStream* tcp_ = nullptr;
+  tls::TlsStream* tls_ = nullptr;
+  void stream_send(const void* data, size_t len, reactor::SendDone* done = nullptr) {
+    if (tcp_) tcp_->send(data, len, done);
+    else stream_->send(data, len, done);
+  }
   transport::PduReceiver receiver_;
   State state_ = State::Idle;
   SocketState socket_ = SocketState::None;

@@ -71,6 +71,8 @@ class CommandTransport {
   virtual const std::string& peer() const = 0;
   // What the link negotiated, for the log line of a Connect: ", header digest" and the like.
   virtual std::string link_features() const = 0;
+  // The PSK identity of the TLS session the queue runs in; empty without TLS.
+  virtual std::string_view tls_identity() const { return {}; }
 };
 
 class CommandQueue final : public AdminQueueSink, public CommandAborter {

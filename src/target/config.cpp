@@ -171,6 +171,11 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         ListenerConfig lc;
         lc.address = l.value("address", lc.address);
         lc.port = int_field(l, "port", lc.port);
+        const std::string tls = l.value("tls", std::string("none"));
+        if (tls != "none" && tls != "required")
+          return fmt::format("listener {}:{}: \"tls\" is \"required\" or \"none\", not \"{}\"", lc.address, lc.port,
+                             tls);
+        lc.tls_required = tls == "required";
         cfg.listeners.push_back(lc);
       }
     }

@@ -49,6 +49,9 @@ struct SubsystemConfig {
 struct ListenerConfig {
   std::string address = "127.0.0.1";
   uint16_t port = 4420;
+  // "tls": "required": every connection starts with a TLS 1.3 handshake with a PSK of an allowed
+  // host (and the discovery log says so); "none" (the default): plain NVMe/TCP.
+  bool tls_required = false;
   // A wildcard address (0.0.0.0, ::): the discovery log gives each host the address it
   // reached the target on instead, as the Linux target does.
   bool wildcard() const { return address.empty() || address == "0.0.0.0" || address == "::"; }

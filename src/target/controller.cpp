@@ -634,7 +634,9 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
     e->trtype = kTrtypeTcp;
     e->adrfam = ipv6 ? kAdrfamIpv6 : kAdrfamIpv4;
     e->subtype = s->is_discovery() ? kSubtypeCurrentDiscovery : kSubtypeNvme;
-    e->treq = kTreqDisableSqFlow;  // secure channel "not specified", as Linux nvmet and nvme-cli expect
+    // Secure channel "required" on a TLS listener; else "not specified", as Linux nvmet says
+    // (libnvme turns TLS on for an entry that says "required" or "not required").
+    e->treq = kTreqDisableSqFlow | (l->tls_required ? kTreqRequired : 0);
     e->portid = l->portid;
     e->cntlid = kDynamicCntlid;
     e->asqsz = 32;
@@ -642,7 +644,7 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
     put_string(e->subnqn, sizeof(e->subnqn), s->nqn());
     put_padded(e->traddr, sizeof(e->traddr), traddr);
     e->eflags = 0;  // no duplicate-returned-information or explicit-persistent-connection flags, as nvmet
-    e->tsas[0] = kTcpSectypeNone;
+    e->tsas[0] = l->tls_required ? kTcpSectypeTls13 : kTcpSectypeNone;
     ++e;
   }
   return total;

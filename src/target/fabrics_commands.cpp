@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "auth/tls_psk.hpp"
 #include "target/command_queue.hpp"
 #include "target/queue_limits.hpp"
 #include "util/log.hpp"
@@ -116,6 +117,18 @@ void CommandQueue::execute_connect(Request& r) {
     log::warn("{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
     done(r, sc::ConnectInvalidHost);
     return;
+  }
+  // In TLS, the PSK chose the host and the subsystem: the Connect must name the same two, or a
+  // host holding one key could act as any other.
+  if (const std::string_view tls = transport_.tls_identity(); !tls.empty()) {
+    auth::PskIdentity id;
+    std::string why;
+    if (!auth::parse_psk_identity(tls, id, why) || id.hostnqn != hostnqn || id.subnqn != subnqn) {
+      log::warn("{}: Connect as host '{}' to '{}' in a TLS session whose PSK is for host '{}' on '{}': refused", peer,
+                hostnqn, subnqn, id.hostnqn, id.subnqn);
+      done(r, sc::ConnectInvalidHost);
+      return;
+    }
   }
   // A host with a DH-HMAC-CHAP key authenticates every queue before anything else (ATR).
   const HostKeys* keys = sub->is_discovery() ? nullptr : sub->host_keys(hostnqn);

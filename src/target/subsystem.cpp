@@ -150,7 +150,8 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   st.discovery = std::make_unique<Subsystem>(dc, true);
   uint16_t portid = 1;
   for (const auto& l : cfg.listeners)
-    st.listeners.push_back({l.address, l.port, portid++, l.address.find(':') != std::string::npos, l.wildcard()});
+    st.listeners.push_back(
+        {l.address, l.port, portid++, l.address.find(':') != std::string::npos, l.wildcard(), l.tls_required});
   for (const auto& sc : cfg.subsystems) {
     auto sub = std::make_unique<Subsystem>(sc, false);
     std::vector<uint16_t> bound;  // finalize_config checked that every name is a listener

@@ -113,6 +113,7 @@ struct Listener {
   uint16_t portid = 0;  // 1, 2, ... in configuration order; 0 is the discovery-only port
   bool ipv6 = false;
   bool wildcard = false;  // 0.0.0.0 or ::: advertised as the address each host reached
+  bool tls_required = false;  // connections start with TLS (discovery log: TREQ, TSAS)
 };
 
 class Subsystem {

@@ -37,6 +37,7 @@ struct Target::ListenSocket {
   int fd = -1;
   uint16_t port = 0;
   uint16_t portid = 0;              // the listener's (see Listener::portid); 0: discovery only
+  bool tls = false;                 // connections start with a TLS handshake
   std::string name;                 // address:port, for the log
   reactor::OwnedCompletion<ListenSocket> accept;
   Target* target = nullptr;
@@ -120,6 +121,7 @@ std::string Target::start() {
   quiesced_.store(0);
   state_->start_ns = reactor::monotonic_ns();
   if (std::string err = build_state(cfg_, *state_, factory_); !err.empty()) return err;
+  psk_resolver_ = std::make_unique<TargetPskResolver>(*state_);
 
   raise_descriptor_limit();
   // Request buffers of 128 KiB and more are mapped and unmapped on their own: glibc would
@@ -148,12 +150,14 @@ std::string Target::start() {
     if (!ls) return err;
     state_->listeners[i].port = ls->port;
     ls->portid = state_->listeners[i].portid;
+    ls->tls = state_->listeners[i].tls_required;
     sockets_.push_back(std::move(ls));
   }
   if (cfg_.discovery_port) {
     std::string err;
     auto ls = bind_one(cfg_.listeners[0].address, cfg_.discovery_port, err);
     if (ls) {
+      ls->tls = cfg_.listeners[0].tls_required;  // the discovery port is secured as the first listener
       discovery_port_ = ls->port;
       sockets_.push_back(std::move(ls));
     } else {
@@ -294,15 +298,27 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     ReactorThread* dst = reactors_[idx].get();
     int fd = res;
     Arrival arrival{sock->portid, local_address(fd)};
-    dst->reactor->post([this, dst, fd, address = std::move(address), arrival = std::move(arrival)]() mutable {
+    const bool tls = sock->tls;
+    dst->reactor->post([this, dst, fd, tls, address = std::move(address), arrival = std::move(arrival)]() mutable {
       if (stopping_.load()) {
         close(fd);
         if (!address.empty()) state_->addresses.release(address);
         state_->usage.handoff.fetch_sub(1);
         return;
       }
-      auto* conn = new TcpQueue(*state_, *dst->reactor, fd, peer_name(fd), dst->connections, std::move(address),
-                                  std::move(arrival));
+      std::string peer = peer_name(fd);
+      TcpQueue* conn;
+      if (tls) {
+        reactor::Reactor& r = *dst->reactor;
+        auto make = [this, &r, fd, &peer](reactor::StreamOwner& owner) -> std::unique_ptr<reactor::ByteStream> {
+          auto s = tls::TlsStream::server(r, owner, *psk_resolver_, peer);
+          s->attach([&r, fd](reactor::StreamOwner& o) { return std::make_unique<reactor::TcpStream>(r, fd, &o); });
+          return s;
+        };
+        conn = new TcpQueue(*state_, r, make, peer, dst->connections, std::move(address), std::move(arrival));
+      } else {
+        conn = new TcpQueue(*state_, *dst->reactor, fd, peer, dst->connections, std::move(address), std::move(arrival));
+      }
       state_->usage.handoff.fetch_sub(1);
       conn->start();
     });

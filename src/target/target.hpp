@@ -10,6 +10,7 @@
 #include "target/config.hpp"
 #include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
+#include "target/tls_keys.hpp"
 
 namespace nvtcp::target {
 
@@ -66,6 +67,7 @@ class Target {
   TargetConfig cfg_;
   DeviceFactory factory_;
   std::unique_ptr<TargetState> state_;
+  std::unique_ptr<TargetPskResolver> psk_resolver_;  // over state_: TLS listeners' keys
   std::vector<std::unique_ptr<ReactorThread>> reactors_;
   template <typename Counts, typename Get>
   Counts sum_over_reactors(Get get);

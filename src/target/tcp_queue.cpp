@@ -90,6 +90,7 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
                  {&TcpQueue::on_icreq_deadline, &TcpQueue::on_connect_deadline, &TcpQueue::on_keep_alive_check,
                   &TcpQueue::on_controller_poll, &TcpQueue::on_send_stall_check, &TcpQueue::on_h2c_data_check,
                   &TcpQueue::on_term_req_linger}) {
+  tls_ = dynamic_cast<tls::TlsStream*>(stream_.get());
   term_sent_.owner = this;
   term_sent_.fn = [](reactor::SendDone* d) {
     TcpQueue* c = static_cast<TermSent*>(d)->owner;
@@ -198,7 +199,12 @@ void TcpQueue::release_closed(void* conn) {
 }
 
 std::string TcpQueue::link_features() const {
-  return fmt::format("{}{}", hdgst_ ? ", header digest" : "", ddgst_ ? ", data digest" : "");
+  return fmt::format("{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "", hdgst_ ? ", header digest" : "",
+                     ddgst_ ? ", data digest" : "");
+}
+
+std::string_view TcpQueue::tls_identity() const {
+  return tls_ && tls_->established() ? std::string_view(tls_->session().identity) : std::string_view();
 }
 
 void TcpQueue::connected() {

@@ -20,6 +20,7 @@
 #include "target/command_queue.hpp"
 #include "target/deadline_set.hpp"
 #include "target/request_pool.hpp"
+#include "tls/tls_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
 #include "util/gate.hpp"
@@ -104,6 +105,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void close(const std::string& why) override;
   const std::string& peer() const override { return peer_; }
   std::string link_features() const override;
+  std::string_view tls_identity() const override;
   ConnectionInfo info() const;
   const RequestStateCounts& request_states() const { return pool_.counts(); }
   const RequestStateEntries& request_entries() const { return pool_.entries(); }
@@ -210,6 +212,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   std::string peer_;
   ConnectionSet& set_;
   std::unique_ptr<reactor::ByteStream> stream_;  // set in the constructor, never null
+  tls::TlsStream* tls_ = nullptr;                // stream_, when the connection runs in TLS
   transport::PduReceiver receiver_;
   State state_ = State::AwaitICReq;
   std::string address_;  // counted in TargetState::addresses

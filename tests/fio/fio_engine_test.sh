@@ -409,6 +409,35 @@ JSON
     ! grep -q 'ia6zGodOr4SEG0' "$work"/*.err "$work/auth.log" || fail "dhchap: a key appears in a log"
     stop "$apid"
     ;;
+  tls)
+    # A target whose only listener requires TLS, with the host's PSK in a key file: jobs with tls_key
+    # write and verify over TLS; a wrong key and no key are each refused with a clear message.
+    host=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
+    (umask 077
+     echo 'NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:' >"$work/host.psk"
+     echo 'NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:' >"$work/wrong.psk")
+    cat >"$work/tls.json" <<JSON
+{"listeners": [{"address": "127.0.0.1", "port": 0, "tls": "required"}], "discovery_port": 0,
+ "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "64M"}],
+   "hosts": [{"nqn": "$host", "psk": "@$work/host.psk"}]}]}
+JSON
+    "$nvtcp" target --config "$work/tls.json" --ready-file "$work/tls.ready" >"$work/tls.log" 2>&1 &
+    spid=$!
+    wait_ready "target with TLS" "$spid" "$work/tls.ready" "$work/tls.log"
+    sport=$(cat "$work/tls.ready")
+    run_fio tls "--filename=$(trid 1 "$sport")" --thread=1 --numjobs=2 --offset_increment=8m --iodepth=8 \
+      --rw=randwrite --bs=16k --size=8m --verify=crc32c --hostnqn="$host" --tls=1 --tls_key="@$work/host.psk"
+    expect_ok tls write
+    grep -q 'qid 1, .*TLS TLS_AES_128_GCM_SHA256' "$work/tls.log" || fail "tls: no I/O queue in TLS"
+    run_fio tls_wrong "--filename=$(trid 1 "$sport")" --thread=1 --iodepth=1 --rw=randread --bs=4k \
+      --time_based --runtime=1 --hostnqn="$host" --tls_key="@$work/wrong.psk"
+    expect_fail tls_wrong "TLS handshake .* failed"
+    run_fio tls_none "--filename=$(trid 1 "$sport")" --thread=1 --iodepth=1 --rw=randread --bs=4k \
+      --time_based --runtime=1 --hostnqn="$host"
+    expect_fail tls_none "."
+    ! grep -q 'VRLbtnN9AQb2' "$work"/*.err "$work/tls.log" || fail "tls: a key appears in a log"
+    stop "$spid"
+    ;;
   preload)
     # SPDK's way: LD_PRELOAD the engine and name it (fio's symbols must be there, so the
     # preload goes on fio itself, not on a wrapper such as taskset).

@@ -1,0 +1,49 @@
+#include "target/tls_keys.hpp"
+
+#include <fmt/format.h>
+
+#include "auth/tls_psk.hpp"
+#include "nvtcp/log_pages.hpp"
+
+namespace nvtcp::target {
+
+bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>& candidates,
+                                std::string& why) const {
+  auth::PskIdentity id;
+  if (!auth::parse_psk_identity(identity, id, why)) return false;
+  const auth::ConfiguredPsk* psk = nullptr;
+  if (id.subnqn == nvme::kDiscoveryNqn) {
+    for (const auto& s : state_.subsystems) {
+      const HostKeys* k = s->host_allowed(id.hostnqn) ? s->host_keys(id.hostnqn) : nullptr;
+      if (k && k->psk) {
+        psk = k->psk.get();
+        break;
+      }
+    }
+  } else {
+    const Subsystem* sub = state_.find_subsystem(id.subnqn);
+    if (!sub) {
+      why = fmt::format("no subsystem {}", id.subnqn);
+      return false;
+    }
+    if (!sub->host_allowed(id.hostnqn)) {
+      why = fmt::format("host {} is not allowed on {}", id.hostnqn, id.subnqn);
+      return false;
+    }
+    const HostKeys* k = sub->host_keys(id.hostnqn);
+    if (k && k->psk) psk = k->psk.get();
+  }
+  if (!psk) {
+    why = fmt::format("no PSK is configured for host {} on {}", id.hostnqn, id.subnqn);
+    return false;
+  }
+  for (auto enc : {auth::LabelEncoding::Rfc8446, auth::LabelEncoding::Libnvme}) {
+    tls::Psk c;
+    c.hash = id.hash;
+    if (!auth::target_tls_psk(*psk, identity, id, enc, c.key, why)) continue;
+    candidates.push_back(std::move(c));
+  }
+  return !candidates.empty();
+}
+
+}  // namespace nvtcp::target

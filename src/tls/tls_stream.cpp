@@ -1,0 +1,565 @@
+#include "tls/tls_stream.hpp"
+
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "tls/client_hello.hpp"
+#include "util/log.hpp"
+#include "util/state_machine.hpp"
+
+namespace nvtcp::tls {
+
+namespace {
+
+// The suites a PSK of each hash may end on. TLS_CHACHA20_POLY1305_SHA256 goes with SHA-256
+// PSKs because the Linux side's GnuTLS may pick it.
+const char* suites_for(uint8_t hash) {
+  return hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
+}
+constexpr const char* kAllSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+
+// Holds a ClientHello up to this size while the key is chosen; TLS allows more, a PSK client
+// never sends it.
+constexpr size_t kMaxHelloCapture = 64 * 1024;
+
+int ex_index() {
+  static const int i = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return i;
+}
+
+std::string openssl_errors() {
+  std::string s;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!s.empty()) s += "; ";
+    s += buf;
+  }
+  return s;
+}
+
+// An SSL_SESSION that carries an external PSK for TLS 1.3.
+SSL_SESSION* psk_session(SSL* ssl, const Psk& psk) {
+  const unsigned char id[2] = {0x13, uint8_t(psk.hash == 2 ? 0x02 : 0x01)};
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, id);
+  SSL_SESSION* s = SSL_SESSION_new();
+  if (!s || !cipher || !SSL_SESSION_set1_master_key(s, psk.key.data(), psk.key.size()) ||
+      !SSL_SESSION_set_cipher(s, cipher) || !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+    SSL_SESSION_free(s);
+    return nullptr;
+  }
+  return s;
+}
+
+BIO_METHOD* stream_bio_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* bm = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "nvtcp byte stream");
+    return bm;
+  }();
+  return m;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ contexts
+
+SSL_CTX* make_context(bool server) {
+  SSL_CTX* c = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (!c) return nullptr;
+  SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
+  SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
+  // No tickets: NVMe/TCP resumes nothing, and a ticket is a key we would have to keep.
+  SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(c, 0);
+  SSL_CTX_set_ciphersuites(c, kAllSuites);
+  // OpenSSL fills its record buffer in as few BIO reads as the bytes at hand allow.
+  SSL_CTX_set_read_ahead(c, 1);
+  if (server) {
+    SSL_CTX_set_client_hello_cb(c, TlsStream::on_client_hello, nullptr);
+    SSL_CTX_set_psk_find_session_callback(c, TlsStream::on_find_psk);
+  } else {
+    SSL_CTX_set_psk_use_session_callback(c, TlsStream::on_use_psk);
+  }
+  return c;
+}
+
+SSL_CTX* server_context() {
+  static SSL_CTX* c = make_context(true);
+  return c;
+}
+SSL_CTX* client_context() {
+  static SSL_CTX* c = make_context(false);
+  return c;
+}
+
+// ------------------------------------------------------------------ life cycle
+
+TlsStream::TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool server, std::string peer)
+    : reactor_(r), owner_(owner), server_(server), peer_(std::move(peer)) {
+  flush_d_.owner = this;
+  flush_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<TlsStream>*>(d)->owner->flush(); };
+  plain_ = std::make_unique<uint8_t[]>(kMaxRecordPlaintext);
+  staging_ = std::make_unique<uint8_t[]>(kMaxRecordPlaintext);
+  seg_.resize(64);
+  pending_.resize(64);
+  ssl_ = SSL_new(server ? server_context() : client_context());
+  if (ssl_) {
+    SSL_set_ex_data(ssl_, ex_index(), this);
+    BIO* b = make_bio(this);
+    SSL_set_bio(ssl_, b, b);
+    if (server) SSL_set_accept_state(ssl_); else SSL_set_connect_state(ssl_);
+  }
+}
+
+std::unique_ptr<TlsStream> TlsStream::server(reactor::Reactor& r, reactor::StreamOwner& owner,
+                                             const PskResolver& resolver, std::string peer) {
+  std::unique_ptr<TlsStream> s(new TlsStream(r, owner, true, std::move(peer)));
+  s->resolver_ = &resolver;
+  return s;
+}
+
+std::unique_ptr<TlsStream> TlsStream::client(reactor::Reactor& r, reactor::StreamOwner& owner, Psk psk,
+                                             std::string peer) {
+  std::unique_ptr<TlsStream> s(new TlsStream(r, owner, false, std::move(peer)));
+  if (s->ssl_) SSL_set_ciphersuites(s->ssl_, suites_for(psk.hash));
+  s->offered_ = std::move(psk);
+  return s;
+}
+
+TlsStream::~TlsStream() {
+  reactor_.undefer(&flush_d_);
+  // The stream below goes first: it may still hold our chunks (a send in flight is cancelled
+  // with it).
+  lower_.reset();
+  if (ssl_) SSL_free(ssl_);  // wipes the traffic keys
+}
+
+const char* TlsStream::state_name(State s) {
+  switch (s) {
+    case State::Idle: return "Idle";
+    case State::Handshaking: return "Handshaking";
+    case State::Established: return "Established";
+    case State::Closing: return "Closing";
+    case State::kCount: break;
+  }
+  return "?";
+}
+
+void TlsStream::set_state(State to) {
+  static constexpr TransitionTable<State, size_t(State::kCount)> kTransitions{
+      {State::Idle, State::Handshaking},       {State::Idle, State::Closing},
+      {State::Handshaking, State::Established}, {State::Handshaking, State::Closing},
+      {State::Established, State::Closing},
+  };
+  if (kCheckTransitions && !kTransitions.allows(state_, to))
+    illegal_transition("tls stream", state_name(state_), state_name(to), "TlsStream::set_state");
+  state_ = to;
+}
+
+size_t TlsStream::max_sends_held_after_delivery() const {
+  // Our dones wait for the chunk carrying their last byte, and a chunk's send may complete after
+  // the peer has read it (and the stream below may hold more: zero-copy). A chunk carries at most
+  // kChunkBytes / 64 segments of the sizes NVMe/TCP sends (a 24-byte response with its record's
+  // share is more than 32 bytes).
+  const size_t below = lower_ ? lower_->max_sends_held_after_delivery() : 0;
+  return (below + 1) * (kChunkBytes / 64);
+}
+
+void TlsStream::start() {
+  if (!ssl_) {
+    fail("OpenSSL could not make a TLS connection: " + openssl_errors(), -ENOMEM);
+    return;
+  }
+  set_state(State::Handshaking);
+  lower_->start();
+  if (!server_) handshake_step();  // the ClientHello
+}
+
+void TlsStream::close() {
+  if (closing_) return;
+  closing_ = true;
+  if (state_ != State::Closing) set_state(State::Closing);
+  reactor_.undefer(&flush_d_);
+  if (!lower_closed_) lower_->close();
+}
+
+void TlsStream::fail(const std::string& why, int err) {
+  if (closing_) return;
+  fail_why_ = why;
+  close_err_ = err;
+  log::warn("{}: TLS: {}", peer_, why);
+  // The alert OpenSSL wrote (if any) is sent, but the connection does not wait for it.
+  push_chunk();
+  close();
+}
+
+// ------------------------------------------------------------------ the BIO
+
+BIO* TlsStream::make_bio(TlsStream* self) {
+  BIO_METHOD* m = stream_bio_method();
+  static const bool once = [m] {
+    BIO_meth_set_write(m, bio_write);
+    BIO_meth_set_read(m, bio_read);
+    BIO_meth_set_ctrl(m, bio_ctrl);
+    BIO_meth_set_create(m, [](BIO* b) {
+      BIO_set_init(b, 1);
+      return 1;
+    });
+    return true;
+  }();
+  (void)once;
+  BIO* b = BIO_new(m);
+  BIO_set_data(b, self);
+  return b;
+}
+
+int TlsStream::bio_write(BIO* b, const char* data, int len) {
+  auto* self = static_cast<TlsStream*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  size_t left = size_t(len);
+  const auto* p = reinterpret_cast<const uint8_t*>(data);
+  while (left > 0) {
+    if (!self->cur_) self->cur_ = self->take_chunk();
+    Chunk* c = self->cur_;
+    const size_t n = std::min(left, kChunkBytes - c->len);
+    std::memcpy(c->buf.get() + c->len, p, n);
+    c->len += n;
+    p += n;
+    left -= n;
+    if (c->len == kChunkBytes) self->push_chunk();
+  }
+  ++self->counters_.records_out;
+  return len;
+}
+
+int TlsStream::bio_read(BIO* b, char* out, int len) {
+  auto* self = static_cast<TlsStream*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  if (self->in_len_ == 0) {
+    BIO_set_retry_read(b);
+    return -1;
+  }
+  const size_t n = std::min(size_t(len), self->in_len_);
+  std::memcpy(out, self->in_, n);
+  self->in_ += n;
+  self->in_len_ -= n;
+  return int(n);
+}
+
+long TlsStream::bio_ctrl(BIO*, int cmd, long, void*) {
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+// ------------------------------------------------------------------ keys
+
+int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
+  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
+  if (self->chosen_valid_) return SSL_CLIENT_HELLO_SUCCESS;  // a second ClientHello after a retry request
+  std::vector<uint8_t> msg;
+  std::string why;
+  ClientHelloPsks psks;
+  if (first_handshake_message(self->client_hello_, msg, why) != 1 || !parse_client_hello_psks(msg, psks, why)) {
+    self->fail_why_ = why.empty() ? "the ClientHello could not be read" : why;
+    *alert = SSL_AD_DECODE_ERROR;
+    return SSL_CLIENT_HELLO_ERROR;
+  }
+  self->hello_seen_ = true;
+  if (psks.identities.empty()) {
+    self->fail_why_ = "the ClientHello offers no pre-shared key (NVMe/TCP TLS is PSK only)";
+    *alert = SSL_AD_HANDSHAKE_FAILURE;
+    return SSL_CLIENT_HELLO_ERROR;
+  }
+  std::string reasons;
+  for (size_t i = 0; i < psks.identities.size(); ++i) {
+    std::vector<Psk> candidates;
+    std::string none;
+    const std::string& identity = psks.identities[i];
+    if (!self->resolver_->resolve(identity, candidates, none)) {
+      reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity, none);
+      continue;
+    }
+    for (Psk& c : candidates) {
+      std::vector<uint8_t> binder;
+      if (psk_binder(c.hash, c.key.span(), psks.truncated, binder) && binder.size() == psks.binders[i].size() &&
+          CRYPTO_memcmp(binder.data(), psks.binders[i].data(), binder.size()) == 0) {
+        self->chosen_ = std::move(c);
+        self->chosen_.identity = identity;
+        self->chosen_valid_ = true;
+        SSL_set_ciphersuites(ssl, suites_for(self->chosen_.hash));
+        return SSL_CLIENT_HELLO_SUCCESS;
+      }
+    }
+    reasons += fmt::format("{}\"{}\": the host's binder matches no key configured for it (a wrong PSK?)",
+                           reasons.empty() ? "" : "; ", identity);
+  }
+  self->fail_why_ = "no usable pre-shared key: " + reasons;
+  *alert = SSL_AD_HANDSHAKE_FAILURE;
+  return SSL_CLIENT_HELLO_ERROR;
+}
+
+int TlsStream::on_find_psk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess) {
+  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
+  *sess = nullptr;
+  if (!self->chosen_valid_ || std::string_view(reinterpret_cast<const char*>(id), id_len) != self->chosen_.identity)
+    return 1;  // not the key chosen: OpenSSL goes on to the next identity
+  *sess = psk_session(ssl, self->chosen_);
+  return *sess ? 1 : 0;
+}
+
+int TlsStream::on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
+                          SSL_SESSION** sess) {
+  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
+  *sess = nullptr;
+  SSL_SESSION* s = psk_session(ssl, self->offered_);
+  if (!s) return 0;
+  if (md && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(s))) {
+    SSL_SESSION_free(s);  // a retry request chose a suite of another hash: this key does not fit
+    return 1;
+  }
+  *sess = s;
+  *id = reinterpret_cast<const unsigned char*>(self->offered_.identity.data());
+  *id_len = self->offered_.identity.size();
+  return 1;
+}
+
+// ------------------------------------------------------------------ receive
+
+void TlsStream::on_receive(const uint8_t* data, size_t len) {
+  if (closing_) return;
+  if (state_ == State::Handshaking && server_ && !hello_seen_) {
+    if (client_hello_.size() + len > kMaxHelloCapture) {
+      fail("a ClientHello larger than 64 KiB", -EPROTO);
+      return;
+    }
+    client_hello_.insert(client_hello_.end(), data, data + len);
+    std::vector<uint8_t> msg;
+    std::string why;
+    const int got = first_handshake_message(client_hello_, msg, why);
+    if (got < 0) {
+      fail(why, -EPROTO);
+      return;
+    }
+    if (got == 0) return;  // OpenSSL gets the whole ClientHello at once
+    in_ = client_hello_.data();
+    in_len_ = client_hello_.size();
+  } else {
+    in_ = data;
+    in_len_ = len;
+  }
+  if (state_ == State::Handshaking) handshake_step();
+  if (state_ == State::Established && !closing_) read_records();
+  in_ = nullptr;
+  in_len_ = 0;
+  if (hello_seen_ && !client_hello_.empty()) client_hello_ = {};  // the key is chosen
+}
+
+void TlsStream::handshake_step() {
+  ERR_clear_error();
+  const int r = SSL_do_handshake(ssl_);
+  push_chunk();  // the flight OpenSSL wrote
+  if (r == 1) {
+    set_state(State::Established);
+    session_.identity = server_ ? chosen_.identity : offered_.identity;
+    session_.cipher = SSL_get_cipher_name(ssl_);
+    int nid = 0;
+    if (SSL_get_negotiated_group(ssl_) > 0) nid = SSL_get_negotiated_group(ssl_);
+    session_.group = nid ? OBJ_nid2sn(nid) : "";
+    chosen_.key.clear();
+    offered_.key.clear();
+    log::debug("{}: TLS established ({}, {}, identity \"{}\")", peer_, session_.cipher, session_.group,
+               session_.identity);
+    if (seg_count_) reactor_.defer(&flush_d_);
+    return;
+  }
+  const int e = SSL_get_error(ssl_, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+  std::string why = fail_why_;
+  const std::string errs = openssl_errors();
+  if (why.empty()) why = errs.empty() ? "the handshake failed" : errs;
+  fail_why_.clear();
+  fail(fmt::format("handshake failed: {}", why), -EACCES);
+}
+
+void TlsStream::read_records() {
+  delivering_ = true;
+  while (!closing_) {
+    uint8_t* p = nullptr;
+    size_t n = 0;
+    const bool direct = owner_.recv_direct(p, n) && n > 0;
+    if (!direct) {
+      p = plain_.get();
+      n = kMaxRecordPlaintext;
+    }
+    ERR_clear_error();
+    const int r = SSL_read(ssl_, p, int(std::min<size_t>(n, INT_MAX)));
+    if (r > 0) {
+      ++counters_.records_in;
+      if (direct) owner_.on_receive_direct(size_t(r));
+      else owner_.on_receive(p, size_t(r));
+      continue;
+    }
+    const int e = SSL_get_error(ssl_, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) break;
+    if (e == SSL_ERROR_ZERO_RETURN) {
+      log::debug("{}: TLS: the peer closed the session (close_notify)", peer_);
+      delivering_ = false;
+      close();
+      return;
+    }
+    const std::string errs = openssl_errors();
+    delivering_ = false;
+    fail(fmt::format("bad record: {}", errs.empty() ? "the TLS session failed" : errs), -EPROTO);
+    return;
+  }
+  delivering_ = false;
+  push_chunk();  // anything the records asked OpenSSL to answer (a key update)
+}
+
+void TlsStream::on_closed(int err) {
+  // Dones of bytes that never left fire now, in order, before the owner hears of the close.
+  release_chunk_dones(UINT64_MAX);
+  while (seg_count_) {
+    reactor::SendDone* d = seg_[seg_head_].done;
+    seg_head_ = (seg_head_ + 1) % seg_.size();
+    --seg_count_;
+    if (d) d->fn(d);
+  }
+  plain_queued_ = 0;
+  lower_closed_ = true;
+  closing_ = true;
+  if (state_ != State::Closing) set_state(State::Closing);
+  owner_.on_closed(close_err_ ? close_err_ : err);  // may free this
+}
+
+// ------------------------------------------------------------------ send
+
+void TlsStream::send(const void* data, size_t len, reactor::SendDone* done) {
+  if (seg_count_ == seg_.size()) {
+    std::vector<Segment> bigger(seg_.size() * 2);
+    for (size_t i = 0; i < seg_count_; ++i) bigger[i] = seg_[(seg_head_ + i) % seg_.size()];
+    seg_.swap(bigger);
+    seg_head_ = 0;
+  }
+  seg_[(seg_head_ + seg_count_) % seg_.size()] = {static_cast<const uint8_t*>(data), len, done};
+  ++seg_count_;
+  plain_queued_ += len;
+  if (state_ == State::Established && !closing_) reactor_.defer(&flush_d_);
+}
+
+TlsStream::Chunk* TlsStream::take_chunk() {
+  Chunk* c = free_;
+  if (c) {
+    free_ = c->next_free;
+  } else {
+    auto owned = std::make_unique<Chunk>();
+    owned->owner = this;
+    owned->fn = on_chunk_sent;
+    owned->buf = std::make_unique<uint8_t[]>(kChunkBytes);
+    c = owned.get();
+    chunks_.push_back(std::move(owned));
+    ++counters_.chunks_allocated;
+  }
+  c->len = 0;
+  c->seq = ++chunk_seq_;
+  c->next_free = nullptr;
+  return c;
+}
+
+void TlsStream::push_chunk() {
+  Chunk* c = cur_;
+  if (!c || c->len == 0) return;
+  cur_ = nullptr;
+  if (lower_closed_) {
+    on_chunk_sent(c);
+    return;
+  }
+  lower_->send(c->buf.get(), c->len, c);
+}
+
+void TlsStream::on_chunk_sent(reactor::SendDone* d) {
+  auto* c = static_cast<Chunk*>(d);
+  TlsStream* self = c->owner;
+  const uint64_t seq = c->seq;
+  c->next_free = self->free_;
+  self->free_ = c;
+  self->chunks_done_ = std::max(self->chunks_done_, seq);
+  self->release_chunk_dones(seq);
+}
+
+void TlsStream::release_chunk_dones(uint64_t upto_seq) {
+  while (pend_count_ && pending_[pend_head_].chunk_seq <= upto_seq) {
+    reactor::SendDone* d = pending_[pend_head_].done;
+    pend_head_ = (pend_head_ + 1) % pending_.size();
+    --pend_count_;
+    d->fn(d);
+  }
+}
+
+void TlsStream::encrypt(const uint8_t* p, size_t n) {
+  ERR_clear_error();
+  const int r = SSL_write(ssl_, p, int(n));
+  if (r != int(n)) fail(fmt::format("encrypting {} bytes failed: {}", n, openssl_errors()), -EPROTO);
+}
+
+void TlsStream::flush() {
+  if (state_ != State::Established || closing_) return;
+  while (seg_count_ && !closing_) {
+    // One record: the head segment itself when a whole record's worth of it is left (no copy),
+    // else what the queued segments hold, gathered into the staging buffer.
+    const uint8_t* rec = staging_.get();
+    size_t fill = 0;
+    const size_t dones_before = pend_count_;
+    const Segment& head = seg_[seg_head_];
+    if (head.len - head_off_ >= kMaxRecordPlaintext) {
+      rec = head.data + head_off_;
+      fill = kMaxRecordPlaintext;
+      head_off_ += fill;
+    }
+    while (seg_count_) {
+      Segment& s = seg_[seg_head_];
+      if (rec == staging_.get()) {
+        const size_t n = std::min(s.len - head_off_, kMaxRecordPlaintext - fill);
+        std::memcpy(staging_.get() + fill, s.data + head_off_, n);
+        fill += n;
+        head_off_ += n;
+      }
+      if (head_off_ < s.len) break;
+      if (s.done) {
+        if (pend_count_ == pending_.size()) {
+          std::vector<PendingDone> bigger(pending_.size() * 2);
+          for (size_t i = 0; i < pend_count_; ++i) bigger[i] = pending_[(pend_head_ + i) % pending_.size()];
+          pending_.swap(bigger);
+          pend_head_ = 0;
+        }
+        // No chunk yet: a done released while this record is written (the stream below closing
+        // under us) must not take it along.
+        pending_[(pend_head_ + pend_count_) % pending_.size()] = {s.done, UINT64_MAX};
+        ++pend_count_;
+      }
+      seg_head_ = (seg_head_ + 1) % seg_.size();
+      --seg_count_;
+      head_off_ = 0;
+      if (fill == kMaxRecordPlaintext || rec != staging_.get()) break;
+    }
+    plain_queued_ -= fill;
+    const size_t added = pend_count_ - dones_before;
+    if (fill) encrypt(rec, fill);
+    // The dones of segments that ended in this record wait for the chunk holding its end (the
+    // current one; a zero-length segment's, for the last chunk written).
+    const uint64_t seq = cur_ ? cur_->seq : chunk_seq_;
+    for (size_t i = pend_count_ - std::min(added, pend_count_); i < pend_count_; ++i)
+      pending_[(pend_head_ + i) % pending_.size()].chunk_seq = seq;
+  }
+  push_chunk();
+  release_chunk_dones(chunks_done_);  // zero-length segments behind chunks already sent
+}
+
+}  // namespace nvtcp::tls

@@ -1,0 +1,210 @@
+// TLS 1.3 with a pre-shared key over a ByteStream (NVMe/TCP transport specification 3.6, TP 8011):
+// a TlsStream is itself a ByteStream, so a connection's PDU layer runs over it unchanged. It owns
+// the stream below (a TcpStream), feeds OpenSSL the ciphertext that stream receives through a
+// memory BIO of our own, and hands the records OpenSSL writes back to it in chunks. The data path
+// allocates nothing after warm-up: plaintext is gathered into one staging buffer per record,
+// records are written into recycled chunks, and received records are decrypted into one buffer
+// (or straight into the owner's memory, recv_direct).
+//
+// PSK only, as the specification requires: no certificates, TLS 1.3 only, (EC)DHE with the PSK,
+// no session tickets; the cipher follows the PSK's hash (TLS_AES_128_GCM_SHA256 for SHA-256,
+// TLS_AES_256_GCM_SHA384 for SHA-384; a client may also end on TLS_CHACHA20_POLY1305_SHA256).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "auth/secret_bytes.hpp"
+#include "reactor/byte_stream.hpp"
+#include "reactor/reactor.hpp"
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct bio_st BIO;
+typedef struct ssl_session_st SSL_SESSION;
+typedef struct evp_md_st EVP_MD;
+
+namespace nvtcp::tls {
+
+class TlsStream;
+SSL_CTX* make_context(bool server);
+
+// One pre-shared key as the handshake uses it: the TLS PSK (already derived) and its hash
+// (1: SHA-256, 2: SHA-384), named by its identity.
+struct Psk {
+  std::string identity;
+  uint8_t hash = 1;
+  auth::SecretBytes key;
+};
+
+// The server's key store: the TLS PSKs an offered identity may stand for. More than one when
+// implementations derive it differently (libnvme before 1.15 encoded the HKDF labels its own
+// way): the stream keeps the one the client's binder proves.
+class PskResolver {
+ public:
+  virtual ~PskResolver() = default;
+  // False, with why, when the identity names no key this server holds.
+  virtual bool resolve(std::string_view identity, std::vector<Psk>& candidates, std::string& why) const = 0;
+};
+
+// What a handshake ended with, for logs and for the layer above (a target checks that the
+// Connect names the host and subsystem the PSK identity was for).
+struct Session {
+  std::string identity;
+  std::string cipher;  // e.g. "TLS_AES_128_GCM_SHA256"
+  std::string group;   // the (EC)DHE group, e.g. "x25519"
+};
+
+// One process-wide OpenSSL context per side (thread-safe: each connection takes an SSL of it).
+SSL_CTX* server_context();
+SSL_CTX* client_context();
+
+// Counters of one stream, for tests and the benchmark.
+struct TlsCounters {
+  uint64_t records_out = 0;
+  uint64_t records_in = 0;   // calls that returned plaintext
+  uint64_t chunks_allocated = 0;
+};
+
+class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner {
+ public:
+  using MakeLower = std::unique_ptr<reactor::ByteStream> (*)(void* arg, reactor::StreamOwner& owner);
+
+  // A server: keys come from resolver (which must outlive the stream). peer names the
+  // connection in log lines.
+  static std::unique_ptr<TlsStream> server(reactor::Reactor& r, reactor::StreamOwner& owner,
+                                           const PskResolver& resolver, std::string peer);
+  // A client offering one key.
+  static std::unique_ptr<TlsStream> client(reactor::Reactor& r, reactor::StreamOwner& owner, Psk psk,
+                                           std::string peer);
+  ~TlsStream() override;
+
+  // The stream below, built with this TlsStream as its owner (call once, before start()).
+  template <class F>
+  void attach(F&& make_lower) {
+    lower_ = make_lower(static_cast<reactor::StreamOwner&>(*this));
+  }
+  reactor::ByteStream* lower() { return lower_.get(); }
+
+  // ByteStream
+  void start() override;
+  void send(const void* data, size_t len, reactor::SendDone* done = nullptr) override;
+  void close() override;
+  bool closing() const override { return closing_; }
+  // Plaintext not yet encrypted plus ciphertext the stream below still holds.
+  size_t queued_bytes() const override { return plain_queued_ + (lower_ ? lower_->queued_bytes() : 0); }
+  uint64_t sent_bytes() const override { return lower_ ? lower_->sent_bytes() : 0; }
+  size_t max_sends_held_after_delivery() const override;
+
+  bool established() const { return state_ == State::Established; }
+  // Why the handshake or the stream failed (empty if it did not): for the owner's own report.
+  const std::string& failure() const { return fail_why_; }
+  const Session& session() const { return session_; }
+  const TlsCounters& counters() const { return counters_; }
+
+  // Records at most this much plaintext each (TLS's limit).
+  static constexpr size_t kMaxRecordPlaintext = 16384;
+
+ private:
+  enum class State { Idle, Handshaking, Established, Closing, kCount };
+  static const char* state_name(State s);
+  TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool server, std::string peer);
+
+  // StreamOwner (the stream below)
+  void on_receive(const uint8_t* data, size_t len) override;
+  void on_closed(int err) override;
+
+  // The BIO's two ends.
+  static int bio_write(BIO* b, const char* data, int len);
+  static int bio_read(BIO* b, char* out, int len);
+  static long bio_ctrl(BIO* b, int cmd, long num, void* ptr);
+  static BIO* make_bio(TlsStream* self);
+
+  // OpenSSL's PSK callbacks.
+  static int on_client_hello(SSL* ssl, int* alert, void* arg);
+  static int on_find_psk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess);
+  static int on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len, SSL_SESSION** sess);
+  friend SSL_CTX* make_context(bool server);
+
+  void handshake_step();
+  void read_records();
+  void flush();
+  void encrypt(const uint8_t* p, size_t n);
+  void fail(const std::string& why, int err);
+  void push_chunk();
+  void release_chunk_dones(uint64_t upto_seq);
+  void set_state(State s);
+
+  // Ciphertext out: records are appended to the current chunk; a full chunk (or the last one of a
+  // flush) goes to the stream below, and comes back to the free list when its send is done.
+  struct Chunk : reactor::SendDone {
+    TlsStream* owner = nullptr;
+    std::unique_ptr<uint8_t[]> buf;
+    size_t len = 0;
+    uint64_t seq = 0;
+    Chunk* next_free = nullptr;
+  };
+  static constexpr size_t kChunkBytes = 64 * 1024;
+  Chunk* take_chunk();
+  static void on_chunk_sent(reactor::SendDone* d);
+
+  // Plaintext in: the owner's segments by reference, as the stream below would take them.
+  struct Segment {
+    const uint8_t* data;
+    size_t len;
+    reactor::SendDone* done;
+  };
+  // An owner's done waits for the chunk that carries the last of its bytes.
+  struct PendingDone {
+    reactor::SendDone* done;
+    uint64_t chunk_seq;
+  };
+
+  reactor::Reactor& reactor_;
+  reactor::StreamOwner& owner_;
+  const bool server_;
+  std::string peer_;
+  std::unique_ptr<reactor::ByteStream> lower_;
+  SSL* ssl_ = nullptr;
+  State state_ = State::Idle;
+  bool closing_ = false;
+  bool lower_closed_ = false;
+  int close_err_ = 0;
+  std::string fail_why_;
+
+  // Server: the keys, the ClientHello's bytes (kept until the key is chosen) and the key chosen.
+  const PskResolver* resolver_ = nullptr;
+  std::vector<uint8_t> client_hello_;
+  bool hello_seen_ = false;
+  bool chosen_valid_ = false;
+  Psk chosen_;
+  // Client: the key offered.
+  Psk offered_;
+  Session session_;
+
+  // Receive: the ciphertext the BIO hands OpenSSL.
+  const uint8_t* in_ = nullptr;
+  size_t in_len_ = 0;
+  std::unique_ptr<uint8_t[]> plain_;  // one record's plaintext for on_receive
+  bool delivering_ = false;
+
+  // Send.
+  std::vector<Segment> seg_;          // a ring that grows at warm-up only
+  size_t seg_head_ = 0, seg_count_ = 0, head_off_ = 0;
+  size_t plain_queued_ = 0;
+  std::unique_ptr<uint8_t[]> staging_;
+  Chunk* cur_ = nullptr;
+  Chunk* free_ = nullptr;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  uint64_t chunk_seq_ = 0;            // seq of the last chunk pushed
+  uint64_t chunks_done_ = 0;          // every chunk up to this seq has been sent
+  std::vector<PendingDone> pending_;  // a ring like seg_
+  size_t pend_head_ = 0, pend_count_ = 0;
+  reactor::OwnedDeferred<TlsStream> flush_d_;
+  TlsCounters counters_;
+};
+
+}  // namespace nvtcp::tls

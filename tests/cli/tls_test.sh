@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# TLS from the command line: a target with a TLS listener and a plain one, the host's PSK in a key
+# file (JSON "hosts" entry "psk"), and nvtcp perf, identify and discover giving theirs with
+# --tls-key (@FILE). The right key carries verified I/O over TLS (digests on top too); the
+# discovery log says which port requires TLS; a wrong key, no key on the TLS port and a key file
+# others can read are each refused with a clear message; no key appears in any log or output;
+# the target serves on.
+set -euo pipefail
+NVTCP=$1
+dir=$(mktemp -d /tmp/nvtcp-tls.XXXXXX)
+target_pid=
+cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NQN=nqn.2026-12.io.nvtcp:tls
+HOST=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
+# The specification's example PSK (libnvme's test vector) and another one.
+PSK='NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:'
+WRONG='NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:'
+umask 077
+echo "$PSK" >"$dir/host.psk"
+echo "$WRONG" >"$dir/wrong.psk"
+tls_port=$(free_port)
+plain_port=$(free_port)
+cat >"$dir/target.json" <<JSON
+{"listeners": [{"address": "127.0.0.1", "port": $tls_port, "tls": "required"},
+               {"address": "127.0.0.1", "port": $plain_port}], "discovery_port": 0,
+ "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "16M"}],
+   "hosts": [{"nqn": "$HOST", "psk": "@$dir/host.psk"}]}]}
+JSON
+"$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
+target_pid=$!
+for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+[ -s "$dir/ready" ] || fail "target did not start"
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$tls_port subnqn:$NQN hostnqn:$HOST ns:1"
+
+"$NVTCP" perf -r "$trid" -q 8 -o 16K -w randrw -t 1 -P 2 --verify --tls-key "@$dir/host.psk" >"$dir/perf.txt" 2>&1 \
+  || fail "perf with the right key: $(tail -3 "$dir/perf.txt")"
+[ "$(grep -c 'TLS TLS_AES_128_GCM_SHA256' "$dir/target.log")" -ge 3 ] || fail "not every queue in TLS"
+
+"$NVTCP" perf -r "$trid" -q 4 -o 64K -w randrw -t 0.5 --verify --hdgst --ddgst --tls --tls-key "@$dir/host.psk" \
+  >"$dir/digests.txt" 2>&1 || fail "perf with digests in TLS: $(tail -3 "$dir/digests.txt")"
+
+"$NVTCP" identify -r "$trid" --tls-key "$PSK" >"$dir/identify.txt" 2>&1 \
+  || fail "identify with an inline key: $(tail -3 "$dir/identify.txt")"
+grep -q '^cntlid' "$dir/identify.txt" || fail "identify printed no controller"
+
+"$NVTCP" discover -a 127.0.0.1 -s "$tls_port" -q "$HOST" --tls-key "@$dir/host.psk" >"$dir/discover.txt" 2>&1 \
+  || fail "discover over TLS: $(tail -3 "$dir/discover.txt")"
+grep -q 'sectype: tls' "$dir/discover.txt" || fail "the discovery log does not say TLS: $(cat "$dir/discover.txt")"
+grep -q 'sectype: none' "$dir/discover.txt" || fail "the plain listener is not in the log"
+
+if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --tls-key "@$dir/wrong.psk" >"$dir/wrong.txt" 2>&1; then
+  fail "perf with a wrong key succeeded"
+fi
+grep -q 'TLS handshake with .* failed' "$dir/wrong.txt" || fail "wrong key: $(tail -2 "$dir/wrong.txt")"
+grep -q "binder matches no key configured for it" "$dir/target.log" || fail "the target did not log the wrong key"
+
+if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 >"$dir/none.txt" 2>&1; then
+  fail "perf in the clear on the TLS port succeeded"
+fi
+grep -q 'ICReq in the clear' "$dir/target.log" || fail "the target did not say why it closed a host in the clear"
+
+chmod 644 "$dir/host.psk"
+if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --tls-key "@$dir/host.psk" >"$dir/mode.txt" 2>&1; then
+  fail "perf read a key file others can read"
+fi
+grep -q 'mode 0644' "$dir/mode.txt" || fail "key file mode: $(tail -2 "$dir/mode.txt")"
+chmod 600 "$dir/host.psk"
+
+# The plain listener serves the same subsystem in the clear.
+"$NVTCP" perf -r "${trid/trsvcid:$tls_port/trsvcid:$plain_port}" -q 4 -o 4K -w read -t 0.3 >"$dir/plain.txt" 2>&1 \
+  || fail "the plain listener: $(tail -2 "$dir/plain.txt")"
+
+for k in "$PSK" "$WRONG"; do
+  b64=${k:16:20}
+  if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
+done
+kill -0 "$target_pid" || fail "the target exited"
+kill -TERM "$target_pid"
+wait "$target_pid" || fail "the target did not exit cleanly"
+target_pid=
+echo "PASS: TLS from the command line, digests on top, discovery says TLS, refusals clear, no key in any output"

@@ -1,0 +1,206 @@
+// TLS end to end, in process: a target with a TLS listener and a plain one, the host library
+// with its PSK. Writes read back over TLS (with digests on top too); both PSK identity versions
+// and both derivations in the field are accepted; a wrong or unknown key, a host in the clear on
+// the TLS listener and a TLS host on the plain one are refused with a clear reason, and the
+// target goes on serving; the discovery log says which listener requires TLS.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "auth/keys.hpp"
+#include "nvtcp/log_pages.hpp"
+#include "test_target.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+constexpr const char* kTlsHost = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+constexpr const char* kPlainHost = "nqn.2026-12.io.nvtcp:no-psk";
+
+std::string psk_text(uint8_t fill, uint8_t hash = 1) {
+  std::vector<uint8_t> key(hash == 2 ? 48 : 32);
+  for (size_t i = 0; i < key.size(); ++i) key[i] = uint8_t(fill + i);
+  return std::string(auth::format_tls_psk(hash, key).view());
+}
+
+// Listener 0 requires TLS, listener 1 is plain; kTlsHost has a PSK, kPlainHost none.
+target::TargetConfig tls_config(uint8_t hash = 1) {
+  target::TargetConfig cfg = default_config();
+  cfg.listeners.clear();
+  target::ListenerConfig secure{"127.0.0.1", 0};
+  secure.tls_required = true;
+  cfg.listeners.push_back(secure);
+  cfg.listeners.push_back({"127.0.0.1", 0});
+  cfg.icreq_timeout_ms = 2000;
+  auto& sc = cfg.subsystems.at(0);
+  sc.allow_any_host = false;
+  sc.hosts = {kTlsHost, kPlainHost};
+  target::HostKeys keys;
+  auto psk = std::make_shared<auth::ConfiguredPsk>();
+  std::string err;
+  EXPECT_TRUE(auth::parse_tls_psk(psk_text(0x30, hash), *psk, err)) << err;
+  keys.psk = psk;
+  sc.host_keys[kTlsHost] = keys;
+  return cfg;
+}
+
+host::ControllerOptions options(const std::string& key, const char* hostnqn = kTlsHost) {
+  host::ControllerOptions o;
+  o.hostnqn = hostnqn;
+  o.kato_ms = 0;
+  o.io_queues = 2;
+  o.tls = !key.empty();
+  o.tls_key = key;
+  o.connect_timeout_ms = 3000;
+  return o;
+}
+
+host::TransportId trid_on(RunningTarget& t, size_t listener, const std::string& nqn = kTestNqn) {
+  host::TransportId id = t.trid(nqn);
+  id.trsvcid = t.port(listener);
+  return id;
+}
+
+void write_and_read_back(host::Controller& ctrl, size_t bytes = 4096) {
+  std::string err;
+  auto qp = ctrl.create_io_qpair(32, err);
+  ASSERT_NE(qp, nullptr) << err;
+  const uint32_t blocks = uint32_t(bytes / 512);
+  std::vector<uint8_t> data = pattern(bytes, bytes), back(bytes, 0);
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) {
+                return qp->write(2, 64, blocks, data.data(), cb, ctx);
+              }).ok());
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) {
+                return qp->read(2, 64, blocks, back.data(), cb, ctx);
+              }).ok());
+  EXPECT_EQ(back, data);
+}
+
+void expect_plain_host_served(RunningTarget& t) {
+  std::string err;
+  auto ctrl = host::Controller::connect(trid_on(t, 1), options("", kPlainHost), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+}
+
+TEST(Tls, WritesReadBackOverTls) {
+  RunningTarget t(tls_config());
+  std::string err;
+  auto ctrl = host::Controller::connect(trid_on(t, 0), options(psk_text(0x30)), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+  write_and_read_back(*ctrl, 1 << 20);  // records of 16 KiB, R2T and H2CData inside TLS
+}
+
+TEST(Tls, DigestsOnTop) {
+  RunningTarget t(tls_config());
+  std::string err;
+  auto o = options(psk_text(0x30));
+  o.hdgst = o.ddgst = true;
+  auto ctrl = host::Controller::connect(trid_on(t, 0), o, err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl, 256 * 1024);
+}
+
+TEST(Tls, Sha384KeyAndBothIdentityVersionsAndDerivations) {
+  RunningTarget t(tls_config(2));
+  for (int version : {0, 1})
+    for (bool legacy : {false, true}) {
+      std::string err;
+      auto o = options(psk_text(0x30, 2));
+      o.tls_identity_version = version;
+      o.tls_legacy_derivation = legacy;
+      auto ctrl = host::Controller::connect(trid_on(t, 0), o, err);
+      ASSERT_NE(ctrl, nullptr) << "version " << version << (legacy ? " legacy: " : ": ") << err;
+      write_and_read_back(*ctrl);
+    }
+}
+
+TEST(Tls, KeyFromAFile) {
+  RunningTarget t(tls_config());
+  const std::string path = "/tmp/nvtcp-tls-key-" + std::to_string(getpid());
+  {
+    std::ofstream f(path);
+    f << psk_text(0x30) << "\n";
+  }
+  chmod(path.c_str(), 0644);
+  std::string err;
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 0), options("@" + path), err), nullptr);
+  EXPECT_NE(err.find("chmod 600"), std::string::npos) << err;
+  chmod(path.c_str(), 0600);
+  auto ctrl = host::Controller::connect(trid_on(t, 0), options("@" + path), err);
+  std::remove(path.c_str());
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+}
+
+TEST(Tls, AWrongPskIsRefusedAndTheTargetGoesOn) {
+  RunningTarget t(tls_config());
+  std::string err;
+  const std::string wrong = psk_text(0x31);
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 0), options(wrong), err), nullptr);
+  EXPECT_NE(err.find("TLS handshake"), std::string::npos) << err;
+  EXPECT_EQ(err.find(wrong.substr(16, 20)), std::string::npos) << "no key in errors: " << err;
+  // A host the subsystem has no PSK for.
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 0), options(psk_text(0x30), kPlainHost), err), nullptr);
+  EXPECT_NE(err.find("TLS handshake"), std::string::npos) << err;
+  // A malformed key never reaches the network.
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 0), options("NVMeTLSkey-1:01:bm90IGEga2V5:"), err), nullptr);
+  EXPECT_NE(err.find("TLS PSK"), std::string::npos) << err;
+  expect_plain_host_served(t);
+  auto ctrl = host::Controller::connect(trid_on(t, 0), options(psk_text(0x30)), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+}
+
+TEST(Tls, AHostInTheClearOnTheTlsListenerIsRefusedQuickly) {
+  RunningTarget t(tls_config());
+  std::string err;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 0), options("", kTlsHost), err), nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << "refused, not left to time out";
+  EXPECT_FALSE(err.empty());
+  expect_plain_host_served(t);
+}
+
+TEST(Tls, ATlsHostOnAPlainListenerFails) {
+  RunningTarget t(tls_config());
+  std::string err;
+  EXPECT_EQ(host::Controller::connect(trid_on(t, 1), options(psk_text(0x30)), err), nullptr);
+  EXPECT_NE(err.find("TLS handshake"), std::string::npos) << err;
+}
+
+TEST(Tls, TheDiscoveryLogSaysWhichListenerRequiresTls) {
+  RunningTarget t(tls_config());
+  std::string err;
+  auto disc = host::Controller::connect(trid_on(t, 0, nvme::kDiscoveryNqn), options(psk_text(0x30)), err);
+  ASSERT_NE(disc, nullptr) << err;
+  std::vector<uint8_t> log;
+  ASSERT_TRUE(disc->discovery_log(log, err)) << err;
+  const auto* h = reinterpret_cast<const nvme::DiscoveryLogHeader*>(log.data());
+  ASSERT_GE(h->numrec, 2u);
+  int secure = 0, plain = 0;
+  for (uint64_t i = 0; i < h->numrec; ++i) {
+    const auto* e = reinterpret_cast<const nvme::DiscoveryLogEntry*>(log.data() + sizeof(nvme::DiscoveryLogHeader)) + i;
+    const uint16_t port = uint16_t(std::atoi(std::string(e->trsvcid, sizeof(e->trsvcid)).c_str()));
+    if (port == t.port(0)) {
+      EXPECT_EQ(e->treq & nvme::kTreqSecureChannelMask, nvme::kTreqRequired);
+      EXPECT_EQ(e->tsas[0], nvme::kTcpSectypeTls13);
+      ++secure;
+    } else {
+      EXPECT_EQ(e->treq & nvme::kTreqSecureChannelMask, 0);
+      EXPECT_EQ(e->tsas[0], nvme::kTcpSectypeNone);
+      ++plain;
+    }
+  }
+  EXPECT_GE(secure, 1);
+  EXPECT_GE(plain, 1);
+}
+
+}  // namespace
+}  // namespace nvtcp::test

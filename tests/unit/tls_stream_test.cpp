@@ -1,0 +1,433 @@
+// TlsStream: a client and a server, each over an in-memory stream, with the test carrying the
+// records between them; the ClientHello parser and the PSK binder against OpenSSL's own; and
+// each way a handshake or a session must fail.
+#include <gtest/gtest.h>
+#include <openssl/ssl.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "auth/tls_psk.hpp"
+#include "memory_stream.hpp"
+#include "reactor/reactor.hpp"
+#include "tls/client_hello.hpp"
+#include "tls/tls_stream.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp {
+namespace {
+
+using tls::Psk;
+using tls::TlsStream;
+
+Psk make_psk(std::string identity, uint8_t hash, uint8_t fill) {
+  Psk p;
+  p.identity = std::move(identity);
+  p.hash = hash;
+  p.key.resize(hash == 2 ? 48 : 32);
+  for (size_t i = 0; i < p.key.size(); ++i) p.key.data()[i] = uint8_t(fill + i);
+  return p;
+}
+
+struct Keys final : tls::PskResolver {
+  std::map<std::string, std::vector<Psk>> by_identity;
+  mutable int calls = 0;
+  bool resolve(std::string_view identity, std::vector<Psk>& out, std::string& why) const override {
+    ++calls;
+    auto it = by_identity.find(std::string(identity));
+    if (it == by_identity.end()) {
+      why = "no key for this identity";
+      return false;
+    }
+    out = it->second;
+    return true;
+  }
+};
+
+struct Owner final : reactor::StreamOwner {
+  std::vector<uint8_t> got;
+  bool closed = false;
+  int err = 0;
+  // Direct receives: the owner names this buffer for the next direct_left bytes.
+  std::vector<uint8_t> direct;
+  size_t direct_at = 0, direct_left = 0;
+  void on_receive(const uint8_t* d, size_t n) override { got.insert(got.end(), d, d + n); }
+  void on_closed(int e) override {
+    closed = true;
+    err = e;
+  }
+  bool recv_direct(uint8_t*& p, size_t& n) override {
+    if (!direct_left) return false;
+    p = direct.data() + direct_at;
+    n = direct_left;
+    return true;
+  }
+  void on_receive_direct(size_t n) override {
+    direct_at += n;
+    direct_left -= n;
+  }
+};
+
+struct Done : reactor::SendDone {
+  std::vector<int>* order = nullptr;
+  int id = 0;
+  Done() {
+    fn = [](reactor::SendDone* d) {
+      auto* self = static_cast<Done*>(d);
+      self->order->push_back(self->id);
+    };
+  }
+};
+
+struct TlsPair : ::testing::Test {
+  reactor::Reactor reactor{64};
+  Keys keys;
+  Owner client_owner, server_owner;
+  std::unique_ptr<TlsStream> client, server;
+  test::MemoryStream* client_lower = nullptr;
+  test::MemoryStream* server_lower = nullptr;
+  bool client_lower_gone = false, server_lower_gone = false;
+
+  TlsPair() { log::set_level(log::Level::Off); }
+
+  void make(const Psk& offered) {
+    client = TlsStream::client(reactor, client_owner, offered, "client");
+    client->attach([&](reactor::StreamOwner& o) {
+      auto s = std::make_unique<test::MemoryStream>(reactor, o, &client_lower_gone);
+      client_lower = s.get();
+      return s;
+    });
+    server = TlsStream::server(reactor, server_owner, keys, "server");
+    server->attach([&](reactor::StreamOwner& o) {
+      auto s = std::make_unique<test::MemoryStream>(reactor, o, &server_lower_gone);
+      server_lower = s.get();
+      return s;
+    });
+    server->start();
+    client->start();
+  }
+  // Carries bytes both ways until neither side has anything to say.
+  void pump(size_t chunk = 64 * 1024) {
+    for (int round = 0; round < 1000; ++round) {
+      reactor.run_deferred();
+      bool moved = false;
+      if (!client_lower_gone && !server_lower_gone && client_lower->queued_bytes()) {
+        client_lower->drain();
+        std::vector<uint8_t> bytes;
+        bytes.swap(client_lower->received());
+        if (!server_lower->closing()) server_lower->deliver(bytes, chunk);
+        moved = true;
+      }
+      if (!client_lower_gone && !server_lower_gone && server_lower->queued_bytes()) {
+        server_lower->drain();
+        std::vector<uint8_t> bytes;
+        bytes.swap(server_lower->received());
+        if (!client_lower->closing()) client_lower->deliver(bytes, chunk);
+        moved = true;
+      }
+      if (!moved) {
+        reactor.run_deferred();
+        if (!client_lower->queued_bytes() && !server_lower->queued_bytes()) return;
+      }
+    }
+  }
+  void established(const Psk& psk) {
+    keys.by_identity[psk.identity] = {psk};
+    make(psk);
+    pump();
+    ASSERT_TRUE(client->established()) << client->failure();
+    ASSERT_TRUE(server->established()) << server->failure();
+  }
+};
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 9));
+  return v;
+}
+
+const char* kIdentity = "NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:host nqn.2024-01.io.nvtcp:sub";
+
+TEST_F(TlsPair, HandshakeThenBytesBothWaysInOrder) {
+  const Psk psk = make_psk(kIdentity, 1, 0x11);
+  keys.by_identity[psk.identity] = {psk};
+  make(psk);
+  // Sent before the handshake is done: held until it is.
+  const auto hello = pattern(128, 1);
+  std::vector<int> order;
+  Done d1, d2;
+  d1.order = d2.order = &order;
+  d1.id = 1;
+  d2.id = 2;
+  client->send(hello.data(), 100, &d1);
+  client->send(hello.data() + 100, 28, &d2);
+  pump();
+  ASSERT_TRUE(client->established()) << client->failure();
+  ASSERT_TRUE(server->established()) << server->failure();
+  EXPECT_EQ(server_owner.got, hello);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_EQ(server->session().identity, kIdentity);
+  EXPECT_EQ(server->session().cipher, "TLS_AES_128_GCM_SHA256");
+  EXPECT_EQ(client->session().cipher, "TLS_AES_128_GCM_SHA256");
+
+  // 1 MiB the other way, in segments of odd sizes, received in small pieces.
+  const auto big = pattern(1 << 20, 9);
+  size_t off = 0;
+  for (size_t n : {24u, 4096u, 100000u, 17u, 16384u, 16385u}) {
+    server->send(big.data() + off, n);
+    off += n;
+  }
+  server->send(big.data() + off, big.size() - off);
+  pump(1000);
+  EXPECT_EQ(client_owner.got, big);
+  EXPECT_FALSE(client_owner.closed);
+  EXPECT_FALSE(server_owner.closed);
+  // Chunks are recycled: a megabyte does not take a megabyte of them.
+  EXPECT_LE(server->counters().chunks_allocated, 20u);
+}
+
+TEST_F(TlsPair, Sha384PskEndsOnAes256) {
+  const Psk psk = make_psk("NVMe0R02 nqn.h nqn.s", 2, 0x40);
+  established(psk);
+  EXPECT_EQ(server->session().cipher, "TLS_AES_256_GCM_SHA384");
+}
+
+TEST_F(TlsPair, OwnersDonesWaitForTheRecordsToLeave) {
+  established(make_psk(kIdentity, 1, 3));
+  server_lower->hold_dones(false);
+  std::vector<int> order;
+  Done d;
+  d.order = &order;
+  d.id = 7;
+  const auto data = pattern(4096, 2);
+  server->send(data.data(), data.size(), &d);
+  reactor.run_deferred();  // encrypted and handed below, not yet read by the peer
+  EXPECT_TRUE(order.empty());
+  EXPECT_GT(server->queued_bytes(), data.size()) << "what the stream below holds counts";
+  pump();
+  EXPECT_EQ(order, std::vector<int>{7});
+  EXPECT_EQ(client_owner.got, data);
+}
+
+TEST_F(TlsPair, LargePayloadsGoStraightToWhereTheOwnerWantsThem) {
+  established(make_psk(kIdentity, 1, 5));
+  const auto data = pattern(300000, 4);
+  client_owner.direct.assign(data.size(), 0);
+  client_owner.direct_left = data.size();
+  server->send(data.data(), data.size());
+  pump(7000);
+  EXPECT_EQ(client_owner.direct, data);
+  EXPECT_TRUE(client_owner.got.empty());
+}
+
+TEST_F(TlsPair, TheBinderChoosesAmongCandidateKeys) {
+  const Psk right = make_psk(kIdentity, 1, 0x21);
+  const Psk other = make_psk(kIdentity, 1, 0x77);
+  keys.by_identity[kIdentity] = {other, right};
+  make(right);
+  pump();
+  ASSERT_TRUE(server->established()) << server->failure();
+  ASSERT_TRUE(client->established());
+  const auto data = pattern(5000, 8);
+  client->send(data.data(), data.size());
+  pump();
+  EXPECT_EQ(server_owner.got, data);
+}
+
+TEST_F(TlsPair, AWrongPskIsRefused) {
+  keys.by_identity[kIdentity] = {make_psk(kIdentity, 1, 0x99)};
+  make(make_psk(kIdentity, 1, 0x21));
+  pump();
+  reactor.run_once(0);
+  EXPECT_FALSE(server->established());
+  EXPECT_TRUE(server_owner.closed);
+  EXPECT_EQ(server_owner.err, -EACCES);
+  EXPECT_NE(server->failure().find("binder matches no key"), std::string::npos) << server->failure();
+  EXPECT_TRUE(server_owner.got.empty());
+}
+
+TEST_F(TlsPair, AnUnknownIdentityIsRefused) {
+  make(make_psk(kIdentity, 1, 0x21));
+  pump();
+  reactor.run_once(0);
+  EXPECT_TRUE(server_owner.closed);
+  EXPECT_NE(server->failure().find("no key for this identity"), std::string::npos) << server->failure();
+}
+
+TEST_F(TlsPair, AKeyOfTheOtherHashIsRefused) {
+  keys.by_identity[kIdentity] = {make_psk(kIdentity, 2, 0x21)};
+  make(make_psk(kIdentity, 1, 0x21));
+  pump();
+  reactor.run_once(0);
+  EXPECT_FALSE(server->established());
+  EXPECT_TRUE(server_owner.closed);
+}
+
+struct TlsServerAlone : ::testing::Test {
+  reactor::Reactor reactor{64};
+  Keys keys;
+  Owner owner;
+  std::unique_ptr<TlsStream> server;
+  test::MemoryStream* lower = nullptr;
+  TlsServerAlone() {
+    log::set_level(log::Level::Off);
+    server = TlsStream::server(reactor, owner, keys, "server");
+    server->attach([&](reactor::StreamOwner& o) {
+      auto s = std::make_unique<test::MemoryStream>(reactor, o);
+      lower = s.get();
+      return s;
+    });
+    server->start();
+  }
+  void settle() {
+    for (int i = 0; i < 5; ++i) reactor.run_once(0);
+  }
+};
+
+TEST_F(TlsServerAlone, AnICReqInTheClearIsRefusedAndSaidSo) {
+  std::vector<uint8_t> icreq(128, 0);
+  icreq[1] = 0x00;
+  icreq[2] = 128;
+  icreq[4] = 128;
+  lower->deliver(icreq);
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_NE(server->failure().find("ICReq in the clear"), std::string::npos) << server->failure();
+  EXPECT_EQ(keys.calls, 0);
+}
+
+TEST_F(TlsServerAlone, GarbageInsteadOfAClientHelloIsRefused) {
+  std::vector<uint8_t> junk = {0x16, 0x03, 0x01, 0x00, 0x10, 0x02, 0, 0, 0x0c};  // a ServerHello header
+  junk.resize(5 + 16, 0xAB);
+  lower->deliver(junk);
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_FALSE(server->failure().empty());
+}
+
+// A ClientHello from OpenSSL, with or without an external PSK, taken from its memory BIO.
+std::vector<uint8_t> openssl_client_hello(const Psk* psk) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  static const Psk* g_psk = nullptr;
+  g_psk = psk;
+  if (psk)
+    SSL_CTX_set_psk_use_session_callback(
+        ctx, [](SSL* ssl, const EVP_MD*, const unsigned char** id, size_t* len, SSL_SESSION** sess) {
+          const unsigned char cs[2] = {0x13, 0x01};
+          SSL_SESSION* s = SSL_SESSION_new();
+          SSL_SESSION_set1_master_key(s, g_psk->key.data(), g_psk->key.size());
+          SSL_SESSION_set_cipher(s, SSL_CIPHER_find(ssl, cs));
+          SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION);
+          *sess = s;
+          *id = reinterpret_cast<const unsigned char*>(g_psk->identity.data());
+          *len = g_psk->identity.size();
+          return 1;
+        });
+  SSL* ssl = SSL_new(ctx);
+  BIO* rb = BIO_new(BIO_s_mem());
+  BIO* wb = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, rb, wb);
+  SSL_set_connect_state(ssl);
+  SSL_do_handshake(ssl);
+  std::vector<uint8_t> out(size_t(BIO_pending(wb)));
+  BIO_read(wb, out.data(), int(out.size()));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return out;
+}
+
+TEST_F(TlsServerAlone, AClientHelloWithoutAPskIsRefused) {
+  lower->deliver(openssl_client_hello(nullptr));
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_NE(server->failure().find("offers no pre-shared key"), std::string::npos) << server->failure();
+}
+
+TEST(ClientHello, BinderMatchesOpenSsls) {
+  const Psk psk = make_psk(kIdentity, 1, 0x31);
+  const auto records = openssl_client_hello(&psk);
+  std::vector<uint8_t> msg;
+  std::string why;
+  ASSERT_EQ(tls::first_handshake_message(records, msg, why), 1) << why;
+  tls::ClientHelloPsks psks;
+  ASSERT_TRUE(tls::parse_client_hello_psks(msg, psks, why)) << why;
+  ASSERT_EQ(psks.identities, std::vector<std::string>{kIdentity});
+  std::vector<uint8_t> binder;
+  ASSERT_TRUE(tls::psk_binder(1, psk.key.span(), psks.truncated, binder));
+  EXPECT_EQ(binder, psks.binders[0]);
+  const Psk other = make_psk(kIdentity, 1, 0x32);
+  ASSERT_TRUE(tls::psk_binder(1, other.key.span(), psks.truncated, binder));
+  EXPECT_NE(binder, psks.binders[0]);
+  // Every cut short is "more bytes", never a crash or a wrong answer.
+  for (size_t n = 0; n < records.size(); n += 13)
+    EXPECT_EQ(tls::first_handshake_message({records.data(), n}, msg, why), 0) << n;
+}
+
+TEST(ClientHello, MalformedMessagesAreRefused) {
+  const Psk psk = make_psk(kIdentity, 1, 0x31);
+  auto records = openssl_client_hello(&psk);
+  std::vector<uint8_t> msg;
+  std::string why;
+  ASSERT_EQ(tls::first_handshake_message(records, msg, why), 1);
+  tls::ClientHelloPsks psks;
+  // Any shorter message claims more than it holds.
+  for (size_t n = 0; n + 1 < msg.size(); n += 7) {
+    std::vector<uint8_t> cut(msg.begin(), msg.begin() + long(n));
+    EXPECT_FALSE(tls::parse_client_hello_psks(cut, psks, why)) << n;
+  }
+  auto wrong_type = msg;
+  wrong_type[0] = 2;
+  EXPECT_FALSE(tls::parse_client_hello_psks(wrong_type, psks, why));
+  records[0] = 0x17;  // application data, not a handshake
+  EXPECT_EQ(tls::first_handshake_message(records, msg, why), -1);
+}
+
+TEST(PskIdentity, ParsesBothVersionsAndRefusesTheRest) {
+  auth::PskIdentity id;
+  std::string why;
+  ASSERT_TRUE(auth::parse_psk_identity("NVMe0R01 nqn.h nqn.s", id, why)) << why;
+  EXPECT_EQ(id.version, 0);
+  EXPECT_EQ(id.hash, 1);
+  EXPECT_EQ(id.hostnqn, "nqn.h");
+  EXPECT_EQ(id.subnqn, "nqn.s");
+  ASSERT_TRUE(auth::parse_psk_identity("NVMe1R02 nqn.h nqn.s AbCd=", id, why)) << why;
+  EXPECT_EQ(id.version, 1);
+  EXPECT_EQ(id.hash, 2);
+  EXPECT_EQ(id.subnqn, "nqn.s");
+  EXPECT_EQ(id.digest, "AbCd=");
+  for (const char* bad : {"", "NVMe0R03 a b", "NVMe2R01 a b", "NVMe0R01 a", "NVMe1R01 a b", "NVMe0G01 a b",
+                          "nvme0R01 a b", "NVMe0R01 a b c", "NVMe0R01  b"})
+    EXPECT_FALSE(auth::parse_psk_identity(bad, id, why)) << bad;
+}
+
+TEST(PskIdentity, HostAndTargetDeriveTheSameKey) {
+  auth::ConfiguredPsk c;
+  std::string err;
+  ASSERT_TRUE(auth::parse_tls_psk("NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:", c, err)) << err;
+  for (int version : {0, 1})
+    for (auto enc : {auth::LabelEncoding::Rfc8446, auth::LabelEncoding::Libnvme}) {
+      auth::OfferedPsk offered;
+      ASSERT_TRUE(auth::host_tls_psk(c, "nqn.psk-test-host", "nqn.psk-test-subsys", version, enc, offered));
+      auth::PskIdentity id;
+      ASSERT_TRUE(auth::parse_psk_identity(offered.identity, id, err)) << err;
+      auth::SecretBytes key;
+      ASSERT_TRUE(auth::target_tls_psk(c, offered.identity, id, enc, key, err)) << err;
+      EXPECT_EQ(key, offered.key);
+      if (version == 1) {
+        // The other encoding's retained PSK gives another digest: refused, not a wrong key.
+        const auto other = enc == auth::LabelEncoding::Rfc8446 ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446;
+        EXPECT_FALSE(auth::target_tls_psk(c, offered.identity, id, other, key, err));
+      }
+    }
+  // The libnvme test vector's identity (RFC 8446 encoding, version 1).
+  auth::OfferedPsk v1;
+  ASSERT_TRUE(auth::host_tls_psk(c, "nqn.psk-test-host", "nqn.psk-test-subsys", 1, auth::LabelEncoding::Rfc8446, v1));
+  EXPECT_EQ(v1.identity, "NVMe1R01 nqn.psk-test-host nqn.psk-test-subsys iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU=");
+}
+
+}  // namespace
+}  // namespace nvtcp
