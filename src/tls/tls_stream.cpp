@@ -77,11 +77,14 @@ SSL_CTX* make_context(bool server) {
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
   // No tickets: NVMe/TCP resumes nothing, and a ticket is a key we would have to keep.
-  SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+  // The server's order decides: AES-GCM, which the CPU does in hardware, before ChaCha20.
+  SSL_CTX_set_options(c, SSL_OP_NO_TICKET | (server ? SSL_OP_CIPHER_SERVER_PREFERENCE : 0));
   SSL_CTX_set_num_tickets(c, 0);
   SSL_CTX_set_ciphersuites(c, kAllSuites);
-  // OpenSSL fills its record buffer in as few BIO reads as the bytes at hand allow.
-  SSL_CTX_set_read_ahead(c, 1);
+  // No read-ahead: OpenSSL reads the handshake record by record, so whatever follows the last
+  // one stays with us for the record layer.
+  SSL_CTX_set_read_ahead(c, 0);
+  SSL_CTX_set_keylog_callback(c, TlsStream::on_keylog);
   if (server) {
     SSL_CTX_set_client_hello_cb(c, TlsStream::on_client_hello, nullptr);
     SSL_CTX_set_psk_find_session_callback(c, TlsStream::on_find_psk);
@@ -106,8 +109,9 @@ TlsStream::TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool serv
     : reactor_(r), owner_(owner), server_(server), peer_(std::move(peer)) {
   flush_d_.owner = this;
   flush_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<TlsStream>*>(d)->owner->flush(); };
-  plain_ = std::make_unique<uint8_t[]>(kMaxRecordPlaintext);
-  staging_ = std::make_unique<uint8_t[]>(kMaxRecordPlaintext);
+  plain_ = std::make_unique<uint8_t[]>(kMaxRecordBody);
+  rec_ = std::make_unique<uint8_t[]>(kMaxRecordBody);
+  scratch_ = std::make_unique<uint8_t[]>(kMaxRecordBody);
   seg_.resize(64);
   pending_.resize(64);
   ssl_ = SSL_new(server ? server_context() : client_context());
@@ -227,7 +231,7 @@ int TlsStream::bio_write(BIO* b, const char* data, int len) {
   size_t left = size_t(len);
   const auto* p = reinterpret_cast<const uint8_t*>(data);
   while (left > 0) {
-    if (!self->cur_) self->cur_ = self->take_chunk();
+    if (!self->cur_) self->cur_ = self->take_chunk(true);
     Chunk* c = self->cur_;
     const size_t n = std::min(left, kChunkBytes - c->len);
     std::memcpy(c->buf.get() + c->len, p, n);
@@ -236,7 +240,6 @@ int TlsStream::bio_write(BIO* b, const char* data, int len) {
     left -= n;
     if (c->len == kChunkBytes) self->push_chunk();
   }
-  ++self->counters_.records_out;
   return len;
 }
 
@@ -334,7 +337,12 @@ int TlsStream::on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, 
 
 void TlsStream::on_receive(const uint8_t* data, size_t len) {
   if (closing_) return;
-  if (state_ == State::Handshaking && server_ && !hello_seen_) {
+  if (state_ == State::Established) {
+    receive_records(data, len);
+    return;
+  }
+  if (state_ != State::Handshaking) return;
+  if (server_ && !hello_seen_) {
     if (client_hello_.size() + len > kMaxHelloCapture) {
       fail("a ClientHello larger than 64 KiB", -EPROTO);
       return;
@@ -354,10 +362,21 @@ void TlsStream::on_receive(const uint8_t* data, size_t len) {
     in_ = data;
     in_len_ = len;
   }
-  if (state_ == State::Handshaking) handshake_step();
-  if (state_ == State::Established && !closing_) read_records();
+  handshake_step();
+  // What came after the handshake's last record is the first records of the session.
+  const uint8_t* rest = in_;
+  const size_t rest_len = in_len_;
   in_ = nullptr;
   in_len_ = 0;
+  if (state_ == State::Established && !closing_ && rest_len) {
+    if (!client_hello_.empty()) {
+      std::vector<uint8_t> keep(rest, rest + rest_len);  // rest lies in client_hello_
+      client_hello_ = {};
+      receive_records(keep.data(), keep.size());
+      return;
+    }
+    receive_records(rest, rest_len);
+  }
   if (hello_seen_ && !client_hello_.empty()) client_hello_ = {};  // the key is chosen
 }
 
@@ -374,6 +393,7 @@ void TlsStream::handshake_step() {
     session_.group = nid ? OBJ_nid2sn(nid) : "";
     chosen_.key.clear();
     offered_.key.clear();
+    if (!start_record_layer()) return;
     log::debug("{}: TLS established ({}, {}, identity \"{}\")", peer_, session_.cipher, session_.group,
                session_.identity);
     if (seg_count_) reactor_.defer(&flush_d_);
@@ -388,39 +408,166 @@ void TlsStream::handshake_step() {
   fail(fmt::format("handshake failed: {}", why), -EACCES);
 }
 
-void TlsStream::read_records() {
-  delivering_ = true;
-  while (!closing_) {
-    uint8_t* p = nullptr;
-    size_t n = 0;
-    const bool direct = owner_.recv_direct(p, n) && n > 0;
-    if (!direct) {
-      p = plain_.get();
-      n = kMaxRecordPlaintext;
+void TlsStream::on_keylog(const SSL* ssl, const char* line) {
+  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
+  // "<LABEL> <client random, hex> <secret, hex>"
+  const std::string_view l(line);
+  const bool client = l.rfind("CLIENT_TRAFFIC_SECRET_0 ", 0) == 0;
+  if (!self || (!client && l.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) != 0)) return;
+  const size_t at = l.rfind(' ');
+  if (at == std::string_view::npos) return;
+  const std::string_view hex = l.substr(at + 1);
+  auth::SecretBytes secret(hex.size() / 2);
+  for (size_t i = 0; i < secret.size(); ++i) {
+    auto nib = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
+    secret.data()[i] = uint8_t(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  }
+  ((client == !self->server_) ? self->own_secret_ : self->peer_secret_) = std::move(secret);
+}
+
+bool TlsStream::start_record_layer() {
+  const SSL_CIPHER* c = SSL_get_current_cipher(ssl_);
+  const uint16_t suite = c ? uint16_t(SSL_CIPHER_get_protocol_id(c)) : 0;
+  std::string err;
+  if (own_secret_.empty() || peer_secret_.empty()) err = "OpenSSL gave no traffic secrets";
+  const bool ok = err.empty() && tx_.init(suite, own_secret_.span(), true, err) &&
+                  rx_.init(suite, peer_secret_.span(), false, err);
+  own_secret_.clear();
+  peer_secret_.clear();
+  if (!ok) fail("starting the record layer: " + err, -EPROTO);
+  return ok;
+}
+
+void TlsStream::receive_records(const uint8_t* p, size_t n) {
+  while (n > 0 && !closing_) {
+    if (hdr_have_ < kRecordHeader) {
+      const size_t k = std::min(n, kRecordHeader - hdr_have_);
+      std::memcpy(hdr_ + hdr_have_, p, k);
+      hdr_have_ += k;
+      p += k;
+      n -= k;
+      if (hdr_have_ < kRecordHeader) return;
+      body_len_ = size_t(hdr_[3]) << 8 | hdr_[4];
+      if (hdr_[0] != uint8_t(ContentType::ApplicationData) || hdr_[1] != 0x03 ||
+          body_len_ < kRecordTag + 1 || body_len_ > kMaxRecordBody) {
+        fail(fmt::format("bad record: type {}, version {:02x}{:02x}, {} bytes", hdr_[0], hdr_[1], hdr_[2], body_len_),
+             -EPROTO);
+        return;
+      }
+      rec_have_ = 0;
     }
-    ERR_clear_error();
-    const int r = SSL_read(ssl_, p, int(std::min<size_t>(n, INT_MAX)));
-    if (r > 0) {
-      ++counters_.records_in;
-      if (direct) owner_.on_receive_direct(size_t(r));
-      else owner_.on_receive(p, size_t(r));
+    // A record that is all here is opened where it lies; one that comes in pieces is gathered.
+    if (rec_have_ == 0 && n >= body_len_) {
+      if (!open_record(p)) return;
+      p += body_len_;
+      n -= body_len_;
+      hdr_have_ = 0;
       continue;
     }
-    const int e = SSL_get_error(ssl_, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) break;
-    if (e == SSL_ERROR_ZERO_RETURN) {
-      log::debug("{}: TLS: the peer closed the session (close_notify)", peer_);
-      delivering_ = false;
-      close();
-      return;
-    }
-    const std::string errs = openssl_errors();
-    delivering_ = false;
-    fail(fmt::format("bad record: {}", errs.empty() ? "the TLS session failed" : errs), -EPROTO);
-    return;
+    const size_t k = std::min(n, body_len_ - rec_have_);
+    std::memcpy(rec_.get() + rec_have_, p, k);
+    rec_have_ += k;
+    p += k;
+    n -= k;
+    if (rec_have_ < body_len_) return;
+    if (!open_record(rec_.get())) return;
+    hdr_have_ = 0;
+    rec_have_ = 0;
   }
-  delivering_ = false;
-  push_chunk();  // anything the records asked OpenSSL to answer (a key update)
+}
+
+bool TlsStream::open_record(const uint8_t* body) {
+  // Straight into the owner's memory when it wants at least the whole record's content there
+  uint8_t* direct = nullptr;
+  size_t room = 0;
+  // (content and type byte, unless the peer pads: then the content is shorter still).
+  const size_t inner = body_len_ - kRecordTag;
+  const bool to_owner = owner_.recv_direct(direct, room) && room >= inner - 1;
+  uint8_t* out = to_owner ? direct : plain_.get();
+  size_t content = 0;
+  ContentType type{};
+  std::string err;
+  if (!rx_.open(hdr_, body, body_len_, out, to_owner ? inner - 1 : kMaxRecordBody, scratch_.get(), content, type,
+                err)) {
+    fail("bad record: " + err, -EPROTO);
+    return false;
+  }
+  ++counters_.records_in;
+  switch (type) {
+    case ContentType::ApplicationData:
+      if (content == 0) return true;
+      if (to_owner) owner_.on_receive_direct(content);
+      else owner_.on_receive(out, content);
+      return !closing_;
+    case ContentType::Alert:
+      if (content == 2 && out[1] == 0) {  // close_notify
+        log::debug("{}: TLS: the peer closed the session (close_notify)", peer_);
+        close();
+        return false;
+      }
+      fail(content == 2 ? fmt::format("the peer sent alert {} (level {})", out[1], out[0]) : "a malformed alert",
+           -EPROTO);
+      return false;
+    case ContentType::Handshake: {
+      // A message opened into the owner's memory is copied out: that memory is the owner's.
+      uint8_t* msg = out;
+      if (to_owner) {
+        msg = plain_.get();
+        std::memcpy(msg, out, content);
+      }
+      return handle_handshake(msg, content);
+    }
+  }
+  fail(fmt::format("a record of content type {}", uint8_t(type)), -EPROTO);
+  return false;
+}
+
+bool TlsStream::handle_handshake(const uint8_t* p, size_t n) {
+  while (n >= 4) {
+    const uint8_t msg = p[0];
+    const size_t len = size_t(p[1]) << 16 | size_t(p[2]) << 8 | p[3];
+    if (len > n - 4) break;
+    if (msg == 24 && len == 1) {  // KeyUpdate
+      std::string err;
+      if (!rx_.update_key(err)) {
+        fail("KeyUpdate: " + err, -EPROTO);
+        return false;
+      }
+      if (p[4] == 1 && !send_key_update()) return false;  // update_requested: ours follows
+    } else if (msg == 4 && !server_) {
+      // NewSessionTicket: nothing is resumed, so the ticket is dropped.
+    } else {
+      fail(fmt::format("an unexpected handshake message (type {}) after the handshake", msg), -EPROTO);
+      return false;
+    }
+    p += 4 + len;
+    n -= 4 + len;
+  }
+  if (n != 0) {
+    fail("a handshake message split across records after the handshake", -EPROTO);
+    return false;
+  }
+  return true;
+}
+
+bool TlsStream::send_key_update() {
+  // Sent in order with the data before it: what is queued goes first under the old key.
+  flush();
+  const uint8_t msg[5] = {24, 0, 0, 1, 0};  // KeyUpdate, update_not_requested
+  if (!cur_ || kChunkBytes - cur_->len < RecordProtection::sealed_size(sizeof(msg))) {
+    push_chunk();
+    cur_ = take_chunk(true);
+  }
+  uint8_t* at = cur_->buf.get() + cur_->len;
+  std::string err;
+  if (!tx_.seal_begin(at, sizeof(msg)) || !tx_.seal_update(msg, sizeof(msg), at + kRecordHeader) ||
+      !tx_.seal_end(at + kRecordHeader + sizeof(msg), ContentType::Handshake) || !tx_.update_key(err)) {
+    fail("sending a KeyUpdate failed " + err, -EPROTO);
+    return false;
+  }
+  cur_->len += RecordProtection::sealed_size(sizeof(msg));
+  push_chunk();
+  return true;
 }
 
 void TlsStream::on_closed(int err) {
@@ -454,10 +601,12 @@ void TlsStream::send(const void* data, size_t len, reactor::SendDone* done) {
   if (state_ == State::Established && !closing_) reactor_.defer(&flush_d_);
 }
 
-TlsStream::Chunk* TlsStream::take_chunk() {
+TlsStream::Chunk* TlsStream::take_chunk(bool force) {
   Chunk* c = free_;
   if (c) {
     free_ = c->next_free;
+  } else if (chunks_.size() >= kMaxChunks && !force) {
+    return nullptr;  // the flush goes on once a chunk comes back
   } else {
     auto owned = std::make_unique<Chunk>();
     owned->owner = this;
@@ -470,6 +619,7 @@ TlsStream::Chunk* TlsStream::take_chunk() {
   c->len = 0;
   c->seq = ++chunk_seq_;
   c->next_free = nullptr;
+  ++chunks_out_;
   return c;
 }
 
@@ -490,8 +640,12 @@ void TlsStream::on_chunk_sent(reactor::SendDone* d) {
   const uint64_t seq = c->seq;
   c->next_free = self->free_;
   self->free_ = c;
+  --self->chunks_out_;
   self->chunks_done_ = std::max(self->chunks_done_, seq);
   self->release_chunk_dones(seq);
+  // Records were waiting for a chunk.
+  if (self->plain_queued_ && self->state_ == State::Established && !self->closing_)
+    self->reactor_.defer(&self->flush_d_);
 }
 
 void TlsStream::release_chunk_dones(uint64_t upto_seq) {
@@ -503,63 +657,75 @@ void TlsStream::release_chunk_dones(uint64_t upto_seq) {
   }
 }
 
-void TlsStream::encrypt(const uint8_t* p, size_t n) {
-  ERR_clear_error();
-  const int r = SSL_write(ssl_, p, int(n));
-  if (r != int(n)) fail(fmt::format("encrypting {} bytes failed: {}", n, openssl_errors()), -EPROTO);
-}
-
 void TlsStream::flush() {
   if (state_ != State::Established || closing_) return;
-  while (seg_count_ && !closing_) {
-    // One record: the head segment itself when a whole record's worth of it is left (no copy),
-    // else what the queued segments hold, gathered into the staging buffer.
-    const uint8_t* rec = staging_.get();
-    size_t fill = 0;
-    const size_t dones_before = pend_count_;
-    const Segment& head = seg_[seg_head_];
-    if (head.len - head_off_ >= kMaxRecordPlaintext) {
-      rec = head.data + head_off_;
-      fill = kMaxRecordPlaintext;
-      head_off_ += fill;
+  while (plain_queued_ && !closing_) {
+    // One record of up to 16 KiB, sealed from the queued segments straight into the chunk.
+    const size_t content = std::min(plain_queued_, kMaxRecordPlaintext);
+    const size_t sealed = RecordProtection::sealed_size(content);
+    if (cur_ && kChunkBytes - cur_->len < sealed) push_chunk();
+    if (!cur_) cur_ = take_chunk();
+    if (!cur_) break;  // every chunk is out: on_chunk_sent flushes again
+    uint8_t* at = cur_->buf.get() + cur_->len;
+    if (!tx_.seal_begin(at, content)) {
+      fail("sealing a record failed", -EPROTO);
+      return;
     }
-    while (seg_count_) {
+    uint8_t* out = at + kRecordHeader;
+    size_t left = content;
+    while (left) {
       Segment& s = seg_[seg_head_];
-      if (rec == staging_.get()) {
-        const size_t n = std::min(s.len - head_off_, kMaxRecordPlaintext - fill);
-        std::memcpy(staging_.get() + fill, s.data + head_off_, n);
-        fill += n;
-        head_off_ += n;
+      const size_t k = std::min(left, s.len - head_off_);
+      if (k && !tx_.seal_update(s.data + head_off_, k, out)) {
+        fail("sealing a record failed", -EPROTO);
+        return;
       }
-      if (head_off_ < s.len) break;
-      if (s.done) {
-        if (pend_count_ == pending_.size()) {
-          std::vector<PendingDone> bigger(pending_.size() * 2);
-          for (size_t i = 0; i < pend_count_; ++i) bigger[i] = pending_[(pend_head_ + i) % pending_.size()];
-          pending_.swap(bigger);
-          pend_head_ = 0;
+      out += k;
+      left -= k;
+      head_off_ += k;
+      if (head_off_ == s.len) {
+        // Its done waits for the chunk carrying its last byte: this one.
+        if (s.done) {
+          if (pend_count_ == pending_.size()) {
+            std::vector<PendingDone> bigger(pending_.size() * 2);
+            for (size_t i = 0; i < pend_count_; ++i) bigger[i] = pending_[(pend_head_ + i) % pending_.size()];
+            pending_.swap(bigger);
+            pend_head_ = 0;
+          }
+          pending_[(pend_head_ + pend_count_) % pending_.size()] = {s.done, cur_->seq};
+          ++pend_count_;
         }
-        // No chunk yet: a done released while this record is written (the stream below closing
-        // under us) must not take it along.
-        pending_[(pend_head_ + pend_count_) % pending_.size()] = {s.done, UINT64_MAX};
-        ++pend_count_;
+        seg_head_ = (seg_head_ + 1) % seg_.size();
+        --seg_count_;
+        head_off_ = 0;
       }
-      seg_head_ = (seg_head_ + 1) % seg_.size();
-      --seg_count_;
-      head_off_ = 0;
-      if (fill == kMaxRecordPlaintext || rec != staging_.get()) break;
     }
-    plain_queued_ -= fill;
-    const size_t added = pend_count_ - dones_before;
-    if (fill) encrypt(rec, fill);
-    // The dones of segments that ended in this record wait for the chunk holding its end (the
-    // current one; a zero-length segment's, for the last chunk written).
-    const uint64_t seq = cur_ ? cur_->seq : chunk_seq_;
-    for (size_t i = pend_count_ - std::min(added, pend_count_); i < pend_count_; ++i)
-      pending_[(pend_head_ + i) % pending_.size()].chunk_seq = seq;
+    if (!tx_.seal_end(out)) {
+      fail("sealing a record failed", -EPROTO);
+      return;
+    }
+    cur_->len += sealed;
+    plain_queued_ -= content;
+    ++counters_.records_out;
+  }
+  // Zero-length segments left at the head (nothing queued behind them) wait for the last chunk.
+  while (seg_count_ && seg_[seg_head_].len == 0) {
+    const Segment s = seg_[seg_head_];
+    seg_head_ = (seg_head_ + 1) % seg_.size();
+    --seg_count_;
+    if (s.done) {
+      if (pend_count_ == pending_.size()) {
+        std::vector<PendingDone> bigger(pending_.size() * 2);
+        for (size_t i = 0; i < pend_count_; ++i) bigger[i] = pending_[(pend_head_ + i) % pending_.size()];
+        pending_.swap(bigger);
+        pend_head_ = 0;
+      }
+      pending_[(pend_head_ + pend_count_) % pending_.size()] = {s.done, cur_ ? cur_->seq : chunk_seq_};
+      ++pend_count_;
+    }
   }
   push_chunk();
-  release_chunk_dones(chunks_done_);  // zero-length segments behind chunks already sent
+  release_chunk_dones(chunks_done_);
 }
 
 }  // namespace nvtcp::tls

@@ -1,10 +1,10 @@
 // TLS 1.3 with a pre-shared key over a ByteStream (NVMe/TCP transport specification 3.6, TP 8011):
 // a TlsStream is itself a ByteStream, so a connection's PDU layer runs over it unchanged. It owns
-// the stream below (a TcpStream), feeds OpenSSL the ciphertext that stream receives through a
-// memory BIO of our own, and hands the records OpenSSL writes back to it in chunks. The data path
-// allocates nothing after warm-up: plaintext is gathered into one staging buffer per record,
-// records are written into recycled chunks, and received records are decrypted into one buffer
-// (or straight into the owner's memory, recv_direct).
+// the stream below (a TcpStream). OpenSSL does the handshake, through a BIO of our own over that
+// stream; then, as the kernel's kTLS would, the stream protects the records itself with the
+// traffic secrets OpenSSL derived (record.hpp): each record is sealed straight from the owner's
+// segments into a recycled send chunk, and opened into the owner's memory (recv_direct) or one
+// buffer. The data path allocates nothing and copies no plaintext after warm-up.
 //
 // PSK only, as the specification requires: no certificates, TLS 1.3 only, (EC)DHE with the PSK,
 // no session tickets; the cipher follows the PSK's hash (TLS_AES_128_GCM_SHA256 for SHA-256,
@@ -20,6 +20,7 @@
 #include "auth/secret_bytes.hpp"
 #include "reactor/byte_stream.hpp"
 #include "reactor/reactor.hpp"
+#include "tls/record.hpp"
 
 typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;
@@ -106,7 +107,7 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   const TlsCounters& counters() const { return counters_; }
 
   // Records at most this much plaintext each (TLS's limit).
-  static constexpr size_t kMaxRecordPlaintext = 16384;
+  static constexpr size_t kMaxRecordPlaintext = kMaxPlaintext;
 
  private:
   enum class State { Idle, Handshaking, Established, Closing, kCount };
@@ -127,12 +128,17 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   static int on_client_hello(SSL* ssl, int* alert, void* arg);
   static int on_find_psk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess);
   static int on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len, SSL_SESSION** sess);
+  // The traffic secrets OpenSSL derives, as it reports them for key logging.
+  static void on_keylog(const SSL* ssl, const char* line);
   friend SSL_CTX* make_context(bool server);
 
   void handshake_step();
-  void read_records();
+  bool start_record_layer();
+  void receive_records(const uint8_t* p, size_t n);
+  bool open_record(const uint8_t* body);
+  bool handle_handshake(const uint8_t* p, size_t n);
+  bool send_key_update();
   void flush();
-  void encrypt(const uint8_t* p, size_t n);
   void fail(const std::string& why, int err);
   void push_chunk();
   void release_chunk_dones(uint64_t upto_seq);
@@ -147,8 +153,15 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
     uint64_t seq = 0;
     Chunk* next_free = nullptr;
   };
-  static constexpr size_t kChunkBytes = 64 * 1024;
-  Chunk* take_chunk();
+  // Four full records.
+  static constexpr size_t kChunkBytes = 4 * RecordProtection::sealed_size(kMaxPlaintext);
+  // A chunk, or none when kMaxChunks are out and the caller can wait (force: the handshake's
+  // flights and a KeyUpdate, which cannot).
+  Chunk* take_chunk(bool force = false);
+  // Chunks given to the stream below at once, at most: 256 KiB of records waiting for the
+  // kernel's socket buffer is plenty, and the pool stops growing once it has them all.
+  static constexpr size_t kMaxChunks = 4;
+  size_t chunks_out_ = 0;
   static void on_chunk_sent(reactor::SendDone* d);
 
   // Plaintext in: the owner's segments by reference, as the stream below would take them.
@@ -185,17 +198,23 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   Psk offered_;
   Session session_;
 
-  // Receive: the ciphertext the BIO hands OpenSSL.
+  // Receive: the ciphertext the BIO hands OpenSSL during the handshake.
   const uint8_t* in_ = nullptr;
   size_t in_len_ = 0;
-  std::unique_ptr<uint8_t[]> plain_;  // one record's plaintext for on_receive
-  bool delivering_ = false;
+  // Records, once established: the header being read, a record that came in pieces (else it is
+  // opened where it lies), and one record's plaintext for on_receive.
+  RecordProtection tx_, rx_;
+  auth::SecretBytes own_secret_, peer_secret_;
+  uint8_t hdr_[kRecordHeader] = {};
+  size_t hdr_have_ = 0, body_len_ = 0, rec_have_ = 0;
+  std::unique_ptr<uint8_t[]> rec_;
+  std::unique_ptr<uint8_t[]> plain_;
+  std::unique_ptr<uint8_t[]> scratch_;  // the inner plaintext past what goes to the owner
 
   // Send.
   std::vector<Segment> seg_;          // a ring that grows at warm-up only
   size_t seg_head_ = 0, seg_count_ = 0, head_off_ = 0;
   size_t plain_queued_ = 0;
-  std::unique_ptr<uint8_t[]> staging_;
   Chunk* cur_ = nullptr;
   Chunk* free_ = nullptr;
   std::vector<std::unique_ptr<Chunk>> chunks_;

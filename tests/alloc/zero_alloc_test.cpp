@@ -21,6 +21,10 @@
 
 #include <thread>
 
+#include <openssl/crypto.h>
+
+#include "auth/keys.hpp"
+
 // The replaced operators below allocate with malloc and free with free; GCC, inlining the
 // standard library's allocations, cannot see that they match.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -52,6 +56,23 @@ void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
+// OpenSSL's own allocations (TLS records, cipher contexts) are counted too: its allocator is
+// replaced before it allocates anything.
+namespace {
+void* counted_malloc(size_t n, const char*, int) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n);
+}
+void* counted_realloc(void* p, size_t n, const char*, int) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return std::realloc(p, n);
+}
+void plain_free(void* p, const char*, int) { std::free(p); }
+__attribute__((constructor)) void count_openssl_allocations() {
+  CRYPTO_set_mem_functions(counted_malloc, counted_realloc, plain_free);
+}
+}  // namespace
+
 using namespace nvtcp;
 
 namespace {
@@ -80,12 +101,29 @@ struct Io {
 };
 
 // Both sides in one poll mode; the default (hybrid) unless said.
-void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, const char* poll = "hybrid") {
+void run_steady_state(uint32_t io_size, bool digests, uint32_t in_capsule, const char* poll = "hybrid",
+                      bool tls = false) {
   auto cfg = test::default_config();
   cfg.in_capsule_data = in_capsule;
   cfg.poll = poll;
-  test::RunningTarget t(cfg);
   host::ControllerOptions o;
+  if (tls) {
+    // Every byte in TLS: the listener requires it, the host holds the PSK.
+    const char* host = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+    const char* psk = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    cfg.listeners.at(0).tls_required = true;
+    auto& sc = cfg.subsystems.at(0);
+    sc.allow_any_host = false;
+    sc.hosts = {host};
+    auto key = std::make_shared<auth::ConfiguredPsk>();
+    std::string err;
+    ASSERT_TRUE(auth::parse_tls_psk(psk, *key, err)) << err;
+    sc.host_keys[host].psk = key;
+    o.hostnqn = host;
+    o.tls = true;
+    o.tls_key = psk;
+  }
+  test::RunningTarget t(cfg);
   o.hdgst = o.ddgst = digests;
   ASSERT_TRUE(host::parse_poll_mode(poll, o.poll));
   std::string err;
@@ -124,6 +162,10 @@ TEST(ZeroAlloc, R2TWritesAndReads64KWithDigests) { run_steady_state(65536, true,
 // Both sides spinning: sockets are polled with recv() between io_uring receives.
 TEST(ZeroAlloc, BusyPoll4K) { run_steady_state(4096, false, 8192, "busy"); }
 TEST(ZeroAlloc, InterruptPoll4K) { run_steady_state(4096, false, 8192, "interrupt"); }
+// In TLS: records are written into recycled chunks and read into fixed buffers, and OpenSSL's
+// own allocations are counted too.
+TEST(ZeroAlloc, Tls4KInCapsule) { run_steady_state(4096, false, 8192, "hybrid", true); }
+TEST(ZeroAlloc, Tls64KWithR2TAndDigests) { run_steady_state(65536, true, 8192, "hybrid", true); }
 
 TEST(ZeroAlloc, CounterSeesAllocations) {
   // The hook itself must work, or the tests above prove nothing.
