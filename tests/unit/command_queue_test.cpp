@@ -168,7 +168,9 @@ class FakeTransport final : public target::CommandTransport {
   const reactor::Clock& clock() const override { return reactor::monotonic_clock(); }
   const std::string& peer() const override { return peer_; }
   std::string link_features() const override { return {}; }
+  std::string_view tls_identity() const override { return tls_identity_; }
 
+  std::string tls_identity_;  // set: the queue runs in a TLS session with this PSK identity
   std::vector<target::Request*> completed;
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
@@ -246,6 +248,28 @@ Sqe rw(IoOpcode opc, uint16_t cid, uint32_t nsid, uint64_t slba, uint32_t nlb, u
 }
 
 }  // namespace
+
+TEST_F(CommandQueueTest, InTlsTheConnectMustNameThePsksHostAndSubsystem) {
+  // The PSK identity says who the session is for; a Connect for another host or subsystem is
+  // refused, whatever else allows it.
+  for (const std::string& identity :
+       {std::string("NVMe0R01 nqn.2026-12.io.nvtcp:someone-else ") + kNqn,
+        std::string("NVMe0R01 ") + kHostNqn + " nqn.2026-12.io.nvtcp:other-subsystem",
+        std::string("NVMe1R01 ") + kHostNqn + " nqn.2026-12.io.nvtcp:other-subsystem AAAA="}) {
+    FakeTransport admin(reactor_, set_);
+    admin.tls_identity_ = identity;
+    admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
+    EXPECT_EQ(last_status(admin), sc::ConnectInvalidHost) << identity;
+    EXPECT_FALSE(admin.commands().connected());
+  }
+  for (const std::string& identity : {std::string("NVMe0R01 ") + kHostNqn + " " + kNqn,
+                                      std::string("NVMe1R02 ") + kHostNqn + " " + kNqn + " c29tZSBkaWdlc3Q="}) {
+    FakeTransport admin(reactor_, set_);
+    admin.tls_identity_ = identity;
+    admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
+    EXPECT_TRUE(last_status(admin).ok()) << identity;
+  }
+}
 
 TEST_F(CommandQueueTest, ConnectMakesAControllerOnceAndRefusesWhatItCannotServe) {
   FakeTransport admin(reactor_, set_);

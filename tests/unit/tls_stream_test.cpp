@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -304,8 +305,10 @@ TEST_F(TlsServerAlone, AnICReqInTheClearIsRefusedAndSaidSo) {
 }
 
 TEST_F(TlsServerAlone, GarbageInsteadOfAClientHelloIsRefused) {
-  std::vector<uint8_t> junk = {0x16, 0x03, 0x01, 0x00, 0x10, 0x02, 0, 0, 0x0c};  // a ServerHello header
-  junk.resize(5 + 16, 0xAB);
+  // A record header announcing 16 bytes of a ServerHello, then filler: not what a server accepts.
+  std::vector<uint8_t> junk(5 + 16, 0xAB);
+  const uint8_t header[] = {0x16, 0x03, 0x01, 0x00, 0x10, 0x02, 0, 0, 0x0c};
+  std::copy(std::begin(header), std::end(header), junk.begin());
   lower->deliver(junk);
   settle();
   EXPECT_TRUE(owner.closed);
@@ -493,7 +496,7 @@ TEST_P(TlsWithOpenSsl, RecordsBothWaysAndAKeyUpdate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OursAs, TlsWithOpenSsl, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Server" : "Client"; });
+                         [](const auto& p) { return p.param ? "Server" : "Client"; });
 
 TEST_P(TlsWithOpenSsl, ChaCha20WhenThePeerHasOnlyThat) {
   start(1);
