@@ -40,6 +40,7 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
   for (auto enc : {auth::LabelEncoding::Rfc8446, auth::LabelEncoding::Libnvme}) {
     tls::Psk c;
     c.hash = id.hash;
+    c.derivation = enc == auth::LabelEncoding::Rfc8446 ? "RFC 8446 labels" : "libnvme's legacy labels";
     if (!auth::target_tls_psk(*psk, identity, id, enc, c.key, why)) continue;
     candidates.push_back(std::move(c));
   }

@@ -289,12 +289,22 @@ int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
       reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity, none);
       continue;
     }
+    // The binder's length says which hash the client runs the handshake with. It is the
+    // identity's, except that tlshd (ktls-utils 1.0, GnuTLS) binds every PSK with SHA-256: a
+    // SHA-384 PSK then keys a SHA-256 handshake, and the session ends on a SHA-256 suite.
+    const size_t binder_len = psks.binders[i].size();
+    const uint8_t handshake_hash = binder_len == 48 ? 2 : binder_len == 32 ? 1 : 0;
     for (Psk& c : candidates) {
+      if (handshake_hash != c.hash && !(c.hash == 2 && handshake_hash == 1)) continue;
       std::vector<uint8_t> binder;
-      if (psk_binder(c.hash, c.key.span(), psks.truncated, binder) && binder.size() == psks.binders[i].size() &&
+      if (psk_binder(handshake_hash, c.key.span(), psks.truncated, binder) && binder.size() == binder_len &&
           CRYPTO_memcmp(binder.data(), psks.binders[i].data(), binder.size()) == 0) {
+        if (handshake_hash != c.hash)
+          log::debug("{}: \"{}\": a SHA-384 PSK bound with SHA-256: the session takes a SHA-256 suite",
+                     self->peer_, identity);
         self->chosen_ = std::move(c);
         self->chosen_.identity = identity;
+        self->chosen_.hash = handshake_hash;
         self->chosen_valid_ = true;
         SSL_set_ciphersuites(ssl, suites_for(self->chosen_.hash));
         return SSL_CLIENT_HELLO_SUCCESS;
@@ -387,6 +397,7 @@ void TlsStream::handshake_step() {
   if (r == 1) {
     set_state(State::Established);
     session_.identity = server_ ? chosen_.identity : offered_.identity;
+    if (server_) session_.derivation = chosen_.derivation;
     session_.cipher = SSL_get_cipher_name(ssl_);
     int nid = 0;
     if (SSL_get_negotiated_group(ssl_) > 0) nid = SSL_get_negotiated_group(ssl_);
@@ -394,8 +405,8 @@ void TlsStream::handshake_step() {
     chosen_.key.clear();
     offered_.key.clear();
     if (!start_record_layer()) return;
-    log::debug("{}: TLS established ({}, {}, identity \"{}\")", peer_, session_.cipher, session_.group,
-               session_.identity);
+    log::debug("{}: TLS established ({}, {}, identity \"{}\"{}{})", peer_, session_.cipher, session_.group,
+               session_.identity, *session_.derivation ? ", PSK derived with " : "", session_.derivation);
     if (seg_count_) reactor_.defer(&flush_d_);
     return;
   }

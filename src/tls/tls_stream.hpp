@@ -34,11 +34,12 @@ class TlsStream;
 SSL_CTX* make_context(bool server);
 
 // One pre-shared key as the handshake uses it: the TLS PSK (already derived) and its hash
-// (1: SHA-256, 2: SHA-384), named by its identity.
+// (1: SHA-256, 2: SHA-384), named by its identity; a server's candidate says how it was derived.
 struct Psk {
   std::string identity;
   uint8_t hash = 1;
   auth::SecretBytes key;
+  const char* derivation = "";  // for the log, e.g. "RFC 8446 labels"
 };
 
 // The server's key store: the TLS PSKs an offered identity may stand for. More than one when
@@ -57,6 +58,7 @@ struct Session {
   std::string identity;
   std::string cipher;  // e.g. "TLS_AES_128_GCM_SHA256"
   std::string group;   // the (EC)DHE group, e.g. "x25519"
+  const char* derivation = "";  // a server's: how the TLS PSK the client proved was derived
 };
 
 // One process-wide OpenSSL context per side (thread-safe: each connection takes an SSL of it).

@@ -200,6 +200,24 @@ TEST_F(TlsPair, Sha384PskEndsOnAes256) {
   EXPECT_EQ(server->session().cipher, "TLS_AES_256_GCM_SHA384");
 }
 
+// tlshd (ktls-utils 1.0, GnuTLS) binds every PSK with SHA-256, a SHA-384 one too: the server
+// takes that binder and the session ends on a SHA-256 suite, keyed with the 48-byte PSK.
+TEST_F(TlsPair, Sha384PskBoundWithSha256AsTlshdDoes) {
+  const Psk held = make_psk("NVMe0R02 nqn.h nqn.s", 2, 0x40);
+  keys.by_identity[held.identity] = {held};
+  Psk offered = held;
+  offered.hash = 1;  // the same 48 bytes, run through a SHA-256 handshake
+  make(offered);
+  pump();
+  ASSERT_TRUE(client->established()) << client->failure();
+  ASSERT_TRUE(server->established()) << server->failure();
+  EXPECT_EQ(server->session().cipher, "TLS_AES_128_GCM_SHA256");
+  const auto data = pattern(20000, 3);
+  client->send(data.data(), data.size());
+  pump();
+  EXPECT_EQ(server_owner.got, data);
+}
+
 TEST_F(TlsPair, OwnersDonesWaitForTheRecordsToLeave) {
   established(make_psk(kIdentity, 1, 3));
   server_lower->hold_dones(false);

@@ -22,6 +22,8 @@
 #   nvme-cli + its libraries   `apt-get download` of nvme-cli's dependency closure (library packages
 #                              only) + `dpkg -x`; the guest gets nvme, the .so files the packages' own
 #                              loader resolves for it, and that loader (for `nvme discover`, `id-ctrl`).
+#   ktls-utils, keyutils       trixie only, the same way: tlshd (the kernel's TLS handshake agent) and
+#                              keyctl, for NVMe/TCP with TLS.
 #
 # The cache (vmlinuz 8 MB, base.cpio 13 MB with busybox, nvme-cli and the modules) lives in the build
 # tree and is keyed by the kernel package; the 400 MB unpacked package is deleted once it is built.
@@ -39,11 +41,15 @@ KERNEL_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # CPU model lacks); e1000 is QEMU's default NIC.
 KERNEL_MODULES=(e1000 crc32c_generic configfs nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp null_blk brd loop)
 
-# The trixie guest adds the ublk driver and ext4 (for the offload engine's block device test).
-KERNEL_MODULES_TRIXIE=("${KERNEL_MODULES[@]}" ublk_drv ext4)
+# The trixie guest adds the ublk driver and ext4 (for the offload engine's block device test) and kTLS.
+# tls is the kernel's TLS record layer (kTLS) that tlshd hands the sockets to after the handshake;
+# its ciphers are modules the guest cannot load on demand (no modprobe there): AES-GCM (AES itself
+# is built in) and ChaCha20-Poly1305.
+KERNEL_MODULES_TRIXIE=("${KERNEL_MODULES[@]}" ublk_drv ext4 tls gcm ghash-generic chacha20poly1305 chacha_generic
+                       poly1305_generic)
 
 # Bump when what the cache holds changes (a cache of another format is rebuilt).
-KERNEL_CACHE_FORMAT=2
+KERNEL_CACHE_FORMAT=4
 
 # Debian 13 (trixie) packages come through a private apt configuration: a sources list, package
 # lists and a download cache under CACHE/apt-trixie, passed with -o; /etc/apt is never touched.
@@ -174,11 +180,14 @@ kernel_prepare() {
       || { tail -5 "$cache/apt.log"; kskip "apt-get download $pkg failed (no archive access?)"; }
     ( cd "$dir/debs" && apt_retry "$cache/apt.log" download busybox-static ) \
       || { tail -5 "$cache/apt.log"; kskip "apt-get download busybox-static failed (no archive access?)"; }
-    # nvme-cli and the libraries it needs (its dependency closure, libraries only).
+    # nvme-cli (and in trixie tlshd and keyctl, for TLS) and the libraries they need (their dependency
+    # closure, libraries only).
     local clipkgs
+    local -a tools=(nvme-cli) programs=(usr/sbin/nvme)
+    [[ $suite == trixie ]] && { tools+=(ktls-utils keyutils); programs+=(usr/sbin/tlshd usr/bin/keyctl); }
     clipkgs=$(apt-cache "${apt[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-                --no-replaces --no-enhances nvme-cli 2>/dev/null \
-              | grep -E '^(nvme-cli|zlib1g|lib[a-z0-9.+-]+)$' | grep -v perl | sort -u) || true
+                --no-replaces --no-enhances "${tools[@]}" 2>/dev/null \
+              | grep -E '^(nvme-cli|ktls-utils|keyutils|zlib1g|lib[a-z0-9.+-]+)$' | grep -v perl | sort -u) || true
     [[ $clipkgs == *nvme-cli* ]] || kskip "apt-cache knows no nvme-cli"
     mkdir -p "$dir/debs/cli"
     # shellcheck disable=SC2086
@@ -215,7 +224,8 @@ kernel_prepare() {
     KERNEL_MODULES=("${modules[@]}")
     resolve_modules "$moddir" "$stage/lib/modules" || kfail_prepare "module resolution failed"
     KERNEL_MODULES=("${saved_modules[@]}")
-    stage_nvme_cli "$dir/debs/cli" "$root/cli" "$stage" || kfail_prepare "staging nvme-cli failed"
+    stage_debian_programs "$dir/debs/cli" "$root/cli" "$stage" "${programs[@]}" \
+      || kfail_prepare "staging ${programs[*]} failed"
     echo "$kver" >"$stage/etc/kernel-version"
     cp "$root/boot/vmlinuz-$kver" "$dir/vmlinuz" 2>/dev/null || cp "$root/usr/lib/linux-image-$kver/vmlinuz" "$dir/vmlinuz" 2>/dev/null \
       || kfail_prepare "no vmlinuz in $pkg"
@@ -235,31 +245,37 @@ kernel_prepare() {
   BUSYBOX=$dir/busybox
 }
 
-# stage_nvme_cli DEBDIR ROOT STAGE: unpack the nvme-cli packages into ROOT and put nvme plus exactly
-# the shared objects that the package's own loader resolves for it into STAGE/usr/lib/nvme-cli, with
-# a wrapper STAGE/usr/sbin/nvme that runs it through that loader (no ld.so.cache in the guest).
-stage_nvme_cli() {
-  local debs=$1 root=$2 stage=$3 f line lib
-  mkdir -p "$root" "$stage/usr/lib/nvme-cli" "$stage/usr/sbin"
+# stage_debian_programs DEBDIR ROOT STAGE PROGRAM...: unpack the packages in DEBDIR into ROOT and put
+# each PROGRAM (a path in the packages, e.g. usr/sbin/nvme) plus exactly the shared objects that the
+# packages' own loader resolves for it into STAGE/usr/lib/guest-userland, with a wrapper at the
+# PROGRAM's path in STAGE that runs it through that loader (the guest has no ld.so.cache).
+stage_debian_programs() {
+  local debs=$1 root=$2 stage=$3 f line lib prog name
+  shift 3
+  local dir=/usr/lib/guest-userland
+  mkdir -p "$root" "$stage$dir"
   for f in "$debs"/*.deb; do dpkg -x "$f" "$root" || return 1; done
   local ld=$root/lib64/ld-linux-x86-64.so.2 libpath=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
   [[ -e $ld ]] || ld=$root/usr/lib64/ld-linux-x86-64.so.2  # merged /usr (trixie)
-  [[ -e $ld && -x $root/usr/sbin/nvme ]] || { echo "no loader or no usr/sbin/nvme in the packages"; return 1; }
-  cp -L "$root/usr/sbin/nvme" "$stage/usr/lib/nvme-cli/nvme"
-  cp -L "$ld" "$stage/usr/lib/nvme-cli/ld-linux-x86-64.so.2"
-  "$ld" --library-path "$libpath" --list "$root/usr/sbin/nvme" >"$root/ldd.txt" || { cat "$root/ldd.txt"; return 1; }
-  if grep -q 'not found' "$root/ldd.txt"; then grep 'not found' "$root/ldd.txt"; return 1; fi
-  while read -r line; do
-    [[ $line == *" => "* ]] || continue
-    lib=${line#* => }; lib=${lib% (*}
-    [[ $lib == */ld-linux-x86-64.so.2 ]] && continue
-    cp -L "$lib" "$stage/usr/lib/nvme-cli/${line%% =>*}"
-  done <"$root/ldd.txt"
-  cat >"$stage/usr/sbin/nvme" <<'WRAP'
-#!/bin/sh
-exec /usr/lib/nvme-cli/ld-linux-x86-64.so.2 --library-path /usr/lib/nvme-cli /usr/lib/nvme-cli/nvme "$@"
-WRAP
-  chmod 0755 "$stage/usr/sbin/nvme"
+  [[ -e $ld ]] || { echo "no loader in the packages"; return 1; }
+  cp -L "$ld" "$stage$dir/ld-linux-x86-64.so.2"
+  for prog in "$@"; do
+    name=${prog##*/}
+    [[ -x $root/$prog ]] || { echo "no $prog in the packages"; return 1; }
+    cp -L "$root/$prog" "$stage$dir/$name"
+    "$ld" --library-path "$libpath" --list "$root/$prog" >"$root/ldd.txt" || { cat "$root/ldd.txt"; return 1; }
+    if grep -q 'not found' "$root/ldd.txt"; then grep 'not found' "$root/ldd.txt"; return 1; fi
+    while read -r line; do
+      [[ $line == *" => "* ]] || continue
+      lib=${line#* => }; lib=${lib% (*}
+      [[ $lib == */ld-linux-x86-64.so.2 ]] && continue
+      cp -L "$lib" "$stage$dir/${line%% =>*}"
+    done <"$root/ldd.txt"
+    mkdir -p "$stage/${prog%/*}"
+    printf '#!/bin/sh\nexec %s/ld-linux-x86-64.so.2 --library-path %s %s/%s "$@"\n' "$dir" "$dir" "$dir" "$name" \
+      >"$stage/$prog"
+    chmod 0755 "$stage/$prog"
+  done
 }
 
 kfail_prepare() { printf 'FAIL: preparing the kernel: %s\n' "$*"; exit 1; }

@@ -1,0 +1,162 @@
+#!/bin/sh
+# Guest side of interop.kernel_tls (busybox ash): NVMe/TCP over TLS 1.3 between this Linux 6.12
+# (nvme-tcp, nvmet-tcp, kTLS, tlshd from ktls-utils for the handshakes, nvme-cli 2.13 for the keys)
+# and nvtcp.
+#   1. The kernel host against the nvtcp target on the host (10.0.2.2:$TPORT requires TLS, $PPORT is
+#      plain): PSKs go into the kernel's .nvme keyring with `nvme check-tls-key --insert` (or straight
+#      from `nvme connect --tls-key`); each connect writes 1 MiB of random data to the RAM namespace at
+#      its own offset with O_DIRECT, reads it back (md5 equal) and disconnects. SHA-256 PSK, the same
+#      with header and data digests, a SHA-384 PSK given on the command line, `nvme discover --tls`; a
+#      wrong PSK and a connect in the clear to the TLS port are refused with no controller left; the
+#      first host then connects again.
+#   2. This kernel's nvmet (configfs, 0.0.0.0:4420 forwarded, addr_tsas tls1.3, TLS required) with
+#      host $HN's PSK in the keyring for the subsystem and for discovery: prints NVMET-READY and waits
+#      for the host script (the nvtcp host) to say it is done on $CTL_PORT.
+# Each step prints "NVTCP-GUEST [t] PASS|FAIL STEP: detail" for the host script.
+. /guest/lib.sh
+. /etc/nvtcp-test.conf
+
+DISC=nqn.2014-08.org.nvmexpress.discovery
+load_mod crc32c_generic || exit 1
+for m in tls gcm ghash-generic chacha20poly1305 chacha_generic poly1305_generic; do load_mod $m || exit 1; done
+load_mod nvme-core multipath=N || exit 1
+load_mod nvme-tcp || exit 1
+load_mod nvmet-tcp || exit 1
+load_mod brd rd_nr=1 rd_size=32768 || exit 1
+say "nvme-cli: $(nvme version 2>&1 | head -1); $(tlshd -v 2>&1 | head -1)"
+grep -q '\.nvme' /proc/keys || { fail keyring "no .nvme keyring in /proc/keys"; exit 1; }
+
+# tlshd serves the kernel's handshake upcalls (host and target side); it must see the .nvme keyring.
+mkdir -p /etc
+printf '[debug]\nloglevel=1\ntls=0\nnl=0\n[authenticate]\nkeyrings=.nvme\n' >/etc/tlshd.conf
+tlshd -s -c /etc/tlshd.conf >/tmp/tlshd.log 2>&1 &
+TLSHD=$!
+usleep 500000
+kill -0 $TLSHD 2>/dev/null || { fail tlshd "tlshd exited: $(tail -3 /tmp/tlshd.log)"; exit 1; }
+
+# insert_psk STEP HOSTNQN SUBNQN KEY: the PSK derived for that pair into .nvme (identity version 0,
+# "NVMe0R0h <hostnqn> <subnqn>").
+insert_psk() {
+  if nvme check-tls-key --keydata="$4" --hostnqn="$2" --subsysnqn="$3" --insert >/tmp/$1.key.out 2>&1; then
+    say "key for $2 -> $3: $(tail -1 /tmp/$1.key.out)"
+  else
+    fail "$1" "check-tls-key --insert: $(tail -1 /tmp/$1.key.out)"
+  fi
+}
+
+find_ctrl() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ -e "$c/subsysnqn" ] || continue
+    [ "$(cat "$c/subsysnqn")" = "$2" ] && [ "$(cat "$c/hostnqn")" = "$1" ] && echo "${c##*/}"
+  done
+}
+ns1() {
+  local i=0 d
+  while [ $i -lt 100 ]; do
+    for d in /sys/class/nvme/"$1"/"$1"n*; do
+      [ -e "$d" ] && [ "$(cat "/sys/block/${d##*/}/nsid" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
+    done
+    usleep 100000; i=$((i + 1))
+  done
+  return 1
+}
+hostid_of() { echo "${1##*:uuid:}"; }
+
+# secured STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: connect over TLS, 1 MiB written and read back,
+# disconnect.
+secured() {
+  local s=$1 h=$2 off=$3 c dev q
+  shift 3
+  kmsg "$s.before" >/dev/null
+  if ! nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+       "$@" >/tmp/$s.out 2>&1; then
+    fail "$s" "nvme connect failed: $(tail -1 /tmp/$s.out)"; kmsg "$s"; return
+  fi
+  c=$(find_ctrl "$h" "$NQN")
+  [ -n "$c" ] && [ "$(cat "/sys/class/nvme/$c/state")" = live ] || { fail "$s" "no live controller"; kmsg "$s"; return; }
+  dev=$(ns1 "$c") || { fail "$s" "$c has no namespace 1"; nvme disconnect -d "$c" >/dev/null 2>&1; return; }
+  dd if=/dev/urandom of=/tmp/$s.data bs=64k count=16 2>/dev/null
+  dd if=/tmp/$s.data of="/dev/$dev" bs=64k seek=$((off * 16)) oflag=direct 2>/tmp/$s.dd || fail "$s" "write: $(tail -1 /tmp/$s.dd)"
+  dd if="/dev/$dev" of=/tmp/$s.back bs=64k skip=$((off * 16)) count=16 iflag=direct 2>/tmp/$s.dd || fail "$s" "read: $(tail -1 /tmp/$s.dd)"
+  a=$(md5sum </tmp/$s.data | cut -d' ' -f1); b=$(md5sum </tmp/$s.back | cut -d' ' -f1)
+  q=$(cat "/sys/class/nvme/$c/queue_count" 2>/dev/null)
+  tk=$(cat "/sys/class/nvme/$c/tls_key" 2>/dev/null)
+  nvme disconnect -d "$c" >/dev/null 2>&1
+  [ "$a" = "$b" ] || { fail "$s" "read back md5 $b, wrote $a"; kmsg "$s"; return; }
+  pass "$s" "$c, $q queues, TLS key ${tk:-?}, 1 MiB at $off MiB read back (md5 $a)"
+  kmsg "$s"
+}
+
+# refused STEP HOSTNQN CONNECT_OPTIONS...: the connect must fail and leave no controller.
+refused() {
+  local s=$1 h=$2 c
+  shift 2
+  if nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+       "$@" >/tmp/$s.out 2>&1; then
+    c=$(find_ctrl "$h" "$NQN")
+    [ -n "$c" ] && nvme disconnect -d "$c" >/dev/null 2>&1
+    fail "$s" "nvme connect succeeded"
+  else
+    c=$(find_ctrl "$h" "$NQN")
+    if [ -n "$c" ]; then fail "$s" "a controller ($c) is left after the refused connect"
+    else pass "$s" "refused: $(tail -1 /tmp/$s.out)"; fi
+  fi
+  kmsg "$s"
+}
+
+say "=== kernel host -> nvtcp target"
+insert_psk h1 "$H1" "$NQN" "$P1"
+secured tls.h1.sha256 "$H1" 0 --tls
+secured tls.h1.digests "$H1" 2 --tls --hdr-digest --data-digest
+secured tls.h2.sha384.cmdline "$H2" 4 --tls --tls-key="$P2"
+
+insert_psk disc "$H1" "$DISC" "$P1"
+if nvme discover -t tcp -a 10.0.2.2 -s "$TPORT" --hostnqn="$H1" --hostid="$(hostid_of "$H1")" --tls -o json \
+     >/tmp/discover.out 2>&1; then
+  tr -d ' \n' </tmp/discover.out >/tmp/discover.flat
+  if grep -q "\"subnqn\":\"$NQN\"" /tmp/discover.flat && grep -q '"sectype":"tls13"' /tmp/discover.flat \
+     && grep -q "\"trsvcid\":\"$PPORT\"" /tmp/discover.flat; then
+    pass discover.tls "$(grep -o '"treq":"[^"]*"' /tmp/discover.flat | sort -u | tr '\n' ' ')"
+  else
+    fail discover.tls "the log lacks the subsystem, TLS 1.3 or the plain port: $(cat /tmp/discover.flat | head -c 1500)"
+  fi
+else
+  fail discover.tls "nvme discover --tls failed: $(tail -2 /tmp/discover.out)"
+fi
+kmsg discover
+
+insert_psk h3 "$H3" "$NQN" "$WRONG"
+refused wrong-psk "$H3" --tls
+refused clear-on-tls-port "$H1"
+secured tls.h1.after-refusals "$H1" 6 --tls
+
+say "=== nvmet for the nvtcp host"
+insert_psk nvmet "$HN" "$KNQN" "$PN"
+insert_psk nvmet.disc "$HN" "$DISC" "$PN"
+mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/mounts || { say "FAIL mount configfs"; exit 1; }
+set -e
+cd /sys/kernel/config/nvmet
+mkdir "hosts/$HN"
+mkdir "subsystems/$KNQN"
+echo 0 >"subsystems/$KNQN/attr_allow_any_host"
+ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
+mkdir "subsystems/$KNQN/namespaces/1"
+echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
+echo 1 >"subsystems/$KNQN/namespaces/1/enable"
+mkdir ports/1
+echo tcp >ports/1/addr_trtype
+echo ipv4 >ports/1/addr_adrfam
+echo 0.0.0.0 >ports/1/addr_traddr
+echo 4420 >ports/1/addr_trsvcid
+echo tls1.3 >ports/1/addr_tsas
+ln -s "/sys/kernel/config/nvmet/subsystems/$KNQN" "ports/1/subsystems/$KNQN"
+set +e
+say "NVMET-READY $KNQN host $HN tsas $(cat ports/1/addr_tsas) treq $(cat ports/1/addr_treq)"
+cmd=$(nc -l -p "$CTL_PORT" </dev/null 2>/dev/null)
+say "control: '$cmd'"
+kmsg nvmet
+cd /
+kill $TLSHD 2>/dev/null
+sed 's/^/TLSHD: /' /tmp/tlshd.log | tail -60
+[ "$FAILED" -eq 0 ]
