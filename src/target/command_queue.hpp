@@ -42,6 +42,7 @@ class ConnectionSet;
 struct Arrival {
   uint16_t portid = 1;
   std::string local_address;
+  std::string remote_address;  // the host's IP address, no port
 };
 
 // What a command handler asks of the queue its request came in on.

@@ -120,7 +120,8 @@ void CommandQueue::execute_connect(Request& r) {
   }
   // In TLS, the PSK chose the host and the subsystem: the Connect must name the same two, or a
   // host holding one key could act as any other.
-  if (const std::string_view tls = transport_.tls_identity(); !tls.empty()) {
+  const std::string_view tls = transport_.tls_identity();
+  if (!tls.empty()) {
     auth::PskIdentity id;
     std::string why;
     if (!auth::parse_psk_identity(tls, id, why) || id.hostnqn != hostnqn || id.subnqn != subnqn) {
@@ -143,23 +144,30 @@ void CommandQueue::execute_connect(Request& r) {
     return;
   }
   // What this queue holds for its life: one of its host's connection slots, and its request
-  // pool (SQSIZE requests), counted in the buffer budgets like data buffers.
+  // pool (SQSIZE requests), counted in the buffer budgets like data buffers. The host is its
+  // NQN when something vouches for it: the TLS PSK (checked above), the DH-HMAC-CHAP key it
+  // must prove (it does no I/O until it has), or the subsystem's list of allowed hosts. On a
+  // subsystem open to any host nothing does, and a sender claiming a fresh NQN per connection
+  // would take a fresh budget each time: those count under their address instead.
   const auto& cfg = target_.config;
-  auto host = target_.host_budget(hostnqn);
+  const bool vouched = !tls.empty() || (keys && keys->dhchap) || (!sub->allows_any_host() && !sub->is_discovery());
+  const std::string principal =
+      vouched ? hostnqn : fmt::format("unauthenticated hosts at {}", arrival_.remote_address);
+  auto host = target_.host_budget(principal);
   if (host->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
       cfg.max_connections_per_host) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: host '{}' already has {} queues (max_connections_per_host)", peer, hostnqn,
-              cfg.max_connections_per_host);
+    log::warn("{}: host '{}': {} already {} {} queues (max_connections_per_host)", peer, hostnqn,
+              vouched ? "it" : principal, vouched ? "has" : "have", cfg.max_connections_per_host);
     done(r, sc::ConnectControllerBusy);
     return;
   }
   const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
   if (!pool_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (max_buffer_memory {}, "
+    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (budget of {}; max_buffer_memory {}, "
               "max_host_buffer_memory {})",
-              peer, cmd.sqsize + 1, hostnqn, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
+              peer, cmd.sqsize + 1, hostnqn, principal, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
     done(r, kCommandInterrupted);
     return;
   }

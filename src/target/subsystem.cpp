@@ -123,14 +123,14 @@ size_t Subsystem::controller_count() const {
   return controllers_.size();
 }
 
-std::shared_ptr<HostBudget> TargetState::host_budget(const std::string& hostnqn) {
+std::shared_ptr<HostBudget> TargetState::host_budget(const std::string& principal) {
   std::lock_guard lk(hosts_mu_);
-  if (auto b = hosts_[hostnqn].lock()) return b;
+  if (auto b = hosts_[principal].lock()) return b;
   // Forget hosts that have gone, so that made-up NQNs cannot grow the table for good.
   for (auto it = hosts_.begin(); it != hosts_.end();) it = it->second.expired() ? hosts_.erase(it) : std::next(it);
   auto b = std::make_shared<HostBudget>();
-  b->hostnqn = hostnqn;
-  hosts_[hostnqn] = b;
+  b->principal = principal;
+  hosts_[principal] = b;
   return b;
 }
 

@@ -125,6 +125,7 @@ class Subsystem {
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
   bool host_allowed(const std::string& hostnqn) const;
+  bool allows_any_host() const { return allow_any_; }
   // The keys configured for a host (nullptr: none; it connects without authenticating).
   const HostKeys* host_keys(const std::string& hostnqn) const {
     auto it = host_keys_.find(hostnqn);
@@ -219,11 +220,13 @@ class ResponseObserver {
 using DeviceFactory =
     std::function<std::unique_ptr<backend::BlockDevice>(const NamespaceConfig& nc, std::string& err)>;
 
-// Buffer memory held by all the connections of one host NQN, against
-// TargetConfig::max_host_buffer_memory: so that one host, with many connections, cannot take
-// the whole budget from the others.
+// Buffer memory and queues held by all the connections of one host, against
+// TargetConfig::max_host_buffer_memory and max_connections_per_host: so that one host, with many
+// connections, cannot take the whole budget from the others. A host is its NQN when something
+// vouches for it (its TLS PSK, its DH-HMAC-CHAP key, or a subsystem's list of allowed hosts);
+// a host that may claim any NQN it likes is its address (see budget_principal()).
 struct HostBudget {
-  std::string hostnqn;
+  std::string principal;  // "host NQN" or "unauthenticated hosts at ADDRESS"
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint32_t> connections{0};  // its connections past Connect
   bool reserve(uint64_t n, uint64_t cap) {
@@ -274,9 +277,9 @@ struct TargetState {
   AddressCounts addresses;
 
   Subsystem* find_subsystem(const std::string& nqn) const;
-  // The budget of a host NQN, shared by its connections (made on its first Connect; control
-  // path, under a mutex).
-  std::shared_ptr<HostBudget> host_budget(const std::string& hostnqn);
+  // The budget of a principal (budget_principal()), shared by its connections (made on its
+  // first Connect; control path, under a mutex).
+  std::shared_ptr<HostBudget> host_budget(const std::string& principal);
 
  private:
   std::mutex hosts_mu_;

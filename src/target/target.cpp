@@ -297,7 +297,7 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(reactors_.size());
     ReactorThread* dst = reactors_[idx].get();
     int fd = res;
-    Arrival arrival{sock->portid, local_address(fd)};
+    Arrival arrival{sock->portid, local_address(fd), address.empty() ? peer_address(fd) : address};
     const bool tls = sock->tls;
     dst->reactor->post([this, dst, fd, tls, address = std::move(address), arrival = std::move(arrival)]() mutable {
       if (stopping_.load()) {

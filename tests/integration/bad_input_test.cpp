@@ -1,6 +1,8 @@
 // Malformed and out-of-order input fed to the target through a raw TCP socket. Every case
 // asserts the exact outcome (a C2HTermReq with its FES/FEI and then EOF, or a completion
 // status) and then proves the target still serves a fresh, healthy client.
+#include <fmt/format.h>
+
 #include "raw_session.hpp"
 
 namespace nvtcp::test {
@@ -678,10 +680,14 @@ void hold_write_buffers(Session& io, int n, uint32_t len) {
 
 // One host cannot take the target's whole buffer budget: its connections together hold at
 // most max_host_buffer_memory, and another host's writes run meanwhile.
+// (The hosts are listed: on a subsystem open to any host, all hosts of one address share a budget.)
 TEST(BufferBudgets, OneHostCannotTakeTheWholeBudget) {
+  const std::string other = "nqn.2026-11.io.nvtcp:other-host";
   target::TargetConfig cfg = default_config();
   cfg.max_buffer_memory = 8u << 20;
   cfg.max_host_buffer_memory = 2u << 20;
+  cfg.subsystems[0].allow_any_host = false;
+  cfg.subsystems[0].hosts = {kHostNqn, other};
   RunningTarget t(cfg);
   Session admin, io;
   open_io_queue(t, admin, io);
@@ -689,7 +695,6 @@ TEST(BufferBudgets, OneHostCannotTakeTheWholeBudget) {
   ASSERT_TRUE(wait_for([&] { return t.target().usage().memory_waits.load() > 0; }, 5000));
   EXPECT_LE(t.target().buffer_bytes(), (2u << 20) + (64u << 10)) << "one host holds more than its budget";
   // Another host connects and moves megabytes meanwhile.
-  const std::string other = "nqn.2026-11.io.nvtcp:other-host";
   expect_healthy(t, other);
   host::ControllerOptions opts;
   opts.hostnqn = other;
@@ -759,6 +764,8 @@ TEST(ConnectionLimits, PerSourceAddress) {
 TEST(ConnectionLimits, PerHostNqn) {
   target::TargetConfig cfg = default_config();
   cfg.max_connections_per_host = 2;
+  cfg.subsystems[0].allow_any_host = false;
+  cfg.subsystems[0].hosts = {kHostNqn, "nqn.2026-11.io.nvtcp:another-host"};
   RunningTarget t(cfg);
   Session admin, io;
   open_io_queue(t, admin, io);  // two queues of kHostNqn
@@ -773,6 +780,39 @@ TEST(ConnectionLimits, PerHostNqn) {
   Session again;
   ASSERT_TRUE(again.open(t.port()));
   ASSERT_TRUE(again.connect_admin(cqe));
+  EXPECT_TRUE(ok(cqe));
+}
+
+// On a subsystem open to any host, a host NQN is whatever the sender claims: a fresh one per
+// connection must not buy a fresh budget. Hosts nothing vouches for count under their address
+// (here all of them are 127.0.0.1), and a listed host keeps its own.
+TEST(ConnectionLimits, FreshNqnsFromOneAddressShareOneLimit) {
+  const std::string listed = "nqn.2026-11.io.nvtcp:listed-host";
+  target::TargetConfig cfg = default_config();
+  cfg.max_connections_per_host = 2;
+  target::SubsystemConfig closed = cfg.subsystems[0];
+  closed.nqn = "nqn.2026-11.io.nvtcp:closed";
+  closed.allow_any_host = false;
+  closed.hosts = {listed};
+  cfg.subsystems.push_back(closed);
+  RunningTarget t(cfg);
+  std::vector<std::unique_ptr<Session>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(std::make_unique<Session>());
+    ASSERT_TRUE(held.back()->open(t.port()));
+    Cqe cqe{};
+    ASSERT_TRUE(held.back()->connect_admin(cqe, kTestNqn, fmt::format("nqn.2026-11.io.nvtcp:made-up-{}", i)));
+    ASSERT_TRUE(ok(cqe));
+  }
+  Session third;
+  ASSERT_TRUE(third.open(t.port()));
+  Cqe cqe{};
+  ASSERT_TRUE(third.connect_admin(cqe, kTestNqn, "nqn.2026-11.io.nvtcp:made-up-2"));
+  EXPECT_TRUE(status_is(cqe, 1, 0x81)) << "a third made-up NQN from one address: Controller Busy";
+  // The listed host is not held up by what the others took.
+  Session named;
+  ASSERT_TRUE(named.open(t.port()));
+  ASSERT_TRUE(named.connect_admin(cqe, closed.nqn, listed));
   EXPECT_TRUE(ok(cqe));
 }
 
