@@ -13,8 +13,9 @@
 #    connects again. Here: the target log names each host authenticated on the admin queue and on its
 #    I/O queues with the hash and group configured, the wrong host secret failed, and no key appears.
 # 2. nvtcp host -> kernel target. The guest's nvmet allows host HN only with its keys (hmac(sha384),
-#    ffdhe4096, and a controller key); `nvtcp perf --verify` with --dhchap-secret and
-#    --dhchap-ctrl-secret writes and verifies through it; the wrong host secret and the wrong
+#    ffdhe4096, and a controller key) and HN2 with a host key only (hmac(sha512), ffdhe3072);
+#    `nvtcp perf --verify` with --dhchap-secret and --dhchap-ctrl-secret writes and verifies through
+#    it as HN, and with --dhchap-secret alone as HN2; the wrong host secret and the wrong
 #    controller secret each fail connect() with the reason.
 #
 # Keys: fixed test keys in DHHC-1 form (00: used as is; 01/02/03: transformed with SHA-256/384/512).
@@ -39,6 +40,7 @@ H1=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555501
 H2=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555502
 H3=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555503
 HN=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-5555555555ff
+HN2=nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-5555555555fe
 K1='DHHC-1:01:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:'
 K2='DHHC-1:02:ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoOEhYaHiImKi4yNjo+QkZKTvGwQfg==:'
 C2='DHHC-1:00:IzA9SldkcX6LmKWyv8zZ5vMADRonNEFOW2h1go+cqbaDNxFn:'
@@ -46,6 +48,7 @@ K3='DHHC-1:03:FSIvPElWY3B9ipeksb7L2OXy/wwZJjNATVpndIGOm6i1ws/c6fYDEB0qN0RRXmt4hZ
 C3='DHHC-1:01:KjdEUV5reIWSn6y5xtPg7foHFCEuO0hVYm98iZajsL396XVU:'
 KN='DHHC-1:02:MT5LWGVyf4yZprPAzdrn9AEOGyg1Qk9caXaDkJ2qt8TR3uv4BRIfLDlGU2BteoeUw/DR1Q==:'
 CN='DHHC-1:00:OEVSX2x5hpOgrbrH1OHu+wgVIi88SVZjcH2Kl6SxvsuCs4eM:'
+KN2='DHHC-1:03:FSIvPElWY3B9ipeksb7L2OXy/wwZJjNATVpndIGOm6i1ws/c6fYDEB0qN0RRXmt4hZKfrLnG0+Dt+gcUIS47SPic9Bo=:'
 WRONG='DHHC-1:01:P0xZZnOAjZqntMHO2+j1Ag8cKTZDUF1qd4SRnqu4xdIXzmsW:'
 
 WORK=$(mktemp -d /tmp/nvtcp-kauth.XXXXXX)
@@ -56,7 +59,7 @@ kernel_prepare "$CACHE" trixie
 echo "kernel: $KERNEL_PKG ($KERNEL_VERSION), $(qemu-system-x86_64 --version | head -1)"
 
 (umask 077
- for k in K1 K2 C2 K3 C3 KN CN WRONG; do printf '%s\n' "${!k}" >"$WORK/$k.key"; done)
+ for k in K1 K2 C2 K3 C3 KN CN KN2 WRONG; do printf '%s\n' "${!k}" >"$WORK/$k.key"; done)
 
 # --- the nvtcp target ---------------------------------------------------------------------------
 for attempt in 1 2 3 4 5; do
@@ -92,7 +95,7 @@ for attempt in 1 2 3; do
   NPORT=$(kfree_port "$PORT")
   CTL_PORT=$(kfree_port "$PORT" "$NPORT")
   kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/auth.sh" "NQN=$NQN" "TPORT=$PORT" "KNQN=$KNQN" \
-    "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "K1='$K1'" "K2='$K2'" "C2='$C2'" "K3='$K3'" "C3='$C3'" "KN='$KN'" \
+    "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "KN2='$KN2'" "K1='$K1'" "K2='$K2'" "C2='$C2'" "K3='$K3'" "C3='$C3'" "KN='$KN'" \
     "CN='$CN'" "WRONG='$WRONG'" "CTL_PORT=7000"
   kernel_boot auth "$WORK/initrd.cpio" "$NPORT:4420" "$CTL_PORT:7000"
   T0=$SECONDS
@@ -114,6 +117,13 @@ if grep -qa 'NVTCP-GUEST .* NVMET-READY' "$CONSOLE"; then
     echo "PASS nvtcp-host.sha384.ffdhe4096.bi: $(grep -m1 IOPS "$WORK/host.ok.out" | tr -s ' ')"
   else
     fail "nvtcp host with the right secrets: $(tail -3 "$WORK/host.ok.out")"
+  fi
+  # One way, another hash and group: nvmet holds no controller key for HN2.
+  if "$NVTCP" perf -r "${TRID/hostnqn:$HN/hostnqn:$HN2}" -q 8 -o 16K -w randrw -t 2 --verify \
+       --dhchap-secret "@$WORK/KN2.key" >"$WORK/host.uni.out" 2>&1; then
+    echo "PASS nvtcp-host.sha512.ffdhe3072: $(grep -m1 IOPS "$WORK/host.uni.out" | tr -s ' ')"
+  else
+    fail "nvtcp host, one way with SHA-512/ffdhe3072: $(tail -3 "$WORK/host.uni.out")"
   fi
   if "$NVTCP" identify -r "$TRID" --dhchap-secret "@$WORK/WRONG.key" >"$WORK/host.wrong.out" 2>&1; then
     fail "nvtcp host with a wrong host secret was let in"
@@ -159,7 +169,7 @@ check_auth "$H3" sha512 null ", controller authenticated to the host too"
 grep -q "host $H1 failed DH-HMAC-CHAP authentication on qid 0: the host's response does not match" "$WORK/target.log" \
   || fail "target log: the wrong host secret's failure is not logged"
 grep -aiE 'WARNING:|BUG:|Call Trace|Oops' "$WORK/console.txt" && fail "the guest kernel warned or oopsed"
-for k in K1 K2 C2 K3 C3 KN CN WRONG; do
+for k in K1 K2 C2 K3 C3 KN CN KN2 WRONG; do
   v=${!k}; b64=${v:10:24}
   if grep -qF -- "$b64" "$WORK/target.log" "$WORK"/host.*.out; then fail "key $k appears in a log"; fi
 done

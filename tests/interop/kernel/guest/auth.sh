@@ -8,7 +8,7 @@
 #      host secret and a wrong controller secret: the connect fails, no controller is left.
 #   2. This kernel's nvmet (configfs, 0.0.0.0:4420, forwarded) with host $HN allowed only with its
 #      DH-HMAC-CHAP keys (dhchap_key, dhchap_ctrl_key, dhchap_hash hmac(sha384), dhchap_dhgroup
-#      ffdhe4096): prints NVMET-READY and waits for the host script (the nvtcp host) to say it is done
+#      ffdhe4096), and $HN2 with a host key only (hmac(sha512), ffdhe3072): prints NVMET-READY and waits for the host script (the nvtcp host) to say it is done
 #      on $CTL_PORT.
 # Each step prints "NVTCP-GUEST [t] PASS|FAIL STEP: detail" for the host script.
 . /guest/lib.sh
@@ -97,9 +97,14 @@ echo "$KN" >"hosts/$HN/dhchap_key"
 echo "$CN" >"hosts/$HN/dhchap_ctrl_key"
 echo 'hmac(sha384)' >"hosts/$HN/dhchap_hash"
 echo ffdhe4096 >"hosts/$HN/dhchap_dhgroup"
+mkdir "hosts/$HN2"
+echo "$KN2" >"hosts/$HN2/dhchap_key"
+echo 'hmac(sha512)' >"hosts/$HN2/dhchap_hash"
+echo ffdhe3072 >"hosts/$HN2/dhchap_dhgroup"
 mkdir "subsystems/$KNQN"
 echo 0 >"subsystems/$KNQN/attr_allow_any_host"
 ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
+ln -s "/sys/kernel/config/nvmet/hosts/$HN2" "subsystems/$KNQN/allowed_hosts/$HN2"
 mkdir "subsystems/$KNQN/namespaces/1"
 echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
 echo 1 >"subsystems/$KNQN/namespaces/1/enable"
