@@ -76,6 +76,9 @@ void add_tls_options(CLI::App* c, TlsArgs& t) {
   c->add_flag("--tls-legacy-derivation", t.legacy_derivation,
               "derive the TLS PSK as libnvme up to 1.14 (nvme-cli up to 2.14) did, for a target whose keyring "
               "nvme-cli of that age filled");
+  c->add_flag("--tls-sha256-binder", t.sha256_binder,
+              "bind a SHA-384 PSK with SHA-256 (the session takes a SHA-256 suite), as a Linux target's tlshd 1.0 "
+              "expects");
 }
 
 using namespace nvtcp::nvme;

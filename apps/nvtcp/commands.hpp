@@ -19,19 +19,21 @@ void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::option
 // --dhchap-secret and --dhchap-ctrl-secret (perf, identify, discover, engine).
 void add_dhchap_options(CLI::App* c, std::string& secret, std::string& ctrl_secret);
 
-// --tls, --tls-key, --tls-identity-version, --tls-legacy-derivation (perf, identify, discover,
-// engine), and what they set in a host's controller options.
+// --tls, --tls-key, --tls-identity-version, --tls-legacy-derivation, --tls-sha256-binder (perf,
+// identify, discover, engine), and what they set in a host's controller options.
 struct TlsArgs {
   bool tls = false;
   std::string key;
   int identity_version = 0;
   bool legacy_derivation = false;
+  bool sha256_binder = false;
   template <class Options>
   void apply(Options& o) const {
     o.tls = tls;
     o.tls_key = key;
     o.tls_identity_version = identity_version;
     o.tls_legacy_derivation = legacy_derivation;
+    o.tls_sha256_binder = sha256_binder;
   }
 };
 void add_tls_options(CLI::App* c, TlsArgs& t);

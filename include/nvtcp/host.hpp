@@ -80,11 +80,15 @@ struct ControllerOptions {
   // The host offers the identity "NVMe0R0H <hostnqn> <subnqn>" (tls_identity_version 1: the
   // "NVMe1R0H ... <digest>" form) and derives the TLS PSK with RFC 8446's labels, as the Linux
   // kernel and SPDK do; tls_legacy_derivation derives it as libnvme up to 1.14 (nvme-cli up to
-  // 2.14) did, for a target whose keyring was filled by those.
+  // 2.14) did, for a target whose keyring was filled by those. A SHA-384 PSK binds the handshake
+  // with SHA-384 and ends on TLS_AES_256_GCM_SHA384, as the specification says;
+  // tls_sha256_binder binds it with SHA-256 (a SHA-256 suite then), as tlshd 1.0 (ktls-utils,
+  // the Linux target's handshake agent) binds and expects every PSK.
   bool tls = false;
   std::string tls_key;
   int tls_identity_version = 0;
   bool tls_legacy_derivation = false;
+  bool tls_sha256_binder = false;
   uint8_t hostid[16] = {};           // all zero: a random one per process
   uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
   uint32_t keep_alive_interval_ms = 0;  // how often Keep Alive is sent; 0 = kato_ms / 2

@@ -143,7 +143,8 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
     }
     auto psk = std::make_shared<tls::Psk>();
     psk->identity = std::move(offered.identity);
-    psk->hash = offered.hash;
+    // tlshd 1.0 binds every PSK with SHA-256 and a Linux target's refuses any other binder.
+    psk->hash = opts.tls_sha256_binder ? 1 : offered.hash;
     psk->key = std::move(offered.key);
     st.tls_psk = std::move(psk);
   }

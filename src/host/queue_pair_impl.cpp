@@ -709,12 +709,17 @@ void QueuePairImpl::on_closed(int err) {
   if (tls_ && !tls_->established()) {
     // A handshake that did not finish: the key (ours, or the target's for us) is wrong or
     // missing, or the listener does not speak TLS. Retrying with the same key cannot help.
+    const char* hint = p_.tls_psk->hash == 2
+                           ? "; a Linux target (tlshd 1.0) takes a SHA-384 PSK only bound with SHA-256: see "
+                             "--tls-sha256-binder"
+                           : "";
     fail_for_good(HostError::make(
         HostError::Kind::Transport,
-        fmt::format("TLS handshake with {}:{} failed: {}", p_.trid.traddr, p_.trid.trsvcid,
+        fmt::format("TLS handshake with {}:{} failed: {}{}", p_.trid.traddr, p_.trid.trsvcid,
                     !tls_->failure().empty() ? tls_->failure()
                                              : why + " (the target refused the PSK identity \"" +
-                                                   p_.tls_psk->identity + "\", or does not speak TLS on this port)")));
+                                                   p_.tls_psk->identity + "\", or does not speak TLS on this port)",
+                    hint)));
     return;
   }
   if (auth_) {

@@ -122,6 +122,18 @@ TEST(Tls, Sha384KeyAndBothIdentityVersionsAndDerivations) {
     }
 }
 
+// As tlshd 1.0 binds it: a SHA-384 PSK with a SHA-256 binder, the session on a SHA-256 suite.
+TEST(Tls, Sha384KeyBoundWithSha256) {
+  RunningTarget t(tls_config(2));
+  std::string err;
+  auto o = options(psk_text(0x30, 2));
+  o.tls_sha256_binder = true;
+  o.tls_legacy_derivation = true;
+  auto ctrl = host::Controller::connect(trid_on(t, 0), o, err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  write_and_read_back(*ctrl);
+}
+
 TEST(Tls, KeyFromAFile) {
   RunningTarget t(tls_config());
   const std::string path = "/tmp/nvtcp-tls-key-" + std::to_string(getpid());

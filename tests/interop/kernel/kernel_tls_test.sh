@@ -15,7 +15,8 @@
 #    their reason, and no key appears in a log.
 # 2. nvtcp host -> kernel target. The guest's nvmet port requires TLS 1.3 (addr_tsas tls1.3) and holds
 #    host HN's PSK (for the subsystem and for discovery) in .nvme; `nvtcp perf --verify --tls-key`
-#    writes and verifies through it, with and without digests, `nvtcp discover --tls-key` reads its
+#    writes and verifies through it, with and without digests, and as HN2 with a SHA-384 PSK (bound
+#    with SHA-256, --tls-sha256-binder, as tlshd 1.0 wants), `nvtcp discover --tls-key` reads its
 #    discovery log over TLS, and a wrong PSK fails the connect with the reason.
 #
 # Runs as root (apt-get); otherwise, or without Debian's packages, SKIP (77). NVTCP_INTEROP_KEEP=1
@@ -39,11 +40,13 @@ H1=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
 H2=nqn.2014-08.org.nvmexpress:uuid:21111111-2222-4333-8444-555555555502
 H3=nqn.2014-08.org.nvmexpress:uuid:21111111-2222-4333-8444-555555555503
 HN=nqn.2014-08.org.nvmexpress:uuid:21111111-2222-4333-8444-5555555555ff
+HN2=nqn.2014-08.org.nvmexpress:uuid:21111111-2222-4333-8444-5555555555fe
 # The specification's example PSK (libnvme's test vector), then keys of fixed bytes with their CRC.
 P1='NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:'
 P2='NVMeTLSkey-1:02:gIGCg4SFhoeIiYqLjI2Oj5CRkpOUlZaXmJmam5ydnp+goaKjpKWmp6ipqqusra6vkk6Jzw==:'
 P3='NVMeTLSkey-1:01:QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9YjiZe:'
 PN='NVMeTLSkey-1:01:YGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn8x9qY5:'
+PN2='NVMeTLSkey-1:02:oKGio6SlpqeoqaqrrK2ur7CxsrO0tba3uLm6u7y9vr/AwcLDxMXGx8jJysvMzc7PZqjjjw==:'
 WRONG='NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:'
 
 WORK=$(mktemp -d /tmp/nvtcp-ktls.XXXXXX)
@@ -54,7 +57,7 @@ kernel_prepare "$CACHE" trixie
 echo "kernel: $KERNEL_PKG ($KERNEL_VERSION), $(qemu-system-x86_64 --version | head -1)"
 
 (umask 077
- for k in P1 P2 P3 PN WRONG; do printf '%s\n' "${!k}" >"$WORK/$k.key"; done)
+ for k in P1 P2 P3 PN PN2 WRONG; do printf '%s\n' "${!k}" >"$WORK/$k.key"; done)
 
 # --- the nvtcp target ---------------------------------------------------------------------------
 for attempt in 1 2 3 4 5; do
@@ -89,7 +92,7 @@ for attempt in 1 2 3; do
   NPORT=$(kfree_port "$PORT" "$PPORT")
   CTL_PORT=$(kfree_port "$PORT" "$PPORT" "$NPORT")
   kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/tls.sh" "NQN=$NQN" "TPORT=$PORT" "PPORT=$PPORT" \
-    "KNQN=$KNQN" "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "P1='$P1'" "P2='$P2'" "PN='$PN'" "WRONG='$WRONG'" \
+    "KNQN=$KNQN" "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "P1='$P1'" "P2='$P2'" "PN='$PN'" "PN2='$PN2'" "WRONG='$WRONG'" \
     "CTL_PORT=7000"
   kernel_boot tls "$WORK/initrd.cpio" "$NPORT:4420" "$CTL_PORT:7000"
   T0=$SECONDS
@@ -119,6 +122,12 @@ if grep -qa 'NVTCP-GUEST .* NVMET-READY' "$CONSOLE"; then
     echo "PASS nvtcp-host.tls.digests: $(grep -m1 IOPS "$WORK/host.digests.out" | tr -s ' ')"
   else
     fail "nvtcp host over TLS with digests: $(tail -3 "$WORK/host.digests.out")"
+  fi
+  if "$NVTCP" perf -r "${TRID/hostnqn:$HN/hostnqn:$HN2}" -q 8 -o 16K -w randrw -t 2 --verify --tls-key "@$WORK/PN2.key" \
+       $LEGACY --tls-sha256-binder >"$WORK/host.sha384.out" 2>&1; then
+    echo "PASS nvtcp-host.tls.sha384: $(grep -m1 IOPS "$WORK/host.sha384.out" | tr -s ' ')"
+  else
+    fail "nvtcp host over TLS with a SHA-384 PSK: $(tail -3 "$WORK/host.sha384.out")"
   fi
   if "$NVTCP" discover -a 127.0.0.1 -s "$NPORT" -q "$HN" --tls-key "@$WORK/PN.key" $LEGACY >"$WORK/host.discover.out" 2>&1; then
     if grep -q "$KNQN" "$WORK/host.discover.out" && grep -q 'sectype: tls' "$WORK/host.discover.out"; then
@@ -173,7 +182,7 @@ grep -q "the host's binder matches no key configured for it" "$WORK/target.log" 
   || fail "target log: the wrong PSK's refusal is not logged"
 grep -q "ICReq in the clear" "$WORK/target.log" || fail "target log: the host in the clear on the TLS port is not named"
 grep -aiE 'WARNING:|BUG:|Call Trace|Oops' "$WORK/console.txt" && fail "the guest kernel warned or oopsed"
-for k in P1 P2 P3 PN WRONG; do
+for k in P1 P2 P3 PN PN2 WRONG; do
   v=${!k}; b64=${v:16:24}
   if grep -qF -- "$b64" "$WORK/target.log" "$WORK"/host.*.out; then fail "key $k appears in a log"; fi
 done

@@ -10,7 +10,7 @@
 #      wrong PSK and a connect in the clear to the TLS port are refused with no controller left; the
 #      first host then connects again.
 #   2. This kernel's nvmet (configfs, 0.0.0.0:4420 forwarded, addr_tsas tls1.3, TLS required) with
-#      host $HN's PSK in the keyring for the subsystem and for discovery: prints NVMET-READY and waits
+#      host $HN's PSK in the keyring for the subsystem and for discovery, and $HN2's SHA-384 PSK: prints NVMET-READY and waits
 #      for the host script (the nvtcp host) to say it is done on $CTL_PORT.
 # Each step prints "NVTCP-GUEST [t] PASS|FAIL STEP: detail" for the host script.
 . /guest/lib.sh
@@ -134,13 +134,16 @@ secured tls.h1.after-refusals "$H1" 6 --tls
 say "=== nvmet for the nvtcp host"
 insert_psk nvmet "$HN" "$KNQN" "$PN"
 insert_psk nvmet.disc "$HN" "$DISC" "$PN"
+insert_psk nvmet.sha384 "$HN2" "$KNQN" "$PN2"
 mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/mounts || { say "FAIL mount configfs"; exit 1; }
 set -e
 cd /sys/kernel/config/nvmet
 mkdir "hosts/$HN"
 mkdir "subsystems/$KNQN"
 echo 0 >"subsystems/$KNQN/attr_allow_any_host"
+mkdir "hosts/$HN2"
 ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
+ln -s "/sys/kernel/config/nvmet/hosts/$HN2" "subsystems/$KNQN/allowed_hosts/$HN2"
 mkdir "subsystems/$KNQN/namespaces/1"
 echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
 echo 1 >"subsystems/$KNQN/namespaces/1/enable"
