@@ -9,7 +9,8 @@
 //
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
 // works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
-// send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret, tls, tls_key
+// send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret, tls, tls_key, tls_legacy_derivation,
+// tls_sha256_binder
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -93,6 +94,8 @@ struct EngineOptions {
   char* dhchap_ctrl_secret;
   unsigned int tls;
   char* tls_key;
+  unsigned int tls_legacy_derivation;
+  unsigned int tls_sha256_binder;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -165,6 +168,14 @@ fio_option g_options[] = {
                 "the configured TLS PSK: NVMeTLSkey-1:XX:...: (as nvme-cli's gen-tls-key writes it) or @FILE, a file "
                 "only its owner can read; implies tls",
                 nullptr),
+    make_option("tls_legacy_derivation", "nvtcp TLS legacy derivation", FIO_OPT_BOOL,
+                offsetof(EngineOptions, tls_legacy_derivation),
+                "derive the TLS PSK as libnvme up to 1.14 (nvme-cli up to 2.14) did, for a target whose keyring "
+                "nvme-cli of that age filled",
+                "0"),
+    make_option("tls_sha256_binder", "nvtcp TLS SHA-256 binder", FIO_OPT_BOOL,
+                offsetof(EngineOptions, tls_sha256_binder),
+                "bind a SHA-384 PSK with SHA-256 (a SHA-256 suite then), as a Linux target's tlshd 1.0 expects", "0"),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -312,6 +323,8 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   if (o.dhchap_ctrl_secret && *o.dhchap_ctrl_secret) c.dhchap_ctrl_secret = o.dhchap_ctrl_secret;
   c.tls = o.tls != 0;
   if (o.tls_key && *o.tls_key) c.tls_key = o.tls_key;
+  c.tls_legacy_derivation = o.tls_legacy_derivation != 0;
+  c.tls_sha256_binder = o.tls_sha256_binder != 0;
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;

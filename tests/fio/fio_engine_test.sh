@@ -415,11 +415,13 @@ JSON
     host=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
     (umask 077
      echo 'NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:' >"$work/host.psk"
-     echo 'NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:' >"$work/wrong.psk")
+     echo 'NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:' >"$work/wrong.psk"
+     echo 'NVMeTLSkey-1:02:gIGCg4SFhoeIiYqLjI2Oj5CRkpOUlZaXmJmam5ydnp+goaKjpKWmp6ipqqusra6vkk6Jzw==:' >"$work/host2.psk")
+    host2=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf7
     cat >"$work/tls.json" <<JSON
 {"listeners": [{"address": "127.0.0.1", "port": 0, "tls": "required"}], "discovery_port": 0,
  "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "64M"}],
-   "hosts": [{"nqn": "$host", "psk": "@$work/host.psk"}]}]}
+   "hosts": [{"nqn": "$host", "psk": "@$work/host.psk"}, {"nqn": "$host2", "psk": "@$work/host2.psk"}]}]}
 JSON
     "$nvtcp" target --config "$work/tls.json" --ready-file "$work/tls.ready" >"$work/tls.log" 2>&1 &
     spid=$!
@@ -429,6 +431,14 @@ JSON
       --rw=randwrite --bs=16k --size=8m --verify=crc32c --hostnqn="$host" --tls=1 --tls_key="@$work/host.psk"
     expect_ok tls write
     grep -q 'qid 1, .*TLS TLS_AES_128_GCM_SHA256' "$work/tls.log" || fail "tls: no I/O queue in TLS"
+    # A SHA-384 PSK derived the legacy way and bound with SHA-256, as for a Linux target: the
+    # session takes a SHA-256 suite (with the specification's SHA-384 binder it would be AES-256).
+    run_fio tls_compat "--filename=$(trid 1 "$sport")" --thread=1 --iodepth=4 --rw=randwrite --bs=16k --size=4m \
+      --offset=32m --verify=crc32c --hostnqn="$host2" --tls_key="@$work/host2.psk" --tls_legacy_derivation=1 \
+      --tls_sha256_binder=1
+    expect_ok tls_compat write
+    grep -q "host $host2 connected .*qid 1, .*TLS TLS_AES_128_GCM_SHA256" "$work/tls.log" \
+      || fail "tls_compat: the SHA-384 PSK's session is not on a SHA-256 suite"
     run_fio tls_wrong "--filename=$(trid 1 "$sport")" --thread=1 --iodepth=1 --rw=randread --bs=4k \
       --time_based --runtime=1 --hostnqn="$host" --tls_key="@$work/wrong.psk"
     expect_fail tls_wrong "TLS handshake .* failed"
