@@ -95,6 +95,22 @@ stop_target() {
   TARGET_PID=""
 }
 
+# ktarget_ready: once a script has started the nvtcp target in the background (TARGET_PID,
+# --ready-file $WORK/ready): 0 when it is ready; 1 when it exited instead (reaped, TARGET_PID
+# cleared: the caller tries other ports); dies when it did neither within 10 s.
+ktarget_ready() {
+  for _ in $(seq 100); do
+    [[ -s $WORK/ready ]] && return 0
+    kill -0 "$TARGET_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -s $WORK/ready ]] && return 0
+  kill -0 "$TARGET_PID" 2>/dev/null && die "target did not become ready in 10 s (see $WORK/target.log)"
+  wait "$TARGET_PID" || true
+  TARGET_PID=""
+  return 1
+}
+
 # EXIT trap of a script that runs a target beside its guest: stops both, and keeps WORK (the
 # console and target logs) when the test failed or NVTCP_INTEROP_KEEP=1.
 kernel_target_cleanup() {
@@ -426,6 +442,29 @@ kernel_wait_marker() {
     [[ $SECONDS -lt $deadline ]] || return 1
     sleep 0.2
   done
+}
+
+# kernel_boot_nvmet NAME INITRD MARKER TIMEOUT [EXCLUDED_PORT...]: boots a guest that serves nvmet
+# on its port 4420 and takes a word on its control port 7000, forwarded from NPORT and CTL_PORT
+# (free ports, not among EXCLUDED_PORT); picks others when QEMU cannot bind them (3 tries). Waits up
+# to TIMEOUT s for a console line matching MARKER; sets NPORT, CTL_PORT and T0 (when it booted).
+kernel_boot_nvmet() {
+  local name=$1 initrd=$2 marker=$3 timeout=$4 attempt
+  shift 4
+  for attempt in 1 2 3; do
+    NPORT=$(kfree_port "$@")
+    CTL_PORT=$(kfree_port "$@" "$NPORT")
+    kernel_boot "$name" "$initrd" "$NPORT:4420" "$CTL_PORT:7000"
+    T0=$SECONDS
+    kernel_wait_marker "$marker" "$timeout" && return 0
+    if ! kill -0 "$QEMU_PID" 2>/dev/null && kernel_forward_busy "$name"; then
+      echo "QEMU could not forward port $NPORT/$CTL_PORT (attempt $attempt); trying others"
+      wait "$QEMU_PID" || true; QEMU_PID=""
+      continue
+    fi
+    return 1
+  done
+  return 1
 }
 
 # kernel_stop [GRACE]: waits up to GRACE s (default 60) for QEMU to exit (the guest powers off), then

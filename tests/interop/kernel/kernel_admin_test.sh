@@ -104,15 +104,7 @@ for attempt in 1 2 3 4 5; do
   "$NVTCP" target --ram "${RAM_MIB}M" --file "$WORK/ns.img,${FILE_MIB}M" --listen "127.0.0.1:$PORT" \
     --discovery-port "$DPORT" --nqn "$NQN" --ready-file "$WORK/ready" --log-level debug >"$WORK/target.log" 2>&1 &
   TARGET_PID=$!
-  for _ in $(seq 100); do
-    [[ -s $WORK/ready ]] && break
-    kill -0 "$TARGET_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -s $WORK/ready ]] && break
-  kill -0 "$TARGET_PID" 2>/dev/null && die "target did not become ready in 10 s (see $WORK/target.log)"
-  wait "$TARGET_PID" || true
-  TARGET_PID=""
+  ktarget_ready && break
   echo "target failed to start on $PORT/$DPORT (attempt $attempt): $(tail -1 "$WORK/target.log")"
 done
 [[ -n $TARGET_PID ]] || die "could not start the target"

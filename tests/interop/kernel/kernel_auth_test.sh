@@ -76,37 +76,17 @@ JSON
   rm -f "$WORK/ready"
   "$NVTCP" target --config "$WORK/target.json" --ready-file "$WORK/ready" >"$WORK/target.log" 2>&1 &
   TARGET_PID=$!
-  for _ in $(seq 100); do
-    [[ -s $WORK/ready ]] && break
-    kill -0 "$TARGET_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -s $WORK/ready ]] && break
-  kill -0 "$TARGET_PID" 2>/dev/null && die "target did not become ready in 10 s (see $WORK/target.log)"
-  wait "$TARGET_PID" || true
-  TARGET_PID=""
+  ktarget_ready && break
   echo "target failed to start on $PORT (attempt $attempt): $(tail -1 "$WORK/target.log")"
 done
 [[ -n $TARGET_PID ]] || die "could not start the target"
 echo "nvtcp target on 127.0.0.1:$PORT, pid $TARGET_PID"
 
 # --- the guest ----------------------------------------------------------------------------------
-for attempt in 1 2 3; do
-  NPORT=$(kfree_port "$PORT")
-  CTL_PORT=$(kfree_port "$PORT" "$NPORT")
-  kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/auth.sh" "NQN=$NQN" "TPORT=$PORT" "KNQN=$KNQN" \
-    "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "KN2='$KN2'" "K1='$K1'" "K2='$K2'" "C2='$C2'" "K3='$K3'" "C3='$C3'" "KN='$KN'" \
-    "CN='$CN'" "WRONG='$WRONG'" "CTL_PORT=7000"
-  kernel_boot auth "$WORK/initrd.cpio" "$NPORT:4420" "$CTL_PORT:7000"
-  T0=$SECONDS
-  if kernel_wait_marker 'NVTCP-GUEST .* (NVMET-READY|RUN-EXIT)' 300; then break; fi
-  if ! kill -0 "$QEMU_PID" 2>/dev/null && kernel_forward_busy auth; then
-    echo "QEMU could not forward port $NPORT/$CTL_PORT (attempt $attempt); trying others"
-    wait "$QEMU_PID" || true; QEMU_PID=""
-    continue
-  fi
-  break
-done
+kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/auth.sh" "NQN=$NQN" "TPORT=$PORT" "KNQN=$KNQN" \
+  "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "KN2='$KN2'" "K1='$K1'" "K2='$K2'" "C2='$C2'" "K3='$K3'" "C3='$C3'" "KN='$KN'" \
+  "CN='$CN'" "WRONG='$WRONG'" "CTL_PORT=7000"
+kernel_boot_nvmet auth "$WORK/initrd.cpio" 'NVTCP-GUEST .* (NVMET-READY|RUN-EXIT)' 300 "$PORT" || true
 GUEST_S=$((SECONDS - T0))
 
 # --- nvtcp host -> the guest's nvmet ----------------------------------------------------------------

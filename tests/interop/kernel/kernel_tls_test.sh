@@ -73,37 +73,17 @@ JSON
   rm -f "$WORK/ready"
   NVTCP_LOG=debug "$NVTCP" target --config "$WORK/target.json" --ready-file "$WORK/ready" >"$WORK/target.log" 2>&1 &
   TARGET_PID=$!
-  for _ in $(seq 100); do
-    [[ -s $WORK/ready ]] && break
-    kill -0 "$TARGET_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -s $WORK/ready ]] && break
-  kill -0 "$TARGET_PID" 2>/dev/null && die "target did not become ready in 10 s (see $WORK/target.log)"
-  wait "$TARGET_PID" || true
-  TARGET_PID=""
+  ktarget_ready && break
   echo "target failed to start on $PORT/$PPORT (attempt $attempt): $(tail -1 "$WORK/target.log")"
 done
 [[ -n $TARGET_PID ]] || die "could not start the target"
 echo "nvtcp target on 127.0.0.1:$PORT (TLS required) and :$PPORT (plain), pid $TARGET_PID"
 
 # --- the guest ----------------------------------------------------------------------------------
-for attempt in 1 2 3; do
-  NPORT=$(kfree_port "$PORT" "$PPORT")
-  CTL_PORT=$(kfree_port "$PORT" "$PPORT" "$NPORT")
-  kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/tls.sh" "NQN=$NQN" "TPORT=$PORT" "PPORT=$PPORT" \
-    "KNQN=$KNQN" "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "P1='$P1'" "P2='$P2'" "PN='$PN'" "PN2='$PN2'" "WRONG='$WRONG'" \
-    "CTL_PORT=7000"
-  kernel_boot tls "$WORK/initrd.cpio" "$NPORT:4420" "$CTL_PORT:7000"
-  T0=$SECONDS
-  if kernel_wait_marker 'NVTCP-GUEST .* (NVMET-READY|RUN-EXIT)' 300; then break; fi
-  if ! kill -0 "$QEMU_PID" 2>/dev/null && kernel_forward_busy tls; then
-    echo "QEMU could not forward port $NPORT/$CTL_PORT (attempt $attempt); trying others"
-    wait "$QEMU_PID" || true; QEMU_PID=""
-    continue
-  fi
-  break
-done
+kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/tls.sh" "NQN=$NQN" "TPORT=$PORT" "PPORT=$PPORT" \
+  "KNQN=$KNQN" "H1=$H1" "H2=$H2" "H3=$H3" "HN=$HN" "HN2=$HN2" "P1='$P1'" "P2='$P2'" "PN='$PN'" "PN2='$PN2'" \
+  "WRONG='$WRONG'" "CTL_PORT=7000"
+kernel_boot_nvmet tls "$WORK/initrd.cpio" 'NVTCP-GUEST .* (NVMET-READY|RUN-EXIT)' 300 "$PORT" "$PPORT" || true
 GUEST_S=$((SECONDS - T0))
 
 # --- nvtcp host -> the guest's nvmet ----------------------------------------------------------------

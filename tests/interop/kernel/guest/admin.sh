@@ -85,14 +85,7 @@ oncs_note() { bit "$ONCS" "$1" || echo "ONCS $(printf 0x%x "$ONCS") has no bit $
 
 # --- devices -------------------------------------------------------------------------------------
 
-# find_ctrl HOSTNQN SUBNQN: the controller of that host to that subsystem.
-find_ctrl() {
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ -e "$c/subsysnqn" ] || continue
-    [ "$(cat "$c/subsysnqn")" = "$2" ] && [ "$(cat "$c/hostnqn")" = "$1" ] && echo "${c##*/}"
-  done
-}
+# find_ctrl: guest/lib.sh.
 # nsdev CTRL NSID: that controller's block device for the namespace (multipath=N: one per controller).
 nsdev() {
   local d b

@@ -21,72 +21,13 @@ load_mod nvmet-tcp || exit 1
 load_mod brd rd_nr=1 rd_size=32768 || exit 1
 say "nvme-cli: $(nvme version 2>&1 | head -1)"
 
-# find_ctrl HOSTNQN SUBNQN: the controller of that host to that subsystem.
-find_ctrl() {
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ -e "$c/subsysnqn" ] || continue
-    [ "$(cat "$c/subsysnqn")" = "$2" ] && [ "$(cat "$c/hostnqn")" = "$1" ] && echo "${c##*/}"
-  done
-}
-# ns1 CTRL: the controller's block device of namespace 1, once the kernel has scanned it.
-ns1() {
-  local i=0 d
-  while [ $i -lt 100 ]; do
-    for d in /sys/class/nvme/"$1"/"$1"n*; do
-      [ -e "$d" ] && [ "$(cat "/sys/block/${d##*/}/nsid" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
-    done
-    usleep 100000; i=$((i + 1))
-  done
-  return 1
-}
-hostid_of() { echo "${1##*:uuid:}"; }
-
-# authenticated STEP HOSTNQN KEY CTRLKEY OFFSET_MIB: connect, 1 MiB written and read back, disconnect.
-authenticated() {
-  local s=$1 h=$2 key=$3 ckey=$4 off=$5 c dev
-  kmsg "$s.before" >/dev/null
-  if ! nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
-       --dhchap-secret="$key" ${ckey:+--dhchap-ctrl-secret="$ckey"} >/tmp/$s.out 2>&1; then
-    fail "$s" "nvme connect failed: $(tail -1 /tmp/$s.out)"; kmsg "$s"; return
-  fi
-  c=$(find_ctrl "$h" "$NQN")
-  [ -n "$c" ] && [ "$(cat "/sys/class/nvme/$c/state")" = live ] || { fail "$s" "no live controller"; kmsg "$s"; return; }
-  dev=$(ns1 "$c") || { fail "$s" "$c has no namespace 1"; nvme disconnect -d "$c" >/dev/null 2>&1; return; }
-  dd if=/dev/urandom of=/tmp/$s.data bs=64k count=16 2>/dev/null
-  dd if=/tmp/$s.data of="/dev/$dev" bs=64k seek=$((off * 16)) oflag=direct 2>/tmp/$s.dd || { fail "$s" "write: $(tail -1 /tmp/$s.dd)"; }
-  dd if="/dev/$dev" of=/tmp/$s.back bs=64k skip=$((off * 16)) count=16 iflag=direct 2>/tmp/$s.dd || { fail "$s" "read: $(tail -1 /tmp/$s.dd)"; }
-  a=$(md5sum </tmp/$s.data | cut -d' ' -f1); b=$(md5sum </tmp/$s.back | cut -d' ' -f1)
-  q=$(cat "/sys/class/nvme/$c/queue_count" 2>/dev/null)
-  nvme disconnect -d "$c" >/dev/null 2>&1
-  [ "$a" = "$b" ] || { fail "$s" "read back md5 $b, wrote $a"; kmsg "$s"; return; }
-  pass "$s" "$c, $q queues, 1 MiB at $off MiB read back (md5 $a)"
-  kmsg "$s"
-}
-
-# refused STEP HOSTNQN KEY CTRLKEY: the connect must fail and leave no controller.
-refused() {
-  local s=$1 h=$2 key=$3 ckey=$4
-  if nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
-       --dhchap-secret="$key" ${ckey:+--dhchap-ctrl-secret="$ckey"} >/tmp/$s.out 2>&1; then
-    c=$(find_ctrl "$h" "$NQN")
-    [ -n "$c" ] && nvme disconnect -d "$c" >/dev/null 2>&1
-    fail "$s" "nvme connect succeeded with a wrong secret"
-  else
-    c=$(find_ctrl "$h" "$NQN")
-    if [ -n "$c" ]; then fail "$s" "a controller ($c) is left after the refused connect"
-    else pass "$s" "refused: $(tail -1 /tmp/$s.out)"; fi
-  fi
-  kmsg "$s"
-}
-
 say "=== kernel host -> nvtcp target"
-authenticated h1.sha256.ffdhe2048 "$H1" "$K1" "" 0
-authenticated h2.sha384.ffdhe3072.bi "$H2" "$K2" "$C2" 2
-authenticated h3.sha512.null.bi "$H3" "$K3" "$C3" 4
-refused wrong-host-secret "$H1" "$WRONG" ""
-refused wrong-ctrl-secret "$H2" "$K2" "$WRONG"
-authenticated h1.after-refusals "$H1" "$K1" "" 6
+connect_rw h1.sha256.ffdhe2048 "$H1" 0 --dhchap-secret="$K1"
+connect_rw h2.sha384.ffdhe3072.bi "$H2" 2 --dhchap-secret="$K2" --dhchap-ctrl-secret="$C2"
+connect_rw h3.sha512.null.bi "$H3" 4 --dhchap-secret="$K3" --dhchap-ctrl-secret="$C3"
+connect_refused wrong-host-secret "$H1" --dhchap-secret="$WRONG"
+connect_refused wrong-ctrl-secret "$H2" --dhchap-secret="$K2" --dhchap-ctrl-secret="$WRONG"
+connect_rw h1.after-refusals "$H1" 6 --dhchap-secret="$K1"
 
 say "=== nvmet for the nvtcp host"
 mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/mounts || { say "FAIL mount configfs"; exit 1; }

@@ -32,3 +32,67 @@ fail() { local s=$1; shift; say "FAIL $s${*:+: $*}"; FAILED=$((FAILED + 1)); }
 
 # kmsg STEP: print and clear the kernel log since the last call, each line prefixed "KMSG STEP:".
 kmsg() { dmesg -c 2>/dev/null | sed "s/^/KMSG $1: /"; }
+
+# find_ctrl HOSTNQN SUBNQN: the controller of that host to that subsystem.
+find_ctrl() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ -e "$c/subsysnqn" ] || continue
+    [ "$(cat "$c/subsysnqn")" = "$2" ] && [ "$(cat "$c/hostnqn")" = "$1" ] && echo "${c##*/}"
+  done
+}
+# ns1 CTRL: the controller's block device of namespace 1, once the kernel has scanned it.
+ns1() {
+  local i=0 d
+  while [ $i -lt 100 ]; do
+    for d in /sys/class/nvme/"$1"/"$1"n*; do
+      [ -e "$d" ] && [ "$(cat "/sys/block/${d##*/}/nsid" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
+    done
+    usleep 100000; i=$((i + 1))
+  done
+  return 1
+}
+hostid_of() { echo "${1##*:uuid:}"; }
+
+# connect_rw STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: nvme connect to $NQN at 10.0.2.2:$TPORT
+# (the nvtcp target on the host), 1 MiB of random data written to namespace 1 at OFFSET_MIB with
+# O_DIRECT and read back (md5 equal), disconnect.
+connect_rw() {
+  local s=$1 h=$2 off=$3 c dev q tk a b
+  shift 3
+  kmsg "$s.before" >/dev/null
+  if ! nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+       "$@" >/tmp/$s.out 2>&1; then
+    fail "$s" "nvme connect failed: $(tail -1 /tmp/$s.out)"; kmsg "$s"; return
+  fi
+  c=$(find_ctrl "$h" "$NQN")
+  [ -n "$c" ] && [ "$(cat "/sys/class/nvme/$c/state")" = live ] || { fail "$s" "no live controller"; kmsg "$s"; return; }
+  dev=$(ns1 "$c") || { fail "$s" "$c has no namespace 1"; nvme disconnect -d "$c" >/dev/null 2>&1; return; }
+  dd if=/dev/urandom of=/tmp/$s.data bs=64k count=16 2>/dev/null
+  dd if=/tmp/$s.data of="/dev/$dev" bs=64k seek=$((off * 16)) oflag=direct 2>/tmp/$s.dd || fail "$s" "write: $(tail -1 /tmp/$s.dd)"
+  dd if="/dev/$dev" of=/tmp/$s.back bs=64k skip=$((off * 16)) count=16 iflag=direct 2>/tmp/$s.dd || fail "$s" "read: $(tail -1 /tmp/$s.dd)"
+  a=$(md5sum </tmp/$s.data | cut -d' ' -f1); b=$(md5sum </tmp/$s.back | cut -d' ' -f1)
+  q=$(cat "/sys/class/nvme/$c/queue_count" 2>/dev/null)
+  tk=$(cat "/sys/class/nvme/$c/tls_key" 2>/dev/null)
+  nvme disconnect -d "$c" >/dev/null 2>&1
+  [ "$a" = "$b" ] || { fail "$s" "read back md5 $b, wrote $a"; kmsg "$s"; return; }
+  pass "$s" "$c, $q queues${tk:+, TLS key $tk}, 1 MiB at $off MiB read back (md5 $a)"
+  kmsg "$s"
+}
+
+# connect_refused STEP HOSTNQN CONNECT_OPTIONS...: the same connect must fail and leave no controller.
+connect_refused() {
+  local s=$1 h=$2 c
+  shift 2
+  if nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+       "$@" >/tmp/$s.out 2>&1; then
+    c=$(find_ctrl "$h" "$NQN")
+    [ -n "$c" ] && nvme disconnect -d "$c" >/dev/null 2>&1
+    fail "$s" "nvme connect succeeded"
+  else
+    c=$(find_ctrl "$h" "$NQN")
+    if [ -n "$c" ]; then fail "$s" "a controller ($c) is left after the refused connect"
+    else pass "$s" "refused: $(tail -1 /tmp/$s.out)"; fi
+  fi
+  kmsg "$s"
+}

@@ -44,72 +44,11 @@ insert_psk() {
   fi
 }
 
-find_ctrl() {
-  local c
-  for c in /sys/class/nvme/nvme*; do
-    [ -e "$c/subsysnqn" ] || continue
-    [ "$(cat "$c/subsysnqn")" = "$2" ] && [ "$(cat "$c/hostnqn")" = "$1" ] && echo "${c##*/}"
-  done
-}
-ns1() {
-  local i=0 d
-  while [ $i -lt 100 ]; do
-    for d in /sys/class/nvme/"$1"/"$1"n*; do
-      [ -e "$d" ] && [ "$(cat "/sys/block/${d##*/}/nsid" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
-    done
-    usleep 100000; i=$((i + 1))
-  done
-  return 1
-}
-hostid_of() { echo "${1##*:uuid:}"; }
-
-# secured STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: connect over TLS, 1 MiB written and read back,
-# disconnect.
-secured() {
-  local s=$1 h=$2 off=$3 c dev q
-  shift 3
-  kmsg "$s.before" >/dev/null
-  if ! nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
-       "$@" >/tmp/$s.out 2>&1; then
-    fail "$s" "nvme connect failed: $(tail -1 /tmp/$s.out)"; kmsg "$s"; return
-  fi
-  c=$(find_ctrl "$h" "$NQN")
-  [ -n "$c" ] && [ "$(cat "/sys/class/nvme/$c/state")" = live ] || { fail "$s" "no live controller"; kmsg "$s"; return; }
-  dev=$(ns1 "$c") || { fail "$s" "$c has no namespace 1"; nvme disconnect -d "$c" >/dev/null 2>&1; return; }
-  dd if=/dev/urandom of=/tmp/$s.data bs=64k count=16 2>/dev/null
-  dd if=/tmp/$s.data of="/dev/$dev" bs=64k seek=$((off * 16)) oflag=direct 2>/tmp/$s.dd || fail "$s" "write: $(tail -1 /tmp/$s.dd)"
-  dd if="/dev/$dev" of=/tmp/$s.back bs=64k skip=$((off * 16)) count=16 iflag=direct 2>/tmp/$s.dd || fail "$s" "read: $(tail -1 /tmp/$s.dd)"
-  a=$(md5sum </tmp/$s.data | cut -d' ' -f1); b=$(md5sum </tmp/$s.back | cut -d' ' -f1)
-  q=$(cat "/sys/class/nvme/$c/queue_count" 2>/dev/null)
-  tk=$(cat "/sys/class/nvme/$c/tls_key" 2>/dev/null)
-  nvme disconnect -d "$c" >/dev/null 2>&1
-  [ "$a" = "$b" ] || { fail "$s" "read back md5 $b, wrote $a"; kmsg "$s"; return; }
-  pass "$s" "$c, $q queues, TLS key ${tk:-?}, 1 MiB at $off MiB read back (md5 $a)"
-  kmsg "$s"
-}
-
-# refused STEP HOSTNQN CONNECT_OPTIONS...: the connect must fail and leave no controller.
-refused() {
-  local s=$1 h=$2 c
-  shift 2
-  if nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
-       "$@" >/tmp/$s.out 2>&1; then
-    c=$(find_ctrl "$h" "$NQN")
-    [ -n "$c" ] && nvme disconnect -d "$c" >/dev/null 2>&1
-    fail "$s" "nvme connect succeeded"
-  else
-    c=$(find_ctrl "$h" "$NQN")
-    if [ -n "$c" ]; then fail "$s" "a controller ($c) is left after the refused connect"
-    else pass "$s" "refused: $(tail -1 /tmp/$s.out)"; fi
-  fi
-  kmsg "$s"
-}
-
 say "=== kernel host -> nvtcp target"
 insert_psk h1 "$H1" "$NQN" "$P1"
-secured tls.h1.sha256 "$H1" 0 --tls
-secured tls.h1.digests "$H1" 2 --tls --hdr-digest --data-digest
-secured tls.h2.sha384.cmdline "$H2" 4 --tls --tls-key="$P2"
+connect_rw tls.h1.sha256 "$H1" 0 --tls
+connect_rw tls.h1.digests "$H1" 2 --tls --hdr-digest --data-digest
+connect_rw tls.h2.sha384.cmdline "$H2" 4 --tls --tls-key="$P2"
 
 insert_psk disc "$H1" "$DISC" "$P1"
 if nvme discover -t tcp -a 10.0.2.2 -s "$TPORT" --hostnqn="$H1" --hostid="$(hostid_of "$H1")" --tls -o json \
@@ -127,9 +66,9 @@ fi
 kmsg discover
 
 insert_psk h3 "$H3" "$NQN" "$WRONG"
-refused wrong-psk "$H3" --tls
-refused clear-on-tls-port "$H1"
-secured tls.h1.after-refusals "$H1" 6 --tls
+connect_refused wrong-psk "$H3" --tls
+connect_refused clear-on-tls-port "$H1"
+connect_rw tls.h1.after-refusals "$H1" 6 --tls
 
 say "=== nvmet for the nvtcp host"
 insert_psk nvmet "$HN" "$KNQN" "$PN"
