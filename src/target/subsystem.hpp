@@ -224,7 +224,7 @@ using DeviceFactory =
 // TargetConfig::max_host_buffer_memory and max_connections_per_host: so that one host, with many
 // connections, cannot take the whole budget from the others. A host is its NQN when something
 // vouches for it (its TLS PSK, its DH-HMAC-CHAP key, or a subsystem's list of allowed hosts);
-// a host that may claim any NQN it likes is its address (see budget_principal()).
+// a host that may claim any NQN it likes is its address (CommandQueue::execute_connect).
 struct HostBudget {
   std::string principal;  // "host NQN" or "unauthenticated hosts at ADDRESS"
   std::atomic<uint64_t> bytes{0};
@@ -277,8 +277,8 @@ struct TargetState {
   AddressCounts addresses;
 
   Subsystem* find_subsystem(const std::string& nqn) const;
-  // The budget of a principal (budget_principal()), shared by its connections (made on its
-  // first Connect; control path, under a mutex).
+  // The budget of a principal (a vouched-for host NQN, or an address), shared by its
+  // connections (made on its first Connect; control path, under a mutex).
   std::shared_ptr<HostBudget> host_budget(const std::string& principal);
 
  private:
