@@ -10,7 +10,7 @@
 // The filename is a transport ID with '=' instead of ':' (fio splits file names on ':'; "\:"
 // works too). Engine options: hdgst, ddgst, hostnqn, qpairs, kato, poll, busy_poll, tcp_congestion, socket_buffer,
 // send_buffer, start_together, dhchap_secret, dhchap_ctrl_secret, tls, tls_key, tls_legacy_derivation,
-// tls_sha256_binder
+// tls_sha256_binder, ktls
 // (`fio --enghelp=build/libnvtcp_fio.so`).
 //
 // Threads and state. fio sizes files in its main thread before the job threads start
@@ -96,6 +96,7 @@ struct EngineOptions {
   char* tls_key;
   unsigned int tls_legacy_derivation;
   unsigned int tls_sha256_binder;
+  unsigned int ktls;
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -176,6 +177,10 @@ fio_option g_options[] = {
     make_option("tls_sha256_binder", "nvtcp TLS SHA-256 binder", FIO_OPT_BOOL,
                 offsetof(EngineOptions, tls_sha256_binder),
                 "bind a SHA-384 PSK with SHA-256 (a SHA-256 suite then), as a Linux target's tlshd 1.0 expects", "0"),
+    make_option("ktls", "nvtcp kTLS", FIO_OPT_BOOL, offsetof(EngineOptions, ktls),
+                "let the kernel's kTLS seal the TLS records sent, where the kernel has the tls module (0: nvtcp's "
+                "own record layer)",
+                "1"),
     make_option("start_together", "nvtcp jobs start together", FIO_OPT_BOOL, offsetof(EngineOptions, start_together),
                 "A job that has connected starts its I/O once every job of its group on this engine has connected "
                 "(at most 10 s later), so that no job's connect falls in another's ramp or measured time",
@@ -325,6 +330,7 @@ ControllerOptions controller_options(thread_data* td, uint32_t io_queues) {
   if (o.tls_key && *o.tls_key) c.tls_key = o.tls_key;
   c.tls_legacy_derivation = o.tls_legacy_derivation != 0;
   c.tls_sha256_binder = o.tls_sha256_binder != 0;
+  c.ktls = o.ktls != 0;
   std::string err;
   job_recovery(td, c, err);  // checked in nvtcp_init
   return c;

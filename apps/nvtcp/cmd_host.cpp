@@ -79,6 +79,9 @@ void add_tls_options(CLI::App* c, TlsArgs& t) {
   c->add_flag("--tls-sha256-binder", t.sha256_binder,
               "bind a SHA-384 PSK with SHA-256 (the session takes a SHA-256 suite), as a Linux target's tlshd 1.0 "
               "expects");
+  c->add_flag("--no-ktls", t.no_ktls,
+              "seal the TLS records sent in nvtcp's own record layer, not the kernel's kTLS (used by default where "
+              "the kernel has the tls module)");
 }
 
 using namespace nvtcp::nvme;

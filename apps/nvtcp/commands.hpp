@@ -19,7 +19,7 @@ void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::option
 // --dhchap-secret and --dhchap-ctrl-secret (perf, identify, discover, engine).
 void add_dhchap_options(CLI::App* c, std::string& secret, std::string& ctrl_secret);
 
-// --tls, --tls-key, --tls-identity-version, --tls-legacy-derivation, --tls-sha256-binder (perf,
+// --tls, --tls-key, --tls-identity-version, --tls-legacy-derivation, --tls-sha256-binder, --no-ktls (perf,
 // identify, discover, engine), and what they set in a host's controller options.
 struct TlsArgs {
   bool tls = false;
@@ -27,6 +27,7 @@ struct TlsArgs {
   int identity_version = 0;
   bool legacy_derivation = false;
   bool sha256_binder = false;
+  bool no_ktls = false;
   template <class Options>
   void apply(Options& o) const {
     o.tls = tls;
@@ -34,6 +35,7 @@ struct TlsArgs {
     o.tls_identity_version = identity_version;
     o.tls_legacy_derivation = legacy_derivation;
     o.tls_sha256_binder = sha256_binder;
+    o.ktls = !no_ktls;
   }
 };
 void add_tls_options(CLI::App* c, TlsArgs& t);

@@ -89,6 +89,10 @@ struct ControllerOptions {
   int tls_identity_version = 0;
   bool tls_legacy_derivation = false;
   bool tls_sha256_binder = false;
+  // Once a connection's handshake is done, the kernel's kTLS seals the records it sends where the
+  // kernel has the tls module (else, or with false, nvtcp's own record layer does). Received
+  // records are always opened by nvtcp.
+  bool ktls = true;
   uint8_t hostid[16] = {};           // all zero: a random one per process
   uint32_t kato_ms = 30000;          // keep-alive timeout asked for (0 = none)
   uint32_t keep_alive_interval_ms = 0;  // how often Keep Alive is sent; 0 = kato_ms / 2

@@ -37,6 +37,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   p.dhchap_secret = dhchap_secret;
   p.dhchap_ctrl_secret = dhchap_ctrl_secret;
   p.tls_psk = tls_psk;
+  p.ktls = opts.ktls;
   p.io_timeout_ms = opts.admin_timeout_ms;
   p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);

@@ -445,6 +445,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   p.dhchap_secret = st.dhchap_secret;
   p.dhchap_ctrl_secret = st.dhchap_ctrl_secret;
   p.tls_psk = st.tls_psk;
+  p.ktls = st.opts.ktls;
   p.ctrl_loss_tmo_ms = st.opts.ctrl_loss_tmo_ms;
   p.reconnect_delay_ms = st.opts.reconnect_delay_ms;
   p.fast_io_fail_tmo_ms = st.opts.fast_io_fail_tmo_ms;

@@ -227,6 +227,7 @@ void QueuePairImpl::on_tcp_connected(int res) {
                                       fmt::format("{}:{} qid {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid));
     const int fd = fd_;
     tls->attach([this, fd](reactor::StreamOwner& o) { return std::make_unique<reactor::TcpStream>(reactor_, fd, &o, 256 * 1024); });
+    tls->set_kernel_tx(p_.ktls);
     tls_ = tls.get();
     tcp_ = nullptr;
     stream_ = std::move(tls);

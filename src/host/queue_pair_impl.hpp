@@ -116,6 +116,7 @@ struct QueueParams {
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
   // TLS: the PSK (identity and derived key) every connection of the controller starts with.
   std::shared_ptr<const tls::Psk> tls_psk;
+  bool ktls = true;  // ControllerOptions::ktls
   // Every timing decision reads this; tests may give a reactor::FakeClock (it must outlive the queue).
   const reactor::Clock* clock = &reactor::monotonic_clock();
 };

@@ -65,6 +65,9 @@ class TcpStream final : public ByteStream {
   uint64_t sent_bytes() const override { return sent_bytes_; }
   // Every zero-copy slot's sendmsg, each of up to kMaxIov segments.
   size_t max_sends_held_after_delivery() const override { return zc_threshold_ ? size_t(kZcSlots) * kMaxIov : 0; }
+  // No zero-copy sends from now on: the socket refuses them once a ULP such as kTLS is on it.
+  // Sends already in flight complete as before.
+  void disable_zero_copy() { zc_threshold_ = 0; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
   size_t held_send_dones() const { return pending_count_; }
 

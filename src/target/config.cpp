@@ -176,6 +176,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
           return fmt::format("listener {}:{}: \"tls\" is \"required\" or \"none\", not \"{}\"", lc.address, lc.port,
                              tls);
         lc.tls_required = tls == "required";
+        if (l.contains("ktls") && !l.at("ktls").is_boolean())
+          return fmt::format("listener {}:{}: \"ktls\" is true or false", lc.address, lc.port);
+        lc.ktls = l.value("ktls", lc.ktls);
         cfg.listeners.push_back(lc);
       }
     }

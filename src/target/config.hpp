@@ -52,6 +52,9 @@ struct ListenerConfig {
   // "tls": "required": every connection starts with a TLS 1.3 handshake with a PSK of an allowed
   // host (and the discovery log says so); "none" (the default): plain NVMe/TCP.
   bool tls_required = false;
+  // "ktls": false keeps the sealing of TLS records out in nvtcp's own record layer; by default
+  // the kernel's kTLS takes it once a handshake is done, where the kernel has the tls module.
+  bool ktls = true;
   // A wildcard address (0.0.0.0, ::): the discovery log gives each host the address it
   // reached the target on instead, as the Linux target does.
   bool wildcard() const { return address.empty() || address == "0.0.0.0" || address == "::"; }

@@ -38,6 +38,7 @@ struct Target::ListenSocket {
   uint16_t port = 0;
   uint16_t portid = 0;              // the listener's (see Listener::portid); 0: discovery only
   bool tls = false;                 // connections start with a TLS handshake
+  bool ktls = true;                 // ... whose records out the kernel may seal (kTLS TX)
   std::string name;                 // address:port, for the log
   reactor::OwnedCompletion<ListenSocket> accept;
   Target* target = nullptr;
@@ -151,6 +152,7 @@ std::string Target::start() {
     state_->listeners[i].port = ls->port;
     ls->portid = state_->listeners[i].portid;
     ls->tls = state_->listeners[i].tls_required;
+    ls->ktls = cfg_.listeners[i].ktls;
     sockets_.push_back(std::move(ls));
   }
   if (cfg_.discovery_port) {
@@ -158,6 +160,7 @@ std::string Target::start() {
     auto ls = bind_one(cfg_.listeners[0].address, cfg_.discovery_port, err);
     if (ls) {
       ls->tls = cfg_.listeners[0].tls_required;  // the discovery port is secured as the first listener
+      ls->ktls = cfg_.listeners[0].ktls;
       discovery_port_ = ls->port;
       sockets_.push_back(std::move(ls));
     } else {
@@ -298,8 +301,8 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     ReactorThread* dst = reactors_[idx].get();
     int fd = res;
     Arrival arrival{sock->portid, local_address(fd), address.empty() ? peer_address(fd) : address};
-    const bool tls = sock->tls;
-    dst->reactor->post([this, dst, fd, tls, address = std::move(address), arrival = std::move(arrival)]() mutable {
+    const bool tls = sock->tls, ktls = sock->ktls;
+    dst->reactor->post([this, dst, fd, tls, ktls, address = std::move(address), arrival = std::move(arrival)]() mutable {
       if (stopping_.load()) {
         close(fd);
         if (!address.empty()) state_->addresses.release(address);
@@ -310,8 +313,9 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
       TcpQueue* conn;
       if (tls) {
         reactor::Reactor& r = *dst->reactor;
-        auto make = [this, &r, fd, &peer](reactor::StreamOwner& owner) -> std::unique_ptr<reactor::ByteStream> {
+        auto make = [this, &r, fd, ktls, &peer](reactor::StreamOwner& owner) -> std::unique_ptr<reactor::ByteStream> {
           auto s = tls::TlsStream::server(r, owner, *psk_resolver_, peer);
+          s->set_kernel_tx(ktls);
           s->attach([&r, fd](reactor::StreamOwner& o) { return std::make_unique<reactor::TcpStream>(r, fd, &o); });
           return s;
         };

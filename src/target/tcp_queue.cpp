@@ -199,7 +199,8 @@ void TcpQueue::release_closed(void* conn) {
 }
 
 std::string TcpQueue::link_features() const {
-  return fmt::format("{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "", hdgst_ ? ", header digest" : "",
+  return fmt::format("{}{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "",
+                     tls_ && tls_->session().kernel_tx ? " (kTLS TX)" : "", hdgst_ ? ", header digest" : "",
                      ddgst_ ? ", data digest" : "");
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "auth/crypto.hpp"
+#include "tls/kernel_tls.hpp"
 
 namespace nvtcp::tls {
 
@@ -38,7 +39,7 @@ bool RecordProtection::init(uint16_t suite, std::span<const uint8_t> secret, boo
 
 bool RecordProtection::derive(std::string& err) {
   const EVP_CIPHER* c = cipher_of(suite_);
-  auth::SecretBytes key;
+  auth::SecretBytes& key = key_;
   if (!auth::hkdf_expand_label(hash_, secret_.span(), "key", {}, size_t(EVP_CIPHER_get_key_length(c)), key) ||
       !auth::hkdf_expand_label(hash_, secret_.span(), "iv", {}, 12, iv_)) {
     err = "deriving the record keys failed";
@@ -54,6 +55,17 @@ bool RecordProtection::derive(std::string& err) {
   }
   seq_ = 0;
   return true;
+}
+
+bool RecordProtection::kernel_info(KernelCryptoInfo& out) const {
+  return kernel_crypto_info(suite_, key_.span(), iv_.span(), seq_, out);
+}
+
+void RecordProtection::forget() {
+  key_.clear();
+  iv_.clear();
+  secret_.clear();
+  EVP_CIPHER_CTX_reset(ctx_);
 }
 
 bool RecordProtection::update_key(std::string& err) {

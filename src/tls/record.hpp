@@ -15,6 +15,8 @@ typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
 
 namespace nvtcp::tls {
 
+struct KernelCryptoInfo;
+
 inline constexpr size_t kRecordHeader = 5;
 inline constexpr size_t kRecordTag = 16;
 inline constexpr size_t kMaxPlaintext = 16384;
@@ -54,6 +56,11 @@ class RecordProtection {
             size_t& content_len, ContentType& type, std::string& err);
 
   uint64_t sequence() const { return seq_; }
+  // This direction's suite, record key, IV and next record number as the kernel's kTLS takes
+  // them (kernel_tls.hpp); false for a suite kTLS has no cipher for.
+  bool kernel_info(KernelCryptoInfo& out) const;
+  // Wipes the keys (the kernel holds them now).
+  void forget();
 
  private:
   bool derive(std::string& err);
@@ -64,6 +71,7 @@ class RecordProtection {
   uint8_t hash_ = 1;
   bool sealing_ = false;
   auth::SecretBytes secret_;
+  auth::SecretBytes key_;
   auth::SecretBytes iv_;
   uint64_t seq_ = 0;
 };

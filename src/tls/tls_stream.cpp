@@ -7,11 +7,13 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 
 #include "tls/client_hello.hpp"
+#include "tls/kernel_tls.hpp"
 #include "util/log.hpp"
 #include "util/state_machine.hpp"
 
@@ -174,6 +176,7 @@ size_t TlsStream::max_sends_held_after_delivery() const {
   // kChunkBytes / 64 segments of the sizes NVMe/TCP sends (a 24-byte response with its record's
   // share is more than 32 bytes).
   const size_t below = lower_ ? lower_->max_sends_held_after_delivery() : 0;
+  if (kernel_tx_) return below;  // the owner's segments go to the socket as they are
   return (below + 1) * (kChunkBytes / 64);
 }
 
@@ -407,7 +410,8 @@ void TlsStream::handshake_step() {
     if (!start_record_layer()) return;
     log::debug("{}: TLS established ({}, {}, identity \"{}\"{}{})", peer_, session_.cipher, session_.group,
                session_.identity, *session_.derivation ? ", PSK derived with " : "", session_.derivation);
-    if (seg_count_) reactor_.defer(&flush_d_);
+    kernel_tx_pending_ = kernel_tx_wanted_ && tcp_;
+    if (seg_count_ || kernel_tx_pending_) reactor_.defer(&flush_d_);
     return;
   }
   const int e = SSL_get_error(ssl_, r);
@@ -562,6 +566,15 @@ bool TlsStream::handle_handshake(const uint8_t* p, size_t n) {
 }
 
 bool TlsStream::send_key_update() {
+  if (kernel_tx_) {
+    // Our answer would need the kernel to take a new key (TLS_TX again: Linux 6.14 and later) and
+    // a handshake record through a control message; no Linux peer asks for one.
+    fail("the peer asked for a KeyUpdate, and the kernel seals this connection's records (kTLS): turn kTLS "
+         "off for this peer (\"ktls\": false on the target's listener, --no-ktls on the host)",
+         -EPROTO);
+    return false;
+  }
+  kernel_tx_pending_ = false;  // the answer is sealed here, and so is everything after it
   // Sent in order with the data before it: what is queued goes first under the old key.
   flush();
   const uint8_t msg[5] = {24, 0, 0, 1, 0};  // KeyUpdate, update_not_requested
@@ -600,6 +613,10 @@ void TlsStream::on_closed(int err) {
 // ------------------------------------------------------------------ send
 
 void TlsStream::send(const void* data, size_t len, reactor::SendDone* done) {
+  if (kernel_tx_ && seg_count_ == 0 && !closing_) {
+    lower_->send(data, len, done);  // the kernel seals it
+    return;
+  }
   if (seg_count_ == seg_.size()) {
     std::vector<Segment> bigger(seg_.size() * 2);
     for (size_t i = 0; i < seg_count_; ++i) bigger[i] = seg_[(seg_head_ + i) % seg_.size()];
@@ -654,8 +671,8 @@ void TlsStream::on_chunk_sent(reactor::SendDone* d) {
   --self->chunks_out_;
   self->chunks_done_ = std::max(self->chunks_done_, seq);
   self->release_chunk_dones(seq);
-  // Records were waiting for a chunk.
-  if (self->plain_queued_ && self->state_ == State::Established && !self->closing_)
+  // Records were waiting for a chunk, or kTLS for the handshake's last flight to be sent.
+  if ((self->plain_queued_ || self->kernel_tx_pending_) && self->state_ == State::Established && !self->closing_)
     self->reactor_.defer(&self->flush_d_);
 }
 
@@ -668,8 +685,55 @@ void TlsStream::release_chunk_dones(uint64_t upto_seq) {
   }
 }
 
+void TlsStream::start_kernel_tx() {
+  kernel_tx_pending_ = false;
+  // The first refusal that says the kernel has no kTLS at all is logged once; the process then
+  // stops asking for every connection.
+  static std::atomic<bool> unavailable{false};
+  static std::atomic<bool> refusal_logged{false};
+  if (unavailable.load(std::memory_order_relaxed) || tcp_->fd() < 0) return;
+  KernelCryptoInfo info;
+  if (!tx_.kernel_info(info)) {
+    log::debug("{}: kTLS has no cipher for {}: records are sealed here", peer_, session_.cipher);
+    return;
+  }
+  const KernelTxResult r = enable_kernel_tx(tcp_->fd(), info);
+  if (r.ulp_attached) tcp_->disable_zero_copy();
+  if (r.err) {
+    if (r.err == -ENOENT && !r.ulp_attached) {
+      if (!unavailable.exchange(true)) log::info("kTLS is not available: {}; TLS records are sealed in userspace", r.why);
+    } else if (!refusal_logged.exchange(true)) {
+      log::warn("{}: kTLS TX: {}; records are sealed in userspace (logged once)", peer_, r.why);
+    } else {
+      log::debug("{}: kTLS TX: {}; records are sealed in userspace", peer_, r.why);
+    }
+    return;
+  }
+  kernel_tx_ = true;
+  session_.kernel_tx = true;
+  log::debug("{}: TLS records out are sealed by the kernel (kTLS TX from record {})", peer_, tx_.sequence());
+  tx_.forget();  // the kernel holds the key now
+}
+
 void TlsStream::flush() {
   if (state_ != State::Established || closing_) return;
+  if (kernel_tx_pending_) {
+    // What OpenSSL wrote must reach the socket before the kernel seals: on_chunk_sent comes back.
+    if (chunks_out_ || cur_) return;
+    start_kernel_tx();
+  }
+  if (kernel_tx_) {
+    // Segments the owner queued while the handshake ended go to the socket in order.
+    while (seg_count_) {
+      const Segment seg = seg_[seg_head_];
+      seg_head_ = (seg_head_ + 1) % seg_.size();
+      --seg_count_;
+      lower_->send(seg.data + head_off_, seg.len - head_off_, seg.done);
+      head_off_ = 0;
+    }
+    plain_queued_ = 0;
+    return;
+  }
   while (plain_queued_ && !closing_) {
     // One record of up to 16 KiB, sealed from the queued segments straight into the chunk.
     const size_t content = std::min(plain_queued_, kMaxRecordPlaintext);

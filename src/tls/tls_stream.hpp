@@ -1,10 +1,11 @@
 // TLS 1.3 with a pre-shared key over a ByteStream (NVMe/TCP transport specification 3.6, TP 8011):
 // a TlsStream is itself a ByteStream, so a connection's PDU layer runs over it unchanged. It owns
 // the stream below (a TcpStream). OpenSSL does the handshake, through a BIO of our own over that
-// stream; then, as the kernel's kTLS would, the stream protects the records itself with the
-// traffic secrets OpenSSL derived (record.hpp): each record is sealed straight from the owner's
-// segments into a recycled send chunk, and opened into the owner's memory (recv_direct) or one
-// buffer. The data path allocates nothing and copies no plaintext after warm-up.
+// stream; then the stream protects the records itself with the traffic secrets OpenSSL derived
+// (record.hpp): each record is sealed straight from the owner's segments into a recycled send
+// chunk, and opened into the owner's memory (recv_direct) or one buffer. Over a socket whose
+// kernel has kTLS, the kernel seals instead (kernel_tls.hpp) and the owner's segments go to the
+// socket as they are. The data path allocates nothing and copies no plaintext after warm-up.
 //
 // PSK only, as the specification requires: no certificates, TLS 1.3 only, (EC)DHE with the PSK,
 // no session tickets; the cipher follows the PSK's hash (TLS_AES_128_GCM_SHA256 for SHA-256,
@@ -15,11 +16,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "auth/secret_bytes.hpp"
 #include "reactor/byte_stream.hpp"
 #include "reactor/reactor.hpp"
+#include "reactor/tcp_stream.hpp"
 #include "tls/record.hpp"
 
 typedef struct ssl_st SSL;
@@ -59,6 +62,7 @@ struct Session {
   std::string cipher;  // e.g. "TLS_AES_128_GCM_SHA256"
   std::string group;   // the (EC)DHE group, e.g. "x25519"
   const char* derivation = "";  // a server's: how the TLS PSK the client proved was derived
+  bool kernel_tx = false;       // records out are sealed by the kernel (kTLS)
 };
 
 // One process-wide OpenSSL context per side (thread-safe: each connection takes an SSL of it).
@@ -88,8 +92,16 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   // The stream below, built with this TlsStream as its owner (call once, before start()).
   template <class F>
   void attach(F&& make_lower) {
-    lower_ = make_lower(static_cast<reactor::StreamOwner&>(*this));
+    auto lower = make_lower(static_cast<reactor::StreamOwner&>(*this));
+    // Over a socket, the kernel's kTLS can take the sending direction.
+    if constexpr (std::is_same_v<decltype(lower), std::unique_ptr<reactor::TcpStream>>) tcp_ = lower.get();
+    lower_ = std::move(lower);
   }
+  // Once the handshake is done, hand the sealing of records out to the kernel (kTLS TX) when the
+  // stream below is a socket and the kernel has the tls module; else, or if the kernel refuses,
+  // records are sealed here. Received records are always opened here (kernel_tls.hpp says why).
+  // Call before start(). On by default.
+  void set_kernel_tx(bool on) { kernel_tx_wanted_ = on; }
   reactor::ByteStream* lower() { return lower_.get(); }
 
   // ByteStream
@@ -141,6 +153,8 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   bool handle_handshake(const uint8_t* p, size_t n);
   bool send_key_update();
   void flush();
+  // kTLS TX, once the handshake's last flight has reached the socket.
+  void start_kernel_tx();
   void fail(const std::string& why, int err);
   void push_chunk();
   void release_chunk_dones(uint64_t upto_seq);
@@ -183,6 +197,12 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   const bool server_;
   std::string peer_;
   std::unique_ptr<reactor::ByteStream> lower_;
+  reactor::TcpStream* tcp_ = nullptr;  // lower_, when it is a socket
+  // kTLS TX: wanted; waiting for the handshake's last flight to reach the socket (the owner's
+  // sends wait meanwhile, unsealed); on (the owner's segments go to the socket as they are).
+  bool kernel_tx_wanted_ = true;
+  bool kernel_tx_pending_ = false;
+  bool kernel_tx_ = false;
   SSL* ssl_ = nullptr;
   State state_ = State::Idle;
   bool closing_ = false;

@@ -127,6 +127,32 @@ TEST(ConfigListeners, SubsystemsNameListenersTheTargetHas) {
   EXPECT_NE(with(R"(["127.0.0.1:99999"])").find("is not ADDRESS:PORT"), std::string::npos);
 }
 
+// A listener's TLS settings: "tls" required or none, "ktls" a boolean (kTLS TX on by default).
+TEST(ConfigListeners, TlsAndKtlsAreReadAndChecked) {
+  std::string path = "/tmp/nvtcp-config-ktls-" + std::to_string(getpid()) + ".json";
+  auto read = [&](const std::string& json, TargetConfig& cfg) {
+    {
+      std::ofstream f(path);
+      f << json;
+    }
+    std::string err = load_config_file(path, cfg);
+    std::remove(path.c_str());
+    return err;
+  };
+  TargetConfig cfg;
+  ASSERT_EQ(read(R"({"listeners": [{"port": 4420, "tls": "required", "ktls": false}, {"port": 4421}]})", cfg), "");
+  ASSERT_EQ(cfg.listeners.size(), 2u);
+  EXPECT_TRUE(cfg.listeners[0].tls_required);
+  EXPECT_FALSE(cfg.listeners[0].ktls);
+  EXPECT_FALSE(cfg.listeners[1].tls_required);
+  EXPECT_TRUE(cfg.listeners[1].ktls);
+  TargetConfig bad;
+  EXPECT_NE(read(R"({"listeners": [{"port": 4420, "tls": "required", "ktls": "off"}]})", bad).find("\"ktls\" is true or false"),
+            std::string::npos);
+  EXPECT_NE(read(R"({"listeners": [{"port": 4420, "tls": "yes"}]})", bad).find("\"tls\" is \"required\" or \"none\""),
+            std::string::npos);
+}
+
 TEST(ConfigListeners, ParseListener) {
   ListenerConfig l;
   ASSERT_TRUE(parse_listener("10.1.2.3:4420", l));

@@ -54,14 +54,14 @@ ns1() {
 }
 hostid_of() { echo "${1##*:uuid:}"; }
 
-# connect_rw STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: nvme connect to $NQN at 10.0.2.2:$TPORT
-# (the nvtcp target on the host), 1 MiB of random data written to namespace 1 at OFFSET_MIB with
+# connect_rw STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: nvme connect to $NQN at ${TADDR:-10.0.2.2}:$TPORT
+# (the nvtcp target on the host unless TADDR says otherwise), 1 MiB of random data written to namespace 1 at OFFSET_MIB with
 # O_DIRECT and read back (md5 equal), disconnect.
 connect_rw() {
   local s=$1 h=$2 off=$3 c dev q tk a b
   shift 3
   kmsg "$s.before" >/dev/null
-  if ! nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+  if ! nvme connect -t tcp -a "${TADDR:-10.0.2.2}" -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
        "$@" >/tmp/$s.out 2>&1; then
     fail "$s" "nvme connect failed: $(tail -1 /tmp/$s.out)"; kmsg "$s"; return
   fi
@@ -84,7 +84,7 @@ connect_rw() {
 connect_refused() {
   local s=$1 h=$2 c
   shift 2
-  if nvme connect -t tcp -a 10.0.2.2 -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
+  if nvme connect -t tcp -a "${TADDR:-10.0.2.2}" -s "$TPORT" -n "$NQN" --hostnqn="$h" --hostid="$(hostid_of "$h")" \
        "$@" >/tmp/$s.out 2>&1; then
     c=$(find_ctrl "$h" "$NQN")
     [ -n "$c" ] && nvme disconnect -d "$c" >/dev/null 2>&1
