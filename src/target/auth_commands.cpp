@@ -90,8 +90,40 @@ void CommandQueue::execute_auth(Request& r) {
     log::info("{}: host {} authenticated on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
               qid_, dhchap_hash_name(auth_->hash()), dh_group_name(auth_->dh_group()),
               auth_->bidirectional() ? ", controller authenticated to the host too" : "");
+    if (budget_after_auth_ && !move_to_host_budget()) transport_.close_after_response();
   }
   done(r, sc::Success);
+}
+
+bool CommandQueue::move_to_host_budget() {
+  budget_after_auth_ = false;
+  const auto& cfg = target_.config;
+  const std::string& hostnqn = ctrl_->hostnqn();
+  std::shared_ptr<HostBudget> to = target_.host_budget(hostnqn);
+  if (to == host_) return true;
+  if (to->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
+      cfg.max_connections_per_host) {
+    to->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: host {} authenticated on qid {}, but it already has {} queues (max_connections_per_host): the "
+              "queue closes",
+              transport_.peer(), hostnqn, qid_, cfg.max_connections_per_host);
+    return false;
+  }
+  // What the queue holds (its request pool and buffers) moves from the address's budget to the
+  // host's, within the host's cap.
+  const uint64_t held = pool_.pool_bytes() + pool_.buffer_bytes();
+  if (!to->reserve(held, cfg.max_host_buffer_memory)) {
+    to->connections.fetch_sub(1, std::memory_order_relaxed);
+    log::warn("{}: host {} authenticated on qid {}, but its buffer budget has no room for the queue's {} bytes "
+              "(max_host_buffer_memory {}): the queue closes",
+              transport_.peer(), hostnqn, qid_, held, cfg.max_host_buffer_memory);
+    return false;
+  }
+  host_->release(held);
+  host_->connections.fetch_sub(1, std::memory_order_relaxed);
+  host_ = std::move(to);
+  pool_.rebind_host(host_.get());
+  return true;
 }
 
 }  // namespace nvtcp::target

@@ -182,6 +182,11 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
   std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
+  // A host that must prove its DH-HMAC-CHAP key counts under its address until it has: a
+  // sender claiming its NQN could otherwise take its connection slots. Set at Connect; the move
+  // to the NQN's budget happens when the queue authenticates.
+  bool budget_after_auth_ = false;
+  bool move_to_host_budget();
   // Authentication: required when the host has a DH-HMAC-CHAP key (Connect answered with ATR);
   // until the transaction succeeds, every other command but Disconnect is refused. The keys are
   // held for the queue's life; the transaction is made at the first Authentication Send.

@@ -145,12 +145,15 @@ void CommandQueue::execute_connect(Request& r) {
   }
   // What this queue holds for its life: one of its host's connection slots, and its request
   // pool (SQSIZE requests), counted in the buffer budgets like data buffers. The host is its
-  // NQN when something vouches for it: the TLS PSK (checked above), the DH-HMAC-CHAP key it
-  // must prove (it does no I/O until it has), or the subsystem's list of allowed hosts. On a
-  // subsystem open to any host nothing does, and a sender claiming a fresh NQN per connection
-  // would take a fresh budget each time: those count under their address instead.
+  // NQN when something vouches for it: the TLS PSK (checked above), or the subsystem's list of
+  // allowed hosts when the host has no DH-HMAC-CHAP key. On a subsystem open to any host
+  // nothing does, and a sender claiming a fresh NQN per connection would take a fresh budget
+  // each time: those count under their address instead. So does a host with a key until it has
+  // proven it (execute_auth moves the queue to its NQN then): else a sender claiming that NQN
+  // could hold the host's connection slots until icreq_timeout_ms.
   const auto& cfg = target_.config;
-  const bool vouched = !tls.empty() || (keys && keys->dhchap) || (!sub->allows_any_host() && !sub->is_discovery());
+  const bool must_prove = tls.empty() && keys && keys->dhchap;
+  const bool vouched = !tls.empty() || (!must_prove && !sub->allows_any_host() && !sub->is_discovery());
   const std::string principal =
       vouched ? hostnqn : fmt::format("unauthenticated hosts at {}", arrival_.remote_address);
   auto host = target_.host_budget(principal);
@@ -225,6 +228,7 @@ void CommandQueue::execute_connect(Request& r) {
   sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
   if (keys) auth_keys_ = *keys;
   auth_required_ = keys && keys->dhchap;
+  budget_after_auth_ = must_prove;
   transport_.connected();
   log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
             ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",

@@ -71,6 +71,9 @@ class RequestPool {
   // Connect: from now on this pool's memory counts against host, pool_bytes included (already
   // reserved by the caller); what its buffers took before Connect moves to the host too.
   void attach_host(HostBudget* host, uint64_t pool_bytes);
+  // The queue's host changed (it authenticated): the caller has moved what the pool holds
+  // (pool_bytes() + buffer_bytes()) from the old budget to host's.
+  void rebind_host(HostBudget* host) { host_ = host; }
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }  // sum of Request::buf_cap
   uint64_t pool_bytes() const { return pool_bytes_; }

@@ -250,6 +250,61 @@ TEST(AuthTarget, AQueueThatNeverAuthenticatesIsClosed) {
   EXPECT_FALSE(s.c.read_pdu(p)) << "closed once icreq_timeout_ms has passed without authentication";
 }
 
+// A sender that claims a keyed host's NQN without its key counts under its own address, not
+// under that NQN: it cannot take the host's connection slots (max_connections_per_host) away.
+// The host's queues move to its NQN once they authenticate, and its own limit holds there.
+TEST(AuthTarget, ClaimingAKeyedHostsNqnDoesNotTakeItsConnectionSlots) {
+  target::TargetConfig cfg = auth_config(false);
+  cfg.max_connections_per_host = 2;
+  RunningTarget t(cfg);
+  std::vector<std::unique_ptr<Session>> claimers;
+  Cqe cqe{};
+  for (int i = 0; i < 2; ++i) {
+    claimers.push_back(std::make_unique<Session>());
+    ASSERT_TRUE(claimers.back()->open(t.port(), 0, "127.0.0.2"));
+    ASSERT_TRUE(claimers.back()->connect_admin(cqe, kTestNqn, kHostNqn));
+    ASSERT_TRUE(ok(cqe)) << "a Connect as the keyed host: answered with ATR";
+  }
+  Session third;
+  ASSERT_TRUE(third.open(t.port(), 0, "127.0.0.2"));
+  ASSERT_TRUE(third.connect_admin(cqe, kTestNqn, kHostNqn));
+  EXPECT_TRUE(status_is(cqe, 1, 0x81)) << "the claimers' address is at its limit: Controller Busy";
+
+  // The host itself, from another address, with its key: two queues, both authenticated.
+  const auth::DhchapSecret hs = secret(0x11);
+  Session admin;
+  ASSERT_TRUE(admin.open(t.port()));
+  ASSERT_TRUE(admin.connect_admin(cqe, kTestNqn, kHostNqn));
+  ASSERT_TRUE(ok(cqe)) << "the claimers hold no slot of the host's";
+  const uint16_t cntlid = uint16_t(cqe.dw0);
+  auth::DhchapHost host(host_keys(&hs, nullptr), {}, 1);
+  ASSERT_TRUE(authenticate(admin, host));
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
+  ASSERT_TRUE(ok(cqe));
+  Session io;
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  auth::DhchapHost io_host(host_keys(&hs, nullptr), {}, 2);
+  ASSERT_TRUE(authenticate(io, io_host));
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+
+  // A third queue of the host authenticates, and then meets the host's own limit: it closes.
+  Session extra;
+  ASSERT_TRUE(extra.open(t.port()));
+  ASSERT_TRUE(extra.connect_admin(cqe, kTestNqn, kHostNqn));
+  ASSERT_TRUE(ok(cqe)) << "before it authenticates it counts under its address";
+  auth::DhchapHost extra_host(host_keys(&hs, nullptr), {}, 3);
+  ASSERT_TRUE(authenticate(extra, extra_host));
+  Bytes p;
+  EXPECT_FALSE(extra.c.read_pdu(p)) << "over the host's limit once it is the host: closed";
+  // The host's two queues go on.
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+}
 
 // ---- the nvtcp host library against the nvtcp target -------------------------------------------
 

@@ -158,10 +158,17 @@ class RawClient {
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
-  AssertionResult connect(uint16_t port) {
+  // from: the loopback address to connect from (another 127.x address is another host).
+  AssertionResult connect(uint16_t port, const char* from = nullptr) {
     close();
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) return AssertionFailure() << "socket: " << strerror(errno);
+    if (from) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      if (inet_pton(AF_INET, from, &src.sin_addr) != 1 || ::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof(src)) < 0)
+        return AssertionFailure() << "bind to " << from << ": " << strerror(errno);
+    }
     timeval tv{kRecvTimeoutMs / 1000, (kRecvTimeoutMs % 1000) * 1000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -265,8 +272,8 @@ class Session {
   uint16_t next_cid = 1;
 
   // TCP connect, ICReq (digest: bit 0 HDGST, bit 1 DDGST) and a checked ICResp.
-  AssertionResult open(uint16_t port, uint8_t digest = 0) {
-    if (auto r = c.connect(port); !r) return r;
+  AssertionResult open(uint16_t port, uint8_t digest = 0, const char* from = nullptr) {
+    if (auto r = c.connect(port, from); !r) return r;
     if (auto r = c.send(icreq_pdu(digest)); !r) return r;
     Bytes p;
     if (auto r = c.read_pdu(p); !r) return r << " (waiting for ICResp)";
