@@ -84,6 +84,25 @@ auth::DhchapKeys host_keys(const auth::DhchapSecret* h, const auth::DhchapSecret
   return {h, c, kHostNqn, kTestNqn};
 }
 
+// The keyed host's admin queue, authenticated (with the controller too when cs is given), its
+// controller enabled with one I/O queue granted; cntlid names it for the I/O Connects.
+AssertionResult authenticated_controller(Session& admin, uint16_t port, const auth::DhchapSecret& hs,
+                                         const auth::DhchapSecret* cs, uint16_t& cntlid) {
+  Cqe cqe{};
+  if (auto r = admin.open(port); !r) return r;
+  if (auto r = admin.connect_admin(cqe, kTestNqn, kHostNqn); !r) return r;
+  if (!ok(cqe)) return AssertionFailure() << "Connect: " << status_name(Status::from_cqe(cqe.status));
+  cntlid = uint16_t(cqe.dw0);
+  auth::DhchapHost host(host_keys(&hs, cs), {}, 1);
+  if (auto r = authenticate(admin, host); !r) return r;
+  for (const Sqe& sqe : {property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable),
+                         set_features_nq_sqe(admin.cid(), 1)}) {
+    if (auto r = admin.command(sqe, {}, cqe); !r) return r;
+    if (!ok(cqe)) return AssertionFailure() << "enabling the controller: " << status_name(Status::from_cqe(cqe.status));
+  }
+  return AssertionSuccess();
+}
+
 TEST(AuthTarget, AHostWithAKeyAuthenticatesBeforeAnythingElse) {
   RunningTarget t(auth_config(false));
   Session s;
@@ -111,16 +130,9 @@ TEST(AuthTarget, BothWaysAndEveryQueueOnItsOwn) {
   RunningTarget t(auth_config(true));
   const auth::DhchapSecret hs = secret(0x11), cs = secret(0x22);
   Session admin;
-  ASSERT_TRUE(admin.open(t.port()));
+  uint16_t cntlid = 0;
+  ASSERT_TRUE(authenticated_controller(admin, t.port(), hs, &cs, cntlid));
   Cqe cqe{};
-  ASSERT_TRUE(admin.connect_admin(cqe, kTestNqn, kHostNqn));
-  const uint16_t cntlid = uint16_t(cqe.dw0);
-  auth::DhchapHost host(host_keys(&hs, &cs), {}, 1);
-  ASSERT_TRUE(authenticate(admin, host));
-  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable), {}, cqe));
-  ASSERT_TRUE(ok(cqe));
-  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
-  ASSERT_TRUE(ok(cqe));
 
   Session io;
   ASSERT_TRUE(io.open(t.port()));
@@ -273,16 +285,8 @@ TEST(AuthTarget, ClaimingAKeyedHostsNqnDoesNotTakeItsConnectionSlots) {
   // The host itself, from another address, with its key: two queues, both authenticated.
   const auth::DhchapSecret hs = secret(0x11);
   Session admin;
-  ASSERT_TRUE(admin.open(t.port()));
-  ASSERT_TRUE(admin.connect_admin(cqe, kTestNqn, kHostNqn));
-  ASSERT_TRUE(ok(cqe)) << "the claimers hold no slot of the host's";
-  const uint16_t cntlid = uint16_t(cqe.dw0);
-  auth::DhchapHost host(host_keys(&hs, nullptr), {}, 1);
-  ASSERT_TRUE(authenticate(admin, host));
-  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable), {}, cqe));
-  ASSERT_TRUE(ok(cqe));
-  ASSERT_TRUE(admin.command(set_features_nq_sqe(admin.cid(), 1), {}, cqe));
-  ASSERT_TRUE(ok(cqe));
+  uint16_t cntlid = 0;
+  ASSERT_TRUE(authenticated_controller(admin, t.port(), hs, nullptr, cntlid)) << "the claimers hold no slot of the host's";
   Session io;
   ASSERT_TRUE(io.open(t.port()));
   ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
