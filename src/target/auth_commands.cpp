@@ -63,6 +63,14 @@ void CommandQueue::parse_auth(Request& r) {
 void CommandQueue::execute_auth(Request& r) {
   const bool send = FabricsType(r.sqe.fctype()) == FabricsType::AuthSend;
   const std::string& hostnqn = ctrl_->hostnqn();
+  if (auth_work_.request) {
+    // The transaction belongs to the worker until the last message's computation is back; a
+    // host that does not wait for an answer before the next message is out of sequence.
+    log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", transport_.peer(), hostnqn,
+              send ? "Send" : "Receive", qid_);
+    done(r, sc::CommandSequenceError);
+    return;
+  }
   if (!auth_) {
     auth::DhchapKeys keys{auth_keys_.dhchap.get(), auth_keys_.dhchap_ctrl.get(), hostnqn, ctrl_->subsystem().nqn()};
     auth::DhchapPolicy policy = auth::DhchapPolicy::controller_default();
@@ -70,15 +78,36 @@ void CommandQueue::execute_auth(Request& r) {
     if (!auth_keys_.dhchap_groups.empty()) policy.dh_groups = auth_keys_.dhchap_groups;
     auth_ = std::make_unique<auth::DhchapController>(std::move(keys), std::move(policy));
   }
-  const bool was_authenticated = auth_->authenticated();
+  auth_was_authenticated_ = auth_->authenticated();
   if (send) {
-    auth_->on_send({r.buf.get(), r.xfer.len});
-  } else {
-    // All AL bytes go back, zeros after the message (as the Linux target answers).
-    auth_->on_receive({r.buf.get(), r.xfer.len});
-    r.tx_data = r.buf.get();
-    r.tx_len = r.xfer.len;
+    // What the host sends may cost a modular exponentiation (a Negotiate: our DH key pair; a
+    // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything:
+    // it runs on a worker, and the reactor goes on with its other queues (auth_send_done).
+    auth_work_ = {&r, auth_.get(), r.buf.get(), r.xfer.len};
+    transport_.run_off_reactor(
+        r,
+        [](void* arg) {
+          auto* w = static_cast<AuthWork*>(arg);
+          w->transaction->on_send({w->msg, w->len});
+        },
+        &auth_work_);
+    return;
   }
+  // All AL bytes go back, zeros after the message (as the Linux target answers).
+  auth_->on_receive({r.buf.get(), r.xfer.len});
+  r.tx_data = r.buf.get();
+  r.tx_len = r.xfer.len;
+  finish_auth(r);
+}
+
+void CommandQueue::auth_send_done(Request& r) {
+  auth_work_ = {};
+  finish_auth(r);
+}
+
+void CommandQueue::finish_auth(Request& r) {
+  const std::string& hostnqn = ctrl_->hostnqn();
+  const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
     log::warn("{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(), hostnqn, qid_,
               auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
@@ -86,12 +115,14 @@ void CommandQueue::execute_auth(Request& r) {
     // A host that had to authenticate and did not goes; one that needed not keeps its queue.
     if (auth_required_) transport_.close_after_response();
     auth_.reset();
+    authenticated_ = false;
   } else if (auth_->authenticated() && !was_authenticated) {
     log::info("{}: host {} authenticated on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
               qid_, dhchap_hash_name(auth_->hash()), dh_group_name(auth_->dh_group()),
               auth_->bidirectional() ? ", controller authenticated to the host too" : "");
     if (budget_after_auth_ && !move_to_host_budget()) transport_.close_after_response();
   }
+  if (auth_) authenticated_ = auth_->authenticated();
   done(r, sc::Success);
 }
 

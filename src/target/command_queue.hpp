@@ -56,6 +56,10 @@ class CommandTransport {
   virtual void submit(Request& r, Namespace& ns) = 0;
   // BetweenSteps: next_step(r) runs on a later reactor turn, among that turn's completions.
   virtual void next_turn(Request& r) = 0;
+  // InDevice: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
+  // exponentiation), then device_done(r) on the reactor, unless the queue has closed meanwhile.
+  // work must touch nothing the reactor touches until then.
+  virtual void run_off_reactor(Request& r, void (*work)(void* arg), void* arg) = 0;
   // Executing -> NeedBuffer: r needs a buffer of len bytes; execute(r) runs again once it is
   // there (or r fails with Internal Error if memory cannot be had at all).
   virtual void need_buffer(Request& r, uint32_t len) = 0;
@@ -102,7 +106,7 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool sq_flow_disabled() const { return sq_flow_disabled_; }
   bool connected() const { return ctrl_ != nullptr; }
   // Whether the queue may run commands: it needs no authentication or has authenticated.
-  bool authenticated() const { return !auth_required_ || (auth_ && auth_->authenticated()); }
+  bool authenticated() const { return !auth_required_ || authenticated_; }
   uint16_t qid() const { return qid_; }
   uint16_t sqsize() const { return sqsize_; }
   Controller* controller() const { return ctrl_.get(); }
@@ -141,6 +145,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // transaction (auth_commands.cpp).
   void parse_auth(Request& r);
   void execute_auth(Request& r);
+  void auth_send_done(Request& r);  // the worker's part of an Authentication Send is back
+  void finish_auth(Request& r);
   void execute_admin(Request& r);
   void execute_io(Request& r);
   void execute_copy(Request& r, Namespace& ns);
@@ -193,6 +199,16 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool auth_required_ = false;
   HostKeys auth_keys_;
   std::unique_ptr<auth::DhchapController> auth_;
+  // The transaction's state as the reactor knows it: while an Authentication Send's part runs
+  // on a worker (auth_work_.request set), the reactor touches nothing of auth_.
+  bool authenticated_ = false;
+  bool auth_was_authenticated_ = false;
+  struct AuthWork {
+    Request* request = nullptr;  // the Authentication Send whose part is on the worker
+    auth::DhchapController* transaction = nullptr;
+    const uint8_t* msg = nullptr;
+    size_t len = 0;
+  } auth_work_;
   QueueStats* stats_ = nullptr;       // this queue's counters, one per namespace
   // This host's reservation access per namespace (by Namespace::index), made at Connect.
   std::vector<Reservations::AccessCache> resv_cache_;

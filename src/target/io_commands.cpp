@@ -320,6 +320,11 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
 // ---------------------------------------------------------------- device completions
 
 void CommandQueue::device_done(Request& r) {
+  // Not a device's answer: an Authentication Send's worker part is back.
+  if (&r == auth_work_.request) {
+    auth_send_done(r);
+    return;
+  }
   Status st = r.device_status;
   // A device that failed a command is an error event for the host (Transient Internal
   // Error: the failure is the command's, the controller goes on).

@@ -134,6 +134,13 @@ std::shared_ptr<HostBudget> TargetState::host_budget(const std::string& principa
   return b;
 }
 
+WorkerPool& TargetState::workers() {
+  // Two threads: a burst of hosts authenticating does not queue behind one exponentiation, and
+  // the reactors keep the other cores.
+  std::call_once(workers_once_, [this] { workers_ = std::make_unique<WorkerPool>(2, "nvtcp-auth"); });
+  return *workers_;
+}
+
 Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
   if (nqn == nvme::kDiscoveryNqn) return discovery.get();
   for (auto& s : subsystems)

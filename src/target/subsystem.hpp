@@ -17,6 +17,7 @@
 #include "nvtcp/status.hpp"
 #include "target/config.hpp"
 #include "target/reservations.hpp"
+#include "util/worker_pool.hpp"
 
 namespace nvtcp::target {
 
@@ -264,6 +265,14 @@ class AddressCounts {
   std::unordered_map<std::string, uint32_t> counts_;
 };
 
+// Test hook: runs on the worker thread before each piece of work a queue takes off its
+// reactor (CommandTransport::run_off_reactor), so a test can hold it there.
+class OffloadHook {
+ public:
+  virtual ~OffloadHook() = default;
+  virtual void before_work() = 0;
+};
+
 // Everything a connection needs to know about the target it belongs to.
 struct TargetState {
   TargetConfig config;
@@ -274,7 +283,13 @@ struct TargetState {
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
   std::atomic<ResponseObserver*> response_observer{nullptr};
+  std::atomic<OffloadHook*> offload_hook{nullptr};
   AddressCounts addresses;
+  // The threads that run the DH-HMAC-CHAP computations off the reactors (Target::start makes
+  // them; else the first call).
+  // Every reactor waits at shutdown until its queues' work has come back, so none is left
+  // when this goes.
+  WorkerPool& workers();
 
   Subsystem* find_subsystem(const std::string& nqn) const;
   // The budget of a principal (a vouched-for host NQN, or an address), shared by its
@@ -284,6 +299,8 @@ struct TargetState {
  private:
   std::mutex hosts_mu_;
   std::unordered_map<std::string, std::weak_ptr<HostBudget>> hosts_;
+  std::once_flag workers_once_;
+  std::unique_ptr<WorkerPool> workers_;
 };
 
 // Builds subsystems and namespaces from a finalized configuration.

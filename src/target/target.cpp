@@ -123,6 +123,9 @@ std::string Target::start() {
   state_->start_ns = reactor::monotonic_ns();
   if (std::string err = build_state(cfg_, *state_, factory_); !err.empty()) return err;
   psk_resolver_ = std::make_unique<TargetPskResolver>(*state_);
+  // The auth workers start here, on the caller's thread, so they run on the process's CPUs: made
+  // later by a reactor pinned with --cpus, they would share (and slow) that reactor's core.
+  state_->workers();
 
   raise_descriptor_limit();
   // Request buffers of 128 KiB and more are mapped and unmapped on their own: glibc would
@@ -214,6 +217,9 @@ std::string Target::start() {
       uint64_t deadline = reactor::monotonic_ns() + 2'000'000'000ull;
       while ((raw->connections.size() > 0 || raw->connections.draining() > 0) && reactor::monotonic_ns() < deadline)
         r.run_once(10000);
+      // Work on the auth workers comes back through this reactor: it must not go first. The
+      // work is bounded (an exponentiation), so this wait is too.
+      while (raw->connections.offloads_out()) r.run_once(1000);
       if (accept_here) {
         for (auto& ls : sockets_) {
           if (ls->fd >= 0) ::shutdown(ls->fd, SHUT_RDWR);

@@ -381,6 +381,25 @@ void TcpQueue::next_turn(Request& r) {
   reactor_.prep(sqe, &r.next_step);
 }
 
+void TcpQueue::run_off_reactor(Request& r, void (*work)(void* arg), void* arg) {
+  set_request_state(r, RState::InDevice);  // as a device I/O: it cannot be aborted, and it comes back
+  if (!backend_gate_.enter()) return;      // closed: nothing runs commands any more
+  set_.offload_started();
+  TargetState* target = &target_;
+  reactor::Reactor* reactor = &reactor_;
+  ConnectionSet* set = &set_;  // outlives the connection: the reactor's
+  target_.workers().submit([this, &r, work, arg, target, reactor, set] {
+    if (OffloadHook* h = target->offload_hook.load(std::memory_order_acquire)) h->before_work();
+    work(arg);
+    // The gate keeps this connection (and r) until device_done has run.
+    reactor->post([this, &r] {
+      set_.offload_returned();
+      device_done(r, sc::Success);  // may free this connection: touch nothing after
+    });
+    set->offload_post_done();  // the connection may be gone by now; the set and reactor are not
+  });
+}
+
 void TcpQueue::run_next_step(Request& r) {
   if (backend_gate_.closed()) {
     backend_gate_.leave();  // may free this connection: touch nothing after

@@ -58,6 +58,16 @@ class ConnectionSet {
   void add_draining(TcpQueue* c) { draining_.push_back(c); }
   void remove_draining(TcpQueue* c);
   size_t draining() const { return draining_.size(); }
+  // Work of this reactor's queues on a worker thread: shutdown waits until it has come back
+  // (its task has run here) and until the worker has left post() (which still writes to this
+  // reactor's eventfd after queueing the task).
+  void offload_started() {
+    ++offloads_;
+    offload_posts_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void offload_returned() { --offloads_; }           // on this reactor, in the posted task
+  void offload_post_done() { offload_posts_.fetch_sub(1, std::memory_order_release); }  // on the worker
+  bool offloads_out() const { return offloads_ > 0 || offload_posts_.load(std::memory_order_acquire) > 0; }
   // The open connections, one entry each.
   void collect(std::vector<ConnectionInfo>& out) const;
   // Requests per state over every connection of this reactor, the closed ones whose requests
@@ -83,6 +93,8 @@ class ConnectionSet {
   std::vector<TcpQueue*> conns_;
   uint32_t index_ = 0;
   std::vector<TcpQueue*> draining_;
+  uint32_t offloads_ = 0;
+  std::atomic<uint32_t> offload_posts_{0};
   RequestStateEntries retired_entries_{};  // of the connections that are gone
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
 };
@@ -126,6 +138,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void complete(Request& r) override;
   void submit(Request& r, Namespace& ns) override;
   void next_turn(Request& r) override;
+  void run_off_reactor(Request& r, void (*work)(void* arg), void* arg) override;
   void need_buffer(Request& r, uint32_t len) override;
   bool abort_before_execution(Request& r) override;
   void connected() override;

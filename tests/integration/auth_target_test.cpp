@@ -8,9 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "auth/dhchap_transaction.hpp"
 #include "raw_session.hpp"
@@ -308,6 +313,113 @@ TEST(AuthTarget, ClaimingAKeyedHostsNqnDoesNotTakeItsConnectionSlots) {
   // The host's two queues go on.
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
   EXPECT_TRUE(ok(cqe));
+}
+
+// Holds every piece of work a queue takes off its reactor until the test lets it go.
+struct HeldWork final : target::OffloadHook {
+  std::mutex mu;
+  std::condition_variable cv;
+  int entered = 0;
+  bool released = false;
+  void before_work() override {
+    std::unique_lock lk(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lk, [&] { return released; });
+  }
+  bool wait_entered(int n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(10), [&] { return entered >= n; });
+  }
+  void release() {
+    std::lock_guard lk(mu);
+    released = true;
+    cv.notify_all();
+  }
+};
+
+// The keyed host's admin queue with its Negotiate sent and not yet answered (cid: its command).
+AssertionResult negotiate_unanswered(Session& s, uint16_t port, auth::DhchapHost& host, uint16_t& cid) {
+  Cqe cqe{};
+  if (auto r = s.open(port); !r) return r;
+  if (auto r = s.connect_admin(cqe, kTestNqn, kHostNqn); !r) return r;
+  if (!ok(cqe)) return AssertionFailure() << "Connect: " << status_name(Status::from_cqe(cqe.status));
+  const std::vector<uint8_t> negotiate = host.next_message();
+  cid = s.cid();
+  return s.send_capsule(auth_sqe(cid, FabricsType::AuthSend, uint32_t(negotiate.size())), negotiate);
+}
+
+// The DH computations of an Authentication Send run on a worker: while one is held there, the
+// reactor (one for the whole target here) answers other hosts' commands, and the same queue's
+// next Authentication command is out of sequence; once it is back the transaction goes on.
+TEST(AuthTarget, TheReactorGoesOnWhileAnExponentiationRuns) {
+  target::TargetConfig cfg = auth_config(false);
+  cfg.cores = 1;
+  RunningTarget t(cfg);
+  HeldWork held;
+  t.target().state().offload_hook.store(&held);
+  struct Unhook {
+    RunningTarget& t;
+    HeldWork& h;
+    ~Unhook() {
+      h.release();
+      t.target().state().offload_hook.store(nullptr);
+    }
+  } unhook{t, held};
+
+  Session s;
+  const auth::DhchapSecret hs = secret(0x11);
+  auth::DhchapHost host(host_keys(&hs, nullptr), {}, 1);
+  uint16_t first = 0;
+  ASSERT_TRUE(negotiate_unanswered(s, t.port(), host, first));
+  ASSERT_TRUE(held.wait_entered(1)) << "the Negotiate's key pair is computed on a worker";
+  Cqe cqe{};
+
+  // Another host, on the same reactor, is answered meanwhile.
+  Session other;
+  ASSERT_TRUE(other.open(t.port()));
+  ASSERT_TRUE(other.connect_admin(cqe, kTestNqn, kOtherHost));
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(other.command(property_sqe(other.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  // The same queue's next Authentication command does not wait for, nor touch, the held one.
+  Cqe second{};
+  ASSERT_TRUE(s.command(auth_sqe(s.cid(), FabricsType::AuthReceive, wire::kAuthHostReceiveLength), {}, second));
+  EXPECT_TRUE(status_is(second, 0, 0x0C)) << "Command Sequence Error while the last one is being computed";
+
+  held.release();
+  ASSERT_TRUE(s.read_response(first, cqe));
+  EXPECT_TRUE(ok(cqe));
+  ASSERT_TRUE(authenticate(s, host));
+  ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe)) << "authenticated";
+}
+
+// A target stopped while a queue's computation is on a worker waits for it to come back (it
+// comes back through the queue's reactor), then frees the queue: nothing is touched after it
+// is gone (the sanitizer builds check).
+TEST(AuthTarget, StoppingWhileAnExponentiationRunsWaitsForIt) {
+  auto t = std::make_unique<RunningTarget>(auth_config(false));
+  HeldWork held;
+  t->target().state().offload_hook.store(&held);
+  Session s;
+  const auth::DhchapSecret hs = secret(0x11);
+  auth::DhchapHost host(host_keys(&hs, nullptr), {}, 1);
+  uint16_t cid = 0;
+  ASSERT_TRUE(negotiate_unanswered(s, t->port(), host, cid));
+  ASSERT_TRUE(held.wait_entered(1));
+  s.c.close();  // the host goes too: its queue closes with the work still out
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    t->target().stop();
+    stopped = true;
+  });
+  held.release();
+  stopper.join();
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(t->target().state().usage.connections.load(), 0u);
+  t->target().state().offload_hook.store(nullptr);
+  t.reset();
 }
 
 // ---- the nvtcp host library against the nvtcp target -------------------------------------------

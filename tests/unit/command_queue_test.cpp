@@ -152,6 +152,13 @@ class FakeTransport final : public target::CommandTransport {
     pool_.set_state(&r, S::BetweenSteps);
     turns_.push_back(&r);
   }
+  void run_off_reactor(target::Request& r, void (*work)(void*), void* arg) override {
+    pool_.set_state(&r, S::InDevice);
+    ++offloaded;
+    work(arg);  // here, at once
+    pool_.set_state(&r, S::Executing);
+    commands_.device_done(r);
+  }
   void need_buffer(target::Request& r, uint32_t len) override {
     ++buffer_requests;
     pool_.set_state(&r, S::NeedBuffer);
@@ -174,7 +181,7 @@ class FakeTransport final : public target::CommandTransport {
   std::vector<target::Request*> completed;
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
-  int device_ops = 0, r2t_transfers = 0, buffer_requests = 0;
+  int device_ops = 0, r2t_transfers = 0, buffer_requests = 0, offloaded = 0;
   std::function<void()> while_data_travels;  // runs between an R2T command's parse and its execute
   std::string closed_why;
   bool disconnect_requested = false;
