@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -49,13 +50,14 @@ struct TargetArgs {
   std::string nqn = "nqn.2026-11.io.nvtcp:default";
   std::vector<std::string> null_sizes, ram_sizes, files;
   uint32_t block_size = 512;
-  unsigned cores = 1;
+  // Not given: the configuration file's value (or the default) stays.
+  std::optional<unsigned> cores;
   std::vector<int> cpus;
-  uint16_t discovery_port = 8009;
+  std::optional<uint16_t> discovery_port;
   bool no_hdgst = false, no_ddgst = false;
   std::string tcp_congestion;
-  uint32_t in_capsule = 8192;
-  uint32_t max_h2c = 128 * 1024;
+  std::optional<uint32_t> in_capsule;
+  std::optional<uint32_t> max_h2c;
   std::vector<std::string> hosts;
   bool busy_poll = false;
   std::string poll;
@@ -128,13 +130,17 @@ int run_target(const TargetArgs& a) {
     fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH or --config FILE\n");
     return 2;
   }
-  cfg.cores = std::max<unsigned>(a.cores, unsigned(a.cpus.size()));
-  cfg.cpus = a.cpus;
-  cfg.discovery_port = a.discovery_port;
+  // Options given on the command line win over the configuration file; the others leave it be.
+  if (a.cores) cfg.cores = *a.cores;
+  if (!a.cpus.empty()) {
+    cfg.cpus = a.cpus;
+    cfg.cores = std::max<unsigned>(cfg.cores, unsigned(a.cpus.size()));
+  }
+  if (a.discovery_port) cfg.discovery_port = *a.discovery_port;
   if (a.no_hdgst) cfg.allow_hdgst = false;
   if (a.no_ddgst) cfg.allow_ddgst = false;
   if (!a.tcp_congestion.empty()) cfg.tcp_congestion = a.tcp_congestion;
-  cfg.in_capsule_data = a.in_capsule;
+  if (a.in_capsule) cfg.in_capsule_data = *a.in_capsule;
   if (a.max_connections) cfg.max_connections = a.max_connections;
   if (a.no_connection_limit) cfg.max_connections = 0;
   if (a.icreq_timeout_ms) cfg.icreq_timeout_ms = a.icreq_timeout_ms;
@@ -166,7 +172,7 @@ int run_target(const TargetArgs& a) {
     }
     cfg.send_buffer_bytes = n;
   }
-  cfg.max_h2c_data = a.max_h2c;
+  if (a.max_h2c) cfg.max_h2c_data = *a.max_h2c;
   if (!a.poll.empty()) cfg.poll = a.poll;
   if (a.busy_poll) cfg.poll = "busy";
   if (a.sqpoll) cfg.sqpoll = true;
@@ -249,15 +255,15 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--ram", a->ram_sizes, "add a RAM namespace of SIZE (e.g. 1G)");
   c->add_option("--file", a->files, "add a file or block-device namespace: PATH[,SIZE]");
   c->add_option("--block-size", a->block_size, "namespace block size: 512 or 4096")->check(CLI::IsMember({512, 4096}));
-  c->add_option("--cores", a->cores, "reactor threads")->check(CLI::Range(1, 256));
+  c->add_option("--cores", a->cores, "reactor threads (default 1)")->check(CLI::Range(1, 256));
   c->add_option("--cpus", a->cpus, "pin reactor i to the i-th CPU of this list (e.g. --cpus 0)")->delimiter(',');
-  c->add_option("--discovery-port", a->discovery_port, "discovery service port (0: only on the listeners)");
+  c->add_option("--discovery-port", a->discovery_port, "discovery service port (default 8009; 0: only on the listeners)");
   c->add_option("--allow-host", a->hosts, "host NQN allowed to connect (repeatable; default: any host)");
   c->add_flag("--no-hdgst", a->no_hdgst, "refuse header digests");
   c->add_flag("--no-ddgst", a->no_ddgst, "refuse data digests");
   c->add_option("--tcp-congestion", a->tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
-  c->add_option("--in-capsule", a->in_capsule, "I/O queue in-capsule data bytes (IOCCSZ - 64)");
-  c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp");
+  c->add_option("--in-capsule", a->in_capsule, "I/O queue in-capsule data bytes (IOCCSZ - 64; default 8192)");
+  c->add_option("--max-h2c-data", a->max_h2c, "MAXH2CDATA bytes announced in ICResp (default 131072)");
   c->add_option("--max-connections", a->max_connections,
                 "live TCP connections at most (default 4096); more are closed right after accept");
   c->add_option("--max-connections-per-address", a->max_connections_per_address,

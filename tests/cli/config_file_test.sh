@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The target's configuration file is what it runs with: "discovery_port", "cores",
+# "in_capsule_data" and "max_h2c_data" from the file hold unless the command line gives the
+# option (the command line's defaults used to replace them silently). Checked from the log
+# (no discovery service, the reactor count) and from Identify Controller (IOCCSZ); then the
+# same file with --in-capsule and --cores on the command line, which win.
+set -euo pipefail
+NVTCP=$1
+dir=$(mktemp -d /tmp/nvtcp-config-file.XXXXXX)
+target_pid=
+cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+NQN=nqn.2026-12.io.nvtcp:config-file
+cat >"$dir/target.json" <<JSON
+{"listeners": [{"address": "127.0.0.1", "port": 0}], "discovery_port": 0, "cores": 2,
+ "in_capsule_data": 4096, "max_h2c_data": 65536,
+ "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "null", "size": "1G"}]}]}
+JSON
+# start ARGS...: the target with the file and ARGS; sets target_pid and port.
+start() {
+  rm -f "$dir/ready"
+  "$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" "$@" >"$dir/target.log" 2>&1 &
+  target_pid=$!
+  for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+  [ -s "$dir/ready" ] || fail "target did not start"
+  port=$(cat "$dir/ready")
+}
+stop() {
+  kill -INT "$target_pid"
+  wait "$target_pid" || true
+  target_pid=
+}
+ioccsz() {
+  "$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" >"$dir/identify.out" 2>&1 \
+    || fail "identify: $(tail -2 "$dir/identify.out")"
+  awk '/^ioccsz/ { print $3 }' "$dir/identify.out"
+}
+
+start
+grep -q 'discovery service on' "$dir/target.log" && fail "\"discovery_port\": 0 in the file, yet a discovery port was opened"
+got=$(ioccsz)
+[[ $got == $(((64 + 4096) / 16)) ]] || fail "IOCCSZ $got: the file's in_capsule_data 4096 was not used"
+stop
+grep -q 'in 2 reactor thread(s)' "$dir/target.log" || fail "the file's \"cores\": 2 was not used: $(tail -1 "$dir/target.log")"
+echo "PASS: the file's discovery_port, cores and in_capsule_data hold (IOCCSZ $got)"
+
+start --in-capsule 16384 --cores 1
+got=$(ioccsz)
+[[ $got == $(((64 + 16384) / 16)) ]] || fail "IOCCSZ $got: --in-capsule 16384 did not win over the file"
+stop
+grep -q 'in 1 reactor thread(s)' "$dir/target.log" || fail "--cores 1 did not win over the file"
+echo "PASS: options on the command line win over the file (IOCCSZ $got)"
