@@ -117,12 +117,15 @@ void CommandQueue::finish_auth(Request& r) {
     auth_.reset();
     authenticated_ = false;
   } else if (auth_->authenticated() && !was_authenticated) {
-    log::info("{}: host {} authenticated on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
-              qid_, dhchap_hash_name(auth_->hash()), dh_group_name(auth_->dh_group()),
+    log::info("{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
+              authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
+              dh_group_name(auth_->dh_group()),
               auth_->bidirectional() ? ", controller authenticated to the host too" : "");
     if (budget_after_auth_ && !move_to_host_budget()) transport_.close_after_response();
+    // A queue stays authenticated while its host re-authenticates, as nvmet's does: its commands
+    // go on, and only a failed transaction ends it.
+    authenticated_ = true;
   }
-  if (auth_) authenticated_ = auth_->authenticated();
   done(r, sc::Success);
 }
 

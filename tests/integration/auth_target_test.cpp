@@ -315,6 +315,46 @@ TEST(AuthTarget, ClaimingAKeyedHostsNqnDoesNotTakeItsConnectionSlots) {
   EXPECT_TRUE(ok(cqe));
 }
 
+// A host may authenticate an authenticated queue again (a new Negotiate): the queue's commands go
+// on meanwhile, as with nvmet, and a transaction that fails ends the queue.
+TEST(AuthTarget, ReauthenticationKeepsTheQueueRunningUntilItFails) {
+  RunningTarget t(auth_config(false));
+  const auth::DhchapSecret hs = secret(0x11), wrong = secret(0x12);
+  Session admin;
+  uint16_t cntlid = 0;
+  ASSERT_TRUE(authenticated_controller(admin, t.port(), hs, nullptr, cntlid));
+  Session io;
+  Cqe cqe{};
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  auth::DhchapHost first(host_keys(&hs, nullptr), {}, 2);
+  ASSERT_TRUE(authenticate(io, first));
+  auto read_ok = [&] {
+    Cqe c{};
+    return io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, c) && ok(c);
+  };
+  ASSERT_TRUE(read_ok());
+
+  // Again, with a read between each step: the queue stays authenticated throughout.
+  auth::DhchapHost again(host_keys(&hs, nullptr), {}, 3);
+  const std::vector<uint8_t> negotiate = again.next_message();
+  ASSERT_TRUE(io.command(auth_sqe(io.cid(), FabricsType::AuthSend, uint32_t(negotiate.size())), negotiate, cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_TRUE(read_ok()) << "commands go on while the host re-authenticates";
+  ASSERT_TRUE(authenticate(io, again));
+  EXPECT_TRUE(read_ok());
+
+  // A re-authentication with the wrong secret fails, and the queue closes after its answer.
+  auth::DhchapHost bad(host_keys(&wrong, nullptr), {}, 4);
+  EXPECT_FALSE(authenticate(io, bad));
+  Bytes p;
+  EXPECT_FALSE(io.c.read_pdu(p)) << "the queue closes once its re-authentication has failed";
+  // The admin queue, authenticated on its own, goes on.
+  ASSERT_TRUE(admin.command(property_sqe(admin.cid(), FabricsType::PropertyGet, 0x1C, 0), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+}
+
 // Holds every piece of work a queue takes off its reactor until the test lets it go.
 struct HeldWork final : target::OffloadHook {
   std::mutex mu;
