@@ -275,7 +275,7 @@ int run_perf_cmd(PerfArgs& a) {
   }
   if (a.json) fmt::print("{}\n", format_perf_json(a.o, r));
   else fmt::print("{}", format_perf_text(a.o, r));
-  return (r.errors || r.verify_failures) ? 1 : 0;
+  return (r.errors || r.verify_failures || r.reauth_failures) ? 1 : 0;
 }
 }  // namespace
 
@@ -333,6 +333,10 @@ void add_perf_command(CLI::App& app, int& rc) {
                 "with --json: I/Os completed and the most outstanding per interval of this many ms")
       ->check(CLI::Range(1, 60000));
   c->add_flag("--verify", a->o.verify, "write tagged blocks for half the time, then read them back and check");
+  c->add_option("--reauth-interval", a->o.reauth_seconds,
+                "run DH-HMAC-CHAP again on every queue this many seconds apart, I/O going on (needs --dhchap-secret; "
+                "a failed re-authentication makes perf fail)")
+      ->check(CLI::Range(0.1, 86400.0));
   c->add_option("--tcp-congestion", a->o.ctrl.tcp_congestion, "TCP congestion control per socket (e.g. cubic)");
   add_socket_buffer_options(c, a->o.ctrl.socket_buffer_bytes, a->o.ctrl.send_buffer_bytes);
   add_dhchap_options(c, a->o.ctrl.dhchap_secret, a->o.ctrl.dhchap_ctrl_secret);

@@ -265,15 +265,20 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
       job.issue(&s);
     }
     uint64_t end = job.measure_start_ns + uint64_t(secs * 1e9);
+    const uint64_t reauth_ns = uint64_t(o.reauth_seconds * 1e9);
+    uint64_t next_reauth = reauth_ns ? t0 + reauth_ns : UINT64_MAX;
     while (true) {
       poll_all(1000);
       const uint64_t now = monotonic_ns();
       if (!ramped && now >= job.measure_start_ns) {
         // The ramp is over: what it did is not the sample's.
         ramped = true;
-        const uint64_t errors = out.errors;
+        const PerfResult kept = out;
         out = PerfResult{};
-        out.errors = errors;  // an error is never hidden, ramp or not
+        out.errors = kept.errors;  // an error is never hidden, ramp or not
+        out.reauths = kept.reauths;
+        out.reauth_failures = kept.reauth_failures;
+        out.reauth_error = kept.reauth_error;
         if (on_ramp_end) on_ramp_end();
       }
       if (job.cell_ns && ramped) {
@@ -284,6 +289,22 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
         }
       }
       if (now >= end) break;
+      if (now >= next_reauth) {
+        // --reauth-interval: a new DH-HMAC-CHAP transaction on this thread's queue pairs (and, by
+        // the first thread, on the admin queue), while their I/O goes on.
+        next_reauth = now + reauth_ns;
+        auto count = [&out](int rc, const std::string& why) {
+          if (rc == 0) {
+            ++out.reauths;
+          } else {
+            ++out.reauth_failures;
+            out.reauth_error = why;
+          }
+        };
+        std::string why;
+        if (index == 0) count(ctrl.reauthenticate(why), why);
+        for (auto& q : qps) count(q->reauthenticate(why), why);
+      }
       // --number-ios: done once every I/O asked for has completed.
       if (o.number_ios && job.issued >= job.issue_limit && job.outstanding == 0 && job.idle.empty()) break;
       job.follow_shrink(ctrl);
@@ -414,6 +435,9 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
     out.errors += r.errors;
     out.verify_failures += r.verify_failures;
     out.verify_skipped += r.verify_skipped;
+    out.reauths += r.reauths;
+    out.reauth_failures += r.reauth_failures;
+    if (out.reauth_error.empty()) out.reauth_error = r.reauth_error;
     out.seconds = std::max(out.seconds, r.seconds);
     out.lat.merge(r.lat);
     if (!r.timeline_completed.empty()) {
@@ -445,6 +469,9 @@ std::string format_perf_text(const PerfOptions& o, const PerfResult& r) {
   if (o.verify)
     s += fmt::format("  verify: {} mismatches, {} reads of blocks with no acknowledged write not checked\n",
                      r.verify_failures, r.verify_skipped);
+  if (o.reauth_seconds > 0)
+    s += fmt::format("  re-authentication: {} transactions, {} failed{}{}\n", r.reauths, r.reauth_failures,
+                     r.reauth_failures ? ": " : "", r.reauth_failures ? r.reauth_error : "");
   return s;
 }
 
@@ -474,6 +501,11 @@ std::string format_perf_json(const PerfOptions& o, const PerfResult& r) {
   if (o.verify) {
     j["verify_failures"] = r.verify_failures;
     j["verify_skipped"] = r.verify_skipped;
+  }
+  if (o.reauth_seconds > 0) {
+    j["reauths"] = r.reauths;
+    j["reauth_failures"] = r.reauth_failures;
+    if (r.reauth_failures) j["reauth_error"] = r.reauth_error;
   }
   j["ramp_seconds"] = o.ramp_seconds;
   if (r.timeline_cell_s > 0) {

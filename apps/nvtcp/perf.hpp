@@ -26,11 +26,14 @@ struct PerfOptions {
   bool verify = false;                // write tagged blocks, then read back and check
   double ramp_seconds = 0;            // run this long first and count none of it (connects are never counted)
   uint32_t timeline_ms = 0;           // record completions and outstanding I/O per cell of this length (0: no)
+  double reauth_seconds = 0;          // run DH-HMAC-CHAP again on every queue this often (0: never)
   host::DataPathOptions data_path;    // SQ thread CPU, zero-copy sends, multishot and spinning receive
 };
 
 struct PerfResult {
   uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_failures = 0, verify_skipped = 0;
+  uint64_t reauths = 0, reauth_failures = 0;  // --reauth-interval: transactions run, and failed
+  std::string reauth_error;                   // why the last one failed
   double seconds = 0;
   double cpu_seconds = 0;
   LatencyHistogram lat;

@@ -216,6 +216,14 @@ class QueuePair {
   // something to arrive (0 = don't wait), and delivers completions. Returns how many
   // completions this queue pair delivered.
   int process_completions(uint32_t timeout_us = 0);
+  // Runs DH-HMAC-CHAP again on this queue with the controller's secrets (a host may
+  // re-authenticate at any time; Linux does when its secret changes), on the calling thread,
+  // which must be the one that drives this queue pair and not inside a completion callback:
+  // it waits in process_completions(), so other commands' completions are delivered meanwhile
+  // and their I/O goes on. 0, or -errno with err saying why: EINVAL without a secret, ENOTCONN
+  // while not connected, EACCES when the transaction failed (the controller then closes the
+  // queue), ENOTSUP through the offload engine (its own connections are its business).
+  int reauthenticate(std::string& err);
 
   uint16_t qid() const;
   uint32_t depth() const;
@@ -271,6 +279,10 @@ class Controller {
 
   // Synchronous admin commands (the admin thread runs them).
   Completion admin(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
+  // Runs DH-HMAC-CHAP again on the admin queue with the configured secrets (the I/O queue pairs
+  // each with QueuePair::reauthenticate, on their own threads). 0, or -errno with err saying
+  // why, as QueuePair::reauthenticate; a failed transaction costs the controller its admin queue.
+  int reauthenticate(std::string& err);
   Completion identify(uint8_t cns, uint32_t nsid, void* buf4k, uint32_t cdw11 = 0);
   Completion get_log_page(uint8_t lid, uint32_t nsid, void* buf, uint32_t len, uint64_t offset = 0);
 

@@ -22,6 +22,7 @@
 #include "host/engine_client.hpp"
 #include "host/namespace_scan.hpp"
 #include "host/queue_pair_impl.hpp"
+#include "host/reauthenticate.hpp"
 #include "host/test_seams.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
@@ -615,6 +616,32 @@ int QueuePair::deallocate(uint32_t nsid, const DsmRange* ranges, uint32_t n, Com
 }
 
 int QueuePair::process_completions(uint32_t timeout_us) { return impl_->poll(timeout_us); }
+
+int QueuePair::reauthenticate(std::string& err) { return impl_->reauthenticate(err); }
+
+int Controller::reauthenticate(std::string& err) {
+  if (engine_) {
+    err = "through the offload engine, the engine's connections authenticate on their own";
+    return -ENOTSUP;
+  }
+  State& st = *s_;
+  if (!st.dhchap_secret) {
+    err = "no DH-HMAC-CHAP secret was given for this controller";
+    return -EINVAL;
+  }
+  if (st.link_state() != State::LinkState::Live) {
+    err = "the admin queue is not connected";
+    return -ENOTCONN;
+  }
+  auto exchange = [this](bool send, std::vector<uint8_t>& buf) {
+    return admin(detail::auth_transfer_sqe(send, uint32_t(buf.size())), buf.data(), uint32_t(buf.size()), send).status;
+  };
+  auth::DhchapKeys keys{st.dhchap_secret.get(), st.dhchap_ctrl_secret.get(), st.hostnqn, st.trid.subnqn};
+  const int rc = detail::run_dhchap(keys, st.next_auth_transaction(), exchange, err);
+  if (rc == 0) log::debug("{}: admin queue re-authenticated (DH-HMAC-CHAP)", st.trid.subnqn);
+  else log::warn("{}: admin queue re-authentication failed: {}", st.trid.subnqn, err);
+  return rc;
+}
 uint16_t QueuePair::qid() const { return impl_->qid(); }
 uint32_t QueuePair::depth() const { return impl_->depth(); }
 uint32_t QueuePair::outstanding() const { return impl_->outstanding(); }

@@ -55,6 +55,10 @@ struct Controller::State : detail::ControllerLink {
   // The DH-HMAC-CHAP secrets of ControllerOptions, parsed once; every queue uses them.
   std::shared_ptr<const auth::DhchapSecret> dhchap_secret;
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl_secret;
+  // Transaction IDs of the admin queue's re-authentications (Controller::reauthenticate); its
+  // queue pair numbers its Connect-time ones from 1.
+  std::atomic<uint16_t> auth_transactions{0x8000};
+  uint16_t next_auth_transaction() { return auth_transactions.fetch_add(1, std::memory_order_relaxed); }
   std::shared_ptr<const tls::Psk> tls_psk;  // set: every queue starts with a TLS handshake
   uint8_t hostid[16] = {};
   bool discovery = false;

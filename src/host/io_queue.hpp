@@ -2,8 +2,10 @@
 // connection of its own) or the offload engine (EngineIoQueue: queues in memory shared with
 // the engine).
 #pragma once
+#include <cerrno>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,11 @@ class IoQueue {
   virtual bool failed() const = 0;
   virtual bool ready() const = 0;
   virtual uint32_t reconnects() const = 0;
+  // DH-HMAC-CHAP again on this queue, on the owner's thread (QueuePair::reauthenticate).
+  virtual int reauthenticate(std::string& err) {
+    err = "re-authentication is not done over this transport";
+    return -ENOTSUP;
+  }
 
   // Set by whoever created the queue: released (and so the qid returned) when it dies.
   std::shared_ptr<void> lease;

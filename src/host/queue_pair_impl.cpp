@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "host/reauthenticate.hpp"
 #include "util/log.hpp"
 #include "wire/auth.hpp"
 #include "wire/digest.hpp"
@@ -326,14 +327,55 @@ void QueuePairImpl::start_authentication(uint32_t connect_dw0) {
   auth_step();
 }
 
+int QueuePairImpl::reauthenticate(std::string& err) {
+  if (!p_.dhchap_secret) {
+    err = "no DH-HMAC-CHAP secret was given for this controller";
+    return -EINVAL;
+  }
+  if (state_ != State::Ready) {
+    err = "the queue is not connected";
+    return -ENOTCONN;
+  }
+  // The Connect slot carries the transaction's commands, one at a time, beside the queue's I/O.
+  HostRequest* slot = &pool_[p_.depth];
+  struct Wait {
+    bool done = false;
+    Completion cpl;
+  };
+  auto exchange = [this, slot](bool send, std::vector<uint8_t>& buf) {
+    Wait w;
+    start_request(slot, detail::auth_transfer_sqe(send, uint32_t(buf.size())), buf.data(), uint32_t(buf.size()), send,
+                  [](void* ctx, const Completion& c) {
+                    auto* wait = static_cast<Wait*>(ctx);
+                    wait->cpl = c;
+                    wait->done = true;
+                  },
+                  &w);
+    send_command(slot);
+    while (!w.done && state_ == State::Ready) poll(1000);
+    if (!w.done) {
+      // The connection went; a reconnect takes the slot (and authenticates afresh). Nothing
+      // may call back into this frame any more.
+      slot->cb = nullptr;
+      slot->ctx = nullptr;
+      Completion lost;
+      lost.status = sc::TransportError;
+      return lost.status;
+    }
+    return w.cpl.status;
+  };
+  auth::DhchapKeys keys{p_.dhchap_secret.get(), p_.dhchap_ctrl_secret.get(), p_.hostnqn, p_.trid.subnqn};
+  const int rc = detail::run_dhchap(keys, ++auth_transactions_, exchange, err);
+  if (rc == 0)
+    log::debug("{}:{} qid {}: re-authenticated (DH-HMAC-CHAP)", p_.trid.traddr, p_.trid.trsvcid, p_.qid);
+  else
+    log::warn("{}:{} qid {}: re-authentication failed: {}", p_.trid.traddr, p_.trid.trsvcid, p_.qid, err);
+  return rc;
+}
+
 void QueuePairImpl::auth_step() {
   if (state_ != State::AwaitConnect || !auth_) return;  // the connection went away meanwhile
   HostRequest* r = &pool_[p_.depth];  // the Connect slot, free again
-  AuthTransferCmd cmd{};
-  cmd.opc = uint8_t(AdminOpcode::Fabrics);
-  cmd.spsp0 = kAuthSpsp0;
-  cmd.spsp1 = kAuthSpsp1;
-  cmd.secp = kAuthSecp;
   auto done = [](void* ctx, const Completion& c) {
     auto* self = static_cast<QueuePairImpl*>(ctx);
     if (self->state_ != State::AwaitConnect || !self->auth_) return;
@@ -350,22 +392,16 @@ void QueuePairImpl::auth_step() {
   if (!m.empty()) {
     auth_out_ = std::move(m);
     auth_receiving_ = false;
-    cmd.fctype = uint8_t(FabricsType::AuthSend);
-    cmd.length = uint32_t(auth_out_.size());
-    Sqe sqe;
-    std::memcpy(&sqe, &cmd, sizeof(cmd));
-    start_request(r, sqe, auth_out_.data(), cmd.length, true, done, this);
+    const auto len = uint32_t(auth_out_.size());
+    start_request(r, detail::auth_transfer_sqe(true, len), auth_out_.data(), len, true, done, this);
     send_command(r);
     return;
   }
   if (auth_->expects_receive()) {
     auth_in_.assign(kAuthHostReceiveLength, 0);
     auth_receiving_ = true;
-    cmd.fctype = uint8_t(FabricsType::AuthReceive);
-    cmd.length = kAuthHostReceiveLength;
-    Sqe sqe;
-    std::memcpy(&sqe, &cmd, sizeof(cmd));
-    start_request(r, sqe, auth_in_.data(), kAuthHostReceiveLength, false, done, this);
+    start_request(r, detail::auth_transfer_sqe(false, kAuthHostReceiveLength), auth_in_.data(),
+                  kAuthHostReceiveLength, false, done, this);
     send_command(r);
     return;
   }

@@ -186,6 +186,8 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   QueueState state() const { return state_; }
   SocketState socket_state() const { return socket_; }
   uint32_t reconnects() const override { return reconnects_; }
+  // A new DH-HMAC-CHAP transaction on the Connect slot, waited for in poll() (IoQueue).
+  int reauthenticate(std::string& err) override;
   const std::string& error() const { return error_.message; }
   const HostError& last_error() const { return error_; }
   reactor::Reactor& reactor() { return reactor_; }

@@ -43,6 +43,16 @@ grep -q 'authenticated on qid 0 (DH-HMAC-CHAP, hmac(sha256), DH group ffdhe2048,
   "$dir/target.log" || fail "no admin queue authentication in the target log"
 [ "$(grep -c 'authenticated on qid [1-9]' "$dir/target.log")" -ge 2 ] || fail "the I/O queues did not authenticate"
 
+# --reauth-interval: every queue runs DH-HMAC-CHAP again, both ways, while the verify I/O goes on.
+"$NVTCP" perf -r "$trid" -q 8 -o 4K -w randrw -t 2 -P 2 --verify --reauth-interval 0.4 \
+  --dhchap-secret "@$dir/host.key" --dhchap-ctrl-secret "@$dir/ctrl.key" >"$dir/reauth.txt" 2>&1 \
+  || fail "perf --reauth-interval: $(tail -3 "$dir/reauth.txt")"
+grep -q 're-authentication: [1-9][0-9]* transactions, 0 failed' "$dir/reauth.txt" \
+  || fail "perf --reauth-interval ran none: $(grep re-auth "$dir/reauth.txt")"
+grep -q 're-authenticated on qid 0 ' "$dir/target.log" || fail "the admin queue did not re-authenticate"
+grep -q 're-authenticated on qid [1-9]' "$dir/target.log" || fail "no I/O queue re-authenticated"
+echo "PASS: $(grep 're-authentication:' "$dir/reauth.txt" | tr -s ' ')"
+
 "$NVTCP" identify -r "$trid" --dhchap-secret "$HOST_KEY" >"$dir/identify.txt" 2>&1 \
   || fail "identify with an inline secret: $(tail -3 "$dir/identify.txt")"
 grep -q '^cntlid' "$dir/identify.txt" || fail "identify printed no controller"

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -492,6 +493,80 @@ TEST(AuthHost, TheHostLibraryAuthenticatesEveryQueue) {
   auto ctrl = host::Controller::connect(t.trid(), host_options(text_of(secret(0x11))), err);
   ASSERT_NE(ctrl, nullptr) << err;
   write_and_read_back(*ctrl);
+}
+
+// Counts the Authentication commands the target answers, per queue.
+struct AuthResponses final : target::ResponseObserver {
+  std::mutex mu;
+  std::map<uint16_t, int> ok_by_qid, failed_by_qid;
+  void on_response(uint16_t qid, const nvme::Sqe& sqe, nvme::Status status, const backend::BlockIo&) override {
+    if (sqe.opc != uint8_t(AdminOpcode::Fabrics)) return;
+    const auto t = FabricsType(sqe.fctype());
+    if (t != FabricsType::AuthSend && t != FabricsType::AuthReceive) return;
+    std::lock_guard lk(mu);
+    ++(status.ok() ? ok_by_qid : failed_by_qid)[qid];
+  }
+  int ok(uint16_t qid) {
+    std::lock_guard lk(mu);
+    return ok_by_qid[qid];
+  }
+};
+
+// The host re-authenticates when asked, both ways, the admin queue through the controller and an
+// I/O queue pair on its own thread while its reads are outstanding: each runs a whole new
+// transaction (Negotiate to Success2), and the I/O goes on.
+TEST(AuthHost, TheHostReauthenticatesWhenAsked) {
+  RunningTarget t(auth_config(true));
+  AuthResponses seen;
+  t.target().state().response_observer.store(&seen);
+  struct Unobserve {
+    RunningTarget& t;
+    ~Unobserve() { t.target().state().response_observer.store(nullptr); }
+  } unobserve{t};
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), host_options(text_of(secret(0x11)), text_of(secret(0x22))), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_NE(qp, nullptr) << err;
+  const int admin_before = seen.ok(0), io_before = seen.ok(qp->qid());
+  EXPECT_EQ(admin_before, 5) << "Negotiate, Challenge, Reply, Success1, Success2 at connect";
+
+  ASSERT_EQ(ctrl->reauthenticate(err), 0) << err;
+  EXPECT_EQ(seen.ok(0), admin_before + 5) << "a whole transaction again on the admin queue";
+
+  std::vector<uint8_t> buf(8 * 4096);
+  int done = 0, failed = 0;
+  struct Ctx {
+    int* done;
+    int* failed;
+  } ctx{&done, &failed};
+  auto cb = [](void* c, const host::Completion& cpl) {
+    auto* x = static_cast<Ctx*>(c);
+    ++*(cpl.status.ok() ? x->done : x->failed);
+  };
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(qp->read(1, uint64_t(i) * 8, 8, buf.data() + i * 4096, cb, &ctx), 0);
+  ASSERT_EQ(qp->reauthenticate(err), 0) << err;
+  EXPECT_EQ(seen.ok(qp->qid()), io_before + 5) << "a whole transaction again on the I/O queue";
+  while (done + failed < 8) qp->process_completions(1000);
+  EXPECT_EQ(failed, 0) << "reads beside the re-authentication";
+  EXPECT_EQ(qp->read(1, 0, 8, buf.data(), cb, &ctx), 0);
+  while (done + failed < 9) qp->process_completions(1000);
+  EXPECT_EQ(failed, 0);
+}
+
+// Without a secret there is nothing to re-authenticate with, and the call says so.
+TEST(AuthHost, ReauthenticatingWithoutASecretIsRefused) {
+  RunningTarget t;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), o, err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  EXPECT_EQ(ctrl->reauthenticate(err), -EINVAL);
+  EXPECT_NE(err.find("no DH-HMAC-CHAP secret"), std::string::npos) << err;
+  auto qp = ctrl->create_io_qpair(4, err);
+  ASSERT_NE(qp, nullptr) << err;
+  EXPECT_EQ(qp->reauthenticate(err), -EINVAL);
 }
 
 TEST(AuthHost, BothWaysFromAKeyFile) {

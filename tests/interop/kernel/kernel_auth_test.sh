@@ -15,7 +15,8 @@
 # 2. nvtcp host -> kernel target. The guest's nvmet allows host HN only with its keys (hmac(sha384),
 #    ffdhe4096, and a controller key) and HN2 with a host key only (hmac(sha512), ffdhe3072);
 #    `nvtcp perf --verify` with --dhchap-secret and --dhchap-ctrl-secret writes and verifies through
-#    it as HN, and with --dhchap-secret alone as HN2; the wrong host secret and the wrong
+#    it as HN (and again with --reauth-interval: the nvtcp host re-authenticates every queue while
+#    the I/O goes on), and with --dhchap-secret alone as HN2; the wrong host secret and the wrong
 #    controller secret each fail connect() with the reason.
 #
 # Keys: fixed test keys in DHHC-1 form (00: used as is; 01/02/03: transformed with SHA-256/384/512).
@@ -97,6 +98,15 @@ if grep -qa 'NVTCP-GUEST .* NVMET-READY' "$CONSOLE"; then
     echo "PASS nvtcp-host.sha384.ffdhe4096.bi: $(grep -m1 IOPS "$WORK/host.ok.out" | tr -s ' ')"
   else
     fail "nvtcp host with the right secrets: $(tail -3 "$WORK/host.ok.out")"
+  fi
+  # Re-authentication the nvtcp host starts, both ways, on the admin and the I/O queue, while the
+  # verify I/O goes on: nvmet must take a new Negotiate on authenticated queues.
+  if "$NVTCP" perf -r "$TRID" -q 8 -o 4K -w randrw -t 3 --verify --reauth-interval 0.8 --dhchap-secret "@$WORK/KN.key" \
+       --dhchap-ctrl-secret "@$WORK/CN.key" >"$WORK/host.reauth.out" 2>&1 \
+     && grep -q 're-authentication: [1-9][0-9]* transactions, 0 failed' "$WORK/host.reauth.out"; then
+    echo "PASS nvtcp-host.reauth: $(grep -m1 're-authentication:' "$WORK/host.reauth.out" | tr -s ' ')"
+  else
+    fail "nvtcp host re-authenticating to nvmet: $(tail -3 "$WORK/host.reauth.out")"
   fi
   # One way, another hash and group: nvmet holds no controller key for HN2.
   if "$NVTCP" perf -r "${TRID/hostnqn:$HN/hostnqn:$HN2}" -q 8 -o 16K -w randrw -t 2 --verify \
