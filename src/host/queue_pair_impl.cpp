@@ -342,7 +342,10 @@ int QueuePairImpl::reauthenticate(std::string& err) {
     bool done = false;
     Completion cpl;
   };
-  auto exchange = [this, slot](bool send, std::vector<uint8_t>& buf) {
+  // A controller that stops answering must not hold the caller for ever: past this, the
+  // connection is given up (and reconnects, if it may) and the call says so.
+  const uint64_t limit_ms = p_.io_timeout_ms ? p_.io_timeout_ms : 30000;
+  auto exchange = [this, slot, limit_ms](bool send, std::vector<uint8_t>& buf) {
     Wait w;
     start_request(slot, detail::auth_transfer_sqe(send, uint32_t(buf.size())), buf.data(), uint32_t(buf.size()), send,
                   [](void* ctx, const Completion& c) {
@@ -352,7 +355,18 @@ int QueuePairImpl::reauthenticate(std::string& err) {
                   },
                   &w);
     send_command(slot);
-    while (!w.done && state_ == State::Ready) poll(1000);
+    const uint64_t deadline = p_.clock->now_ns() + limit_ms * kMs;
+    while (!w.done && state_ == State::Ready) {
+      if (p_.clock->now_ns() >= deadline) {
+        slot->cb = nullptr;  // before the connection goes: its end completes the slot
+        slot->ctx = nullptr;
+        fail(HostError::make(HostError::Kind::Transport,
+                             fmt::format("no answer to Authentication {} within {} ms", send ? "Send" : "Receive",
+                                         limit_ms)));
+        break;
+      }
+      poll(1000);
+    }
     if (!w.done) {
       // The connection went; a reconnect takes the slot (and authenticates afresh). Nothing
       // may call back into this frame any more.

@@ -12,9 +12,12 @@
 // the same connection (not done: the Identify's answer shows nothing went before it).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <future>
 #include <thread>
 
+#include "auth/keys.hpp"
 #include "fault_proxy.hpp"
 #include "host_recovery.hpp"
 #include "host/queue_pair_impl.hpp"
@@ -67,6 +70,47 @@ uint32_t queue_pairs_connecting_or_ready() {
                        QueueState::Ready})
     n += host::detail::queue_pairs_in_state(s);
   return n;
+}
+
+// A re-authentication whose commands get no answer gives up at 30 s of the queue's clock (no
+// io_timeout set), fails the connection (no reconnect here) and says why, rather than holding the
+// caller for ever.
+TEST(HostSteppedClock, ReauthenticationGivesUpOnAControllerThatStopsAnswering) {
+  const std::string key = "DHHC-1:00:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAl7OaH:";
+  const std::string host = "nqn.2026-12.io.nvtcp:reauth-stepped";
+  target::TargetConfig cfg = default_config();
+  auto& sc = cfg.subsystems.at(0);
+  sc.allow_any_host = false;
+  sc.hosts = {host};
+  auto secret = std::make_shared<auth::DhchapSecret>();
+  std::string err;
+  ASSERT_TRUE(auth::parse_dhchap_secret(key, *secret, err)) << err;
+  sc.host_keys[host].dhchap = secret;
+  RunningTarget t(cfg);
+  FaultProxy proxy(t.port());
+  FakeClock clk;
+  ControllerSeam seam(clk);
+  ControllerOptions o;
+  o.hostnqn = host;
+  o.kato_ms = 0;
+  o.dhchap_secret = key;
+  HostSession s;
+  ASSERT_TRUE(open_session(via(proxy.port()), o, 4, s));
+  ASSERT_EQ(proxy.accepted(), 2u);  // 0: admin, 1: the queue pair
+  proxy.stall(1, Direction::ToTarget, true);
+  std::atomic<bool> stop{false};
+  std::thread stepper([&] {
+    while (!stop) {
+      clk.step_ms(1000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const int rc = s.qp->reauthenticate(err);
+  stop = true;
+  stepper.join();
+  EXPECT_EQ(rc, -EIO) << err;
+  EXPECT_NE(err.find("Authentication Send"), std::string::npos) << err;
+  EXPECT_TRUE(s.qp->failed()) << "the connection was given up";
 }
 
 // Keep Alive goes out when the controller's clock reaches the interval, and not before: counted
