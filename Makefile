@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The two entry points from the README: `make demo` and `make test`. Both install what they
 MAKEFLAGS += --no-print-directory
 # need first (`make deps`: Debian's packages and fio's headers), then build with CMake.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Micro-benchmarks (Google Benchmark): CRC32C per byte, and the PDU receive state machine
 // and PDU header building per PDU, so changes to the hot parsing code show up as numbers.
 //   build/nvtcp_micro_bench [--benchmark_filter=...]

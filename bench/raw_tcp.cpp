@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // raw-tcp: the physical bound for nvtcp on this machine. It moves exactly the bytes of an
 // NVMe/TCP read (a 72-byte command capsule in, a 24-byte C2HData header plus the data out)
 // over loopback with the same reactor and stream code nvtcp uses, and nothing else: no PDU

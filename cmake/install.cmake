@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # What `cmake --install` (and `make install PREFIX=...`) puts where, and the Debian package
 # (`cpack -G DEB` in the build directory, or `make package`).
 include(CMakePackageConfigHelpers)
@@ -45,10 +46,28 @@ install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT tools
 #   depends on libnvtcp0 of the same version.
 # A server that only runs the target installs nvtcp alone (the binary links the library
 # statically). dpkg-shlibdeps works out each package's library dependencies.
+# Each package carries the project's licence (Apache-2.0) as a machine-readable Debian copyright
+# file and the Debian changelog, in /usr/share/doc/<package>, and its binaries are stripped:
+# Debian 12's lintian reports no error on the three (package.lintian checks).
+execute_process(COMMAND gzip -9nc ${PROJECT_SOURCE_DIR}/packaging/debian/changelog
+                OUTPUT_FILE ${PROJECT_BINARY_DIR}/changelog.Debian.gz RESULT_VARIABLE NVTCP_GZIP_RC)
+if(NOT NVTCP_GZIP_RC EQUAL 0)
+  message(FATAL_ERROR "gzip of packaging/debian/changelog failed")
+endif()
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/packaging/debian/changelog)
+foreach(pkg_component IN ITEMS "nvtcp;tools" "libnvtcp0;libs" "libnvtcp-dev;dev")
+  list(GET pkg_component 0 pkg)
+  list(GET pkg_component 1 component)
+  install(FILES ${PROJECT_SOURCE_DIR}/packaging/debian/copyright ${PROJECT_BINARY_DIR}/changelog.Debian.gz
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${pkg} COMPONENT ${component})
+endforeach()
+
 set(CPACK_PACKAGE_NAME nvtcp)
 set(CPACK_PACKAGE_VENDOR "nvtcp")
-set(CPACK_PACKAGE_CONTACT "nvtcp maintainers <nvtcp@localhost>")
+set(CPACK_PACKAGE_CONTACT "nvtcp maintainers <maintainers@nvtcp.io>")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
+set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_PREFIX /usr)  # what the install runs with under CPACK_SET_DESTDIR
@@ -67,23 +86,27 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "fio, nvme-cli")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/conffiles)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "userspace NVMe-over-TCP target, tools, fio engine and benchmark
-nvtcp serves NULL, RAM and file namespaces over NVMe/TCP (nvtcp target, also as the
-nvtcp-target service), and connects to NVMe/TCP controllers with the fio ioengine
-libnvtcp_fio.so and the nvtcp discover, identify, perf and bench tools.")
+nvtcp serves NULL, RAM and file namespaces over NVMe/TCP (nvtcp target, also
+as the nvtcp-target service), and connects to NVMe/TCP controllers with the
+fio ioengine libnvtcp_fio.so and the nvtcp discover, identify, perf and bench
+tools.")
 
 set(CPACK_DEBIAN_LIBS_PACKAGE_NAME libnvtcp0)
 set(CPACK_DEBIAN_LIBS_PACKAGE_SECTION libs)
+# dpkg's ldconfig trigger, which Debian's policy wants of a package with a shared library.
+set(CPACK_DEBIAN_LIBS_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/libs/triggers)
 # shlibs for packages that link libnvtcp, and the ldconfig trigger.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # only libnvtcp0 has a library with a SONAME
 set(CPACK_DEBIAN_LIBS_DESCRIPTION "userspace NVMe-over-TCP host library
-libnvtcp connects to NVMe/TCP controllers (the Linux kernel's nvmet, SPDK, nvtcp) and runs
-admin and I/O commands on per-thread queue pairs, with reconnect, keep-alive and digests.")
+libnvtcp connects to NVMe/TCP controllers (the Linux kernel's nvmet, SPDK,
+nvtcp) and runs admin and I/O commands on per-thread queue pairs, with
+reconnect, keep-alive, digests, DH-HMAC-CHAP and TLS.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libnvtcp-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # nvtcpConfig.cmake finds fmt; libnvtcp.a also needs liburing and ISA-L at link time.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libfmt-dev, liburing-dev, libisal-dev, libssl-dev")
 set(CPACK_DEBIAN_DEV_DESCRIPTION "userspace NVMe-over-TCP host library (development files)
-Headers, the static library, the CMake package (find_package(nvtcp): nvtcp::nvtcp and
-nvtcp::nvtcp_static) and nvtcp.pc for pkg-config.")
+Headers, the static library, the CMake package (find_package(nvtcp):
+nvtcp::nvtcp and nvtcp::nvtcp_static) and nvtcp.pc for pkg-config.")
 include(CPack)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install-time part of cmake/install.cmake: the systemd unit and the target's configuration,
 # placed by the prefix given now (cmake --install --prefix, or the package's /usr).
 # A prefix of /usr keeps configuration in /etc, as the FHS and GNUInstallDirs have it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The smallest nvtcp host program: connect to an NVMe/TCP controller, write a few blocks,
 // read them back and compare. Built against an installed nvtcp, with CMake (find_package) or
 // with pkg-config; see examples/README.md.

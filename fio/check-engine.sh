@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build-time check that the installed fio loads the engine: the same FIO_IOOPS_VERSION and
 # every fio symbol the engine uses present (it is linked with -z now).
 #   check-engine.sh ENGINE.so IOOPS_VERSION

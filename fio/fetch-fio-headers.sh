@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fetches the source of Debian's fio package (the same version as the installed fio) and runs
 # its ./configure, so the nvtcp ioengine can be compiled against fio's own headers and the
 # config-host.h they need. fio itself is not built and its sources never enter the repo.

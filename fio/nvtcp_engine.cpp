@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The nvtcp ioengine for fio: each fio thread talks NVMe/TCP to the target through its own
 // controller and queue pair(s) from the nvtcp host library, or, with trtype=engine, hands
 // its commands to the nvtcp offload engine through queues in shared memory (fio's I/O

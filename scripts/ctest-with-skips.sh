@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctest, then why each skipped test was skipped. ctest lists skipped tests by name only and
 # shows no output of theirs, so a test that skips on a new machine (a missing package, no
 # root) would pass unnoticed; here its own reason (its "SKIP: ..." line, or GoogleTest's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make demo: the project's main job, the reference study in its quick profile. An embedded
 # target with a NULL namespace on 127.0.0.1 (CPU 0), the initiators on CPU 1: nvtcp perf and
 # fio connecting NVMe/TCP themselves (the study's software stack) and the same fio job through

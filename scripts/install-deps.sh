@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make deps`: installs the Debian 12 packages nvtcp builds, tests and packages with, and
 # fetches the headers of the installed fio for the fio engine (into .deps/fio-src). This is the
 # only step that installs or downloads anything; configuring and building never do.
@@ -11,6 +12,7 @@ PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcl
       python3 python3-matplotlib procps util-linux fio dpkg-dev debootstrap
       tshark qemu-system-x86
       file       # CPack's Debian generator runs file(1) on what it packages (make package)
+      lintian    # package.lintian: the Debian packages pass Debian's checks
       iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
       xz-utils)  # the kernel interop tests unpack Debian's xz-compressed kernel modules
 missing=()

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Tables and charts in the shape of the reference study, from nvtcp bench's JSON.
 
   nvtcp_bench_report.py bench.json OUT_DIR

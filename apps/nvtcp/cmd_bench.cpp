@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `nvtcp bench`: the reference study's matrix, reproduced against any NVMe/TCP target and
 // any initiator that can be driven from the command line. Each point runs the initiator
 // as a child process pinned to the host CPUs; its CPU comes from wait4()'s rusage, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `nvtcp engine`: the offload engine, until SIGINT/SIGTERM. It connects the remote
 // controllers and serves local applications (trtype:engine) on a UNIX socket.
 #include <signal.h>

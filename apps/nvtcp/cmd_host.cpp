@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side commands: discover, identify, perf.
 #include <algorithm>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `nvtcp target`: serve namespaces until SIGINT/SIGTERM.
 #include <signal.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Log-bucketed latency histogram: 32 linear sub-buckets per power of two of nanoseconds
 // (~3% resolution), fixed size, no allocation when recording.
 #pragma once

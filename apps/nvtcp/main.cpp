@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nvtcp: the command-line front end. Each subcommand is a thin layer over the libraries.
 #include <CLI/CLI.hpp>
 

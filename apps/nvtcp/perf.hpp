@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The workload generator behind `nvtcp perf` (and later `nvtcp bench`): queue pairs on the
 // calling thread, each kept full, with random or sequential offsets and a latency histogram.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whether one benchmark sample can be trusted: the CPU that processes other than the bench's
 // took on the bench's CPUs while it ran, the time the hypervisor stole from them, and stalls:
 // spans in which I/O was outstanding and nothing completed (on a loaded machine: receive-queue

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # Known-answer values for NVMe/TCP TLS keys, to check an implementation against (facts and
 # sources: docs/security/interop-facts.md, section 5). Scratch vectors, not the project's
 # implementation.

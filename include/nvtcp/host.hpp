@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nvtcp host library: connect to an NVMe/TCP controller, make I/O queue pairs, submit NVMe
 // commands with a completion callback, and poll for completions.
 //

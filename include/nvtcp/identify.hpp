@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Identify data structures: controller (CNS 01h), namespace (CNS 00h), namespace
 // identification descriptors (CNS 03h); the active namespace list (CNS 02h) is a plain
 // array of 1024 little-endian NSIDs.

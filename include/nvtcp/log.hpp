@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where nvtcp's log lines go. By default: stderr, one line each, at Info and above (or the
 // level in the NVTCP_LOG environment variable: debug, info, warn, error, off). An application
 // that has its own logging gives a sink; nothing is logged per successful I/O, so a sink is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Log pages: Supported Log Pages (00h), Error Information (01h), SMART / Health (02h),
 // Firmware Slot (03h), Changed Namespace List (04h), Commands Supported and Effects (05h),
 // Discovery (70h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a thread's event loop waits for completions: the host's queue pairs (ControllerOptions::
 // poll, fio's and the CLI's poll options) and the reactors under them and under the target.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Controller properties (the registers of a PCIe controller), which NVMe over Fabrics reads
 // and writes with Property Get and Set: offsets and the fields of CAP, CC and CSTS.
 #pragma once

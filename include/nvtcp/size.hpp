@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sizes as nvtcp's command line, its JSON configuration and the fio engine's options take
 // them: "512", "4K", "128KiB", "1G", "1T" (binary units, optional "B"/"iB").
 #pragma once

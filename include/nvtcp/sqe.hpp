@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe submission/completion queue entries, SGL descriptors and opcodes.
 #pragma once
 #include <cstddef>

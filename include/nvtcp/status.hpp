@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe completion status: status code type (SCT) + status code (SC), with names.
 #pragma once
 #include <cstdint>

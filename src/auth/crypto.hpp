@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cryptography authentication and TLS PSKs need, from OpenSSL 3: hashes and HMAC by the
 // NVMe hash identifier, HKDF (RFC 5869) and TLS 1.3's HKDF-Expand-Label (RFC 8446, 7.1),
 // Base64, random bytes, and finite-field Diffie-Hellman in the RFC 7919 groups.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The DH-HMAC-CHAP computations (NVMe Base Specification 2.0, 8.13.5.4), the same on the host
 // and on the controller: the augmented challenge and the two responses. Input order and
 // encodings as the Linux host and target use them (docs/security/interop-facts.md, 2.10-2.11).

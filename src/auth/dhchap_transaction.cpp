@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "auth/dhchap_transaction.hpp"
 
 #include <algorithm>

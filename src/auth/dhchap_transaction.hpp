@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One queue's DH-HMAC-CHAP transaction (NVMe Base Specification 2.0, 8.13.5), as two explicit
 // state machines that know nothing of commands or sockets: the controller's consumes what the
 // host sends with Authentication Send and produces what Authentication Receive returns; the

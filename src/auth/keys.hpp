@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Keys as users hold them: DH-HMAC-CHAP secrets in the representation nvme-cli's
 // gen-dhchap-key writes ("DHHC-1:XX:<base64>:"), configured TLS PSKs in the PSK interchange
 // format gen-tls-key writes ("NVMeTLSkey-1:XX:<base64>:"), both given inline or as "@FILE".

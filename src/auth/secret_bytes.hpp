@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Key material that is wiped from memory when it goes: every secret, transformed key, DH
 // private value and derived PSK lives in one of these, never in a plain vector or string.
 #pragma once

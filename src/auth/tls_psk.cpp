@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "auth/tls_psk.hpp"
 
 #include <fmt/format.h>

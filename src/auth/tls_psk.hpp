@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe/TCP TLS pre-shared keys (NVMe/TCP transport specification, 3.6.1; TP 8018): from the
 // configured PSK a user holds to the TLS PSK the handshake uses, and the PSK identity that names
 // it. Each step as the Linux kernel, libnvme and SPDK compute it (docs/security/interop-facts.md,

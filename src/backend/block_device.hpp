@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a namespace stores its blocks in. Requests complete asynchronously through a
 // callback (the file backend finishes on a later reactor turn; null and RAM inline).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A namespace backed by a regular file or a block device, driven through the calling
 // reactor's io_uring so a slow disk never blocks the loop.
 //

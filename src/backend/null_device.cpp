@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference study's NULL device: reads return zeros, writes are discarded.
 #include "backend/block_device.hpp"
 #include "util/log.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A namespace kept in memory: data survives for the life of the target process.
 #include <sys/mman.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data buffers for admin commands the engine forwards to a remote controller (Get Log Page,
 // Identify, Get Features: up to 1 MiB each), from one budget for the whole engine.
 //

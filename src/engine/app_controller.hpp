@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe controller one attached application sees: the registers in its region's header
 // (CAP, VS, CC, CSTS), its admin queue (queue pair 0), and the I/O queues it creates with
 // Create I/O Completion/Submission Queue, as the NVMe base specification has a PCIe

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nvtcp engine: the offload engine. A process (or an object inside one, for tests) that owns
 // the NVMe/TCP connections to remote controllers and shows each local application plain
 // NVMe queues in shared memory, the way a PCIe NVMe controller shows the host queues in host

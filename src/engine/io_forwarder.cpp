@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "engine/io_forwarder.hpp"
 
 #include <unistd.h>

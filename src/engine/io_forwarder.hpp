@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's data path on one engine core for one remote controller: SQEs fetched from
 // applications' shared memory are checked (data pointers against that application's data
 // region), sent on a host library queue pair (NVMe/TCP) with the queue pair's own command

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the engine grants applications, so that no local application, careless or hostile,
 // can take the engine (and with it every other application) down: attachments, mapped
 // memory, descriptors and admin work are all bounded, each by a limit with a default that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "engine/ublk_device.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A remote namespace as a local block device through ublk (Linux 6.0+, ublk_drv): the kernel
 // hands each block request to this process through io_uring commands on /dev/ublkcN, and
 // the engine carries it to the remote controller over NVMe/TCP. Unmodified programs (fio

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The controller's admin thread: its run loop, the setter every change of the association's
 // state goes through, and the ways other threads reach the thread (post_to_admin,
 // request_reset, abort_command). Bring-up, recovery, keep-alive and events are in files of

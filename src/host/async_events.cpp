@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asynchronous events on the admin thread: the Asynchronous Event Requests kept outstanding, and
 // what the run loop does about each event between reactor turns.
 #include <algorithm>

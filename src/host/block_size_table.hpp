@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The block size of each namespace, for the data path: QueuePair::read()/write() count in
 // blocks and look one up per command on the application's threads, while the controller's
 // admin thread may publish a rescan at any time (a namespace notice, a reconnect).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bringing a controller up on a new admin queue, in the order the specification gives: CAP, VS,
 // CC.EN, CSTS.RDY, Identify, Number of Queues.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host controller: the admin queue on a thread of its own (so Keep Alive keeps going
 // whatever the application does), and I/O queue pairs on the application's threads. This file
 // holds the public Controller and QueuePair methods; what the admin thread does is declared in

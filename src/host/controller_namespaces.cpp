@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The controller's list of active namespaces as the admin thread keeps it: scanned at connect,
 // after a namespace attribute notice, at a reconnect and on rescan_namespaces().
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The controller's private state (Controller::State) and what its admin thread does. Declared
 // here, defined by concern: admin_thread.cpp (the run loop, the association's state and how
 // other threads reach the thread), bring_up.cpp, recovery.cpp, keep_alive.cpp,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public data-path options are the reactor's process-wide defaults under other names: the
 // host library makes each thread's reactor itself, with those defaults.
 #include "nvtcp/host.hpp"

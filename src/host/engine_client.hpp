@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host library's side of the offload engine (trtype:engine): the application attaches
 // to the engine's socket, and from then on drives a plain NVMe controller in shared memory
 // as a PCIe host driver would: it enables the controller through CC, sends admin commands on

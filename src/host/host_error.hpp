@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One shape for every error inside src/host. Callers branch on kind (and err_no or status), never
 // on message, which is for people only. The public API (include/nvtcp/host.hpp) keeps its shapes
 // — std::string& err, nullptr, -errno — and the conversion happens where a call leaves src/host.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a QueuePair drives: one I/O queue of some transport. NVMe/TCP (QueuePairImpl: a TCP
 // connection of its own) or the offload engine (EngineIoQueue: queues in memory shared with
 // the engine).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Keep Alive on the admin queue, from a timer on the admin thread, so it keeps going whatever
 // the application's threads do.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host concludes from a controller's Identify data, kept apart from the admin
 // thread so it can be tested on bytes: is a reconnected controller still the one we had,
 // what the changed-namespace log lists, and what changed between two namespace scans.

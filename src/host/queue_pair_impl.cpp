@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "host/queue_pair_impl.hpp"
 
 #include <fmt/format.h>

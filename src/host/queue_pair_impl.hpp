@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One host queue (admin or I/O): a TCP connection, the PDU state machine, and a request
 // pool indexed by command identifier. Nothing here allocates after connect().
 #pragma once

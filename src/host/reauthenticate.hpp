@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Re-authentication the host starts (NVMe Base Specification 2.0, 8.13.5: a host may run a new
 // DH-HMAC-CHAP transaction on an authenticated queue at any time, as Linux does when its secret
 // changes): one transaction carried by whatever runs the queue's Authentication commands.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Controller recovery: after a lost admin queue or an I/O queue's reset request, reconnect every
 // reconnect_delay_ms until ctrl_loss_tmo_ms, or give the controller up.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recovery options from seconds (nvme-cli's units) to ControllerOptions: the one conversion
 // that the CLI, the engine's configuration and the fio engine share.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only ways into a live controller, for the integration tests (they link the internal
 // libraries). Nothing here is in include/nvtcp, and libnvtcp.map exports none of it: an
 // application cannot reach it, and the public ABI does not change with it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's time-based decisions, apart from sockets and threads: each takes the time as an
 // argument, so a unit test steps a reactor::FakeClock through them instead of sleeping. QueuePairImpl
 // and the controller's admin thread ask these and act on the answers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seam between a connection's PDU layer and the bytes under it. The target's connections
 // send and receive only through ByteStream: TcpStream carries it over a socket; a TLS stream
 // can later sit in its place; a unit test's in-memory stream keeps what is sent until the test

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time that timing logic reads, on both sides: the target connection's deadlines (ICReq,
 // Connect, keep-alive, H2C data, send stalls) and the host's (keep-alive, command and admin
 // timeouts, the reconnect delay, ctrl_loss_tmo, fast_io_fail_tmo, the shutdown wait). Behind an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-core event loop on io_uring. One Reactor is owned by one thread; everything it drives
 // (sockets, timers, file I/O) belongs to that thread, so the data path needs no locks.
 // Other threads reach a reactor only through post(), which is for the control path.

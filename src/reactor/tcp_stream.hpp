@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bytes in and out of one TCP connection, driven by a Reactor. This layer knows nothing of
 // PDUs: it hands received bytes to its owner and gathers queued send segments into one
 // sendmsg per loop turn. A TLS layer can later sit between this and the PDU layer.

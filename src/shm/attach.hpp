@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How an application attaches to the engine: over a UNIX socket (SOCK_SEQPACKET, one message
 // each way) it asks for queue pairs, queue size, interrupt vectors and a data region; the
 // engine checks who is asking (SO_PEERCRED: the engine's own user, or root), makes a memfd

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory an application shares with the engine: one memfd, laid out as a header, the
 // queue pairs (admin queue pair first) and the data region the application does its I/O
 // from (the DMA-buffer analog). Both sides compute the layout from the same four numbers;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe queue pairs in memory shared between an application and the engine, with the
 // semantics the NVMe base specification gives a PCIe controller and its host driver:
 // 64-byte SQEs and 16-byte CQEs in rings, the controller finds new SQEs through the SQ tail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admin commands on an admin queue: what the controller answers (controller.cpp), the data
 // each moves, and the commands it holds: Asynchronous Event Requests until an event comes,
 // Aborts until the I/O queue answers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication Send and Receive (NVMe Base Specification 2.0, 5.3-5.4, 8.13): the queue's
 // DH-HMAC-CHAP transaction (auth/dhchap_transaction.hpp) fed with what the host sends and
 // asked for what it receives. A transaction that fails ends a queue that had to authenticate

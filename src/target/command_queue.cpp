@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command layer's contract (parse, execute, device completions) dispatched by command set,
 // the queue's responses, Abort of an I/O command, and the holds a command waits in: a
 // namespace's fence and a reservation state file on its way to disk.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command layer of one target queue: fabrics (Connect, Property Get/Set, Disconnect),
 // admin and NVM commands, each run on a Request with the handful of calls a CommandTransport
 // offers. It knows nothing of PDUs, sockets or TCP: the NVMe/TCP queue (tcp_queue.hpp)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Target configuration: the quick command-line case and the JSON file for the full one.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One NVMe controller: created by an admin-queue Connect, shared by that queue and the
 // I/O queues that connect to it (possibly on other reactors). Admin commands and
 // properties run on the admin queue's reactor; I/O queues read only atomics.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Named deadlines of one owner (a connection), each with its own handler, carried by a single
 // reactor timer armed for the earliest of them: the reactor scans its timer list every loop
 // turn, so it keeps one entry per connection however many deadlines that connection has.

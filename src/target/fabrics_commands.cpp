@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fabrics commands: Connect (which makes this queue an admin queue with a new controller, or an
 // I/O queue of an existing one), Property Get and Set, Disconnect.
 #include <algorithm>

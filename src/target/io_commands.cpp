@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVM I/O commands: Read, Write, Write Zeroes, Compare, Verify, Copy, Dataset Management,
 // Flush, reservations and fused Compare and Write, each as its parse (what it moves, checked
 // before any data), its execute (the device operation it starts) and its device completion.

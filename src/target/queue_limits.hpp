@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Limits and helpers that the TCP queue and the command layer share (tcp_queue.cpp and the
 // command files); nothing outside the target's queue includes this.
 #pragma once

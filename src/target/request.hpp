@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One command on a target queue, from its capsule to its response: what it asked for, the
 // data it moves, the PDUs it sends, the scratch state of its command, and the state it is in.
 //

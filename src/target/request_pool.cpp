@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "target/request_pool.hpp"
 
 #include "util/state_machine.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The requests of one connection and the memory behind them: a pool sized by the queue
 // depth (nothing is allocated per I/O), each request's data buffer (grown to the largest
 // transfer its slot has seen, then reused), and the budgets that bound that memory per

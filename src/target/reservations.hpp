@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One namespace's reservations: who is registered with which key, who holds the
 // reservation and of which type, and whether that survives a restart (PTPL). Hosts are
 // known by their 128-bit host identifier (Connect's), so every controller of one host shares

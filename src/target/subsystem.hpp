@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Subsystems and their namespaces, shared by every reactor. The namespace table is fixed
 // after start-up (read without locks); the controller table changes only on Connect and
 // teardown, under a mutex that the data path never takes.

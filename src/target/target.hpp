@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target: reactor threads (one per core) that own connections, listeners that accept
 // on reactor 0 and hand each new connection to a reactor in turn.
 #pragma once

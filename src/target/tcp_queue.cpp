@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe/TCP queue: a connection's life (accept, ICReq, deadlines, close and the last device
 // completion that frees it), its PDUs in and out, back-pressure, and process(), which moves
 // each request through its life.

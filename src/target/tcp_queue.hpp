@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One NVMe/TCP queue on the target: a TCP connection with its PDUs (ICReq/ICResp, CapsuleCmd,
 // R2T and H2CData, C2HData, CapsuleResp, TermReq), digests, R2T windows, deadlines and send
 // back-pressure, and a pool of requests sized by the queue depth the host asked for. It knows

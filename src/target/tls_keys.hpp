@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target's TLS key store: which TLS PSK an identity a host offers stands for, from the
 // "psk" configured for that host ("hosts": [{"nqn": ..., "psk": "NVMeTLSkey-1:01:...:"}]).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tls/client_hello.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A TLS 1.3 ClientHello as the server's key choice needs it (RFC 8446, 4.1.2 and 4.2.11): the PSK
 // identities offered, their binders, and the transcript a binder is computed over. OpenSSL checks
 // the binder of the key we hand it; this lets the server first find which of its candidate keys

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tls/kernel_tls.hpp"
 
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel's TLS record layer (kTLS, Linux net/tls) for a connection whose handshake OpenSSL did
 // in userspace: once TCP_ULP "tls" is on a socket and TLS_TX holds the sending direction's key,
 // IV and next record number, every plain send() leaves the socket as TLS 1.3 records the kernel

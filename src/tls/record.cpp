@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tls/record.hpp"
 
 #include <openssl/evp.h>

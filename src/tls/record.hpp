@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS 1.3 record protection (RFC 8446, 5.2-5.3 and 7.3) for one direction of a connection, after
 // OpenSSL has done the handshake: what the kernel's kTLS does, in userspace. OpenSSL 3.0's own
 // record layer allocates twice per record and copies every byte through its buffers and the BIO;

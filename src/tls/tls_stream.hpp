@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS 1.3 with a pre-shared key over a ByteStream (NVMe/TCP transport specification 3.6, TP 8011):
 // a TlsStream is itself a ByteStream, so a connection's PDU layer runs over it unchanged. It owns
 // the stream below (a TcpStream). OpenSSL does the handshake, through a BIO of our own over that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "transport/pdu_receiver.hpp"
 
 #include <algorithm>

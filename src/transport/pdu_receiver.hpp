@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe/TCP receive path as an explicit state machine, shared by target and host:
 //   CommonHeader -> Header (+ header digest) -> Padding -> Data -> DataDigest -> next PDU.
 // Bytes may arrive in any split; data is copied straight to where the handler says it

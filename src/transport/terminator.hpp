@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ending a connection after a fatal transport error, the same way on both sides: send a TermReq
 // that quotes the offending header, then linger before closing. Closing a socket that still has
 // unread bytes makes the kernel send a reset, and a reset can overtake the TermReq still in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // "Stop taking new work, wait for what is in flight, then release once" as a type, after
 // Seastar's gate: an owner whose work outlives the moment it is told to stop (a connection
 // whose requests are still inside a device when its socket closes) closes its gate instead

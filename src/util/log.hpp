@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leveled logging inside nvtcp, to the sink the application chose (nvtcp/log.hpp; stderr by
 // default). Formatting happens only when the level is enabled, and nothing logs on the
 // per-I/O success path.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // State machines, target and host alike: each changes state in one setter that asks whether the
 // move is legal, so an impossible sequence of events (a completion for a request already freed,
 // a reconnect after a final failure) stops the process where it happens instead of corrupting

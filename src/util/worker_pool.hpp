@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A few threads for CPU-heavy control-path work that a reactor must not do inline: a
 // DH-HMAC-CHAP modular exponentiation takes about 7 ms in ffdhe2048 and 100 ms in ffdhe8192,
 // and every other connection of the reactor would wait that long. Jobs start in the order

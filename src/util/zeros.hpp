@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One shared, read-only region of zero bytes: what a NULL namespace reads, and the padding of
 // a log page beyond what the log holds, sent straight from here instead of from a buffer.
 #pragma once

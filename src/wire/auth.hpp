@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe in-band authentication (NVMe Base Specification 2.0, 8.13): the Authentication Send and
 // Receive commands, and the AUTH and DH-HMAC-CHAP messages they carry in their data. Every
 // multi-byte field is little-endian. docs/security/interop-facts.md (section 2) says where each

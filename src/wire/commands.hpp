@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Builders for the commands nvtcp sends, in one place for the host library, the engine and the
 // tests: each returns an SQE with its opcode and command dwords set and everything else zero.
 // The queue pair that sends it fills in the command identifier, PSDT and the SGL for its data.

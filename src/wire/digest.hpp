@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe/TCP header and data digests: CRC32C (Castagnoli), seed ~0, final XOR ~0.
 #pragma once
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe over Fabrics commands: Connect (and its 1024-byte data), Property Get/Set, Disconnect.
 #pragma once
 #include <cstddef>

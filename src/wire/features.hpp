@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Get/Set Features: feature identifiers (CDW10 bits 7:0), the Get Features select field
 // (CDW10 bits 10:8) and the capability bits a "supported capabilities" select returns.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe structures the public API shares with the stack (SQE/CQE/SGL and opcodes, status,
 // Identify, log pages, properties) are declared in include/nvtcp in namespace nvtcp::nvme, the
 // namespace an application sees. Below the API they are part of the wire formats like the PDUs

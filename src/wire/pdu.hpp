@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe/TCP PDU formats (NVMe over Fabrics TCP transport binding).
 // Every PDU is a packed little-endian struct; sizes and offsets are checked at compile time.
 #pragma once

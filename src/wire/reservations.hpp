@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reservations: the I/O commands Reservation Register (0Dh), Report (0Eh), Acquire (11h) and
 // Release (15h), their data, the Reservation Notification log (80h) and the bits Identify
 // Namespace (RESCAP) and features 82h/83h use.

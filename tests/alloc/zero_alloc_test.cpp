@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Proves the steady-state data path allocates nothing: operator new is counted for the
 // whole process (target reactor and host thread alike) while I/O runs, after a warm-up.
 #include <gtest/gtest.h>

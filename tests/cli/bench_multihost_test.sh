@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # nvtcp bench driving several initiator hosts through fio's client/server mode, on one
 # machine: network namespaces stand for the machines.
 #

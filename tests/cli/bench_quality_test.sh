@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # nvtcp bench says when a figure cannot be trusted, on streams this test spoils on purpose:
 # - a stall: the target is stopped (SIGSTOP) for a second in the middle of a run, so I/O is
 #   outstanding and nothing completes. The bench must find it in the run's timeline (nvtcp

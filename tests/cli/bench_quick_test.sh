@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # nvtcp bench, smallest profile: the JSON has every figure for every point, the tables
 # print, and the charts are real PNG files.
 set -euo pipefail

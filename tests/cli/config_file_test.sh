@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The target's configuration file is what it runs with: "discovery_port", "cores",
 # "in_capsule_data" and "max_h2c_data" from the file hold unless the command line gives the
 # option (the command line's defaults used to replace them silently). Checked from the log

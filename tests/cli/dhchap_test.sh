@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # DH-HMAC-CHAP from the command line: a target configured with a host's secrets in key files
 # (JSON "hosts" entries), and nvtcp perf and identify giving theirs with --dhchap-secret and
 # --dhchap-ctrl-secret (@FILE). The right secrets authenticate every queue, both ways, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The target at its open files limit: a crowd of connections past RLIMIT_NOFILE must not spin
 # the accept loop (a failed accept retried at once fails again: one core at 100% and a log
 # line per try), the start-up log must say that --max-connections cannot be met, and once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Data integrity across target crashes: `nvtcp perf --verify` writes tagged blocks to a file
 # namespace and reads them back while the target process is killed with SIGKILL and
 # started again, twice in the write half and once in the read half. The host reconnects

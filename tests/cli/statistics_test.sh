@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `kill -USR1` makes the target log what it holds and carry on: connections, I/O so far, buffer
 # bytes and its requests per state. Taken while nvtcp perf keeps 16 reads outstanding: the
 # requests of the I/O queue are counted (at least its 16 entries, in whatever states they are),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # TLS from the command line: a target with a TLS listener and a plain one, the host's PSK in a key
 # file (JSON "hosts" entry "psk"), and nvtcp perf, identify and discover giving theirs with
 # --tls-key (@FILE). The right key carries verified I/O over TLS (digests on top too); the

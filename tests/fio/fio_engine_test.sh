@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # fio (Debian's) with the nvtcp ioengine against an nvtcp target started here on loopback.
 #
 #   fio_engine_test.sh CASE NVTCP_BINARY LIBNVTCP_FIO_SO

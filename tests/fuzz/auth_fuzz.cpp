@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: what an unauthenticated peer controls in in-band authentication. The input's first
 // byte picks the subject: the controller's DH-HMAC-CHAP machine fed Authentication Send messages
 // and asked for Receives, the host's machine fed controller messages, or the key parsers (the

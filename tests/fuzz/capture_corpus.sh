@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Seed corpora for the libFuzzer targets, made of real nvtcp sessions captured on loopback.
 #
 #   sudo tests/fuzz/capture_corpus.sh [path/to/nvtcp]      (default: build/nvtcp)

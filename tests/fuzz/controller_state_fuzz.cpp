@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: a controller's state machine driven by any sequence of property writes (CC with
 // every combination of EN, SHN, CSS, MPS, AMS and queue entry sizes) and shutdown
 // completions, on an I/O and a discovery controller. After every step CSTS must be one the

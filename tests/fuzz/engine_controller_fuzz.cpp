@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the controller an application sees through the offload engine (AppController),
 // driven through its shared memory by an application that writes anything at any time: CC,
 // the admin rings and doorbells, well-formed and garbage admin commands with data pointers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the engine's side of a shared-memory queue pair against an application that
 // writes anything at any time: the SQ ring, the CQ ring and both doorbells come from the
 // input, and are rewritten between engine steps. The engine must never read or write

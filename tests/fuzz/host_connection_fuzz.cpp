@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: a whole host queue pair (TCP connect, ICReq/ICResp, fabrics Connect, reads and
 // writes with in-capsule data, R2T/H2CData and C2HData, digests) against a "target" that
 // sends the fuzz input as its byte stream. The target is a loopback listener in this process;

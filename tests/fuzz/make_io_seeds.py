@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Hand-made seeds for the target_connection fuzzer: I/O queues of its standing controller.
 
     python3 tests/fuzz/make_io_seeds.py      (from the repository root; rewrites io_* seeds)

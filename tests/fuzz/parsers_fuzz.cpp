@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the text parsers that take user input: transport IDs, sizes, and the target's
 // JSON configuration (through a temporary file, as the CLI reads it).
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: arbitrary byte streams, split into arbitrary chunks, into the PDU receive state
 // machine on both sides, with every digest setting. The handler behaves like the real ones
 // (bounded destinations, rejects some PDUs), so every path of the machine is reachable.

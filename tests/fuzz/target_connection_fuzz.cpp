@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: a whole target connection (PDU layer, fabrics Connect and its data, admin
 // and I/O commands against RAM and null namespaces) fed an arbitrary byte stream from a
 // peer over a socketpair, on a real reactor. Responses are read and dropped. Each input

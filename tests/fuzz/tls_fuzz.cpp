@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the TLS record path, both sides, as a peer that holds no key controls it. The
 // streams run over an in-memory stream below; a real client and server (OpenSSL on both ends,
 // one fixed PSK) make the valid traffic the input then corrupts. The first byte picks:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Abort (admin 08h) on the wire: a command the target still holds before its device (waiting
 // for the data its R2T asked for, or waiting for buffer memory) ends with Command Abort
 // Requested and the Abort says so in dw0 bit 0 (0: aborted); a command that already ran, or

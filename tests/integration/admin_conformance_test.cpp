@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admin commands as nvme-cli issues them (id-ns --csi, list-ns --csi, supported-log-pages,
 // effects-log): the data a Linux or SPDK host reads, and the status of each bad form.
 #include <gtest/gtest.h>

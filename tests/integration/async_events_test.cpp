@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asynchronous events as a host sees them on the wire: held Asynchronous Event Requests
 // complete when their cause happens (a namespace's backing file resized, a device failing a
 // command), once per event type until the host reads that type's log page, and only for

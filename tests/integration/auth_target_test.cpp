@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target's in-band authentication, driven by a raw host that runs the host's DH-HMAC-CHAP
 // machine over Authentication Send/Receive: a host configured with a key is told to
 // authenticate (ATR) on every queue and is refused everything else until it has; one way and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Malformed and out-of-order input fed to the target through a raw TCP socket. Every case
 // asserts the exact outcome (a C2HTermReq with its FES/FEI and then EOF, or a completion
 // status) and then proves the target still serves a fresh, healthy client.

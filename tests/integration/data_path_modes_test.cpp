@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reactor's optional data-path modes (an SQ thread, zero-copy sends, multishot receive
 // into a provided buffer ring) carry the same bytes as the default path: host and target
 // both run in the mode, and every size from one block to MDTS is written, read back and

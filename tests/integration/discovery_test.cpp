@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The discovery service as a remote `nvme connect-all` sees it: which subsystems it lists on
 // which listener, and the addresses it gives, so that every entry can be dialled.
 #include <gtest/gtest.h>

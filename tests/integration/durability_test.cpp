@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // No acknowledged write lost: what the target promises for FUA writes, Flush and the
 // volatile write cache (feature 06h), checked through the host library on loopback.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The offload engine's data path end to end on loopback: an application's NVMe queues in a
 // shared region, carried by IoForwarder over a host library queue pair to an in-process
 // target. The application only writes SQEs into the ring and reads CQEs; its data moves

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The offload engine end to end on loopback: an in-process target, an engine connected to
 // it, and applications that attach to the engine: through the host library (trtype:engine)
 // and, for what a well-behaved library never does, by hand on the shared memory.

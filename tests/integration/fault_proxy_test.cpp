@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault-injection proxy itself, against plain sockets: it forwards bytes exactly, cuts
 // at exactly N bytes, really stops a stalled direction, refuses and cuts on demand.
 #include <arpa/inet.h>

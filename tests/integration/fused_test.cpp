@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused Compare and Write on the wire (what VMware's ATS and cluster lock managers send): a
 // Compare marked first and a Write marked second, the Write done only when the Compare
 // matched, atomic against every other write to the namespace from any reactor; and each

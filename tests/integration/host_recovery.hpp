@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host recovery tests share, on real time (reconnect_test.cpp) and on a stepped clock
 // (host_stepped_clock_test.cpp): the options that turn reconnecting on, the address of a target
 // or of the fault proxy in front of it, and a completion counter. In a namespace of their own:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host keeps its picture of the namespaces current by itself: it keeps Asynchronous
 // Event Requests outstanding, rescans when the controller reports a namespace attribute
 // change, rescans after every reconnect (and refuses a reconnect that reaches another

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads and writes larger than the controller's MDTS (128 KiB here, SPDK's default): the host
 // library sends them as several commands and completes the caller's request once, as the
 // Linux block layer and SPDK's driver do.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's timing on a stepped clock, against a real target: a live controller and queue pair
 // get a reactor::FakeClock before they connect (detail::ControllerSeam), and each timeout,
 // delay and interval is checked at its boundary, 1 ms before (not yet) and 1 ms after (done).

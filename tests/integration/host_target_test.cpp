@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host library against the target on loopback: in one process (RunningTarget on an
 // ephemeral port) and in two (the nvtcp CLI started as a child process). Every command
 // runs with a deadline, so a lost completion fails the test instead of hanging it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's side of a fatal transport error, against a scripted target on a raw socket: the
 // H2CTermReq quotes the offending header, the queue's commands fail at once, and the socket
 // stays open for the linger (so the TermReq is not overtaken by a reset) until the target

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compare (05h) and Copy (19h) as nvme-cli's `compare` and `copy` send them, on a RAM
 // namespace (whose reads lend the device's memory) and a file namespace (read with O_DIRECT
 // into the command's buffer), with in-capsule data and with R2Ts; and each bad form, with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Keep-alive: a host that stops sending Keep Alive loses its controller after KATO, and
 // the target frees everything that controller held.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A RAM namespace served by several reactors: commands on the same blocks arrive on
 // different connections, so on different threads at once. NVMe promises that a one-block
 // write is atomic against other commands (AWUN 0): a read sees the old block or the new

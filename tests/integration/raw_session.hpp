@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A raw host side for integration tests: NVMe/TCP PDUs built byte by byte, a blocking TCP
 // client and a Session that speaks just enough of the protocol to drive the target (ICReq,
 // Connect, Property Set, capsules, responses and TermReqs), so a test can send exactly what a

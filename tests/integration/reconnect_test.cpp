@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host recovery: reconnect after cut connections and target restarts with every
 // acknowledged write intact, ctrl_loss_tmo and fast_io_fail_tmo, and per-command timeouts
 // (Abort, then reset) on I/O and admin queues. Faults come from the in-test proxy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target's per-state request counts (Target::request_states), read while commands are
 // in given states and after they are done: a command whose R2T is outstanding is counted in
 // AwaitingH2C, and once a workload is answered every request is back in Free; a command still

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reservations between hosts, as a cluster uses them for fencing: two hosts (their own host
 // NQN and 128-bit host ID) register keys, one acquires, the other's writes fail with
 // Reservation Conflict; preempting moves the reservation and tells the loser (log 80h);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Target resource limits: a crowd of connections that never send ICReq, the connection cap,
 // a host that never reads its responses, the buffer memory caps, and keep-alive expiry.
 // Each case checks that other hosts are still served and that the target's counts return

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one host's commands may do to another's on a namespace they share, on one reactor
 // (the default): a read still being sent is not changed by a write that completes meanwhile,
 // and a Copy of many ranges does not hold the reactor while it runs.

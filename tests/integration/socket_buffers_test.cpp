@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Socket buffer settings reach the sockets they name, on the target's accepted connections
 // and on the host's: socket_buffer_bytes fixes SO_RCVBUF and SO_SNDBUF, send_buffer_bytes
 // fixes SO_SNDBUF alone (0: autotuned) and leaves the receive side to the kernel's

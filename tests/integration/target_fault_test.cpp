@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target under transport faults, injected by a proxy between the host library and the
 // in-process target: every byte in its own segment, the connection cut after exactly N
 // bytes (during ICReq/Connect, R2T writes and reads), a host that stops reading, and delay.

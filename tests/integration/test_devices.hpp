@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block devices for integration tests that need a device to misbehave on cue.
 #pragma once
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An in-process target on an ephemeral loopback port, for integration tests.
 #pragma once
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS end to end, in process: a target with a TLS listener and a plain one, the host library
 // with its PSK. Writes read back over TLS (with digests on top too); both PSK identity versions
 // and both derivations in the field are accepted; a wrong or unknown key, a host in the clear on

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.tshark: does Wireshark's NVMe/TCP dissector (Debian's tshark 4.0.x) decode the traffic
 # that nvtcp really sends?
 #

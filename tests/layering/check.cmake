@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DBUILD_DIR=... -DTARGET=nvtcp_layering_<layer> -DGENERATOR=... -DCONFIG=... -DLAYER=<layer>
 #       -DSEES=<layer>=<header>,... -DBLIND=<layer>=<header>,... -P check.cmake
 #

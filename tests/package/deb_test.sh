@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages as an administrator meets them: `cpack -G DEB` builds nvtcp, libnvtcp0 and
 # libnvtcp-dev (_<version>_<arch>.deb). apt installs nvtcp alone (dependencies from Debian) into a
 # fresh Debian 12 root made by debootstrap, and the target starts there from the ExecStart line of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A user's view of an installed nvtcp: `cmake --install` into a fresh prefix, then
 #  - the installed tree holds the public headers only, and libnvtcp.so.0 exports only the
 #    public API (the names declared in include/nvtcp);

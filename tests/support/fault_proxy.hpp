@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A TCP proxy for tests that injects transport faults between a host and a target: cut a
 // connection after exactly N bytes, split every byte into its own write(), hold each chunk
 // for a while, stop reading one direction (the TCP window fills), cut everything, refuse

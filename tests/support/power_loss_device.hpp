@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A namespace device that behaves like a disk with a volatile write cache, for power-loss
 // tests (the idea of xfstests' dm-log-writes): it keeps two images, what reads see and what
 // would survive a power cut. A completed write goes into the first only; it reaches the

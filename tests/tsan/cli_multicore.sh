@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The CLI's multi-threaded paths under ThreadSanitizer (run by `make test-tsan`):
 #
 #   tests/tsan/cli_multicore.sh path/to/tsan-built/nvtcp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-band authentication and TLS key material: the AUTH message layouts against known bytes,
 // the key formats nvme-cli writes (parsed, checked and written back), key files, and every
 // derivation against published vectors (the kernel's KUnit test, libnvme's PSK tests) or, where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command layer without a transport: fabrics, admin and NVM handlers run on Requests that a
 // fake CommandTransport carries (no socket, no PDUs). The fake runs the same contract as the TCP
 // queue (parse, buffer, the host's data, execute, device completions, next steps), records

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target configuration: every numeric setting is checked against its range before
 // anything is built from it, from the JSON file and from code alike.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A target connection's deadlines on a clock the test steps, over socketpairs on a real
 // reactor, each checked 1 ms before it (still open) and 1 ms after (closed):
 // - setup: a host that never sends its ICReq, or never its Connect, is closed at

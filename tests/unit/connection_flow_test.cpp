@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A target connection's flow control over an in-memory stream (no socket): the test decides when
 // the host reads.
 // - Back-pressure: with the send queue over max_send_queue_bytes, new commands wait (counted,

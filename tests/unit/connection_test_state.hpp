@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The target state that connection unit tests build their Connections on: one subsystem (nqn)
 // with a NULL namespace 1 (1 GiB of 4 KiB blocks) and a RAM namespace 2 (4 MiB of 512-byte
 // blocks), on a configuration the test adjusts first (its timeouts and limits). It lives for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeadlineSet with a clock the test steps: each named deadline runs its own handler once it
 // is due, in Id order, and never before.
 #include <gtest/gtest.h>

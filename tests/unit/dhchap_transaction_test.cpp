@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The DH-HMAC-CHAP transaction machines against each other and against broken peers: every
 // hash with the NULL group and two FFDHE groups, one way and both ways; wrong secrets on either
 // side; nothing in common; messages out of sequence, replayed, cut short or of another

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's budget of admin data buffers: what fits is taken (zeroed), what does not
 // waits or is refused for good, and every buffer's bytes come back when it goes.
 #include <gtest/gtest.h>

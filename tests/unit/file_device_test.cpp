@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file backend's durability, on its own reactor: which requests it syncs, that a sync
 // completes before the request does, and what a file on tmpfs reports.
 #include <gtest/gtest.h>

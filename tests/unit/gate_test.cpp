@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gate: work enters until the gate closes; the release runs exactly once, when the gate is
 // closed and the last work has left, and may free the gate's owner.
 #include "util/gate.hpp"

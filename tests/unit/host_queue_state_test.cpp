@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host queue pair's state machines: which transitions the tables allow, that a real
 // failed connect walks them, and that the per-state counts follow.
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's time-based decisions stepped on a FakeClock, no sockets and no sleeping. These are
 // the decisions the Reconnect.* and KeepAlive.* integration tests reach through real time:
 // there they show the wiring end to end with wide margins; here each boundary is exact.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kTLS TX: the crypto_info the kernel takes, byte for byte; TlsStreams over real loopback sockets
 // whose sending direction the kernel seals where it has the tls module (and which fall back to
 // nvtcp's own record layer, with the bytes intact, where it does not); an OpenSSL peer reading

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A reactor::ByteStream in memory, for connection tests without a socket: what the owner sends
 // stays queued until the test lets the peer read it (drain), and what the peer sends reaches
 // the owner when the test delivers it, in receives of a size the test picks. So a test decides

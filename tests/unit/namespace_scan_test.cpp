@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host concludes from Identify data and the changed-namespace log, on bytes: the
 // identity check of a reconnect, the namespace differences it logs and reports, and the
 // lock-free block size table the data path reads while a rescan is published.

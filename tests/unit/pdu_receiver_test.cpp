@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The receive state machine against byte streams split at every possible point.
 #include "transport/pdu_receiver.hpp"
 

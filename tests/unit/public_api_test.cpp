@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process-wide parts of the public API: the log sink and level, the data-path options,
 // size parsing, poll modes and the NVMe types in nvtcp::nvme. (Connecting, queue pairs and
 // admin commands are integration tests; recovery_seconds_test has the recovery options.)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RAM backend's Write Zeroes and Deallocate: memory goes back to the kernel, pages that
 // were never written are never touched, and a long request yields to the reactor in slices.
 #include <gtest/gtest.h>

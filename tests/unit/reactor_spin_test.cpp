@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A spinning reactor's manners on a shared core: one that spins on empty turns hands its
 // core to whatever else is runnable there now and then (sched_yield), so that a peer it
 // waits for on the same CPU (a target and an offload engine) is not held off for a whole

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one conversion of recovery options from seconds (nvme-cli's units) to ControllerOptions,
 // which the CLI, the engine's configuration and the fio engine all call: its rounding, its
 // ranges, and that a refusal leaves the options alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RequestPool without a socket: requests, their states and the memory budgets behind them.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reservation state of one namespace without a target around it: the registrant limit,
 // Report's count, the state file's writer (one fsync shared by the commands that arrive
 // while it writes, no namespace lock held while it does) and loading a file that cannot be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bench's judgement of a sample: /proc/stat read for a set of CPUs, the CPU other
 // processes took, and stalls found in timelines that the tests stall on purpose.
 #include "sample_quality.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attaching an application to the engine over its UNIX socket: the region and eventfds
 // arrive through SCM_RIGHTS, both sides see the same memory, the socket is the owner's only,
 // bad requests are refused with a reason, and the engine learns who attached.

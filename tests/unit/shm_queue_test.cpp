@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The offload engine's shared-memory NVMe queues: rings, phase tags, SQ head reporting,
 // shadow doorbells with EventIdx, and what the engine does with impossible doorbell values.
 #include <gtest/gtest.h>

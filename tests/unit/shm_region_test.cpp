@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's shared region: its layout, its header, and data pointers checked against the
 // application's own data region.
 #include <gtest/gtest.h>

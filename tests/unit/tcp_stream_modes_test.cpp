@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TcpStream's optional data-path modes over a real loopback connection, one reactor
 // driving both ends: zero-copy sends release their memory only after the kernel's
 // notification, in queue order, and a close waits for the notifications; multishot

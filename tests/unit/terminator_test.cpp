@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared TermReq-then-linger piece, without a socket: the PDU it builds from a failed
 // receiver, and when it tells its owner to close.
 #include "transport/terminator.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TlsStream: a client and a server, each over an in-memory stream, with the test carrying the
 // records between them; the ClientHello parser and the PSK binder against OpenSSL's own; and
 // each way a handshake or a session must fail.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Known-bytes tests for the wire structures.
 //
 // Every expected image below is written by hand from the byte offsets in the NVMe/TCP

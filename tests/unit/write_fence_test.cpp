@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The namespace write fence that makes a fused Compare and Write atomic against other writes:
 // writes and fused operations take turns, so neither side can starve the other.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared by kernel_target_test.sh and kernel_host_test.sh (sourced, never run): fetch Debian's kernel
 # and busybox, build the guest's initramfs, boot it under QEMU (software emulation) and talk to it.

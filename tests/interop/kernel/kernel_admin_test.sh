@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_admin: the nvme-cli commands a storage admin types, in a Debian 13 guest, against the
 # nvtcp target and against the guest's own Linux nvmet, with the same checks on both.
 #

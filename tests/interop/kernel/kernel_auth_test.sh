@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_auth: DH-HMAC-CHAP in-band authentication between Linux 6.12 (Debian 13's kernel and
 # nvme-cli 2.13 in a QEMU guest) and nvtcp, both ways.
 #

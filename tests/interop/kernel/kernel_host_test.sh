@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_host: the Linux kernel's NVMe/TCP host (nvme-tcp) against the nvtcp target.
 #
 #   kernel_host_test.sh path/to/nvtcp CACHE_DIR

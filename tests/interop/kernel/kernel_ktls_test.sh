@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_ktls: nvtcp with the kernel's TLS record layer (kTLS TX). This machine's kernel has no
 # tls module, so nvtcp runs inside a QEMU guest on Debian 13's kernel 6.12 (tls.ko and its cipher
 # modules, tlshd from ktls-utils 1.0.0, nvme-cli 2.13), on the guest's loopback (guest/ktls.sh):

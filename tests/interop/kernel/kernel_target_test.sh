@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_target: the nvtcp host against the Linux kernel's NVMe/TCP target (nvmet-tcp).
 #
 #   kernel_target_test.sh path/to/nvtcp CACHE_DIR

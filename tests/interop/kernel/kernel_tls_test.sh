@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_tls: NVMe/TCP over TLS 1.3 with a pre-shared key between Linux 6.12 (Debian 13's
 # kernel with kTLS, tlshd from ktls-utils 1.0.0 and nvme-cli 2.13 in a QEMU guest) and nvtcp, both ways.
 #

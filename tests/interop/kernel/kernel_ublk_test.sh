@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # interop.kernel_ublk: the offload engine's block device (`nvtcp engine --ublk`) under a kernel
 # that has ublk: Debian 13's (trixie) linux-image-amd64, fetched through a private apt
 # configuration (common.sh: trixie_apt_opts) and booted under QEMU (TCG). This machine's own

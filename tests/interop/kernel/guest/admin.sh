@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_admin (busybox ash): the nvme-cli commands a storage admin types,
 # run twice with the same checks, first against the nvtcp target on the host (reached through QEMU's
 # user-mode network), then against this guest's own nvmet (configfs, nvmet-tcp on 127.0.0.1:4420).

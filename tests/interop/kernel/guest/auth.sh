@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_auth (busybox ash): DH-HMAC-CHAP between this Linux 6.12 and nvtcp.
 #   1. The kernel host (nvme-cli 2.13 `nvme connect --dhchap-secret [--dhchap-ctrl-secret]`) against
 #      the nvtcp target on the host (10.0.2.2:$TPORT): three hosts, each with the hash and DH group

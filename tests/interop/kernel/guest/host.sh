@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_host: the Linux kernel's NVMe/TCP host (nvme-tcp) against the nvtcp
 # target on the host machine, reached as 10.0.2.2 through QEMU's user-mode network.
 # /etc/nvtcp-test.conf: NQN, HOSTNQN, TPORT (I/O port), DPORT (discovery port), RAM_SECTORS,

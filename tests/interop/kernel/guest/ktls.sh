@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_ktls (busybox ash): nvtcp itself runs in this Linux 6.12 guest, whose
 # kernel has kTLS (tls.ko and its cipher modules), so nvtcp hands the sealing of the TLS records it
 # sends to the kernel. Everything on the guest's loopback:

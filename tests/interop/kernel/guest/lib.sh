@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for the guest scripts (busybox ash), sourced by /init and /guest/run.sh.
 
 # say TEXT: one console line, prefixed and stamped with the guest's uptime.

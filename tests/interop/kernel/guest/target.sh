@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_target: the Linux kernel's NVMe/TCP target (nvmet-tcp), configured
 # through configfs, for the nvtcp host on the other side of QEMU's port forward.
 #   subsystem $NQN, allow_any_host

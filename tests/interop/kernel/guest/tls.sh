@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_tls (busybox ash): NVMe/TCP over TLS 1.3 between this Linux 6.12
 # (nvme-tcp, nvmet-tcp, kTLS, tlshd from ktls-utils for the handshakes, nvme-cli 2.13 for the keys)
 # and nvtcp.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of interop.kernel_ublk (busybox ash): everything runs inside the guest, on its own
 # loopback. An nvtcp target serves a RAM namespace; `nvtcp engine --ublk` connects to it and
 # shows the namespace as /dev/ublkb0; then unmodified programs use the block device:

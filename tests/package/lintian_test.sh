@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The three Debian packages pass Debian 12's lintian without an error: `cpack -G DEB` builds nvtcp,
+# libnvtcp0 and libnvtcp-dev; each carries the project's licence (Apache-2.0) as a machine-readable
+# copyright file and the Debian changelog in /usr/share/doc/<package>, stripped binaries, and
+# libnvtcp0 the ldconfig trigger. Warnings are printed, not failed on.
+#
+#   lintian_test.sh BUILD_DIR
+#
+# Exits 77 (skipped) without lintian (scripts/install-deps.sh installs it).
+set -euo pipefail
+BUILD=$(cd "${1:?usage: lintian_test.sh BUILD_DIR}" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v lintian >/dev/null || skip "no lintian (apt-get install lintian)"
+command -v cpack >/dev/null || skip "no cpack"
+
+debs=$(mktemp -d /var/tmp/nvtcp-lintian.XXXXXX)
+trap 'rm -rf "$debs"' EXIT
+(cd "$BUILD" && cpack -G DEB -B "$debs" >"$debs/cpack.log" 2>&1) || { cat "$debs/cpack.log"; fail "cpack"; }
+for pkg in nvtcp libnvtcp0 libnvtcp-dev; do
+  deb=$(ls "$debs"/"$pkg"_*.deb 2>/dev/null | head -1)
+  [ -n "$deb" ] || fail "cpack made no $pkg package"
+  contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
+  for f in copyright changelog.Debian.gz; do
+    grep -qx "./usr/share/doc/$pkg/$f" <<<"$contents" || fail "$(basename "$deb") lacks /usr/share/doc/$pkg/$f"
+  done
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/$pkg/copyright" | grep -q '^License: Apache-2.0$' \
+    || fail "$pkg's copyright file does not name Apache-2.0"
+done
+lintian --tag-display-limit 0 "$debs"/*.deb >"$debs/lintian.txt" 2>&1 || true
+grep -v 'root privileges' "$debs/lintian.txt" | sed 's/^/  /' || true
+errors=$(grep -c '^E: ' "$debs/lintian.txt" || true)
+[ "$errors" -eq 0 ] || fail "lintian reports $errors error(s)"
+echo "PASS: lintian $(lintian --version | awk '{print $2}'): no errors, $(grep -c '^W: ' "$debs/lintian.txt" || true) warning(s) on $(ls "$debs"/*.deb | xargs -n1 basename | tr '\n' ' ')"
