@@ -46,6 +46,27 @@ install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT tools
 #   depends on libnvtcp0 of the same version.
 # A server that only runs the target installs nvtcp alone (the binary links the library
 # statically). dpkg-shlibdeps works out each package's library dependencies.
+# Manual pages for nvtcp and each subcommand, made by help2man from the CLI's own --help at build
+# time (packaging/man/make-man-pages.sh), and bash completion; both go with the nvtcp package.
+find_program(NVTCP_HELP2MAN help2man)
+if(NVTCP_HELP2MAN)
+  set(NVTCP_MAN_PAGES)
+  foreach(page IN ITEMS nvtcp nvtcp-target nvtcp-discover nvtcp-identify nvtcp-perf nvtcp-bench nvtcp-engine)
+    list(APPEND NVTCP_MAN_PAGES ${PROJECT_BINARY_DIR}/man/${page}.1.gz)
+  endforeach()
+  add_custom_command(OUTPUT ${NVTCP_MAN_PAGES}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/packaging/man/make-man-pages.sh $<TARGET_FILE:nvtcp> ${PROJECT_BINARY_DIR}/man
+            ${PROJECT_VERSION} ${PROJECT_SOURCE_DIR}/packaging/debian/changelog
+    DEPENDS nvtcp ${PROJECT_SOURCE_DIR}/packaging/man/make-man-pages.sh ${PROJECT_SOURCE_DIR}/packaging/debian/changelog
+    COMMENT "Manual pages from nvtcp --help (help2man)" VERBATIM)
+  add_custom_target(nvtcp_man ALL DEPENDS ${NVTCP_MAN_PAGES})
+  install(FILES ${NVTCP_MAN_PAGES} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools)
+else()
+  message(STATUS "help2man not found: no manual pages in the install or the package (make deps installs it)")
+endif()
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/bash-completion/nvtcp
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT tools)
+
 # Each package carries the project's licence (Apache-2.0) as a machine-readable Debian copyright
 # file and the Debian changelog, in /usr/share/doc/<package>, and its binaries are stripped:
 # Debian 12's lintian reports no error on the three (package.lintian checks).

@@ -13,6 +13,7 @@ PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcl
       tshark qemu-system-x86
       file       # CPack's Debian generator runs file(1) on what it packages (make package)
       lintian    # package.lintian: the Debian packages pass Debian's checks
+      help2man   # the manual pages, made from nvtcp's --help
       iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
       xz-utils)  # the kernel interop tests unpack Debian's xz-compressed kernel modules
 missing=()

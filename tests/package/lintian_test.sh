@@ -2,7 +2,8 @@
 # The three Debian packages pass Debian 12's lintian without an error: `cpack -G DEB` builds nvtcp,
 # libnvtcp0 and libnvtcp-dev; each carries the project's licence (Apache-2.0) as a machine-readable
 # copyright file and the Debian changelog in /usr/share/doc/<package>, stripped binaries, and
-# libnvtcp0 the ldconfig trigger. Warnings are printed, not failed on.
+# libnvtcp0 the ldconfig trigger; nvtcp a manual page for itself and for each subcommand its --help
+# lists (with their options), and its bash completion. Warnings are printed, not failed on.
 #
 #   lintian_test.sh BUILD_DIR
 #
@@ -27,6 +28,22 @@ for pkg in nvtcp libnvtcp0 libnvtcp-dev; do
   dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/$pkg/copyright" | grep -q '^License: Apache-2.0$' \
     || fail "$pkg's copyright file does not name Apache-2.0"
 done
+deb=$(ls "$debs"/nvtcp_*.deb)
+contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
+grep -qx './usr/share/bash-completion/completions/nvtcp' <<<"$contents" || fail "nvtcp lacks its bash completion"
+if command -v help2man >/dev/null; then
+  subs=$("$BUILD/nvtcp" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF { print $1 }')
+  for page in nvtcp $(sed 's/^/nvtcp-/' <<<"$subs"); do
+    f=./usr/share/man/man1/$page.1.gz
+    grep -qx "$f" <<<"$contents" || fail "nvtcp lacks the manual page $page(1)"
+    text=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "$f" | zcat)
+    grep -q "^\.TH ${page^^} \"1\"" <<<"$text" || fail "$page(1) has no title line"
+    tr -d '\\' <<<"$text" | grep -q -- '--help' || fail "$page(1) lists no options"
+  done
+  echo "manual pages: $(echo nvtcp $(sed 's/^/nvtcp-/' <<<"$subs") | tr '\n' ' ')"
+else
+  echo "no help2man here: the manual pages are not checked"
+fi
 lintian --tag-display-limit 0 "$debs"/*.deb >"$debs/lintian.txt" 2>&1 || true
 grep -v 'root privileges' "$debs/lintian.txt" | sed 's/^/  /' || true
 errors=$(grep -c '^E: ' "$debs/lintian.txt" || true)

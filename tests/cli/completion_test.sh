@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The bash completion the nvtcp package installs (packaging/bash-completion/nvtcp) completes the
+# subcommands, each subcommand's options as its --help lists them, the top-level options, and file
+# names after --config.
+set -euo pipefail
+NVTCP=$(readlink -f "$1")
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+dir=$(mktemp -d /tmp/nvtcp-completion.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ln -s "$NVTCP" "$dir/nvtcp"
+PATH=$dir:$PATH
+# shellcheck source=/dev/null
+source "$SRC/packaging/bash-completion/nvtcp"
+complete -p nvtcp | grep -q -- '-F _nvtcp' || fail "no completion registered for nvtcp"
+comp() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _nvtcp; echo "${COMPREPLY[*]}"; }
+got=$(comp nvtcp "")
+for s in target discover identify perf bench engine; do [[ " $got " == *" $s "* ]] || fail "no subcommand $s in: $got"; done
+[[ $(comp nvtcp pe) == perf ]] || fail "'pe' completes to '$(comp nvtcp pe)', not perf"
+got=$(comp nvtcp perf --tls)
+for o in --tls --tls-key --tls-sha256-binder; do [[ " $got " == *" $o "* ]] || fail "perf: no $o in: $got"; done
+[[ " $(comp nvtcp perf --reauth) " == *" --reauth-interval "* ]] || fail "perf: no --reauth-interval"
+[[ " $(comp nvtcp target --max-conn) " == *" --max-connections "* ]] || fail "target: no --max-connections"
+[[ $(comp nvtcp --log) == --log-level ]] || fail "no --log-level at the top"
+touch "$dir/target.json"
+[[ " $(comp nvtcp target --config "$dir/tar") " == *" $dir/target.json "* ]] || fail "--config completes no file name"
+echo "PASS: subcommands, options per subcommand and file names complete"
