@@ -26,6 +26,21 @@ namespace {
 void put_seq(unsigned char* out, uint64_t seq) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(seq >> (56 - 8 * i));
 }
+
+// AES-GCM (128 and 256 alike): the first 4 bytes of the IV are the kernel's salt, the last 8 its IV.
+template <class Info>
+bool fill_gcm(Info& c, uint16_t cipher, std::span<const uint8_t> key, std::span<const uint8_t> iv, uint64_t seq,
+              socklen_t& len) {
+  if (key.size() != sizeof(c.key)) return false;
+  c.info.version = TLS_1_3_VERSION;
+  c.info.cipher_type = cipher;
+  std::memcpy(c.salt, iv.data(), sizeof(c.salt));
+  std::memcpy(c.iv, iv.data() + sizeof(c.salt), sizeof(c.iv));
+  std::memcpy(c.key, key.data(), sizeof(c.key));
+  put_seq(c.rec_seq, seq);
+  len = sizeof(c);
+  return true;
+}
 }  // namespace
 
 bool kernel_crypto_info(uint16_t suite, std::span<const uint8_t> key, std::span<const uint8_t> iv, uint64_t seq,
@@ -34,30 +49,8 @@ bool kernel_crypto_info(uint16_t suite, std::span<const uint8_t> key, std::span<
   out.len = 0;
   if (iv.size() != 12) return false;
   switch (suite) {
-    case 0x1301: {
-      auto& c = out.u.aes128;
-      if (key.size() != sizeof(c.key)) return false;
-      c.info.version = TLS_1_3_VERSION;
-      c.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-      std::memcpy(c.salt, iv.data(), sizeof(c.salt));
-      std::memcpy(c.iv, iv.data() + sizeof(c.salt), sizeof(c.iv));
-      std::memcpy(c.key, key.data(), sizeof(c.key));
-      put_seq(c.rec_seq, seq);
-      out.len = sizeof(c);
-      return true;
-    }
-    case 0x1302: {
-      auto& c = out.u.aes256;
-      if (key.size() != sizeof(c.key)) return false;
-      c.info.version = TLS_1_3_VERSION;
-      c.info.cipher_type = TLS_CIPHER_AES_GCM_256;
-      std::memcpy(c.salt, iv.data(), sizeof(c.salt));
-      std::memcpy(c.iv, iv.data() + sizeof(c.salt), sizeof(c.iv));
-      std::memcpy(c.key, key.data(), sizeof(c.key));
-      put_seq(c.rec_seq, seq);
-      out.len = sizeof(c);
-      return true;
-    }
+    case 0x1301: return fill_gcm(out.u.aes128, TLS_CIPHER_AES_GCM_128, key, iv, seq, out.len);
+    case 0x1302: return fill_gcm(out.u.aes256, TLS_CIPHER_AES_GCM_256, key, iv, seq, out.len);
     case 0x1303: {
       auto& c = out.u.chacha;
       if (key.size() != sizeof(c.key)) return false;

@@ -43,19 +43,7 @@ mkdir "hosts/$HN2"
 echo "$KN2" >"hosts/$HN2/dhchap_key"
 echo 'hmac(sha512)' >"hosts/$HN2/dhchap_hash"
 echo ffdhe3072 >"hosts/$HN2/dhchap_dhgroup"
-mkdir "subsystems/$KNQN"
-echo 0 >"subsystems/$KNQN/attr_allow_any_host"
-ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
-ln -s "/sys/kernel/config/nvmet/hosts/$HN2" "subsystems/$KNQN/allowed_hosts/$HN2"
-mkdir "subsystems/$KNQN/namespaces/1"
-echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
-echo 1 >"subsystems/$KNQN/namespaces/1/enable"
-mkdir ports/1
-echo tcp >ports/1/addr_trtype
-echo ipv4 >ports/1/addr_adrfam
-echo 0.0.0.0 >ports/1/addr_traddr
-echo 4420 >ports/1/addr_trsvcid
-ln -s "/sys/kernel/config/nvmet/subsystems/$KNQN" "ports/1/subsystems/$KNQN"
+nvmet_serve "$KNQN" 0.0.0.0 4420 "" "$HN" "$HN2"
 set +e
 say "NVMET-READY $KNQN host $HN hash $(cat "hosts/$HN/dhchap_hash") group $(cat "hosts/$HN/dhchap_dhgroup")"
 cmd=$(nc -l -p "$CTL_PORT" </dev/null 2>/dev/null)

@@ -81,23 +81,8 @@ fi
 nvme check-tls-key --keydata="$PN" --hostnqn="$HN" --subsysnqn="$KNQN" --insert >/tmp/hn.key.out 2>&1 \
   || fail ktls.nvtcp-nvmet "check-tls-key --insert: $(tail -1 /tmp/hn.key.out)"
 mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/mounts || { fail configfs mount; exit 1; }
-(
-  set -e
-  cd /sys/kernel/config/nvmet
-  mkdir "hosts/$HN" "subsystems/$KNQN"
-  echo 0 >"subsystems/$KNQN/attr_allow_any_host"
-  ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
-  mkdir "subsystems/$KNQN/namespaces/1"
-  echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
-  echo 1 >"subsystems/$KNQN/namespaces/1/enable"
-  mkdir ports/1
-  echo tcp >ports/1/addr_trtype
-  echo ipv4 >ports/1/addr_adrfam
-  echo 127.0.0.1 >ports/1/addr_traddr
-  echo 4421 >ports/1/addr_trsvcid
-  echo tls1.3 >ports/1/addr_tsas
-  ln -s "/sys/kernel/config/nvmet/subsystems/$KNQN" "ports/1/subsystems/$KNQN"
-) || fail ktls.nvtcp-nvmet "configuring nvmet failed"
+(cd /sys/kernel/config/nvmet && mkdir "hosts/$HN" && nvmet_serve "$KNQN" 127.0.0.1 4421 tls1.3 "$HN") ||
+  fail ktls.nvtcp-nvmet "configuring nvmet failed"
 # nvme-cli 2.13 fills the keyring with the legacy libnvme derivation; the nvtcp host derives the same.
 s=ktls.nvtcp-nvmet
 if NVTCP_LOG=debug /usr/bin/nvtcp perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:4421 subnqn:$KNQN hostnqn:$HN ns:1" \

@@ -55,6 +55,23 @@ ns1() {
 }
 hostid_of() { echo "${1##*:uuid:}"; }
 
+# nvmet_serve SUBNQN ADDRESS PORT TSAS HOSTNQN...: in nvmet's configfs (run from
+# /sys/kernel/config/nvmet, each hosts/HOSTNQN made by the caller with its keys) a subsystem that
+# admits those hosts only, with /dev/ram0 as namespace 1, on port 1 at ADDRESS:PORT over TCP; TSAS
+# tls1.3 makes the port require TLS ("" for none). Non-zero at the first step that fails.
+nvmet_serve() {
+  local nqn=$1 addr=$2 port=$3 tsas=$4 h
+  shift 4
+  mkdir "subsystems/$nqn" && echo 0 >"subsystems/$nqn/attr_allow_any_host" || return 1
+  for h in "$@"; do ln -s "/sys/kernel/config/nvmet/hosts/$h" "subsystems/$nqn/allowed_hosts/$h" || return 1; done
+  mkdir "subsystems/$nqn/namespaces/1" && echo -n /dev/ram0 >"subsystems/$nqn/namespaces/1/device_path" &&
+    echo 1 >"subsystems/$nqn/namespaces/1/enable" || return 1
+  mkdir ports/1 && echo tcp >ports/1/addr_trtype && echo ipv4 >ports/1/addr_adrfam &&
+    echo "$addr" >ports/1/addr_traddr && echo "$port" >ports/1/addr_trsvcid || return 1
+  if [ -n "$tsas" ]; then echo "$tsas" >ports/1/addr_tsas || return 1; fi
+  ln -s "/sys/kernel/config/nvmet/subsystems/$nqn" "ports/1/subsystems/$nqn"
+}
+
 # connect_rw STEP HOSTNQN OFFSET_MIB CONNECT_OPTIONS...: nvme connect to $NQN at ${TADDR:-10.0.2.2}:$TPORT
 # (the nvtcp target on the host unless TADDR says otherwise), 1 MiB of random data written to namespace 1 at OFFSET_MIB with
 # O_DIRECT and read back (md5 equal), disconnect.

@@ -79,21 +79,8 @@ mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/
 set -e
 cd /sys/kernel/config/nvmet
 mkdir "hosts/$HN"
-mkdir "subsystems/$KNQN"
-echo 0 >"subsystems/$KNQN/attr_allow_any_host"
 mkdir "hosts/$HN2"
-ln -s "/sys/kernel/config/nvmet/hosts/$HN" "subsystems/$KNQN/allowed_hosts/$HN"
-ln -s "/sys/kernel/config/nvmet/hosts/$HN2" "subsystems/$KNQN/allowed_hosts/$HN2"
-mkdir "subsystems/$KNQN/namespaces/1"
-echo -n /dev/ram0 >"subsystems/$KNQN/namespaces/1/device_path"
-echo 1 >"subsystems/$KNQN/namespaces/1/enable"
-mkdir ports/1
-echo tcp >ports/1/addr_trtype
-echo ipv4 >ports/1/addr_adrfam
-echo 0.0.0.0 >ports/1/addr_traddr
-echo 4420 >ports/1/addr_trsvcid
-echo tls1.3 >ports/1/addr_tsas
-ln -s "/sys/kernel/config/nvmet/subsystems/$KNQN" "ports/1/subsystems/$KNQN"
+nvmet_serve "$KNQN" 0.0.0.0 4420 tls1.3 "$HN" "$HN2"
 set +e
 say "NVMET-READY $KNQN host $HN tsas $(cat ports/1/addr_tsas) treq $(cat ports/1/addr_treq)"
 cmd=$(nc -l -p "$CTL_PORT" </dev/null 2>/dev/null)
