@@ -308,23 +308,25 @@ TEST(TcpStreamMultishot, ADryBufferRingIsRearmedWithoutLosingBytes) {
 
 // --- Polled receives (ReactorOptions::spin_recv) ---
 
-// Writes n bytes to a raw socket from another thread after a pause, so that the stream on
-// the other end has to wait for them (the case where its next receive is polled).
+// Writes n bytes to a raw socket from another thread after a pause, while the reactor
+// sleeps in io_uring.
 void write_later(int fd, const uint8_t* d, size_t n, std::chrono::microseconds pause) {
   std::this_thread::sleep_for(pause);
   ASSERT_EQ(::send(fd, d, n, MSG_NOSIGNAL), ssize_t(n));
 }
 
-// Feeds rounds of 64 bytes, each written after a pause, into stream; returns false when a
-// round does not arrive.
+// Feeds rounds of 64 bytes into stream, each written only after the reactor has run a few
+// empty turns, so that the stream's receive has waited for it whatever the machine's speed
+// (the case where its next receive is polled: a polled receive has missed, an io_uring one
+// was queued turns before it completed). Returns false when a round does not arrive.
 bool feed_rounds(Reactor& r, int raw_fd, Sink& sink, int rounds, uint8_t seed) {
   for (int i = 0; i < rounds; ++i) {
     uint8_t msg[64];
     for (size_t k = 0; k < sizeof(msg); ++k) msg[k] = uint8_t(seed + i * 3 + k);
     size_t want = sink.got.size() + sizeof(msg);
-    std::thread w(write_later, raw_fd, msg, sizeof(msg), std::chrono::microseconds(200));
+    for (int t = 0; t < 3; ++t) r.run_once(0);
+    if (::send(raw_fd, msg, sizeof(msg), MSG_NOSIGNAL) != ssize_t(sizeof(msg))) return false;
     bool ok = run_until(r, [&] { return sink.got.size() >= want; });
-    w.join();
     if (!ok || std::memcmp(sink.got.data() + want - sizeof(msg), msg, sizeof(msg)) != 0) return false;
   }
   return true;
