@@ -76,7 +76,7 @@ test-tsan:
 # or text from users. fuzz-smoke runs each briefly from the seed corpus (part of make test);
 # fuzz runs each for FUZZ_SECONDS and keeps what it finds in build-fuzz/corpus-*.
 FUZZ_BUILD ?= build-fuzz
-FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller auth tls
+FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller auth tls rpc
 FUZZ_SECONDS ?= 600
 fuzz-build:
 	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \

@@ -51,7 +51,7 @@ install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/install_service.cmake COMPONENT tools
 find_program(NVTCP_HELP2MAN help2man)
 if(NVTCP_HELP2MAN)
   set(NVTCP_MAN_PAGES)
-  foreach(page IN ITEMS nvtcp nvtcp-target nvtcp-discover nvtcp-identify nvtcp-perf nvtcp-bench nvtcp-engine)
+  foreach(page IN ITEMS nvtcp nvtcp-target nvtcp-discover nvtcp-identify nvtcp-perf nvtcp-bench nvtcp-engine nvtcp-rpc)
     list(APPEND NVTCP_MAN_PAGES ${PROJECT_BINARY_DIR}/man/${page}.1.gz)
   endforeach()
   add_custom_command(OUTPUT ${NVTCP_MAN_PAGES}

@@ -12,12 +12,16 @@
 
 #include "backend/block_device.hpp"
 #include "commands.hpp"
+#include "control/rpc_server.hpp"
+#include "control/target_methods.hpp"
 #include "target/target.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::app {
 
 namespace {
+constexpr const char* kDefaultRpcSocket = "/run/nvtcp/target.sock";
+
 // SIGUSR1: what the target holds now, for an operator (kill -USR1) or a test. Requests are
 // counted per state by their connections (asked on each reactor), so a command stuck waiting
 // for memory, for H2C data or for the device shows here.
@@ -69,6 +73,7 @@ struct TargetArgs {
   bool recv_multishot = false;
   bool no_spin_recv = false;
   std::string ready_file;
+  std::optional<std::string> rpc_socket;  // not given: kDefaultRpcSocket, if free
   // Resource limits; empty / 0 = keep the configuration's value.
   uint32_t max_connections = 0;
   bool no_connection_limit = false;
@@ -226,6 +231,24 @@ int run_target(const TargetArgs& a) {
     log::warn("namespace(s) {} keep data in memory only: RAM namespaces lose it when the target exits, files on "
               "tmpfs when the machine stops; Flush and FUA cannot make it durable",
               fmt::join(volatile_ns, ", "));
+  // The control plane. The default socket is a convenience: a second target on the machine
+  // finds it taken and runs without one (with a warning); a path given is required.
+  control::Dispatcher methods;
+  control::add_target_methods(methods, t, NVTCP_VERSION);
+  control::RpcServer rpc(methods);
+  const std::string rpc_path = a.rpc_socket.value_or(kDefaultRpcSocket);
+  if (rpc_path != "none" && !rpc_path.empty()) {
+    if (std::string err = rpc.start(rpc_path); !err.empty()) {
+      if (a.rpc_socket) {
+        fmt::print(stderr, "nvtcp target: {}\n", err);
+        t.stop();
+        return 1;
+      }
+      log::warn("no RPC socket: {} (give --rpc-socket PATH for one)", err);
+    } else {
+      log::info("JSON-RPC on {} (nvtcp rpc, or SPDK's rpc.py -s {})", rpc_path, rpc_path);
+    }
+  }
   if (!a.ready_file.empty()) {
     // Scripts wait for this file: its content is the port of the first listener.
     if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
@@ -236,6 +259,7 @@ int run_target(const TargetArgs& a) {
   int sig = 0;
   while (sigwait(&set, &sig) == 0 && sig == SIGUSR1) log_statistics(t);
   log::info("signal {}: shutting down", sig);
+  rpc.stop();
   t.stop();
   uint64_t ios = t.io_count();
   log::info("target: {} I/O commands ({} Flush, {} FUA writes), {:.2f} CPU s in {} reactor thread(s), "
@@ -316,6 +340,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_flag("--no-spin-recv", a->no_spin_recv,
               "busy/hybrid polling: wait for bytes through io_uring only, never with a polled recv()");
   c->add_option("--ready-file", a->ready_file, "write the listening port here once serving");
+  c->add_option("--rpc-socket", a->rpc_socket,
+                fmt::format("JSON-RPC control socket, owner-only (default {} when free; none: no socket)",
+                            kDefaultRpcSocket));
   c->callback([a, &rc] { rc = run_target(*a); });
 }
 

@@ -14,6 +14,7 @@ void add_identify_command(CLI::App& app, int& rc);
 void add_perf_command(CLI::App& app, int& rc);
 void add_bench_command(CLI::App& app, int& rc);
 void add_engine_command(CLI::App& app, int& rc);
+void add_rpc_command(CLI::App& app, int& rc);
 
 // --socket-buffer and --send-buffer of the NVMe/TCP host connections (perf, engine).
 void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::optional<uint32_t>& send_buffer);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   nvtcp::app::add_perf_command(app, rc);
   nvtcp::app::add_bench_command(app, rc);
   nvtcp::app::add_engine_command(app, rc);
+  nvtcp::app::add_rpc_command(app, rc);
   CLI11_PARSE(app, argc, argv);
   return rc;
 }

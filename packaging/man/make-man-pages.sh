@@ -28,7 +28,7 @@ page() {
   gzip -9nf "$out/$name.1"
 }
 
-subs=(target discover identify perf bench engine)
+subs=(target discover identify perf bench engine rpc)
 {
   echo '[SEE ALSO]'
   for s in "${subs[@]}"; do printf '.BR nvtcp-%s (1),\n' "$s"; done
@@ -43,3 +43,4 @@ page nvtcp-identify identify "print Identify Controller and Namespace fields"
 page nvtcp-perf perf "measure IOPS, bandwidth and latency against an NVMe/TCP namespace"
 page nvtcp-bench bench "reproduce the reference study's NVMe/TCP benchmark matrix"
 page nvtcp-engine engine "offload engine: local applications' NVMe queues carried over NVMe/TCP"
+page nvtcp-rpc rpc "call a running target's JSON-RPC control methods (SPDK's names)"

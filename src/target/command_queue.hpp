@@ -109,6 +109,7 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // Whether the queue may run commands: it needs no authentication or has authenticated.
   bool authenticated() const { return !auth_required_ || authenticated_; }
   uint16_t qid() const { return qid_; }
+  const Arrival& arrival() const { return arrival_; }
   uint16_t sqsize() const { return sqsize_; }
   Controller* controller() const { return ctrl_.get(); }
   // Bytes of in-capsule data a command may carry on this queue, and the buffer a command

@@ -116,6 +116,8 @@ std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, 
   return key;
 }
 
+}  // namespace
+
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
 // "psk": ...}.
 void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
@@ -159,7 +161,6 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
   sc.hosts.push_back(nqn);
   if (keys.dhchap || keys.psk) sc.host_keys[nqn] = std::move(keys);
 }
-}  // namespace
 
 std::string load_config_file(const std::string& path, TargetConfig& cfg) {
   std::ifstream in(path);
@@ -231,6 +232,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         nc.size = size_field(n, "size", 0);
         nc.path = n.value("path", "");
         nc.block_size = int_field(n, "block_size", nc.block_size);
+        nc.name = n.value("name", "");
         sc.namespaces.push_back(nc);
       }
       cfg.subsystems.push_back(sc);
@@ -260,6 +262,7 @@ std::string finalize_config(TargetConfig& cfg) {
     return fmt::format("max_host_buffer_memory must be 0 (no limit) or at least {} bytes (one largest transfer)",
                        one_command);
   std::set<std::string> nqns;
+  std::set<std::string> names;  // namespace names, unique in the target
   unsigned index = 0;
   for (auto& s : cfg.subsystems) {
     ++index;
@@ -288,6 +291,8 @@ std::string finalize_config(TargetConfig& cfg) {
       if (n.type == "file" && n.path.empty()) return fmt::format("file namespace {} needs a path", n.nsid);
     }
     if (used.size() != s.namespaces.size()) return fmt::format("subsystem {} repeats an nsid", s.nqn);
+    for (auto& n : s.namespaces)
+      if (!n.name.empty() && !names.insert(n.name).second) return fmt::format("namespace name '{}' is used twice", n.name);
     for (const auto& name : s.listeners) {
       ListenerConfig want;
       if (!parse_listener(name, want)) return fmt::format("subsystem {}: listener '{}' is not ADDRESS:PORT", s.nqn, name);
@@ -295,6 +300,14 @@ std::string finalize_config(TargetConfig& cfg) {
         return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
     }
   }
+  // Every namespace has a name (its bdev name, as RPC lists it): "null0", "ram1", ...
+  std::map<std::string, unsigned> counts;
+  for (auto& s : cfg.subsystems)
+    for (auto& n : s.namespaces)
+      while (n.name.empty()) {
+        std::string name = fmt::format("{}{}", n.type, counts[n.type]++);
+        if (names.insert(name).second) n.name = name;
+      }
   return {};
 }
 

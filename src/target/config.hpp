@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,9 @@ struct NamespaceConfig {
   uint64_t size = 0;            // bytes (file: 0 = the file's size)
   std::string path;             // file only
   uint32_t block_size = 512;
+  // Unique in the target (SPDK's bdev name, as RPC lists and removes it); empty: finalize_config
+  // names it after its type ("null0", "ram1", "file0").
+  std::string name;
 };
 
 // An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked
@@ -126,6 +130,10 @@ struct TargetConfig {
 // The part of max_buffer_memory that I/O queues leave to admin queues and to connections
 // not yet past Connect (a sixteenth).
 inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_buffer_memory / 16; }
+
+// Adds one "hosts" entry (a host NQN, or an object with "nqn" and its keys, each checked) to
+// sc; throws std::runtime_error naming the host and field, never a key.
+void read_host(SubsystemConfig& sc, const nlohmann::json& entry);
 
 // Reads a JSON configuration; returns an error message or empty.
 std::string load_config_file(const std::string& path, TargetConfig& out);

@@ -108,6 +108,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
 
   uint16_t cntlid() const { return cntlid_; }
   Subsystem& subsystem() { return subsys_; }
+  const Subsystem& subsystem() const { return subsys_; }
   const std::string& hostnqn() const { return hostnqn_; }
 
   // The Error Information log (01h): every failed command of any of this controller's

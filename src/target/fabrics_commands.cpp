@@ -133,7 +133,7 @@ void CommandQueue::execute_connect(Request& r) {
     }
   }
   // A host with a DH-HMAC-CHAP key authenticates every queue before anything else (ATR).
-  const HostKeys* keys = sub->is_discovery() ? nullptr : sub->host_keys(hostnqn);
+  const std::optional<HostKeys> keys = sub->is_discovery() ? std::nullopt : sub->host_keys(hostnqn);
   // Admin and discovery queues carry few commands: at most kMaxAdminQueueDepth entries (the
   // Linux host asks for 32, SPDK allows 128), which also bounds how many responses one
   // discovery connection, open to any host, can have in flight.

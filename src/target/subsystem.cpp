@@ -26,7 +26,58 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
       host_keys_(cfg.host_keys) {}
 
 bool Subsystem::host_allowed(const std::string& hostnqn) const {
-  return allow_any_ || std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();
+  if (allows_any_host()) return true;
+  std::lock_guard lk(hosts_mu_);
+  return std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();
+}
+
+std::optional<HostKeys> Subsystem::host_keys(const std::string& hostnqn) const {
+  std::lock_guard lk(hosts_mu_);
+  auto it = host_keys_.find(hostnqn);
+  if (it == host_keys_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Subsystem::add_host(const std::string& hostnqn, std::optional<HostKeys> keys) {
+  std::lock_guard lk(hosts_mu_);
+  if (keys) host_keys_[hostnqn] = std::move(*keys);
+  else host_keys_.erase(hostnqn);
+  if (std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end()) return false;
+  hosts_.push_back(hostnqn);
+  return true;
+}
+
+bool Subsystem::remove_host(const std::string& hostnqn) {
+  std::lock_guard lk(hosts_mu_);
+  host_keys_.erase(hostnqn);
+  auto it = std::find(hosts_.begin(), hosts_.end(), hostnqn);
+  if (it == hosts_.end()) return false;
+  hosts_.erase(it);
+  return true;
+}
+
+std::vector<Subsystem::HostEntry> Subsystem::hosts() const {
+  std::lock_guard lk(hosts_mu_);
+  std::vector<HostEntry> out;
+  for (const auto& nqn : hosts_) {
+    HostEntry e{nqn};
+    auto k = host_keys_.find(nqn);
+    if (k != host_keys_.end()) {
+      e.dhchap = bool(k->second.dhchap);
+      e.dhchap_ctrl = bool(k->second.dhchap_ctrl);
+      e.psk = bool(k->second.psk);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<Controller>> Subsystem::controllers() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::shared_ptr<Controller>> out;
+  for (const auto& [id, c] : controllers_) out.push_back(c);
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a->cntlid() < b->cntlid(); });
+  return out;
 }
 
 void Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
@@ -175,6 +226,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       auto ns = std::make_unique<Namespace>(resv_path, cfg.max_registrants_per_namespace);
       ns->fence.init(std::max(1u, cfg.cores));
       ns->nsid = nc.nsid;
+      ns->name = nc.name;
       ns->block_size = nc.block_size;
       ns->lbads = nc.block_size == 4096 ? 12 : 9;
       std::string err;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Subsystems and their namespaces, shared by every reactor. The namespace table is fixed
 // after start-up (read without locks); the controller table changes only on Connect and
-// teardown, under a mutex that the data path never takes.
+// teardown, and the allowed hosts by RPC, each under a mutex that the data path never takes
+// (hosts are read at Connect and in the TLS handshake only).
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +93,7 @@ class WriteFence {
 
 struct Namespace {
   uint32_t nsid = 0;
+  std::string name;              // NamespaceConfig::name
   uint32_t index = 0;            // position in the subsystem's list: per-namespace counters
   std::unique_ptr<backend::BlockDevice> device;
   uint32_t block_size = 512;
@@ -127,12 +130,23 @@ class Subsystem {
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
   bool host_allowed(const std::string& hostnqn) const;
-  bool allows_any_host() const { return allow_any_; }
-  // The keys configured for a host (nullptr: none; it connects without authenticating).
-  const HostKeys* host_keys(const std::string& hostnqn) const {
-    auto it = host_keys_.find(hostnqn);
-    return it == host_keys_.end() ? nullptr : &it->second;
-  }
+  bool allows_any_host() const { return allow_any_.load(std::memory_order_relaxed); }
+  // The keys configured for a host (nullopt: none; it connects without authenticating). A
+  // copy: the host may be removed (RPC) while its connection uses them.
+  std::optional<HostKeys> host_keys(const std::string& hostnqn) const;
+  // Live changes (RPC). A removed host's connections stay until they end; new ones are refused.
+  void set_allow_any_host(bool any) { allow_any_.store(any, std::memory_order_relaxed); }
+  // Adds the host, or replaces its keys; false if it was there already (keys then replaced).
+  bool add_host(const std::string& hostnqn, std::optional<HostKeys> keys);
+  bool remove_host(const std::string& hostnqn);  // false: it was not allowed
+  // The allowed hosts, each with whether it has keys (which never leave the target).
+  struct HostEntry {
+    std::string nqn;
+    bool dhchap = false, dhchap_ctrl = false, psk = false;
+  };
+  std::vector<HostEntry> hosts() const;
+  // The controllers now (for listing).
+  std::vector<std::shared_ptr<Controller>> controllers() const;
   // Whether hosts reach this subsystem through the listener with this port ID (0: the
   // discovery-only port). Bound to named listeners, or to all of them (start-up only).
   bool reachable_through(uint16_t portid) const {
@@ -171,7 +185,8 @@ class Subsystem {
  private:
   std::string nqn_, serial_, model_;
   bool discovery_;
-  bool allow_any_;
+  std::atomic<bool> allow_any_;
+  mutable std::mutex hosts_mu_;  // hosts_ and host_keys_
   std::vector<std::string> hosts_;
   std::map<std::string, HostKeys> host_keys_;
   std::vector<uint16_t> portids_;  // empty: every listener

@@ -470,6 +470,12 @@ uint64_t Target::io_count() const {
   return n;
 }
 
+std::vector<uint64_t> Target::io_counts_per_reactor() const {
+  std::vector<uint64_t> out;
+  for (auto& rt : reactors_) out.push_back(rt->connections.ios());
+  return out;
+}
+
 uint64_t Target::flush_count() const {
   uint64_t n = 0;
   for (auto& rt : reactors_) n += rt->connections.flushes();

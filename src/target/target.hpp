@@ -45,8 +45,10 @@ class Target {
   RequestStateCounts request_states();
   // Entries into each state since start, over every connection (control path, as above).
   RequestStateEntries request_entries();
-  // I/O commands completed by all reactors so far.
+  // I/O commands completed by all reactors so far, and by each.
   uint64_t io_count() const;
+  std::vector<uint64_t> io_counts_per_reactor() const;
+  unsigned reactor_count() const { return unsigned(reactors_.size()); }
   // Flush commands and FUA writes completed with success so far.
   uint64_t flush_count() const;
   uint64_t fua_write_count() const;

@@ -122,6 +122,17 @@ ConnectionInfo TcpQueue::info() const {
   i.peer = peer_;
   i.qid = commands_.qid();
   i.connected = live();
+  if (const Controller* c = commands_.controller()) {
+    i.subnqn = c->subsystem().nqn();
+    i.hostnqn = c->hostnqn();
+    i.cntlid = c->cntlid();
+  }
+  i.portid = commands_.arrival().portid;
+  i.local_address = commands_.arrival().local_address;
+  i.reactor = set_.index();
+  i.tls = tls_ != nullptr;
+  i.hdgst = hdgst_;
+  i.ddgst = ddgst_;
   i.send_queue_bytes = stream_->queued_bytes();
   i.send_queue_peak = send_peak_;
   i.buffer_bytes = pool_.buffer_bytes();

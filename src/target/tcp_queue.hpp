@@ -35,6 +35,13 @@ struct ConnectionInfo {
   std::string peer;
   uint16_t qid = 0;
   bool connected = false;
+  // Past Connect: whose queue this is.
+  std::string subnqn, hostnqn;
+  uint16_t cntlid = 0;
+  uint16_t portid = 0;                 // the listener it came in on (0: the discovery port)
+  std::string local_address;           // the address the host reached
+  uint32_t reactor = 0;
+  bool tls = false, hdgst = false, ddgst = false;
   uint64_t send_queue_bytes = 0;       // queued for the socket, not yet taken by the kernel
   uint64_t send_queue_peak = 0;        // the most it ever held
   uint64_t buffer_bytes = 0;           // data buffers held by this connection's requests

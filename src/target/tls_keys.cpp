@@ -12,12 +12,12 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
                                 std::string& why) const {
   auth::PskIdentity id;
   if (!auth::parse_psk_identity(identity, id, why)) return false;
-  const auth::ConfiguredPsk* psk = nullptr;
+  std::shared_ptr<const auth::ConfiguredPsk> psk;  // held: RPC may remove the host meanwhile
   if (id.subnqn == nvme::kDiscoveryNqn) {
     for (const auto& s : state_.subsystems) {
-      const HostKeys* k = s->host_allowed(id.hostnqn) ? s->host_keys(id.hostnqn) : nullptr;
+      auto k = s->host_allowed(id.hostnqn) ? s->host_keys(id.hostnqn) : std::nullopt;
       if (k && k->psk) {
-        psk = k->psk.get();
+        psk = k->psk;
         break;
       }
     }
@@ -31,8 +31,8 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
       why = fmt::format("host {} is not allowed on {}", id.hostnqn, id.subnqn);
       return false;
     }
-    const HostKeys* k = sub->host_keys(id.hostnqn);
-    if (k && k->psk) psk = k->psk.get();
+    auto k = sub->host_keys(id.hostnqn);
+    if (k && k->psk) psk = k->psk;
   }
   if (!psk) {
     why = fmt::format("no PSK is configured for host {} on {}", id.hostnqn, id.subnqn);

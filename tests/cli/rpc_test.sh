@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The target's JSON-RPC socket from the command line: `nvtcp rpc` lists, allows and removes a
+# host (a host removed is refused at its next connect, nvtcp perf's connect here), a client
+# framed as SPDK's rpc.py frames requests (pretty-printed, no newline, several on one
+# connection) is answered in order, and errors exit 1 with the server's message. Where SPDK's
+# own rpc.py is found (NVTCP_SPDK_RPC, or ../shared/spdk beside the source tree) the same calls
+# run through it too; the project's tests do not need it.
+set -euo pipefail
+NVTCP=$1
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d /tmp/nvtcp-rpc.XXXXXX)
+target_pid=
+cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+NQN=nqn.2026-12.io.nvtcp:rpc
+HOST=nqn.2014-08.org.nvmexpress:uuid:0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5
+SOCK=$dir/target.sock
+"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --rpc-socket "$SOCK" \
+  --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
+target_pid=$!
+for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+[ -s "$dir/ready" ] || fail "target did not start"
+[ "$(stat -c %a "$SOCK")" = 600 ] || fail "the socket is mode $(stat -c %a "$SOCK"), not 600"
+port=$(cat "$dir/ready")
+rpc() { "$NVTCP" rpc -s "$SOCK" "$@"; }
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN hostnqn:$HOST ns:1"
+connects() { "$NVTCP" perf -r "$trid" -q 1 -o 4K -w randread -t 1 >"$dir/perf.log" 2>&1; }
+
+rpc nvmf_get_subsystems >"$dir/subs.json"
+python3 - "$dir/subs.json" "$NQN" "$port" <<'PY' || fail "nvmf_get_subsystems: $(cat "$dir/subs.json")"
+import json, sys
+subs = json.load(open(sys.argv[1]))
+assert subs[0]["subtype"] == "Discovery", subs[0]
+s = subs[1]
+assert s["nqn"] == sys.argv[2] and s["allow_any_host"] is True, s
+assert s["listen_addresses"][0]["trsvcid"] == sys.argv[3], s["listen_addresses"]
+assert [n["nsid"] for n in s["namespaces"]] == [1] and s["namespaces"][0]["bdev_name"] == "null0", s["namespaces"]
+PY
+
+# Only listed hosts: refused, listed: let in, removed: refused again.
+rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
+connects && fail "a host that is not listed connected"
+rpc nvmf_subsystem_add_host "{\"nqn\": \"$NQN\", \"host\": \"$HOST\"}" >/dev/null
+connects || fail "a listed host could not connect: $(tail -2 "$dir/perf.log")"
+rpc nvmf_subsystem_remove_host --nqn "$NQN" --host "$HOST" >/dev/null
+connects && fail "a removed host connected"
+grep -q "host '$HOST' is not allowed on $NQN" "$dir/target.log" || fail "no log line for the refused host"
+
+# Errors: exit 1 with the server's code and message.
+if rpc nvmf_subsystem_get_qpairs --nqn nqn.2026-12.io.nvtcp:none 2>"$dir/err"; then fail "a missing subsystem answered"; fi
+grep -q "error -32602: Unable to find subsystem with NQN nqn.2026-12.io.nvtcp:none" "$dir/err" || fail "$(cat "$dir/err")"
+if rpc no_such_method 2>"$dir/err"; then fail "an unknown method answered"; fi
+grep -q "error -32601" "$dir/err" || fail "$(cat "$dir/err")"
+
+# Framed as rpc.py frames it: pretty-printed requests, back to back, on one connection.
+python3 - "$SOCK" <<'PY' || fail "rpc.py-style framing"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+reqs = [{"jsonrpc": "2.0", "method": m, "id": i + 1} for i, m in
+        enumerate(["rpc_get_methods", "nvmf_get_stats", "spdk_get_version"])]
+s.sendall("".join(json.dumps(r, indent=2) for r in reqs).encode())
+buf, answers, dec = "", [], json.JSONDecoder()
+while len(answers) < 3:
+    data = s.recv(4096)
+    assert data, "closed early"
+    buf += data.decode()
+    while buf.strip():
+        try:
+            obj, end = dec.raw_decode(buf.lstrip())
+        except ValueError:
+            break
+        answers.append(obj)
+        buf = buf.lstrip()[end:]
+assert [a["id"] for a in answers] == [1, 2, 3], answers
+assert "nvmf_subsystem_add_host" in answers[0]["result"]
+assert answers[1]["result"]["poll_groups"][0]["name"] == "nvmf_tgt_poll_group_0"
+PY
+
+spdk_rpc=${NVTCP_SPDK_RPC:-$here/../../../shared/spdk/scripts/rpc.py}
+if [ -f "$spdk_rpc" ]; then
+  spdk() { python3 "$spdk_rpc" -s "$SOCK" "$@"; }
+  spdk nvmf_create_transport -t TCP || fail "rpc.py nvmf_create_transport"
+  spdk nvmf_subsystem_add_host "$NQN" "$HOST" || fail "rpc.py nvmf_subsystem_add_host"
+  connects || fail "a host rpc.py added could not connect"
+  spdk nvmf_subsystem_get_controllers "$NQN" >"$dir/ctrls.json" || fail "rpc.py get_controllers"
+  spdk nvmf_subsystem_remove_host "$NQN" "$HOST" || fail "rpc.py nvmf_subsystem_remove_host"
+  spdk nvmf_subsystem_allow_any_host -e "$NQN" || fail "rpc.py allow_any_host"
+  spdk nvmf_get_subsystems "$NQN" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert s[0]["allow_any_host"] and not s[0]["hosts"], s' \
+    || fail "rpc.py nvmf_get_subsystems"
+  connects || fail "any host could not connect after rpc.py allowed it"
+  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems"
+else
+  echo "SPDK's rpc.py not found (NVTCP_SPDK_RPC): its part skipped"
+fi
+
+kill -TERM "$target_pid"
+wait "$target_pid" || fail "the target did not exit cleanly"
+target_pid=
+[ -e "$SOCK" ] && fail "the socket outlived the target"
+echo "PASS: JSON-RPC from nvtcp rpc and rpc.py framing; hosts allowed and removed live"

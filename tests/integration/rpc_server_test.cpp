@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: Apache-2.0
+// The JSON-RPC server on its UNIX socket in front of a running target: requests framed as
+// SPDK's rpc.py frames them, clients that misbehave (half a request, garbage, leaving
+// mid-request, never reading), the socket's permissions and its life, and host access changed
+// live (a host removed is refused at its next Connect, one added is let in).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "control/rpc_server.hpp"
+#include "control/target_methods.hpp"
+#include "test_target.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+using control::Json;
+
+std::string temp_socket_path(const char* name) {
+  return fmt::format("/tmp/nvtcp-rpc-test-{}-{}/{}", ::getpid(), name, "target.sock");
+}
+
+int connect_to(const std::string& path) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+  ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size()));
+}
+
+// Reads answers until n whole JSON texts have come (or 5 s, or the server closed).
+std::vector<Json> read_answers(int fd, size_t n, bool* closed = nullptr) {
+  control::JsonTextSplitter split(1 << 24);
+  std::vector<Json> out;
+  std::string text, why;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (out.size() < n && std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+    if (k <= 0) {
+      if (closed) *closed = true;
+      break;
+    }
+    split.feed(buf, size_t(k));
+    while (split.next(text, why) == control::JsonTextSplitter::Next::Text) out.push_back(Json::parse(text));
+  }
+  return out;
+}
+
+// Whether the server has closed fd (reads end-of-file within 5 s).
+bool closed_by_server(int fd) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+    if (k == 0) return true;
+    if (k < 0) return errno != EAGAIN;
+  }
+  return false;
+}
+
+// As rpc.py 24.01 sends a request: pretty-printed, integer id, no newline after it.
+std::string rpc_py_request(const std::string& method, int id, const Json& params = Json()) {
+  Json req{{"jsonrpc", "2.0"}, {"method", method}, {"id", id}};
+  if (!params.is_null()) req["params"] = params;
+  return req.dump(2);
+}
+
+struct RpcFixture {
+  RunningTarget t;
+  control::Dispatcher methods;
+  control::RpcServer server;
+  std::string path;
+  explicit RpcFixture(const char* name, control::RpcServerOptions o = {}) : server(methods, o) {
+    control::add_target_methods(methods, t.target(), "0.1.0");
+    path = temp_socket_path(name);
+    std::string err = server.start(path);
+    if (!err.empty()) throw std::runtime_error(err);
+  }
+  ~RpcFixture() {
+    server.stop();
+    ::rmdir(path.substr(0, path.rfind('/')).c_str());
+  }
+  Json call(const std::string& method, const Json& params = Json()) {
+    int fd = connect_to(path);
+    if (fd < 0) return Json();
+    send_all(fd, rpc_py_request(method, 1, params));
+    auto a = read_answers(fd, 1);
+    ::close(fd);
+    return a.empty() ? Json() : a[0];
+  }
+};
+
+TEST(RpcServer, AnswersRequestsBackToBackAndSplitAnywhereInOrder) {
+  RpcFixture f("order");
+  int fd = connect_to(f.path);
+  ASSERT_GE(fd, 0);
+  // Three requests in one write, then one more a byte at a time.
+  send_all(fd, rpc_py_request("rpc_get_methods", 1) + rpc_py_request("spdk_get_version", 2) +
+                   rpc_py_request("nvmf_get_subsystems", 3));
+  const std::string last = rpc_py_request("nvmf_get_stats", 4);
+  for (char c : last) send_all(fd, std::string(1, c));
+  auto a = read_answers(fd, 4);
+  ::close(fd);
+  ASSERT_EQ(a.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a[size_t(i)]["id"], i + 1);
+  const auto names = a[0]["result"].get<std::vector<std::string>>();
+  for (const char* m : {"nvmf_get_subsystems", "nvmf_subsystem_add_host", "nvmf_subsystem_get_qpairs"})
+    EXPECT_NE(std::find(names.begin(), names.end(), m), names.end()) << m;
+  EXPECT_EQ(a[1]["result"]["version"], "nvtcp 0.1.0");
+  ASSERT_EQ(a[2]["result"].size(), 2u);  // discovery, then the test subsystem
+  EXPECT_EQ(a[2]["result"][0]["subtype"], "Discovery");
+  EXPECT_EQ(a[2]["result"][1]["nqn"], kTestNqn);
+  EXPECT_EQ(a[2]["result"][1]["namespaces"].size(), 3u);
+  EXPECT_EQ(a[2]["result"][1]["listen_addresses"][0]["trsvcid"], std::to_string(f.t.port()));
+  EXPECT_TRUE(a[3]["result"].contains("poll_groups"));
+  EXPECT_EQ(f.server.requests(), 4u);
+}
+
+TEST(RpcServer, TheSocketIsTheOwnersOnlyAndGoesWithTheServer) {
+  std::string path;
+  {
+    RpcFixture f("mode");
+    path = f.path;
+    struct stat st {};
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    // A second server on the same path is refused while this one serves.
+    control::Dispatcher d;
+    control::RpcServer second(d);
+    std::string err = second.start(path);
+    EXPECT_NE(err.find("another process serves"), std::string::npos) << err;
+  }
+  struct stat st {};
+  EXPECT_NE(::lstat(path.c_str(), &st), 0) << "the socket file outlived its server";
+}
+
+TEST(RpcServer, ASocketLeftByAProcessThatIsGoneIsReplaced) {
+  const std::string path = temp_socket_path("stale");
+  ::mkdir(path.substr(0, path.rfind('/')).c_str(), 0700);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ::close(fd);  // bound, never listened: what a killed process leaves
+  control::Dispatcher d;
+  control::RpcServer server(d);
+  EXPECT_EQ(server.start(path), "");
+  server.stop();
+  // A file that is not a socket is never removed.
+  FILE* file = std::fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fclose(file);
+  control::RpcServer other(d);
+  EXPECT_NE(other.start(path).find("not a socket"), std::string::npos);
+  ::unlink(path.c_str());
+  ::rmdir(path.substr(0, path.rfind('/')).c_str());
+}
+
+TEST(RpcServer, GarbageGetsAParseErrorAndTheConnectionClosesOthersGoOn) {
+  RpcFixture f("garbage");
+  int bad = connect_to(f.path);
+  int good = connect_to(f.path);
+  ASSERT_GE(bad, 0);
+  ASSERT_GE(good, 0);
+  send_all(bad, "this is not json");
+  auto a = read_answers(bad, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0]["error"]["code"], control::kParseError);
+  EXPECT_TRUE(a[0]["id"].is_null());
+  EXPECT_TRUE(closed_by_server(bad));
+  ::close(bad);
+  // Valid JSON text that is not JSON inside (a bad token): Parse Error, and the stream goes on.
+  send_all(good, "{\"jsonrpc\":\"2.0\",\"method\":nope}" + rpc_py_request("spdk_get_version", 9));
+  a = read_answers(good, 2);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0]["error"]["code"], control::kParseError);
+  EXPECT_EQ(a[1]["id"], 9);
+  ::close(good);
+}
+
+TEST(RpcServer, ARequestOverTheLimitClosesThatClientOnly) {
+  control::RpcServerOptions o;
+  o.max_request_bytes = 4096;
+  RpcFixture f("limit", o);
+  int fd = connect_to(f.path);
+  ASSERT_GE(fd, 0);
+  std::string endless = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"a\":\"" + std::string(8192, 'a');
+  send_all(fd, endless);
+  auto a = read_answers(fd, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0]["error"]["code"], control::kParseError);
+  EXPECT_TRUE(closed_by_server(fd));
+  ::close(fd);
+  EXPECT_EQ(f.call("spdk_get_version")["result"]["version"], "nvtcp 0.1.0");
+}
+
+TEST(RpcServer, AClientStuckMidRequestOrGoneMidRequestHoldsUpNoOther) {
+  RpcFixture f("slow");
+  int slow = connect_to(f.path);
+  ASSERT_GE(slow, 0);
+  send_all(slow, "{\"jsonrpc\":\"2.0\",\"method\":\"spdk_get_ver");  // and nothing more for now
+  int gone = connect_to(f.path);
+  send_all(gone, "{\"jsonrpc\":\"2.0\",\"me");
+  ::close(gone);
+  EXPECT_EQ(f.call("nvmf_get_subsystems")["result"].size(), 2u);
+  send_all(slow, "sion\",\"id\":5}");
+  auto a = read_answers(slow, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0]["id"], 5);
+  ::close(slow);
+}
+
+TEST(RpcServer, ClientsOverTheLimitAreClosedAndTheRestServed) {
+  control::RpcServerOptions o;
+  o.max_clients = 2;
+  RpcFixture f("clients", o);
+  int a = connect_to(f.path), b = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  send_all(a, rpc_py_request("spdk_get_version", 1));
+  send_all(b, rpc_py_request("spdk_get_version", 2));
+  ASSERT_EQ(read_answers(a, 1).size(), 1u);
+  ASSERT_EQ(read_answers(b, 1).size(), 1u);
+  int c = connect_to(f.path);  // the listen backlog takes it; the server closes it
+  ASSERT_GE(c, 0);
+  EXPECT_TRUE(closed_by_server(c));
+  ::close(c);
+  EXPECT_EQ(f.server.clients_refused(), 1u);
+  ::close(a);
+  ::close(b);
+  EXPECT_TRUE(wait_for([&] { return f.call("spdk_get_version").contains("result"); }, 5000));
+}
+
+TEST(RpcServer, HostsAllowedAndRemovedLiveDecideTheNextConnect) {
+  RpcFixture f("hosts");
+  const std::string host = "nqn.2014-08.org.nvmexpress:uuid:2b9e1c7a-0d3f-4c55-9a61-7f00a1b2c3d4";
+  host::ControllerOptions o;
+  o.hostnqn = host;
+  o.kato_ms = 0;
+  o.io_queues = 1;
+  std::string err;
+  // Only listed hosts, and this one is not listed yet.
+  EXPECT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), o, err), nullptr);
+  Json r = f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", host}});
+  EXPECT_EQ(r["result"], true) << r.dump();
+  auto ctrl = host::Controller::connect(f.t.trid(), o, err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  Json subs = f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}})["result"];
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_EQ(subs[0]["allow_any_host"], false);
+  EXPECT_EQ(subs[0]["hosts"], Json::array({Json{{"nqn", host}}}));
+  Json ctrls = f.call("nvmf_subsystem_get_controllers", {{"nqn", kTestNqn}})["result"];
+  ASSERT_EQ(ctrls.size(), 1u);
+  EXPECT_EQ(ctrls[0]["hostnqn"], host);
+  Json qpairs = f.call("nvmf_subsystem_get_qpairs", {{"nqn", kTestNqn}})["result"];
+  ASSERT_GE(qpairs.size(), 1u);  // the admin queue (I/O queue pairs come when a thread asks)
+  EXPECT_EQ(qpairs[0]["qid"], 0);
+  for (const auto& q : qpairs) {
+    EXPECT_EQ(q["cntlid"], ctrls[0]["cntlid"]);
+    EXPECT_EQ(q["state"], "active");
+    EXPECT_EQ(q["listen_address"]["trsvcid"], std::to_string(f.t.port()));
+  }
+  // Removed: the connection it has goes on, the next Connect is refused.
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", host}})["result"], true);
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), o, err), nullptr);
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", host}})["error"]["code"],
+            control::kInternalError);
+  // Open to any host again.
+  EXPECT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", true}})["result"], true);
+  EXPECT_NE(host::Controller::connect(f.t.trid(), o, err), nullptr) << err;
+}
+
+TEST(RpcServer, NamesThatDoNotExistAndBadKeysAreErrorsThatChangeNothing) {
+  RpcFixture f("names");
+  EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", "nqn.2026-12.io.nvtcp:none"}})["error"]["code"],
+            control::kNoSuchDevice);
+  EXPECT_EQ(f.call("nvmf_subsystem_get_qpairs", {{"nqn", "nqn.2026-12.io.nvtcp:none"}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "h"}, {"dhchap_key", "DHHC-1:01:bm90:"}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  Json err = f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "h"}, {"psk", "NVMeTLSkey-1:01:secretbits:"}});
+  EXPECT_EQ(err["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(err.dump().find("secretbits"), std::string::npos) << "a key in an error: " << err.dump();
+  EXPECT_TRUE(f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}})["result"][0]["hosts"].empty());
+  EXPECT_EQ(f.call("nvmf_create_transport", {{"trtype", "RDMA"}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_create_transport", {{"trtype", "TCP"}, {"zcopy", false}, {"no_srq", false}})["result"], true);
+}
+
+}  // namespace
+}  // namespace nvtcp::test
