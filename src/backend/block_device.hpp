@@ -66,6 +66,9 @@ class BlockDevice {
   // shrank) and returns the size in effect from now on. Control path; fixed-size devices
   // return size_bytes().
   virtual uint64_t revalidate_size() { return size_bytes(); }
+  // Takes a new size (control path; NULL devices only, as SPDK resizes null bdevs); false when
+  // the device cannot. The namespace then takes it as revalidate_size() reports it.
+  virtual bool resize(uint64_t) { return false; }
   virtual uint32_t block_size() const = 0;
   virtual const char* kind() const = 0;
   // Read needs a caller buffer only when this is false. True only for a device whose blocks

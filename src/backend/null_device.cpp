@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The reference study's NULL device: reads return zeros, writes are discarded.
+#include <atomic>
+
 #include "backend/block_device.hpp"
 #include "util/log.hpp"
 #include "util/zeros.hpp"
@@ -13,7 +15,11 @@ namespace {
 class NullDevice final : public BlockDevice {
  public:
   NullDevice(uint64_t size, uint32_t bs) : size_(size), bs_(bs) {}
-  uint64_t size_bytes() const override { return size_; }
+  uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
+  bool resize(uint64_t bytes) override {
+    size_.store(bytes - bytes % bs_, std::memory_order_relaxed);
+    return true;
+  }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "null"; }
   Persistence persistence() const override { return Persistence::None; }
@@ -31,7 +37,7 @@ class NullDevice final : public BlockDevice {
   }
 
  private:
-  uint64_t size_;
+  std::atomic<uint64_t> size_;  // resized live (bdev_null_resize)
   uint32_t bs_;
 };
 }  // namespace

@@ -90,6 +90,7 @@ class Dispatcher {
  public:
   using Handler = std::function<Json(const Json& params)>;
   void add(const std::string& name, Handler h) { methods_[name] = std::move(h); }
+  void remove(const std::string& name) { methods_.erase(name); }
   std::vector<std::string> names() const;
   bool has(const std::string& name) const { return methods_.count(name) != 0; }
   // One JSON text (a request or a batch) to the text to send back; empty when nothing is to be

@@ -101,6 +101,10 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
 
   // A capsule was taken from the submission queue: the head moves on.
   void fetched();
+  // r holds ns (nullptr: none) in place of what it held: a namespace removed live is destroyed
+  // only once no request holds it. The queue drops a request's hold when it releases the
+  // request, and every hold when it ends.
+  void hold_namespace(Request& r, Namespace* ns);
   // The completion queue entry for r, as it goes out; a failed command is logged in the
   // controller's error log first.
   wire::Cqe response(const Request& r);

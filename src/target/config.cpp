@@ -222,6 +222,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.nqn = s.at("nqn").get<std::string>();
       sc.serial = s.value("serial", "");
       sc.model = s.value("model", sc.model);
+      sc.max_namespaces = int_field(s, "max_namespaces", 0u);
       sc.allow_any_host = s.value("allow_any_host", !s.contains("hosts"));
       for (const auto& h : s.value("hosts", nlohmann::json::array())) read_host(sc, h);
       sc.listeners = s.value("listeners", std::vector<std::string>{});
@@ -291,6 +292,12 @@ std::string finalize_config(TargetConfig& cfg) {
       if (n.type == "file" && n.path.empty()) return fmt::format("file namespace {} needs a path", n.nsid);
     }
     if (used.size() != s.namespaces.size()) return fmt::format("subsystem {} repeats an nsid", s.nqn);
+    const uint32_t highest = used.empty() ? 0 : *used.rbegin();
+    if (s.max_namespaces == 0) s.max_namespaces = std::max(kDefaultMaxNamespaces, highest);
+    if (s.max_namespaces > kMaxNamespacesLimit)
+      return fmt::format("subsystem {}: max_namespaces {} is over {}", s.nqn, s.max_namespaces, kMaxNamespacesLimit);
+    if (highest > s.max_namespaces)
+      return fmt::format("subsystem {}: nsid {} is above its max_namespaces ({})", s.nqn, highest, s.max_namespaces);
     for (auto& n : s.namespaces)
       if (!n.name.empty() && !names.insert(n.name).second) return fmt::format("namespace name '{}' is used twice", n.name);
     for (const auto& name : s.listeners) {

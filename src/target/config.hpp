@@ -22,6 +22,9 @@ struct NamespaceConfig {
   // Unique in the target (SPDK's bdev name, as RPC lists and removes it); empty: finalize_config
   // names it after its type ("null0", "ram1", "file0").
   std::string name;
+  // Identifiers as hex text (NGUID 32 digits, EUI-64 16, UUID 8-4-4-4-12); empty: derived from
+  // the subsystem NQN and the NSID, the same at every start.
+  std::string nguid, eui64, uuid;
 };
 
 // An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked
@@ -44,6 +47,9 @@ struct SubsystemConfig {
   bool allow_any_host = true;
   std::vector<std::string> hosts;  // allowed host NQNs when allow_any_host is false
   std::vector<NamespaceConfig> namespaces;
+  // The most namespaces it can hold, and so the highest NSID (NN), live additions included.
+  // 0: finalize_config makes it kDefaultMaxNamespaces, or the highest NSID configured if higher.
+  uint32_t max_namespaces = 0;
   // The listeners ("ADDRESS:PORT", as configured) through which hosts reach this subsystem:
   // its discovery log entries, and where Connect is accepted. Empty: every listener (and the
   // discovery port), as a Linux nvmet subsystem linked to every port.
@@ -67,6 +73,11 @@ struct ListenerConfig {
 
 // "ADDRESS:PORT" or "[IPV6]:PORT" into a listener; false if it is neither.
 bool parse_listener(const std::string& text, ListenerConfig& out);
+
+// A subsystem's namespace capacity (SPDK's default max_namespaces), and its upper bound: every
+// I/O queue keeps a row of counters per possible namespace.
+inline constexpr uint32_t kDefaultMaxNamespaces = 32;
+inline constexpr uint32_t kMaxNamespacesLimit = 1024;
 
 // The largest MDTS a target may be configured with.
 inline constexpr uint32_t kMaxMdtsBytes = 8u << 20;

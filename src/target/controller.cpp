@@ -57,9 +57,10 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
     queue_claimed_[i] = false;
     stats_[i].store(nullptr, std::memory_order_relaxed);
   }
-  ns_slots_ = std::max<uint32_t>(1, uint32_t(subsys.namespaces().size()));
-  resv_masks_.reset(new std::atomic<uint32_t>[subsys.max_nsid() + 1]);
-  for (uint32_t i = 0; i <= subsys.max_nsid(); ++i) resv_masks_[i].store(0, std::memory_order_relaxed);
+  // By NSID, for every namespace the subsystem may come to hold (they come and go live).
+  ns_slots_ = subsys.max_namespaces() + 1;
+  resv_masks_.reset(new std::atomic<uint32_t>[ns_slots_]);
+  for (uint32_t i = 0; i < ns_slots_; ++i) resv_masks_[i].store(0, std::memory_order_relaxed);
   touch();
 }
 
@@ -305,7 +306,7 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->sqes = 0x66;
       id->cqes = 0x44;
       id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
-      id->nn = discovery ? 0 : subsys_.max_nsid();
+      id->nn = discovery ? 0 : subsys_.max_namespaces();
       id->mnan = id->nn;
       id->oncs = discovery ? 0
                            : (kOncsCompare | kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsReservations |
@@ -740,7 +741,7 @@ AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32
     case kFeatureReservationNotificationMask: {
       if (sqe.cdw11 & ~kResvNoticeMaskAll) break;
       if (sqe.nsid == kNsidAll) {  // every namespace
-        for (uint32_t n = 1; n <= subsys_.max_nsid(); ++n)
+        for (uint32_t n = 1; n <= subsys_.max_namespaces(); ++n)
           if (auto* m = resv_mask(n)) m->store(sqe.cdw11, std::memory_order_relaxed);
         return r;
       }

@@ -216,7 +216,7 @@ void CommandQueue::execute_connect(Request& r) {
       return;
     }
     stats_ = ctrl->stats(cmd.qid);
-    resv_cache_.assign(sub->namespaces().size(), {});
+    resv_cache_.assign(sub->max_namespaces() + 1, {});  // by NSID
   }
   ctrl_ = ctrl;
   if (cmd.qid == 0) ctrl_->attach_admin_queue(&transport_.reactor(), this);

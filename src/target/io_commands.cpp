@@ -71,18 +71,28 @@ bool CommandQueue::io_allowed(Request& r) {
   return true;
 }
 
+void CommandQueue::hold_namespace(Request& r, Namespace* ns) {
+  if (r.ns == ns) return;
+  if (r.ns) r.ns->holds.drop(set_.index());
+  r.ns = ns;
+  if (ns) ns->holds.hold(set_.index());
+}
+
 Namespace* CommandQueue::permitted_namespace(Request& r) {
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Flush && r.sqe.nsid == kNsidAll) {
     // Flush is in the write group a reservation restricts, on every namespace it reaches:
     // a host that may not write one of them gets Reservation Conflict, as it would for a
     // Flush to that namespace alone, and nothing is flushed.
-    for (const auto& each : ctrl_->subsystem().namespaces())
-      if (each->reservations.held() &&
+    const Subsystem& sub = ctrl_->subsystem();
+    for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
+      const Namespace* each = sub.find_namespace(nsid);
+      if (each && each->reservations.held() &&
           !each->reservations.allowed(ctrl_->hostid(), false, true, resv_cache_[each->index])) {
         r.status = sc::ReservationConflict;
         return nullptr;
       }
+    }
     return nullptr;  // no one namespace: the flush goes to all
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
@@ -109,7 +119,7 @@ void CommandQueue::parse_io(Request& r) {
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   Namespace* ns = permitted_namespace(r);
-  r.ns = ns;
+  hold_namespace(r, ns);
   if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
   const uint32_t mdts = ctrl_->mdts_bytes();
   uint64_t len = 0;
@@ -461,11 +471,14 @@ void CommandQueue::flush_step(Request& r) {
     return;
   }
   auto& flush = std::get<Request::FlushSteps>(r.steps);
-  const auto& namespaces = ctrl_->subsystem().namespaces();
-  while (flush.next < namespaces.size()) {
-    Namespace* ns = namespaces[flush.next++].get();
-    if (!flush.all && ns->nsid != r.sqe.nsid) continue;
-    if (!ns->device->volatile_write_cache()) continue;
+  const Subsystem& sub = ctrl_->subsystem();
+  while (flush.next < sub.max_namespaces()) {
+    const uint32_t nsid = ++flush.next;
+    // One namespace: the one parse found (and holds). Every one: each held while its flush
+    // runs, so that none is removed under it.
+    Namespace* ns = flush.all ? sub.find_namespace(nsid) : (nsid == r.sqe.nsid ? r.ns : nullptr);
+    if (!ns || !ns->device->volatile_write_cache()) continue;
+    if (flush.all) hold_namespace(r, ns);
     r.io.op = backend::BlockIo::Op::Flush;
     r.io.offset = r.io.length = 0;
     r.io.fua = false;

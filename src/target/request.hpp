@@ -58,7 +58,7 @@ struct Request {
 
   // Per-command scratch state, one alternative per command that runs in steps or waits.
   struct FlushSteps {          // Flush; Property Set CC.SHN; Set Features 06h turning a cache off
-    uint32_t next = 0;         // next namespace (subsystem order) to flush
+    uint32_t next = 0;         // the NSID flushed last (0: none yet)
     bool all = false;          // every namespace, not just sqe.nsid
     bool shutdown_after = false;  // Property Set CC.SHN: report the shutdown complete at the end
   };
@@ -86,7 +86,8 @@ struct Request {
   uint32_t dw0 = 0, dw1 = 0;
   Transfer xfer;
   uint32_t capsule_len = 0;       // host data that came in the capsule
-  // I/O commands: the namespace parse found (nullptr: none, or every one for a Flush), and
+  // I/O commands: the namespace parse found (nullptr: none, or every one for a Flush; held in
+  // its NamespaceHolds until the request is released, see CommandQueue::hold_namespace), and
   // whether time passed between parse and execute (the request waited for memory, its turn
   // or its data), so that execute checks the controller and reservations again.
   Namespace* ns = nullptr;

@@ -22,6 +22,8 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
       model_(cfg.model),
       discovery_(discovery),
       allow_any_(cfg.allow_any_host),
+      max_namespaces_(discovery ? 0 : cfg.max_namespaces),
+      ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
       hosts_(cfg.hosts),
       host_keys_(cfg.host_keys) {}
 
@@ -80,12 +82,38 @@ std::vector<std::shared_ptr<Controller>> Subsystem::controllers() const {
   return out;
 }
 
-void Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
-  if (ns_by_id_.size() <= ns->nsid) ns_by_id_.resize(ns->nsid + 1, nullptr);
-  ns_by_id_[ns->nsid] = ns.get();
-  namespaces_.push_back(std::move(ns));
-  std::sort(namespaces_.begin(), namespaces_.end(), [](auto& a, auto& b) { return a->nsid < b->nsid; });
-  for (size_t i = 0; i < namespaces_.size(); ++i) namespaces_[i]->index = uint32_t(i);
+bool Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
+  std::lock_guard lk(ns_mu_);
+  const uint32_t nsid = ns->nsid;
+  if (nsid == 0 || nsid > max_namespaces_ || namespaces_.count(nsid)) return false;
+  ns->index = nsid;
+  Namespace* raw = ns.get();
+  namespaces_.emplace(nsid, std::move(ns));
+  ns_by_id_[nsid].store(raw, std::memory_order_release);
+  return true;
+}
+
+std::unique_ptr<Namespace> Subsystem::detach_namespace(uint32_t nsid) {
+  std::lock_guard lk(ns_mu_);
+  auto it = namespaces_.find(nsid);
+  if (it == namespaces_.end()) return nullptr;
+  ns_by_id_[nsid].store(nullptr, std::memory_order_release);
+  auto ns = std::move(it->second);
+  namespaces_.erase(it);
+  return ns;
+}
+
+std::vector<Namespace*> Subsystem::namespaces() const {
+  std::vector<Namespace*> out;
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid)
+    if (Namespace* ns = find_namespace(nsid)) out.push_back(ns);
+  return out;
+}
+
+void Subsystem::notify_namespace_changed(uint32_t nsid) {
+  std::lock_guard lk(mu_);
+  for (auto& [id, c] : controllers_)
+    c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
 }
 
 uint16_t Subsystem::allocate_cntlid() {
@@ -112,8 +140,11 @@ std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {
 }
 
 std::vector<uint32_t> Subsystem::revalidate_namespaces() {
+  // Once a second on reactor 0: no allocation unless something changed.
   std::vector<uint32_t> changed;
-  for (const auto& ns : namespaces_) {
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid) {
+    Namespace* ns = find_namespace(nsid);
+    if (!ns) continue;
     const uint64_t blocks = ns->device->revalidate_size() / ns->block_size;
     const uint64_t was = ns->blocks.load(std::memory_order_relaxed);
     if (blocks == was) continue;
@@ -122,12 +153,7 @@ std::vector<uint32_t> Subsystem::revalidate_namespaces() {
               ns->device->kind(), was, blocks, ns->block_size);
     changed.push_back(ns->nsid);
   }
-  if (changed.empty()) return changed;
-  std::lock_guard lk(mu_);
-  for (auto& [id, c] : controllers_)
-    for (uint32_t nsid : changed)
-      c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces,
-               nsid);
+  for (uint32_t nsid : changed) notify_namespace_changed(nsid);
   return changed;
 }
 
@@ -155,19 +181,23 @@ void Subsystem::remove_controller(uint16_t cntlid) {
 }
 
 bool Subsystem::volatile_write_cache() const {
-  return std::any_of(namespaces_.begin(), namespaces_.end(),
-                     [](const auto& ns) { return ns->device->volatile_write_cache(); });
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid)
+    if (const Namespace* ns = find_namespace(nsid); ns && ns->device->volatile_write_cache()) return true;
+  return false;
 }
 
 bool Subsystem::write_cache_enabled() const {
-  return std::any_of(namespaces_.begin(), namespaces_.end(), [](const auto& ns) {
-    return ns->device->volatile_write_cache() && ns->device->write_cache_enabled();
-  });
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid)
+    if (const Namespace* ns = find_namespace(nsid);
+        ns && ns->device->volatile_write_cache() && ns->device->write_cache_enabled())
+      return true;
+  return false;
 }
 
 void Subsystem::set_write_cache_enabled(bool on) {
-  for (const auto& ns : namespaces_)
-    if (ns->device->volatile_write_cache()) ns->device->set_write_cache_enabled(on);
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid)
+    if (Namespace* ns = find_namespace(nsid); ns && ns->device->volatile_write_cache())
+      ns->device->set_write_cache_enabled(on);
 }
 
 size_t Subsystem::controller_count() const {
@@ -218,43 +248,14 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(st.listeners[size_t(i)].portid);
     sub->bind_listeners(std::move(bound));
     for (const auto& nc : sc.namespaces) {
-      // Reservations persist (PTPL) next to a regular file's image: NAME.nvtcp-resv.
-      std::string resv_path;
-      struct stat sb{};
-      if (nc.type == "file" && ::stat(nc.path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode))
-        resv_path = nc.path + ".nvtcp-resv";
-      auto ns = std::make_unique<Namespace>(resv_path, cfg.max_registrants_per_namespace);
-      ns->fence.init(std::max(1u, cfg.cores));
-      ns->nsid = nc.nsid;
-      ns->name = nc.name;
-      ns->block_size = nc.block_size;
-      ns->lbads = nc.block_size == 4096 ? 12 : 9;
       std::string err;
-      if (factory) ns->device = factory(nc, err);
-      if (!ns->device && err.empty()) {
-        if (nc.type == "null") ns->device = backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
-        else if (nc.type == "ram")
-          ns->device = backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, cfg.cores, err);
-        else ns->device = backend::make_file(nc.path, nc.size, nc.block_size, err);
-      }
-      if (!ns->device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
-      // A state file that cannot be trusted costs this namespace its persistence, not the
-      // target its start: every other namespace and subsystem is served as usual.
-      if (std::string e = ns->reservations.load(); !e.empty())
-        log::error("subsystem {} namespace {}: reservation state not restored: {}", sc.nqn, nc.nsid, e);
-      ns->blocks = ns->device->size_bytes() / nc.block_size;
-      // Stable identifiers derived from the subsystem NQN and nsid, so a host that
-      // reconnects to a restarted target sees the same namespace.
-      std::string seed = fmt::format("{}/{}", sc.nqn, nc.nsid);
-      for (int i = 0; i < 4; ++i) {
-        uint32_t h = wire::crc32c((seed + char('a' + i)).data(), seed.size() + 1);
-        std::memcpy(ns->nguid + 4 * i, &h, 4);
-      }
-      std::memcpy(ns->uuid, ns->nguid, 16);
-      ns->uuid[6] = uint8_t((ns->uuid[6] & 0x0F) | 0x40);  // RFC 4122 version 4 layout
-      ns->uuid[8] = uint8_t((ns->uuid[8] & 0x3F) | 0x80);
-      std::memcpy(ns->eui64, ns->nguid + 8, 8);
-      sub->add_namespace(std::move(ns));
+      auto device = make_device(nc, cfg.cores, factory, err);
+      if (!device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
+      auto ns = make_namespace(cfg, sc.nqn, nc, std::move(device), err);
+      if (!ns) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
+      if (!sub->add_namespace(std::move(ns)))
+        return fmt::format("subsystem {} namespace {}: NSID taken or above max_namespaces", sc.nqn, nc.nsid);
+      st.bdevs.add(nc, nullptr, sc.nqn, nc.nsid);
     }
     st.subsystems.push_back(std::move(sub));
   }

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Subsystems and their namespaces, shared by every reactor. The namespace table is fixed
-// after start-up (read without locks); the controller table changes only on Connect and
-// teardown, and the allowed hosts by RPC, each under a mutex that the data path never takes
-// (hosts are read at Connect and in the TLS handshake only).
+// Subsystems and their namespaces, shared by every reactor. The namespace table is an array of
+// atomic pointers by NSID, read without locks; namespaces come and go by RPC (control thread):
+// one that goes is first taken out of the table, then every reactor passes a turn (after which
+// none can still be finding it), then the commands that hold it finish (counted per reactor),
+// and only then is it destroyed. The controller table changes only on Connect and teardown,
+// and the allowed hosts by RPC, each under a mutex that the data path never takes (hosts are
+// read at Connect and in the TLS handshake only).
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -18,6 +21,7 @@
 #include "backend/block_device.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
+#include "target/bdevs.hpp"
 #include "target/config.hpp"
 #include "target/reservations.hpp"
 #include "util/worker_pool.hpp"
@@ -91,10 +95,35 @@ class WriteFence {
   uint32_t nslots_ = 0;
 };
 
+// The commands that hold a namespace, counted per reactor: each slot is written by its reactor
+// only (a plain load and store, no locked instruction), read by the control thread waiting for
+// a removed namespace to drain.
+class NamespaceHolds {
+ public:
+  void init(uint32_t reactors) {
+    slots_ = std::make_unique<Slot[]>(reactors);
+    nslots_ = reactors;
+  }
+  void hold(uint32_t slot) { slots_[slot].n.store(slots_[slot].n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  void drop(uint32_t slot) { slots_[slot].n.store(slots_[slot].n.load(std::memory_order_relaxed) - 1, std::memory_order_release); }
+  uint64_t total() const {
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < nslots_; ++i) t += slots_[i].n.load(std::memory_order_acquire);
+    return t;
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> n{0};
+  };
+  std::unique_ptr<Slot[]> slots_;
+  uint32_t nslots_ = 0;
+};
+
 struct Namespace {
   uint32_t nsid = 0;
   std::string name;              // NamespaceConfig::name
-  uint32_t index = 0;            // position in the subsystem's list: per-namespace counters
+  uint32_t index = 0;            // = nsid: its row in per-namespace counters (sized by max_namespaces)
   std::unique_ptr<backend::BlockDevice> device;
   uint32_t block_size = 512;
   uint8_t lbads = 9;             // log2(block_size)
@@ -106,6 +135,7 @@ struct Namespace {
   uint8_t eui64[8] = {};
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
+  NamespaceHolds holds;       // one slot per reactor
 
   explicit Namespace(std::string reservations_path = {},
                      uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)
@@ -154,13 +184,23 @@ class Subsystem {
   }
   void bind_listeners(std::vector<uint16_t> portids) { portids_ = std::move(portids); }
 
-  // Adds a namespace (start-up only).
-  void add_namespace(std::unique_ptr<Namespace> ns);
+  // The most namespaces it can hold, and the highest NSID (NN in Identify Controller).
+  uint32_t max_namespaces() const { return max_namespaces_; }
   Namespace* find_namespace(uint32_t nsid) const {
-    return nsid < ns_by_id_.size() ? ns_by_id_[nsid] : nullptr;
+    return nsid != 0 && nsid <= max_namespaces_ ? ns_by_id_[nsid].load(std::memory_order_acquire) : nullptr;
   }
-  const std::vector<std::unique_ptr<Namespace>>& namespaces() const { return namespaces_; }
-  uint32_t max_nsid() const { return ns_by_id_.empty() ? 0 : uint32_t(ns_by_id_.size() - 1); }
+  // The active namespaces now, by NSID (control and admin paths; each pointer is good until the
+  // calling reactor's turn ends, or on the control thread until the namespace is removed).
+  std::vector<Namespace*> namespaces() const;
+  // Adds a namespace at its NSID (free, from 1 to max_namespaces); false if that is taken.
+  // Control path; hosts hear of it through notify_namespace_changed.
+  bool add_namespace(std::unique_ptr<Namespace> ns);
+  // Takes the namespace out of the table: no new command finds it. The caller must let every
+  // reactor pass a turn and wait for its holds to drain before destroying it (Target does).
+  std::unique_ptr<Namespace> detach_namespace(uint32_t nsid);
+  // Every controller gets a namespace attribute notice with nsid in its changed-namespace log
+  // (a namespace added, removed or resized).
+  void notify_namespace_changed(uint32_t nsid);
   // Some namespace can lose a completed write until it is flushed (Identify VWC).
   bool volatile_write_cache() const;
   // Feature 06h: the cache is on for some namespace that has one.
@@ -190,8 +230,10 @@ class Subsystem {
   std::vector<std::string> hosts_;
   std::map<std::string, HostKeys> host_keys_;
   std::vector<uint16_t> portids_;  // empty: every listener
-  std::vector<std::unique_ptr<Namespace>> namespaces_;
-  std::vector<Namespace*> ns_by_id_;
+  uint32_t max_namespaces_;
+  std::unique_ptr<std::atomic<Namespace*>[]> ns_by_id_;  // [0 .. max_namespaces_], 0 unused
+  mutable std::mutex ns_mu_;                             // namespaces_ (control path)
+  std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;
@@ -232,10 +274,6 @@ class ResponseObserver {
   virtual void on_response(uint16_t qid, const nvme::Sqe& sqe, nvme::Status status, const backend::BlockIo& io) = 0;
 };
 
-// Makes the device of a namespace in place of the built-in backends (tests, embedders):
-// nullptr with err empty means "use the built-in one for nc.type".
-using DeviceFactory =
-    std::function<std::unique_ptr<backend::BlockDevice>(const NamespaceConfig& nc, std::string& err)>;
 
 // Buffer memory and queues held by all the connections of one host, against
 // TargetConfig::max_host_buffer_memory and max_connections_per_host: so that one host, with many
@@ -296,6 +334,7 @@ struct TargetState {
   std::vector<std::unique_ptr<Subsystem>> subsystems;
   std::unique_ptr<Subsystem> discovery;
   std::vector<Listener> listeners;
+  BdevTable bdevs;  // every namespace's device by name, and those RPC made for later
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
   std::atomic<ResponseObserver*> response_observer{nullptr};

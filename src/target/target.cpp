@@ -452,6 +452,18 @@ Counts Target::sum_over_reactors(Get get) {
   return sum;
 }
 
+void Target::quiesce() {
+  if (!started_) return;
+  for (auto& rt : reactors_) {
+    // Shared: a reactor that runs the task after a wait that gave up still finds it alive.
+    auto done = std::make_shared<std::promise<void>>();
+    auto f = done->get_future();
+    rt->reactor->post([done] { done->set_value(); });
+    while (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
+      log::warn("control: a reactor has not finished its turn in 5 s; still waiting");
+  }
+}
+
 RequestStateCounts Target::request_states() {
   return sum_over_reactors<RequestStateCounts>([](const ConnectionSet& c) { return c.request_states(); });
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,26 @@ class Target {
   const ResourceUsage& usage() const { return state_->usage; }
   uint32_t live_connections() const { return state_ ? state_->usage.connections.load() : 0; }
   uint64_t buffer_bytes() const { return state_ ? state_->usage.buffer_bytes.load() : 0; }
+  // Live configuration, from the control thread (RPC; never a reactor: these wait for the
+  // reactors). Each returns an error, or empty.
+  // A device by name (nc: name, type, size, path, block size) for namespaces to take later.
+  std::string create_bdev(const NamespaceConfig& nc);
+  // Deletes a device; one a namespace has is removed from it first (as SPDK hot-removes).
+  std::string delete_bdev(const std::string& name);
+  // A NULL device's new size; the hosts of its namespace are told.
+  std::string resize_bdev(const std::string& name, uint64_t bytes);
+  // A namespace of subnqn over the device named nc.name, at nc.nsid (0: the lowest free), with
+  // nc's identifiers if given; its NSID comes back in nsid. The subsystem's controllers get a
+  // namespace attribute notice (hosts rescan).
+  std::string add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid);
+  // Takes a namespace away: new commands for it fail (Invalid Namespace), commands already
+  // under way complete as they would have, then its device goes back to its bdev and hosts are
+  // told. Waits for those commands (a device that never answers: gives up after 60 s).
+  std::string remove_namespace(const std::string& subnqn, uint32_t nsid);
+  // Returns once every reactor has finished the turn it was in (none still uses what the
+  // caller took out of a shared table before calling).
+  void quiesce();
+
   // One entry per live connection, gathered on the reactors (control path; never call it
   // from a reactor thread). Empty when the target is not running.
   std::vector<ConnectionInfo> connection_info();
@@ -69,6 +90,11 @@ class Target {
 
   TargetConfig cfg_;
   DeviceFactory factory_;
+  std::mutex control_mu_;  // one live change at a time
+  // Namespaces removed whose commands never finished (a device that stopped answering): kept
+  // alive rather than freed under them.
+  std::mutex graveyard_mu_;
+  std::vector<std::unique_ptr<Namespace>> graveyard_;
   std::unique_ptr<TargetState> state_;
   std::unique_ptr<TargetPskResolver> psk_resolver_;  // over state_: TLS listeners' keys
   std::vector<std::unique_ptr<ReactorThread>> reactors_;

@@ -110,6 +110,7 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
 }
 
 TcpQueue::~TcpQueue() {
+  for (const auto& r : pool_.slots()) commands_.hold_namespace(*r, nullptr);
   set_.retire(pool_.entries());
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
@@ -750,6 +751,7 @@ void TcpQueue::send_response(Request& r) {
 }
 
 void TcpQueue::release(Request& r) {
+  commands_.hold_namespace(r, nullptr);
   // Admin and discovery commands are few and far between: their buffers (log pages up to
   // MDTS) go back at once instead of waiting, idle, for the next one.
   pool_.release(&r, commands_.qid() == 0);

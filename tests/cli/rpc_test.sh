@@ -42,6 +42,15 @@ assert s["listen_addresses"][0]["trsvcid"] == sys.argv[3], s["listen_addresses"]
 assert [n["nsid"] for n in s["namespaces"]] == [1] and s["namespaces"][0]["bdev_name"] == "null0", s["namespaces"]
 PY
 
+# A namespace made live: a bdev, then a namespace of it that I/O reaches; removed, it is gone.
+ns2="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2"
+rpc bdev_null_create --name Null9 --num-blocks 32768 --block-size 4096 >/dev/null
+[ "$(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Null9 --namespace.nsid 2)" = 2 ] || fail "add_ns"
+"$NVTCP" perf -r "$ns2" -q 4 -o 4K -w randread -t 1 >"$dir/perf2.log" 2>&1 || fail "no I/O to the added namespace: $(tail -2 "$dir/perf2.log")"
+rpc nvmf_subsystem_remove_ns --nqn "$NQN" --nsid 2 >/dev/null
+"$NVTCP" perf -r "$ns2" -q 4 -o 4K -w randread -t 1 >"$dir/perf2.log" 2>&1 && fail "I/O reached a removed namespace"
+rpc bdev_null_delete --name Null9 >/dev/null
+
 # Only listed hosts: refused, listed: let in, removed: refused again.
 rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
 connects && fail "a host that is not listed connected"
@@ -94,7 +103,14 @@ if [ -f "$spdk_rpc" ]; then
   spdk nvmf_get_subsystems "$NQN" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert s[0]["allow_any_host"] and not s[0]["hosts"], s' \
     || fail "rpc.py nvmf_get_subsystems"
   connects || fail "any host could not connect after rpc.py allowed it"
-  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems"
+  [ "$(spdk bdev_malloc_create -b Malloc0 16 512)" = Malloc0 ] || fail "rpc.py bdev_malloc_create"
+  spdk nvmf_subsystem_add_ns -n 3 "$NQN" Malloc0 || fail "rpc.py nvmf_subsystem_add_ns"
+  "$NVTCP" perf -r "${ns2% ns:2} ns:3" -q 4 -o 4K -w randrw -t 1 --verify >"$dir/perf3.log" 2>&1 \
+    || fail "no verified I/O to the namespace rpc.py added: $(tail -2 "$dir/perf3.log")"
+  spdk bdev_get_bdevs -b Malloc0 | python3 -c 'import json,sys; b=json.load(sys.stdin)[0]; assert b["claimed"] and b["num_blocks"] == 32768, b' \
+    || fail "rpc.py bdev_get_bdevs"
+  spdk bdev_malloc_delete Malloc0 || fail "rpc.py bdev_malloc_delete (and its namespace)"
+  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete"
 else
   echo "SPDK's rpc.py not found (NVTCP_SPDK_RPC): its part skipped"
 fi

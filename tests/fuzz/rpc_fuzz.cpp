@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer: what a client of the RPC socket controls. The input is the byte stream a client
 // sends, cut into reads of a size its first byte picks; each whole JSON text goes through the
-// target's methods (a target serving a NULL namespace on loopback, port 0). Whatever arrives,
-// every answer is one valid JSON text, and a stream that goes wrong stops being read.
+// target's methods (a target serving a NULL namespace on loopback, port 0), all but those that
+// open files. Whatever arrives, every answer is one valid JSON text, and a stream that goes
+// wrong stops being read; bdevs and namespaces an input made are deleted after it.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,8 @@
 using namespace nvtcp;
 
 namespace {
+
+target::Target* fuzzed_target = nullptr;
 
 control::Dispatcher& methods() {
   static control::Dispatcher* d = [] {
@@ -30,6 +33,10 @@ control::Dispatcher& methods() {
     if (!t->start().empty()) std::abort();
     auto* disp = new control::Dispatcher();
     control::add_target_methods(*disp, *t, "0.0.0");
+    // Not files named by fuzzed input: the fuzzer would open whatever path it made up.
+    disp->remove("bdev_aio_create");
+    disp->remove("bdev_uring_create");
+    fuzzed_target = t;
     return disp;
   }();
   return *d;
@@ -52,5 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!answer.empty() && control::Json::parse(answer, nullptr, false).is_discarded()) std::abort();
     }
   }
+  // Each input starts from the configured target: what it made is deleted (namespaces with it).
+  for (const auto& b : fuzzed_target->state().bdevs.list())
+    if (b.spec.name != "null0") fuzzed_target->delete_bdev(b.spec.name);
   return 0;
 }

@@ -188,7 +188,7 @@ TEST(HostTarget, ConnectAndIdentifyController) {
   EXPECT_EQ(id->iorcsz, 1u);
   EXPECT_EQ(id->sqes, 0x66);
   EXPECT_EQ(id->cqes, 0x44);
-  EXPECT_EQ(id->nn, 3u);
+  EXPECT_EQ(id->nn, target::kDefaultMaxNamespaces) << "NN: the most namespaces it can hold (added live), not the count";
   EXPECT_TRUE(id->oncs & nvme::kOncsDsm) << "ONCS 0x" << std::hex << id->oncs;
   EXPECT_TRUE(id->oncs & nvme::kOncsWriteZeroes) << "ONCS 0x" << std::hex << id->oncs;
   EXPECT_EQ(id->sgls & 0x3, 0x1u) << "SGLs must be supported on fabrics";
@@ -343,7 +343,7 @@ TEST_P(DataIntegrity, WriteThenReadBack) {
   auto ctrl = Controller::connect(target_->trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
   EXPECT_EQ(ctrl->active_namespaces(), (std::vector<uint32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, 4u);
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, target::kDefaultMaxNamespaces);
   auto qp = ctrl->create_io_qpair(32, err);
   ASSERT_TRUE(qp) << err;
 

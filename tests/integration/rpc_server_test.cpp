@@ -308,5 +308,47 @@ TEST(RpcServer, NamesThatDoNotExistAndBadKeysAreErrorsThatChangeNothing) {
   EXPECT_EQ(f.call("nvmf_create_transport", {{"trtype", "TCP"}, {"zcopy", false}, {"no_srq", false}})["result"], true);
 }
 
+TEST(RpcServer, BdevsAndNamespacesAsRpcPySendsThem) {
+  RpcFixture f("namespaces");
+  // bdev_null_create Null0 64 4096 (rpc.py converts MiB to blocks), bdev_malloc_create 16 512.
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "Null0"}, {"num_blocks", 16384}, {"block_size", 4096}})["result"],
+            "Null0");
+  EXPECT_EQ(f.call("bdev_malloc_create", {{"num_blocks", 32768}, {"block_size", 512}})["result"], "Malloc0");
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "Null0"}, {"num_blocks", 1}, {"block_size", 512}})["error"]["code"],
+            control::kExists);
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "Odd"}, {"num_blocks", 8}, {"block_size", 1000}})["error"]["code"], -22);
+  EXPECT_EQ(f.call("bdev_aio_create", {{"name", "Aio0"}, {"filename", "/nonexistent/x.img"}})["error"]["code"], -2);
+  Json bdevs = f.call("bdev_get_bdevs", {{"name", "Null0"}})["result"];
+  ASSERT_EQ(bdevs.size(), 1u);
+  EXPECT_EQ(bdevs[0]["num_blocks"], 16384);
+  EXPECT_EQ(bdevs[0]["claimed"], false);
+  // nvmf_subsystem_add_ns NQN Null0 -n 9: the namespace is nested, the NSID comes back.
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "Null0"}, {"nsid", 9}}}})
+                ["result"],
+            9);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "Malloc0"}}}})["result"], 4);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"bdev_name", "Malloc0"}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "nope"}}}})["error"]["code"],
+            control::kInvalidParams);
+  Json nss = f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}})["result"][0]["namespaces"];
+  ASSERT_EQ(nss.size(), 5u);
+  EXPECT_EQ(nss[3]["nsid"], 4);
+  EXPECT_EQ(nss[3]["bdev_name"], "Malloc0");
+  EXPECT_EQ(nss[4]["nsid"], 9);
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "Null0"}})["result"][0]["claimed"], true);
+  // bdev_null_resize Null0 128: MiB, not converted by rpc.py.
+  EXPECT_EQ(f.call("bdev_null_resize", {{"name", "Null0"}, {"new_size", 128}})["result"], true);
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "Null0"}})["result"][0]["num_blocks"], (128 << 20) / 4096);
+  EXPECT_EQ(f.t.target().state().find_subsystem(kTestNqn)->find_namespace(9)->blocks.load(), (128u << 20) / 4096);
+  EXPECT_EQ(f.call("bdev_null_resize", {{"name", "Malloc0"}, {"new_size", 128}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_ns", {{"nqn", kTestNqn}, {"nsid", 9}})["result"], true);
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_ns", {{"nqn", kTestNqn}, {"nsid", 9}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "Null0"}})["result"], true);
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "Null0"}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_EQ(f.call("bdev_malloc_delete", {{"name", "Malloc0"}})["result"], true) << "its namespace is removed first";
+  EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}})["result"][0]["namespaces"].size(), 3u);
+}
+
 }  // namespace
 }  // namespace nvtcp::test

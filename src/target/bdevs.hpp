@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// Block devices by name (SPDK's bdevs): what a namespace is made from. The configuration's
+// namespaces each make one under the namespace's name; RPC makes them alone (bdev_null_create,
+// bdev_malloc_create, bdev_aio_create) and gives them to namespaces later. A device belongs to
+// at most one namespace; while none has it, the table holds it. Control path only (a mutex).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/block_device.hpp"
+#include "target/config.hpp"
+
+namespace nvtcp::target {
+
+struct Namespace;
+struct TargetConfig;
+
+// Makes the device of a namespace in place of the built-in backends (tests, embedders):
+// nullptr with err empty means "use the built-in one for nc.type".
+using DeviceFactory =
+    std::function<std::unique_ptr<backend::BlockDevice>(const NamespaceConfig& nc, std::string& err)>;
+// Makes the device nc describes (factory first, when given).
+std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, unsigned reactors,
+                                                  const DeviceFactory& factory, std::string& err);
+
+// Whether nc's identifiers (nguid, eui64, uuid), those given, are well formed.
+bool valid_identifiers(const NamespaceConfig& nc, std::string& err);
+
+// A namespace of subnqn over device, as nc describes it (NSID, block size, identifiers: given,
+// or derived from the subsystem NQN and NSID so that a host sees the same ones after a
+// restart), its reservations restored from beside a regular file's image.
+std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
+                                          std::unique_ptr<backend::BlockDevice> device, std::string& err);
+
+class BdevTable {
+ public:
+  struct Entry {
+    NamespaceConfig spec;                          // name, type, size, path, block size
+    std::unique_ptr<backend::BlockDevice> device;  // while no namespace has it
+    std::string subnqn;                            // the namespace that has it ("" when none)
+    uint32_t nsid = 0;
+    uint64_t order = 0;                            // creation order (save_config replays it)
+  };
+  // A snapshot of one entry, for listing.
+  struct Info {
+    NamespaceConfig spec;
+    std::string subnqn;
+    uint32_t nsid = 0;
+    uint64_t size_bytes = 0;
+  };
+  // Adds a device (device nullptr: a namespace already has it, subnqn/nsid say which). False if
+  // the name is taken.
+  bool add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockDevice> device, const std::string& subnqn = {},
+           uint32_t nsid = 0);
+  // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise).
+  std::unique_ptr<backend::BlockDevice> claim(const std::string& name, const std::string& subnqn, uint32_t nsid,
+                                              NamespaceConfig& spec, std::string& why);
+  // A namespace gave its device back (removed).
+  void unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device);
+  // Removes an unclaimed entry; false if there is none by that name.
+  bool remove(const std::string& name);
+  bool find(const std::string& name, Info& out) const;
+  // Every entry, in creation order.
+  std::vector<Info> list() const;
+  // Changes the recorded size (bdev_null_resize).
+  void set_size(const std::string& name, uint64_t bytes);
+  // Resizes the device of an unclaimed entry; false if there is none or it cannot resize.
+  bool resize(const std::string& name, uint64_t bytes);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  uint64_t next_order_ = 0;
+};
+
+}  // namespace nvtcp::target

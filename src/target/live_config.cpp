@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// The target's configuration changed while it serves (RPC, on the control thread): devices by
+// name, namespaces added and removed, a NULL device resized. Reactors never lock for it: a
+// namespace appears in its subsystem's table with one atomic store, and one taken away is
+// destroyed only after every reactor has passed a turn and the commands holding it are done
+// (Subsystem, NamespaceHolds).
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "target/target.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::target {
+namespace {
+
+// How long a removal waits for the commands on the namespace (a device that never answers).
+constexpr auto kDrainLimit = std::chrono::seconds(60);
+
+}  // namespace
+
+std::string Target::create_bdev(const NamespaceConfig& nc) {
+  std::lock_guard lk(control_mu_);
+  BdevTable::Info existing;
+  if (state_->bdevs.find(nc.name, existing)) return fmt::format("a bdev named {} exists", nc.name);
+  std::string err;
+  auto device = make_device(nc, cfg_.cores, factory_, err);
+  if (!device) return err;
+  if (!state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
+  log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}", nc.name, nc.type, nc.size, nc.block_size,
+            nc.path.empty() ? "" : fmt::format(" ({})", nc.path));
+  return {};
+}
+
+std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid) {
+  std::lock_guard lk(control_mu_);
+  Subsystem* sub = state_->find_subsystem(subnqn);
+  if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
+  if (nc.nsid == 0) {
+    for (uint32_t n = 1; n <= sub->max_namespaces() && nc.nsid == 0; ++n)
+      if (!sub->find_namespace(n)) nc.nsid = n;
+    if (nc.nsid == 0) return fmt::format("subsystem {} holds its most namespaces ({})", subnqn, sub->max_namespaces());
+  } else if (nc.nsid > sub->max_namespaces()) {
+    return fmt::format("nsid {} is above subsystem {}'s max_namespaces ({})", nc.nsid, subnqn, sub->max_namespaces());
+  } else if (sub->find_namespace(nc.nsid)) {
+    return fmt::format("subsystem {} has a namespace {} already", subnqn, nc.nsid);
+  }
+  NamespaceConfig spec;
+  std::string err;
+  if (!valid_identifiers(nc, err)) return err;
+  auto device = state_->bdevs.claim(nc.name, subnqn, nc.nsid, spec, err);
+  if (!device) return err;
+  spec.nsid = nc.nsid;
+  spec.nguid = nc.nguid;
+  spec.eui64 = nc.eui64;
+  spec.uuid = nc.uuid;
+  auto ns = make_namespace(state_->config, subnqn, spec, std::move(device), err);
+  if (!ns) return err;  // not with identifiers checked above
+  Namespace* raw = ns.get();
+  if (!sub->add_namespace(std::move(ns))) {
+    state_->bdevs.unclaim(nc.name, nullptr);
+    return fmt::format("subsystem {}: nsid {} was taken", subnqn, nc.nsid);
+  }
+  nsid = nc.nsid;
+  log::info("control: subsystem {} namespace {}: bdev {} ({} {} bytes, {}-byte blocks)", subnqn, nsid, nc.name,
+            raw->device->kind(), raw->device->size_bytes(), raw->block_size);
+  sub->notify_namespace_changed(nsid);
+  return {};
+}
+
+std::string Target::remove_namespace(const std::string& subnqn, uint32_t nsid) {
+  std::lock_guard lk(control_mu_);
+  Subsystem* sub = state_->find_subsystem(subnqn);
+  if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
+  std::unique_ptr<Namespace> ns = sub->detach_namespace(nsid);
+  if (!ns) return fmt::format("subsystem {} has no namespace {}", subnqn, nsid);
+  // From here no command finds it; the hosts hear of it while the last ones finish.
+  sub->notify_namespace_changed(nsid);
+  quiesce();
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t held = 0;
+  while ((held = ns->holds.total()) != 0) {
+    if (std::chrono::steady_clock::now() - start > kDrainLimit) {
+      // Destroying it would pull the device from under commands that may still finish: it is
+      // kept (its memory and file) rather than risk that.
+      log::error("control: subsystem {} namespace {}: {} command(s) still on it after {} s; it is set aside, not freed",
+                 subnqn, nsid, held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+      std::lock_guard g(graveyard_mu_);
+      graveyard_.push_back(std::move(ns));
+      return {};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const uint64_t waited_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  log::info("control: subsystem {} namespace {} (bdev {}) removed{}", subnqn, nsid, ns->name,
+            waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
+  state_->bdevs.unclaim(ns->name, std::move(ns->device));
+  return {};
+}
+
+std::string Target::delete_bdev(const std::string& name) {
+  BdevTable::Info info;
+  if (!state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (!info.subnqn.empty())
+    if (std::string err = remove_namespace(info.subnqn, info.nsid); !err.empty()) return err;
+  std::lock_guard lk(control_mu_);
+  if (!state_->bdevs.remove(name)) return fmt::format("no bdev named {}", name);
+  log::info("control: bdev {} deleted", name);
+  return {};
+}
+
+std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
+  std::lock_guard lk(control_mu_);
+  BdevTable::Info info;
+  if (!state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (info.spec.type != "null") return fmt::format("bdev {} is {}: only NULL bdevs resize", name, info.spec.type);
+  if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
+  Namespace* ns = nullptr;
+  Subsystem* sub = info.subnqn.empty() ? nullptr : state_->find_subsystem(info.subnqn);
+  if (sub) ns = sub->find_namespace(info.nsid);
+  // The device of a namespace is the namespace's; one nobody has is in the table.
+  bool ok = false;
+  if (ns) {
+    ok = ns->device->resize(bytes);
+    ns->blocks.store(ns->device->size_bytes() / ns->block_size, std::memory_order_relaxed);
+  } else {
+    ok = state_->bdevs.resize(name, bytes);
+  }
+  if (!ok) return fmt::format("bdev {} cannot be resized", name);
+  state_->bdevs.set_size(name, bytes - bytes % info.spec.block_size);
+  log::info("control: bdev {} resized to {} bytes{}", name, bytes - bytes % info.spec.block_size,
+            ns ? fmt::format(" (namespace {} of {})", info.nsid, info.subnqn) : "");
+  if (ns) sub->notify_namespace_changed(info.nsid);
+  return {};
+}
+
+}  // namespace nvtcp::target

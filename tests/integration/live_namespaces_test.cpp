@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// Namespaces added, resized and removed while hosts are connected, through the target's
+// control calls (what the RPC methods run): the nvtcp host hears of each change from a
+// namespace attribute notice and rescans by itself; a removed namespace answers Invalid
+// Namespace to new commands while a command already on its device completes with success,
+// and the removal waits for it; a device comes back to its bdev when its namespace goes.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "nvtcp/host.hpp"
+#include "test_devices.hpp"
+#include "test_target.hpp"
+
+namespace nvtcp::test {
+namespace {
+
+using host::Completion;
+using host::Controller;
+using host::QueuePair;
+
+// The bdev named "gated" is a GatedDevice (Deallocate held until released); every other one is
+// built in.
+struct GatedFactory {
+  std::atomic<GatedDevice*> dev{nullptr};
+  target::DeviceFactory factory() {
+    return [this](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+      if (nc.name != "gated") return nullptr;
+      auto d = std::make_unique<GatedDevice>(nc.size);
+      dev = d.get();
+      return d;
+    };
+  }
+};
+
+target::NamespaceConfig bdev(const std::string& name, const std::string& type, uint64_t size, uint32_t bs = 512) {
+  target::NamespaceConfig nc;
+  nc.name = name;
+  nc.type = type;
+  nc.size = size;
+  nc.block_size = bs;
+  return nc;
+}
+
+uint64_t host_blocks(Controller& c, uint32_t nsid) {
+  host::NamespaceInfo ni;
+  std::string err;
+  return c.namespace_info(nsid, ni, err) ? ni.blocks : 0;
+}
+
+bool has_namespace(Controller& c, uint32_t nsid) {
+  auto active = c.active_namespaces();
+  return std::find(active.begin(), active.end(), nsid) != active.end();
+}
+
+constexpr int kDueMs = 5000;
+
+TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
+  RunningTarget t;
+  auto& tgt = t.target();
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::atomic<int> notices{0};
+  o.on_namespace_change = [&](uint32_t) { ++notices; };
+  auto ctrl = Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  EXPECT_EQ(ctrl->active_namespaces(), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, target::kDefaultMaxNamespaces)
+      << "NN is the most namespaces the subsystem can hold, so hosts look beyond the ones it has";
+
+  ASSERT_EQ(tgt.create_bdev(bdev("Malloc9", "ram", 8 << 20, 4096)), "");
+  EXPECT_NE(tgt.create_bdev(bdev("Malloc9", "ram", 8 << 20)), "") << "a bdev name is unique";
+  uint32_t nsid = 0;
+  auto nc = bdev("Malloc9", "", 0);
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  EXPECT_EQ(nsid, 4u) << "the lowest free NSID";
+  ASSERT_TRUE(wait_for([&] { return has_namespace(*ctrl, 4); }, kDueMs)) << "the host never saw namespace 4";
+  EXPECT_EQ(host_blocks(*ctrl, 4), (8u << 20) / 4096);
+  EXPECT_GE(notices.load(), 1);
+  // A bdev serves one namespace at a time.
+  uint32_t again = 0;
+  auto taken = bdev("Malloc9", "", 0);
+  EXPECT_NE(tgt.add_namespace(kTestNqn, taken, again), "");
+
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  auto data = pattern(4096, 9);
+  std::vector<uint8_t> back(4096);
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->write(4, 3, 1, data.data(), cb, ctx); }).ok());
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(4, 3, 1, back.data(), cb, ctx); }).ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST(LiveNamespaces, AResizedNullNamespaceShowsItsNewSize) {
+  RunningTarget t;
+  auto& tgt = t.target();
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  auto ctrl = Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  ASSERT_EQ(tgt.create_bdev(bdev("Null7", "null", 64 << 20)), "");
+  uint32_t nsid = 0;
+  auto nc = bdev("Null7", "", 0);
+  nc.nsid = 7;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (64u << 20) / 512; }, kDueMs));
+  ASSERT_EQ(tgt.resize_bdev("Null7", 128 << 20), "");
+  EXPECT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (128u << 20) / 512; }, kDueMs))
+      << "the host still has " << host_blocks(*ctrl, 7) << " blocks";
+  EXPECT_NE(tgt.resize_bdev("ram0", 1 << 20), "") << "only NULL bdevs resize";
+}
+
+TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
+  GatedFactory gated;
+  RunningTarget t(default_config(), gated.factory());
+  auto& tgt = t.target();
+  ASSERT_EQ(tgt.create_bdev(bdev("gated", "null", 64 << 20)), "");
+  uint32_t nsid = 0;
+  auto nc = bdev("gated", "", 0);
+  nc.nsid = 5;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_NE(gated.dev.load(), nullptr);
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  auto ctrl = Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  // A Deallocate the device holds: the command is on the namespace while it is removed.
+  struct Done {
+    std::atomic<bool> done{false};
+    Completion c;
+  } dsm;
+  nvme::DsmRange range{};
+  range.nlb = 8;
+  range.slba = 0;
+  ASSERT_EQ(qp->deallocate(5, &range, 1,
+                           [](void* ctx, const Completion& c) {
+                             auto* d = static_cast<Done*>(ctx);
+                             d->c = c;
+                             d->done = true;
+                           },
+                           &dsm),
+            0);
+  ASSERT_TRUE(wait_for([&] { qp->process_completions(); return gated.dev.load()->held() == 1; }, kDueMs));
+  auto removed = std::async(std::launch::async, [&] { return tgt.remove_namespace(kTestNqn, 5); });
+  ASSERT_TRUE(wait_for([&] { return tgt.state().find_subsystem(kTestNqn)->find_namespace(5) == nullptr; }, kDueMs));
+  // Not done while the command is on the device; meanwhile namespace 5 takes no new command.
+  // Sent as a raw command: the host itself may already have dropped namespace 5 (the notice).
+  std::vector<uint8_t> buf(512);
+  nvme::Sqe read{};
+  read.opc = uint8_t(nvme::IoOpcode::Read);
+  read.nsid = 5;
+  read.cdw12 = 0;  // one block at LBA 0
+  auto st = one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->submit(read, buf.data(), 512, false, cb, ctx); });
+  EXPECT_EQ(st, nvme::sc::InvalidNamespace) << nvme::status_name(st);
+  EXPECT_EQ(removed.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "the removal did not wait for the command on the device";
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(1, 0, 1, buf.data(), cb, ctx); }).ok())
+      << "another namespace stopped serving";
+  gated.dev.load()->release_one();
+  ASSERT_TRUE(wait_for([&] { qp->process_completions(); return dsm.done.load(); }, kDueMs));
+  EXPECT_TRUE(dsm.c.status.ok()) << "the command under way completes as it would have: " << nvme::status_name(dsm.c.status);
+  ASSERT_EQ(removed.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(removed.get(), "");
+  EXPECT_TRUE(wait_for([&] { return !has_namespace(*ctrl, 5); }, kDueMs)) << "the host still lists namespace 5";
+  // The device is the bdev's again: it can serve a namespace once more, or be deleted.
+  target::BdevTable::Info info;
+  ASSERT_TRUE(tgt.state().bdevs.find("gated", info));
+  EXPECT_TRUE(info.subnqn.empty());
+  uint32_t again = 0;
+  auto back = bdev("gated", "", 0);
+  EXPECT_EQ(tgt.add_namespace(kTestNqn, back, again), "");
+  EXPECT_EQ(tgt.delete_bdev("gated"), "") << "deleting a bdev a namespace has removes the namespace first";
+  EXPECT_FALSE(tgt.state().bdevs.find("gated", info));
+  EXPECT_TRUE(wait_for([&] { return !has_namespace(*ctrl, again); }, kDueMs));
+  EXPECT_NE(tgt.remove_namespace(kTestNqn, 5), "") << "removing twice";
+}
+
+TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
+  RunningTarget t;
+  auto& tgt = t.target();
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  auto ctrl = Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  // 32 reads outstanding, half on namespace 2 (RAM, untouched), half on namespace 4 (added and
+  // removed over and over), from a queue pair of the thread that uses it. Namespace 2's all
+  // succeed; namespace 4's succeed or, while it is gone, answer Invalid Namespace; every one
+  // is answered.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ok2{0}, ok4{0}, gone4{0}, failed{0};
+  std::thread io([&] {
+    std::string qerr;
+    auto qp = ctrl->create_io_qpair(64, qerr);
+    if (!qp) {
+      ++failed;
+      return;
+    }
+    struct Slot {
+      uint32_t nsid = 2;
+      std::atomic<uint64_t>* ok;
+      std::atomic<uint64_t>* gone;
+      std::atomic<uint64_t>* failed;
+      std::vector<uint8_t> buf = std::vector<uint8_t>(4096);
+      bool busy = false;
+    };
+    std::vector<Slot> slots;
+    for (int i = 0; i < 32; ++i)
+      slots.push_back(i % 2 ? Slot{4, &ok4, &gone4, &failed} : Slot{2, &ok2, &failed, &failed});
+    auto cb = [](void* ctx, const Completion& c) {
+      auto* s = static_cast<Slot*>(ctx);
+      if (c.status.ok()) ++*s->ok;
+      else if (c.status == nvme::sc::InvalidNamespace) ++*s->gone;
+      else ++*s->failed;
+      s->busy = false;
+    };
+    uint64_t lba = 0;
+    while (!stop.load()) {
+      for (auto& s : slots)
+        if (!s.busy && qp->read(s.nsid, (lba++ * 8) % 30000, 8, s.buf.data(), cb, &s) == 0) s.busy = true;
+      qp->process_completions();
+    }
+    while (std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.busy; })) qp->process_completions();
+  });
+  EXPECT_TRUE(wait_for([&] { return ok2.load() > 100 || failed.load() > 0; }, kDueMs)) << "no reads complete";
+  for (int round = 0; round < 20; ++round) {
+    const std::string name = fmt::format("Null{}", round);
+    EXPECT_EQ(tgt.create_bdev(bdev(name, "null", 16 << 20)), "");
+    uint32_t nsid = 0;
+    auto nc = bdev(name, "", 0);
+    nc.nsid = 4;
+    EXPECT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(tgt.delete_bdev(name), "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stop = true;
+  io.join();
+  EXPECT_GT(ok2.load(), 0u);
+  EXPECT_GT(ok4.load(), 0u) << "no read found namespace 4 while it was there";
+  EXPECT_GT(gone4.load(), 0u);
+  EXPECT_EQ(failed.load(), 0u) << "a command failed otherwise, or one on the untouched namespace failed";
+  EXPECT_TRUE(wait_for([&] { return ctrl->active_namespaces() == std::vector<uint32_t>{1, 2, 3}; }, kDueMs));
+}
+
+}  // namespace
+}  // namespace nvtcp::test
