@@ -167,6 +167,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
   if (!in) return fmt::format("cannot read config file '{}'", path);
   try {
     nlohmann::json j = nlohmann::json::parse(in);
+    if (is_spdk_config(j)) return load_spdk_config(j, cfg);
     if (j.contains("listeners")) {
       cfg.listeners.clear();
       for (const auto& l : j.at("listeners")) {
@@ -306,6 +307,14 @@ std::string finalize_config(TargetConfig& cfg) {
       if (listener_index(cfg, name) < 0)
         return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
     }
+  }
+  for (const auto& b : cfg.bdevs) {
+    if (b.name.empty()) return "a bdev needs a name";
+    if (!names.insert(b.name).second) return fmt::format("bdev name '{}' is used twice", b.name);
+    if (b.block_size != 512 && b.block_size != 4096) return fmt::format("bdev {}: block_size must be 512 or 4096", b.name);
+    if (b.type != "null" && b.type != "ram" && b.type != "file")
+      return fmt::format("bdev {}: type '{}' is not null, ram or file", b.name, b.type);
+    if (b.type != "file" && b.size < b.block_size) return fmt::format("bdev {} needs a size", b.name);
   }
   // Every namespace has a name (its bdev name, as RPC lists it): "null0", "ram1", ...
   std::map<std::string, unsigned> counts;

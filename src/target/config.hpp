@@ -84,6 +84,8 @@ inline constexpr uint32_t kMaxMdtsBytes = 8u << 20;
 
 struct TargetConfig {
   std::vector<ListenerConfig> listeners;
+  // Devices by name that no namespace has yet (RPC's bdevs, as save_config writes them).
+  std::vector<NamespaceConfig> bdevs;
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
   std::vector<SubsystemConfig> subsystems;
   unsigned cores = 1;                   // reactor threads
@@ -146,7 +148,13 @@ inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_b
 // sc; throws std::runtime_error naming the host and field, never a key.
 void read_host(SubsystemConfig& sc, const nlohmann::json& entry);
 
-// Reads a JSON configuration; returns an error message or empty.
+// SPDK's save_config shape ({"subsystems": [{"subsystem": ..., "config": [...]}]}), which
+// nvtcp's save_config writes too: is_spdk_config tells it from nvtcp's own format, and
+// load_spdk_config replays its bdev and nvmf methods into cfg (error or empty).
+bool is_spdk_config(const nlohmann::json& j);
+std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg);
+
+// Reads a JSON configuration, in nvtcp's format or SPDK's; returns an error message or empty.
 std::string load_config_file(const std::string& path, TargetConfig& out);
 // The index in cfg.listeners of the listener a subsystem names ("ADDRESS:PORT" exactly as
 // configured), or -1.

@@ -87,8 +87,19 @@ bool write_all(int fd, const std::string& text) {
 
 }  // namespace
 
+// Each Reservations object's versions start in a range of their own: a connection's access
+// cache is kept by NSID, and a namespace removed and another added at that NSID (RPC) must
+// not match a decision cached for the old one.
+static uint64_t fresh_version_base() {
+  static std::atomic<uint64_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) << 32;
+}
+
 Reservations::Reservations(std::string persist_path, uint32_t max_registrants)
-    : path_(std::move(persist_path)), max_registrants_(std::clamp<uint32_t>(max_registrants, 1, kMaxRegistrantsCeiling)) {}
+    : path_(std::move(persist_path)),
+      max_registrants_(std::clamp<uint32_t>(max_registrants, 1, kMaxRegistrantsCeiling)) {
+  version_.store(fresh_version_base(), std::memory_order_relaxed);
+}
 
 Reservations::~Reservations() {
   {

@@ -255,9 +255,19 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       if (!ns) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       if (!sub->add_namespace(std::move(ns)))
         return fmt::format("subsystem {} namespace {}: NSID taken or above max_namespaces", sc.nqn, nc.nsid);
-      st.bdevs.add(nc, nullptr, sc.nqn, nc.nsid);
+      NamespaceConfig bdev = nc;  // the identifiers are the namespace's, not its device's
+      bdev.nguid.clear();
+      bdev.eui64.clear();
+      bdev.uuid.clear();
+      st.bdevs.add(bdev, nullptr, sc.nqn, nc.nsid);
     }
     st.subsystems.push_back(std::move(sub));
+  }
+  for (const auto& b : cfg.bdevs) {
+    std::string err;
+    auto device = make_device(b, cfg.cores, factory, err);
+    if (!device) return fmt::format("bdev {}: {}", b.name, err);
+    st.bdevs.add(b, std::move(device));
   }
   return {};
 }

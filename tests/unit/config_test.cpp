@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "target/config.hpp"
 
 namespace nvtcp::target {
@@ -265,6 +267,97 @@ TEST(ConfigHosts, BadKeysAndEntriesAreRefusedWithoutShowingTheKey) {
     EXPECT_NE(err.find(c.says), std::string::npos) << c.hosts << " -> " << err;
     EXPECT_EQ(err.find("zGodOr4SEG0"), std::string::npos) << "the key must not appear: " << err;
   }
+}
+
+}  // namespace
+}  // namespace nvtcp::target
+
+namespace nvtcp::target {
+namespace {
+
+TargetConfig load_spdk(const std::string& json, std::string& err) {
+  TargetConfig cfg;
+  err = load_spdk_config(nlohmann::json::parse(json), cfg);
+  if (err.empty()) err = finalize_config(cfg);
+  return cfg;
+}
+
+// The shape nvmf_tgt's save_config writes, with the methods nvtcp has no use for around the ones
+// it replays.
+TEST(SpdkConfig, NvmfTgtsSavedConfigurationLoads) {
+  const std::string json = R"({"subsystems": [
+    {"subsystem": "scheduler", "config": [{"method": "framework_set_scheduler", "params": {"name": "static"}}]},
+    {"subsystem": "bdev", "config": [
+      {"method": "bdev_set_options", "params": {"bdev_io_pool_size": 65535}},
+      {"method": "bdev_null_create", "params": {"name": "Null0", "num_blocks": 16384, "block_size": 4096,
+        "physical_block_size": 4096, "md_size": 0, "dif_type": 0, "dif_is_head_of_md": false}},
+      {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 2048, "block_size": 512}},
+      {"method": "bdev_malloc_create", "params": {"name": "Spare", "num_blocks": 2048, "block_size": 512}},
+      {"method": "bdev_wait_for_examine"}]},
+    {"subsystem": "nvmf", "config": [
+      {"method": "nvmf_set_config", "params": {"discovery_filter": "match_any"}},
+      {"method": "nvmf_create_transport", "params": {"trtype": "TCP", "max_queue_depth": 128,
+        "max_io_qpairs_per_ctrlr": 127, "in_capsule_data_size": 4096, "max_io_size": 131072}},
+      {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2014-08.org.nvmexpress.discovery",
+        "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "8009"}, "secure_channel": false}},
+      {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "allow_any_host": false,
+        "serial_number": "SPDK0001", "model_number": "SPDK Model", "max_namespaces": 32, "min_cntlid": 1, "max_cntlid": 65519}},
+      {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
+        "host": "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"}},
+      {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"nsid": 1,
+        "bdev_name": "Null0", "nguid": "087BA6E5FE7E41FDBDCD6E6A2C0F7E8D", "uuid": "087ba6e5-fe7e-41fd-bdcd-6e6a2c0f7e8d", "anagrpid": 1}}},
+      {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"nsid": 5,
+        "bdev_name": "Malloc0"}}},
+      {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
+        "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}, "secure_channel": false}}]}]})";
+  ASSERT_TRUE(is_spdk_config(nlohmann::json::parse(json)));
+  std::string err;
+  TargetConfig cfg = load_spdk(json, err);
+  ASSERT_EQ(err, "");
+  EXPECT_EQ(cfg.discovery_port, 8009);
+  ASSERT_EQ(cfg.listeners.size(), 1u);
+  EXPECT_EQ(cfg.listeners[0].port, 4420);
+  EXPECT_EQ(cfg.max_queue_depth, 128u);
+  EXPECT_EQ(cfg.in_capsule_data, 4096u);
+  EXPECT_EQ(cfg.mdts_bytes, 131072u);
+  EXPECT_EQ(cfg.max_io_queues, 126u);
+  ASSERT_EQ(cfg.subsystems.size(), 1u);
+  const auto& s = cfg.subsystems[0];
+  EXPECT_EQ(s.serial, "SPDK0001");
+  EXPECT_FALSE(s.allow_any_host);
+  EXPECT_EQ(s.hosts, std::vector<std::string>{"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"});
+  EXPECT_EQ(s.listeners, std::vector<std::string>{"127.0.0.1:4420"});
+  ASSERT_EQ(s.namespaces.size(), 2u);
+  EXPECT_EQ(s.namespaces[0].name, "Null0");
+  EXPECT_EQ(s.namespaces[0].type, "null");
+  EXPECT_EQ(s.namespaces[0].size, 16384u * 4096);
+  EXPECT_EQ(s.namespaces[0].nguid, "087BA6E5FE7E41FDBDCD6E6A2C0F7E8D");
+  EXPECT_EQ(s.namespaces[1].nsid, 5u);
+  EXPECT_EQ(s.namespaces[1].type, "ram");
+  ASSERT_EQ(cfg.bdevs.size(), 1u);
+  EXPECT_EQ(cfg.bdevs[0].name, "Spare");
+  // nvtcp's own format is not taken for SPDK's.
+  EXPECT_FALSE(is_spdk_config(nlohmann::json::parse(R"({"subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:a"}]})")));
+}
+
+TEST(SpdkConfig, WhatCannotBeReplayedIsAnError) {
+  std::string err;
+  load_spdk(R"({"subsystems": [{"subsystem": "nvmf", "config": [{"method": "nvmf_subsystem_add_ns",
+      "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"bdev_name": "Null0"}}}]}]})", err);
+  EXPECT_NE(err.find("no subsystem nqn.2016-06.io.spdk:cnode1"), std::string::npos) << err;
+  load_spdk(R"({"subsystems": [{"subsystem": "nvmf", "config": [
+      {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1"}},
+      {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"bdev_name": "Null0"}}}]}]})",
+            err);
+  EXPECT_NE(err.find("no bdev Null0"), std::string::npos) << err;
+  load_spdk(R"({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_null_create",
+      "params": {"name": "N", "num_blocks": "many", "block_size": 512}}]}]})", err);
+  EXPECT_NE(err.find("num_blocks"), std::string::npos) << err;
+  load_spdk(R"J({"subsystems": [{"subsystem": "nvmf", "config": [
+      {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1"}},
+      {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "host": "nqn.h",
+        "dhchap_key": "(a key is configured here; keys are never exported: give it again)"}}]}]})J", err);
+  EXPECT_NE(err.find("host nqn.h: dhchap_key"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// A configuration in SPDK's save_config shape ({"subsystems": [{"subsystem": "bdev", "config":
+// [{"method", "params"}, ...]}, {"subsystem": "nvmf", ...}]}), as nvmf_tgt and nvtcp's own
+// save_config write it, read into a TargetConfig: the bdev and nvmf methods nvtcp has are
+// replayed in order; the rest (SPDK's framework, sock, accel, iobuf options) have no meaning
+// here and are listed in one log line.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "target/config.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::target {
+namespace {
+
+using Json = nlohmann::json;
+
+const Json& params_of(const Json& entry) {
+  static const Json empty = Json::object();
+  auto it = entry.find("params");
+  return it == entry.end() || !it->is_object() ? empty : *it;
+}
+
+uint64_t u64(const Json& p, const char* key, const std::string& method) {
+  auto it = p.find(key);
+  if (it == p.end() || !it->is_number_unsigned())
+    throw std::runtime_error(fmt::format("{}: \"{}\" must be a non-negative integer", method, key));
+  return it->get<uint64_t>();
+}
+
+std::string str(const Json& p, const char* key, const std::string& method) {
+  auto it = p.find(key);
+  if (it == p.end() || !it->is_string()) throw std::runtime_error(fmt::format("{}: \"{}\" must be a string", method, key));
+  return it->get<std::string>();
+}
+
+// "ADDRESS:PORT" of a listen_address, adding the listener to the target when it is new.
+std::string listener_of(const Json& p, const std::string& method, TargetConfig& cfg) {
+  auto it = p.find("listen_address");
+  if (it == p.end() || !it->is_object()) throw std::runtime_error(fmt::format("{}: \"listen_address\" is missing", method));
+  std::string trtype = it->value("trtype", std::string("TCP"));
+  for (char& c : trtype) c = char(std::toupper(c));
+  if (trtype != "TCP") throw std::runtime_error(fmt::format("{}: transport {} (nvtcp serves TCP)", method, trtype));
+  const std::string addr = str(*it, "traddr", method);
+  const std::string svc = str(*it, "trsvcid", method);
+  ListenerConfig l;
+  l.address = addr;
+  l.port = uint16_t(std::stoul(svc));
+  l.tls_required = p.value("secure_channel", false);
+  const std::string name = addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, svc) : fmt::format("{}:{}", addr, svc);
+  if (listener_index(cfg, name) < 0) cfg.listeners.push_back(l);
+  return name;
+}
+
+}  // namespace
+
+bool is_spdk_config(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("subsystems") || !j["subsystems"].is_array()) return false;
+  for (const auto& s : j["subsystems"])
+    if (!s.is_object() || !s.contains("subsystem")) return false;
+  return true;
+}
+
+std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
+  std::map<std::string, NamespaceConfig> bdevs;  // by name, until a namespace takes one
+  std::vector<std::string> bdev_order;
+  std::vector<std::string> ignored;
+  bool listeners_replaced = false;
+  auto find_sub = [&](const std::string& nqn, const std::string& method) -> SubsystemConfig& {
+    for (auto& s : cfg.subsystems)
+      if (s.nqn == nqn) return s;
+    throw std::runtime_error(fmt::format("{}: no subsystem {} (nvmf_create_subsystem comes first)", method, nqn));
+  };
+  try {
+    cfg.subsystems.clear();
+    cfg.discovery_port = 0;  // unless the file gives the discovery subsystem a listener
+    for (const auto& group : j["subsystems"]) {
+      const auto& config = group.value("config", Json::array());
+      if (!config.is_array()) continue;
+      for (const auto& entry : config) {
+        const std::string method = entry.value("method", std::string());
+        const Json& p = params_of(entry);
+        if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
+            method == "bdev_uring_create") {
+          NamespaceConfig nc;
+          nc.name = str(p, "name", method);
+          nc.block_size = uint32_t(p.value("block_size", 512u));
+          if (method == "bdev_null_create" || method == "bdev_malloc_create") {
+            nc.type = method == "bdev_null_create" ? "null" : "ram";
+            nc.size = u64(p, "num_blocks", method) * nc.block_size;
+          } else {
+            nc.type = "file";
+            nc.path = str(p, "filename", method);
+          }
+          if (p.contains("uuid") && p["uuid"].is_string()) nc.uuid = p["uuid"].get<std::string>();
+          if (!bdevs.emplace(nc.name, nc).second) throw std::runtime_error(fmt::format("bdev {} twice", nc.name));
+          bdev_order.push_back(nc.name);
+        } else if (method == "nvmf_create_transport") {
+          if (p.contains("max_queue_depth")) cfg.max_queue_depth = uint32_t(u64(p, "max_queue_depth", method));
+          if (p.contains("in_capsule_data_size")) cfg.in_capsule_data = uint32_t(u64(p, "in_capsule_data_size", method));
+          if (p.contains("max_io_size")) cfg.mdts_bytes = uint32_t(u64(p, "max_io_size", method));
+          if (p.contains("max_io_qpairs_per_ctrlr"))
+            cfg.max_io_queues = uint32_t(std::max<uint64_t>(1, u64(p, "max_io_qpairs_per_ctrlr", method) - 1));
+        } else if (method == "nvmf_create_subsystem") {
+          SubsystemConfig sc;
+          sc.nqn = str(p, "nqn", method);
+          sc.serial = p.value("serial_number", std::string());
+          sc.model = p.value("model_number", sc.model);
+          sc.allow_any_host = p.value("allow_any_host", false);  // SPDK's default
+          sc.max_namespaces = uint32_t(p.value("max_namespaces", 0u));
+          cfg.subsystems.push_back(sc);
+        } else if (method == "nvmf_subsystem_add_host") {
+          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+          Json host{{"nqn", str(p, "host", method)}};
+          if (p.contains("psk")) host["psk"] = p["psk"];
+          if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
+          if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
+          read_host(sc, host);
+        } else if (method == "nvmf_subsystem_add_ns") {
+          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+          const Json& ns = p.value("namespace", Json::object());
+          const std::string name = str(ns, "bdev_name", method);
+          auto it = bdevs.find(name);
+          if (it == bdevs.end()) throw std::runtime_error(fmt::format("{}: no bdev {} (or another namespace has it)", method, name));
+          NamespaceConfig nc = it->second;
+          bdevs.erase(it);
+          nc.nsid = uint32_t(ns.value("nsid", 0u));
+          nc.nguid = ns.value("nguid", std::string());
+          nc.eui64 = ns.value("eui64", std::string());
+          nc.uuid = ns.value("uuid", std::string());
+          sc.namespaces.push_back(nc);
+        } else if (method == "nvmf_subsystem_add_listener") {
+          const std::string nqn = str(p, "nqn", method);
+          if (!listeners_replaced) {
+            cfg.listeners.clear();  // the file's listeners, not the command line's default
+            listeners_replaced = true;
+          }
+          const std::string name = listener_of(p, method, cfg);
+          if (nqn == "nqn.2014-08.org.nvmexpress.discovery") {
+            // nvtcp serves discovery on every listener, and on one port of its own besides.
+            cfg.discovery_port = uint16_t(std::stoul(name.substr(name.rfind(':') + 1)));
+            cfg.listeners.erase(cfg.listeners.begin() + listener_index(cfg, name));
+          } else {
+            find_sub(nqn, method).listeners.push_back(name);
+          }
+        } else if (!method.empty()) {
+          ignored.push_back(method);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return fmt::format("SPDK-style configuration: {}", e.what());
+  }
+  for (const auto& name : bdev_order)
+    if (auto it = bdevs.find(name); it != bdevs.end()) cfg.bdevs.push_back(it->second);
+  if (!ignored.empty()) {
+    std::sort(ignored.begin(), ignored.end());
+    ignored.erase(std::unique(ignored.begin(), ignored.end()), ignored.end());
+    std::string list;
+    for (const auto& m : ignored) list += (list.empty() ? "" : ", ") + m;
+    log::info("configuration: SPDK methods with no meaning for nvtcp, skipped: {}", list);
+  }
+  return {};
+}
+
+}  // namespace nvtcp::target
