@@ -60,6 +60,7 @@ struct TargetArgs {
   std::vector<int> cpus;
   std::optional<uint16_t> discovery_port;
   bool no_hdgst = false, no_ddgst = false;
+  bool ana_reporting = false;
   std::string tcp_congestion;
   std::optional<uint32_t> in_capsule;
   std::optional<uint32_t> max_h2c;
@@ -109,6 +110,7 @@ int run_target(const TargetArgs& a) {
     sc.nqn = a.nqn;
     sc.allow_any_host = a.hosts.empty();
     sc.hosts = a.hosts;
+    sc.ana_reporting = a.ana_reporting;
     auto add = [&](const std::string& type, const std::string& size_or_path) -> bool {
       target::NamespaceConfig nc;
       nc.type = type;
@@ -284,6 +286,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--cpus", a->cpus, "pin reactor i to the i-th CPU of this list (e.g. --cpus 0)")->delimiter(',');
   c->add_option("--discovery-port", a->discovery_port, "discovery service port (default 8009; 0: only on the listeners)");
   c->add_option("--allow-host", a->hosts, "host NQN allowed to connect (repeatable; default: any host)");
+  c->add_flag("--ana-reporting", a->ana_reporting,
+              "the command line's subsystem reports ANA: each listener's state per ANA group (all optimized at "
+              "start), changed by RPC nvmf_subsystem_listener_set_ana_state");
   c->add_flag("--no-hdgst", a->no_hdgst, "refuse header digests");
   c->add_flag("--no-ddgst", a->no_ddgst, "refuse data digests");
   c->add_option("--tcp-congestion", a->tcp_congestion, "TCP congestion control per socket (e.g. cubic)");

@@ -54,6 +54,15 @@ inline constexpr uint32_t kSglsSupported = 0x1 | (1u << 20);
 // and flushes every namespace (bits 2:1 = 11b).
 inline constexpr uint8_t kVwcPresent = 1u << 0;
 inline constexpr uint8_t kVwcFlushAllNamespaces = 3u << 1;
+// CMIC: bit 1, the subsystem may have several controllers; bit 3, it reports ANA.
+inline constexpr uint8_t kCmicMultiController = 1u << 1;
+inline constexpr uint8_t kCmicAna = 1u << 3;
+// ANACAP: the states reported (bits 0-4: optimized, non-optimized, inaccessible, persistent
+// loss, change) and bit 6, a namespace's ANAGRPID does not change while it is attached.
+inline constexpr uint8_t kAnacapStates = 0x1F;
+inline constexpr uint8_t kAnacapGroupIdFixed = 1u << 6;
+// ANATT: the longest a group stays in the change state, seconds (nvmet and SPDK say 10).
+inline constexpr uint8_t kAnaTransitionSeconds = 10;
 inline constexpr uint8_t kCntrlTypeIo = 1;
 inline constexpr uint8_t kCntrlTypeDiscovery = 2;
 
@@ -257,6 +266,8 @@ static_assert(offsetof(IdentifyController, lpa) == 261 && offsetof(IdentifyContr
 static_assert(offsetof(IdentifyController, sqes) == 512 && offsetof(IdentifyController, maxcmd) == 514);
 static_assert(offsetof(IdentifyController, nn) == 516 && offsetof(IdentifyController, oncs) == 520);
 static_assert(offsetof(IdentifyController, vwc) == 525 && offsetof(IdentifyController, sgls) == 536);
+static_assert(offsetof(IdentifyController, anatt) == 342 && offsetof(IdentifyController, anagrpmax) == 344);
+static_assert(offsetof(IdentifyController, nanagrpid) == 348 && offsetof(IdentifyController, cmic) == 76);
 static_assert(offsetof(IdentifyController, subnqn) == 768);
 static_assert(offsetof(IdentifyController, ioccsz) == 1792 && offsetof(IdentifyController, iorcsz) == 1796);
 static_assert(offsetof(IdentifyController, msdbd) == 1803 && offsetof(IdentifyController, psd) == 2048);

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Log pages: Supported Log Pages (00h), Error Information (01h), SMART / Health (02h),
 // Firmware Slot (03h), Changed Namespace List (04h), Commands Supported and Effects (05h),
-// Discovery (70h).
+// Asymmetric Namespace Access (0Ch), Discovery (70h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace nvtcp::nvme {
 
@@ -15,6 +16,7 @@ enum class LogPageId : uint8_t {
   FirmwareSlot = 0x03,
   ChangedNamespaces = 0x04,
   CommandEffects = 0x05,
+  Ana = 0x0C,
   Discovery = 0x70,
   ReservationNotification = 0x80,
 };
@@ -25,6 +27,7 @@ enum class LogPageId : uint8_t {
 enum class AsyncEventType : uint8_t { Error = 0, SmartHealth = 1, Notice = 2, IoCommandSpecific = 6 };
 inline constexpr uint8_t kAsyncErrorTransientInternal = 0x04;   // type Error
 inline constexpr uint8_t kAsyncNoticeNamespaceChanged = 0x00;   // type Notice, log 04h
+inline constexpr uint8_t kAsyncNoticeAnaChange = 0x03;          // type Notice, log 0Ch
 inline constexpr uint8_t kAsyncIoReservationLog = 0x00;         // type I/O command specific, log 80h
 constexpr uint32_t async_event_dw0(AsyncEventType type, uint8_t info, LogPageId lid) {
   return uint32_t(type) | uint32_t(info) << 8 | uint32_t(lid) << 16;
@@ -33,6 +36,40 @@ constexpr uint32_t async_event_dw0(AsyncEventType type, uint8_t info, LogPageId 
 inline constexpr uint32_t kLogRetainAsyncEvent = 1u << 15;
 // LID 04h holds up to 1024 NSIDs; more changes than that are reported as FFFFFFFFh alone.
 inline constexpr uint32_t kChangedNamespacesMax = 1024;
+
+// Asymmetric Namespace Access: the state of an ANA group as seen through one controller
+// (its port). Optimized and non-optimized paths take I/O; the others answer it with the
+// path-related ANA statuses (sc::AnaInaccessible, ...).
+enum class AnaState : uint8_t {
+  Optimized = 0x01,
+  NonOptimized = 0x02,
+  Inaccessible = 0x03,
+  PersistentLoss = 0x04,
+  Change = 0x0F,
+};
+// The names SPDK's RPC gives the states ("optimized", "non_optimized", "inaccessible"; and
+// "persistent_loss", "change"). ana_state_from_name: false for any other text.
+constexpr const char* ana_state_name(AnaState s) {
+  switch (s) {
+    case AnaState::Optimized: return "optimized";
+    case AnaState::NonOptimized: return "non_optimized";
+    case AnaState::Inaccessible: return "inaccessible";
+    case AnaState::PersistentLoss: return "persistent_loss";
+    case AnaState::Change: return "change";
+  }
+  return "unknown";
+}
+constexpr bool ana_state_from_name(std::string_view name, AnaState& out) {
+  for (AnaState s : {AnaState::Optimized, AnaState::NonOptimized, AnaState::Inaccessible, AnaState::PersistentLoss,
+                     AnaState::Change})
+    if (name == ana_state_name(s)) {
+      out = s;
+      return true;
+    }
+  return false;
+}
+// LID 0Ch, Get Log Page CDW10 LSP bit 0 (CDW10 bit 8): Return Groups Only (no NSID lists).
+inline constexpr uint32_t kLogAnaReturnGroupsOnly = 1u << 8;
 
 // LID 00h: one descriptor per log page identifier; bit 0 (LSUPP) says it is supported.
 inline constexpr uint32_t kLogSupported = 1u << 0;
@@ -98,6 +135,22 @@ struct FirmwareSlotLog {
   uint8_t rsvd64[448];
 };
 
+// LID 0Ch: this header, then NGRPS group descriptors, each followed by its NNSIDS NSIDs
+// (none with RGO).
+struct AnaLogHeader {
+  uint64_t chgcnt;
+  uint16_t ngrps;
+  uint8_t rsvd10[6];
+};
+
+struct AnaGroupDescriptor {
+  uint32_t anagrpid;
+  uint32_t nnsids;
+  uint64_t chgcnt;
+  uint8_t state;  // bits 3:0: AnaState
+  uint8_t rsvd17[15];
+};
+
 struct DiscoveryLogHeader {
   uint64_t genctr;
   uint64_t numrec;
@@ -151,6 +204,9 @@ static_assert(offsetof(SmartLog, temp_sensor) == 200);
 static_assert(sizeof(FirmwareSlotLog) == 512 && offsetof(FirmwareSlotLog, frs) == 8);
 static_assert(sizeof(SupportedLogPagesLog) == 1024);
 static_assert(sizeof(CommandEffectsLog) == 4096 && offsetof(CommandEffectsLog, io) == 1024);
+static_assert(sizeof(AnaLogHeader) == 16 && offsetof(AnaLogHeader, ngrps) == 8);
+static_assert(sizeof(AnaGroupDescriptor) == 32 && offsetof(AnaGroupDescriptor, chgcnt) == 8);
+static_assert(offsetof(AnaGroupDescriptor, state) == 16);
 static_assert(sizeof(DiscoveryLogHeader) == 1024 && offsetof(DiscoveryLogHeader, recfmt) == 16);
 static_assert(sizeof(DiscoveryLogEntry) == 1024);
 static_assert(offsetof(DiscoveryLogEntry, portid) == 4 && offsetof(DiscoveryLogEntry, asqsz) == 8);

@@ -25,8 +25,12 @@ struct Status {
   // The CQE status field; DNR set for errors a retry cannot fix.
   constexpr uint16_t to_cqe(bool dnr = true) const {
     uint16_t v = static_cast<uint16_t>(value << 1);
-    // Do Not Retry, except for errors a retry can cure.
-    if (value != 0 && dnr && value != 0x22) v |= 0x8000;
+    // Do Not Retry, except for errors a retry can cure: a transient transport error, and the
+    // ANA path statuses (SCT 3h, SC 01h-03h), which another path or a later try may serve
+    // (Linux fails a multipath command over only without DNR). The host-side pathing codes
+    // keep DNR: they are given once the host library has given up on the path.
+    const bool ana = sct() == Sct::Path && sc() >= 0x01 && sc() <= 0x03;
+    if (value != 0 && dnr && value != 0x22 && !ana) v |= 0x8000;
     return v;
   }
   constexpr bool operator==(const Status&) const = default;
@@ -75,6 +79,11 @@ inline constexpr Status UnrecoveredReadError{Sct::Media, 0x81};
 inline constexpr Status CompareFailure{Sct::Media, 0x85};
 inline constexpr Status CommandSizeLimitExceeded{Sct::CommandSpecific, 0x83};
 inline constexpr Status ReservationConflict{Sct::Generic, 0x83};
+// Path related: the namespace's ANA group is not reachable through this controller's port
+// (persistent loss, inaccessible, in transition). DNR stays clear: another path may serve it.
+inline constexpr Status AnaPersistentLoss{Sct::Path, 0x01};
+inline constexpr Status AnaInaccessible{Sct::Path, 0x02};
+inline constexpr Status AnaTransition{Sct::Path, 0x03};
 // Host-side only: the transport failed before the target answered (path-related, SCT 3,
 // Host Pathing Error), and the host gave up on a command that timed out (Command Aborted
 // By Host).

@@ -240,7 +240,8 @@ Json nvmf_config(Target& t) {
                          {"allow_any_host", s->allows_any_host()},
                          {"serial_number", s->serial()},
                          {"model_number", s->model()},
-                         {"max_namespaces", s->max_namespaces()}}}});
+                         {"max_namespaces", s->max_namespaces()},
+                         {"ana_reporting", s->ana_reporting()}}}});
     for (const auto& h : s->hosts()) {
       Json p{{"nqn", s->nqn()}, {"host", h.nqn}};
       if (h.psk) p["psk"] = kKeyNotExported;
@@ -257,7 +258,8 @@ Json nvmf_config(Target& t) {
                              {"bdev_name", ns->name},
                              {"nguid", hex(ns->nguid, 16)},
                              {"eui64", hex(ns->eui64, 8)},
-                             {"uuid", uuid_text(ns->uuid)}}}}}});
+                             {"uuid", uuid_text(ns->uuid)},
+                             {"anagrpid", ns->anagrpid}}}}}});
     for (size_t i = 0; i < st.listeners.size(); ++i)
       if (s->reachable_through(st.listeners[i].portid)) add_listener(s->nqn(), st.listeners[i], t.port(i));
   }
@@ -351,13 +353,54 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     Json out = Json::array();
     for (const auto& l : t.state().listeners)
       if (s.reachable_through(l.portid)) {
-        // Without ANA reporting every path is optimized; one group per namespace (its NSID, as
-        // SPDK numbers them by default).
+        // Each group that has a namespace, with its state through this listener (every path
+        // optimized without ANA reporting).
+        const target::AnaPort* port = s.ana_port(l.portid);
         Json states = Json::array();
-        for (const auto& ns : s.namespaces()) states.push_back(Json{{"ana_group", ns->nsid}, {"ana_state", "optimized"}});
+        for (uint32_t g : s.ana_groups())
+          states.push_back(Json{{"ana_group", g}, {"ana_state", nvme::ana_state_name(port->state(g))}});
         out.push_back(Json{{"address", listen_address(l)}, {"ana_states", states}});
       }
     return out;
+  });
+
+  // A listener's ANA state for one group, or all (no anagrpid): SPDK's three states, and the
+  // specification's persistent_loss and change besides.
+  d.add("nvmf_subsystem_listener_set_ana_state", [&t](const Json& params) {
+    Params p(params);
+    const std::string nqn = p.str("nqn");
+    const Json* la = p.opt_json("listen_address");
+    const std::string state_name = p.str("ana_state");
+    const uint64_t anagrpid = p.opt_u64("anagrpid").value_or(0);
+    p.opt_str("tgt_name");
+    p.done();
+    if (!la || !la->is_object()) throw RpcError(kInvalidParams, "\"listen_address\" must be an object");
+    Params a(*la);
+    std::string trtype = a.opt_str("trtype").value_or("TCP");
+    std::transform(trtype.begin(), trtype.end(), trtype.begin(), [](char c) { return char(std::toupper(c)); });
+    const std::string traddr = a.str("traddr");
+    // A string, as SPDK has it; a number too (what `nvtcp rpc --listen-address.trsvcid 4420` sends).
+    const Json* svc = a.opt_json("trsvcid");
+    if (!svc || !(svc->is_string() || svc->is_number_unsigned()))
+      throw RpcError(kInvalidParams, "\"trsvcid\" must be a string (a port)");
+    const std::string trsvcid = svc->is_string() ? svc->get<std::string>() : std::to_string(svc->get<uint64_t>());
+    a.opt_str("adrfam");
+    a.done();
+    if (trtype != "TCP") throw RpcError(kInvalidParams, fmt::format("transport {}: nvtcp serves TCP", trtype));
+    unsigned port = 0;
+    if (trsvcid.empty() || trsvcid.size() > 5 || trsvcid.find_first_not_of("0123456789") != std::string::npos ||
+        (port = unsigned(std::stoul(trsvcid))) > 65535)
+      throw RpcError(kInvalidParams, fmt::format("trsvcid \"{}\" is not a port", trsvcid));
+    nvme::AnaState state{};
+    if (!nvme::ana_state_from_name(state_name, state))
+      throw RpcError(kInvalidParams,
+                     fmt::format("ana_state \"{}\": optimized, non_optimized, inaccessible, persistent_loss or change",
+                                 state_name));
+    if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
+    subsystem_named(t, nqn);
+    if (std::string err = t.set_ana_state(nqn, traddr, uint16_t(port), uint32_t(anagrpid), state); !err.empty())
+      throw RpcError(kInvalidParams, err);
+    return Json(true);
   });
 
   d.add("nvmf_subsystem_get_controllers", [&t](const Json& params) {
@@ -561,9 +604,10 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     nc.nguid = q.opt_str("nguid").value_or("");
     nc.eui64 = q.opt_str("eui64").value_or("");
     nc.uuid = q.opt_str("uuid").value_or("");
-    // ANA groups are the namespace's own (its NSID) until ANA reporting is configurable.
-    if (auto g = q.opt_u64("anagrpid"); g && *g != 0 && (nc.nsid == 0 || *g != nc.nsid))
-      throw RpcError(kInvalidParams, "anagrpid: each namespace is its own ANA group (its NSID) in this version");
+    // Its ANA group; 0 or none: its NSID, as SPDK.
+    const uint64_t anagrpid = q.opt_u64("anagrpid").value_or(0);
+    if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
+    nc.anagrpid = uint32_t(anagrpid);
     q.opt_str("ptpl_file");
     q.opt_bool("no_auto_visible");
     q.done();

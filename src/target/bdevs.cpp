@@ -65,6 +65,7 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   ns->fence.init(std::max(1u, cfg.cores));
   ns->holds.init(std::max(1u, cfg.cores));
   ns->nsid = nc.nsid;
+  ns->anagrpid = nc.anagrpid ? nc.anagrpid : nc.nsid;
   ns->name = nc.name;
   ns->block_size = nc.block_size;
   ns->lbads = nc.block_size == 4096 ? 12 : 9;

@@ -224,6 +224,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.serial = s.value("serial", "");
       sc.model = s.value("model", sc.model);
       sc.max_namespaces = int_field(s, "max_namespaces", 0u);
+      if (s.contains("ana_reporting") && !s.at("ana_reporting").is_boolean())
+        throw std::runtime_error(fmt::format("subsystem {}: \"ana_reporting\" is true or false", sc.nqn));
+      sc.ana_reporting = s.value("ana_reporting", false);
       sc.allow_any_host = s.value("allow_any_host", !s.contains("hosts"));
       for (const auto& h : s.value("hosts", nlohmann::json::array())) read_host(sc, h);
       sc.listeners = s.value("listeners", std::vector<std::string>{});
@@ -235,6 +238,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         nc.path = n.value("path", "");
         nc.block_size = int_field(n, "block_size", nc.block_size);
         nc.name = n.value("name", "");
+        nc.anagrpid = int_field(n, "anagrpid", 0u);
         sc.namespaces.push_back(nc);
       }
       cfg.subsystems.push_back(sc);
@@ -299,8 +303,14 @@ std::string finalize_config(TargetConfig& cfg) {
       return fmt::format("subsystem {}: max_namespaces {} is over {}", s.nqn, s.max_namespaces, kMaxNamespacesLimit);
     if (highest > s.max_namespaces)
       return fmt::format("subsystem {}: nsid {} is above its max_namespaces ({})", s.nqn, highest, s.max_namespaces);
-    for (auto& n : s.namespaces)
+    for (auto& n : s.namespaces) {
       if (!n.name.empty() && !names.insert(n.name).second) return fmt::format("namespace name '{}' is used twice", n.name);
+      // ANA group IDs run from 1 to ANAGRPMAX, which is max_namespaces (as SPDK has it).
+      if (n.anagrpid == 0) n.anagrpid = n.nsid;
+      if (n.anagrpid > s.max_namespaces)
+        return fmt::format("subsystem {}: namespace {}'s anagrpid {} is above its max_namespaces ({})", s.nqn, n.nsid,
+                           n.anagrpid, s.max_namespaces);
+    }
     for (const auto& name : s.listeners) {
       ListenerConfig want;
       if (!parse_listener(name, want)) return fmt::format("subsystem {}: listener '{}' is not ADDRESS:PORT", s.nqn, name);

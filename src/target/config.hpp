@@ -25,6 +25,9 @@ struct NamespaceConfig {
   // Identifiers as hex text (NGUID 32 digits, EUI-64 16, UUID 8-4-4-4-12); empty: derived from
   // the subsystem NQN and the NSID, the same at every start.
   std::string nguid, eui64, uuid;
+  // Its ANA group (1 .. the subsystem's max_namespaces); 0: its NSID, as SPDK does. Only
+  // reported when the subsystem has ana_reporting.
+  uint32_t anagrpid = 0;
 };
 
 // An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked
@@ -55,6 +58,11 @@ struct SubsystemConfig {
   // discovery port), as a Linux nvmet subsystem linked to every port.
   std::vector<std::string> listeners;
   std::map<std::string, HostKeys> host_keys;  // by host NQN, for hosts configured with keys
+  // Asymmetric Namespace Access reporting (SPDK's ana_reporting): Identify says so (CMIC bit
+  // 3), log 0Ch gives each ANA group's state through the host's listener, and that state
+  // can be changed per listener (RPC nvmf_subsystem_listener_set_ana_state). Off: every
+  // path is optimized, as a subsystem without ANA is.
+  bool ana_reporting = false;
 };
 
 struct ListenerConfig {

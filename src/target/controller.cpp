@@ -287,11 +287,12 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       put_padded(id->mn, sizeof(id->mn), subsys_.model());
       put_padded(id->fr, sizeof(id->fr), "0.1.0");
       id->rab = 6;
-      id->cmic = 1u << 1;  // may have several controllers (one per host connection)
+      // May have several controllers (one per host connection); ANA reported if configured.
+      id->cmic = kCmicMultiController | (subsys_.ana_reporting() ? kCmicAna : 0);
       id->mdts = uint8_t(log2_u32(cfg.mdts_bytes / 4096));
       id->cntlid = cntlid_;
       id->ver = kVersion;
-      id->oaes = discovery ? 0 : (1u << 8);  // namespace attribute notices
+      id->oaes = async_events_supported() & ~kAecSmartWarnings;  // the notices it sends
       id->cntrltype = discovery ? kCntrlTypeDiscovery : kCntrlTypeIo;
       id->acl = kAcl;
       id->aerl = kAerl;
@@ -308,6 +309,13 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->maxcmd = uint16_t(std::min<uint32_t>(cfg.max_queue_depth, 0xFFFF));
       id->nn = discovery ? 0 : subsys_.max_namespaces();
       id->mnan = id->nn;
+      if (subsys_.ana_reporting()) {
+        // Every state can be reported; a namespace keeps its group while attached; group IDs
+        // run to max_namespaces, as SPDK numbers them (one per namespace by default).
+        id->anatt = kAnaTransitionSeconds;
+        id->anacap = kAnacapStates | kAnacapGroupIdFixed;
+        id->anagrpmax = id->nanagrpid = subsys_.max_namespaces();
+      }
       id->oncs = discovery ? 0
                            : (kOncsCompare | kOncsDsm | kOncsWriteZeroes | kOncsSaveSelect | kOncsReservations |
                               kOncsVerify | kOncsCopy);
@@ -340,6 +348,7 @@ uint32_t Controller::identify(const Sqe& sqe, uint8_t* buf, Status& st) {
       id->flbas = 0;
       id->dlfeat = 0x1;            // deallocated blocks read as zeros
       id->nmic = 1;                // may be shared by several controllers
+      if (subsys_.ana_reporting()) id->anagrpid = ns->anagrpid;
       std::memcpy(id->nguid, ns->nguid, 16);
       std::memcpy(id->eui64, ns->eui64, 8);
       id->lbaf[0].lbads = ns->lbads;
@@ -473,6 +482,41 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
                            LogPageId::FirmwareSlot, LogPageId::ChangedNamespaces, LogPageId::CommandEffects,
                            LogPageId::ReservationNotification})
         l->lid[uint8_t(id)] = kLogSupported;
+      if (subsys_.ana_reporting()) l->lid[uint8_t(LogPageId::Ana)] = kLogSupported;
+      break;
+    }
+    case LogPageId::Ana: {
+      // Each group that has a namespace, ascending, with its state through this controller's
+      // port and (unless RGO) its NSIDs; CHGCNT counts that port's changes.
+      if (discovery || !subsys_.ana_reporting() || !ana_) break;
+      const bool groups_only = sqe.cdw10 & kLogAnaReturnGroupsOnly;
+      const std::vector<Namespace*> nss = subsys_.namespaces();
+      const std::vector<uint32_t> groups = subsys_.ana_groups();
+      const uint64_t chgcnt = ana_->change_count.load(std::memory_order_relaxed);
+      scratch_.assign(sizeof(AnaLogHeader) + groups.size() * sizeof(AnaGroupDescriptor) +
+                          (groups_only ? 0 : nss.size() * sizeof(uint32_t)),
+                      0);
+      AnaLogHeader h{};
+      h.chgcnt = chgcnt;
+      h.ngrps = uint16_t(groups.size());
+      std::memcpy(scratch_.data(), &h, sizeof(h));
+      size_t off = sizeof(h);
+      for (uint32_t g : groups) {
+        AnaGroupDescriptor d{};
+        d.anagrpid = g;
+        d.chgcnt = chgcnt;
+        d.state = uint8_t(ana_->state(g));
+        const size_t desc_off = off;
+        off += sizeof(d);
+        if (!groups_only)
+          for (const Namespace* ns : nss)
+            if (ns->anagrpid == g) {
+              std::memcpy(scratch_.data() + off, &ns->nsid, sizeof(uint32_t));
+              off += sizeof(uint32_t);
+              ++d.nnsids;
+            }
+        std::memcpy(scratch_.data() + desc_off, &d, sizeof(d));
+      }
       break;
     }
     case LogPageId::CommandEffects: {
@@ -672,9 +716,6 @@ bool temperature_select(uint32_t cdw11, unsigned& thsel) {
   return tmpsel == 0 && thsel <= 1;
 }
 
-// The asynchronous events a host may enable (feature 0Bh): SMART critical warnings and the
-// notices Identify OAES announces; anything else is refused, as nvmet does.
-uint32_t async_events_allowed(bool discovery) { return discovery ? 0 : kAecSmartWarnings | kAecNamespaceAttribute; }
 }  // namespace
 
 AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32_t data_len) {
@@ -735,7 +776,7 @@ AdminResult Controller::set_features(const Sqe& sqe, const uint8_t* data, uint32
       return r;
     }
     case kFeatureAsyncEventConfig:
-      if (sqe.cdw11 & ~async_events_allowed(subsys_.is_discovery())) break;
+      if (sqe.cdw11 & ~async_events_supported()) break;
       async_event_config_ = sqe.cdw11;
       return r;
     case kFeatureReservationNotificationMask: {
@@ -927,14 +968,28 @@ void Controller::raise_device_error() {
   });
 }
 
-bool Controller::event_enabled(AsyncEventType type) const {
+// The asynchronous events a host may enable (feature 0Bh): SMART critical warnings and the
+// notices Identify OAES announces; anything else is refused, as nvmet does.
+uint32_t Controller::async_events_supported() const {
+  if (subsys_.is_discovery()) return 0;
+  return kAecSmartWarnings | kAecNamespaceAttribute | (subsys_.ana_reporting() ? kAecAnaChange : 0);
+}
+
+bool Controller::event_enabled(AsyncEventType type, LogPageId lid) const {
   switch (type) {
     case AsyncEventType::Error: return true;  // error events cannot be turned off
     case AsyncEventType::SmartHealth: return async_event_config_ & kAecSmartWarnings;
-    case AsyncEventType::Notice: return async_event_config_ & kAecNamespaceAttribute;
+    case AsyncEventType::Notice:
+      return async_event_config_ & (lid == LogPageId::Ana ? kAecAnaChange : kAecNamespaceAttribute);
     case AsyncEventType::IoCommandSpecific: return true;  // reservation notices: feature 83h decides
   }
   return false;
+}
+
+Controller::EventSlot* Controller::slot_in(std::array<EventSlot, kEventLogs.size()>& slots, LogPageId lid) {
+  for (size_t i = 0; i < kEventLogs.size(); ++i)
+    if (kEventLogs[i] == lid) return &slots[i];
+  return nullptr;
 }
 
 void Controller::queue_event(AsyncEventType type, uint8_t info, LogPageId lid, uint32_t nsid) {
@@ -946,12 +1001,18 @@ void Controller::queue_event(AsyncEventType type, uint8_t info, LogPageId lid, u
       else changed_ns_overflow_ = true;
     }
   }
-  if (!event_enabled(type)) return;
-  EventSlot& e = events_[uint8_t(type)];
-  if (e.masked || e.pending) return;  // one report per type until its log is read
+  if (!event_enabled(type, lid)) return;
+  EventSlot* slot = slot_in(events_, lid);
+  if (!slot) {
+    log::error("controller {} of {}: an event cleared by log 0x{:02x} has no slot; dropped", cntlid_, subsys_.nqn(),
+               uint8_t(lid));
+    return;
+  }
+  EventSlot& e = *slot;
+  if (e.masked || e.pending) return;  // one report per kind until its log is read
   e.pending = true;
+  e.type = type;
   e.info = info;
-  e.lid = lid;
   log::debug("controller {} of {}: asynchronous event type {} info 0x{:02x} (log 0x{:02x})", cntlid_, subsys_.nqn(),
              uint8_t(type), info, uint8_t(lid));
   if (event_sink_) event_sink_->deliver_async_events();
@@ -959,21 +1020,25 @@ void Controller::queue_event(AsyncEventType type, uint8_t info, LogPageId lid, u
 
 bool Controller::take_async_event(uint32_t& dw0) {
   if (aers_held_ == 0) return false;
-  for (uint8_t t = 0; t < events_.size(); ++t) {
-    EventSlot& e = events_[t];
+  for (size_t i = 0; i < events_.size(); ++i) {
+    EventSlot& e = events_[i];
     if (!e.pending) continue;
     e.pending = false;
     e.masked = true;
     --aers_held_;
-    dw0 = async_event_dw0(AsyncEventType(t), e.info, e.lid);
+    dw0 = async_event_dw0(e.type, e.info, kEventLogs[i]);
     return true;
   }
   return false;
 }
 
 void Controller::unmask_event_for_log(LogPageId lid) {
-  for (EventSlot& e : events_)
-    if (e.masked && e.lid == lid) e.masked = false;
+  if (EventSlot* e = slot_in(events_, lid)) e->masked = false;
+}
+
+void Controller::set_port(uint16_t portid) {
+  portid_ = portid;
+  ana_ = subsys_.is_discovery() ? nullptr : subsys_.ana_port(portid);
 }
 
 void Controller::add_reservation_notice(ReservationNotice type, uint32_t nsid) {

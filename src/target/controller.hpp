@@ -120,6 +120,23 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // The address the host reached the target on (set at Connect): a discovery controller
   // advertises it for wildcard listeners.
   void set_local_address(std::string a) { local_address_ = std::move(a); }
+  // The listener the host came in through (set at Connect, before any I/O queue): its ANA
+  // states are the ones this controller reports and applies.
+  void set_port(uint16_t portid);
+  uint16_t portid() const { return portid_; }
+  // What an I/O command to ns gets through this port: Success on an optimized or
+  // non-optimized path, else the ANA status of its group's state (one relaxed byte load).
+  wire::Status ana_status(const Namespace& ns) const {
+    if (!ana_) return wire::sc::Success;
+    switch (ana_->state(ns.anagrpid)) {
+      case nvme::AnaState::Optimized:
+      case nvme::AnaState::NonOptimized: return wire::sc::Success;
+      case nvme::AnaState::Inaccessible: return wire::sc::AnaInaccessible;
+      case nvme::AnaState::PersistentLoss: return wire::sc::AnaPersistentLoss;
+      case nvme::AnaState::Change: return wire::sc::AnaTransition;
+    }
+    return wire::sc::AnaInaccessible;
+  }
   const uint8_t* hostid() const { return hostid_; }
   bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
   uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
@@ -215,6 +232,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint16_t cntlid_;
   std::string hostnqn_;
   std::string local_address_;
+  uint16_t portid_ = 0;
+  const AnaPort* ana_ = nullptr;  // the subsystem's states for portid_
   uint8_t hostid_[16];
   uint32_t kato_ms_;
   uint32_t connect_kato_ms_;  // what Connect set: feature 0Fh's default
@@ -247,15 +266,21 @@ class Controller : public std::enable_shared_from_this<Controller> {
   };
   std::mutex io_queues_mu_;
   std::vector<IoQueueRef> io_queues_;  // by qid
-  // Asynchronous events (admin reactor): per type, one pending report and whether the type
-  // is masked (reported, its log not yet read). The changed-namespace log (04h) collects
-  // NSIDs until it is read.
+  // Asynchronous events (admin reactor): per kind of event, one pending report and whether
+  // the kind is masked (reported, its log not yet read). Each kind is cleared by its own log
+  // page, so the slots go by log: errors (01h), SMART (02h), namespace attribute notices
+  // (04h), ANA change notices (0Ch), reservation notices (80h); two notices of type Notice
+  // never hide each other. The changed-namespace log (04h) collects NSIDs until it is read.
+  static constexpr std::array<wire::LogPageId, 5> kEventLogs = {
+      wire::LogPageId::Error, wire::LogPageId::SmartHealth, wire::LogPageId::ChangedNamespaces, wire::LogPageId::Ana,
+      wire::LogPageId::ReservationNotification};
   struct EventSlot {
     bool pending = false, masked = false;
+    wire::AsyncEventType type{};
     uint8_t info = 0;
-    wire::LogPageId lid{};
   };
-  std::array<EventSlot, 8> events_{};
+  std::array<EventSlot, kEventLogs.size()> events_{};
+  static EventSlot* slot_in(std::array<EventSlot, kEventLogs.size()>& slots, wire::LogPageId lid);
   std::vector<uint32_t> changed_ns_;
   // Log 80h (admin reactor): notices not yet read, oldest first, at most kMaxReservationNotices
   // (older ones are dropped and counted: the count field of the next read skips them).
@@ -276,7 +301,9 @@ class Controller : public std::enable_shared_from_this<Controller> {
     bool retain_event = false;
     wire::LogPageId lid{};
   } pending_consume_;  // set by get_log_page, applied by log_page_delivered
-  bool event_enabled(wire::AsyncEventType type) const;
+  bool event_enabled(wire::AsyncEventType type, wire::LogPageId lid) const;
+  // Feature 0Bh bits this controller takes (and Identify OAES announces).
+  uint32_t async_events_supported() const;
   AdminQueueSink* event_sink_ = nullptr;   // admin reactor only
   std::mutex admin_mu_;                     // guards admin_reactor_ for raise() from any thread
   reactor::Reactor* admin_reactor_ = nullptr;

@@ -192,9 +192,11 @@ void CommandQueue::execute_connect(Request& r) {
       done(r, sc::ConnectControllerBusy);
       return;
     }
-    ctrl = sub->add_controller(std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato,
-                                                            transport_.clock()));
-    ctrl->set_local_address(arrival_.local_address);
+    auto made = std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato, transport_.clock());
+    // Where it came in is set before other threads can find it (ANA changes look at its port).
+    made->set_local_address(arrival_.local_address);
+    made->set_port(arrival_.portid);
+    ctrl = sub->add_controller(std::move(made));
   } else {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {

@@ -87,7 +87,12 @@ Namespace* CommandQueue::permitted_namespace(Request& r) {
     const Subsystem& sub = ctrl_->subsystem();
     for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
       const Namespace* each = sub.find_namespace(nsid);
-      if (each && each->reservations.held() &&
+      if (!each) continue;
+      if (Status st = ctrl_->ana_status(*each); !st.ok()) {
+        r.status = st;  // one it cannot reach through this port: nothing is flushed
+        return nullptr;
+      }
+      if (each->reservations.held() &&
           !each->reservations.allowed(ctrl_->hostid(), false, true, resv_cache_[each->index])) {
         r.status = sc::ReservationConflict;
         return nullptr;
@@ -98,6 +103,12 @@ Namespace* CommandQueue::permitted_namespace(Request& r) {
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
   if (!ns) {
     r.status = sc::InvalidNamespace;
+    return nullptr;
+  }
+  // Its ANA group not reachable through this port: a path status (no DNR), so that a
+  // multipath host sends it down another path.
+  if (Status st = ctrl_->ana_status(*ns); !st.ok()) {
+    r.status = st;
     return nullptr;
   }
   // A reservation held on the namespace: one relaxed load while there is none.

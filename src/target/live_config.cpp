@@ -46,6 +46,9 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   } else if (sub->find_namespace(nc.nsid)) {
     return fmt::format("subsystem {} has a namespace {} already", subnqn, nc.nsid);
   }
+  if (nc.anagrpid > sub->max_namespaces())
+    return fmt::format("anagrpid {} is above subsystem {}'s max_namespaces ({}, its ANAGRPMAX)", nc.anagrpid, subnqn,
+                       sub->max_namespaces());
   NamespaceConfig spec;
   std::string err;
   if (!valid_identifiers(nc, err)) return err;
@@ -55,6 +58,7 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   spec.nguid = nc.nguid;
   spec.eui64 = nc.eui64;
   spec.uuid = nc.uuid;
+  spec.anagrpid = nc.anagrpid;
   auto ns = make_namespace(state_->config, subnqn, spec, std::move(device), err);
   if (!ns) return err;  // not with identifiers checked above
   Namespace* raw = ns.get();
@@ -133,6 +137,35 @@ std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
   log::info("control: bdev {} resized to {} bytes{}", name, bytes - bytes % info.spec.block_size,
             ns ? fmt::format(" (namespace {} of {})", info.nsid, info.subnqn) : "");
   if (ns) sub->notify_namespace_changed(info.nsid);
+  return {};
+}
+
+std::string Target::set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port,
+                                  uint32_t anagrpid, nvme::AnaState state) {
+  std::lock_guard lk(control_mu_);
+  Subsystem* sub = state_->find_subsystem(subnqn);
+  if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
+  if (!sub->ana_reporting())
+    return fmt::format("subsystem {} does not report ANA (create it with ana_reporting)", subnqn);
+  const Listener* listener = nullptr;
+  for (const auto& l : state_->listeners)
+    if (l.address == address && l.port == port && sub->reachable_through(l.portid)) listener = &l;
+  if (!listener) return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
+  if (anagrpid > sub->max_namespaces())
+    return fmt::format("anagrpid {} is above subsystem {}'s ANAGRPMAX ({})", anagrpid, subnqn, sub->max_namespaces());
+  const AnaPort* before = sub->ana_port(listener->portid);
+  std::vector<std::pair<uint32_t, nvme::AnaState>> was;
+  for (uint32_t g : sub->ana_groups())
+    if (anagrpid == 0 || g == anagrpid) was.emplace_back(g, before->state(g));
+  const std::vector<uint32_t> changed = sub->set_ana_state(listener->portid, anagrpid, state);
+  // One line per transition a host can see (a group that has namespaces); the other groups
+  // change silently, ready for namespaces added to them later.
+  for (const auto& [g, old] : was)
+    if (old != state)
+      log::info("ANA: subsystem {} listener {}:{} group {}: {} -> {}", subnqn, address, port, g, ana_state_name(old),
+                ana_state_name(state));
+  if (changed.empty())
+    log::debug("ANA: subsystem {} listener {}:{}: already {}", subnqn, address, port, ana_state_name(state));
   return {};
 }
 

@@ -112,6 +112,7 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           sc.model = p.value("model_number", sc.model);
           sc.allow_any_host = p.value("allow_any_host", false);  // SPDK's default
           sc.max_namespaces = uint32_t(p.value("max_namespaces", 0u));
+          sc.ana_reporting = p.value("ana_reporting", false);
           cfg.subsystems.push_back(sc);
         } else if (method == "nvmf_subsystem_add_host") {
           SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
@@ -132,6 +133,7 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           nc.nguid = ns.value("nguid", std::string());
           nc.eui64 = ns.value("eui64", std::string());
           nc.uuid = ns.value("uuid", std::string());
+          nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
           sc.namespaces.push_back(nc);
         } else if (method == "nvmf_subsystem_add_listener") {
           const std::string nqn = str(p, "nqn", method);

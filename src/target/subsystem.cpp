@@ -22,10 +22,11 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
       model_(cfg.model),
       discovery_(discovery),
       allow_any_(cfg.allow_any_host),
+      hosts_(cfg.hosts),
+      host_keys_(cfg.host_keys),
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
-      hosts_(cfg.hosts),
-      host_keys_(cfg.host_keys) {}
+      ana_reporting_(!discovery && cfg.ana_reporting) {}
 
 bool Subsystem::host_allowed(const std::string& hostnqn) const {
   if (allows_any_host()) return true;
@@ -114,6 +115,39 @@ void Subsystem::notify_namespace_changed(uint32_t nsid) {
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
+}
+
+const AnaPort* Subsystem::ana_port(uint16_t portid) {
+  std::lock_guard lk(ana_mu_);
+  auto& p = ana_ports_[portid];
+  if (!p) p = std::make_unique<AnaPort>(max_namespaces_);
+  return p.get();
+}
+
+std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
+  std::vector<uint32_t> changed;
+  {
+    std::lock_guard lk(ana_mu_);
+    auto& p = ana_ports_[portid];
+    if (!p) p = std::make_unique<AnaPort>(max_namespaces_);
+    const uint32_t first = grp ? grp : 1, last = grp ? grp : max_namespaces_;
+    for (uint32_t g = first; g <= last && g <= max_namespaces_; ++g)
+      if (p->states[g].exchange(uint8_t(state), std::memory_order_relaxed) != uint8_t(state)) changed.push_back(g);
+    if (changed.empty()) return changed;
+    p->change_count.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::lock_guard lk(mu_);
+  for (auto& [id, c] : controllers_)
+    if (c->portid() == portid) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
+  return changed;
+}
+
+std::vector<uint32_t> Subsystem::ana_groups() const {
+  std::vector<uint32_t> groups;
+  for (const Namespace* ns : namespaces()) groups.push_back(ns->anagrpid);
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  return groups;
 }
 
 uint16_t Subsystem::allocate_cntlid() {

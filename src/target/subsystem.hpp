@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/block_device.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/bdevs.hpp"
@@ -133,6 +134,7 @@ struct Namespace {
   uint8_t nguid[16] = {};
   uint8_t uuid[16] = {};
   uint8_t eui64[8] = {};
+  uint32_t anagrpid = 1;      // its ANA group: 1 .. the subsystem's max_namespaces (ANAGRPMAX)
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
   NamespaceHolds holds;       // one slot per reactor
@@ -140,6 +142,20 @@ struct Namespace {
   explicit Namespace(std::string reservations_path = {},
                      uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)
       : reservations(std::move(reservations_path), max_registrants) {}
+};
+
+// The ANA state of every group of a subsystem as seen through one listener (port). Made on
+// the first use of that port and kept for the subsystem's life, so that a controller holds a
+// plain pointer to its port's and an I/O command reads its group's state with one relaxed
+// load of a byte, no lock. Changed on the control path only.
+struct AnaPort {
+  explicit AnaPort(uint32_t groups) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
+    for (uint32_t g = 0; g <= groups; ++g) states[g].store(uint8_t(nvme::AnaState::Optimized), std::memory_order_relaxed);
+  }
+  std::unique_ptr<std::atomic<uint8_t>[]> states;  // by ANAGRPID (0 unused)
+  // Log 0Ch's CHGCNT for this port: one more at every change of a state it reports.
+  std::atomic<uint64_t> change_count{0};
+  nvme::AnaState state(uint32_t grp) const { return nvme::AnaState(states[grp].load(std::memory_order_relaxed)); }
 };
 
 struct Listener {
@@ -183,6 +199,18 @@ class Subsystem {
     return portids_.empty() || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
   }
   void bind_listeners(std::vector<uint16_t> portids) { portids_ = std::move(portids); }
+
+  // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
+  // max_namespaces. Without ANA reporting every path stays optimized.
+  bool ana_reporting() const { return ana_reporting_; }
+  // The states through the listener with port ID portid (made on first use; never null).
+  const AnaPort* ana_port(uint16_t portid);
+  // Sets group grp (0: every group) to state through listener portid, and gives every
+  // controller that came in through it an ANA change notice when something changed. Returns
+  // the groups whose state changed (control path).
+  std::vector<uint32_t> set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state);
+  // The groups that have a namespace now, ascending (log 0Ch lists those).
+  std::vector<uint32_t> ana_groups() const;
 
   // The most namespaces it can hold, and the highest NSID (NN in Identify Controller).
   uint32_t max_namespaces() const { return max_namespaces_; }
@@ -234,6 +262,9 @@ class Subsystem {
   std::unique_ptr<std::atomic<Namespace*>[]> ns_by_id_;  // [0 .. max_namespaces_], 0 unused
   mutable std::mutex ns_mu_;                             // namespaces_ (control path)
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
+  bool ana_reporting_ = false;
+  mutable std::mutex ana_mu_;  // ana_ports_ (control path and Connect)
+  std::map<uint16_t, std::unique_ptr<AnaPort>> ana_ports_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;

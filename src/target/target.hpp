@@ -53,6 +53,11 @@ class Target {
   // under way complete as they would have, then its device goes back to its bdev and hosts are
   // told. Waits for those commands (a device that never answers: gives up after 60 s).
   std::string remove_namespace(const std::string& subnqn, uint32_t nsid);
+  // Sets the ANA state of group anagrpid (0: every group) of subnqn as hosts see it through
+  // the listener at address:port (as configured; the port it really got); the controllers that
+  // came in through it get an ANA change notice. Subsystems without ANA reporting refuse.
+  std::string set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port, uint32_t anagrpid,
+                            nvme::AnaState state);
   // Returns once every reactor has finished the turn it was in (none still uses what the
   // caller took out of a shared table before calling).
   void quiesce();

@@ -48,6 +48,9 @@ const char* known_name(Status s) {
     case sc::CompareFailure.value: return "Compare Failure";
     case sc::CommandSizeLimitExceeded.value: return "Command Size Limit Exceeded";
     case sc::ReservationConflict.value: return "Reservation Conflict";
+    case sc::AnaPersistentLoss.value: return "Asymmetric Access Persistent Loss";
+    case sc::AnaInaccessible.value: return "Asymmetric Access Inaccessible";
+    case sc::AnaTransition.value: return "Asymmetric Access Transition";
     case sc::TransportError.value: return "Transport Error (host)";
     case sc::HostAbortedCommand.value: return "Command Aborted By Host";
     default: return nullptr;

@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
 NQN=nqn.2026-12.io.nvtcp:rpc
 HOST=nqn.2014-08.org.nvmexpress:uuid:0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5
 SOCK=$dir/target.sock
-"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --rpc-socket "$SOCK" \
+"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting --rpc-socket "$SOCK" \
   --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
 target_pid=$!
 for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
@@ -50,6 +50,19 @@ rpc bdev_null_create --name Null9 --num-blocks 32768 --block-size 4096 >/dev/nul
 rpc nvmf_subsystem_remove_ns --nqn "$NQN" --nsid 2 >/dev/null
 "$NVTCP" perf -r "$ns2" -q 4 -o 4K -w randread -t 1 >"$dir/perf2.log" 2>&1 && fail "I/O reached a removed namespace"
 rpc bdev_null_delete --name Null9 >/dev/null
+
+# ANA: a listener's group made inaccessible answers I/O with the ANA status; optimized again,
+# I/O goes through; nvmf_subsystem_get_listeners shows the state.
+ana() { rpc nvmf_subsystem_listener_set_ana_state --nqn "$NQN" --listen-address.trtype tcp \
+          --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$port" --ana-state "$1" >/dev/null; }
+ana inaccessible
+rpc nvmf_subsystem_get_listeners --nqn "$NQN" | python3 -c 'import json,sys; l=json.load(sys.stdin); assert l[0]["ana_states"] == [{"ana_group": 1, "ana_state": "inaccessible"}], l' \
+  || fail "nvmf_subsystem_get_listeners after set_ana_state"
+"$NVTCP" perf -r "$trid" -q 1 -o 4K -w randread -t 1 >"$dir/perf-ana.log" 2>&1 && fail "I/O went through an inaccessible path"
+grep -q "Asymmetric Access Inaccessible" "$dir/perf-ana.log" || fail "no ANA status: $(tail -3 "$dir/perf-ana.log")"
+grep -q "group 1: optimized -> inaccessible" "$dir/target.log" || fail "the ANA transition was not logged"
+ana optimized
+connects || fail "no I/O once the path was optimized again: $(tail -2 "$dir/perf.log")"
 
 # Only listed hosts: refused, listed: let in, removed: refused again.
 rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
@@ -110,7 +123,13 @@ if [ -f "$spdk_rpc" ]; then
   spdk bdev_get_bdevs -b Malloc0 | python3 -c 'import json,sys; b=json.load(sys.stdin)[0]; assert b["claimed"] and b["num_blocks"] == 32768, b' \
     || fail "rpc.py bdev_get_bdevs"
   spdk bdev_malloc_delete Malloc0 || fail "rpc.py bdev_malloc_delete (and its namespace)"
-  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete"
+  spdk nvmf_subsystem_listener_set_ana_state "$NQN" -t tcp -a 127.0.0.1 -s "$port" -n non_optimized -g 1 \
+    || fail "rpc.py nvmf_subsystem_listener_set_ana_state"
+  spdk nvmf_subsystem_get_listeners "$NQN" | python3 -c 'import json,sys; l=json.load(sys.stdin); assert l[0]["ana_states"][0]["ana_state"] == "non_optimized", l' \
+    || fail "rpc.py nvmf_subsystem_get_listeners"
+  connects || fail "no I/O through a non-optimized path"
+  spdk nvmf_subsystem_listener_set_ana_state "$NQN" -t tcp -a 127.0.0.1 -s "$port" -n optimized || fail "rpc.py set_ana_state (all groups)"
+  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete, listener_set_ana_state, get_listeners"
 else
   echo "SPDK's rpc.py not found (NVTCP_SPDK_RPC): its part skipped"
 fi

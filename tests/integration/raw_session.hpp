@@ -23,7 +23,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "test_target.hpp"
+#include "wire/features.hpp"
 #include "wire/commands.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
@@ -458,6 +461,101 @@ inline void expect_read_works(Session& io) {
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe, &data));
   EXPECT_TRUE(ok(cqe));
   EXPECT_EQ(data.size(), 512u);
+}
+
+// ---- admin-queue scaffolding for asynchronous events and log pages
+
+inline Sqe admin_sqe(AdminOpcode opc, uint16_t cid, uint32_t nsid = 0) {
+  Sqe s{};
+  s.opc = uint8_t(opc);
+  s.cid = cid;
+  s.nsid = nsid;
+  s.flags = kSqeFlagsPsdtSgl;
+  s.sgl.type = kSglTransportDataBlock;  // no data unless a length is set
+  return s;
+}
+
+inline Sqe get_log_sqe(uint16_t cid, LogPageId lid, uint32_t len, bool retain = false, uint32_t nsid = 0) {
+  return raw_sqe(cmd::get_log_page(uint8_t(lid), nsid, len, 0, retain), cid, len);
+}
+
+// An admin queue, connected and enabled, with host NQN hostnqn.
+struct AdminQueue {
+  Session s;
+  uint16_t cntlid = 0;
+  std::string hostnqn;
+  // Connected, enabled, one I/O queue granted.
+  void open(uint16_t port, const std::string& nqn) {
+    hostnqn = nqn;
+    Cqe cqe{};
+    ASSERT_TRUE(s.open(port));
+    ASSERT_TRUE(s.command(connect_sqe(s.cid(), 0), connect_data(kTestNqn, hostnqn, kDynamicCntlid), cqe));
+    ASSERT_TRUE(ok(cqe));
+    cntlid = uint16_t(cqe.dw0);
+    ASSERT_TRUE(s.command(property_sqe(s.cid(), FabricsType::PropertySet, prop::CC, kCcEnable), {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+    ASSERT_TRUE(s.command(set_features_nq_sqe(s.cid(), 1), {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  void open_io(uint16_t port, Session& io) {
+    Cqe cqe{};
+    ASSERT_TRUE(io.open(port));
+    ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, hostnqn, cntlid), cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  void enable_events(uint32_t aec) {
+    Sqe sqe = admin_sqe(AdminOpcode::SetFeatures, s.cid());
+    sqe.cdw10 = kFeatureAsyncEventConfig;
+    sqe.cdw11 = aec;
+    Cqe cqe{};
+    ASSERT_TRUE(s.command(sqe, {}, cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  // Sends an Asynchronous Event Request; its response comes when an event does.
+  uint16_t hold_aer() {
+    const uint16_t cid = s.cid();
+    EXPECT_TRUE(s.send_capsule(admin_sqe(AdminOpcode::AsyncEventRequest, cid)));
+    return cid;
+  }
+  std::vector<uint32_t> changed_namespaces(bool retain) {
+    Cqe cqe{};
+    Bytes data;
+    EXPECT_TRUE(s.command(get_log_sqe(s.cid(), LogPageId::ChangedNamespaces, 4096, retain), {}, cqe, &data));
+    EXPECT_TRUE(ok(cqe));
+    std::vector<uint32_t> out;
+    for (size_t off = 0; off + 4 <= data.size(); off += 4) {
+      const uint32_t nsid = read_as<uint32_t>(data, off);
+      if (nsid == 0) break;
+      out.push_back(nsid);
+    }
+    return out;
+  }
+  uint64_t nsze(uint32_t nsid) {
+    Sqe sqe = admin_sqe(AdminOpcode::Identify, s.cid(), nsid);
+    sqe.cdw10 = uint32_t(Cns::Namespace);
+    sqe.sgl.length = kIdentifyLen;
+    Cqe cqe{};
+    Bytes data;
+    EXPECT_TRUE(s.command(sqe, {}, cqe, &data));
+    EXPECT_TRUE(ok(cqe));
+    return data.size() >= 8 ? read_as<uint64_t>(data, 0) : 0;
+  }
+};
+
+// The response to a held Asynchronous Event Request, read with a deadline long enough for
+// its cause to be seen (the target looks at backing files once a second).
+inline constexpr int kEventDueMs = 5000;
+inline AssertionResult event_arrives(Session& s, uint16_t cid, uint32_t& dw0) {
+  timeval tv{kEventDueMs / 1000, 0};
+  setsockopt(s.c.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  Cqe cqe{};
+  auto r = s.read_response(cid, cqe);
+  tv = {kRecvTimeoutMs / 1000, 0};
+  setsockopt(s.c.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (!r) return r;
+  if (auto st = ok(cqe); !st) return st;
+  dw0 = cqe.dw0;
+  return AssertionSuccess();
 }
 
 }  // namespace nvtcp::test

@@ -88,7 +88,9 @@ struct RpcFixture {
   control::Dispatcher methods;
   control::RpcServer server;
   std::string path;
-  explicit RpcFixture(const char* name, control::RpcServerOptions o = {}) : server(methods, o) {
+  explicit RpcFixture(const char* name, control::RpcServerOptions o = {},
+                      target::TargetConfig cfg = default_config())
+      : t(std::move(cfg)), server(methods, o) {
     control::add_target_methods(methods, t.target(), "0.1.0");
     path = temp_socket_path(name);
     std::string err = server.start(path);
@@ -348,6 +350,64 @@ TEST(RpcServer, BdevsAndNamespacesAsRpcPySendsThem) {
   EXPECT_EQ(f.call("bdev_null_delete", {{"name", "Null0"}})["error"]["code"], control::kNoSuchDevice);
   EXPECT_EQ(f.call("bdev_malloc_delete", {{"name", "Malloc0"}})["result"], true) << "its namespace is removed first";
   EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}})["result"][0]["namespaces"].size(), 3u);
+}
+
+// rpc.py nvmf_subsystem_listener_set_ana_state NQN -t tcp -a ADDR -s PORT -n STATE [-g GROUP]:
+// the listener's states show in nvmf_subsystem_get_listeners and save_config keeps ANA
+// reporting and each namespace's group.
+TEST(RpcServer, ListenerAnaStatesAsRpcPySetsThem) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].ana_reporting = true;
+  cfg.subsystems[0].namespaces[2].anagrpid = 2;  // namespaces 2 and 3 share group 2
+  RpcFixture f("ana", {}, cfg);
+  const std::string port = std::to_string(f.t.port());
+  auto set = [&](const std::string& state, std::optional<int> grp, const std::string& addr = "127.0.0.1") {
+    Json p{{"nqn", kTestNqn},
+           {"listen_address", {{"trtype", "tcp"}, {"traddr", addr}, {"trsvcid", port}, {"adrfam", "ipv4"}}},
+           {"ana_state", state}};
+    if (grp) p["anagrpid"] = *grp;
+    return f.call("nvmf_subsystem_listener_set_ana_state", p);
+  };
+  EXPECT_EQ(set("inaccessible", 2)["result"], true);
+  Json states = f.call("nvmf_subsystem_get_listeners", {{"nqn", kTestNqn}})["result"][0]["ana_states"];
+  ASSERT_EQ(states.size(), 2u);  // groups 1 and 2 have namespaces
+  EXPECT_EQ(states[0], (Json{{"ana_group", 1}, {"ana_state", "optimized"}}));
+  EXPECT_EQ(states[1], (Json{{"ana_group", 2}, {"ana_state", "inaccessible"}}));
+  EXPECT_EQ(set("non_optimized", std::nullopt)["result"], true);  // every group
+  states = f.call("nvmf_subsystem_get_listeners", {{"nqn", kTestNqn}})["result"][0]["ana_states"];
+  EXPECT_EQ(states[0]["ana_state"], "non_optimized");
+  EXPECT_EQ(states[1]["ana_state"], "non_optimized");
+
+  EXPECT_EQ(set("sideways", 1)["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(set("optimized", 1, "127.0.0.9")["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(set("optimized", 33)["error"]["code"], control::kInvalidParams);  // over ANAGRPMAX
+  Json bad{{"nqn", kTestNqn}, {"listen_address", {{"trtype", "rdma"}, {"traddr", "127.0.0.1"}, {"trsvcid", port}}},
+           {"ana_state", "optimized"}};
+  EXPECT_EQ(f.call("nvmf_subsystem_listener_set_ana_state", bad)["error"]["code"], control::kInvalidParams);
+  bad["listen_address"] = {{"traddr", "127.0.0.1"}, {"trsvcid", "70000"}};
+  EXPECT_EQ(f.call("nvmf_subsystem_listener_set_ana_state", bad)["error"]["code"], control::kInvalidParams);
+
+  Json saved = f.call("save_config")["result"];
+  bool reporting = false, grouped = false;
+  for (const auto& sub : saved["subsystems"])
+    for (const auto& m : sub["config"]) {
+      if (m["method"] == "nvmf_create_subsystem" && m["params"]["nqn"] == kTestNqn)
+        reporting = m["params"]["ana_reporting"] == true;
+      if (m["method"] == "nvmf_subsystem_add_ns" && m["params"]["namespace"]["nsid"] == 3)
+        grouped = m["params"]["namespace"]["anagrpid"] == 2;
+    }
+  EXPECT_TRUE(reporting);
+  EXPECT_TRUE(grouped);
+}
+
+TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {
+  RpcFixture f("noana");
+  Json p{{"nqn", kTestNqn},
+         {"listen_address", {{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}}},
+         {"ana_state", "inaccessible"}};
+  EXPECT_EQ(f.call("nvmf_subsystem_listener_set_ana_state", p)["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_get_listeners", {{"nqn", kTestNqn}})["result"][0]["ana_states"][0]["ana_state"],
+            "optimized");
 }
 
 }  // namespace

@@ -284,6 +284,25 @@ TargetConfig load_spdk(const std::string& json, std::string& err) {
 
 // The shape nvmf_tgt's save_config writes, with the methods nvtcp has no use for around the ones
 // it replays.
+// "ana_reporting" per subsystem and "anagrpid" per namespace (default: its NSID), each checked.
+TEST(ConfigAna, ReportingAndGroupsAreReadAndChecked) {
+  auto with = [](const std::string& sub) {
+    return load(R"({"subsystems": [{"nqn": "nqn.2026-12.io.nvtcp:ana", )" + sub + "}]}");
+  };
+  EXPECT_EQ(with(R"("ana_reporting": true, "namespaces": [{"type": "ram", "size": "1M", "anagrpid": 3}])"), "");
+  EXPECT_EQ(with(R"("max_namespaces": 4, "namespaces": [{"type": "ram", "size": "1M", "anagrpid": 4}])"), "");
+  EXPECT_NE(with(R"("max_namespaces": 4, "namespaces": [{"type": "ram", "size": "1M", "anagrpid": 5}])")
+                .find("anagrpid 5 is above its max_namespaces (4)"),
+            std::string::npos);
+  EXPECT_NE(with(R"("ana_reporting": "yes", "namespaces": [{"type": "ram", "size": "1M"}])").find("true or false"),
+            std::string::npos);
+  TargetConfig cfg;
+  cfg.subsystems.push_back({"nqn.2026-12.io.nvtcp:ana", "", "m", true, {}, {{7, "ram", 1 << 20, "", 512}}});
+  ASSERT_EQ(finalize_config(cfg), "");
+  EXPECT_EQ(cfg.subsystems[0].namespaces[0].anagrpid, 7u);  // its NSID
+  EXPECT_FALSE(cfg.subsystems[0].ana_reporting);
+}
+
 TEST(SpdkConfig, NvmfTgtsSavedConfigurationLoads) {
   const std::string json = R"({"subsystems": [
     {"subsystem": "scheduler", "config": [{"method": "framework_set_scheduler", "params": {"name": "static"}}]},
@@ -301,13 +320,14 @@ TEST(SpdkConfig, NvmfTgtsSavedConfigurationLoads) {
       {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2014-08.org.nvmexpress.discovery",
         "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "8009"}, "secure_channel": false}},
       {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "allow_any_host": false,
-        "serial_number": "SPDK0001", "model_number": "SPDK Model", "max_namespaces": 32, "min_cntlid": 1, "max_cntlid": 65519}},
+        "serial_number": "SPDK0001", "model_number": "SPDK Model", "max_namespaces": 32, "min_cntlid": 1, "max_cntlid": 65519,
+        "ana_reporting": true}},
       {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
         "host": "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"}},
       {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"nsid": 1,
         "bdev_name": "Null0", "nguid": "087BA6E5FE7E41FDBDCD6E6A2C0F7E8D", "uuid": "087ba6e5-fe7e-41fd-bdcd-6e6a2c0f7e8d", "anagrpid": 1}}},
       {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {"nsid": 5,
-        "bdev_name": "Malloc0"}}},
+        "bdev_name": "Malloc0", "anagrpid": 3}}},
       {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
         "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}, "secure_channel": false}}]}]})";
   ASSERT_TRUE(is_spdk_config(nlohmann::json::parse(json)));
@@ -334,6 +354,9 @@ TEST(SpdkConfig, NvmfTgtsSavedConfigurationLoads) {
   EXPECT_EQ(s.namespaces[0].nguid, "087BA6E5FE7E41FDBDCD6E6A2C0F7E8D");
   EXPECT_EQ(s.namespaces[1].nsid, 5u);
   EXPECT_EQ(s.namespaces[1].type, "ram");
+  EXPECT_TRUE(s.ana_reporting);
+  EXPECT_EQ(s.namespaces[0].anagrpid, 1u);
+  EXPECT_EQ(s.namespaces[1].anagrpid, 3u);
   ASSERT_EQ(cfg.bdevs.size(), 1u);
   EXPECT_EQ(cfg.bdevs[0].name, "Spare");
   // nvtcp's own format is not taken for SPDK's.

@@ -27,6 +27,7 @@
 #include "wire/commands.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
+#include "wire/features.hpp"
 #include "wire/pdu.hpp"
 
 using namespace nvtcp::wire;
@@ -905,6 +906,10 @@ TEST(WireStatus, CqeEncoding) {
   EXPECT_EQ(Status(Sct::Vendor, 0xFF).to_cqe(false), 0x0FFE);  // SCT 7, SC FFh fill 11:1 exactly
   EXPECT_EQ(Status::from_cqe(0x0FFE).sct(), Sct::Vendor);
   EXPECT_EQ(sc::TransportError.to_cqe(), 0x8000 | (0x3 << 9) | (0x70 << 1));
+  // ANA statuses leave DNR clear: another path may take the command.
+  EXPECT_EQ(sc::AnaPersistentLoss.to_cqe(), 0x0602);
+  EXPECT_EQ(sc::AnaInaccessible.to_cqe(), 0x0604);
+  EXPECT_EQ(sc::AnaTransition.to_cqe(), 0x0606);
 }
 
 TEST(WireStatus, CodeValues) {
@@ -1037,7 +1042,13 @@ TEST(WireIdentify, ControllerParse) {
   // What a host reads from a target's Identify Controller buffer.
   std::array<uint8_t, 4096> img{};
   img[78] = 0x01; img[79] = 0x00;                        // 79:78    CNTLID 1
+  img[76] = 0x0A;                                        // 76       CMIC: multi-controller, ANA
+  img[92] = 0x00; img[93] = 0x08;                        // 95:92    OAES bit 11: ANA change
   img[111] = 0x02;                                       // 111      CNTRLTYPE discovery
+  img[342] = 0x0A;                                       // 342      ANATT 10 s
+  img[343] = 0x5F;                                       // 343      ANACAP
+  img[344] = 0x20;                                       // 347:344  ANAGRPMAX 32
+  img[348] = 0x20;                                       // 351:348  NANAGRPID 32
   img[320] = 0x0A;                                       // 321:320  KAS 10 x 100 ms
   img[516] = 0x20;                                       // 519:516  NN 32
   img[536] = 0x01; img[538] = 0x10;                      // 539:536  SGLS
@@ -1057,6 +1068,12 @@ TEST(WireIdentify, ControllerParse) {
   EXPECT_EQ(Val(id.iorcsz), 1u);
   EXPECT_EQ(Val(id.msdbd), 1);
   EXPECT_EQ(Val(id.psd[0].flags), 0x03);
+  EXPECT_EQ(Val(id.cmic), kCmicMultiController | kCmicAna);
+  EXPECT_EQ(Val(id.oaes), kAecAnaChange);
+  EXPECT_EQ(Val(id.anatt), kAnaTransitionSeconds);
+  EXPECT_EQ(Val(id.anacap), kAnacapStates | kAnacapGroupIdFixed);
+  EXPECT_EQ(Val(id.anagrpmax), 32u);
+  EXPECT_EQ(Val(id.nanagrpid), 32u);
 }
 
 TEST(WireIdentify, NamespaceOffsets) {
@@ -1204,6 +1221,42 @@ TEST(WireLogPages, ErrorLogEntry) {
   EXPECT_EQ(Val(e.trtype), 0x1D);                        // 29
   EXPECT_EQ(Val(e.csi), 0x2726252423222120ull);          // 39:32 command specific information
   EXPECT_EQ(Val(e.trtype_specific), 0x2928);             // 41:40
+}
+
+TEST(WireLogPages, AnaHeaderAndGroupDescriptor) {
+  auto h = Sequential<AnaLogHeader>();
+  EXPECT_EQ(Val(h.chgcnt), 0x0706050403020100ull);  // 7:0 change count
+  EXPECT_EQ(Val(h.ngrps), 0x0908);                  // 9:8 number of group descriptors
+  auto d = Sequential<AnaGroupDescriptor>();
+  EXPECT_EQ(Val(d.anagrpid), 0x03020100u);          // 3:0
+  EXPECT_EQ(Val(d.nnsids), 0x07060504u);            // 7:4 NSIDs that follow
+  EXPECT_EQ(Val(d.chgcnt), 0x0F0E0D0C0B0A0908ull);  // 15:8
+  EXPECT_EQ(Val(d.state), 0x10);                    // 16, bits 3:0 the state
+
+  AnaGroupDescriptor g{};
+  g.anagrpid = 5;
+  g.nnsids = 2;
+  g.chgcnt = 3;
+  g.state = uint8_t(AnaState::Inaccessible);
+  std::array<uint8_t, 32> want{};
+  want[0] = 5;
+  want[4] = 2;
+  want[8] = 3;
+  want[16] = 0x03;
+  EXPECT_TRUE(SameBytes(g, want));
+  // The state values and the log's identifiers, as the specification numbers them.
+  EXPECT_EQ(uint8_t(AnaState::Optimized), 0x01);
+  EXPECT_EQ(uint8_t(AnaState::NonOptimized), 0x02);
+  EXPECT_EQ(uint8_t(AnaState::PersistentLoss), 0x04);
+  EXPECT_EQ(uint8_t(AnaState::Change), 0x0F);
+  EXPECT_EQ(uint8_t(LogPageId::Ana), 0x0C);
+  EXPECT_EQ(kLogAnaReturnGroupsOnly, 1u << 8);  // LSP bit 0
+  EXPECT_EQ(async_event_dw0(AsyncEventType::Notice, kAsyncNoticeAnaChange, LogPageId::Ana), 0x000C0302u);
+  AnaState s{};
+  EXPECT_TRUE(ana_state_from_name("non_optimized", s));
+  EXPECT_EQ(s, AnaState::NonOptimized);
+  EXPECT_FALSE(ana_state_from_name("Optimized", s));
+  EXPECT_STREQ(ana_state_name(AnaState::PersistentLoss), "persistent_loss");
 }
 
 TEST(WireLogPages, FirmwareSlotAndIds) {
