@@ -18,6 +18,9 @@
 namespace nvtcp::control {
 
 namespace {
+constexpr uint64_t kLingerMs = 1000;
+constexpr size_t kLingerMaxBytes = 1u << 20;
+
 uint64_t now_ms() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -31,6 +34,12 @@ struct PollServer::Client {
   std::string out;        // answers not yet taken by the socket, from out_sent on
   size_t out_sent = 0;
   bool closing = false;   // the session is done: close once out is sent
+  // Out is sent and our side shut: what the client still sends is read and dropped until it
+  // closes too (or kLingerMs pass), so that closing with its bytes unread does not reset the
+  // connection and destroy the answer before the client has read it.
+  bool lingering = false;
+  uint64_t linger_until_ms = 0;
+  size_t dropped = 0;  // bytes read and dropped while lingering
   uint64_t last_progress_ms = 0;
   size_t unsent() const { return out.size() - out_sent; }
 };
@@ -79,7 +88,12 @@ bool PollServer::flush(Client& c) {
     log::warn("{}: a client left {} bytes of answers unread: closing it", opts_.name, c.unsent());
     return false;
   }
-  return !(c.closing && c.unsent() == 0);
+  if (c.closing && c.unsent() == 0 && !c.lingering) {
+    ::shutdown(c.fd, SHUT_WR);
+    c.lingering = true;
+    c.linger_until_ms = now_ms() + kLingerMs;
+  }
+  return true;
 }
 
 bool PollServer::on_readable(Client& c) {
@@ -87,10 +101,14 @@ bool PollServer::on_readable(Client& c) {
   ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
   if (n == 0) {
-    c.session->on_gone();
+    if (!c.closing) c.session->on_gone();
     return false;
   }
   c.last_progress_ms = now_ms();
+  if (c.lingering) {
+    c.dropped += size_t(n);
+    return c.dropped < kLingerMaxBytes;
+  }
   if (c.closing) return true;  // nothing more is read from a conversation that ended
   if (!c.session->on_bytes(buf, size_t(n), c.out)) c.closing = true;
   return flush(c);
@@ -109,20 +127,23 @@ void PollServer::loop() {
     }
     int timeout = -1;
     if (opts_.idle_timeout_ms && !clients.empty()) timeout = int(std::min<uint32_t>(opts_.idle_timeout_ms, 1000));
+    for (const auto& c : clients)
+      if (c.lingering) timeout = timeout < 0 ? 100 : std::min(timeout, 100);
     if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       log::error("{}: poll: {}: the server stops", opts_.name, std::strerror(errno));
       break;
     }
     if (fds[0].revents) break;
-    const uint64_t now = opts_.idle_timeout_ms ? now_ms() : 0;
+    const uint64_t now = now_ms();
     size_t i = 2;
     for (auto it = clients.begin(); it != clients.end(); ++i) {
       const short ev = fds[i].revents;
       bool keep = true;
       if (ev & (POLLIN | POLLHUP | POLLERR)) keep = on_readable(*it);
       if (keep && (ev & POLLOUT)) keep = flush(*it);
-      if (keep && opts_.idle_timeout_ms && now > it->last_progress_ms + opts_.idle_timeout_ms) {
+      if (keep && it->lingering && now > it->linger_until_ms) keep = false;
+      if (keep && !it->lingering && opts_.idle_timeout_ms && now > it->last_progress_ms + opts_.idle_timeout_ms) {
         log::info("{}: a client made no progress for {} ms: closing it", opts_.name, opts_.idle_timeout_ms);
         keep = false;
       }

@@ -84,7 +84,7 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
   for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].busy_seconds);
   w.family("nvtcp_reactor_cpu_seconds_total", Type::Counter, "CPU time (user and system) of the reactor's thread.");
   for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].cpu_seconds);
-  w.family("nvtcp_reactor_io_commands_total", Type::Counter, "I/O queue commands the reactor completed.");
+  w.family("nvtcp_reactor_io_commands_total", Type::Counter, "Commands the reactor completed on I/O queues (their Connect included).");
   for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].ios);
 
   w.family("nvtcp_connections", Type::Gauge, "TCP connections open now, in any state.");
