@@ -15,7 +15,8 @@ PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcl
       lintian    # package.lintian: the Debian packages pass Debian's checks
       help2man   # the manual pages, made from nvtcp's --help
       iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
-      xz-utils)  # the kernel interop tests unpack Debian's xz-compressed kernel modules
+      xz-utils   # the kernel interop tests unpack Debian's xz-compressed kernel modules
+      curl python3-prometheus-client)  # cli.metrics scrapes the target and parses it as Prometheus does
 missing=()
 for p in "${PKGS[@]}" "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

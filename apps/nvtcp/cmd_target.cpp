@@ -12,7 +12,9 @@
 
 #include "backend/block_device.hpp"
 #include "commands.hpp"
+#include "control/metrics_server.hpp"
 #include "control/rpc_server.hpp"
+#include "control/target_metrics.hpp"
 #include "control/target_methods.hpp"
 #include "target/target.hpp"
 #include "util/log.hpp"
@@ -75,6 +77,7 @@ struct TargetArgs {
   bool no_spin_recv = false;
   std::string ready_file;
   std::optional<std::string> rpc_socket;  // not given: kDefaultRpcSocket, if free
+  std::string metrics_listen;             // empty: no metrics endpoint
   // Resource limits; empty / 0 = keep the configuration's value.
   uint32_t max_connections = 0;
   bool no_connection_limit = false;
@@ -251,6 +254,18 @@ int run_target(const TargetArgs& a) {
       log::info("JSON-RPC on {} (nvtcp rpc, or SPDK's rpc.py -s {})", rpc_path, rpc_path);
     }
   }
+  // Prometheus' scrapes: their own thread, like the RPC socket's; the reactors only answer
+  // the connection count it asks them for.
+  control::MetricsServer metrics([&t] { return control::render_target_metrics(t.metrics()); });
+  if (!a.metrics_listen.empty()) {
+    if (std::string err = metrics.start(a.metrics_listen); !err.empty()) {
+      fmt::print(stderr, "nvtcp target: {}\n", err);
+      rpc.stop();
+      t.stop();
+      return 1;
+    }
+    log::info("Prometheus metrics on http://{}/metrics", metrics.address());
+  }
   if (!a.ready_file.empty()) {
     // Scripts wait for this file: its content is the port of the first listener.
     if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
@@ -261,6 +276,7 @@ int run_target(const TargetArgs& a) {
   int sig = 0;
   while (sigwait(&set, &sig) == 0 && sig == SIGUSR1) log_statistics(t);
   log::info("signal {}: shutting down", sig);
+  metrics.stop();
   rpc.stop();
   t.stop();
   uint64_t ios = t.io_count();
@@ -348,6 +364,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--rpc-socket", a->rpc_socket,
                 fmt::format("JSON-RPC control socket, owner-only (default {} when free; none: no socket)",
                             kDefaultRpcSocket));
+  c->add_option("--metrics-listen", a->metrics_listen,
+                "serve Prometheus metrics (GET /metrics) over HTTP on ADDRESS:PORT, e.g. 127.0.0.1:9100 or "
+                "[::1]:9100 (port 0: any free one, logged)");
   c->callback([a, &rc] { rc = run_target(*a); });
 }
 

@@ -2,8 +2,6 @@
 #include "control/rpc_server.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,18 +9,43 @@
 
 #include <cerrno>
 #include <cstring>
-#include <list>
+#include <memory>
 
 #include "util/log.hpp"
 
 namespace nvtcp::control {
 
-struct RpcServer::Client {
-  int fd = -1;
-  JsonTextSplitter splitter;
-  std::string out;        // answers not yet taken by the socket
-  bool closing = false;   // close once out is sent (after a Parse Error)
-  explicit Client(int f, size_t max_text) : fd(f), splitter(max_text) {}
+// One client: JSON texts split out of its bytes, each answered in turn.
+class RpcServer::Session final : public PollServer::Session {
+ public:
+  Session(RpcServer& server, size_t max_text) : server_(server), splitter_(max_text) {}
+  bool on_bytes(const char* data, size_t len, std::string& out) override {
+    splitter_.feed(data, len);
+    std::string text, why;
+    for (;;) {
+      auto next = splitter_.next(text, why);
+      if (next == JsonTextSplitter::Next::NeedMore) return true;
+      if (next == JsonTextSplitter::Next::Error) {
+        log::warn("RPC: {}: answering Parse Error and closing the connection", why);
+        out += Dispatcher::parse_error(why);
+        out += '\n';
+        return false;  // nothing more is read from a stream that went wrong
+      }
+      std::string answer = server_.methods_.handle(text);
+      server_.requests_.fetch_add(1, std::memory_order_relaxed);
+      if (!answer.empty()) {
+        out += answer;
+        out += '\n';
+      }
+    }
+  }
+  void on_gone() override {
+    if (splitter_.pending()) log::info("RPC: a client left in the middle of a request ({} bytes)", splitter_.pending());
+  }
+
+ private:
+  RpcServer& server_;
+  JsonTextSplitter splitter_;
 };
 
 namespace {
@@ -49,7 +72,11 @@ bool someone_serves(const sockaddr_un& sa) {
 
 }  // namespace
 
-RpcServer::RpcServer(Dispatcher& methods, RpcServerOptions opts) : methods_(methods), opts_(opts) {}
+RpcServer::RpcServer(Dispatcher& methods, RpcServerOptions opts)
+    : methods_(methods),
+      opts_(opts),
+      server_({"RPC", opts.max_clients, opts.max_unsent_bytes, 0, false},
+              [this] { return std::make_unique<Session>(*this, opts_.max_request_bytes); }) {}
 
 RpcServer::~RpcServer() { stop(); }
 
@@ -91,115 +118,24 @@ std::string RpcServer::start(const std::string& path) {
     ::unlink(path.c_str());
     return e;
   }
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (std::string e = server_.start(listen_fd_); !e.empty()) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    ::unlink(path.c_str());
+    return e;
+  }
   path_ = path;
-  thread_ = std::thread([this] { loop(); });
   return {};
 }
 
 void RpcServer::stop() {
-  if (!thread_.joinable()) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-  thread_.join();
+  if (!server_.running()) return;
+  server_.stop();
   ::close(listen_fd_);
-  ::close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  listen_fd_ = -1;
   // Only our own socket: another target may have taken the path since (after a stale check).
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) ::unlink(path_.c_str());
-}
-
-bool RpcServer::flush(Client& c) {
-  while (!c.out.empty()) {
-    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EINTR) continue;
-      return false;  // the client went away
-    }
-    c.out.erase(0, size_t(n));
-  }
-  if (c.out.size() > opts_.max_unsent_bytes) {
-    log::warn("RPC: a client left {} bytes of answers unread: closing it", c.out.size());
-    return false;
-  }
-  return !(c.closing && c.out.empty());
-}
-
-bool RpcServer::on_readable(Client& c) {
-  char buf[65536];
-  ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
-  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-  if (n == 0) {
-    if (c.splitter.pending()) log::info("RPC: a client left in the middle of a request ({} bytes)", c.splitter.pending());
-    return false;
-  }
-  if (c.closing) return true;  // nothing more is read from a stream that went wrong
-  c.splitter.feed(buf, size_t(n));
-  std::string text, why;
-  for (;;) {
-    auto next = c.splitter.next(text, why);
-    if (next == JsonTextSplitter::Next::NeedMore) break;
-    if (next == JsonTextSplitter::Next::Error) {
-      log::warn("RPC: {}: answering Parse Error and closing the connection", why);
-      c.out += Dispatcher::parse_error(why);
-      c.out += '\n';
-      c.closing = true;
-      break;
-    }
-    std::string answer = methods_.handle(text);
-    requests_.fetch_add(1, std::memory_order_relaxed);
-    if (!answer.empty()) {
-      c.out += answer;
-      c.out += '\n';
-    }
-  }
-  return flush(c);
-}
-
-void RpcServer::loop() {
-  std::list<Client> clients;
-  std::vector<pollfd> fds;
-  for (;;) {
-    fds.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
-    for (auto& c : clients) fds.push_back({c.fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      log::error("RPC: poll: {}: the RPC server stops", std::strerror(errno));
-      break;
-    }
-    if (fds[0].revents) break;
-    size_t i = 2;
-    for (auto it = clients.begin(); it != clients.end(); ++i) {
-      const short ev = fds[i].revents;
-      bool keep = true;
-      if (ev & (POLLIN | POLLHUP | POLLERR)) keep = on_readable(*it);
-      if (keep && (ev & POLLOUT)) keep = flush(*it);
-      if (keep) {
-        ++it;
-      } else {
-        ::close(it->fd);
-        it = clients.erase(it);
-      }
-    }
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        if (clients.size() >= opts_.max_clients) {
-          refused_.fetch_add(1, std::memory_order_relaxed);
-          log::warn("RPC: {} clients already connected: closing another", clients.size());
-          ::close(fd);
-          continue;
-        }
-        clients.emplace_back(fd, opts_.max_request_bytes);
-      }
-    }
-  }
-  for (auto& c : clients) ::close(c.fd);
 }
 
 }  // namespace nvtcp::control

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The JSON-RPC server on a UNIX stream socket (the target's --rpc-socket): one control thread,
-// never a reactor, serving every client through poll(), so a client that sends half a request
-// and stops, or never reads its answers, holds up no other. Requests run one at a time, in
-// arrival order per client. The socket is owner-only (0600): whoever can connect can
+// never a reactor, serving every client through poll() (PollServer), so a client that sends
+// half a request and stops, or never reads its answers, holds up no other. Requests run one
+// at a time, in arrival order per client. The socket is owner-only (0600): whoever can connect can
 // reconfigure the target.
 #pragma once
 #include <sys/types.h>
@@ -10,9 +10,9 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#include <thread>
 
 #include "control/json_rpc.hpp"
+#include "control/poll_server.hpp"
 
 namespace nvtcp::control {
 
@@ -37,25 +37,19 @@ class RpcServer {
   void stop();
   const std::string& path() const { return path_; }
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
-  uint64_t clients_refused() const { return refused_.load(std::memory_order_relaxed); }
+  uint64_t clients_refused() const { return server_.clients_refused(); }
 
  private:
-  struct Client;
-  void loop();
-  // False when the client is to be closed.
-  bool on_readable(Client& c);
-  bool flush(Client& c);
+  class Session;
 
   Dispatcher& methods_;
   RpcServerOptions opts_;
+  PollServer server_;
   std::string path_;
   int listen_fd_ = -1;
-  int wake_fd_ = -1;
   dev_t dev_ = 0;
   ino_t ino_ = 0;
-  std::thread thread_;
   std::atomic<uint64_t> requests_{0};
-  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace nvtcp::control

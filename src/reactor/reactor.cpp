@@ -190,6 +190,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
   // 3-7% of a spinning target's core); a turn that sleeps reads it again when it wakes. The
   // turn's handlers see the time the turn started, a few microseconds old at most.
   now_ns_ = monotonic_ns();
+  if (turn_had_work_) busy_ns_ += now_ns_ - work_start_ns_;
   bool spin = mode_ == PollMode::Busy ||
               (mode_ == PollMode::Hybrid && now_ns_ - last_activity_ns_ < spin_window_ns_);
   spin_receiving_ = spin && opts_.spin_recv && !sqpoll_;
@@ -221,6 +222,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
     now_ns_ = monotonic_ns();
   }
+  work_start_ns_ = now_ns_;
   unsigned handled = 0;
   unsigned head;
   // Completions may queue new SQEs; those go out on the next turn, batched.
@@ -233,6 +235,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     ++handled;
   }
   if (spin_recvs_) handled += poll_spin_recvs();
+  turn_had_work_ = handled != 0;
   if (handled) {
     last_activity_ns_ = now_ns_;
   } else if (spin && (sqpoll_ || now_ns_ - last_yield_ns_ >= kSpinYieldNs)) {

@@ -197,6 +197,10 @@ class Reactor {
   void set_spin_window_ns(uint64_t ns) { spin_window_ns_ = ns; }
   // Counts loop turns (run_once calls).
   uint64_t turn() const { return turn_; }
+  // Time spent in turns that had work (a completion or a polled receive), from the clock
+  // readings the loop makes anyway: a turn with work counts from when it started handling to
+  // when the next turn starts. Read by the reactor's thread (it may publish it).
+  uint64_t busy_ns() const { return busy_ns_; }
   // True while this loop turn spins and streams may receive by SpinRecv.
   bool spin_receiving() const { return spin_receiving_; }
   // Links r for polling each turn; false (and nothing linked) when the reactor is not
@@ -232,6 +236,9 @@ class Reactor {
   uint64_t last_yield_ns_ = 0;
   bool spin_receiving_ = false;
   uint64_t turn_ = 0;
+  uint64_t busy_ns_ = 0;
+  uint64_t work_start_ns_ = 0;   // when this turn's handling started
+  bool turn_had_work_ = false;   // the previous turn's, until the clock is read
   SpinRecv* spin_recvs_ = nullptr;  // doubly linked, like timers_
   SpinRecv* spin_cursor_ = nullptr;  // the next to poll during poll_spin_recvs
   uint32_t spin_recv_count_ = 0;

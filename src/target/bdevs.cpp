@@ -64,6 +64,7 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   auto ns = std::make_unique<Namespace>(resv_path, cfg.max_registrants_per_namespace);
   ns->fence.init(std::max(1u, cfg.cores));
   ns->holds.init(std::max(1u, cfg.cores));
+  ns->metrics.init(std::max(1u, cfg.cores));
   ns->nsid = nc.nsid;
   ns->anagrpid = nc.anagrpid ? nc.anagrpid : nc.nsid;
   ns->name = nc.name;

@@ -73,6 +73,29 @@ Cqe CommandQueue::response(const Request& r) {
   return cqe;
 }
 
+// The namespace's metrics (NamespaceMetrics): this reactor's slot, the turn's clock. Counted
+// once the response has left rather than when it was built: a command whose device answered in
+// the turn its capsule came in would otherwise show no latency at all, though its response
+// still waited for the turn's batch of sends.
+void CommandQueue::response_sent(const Request& r) {
+  if (qid_ == 0 || !r.ns) return;
+  NamespaceMetrics& m = r.ns->metrics;
+  const uint32_t slot = set_.index();
+  const auto opc = IoOpcode(r.sqe.opc);
+  if (opc == IoOpcode::Read || opc == IoOpcode::Write) {
+    if (!r.status.ok()) {
+      opc == IoOpcode::Read ? m.read_failed(slot) : m.write_failed(slot);
+      return;
+    }
+    const uint64_t now = transport_.clock().turn_ns(transport_.reactor());
+    const uint64_t latency = now > r.arrived_ns ? now - r.arrived_ns : 0;
+    if (opc == IoOpcode::Read) m.read_done(slot, r.io.length, latency);
+    else m.write_done(slot, r.io.length, latency);
+  } else if (!r.status.ok()) {
+    m.other_failed(slot);
+  }
+}
+
 // ---------------------------------------------------------------- the contract
 
 void CommandQueue::parse(Request& r) {

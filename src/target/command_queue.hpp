@@ -108,6 +108,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // The completion queue entry for r, as it goes out; a failed command is logged in the
   // controller's error log first.
   wire::Cqe response(const Request& r);
+  // r's response has left (the stream let go of it): it counts in its namespace's metrics.
+  void response_sent(const Request& r);
   bool sq_flow_disabled() const { return sq_flow_disabled_; }
   bool connected() const { return ctrl_ != nullptr; }
   // Whether the queue may run commands: it needs no authentication or has authenticated.

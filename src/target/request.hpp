@@ -92,6 +92,7 @@ struct Request {
   // or its data), so that execute checks the controller and reservations again.
   Namespace* ns = nullptr;
   bool waited = false;
+  uint64_t arrived_ns = 0;        // the reactor turn its capsule header came in (its latency's start)
   uint32_t rx_next = 0;           // host->controller bytes received, in order
   uint32_t r2t_next = 0;          // host->controller bytes requested by R2Ts so far
   bool aborted = false;           // Abort: ends with Command Abort Requested at its next step

@@ -24,6 +24,7 @@
 #include "nvtcp/status.hpp"
 #include "target/bdevs.hpp"
 #include "target/config.hpp"
+#include "target/namespace_metrics.hpp"
 #include "target/reservations.hpp"
 #include "util/worker_pool.hpp"
 
@@ -138,6 +139,7 @@ struct Namespace {
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
   NamespaceHolds holds;       // one slot per reactor
+  NamespaceMetrics metrics;   // one slot per reactor (the metrics endpoint)
 
   explicit Namespace(std::string reservations_path = {},
                      uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)

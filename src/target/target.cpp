@@ -29,6 +29,7 @@ struct Target::ReactorThread {
   reactor::Reactor* reactor = nullptr;  // created on, and owned by, the thread
   ConnectionSet connections;
   std::atomic<double> cpu{0};
+  std::atomic<uint64_t> busy_ns{0};  // Reactor::busy_ns(), sampled with cpu
   std::mutex mu;
   std::condition_variable cv;
   bool ready = false;
@@ -210,6 +211,7 @@ std::string Target::start() {
         r.run_once(100000);
         if (r.now_ns() >= next_cpu_sample_ns) {
           raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
+          raw->busy_ns.store(r.busy_ns(), std::memory_order_relaxed);
           next_cpu_sample_ns = r.now_ns() + 1'000'000;
         }
       }
@@ -498,6 +500,18 @@ uint64_t Target::fua_write_count() const {
   uint64_t n = 0;
   for (auto& rt : reactors_) n += rt->connections.fua_writes();
   return n;
+}
+
+std::vector<double> Target::cpu_seconds_per_reactor() const {
+  std::vector<double> out;
+  for (auto& rt : reactors_) out.push_back(rt->cpu.load(std::memory_order_relaxed));
+  return out;
+}
+
+std::vector<double> Target::busy_seconds_per_reactor() const {
+  std::vector<double> out;
+  for (auto& rt : reactors_) out.push_back(double(rt->busy_ns.load(std::memory_order_relaxed)) / 1e9);
+  return out;
 }
 
 double Target::cpu_seconds() const {

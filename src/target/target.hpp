@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "target/config.hpp"
+#include "target/metrics.hpp"
 #include "target/tcp_queue.hpp"
 #include "target/subsystem.hpp"
 #include "target/tls_keys.hpp"
@@ -32,6 +33,13 @@ class Target {
   TargetState& state() { return *state_; }
   // CPU seconds used by the reactor threads so far (user + system).
   double cpu_seconds() const;
+  // The same per reactor, and the time each spent in turns that had work (Reactor::busy_ns);
+  // both sampled by the reactor once a millisecond.
+  std::vector<double> cpu_seconds_per_reactor() const;
+  std::vector<double> busy_seconds_per_reactor() const;
+  // What the metrics endpoint reports (control path: takes the live-change lock so that no
+  // namespace goes while it is read, and asks the reactors for their connections).
+  TargetMetrics metrics();
   uint64_t connections_accepted() const { return accepted_.load(); }
   // What the target holds now, against the limits of its configuration.
   const ResourceUsage& usage() const { return state_->usage; }

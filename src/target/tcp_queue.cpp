@@ -572,6 +572,7 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
     return false;
   }
   Request& r = *found;
+  r.arrived_ns = clock().turn_ns(reactor_);
   std::memcpy(&r.sqe, pdu.sqe, sizeof(Sqe));
   r.status = sc::Success;
   r.dw0 = r.dw1 = 0;
@@ -751,6 +752,7 @@ void TcpQueue::send_response(Request& r) {
 }
 
 void TcpQueue::release(Request& r) {
+  commands_.response_sent(r);
   commands_.hold_namespace(r, nullptr);
   // Admin and discovery commands are few and far between: their buffers (log pages up to
   // MDTS) go back at once instead of waiting, idle, for the next one.

@@ -23,6 +23,7 @@ got=$(comp nvtcp perf --tls)
 for o in --tls --tls-key --tls-sha256-binder; do [[ " $got " == *" $o "* ]] || fail "perf: no $o in: $got"; done
 [[ " $(comp nvtcp perf --reauth) " == *" --reauth-interval "* ]] || fail "perf: no --reauth-interval"
 [[ " $(comp nvtcp target --max-conn) " == *" --max-connections "* ]] || fail "target: no --max-connections"
+[[ " $(comp nvtcp target --metrics) " == *" --metrics-listen "* ]] || fail "target: no --metrics-listen"
 [[ $(comp nvtcp --log) == --log-level ]] || fail "no --log-level at the top"
 touch "$dir/target.json"
 [[ " $(comp nvtcp target --config "$dir/tar") " == *" $dir/target.json "* ]] || fail "--config completes no file name"

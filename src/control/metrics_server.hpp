@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// The metrics endpoint (the target's --metrics-listen ADDR:PORT): HTTP/1.1 on TCP, GET /metrics
+// answered with Prometheus' text exposition (Content-Type text/plain; version=0.0.4), on the
+// control plane's serving loop (PollServer: one thread, never a reactor). Other paths get 404,
+// other methods 405, a request that is not HTTP 400, one whose head is over the limit 431; each
+// of those closes its connection. Keep-alive as HTTP/1.1 has it, pipelined requests answered in
+// order; a client that makes no progress for idle_timeout_ms (sends nothing, takes nothing) is
+// closed, so slow or stuck clients cannot keep the slots from scrapers for long.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "control/poll_server.hpp"
+
+namespace nvtcp::control {
+
+struct MetricsServerOptions {
+  size_t max_request_bytes = 8192;      // a request's head (line and headers)
+  size_t max_clients = 16;
+  size_t max_unsent_bytes = 64u << 20;  // a few pages of metrics a client has not read
+  uint32_t idle_timeout_ms = 10000;
+};
+
+// What one metrics scrape answers with: the exposition, made when it is asked for.
+using RenderMetrics = std::function<std::string()>;
+
+// One client's HTTP conversation, apart from the socket (tests feed it bytes).
+class MetricsHttpSession final : public PollServer::Session {
+ public:
+  MetricsHttpSession(const RenderMetrics& render, size_t max_request_bytes, std::atomic<uint64_t>* scrapes = nullptr)
+      : render_(render), max_request_bytes_(max_request_bytes), scrapes_(scrapes) {}
+  bool on_bytes(const char* data, size_t len, std::string& out) override;
+
+ private:
+  // One request's head (without its blank line): its answer goes to out; false to close.
+  bool answer(std::string_view head, std::string& out);
+  const RenderMetrics& render_;
+  size_t max_request_bytes_;
+  std::atomic<uint64_t>* scrapes_;
+  std::string in_;
+};
+
+class MetricsServer {
+ public:
+  explicit MetricsServer(RenderMetrics render, MetricsServerOptions opts = {});
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // Listens on ADDR:PORT ("127.0.0.1:9100", "[::1]:9100", "0.0.0.0:0": port 0 takes a free one)
+  // and starts serving. Returns an error or empty.
+  std::string start(const std::string& address);
+  void stop();
+  uint16_t port() const { return port_; }
+  // ADDR:PORT as bound (the port really taken).
+  const std::string& address() const { return address_; }
+  uint64_t scrapes() const { return scrapes_.load(std::memory_order_relaxed); }
+  uint64_t clients_refused() const { return server_.clients_refused(); }
+
+ private:
+  RenderMetrics render_;
+  MetricsServerOptions opts_;
+  PollServer server_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::string address_;
+  std::atomic<uint64_t> scrapes_{0};
+};
+
+}  // namespace nvtcp::control

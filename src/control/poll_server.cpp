@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "control/poll_server.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <vector>
+
+#include "util/log.hpp"
+
+namespace nvtcp::control {
+
+namespace {
+constexpr uint64_t kLingerMs = 1000;
+constexpr size_t kLingerMaxBytes = 1u << 20;
+
+uint64_t now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
+}
+}  // namespace
+
+struct PollServer::Client {
+  int fd = -1;
+  std::unique_ptr<Session> session;
+  std::string out;        // answers not yet taken by the socket, from out_sent on
+  size_t out_sent = 0;
+  bool closing = false;   // the session is done: close once out is sent
+  // Out is sent and our side shut: what the client still sends is read and dropped until it
+  // closes too (or kLingerMs pass), so that closing with its bytes unread does not reset the
+  // connection and destroy the answer before the client has read it.
+  bool lingering = false;
+  uint64_t linger_until_ms = 0;
+  size_t dropped = 0;  // bytes read and dropped while lingering
+  uint64_t last_progress_ms = 0;
+  size_t unsent() const { return out.size() - out_sent; }
+};
+
+PollServer::PollServer(PollServerOptions opts, MakeSession make) : opts_(std::move(opts)), make_(std::move(make)) {}
+
+PollServer::~PollServer() { stop(); }
+
+std::string PollServer::start(int listen_fd) {
+  if (thread_.joinable()) return opts_.name + ": already serving";
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return fmt::format("{}: eventfd: {}", opts_.name, std::strerror(errno));
+  listen_fd_ = listen_fd;
+  thread_ = std::thread([this] { loop(); });
+  return {};
+}
+
+void PollServer::stop() {
+  if (!thread_.joinable()) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  thread_.join();
+  ::close(wake_fd_);
+  wake_fd_ = listen_fd_ = -1;
+}
+
+bool PollServer::flush(Client& c) {
+  while (c.unsent() > 0) {
+    ssize_t n = ::send(c.fd, c.out.data() + c.out_sent, c.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      return false;  // the client went away
+    }
+    c.out_sent += size_t(n);
+    if (n > 0) c.last_progress_ms = now_ms();
+  }
+  if (c.unsent() == 0) {
+    c.out.clear();
+    c.out_sent = 0;
+  } else if (c.out_sent > (1u << 20)) {
+    c.out.erase(0, c.out_sent);  // keep the buffer from growing with what has gone
+    c.out_sent = 0;
+  }
+  if (c.unsent() > opts_.max_unsent_bytes) {
+    log::warn("{}: a client left {} bytes of answers unread: closing it", opts_.name, c.unsent());
+    return false;
+  }
+  if (c.closing && c.unsent() == 0 && !c.lingering) {
+    ::shutdown(c.fd, SHUT_WR);
+    c.lingering = true;
+    c.linger_until_ms = now_ms() + kLingerMs;
+  }
+  return true;
+}
+
+bool PollServer::on_readable(Client& c) {
+  char buf[65536];
+  ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  if (n == 0) {
+    if (!c.closing) c.session->on_gone();
+    return false;
+  }
+  c.last_progress_ms = now_ms();
+  if (c.lingering) {
+    c.dropped += size_t(n);
+    return c.dropped < kLingerMaxBytes;
+  }
+  if (c.closing) return true;  // nothing more is read from a conversation that ended
+  if (!c.session->on_bytes(buf, size_t(n), c.out)) c.closing = true;
+  return flush(c);
+}
+
+void PollServer::loop() {
+  std::list<Client> clients;
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto& c : clients) {
+      const bool read = !(opts_.one_answer_at_a_time && c.unsent());
+      fds.push_back({c.fd, short((read ? POLLIN : 0) | (c.unsent() ? POLLOUT : 0)), 0});
+    }
+    int timeout = -1;
+    if (opts_.idle_timeout_ms && !clients.empty()) timeout = int(std::min<uint32_t>(opts_.idle_timeout_ms, 1000));
+    for (const auto& c : clients)
+      if (c.lingering) timeout = timeout < 0 ? 100 : std::min(timeout, 100);
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      log::error("{}: poll: {}: the server stops", opts_.name, std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents) break;
+    const uint64_t now = now_ms();
+    size_t i = 2;
+    for (auto it = clients.begin(); it != clients.end(); ++i) {
+      const short ev = fds[i].revents;
+      bool keep = true;
+      if (ev & (POLLIN | POLLHUP | POLLERR)) keep = on_readable(*it);
+      if (keep && (ev & POLLOUT)) keep = flush(*it);
+      if (keep && it->lingering && now > it->linger_until_ms) keep = false;
+      if (keep && !it->lingering && opts_.idle_timeout_ms && now > it->last_progress_ms + opts_.idle_timeout_ms) {
+        log::info("{}: a client made no progress for {} ms: closing it", opts_.name, opts_.idle_timeout_ms);
+        keep = false;
+      }
+      if (keep) {
+        ++it;
+      } else {
+        ::close(it->fd);
+        it = clients.erase(it);
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        if (clients.size() >= opts_.max_clients) {
+          refused_.fetch_add(1, std::memory_order_relaxed);
+          log::warn("{}: {} clients already connected: closing another", opts_.name, clients.size());
+          ::close(fd);
+          continue;
+        }
+        Client& c = clients.emplace_back();
+        c.fd = fd;
+        c.session = make_();
+        c.last_progress_ms = now_ms();
+      }
+    }
+  }
+  for (auto& c : clients) ::close(c.fd);
+}
+
+}  // namespace nvtcp::control

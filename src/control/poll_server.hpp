@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// The serving loop the control plane's sockets share (the JSON-RPC socket, the metrics
+// endpoint): one thread, never a reactor, serving every client of one listening socket
+// through poll(), so a client that sends half a request and stops, sends garbage or never
+// reads its answers holds up no other. What the bytes mean is a Session's business (one per
+// client); the loop bounds the clients, the answers a client leaves unread and, when asked,
+// how long a client may make no progress.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace nvtcp::control {
+
+struct PollServerOptions {
+  std::string name = "server";          // in log lines ("RPC", "metrics")
+  size_t max_clients = 16;              // more are closed at once (with a log line)
+  size_t max_unsent_bytes = 16u << 20;  // answers a client has not read; over this it is closed
+  // A client that neither sends nor takes a byte for this long is closed (0: never).
+  uint32_t idle_timeout_ms = 0;
+  // Read no more from a client until it has taken the answers it has: a client that sends
+  // requests and never reads costs one answer, not max_unsent_bytes of them.
+  bool one_answer_at_a_time = false;
+};
+
+class PollServer {
+ public:
+  // One client's conversation.
+  class Session {
+   public:
+    virtual ~Session() = default;
+    // Bytes from the client; answers are appended to out. False: nothing more is read from
+    // this client, and it is closed once out has been sent.
+    virtual bool on_bytes(const char* data, size_t len, std::string& out) = 0;
+    // The client closed its side (or the connection broke).
+    virtual void on_gone() {}
+  };
+  using MakeSession = std::function<std::unique_ptr<Session>()>;
+
+  PollServer(PollServerOptions opts, MakeSession make);
+  ~PollServer();
+  PollServer(const PollServer&) = delete;
+  PollServer& operator=(const PollServer&) = delete;
+
+  // Serves listen_fd (listening, non-blocking; it stays the caller's) on a new thread.
+  // Returns an error or empty.
+  std::string start(int listen_fd);
+  // Stops the thread and closes every client.
+  void stop();
+  bool running() const { return thread_.joinable(); }
+  uint64_t clients_refused() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Client;
+  void loop();
+  bool on_readable(Client& c);
+  bool flush(Client& c);
+
+  PollServerOptions opts_;
+  MakeSession make_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<uint64_t> refused_{0};
+};
+
+}  // namespace nvtcp::control

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "control/target_metrics.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "util/prometheus.hpp"
+
+namespace nvtcp::control {
+
+namespace {
+
+using prometheus::Labels;
+using prometheus::Type;
+using Entry = target::TargetMetrics::NamespaceEntry;
+
+Labels namespace_labels(const Entry& e) {
+  return {{"subsystem", e.subsystem}, {"nsid", fmt::format("{}", e.nsid)}, {"bdev", e.name}};
+}
+
+std::array<double, target::kLatencyBoundsNs.size()> latency_bounds_seconds() {
+  std::array<double, target::kLatencyBoundsNs.size()> b{};
+  for (size_t i = 0; i < b.size(); ++i) b[i] = double(target::kLatencyBoundsNs[i]) / 1e9;
+  return b;
+}
+
+}  // namespace
+
+std::string render_target_metrics(const target::TargetMetrics& m) {
+  prometheus::TextWriter w;
+  const auto& nss = m.namespaces;
+  auto per_namespace = [&](const char* name, Type type, const char* help, auto get) {
+    w.family(name, type, help);
+    for (const Entry& e : nss) w.sample(namespace_labels(e), uint64_t(get(e)));
+  };
+
+  w.family("nvtcp_subsystem_controllers", Type::Gauge, "Controllers of the subsystem (one per host association).");
+  for (const auto& s : m.subsystems) w.sample({{"subsystem", s.nqn}}, s.controllers);
+  w.family("nvtcp_subsystem_namespaces", Type::Gauge, "Active namespaces of the subsystem.");
+  for (const auto& s : m.subsystems) w.sample({{"subsystem", s.nqn}}, s.namespaces);
+  w.family("nvtcp_subsystem_queues", Type::Gauge,
+           "Connected queues (TCP connections past Connect) of the subsystem, by the listener they came in on.");
+  for (const auto& l : m.listeners) {
+    w.sample({{"subsystem", l.subsystem}, {"listener", l.listener}, {"queue", "admin"}}, l.admin_queues);
+    w.sample({{"subsystem", l.subsystem}, {"listener", l.listener}, {"queue", "io"}}, l.io_queues);
+  }
+
+  per_namespace("nvtcp_namespace_reads_total", Type::Counter, "Read commands completed with success.",
+                [](const Entry& e) { return e.io.reads; });
+  per_namespace("nvtcp_namespace_writes_total", Type::Counter, "Write commands completed with success.",
+                [](const Entry& e) { return e.io.writes; });
+  per_namespace("nvtcp_namespace_read_bytes_total", Type::Counter, "Bytes read by successful Read commands.",
+                [](const Entry& e) { return e.io.read_bytes; });
+  per_namespace("nvtcp_namespace_write_bytes_total", Type::Counter, "Bytes written by successful Write commands.",
+                [](const Entry& e) { return e.io.write_bytes; });
+  w.family("nvtcp_namespace_errors_total", Type::Counter,
+           "Commands on the namespace that completed with an error status, by opcode (read, write, other).");
+  for (const Entry& e : nss) {
+    for (auto [op, n] : {std::pair{"read", e.io.read_errors}, std::pair{"write", e.io.write_errors},
+                         std::pair{"other", e.io.other_errors}}) {
+      Labels l = namespace_labels(e);
+      l.emplace_back("op", op);
+      w.sample(l, n);
+    }
+  }
+  const auto bounds = latency_bounds_seconds();
+  w.family("nvtcp_namespace_read_latency_seconds", Type::Histogram,
+           "Successful Read commands, from the reactor turn their capsule arrived in to the turn the socket took their response.");
+  for (const Entry& e : nss)
+    w.histogram(namespace_labels(e), bounds, e.io.read_latency, double(e.io.read_latency_ns) / 1e9);
+  w.family("nvtcp_namespace_write_latency_seconds", Type::Histogram,
+           "Successful Write commands, from the reactor turn their capsule arrived in to the turn the socket took their response.");
+  for (const Entry& e : nss)
+    w.histogram(namespace_labels(e), bounds, e.io.write_latency, double(e.io.write_latency_ns) / 1e9);
+  per_namespace("nvtcp_namespace_outstanding_commands", Type::Gauge,
+                "Commands on the namespace now, from their parse to their release (queue depth).",
+                [](const Entry& e) { return e.outstanding; });
+  per_namespace("nvtcp_namespace_size_bytes", Type::Gauge, "Size of the namespace.",
+                [](const Entry& e) { return e.size_bytes; });
+
+  w.family("nvtcp_reactor_busy_seconds_total", Type::Counter,
+           "Time the reactor spent in loop turns that had work (the rest it polled or slept idle).");
+  for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].busy_seconds);
+  w.family("nvtcp_reactor_cpu_seconds_total", Type::Counter, "CPU time (user and system) of the reactor's thread.");
+  for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].cpu_seconds);
+  w.family("nvtcp_reactor_io_commands_total", Type::Counter, "Commands the reactor completed on I/O queues (their Connect included).");
+  for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].ios);
+
+  w.family("nvtcp_connections", Type::Gauge, "TCP connections open now, in any state.");
+  w.sample({}, m.connections);
+  w.family("nvtcp_connections_accepted_total", Type::Counter, "TCP connections accepted since start.");
+  w.sample({}, m.connections_accepted);
+  w.family("nvtcp_connections_refused_total", Type::Counter,
+           "TCP connections closed at accept for being over a connection limit.");
+  w.sample({}, m.connections_refused);
+  w.family("nvtcp_buffer_bytes", Type::Gauge, "Memory held by request data buffers now.");
+  w.sample({}, m.buffer_bytes);
+  w.family("nvtcp_memory_waits_total", Type::Counter, "Commands that had to wait for buffer memory.");
+  w.sample({}, m.memory_waits);
+  return w.take();
+}
+
+}  // namespace nvtcp::control

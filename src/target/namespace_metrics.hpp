@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// What each namespace has done since it was made, for the metrics endpoint: reads and writes,
+// their bytes, failed commands, and read and write latency as histogram buckets. Counted when a
+// response has left (CommandQueue::response_sent), one slot per reactor, each written by its reactor
+// only with a relaxed load and store (no locked instruction, no shared cache line: the QueueStats
+// pattern) and read by the metrics thread, which adds the slots up. Latency is from the turn
+// the capsule arrived in to the turn the stream let go of its response, both read from the
+// reactor's clock of the turn (Clock::turn_ns): no clock read per command, and a resolution of
+// one loop turn.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace nvtcp::target {
+
+// Upper bounds of the latency buckets, in nanoseconds (the last bucket, above every bound, is
+// +Inf): 10 us to 10 s, 1-2.5-5 per decade.
+inline constexpr std::array<uint64_t, 19> kLatencyBoundsNs = {
+    10'000,      25'000,      50'000,      100'000,       250'000,       500'000,      1'000'000,
+    2'500'000,   5'000'000,   10'000'000,  25'000'000,    50'000'000,    100'000'000,  250'000'000,
+    500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
+inline constexpr size_t kLatencyBuckets = kLatencyBoundsNs.size() + 1;
+
+// The bucket a latency falls in: the first bound at or above it (Prometheus' le), else the last.
+inline size_t latency_bucket(uint64_t ns) {
+  size_t i = 0;
+  while (i < kLatencyBoundsNs.size() && ns > kLatencyBoundsNs[i]) ++i;
+  return i;
+}
+
+namespace detail {
+inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
+  c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+// Plain totals: a snapshot of one slot, or the sum of them.
+struct NamespaceIoTotals {
+  uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
+  uint64_t read_errors = 0, write_errors = 0, other_errors = 0;
+  std::array<uint64_t, kLatencyBuckets> read_latency{}, write_latency{};  // per bucket, not cumulative
+  uint64_t read_latency_ns = 0, write_latency_ns = 0;                     // sums
+};
+
+class NamespaceMetrics {
+ public:
+  void init(uint32_t reactors) {
+    slots_ = std::make_unique<Slot[]>(reactors);
+    nslots_ = reactors;
+  }
+  // On reactor `slot`, as a command on this namespace completes.
+  void read_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    Slot& s = slots_[slot];
+    detail::bump(s.reads);
+    detail::bump(s.read_bytes, bytes);
+    detail::bump(s.read_latency[latency_bucket(latency_ns)]);
+    detail::bump(s.read_latency_ns, latency_ns);
+  }
+  void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    Slot& s = slots_[slot];
+    detail::bump(s.writes);
+    detail::bump(s.write_bytes, bytes);
+    detail::bump(s.write_latency[latency_bucket(latency_ns)]);
+    detail::bump(s.write_latency_ns, latency_ns);
+  }
+  void read_failed(uint32_t slot) { detail::bump(slots_[slot].read_errors); }
+  void write_failed(uint32_t slot) { detail::bump(slots_[slot].write_errors); }
+  void other_failed(uint32_t slot) { detail::bump(slots_[slot].other_errors); }
+
+  // Any thread: every slot added up (each counter is exact; counters of one command may be
+  // seen in one before another while it completes).
+  NamespaceIoTotals totals() const {
+    NamespaceIoTotals t;
+    for (uint32_t i = 0; i < nslots_; ++i) {
+      const Slot& s = slots_[i];
+      auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+      t.reads += get(s.reads);
+      t.writes += get(s.writes);
+      t.read_bytes += get(s.read_bytes);
+      t.write_bytes += get(s.write_bytes);
+      t.read_errors += get(s.read_errors);
+      t.write_errors += get(s.write_errors);
+      t.other_errors += get(s.other_errors);
+      for (size_t b = 0; b < kLatencyBuckets; ++b) {
+        t.read_latency[b] += get(s.read_latency[b]);
+        t.write_latency[b] += get(s.write_latency[b]);
+      }
+      t.read_latency_ns += get(s.read_latency_ns);
+      t.write_latency_ns += get(s.write_latency_ns);
+    }
+    return t;
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0};
+    std::atomic<uint64_t> read_errors{0}, write_errors{0}, other_errors{0};
+    std::atomic<uint64_t> read_latency_ns{0}, write_latency_ns{0};
+    std::array<std::atomic<uint64_t>, kLatencyBuckets> read_latency{}, write_latency{};
+  };
+  std::unique_ptr<Slot[]> slots_;
+  uint32_t nslots_ = 0;
+};
+
+}  // namespace nvtcp::target
