@@ -157,7 +157,7 @@ TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
            "nvtcp_connections_accepted_total 9",
        })
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
-  for (const std::string line : {
+  for (const std::string& line : {
            "nvtcp_namespace_reads_total{" + ns + "} 4",
            "nvtcp_namespace_read_bytes_total{" + ns + "} 16384",
            "nvtcp_namespace_writes_total{" + ns + "} 0",
