@@ -658,7 +658,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     p.done();
     if (!subsystem_named(t, nqn).remove_host(host))
       throw RpcError(kInternalError, fmt::format("host {} is not allowed on {}", host, nqn));
-    log::info("RPC: subsystem {}: host {} no longer allowed (its connections end when they do)", nqn, host);
+    log::info("RPC: subsystem {}: host {} no longer allowed", nqn, host);
     return Json(true);
   });
 }

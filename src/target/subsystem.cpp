@@ -51,11 +51,21 @@ bool Subsystem::add_host(const std::string& hostnqn, std::optional<HostKeys> key
 }
 
 bool Subsystem::remove_host(const std::string& hostnqn) {
-  std::lock_guard lk(hosts_mu_);
-  host_keys_.erase(hostnqn);
-  auto it = std::find(hosts_.begin(), hosts_.end(), hostnqn);
-  if (it == hosts_.end()) return false;
-  hosts_.erase(it);
+  {
+    std::lock_guard lk(hosts_mu_);
+    host_keys_.erase(hostnqn);
+    auto it = std::find(hosts_.begin(), hosts_.end(), hostnqn);
+    if (it == hosts_.end()) return false;
+    hosts_.erase(it);
+  }
+  if (allows_any_host()) return true;  // still let in: its connections stay
+  // Its controllers end, as SPDK disconnects a removed host: otherwise a host taken off keeps its
+  // access for as long as its connections live. Each of their queues sees it at its next
+  // controller poll and closes.
+  std::lock_guard lk(mu_);
+  for (auto& [id, c] : controllers_)
+    if (c->hostnqn() == hostnqn && !c->dead.exchange(true))
+      log::info("controller {} of {} torn down: host {} was removed", id, nqn_, hostnqn);
   return true;
 }
 

@@ -182,7 +182,8 @@ class Subsystem {
   // The keys configured for a host (nullopt: none; it connects without authenticating). A
   // copy: the host may be removed (RPC) while its connection uses them.
   std::optional<HostKeys> host_keys(const std::string& hostnqn) const;
-  // Live changes (RPC). A removed host's connections stay until they end; new ones are refused.
+  // Live changes (RPC). A removed host is refused at its next Connect, and (unless any host is
+  // allowed) its controllers are torn down: their connections close within a controller poll.
   void set_allow_any_host(bool any) { allow_any_.store(any, std::memory_order_relaxed); }
   // Adds the host, or replaces its keys; false if it was there already (keys then replaced).
   bool add_host(const std::string& hostnqn, std::optional<HostKeys> keys);

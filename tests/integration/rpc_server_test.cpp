@@ -283,9 +283,12 @@ TEST(RpcServer, HostsAllowedAndRemovedLiveDecideTheNextConnect) {
     EXPECT_EQ(q["state"], "active");
     EXPECT_EQ(q["listen_address"]["trsvcid"], std::to_string(f.t.port()));
   }
-  // Removed: the connection it has goes on, the next Connect is refused.
+  // Removed: its controller is torn down (its connections close) and its next Connect is refused.
   EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", host}})["result"], true);
+  EXPECT_TRUE(wait_for([&] { return f.call("nvmf_subsystem_get_controllers", {{"nqn", kTestNqn}})["result"].empty(); },
+                       10000));
   EXPECT_EQ(host::Controller::connect(f.t.trid(), o, err), nullptr);
+  ctrl.reset();
   EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", host}})["error"]["code"],
             control::kInternalError);
   // Open to any host again.
