@@ -221,7 +221,7 @@ int run_target(const TargetArgs& a) {
   // What a completed write is worth, per namespace, and once for all the namespaces whose
   // data does not outlive the process or the machine.
   std::vector<std::string> volatile_ns;
-  for (const auto& s : t.state().subsystems) {
+  for (const auto& s : t.state().subsystems()) {
     for (const auto& ns : s->namespaces()) {
       const backend::BlockDevice& d = *ns->device;
       log::info("{} namespace {}: {} {} bytes, {}-byte blocks; {}{}", s->nqn(), ns->nsid, d.kind(), d.size_bytes(),

@@ -28,6 +28,7 @@ enum class AsyncEventType : uint8_t { Error = 0, SmartHealth = 1, Notice = 2, Io
 inline constexpr uint8_t kAsyncErrorTransientInternal = 0x04;   // type Error
 inline constexpr uint8_t kAsyncNoticeNamespaceChanged = 0x00;   // type Notice, log 04h
 inline constexpr uint8_t kAsyncNoticeAnaChange = 0x03;          // type Notice, log 0Ch
+inline constexpr uint8_t kAsyncNoticeDiscoveryLogChange = 0xF0; // type Notice, log 70h (discovery)
 inline constexpr uint8_t kAsyncIoReservationLog = 0x00;         // type I/O command specific, log 80h
 constexpr uint32_t async_event_dw0(AsyncEventType type, uint8_t info, LogPageId lid) {
   return uint32_t(type) | uint32_t(info) << 8 | uint32_t(lid) << 16;

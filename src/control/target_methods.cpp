@@ -44,17 +44,18 @@ Json subsystem_listen_address(const Listener& l) {
   return j;
 }
 
-Subsystem& subsystem_named(Target& t, const std::string& nqn) {
-  Subsystem* s = t.state().find_subsystem(nqn);
+// Held by the caller for the method's run: RPC may delete it (another method) only after.
+std::shared_ptr<Subsystem> subsystem_named(Target& t, const std::string& nqn) {
+  std::shared_ptr<Subsystem> s = t.state().find_subsystem(nqn);
   if (!s || s->is_discovery())
     throw RpcError(kInvalidParams, fmt::format("Unable to find subsystem with NQN {}", nqn));
-  return *s;
+  return s;
 }
 
 Json subsystem_json(Target& t, const Subsystem& s) {
   auto& st = t.state();
   Json listeners = Json::array();
-  for (const auto& l : st.listeners)
+  for (const auto& l : st.listeners())
     if (s.reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
   Json hosts = Json::array();
   for (const auto& h : s.hosts()) {
@@ -86,6 +87,37 @@ Json subsystem_json(Target& t, const Subsystem& s) {
                        {"uuid", uuid_text(ns->uuid)}});
   j["namespaces"] = nss;
   return j;
+}
+
+// SPDK's "listen_address" object: {"trtype": "TCP", "traddr": ..., "trsvcid": "4420", "adrfam": ...}.
+struct ListenAddress {
+  std::string traddr;
+  uint16_t port = 0;
+};
+ListenAddress listen_address_param(const Json* la) {
+  if (!la || !la->is_object()) throw RpcError(kInvalidParams, "\"listen_address\" must be an object");
+  Params a(*la);
+  std::string trtype = a.opt_str("trtype").value_or("TCP");
+  std::transform(trtype.begin(), trtype.end(), trtype.begin(), [](char c) { return char(std::toupper(c)); });
+  ListenAddress out;
+  out.traddr = a.str("traddr");
+  // A string, as SPDK has it; a number too (what `nvtcp rpc --listen-address.trsvcid 4420` sends).
+  const Json* svc = a.opt_json("trsvcid");
+  if (!svc || !(svc->is_string() || svc->is_number_unsigned()))
+    throw RpcError(kInvalidParams, "\"trsvcid\" must be a string (a port)");
+  const std::string trsvcid = svc->is_string() ? svc->get<std::string>() : std::to_string(svc->get<uint64_t>());
+  std::string adrfam = a.opt_str("adrfam").value_or("");
+  a.done();
+  if (trtype != "TCP") throw RpcError(kInvalidParams, fmt::format("transport {}: nvtcp serves TCP", trtype));
+  std::transform(adrfam.begin(), adrfam.end(), adrfam.begin(), [](char c) { return char(std::tolower(c)); });
+  if (!adrfam.empty() && adrfam != "ipv4" && adrfam != "ipv6")
+    throw RpcError(kInvalidParams, fmt::format("adrfam {}: nvtcp serves IPv4 and IPv6", adrfam));
+  unsigned port = 0;
+  if (trsvcid.empty() || trsvcid.size() > 5 || trsvcid.find_first_not_of("0123456789") != std::string::npos ||
+      (port = unsigned(std::stoul(trsvcid))) > 65535)
+    throw RpcError(kInvalidParams, fmt::format("trsvcid \"{}\" is not a port", trsvcid));
+  out.port = uint16_t(port);
+  return out;
 }
 
 // The connections of one subsystem's controllers, from every reactor.
@@ -187,7 +219,7 @@ void delete_bdev(Target& t, const Json& params, const char* type) {
 Json bdev_config(Target& t) {
   Json out = Json::array();
   std::vector<target::BdevTable::Info> ordered;
-  for (const auto& s : t.state().subsystems)
+  for (const auto& s : t.state().subsystems())
     for (const auto* ns : s->namespaces()) {
       target::BdevTable::Info b;
       if (t.state().bdevs.find(ns->name, b)) ordered.push_back(b);
@@ -232,8 +264,9 @@ Json nvmf_config(Target& t) {
     out.push_back(Json{{"method", "nvmf_subsystem_add_listener"},
                        {"params", {{"nqn", nqn}, {"listen_address", a}, {"secure_channel", l.tls_required}}}});
   };
-  if (cfg.discovery_port && !st.listeners.empty()) add_listener(nvme::kDiscoveryNqn, st.listeners[0], t.discovery_port());
-  for (const auto& s : st.subsystems) {
+  const std::vector<Listener> listeners = st.listeners();
+  if (cfg.discovery_port && !listeners.empty()) add_listener(nvme::kDiscoveryNqn, listeners[0], t.discovery_port());
+  for (const auto& s : st.subsystems()) {
     out.push_back(Json{{"method", "nvmf_create_subsystem"},
                        {"params",
                         {{"nqn", s->nqn()},
@@ -260,8 +293,8 @@ Json nvmf_config(Target& t) {
                              {"eui64", hex(ns->eui64, 8)},
                              {"uuid", uuid_text(ns->uuid)},
                              {"anagrpid", ns->anagrpid}}}}}});
-    for (size_t i = 0; i < st.listeners.size(); ++i)
-      if (s->reachable_through(st.listeners[i].portid)) add_listener(s->nqn(), st.listeners[i], t.port(i));
+    for (const Listener& l : listeners)
+      if (s->reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
   }
   return out;
 }
@@ -338,10 +371,84 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     Json out = Json::array();
     auto& st = t.state();
     if (!nqn || *nqn == nvme::kDiscoveryNqn) out.push_back(subsystem_json(t, *st.discovery));
-    for (const auto& s : st.subsystems)
+    for (const auto& s : st.subsystems())
       if (!nqn || *nqn == s->nqn()) out.push_back(subsystem_json(t, *s));
     if (nqn && out.empty()) throw RpcError(kNoSuchDevice, fmt::format("Unable to find subsystem with NQN {}", *nqn));
     return out;
+  });
+
+  // SPDK's defaults: no host allowed until one is added (or allow_any_host), no listener until
+  // one is added. max_namespaces 0 (SPDK: no limit) is nvtcp's default of 32; the controller ID
+  // range and the discard and write-zeroes sizes are taken and must be SPDK's defaults.
+  d.add("nvmf_create_subsystem", [&t](const Json& params) {
+    Params p(params);
+    target::SubsystemConfig sc;
+    sc.nqn = p.str("nqn");
+    sc.serial = p.opt_str("serial_number").value_or("");
+    sc.model = p.opt_str("model_number").value_or(sc.model);
+    sc.allow_any_host = p.opt_bool("allow_any_host").value_or(false);
+    const uint64_t max_ns = p.opt_u64("max_namespaces").value_or(0);
+    sc.ana_reporting = p.opt_bool("ana_reporting").value_or(false);
+    const uint64_t min_cntlid = p.opt_u64("min_cntlid").value_or(1);
+    const uint64_t max_cntlid = p.opt_u64("max_cntlid").value_or(0xFFEF);
+    p.opt_u64("max_discard_size_kib");
+    p.opt_u64("max_write_zeroes_size_kib");
+    p.opt_str("tgt_name");
+    p.done();
+    if (min_cntlid != 1 || max_cntlid != 0xFFEF)
+      throw RpcError(kInvalidParams, "nvtcp gives controller IDs 1 to 65519 (min_cntlid 1, max_cntlid 65519)");
+    if (max_ns > target::kMaxNamespacesLimit)
+      throw RpcError(kInvalidParams, fmt::format("max_namespaces {} is over {}", max_ns, target::kMaxNamespacesLimit));
+    sc.max_namespaces = uint32_t(max_ns);
+    if (std::string err = t.create_subsystem(sc); !err.empty()) throw RpcError(kInvalidParams, err);
+    return Json(true);
+  });
+
+  d.add("nvmf_delete_subsystem", [&t](const Json& params) {
+    Params p(params);
+    const std::string nqn = p.str("nqn");
+    p.opt_str("tgt_name");
+    p.done();
+    subsystem_named(t, nqn);
+    if (std::string err = t.delete_subsystem(nqn); !err.empty()) throw RpcError(kInvalidParams, err);
+    return Json(true);
+  });
+
+  // The discovery NQN (rpc.py turns "discovery" into it) opens a listener that serves
+  // discovery alone; any other makes that subsystem reachable through it, opening it if the
+  // target has none at that address and port. ana_state sets every group's state through it.
+  d.add("nvmf_subsystem_add_listener", [&t](const Json& params) {
+    Params p(params);
+    const std::string nqn = p.str("nqn");
+    const ListenAddress la = listen_address_param(p.opt_json("listen_address"));
+    const bool secure = p.opt_bool("secure_channel").value_or(false);
+    const std::optional<std::string> ana = p.opt_str("ana_state");
+    p.opt_str("tgt_name");
+    p.done();
+    nvme::AnaState state{};
+    if (ana && !nvme::ana_state_from_name(*ana, state))
+      throw RpcError(kInvalidParams, fmt::format("ana_state \"{}\" is not a state", *ana));
+    if (nqn != nvme::kDiscoveryNqn) subsystem_named(t, nqn);
+    target::ListenerConfig lc;
+    lc.address = la.traddr;
+    lc.port = la.port;
+    lc.tls_required = secure;
+    if (std::string err = t.add_listener(nqn, lc); !err.empty()) throw RpcError(kInvalidParams, err);
+    if (ana && nqn != nvme::kDiscoveryNqn)
+      if (std::string err = t.set_ana_state(nqn, lc.address, lc.port, 0, state); !err.empty())
+        throw RpcError(kInvalidParams, err);
+    return Json(true);
+  });
+
+  d.add("nvmf_subsystem_remove_listener", [&t](const Json& params) {
+    Params p(params);
+    const std::string nqn = p.str("nqn");
+    const ListenAddress la = listen_address_param(p.opt_json("listen_address"));
+    p.opt_str("tgt_name");
+    p.done();
+    if (nqn != nvme::kDiscoveryNqn) subsystem_named(t, nqn);
+    if (std::string err = t.remove_listener(nqn, la.traddr, la.port); !err.empty()) throw RpcError(kInvalidParams, err);
+    return Json(true);
   });
 
   d.add("nvmf_subsystem_get_listeners", [&t](const Json& params) {
@@ -349,9 +456,10 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     const std::string nqn = p.str("nqn");
     p.opt_str("tgt_name");
     p.done();
-    auto& s = subsystem_named(t, nqn);
+    const auto held = subsystem_named(t, nqn);
+    Subsystem& s = *held;
     Json out = Json::array();
-    for (const auto& l : t.state().listeners)
+    for (const auto& l : t.state().listeners())
       if (s.reachable_through(l.portid)) {
         // Each group that has a namespace, with its state through this listener (every path
         // optimized without ANA reporting).
@@ -374,23 +482,9 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     const uint64_t anagrpid = p.opt_u64("anagrpid").value_or(0);
     p.opt_str("tgt_name");
     p.done();
-    if (!la || !la->is_object()) throw RpcError(kInvalidParams, "\"listen_address\" must be an object");
-    Params a(*la);
-    std::string trtype = a.opt_str("trtype").value_or("TCP");
-    std::transform(trtype.begin(), trtype.end(), trtype.begin(), [](char c) { return char(std::toupper(c)); });
-    const std::string traddr = a.str("traddr");
-    // A string, as SPDK has it; a number too (what `nvtcp rpc --listen-address.trsvcid 4420` sends).
-    const Json* svc = a.opt_json("trsvcid");
-    if (!svc || !(svc->is_string() || svc->is_number_unsigned()))
-      throw RpcError(kInvalidParams, "\"trsvcid\" must be a string (a port)");
-    const std::string trsvcid = svc->is_string() ? svc->get<std::string>() : std::to_string(svc->get<uint64_t>());
-    a.opt_str("adrfam");
-    a.done();
-    if (trtype != "TCP") throw RpcError(kInvalidParams, fmt::format("transport {}: nvtcp serves TCP", trtype));
-    unsigned port = 0;
-    if (trsvcid.empty() || trsvcid.size() > 5 || trsvcid.find_first_not_of("0123456789") != std::string::npos ||
-        (port = unsigned(std::stoul(trsvcid))) > 65535)
-      throw RpcError(kInvalidParams, fmt::format("trsvcid \"{}\" is not a port", trsvcid));
+    const ListenAddress la_ = listen_address_param(la);
+    const std::string& traddr = la_.traddr;
+    const uint16_t port = la_.port;
     nvme::AnaState state{};
     if (!nvme::ana_state_from_name(state_name, state))
       throw RpcError(kInvalidParams,
@@ -398,7 +492,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
                                  state_name));
     if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
     subsystem_named(t, nqn);
-    if (std::string err = t.set_ana_state(nqn, traddr, uint16_t(port), uint32_t(anagrpid), state); !err.empty())
+    if (std::string err = t.set_ana_state(nqn, traddr, port, uint32_t(anagrpid), state); !err.empty())
       throw RpcError(kInvalidParams, err);
     return Json(true);
   });
@@ -408,7 +502,8 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     const std::string nqn = p.str("nqn");
     p.opt_str("tgt_name");
     p.done();
-    auto& s = subsystem_named(t, nqn);
+    const auto held = subsystem_named(t, nqn);
+    Subsystem& s = *held;
     Json out = Json::array();
     for (const auto& c : s.controllers()) {
       const uint8_t* id = c->hostid();
@@ -427,7 +522,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     p.done();
     subsystem_named(t, nqn);
     Json out = Json::array();
-    auto& listeners = t.state().listeners;
+    const auto listeners = t.state().listeners();
     for (const auto& c : connections_of(t, nqn)) {
       std::string addr, port;
       split_peer(c.peer, addr, port);
@@ -475,7 +570,8 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     p.opt_str("tgt_name");
     p.done();
     if (!any) throw RpcError(kInvalidParams, "\"allow_any_host\" is required");
-    subsystem_named(t, nqn).set_allow_any_host(*any);
+    subsystem_named(t, nqn)->set_allow_any_host(*any);
+    t.discovery_log_changed();
     log::info("RPC: subsystem {} {} any host", nqn, *any ? "allows" : "no longer allows");
     return Json(true);
   });
@@ -492,7 +588,8 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     auto dhchap_ctrl = p.opt_str("dhchap_ctrlr_key");
     p.opt_str("tgt_name");
     p.done();
-    auto& s = subsystem_named(t, nqn);
+    const auto held = subsystem_named(t, nqn);
+    Subsystem& s = *held;
     Json entry{{"nqn", host}};
     if (psk) entry["psk"] = *psk;
     if (dhchap) entry["dhchap_key"] = *dhchap;
@@ -507,6 +604,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     if (auto it = parsed.host_keys.find(host); it != parsed.host_keys.end()) keys = it->second;
     const bool added = s.add_host(host, std::move(keys));
     log::info("RPC: subsystem {}: host {} {}", nqn, host, added ? "allowed" : "keys replaced");
+    if (added) t.discovery_log_changed();
     return Json(true);
   });
 
@@ -656,9 +754,10 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     const std::string host = p.str("host");
     p.opt_str("tgt_name");
     p.done();
-    if (!subsystem_named(t, nqn).remove_host(host))
+    if (!subsystem_named(t, nqn)->remove_host(host))
       throw RpcError(kInternalError, fmt::format("host {} is not allowed on {}", host, nqn));
     log::info("RPC: subsystem {}: host {} no longer allowed", nqn, host);
+    t.discovery_log_changed();
     return Json(true);
   });
 }

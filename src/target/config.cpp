@@ -272,12 +272,8 @@ std::string finalize_config(TargetConfig& cfg) {
   unsigned index = 0;
   for (auto& s : cfg.subsystems) {
     ++index;
-    if (s.nqn.empty() || s.nqn.size() > 223) return "every subsystem needs an NQN of at most 223 bytes";
-    if (s.nqn.rfind("nqn.", 0) != 0) return fmt::format("'{}' is not an NQN (it must start with 'nqn.')", s.nqn);
+    if (std::string err = check_subsystem_identity(s, index); !err.empty()) return err;
     if (!nqns.insert(s.nqn).second) return fmt::format("subsystem {} is listed twice", s.nqn);
-    if (s.serial.empty()) s.serial = fmt::format("NVTCP{:015d}", index);
-    if (s.serial.size() > 20) return fmt::format("serial '{}' is longer than 20 characters", s.serial);
-    if (s.model.size() > 40) return fmt::format("model '{}' is longer than 40 characters", s.model);
     std::set<uint32_t> used;
     for (auto& n : s.namespaces) {
       if (n.nsid) used.insert(n.nsid);
@@ -299,8 +295,7 @@ std::string finalize_config(TargetConfig& cfg) {
     if (used.size() != s.namespaces.size()) return fmt::format("subsystem {} repeats an nsid", s.nqn);
     const uint32_t highest = used.empty() ? 0 : *used.rbegin();
     if (s.max_namespaces == 0) s.max_namespaces = std::max(kDefaultMaxNamespaces, highest);
-    if (s.max_namespaces > kMaxNamespacesLimit)
-      return fmt::format("subsystem {}: max_namespaces {} is over {}", s.nqn, s.max_namespaces, kMaxNamespacesLimit);
+    if (std::string err = check_subsystem(s, index); !err.empty()) return err;
     if (highest > s.max_namespaces)
       return fmt::format("subsystem {}: nsid {} is above its max_namespaces ({})", s.nqn, highest, s.max_namespaces);
     for (auto& n : s.namespaces) {
@@ -334,6 +329,23 @@ std::string finalize_config(TargetConfig& cfg) {
         std::string name = fmt::format("{}{}", n.type, counts[n.type]++);
         if (names.insert(name).second) n.name = name;
       }
+  return {};
+}
+
+std::string check_subsystem_identity(SubsystemConfig& s, unsigned index) {
+  if (s.nqn.empty() || s.nqn.size() > 223) return "every subsystem needs an NQN of at most 223 bytes";
+  if (s.nqn.rfind("nqn.", 0) != 0) return fmt::format("'{}' is not an NQN (it must start with 'nqn.')", s.nqn);
+  if (s.serial.empty()) s.serial = fmt::format("NVTCP{:015d}", index);
+  if (s.serial.size() > 20) return fmt::format("serial '{}' is longer than 20 characters", s.serial);
+  if (s.model.size() > 40) return fmt::format("model '{}' is longer than 40 characters", s.model);
+  return {};
+}
+
+std::string check_subsystem(SubsystemConfig& s, unsigned index) {
+  if (std::string err = check_subsystem_identity(s, index); !err.empty()) return err;
+  if (s.max_namespaces == 0) s.max_namespaces = kDefaultMaxNamespaces;
+  if (s.max_namespaces > kMaxNamespacesLimit)
+    return fmt::format("subsystem {}: max_namespaces {} is over {}", s.nqn, s.max_namespaces, kMaxNamespacesLimit);
   return {};
 }
 

@@ -54,8 +54,9 @@ struct SubsystemConfig {
   // 0: finalize_config makes it kDefaultMaxNamespaces, or the highest NSID configured if higher.
   uint32_t max_namespaces = 0;
   // The listeners ("ADDRESS:PORT", as configured) through which hosts reach this subsystem:
-  // its discovery log entries, and where Connect is accepted. Empty: every listener (and the
-  // discovery port), as a Linux nvmet subsystem linked to every port.
+  // its discovery log entries, and where Connect is accepted. Empty: every listener configured
+  // (and the discovery port), as a Linux nvmet subsystem linked to every port; listeners added
+  // later by RPC belong to the subsystems they are added to.
   std::vector<std::string> listeners;
   std::map<std::string, HostKeys> host_keys;  // by host NQN, for hosts configured with keys
   // Asymmetric Namespace Access reporting (SPDK's ana_reporting): Identify says so (CMIC bit
@@ -167,6 +168,11 @@ std::string load_config_file(const std::string& path, TargetConfig& out);
 // The index in cfg.listeners of the listener a subsystem names ("ADDRESS:PORT" exactly as
 // configured), or -1.
 int listener_index(const TargetConfig& cfg, const std::string& name);
+
+// Checks a subsystem's NQN, serial (made from index, its place in the target, if empty) and
+// model; check_subsystem also its max_namespaces (0: the default). Error or empty.
+std::string check_subsystem_identity(SubsystemConfig& s, unsigned index);
+std::string check_subsystem(SubsystemConfig& s, unsigned index);
 
 // Checks and completes a configuration (serials, nsids, listeners); returns error or empty.
 std::string finalize_config(TargetConfig& cfg);

@@ -44,6 +44,7 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
                        const uint8_t hostid[16], uint32_t kato_ms, const reactor::Clock& clock)
     : target_(target),
       subsys_(subsys),
+      subsys_keep_(subsys.weak_from_this().lock()),
       cntlid_(cntlid),
       hostnqn_(std::move(hostnqn)),
       kato_ms_(effective_kato_ms(kato_ms)),
@@ -658,12 +659,14 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
   // Entries: every subsystem this host may use, on every listener, then this discovery
   // subsystem itself on every listener (subtype 3, "current discovery subsystem").
   std::vector<std::pair<const Subsystem*, const Listener*>> entries;
-  for (const auto& s : target_.subsystems) {
+  const auto subsystems = target_.subsystems();
+  const auto listeners = target_.listeners();
+  for (const auto& s : subsystems) {
     if (!s->host_allowed(hostnqn_)) continue;
-    for (const auto& l : target_.listeners)
+    for (const auto& l : listeners)
       if (s->reachable_through(l.portid)) entries.emplace_back(s.get(), &l);
   }
-  for (const auto& l : target_.listeners) entries.emplace_back(target_.discovery.get(), &l);
+  for (const auto& l : listeners) entries.emplace_back(target_.discovery.get(), &l);
   uint32_t total = uint32_t(sizeof(DiscoveryLogHeader) + entries.size() * sizeof(DiscoveryLogEntry));
   if (!buf || cap < total) return total;
   auto* h = reinterpret_cast<DiscoveryLogHeader*>(buf);
@@ -971,7 +974,7 @@ void Controller::raise_device_error() {
 // The asynchronous events a host may enable (feature 0Bh): SMART critical warnings and the
 // notices Identify OAES announces; anything else is refused, as nvmet does.
 uint32_t Controller::async_events_supported() const {
-  if (subsys_.is_discovery()) return 0;
+  if (subsys_.is_discovery()) return kAecDiscoveryLogChange;
   return kAecSmartWarnings | kAecNamespaceAttribute | (subsys_.ana_reporting() ? kAecAnaChange : 0);
 }
 
@@ -980,7 +983,9 @@ bool Controller::event_enabled(AsyncEventType type, LogPageId lid) const {
     case AsyncEventType::Error: return true;  // error events cannot be turned off
     case AsyncEventType::SmartHealth: return async_event_config_ & kAecSmartWarnings;
     case AsyncEventType::Notice:
-      return async_event_config_ & (lid == LogPageId::Ana ? kAecAnaChange : kAecNamespaceAttribute);
+      return async_event_config_ & (lid == LogPageId::Ana         ? kAecAnaChange
+                                    : lid == LogPageId::Discovery ? kAecDiscoveryLogChange
+                                                                  : kAecNamespaceAttribute);
     case AsyncEventType::IoCommandSpecific: return true;  // reservation notices: feature 83h decides
   }
   return false;

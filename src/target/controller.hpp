@@ -229,6 +229,9 @@ class Controller : public std::enable_shared_from_this<Controller> {
 
   TargetState& target_;
   Subsystem& subsys_;
+  // Keeps a subsystem deleted by RPC alive until its last controller goes (null for one not
+  // owned by a shared_ptr: tests).
+  std::shared_ptr<Subsystem> subsys_keep_;
   uint16_t cntlid_;
   std::string hostnqn_;
   std::string local_address_;
@@ -269,11 +272,12 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // Asynchronous events (admin reactor): per kind of event, one pending report and whether
   // the kind is masked (reported, its log not yet read). Each kind is cleared by its own log
   // page, so the slots go by log: errors (01h), SMART (02h), namespace attribute notices
-  // (04h), ANA change notices (0Ch), reservation notices (80h); two notices of type Notice
-  // never hide each other. The changed-namespace log (04h) collects NSIDs until it is read.
-  static constexpr std::array<wire::LogPageId, 5> kEventLogs = {
-      wire::LogPageId::Error, wire::LogPageId::SmartHealth, wire::LogPageId::ChangedNamespaces, wire::LogPageId::Ana,
-      wire::LogPageId::ReservationNotification};
+  // (04h), ANA change notices (0Ch), discovery log changes (70h, discovery controllers),
+  // reservation notices (80h); two notices of type Notice never hide each other. The
+  // changed-namespace log (04h) collects NSIDs until it is read.
+  static constexpr std::array<wire::LogPageId, 6> kEventLogs = {
+      wire::LogPageId::Error,     wire::LogPageId::SmartHealth, wire::LogPageId::ChangedNamespaces,
+      wire::LogPageId::Ana,       wire::LogPageId::Discovery,   wire::LogPageId::ReservationNotification};
   struct EventSlot {
     bool pending = false, masked = false;
     wire::AsyncEventType type{};

@@ -102,7 +102,7 @@ void CommandQueue::execute_connect(Request& r) {
   std::memcpy(&data, r.buf.get(), sizeof(data));
   std::string subnqn(data.subnqn, strnlen(data.subnqn, sizeof(data.subnqn)));
   std::string hostnqn(data.hostnqn, strnlen(data.hostnqn, sizeof(data.hostnqn)));
-  Subsystem* sub = target_.find_subsystem(subnqn);
+  const std::shared_ptr<Subsystem> sub = target_.find_subsystem(subnqn);
   if (!sub) {
     log::warn("{}: Connect to unknown subsystem '{}'", peer, subnqn);
     invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
@@ -197,6 +197,12 @@ void CommandQueue::execute_connect(Request& r) {
     made->set_local_address(arrival_.local_address);
     made->set_port(arrival_.portid);
     ctrl = sub->add_controller(std::move(made));
+    if (!ctrl) {  // deleted by RPC since it was found: as if it had not been there
+      undo();
+      log::warn("{}: Connect to subsystem '{}', which was deleted meanwhile", peer, subnqn);
+      invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
+      return;
+    }
   } else {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {

@@ -4,11 +4,13 @@
 // namespace appears in its subsystem's table with one atomic store, and one taken away is
 // destroyed only after every reactor has passed a turn and the commands holding it are done
 // (Subsystem, NamespaceHolds).
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "nvtcp/log_pages.hpp"
 #include "target/target.hpp"
 #include "util/log.hpp"
 
@@ -35,7 +37,7 @@ std::string Target::create_bdev(const NamespaceConfig& nc) {
 
 std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid) {
   std::lock_guard lk(control_mu_);
-  Subsystem* sub = state_->find_subsystem(subnqn);
+  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   if (nc.nsid == 0) {
     for (uint32_t n = 1; n <= sub->max_namespaces() && nc.nsid == 0; ++n)
@@ -75,33 +77,137 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
 
 std::string Target::remove_namespace(const std::string& subnqn, uint32_t nsid) {
   std::lock_guard lk(control_mu_);
-  Subsystem* sub = state_->find_subsystem(subnqn);
+  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   std::unique_ptr<Namespace> ns = sub->detach_namespace(nsid);
   if (!ns) return fmt::format("subsystem {} has no namespace {}", subnqn, nsid);
   // From here no command finds it; the hosts hear of it while the last ones finish.
   sub->notify_namespace_changed(nsid);
+  std::vector<std::unique_ptr<Namespace>> nss;
+  nss.push_back(std::move(ns));
+  release_namespaces(*sub, std::move(nss));
+  return {};
+}
+
+void Target::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss) {
   quiesce();
   const auto start = std::chrono::steady_clock::now();
-  uint64_t held = 0;
-  while ((held = ns->holds.total()) != 0) {
-    if (std::chrono::steady_clock::now() - start > kDrainLimit) {
+  for (auto& ns : nss) {
+    uint64_t held = 0;
+    while ((held = ns->holds.total()) != 0) {
+      if (std::chrono::steady_clock::now() - start > kDrainLimit) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const uint64_t waited_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    if (held != 0) {
       // Destroying it would pull the device from under commands that may still finish: it is
       // kept (its memory and file) rather than risk that.
       log::error("control: subsystem {} namespace {}: {} command(s) still on it after {} s; it is set aside, not freed",
-                 subnqn, nsid, held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+                 sub.nqn(), ns->nsid, held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
       std::lock_guard g(graveyard_mu_);
       graveyard_.push_back(std::move(ns));
-      return {};
+      continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    log::info("control: subsystem {} namespace {} (bdev {}) removed{}", sub.nqn(), ns->nsid, ns->name,
+              waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
+    state_->bdevs.unclaim(ns->name, std::move(ns->device));
   }
-  const uint64_t waited_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-  log::info("control: subsystem {} namespace {} (bdev {}) removed{}", subnqn, nsid, ns->name,
-            waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
-  state_->bdevs.unclaim(ns->name, std::move(ns->device));
+}
+
+std::string Target::create_subsystem(SubsystemConfig sc) {
+  std::lock_guard lk(control_mu_);
+  if (!started_) return "the target is not running";
+  if (!sc.namespaces.empty() || !sc.listeners.empty())
+    return "a new subsystem starts without namespaces and listeners (add them after)";
+  if (std::string err = check_subsystem(sc, unsigned(state_->subsystems().size()) + 1); !err.empty()) return err;
+  if (sc.nqn == nvme::kDiscoveryNqn) return fmt::format("{} is the discovery subsystem", sc.nqn);
+  auto sub = std::make_shared<Subsystem>(sc, false);
+  sub->bind_listeners({});  // reachable through the listeners RPC adds, as in SPDK
+  if (!state_->add_subsystem(sub)) return fmt::format("subsystem {} exists", sc.nqn);
+  log::info("control: subsystem {} created (serial {}, model '{}', up to {} namespaces{}{})", sc.nqn, sc.serial,
+            sc.model, sc.max_namespaces, sc.allow_any_host ? ", any host" : "",
+            sc.ana_reporting ? ", ANA reporting" : "");
+  discovery_log_changed();
   return {};
+}
+
+std::string Target::delete_subsystem(const std::string& nqn) {
+  std::lock_guard lk(control_mu_);
+  if (nqn == nvme::kDiscoveryNqn) return "the discovery subsystem cannot be deleted";
+  const std::shared_ptr<Subsystem> sub = state_->take_subsystem(nqn);
+  if (!sub) return fmt::format("no subsystem {}", nqn);
+  // No Connect finds it now; one that found it just before is refused by add_controller.
+  const size_t controllers = sub->mark_deleted();
+  std::vector<std::unique_ptr<Namespace>> nss;
+  for (Namespace* ns : sub->namespaces()) nss.push_back(sub->detach_namespace(ns->nsid));
+  const size_t namespaces = nss.size();
+  release_namespaces(*sub, std::move(nss));
+  log::info("control: subsystem {} deleted ({} controller(s) torn down, {} namespace(s) removed)", nqn, controllers,
+            namespaces);
+  discovery_log_changed();
+  return {};
+}
+
+std::string Target::add_listener(const std::string& subnqn, ListenerConfig& lc) {
+  std::lock_guard lk(control_mu_);
+  if (!started_) return "the target is not running";
+  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+  if (!sub) return fmt::format("no subsystem {}", subnqn);
+  std::optional<Listener> l = lc.port ? state_->find_listener(lc.address, lc.port) : std::nullopt;
+  if (l && l->tls_required != lc.tls_required)
+    return fmt::format("listener {}:{} exists {} TLS", lc.address, lc.port, l->tls_required ? "with" : "without");
+  bool opened = false;
+  if (!l) {
+    Listener fresh = listener_of(lc);
+    uint16_t port = 0;
+    fresh.portid = state_->next_portid();
+    if (std::string err = open_listener(fresh, lc.ktls, port); !err.empty()) return err;
+    fresh.port = port;
+    state_->add_listener(fresh);
+    l = fresh;
+    opened = true;
+  }
+  lc.port = l->port;
+  const bool added = !sub->is_discovery() && sub->add_listener(l->portid);
+  if (added) log::info("control: subsystem {} reachable through {}:{}", subnqn, l->address, l->port);
+  if (opened || added) discovery_log_changed();
+  return {};
+}
+
+std::string Target::remove_listener(const std::string& subnqn, const std::string& address, uint16_t port) {
+  std::lock_guard lk(control_mu_);
+  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+  if (!sub) return fmt::format("no subsystem {}", subnqn);
+  const std::optional<Listener> l = state_->find_listener(address, port);
+  if (!l) return fmt::format("no listener {}:{}", address, port);
+  std::vector<uint16_t> every;
+  for (const Listener& x : state_->listeners()) every.push_back(x.portid);
+  const auto subsystems = state_->subsystems();
+  if (sub->is_discovery()) {
+    for (const auto& s : subsystems) {
+      s->remove_listener(l->portid, every);
+      s->tear_down_controllers_on(l->portid);
+    }
+  } else {
+    if (!sub->remove_listener(l->portid, every))
+      return fmt::format("subsystem {} is not reachable through {}:{}", subnqn, address, port);
+    log::info("control: subsystem {} no longer reachable through {}:{}", subnqn, address, port);
+    sub->tear_down_controllers_on(l->portid);
+  }
+  const bool still_used = std::any_of(subsystems.begin(), subsystems.end(),
+                                      [&](const auto& s) { return s->reachable_through(l->portid); });
+  if (!still_used) {
+    state_->remove_listener(l->portid);
+    close_listener(l->portid);
+  }
+  discovery_log_changed();
+  return {};
+}
+
+void Target::discovery_log_changed() {
+  state_->genctr.fetch_add(1, std::memory_order_relaxed);
+  state_->discovery->notify_discovery_log_changed();
 }
 
 std::string Target::delete_bdev(const std::string& name) {
@@ -122,7 +228,7 @@ std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
   if (info.spec.type != "null") return fmt::format("bdev {} is {}: only NULL bdevs resize", name, info.spec.type);
   if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
   Namespace* ns = nullptr;
-  Subsystem* sub = info.subnqn.empty() ? nullptr : state_->find_subsystem(info.subnqn);
+  const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : state_->find_subsystem(info.subnqn);
   if (sub) ns = sub->find_namespace(info.nsid);
   // The device of a namespace is the namespace's; one nobody has is in the table.
   bool ok = false;
@@ -143,14 +249,13 @@ std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
 std::string Target::set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port,
                                   uint32_t anagrpid, nvme::AnaState state) {
   std::lock_guard lk(control_mu_);
-  Subsystem* sub = state_->find_subsystem(subnqn);
+  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   if (!sub->ana_reporting())
     return fmt::format("subsystem {} does not report ANA (create it with ana_reporting)", subnqn);
-  const Listener* listener = nullptr;
-  for (const auto& l : state_->listeners)
-    if (l.address == address && l.port == port && sub->reachable_through(l.portid)) listener = &l;
-  if (!listener) return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
+  const std::optional<Listener> listener = state_->find_listener(address, port);
+  if (!listener || !sub->reachable_through(listener->portid))
+    return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   if (anagrpid > sub->max_namespaces())
     return fmt::format("anagrpid {} is above subsystem {}'s ANAGRPMAX ({})", anagrpid, subnqn, sub->max_namespaces());
   const AnaPort* before = sub->ana_port(listener->portid);

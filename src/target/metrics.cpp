@@ -25,7 +25,7 @@ TargetMetrics Target::metrics() {
   {
     // No namespace is destroyed while it is read: removal holds this lock until it is gone.
     std::lock_guard lk(control_mu_);
-    for (const auto& s : state_->subsystems) {
+    for (const auto& s : state_->subsystems()) {
       const std::vector<Namespace*> nss = s->namespaces();
       m.subsystems.push_back({s->nqn(), uint64_t(s->controller_count()), uint64_t(nss.size())});
       for (const Namespace* ns : nss) {
@@ -49,9 +49,10 @@ TargetMetrics Target::metrics() {
     if (c.qid == 0) ++e.admin_queues;
     else ++e.io_queues;
   }
+  const std::vector<Listener> listeners = state_->listeners();
   for (auto& [key, e] : by_listener) {
     const uint16_t portid = std::get<1>(key);
-    for (const Listener& l : state_->listeners)
+    for (const Listener& l : listeners)
       if (l.portid == portid) e.listener = host_port(l.address, l.port);
     if (e.listener.empty() && portid == 0 && discovery_port_)
       e.listener = host_port(cfg_.listeners[0].address, discovery_port_);

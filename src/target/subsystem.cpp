@@ -127,6 +127,12 @@ void Subsystem::notify_namespace_changed(uint32_t nsid) {
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
 }
 
+void Subsystem::notify_discovery_log_changed() {
+  std::lock_guard lk(mu_);
+  for (auto& [id, c] : controllers_)
+    c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeDiscoveryLogChange, nvme::LogPageId::Discovery);
+}
+
 const AnaPort* Subsystem::ana_port(uint16_t portid) {
   std::lock_guard lk(ana_mu_);
   auto& p = ana_ports_[portid];
@@ -173,8 +179,64 @@ uint16_t Subsystem::allocate_cntlid() {
 
 std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller> c) {
   std::lock_guard lk(mu_);
+  if (deleted_.load(std::memory_order_relaxed)) return nullptr;
   controllers_[c->cntlid()] = c;
   return c;
+}
+
+size_t Subsystem::mark_deleted() {
+  std::lock_guard lk(mu_);
+  deleted_.store(true, std::memory_order_release);
+  size_t n = 0;
+  for (auto& [id, c] : controllers_) n += !c->dead.exchange(true);
+  return n;
+}
+
+size_t Subsystem::tear_down_controllers_on(uint16_t portid) {
+  std::lock_guard lk(mu_);
+  size_t n = 0;
+  for (auto& [id, c] : controllers_)
+    if (c->portid() == portid && !c->dead.exchange(true)) {
+      log::info("controller {} of {} torn down: host {} came in through a listener taken from the subsystem", id, nqn_,
+                c->hostnqn());
+      ++n;
+    }
+  return n;
+}
+
+bool Subsystem::reachable_through(uint16_t portid) const {
+  std::lock_guard lk(ports_mu_);
+  return every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
+}
+
+bool Subsystem::bound_to_every_listener() const {
+  std::lock_guard lk(ports_mu_);
+  return every_listener_;
+}
+
+void Subsystem::bind_listeners(std::vector<uint16_t> portids) {
+  std::lock_guard lk(ports_mu_);
+  every_listener_ = false;
+  portids_ = std::move(portids);
+}
+
+bool Subsystem::add_listener(uint16_t portid) {
+  std::lock_guard lk(ports_mu_);
+  if (every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end()) return false;
+  portids_.push_back(portid);
+  return true;
+}
+
+bool Subsystem::remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid) {
+  std::lock_guard lk(ports_mu_);
+  if (every_listener_) {
+    every_listener_ = false;
+    portids_ = every_portid;
+  }
+  auto it = std::find(portids_.begin(), portids_.end(), portid);
+  if (it == portids_.end()) return false;
+  portids_.erase(it);
+  return true;
 }
 
 std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {
@@ -267,11 +329,79 @@ WorkerPool& TargetState::workers() {
   return *workers_;
 }
 
-Subsystem* TargetState::find_subsystem(const std::string& nqn) const {
-  if (nqn == nvme::kDiscoveryNqn) return discovery.get();
-  for (auto& s : subsystems)
-    if (s->nqn() == nqn) return s.get();
+std::vector<std::shared_ptr<Subsystem>> TargetState::subsystems() const {
+  std::lock_guard lk(table_mu_);
+  return subsystems_;
+}
+
+std::shared_ptr<Subsystem> TargetState::find_subsystem(const std::string& nqn) const {
+  if (nqn == nvme::kDiscoveryNqn) return discovery;
+  std::lock_guard lk(table_mu_);
+  for (auto& s : subsystems_)
+    if (s->nqn() == nqn) return s;
   return nullptr;
+}
+
+bool TargetState::add_subsystem(std::shared_ptr<Subsystem> sub) {
+  std::lock_guard lk(table_mu_);
+  if (sub->nqn() == nvme::kDiscoveryNqn) return false;
+  for (auto& s : subsystems_)
+    if (s->nqn() == sub->nqn()) return false;
+  subsystems_.push_back(std::move(sub));
+  return true;
+}
+
+std::shared_ptr<Subsystem> TargetState::take_subsystem(const std::string& nqn) {
+  std::lock_guard lk(table_mu_);
+  for (auto it = subsystems_.begin(); it != subsystems_.end(); ++it)
+    if ((*it)->nqn() == nqn) {
+      auto s = std::move(*it);
+      subsystems_.erase(it);
+      return s;
+    }
+  return nullptr;
+}
+
+std::vector<Listener> TargetState::listeners() const {
+  std::lock_guard lk(table_mu_);
+  return listeners_;
+}
+
+std::optional<Listener> TargetState::find_listener(const std::string& address, uint16_t port) const {
+  std::lock_guard lk(table_mu_);
+  for (const auto& l : listeners_)
+    if (l.address == address && l.port == port) return l;
+  return std::nullopt;
+}
+
+uint16_t TargetState::next_portid() {
+  std::lock_guard lk(table_mu_);
+  return next_portid_++;
+}
+
+void TargetState::add_listener(Listener l) {
+  std::lock_guard lk(table_mu_);
+  listeners_.push_back(l);
+}
+
+void TargetState::set_listener_port(uint16_t portid, uint16_t port) {
+  std::lock_guard lk(table_mu_);
+  for (auto& l : listeners_)
+    if (l.portid == portid) l.port = port;
+}
+
+bool TargetState::remove_listener(uint16_t portid) {
+  std::lock_guard lk(table_mu_);
+  for (auto it = listeners_.begin(); it != listeners_.end(); ++it)
+    if (it->portid == portid) {
+      listeners_.erase(it);
+      return true;
+    }
+  return false;
+}
+
+Listener listener_of(const ListenerConfig& l) {
+  return {l.address, l.port, 0, l.address.find(':') != std::string::npos, l.wildcard(), l.tls_required};
 }
 
 std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFactory& factory) {
@@ -280,16 +410,24 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   dc.nqn = nvme::kDiscoveryNqn;
   dc.serial = "NVTCP-DISCOVERY";
   dc.model = "nvtcp discovery";
-  st.discovery = std::make_unique<Subsystem>(dc, true);
-  uint16_t portid = 1;
-  for (const auto& l : cfg.listeners)
-    st.listeners.push_back(
-        {l.address, l.port, portid++, l.address.find(':') != std::string::npos, l.wildcard(), l.tls_required});
+  st.discovery = std::make_shared<Subsystem>(dc, true);
+  std::vector<Listener> listeners;
+  for (const auto& l : cfg.listeners) {
+    listeners.push_back(listener_of(l));
+    listeners.back().portid = st.next_portid();
+    st.add_listener(listeners.back());
+  }
   for (const auto& sc : cfg.subsystems) {
-    auto sub = std::make_unique<Subsystem>(sc, false);
-    std::vector<uint16_t> bound;  // finalize_config checked that every name is a listener
-    for (const auto& name : sc.listeners)
-      if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(st.listeners[size_t(i)].portid);
+    auto sub = std::make_shared<Subsystem>(sc, false);
+    // Bound to the listeners it names, or to every one configured and the discovery port (0);
+    // not to those RPC adds later, which belong to the subsystems they are added to.
+    std::vector<uint16_t> bound;
+    if (sc.listeners.empty()) {
+      bound.push_back(0);
+      for (const Listener& l : listeners) bound.push_back(l.portid);
+    }
+    for (const auto& name : sc.listeners)  // finalize_config checked that every name is a listener
+      if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(listeners[size_t(i)].portid);
     sub->bind_listeners(std::move(bound));
     for (const auto& nc : sc.namespaces) {
       std::string err;
@@ -305,7 +443,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       bdev.uuid.clear();
       st.bdevs.add(bdev, nullptr, sc.nqn, nc.nsid);
     }
-    st.subsystems.push_back(std::move(sub));
+    if (!st.add_subsystem(std::move(sub))) return fmt::format("subsystem {} is listed twice", sc.nqn);
   }
   for (const auto& b : cfg.bdevs) {
     std::string err;

@@ -169,7 +169,7 @@ struct Listener {
   bool tls_required = false;  // connections start with TLS (discovery log: TREQ, TSAS)
 };
 
-class Subsystem {
+class Subsystem : public std::enable_shared_from_this<Subsystem> {
  public:
   Subsystem(const SubsystemConfig& cfg, bool discovery);
 
@@ -197,11 +197,22 @@ class Subsystem {
   // The controllers now (for listing).
   std::vector<std::shared_ptr<Controller>> controllers() const;
   // Whether hosts reach this subsystem through the listener with this port ID (0: the
-  // discovery-only port). Bound to named listeners, or to all of them (start-up only).
-  bool reachable_through(uint16_t portid) const {
-    return portids_.empty() || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
-  }
-  void bind_listeners(std::vector<uint16_t> portids) { portids_ = std::move(portids); }
+  // discovery-only port). The discovery subsystem is bound to every listener; the others to
+  // those build_state or RPC gives them (Connect and the discovery log read this, under a
+  // mutex; never the I/O path).
+  bool reachable_through(uint16_t portid) const;
+  bool bound_to_every_listener() const;
+  void bind_listeners(std::vector<uint16_t> portids);
+  bool add_listener(uint16_t portid);  // false: it was reachable through it already
+  // false: it was not. One bound to every listener is bound to the others of every_portid after.
+  bool remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid);
+  // Ends the controllers of hosts that came in through portid (their listener was taken from
+  // this subsystem); returns how many.
+  size_t tear_down_controllers_on(uint16_t portid);
+  // Deleted (RPC): no controller is added any more, and those there are torn down (their
+  // queues close within a controller poll). Returns how many.
+  size_t mark_deleted();
+  bool deleted() const { return deleted_.load(std::memory_order_acquire); }
 
   // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
   // max_namespaces. Without ANA reporting every path stays optimized.
@@ -232,6 +243,9 @@ class Subsystem {
   // Every controller gets a namespace attribute notice with nsid in its changed-namespace log
   // (a namespace added, removed or resized).
   void notify_namespace_changed(uint32_t nsid);
+  // Every controller gets a discovery log change notice (the discovery subsystem's, whose
+  // hosts asked for them: persistent discovery controllers).
+  void notify_discovery_log_changed();
   // Some namespace can lose a completed write until it is flushed (Identify VWC).
   bool volatile_write_cache() const;
   // Feature 06h: the cache is on for some namespace that has one.
@@ -247,6 +261,7 @@ class Subsystem {
   // Reservation notices a command caused: to every controller of each host named.
   void notify_reservation(uint32_t nsid, const std::vector<Reservations::Notice>& notices);
 
+  // The controller added, or null if the subsystem was deleted meanwhile.
   std::shared_ptr<Controller> add_controller(std::shared_ptr<Controller> c);
   std::shared_ptr<Controller> find_controller(uint16_t cntlid) const;
   void remove_controller(uint16_t cntlid);
@@ -260,7 +275,10 @@ class Subsystem {
   mutable std::mutex hosts_mu_;  // hosts_ and host_keys_
   std::vector<std::string> hosts_;
   std::map<std::string, HostKeys> host_keys_;
-  std::vector<uint16_t> portids_;  // empty: every listener
+  mutable std::mutex ports_mu_;     // portids_, every_listener_
+  bool every_listener_ = true;
+  std::vector<uint16_t> portids_;   // when not every_listener_
+  std::atomic<bool> deleted_{false};
   uint32_t max_namespaces_;
   std::unique_ptr<std::atomic<Namespace*>[]> ns_by_id_;  // [0 .. max_namespaces_], 0 unused
   mutable std::mutex ns_mu_;                             // namespaces_ (control path)
@@ -365,9 +383,7 @@ class OffloadHook {
 struct TargetState {
   TargetConfig config;
   ResourceUsage usage;
-  std::vector<std::unique_ptr<Subsystem>> subsystems;
-  std::unique_ptr<Subsystem> discovery;
-  std::vector<Listener> listeners;
+  std::shared_ptr<Subsystem> discovery;
   BdevTable bdevs;  // every namespace's device by name, and those RPC made for later
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
@@ -380,7 +396,29 @@ struct TargetState {
   // when this goes.
   WorkerPool& workers();
 
-  Subsystem* find_subsystem(const std::string& nqn) const;
+  // The subsystems and listeners come and go by RPC while reactors read them at Connect, in a
+  // TLS handshake and for the discovery log (never on the I/O path): both tables sit under one
+  // mutex and are read as copies. A subsystem copied out stays alive while it is held (its
+  // controllers hold it too), even if it is deleted meanwhile.
+  std::vector<std::shared_ptr<Subsystem>> subsystems() const;
+  // fn(Subsystem&) for each, under the table's lock (no copy: reactor 0's once-a-second look
+  // at the namespaces allocates nothing). fn must not change the table.
+  template <typename Fn>
+  void for_each_subsystem(Fn fn) const {
+    std::lock_guard lk(table_mu_);
+    for (const auto& s : subsystems_) fn(*s);
+  }
+  std::shared_ptr<Subsystem> find_subsystem(const std::string& nqn) const;  // the discovery NQN too
+  bool add_subsystem(std::shared_ptr<Subsystem> s);                          // false: its NQN exists
+  std::shared_ptr<Subsystem> take_subsystem(const std::string& nqn);         // out of the table
+  std::vector<Listener> listeners() const;
+  std::optional<Listener> find_listener(const std::string& address, uint16_t port) const;
+  // Port IDs are never reused, so a removed listener's ANA states and controllers cannot be
+  // mistaken for a later one's.
+  uint16_t next_portid();
+  void add_listener(Listener l);
+  void set_listener_port(uint16_t portid, uint16_t port);  // the port bind() really gave
+  bool remove_listener(uint16_t portid);
   // The budget of a principal (a vouched-for host NQN, or an address), shared by its
   // connections (made on its first Connect; control path, under a mutex).
   std::shared_ptr<HostBudget> host_budget(const std::string& principal);
@@ -390,7 +428,14 @@ struct TargetState {
   std::unordered_map<std::string, std::weak_ptr<HostBudget>> hosts_;
   std::once_flag workers_once_;
   std::unique_ptr<WorkerPool> workers_;
+  mutable std::mutex table_mu_;  // subsystems_, listeners_, next_portid_
+  std::vector<std::shared_ptr<Subsystem>> subsystems_;
+  std::vector<Listener> listeners_;
+  uint16_t next_portid_ = 1;
 };
+
+// What the tables hold for a configured listener (its port ID not yet given).
+Listener listener_of(const ListenerConfig& l);
 
 // Builds subsystems and namespaces from a finalized configuration.
 std::string build_state(const TargetConfig& cfg, TargetState& state, const DeviceFactory& factory = {});

@@ -54,6 +54,7 @@ struct Target::ListenSocket {
   uint64_t failures = 0;            // since the last log line
   int last_error = 0;
   uint64_t last_log_ns = 0;
+  bool closing = false;             // taken away by RPC: the next completion ends it
   ~ListenSocket() {
     if (fd >= 0) close(fd);
   }
@@ -135,34 +136,20 @@ std::string Target::start() {
   // so memory a burst of large commands took would stay with the process once they end.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   // Bind every listener first so that errors surface before any thread starts.
-  auto bind_one = [&](const std::string& addr, uint16_t port, std::string& err) -> std::unique_ptr<ListenSocket> {
-    reactor::Endpoint ep;
-    if (!reactor::resolve(addr, port, ep, err)) return nullptr;
-    int fd = reactor::listen_on(ep);
-    if (fd < 0) {
-      err = fmt::format("cannot listen on {}:{}: {}", addr, port, strerror(-fd));
-      return nullptr;
-    }
-    auto ls = std::make_unique<ListenSocket>();
-    ls->fd = fd;
-    ls->port = local_port(fd);
-    ls->name = fmt::format("{}:{}", addr, ls->port);
-    ls->target = this;
-    return ls;
-  };
-  for (size_t i = 0; i < cfg_.listeners.size(); ++i) {
+  const std::vector<Listener> listeners = state_->listeners();  // in configuration order
+  for (size_t i = 0; i < listeners.size(); ++i) {
     std::string err;
-    auto ls = bind_one(cfg_.listeners[i].address, cfg_.listeners[i].port, err);
+    auto ls = bind_listener(listeners[i].address, listeners[i].port, err);
     if (!ls) return err;
-    state_->listeners[i].port = ls->port;
-    ls->portid = state_->listeners[i].portid;
-    ls->tls = state_->listeners[i].tls_required;
+    state_->set_listener_port(listeners[i].portid, ls->port);
+    ls->portid = listeners[i].portid;
+    ls->tls = listeners[i].tls_required;
     ls->ktls = cfg_.listeners[i].ktls;
     sockets_.push_back(std::move(ls));
   }
   if (cfg_.discovery_port) {
     std::string err;
-    auto ls = bind_one(cfg_.listeners[0].address, cfg_.discovery_port, err);
+    auto ls = bind_listener(cfg_.listeners[0].address, cfg_.discovery_port, err);
     if (ls) {
       ls->tls = cfg_.listeners[0].tls_required;  // the discovery port is secured as the first listener
       ls->ktls = cfg_.listeners[0].ktls;
@@ -249,25 +236,43 @@ std::string Target::start() {
     revalidate_timer_.target = this;
     revalidate_timer_.fn = on_revalidate_timer;
     reactor::Reactor::current()->arm_timer(&revalidate_timer_, kRevalidateIntervalNs);
-    for (auto& ls : sockets_) {
-      ls->accept.owner = ls.get();
-      ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
-        auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
-        sock->target->on_accept(sock, res, flags);
-      };
-      ls->retry.owner = ls.get();
-      ls->retry.fn = [](reactor::Timer* t) {
-        ListenSocket* sock = static_cast<ListenSocket::Retry*>(t)->owner;
-        if (!sock->target->stopping_.load()) arm_accept(sock);
-      };
-      arm_accept(ls.get());
-    }
+    for (auto& ls : sockets_) start_accepting(ls.get());
   });
   started_ = true;
-  for (size_t i = 0; i < state_->listeners.size(); ++i)
-    log::info("listening on {}:{}", state_->listeners[i].address, state_->listeners[i].port);
+  for (const Listener& l : state_->listeners()) log::info("listening on {}:{}", l.address, l.port);
   if (discovery_port_) log::info("discovery service on {}:{}", cfg_.listeners[0].address, discovery_port_);
   return {};
+}
+
+std::unique_ptr<Target::ListenSocket> Target::bind_listener(const std::string& addr, uint16_t port, std::string& err) {
+  reactor::Endpoint ep;
+  if (!reactor::resolve(addr, port, ep, err)) return nullptr;
+  int fd = reactor::listen_on(ep);
+  if (fd < 0) {
+    err = fmt::format("cannot listen on {}:{}: {}", addr, port, strerror(-fd));
+    return nullptr;
+  }
+  auto ls = std::make_unique<ListenSocket>();
+  ls->fd = fd;
+  ls->port = local_port(fd);
+  ls->name = fmt::format("{}:{}", addr, ls->port);
+  ls->target = this;
+  return ls;
+}
+
+// On reactor 0.
+void Target::start_accepting(ListenSocket* ls) {
+  ls->accept.owner = ls;
+  ls->accept.fn = [](reactor::Completion* c, int res, uint32_t flags) {
+    auto* sock = static_cast<reactor::OwnedCompletion<ListenSocket>*>(c)->owner;
+    sock->target->on_accept(sock, res, flags);
+  };
+  ls->retry.owner = ls;
+  ls->retry.fn = [](reactor::Timer* t) {
+    ListenSocket* sock = static_cast<ListenSocket::Retry*>(t)->owner;
+    if (!sock->target->stopping_.load()) arm_accept(sock);
+  };
+  arm_accept(ls);
 }
 
 void Target::arm_accept(ListenSocket* sock) {
@@ -279,6 +284,11 @@ void Target::arm_accept(ListenSocket* sock) {
 
 // On reactor 0: one accepted connection, or an accept error.
 void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
+  if (sock->closing) {
+    if (res >= 0) ::close(res);  // came in as the listener went
+    if (!(flags & IORING_CQE_F_MORE)) retire_socket(sock);
+    return;
+  }
   std::string address;
   bool refused = false;  // by max_connections_per_address
   if (res >= 0 && cfg_.max_connections_per_address) {
@@ -360,10 +370,64 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
   arm_accept(sock);
 }
 
+// On reactor 0, once nothing of sock is in the ring: the socket goes (and its descriptor).
+// Later, from the reactor's queue, not from inside sock's own completion.
+void Target::retire_socket(ListenSocket* sock) {
+  reactor::Reactor::current()->cancel_timer(&sock->retry);
+  reactor::Reactor::current()->post([this, sock] {
+    auto it = std::find_if(sockets_.begin(), sockets_.end(), [sock](auto& ls) { return ls.get() == sock; });
+    if (it == sockets_.end()) return;
+    log::info("stopped listening on {}", sock->name);
+    sockets_.erase(it);
+  });
+}
+
+template <typename Fn>
+void Target::on_reactor0(Fn fn) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto f = done->get_future();
+  reactors_[0]->reactor->post([done, fn = std::move(fn)]() mutable {
+    fn();
+    done->set_value();
+  });
+  while (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
+    log::warn("control: reactor 0 has not finished its turn in 5 s; still waiting");
+}
+
+std::string Target::open_listener(const Listener& l, bool ktls, uint16_t& port) {
+  std::string err;
+  std::unique_ptr<ListenSocket> ls = bind_listener(l.address, l.port, err);
+  if (!ls) return err;
+  ls->portid = l.portid;
+  ls->tls = l.tls_required;
+  ls->ktls = ktls;
+  port = ls->port;
+  ListenSocket* raw = ls.release();  // sockets_ is reactor 0's: it takes the socket there
+  on_reactor0([this, raw] {
+    sockets_.emplace_back(raw);
+    start_accepting(raw);
+  });
+  log::info("listening on {}", raw->name);
+  return {};
+}
+
+void Target::close_listener(uint16_t portid) {
+  on_reactor0([this, portid] {
+    for (auto& ls : sockets_) {
+      if (ls->portid != portid || ls->closing) continue;
+      ls->closing = true;
+      // The multishot accept ends with an error (no more to come): on_accept retires the
+      // socket then. One waiting out a back-off has nothing in the ring: it goes now.
+      if (ls->retry.deadline_ns != 0) retire_socket(ls.get());
+      else ::shutdown(ls->fd, SHUT_RDWR);
+    }
+  });
+}
+
 void Target::on_revalidate_timer(reactor::Timer* t) {
   Target* self = static_cast<RevalidateTimer*>(t)->target;
   if (self->stopping_.load()) return;
-  for (auto& s : self->state_->subsystems) s->revalidate_namespaces();
+  self->state_->for_each_subsystem([](Subsystem& s) { s.revalidate_namespaces(); });
   reactor::Reactor::current()->arm_timer(t, kRevalidateIntervalNs);
 }
 
@@ -475,7 +539,8 @@ RequestStateEntries Target::request_entries() {
 }
 
 uint16_t Target::port(size_t listener) const {
-  return listener < state_->listeners.size() ? state_->listeners[listener].port : 0;
+  const std::vector<Listener> listeners = state_->listeners();
+  return listener < listeners.size() ? listeners[listener].port : 0;
 }
 
 uint64_t Target::io_count() const {

@@ -66,6 +66,24 @@ class Target {
   // came in through it get an ANA change notice. Subsystems without ANA reporting refuse.
   std::string set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port, uint32_t anagrpid,
                             nvme::AnaState state);
+  // A subsystem (nqn, serial, model, max_namespaces, allow_any_host, hosts, ana_reporting of
+  // sc; no namespaces, no listeners yet: RPC adds them). The NQN must be new.
+  std::string create_subsystem(SubsystemConfig sc);
+  // Takes a subsystem away: Connect to it fails from now on, its controllers are torn down
+  // (their connections close), the commands under way on its namespaces finish, and their
+  // devices go back to their bdevs. Hosts of other subsystems are untouched.
+  std::string delete_subsystem(const std::string& nqn);
+  // Makes subnqn reachable through the listener lc (opened if the target has none at that
+  // address and port; port 0: any free one); lc's port becomes the real one. The discovery
+  // NQN only opens the listener. Hosts on persistent discovery connections are told.
+  std::string add_listener(const std::string& subnqn, ListenerConfig& lc);
+  // Takes the listener address:port from subnqn: the controllers of hosts that came in
+  // through it are torn down. A listener no subsystem is reachable through any more is
+  // closed; the discovery NQN closes it at once, for every subsystem.
+  std::string remove_listener(const std::string& subnqn, const std::string& address, uint16_t port);
+  // The discovery log changed (subsystems, listeners, allowed hosts): a new generation, and a
+  // notice to the hosts on persistent discovery connections.
+  void discovery_log_changed();
   // Returns once every reactor has finished the turn it was in (none still uses what the
   // caller took out of a shared table before calling).
   void quiesce();
@@ -98,12 +116,28 @@ class Target {
   } revalidate_timer_;
   static void on_revalidate_timer(reactor::Timer* t);
   static void arm_accept(ListenSocket* sock);
+  std::unique_ptr<ListenSocket> bind_listener(const std::string& addr, uint16_t port, std::string& err);
+  void start_accepting(ListenSocket* ls);  // reactor 0
+  void retire_socket(ListenSocket* sock);  // reactor 0
+  // Runs fn on reactor 0 and waits for it (control thread).
+  template <typename Fn>
+  void on_reactor0(Fn fn);
+  // Control thread: a socket for listener l (its port ID given) accepting on reactor 0; port
+  // gets the port it really has. Error or empty.
+  std::string open_listener(const Listener& l, bool ktls, uint16_t& port);
+  // Control thread: listener portid stops accepting and its socket closes (connections made
+  // through it are not touched here).
+  void close_listener(uint16_t portid);
+
   void on_accept(ListenSocket* sock, int res, uint32_t flags);
   void raise_descriptor_limit();
 
   TargetConfig cfg_;
   DeviceFactory factory_;
   std::mutex control_mu_;  // one live change at a time
+  // Detaches every namespace of sub, waits for the commands on them, gives their devices
+  // back to their bdevs (control_mu_ held).
+  void release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss);
   // Namespaces removed whose commands never finished (a device that stopped answering): kept
   // alive rather than freed under them.
   std::mutex graveyard_mu_;

@@ -14,7 +14,7 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
   if (!auth::parse_psk_identity(identity, id, why)) return false;
   std::shared_ptr<const auth::ConfiguredPsk> psk;  // held: RPC may remove the host meanwhile
   if (id.subnqn == nvme::kDiscoveryNqn) {
-    for (const auto& s : state_.subsystems) {
+    for (const auto& s : state_.subsystems()) {
       auto k = s->host_allowed(id.hostnqn) ? s->host_keys(id.hostnqn) : std::nullopt;
       if (k && k->psk) {
         psk = k->psk;
@@ -22,7 +22,7 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
       }
     }
   } else {
-    const Subsystem* sub = state_.find_subsystem(id.subnqn);
+    const std::shared_ptr<const Subsystem> sub = state_.find_subsystem(id.subnqn);
     if (!sub) {
       why = fmt::format("no subsystem {}", id.subnqn);
       return false;

@@ -25,10 +25,12 @@ inline constexpr uint8_t kFeatureHostIdentifier = 0x81;        // CDW11 bit 0 EX
 inline constexpr uint32_t kHostBehaviorLen = 512;
 
 // Feature 0Bh: bits 7:0 enable SMART critical warnings, bit 8 namespace attribute notices,
-// bit 11 ANA change notices (the same bits as OAES announces them).
+// bit 11 ANA change notices, bit 31 discovery log change notices (a discovery controller's
+// only one); the same bits as OAES announces them.
 inline constexpr uint32_t kAecSmartWarnings = 0xFF;
 inline constexpr uint32_t kAecNamespaceAttribute = 1u << 8;
 inline constexpr uint32_t kAecAnaChange = 1u << 11;
+inline constexpr uint32_t kAecDiscoveryLogChange = 1u << 31;
 // The critical warnings NVMe 1.4 defines (spare, temperature, reliability, read-only, volatile
 // memory backup): what a host may ask of any controller (nvmet refuses the other bits of 7:0).
 inline constexpr uint32_t kAecSmartWarningsDefined = 0x1F;

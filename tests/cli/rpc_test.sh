@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The target's JSON-RPC socket from the command line: `nvtcp rpc` lists, allows and removes a
-# host (a host removed is refused at its next connect, nvtcp perf's connect here), a client
+# host (a host removed is refused at its next connect, nvtcp perf's connect here), makes and
+# deletes a subsystem with a listener of its own, a client
 # framed as SPDK's rpc.py frames requests (pretty-printed, no newline, several on one
 # connection) is answered in order, and errors exit 1 with the server's message. Where SPDK's
 # own rpc.py is found (NVTCP_SPDK_RPC, or ../shared/spdk beside the source tree) the same calls
@@ -63,6 +64,30 @@ grep -q "Asymmetric Access Inaccessible" "$dir/perf-ana.log" || fail "no ANA sta
 grep -q "group 1: optimized -> inaccessible" "$dir/target.log" || fail "the ANA transition was not logged"
 ana optimized
 connects || fail "no I/O once the path was optimized again: $(tail -2 "$dir/perf.log")"
+
+# A subsystem made live, on a listener of its own (port 0: the target picks one): I/O through
+# it; the listener taken away, the port closes; the subsystem deleted, its bdev is free again.
+NQN2=nqn.2026-12.io.nvtcp:rpc-live
+rpc nvmf_create_subsystem --nqn "$NQN2" --allow-any-host true --serial-number NVTCPLIVE1 >/dev/null
+rpc bdev_malloc_create --name Live0 --num-blocks 8192 --block-size 512 >/dev/null
+rpc nvmf_subsystem_add_ns --nqn "$NQN2" --namespace.bdev-name Live0 >/dev/null
+rpc nvmf_subsystem_add_listener --nqn "$NQN2" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
+  --listen-address.trsvcid 0 >/dev/null
+port2=$(rpc nvmf_subsystem_get_listeners --nqn "$NQN2" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["address"]["trsvcid"])')
+[ "$port2" != "$port" ] || fail "the new subsystem's listener is the first one"
+live="trtype:tcp traddr:127.0.0.1 trsvcid:$port2 subnqn:$NQN2 ns:1"
+"$NVTCP" perf -r "$live" -q 4 -o 4K -w randrw -t 1 --verify >"$dir/perf-live.log" 2>&1 \
+  || fail "no verified I/O to the subsystem made live: $(tail -2 "$dir/perf-live.log")"
+"$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN2 ns:1" -q 1 -o 4K -w randread -t 1 \
+  >"$dir/perf-live.log" 2>&1 && fail "the new subsystem was reachable through a listener not added to it"
+rpc nvmf_subsystem_remove_listener --nqn "$NQN2" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
+  --listen-address.trsvcid "$port2" >/dev/null
+for _ in $(seq 100); do grep -q "stopped listening on 127.0.0.1:$port2" "$dir/target.log" && break; sleep 0.05; done
+grep -q "stopped listening on 127.0.0.1:$port2" "$dir/target.log" || fail "the listener nobody uses was not closed"
+rpc nvmf_delete_subsystem --nqn "$NQN2" >/dev/null
+grep -q "subsystem $NQN2 deleted" "$dir/target.log" || fail "no log line for the deleted subsystem"
+rpc bdev_malloc_delete --name Live0 >/dev/null
+connects || fail "the first subsystem stopped serving: $(tail -2 "$dir/perf.log")"
 
 # Only listed hosts: refused, listed: let in, removed: refused again.
 rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
@@ -129,7 +154,18 @@ if [ -f "$spdk_rpc" ]; then
     || fail "rpc.py nvmf_subsystem_get_listeners"
   connects || fail "no I/O through a non-optimized path"
   spdk nvmf_subsystem_listener_set_ana_state "$NQN" -t tcp -a 127.0.0.1 -s "$port" -n optimized || fail "rpc.py set_ana_state (all groups)"
-  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete, listener_set_ana_state, get_listeners"
+  # A subsystem and its listener from rpc.py (which names the port: a free one is found first).
+  free_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  spdk nvmf_create_subsystem "$NQN2" -a -s SPDK00000000000002 -m 4 -r || fail "rpc.py nvmf_create_subsystem"
+  [ "$(spdk bdev_null_create Null2 64 512)" = Null2 ] || fail "rpc.py bdev_null_create"
+  spdk nvmf_subsystem_add_ns "$NQN2" Null2 || fail "rpc.py nvmf_subsystem_add_ns (new subsystem)"
+  spdk nvmf_subsystem_add_listener "$NQN2" -t tcp -a 127.0.0.1 -s "$free_port" -f ipv4 || fail "rpc.py nvmf_subsystem_add_listener"
+  "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$free_port subnqn:$NQN2 ns:1" -q 4 -o 4K -w randread -t 1 \
+    >"$dir/perf-spdk.log" 2>&1 || fail "no I/O through the listener rpc.py added: $(tail -2 "$dir/perf-spdk.log")"
+  spdk nvmf_subsystem_remove_listener "$NQN2" -t tcp -a 127.0.0.1 -s "$free_port" -f ipv4 || fail "rpc.py nvmf_subsystem_remove_listener"
+  spdk nvmf_delete_subsystem "$NQN2" || fail "rpc.py nvmf_delete_subsystem"
+  spdk bdev_null_delete Null2 || fail "rpc.py bdev_null_delete"
+  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete, listener_set_ana_state, get_listeners, create_subsystem, add_listener, remove_listener, delete_subsystem"
 else
   echo "SPDK's rpc.py not found (NVTCP_SPDK_RPC): its part skipped"
 fi

@@ -47,7 +47,7 @@ void check(target::Controller& c, uint32_t cc, bool notified) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   target::TargetState& st = state();
   const uint8_t hostid[16] = {};
-  for (target::Subsystem* sub : {st.subsystems[0].get(), st.discovery.get()}) {
+  for (target::Subsystem* sub : {st.subsystems()[0].get(), st.discovery.get()}) {
     target::Controller c(st, *sub, 1, "nqn.2014-08.org.nvmexpress:uuid:fuzz", hostid, 0);
     bool notified = false;  // a shutdown notice since the last reset
     uint32_t cc = 0;

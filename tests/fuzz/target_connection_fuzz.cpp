@@ -37,7 +37,7 @@ target::TargetState& state() {
     target::finalize_config(cfg);
     auto* s = new target::TargetState();
     target::build_state(cfg, *s);
-    target::Subsystem* sub = s->find_subsystem(sc.nqn);
+    target::Subsystem* sub = s->find_subsystem(sc.nqn).get();
     uint8_t hostid[16];
     for (uint8_t i = 0; i < 16; ++i) hostid[i] = i;
     auto ctrl = sub->add_controller(

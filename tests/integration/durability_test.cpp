@@ -157,7 +157,7 @@ class DurabilityOrdering : public ::testing::Test {
     cfg.subsystems.push_back(sub);
     target_ = std::make_unique<RunningTarget>(cfg);
     auto& state = target_->target().state();
-    for (uint32_t nsid : {2u, 3u}) state.subsystems[0]->find_namespace(nsid)->device->set_sync_observer(&log_);
+    for (uint32_t nsid : {2u, 3u}) state.subsystems()[0]->find_namespace(nsid)->device->set_sync_observer(&log_);
     state.response_observer.store(&log_);
     std::string err;
     ctrl_ = Controller::connect(target_->trid(), {}, err);

@@ -188,7 +188,7 @@ TEST(FusedCompareAndWrite, AWriteHeldBackByOnePairGoesBeforeTheNextPair) {
     RunningTarget& t;
     ~Unobserve() { t.target().state().response_observer.store(nullptr); }
   } unobserve{t};
-  target::WriteFence& fence = t.target().state().subsystems[0]->find_namespace(kRamNsid)->fence;
+  target::WriteFence& fence = t.target().state().subsystems()[0]->find_namespace(kRamNsid)->fence;
   Session admin_d, d, admin_1, f1, admin_w, w, admin_2, f2;
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_d, d));
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin_1, f1));

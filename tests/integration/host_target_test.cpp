@@ -933,7 +933,7 @@ TEST(HostTarget, HostAllowList) {
 
 TEST(HostTarget, KeepAliveKeepsIdleControllerAndTeardownRemovesIt) {
   RunningTarget t;
-  auto& subsys = *t.target().state().subsystems[0];
+  auto& subsys = *t.target().state().subsystems()[0];
   EXPECT_EQ(subsys.controller_count(), 0u);
   std::string err;
   ControllerOptions o;

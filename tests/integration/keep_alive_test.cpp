@@ -23,7 +23,7 @@ TEST(KeepAlive, SilentHostLosesItsControllerAfterKato) {
   ASSERT_TRUE(ctrl) << err;
   auto qp = ctrl->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
-  auto& sub = *t.target().state().subsystems[0];
+  auto& sub = *t.target().state().subsystems()[0];
   EXPECT_EQ(sub.controller_count(), 1u);
   // Expiry tears the controller down; its I/O queue is closed too.
   EXPECT_TRUE(test::wait_for([&] { return sub.controller_count() == 0; }, 3000));
@@ -52,6 +52,6 @@ TEST(KeepAlive, HostThatSendsKeepAliveStays) {
   // clock in HostTiming.KeepAliveInterval, and when a live controller sends it in
   // HostSteppedClock.KeepAliveGoesOutAtTheInterval; here only the margin (1 s of 2) matters.
   std::this_thread::sleep_for(std::chrono::milliseconds(4500));
-  EXPECT_EQ(t.target().state().subsystems[0]->controller_count(), 1u);
+  EXPECT_EQ(t.target().state().subsystems()[0]->controller_count(), 1u);
   EXPECT_FALSE(ctrl->failed());
 }

@@ -22,20 +22,6 @@ using host::Completion;
 using host::Controller;
 using host::QueuePair;
 
-// The bdev named "gated" is a GatedDevice (Deallocate held until released); every other one is
-// built in.
-struct GatedFactory {
-  std::atomic<GatedDevice*> dev{nullptr};
-  target::DeviceFactory factory() {
-    return [this](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
-      if (nc.name != "gated") return nullptr;
-      auto d = std::make_unique<GatedDevice>(nc.size);
-      dev = d.get();
-      return d;
-    };
-  }
-};
-
 target::NamespaceConfig bdev(const std::string& name, const std::string& type, uint64_t size, uint32_t bs = 512) {
   target::NamespaceConfig nc;
   nc.name = name;

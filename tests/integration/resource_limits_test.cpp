@@ -494,7 +494,7 @@ TEST(ResourceLimits, KeepAliveExpiryFreesEveryConnectionOfTheController) {
   EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == 0; }, kDeadlineMs))
       << t.target().live_connections() << " connections outlived their controller";
   EXPECT_EQ(t.target().buffer_bytes(), 0u);
-  EXPECT_EQ(t.target().state().subsystems[0]->controller_count(), 0u);
+  EXPECT_EQ(t.target().state().subsystems()[0]->controller_count(), 0u);
   for (auto& q : qps) {
     EXPECT_TRUE(wait_for(
         [&] {

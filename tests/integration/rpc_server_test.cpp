@@ -4,6 +4,7 @@
 // mid-request, never reading), the socket's permissions and its life, and host access changed
 // live (a host removed is refused at its next Connect, one added is let in).
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "control/rpc_server.hpp"
+#include "nvtcp/host.hpp"
 #include "control/target_methods.hpp"
 #include "test_target.hpp"
 
@@ -401,6 +403,82 @@ TEST(RpcServer, ListenerAnaStatesAsRpcPySetsThem) {
     }
   EXPECT_TRUE(reporting);
   EXPECT_TRUE(grouped);
+}
+
+// The sequence an SPDK set-up script runs (rpc.py's shapes), then undone: a subsystem made,
+// given a namespace and a listener of its own with an ANA state, listed, saved (and the saved
+// configuration loads back into a target that serves it), then taken apart.
+TEST(RpcServer, SubsystemsAndListenersMadeAndTakenAwayAsRpcPySendsThem) {
+  RpcFixture f("subsystems");
+  const std::string nqn = "nqn.2016-06.io.spdk:cnode1";
+  auto address = [](const std::string& port) {
+    return Json{{"trtype", "TCP"}, {"adrfam", "IPv4"}, {"traddr", "127.0.0.1"}, {"trsvcid", port}};
+  };
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"serial_number", "SPDK00000000000001"},
+                                             {"model_number", "SPDK bdev Controller"}, {"allow_any_host", true},
+                                             {"max_namespaces", 0}, {"ana_reporting", true}, {"min_cntlid", 1},
+                                             {"max_cntlid", 65519}, {"max_discard_size_kib", 0},
+                                             {"max_write_zeroes_size_kib", 0}})["result"],
+            true);
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}})["error"]["code"], control::kInvalidParams) << "twice";
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "x"}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "nqn.2026-12.io.nvtcp:s"}, {"max_cntlid", 7}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "nqn.2026-12.io.nvtcp:s"}, {"serial_number", 5}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("bdev_malloc_create", {{"name", "Malloc1"}, {"num_blocks", 16384}, {"block_size", 512}})["result"],
+            "Malloc1");
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc1"}}}})["result"], 1);
+
+  // A listener of its own, on a port the target picks (rpc.py would name one).
+  EXPECT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", address("0")},
+                                                   {"secure_channel", false}, {"ana_state", "non_optimized"}})["result"],
+            true);
+  Json listeners = f.call("nvmf_subsystem_get_listeners", {{"nqn", nqn}})["result"];
+  ASSERT_EQ(listeners.size(), 1u);
+  const std::string port = listeners[0]["address"]["trsvcid"];
+  EXPECT_NE(port, std::to_string(f.t.port())) << "a listener of its own, not the target's first";
+  EXPECT_EQ(listeners[0]["ana_states"][0]["ana_state"], "non_optimized");
+  EXPECT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", address("70000")}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", "nqn.2026-12.io.nvtcp:none"}, {"listen_address", address(port)}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  std::string err;
+  host::TransportId trid = f.t.trid(nqn);
+  trid.trsvcid = uint16_t(std::stoul(port));
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  EXPECT_TRUE(host::Controller::connect(trid, o, err)) << err;
+  EXPECT_FALSE(host::Controller::connect(f.t.trid(nqn), o, err)) << "reachable through a listener not added to it";
+
+  Json subs = f.call("nvmf_get_subsystems", {{"nqn", nqn}})["result"];
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_EQ(subs[0]["serial_number"], "SPDK00000000000001");
+  EXPECT_EQ(subs[0]["listen_addresses"].size(), 1u);
+  EXPECT_EQ(subs[0]["namespaces"].size(), 1u);
+
+  // What save_config writes makes the same target again.
+  Json saved = f.call("save_config")["result"];
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(saved, again), "");
+  ASSERT_EQ(target::finalize_config(again), "");
+  const auto made = std::find_if(again.subsystems.begin(), again.subsystems.end(), [&](auto& s) { return s.nqn == nqn; });
+  ASSERT_NE(made, again.subsystems.end());
+  EXPECT_EQ(made->listeners, std::vector<std::string>{"127.0.0.1:" + port});
+  EXPECT_EQ(made->namespaces.size(), 1u);
+  EXPECT_TRUE(made->ana_reporting);
+
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_listener", {{"nqn", nqn}, {"listen_address", address(port)}})["result"], true);
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_listener", {{"nqn", nqn}, {"listen_address", address(port)}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_delete_subsystem", {{"nqn", nqn}})["result"], true);
+  EXPECT_EQ(f.call("nvmf_delete_subsystem", {{"nqn", nqn}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", nqn}})["error"]["code"], control::kNoSuchDevice);
+  Json bdevs = f.call("bdev_get_bdevs", {{"name", "Malloc1"}})["result"];
+  ASSERT_EQ(bdevs.size(), 1u) << "the bdev outlives the subsystem, free again";
+  EXPECT_EQ(f.call("bdev_malloc_delete", {{"name", "Malloc1"}})["result"], true);
+  EXPECT_EQ(f.call("nvmf_get_subsystems")["result"].size(), 2u) << "the discovery subsystem and the first one";
 }
 
 TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {

@@ -328,7 +328,7 @@ TEST(TargetFaults, HostThatStopsReadingIsBoundedAndOthersAreServed) {
 
   // Its Keep Alives stop reaching the target too: expiry frees the controller and its queues.
   proxy.stall(0, Direction::ToTarget, true);
-  EXPECT_TRUE(wait_for([&] { return t.target().state().subsystems[0]->controller_count() == 0; }, kDeadlineMs));
+  EXPECT_TRUE(wait_for([&] { return t.target().state().subsystems()[0]->controller_count() == 0; }, kDeadlineMs));
   EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == base; }, kDeadlineMs))
       << t.target().live_connections() << " connections still live";
   EXPECT_EQ(t.target().buffer_bytes(), 0u);
@@ -367,7 +367,7 @@ TEST(TargetFaults, StalledHostThatDisconnectsFreesEverything) {
   }
   EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == base; }, kDeadlineMs))
       << t.target().live_connections() << " connections still live";
-  EXPECT_EQ(t.target().state().subsystems[0]->controller_count(), 0u);
+  EXPECT_EQ(t.target().state().subsystems()[0]->controller_count(), 0u);
   EXPECT_TRUE(fresh_client_ok(t, 11));
 }
 

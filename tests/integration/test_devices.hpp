@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Block devices for integration tests that need a device to misbehave on cue.
 #pragma once
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -87,5 +88,19 @@ inline target::DeviceFactory gated_devices(GatedDevice*& dev) {
     return d;
   };
 }
+
+// The bdev named "gated" is a GatedDevice (Deallocate held until released); every other one is
+// built in.
+struct GatedFactory {
+  std::atomic<GatedDevice*> dev{nullptr};
+  target::DeviceFactory factory() {
+    return [this](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+      if (nc.name != "gated") return nullptr;
+      auto d = std::make_unique<GatedDevice>(nc.size);
+      dev = d.get();
+      return d;
+    };
+  }
+};
 
 }  // namespace nvtcp::test

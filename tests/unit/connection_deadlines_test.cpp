@@ -217,7 +217,7 @@ struct ConnectionDeadlines : ::testing::Test {
     ASSERT_TRUE(h.icreq());
     ASSERT_TRUE(h.connect(kNqn, 1, cntlid, 0));
   }
-  size_t controllers() { return state().subsystems[0]->controller_count(); }
+  size_t controllers() { return state().subsystems()[0]->controller_count(); }
 };
 
 TEST_F(ConnectionDeadlines, NoICReqIsClosedAtItsDeadlineNotBefore) {
