@@ -21,6 +21,12 @@
 #                          notice, log 0Ch) and I/O through the head device goes on, read back equal
 #   io.flip                a 16 MiB O_DIRECT write runs while A, then B turn inaccessible and back: no
 #                          I/O error reaches dd, and the data reads back equal
+#   io.cut                 fio (write, crc32c verify) runs through the head device while
+#                          nvmf_subsystem_remove_listener takes listener A away (its controller torn
+#                          down, its port closed): fio sees no I/O error and every block verifies
+#   cut.down, cut.restored A's controller is not live while its listener is gone; added back
+#                          (nvmf_subsystem_add_listener), the kernel reconnects by itself and the path
+#                          is live and optimized again, taking I/O
 #   ns.add, io.ns2         bdev_null_create + nvmf_subsystem_add_ns: /dev/nvmeXn2 appears with its size
 #                          (namespace attribute notice, changed-namespace log), without a reconnect,
 #                          and takes I/O (a NULL namespace: writes taken, zeros read)
@@ -75,9 +81,10 @@ rpc() { "$NVTCP" rpc -s "$SOCK" "$@"; }
 kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/fabric.sh" "NQN=$NQN" "PORT_A=$PORT_A" "PORT_B=$PORT_B" \
   "HOSTNQN=$HOSTNQN" "HOSTID=$HOSTID" "RAM_MIB=$RAM_MIB"
 # GNU dd (busybox dd has no iflag/oflag=direct), with this machine's loader and libraries.
-stage_host_binaries "$WORK/hostbin.cpio" "$(command -v dd)" || die "could not stage dd for the guest"
+stage_host_binaries "$WORK/hostbin.cpio" "$(command -v dd)" "$(command -v fio)" || die "could not stage dd and fio for the guest"
 cat "$WORK/hostbin.cpio" >>"$WORK/initrd.cpio"
-kernel_boot fabric "$WORK/initrd.cpio"
+# fio's libraries (its Ceph and Gluster engines among them) unpack into the guest's memory.
+KERNEL_MEMORY=1024M kernel_boot fabric "$WORK/initrd.cpio"
 T0=$SECONDS
 
 # ana_state PORT STATE: the guest's names (non-optimized) are RPC's with a dash.
@@ -104,6 +111,13 @@ while :; do
       rpc bdev_null_create --name Live2 --num-blocks $((RAM_MIB * 2048)) --block-size 512 >/dev/null \
         && [[ $(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Live2 --namespace.nsid 2) == 2 ]] \
         || fail "rpc for request $next (ns-add)" ;;
+    cut)  # once fio is under way
+      sleep 1.5
+      rpc nvmf_subsystem_remove_listener --nqn "$NQN" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
+        --listen-address.trsvcid "${req[1]}" >/dev/null || fail "rpc for request $next (${req[*]})" ;;
+    restore)
+      rpc nvmf_subsystem_add_listener --nqn "$NQN" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
+        --listen-address.trsvcid "${req[1]}" >/dev/null || fail "rpc for request $next (${req[*]})" ;;
     ns-resize) rpc bdev_null_resize --name Live2 --new-size $((RAM_MIB * 2)) >/dev/null || fail "rpc for request $next (ns-resize)" ;;
     ns-remove)
       rpc nvmf_subsystem_remove_ns --nqn "$NQN" --nsid 2 >/dev/null && rpc bdev_null_delete --name Live2 >/dev/null \
@@ -125,8 +139,8 @@ grep -qa 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest scr
 declare -A STATUS=()
 while read -r verdict step; do STATUS[$step]=$verdict; done \
   < <(sed -nE 's/^NVTCP-GUEST \[[0-9.]+\] (PASS|FAIL) ([a-z0-9.-]+).*/\1 \2/p' "$WORK/console.txt")
-STEPS=(connect multipath id.ana ana.initial list-subsys io.head ana.a ana.b ana.c io.flip ns.add io.ns2 ns.resize
-       ns.remove ns.noreconnect)
+STEPS=(connect multipath id.ana ana.initial list-subsys io.head ana.a ana.b ana.c io.flip io.cut cut.down cut.restored
+       ns.add io.ns2 ns.resize ns.remove ns.noreconnect)
 for s in "${STEPS[@]}"; do
   case ${STATUS[$s]:-missing} in
     PASS) ;;

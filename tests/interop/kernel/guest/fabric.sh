@@ -80,7 +80,7 @@ dmesg -c >/dev/null
 
 # --- two paths, one namespace ---------------------------------------------------------------------
 for p in "$PORT_A" "$PORT_B"; do
-  nvme connect -t tcp -a 10.0.2.2 -s "$p" -n "$NQN" >/tmp/connect.out 2>&1 \
+  nvme connect -t tcp -a 10.0.2.2 -s "$p" -n "$NQN" --reconnect-delay=1 >/tmp/connect.out 2>&1 \
     || fail "connect.$p" "$(tail -1 /tmp/connect.out)"
 done
 CA=$(ctrl_at "$PORT_A"); CB=$(ctrl_at "$PORT_B")
@@ -141,6 +141,32 @@ fi
 within 20 ana_is "$CA" 1 optimized && within 20 ana_is "$CB" 1 optimized \
   || fail ana.restored "path states: $(ana_of "$CA" 1) / $(ana_of "$CB" 1)"
 kmsg ana
+
+# --- a listener cut during an fio verify run: no I/O error, the data verifies, the path comes
+# back by itself once the listener is added again --------------------------------------------------
+( fio --name=cut --filename="/dev/$H1" --direct=1 --ioengine=psync --rw=write --bs=64k --size=24M --rate=6m \
+      --verify=crc32c --verify_fatal=1 --output=/tmp/fio.out >/dev/null 2>/tmp/fio.err
+  echo $? >/tmp/fio.rc ) &
+BG=$!
+request cut "$PORT_A"
+wait $BG
+sed 's/^/FIO /' /tmp/fio.out
+if [ "$(cat /tmp/fio.rc)" = 0 ] && grep -q "err= 0" /tmp/fio.out && ! grep -qi "verify" /tmp/fio.err; then
+  pass io.cut "fio wrote and verified 24 MiB through /dev/$H1 while listener $PORT_A was removed"
+else
+  fail io.cut "fio exit $(cat /tmp/fio.rc): $(tail -2 /tmp/fio.err | tr '\n' ' ') $(grep -m1 'err=' /tmp/fio.out)"
+fi
+state_of() { cat "/sys/class/nvme/$1/state" 2>/dev/null; }
+state_is() { [ "$(state_of "$1")" = "$2" ]; }
+if [ "$(state_of "$CA")" != live ]; then pass cut.down "$CA is $(state_of "$CA") while its listener is gone"
+else fail cut.down "$CA is still live"; fi
+request restore "$PORT_A"
+if within 40 state_is "$CA" live && within 20 ana_is "$CA" 1 optimized; then
+  rw io.restored "$H1" 4 && pass cut.restored "$CA live and optimized again, I/O through /dev/$H1"
+else
+  fail cut.restored "$CA is $(state_of "$CA"), path $(ana_of "$CA" 1)"
+fi
+kmsg cut
 
 # --- namespaces made, resized and removed by RPC appear, change and go without a reconnect -------
 request ns-add
