@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "nvtcp/log.hpp"
+#include "util/log.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"nvtcp: a userspace NVMe/TCP target, initiator and benchmark"};
@@ -12,9 +13,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "nvtcp " NVTCP_VERSION);
   std::string log_level;
   app.add_option("--log-level", log_level, "debug, info, warn, error or off (also NVTCP_LOG)");
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text, or json: one JSON object per line (time, level, message; connect, disconnect, auth, "
+                 "termreq and ana_change events with their own keys) for a log shipper")
+      ->check(CLI::IsMember({"text", "json"}));
   app.parse_complete_callback([&] {
     nvtcp::LogLevel l;
     if (!log_level.empty() && nvtcp::parse_log_level(log_level, l)) nvtcp::set_log_level(l);
+    nvtcp::log::Format f;
+    if (nvtcp::log::parse_format(log_format, f)) nvtcp::log::set_format(f);
   });
   int rc = 0;
   nvtcp::app::add_target_command(app, rc);

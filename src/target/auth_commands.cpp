@@ -110,18 +110,33 @@ void CommandQueue::finish_auth(Request& r) {
   const std::string& hostnqn = ctrl_->hostnqn();
   const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
-    log::warn("{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(), hostnqn, qid_,
-              auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
-              auth_required_ ? "; the queue closes" : "");
+    log::event(log::Level::Warn, "auth",
+               {{"host_nqn", hostnqn},
+                {"address", transport_.peer()},
+                {"subsystem", ctrl_->subsystem().nqn()},
+                {"qid", std::to_string(qid_)},
+                {"result", "failure"},
+                {"reason", auth_failure_name(auth_->failure_reason())}},
+               "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(), hostnqn, qid_,
+               auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
+               auth_required_ ? "; the queue closes" : "");
     // A host that had to authenticate and did not goes; one that needed not keeps its queue.
     if (auth_required_) transport_.close_after_response();
     auth_.reset();
     authenticated_ = false;
   } else if (auth_->authenticated() && !was_authenticated) {
-    log::info("{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
-              authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
-              dh_group_name(auth_->dh_group()),
-              auth_->bidirectional() ? ", controller authenticated to the host too" : "");
+    log::event(log::Level::Info, "auth",
+               {{"host_nqn", hostnqn},
+                {"address", transport_.peer()},
+                {"subsystem", ctrl_->subsystem().nqn()},
+                {"qid", std::to_string(qid_)},
+                {"result", "success"},
+                {"hash", dhchap_hash_name(auth_->hash())},
+                {"dhgroup", dh_group_name(auth_->dh_group())}},
+               "{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
+               authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
+               dh_group_name(auth_->dh_group()),
+               auth_->bidirectional() ? ", controller authenticated to the host too" : "");
     if (budget_after_auth_ && !move_to_host_budget()) transport_.close_after_response();
     // A queue stays authenticated while its host re-authenticates, as nvmet's does: its commands
     // go on, and only a failed transaction ends it.

@@ -153,8 +153,14 @@ void CommandQueue::end_controller(const char* why) {
   if (qid_ == 0) {
     ctrl_->detach_admin_queue();
     if (!ctrl_->dead.exchange(true))
-      log::info("{}: controller {} of {} torn down: {}", transport_.peer(), ctrl_->cntlid(), ctrl_->subsystem().nqn(),
-                why);
+      log::event(log::Level::Info, "disconnect",
+                 {{"host_nqn", ctrl_->hostnqn()},
+                  {"address", transport_.peer()},
+                  {"subsystem", ctrl_->subsystem().nqn()},
+                  {"cntlid", std::to_string(ctrl_->cntlid())},
+                  {"reason", why}},
+                 "{}: controller {} of {} torn down: {}", transport_.peer(), ctrl_->cntlid(), ctrl_->subsystem().nqn(),
+                 why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
   } else {
     ctrl_->unregister_io_queue(qid_, this);

@@ -239,9 +239,15 @@ void CommandQueue::execute_connect(Request& r) {
   auth_required_ = keys && keys->dhchap;
   budget_after_auth_ = must_prove;
   transport_.connected();
-  log::info("{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
-            ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
-            transport_.link_features(), auth_required_ ? ", must authenticate" : "");
+  log::event(log::Level::Info, "connect",
+             {{"host_nqn", hostnqn},
+              {"address", peer},
+              {"subsystem", subnqn},
+              {"cntlid", std::to_string(ctrl->cntlid())},
+              {"qid", std::to_string(qid_)}},
+             "{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
+             ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
+             transport_.link_features(), auth_required_ ? ", must authenticate" : "");
   r.dw0 = ctrl->cntlid() | (auth_required_ ? kConnectResultAtr : 0);
   done(r, sc::Success);
 }

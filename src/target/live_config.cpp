@@ -267,8 +267,14 @@ std::string Target::set_ana_state(const std::string& subnqn, const std::string& 
   // change silently, ready for namespaces added to them later.
   for (const auto& [g, old] : was)
     if (old != state)
-      log::info("ANA: subsystem {} listener {}:{} group {}: {} -> {}", subnqn, address, port, g, ana_state_name(old),
-                ana_state_name(state));
+      log::event(log::Level::Info, "ana_change",
+                 {{"subsystem", subnqn},
+                  {"listener", fmt::format("{}:{}", address, port)},
+                  {"anagrpid", std::to_string(g)},
+                  {"from", ana_state_name(old)},
+                  {"to", ana_state_name(state)}},
+                 "ANA: subsystem {} listener {}:{} group {}: {} -> {}", subnqn, address, port, g, ana_state_name(old),
+                 ana_state_name(state));
   if (changed.empty())
     log::debug("ANA: subsystem {} listener {}:{}: already {}", subnqn, address, port, ana_state_name(state));
   return {};

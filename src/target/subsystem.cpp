@@ -65,7 +65,9 @@ bool Subsystem::remove_host(const std::string& hostnqn) {
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     if (c->hostnqn() == hostnqn && !c->dead.exchange(true))
-      log::info("controller {} of {} torn down: host {} was removed", id, nqn_, hostnqn);
+      log::event(log::Level::Info, "disconnect",
+                 {{"host_nqn", hostnqn}, {"subsystem", nqn_}, {"cntlid", std::to_string(id)}, {"reason", "host removed"}},
+                 "controller {} of {} torn down: host {} was removed", id, nqn_, hostnqn);
   return true;
 }
 
@@ -188,7 +190,14 @@ size_t Subsystem::mark_deleted() {
   std::lock_guard lk(mu_);
   deleted_.store(true, std::memory_order_release);
   size_t n = 0;
-  for (auto& [id, c] : controllers_) n += !c->dead.exchange(true);
+  for (auto& [id, c] : controllers_)
+    if (!c->dead.exchange(true)) {
+      log::event(log::Level::Info, "disconnect",
+                 {{"host_nqn", c->hostnqn()}, {"subsystem", nqn_}, {"cntlid", std::to_string(id)},
+                  {"reason", "subsystem deleted"}},
+                 "controller {} of {} torn down: the subsystem was deleted", id, nqn_);
+      ++n;
+    }
   return n;
 }
 
@@ -197,8 +206,11 @@ size_t Subsystem::tear_down_controllers_on(uint16_t portid) {
   size_t n = 0;
   for (auto& [id, c] : controllers_)
     if (c->portid() == portid && !c->dead.exchange(true)) {
-      log::info("controller {} of {} torn down: host {} came in through a listener taken from the subsystem", id, nqn_,
-                c->hostnqn());
+      log::event(log::Level::Info, "disconnect",
+                 {{"host_nqn", c->hostnqn()}, {"subsystem", nqn_}, {"cntlid", std::to_string(id)},
+                  {"reason", "listener removed"}},
+                 "controller {} of {} torn down: host {} came in through a listener taken from the subsystem", id,
+                 nqn_, c->hostnqn());
       ++n;
     }
   return n;

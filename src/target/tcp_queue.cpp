@@ -480,8 +480,11 @@ void TcpQueue::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
     case PduType::ICReq: return;  // answered in on_pdu_header
     case PduType::H2CTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
-      log::warn("{}: host terminated the connection: {} (FES {}, FEI {})", peer_, fes_name(Fes(t.fes), PduType::H2CTermReq),
-                unsigned(t.fes), uint32_t(t.fei));
+      log::event(log::Level::Warn, "termreq",
+                 {{"address", peer_}, {"direction", "received"}, {"fes", std::to_string(unsigned(t.fes))},
+                  {"fei", std::to_string(uint32_t(t.fei))}},
+                 "{}: host terminated the connection: {} (FES {}, FEI {})", peer_,
+                 fes_name(Fes(t.fes), PduType::H2CTermReq), unsigned(t.fes), uint32_t(t.fei));
       close("H2CTermReq received");
       return;
     }
@@ -511,8 +514,11 @@ void TcpQueue::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver_.
 
 void TcpQueue::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   if (state_ == State::Closing) return;  // already on its way out: no TermReq to send
-  log::warn("{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
-            fes_name(fes, PduType::C2HTermReq), fei);
+  log::event(log::Level::Warn, "termreq",
+             {{"address", peer_}, {"direction", "sent"}, {"fes", std::to_string(unsigned(fes))},
+              {"fei", std::to_string(fei)}, {"reason", why}},
+             "{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
+             fes_name(fes, PduType::C2HTermReq), fei);
   set_state(State::Closing);
   // The same TermReq-and-linger piece as the host's. The target closes as soon as its C2HTermReq
   // has left (term_sent_), as nvmet and SPDK do; the linger only bounds a send that never leaves.

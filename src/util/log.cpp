@@ -28,8 +28,65 @@ std::mutex g_sink_mutex;
 std::shared_ptr<const LogSink> g_sink;
 std::mutex g_call_mutex;
 
+const char* const kLevelNames[] = {"debug", "info", "warn", "error"};
+std::atomic<log::Format> g_format{log::Format::Text};
+
+void json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char u[8];
+          std::snprintf(u, sizeof(u), "\\u%04x", c);
+          out += u;
+        } else {
+          out += char(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+// One JSON object per line: time (UTC, microseconds), level, the event's name and fields if
+// any, the message.
+void write_json(LogLevel l, const char* event, std::initializer_list<log::Field> fields, std::string_view msg) {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  char when[40];
+  std::snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
+  std::string line = "{\"time\":\"";
+  line += when;
+  line += "\",\"level\":\"";
+  line += kLevelNames[int(l)];
+  line += '"';
+  if (event) {
+    line += ",\"event\":";
+    json_string(line, event);
+  }
+  for (const auto& f : fields) {
+    line += ',';
+    json_string(line, f.key);
+    line += ':';
+    json_string(line, f.value);
+  }
+  line += ",\"message\":";
+  json_string(line, msg);
+  line += "}\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);  // one write per line keeps lines whole
+}
+
 void write_stderr(LogLevel l, std::string_view msg) {
-  static const char* names[] = {"debug", "info", "warn", "error"};
+  if (g_format.load(std::memory_order_relaxed) == log::Format::Json) return write_json(l, nullptr, {}, msg);
+  const char* const* names = kLevelNames;
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
@@ -61,16 +118,34 @@ void set_log_sink(LogSink sink) {
 }
 
 namespace log {
+namespace {
+std::shared_ptr<const LogSink> current_sink() {
+  std::lock_guard lock(g_sink_mutex);
+  return g_sink;
+}
+}  // namespace
+
 void write(Level l, const std::string& msg) {
   if (l >= LogLevel::Off) return;
-  std::shared_ptr<const LogSink> sink;
-  {
-    std::lock_guard lock(g_sink_mutex);
-    sink = g_sink;
-  }
+  std::shared_ptr<const LogSink> sink = current_sink();
   if (!sink) return write_stderr(l, msg);
   std::lock_guard call(g_call_mutex);
   (*sink)(l, msg);
+}
+
+void write_event(Level l, const char* name, std::initializer_list<Field> fields, const std::string& msg) {
+  if (l >= LogLevel::Off) return;
+  if (g_format.load(std::memory_order_relaxed) == Format::Json && !current_sink()) return write_json(l, name, fields, msg);
+  write(l, msg);
+}
+
+void set_format(Format f) { g_format.store(f, std::memory_order_relaxed); }
+
+bool parse_format(const std::string& s, Format& out) {
+  if (s == "text") out = Format::Text;
+  else if (s == "json") out = Format::Json;
+  else return false;
+  return true;
 }
 }  // namespace log
 

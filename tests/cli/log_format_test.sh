@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# `nvtcp --log-format json target`: every line the target writes is one JSON object (time, level,
+# message), and the events an operator's tools look for carry their own keys, each logged once:
+# a host connecting (connect: host_nqn, address, subsystem, cntlid, qid) and going (disconnect,
+# with the reason), an ANA transition set by RPC (ana_change: subsystem, listener, anagrpid, from,
+# to), and a TermReq the target sends to a host that broke the protocol (termreq: address,
+# direction, fes, fei). Parsed with Python's json module, as a log shipper would.
+set -euo pipefail
+NVTCP=$1
+dir=$(mktemp -d /tmp/nvtcp-logjson.XXXXXX)
+target_pid=
+cleanup() {
+  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+NQN=nqn.2026-12.io.nvtcp:logjson
+HOST=nqn.2014-08.org.nvmexpress:uuid:5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d
+SOCK=$dir/target.sock
+"$NVTCP" --log-format json target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting \
+  --rpc-socket "$SOCK" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
+target_pid=$!
+for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+[ -s "$dir/ready" ] || fail "target did not start"
+port=$(cat "$dir/ready")
+"$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN hostnqn:$HOST ns:1" -q 1 -o 4K -w randread \
+  -t 1 >"$dir/perf.log" 2>&1 || fail "perf: $(tail -2 "$dir/perf.log")"
+"$NVTCP" rpc -s "$SOCK" nvmf_subsystem_listener_set_ana_state --nqn "$NQN" --listen-address.trtype tcp \
+  --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$port" --ana-state inaccessible >/dev/null
+# A PDU of an unknown type (0x7f) where ICReq belongs: the target answers with a C2HTermReq.
+python3 - "$port" <<'PY'
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(struct.pack("<BBBBI", 0x7F, 0, 8, 0, 8))
+s.settimeout(5)
+try:
+    while s.recv(4096):
+        pass
+except OSError:
+    pass
+PY
+for _ in $(seq 100); do grep -q '"event":"termreq"' "$dir/target.log" && break; sleep 0.05; done
+kill -TERM "$target_pid"
+wait "$target_pid" || fail "the target did not exit cleanly"
+target_pid=
+python3 - "$dir/target.log" "$NQN" "$HOST" "$port" <<'PY' || fail "the JSON log"
+import json, sys
+path, nqn, host, port = sys.argv[1:]
+lines = [l for l in open(path) if l.strip()]
+records = []
+for l in lines:
+    r = json.loads(l)  # every line is one object
+    assert {"time", "level", "message"} <= r.keys(), r
+    assert r["time"].endswith("Z") and "T" in r["time"], r["time"]
+    records.append(r)
+events = lambda name: [r for r in records if r.get("event") == name]
+connects = [r for r in events("connect") if r["subsystem"] == nqn]
+assert {r["qid"] for r in connects} >= {"0", "1"}, connects
+for r in connects:
+    assert r["host_nqn"] == host and r["address"].startswith("127.0.0.1:"), r
+cntlid = connects[0]["cntlid"]
+gone = [r for r in events("disconnect") if r["subsystem"] == nqn and r["cntlid"] == cntlid]
+assert len(gone) == 1 and gone[0]["host_nqn"] == host and gone[0]["reason"], gone
+ana = events("ana_change")
+assert len(ana) == 1, ana
+assert ana[0]["listener"] == f"127.0.0.1:{port}" and ana[0]["from"] == "optimized" and ana[0]["to"] == "inaccessible", ana
+term = events("termreq")
+assert len(term) == 1 and term[0]["direction"] == "sent" and term[0]["address"].startswith("127.0.0.1:"), term
+print(f"{len(records)} lines, events: connect {len(connects)}, disconnect {len(gone)}, ana_change 1, termreq 1")
+PY
+echo "PASS: --log-format json: every line an object; connect, disconnect, ana_change and termreq events with their keys"
