@@ -8,7 +8,10 @@
 # engine against it. Then apt adds libnvtcp0 and libnvtcp-dev: the library is in the loader's
 # cache and the development files are where find_package and pkg-config look.
 #
-#   deb_test.sh BUILD_DIR
+#   deb_test.sh BUILD_DIR [DEBS_DIR]
+#
+# DEBS_DIR holds the packages made already (tests/package/cpack_debs.sh, as ctest does through
+# the fixture nvtcp_debs); without it the script runs cpack itself.
 #
 # Needs root (chroot, mounts) and deb.debian.org (debootstrap, apt); exits 77 (skipped) without
 # them. The fresh root is cached as a tarball in $NVTCP_DEBOOTSTRAP_CACHE (default
@@ -120,10 +123,17 @@ command -v debootstrap >/dev/null || skip "debootstrap is not installed (make de
 command -v unshare >/dev/null || skip "unshare (util-linux) is missing"
 host_nvtcp=$BUILD/nvtcp
 
-step "cpack -G DEB"
-debs=$(mktemp -d /var/tmp/nvtcp-debs.XXXXXX)
-trap 'rm -rf "$debs"' EXIT
-(cd "$BUILD" && cpack -G DEB -B "$debs" >cpack.log 2>&1) || { cat "$BUILD/cpack.log"; rm -rf "$debs"; fail "cpack"; }
+if [ -n "${2:-}" ]; then
+  debs=$(cd "$2" && pwd)
+  own_debs=
+  step "the packages in $debs"
+else
+  step "cpack -G DEB"
+  debs=$(mktemp -d /var/tmp/nvtcp-debs.XXXXXX)
+  own_debs=$debs
+  trap 'rm -rf "$own_debs"' EXIT
+  (cd "$BUILD" && cpack -G DEB -B "$debs" >cpack.log 2>&1) || { cat "$BUILD/cpack.log"; rm -rf "$debs"; fail "cpack"; }
+fi
 # Which package holds what: a file in the wrong one breaks an install that has only some of them.
 expect_in() {
   local deb contents f
@@ -143,7 +153,7 @@ expect_in libnvtcp-dev usr/include/nvtcp/host.hpp usr/lib/libnvtcp.so usr/lib/li
 cache=${NVTCP_DEBOOTSTRAP_CACHE:-/var/tmp/nvtcp-debootstrap}
 tarball=$cache/bookworm-minbase.tar
 dir=$(mktemp -d /var/tmp/nvtcp-deb-test.XXXXXX)
-trap 'rm -rf --one-file-system "$dir" "$debs"' EXIT
+trap 'rm -rf --one-file-system "$dir" $own_debs' EXIT
 root=$dir/root
 mkdir -p "$root" "$cache"
 if [ -s "$tarball" ]; then

@@ -5,7 +5,10 @@
 # libnvtcp0 the ldconfig trigger; nvtcp a manual page for itself and for each subcommand its --help
 # lists (with their options), and its bash completion. Warnings are printed, not failed on.
 #
-#   lintian_test.sh BUILD_DIR
+#   lintian_test.sh BUILD_DIR [DEBS_DIR]
+#
+# DEBS_DIR holds the packages made already (tests/package/cpack_debs.sh, as ctest does through
+# the fixture nvtcp_debs); without it the script runs cpack itself.
 #
 # Exits 77 (skipped) without lintian (scripts/install-deps.sh installs it).
 set -euo pipefail
@@ -15,9 +18,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v lintian >/dev/null || skip "no lintian (apt-get install lintian)"
 command -v cpack >/dev/null || skip "no cpack"
 
-debs=$(mktemp -d /var/tmp/nvtcp-lintian.XXXXXX)
-trap 'rm -rf "$debs"' EXIT
-(cd "$BUILD" && cpack -G DEB -B "$debs" >"$debs/cpack.log" 2>&1) || { cat "$debs/cpack.log"; fail "cpack"; }
+work=$(mktemp -d /var/tmp/nvtcp-lintian.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if [ -n "${2:-}" ]; then
+  debs=$(cd "$2" && pwd)
+else
+  debs=$work
+  (cd "$BUILD" && cpack -G DEB -B "$debs" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; fail "cpack"; }
+fi
 for pkg in nvtcp libnvtcp0 libnvtcp-dev; do
   deb=$(ls "$debs"/"$pkg"_*.deb 2>/dev/null | head -1)
   [ -n "$deb" ] || fail "cpack made no $pkg package"
@@ -44,8 +52,8 @@ if command -v help2man >/dev/null; then
 else
   echo "no help2man here: the manual pages are not checked"
 fi
-lintian --tag-display-limit 0 "$debs"/*.deb >"$debs/lintian.txt" 2>&1 || true
-grep -v 'root privileges' "$debs/lintian.txt" | sed 's/^/  /' || true
-errors=$(grep -c '^E: ' "$debs/lintian.txt" || true)
+lintian --tag-display-limit 0 "$debs"/*.deb >"$work/lintian.txt" 2>&1 || true
+grep -v 'root privileges' "$work/lintian.txt" | sed 's/^/  /' || true
+errors=$(grep -c '^E: ' "$work/lintian.txt" || true)
 [ "$errors" -eq 0 ] || fail "lintian reports $errors error(s)"
-echo "PASS: lintian $(lintian --version | awk '{print $2}'): no errors, $(grep -c '^W: ' "$debs/lintian.txt" || true) warning(s) on $(ls "$debs"/*.deb | xargs -n1 basename | tr '\n' ' ')"
+echo "PASS: lintian $(lintian --version | awk '{print $2}'): no errors, $(grep -c '^W: ' "$work/lintian.txt" || true) warning(s) on $(ls "$debs"/*.deb | xargs -n1 basename | tr '\n' ' ')"
