@@ -198,6 +198,18 @@ TEST(BlockSizeTable, FindsWhatWasPublished) {
   EXPECT_EQ(t.find(BlockSizeTable::kCapacity + 1), 0u);
 }
 
+#if defined(__SANITIZE_THREAD__)
+constexpr uint64_t kLookups = 20000;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr uint64_t kLookups = 20000;
+#else
+constexpr uint64_t kLookups = 200000;
+#endif
+#else
+constexpr uint64_t kLookups = 200000;
+#endif
+
 // Readers never see a half-published table: the two tables put the same namespaces in
 // other slots, so a reader that mixed them would miss a namespace (find() == 0) or see a
 // block size neither table has for it.
@@ -218,9 +230,13 @@ TEST(BlockSizeTable, ReadersSeeOneWholeTableWhileItIsRepublished) {
         if (n % 1024 == 0) reads.fetch_add(1024, std::memory_order_relaxed);
       }
     });
-  // Publishes until the readers have done many lookups (however slow this machine is).
+  // Publishes until the readers have done many lookups (however slow this machine is). Under
+  // ThreadSanitizer (kLookups above) every atomic access is a call, so a lookup is slow enough
+  // that the publisher, which never pauses, overlaps most of them and the readers retry: there
+  // 200000 lookups took a million publishes and over a minute on two busy cores, where 20000
+  // still see tens of thousands of publishes in a few seconds, each access checked by TSan.
   uint64_t publishes = 0;
-  while (reads.load(std::memory_order_relaxed) < 200000 || publishes < 1000) t.publish(publishes++ % 2 ? a : b);
+  while (reads.load(std::memory_order_relaxed) < kLookups || publishes < 1000) t.publish(publishes++ % 2 ? a : b);
   stop = true;
   for (auto& th : readers) th.join();
   EXPECT_EQ(bad.load(), 0u) << "of " << reads.load() << " lookups";
