@@ -24,7 +24,8 @@ for o in --tls --tls-key --tls-sha256-binder; do [[ " $got " == *" $o "* ]] || f
 [[ " $(comp nvtcp perf --reauth) " == *" --reauth-interval "* ]] || fail "perf: no --reauth-interval"
 [[ " $(comp nvtcp target --max-conn) " == *" --max-connections "* ]] || fail "target: no --max-connections"
 [[ " $(comp nvtcp target --metrics) " == *" --metrics-listen "* ]] || fail "target: no --metrics-listen"
-[[ $(comp nvtcp --log) == --log-level ]] || fail "no --log-level at the top"
+got=$(comp nvtcp --log)
+for o in --log-level --log-format; do [[ " $got " == *" $o "* ]] || fail "no $o at the top in: $got"; done
 touch "$dir/target.json"
 [[ " $(comp nvtcp target --config "$dir/tar") " == *" $dir/target.json "* ]] || fail "--config completes no file name"
 # nvtcp rpc METHOD: the methods of the target on that socket.

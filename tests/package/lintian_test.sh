@@ -33,8 +33,10 @@ for pkg in nvtcp libnvtcp0 libnvtcp-dev; do
   for f in copyright changelog.Debian.gz; do
     grep -qx "./usr/share/doc/$pkg/$f" <<<"$contents" || fail "$(basename "$deb") lacks /usr/share/doc/$pkg/$f"
   done
-  dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/$pkg/copyright" | grep -q '^License: Apache-2.0$' \
-    || fail "$pkg's copyright file does not name Apache-2.0"
+  # Read whole, then searched: grep -q stopping at the first match would leave tar writing into a
+  # closed pipe, and pipefail would count its SIGPIPE as the file lacking the line.
+  copyright=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/$pkg/copyright")
+  grep -q '^License: Apache-2.0$' <<<"$copyright" || fail "$pkg's copyright file does not name Apache-2.0"
 done
 deb=$(ls "$debs"/nvtcp_*.deb)
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
