@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "nvtcp/poll_mode.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
@@ -259,6 +260,8 @@ struct NamespaceInfo {
   uint8_t eui64[8] = {};
 };
 
+class MultipathQueuePair;
+
 class Controller {
  public:
   // Connects the admin queue, enables the controller, identifies it and (for an I/O
@@ -299,6 +302,12 @@ class Controller {
   // moves once the new state is visible. Stays 0 through the offload engine, which does not
   // pass namespace changes on yet.
   uint64_t namespace_generation() const;
+  // The namespace's ANA state through this controller (this path), as log 0Ch last said: read
+  // at connect, after every reconnect and on each ANA change notice. Optimized for a controller
+  // that does not report ANA (CMIC bit 3 clear) and through the offload engine. Takes no lock.
+  nvme::AnaState ana_state(uint32_t nsid) const;
+  // Moves with every ANA log read (a cheap way to notice that states may have changed).
+  uint64_t ana_generation() const;
   // Scans every namespace now and waits for it, as `nvme ns-rescan` does: for a controller
   // that sends no namespace notices. False and err when the controller is not live or a
   // command failed.
@@ -327,6 +336,10 @@ class Controller {
   uint32_t resets() const;
 
  private:
+  friend class MultipathQueuePair;
+  // Has the admin thread read log 0Ch again soon: a command met an ANA status before the
+  // controller's ANA change notice came (or instead of it).
+  void request_ana_refresh();
   Controller();
   struct State;
   std::shared_ptr<State> s_;  // shared with queue pairs, which return their qid to it

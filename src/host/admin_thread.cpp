@@ -107,7 +107,8 @@ void Controller::State::run(std::promise<HostError>* connected) {
     reactor = &r;
   }
   HostError e;
-  bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e));
+  bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e)) &&
+            refresh_ana(e);
   if (ok) {
     gen.store(1, std::memory_order_release);
     set_link_state(LinkState::Live);

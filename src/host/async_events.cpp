@@ -35,7 +35,9 @@ bool Controller::State::start_events(HostError& err) {
   ev = Events{};
   if (discovery) return true;
   const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
-  const uint32_t notices = id->oaes & kAecNamespaceAttribute;
+  // ANA change notices only from a controller that reports ANA (CMIC bit 3) and announces them.
+  const uint32_t ana_notices = (id->cmic & kCmicAna) ? (id->oaes & kAecAnaChange) : 0;
+  const uint32_t notices = (id->oaes & kAecNamespaceAttribute) | ana_notices;
   uint32_t aec = notices | kAecSmartWarningsDefined;
   Completion c = admin_sync(cmd::set_features(kFeatureAsyncEventConfig, aec), nullptr, 0, false);
   if (!c.status.ok() && admin_up() && notices) {
@@ -83,6 +85,8 @@ void Controller::State::aer_completed(const Completion& c) {
   const uint8_t lid = (c.dw0 >> 16) & 0xFF;
   if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) {
     ev.ns_changed = true;
+  } else if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeAnaChange) {
+    ev.ana_changed = true;
   } else if (type == uint8_t(AsyncEventType::IoCommandSpecific) &&
              lid == uint8_t(LogPageId::ReservationNotification)) {
     // The notices are the application's (a cluster manager reads them with get_log_page);
@@ -136,6 +140,9 @@ void Controller::State::service_events() {
       const uint32_t dw0 = ev.to_clear.front();
       ev.to_clear.erase(ev.to_clear.begin());
       clear_event(dw0);
+    } else if (ev.ana_changed) {
+      ev.ana_changed = false;
+      if (!refresh_ana(e)) log::warn("{}: reading the ANA log: {}", trid.subnqn, e.message);
     } else if (ev.ns_changed) {
       ev.ns_changed = false;
       if (!rescan_after_notice(e)) log::warn("{}: namespace rescan failed: {}", trid.subnqn, e.message);
@@ -148,6 +155,42 @@ void Controller::State::service_events() {
       return;
     }
   }
+}
+
+bool Controller::State::refresh_ana(HostError& err) {
+  const auto* id = reinterpret_cast<const IdentifyController*>(ident_now);
+  if (discovery || !(id->cmic & kCmicAna)) return true;
+  // Header, one descriptor per group and one NSID per namespace, as many as the controller
+  // says it may have; at most 64 KiB (the admin queue's in-flight data stays small).
+  const uint64_t want = sizeof(AnaLogHeader) + uint64_t(std::max(id->anagrpmax, id->nanagrpid)) *
+                                                   sizeof(AnaGroupDescriptor) + uint64_t(id->nn) * 4;
+  const uint32_t len = uint32_t(std::clamp<uint64_t>((want + 3) & ~3ull, 4096, 64 << 10));
+  std::vector<uint8_t> log(len);
+  Completion c = admin_sync(cmd::get_log_page(uint8_t(LogPageId::Ana), kNsidAll, len, 0, false), log.data(), len,
+                            false);
+  if (!c.status.ok()) {
+    if (!admin_up()) {
+      err = HostError::make(HostError::Kind::Transport, "admin queue lost while reading log 0Ch");
+      return false;
+    }
+    log::warn("{}: reading the ANA log (0Ch): {}; path states stay as they were", trid.subnqn, status_name(c.status));
+    return true;
+  }
+  std::vector<uint8_t> states;
+  uint32_t groups = 0;
+  std::string why;
+  if (!detail::parse_ana_log(log.data(), len, states, groups, why)) {
+    log::warn("{}: {}; path states stay as they were", trid.subnqn, why);
+    return true;
+  }
+  for (uint32_t n = 1; n < states.size(); ++n) {
+    const uint8_t before = ana->reported(n) ? uint8_t(ana->state(n)) : 0;
+    if (before == states[n] || !states[n] || !before) continue;  // unchanged, or its first report
+    log::info("{} {}:{}: namespace {} ANA state {} -> {}", trid.subnqn, trid.traddr, trid.trsvcid, n,
+              ana_state_name(AnaState(before)), ana_state_name(AnaState(states[n])));
+  }
+  ana->publish(states);
+  return true;
 }
 
 }  // namespace nvtcp::host

@@ -315,6 +315,19 @@ bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& 
   return false;
 }
 
+nvme::AnaState Controller::ana_state(uint32_t nsid) const {
+  return engine_ ? nvme::AnaState::Optimized : s_->ana->state(nsid);
+}
+uint64_t Controller::ana_generation() const { return engine_ ? 0 : s_->ana->generation(); }
+
+void Controller::request_ana_refresh() {
+  if (engine_ || s_->ana_refresh_asked.exchange(true, std::memory_order_acq_rel)) return;  // one at a time
+  s_->post_to_admin([st = s_.get()] {
+    st->ana_refresh_asked.store(false, std::memory_order_release);
+    st->ev.ana_changed = true;  // the run loop's service_events() reads the log
+  });
+}
+
 uint64_t Controller::namespace_generation() const {
   return engine_ ? 0 : s_->ns_generation.load(std::memory_order_acquire);
 }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/ana_table.hpp"
 #include "host/block_size_table.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
@@ -97,6 +98,11 @@ struct Controller::State : detail::ControllerLink {
   std::map<uint32_t, NamespaceInfo> namespaces;
   std::shared_ptr<detail::BlockSizeTable> block_sizes = std::make_shared<detail::BlockSizeTable>();
   std::atomic<uint64_t> ns_generation{0};
+  // Each namespace's ANA state through this controller, from log 0Ch (a controller that does
+  // not report ANA leaves it empty: every namespace optimized). Published by the admin thread,
+  // read lock-free by multipath queue pairs.
+  std::shared_ptr<detail::AnaTable> ana = std::make_shared<detail::AnaTable>();
+  std::atomic<bool> ana_refresh_asked{false};  // Controller::request_ana_refresh() posted, not yet run
 
   // Asynchronous events, admin thread only. An AER's completion only notes what to do; the
   // run loop does it, since reading a log or identifying a namespace is an admin command
@@ -105,6 +111,7 @@ struct Controller::State : detail::ControllerLink {
     uint32_t aers_wanted = 0;        // kept outstanding on this association
     uint32_t aers_outstanding = 0;
     bool ns_changed = false;         // a namespace attribute notice: read log 04h, rescan
+    bool ana_changed = false;        // an ANA change notice: read log 0Ch again
     std::vector<uint32_t> to_clear;  // dw0 of other events, whose log page is read with RAE 0
   } ev;
   std::vector<std::shared_ptr<ScanWait>> rescan_waiters;
@@ -188,6 +195,10 @@ struct Controller::State : detail::ControllerLink {
   // commands run with admin_sync(), which keeps serving the reactor (keep-alive, posted
   // admin() commands) meanwhile.
   void service_events();
+  // Reads log 0Ch (RAE 0, which lets the controller send the next ANA change notice) and
+  // publishes each namespace's state; logs each namespace whose state changed. A controller
+  // without ANA reporting (CMIC bit 3) publishes nothing. False only when the admin queue went.
+  bool refresh_ana(HostError& err);
 
   // ---------------------------------------------------------------- controller_namespaces.cpp
   // The active namespace list (Identify CNS 02h), 1024 NSIDs a page.

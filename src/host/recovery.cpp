@@ -45,7 +45,7 @@ void Controller::State::recover(const std::string& why) {
     // Events first, then the scan: a change after the scan's Identify is then reported.
     // The scan comes before the I/O queues reconnect (gen), so on_namespace_change tells
     // of a replaced namespace before held commands go out again.
-    if (associate(false, e) && start_events(e) && scan_namespaces(nullptr, true, e)) {
+    if (associate(false, e) && start_events(e) && scan_namespaces(nullptr, true, e) && refresh_ana(e)) {
       gen.fetch_add(1, std::memory_order_acq_rel);
       set_link_state(LinkState::Live);
       arm_keep_alive();
