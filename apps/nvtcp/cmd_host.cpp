@@ -244,7 +244,7 @@ int run_identify(const IdentifyArgs& a) {
 }
 
 struct PerfArgs {
-  std::string trid;
+  std::vector<std::string> trids;
   PerfOptions o;
   bool json = false;
   bool hdgst = false, ddgst = false;
@@ -254,10 +254,19 @@ struct PerfArgs {
 
 int run_perf_cmd(PerfArgs& a) {
   std::string err;
-  if (!host::TransportId::parse(a.trid, a.o.trid, err)) {
-    fmt::print(stderr, "nvtcp perf: {}\n", err);
-    return 2;
+  for (const std::string& text : a.trids) {
+    host::TransportId t;
+    if (!host::TransportId::parse(text, t, err)) {
+      fmt::print(stderr, "nvtcp perf: {}\n", err);
+      return 2;
+    }
+    if (!a.o.paths.empty() && (t.subnqn != a.o.paths[0].subnqn || t.nsid != a.o.paths[0].nsid)) {
+      fmt::print(stderr, "nvtcp perf: every -r must name the same subsystem and namespace (paths to one namespace)\n");
+      return 2;
+    }
+    a.o.paths.push_back(t);
   }
+  a.o.trid = a.o.paths.at(0);
   uint64_t sz = 0;
   if (!parse_size(a.io_size, sz) || sz == 0 || sz > (64u << 20)) {
     fmt::print(stderr, "nvtcp perf: -o '{}' is not an I/O size\n", a.io_size);
@@ -307,7 +316,17 @@ void add_identify_command(CLI::App& app, int& rc) {
 void add_perf_command(CLI::App& app, int& rc) {
   auto a = std::make_shared<PerfArgs>();
   CLI::App* c = app.add_subcommand("perf", "Measure IOPS, bandwidth and latency against a namespace");
-  c->add_option("-r,--trid", a->trid, "transport ID (ns:N picks the namespace)")->required();
+  c->add_option("-r,--trid", a->trids,
+                "transport ID (ns:N picks the namespace); given again, another path to the same namespace "
+                "(multipath: ANA optimized paths first, I/O moved off a path that fails)")
+      ->required();
+  c->add_option_function<std::string>(
+      "--path-policy",
+      [a](const std::string& v) {
+        if (!host::parse_path_policy(v, a->o.multipath.policy))
+          throw CLI::ValidationError("--path-policy", "not a path policy: " + v);
+      },
+      "with several -r: round-robin (the default) or queue-depth among the paths of the best ANA state");
   c->add_option("-q,--queue-depth", a->o.queue_depth, "commands outstanding per queue pair")->check(CLI::Range(1, 1023));
   c->add_option("-o,--io-size", a->io_size, "bytes per I/O (4096, 4K, 128K)");
   c->add_option("-w,--workload", a->o.workload, "read, write, randread, randwrite, randrw or rw")

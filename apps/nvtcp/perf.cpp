@@ -55,6 +55,7 @@ struct Job;
 struct Slot {
   Job* job = nullptr;
   host::QueuePair* qp = nullptr;
+  host::MultipathQueuePair* mqp = nullptr;  // instead of qp, with several paths
   uint8_t* buf = nullptr;
   uint64_t lba = 0;
   uint64_t start_ns = 0;
@@ -155,8 +156,10 @@ struct Job {
       if (o->verify && !s->is_read) fill_pattern(s);
     }
     s->start_ns = monotonic_ns();
-    int rc = s->is_read ? s->qp->read(nsid, s->lba, nlb, s->buf, on_done, s)
-                        : s->qp->write(nsid, s->lba, nlb, s->buf, on_done, s);
+    int rc = s->mqp   ? (s->is_read ? s->mqp->read(nsid, s->lba, nlb, s->buf, on_done, s)
+                                    : s->mqp->write(nsid, s->lba, nlb, s->buf, on_done, s))
+             : s->is_read ? s->qp->read(nsid, s->lba, nlb, s->buf, on_done, s)
+                          : s->qp->write(nsid, s->lba, nlb, s->buf, on_done, s);
     s->refused = rc == -ENOTCONN;
     if (rc != 0) {
       // Refused while the queue reconnects and fails I/O fast: try again later.
@@ -198,8 +201,9 @@ struct Job {
 namespace {
 // One thread's share of the run: its own queue pairs, slots and buffers, nothing shared.
 // on_ramp_end, when given, is called on this thread as its ramp ends.
-bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::NamespaceInfo& ni, unsigned index,
-                PerfResult& out, std::string& err, const std::function<void()>& on_ramp_end) {
+bool run_worker(const PerfOptions& o, host::Controller& ctrl, host::MultipathController* mp,
+                const host::NamespaceInfo& ni, unsigned index, PerfResult& out, std::string& err,
+                const std::function<void()>& on_ramp_end) {
   Job job;
   job.o = &o;
   job.r = &out;
@@ -217,7 +221,14 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   if (!job.random) job.seq = uint64_t(index) * (job.span / std::max<unsigned>(o.cores, 1));
 
   std::vector<std::unique_ptr<host::QueuePair>> qps;
+  std::vector<std::unique_ptr<host::MultipathQueuePair>> mqps;  // with several paths, instead
   for (uint32_t i = 0; i < o.qpairs; ++i) {
+    if (mp) {
+      auto q = mp->create_io_qpair(o.queue_depth, err);
+      if (!q) return false;
+      mqps.push_back(std::move(q));
+      continue;
+    }
     auto qp = ctrl.create_io_qpair(o.queue_depth, err);
     if (!qp) return false;
     qps.push_back(std::move(qp));
@@ -236,7 +247,8 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   std::memset(bufs.get(), 0, buf_bytes);
   for (size_t i = 0; i < nslots; ++i) {
     slots[i].job = &job;
-    slots[i].qp = qps[i / o.queue_depth].get();
+    if (mp) slots[i].mqp = mqps[i / o.queue_depth].get();
+    else slots[i].qp = qps[i / o.queue_depth].get();
     slots[i].buf = bufs.get() + i * o.io_size;
   }
 
@@ -256,6 +268,10 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
     // all. Through the engine each queue pair has its own completion queue to read.
     const bool each_queue = ctrl.trid().trtype == "engine";
     auto poll_all = [&](uint32_t timeout_us) {
+      if (mp) {  // each sends what waits for a path; one reactor turn (the first's) serves all paths
+        for (size_t i = 0; i < mqps.size(); ++i) mqps[i]->process_completions(i ? 0 : timeout_us);
+        return;
+      }
       qps[0]->process_completions(timeout_us);  // the reactor decides whether to sleep (poll mode)
       if (each_queue)
         for (size_t i = 1; i < qps.size(); ++i) qps[i]->process_completions(0);
@@ -314,7 +330,7 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
         retry.swap(job.idle);
         for (Slot* s : retry) job.issue(s);
       }
-      bool all_failed = true;
+      bool all_failed = !mp;  // a multipath queue pair does not fail: its commands wait for a path
       for (auto& q : qps) all_failed &= q->failed();
       if (all_failed) break;
     }
@@ -360,6 +376,14 @@ bool run_worker(const PerfOptions& o, host::Controller& ctrl, const host::Namesp
   }
   bool any_failed = false;
   for (auto& q : qps) any_failed |= q->failed();
+  if (mp) {
+    out.path_commands.assign(mp->path_count(), 0);
+    for (auto& q : mqps) {
+      for (size_t p = 0; p < mp->path_count(); ++p) out.path_commands[p] += q->path_commands(p);
+      out.failovers += q->failovers();
+    }
+    mqps.clear();  // as qps below: while the slots exist
+  }
   // Closing a queue pair ends what is still outstanding through the callbacks, which use
   // the slots: close them while the slots exist.
   qps.clear();
@@ -379,8 +403,24 @@ void pin_to(int cpu) {
 bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   // The host library makes each thread's reactor itself, with these options.
   host::set_data_path_options(o.data_path);
-  auto ctrl = host::Controller::connect(o.trid, o.ctrl, err);
-  if (!ctrl) return false;
+  std::unique_ptr<host::MultipathController> mp;
+  std::shared_ptr<host::Controller> ctrl;
+  if (o.paths.size() > 1) {
+    if (o.reauth_seconds > 0) {
+      err = "--reauth-interval is not taken with several paths";
+      return false;
+    }
+    mp = host::MultipathController::connect(o.paths, o.ctrl, o.multipath, err);
+    if (!mp) return false;
+    ctrl = mp->any_controller();
+    if (!ctrl) {
+      err = "no path is connected";
+      return false;
+    }
+  } else {
+    ctrl = host::Controller::connect(o.trid, o.ctrl, err);
+    if (!ctrl) return false;
+  }
   host::NamespaceInfo ni;
   if (!ctrl->namespace_info(o.trid.nsid, ni, err)) return false;
   if (o.io_size == 0 || o.io_size % ni.block_size) {
@@ -414,7 +454,8 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
   const std::function<void()> ramp_end_cpu = [&cpu0] { cpu0 = process_cpu_seconds(); };
   auto work = [&](unsigned i) {
     pin_to(i < o.cpus.size() ? o.cpus[i] : -1);
-    ok[i] = run_worker(o, *ctrl, ni, i, results[i], errors[i], i == 0 ? ramp_end_cpu : std::function<void()>());
+    ok[i] = run_worker(o, *ctrl, mp.get(), ni, i, results[i], errors[i],
+                       i == 0 ? ramp_end_cpu : std::function<void()>());
   };
   if (cores == 1) {
     work(0);
@@ -440,6 +481,9 @@ bool run_perf(const PerfOptions& o, PerfResult& out, std::string& err) {
     out.reauth_failures += r.reauth_failures;
     if (out.reauth_error.empty()) out.reauth_error = r.reauth_error;
     out.seconds = std::max(out.seconds, r.seconds);
+    out.path_commands.resize(std::max(out.path_commands.size(), r.path_commands.size()), 0);
+    for (size_t p = 0; p < r.path_commands.size(); ++p) out.path_commands[p] += r.path_commands[p];
+    out.failovers += r.failovers;
     out.lat.merge(r.lat);
     if (!r.timeline_completed.empty()) {
       out.timeline_cell_s = r.timeline_cell_s;
@@ -470,6 +514,9 @@ std::string format_perf_text(const PerfOptions& o, const PerfResult& r) {
   if (o.verify)
     s += fmt::format("  verify: {} mismatches, {} reads of blocks with no acknowledged write not checked\n",
                      r.verify_failures, r.verify_skipped);
+  for (size_t p = 0; p < r.path_commands.size() && p < o.paths.size(); ++p)
+    s += fmt::format("  path {}:{}: {} commands\n", o.paths[p].traddr, o.paths[p].trsvcid, r.path_commands[p]);
+  if (!r.path_commands.empty()) s += fmt::format("  failovers: {}\n", r.failovers);
   if (o.reauth_seconds > 0)
     s += fmt::format("  re-authentication: {} transactions, {} failed{}{}\n", r.reauths, r.reauth_failures,
                      r.reauth_failures ? ": " : "", r.reauth_failures ? r.reauth_error : "");
@@ -502,6 +549,14 @@ std::string format_perf_json(const PerfOptions& o, const PerfResult& r) {
   if (o.verify) {
     j["verify_failures"] = r.verify_failures;
     j["verify_skipped"] = r.verify_skipped;
+  }
+  if (!r.path_commands.empty()) {
+    nlohmann::json paths = nlohmann::json::array();
+    for (size_t p = 0; p < r.path_commands.size() && p < o.paths.size(); ++p)
+      paths.push_back({{"traddr", o.paths[p].traddr}, {"trsvcid", o.paths[p].trsvcid}, {"commands", r.path_commands[p]}});
+    j["paths"] = paths;
+    j["failovers"] = r.failovers;
+    j["path_policy"] = host::path_policy_name(o.multipath.policy);
   }
   if (o.reauth_seconds > 0) {
     j["reauths"] = r.reauths;

@@ -8,11 +8,16 @@
 
 #include "histogram.hpp"
 #include "nvtcp/host.hpp"
+#include "nvtcp/multipath.hpp"
 
 namespace nvtcp::app {
 
 struct PerfOptions {
   host::TransportId trid;
+  // More than one: the same subsystem through each (trid is the first), driven as one
+  // multipath controller with ANA-aware path choice and failover.
+  std::vector<host::TransportId> paths;
+  host::MultipathOptions multipath;
   host::ControllerOptions ctrl;
   uint32_t queue_depth = 32;
   uint32_t io_size = 4096;
@@ -42,6 +47,9 @@ struct PerfResult {
   // (summed over the threads); only whole cells.
   double timeline_cell_s = 0;
   std::vector<uint64_t> timeline_completed, timeline_outstanding;
+  // Multipath: commands sent on each path (summed over the threads), and moved after a path error.
+  std::vector<uint64_t> path_commands;
+  uint64_t failovers = 0;
   double iops() const { return seconds > 0 ? double(ios) / seconds : 0; }
   double mibps(uint32_t io_size) const { return iops() * io_size / (1024.0 * 1024.0); }
   double gbps(uint32_t io_size) const { return iops() * io_size * 8 / 1e9; }
