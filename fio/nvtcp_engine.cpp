@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/multipath.hpp"
 #include "nvtcp/size.hpp"
 
 // fio's headers are C without extern "C" guards.
@@ -61,6 +62,9 @@ namespace {
 using nvtcp::PollMode;
 using nvtcp::host::Completion;
 using nvtcp::host::Controller;
+using nvtcp::host::MultipathController;
+using nvtcp::host::MultipathOptions;
+using nvtcp::host::MultipathQueuePair;
 using nvtcp::host::ControllerOptions;
 using nvtcp::host::parse_poll_mode;
 using nvtcp::host::QueuePair;
@@ -98,6 +102,8 @@ struct EngineOptions {
   unsigned int tls_legacy_derivation;
   unsigned int tls_sha256_binder;
   unsigned int ktls;
+  char* paths;        // more paths to the filename's namespace: ADDR:PORT,ADDR:PORT (multipath)
+  char* path_policy;  // round-robin or queue-depth
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -132,6 +138,13 @@ fio_option g_options[] = {
                 "default over TCP), busy (always spin) or interrupt (always sleep; the default through the "
                 "offload engine)",
                 nullptr),
+    make_option("paths", "nvtcp multipath paths", FIO_OPT_STR_STORE, offsetof(EngineOptions, paths),
+                "More paths to the filename's subsystem and namespace, as ADDR:PORT[,ADDR:PORT...] ([v6addr]:PORT "
+                "for IPv6): the job drives them as one multipath controller (ANA optimized paths first, a command "
+                "moved to another path when its own fails)",
+                nullptr),
+    make_option("path_policy", "nvtcp multipath policy", FIO_OPT_STR_STORE, offsetof(EngineOptions, path_policy),
+                "With paths: round-robin (the default) or queue-depth among the paths of the best ANA state", nullptr),
     make_option("busy_poll", "nvtcp busy poll", FIO_OPT_BOOL, offsetof(EngineOptions, busy_poll),
                 "Same as poll=busy", "0"),
     make_option("tcp_congestion", "nvtcp TCP congestion control", FIO_OPT_STR_STORE,
@@ -256,6 +269,35 @@ bool parse_filename(thread_data* td, const char* name, TransportId& trid) {
     fail(td, EINVAL, "bad filename", "filename '%s' names no subsystem: add subnqn=NQN%s", name,
          split_hint(td).c_str());
     return false;
+  }
+  return true;
+}
+
+// paths=ADDR:PORT[,ADDR:PORT...] ("[v6addr]:PORT" for IPv6): each the filename's transport ID
+// with another address and port.
+bool parse_paths(thread_data* td, const char* text, const TransportId& base, std::vector<TransportId>& out) {
+  std::string all(text);
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    const std::string one = all.substr(start, end - start);
+    start = end + 1;
+    if (one.empty()) continue;
+    TransportId t = base;
+    size_t colon = one.rfind(':');
+    std::string addr = colon == std::string::npos ? "" : one.substr(0, colon);
+    if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') {
+      addr = addr.substr(1, addr.size() - 2);
+      t.adrfam = "IPv6";
+    }
+    char* stop = nullptr;
+    const unsigned long port = colon == std::string::npos ? 0 : std::strtoul(one.c_str() + colon + 1, &stop, 10);
+    if (addr.empty() || port == 0 || port > 65535 || (stop && *stop))
+      return !fail(td, EINVAL, "bad paths", "paths: '%s' is not ADDR:PORT", one.c_str());
+    t.traddr = addr;
+    t.trsvcid = uint16_t(port);
+    out.push_back(t);
   }
   return true;
 }
@@ -438,8 +480,12 @@ struct ThreadCtx;
 
 // A file is one namespace reached through this thread's own controller and queue pairs.
 struct FileCtx {
-  std::unique_ptr<Controller> ctrl;
+  // One path: its controller. Several (the paths option): the multipath controller, and ctrl is
+  // one of its paths' controllers, for what the job asks of the namespace and the controller.
+  std::unique_ptr<MultipathController> mp;
+  std::shared_ptr<Controller> ctrl;
   std::vector<std::unique_ptr<QueuePair>> qps;
+  std::vector<std::unique_ptr<MultipathQueuePair>> mqps;  // instead of qps, with several paths
   TransportId trid;
   uint32_t nsid = 1;
   uint32_t block_size = 512;
@@ -456,9 +502,20 @@ struct FileCtx {
     }
     return nullptr;
   }
+  MultipathQueuePair* pick_multipath() {
+    size_t n = mqps.size();
+    for (size_t i = 0; i < n; ++i) {
+      MultipathQueuePair* q = mqps[next_qp].get();
+      if (++next_qp == n) next_qp = 0;
+      if (q->outstanding() < q->depth()) return q;
+    }
+    return nullptr;
+  }
   ~FileCtx() {
     qps.clear();  // queue pairs close before their controller shuts down
+    mqps.clear();
     ctrl.reset();
+    mp.reset();
   }
 };
 
@@ -479,6 +536,8 @@ struct ThreadCtx {
   uint64_t outstanding = 0;
   std::vector<std::unique_ptr<FileCtx>> files;
   QueuePair* poller = nullptr;  // any queue pair of this thread: they share its reactor
+  // Multipath queue pairs: each sends what waits for a path when it is polled.
+  std::vector<MultipathQueuePair*> multipath_qps;
   // Through the offload engine (trtype:engine) every queue pair has its own completion
   // queue in shared memory, read without a system call: each is polled.
   std::vector<QueuePair*> engine_qps;
@@ -654,7 +713,20 @@ int open_file_connect(thread_data* td, fio_file* f) {
   if (!parse_filename(td, f->file_name, fc->trid)) return 1;
   unsigned qpairs = std::max<unsigned>(options(td).qpairs, 1);
   std::string err;
-  fc->ctrl = Controller::connect(fc->trid, controller_options(td, qpairs), err);
+  const EngineOptions& eo = options(td);
+  if (eo.paths && *eo.paths) {
+    std::vector<TransportId> paths{fc->trid};
+    if (!parse_paths(td, eo.paths, fc->trid, paths)) return 1;
+    MultipathOptions mo;
+    if (eo.path_policy && *eo.path_policy && !nvtcp::host::parse_path_policy(eo.path_policy, mo.policy))
+      return fail(td, EINVAL, "bad path_policy", "path_policy=%s: round-robin or queue-depth", eo.path_policy);
+    fc->mp = MultipathController::connect(paths, controller_options(td, qpairs), mo, err);
+    if (!fc->mp) return fail(td, ECONNREFUSED, "cannot connect", "%s", explain_connect_error(fc->trid, err).c_str());
+    fc->ctrl = fc->mp->any_controller();
+    if (!fc->ctrl) return fail(td, ECONNREFUSED, "cannot connect", "no path of %s is connected", fc->trid.subnqn.c_str());
+  } else {
+    fc->ctrl = Controller::connect(fc->trid, controller_options(td, qpairs), err);
+  }
   if (!fc->ctrl) return fail(td, ECONNREFUSED, "cannot connect", "%s", explain_connect_error(fc->trid, err).c_str());
   nvtcp::host::NamespaceInfo ni;
   if (!fc->ctrl->namespace_info(fc->trid.nsid, ni, err))
@@ -674,7 +746,15 @@ int open_file_connect(thread_data* td, fio_file* f) {
   const uint32_t mdts = fc->ctrl->max_transfer_bytes();
   const uint32_t per_io = mdts ? uint32_t((max_bs + mdts - 1) / mdts) : 1;
   uint32_t depth = std::min<uint32_t>(std::max<unsigned>(td->o.iodepth, 1) * std::max(per_io, 1u), mqes);
-  for (unsigned i = 0; i < qpairs; ++i) {
+  for (unsigned i = 0; i < qpairs && fc->mp; ++i) {
+    auto q = fc->mp->create_io_qpair(depth, err);
+    if (!q)
+      return fail(td, ECONNREFUSED, "cannot create a queue pair", "I/O queue pair %u of %u to %s: %s", i + 1, qpairs,
+                  fc->trid.subnqn.c_str(), err.c_str());
+    t->multipath_qps.push_back(q.get());
+    fc->mqps.push_back(std::move(q));
+  }
+  for (unsigned i = 0; i < qpairs && !fc->mp; ++i) {
     auto qp = fc->ctrl->create_io_qpair(depth, err);
     if (!qp)
       return fail(td, ECONNREFUSED, "cannot create a queue pair", "I/O queue pair %u of %u to %s: %s", i + 1, qpairs,
@@ -682,7 +762,7 @@ int open_file_connect(thread_data* td, fio_file* f) {
     fc->qps.push_back(std::move(qp));
   }
   if (!set_interrupt_coalescing(td, *fc)) return 1;
-  if (!t->poller) t->poller = fc->qps.front().get();
+  if (!t->poller && !fc->qps.empty()) t->poller = fc->qps.front().get();
   if (fc->trid.trtype == "engine")
     for (auto& qp : fc->qps) t->engine_qps.push_back(qp.get());
   FILE_SET_ENG_DATA(f, fc.get());
@@ -707,8 +787,9 @@ fio_q_status nvtcp_queue(thread_data* td, io_u* u) {
     u->error = EINVAL;
     return FIO_Q_COMPLETED;
   }
-  QueuePair* qp = fc->pick();
-  if (!qp) return FIO_Q_BUSY;
+  QueuePair* one = fc->mp ? nullptr : fc->pick();
+  MultipathQueuePair* multi = fc->mp ? fc->pick_multipath() : nullptr;
+  if (!one && !multi) return FIO_Q_BUSY;
   Slot& s = t->slots[u->index];
   s.u = u;
   uint64_t lba_mask = fc->block_size - 1;
@@ -726,9 +807,13 @@ fio_q_status nvtcp_queue(thread_data* td, io_u* u) {
       uint64_t slba = u->offset >> fc->block_shift;
       uint64_t nlb = u->xfer_buflen >> fc->block_shift;
       if (u->ddir == DDIR_READ) {
-        rc = nlb > 65536 ? -EINVAL : qp->read(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
+        rc = nlb > 65536 ? -EINVAL
+             : multi     ? multi->read(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s)
+                         : one->read(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
       } else if (u->ddir == DDIR_WRITE) {
-        rc = nlb > 65536 ? -EINVAL : qp->write(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
+        rc = nlb > 65536 ? -EINVAL
+             : multi     ? multi->write(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s)
+                         : one->write(fc->nsid, slba, uint32_t(nlb), u->xfer_buf, on_complete, &s);
       } else {
         if (nlb > 0xFFFFFFFFull) {
           rc = -EINVAL;
@@ -737,14 +822,15 @@ fio_q_status nvtcp_queue(thread_data* td, io_u* u) {
         s.range.cattr = 0;
         s.range.nlb = uint32_t(nlb);
         s.range.slba = slba;
-        rc = qp->deallocate(fc->nsid, &s.range, 1, on_complete, &s);
+        rc = multi ? multi->deallocate(fc->nsid, &s.range, 1, on_complete, &s)
+                   : one->deallocate(fc->nsid, &s.range, 1, on_complete, &s);
       }
       break;
     }
     case DDIR_SYNC:
     case DDIR_DATASYNC:
     case DDIR_SYNC_FILE_RANGE:
-      rc = qp->flush(fc->nsid, on_complete, &s);
+      rc = multi ? multi->flush(fc->nsid, on_complete, &s) : one->flush(fc->nsid, on_complete, &s);
       break;
     default:
       rc = -EINVAL;
@@ -779,7 +865,7 @@ uint64_t now_ns() {
 // are in.
 int nvtcp_getevents(thread_data* td, unsigned int min, unsigned int max, const struct timespec* ts) {
   ThreadCtx* t = thread_ctx(td);
-  if (!t->poller) return 0;
+  if (!t->poller && t->multipath_qps.empty()) return 0;
   max = std::min<unsigned>(max, unsigned(t->events.size()));
   min = std::min(min, max);
   constexpr uint64_t kMaxWaitUs = 100000;
@@ -803,7 +889,12 @@ int nvtcp_getevents(thread_data* td, unsigned int min, unsigned int max, const s
         wait_us = now >= deadline ? 0 : std::min<uint64_t>(wait_us, (deadline - now + 999) / 1000);
       }
     }
-    if (t->engine_qps.empty()) {
+    if (!t->multipath_qps.empty()) {
+      // Every path's queue is on this thread's reactor: one turn (the first's) serves them all.
+      for (size_t i = 0; i < t->multipath_qps.size(); ++i)
+        t->multipath_qps[i]->process_completions(i == 0 && !t->poller ? uint32_t(wait_us) : 0);
+      if (t->poller) t->poller->process_completions(uint32_t(wait_us));
+    } else if (t->engine_qps.empty()) {
       t->poller->process_completions(uint32_t(wait_us));
     } else {
       // Each engine queue pair is looked at without waiting; when none had anything, the

@@ -198,6 +198,34 @@ PY
       --verify=crc32c
     expect_fail verify_null "verify: bad magic header"
     ;;
+  multipath)
+    # One job over two paths (the filename's and paths=): a target with ANA reporting on two
+    # listeners; while fio's crc32c verify runs, listener A's group turns inaccessible and back
+    # through nvtcp rpc. No I/O error, every block verifies, and the target saw both paths.
+    stop "$tpid"
+    read -r pa pb < <(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+    rm -f "$work/ready"
+    "$nvtcp" target --ram 256M --listen "127.0.0.1:$pa" --listen "127.0.0.1:$pb" --discovery-port 0 --nqn "$NQN" \
+      --ana-reporting --rpc-socket "$work/rpc.sock" --ready-file "$work/ready" >"$work/target.log" 2>&1 &
+    tpid=$!
+    wait_ready "two-listener target" "$tpid" "$work/ready" "$work/target.log"
+    ana() { "$nvtcp" rpc -s "$work/rpc.sock" nvmf_subsystem_listener_set_ana_state --nqn "$NQN" \
+              --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$pa" --ana-state "$1" >/dev/null; }
+    (sleep 1; ana inaccessible; sleep 1; ana optimized) &
+    flipper=$!
+    run_fio multipath "--filename=$(trid 1 "$pa")" --paths="127.0.0.1:$pb" --path_policy=queue-depth --thread=1 \
+      --iodepth=16 --rw=randwrite --bs=4k --size=64M --verify=crc32c --verify_fatal=1 --do_verify=1
+    wait "$flipper" || fail "multipath: set_ana_state failed"
+    expect_ok multipath "read write"
+    grep -q "group 1: optimized -> inaccessible" "$work/target.log" || fail "multipath: the ANA state never changed"
+    [ "$(grep -c "connected to $NQN (controller [0-9]*, qid 1" "$work/target.log")" -ge 2 ] ||
+      fail "multipath: fio's job did not connect an I/O queue on both paths"
+    run_fio multipath_bad "--filename=$(trid 1 "$pa")" --paths="127.0.0.1" --thread=1 --rw=read --bs=4k --size=1M
+    expect_fail multipath_bad "is not ADDR:PORT"
+    ;;
   mdts_split)
     # bs=1M against a target whose MDTS is 128 KiB (SPDK's default): the host library sends each
     # I/O as 8 commands and completes it once; fio's crc32c verify checks every byte came back.

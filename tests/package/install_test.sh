@@ -46,12 +46,13 @@ fi
 step "libnvtcp.so.0 exports the public API only"
 nm -D --defined-only -C "$libdir/libnvtcp.so.0" | awk '$2 ~ /^[TDBRVWiu]$/ {$1=""; $2=""; print substr($0, 3)}' \
   | grep -v '^NVTCP_0$' >"$dir/exports.txt"
-public='^(nvtcp::host::(QueuePair|Controller|TransportId)::|nvtcp::host::(parse_poll_mode|apply_recovery_seconds|set_data_path_options|data_path_options|default_hostnqn)|nvtcp::nvme::status_name|nvtcp::(parse_size|log_level|set_log_level|parse_log_level|set_log_sink)\()'
+public='^(nvtcp::host::(QueuePair|Controller|TransportId)::|nvtcp::host::(MultipathController|MultipathQueuePair)::[a-z_~]|nvtcp::host::(parse_poll_mode|apply_recovery_seconds|set_data_path_options|data_path_options|default_hostnqn|parse_path_policy|path_policy_name)|nvtcp::nvme::status_name|nvtcp::(parse_size|log_level|set_log_level|parse_log_level|set_log_sink)\()'
 if grep -Ev "$public" "$dir/exports.txt" | grep -v '^$' >"$dir/private.txt"; then
   echo "exported beyond the public API:"; head -20 "$dir/private.txt"; fail "libnvtcp exports private symbols"
 fi
 grep -q 'nvtcp::host::Controller::connect' "$dir/exports.txt" || fail "Controller::connect is not exported"
 if grep -q 'Controller::State' "$dir/exports.txt"; then fail "Controller::State is exported"; fi
+if grep -Eq 'Multipath(QueuePair::Impl|Controller::Shared)' "$dir/exports.txt"; then fail "multipath internals are exported"; fi
 echo "$(wc -l <"$dir/exports.txt") symbols, all public"
 
 step "a RAM namespace served by the installed nvtcp"
