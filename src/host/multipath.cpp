@@ -619,77 +619,64 @@ std::unique_ptr<MultipathQueuePair> MultipathController::create_io_qpair(uint32_
 MultipathQueuePair::MultipathQueuePair(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MultipathQueuePair::~MultipathQueuePair() { impl_->close(); }
 
-int MultipathQueuePair::read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx) {
+namespace {
+MpRequest request(MpRequest::Op op, uint32_t nsid, CompletionFn cb, void* ctx) {
   MpRequest r;
-  r.op = MpRequest::Op::Read;
+  r.op = op;
   r.nsid = nsid;
+  r.cb = cb;
+  r.ctx = ctx;
+  return r;
+}
+}  // namespace
+
+int MultipathQueuePair::read(uint32_t nsid, uint64_t slba, uint32_t nlb, void* buf, CompletionFn cb, void* ctx) {
+  MpRequest r = request(MpRequest::Op::Read, nsid, cb, ctx);
   r.slba = slba;
   r.nlb = nlb;
   r.buf = buf;
-  r.cb = cb;
-  r.ctx = ctx;
   return impl_->start(r);
 }
 
 int MultipathQueuePair::write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* buf, CompletionFn cb, void* ctx,
                               WriteFlags flags) {
-  MpRequest r;
-  r.op = MpRequest::Op::Write;
+  MpRequest r = request(MpRequest::Op::Write, nsid, cb, ctx);
   r.to_controller = true;
   r.fua = flags.fua;
-  r.nsid = nsid;
   r.slba = slba;
   r.nlb = nlb;
   r.buf = const_cast<void*>(buf);
-  r.cb = cb;
-  r.ctx = ctx;
   return impl_->start(r);
 }
 
 int MultipathQueuePair::flush(uint32_t nsid, CompletionFn cb, void* ctx) {
-  MpRequest r;
-  r.op = MpRequest::Op::Flush;
-  r.nsid = nsid;
-  r.cb = cb;
-  r.ctx = ctx;
+  MpRequest r = request(MpRequest::Op::Flush, nsid, cb, ctx);
   return impl_->start(r);
 }
 
 int MultipathQueuePair::write_zeroes(uint32_t nsid, uint64_t slba, uint32_t nlb, CompletionFn cb, void* ctx) {
-  MpRequest r;
-  r.op = MpRequest::Op::WriteZeroes;
-  r.nsid = nsid;
+  MpRequest r = request(MpRequest::Op::WriteZeroes, nsid, cb, ctx);
   r.slba = slba;
   r.nlb = nlb;
-  r.cb = cb;
-  r.ctx = ctx;
   return impl_->start(r);
 }
 
 int MultipathQueuePair::deallocate(uint32_t nsid, const nvme::DsmRange* ranges, uint32_t n, CompletionFn cb,
                                    void* ctx) {
-  MpRequest r;
-  r.op = MpRequest::Op::Deallocate;
+  MpRequest r = request(MpRequest::Op::Deallocate, nsid, cb, ctx);
   r.to_controller = true;
-  r.nsid = nsid;
-  r.nlb = n;
+  r.nlb = n;  // ranges
   r.buf = const_cast<nvme::DsmRange*>(ranges);
-  r.cb = cb;
-  r.ctx = ctx;
   return impl_->start(r);
 }
 
 int MultipathQueuePair::submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                                void* ctx) {
-  MpRequest r;
-  r.op = MpRequest::Op::Command;
+  MpRequest r = request(MpRequest::Op::Command, sqe.nsid, cb, ctx);
   r.sqe = sqe;
-  r.nsid = sqe.nsid;
   r.buf = data;
   r.len = len;
   r.to_controller = to_controller;
-  r.cb = cb;
-  r.ctx = ctx;
   return impl_->start(r);
 }
 
