@@ -17,6 +17,10 @@
 #                (the host fails the connection if the ICResp does not grant the digests it asked for)
 #   verify       nvtcp perf --verify on ns 2 (RAM), 4 KiB and 128 KiB, digests off and on: every
 #                block written reads back intact
+#   multipath    nvtcp perf --verify on ns 2 over both of nvmet's ports (a second port, 4421, serves
+#                the same subsystem) while the guest turns port 1's ANA group inaccessible and back:
+#                no I/O error, every block reads back, both paths carry I/O, and the host read the
+#                inaccessible state from nvmet's ANA log
 #   dmesg        the guest's kernel log (dumped at shutdown) has "creating nvm controller" lines and
 #                no nvmet error (digest error, unexpected PDU, keep-alive expiry, ...), no WARNING/BUG
 #
@@ -74,13 +78,14 @@ echo "kernel: $KERNEL_PKG ($KERNEL_VERSION), $(qemu-system-x86_64 --version | he
 
 for attempt in 1 2 3; do
   PORT=$(kfree_port)
-  CTL_PORT=$(kfree_port "$PORT")
+  PORT2=$(kfree_port "$PORT")
+  CTL_PORT=$(kfree_port "$PORT" "$PORT2")
   kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/target.sh" "NQN=$NQN" "CTL_PORT=7000"
-  kernel_boot target "$WORK/initrd.cpio" "$PORT:4420" "$CTL_PORT:7000"
+  kernel_boot target "$WORK/initrd.cpio" "$PORT:4420" "$PORT2:4421" "$CTL_PORT:7000"
   T0=$SECONDS
   if kernel_wait_marker 'NVTCP-GUEST .* (READY|RUN-EXIT)' 240; then break; fi
   if ! kill -0 "$QEMU_PID" 2>/dev/null && kernel_forward_busy target; then
-    echo "QEMU could not forward port $PORT/$CTL_PORT (attempt $attempt); trying others"
+    echo "QEMU could not forward port $PORT/$PORT2/$CTL_PORT (attempt $attempt); trying others"
     wait "$QEMU_PID" || true; QEMU_PID=""
     continue
   fi
@@ -196,6 +201,39 @@ for dg in 0 1; do
   done
 done
 
+# --- multipath: both ports, ANA changed under the run ----------------------------------------------
+
+echo "== multipath"
+ctl() { (exec 3<>"/dev/tcp/127.0.0.1/$CTL_PORT" && echo "$*" >&3) 2>/dev/null; }
+TRID2="trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT2 subnqn:$NQN"
+ok=1
+run multipath "$NVTCP" perf -r "$TRID ns:2" -r "$TRID2 ns:2" -q 8 -o 4K -w randrw -t 8 --verify --json &
+mp_pid=$!
+sleep 1.5; ctl "ana 1 inaccessible" || fail "multipath: could not reach the guest's control port"
+sleep 2; ctl "ana 1 optimized" || fail "multipath: could not reach the guest's control port"
+mp_rc=0
+wait "$mp_pid" || mp_rc=$?
+[[ $mp_rc -eq 0 ]] || { fail "multipath: nvtcp perf exited with $mp_rc"; ok=0; }
+grep -qa 'NVTCP-GUEST .*ANA port 1 group 1: inaccessible' "$CONSOLE" || { fail "multipath: the guest did not change the ANA state"; ok=0; }
+grep -q 'namespace 2 ANA state optimized -> inaccessible' "$WORK/multipath.out" ||
+  { fail "multipath: the host did not read the inaccessible state from nvmet's ANA log"; ok=0; }
+mp_summary=$(python3 - "$WORK/multipath.out" "$PORT" "$PORT2" <<'PY'
+import json, sys
+line = next(l for l in open(sys.argv[1]) if l.startswith("{"))
+r = json.loads(line)
+paths = {p["trsvcid"]: p["commands"] for p in r["paths"]}
+a, b = paths[int(sys.argv[2])], paths[int(sys.argv[3])]
+bad = []
+if r["errors"]: bad.append(f"{r['errors']} I/O errors")
+if r["verify_failures"] or r["verify_skipped"]: bad.append(f"verify failures {r['verify_failures']}, skipped {r['verify_skipped']}")
+if not (a > 0 and b > 0): bad.append(f"a path carried no I/O: {paths}")
+print(("FAIL " + "; ".join(bad)) if bad else f"{r['iops']:.0f} IOPS, commands {a} + {b}, {r['failovers']} failovers")
+PY
+) || { mp_summary="FAIL no JSON result"; }
+[[ $mp_summary != FAIL* ]] || { fail "multipath: $mp_summary"; ok=0; }
+[[ $ok -eq 1 ]] || show_tail multipath 20
+result multipath "$([[ $ok -eq 1 ]] && echo pass || echo FAIL) ($mp_summary)"
+
 # --- shutdown and the guest's kernel log ---------------------------------------------------------
 
 (exec 3<>"/dev/tcp/127.0.0.1/$CTL_PORT" && echo 'done' >&3) 2>/dev/null || fail "could not reach the guest's control port"
@@ -207,8 +245,15 @@ ctrls=$(grep -c 'nvmet: creating nvm controller' "$WORK/dmesg.txt" || true)
 dctrls=$(grep -c 'nvmet: creating discovery controller' "$WORK/dmesg.txt" || true)
 [[ $ctrls -gt 0 ]] || fail "the guest's dmesg shows no 'creating nvm controller'"
 [[ $dctrls -gt 0 ]] || fail "the guest's dmesg shows no 'creating discovery controller'"
+# "nvmet_tcp: failed cmd ... opcode 1|2" is nvmet refusing a write or read at its start (ANA):
+# what it logs for each command sent down the path made inaccessible (multipath, above), which the
+# host then sends down the other; those are expected, and no more of them than failovers.
 grep -aiE 'nvmet.*(error|fail|unexpected|invalid|bad |expired|unsupported|unhandled|mismatch|terminat)|WARNING:|BUG:|Call Trace|Oops' \
-  "$WORK/dmesg.txt" >"$WORK/dmesg.errors" || true
+  "$WORK/dmesg.txt" | grep -avE 'nvmet_tcp: failed cmd [0-9a-f]+ id [0-9]+ opcode [12], data_len' >"$WORK/dmesg.errors" || true
+refused=$(grep -acE 'nvmet_tcp: failed cmd [0-9a-f]+ id [0-9]+ opcode [12], data_len' "$WORK/dmesg.txt" || true)
+failovers=$(grep -o '"failovers":[0-9]*' "$WORK/multipath.out" 2>/dev/null | cut -d: -f2)
+[[ $refused -le ${failovers:-0} ]] ||
+  fail "the guest refused $refused commands, more than the $failovers the host moved to another path"
 if [[ -s $WORK/dmesg.errors ]]; then
   fail "the guest's kernel logged nvmet errors:"
   sed 's/^/    /' "$WORK/dmesg.errors" | head -40

@@ -5,8 +5,10 @@
 #   subsystem $NQN, allow_any_host
 #     namespace 1: null_blk /dev/nullb0 (1 GiB)      namespace 2: brd /dev/ram0 (64 MiB, RAM)
 #   port 1: tcp 0.0.0.0:4420 (the discovery service answers there too)
-# Prints READY, then waits for the host to connect to port $CTL_PORT (forwarded) and returns, so that
-# /init dumps dmesg and powers off.
+#   port 2: tcp 0.0.0.0:4421, the same subsystem: a second path (nvmet reports ANA on every port)
+# Prints READY, then takes commands on port $CTL_PORT (forwarded), one per connection:
+# "ana PORT STATE" sets that port's ANA group 1 state (nvmet's names: optimized, non-optimized,
+# inaccessible, ...); anything else ends the script, so that /init dumps dmesg and powers off.
 . /guest/lib.sh
 . /etc/nvtcp-test.conf
 
@@ -33,11 +35,31 @@ echo ipv4 >ports/1/addr_adrfam
 echo 0.0.0.0 >ports/1/addr_traddr
 echo 4420 >ports/1/addr_trsvcid
 ln -s "/sys/kernel/config/nvmet/subsystems/$NQN" "ports/1/subsystems/$NQN"
+mkdir ports/2
+echo tcp >ports/2/addr_trtype
+echo ipv4 >ports/2/addr_adrfam
+echo 0.0.0.0 >ports/2/addr_traddr
+echo 4421 >ports/2/addr_trsvcid
+ln -s "/sys/kernel/config/nvmet/subsystems/$NQN" "ports/2/subsystems/$NQN"
 set +e
 say "nullb0 $(cat /sys/block/nullb0/size) sectors, ram0 $(cat /sys/block/ram0/size) sectors"
-say "READY nvmet-tcp 0.0.0.0:4420 $NQN"
+say "READY nvmet-tcp 0.0.0.0:4420 and 0.0.0.0:4421 $NQN"
 
-# The host connects here when it is done (or the test gives up): then dmesg and poweroff.
-cmd=$(nc -l -p "$CTL_PORT" </dev/null 2>/dev/null)
-say "control: '$cmd'"
+# The host changes ANA states here, and connects with anything else when it is done (or the test
+# gives up): then dmesg and poweroff.
+while :; do
+  cmd=$(nc -l -p "$CTL_PORT" </dev/null 2>/dev/null)
+  say "control: '$cmd'"
+  case $cmd in
+    "ana "*)
+      set -- $cmd
+      if echo "$3" >"/sys/kernel/config/nvmet/ports/$2/ana_groups/1/ana_state"; then
+        say "ANA port $2 group 1: $(cat "/sys/kernel/config/nvmet/ports/$2/ana_groups/1/ana_state")"
+      else
+        say "FAIL setting ANA port $2 to $3"
+      fi
+      ;;
+    *) break ;;
+  esac
+done
 exit 0
