@@ -205,7 +205,8 @@ void add_engine_command(CLI::App& app, int& rc) {
                                "NVMe/TCP on dedicated cores");
   c->add_option("--config", a->config, "JSON file with the same content as the flags (flags win)");
   c->add_option("--socket", a->socket, "UNIX socket applications attach to (default /run/nvtcp/engine.sock)");
-  c->add_option("--controller", a->controllers, "a remote controller's transport ID (repeatable)");
+  c->add_option("--controller", a->controllers, "a remote controller's transport ID (repeatable; the same subnqn again: another path to that subsystem, "
+                "driven as one multipath controller)");
   c->add_option("--cpus", a->cpus, "CPUs, one engine core each (default: one core, not pinned)")->delimiter(',');
   c->add_option("--queue-depth", a->queue_depth,
                 "depth of each NVMe/TCP queue pair (default 1024, at most the controller's CAP.MQES)");

@@ -295,6 +295,20 @@ Json nvmf_config(Target& t) {
                              {"anagrpid", ns->anagrpid}}}}}});
     for (const Listener& l : listeners)
       if (s->reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
+    // States set by RPC: after the listeners, which they name.
+    for (const Listener& l : listeners) {
+      if (!s->ana_reporting() || !s->reachable_through(l.portid)) continue;
+      const target::AnaPort* port = s->ana_port(l.portid);
+      for (uint32_t g : s->ana_groups()) {
+        if (!port || port->state(g) == nvme::AnaState::Optimized) continue;
+        out.push_back(Json{{"method", "nvmf_subsystem_listener_set_ana_state"},
+                           {"params",
+                            {{"nqn", s->nqn()},
+                             {"listen_address", listen_address(l)},
+                             {"ana_state", nvme::ana_state_name(port->state(g))},
+                             {"anagrpid", g}}}});
+      }
+    }
   }
   return out;
 }

@@ -45,10 +45,20 @@ uint64_t thread_cpu_ns() {
 using reactor::monotonic_ns;
 }  // namespace
 
+// A remote subsystem: one controller, or (several --controller entries with its subnqn) one
+// multipath controller over every path, whose first connected path's controller is ctrl.
 struct Remote {
   host::TransportId trid;
-  std::unique_ptr<host::Controller> ctrl;
+  std::vector<host::TransportId> paths;  // more than one: multipath
+  std::unique_ptr<host::MultipathController> mp;
+  std::shared_ptr<host::Controller> ctrl;
   std::vector<uint8_t> identify;  // Identify Controller, 4 KiB
+  // The controller admin commands go to: with several paths, one that is connected now.
+  std::shared_ptr<host::Controller> admin_controller() const {
+    if (!mp) return ctrl;
+    auto c = mp->any_controller();
+    return c ? c : ctrl;
+  }
 };
 
 struct AppSlot;
@@ -94,6 +104,7 @@ struct Engine::Impl {
     size_t index = 0;
     std::thread thread;
     std::vector<std::unique_ptr<host::QueuePair>> qps;  // per remote controller
+    std::vector<std::unique_ptr<host::MultipathQueuePair>> mqps;  // per multipath remote, instead
     std::vector<std::unique_ptr<IoForwarder>> fwds;     // per remote controller
     reactor::Reactor* reactor = nullptr;
     std::mutex mu;
@@ -409,6 +420,16 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   for (Remote& r : engine->remotes) {
     std::string err;
     const uint32_t depth = std::min<uint32_t>(engine->opts.queue_depth, uint32_t(r.ctrl->cap() & 0xFFFF));  // CAP.MQES
+    if (r.mp) {
+      auto mqp = r.mp->create_io_qpair(depth, err);
+      if (!mqp) {
+        started.set_value(fmt::format("engine core {}: I/O queue pairs to {}: {}", index, r.trid.subnqn, err));
+        return;
+      }
+      mqps.push_back(std::move(mqp));
+      fwds.push_back(std::make_unique<IoForwarder>(*mqps.back(), this));
+      continue;
+    }
     auto qp = r.ctrl->create_io_qpair(depth, err);
     if (!qp) {
       started.set_value(fmt::format("engine core {}: I/O queue pair to {}: {}", index, r.trid.subnqn, err));
@@ -451,7 +472,9 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
     for (auto& fw : fwds) work |= fw->prepare_to_sleep();
     if (!work) {
       sleeps.fetch_add(1, std::memory_order_relaxed);
-      qps.front()->process_completions(100000);  // completions of every queue pair, or a wake
+      // Completions of every queue pair (all on this thread's reactor), or a wake.
+      if (!qps.empty()) qps.front()->process_completions(100000);
+      else mqps.front()->process_completions(100000);
     }
     sleeping.store(false, std::memory_order_relaxed);
     for (auto& fw : fwds) fw->resume_polling();
@@ -460,6 +483,7 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   publish_stats();
   fwds.clear();  // each waits for the commands it sent
   qps.clear();
+  mqps.clear();
   std::lock_guard lk(reactor_mu);
   reactor = nullptr;  // the thread's reactor goes with the thread
 }
@@ -493,6 +517,9 @@ bool Engine::Impl::start(std::string& err) {
                   uint64_t(rl.rlim_cur), need, opts.limits.max_applications, opts.limits.max_vectors);
     }
   }
+  // Controllers of one subsystem (the same subnqn) are paths to it: one remote, driven as a
+  // multipath controller. Applications name a remote by its subnqn, so two remotes with one
+  // subnqn could never both be reached anyway.
   for (const auto& trid : opts.controllers) {
     // A data digest is computed over the bytes as they are sent; an application could change
     // its (shared) write buffer in between, and the digest error would cost every
@@ -501,10 +528,27 @@ bool Engine::Impl::start(std::string& err) {
       err = fmt::format("controller {}: data digests are not carried by the engine yet", trid.to_string());
       return false;
     }
+    auto same = std::find_if(remotes.begin(), remotes.end(), [&](const Remote& x) { return x.trid.subnqn == trid.subnqn; });
+    if (same != remotes.end()) {
+      same->paths.push_back(trid);
+      continue;
+    }
     Remote r;
     r.trid = trid;
+    r.paths = {trid};
+    remotes.push_back(std::move(r));
+  }
+  for (Remote& r : remotes) {
+    const host::TransportId& trid = r.trid;
     std::string e;
-    r.ctrl = host::Controller::connect(trid, opts.host, e);
+    if (r.paths.size() > 1) {
+      r.mp = host::MultipathController::connect(r.paths, opts.host, {}, e);
+      if (r.mp) r.ctrl = r.mp->any_controller();
+      if (r.mp && !r.ctrl) e = "no path is connected";
+      if (r.ctrl) log::info("engine: {} over {} paths", trid.subnqn, r.paths.size());
+    } else {
+      r.ctrl = host::Controller::connect(trid, opts.host, e);
+    }
     if (!r.ctrl) {
       err = fmt::format("controller {}: {}", trid.to_string(), e);
       return false;
@@ -512,7 +556,6 @@ bool Engine::Impl::start(std::string& err) {
     r.identify.assign(r.ctrl->identify_data(), r.ctrl->identify_data() + 4096);
     log::info("engine: connected to {} (controller {}, {} I/O queues granted)", trid.to_string(), r.ctrl->cntlid(),
               r.ctrl->io_queues_granted());
-    remotes.push_back(std::move(r));
   }
   const std::vector<int> cpus = opts.cpus.empty() ? std::vector<int>{-1} : opts.cpus;
   for (size_t i = 0; i < cpus.size(); ++i) {
@@ -811,9 +854,9 @@ void Engine::Impl::admin_worker() {
       if (admin_stop) return;
       job = next_admin_job();
     }
-    Remote& r = remotes[job.remote];
-    job.result = r.ctrl->failed() ? host::Completion{nvme::sc::TransportError}
-                                  : r.ctrl->admin(job.sqe, job.data.data(), job.data.size(), job.to_controller);
+    const std::shared_ptr<host::Controller> ctrl = remotes[job.remote].admin_controller();
+    job.result = ctrl->failed() ? host::Completion{nvme::sc::TransportError}
+                                : ctrl->admin(job.sqe, job.data.data(), job.data.size(), job.to_controller);
     {
       std::lock_guard lk(events_mu);
       admin_done.push_back(std::move(job));

@@ -46,7 +46,7 @@ struct IoForwarder::Command {
   Command* next = nullptr; // free list, or the list of answers waiting for CQ room
 };
 
-IoForwarder::IoForwarder(host::QueuePair& qp, Events* events)
+IoForwarder::IoForwarder(HostQueue qp, Events* events)
     : qp_(qp), events_(events), pool_(qp.depth()), clock_(reactor::monotonic_ns) {
   for (auto& c : pool_) {
     c.self = this;

@@ -16,9 +16,32 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/multipath.hpp"
 #include "shm/shm_queue.hpp"
 
 namespace nvtcp::engine {
+
+// What a forwarder sends on: one path's queue pair, or a multipath queue pair over every path
+// of the remote subsystem (which moves a command off a failed path by itself).
+class HostQueue {
+ public:
+  // Implicit: a forwarder is made from either.
+  HostQueue(host::QueuePair& q) : one_(&q) {}             // NOLINT(google-explicit-constructor)
+  HostQueue(host::MultipathQueuePair& q) : multi_(&q) {}  // NOLINT(google-explicit-constructor)
+  int submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, host::CompletionFn cb, void* ctx) {
+    return multi_ ? multi_->submit(sqe, data, len, to_controller, cb, ctx)
+                  : one_->submit(sqe, data, len, to_controller, cb, ctx);
+  }
+  int process_completions(uint32_t timeout_us) {
+    return multi_ ? multi_->process_completions(timeout_us) : one_->process_completions(timeout_us);
+  }
+  uint32_t block_size(uint32_t nsid) const { return multi_ ? multi_->block_size(nsid) : one_->block_size(nsid); }
+  uint32_t depth() const { return multi_ ? multi_->depth() : one_->depth(); }
+
+ private:
+  host::QueuePair* one_ = nullptr;
+  host::MultipathQueuePair* multi_ = nullptr;
+};
 
 class IoForwarder {
  public:
@@ -33,7 +56,7 @@ class IoForwarder {
     virtual void on_queue_fault(void* owner, uint16_t qid, shm::EngineQueuePair::Fault f) = 0;
   };
 
-  explicit IoForwarder(host::QueuePair& qp, Events* events = nullptr);
+  explicit IoForwarder(HostQueue qp, Events* events = nullptr);
   // Waits for every command it sent: the host queue pair answers or fails each (a failed
   // connection fails them as its close completes), and each answer calls back into this
   // object, so none may come after it is gone. (Their answers are dropped.)
@@ -91,7 +114,6 @@ class IoForwarder {
   bool faulted(const Queue* q) const;
   uint32_t in_flight() const { return in_flight_; }
   size_t queues() const { return queues_.size(); }
-  host::QueuePair& host_queue() { return qp_; }
 
  private:
   struct Command;
@@ -106,7 +128,7 @@ class IoForwarder {
   void reap_removed();
   void interrupt(Queue& q);
 
-  host::QueuePair& qp_;
+  HostQueue qp_;
   Events* events_;
   std::vector<std::unique_ptr<Queue>> queues_;
   std::vector<Command> pool_;

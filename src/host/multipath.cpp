@@ -74,11 +74,41 @@ struct MultipathController::Shared {
   bool connect_path(size_t i, std::string& err) {
     auto c = Controller::connect(trids[i], opts, err);
     if (!c) return false;
+    std::shared_ptr<Controller> other;
+    {
+      std::lock_guard lk(mu);
+      for (size_t k = 0; k < paths.size() && !other; ++k)
+        if (k != i && paths[k].ctrl) other = paths[k].ctrl;
+    }
+    if (other && !same_namespaces(*other, *c, err)) return false;
     std::lock_guard lk(mu);
     paths[i].ctrl = std::shared_ptr<Controller>(std::move(c));
     ++paths[i].incarnation;
     paths[i].last_error.clear();
     table_gen.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+
+  // Writes meant for one namespace must not land on another: a path joins only if its
+  // controller names the same subsystem and shows each namespace both know with the same NGUID
+  // and EUI-64 (a namespace one of them does not have yet is not a conflict).
+  static bool same_namespaces(Controller& a, Controller& b, std::string& err) {
+    const auto& ia = a.identify_controller();
+    const auto& ib = b.identify_controller();
+    if (strnlen(ia.subnqn, sizeof ia.subnqn) != strnlen(ib.subnqn, sizeof ib.subnqn) ||
+        std::memcmp(ia.subnqn, ib.subnqn, strnlen(ia.subnqn, sizeof ia.subnqn)) != 0) {
+      err = fmt::format("another subsystem answers on this path ({})", padded_field(ib.subnqn, sizeof ib.subnqn));
+      return false;
+    }
+    for (uint32_t nsid : b.active_namespaces()) {
+      NamespaceInfo x, y;
+      std::string ignored;
+      if (!a.namespace_info(nsid, x, ignored) || !b.namespace_info(nsid, y, ignored)) continue;
+      if (std::memcmp(x.nguid, y.nguid, sizeof x.nguid) != 0 || std::memcmp(x.eui64, y.eui64, sizeof x.eui64) != 0) {
+        err = fmt::format("namespace {} is another namespace on this path (its NGUID or EUI-64 differs)", nsid);
+        return false;
+      }
+    }
     return true;
   }
 

@@ -312,6 +312,16 @@ std::string finalize_config(TargetConfig& cfg) {
       if (listener_index(cfg, name) < 0)
         return fmt::format("subsystem {}: '{}' is not one of the target's listeners", s.nqn, name);
     }
+    for (const auto& a : s.ana_states) {
+      if (!s.ana_reporting) return fmt::format("subsystem {}: ANA states without ana_reporting", s.nqn);
+      ListenerConfig want;
+      if (!parse_listener(a.listener, want) || listener_index(cfg, a.listener) < 0)
+        return fmt::format("subsystem {}: ANA state for '{}', which is not one of the target's listeners", s.nqn,
+                           a.listener);
+      if (a.anagrpid > s.max_namespaces)
+        return fmt::format("subsystem {}: ANA state for group {}, above its max_namespaces ({})", s.nqn, a.anagrpid,
+                           s.max_namespaces);
+    }
   }
   for (const auto& b : cfg.bdevs) {
     if (b.name.empty()) return "a bdev needs a name";

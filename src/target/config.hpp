@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "auth/keys.hpp"
+#include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 
@@ -64,6 +65,15 @@ struct SubsystemConfig {
   // can be changed per listener (RPC nvmf_subsystem_listener_set_ana_state). Off: every
   // path is optimized, as a subsystem without ANA is.
   bool ana_reporting = false;
+  // States a listener starts in other than optimized (ana_reporting only): group anagrpid (0:
+  // every group) through the listener "ADDRESS:PORT". save_config writes the states set by RPC
+  // this way (as nvmf_subsystem_listener_set_ana_state calls), so that a restart keeps them.
+  struct AnaSetting {
+    std::string listener;
+    uint32_t anagrpid = 0;
+    nvme::AnaState state = nvme::AnaState::Optimized;
+  };
+  std::vector<AnaSetting> ana_states;
 };
 
 struct ListenerConfig {

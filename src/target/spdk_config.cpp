@@ -149,6 +149,16 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           } else {
             find_sub(nqn, method).listeners.push_back(name);
           }
+        } else if (method == "nvmf_subsystem_listener_set_ana_state") {
+          // A state save_config wrote for a listener added before it in the file.
+          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+          SubsystemConfig::AnaSetting a;
+          a.listener = listener_of(p, method, cfg);
+          a.anagrpid = uint32_t(p.value("anagrpid", 0u));
+          const std::string state = str(p, "ana_state", method);
+          if (!nvme::ana_state_from_name(state, a.state))
+            throw std::runtime_error(fmt::format("{}: \"{}\" is not an ANA state", method, state));
+          sc.ana_states.push_back(a);
         } else if (!method.empty()) {
           ignored.push_back(method);
         }

@@ -231,6 +231,18 @@ std::string Target::start() {
     raw->cv.wait(lk, [raw] { return raw->ready; });
     reactors_.push_back(std::move(rt));
   }
+  // The states listeners start in (save_config's nvmf_subsystem_listener_set_ana_state), set
+  // before any host can connect and see another. finalize_config checked each; one that still
+  // fails is logged, and its listener stays optimized.
+  const std::vector<Listener> bound = state_->listeners();  // in configuration order, with the ports they got
+  for (const auto& sc : cfg_.subsystems)
+    for (const auto& a : sc.ana_states) {
+      const int i = listener_index(cfg_, a.listener);
+      std::string err = i < 0 || size_t(i) >= bound.size()
+                            ? "not one of the target's listeners"
+                            : set_ana_state(sc.nqn, bound[size_t(i)].address, bound[size_t(i)].port, a.anagrpid, a.state);
+      if (!err.empty()) log::error("subsystem {}: ANA state for listener {}: {}", sc.nqn, a.listener, err);
+    }
   // Accepting starts only now that every reactor exists to take connections.
   reactors_[0]->reactor->post([this] {
     revalidate_timer_.target = this;

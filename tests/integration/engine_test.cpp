@@ -264,6 +264,58 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
   EXPECT_GE(e.engine().stats().forwarded, 2 * kCount);
 }
 
+// Two --controller entries for one subsystem (two listeners, ANA reporting) are two paths of one
+// remote: the application sees one controller, and its I/O goes on without an error while a
+// path turns inaccessible under it and comes back, and while a listener is cut.
+TEST(Engine, TwoPathsToOneSubsystemCarryTheApplicationsIoThroughAPathsLoss) {
+  target::TargetConfig cfg = default_config();
+  cfg.listeners.push_back({"127.0.0.1", 0});
+  cfg.subsystems[0].ana_reporting = true;
+  RunningTarget t(cfg);
+  host::TransportId a = t.trid(), b = t.trid();
+  b.trsvcid = t.port(1);
+  RunningEngine e(a, 50, [&](engine::EngineOptions& o) {
+    o.controllers = {a, b};
+    o.host.reconnect_delay_ms = 100;
+  });
+  std::string err;
+  auto ctrl = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  constexpr size_t kIo = 4096, kSlots = 16, kRounds = 40;
+  auto* buf = static_cast<uint8_t*>(ctrl->alloc_io_buffer(kIo * kSlots));
+  ASSERT_NE(buf, nullptr);
+  // Each round writes 16 blocks, all in flight at once, then reads them back.
+  auto round = [&](uint64_t seed) {
+    std::vector<Io> ios(kSlots);
+    for (size_t i = 0; i < kSlots; ++i) {
+      const auto d = pattern(kIo, seed * 100 + i);
+      std::memcpy(buf + i * kIo, d.data(), kIo);
+      EXPECT_EQ(qp->write(kRamNsid, i * 8, 8, buf + i * kIo, Io::cb, &ios[i]), 0);
+    }
+    for (auto& io : ios) EXPECT_EQ(run_io(*qp, io), sc::Success);
+    std::memset(buf, 0, kIo * kSlots);
+    std::vector<Io> rs(kSlots);
+    for (size_t i = 0; i < kSlots; ++i) EXPECT_EQ(qp->read(kRamNsid, i * 8, 8, buf + i * kIo, Io::cb, &rs[i]), 0);
+    for (size_t i = 0; i < kSlots; ++i) {
+      EXPECT_EQ(run_io(*qp, rs[i]), sc::Success);
+      EXPECT_EQ(std::memcmp(buf + i * kIo, pattern(kIo, seed * 100 + i).data(), kIo), 0) << "round " << seed;
+    }
+  };
+  const uint16_t port0 = t.port(0);
+  for (uint64_t r = 1; r <= kRounds; ++r) {
+    if (r == 10) ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Inaccessible), "");
+    if (r == 20) ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Optimized), "");
+    if (r == 30) ASSERT_EQ(t.target().remove_listener(kTestNqn, "127.0.0.1", port0), "");
+    round(r);
+    if (::testing::Test::HasFailure()) break;
+  }
+  ctrl->free_io_buffer(buf);
+  // The cores publish their counts as they go idle.
+  EXPECT_TRUE(wait_for([&] { return e.engine().stats().forwarded >= 2 * kSlots * kRounds; }, 5000));
+}
+
 TEST(Engine, QueueManagementAnswersAsTheSpecificationSays) {
   RunningTarget t;
   RunningEngine e(t.trid());

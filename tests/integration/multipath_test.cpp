@@ -5,7 +5,8 @@
 // inaccessible one); a listener cut while verified writes and reads run loses no command and
 // gives the application no error, and the path comes back by itself once the listener does;
 // with no path at all, commands wait for one (or fail after no_path_timeout_ms); the paths of
-// the discovery log; a path that could not connect at first joins later.
+// the discovery log; a path that could not connect at first joins later; a path whose namespace
+// is another (same NQN, another NGUID) never joins.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -400,6 +401,32 @@ TEST_F(Multipath, APathThatCouldNotConnectJoinsOnceItsListenerIsUp) {
   other.subnqn = "nqn.2026-11.io.nvtcp:other";
   EXPECT_FALSE(MultipathController::connect({trid(0), other}, path_options(), mo, err));
   EXPECT_NE(err.find("two subsystems"), std::string::npos) << err;
+}
+
+// A second target with the same subsystem NQN but another namespace 2 (its own NGUID): writes
+// through it would land on the wrong data, so its path never joins, at connect or on retry.
+TEST_F(Multipath, APathWhoseNamespaceIsAnotherIsRefused) {
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].namespaces[1].nguid = "00112233445566778899aabbccddeeff";
+  RunningTarget impostor(cfg);
+  MultipathOptions mo;
+  mo.path_retry_ms = 50;
+  std::string err;
+  auto mp = MultipathController::connect({trid(0), impostor.trid(kTestNqn, kRamNs)}, path_options(), mo, err);
+  ASSERT_TRUE(mp) << err;
+  EXPECT_TRUE(mp->controller(0));
+  EXPECT_FALSE(mp->controller(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several retries
+  EXPECT_FALSE(mp->controller(1));
+  auto qp = mp->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  uint64_t on0 = 0, on1 = 0;
+  IoRun run{*qp};
+  run.slots = 64;
+  ASSERT_TRUE(run.go(true, 6));
+  EXPECT_EQ(run.errors, 0u);
+  reads(*qp, 6, on0, on1);
+  EXPECT_EQ(on1, 0u);
 }
 
 }  // namespace

@@ -403,6 +403,45 @@ TEST(RpcServer, ListenerAnaStatesAsRpcPySetsThem) {
     }
   EXPECT_TRUE(reporting);
   EXPECT_TRUE(grouped);
+  // The states set here are saved after the listener, one call per group, and a target made
+  // from the saved configuration starts with them.
+  std::vector<Json> ana_calls;
+  for (const auto& sub : saved["subsystems"])
+    for (const auto& m : sub["config"])
+      if (m["method"] == "nvmf_subsystem_listener_set_ana_state") ana_calls.push_back(m["params"]);
+  ASSERT_EQ(ana_calls.size(), 2u) << saved.dump();
+  EXPECT_EQ(ana_calls[0]["nqn"], kTestNqn);
+  EXPECT_EQ(ana_calls[0]["listen_address"]["trsvcid"], port);
+  EXPECT_EQ(ana_calls[0]["ana_state"], "non_optimized");
+  EXPECT_EQ(ana_calls[0]["anagrpid"], 1);
+  EXPECT_EQ(ana_calls[1]["anagrpid"], 2);
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(saved, again), "");
+  ASSERT_EQ(again.subsystems.size(), 1u);
+  ASSERT_EQ(again.subsystems[0].ana_states.size(), 2u);
+  EXPECT_EQ(again.subsystems[0].ana_states[1].listener, "127.0.0.1:" + port);
+  EXPECT_EQ(again.subsystems[0].ana_states[1].state, nvme::AnaState::NonOptimized);
+  // The port is the first target's: give the second target a port of its own.
+  for (auto& l : again.listeners) l.port = 0;
+  again.subsystems[0].listeners.clear();
+  again.subsystems[0].ana_states[0].listener = again.subsystems[0].ana_states[1].listener = "127.0.0.1:0";
+  const target::TargetConfig loaded = again;
+  ASSERT_EQ(target::finalize_config(again), "");
+  RpcFixture restarted("ana-again", {}, again);
+  states = restarted.call("nvmf_subsystem_get_listeners", {{"nqn", kTestNqn}})["result"][0]["ana_states"];
+  ASSERT_EQ(states.size(), 2u) << states.dump();
+  EXPECT_EQ(states[0]["ana_state"], "non_optimized");
+  EXPECT_EQ(states[1]["ana_state"], "non_optimized");
+  // A state for a listener the target does not have, or without ANA reporting, does not load.
+  target::TargetConfig wrong = loaded;
+  wrong.subsystems[0].ana_states[0].listener = "127.0.0.1:9";
+  EXPECT_NE(target::finalize_config(wrong).find("not one of the target's listeners"), std::string::npos);
+  wrong = loaded;
+  wrong.subsystems[0].ana_reporting = false;
+  EXPECT_NE(target::finalize_config(wrong).find("without ana_reporting"), std::string::npos);
+  wrong = loaded;
+  wrong.subsystems[0].ana_states[0].anagrpid = 99;
+  EXPECT_NE(target::finalize_config(wrong).find("above its max_namespaces"), std::string::npos);
 }
 
 // The sequence an SPDK set-up script runs (rpc.py's shapes), then undone: a subsystem made,
