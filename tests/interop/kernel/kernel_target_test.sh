@@ -18,9 +18,10 @@
 #   verify       nvtcp perf --verify on ns 2 (RAM), 4 KiB and 128 KiB, digests off and on: every
 #                block written reads back intact
 #   multipath    nvtcp perf --verify on ns 2 over both of nvmet's ports (a second port, 4421, serves
-#                the same subsystem) while the guest turns port 1's ANA group inaccessible and back:
-#                no I/O error, every block reads back, both paths carry I/O, and the host read the
-#                inaccessible state from nvmet's ANA log
+#                the same subsystem) while the guest turns port 1's ANA group inaccessible and back,
+#                then takes the subsystem off port 1 and puts it back: no I/O error, every block
+#                reads back, both paths carry I/O, the host read the inaccessible state from
+#                nvmet's ANA log, and the cut path reconnected by itself
 #   dmesg        the guest's kernel log (dumped at shutdown) has "creating nvm controller" lines and
 #                no nvmet error (digest error, unexpected PDU, keep-alive expiry, ...), no WARNING/BUG
 #
@@ -207,16 +208,23 @@ echo "== multipath"
 ctl() { (exec 3<>"/dev/tcp/127.0.0.1/$CTL_PORT" && echo "$*" >&3) 2>/dev/null; }
 TRID2="trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT2 subnqn:$NQN"
 ok=1
-run multipath "$NVTCP" perf -r "$TRID ns:2" -r "$TRID2 ns:2" -q 8 -o 4K -w randrw -t 8 --verify --json &
+run multipath "$NVTCP" perf -r "$TRID ns:2" -r "$TRID2 ns:2" -q 8 -o 4K -w randrw -t 12 --verify --json \
+  --reconnect-delay 0.5 &
 mp_pid=$!
+# The write half is the first 6 s: ANA changes there; the cut in the read-back half.
 sleep 1.5; ctl "ana 1 inaccessible" || fail "multipath: could not reach the guest's control port"
 sleep 2; ctl "ana 1 optimized" || fail "multipath: could not reach the guest's control port"
+sleep 3.5; ctl "cut 1" || fail "multipath: could not reach the guest's control port"
+sleep 2; ctl "restore 1" || fail "multipath: could not reach the guest's control port"
 mp_rc=0
 wait "$mp_pid" || mp_rc=$?
 [[ $mp_rc -eq 0 ]] || { fail "multipath: nvtcp perf exited with $mp_rc"; ok=0; }
 grep -qa 'NVTCP-GUEST .*ANA port 1 group 1: inaccessible' "$CONSOLE" || { fail "multipath: the guest did not change the ANA state"; ok=0; }
 grep -q 'namespace 2 ANA state optimized -> inaccessible' "$WORK/multipath.out" ||
   { fail "multipath: the host did not read the inaccessible state from nvmet's ANA log"; ok=0; }
+grep -qa 'NVTCP-GUEST .*port 1: subsystem removed' "$CONSOLE" || { fail "multipath: the guest did not cut port 1"; ok=0; }
+grep -q 'reconnected as controller' "$WORK/multipath.out" ||
+  { fail "multipath: the path cut on port 1 did not reconnect by itself"; ok=0; }
 mp_summary=$(python3 - "$WORK/multipath.out" "$PORT" "$PORT2" <<'PY'
 import json, sys
 line = next(l for l in open(sys.argv[1]) if l.startswith("{"))
@@ -247,9 +255,11 @@ dctrls=$(grep -c 'nvmet: creating discovery controller' "$WORK/dmesg.txt" || tru
 [[ $dctrls -gt 0 ]] || fail "the guest's dmesg shows no 'creating discovery controller'"
 # "nvmet_tcp: failed cmd ... opcode 1|2" is nvmet refusing a write or read at its start (ANA):
 # what it logs for each command sent down the path made inaccessible (multipath, above), which the
-# host then sends down the other; those are expected, and no more of them than failovers.
+# host then sends down the other; those are expected, and no more of them than failovers. So is
+# "ctrl N fatal error occurred!" for the controllers of the port the subsystem was taken off.
 grep -aiE 'nvmet.*(error|fail|unexpected|invalid|bad |expired|unsupported|unhandled|mismatch|terminat)|WARNING:|BUG:|Call Trace|Oops' \
-  "$WORK/dmesg.txt" | grep -avE 'nvmet_tcp: failed cmd [0-9a-f]+ id [0-9]+ opcode [12], data_len' >"$WORK/dmesg.errors" || true
+  "$WORK/dmesg.txt" | grep -avE 'nvmet_tcp: failed cmd [0-9a-f]+ id [0-9]+ opcode [12], data_len' |
+  grep -avE 'nvmet: ctrl [0-9]+ fatal error occurred!' >"$WORK/dmesg.errors" || true
 refused=$(grep -acE 'nvmet_tcp: failed cmd [0-9a-f]+ id [0-9]+ opcode [12], data_len' "$WORK/dmesg.txt" || true)
 failovers=$(grep -o '"failovers":[0-9]*' "$WORK/multipath.out" 2>/dev/null | cut -d: -f2)
 [[ $refused -le ${failovers:-0} ]] ||

@@ -8,7 +8,9 @@
 #   port 2: tcp 0.0.0.0:4421, the same subsystem: a second path (nvmet reports ANA on every port)
 # Prints READY, then takes commands on port $CTL_PORT (forwarded), one per connection:
 # "ana PORT STATE" sets that port's ANA group 1 state (nvmet's names: optimized, non-optimized,
-# inaccessible, ...); anything else ends the script, so that /init dumps dmesg and powers off.
+# inaccessible, ...); "cut PORT" takes the subsystem off that port (nvmet ends the controllers
+# that came in through it) and "restore PORT" puts it back; anything else ends the script, so
+# that /init dumps dmesg and powers off.
 . /guest/lib.sh
 . /etc/nvtcp-test.conf
 
@@ -58,6 +60,16 @@ while :; do
       else
         say "FAIL setting ANA port $2 to $3"
       fi
+      ;;
+    "cut "*)
+      set -- $cmd
+      rm "/sys/kernel/config/nvmet/ports/$2/subsystems/$NQN" && say "port $2: subsystem removed" ||
+        say "FAIL removing the subsystem from port $2"
+      ;;
+    "restore "*)
+      set -- $cmd
+      ln -s "/sys/kernel/config/nvmet/subsystems/$NQN" "/sys/kernel/config/nvmet/ports/$2/subsystems/$NQN" &&
+        say "port $2: subsystem back" || say "FAIL putting the subsystem back on port $2"
       ;;
     *) break ;;
   esac
