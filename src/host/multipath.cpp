@@ -18,8 +18,10 @@
 #include <fmt/format.h>
 
 #include "host/ana_table.hpp"
+#include "host/namespace_scan.hpp"
 #include "host/path_selector.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "reactor/reactor.hpp"
 #include "util/log.hpp"
 #include "util/state_machine.hpp"
 
@@ -35,19 +37,8 @@ bool parse_path_policy(const std::string& text, PathPolicy& out) {
 const char* path_policy_name(PathPolicy p) { return p == PathPolicy::QueueDepth ? "queue-depth" : "round-robin"; }
 
 namespace {
-uint64_t steady_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 constexpr uint64_t kNsPerMs = 1000000;
 constexpr uint32_t kDefaultCtrlLossTmoMs = 600000;  // Linux's ctrl_loss_tmo default
-// A discovery log entry's space- or NUL-padded text field.
-std::string padded_field(const char* f, size_t n) {
-  std::string s(f, strnlen(f, n));
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
 }  // namespace
 
 // ------------------------------------------------------------------------ the path table
@@ -93,18 +84,17 @@ struct MultipathController::Shared {
   // controller names the same subsystem and shows each namespace both know with the same NGUID
   // and EUI-64 (a namespace one of them does not have yet is not a conflict).
   static bool same_namespaces(Controller& a, Controller& b, std::string& err) {
-    const auto& ia = a.identify_controller();
-    const auto& ib = b.identify_controller();
-    if (strnlen(ia.subnqn, sizeof ia.subnqn) != strnlen(ib.subnqn, sizeof ib.subnqn) ||
-        std::memcmp(ia.subnqn, ib.subnqn, strnlen(ia.subnqn, sizeof ia.subnqn)) != 0) {
-      err = fmt::format("another subsystem answers on this path ({})", padded_field(ib.subnqn, sizeof ib.subnqn));
+    // Serial number, model and subsystem NQN are the subsystem's, the same on each of its
+    // controllers: the check a reconnect makes of the controller it finds.
+    if (detail::HostError e = detail::identity_mismatch(a.identify_controller(), b.identify_controller()); !e.ok()) {
+      err = "another subsystem answers on this path (" + e.message + ")";
       return false;
     }
     for (uint32_t nsid : b.active_namespaces()) {
       NamespaceInfo x, y;
       std::string ignored;
       if (!a.namespace_info(nsid, x, ignored) || !b.namespace_info(nsid, y, ignored)) continue;
-      if (std::memcmp(x.nguid, y.nguid, sizeof x.nguid) != 0 || std::memcmp(x.eui64, y.eui64, sizeof x.eui64) != 0) {
+      if (!detail::same_namespace_ids(x, y)) {
         err = fmt::format("namespace {} is another namespace on this path (its NGUID or EUI-64 differs)", nsid);
         return false;
       }
@@ -239,12 +229,12 @@ std::unique_ptr<MultipathController> MultipathController::connect_discovered(con
   const size_t n = std::min<uint64_t>(h->numrec, (log.size() - sizeof(*h)) / sizeof(nvme::DiscoveryLogEntry));
   for (size_t i = 0; i < n; ++i) {
     const auto* e = reinterpret_cast<const nvme::DiscoveryLogEntry*>(log.data() + sizeof(*h)) + i;
-    if (e->trtype != nvme::kTrtypeTcp || padded_field(e->subnqn, sizeof e->subnqn) != subnqn) continue;
+    if (e->trtype != nvme::kTrtypeTcp || detail::fixed_field(e->subnqn, sizeof e->subnqn) != subnqn) continue;
     TransportId t = discovery;
     t.subnqn = subnqn;
     t.adrfam = e->adrfam == nvme::kAdrfamIpv6 ? "IPv6" : "IPv4";
-    t.traddr = padded_field(e->traddr, sizeof e->traddr);
-    const std::string svc = padded_field(e->trsvcid, sizeof e->trsvcid);
+    t.traddr = detail::fixed_field(e->traddr, sizeof e->traddr);
+    const std::string svc = detail::fixed_field(e->trsvcid, sizeof e->trsvcid);
     char* end = nullptr;
     const unsigned long port = std::strtoul(svc.c_str(), &end, 10);
     if (svc.empty() || *end || port == 0 || port > 65535) continue;
@@ -384,7 +374,7 @@ struct MultipathQueuePair::Impl {
         p.ctrl.reset();
       }
       if (!p.qp) {
-        if (!now) now = steady_ns();
+        if (!now) now = reactor::monotonic_ns();
         due = due || now >= p.next_try_ns;
       }
     }
@@ -395,7 +385,7 @@ struct MultipathQueuePair::Impl {
       std::lock_guard lk(sh->mu);
       for (const auto& p : sh->paths) table.emplace_back(p.ctrl, p.incarnation);
     }
-    if (!now) now = steady_ns();
+    if (!now) now = reactor::monotonic_ns();
     for (size_t i = 0; i < paths.size(); ++i) {
       PathQueue& p = paths[i];
       auto& [ctrl, inc] = table[i];
@@ -520,7 +510,7 @@ struct MultipathQueuePair::Impl {
     ++failovers;
     log::debug("multipath {}: command moves off path {}:{}: {}", sh->trids[size_t(r->path)].subnqn,
                sh->trids[size_t(r->path)].traddr, sh->trids[size_t(r->path)].trsvcid, nvme::status_name(c.status));
-    push_waiting(r, steady_ns());
+    push_waiting(r, reactor::monotonic_ns());
   }
 
   // Whether any path may take commands again: a queue that is up or reconnecting, or a
@@ -556,7 +546,7 @@ struct MultipathQueuePair::Impl {
     }
     if (!wait_head) return;
     const int32_t tmo = sh->mopts.no_path_timeout_ms;
-    const uint64_t now = steady_ns();
+    const uint64_t now = reactor::monotonic_ns();
     const bool gone = !any_path_may_return();
     while (wait_head && (gone || (tmo >= 0 && now - wait_head->waiting_since_ns >= uint64_t(tmo) * kNsPerMs))) {
       MpRequest* r = pop_waiting();
@@ -589,7 +579,7 @@ struct MultipathQueuePair::Impl {
         return refused;
       }
     }
-    push_waiting(r, steady_ns());
+    push_waiting(r, reactor::monotonic_ns());
     return 0;
   }
 

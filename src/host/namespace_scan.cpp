@@ -13,18 +13,15 @@ namespace nvtcp::host::detail {
 
 using namespace nvtcp::nvme;
 
-namespace {
-// A fixed-size ASCII field as a string: up to the first NUL, trailing spaces dropped.
-std::string field(const char* p, size_t n) {
+std::string fixed_field(const char* p, size_t n) {
   size_t len = strnlen(p, n);
   while (len > 0 && p[len - 1] == ' ') --len;
   return std::string(p, len);
 }
 
-bool same_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
+bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
   return std::memcmp(a.nguid, b.nguid, sizeof(a.nguid)) == 0 && std::memcmp(a.eui64, b.eui64, sizeof(a.eui64)) == 0;
 }
-}  // namespace
 
 HostError identity_mismatch(const IdentifyController& before, const IdentifyController& now) {
   HostError err;
@@ -34,13 +31,13 @@ HostError identity_mismatch(const IdentifyController& before, const IdentifyCont
     err.kind = HostError::Kind::WrongController;
     err.message += fmt::format("{} '{}' is now '{}'", what, a, b);
   };
-  check("serial number", field(before.sn, sizeof(before.sn)), field(now.sn, sizeof(now.sn)));
-  check("model", field(before.mn, sizeof(before.mn)), field(now.mn, sizeof(now.mn)));
-  check("subsystem NQN", field(before.subnqn, sizeof(before.subnqn)), field(now.subnqn, sizeof(now.subnqn)));
+  check("serial number", fixed_field(before.sn, sizeof(before.sn)), fixed_field(now.sn, sizeof(now.sn)));
+  check("model", fixed_field(before.mn, sizeof(before.mn)), fixed_field(now.mn, sizeof(now.mn)));
+  check("subsystem NQN", fixed_field(before.subnqn, sizeof(before.subnqn)), fixed_field(now.subnqn, sizeof(now.subnqn)));
   return err;
 }
 
-std::string firmware_revision(const IdentifyController& id) { return field(id.fr, sizeof(id.fr)); }
+std::string firmware_revision(const IdentifyController& id) { return fixed_field(id.fr, sizeof(id.fr)); }
 
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all) {
   std::vector<uint32_t> out;
@@ -107,7 +104,7 @@ std::vector<NamespaceChange> diff_namespaces(const std::map<uint32_t, NamespaceI
       const NamespaceInfo& was = b->second;
       const NamespaceInfo& now = a->second;
       // As the Linux host: other identifiers under the same NSID are another namespace.
-      if (!same_ids(was, now)) out.push_back({NamespaceChangeKind::Replaced, a->first, was, now});
+      if (!same_namespace_ids(was, now)) out.push_back({NamespaceChangeKind::Replaced, a->first, was, now});
       else if (was.block_size != now.block_size) out.push_back({NamespaceChangeKind::Reformatted, a->first, was, now});
       else if (was.blocks != now.blocks) out.push_back({NamespaceChangeKind::Resized, a->first, was, now});
       ++a;

@@ -21,6 +21,13 @@ namespace nvtcp::host::detail {
 // not ours to write.
 HostError identity_mismatch(const nvme::IdentifyController& before, const nvme::IdentifyController& now);
 
+// A fixed-size ASCII field of Identify or a log page as a string: up to the first NUL, trailing
+// spaces dropped.
+std::string fixed_field(const char* p, size_t n);
+
+// Whether two controllers show one namespace under an NSID: the same NGUID and EUI-64.
+bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b);
+
 // The firmware revision, printable (space padding and NULs trimmed).
 std::string firmware_revision(const nvme::IdentifyController& id);
 
