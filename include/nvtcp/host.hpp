@@ -134,9 +134,10 @@ struct ControllerOptions {
   uint32_t max_retries = 5;
   bool sqpoll = false;               // the I/O queues' reactor gets an io_uring SQ thread
 
-  // Called on the admin thread for each namespace a rescan found added, removed, resized,
-  // reformatted or replaced (another namespace under the same NSID: its NGUID or EUI-64
-  // changed), once namespace_info(), active_namespaces() and QueuePair::block_size() show
+  // Called on the admin thread (through the offload engine: the library's notice thread) for
+  // each namespace a rescan found added, removed, resized, reformatted or replaced (another
+  // namespace under the same NSID: its NGUID or EUI-64 changed), once namespace_info(),
+  // active_namespaces() and QueuePair::block_size() show
   // the new state. Rescans follow the controller's namespace attribute notices and every
   // reconnect; after a reconnect the callback runs before the I/O queues reconnect. Keep it
   // short: keep-alive waits for it. namespace_info() and active_namespaces() may be called
@@ -299,8 +300,8 @@ class Controller {
   std::vector<uint32_t> active_namespaces();
   // Increases by one with every rescan that changed a namespace (0 when connect() returns):
   // a cheap way for a thread to notice that it should look at namespace_info() again. It
-  // moves once the new state is visible. Stays 0 through the offload engine, which does not
-  // pass namespace changes on yet.
+  // moves once the new state is visible. Through the offload engine too: the engine passes its
+  // remote controller's namespace notices on, and a notice thread of the library rescans.
   uint64_t namespace_generation() const;
   // The namespace's ANA state through this controller (this path), as log 0Ch last said: read
   // at connect, after every reconnect and on each ANA change notice. Optimized for a controller

@@ -128,6 +128,9 @@ void AppController::enable() {
   queues_requested_ = false;
   coalescing_ = 0;  // features return to their defaults with a reset
   async_event_config_ = 0;
+  // A new association: the application scans every namespace anyway.
+  changed_ns_.clear();
+  ns_notice_pending_ = ns_notice_masked_ = false;
   enabled_ = true;
   faulted_ = false;
   set_csts(prop::kCstsReady);
@@ -311,11 +314,52 @@ void AppController::get_log_page(const Sqe& sqe) {
                "application", name(), lid, lsp);
     return complete(sqe.cid, sc::InvalidField);
   }
+  if (lid == uint8_t(nvme::LogPageId::ChangedNamespaces)) return changed_namespaces_log(sqe, uint32_t(numd * 4));
   // Retain Asynchronous Event (RAE, CDW10 bit 15) always: one application reading a log
   // must not clear an event for the others.
   Sqe log = sqe;
   log.cdw10 |= 1u << 15;
   forward(log, uint32_t(numd * 4), false);
+}
+
+// This application's own list: reading it (RAE cleared) empties it and lets the next change
+// be reported, for this application alone.
+void AppController::changed_namespaces_log(const Sqe& sqe, uint32_t len) {
+  const uint64_t offset = uint64_t(sqe.cdw12) | uint64_t(sqe.cdw13) << 32;
+  if (offset >= wire::ChangedNamespaceList::kLogBytes || (offset & 3)) return complete(sqe.cid, sc::InvalidField);
+  Status st;
+  uint8_t* out = admin_data(sqe, len, st);
+  if (!st.ok()) return complete(sqe.cid, st);
+  changed_ns_.build(bounce_);
+  // Past the end of the log the application gets zeros.
+  const uint32_t copy = uint32_t(std::min<uint64_t>(len, bounce_.size() - offset));
+  std::memcpy(out, bounce_.data() + offset, copy);
+  std::memset(out + copy, 0, len - copy);
+  if (!(sqe.cdw10 & nvme::kLogRetainAsyncEvent)) {
+    changed_ns_.clear();
+    ns_notice_masked_ = false;
+  }
+  complete(sqe.cid, sc::Success);
+}
+
+void AppController::namespace_changed(uint32_t nsid) {
+  if (detached_) return;
+  changed_ns_.add(nsid);  // every change is listed, reported or not, until the log is read
+  if (!(async_event_config_ & wire::kAecNamespaceAttribute) || ns_notice_masked_) return;
+  ns_notice_pending_ = true;
+  deliver_events();
+}
+
+void AppController::deliver_events() {
+  if (!ns_notice_pending_ || held_aers_.empty() || !enabled_ || disabling_ || faulted_) return;
+  const uint16_t cid = held_aers_.front();
+  held_aers_.erase(held_aers_.begin());
+  ns_notice_pending_ = false;
+  ns_notice_masked_ = true;
+  log::debug("engine: {}: namespace attribute notice", name());
+  complete(cid, sc::Success,
+           nvme::async_event_dw0(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged,
+                                 nvme::LogPageId::ChangedNamespaces));
 }
 
 void AppController::execute(const Sqe& sqe) {
@@ -326,10 +370,10 @@ void AppController::execute(const Sqe& sqe) {
     case AdminOpcode::GetFeatures: return features(sqe, false);
     case AdminOpcode::SetFeatures: return features(sqe, true);
     case AdminOpcode::AsyncEventRequest:
-      // Held: the engine has no event of its own to report yet; a reset drops them.
+      // Held until there is an event to report; a reset drops them.
       if (held_aers_.size() >= kAerLimit) return complete(sqe.cid, sc::AerLimitExceeded);
       held_aers_.push_back(sqe.cid);
-      return;
+      return deliver_events();
     case AdminOpcode::KeepAlive: return complete(sqe.cid, sc::Success);
     case AdminOpcode::Abort: return complete(sqe.cid, sc::Success, 1);  // dw0 bit 0: not aborted
     case AdminOpcode::DoorbellBufferConfig: return complete(sqe.cid, sc::Success);
@@ -432,6 +476,7 @@ void AppController::identify(const Sqe& sqe) {
   id->cntrltype = 1;  // I/O controller
   id->oacs = kOacsDoorbellBufferConfig;
   id->aerl = kAerLimit - 1;
+  id->oaes = wire::kAecNamespaceAttribute;  // the only event passed on (see the header)
   id->acl = 3;
   id->kas = 0;
   id->maxcmd = 0;
@@ -471,7 +516,14 @@ void AppController::features(const Sqe& sqe, bool set) {
       }
       return answer(coalescing_, wire::kFeatureCapChangeable);
     case wire::kFeatureAsyncEventConfig:
-      if (set) async_event_config_ = sqe.cdw11;
+      if (set) {
+        async_event_config_ = sqe.cdw11;
+        // Enabled with changes already listed: they are reported now, as a controller does.
+        if ((async_event_config_ & wire::kAecNamespaceAttribute) && !changed_ns_.empty() && !ns_notice_masked_)
+          ns_notice_pending_ = true;
+        complete(sqe.cid, sc::Success, async_event_config_);
+        return deliver_events();
+      }
       return answer(async_event_config_, wire::kFeatureCapChangeable);
     case wire::kFeatureKeepAliveTimer:
       // The engine keeps the remote controller alive; this controller needs no keep-alive.

@@ -7,8 +7,16 @@
 // What it answers itself: the controller's life cycle (CC.EN, CC.SHN, CSTS.RDY/SHST/CFS),
 // queue management, Number of Queues, Interrupt Coalescing, Async Event Configuration,
 // Keep Alive (the engine keeps the remote controller alive, never the application), Abort,
-// Async Event Requests (held) and Doorbell Buffer Config (the doorbells always are shadow
-// words). Identify Controller is the remote controller's with this controller's ID; other
+// Asynchronous Event Requests, the Changed Namespace List (log 04h) and Doorbell Buffer
+// Config (the doorbells always are shadow words).
+//
+// Namespace changes: the engine's remote controller hears of them (its namespace notices and
+// rescans), and the engine tells every application's controller (namespace_changed). Each
+// keeps its own changed-namespace list and reports a namespace attribute notice on a held
+// Asynchronous Event Request when the application enabled it (feature 0Bh bit 8), once, until
+// the application reads log 04h with RAE cleared, as a controller of its own would. Other
+// events (errors, SMART, ANA) are not passed on: Identify OAES announces namespace notices
+// alone. Identify Controller is the remote controller's with this controller's ID; other
 // Identify, Get Log Page (with RAE set) and Get Features of the other features are forwarded
 // to the remote controller, answered when it answers (an admin worker waits on it; the
 // admin queue goes on meanwhile); Set Features of those is refused, since every
@@ -51,6 +59,7 @@
 #include "nvtcp/host.hpp"
 #include "shm/attach.hpp"
 #include "shm/shm_queue.hpp"
+#include "wire/changed_namespaces.hpp"
 
 namespace nvtcp::engine {
 
@@ -94,6 +103,8 @@ class AppController {
   void on_kick();
   // The application is gone (its lifeline closed): every queue is abandoned.
   void detach();
+  // The remote controller's namespace nsid was added, removed or changed (control thread).
+  void namespace_changed(uint32_t nsid);
   // The engine cannot go on serving this controller (an internal error): CSTS.CFS, as for an
   // impossible doorbell value, until the application resets it.
   void stop_controller(const std::string& why) { fatal(why); }
@@ -148,6 +159,9 @@ class AppController {
   void execute(const nvme::Sqe& sqe);
   void execute_guarded(const nvme::Sqe& sqe);
   void get_log_page(const nvme::Sqe& sqe);
+  void changed_namespaces_log(const nvme::Sqe& sqe, uint32_t len);
+  // Completes a held Asynchronous Event Request with the namespace notice if one is due.
+  void deliver_events();
   void complete(uint16_t cid, nvme::Status st, uint32_t dw0 = 0);
   void flush_admin_cq();
   uint8_t* admin_data(const nvme::Sqe& sqe, uint32_t len, nvme::Status& st);
@@ -176,6 +190,11 @@ class AppController {
   shm::EngineQueuePair admin_;
   std::deque<nvme::Cqe> admin_backlog_;  // answers the admin CQ had no room for
   std::vector<uint16_t> held_aers_;
+  // Namespace attribute notices: the list the application reads as log 04h, a notice waiting
+  // for an AER, and whether one was reported and log 04h not yet read with RAE cleared.
+  wire::ChangedNamespaceList changed_ns_;
+  bool ns_notice_pending_ = false;
+  bool ns_notice_masked_ = false;
   std::vector<IoQueue> io_;             // index = qid
   uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
   uint32_t async_event_config_ = 0;     // feature 0Bh

@@ -172,6 +172,15 @@ struct Engine::Impl {
   // Why an attached application is taken away.
   enum class DetachCause { LifelineClosed, LifelineMisused, DoorbellHungUp };
 
+  // Any thread (a remote controller's admin thread): namespace nsid of remote changed.
+  void post_namespace_notice(size_t remote, uint32_t nsid) {
+    {
+      std::lock_guard lk(events_mu);
+      namespace_notices.emplace_back(remote, nsid);
+    }
+    const uint64_t one = 1;
+    (void)::write(events_fd, &one, sizeof(one));
+  }
   void post_event(CoreEvent ev) {
     {
       std::lock_guard lk(events_mu);
@@ -267,6 +276,7 @@ struct Engine::Impl {
   std::mutex events_mu;
   std::vector<CoreEvent> events;
   std::vector<AdminJob> admin_done;  // under events_mu
+  std::vector<std::pair<size_t, uint32_t>> namespace_notices;  // (remote, NSID), under events_mu
   std::thread admin_thread;
   std::mutex admin_mu;
   std::condition_variable admin_cv;
@@ -538,16 +548,29 @@ bool Engine::Impl::start(std::string& err) {
     r.paths = {trid};
     remotes.push_back(std::move(r));
   }
-  for (Remote& r : remotes) {
+  // Namespace changes the remote controllers hear of (on their admin threads) are posted to
+  // the control thread, which passes them on to the applications of that remote.
+  events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (events_fd < 0) {
+    err = fmt::format("eventfd: {}", strerror(errno));
+    return false;
+  }
+  for (size_t index = 0; index < remotes.size(); ++index) {
+    Remote& r = remotes[index];
     const host::TransportId& trid = r.trid;
+    host::ControllerOptions ho = opts.host;
+    ho.on_namespace_change = [this, index, user = opts.host.on_namespace_change](uint32_t nsid) {
+      if (user) user(nsid);
+      post_namespace_notice(index, nsid);
+    };
     std::string e;
     if (r.paths.size() > 1) {
-      r.mp = host::MultipathController::connect(r.paths, opts.host, {}, e);
+      r.mp = host::MultipathController::connect(r.paths, ho, {}, e);
       if (r.mp) r.ctrl = r.mp->any_controller();
       if (r.mp && !r.ctrl) e = "no path is connected";
       if (r.ctrl) log::info("engine: {} over {} paths", trid.subnqn, r.paths.size());
     } else {
-      r.ctrl = host::Controller::connect(trid, opts.host, e);
+      r.ctrl = host::Controller::connect(trid, ho, e);
     }
     if (!r.ctrl) {
       err = fmt::format("controller {}: {}", trid.to_string(), e);
@@ -604,7 +627,6 @@ bool Engine::Impl::start(std::string& err) {
   if (!server.listen(opts.socket_path, err)) return false;
   server.set_max_vectors(uint32_t(opts.limits.max_vectors));
   epfd = epoll_create1(EPOLL_CLOEXEC);
-  events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   admin_thread = std::thread([this] { admin_worker(); });
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -871,10 +893,22 @@ void Engine::Impl::handle_events() {
   (void)::read(events_fd, &n, sizeof(n));
   std::vector<CoreEvent> evs;
   std::vector<AdminJob> done;
+  std::vector<std::pair<size_t, uint32_t>> notices;
   {
     std::lock_guard lk(events_mu);
     evs.swap(events);
     done.swap(admin_done);
+    notices.swap(namespace_notices);
+  }
+  for (const auto& [remote, nsid] : notices) {
+    uint32_t told = 0;
+    for (auto& slot : apps) {
+      if (slot->remote != remote || slot->ctl->detached()) continue;
+      guarded(*slot, [&] { slot->ctl->namespace_changed(nsid); });
+      ++told;
+    }
+    log::info("engine: namespace {} of {} changed; {} application(s) notified", nsid, remotes[remote].trid.subnqn,
+              told);
   }
   for (AdminJob& job : done) {
     auto it = std::find_if(apps.begin(), apps.end(), [&](const auto& s) { return s->ctl.get() == job.owner; });

@@ -74,13 +74,6 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
       err = attach_err.message;  // connect()'s public shape
       return nullptr;
     }
-    std::vector<std::pair<uint32_t, uint32_t>> block_sizes;
-    for (uint32_t nsid : c->active_namespaces()) {
-      NamespaceInfo ni;
-      std::string e;
-      if (c->namespace_info(nsid, ni, e)) block_sizes.emplace_back(nsid, ni.block_size);
-    }
-    c->engine_->set_block_sizes(std::move(block_sizes));
     log::debug("attached to {} through the engine at {} (controller {}, {} I/O queues)", trid.subnqn, trid.traddr,
                c->cntlid(), c->io_queues_granted());
     return c;
@@ -183,6 +176,7 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
 }
 
 Controller::~Controller() {
+  if (engine_) engine_->stop_notices();  // on_namespace_change is this controller's user's
   if (!s_) return;
   State& st = *s_;
   if (st.link_state() == State::LinkState::Live) {
@@ -277,19 +271,7 @@ std::vector<uint32_t> Controller::active_namespaces() {
     for (const auto& [nsid, ni] : s_->namespaces) out.push_back(nsid);
     return out;
   }
-  std::vector<uint32_t> out;
-  alignas(8) uint8_t buf[kIdentifyLen];
-  uint32_t after = 0;
-  for (;;) {
-    Completion c = identify(uint8_t(Cns::ActiveNamespaceList), after, buf);
-    if (!c.status.ok()) break;
-    const auto* ids = reinterpret_cast<const uint32_t*>(buf);
-    size_t n = 0;
-    while (n < kIdentifyLen / 4 && ids[n]) out.push_back(ids[n++]);
-    if (n < kIdentifyLen / 4) break;
-    after = ids[n - 1];
-  }
-  return out;
+  return engine_->active_namespaces();
 }
 
 bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) {
@@ -303,16 +285,7 @@ bool Controller::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& 
     out = it->second;
     return true;
   }
-  alignas(8) uint8_t buf[kIdentifyLen];
-  Completion c = identify(uint8_t(Cns::Namespace), nsid, buf);
-  if (!c.status.ok()) {
-    err = fmt::format("Identify Namespace {}: {}", nsid, status_name(c.status));
-    return false;
-  }
-  detail::HostError e;
-  if (detail::namespace_from_identify(nsid, *reinterpret_cast<const IdentifyNamespace*>(buf), out, e)) return true;
-  err = e.message;  // namespace_info()'s public shape
-  return false;
+  return engine_->namespace_info(nsid, out, err);
 }
 
 nvme::AnaState Controller::ana_state(uint32_t nsid) const {
@@ -329,21 +302,11 @@ void Controller::request_ana_refresh() {
 }
 
 uint64_t Controller::namespace_generation() const {
-  return engine_ ? 0 : s_->ns_generation.load(std::memory_order_acquire);
+  return engine_ ? engine_->namespace_generation() : s_->ns_generation.load(std::memory_order_acquire);
 }
 
 bool Controller::rescan_namespaces(std::string& err) {
-  if (engine_) {
-    // The engine is asked at every namespace_info(); only read()/write()'s block sizes are kept.
-    std::vector<std::pair<uint32_t, uint32_t>> sizes;
-    for (uint32_t nsid : active_namespaces()) {
-      NamespaceInfo ni;
-      std::string e;
-      if (namespace_info(nsid, ni, e)) sizes.emplace_back(nsid, ni.block_size);
-    }
-    engine_->set_block_sizes(sizes);
-    return true;
-  }
+  if (engine_) return engine_->rescan_namespaces(err);
   State& st = *s_;
   if (std::this_thread::get_id() == st.admin_tid) {
     err = "rescan_namespaces() called on the admin thread (from on_namespace_change?)";

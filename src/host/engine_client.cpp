@@ -2,6 +2,8 @@
 #include "host/engine_client.hpp"
 
 #include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +14,14 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include "host/namespace_scan.hpp"
 #include "nvtcp/identify.hpp"
+#include "nvtcp/log_pages.hpp"
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
+#include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
 
@@ -272,12 +279,32 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
   }
   c->granted_ = std::min(cpl.dw0 & 0xFFFF, cpl.dw0 >> 16) + 1;
   c->qid_used_.assign(c->granted_ + 1, false);
+  // Notices first, then the scan: a change in between is reported, not lost.
+  c->start_notices();
+  std::string why_not;
+  std::lock_guard lk(c->scan_mu_);
+  if (!c->scan_locked(nullptr, false, why_not) && c->failed()) {
+    err = HostError::make(HostError::Kind::Transport, "scanning the namespaces through the engine: " + why_not);
+    return nullptr;
+  }
   return c;
 }
 
-EngineClient::~EngineClient() { shutdown(); }
+EngineClient::~EngineClient() {
+  shutdown();
+  if (notice_fd_ >= 0) ::close(notice_fd_);
+}
+
+void EngineClient::stop_notices() {
+  notice_stop_.store(true);
+  if (notice_fd_ >= 0) shm::signal_fd(notice_fd_);
+  if (!notice_thread_.joinable()) return;
+  if (notice_thread_.get_id() == std::this_thread::get_id()) notice_thread_.detach();  // see the header
+  else notice_thread_.join();
+}
 
 void EngineClient::shutdown() {
+  stop_notices();
   if (!at_.region() || gone_.load()) return;
   // A normal shutdown notice (CC.SHN = 01b); the engine says when it is done.
   shm::ControllerRegisters& r = at_.registers();
@@ -323,7 +350,8 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
   if (len > admin_buf_len_) return Completion{nvme::sc::InvalidField};
   if (failed()) return Completion{nvme::sc::TransportError};
   Sqe s = sqe;
-  s.cid = ++admin_cid_;
+  if (++admin_cid_ == kAerCid) admin_cid_ = 0;
+  s.cid = admin_cid_;
   set_sgl(s, 0, len);
   if (len && to_controller) std::memcpy(admin_buf_, data, len);
   admin_->submit(s);
@@ -336,7 +364,8 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
   for (;;) {
     while (admin_->poll(c)) {
       admin_->ring_cq();
-      if (c.cid != s.cid) continue;  // a late answer to a command given up on
+      if (c.cid == kAerCid) route_admin_cqe_locked(c);
+      if (c.cid != s.cid) continue;  // the AER's, or a late answer to a command given up on
       const Completion out{nvme::Status::from_cqe(c.status), c.dw0, c.dw1};
       if (out.status.ok() && len && !to_controller) std::memcpy(data, admin_buf_, len);
       return out;
@@ -345,6 +374,189 @@ Completion EngineClient::admin(const Sqe& sqe, void* data, uint32_t len, bool to
     if (vec0 >= 0) wait_vector(vec0, 1);
     lifeline_closed(0);
   }
+}
+
+// ---------------------------------------------------------------- namespace notices
+
+void EngineClient::start_notices() {
+  const auto* id = reinterpret_cast<const nvme::IdentifyController*>(ident_);
+  if (!(id->oaes & wire::kAecNamespaceAttribute)) {
+    log::info("{} through the engine: no namespace attribute notices (OAES {:#x}); namespace changes will be seen "
+              "only at rescan_namespaces()", trid_.subnqn, uint32_t(id->oaes));
+    return;
+  }
+  const Completion c = admin(wire::cmd::set_features(wire::kFeatureAsyncEventConfig, wire::kAecNamespaceAttribute),
+                             nullptr, 0, false);
+  if (!c.status.ok()) {
+    log::warn("{} through the engine: Set Features (Asynchronous Event Configuration): {}; namespace changes will be "
+              "seen only at rescan_namespaces()", trid_.subnqn, nvme::status_name(c.status));
+    return;
+  }
+  notice_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (notice_fd_ < 0) {
+    log::warn("{} through the engine: eventfd: {}; namespace changes will be seen only at rescan_namespaces()",
+              trid_.subnqn, std::strerror(errno));
+    return;
+  }
+  notice_thread_ = std::thread([this] { notice_loop(); });
+}
+
+void EngineClient::submit_aer_locked() {
+  if (aer_outstanding_ || failed()) return;
+  Sqe s = wire::cmd::async_event_request();
+  s.cid = kAerCid;
+  set_sgl(s, 0, 0);
+  admin_->submit(s);
+  admin_->ring_sq();
+  kick();
+  aer_outstanding_ = true;
+}
+
+void EngineClient::route_admin_cqe_locked(const nvme::Cqe& c) {
+  aer_outstanding_ = false;
+  aer_done_ = true;
+  aer_cqe_ = c;
+  shm::signal_fd(notice_fd_);
+}
+
+// The AER's answer comes on the admin CQ, read by whoever holds admin_mu_: a synchronous
+// command in flight routes it here (and signals notice_fd_); with none, this thread reads the
+// CQ itself when vector 0 or the lifeline wakes it (and once a second, in case another waiter
+// took the vector's signal).
+void EngineClient::notice_loop() {
+  pthread_setname_np(pthread_self(), "nvtcp-engevt");
+  {
+    std::lock_guard lk(admin_mu_);
+    submit_aer_locked();
+  }
+  const int vec0 = at_.vector_fds().empty() ? -1 : at_.vector_fds()[0];
+  while (!notice_stop_.load()) {
+    pollfd p[3] = {{notice_fd_, POLLIN, 0}, {at_.socket(), POLLRDHUP, 0}, {vec0, POLLIN, 0}};
+    ::poll(p, vec0 >= 0 ? 3 : 2, 1000);
+    if (notice_stop_.load()) return;
+    if (p[0].revents & POLLIN) shm::drain_fd(notice_fd_);
+    if (vec0 >= 0 && (p[2].revents & POLLIN)) shm::drain_fd(vec0);
+    if (lifeline_closed(0) || failed()) return;  // nothing more will come
+    nvme::Cqe c{};
+    bool answered = false;
+    {
+      std::lock_guard lk(admin_mu_);
+      nvme::Cqe x;
+      while (admin_->poll(x)) {
+        admin_->ring_cq();
+        if (x.cid == kAerCid) route_admin_cqe_locked(x);  // anything else: a command given up on
+      }
+      answered = std::exchange(aer_done_, false);
+      c = aer_cqe_;
+      if (answered && nvme::Status::from_cqe(c.status).ok()) submit_aer_locked();  // the next event may wait for it
+    }
+    if (!answered) continue;
+    const nvme::Status st = nvme::Status::from_cqe(c.status);
+    if (!st.ok()) {
+      // Any other status would only come back again: not asking again is what hosts do.
+      if (!failed())
+        log::warn("{} through the engine: Asynchronous Event Request failed: {}; namespace changes will be seen only "
+                  "at rescan_namespaces()", trid_.subnqn, nvme::status_name(st));
+      return;
+    }
+    const uint8_t type = c.dw0 & 0x7, info = (c.dw0 >> 8) & 0xFF;
+    if (type == uint8_t(nvme::AsyncEventType::Notice) && info == nvme::kAsyncNoticeNamespaceChanged)
+      rescan_after_notice();
+    else
+      log::info("{} through the engine: asynchronous event {:#010x} ignored", trid_.subnqn, c.dw0);
+  }
+}
+
+void EngineClient::rescan_after_notice() {
+  std::vector<uint8_t> log(nvme::kChangedNamespacesMax * 4);
+  const uint32_t len = uint32_t(log.size());
+  // RAE cleared: reading the list lets the engine report the next change.
+  const Completion c = admin(wire::cmd::get_log_page(uint8_t(nvme::LogPageId::ChangedNamespaces), nvme::kNsidAll, len),
+                             log.data(), len, false);
+  bool all = true;
+  std::vector<uint32_t> listed;
+  if (c.status.ok()) listed = parse_changed_namespaces(log.data(), len, all);
+  else log::warn("{} through the engine: reading the changed-namespace log: {}", trid_.subnqn, nvme::status_name(c.status));
+  all = all || listed.empty();
+  log::info("{} through the engine: namespace attribute notice: rescanning {}", trid_.subnqn,
+            all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
+  std::string err;
+  std::lock_guard lk(scan_mu_);
+  if (!scan_locked(all ? nullptr : &listed, true, err))
+    log::warn("{} through the engine: namespace rescan failed: {}", trid_.subnqn, err);
+}
+
+std::vector<uint32_t> EngineClient::active_namespaces() {
+  std::vector<uint32_t> out;
+  alignas(8) uint8_t buf[4096];
+  uint32_t after = 0;
+  for (;;) {
+    const Completion c = admin(wire::cmd::identify(uint8_t(nvme::Cns::ActiveNamespaceList), after), buf, sizeof(buf),
+                               false);
+    if (!c.status.ok()) break;
+    const auto* ids = reinterpret_cast<const uint32_t*>(buf);
+    size_t n = 0;
+    while (n < sizeof(buf) / 4 && ids[n]) out.push_back(ids[n++]);
+    if (n < sizeof(buf) / 4) break;
+    after = ids[n - 1];
+  }
+  return out;
+}
+
+bool EngineClient::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) {
+  alignas(8) uint8_t buf[4096];
+  const Completion c = admin(wire::cmd::identify(uint8_t(nvme::Cns::Namespace), nsid), buf, sizeof(buf), false);
+  if (!c.status.ok()) {
+    err = fmt::format("Identify Namespace {}: {}", nsid, nvme::status_name(c.status));
+    return false;
+  }
+  HostError e;
+  if (namespace_from_identify(nsid, *reinterpret_cast<const nvme::IdentifyNamespace*>(buf), out, e)) return true;
+  err = e.message;
+  return false;
+}
+
+bool EngineClient::rescan_namespaces(std::string& err) {
+  if (notice_thread_.joinable() && std::this_thread::get_id() == notice_thread_.get_id()) {
+    err = "rescan_namespaces() called on the notice thread (from on_namespace_change?)";
+    return false;
+  }
+  std::lock_guard lk(scan_mu_);
+  return scan_locked(nullptr, true, err);
+}
+
+bool EngineClient::scan_locked(const std::vector<uint32_t>* listed, bool report, std::string& err) {
+  if (failed()) {
+    err = "the engine's controller has stopped";
+    return false;
+  }
+  std::map<uint32_t, NamespaceInfo> now;
+  if (listed) now = known_;
+  const std::vector<uint32_t> ids = listed ? *listed : active_namespaces();
+  for (uint32_t nsid : ids) {
+    NamespaceInfo ni;
+    std::string why;
+    // Inactive now (NSZE 0), or a format a host cannot use: not a namespace to do I/O on.
+    if (namespace_info(nsid, ni, why)) now[nsid] = ni;
+    else now.erase(nsid);
+    // A scan the engine did not answer says nothing about the namespaces: nothing changes.
+    if (failed()) {
+      err = "the engine's controller stopped during the scan";
+      return false;
+    }
+  }
+  const std::vector<NamespaceChange> changes = diff_namespaces(known_, now);
+  known_ = std::move(now);
+  std::vector<std::pair<uint32_t, uint32_t>> sizes;
+  for (const auto& [nsid, ni] : known_) sizes.emplace_back(nsid, ni.block_size);
+  block_sizes_->publish(sizes);
+  if (changes.empty()) return true;
+  ns_generation_.fetch_add(1, std::memory_order_acq_rel);  // once the new state is visible
+  for (const NamespaceChange& ch : changes) {
+    log::info("{} through the engine: {}", trid_.subnqn, describe(ch));
+    if (report && opts_.on_namespace_change) opts_.on_namespace_change(ch.nsid);
+  }
+  return true;
 }
 
 // The engine's lifeline closing (within wait_ms) means it is gone.

@@ -5,6 +5,12 @@
 // the admin queue, creates I/O queue pairs with Create I/O CQ/SQ and moves data to and from
 // its region. The engine runs NVMe/TCP; nothing per I/O is a system call here while the
 // engine polls (a doorbell notice is sent only when the engine asked for one).
+//
+// Namespace changes: the engine's controller announces namespace attribute notices (OAES bit
+// 8); the client enables them and keeps one Asynchronous Event Request outstanding. A notice
+// thread waits for it, reads the changed-namespace log, identifies the namespaces it lists,
+// publishes their block sizes and calls on_namespace_change for each that changed, as the
+// TCP controller's admin thread does.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -12,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host/host_error.hpp"
@@ -36,6 +43,16 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();
 
+  // The namespaces as the engine's controller shows them now (each call asks it).
+  std::vector<uint32_t> active_namespaces();
+  bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
+  // Scans every namespace now, publishes the block sizes and reports what changed since the
+  // last scan (on_namespace_change); not from on_namespace_change itself.
+  bool rescan_namespaces(std::string& err);
+  uint64_t namespace_generation() const { return ns_generation_.load(std::memory_order_acquire); }
+  // Stops the notice thread (the Controller goes: its callback must not run any more).
+  void stop_notices();
+
   void* alloc(size_t len);
   void free(void* p);
   // The offset of [p, p + len) in the data region, or -1 when it is not inside the part
@@ -56,7 +73,6 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   const std::string& hostnqn() const { return hostnqn_; }
   // The controller stopped (CSTS.CFS) or the engine went away.
   bool failed() const;
-  void set_block_sizes(const std::vector<std::pair<uint32_t, uint32_t>>& b) { block_sizes_->publish(b); }
   bool polling() const { return polling_; }
   // More I/O queues than interrupt vectors: queues share vectors, and a signal one takes may
   // have been another's, so waits are kept short.
@@ -70,6 +86,17 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
  private:
   EngineClient() = default;
   bool enable(HostError& err);
+  // Enables namespace attribute notices and starts the notice thread, when the engine's
+  // controller announces them.
+  void start_notices();
+  void notice_loop();
+  // Under admin_mu_: submits the Asynchronous Event Request.
+  void submit_aer_locked();
+  // Under admin_mu_: an admin completion that is no synchronous command's (the AER's).
+  void route_admin_cqe_locked(const nvme::Cqe& c);
+  // listed: the NSIDs to identify again (nullptr: every namespace). Under scan_mu_.
+  bool scan_locked(const std::vector<uint32_t>* listed, bool report, std::string& err);
+  void rescan_after_notice();
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
 
@@ -86,6 +113,18 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   std::mutex admin_mu_;
   std::unique_ptr<shm::AppQueuePair> admin_;
   uint16_t admin_cid_ = 0;
+  // The Asynchronous Event Request's command ID: synchronous commands never take it.
+  static constexpr uint16_t kAerCid = 0xFFFF;
+  bool aer_outstanding_ = false;  // under admin_mu_
+  bool aer_done_ = false;         // under admin_mu_: aer_cqe_ holds its answer
+  nvme::Cqe aer_cqe_{};
+  int notice_fd_ = -1;            // an eventfd: the AER answered, or stop
+  std::atomic<bool> notice_stop_{false};
+  std::thread notice_thread_;
+  // The last scan (under scan_mu_), what on_namespace_change reports against.
+  std::mutex scan_mu_;
+  std::map<uint32_t, NamespaceInfo> known_;
+  std::atomic<uint64_t> ns_generation_{0};
   uint8_t* admin_buf_ = nullptr;  // the first part of the data region
   uint32_t admin_buf_len_ = 0;
 

@@ -592,10 +592,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
     }
     case LogPageId::ChangedNamespaces: {
       if (discovery) break;
-      scratch_.assign(kChangedNamespacesMax * 4, 0);
-      auto* list = reinterpret_cast<uint32_t*>(scratch_.data());
-      if (changed_ns_overflow_) list[0] = kNsidAll;
-      else std::copy(changed_ns_.begin(), changed_ns_.end(), list);
+      changed_ns_.build(scratch_);
       consume = LogConsume::ChangedNamespaces;  // once read, the list starts again (as nvmet)
       break;
     }
@@ -650,7 +647,6 @@ void Controller::log_page_delivered() {
   if (c.what == LogConsume::ReservationNotice && !resv_notices_.empty()) resv_notices_.erase(resv_notices_.begin());
   if (c.what == LogConsume::ChangedNamespaces && !c.retain_event) {
     changed_ns_.clear();
-    changed_ns_overflow_ = false;
   }
   if (!c.retain_event) unmask_event_for_log(c.lid);
 }
@@ -1001,10 +997,7 @@ void Controller::queue_event(AsyncEventType type, uint8_t info, LogPageId lid, u
   if (dead.load(std::memory_order_relaxed)) return;
   if (lid == LogPageId::ChangedNamespaces) {
     // The list records every change, reported or not, until the host reads it.
-    if (std::find(changed_ns_.begin(), changed_ns_.end(), nsid) == changed_ns_.end()) {
-      if (changed_ns_.size() < kChangedNamespacesMax) changed_ns_.push_back(nsid);
-      else changed_ns_overflow_ = true;
-    }
+    changed_ns_.add(nsid);
   }
   if (!event_enabled(type, lid)) return;
   EventSlot* slot = slot_in(events_, lid);

@@ -17,6 +17,7 @@
 #include "nvtcp/status.hpp"
 #include "reactor/clock.hpp"
 #include "target/subsystem.hpp"
+#include "wire/changed_namespaces.hpp"
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
 
@@ -285,7 +286,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   };
   std::array<EventSlot, kEventLogs.size()> events_{};
   static EventSlot* slot_in(std::array<EventSlot, kEventLogs.size()>& slots, wire::LogPageId lid);
-  std::vector<uint32_t> changed_ns_;
+  wire::ChangedNamespaceList changed_ns_;
   // Log 80h (admin reactor): notices not yet read, oldest first, at most kMaxReservationNotices
   // (older ones are dropped and counted: the count field of the next read skips them).
   static constexpr size_t kMaxReservationNotices = 64;
@@ -295,7 +296,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // read on the reactor that queues a notice.
   std::unique_ptr<std::atomic<uint32_t>[]> resv_masks_;
   std::atomic<uint32_t>* resv_mask(uint32_t nsid) const;
-  bool changed_ns_overflow_ = false;
   void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
   void unmask_event_for_log(wire::LogPageId lid);
   enum class LogConsume : uint8_t { Nothing, ReservationNotice, ChangedNamespaces };

@@ -16,7 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -305,9 +307,15 @@ TEST(Engine, TwoPathsToOneSubsystemCarryTheApplicationsIoThroughAPathsLoss) {
   };
   const uint16_t port0 = t.port(0);
   for (uint64_t r = 1; r <= kRounds; ++r) {
-    if (r == 10) ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Inaccessible), "");
-    if (r == 20) ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Optimized), "");
-    if (r == 30) ASSERT_EQ(t.target().remove_listener(kTestNqn, "127.0.0.1", port0), "");
+    if (r == 10) {
+      ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Inaccessible), "");
+    }
+    if (r == 20) {
+      ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Optimized), "");
+    }
+    if (r == 30) {
+      ASSERT_EQ(t.target().remove_listener(kTestNqn, "127.0.0.1", port0), "");
+    }
     round(r);
     if (::testing::Test::HasFailure()) break;
   }
@@ -650,9 +658,14 @@ TEST(Engine, AnApplicationSeesItsCommandsEndWhenTheEngineDies) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  // And commands sent after it died, which nobody will ever answer.
-  for (int i = 0; i < 8; ++i, ++submitted)  // the queue has room: 64 entries, at most 40 in use
-    ASSERT_EQ(qp->read(1, uint64_t(i) * 8, 8, static_cast<uint8_t*>(buf) + i * 4096 * 2, cb, &count), 0);
+  // And commands sent after it died, which nobody will ever answer. The library's notice
+  // thread watches the lifeline, so it may know already and refuse them at once (-ENOTCONN);
+  // taken ones must complete.
+  for (int i = 0; i < 8; ++i) {  // the queue has room: 64 entries, at most 40 in use
+    const int rc = qp->read(1, uint64_t(i) * 8, 8, static_cast<uint8_t*>(buf) + i * 4096 * 2, cb, &count);
+    ASSERT_TRUE(rc == 0 || rc == -ENOTCONN) << rc;
+    if (rc == 0) ++submitted;
+  }
   wait_for([&] {
     qp->process_completions(1000);
     return count.done >= submitted;
@@ -978,6 +991,199 @@ TEST(EngineLimits, SilentConnectionsBeyondMaxPendingAttachesAreClosed) {
   EXPECT_TRUE(wait_for([&] { return e.engine().stats().refused == 3; }, 2000)) << "the silent ones given up";
   BystanderApp other(e);
   EXPECT_EQ(other.read(), sc::Success);
+}
+
+// Namespaces added, resized and removed at the target reach an application through the
+// engine as they reach a host on the wire: a namespace attribute notice, then the
+// application's own Changed Namespace List, then a rescan by the host library.
+target::NamespaceConfig bdev_config(const std::string& name, const std::string& type, uint64_t size,
+                                    uint32_t block_size = 512) {
+  target::NamespaceConfig nc;
+  nc.name = name;
+  nc.type = type;
+  nc.size = size;
+  nc.block_size = block_size;
+  return nc;
+}
+
+bool lists(host::Controller& c, uint32_t nsid) {
+  auto active = c.active_namespaces();
+  return std::find(active.begin(), active.end(), nsid) != active.end();
+}
+
+uint64_t blocks_of(host::Controller& c, uint32_t nsid) {
+  host::NamespaceInfo ni;
+  std::string err;
+  return c.namespace_info(nsid, ni, err) ? ni.blocks : 0;
+}
+
+TEST(EngineNamespaces, ChangesAtTheTargetReachTheApplicationsThroughTheEngine) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  auto& tgt = t.target();
+  std::string err;
+  std::atomic<int> notices{0};
+  host::ControllerOptions o;
+  o.on_namespace_change = [&](uint32_t) { ++notices; };
+  auto app = host::Controller::connect(e.trid(), o, err);
+  ASSERT_TRUE(app) << err;
+  auto bystander = host::Controller::connect(e.trid(), {}, err);
+  ASSERT_TRUE(bystander) << err;
+  EXPECT_EQ(app->active_namespaces(), (std::vector<uint32_t>{1, 2, 3}));
+  const uint64_t gen0 = app->namespace_generation();
+
+  // Added: a RAM namespace with 4 KiB blocks, found and served without a reconnect.
+  ASSERT_EQ(tgt.create_bdev(bdev_config("Malloc4", "ram", 8 << 20, 4096)), "");
+  uint32_t nsid = 0;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, bdev_config("Malloc4", "", 0), nsid), "");
+  ASSERT_EQ(nsid, 4u);
+  ASSERT_TRUE(wait_for([&] { return lists(*app, 4); }, 5000)) << "the application never saw namespace 4";
+  EXPECT_TRUE(wait_for([&] { return lists(*bystander, 4); }, 5000)) << "every application of the subsystem hears";
+  EXPECT_EQ(blocks_of(*app, 4), (8u << 20) / 4096);
+  EXPECT_GT(app->namespace_generation(), gen0);
+  EXPECT_GE(notices.load(), 1);
+  {
+    auto qp = app->create_io_qpair(16, err);
+    ASSERT_TRUE(qp) << err;
+    auto* buf = static_cast<uint8_t*>(app->alloc_io_buffer(8192));
+    auto data = pattern(4096, 44);
+    std::memcpy(buf, data.data(), 4096);
+    Io w, r;
+    ASSERT_EQ(qp->write(4, 5, 1, buf, Io::cb, &w), 0);
+    EXPECT_EQ(run_io(*qp, w), sc::Success);
+    ASSERT_EQ(qp->read(4, 5, 1, buf + 4096, Io::cb, &r), 0);
+    EXPECT_EQ(run_io(*qp, r), sc::Success);
+    EXPECT_EQ(std::memcmp(buf + 4096, data.data(), 4096), 0);
+    app->free_io_buffer(buf);
+  }
+
+  // Resized: the new size is the application's without asking.
+  ASSERT_EQ(tgt.create_bdev(bdev_config("Null5", "null", 64 << 20)), "");
+  auto nc = bdev_config("Null5", "", 0);
+  nc.nsid = 5;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_TRUE(wait_for([&] { return blocks_of(*app, 5) == (64u << 20) / 512; }, 5000));
+  ASSERT_EQ(tgt.resize_bdev("Null5", 128 << 20), "");
+  EXPECT_TRUE(wait_for([&] { return blocks_of(*app, 5) == (128u << 20) / 512; }, 5000))
+      << "the application still has " << blocks_of(*app, 5) << " blocks";
+
+  // Removed: gone from the application's list; the others stay.
+  ASSERT_EQ(tgt.remove_namespace(kTestNqn, 4), "");
+  EXPECT_TRUE(wait_for([&] { return !lists(*app, 4); }, 5000)) << "namespace 4 is still listed";
+  EXPECT_TRUE(wait_for([&] { return !lists(*bystander, 4); }, 5000));
+  EXPECT_EQ(app->active_namespaces(), (std::vector<uint32_t>{1, 2, 3, 5}));
+  // The application's remaining namespaces still serve.
+  BystanderApp reader(e);
+  EXPECT_EQ(reader.read(), sc::Success);
+}
+
+// What the engine's controller answers an application driving it by hand: OAES lists the
+// notice, the notice waits for an AER and for Set Features to enable it, one notice per
+// change list read, and the list is the application's own.
+TEST(EngineNamespaces, TheNoticeAndItsLogFollowTheSpecificationPerApplication) {
+  RunningTarget t;
+  RunningEngine e(t.trid());
+  auto& tgt = t.target();
+  RawApp app(e.engine().options().socket_path);
+  RawApp other(e.engine().options().socket_path);
+  ASSERT_TRUE(app.enable());
+  ASSERT_TRUE(other.enable());
+
+  Sqe id = admin_cmd(AdminOpcode::Identify, 1);
+  id.sgl.addr = 0;
+  id.sgl.length = 4096;
+  ASSERT_EQ(app.status(id), sc::Success);
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(app.at.data())->oaes, wire::kAecNamespaceAttribute);
+
+  auto submit_aer = [&](uint16_t cid) {
+    Sqe s = admin_cmd(AdminOpcode::AsyncEventRequest);
+    s.cid = cid;
+    s.flags = nvme::kSqeFlagsPsdtSgl;
+    app.admin->submit(s);
+    app.admin->ring_sq();
+    app.kick();
+  };
+  auto poll_aer = [&](uint16_t cid, int ms) -> std::optional<nvme::Cqe> {
+    nvme::Cqe c{};
+    if (!wait_for([&] { return app.admin->poll(c); }, ms)) return std::nullopt;
+    app.admin->ring_cq();
+    EXPECT_EQ(c.cid, cid);
+    return c;
+  };
+  auto read_log = [&](bool retain) {
+    Sqe s = admin_cmd(AdminOpcode::GetLogPage,
+                      uint32_t(nvme::LogPageId::ChangedNamespaces) | (retain ? nvme::kLogRetainAsyncEvent : 0) |
+                          ((4096 / 4 - 1) << 16));
+    s.sgl.addr = 8192;
+    s.sgl.length = 4096;
+    EXPECT_EQ(app.status(s), sc::Success);
+    std::vector<uint32_t> ids;
+    const auto* w = reinterpret_cast<const uint32_t*>(app.at.data() + 8192);
+    for (size_t i = 0; i < 1024 && w[i]; ++i) ids.push_back(w[i]);
+    return ids;
+  };
+  const uint32_t notice_dw0 = nvme::async_event_dw0(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged,
+                                                    nvme::LogPageId::ChangedNamespaces);
+  EXPECT_EQ(notice_dw0, 0x00040002u);
+
+  // A change while the notice is disabled is listed, not reported.
+  submit_aer(900);
+  ASSERT_EQ(tgt.create_bdev(bdev_config("Null6", "null", 16 << 20)), "");
+  uint32_t nsid = 0;
+  auto nc = bdev_config("Null6", "", 0);
+  nc.nsid = 6;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  EXPECT_FALSE(poll_aer(900, 300)) << "no notice before Set Features enables it";
+  // Enabling it with a change listed reports at once, after the Set Features answer.
+  nvme::Cqe sf = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureAsyncEventConfig,
+                                       wire::kAecNamespaceAttribute));
+  EXPECT_EQ(nvme::Status::from_cqe(sf.status), sc::Success);
+  EXPECT_EQ(sf.dw0, wire::kAecNamespaceAttribute);
+  auto aer = poll_aer(900, 5000);
+  ASSERT_TRUE(aer) << "the listed change was never reported";
+  EXPECT_EQ(nvme::Status::from_cqe(aer->status), sc::Success);
+  EXPECT_EQ(aer->dw0, notice_dw0);
+
+  // Masked until the log is read with RAE clear: a second change only joins the list.
+  submit_aer(901);
+  ASSERT_EQ(tgt.resize_bdev("Null6", 32 << 20), "");
+  ASSERT_TRUE(tgt.create_bdev(bdev_config("Null7", "null", 16 << 20)).empty());
+  nc = bdev_config("Null7", "", 0);
+  nc.nsid = 7;
+  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  EXPECT_FALSE(poll_aer(901, 500)) << "a second notice before the log was read";
+  // Wait until the engine has passed on namespace 7 (the list then holds it).
+  std::vector<uint32_t> listed;
+  ASSERT_TRUE(wait_for([&] {
+    listed = read_log(true);
+    return std::find(listed.begin(), listed.end(), 7u) != listed.end();
+  }, 5000));
+  EXPECT_EQ(listed, (std::vector<uint32_t>{6, 7})) << "each NSID once, in order";
+  EXPECT_FALSE(poll_aer(901, 200)) << "a read that retains the event unmasks nothing";
+  EXPECT_EQ(read_log(false), (std::vector<uint32_t>{6, 7}));
+  EXPECT_TRUE(read_log(true).empty()) << "reading with RAE clear empties the list";
+
+  // Unmasked: the next change is reported on the AER already waiting.
+  ASSERT_EQ(tgt.remove_namespace(kTestNqn, 7), "");
+  aer = poll_aer(901, 5000);
+  ASSERT_TRUE(aer) << "the change after the read was never reported";
+  EXPECT_EQ(aer->dw0, notice_dw0);
+  EXPECT_EQ(read_log(false), (std::vector<uint32_t>{7}));
+
+  // The other application never enabled the notice: its changes are listed, never reported.
+  Sqe log = admin_cmd(AdminOpcode::GetLogPage, uint32_t(nvme::LogPageId::ChangedNamespaces) | (1023u << 16));
+  log.sgl.addr = 0;
+  log.sgl.length = 4096;
+  ASSERT_EQ(other.status(log), sc::Success);
+  const auto* w = reinterpret_cast<const uint32_t*>(other.at.data());
+  EXPECT_EQ(w[0], 6u);
+  EXPECT_EQ(w[1], 7u);
+  EXPECT_EQ(w[2], 0u);
+  // An offset beyond the log or not a multiple of four is an invalid field.
+  log.cdw12 = 4096;
+  EXPECT_EQ(other.status(log), sc::InvalidField);
+  log.cdw12 = 2;
+  EXPECT_EQ(other.status(log), sc::InvalidField);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //          it at; often a "sequential" image (byte k holds k), so bytes 15:12 read 0x0F0E0D0C.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "nvtcp/properties.hpp"
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
+#include "wire/changed_namespaces.hpp"
 #include "wire/commands.hpp"
 #include "wire/digest.hpp"
 #include "wire/fabrics.hpp"
@@ -1275,4 +1277,41 @@ TEST(WireLogPages, FirmwareSlotAndIds) {
   EXPECT_EQ(static_cast<uint8_t>(LogPageId::FirmwareSlot), 0x03);
   EXPECT_EQ(static_cast<uint8_t>(LogPageId::ChangedNamespaces), 0x04);
   EXPECT_EQ(static_cast<uint8_t>(LogPageId::Discovery), 0x70);
+}
+
+// Log page 04h as a host reads it: little-endian NSIDs in the order they changed, each once,
+// zeros after; past 1024 entries FFFFFFFFh alone; a read with RAE cleared starts it again.
+TEST(ChangedNamespaceList, ListsEachNsidOnceInOrderAndOverflowsToAllNamespaces) {
+  ChangedNamespaceList list;
+  std::vector<uint8_t> page;
+  EXPECT_TRUE(list.empty());
+  list.build(page);
+  ASSERT_EQ(page.size(), 4096u);
+  EXPECT_EQ(page, std::vector<uint8_t>(4096, 0));
+
+  list.add(7);
+  list.add(0x01020304);
+  list.add(7);
+  EXPECT_FALSE(list.empty());
+  list.build(page);
+  const std::vector<uint8_t> head = {0x07, 0, 0, 0, 0x04, 0x03, 0x02, 0x01, 0, 0, 0, 0};
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), page.begin()));
+  EXPECT_TRUE(std::all_of(page.begin() + 8, page.end(), [](uint8_t b) { return b == 0; }));
+
+  list.clear();
+  EXPECT_TRUE(list.empty());
+  for (uint32_t n = 1; n <= 1024; ++n) list.add(n);
+  EXPECT_FALSE(list.overflowed()) << "1024 NSIDs still fit";
+  list.build(page);
+  EXPECT_EQ(page[4092], 0x00);
+  EXPECT_EQ(page[4093], 0x04) << "entry 1023 is NSID 1024";
+  list.add(1025);
+  EXPECT_TRUE(list.overflowed());
+  list.build(page);
+  const std::vector<uint8_t> all = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+  EXPECT_TRUE(std::equal(all.begin(), all.end(), page.begin()));
+  EXPECT_TRUE(std::all_of(page.begin() + 4, page.end(), [](uint8_t b) { return b == 0; }));
+  list.clear();
+  EXPECT_TRUE(list.empty());
+  EXPECT_FALSE(list.overflowed());
 }
