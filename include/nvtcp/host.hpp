@@ -294,8 +294,8 @@ class Controller {
   // The namespaces as the host last scanned them: at connect, after every reconnect, and
   // whenever the controller reports a namespace attribute change (the admin thread reads the
   // changed-namespace log and identifies those namespaces again). No command is sent, so any
-  // thread may ask at any time. Through the offload engine (trtype:engine) each call asks
-  // the engine instead.
+  // thread may ask at any time. Through the offload engine (trtype:engine) the same holds: the
+  // library's notice thread rescans when the engine passes a notice on.
   bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
   std::vector<uint32_t> active_namespaces();
   // Increases by one with every rescan that changed a namespace (0 when connect() returns):

@@ -88,8 +88,10 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
     log::warn("{}: {} namespaces; read()/write() know the block size of the first {} only", trid.subnqn,
               sizes.size(), detail::BlockSizeTable::kCapacity);
   {
+    // Under the lock with the new state: whoever lists a namespace sees the generation moved.
     std::lock_guard lk(ns_mu);
     namespaces = std::move(next);
+    if (notify) ns_generation.fetch_add(1, std::memory_order_release);
   }
   if (!notify) return true;
   for (const auto& ch : changes) {
@@ -98,7 +100,6 @@ bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, boo
     if (ch.kind == Kind::Removed || ch.kind == Kind::Replaced) log::warn("{}: {}", trid.subnqn, detail::describe(ch));
     else log::info("{}: {}", trid.subnqn, detail::describe(ch));
   }
-  ns_generation.fetch_add(1, std::memory_order_release);  // after the publish above
   if (opts.on_namespace_change)
     for (const auto& ch : changes) opts.on_namespace_change(ch.nsid);
   return true;

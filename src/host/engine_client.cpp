@@ -486,7 +486,25 @@ void EngineClient::rescan_after_notice() {
     log::warn("{} through the engine: namespace rescan failed: {}", trid_.subnqn, err);
 }
 
-std::vector<uint32_t> EngineClient::active_namespaces() {
+std::vector<uint32_t> EngineClient::active_namespaces() const {
+  std::lock_guard lk(known_mu_);
+  std::vector<uint32_t> out;
+  for (const auto& [nsid, ni] : known_) out.push_back(nsid);
+  return out;
+}
+
+bool EngineClient::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) const {
+  std::lock_guard lk(known_mu_);
+  auto it = known_.find(nsid);
+  if (it == known_.end()) {
+    err = fmt::format("namespace {} is not active (as of the last scan)", nsid);
+    return false;
+  }
+  out = it->second;
+  return true;
+}
+
+std::vector<uint32_t> EngineClient::query_active_namespaces() {
   std::vector<uint32_t> out;
   alignas(8) uint8_t buf[4096];
   uint32_t after = 0;
@@ -503,7 +521,7 @@ std::vector<uint32_t> EngineClient::active_namespaces() {
   return out;
 }
 
-bool EngineClient::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) {
+bool EngineClient::identify_namespace(uint32_t nsid, NamespaceInfo& out, std::string& err) {
   alignas(8) uint8_t buf[4096];
   const Completion c = admin(wire::cmd::identify(uint8_t(nvme::Cns::Namespace), nsid), buf, sizeof(buf), false);
   if (!c.status.ok()) {
@@ -532,12 +550,12 @@ bool EngineClient::scan_locked(const std::vector<uint32_t>* listed, bool report,
   }
   std::map<uint32_t, NamespaceInfo> now;
   if (listed) now = known_;
-  const std::vector<uint32_t> ids = listed ? *listed : active_namespaces();
+  const std::vector<uint32_t> ids = listed ? *listed : query_active_namespaces();
   for (uint32_t nsid : ids) {
     NamespaceInfo ni;
     std::string why;
     // Inactive now (NSZE 0), or a format a host cannot use: not a namespace to do I/O on.
-    if (namespace_info(nsid, ni, why)) now[nsid] = ni;
+    if (identify_namespace(nsid, ni, why)) now[nsid] = ni;
     else now.erase(nsid);
     // A scan the engine did not answer says nothing about the namespaces: nothing changes.
     if (failed()) {
@@ -546,12 +564,17 @@ bool EngineClient::scan_locked(const std::vector<uint32_t>* listed, bool report,
     }
   }
   const std::vector<NamespaceChange> changes = diff_namespaces(known_, now);
-  known_ = std::move(now);
   std::vector<std::pair<uint32_t, uint32_t>> sizes;
-  for (const auto& [nsid, ni] : known_) sizes.emplace_back(nsid, ni.block_size);
+  for (const auto& [nsid, ni] : now) sizes.emplace_back(nsid, ni.block_size);
+  // The data path first: a namespace listed is one I/O can already be sent to.
   block_sizes_->publish(sizes);
+  {
+    // Under the lock with the new state: whoever lists a namespace sees the generation moved.
+    std::lock_guard lk(known_mu_);
+    known_ = std::move(now);
+    if (!changes.empty()) ns_generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
   if (changes.empty()) return true;
-  ns_generation_.fetch_add(1, std::memory_order_acq_rel);  // once the new state is visible
   for (const NamespaceChange& ch : changes) {
     log::info("{} through the engine: {}", trid_.subnqn, describe(ch));
     if (report && opts_.on_namespace_change) opts_.on_namespace_change(ch.nsid);

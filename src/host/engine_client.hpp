@@ -43,9 +43,10 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   // Resets the controller (CC.EN = 0) and detaches: the engine drops the queues.
   void shutdown();
 
-  // The namespaces as the engine's controller shows them now (each call asks it).
-  std::vector<uint32_t> active_namespaces();
-  bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err);
+  // The namespaces as of the last scan, as a Controller on the wire reports them: a namespace
+  // listed here is one the data path already knows the format of, so I/O to it is accepted.
+  std::vector<uint32_t> active_namespaces() const;
+  bool namespace_info(uint32_t nsid, NamespaceInfo& out, std::string& err) const;
   // Scans every namespace now, publishes the block sizes and reports what changed since the
   // last scan (on_namespace_change); not from on_namespace_change itself.
   bool rescan_namespaces(std::string& err);
@@ -96,6 +97,9 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   void route_admin_cqe_locked(const nvme::Cqe& c);
   // listed: the NSIDs to identify again (nullptr: every namespace). Under scan_mu_.
   bool scan_locked(const std::vector<uint32_t>* listed, bool report, std::string& err);
+  // What the engine's controller shows now (each call asks it): the scan's inputs.
+  std::vector<uint32_t> query_active_namespaces();
+  bool identify_namespace(uint32_t nsid, NamespaceInfo& out, std::string& err);
   void rescan_after_notice();
   bool wait_csts(uint32_t mask, uint32_t want, uint32_t timeout_ms);
   void release_qid(uint16_t qid);
@@ -121,8 +125,10 @@ class EngineClient : public std::enable_shared_from_this<EngineClient> {
   int notice_fd_ = -1;            // an eventfd: the AER answered, or stop
   std::atomic<bool> notice_stop_{false};
   std::thread notice_thread_;
-  // The last scan (under scan_mu_), what on_namespace_change reports against.
+  // One scan at a time (scan_mu_). known_ is the last scan, what on_namespace_change reports
+  // against; it is replaced under known_mu_ too, so readers never wait for a scan's commands.
   std::mutex scan_mu_;
+  mutable std::mutex known_mu_;
   std::map<uint32_t, NamespaceInfo> known_;
   std::atomic<uint64_t> ns_generation_{0};
   uint8_t* admin_buf_ = nullptr;  // the first part of the data region
