@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "control/metrics_server.hpp"
 #include "engine/engine.hpp"
+#include "engine/engine_metrics.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::app {
@@ -36,6 +38,7 @@ struct EngineArgs {
   std::string dhchap_secret, dhchap_ctrl_secret, hostnqn;
   TlsArgs tls;
   std::string ready_file;
+  std::string metrics_listen;  // empty: no metrics endpoint
   bool ublk = false;
   uint32_t ublk_queue_depth = 0;
   std::string poll;
@@ -171,6 +174,17 @@ int run_engine(const EngineArgs& a) {
     fmt::print(stderr, "nvtcp engine: {}\n", err);
     return 1;
   }
+  // Scrapes run on the metrics server's own thread: stats() reads only what the engine's
+  // threads publish.
+  control::MetricsServer metrics([&eng] { return engine::render_engine_metrics(eng.stats()); });
+  if (!a.metrics_listen.empty()) {
+    if (std::string e = metrics.start(a.metrics_listen); !e.empty()) {
+      fmt::print(stderr, "nvtcp engine: --metrics-listen {}: {}\n", a.metrics_listen, e);
+      eng.shutdown();
+      return 1;
+    }
+    log::info("Prometheus metrics on http://{}/metrics", metrics.address());
+  }
   if (!a.ready_file.empty()) {
     if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
       std::fprintf(f, "%s\n", o.socket_path.c_str());
@@ -186,6 +200,7 @@ int run_engine(const EngineArgs& a) {
   });
   eng.run(stop);
   signals.join();
+  metrics.stop();
   const engine::EngineStats s = eng.stats();
   eng.shutdown();
   const double cpu = cpu_seconds();
@@ -228,6 +243,9 @@ void add_engine_command(CLI::App& app, int& rc) {
   add_tls_options(c, a->tls);
   c->add_option("--hostnqn", a->hostnqn, "host NQN of the engine's connections (a --controller's hostnqn: wins)");
   c->add_option("--ready-file", a->ready_file, "write the socket path here once serving");
+  c->add_option("--metrics-listen", a->metrics_listen,
+                "serve Prometheus metrics (GET /metrics) over HTTP on ADDRESS:PORT, e.g. 127.0.0.1:9101 or "
+                "[::1]:0 (port 0 takes a free one, logged)");
   c->add_option("--poll", a->poll,
                 "how the NVMe/TCP queue pairs wait for bytes: hybrid (default), busy or interrupt")
       ->check(CLI::IsMember({"interrupt", "busy", "hybrid"}));

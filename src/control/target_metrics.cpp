@@ -19,12 +19,6 @@ Labels namespace_labels(const Entry& e) {
   return {{"subsystem", e.subsystem}, {"nsid", fmt::format("{}", e.nsid)}, {"bdev", e.name}};
 }
 
-std::array<double, target::kLatencyBoundsNs.size()> latency_bounds_seconds() {
-  std::array<double, target::kLatencyBoundsNs.size()> b{};
-  for (size_t i = 0; i < b.size(); ++i) b[i] = double(target::kLatencyBoundsNs[i]) / 1e9;
-  return b;
-}
-
 }  // namespace
 
 std::string render_target_metrics(const target::TargetMetrics& m) {

@@ -47,12 +47,19 @@ using reactor::monotonic_ns;
 
 // A remote subsystem: one controller, or (several --controller entries with its subnqn) one
 // multipath controller over every path, whose first connected path's controller is ctrl.
+// What stats() reads of a remote controller while the engine runs.
+struct RemoteCounters {
+  std::atomic<uint32_t> applications{0};
+  std::atomic<uint64_t> namespace_notices{0};
+};
+
 struct Remote {
   host::TransportId trid;
   std::vector<host::TransportId> paths;  // more than one: multipath
   std::unique_ptr<host::MultipathController> mp;
   std::shared_ptr<host::Controller> ctrl;
   std::vector<uint8_t> identify;  // Identify Controller, 4 KiB
+  std::unique_ptr<RemoteCounters> counters = std::make_unique<RemoteCounters>();
   // The controller admin commands go to: with several paths, one that is connected now.
   std::shared_ptr<host::Controller> admin_controller() const {
     if (!mp) return ctrl;
@@ -122,6 +129,16 @@ struct Engine::Impl {
     // Published for stats() from time to time.
     std::atomic<uint64_t> forwarded{0}, completed{0}, dropped{0}, refused{0}, refused_opcodes{0}, interrupts{0},
         sleeps{0}, cpu_ns{0};
+    std::atomic<uint32_t> in_flight{0};
+    std::atomic<uint64_t> busy_ns{0};
+    uint64_t busy_ns_turns = 0;  // the core's own count, published as busy_ns
+    // Per remote controller (index as fwds), made before the core's thread starts.
+    struct PerRemote {
+      std::atomic<uint64_t> forwarded{0}, completed{0};
+      std::atomic<uint32_t> in_flight{0};
+      PublishedIoTotals reads, writes;
+    };
+    std::unique_ptr<PerRemote[]> per_remote;
 
     void on_queue_removed(void* owner, uint16_t qid, shm::EngineQueuePair::CqPosition cq) override {
       auto it = std::find_if(placed.begin(), placed.end(),
@@ -401,7 +418,15 @@ void Engine::Impl::Core::take_mail() {
 
 void Engine::Impl::Core::publish_stats() {
   uint64_t f = 0, c = 0, d = 0, r = 0, i = 0, o = 0;
-  for (const auto& fw : fwds) {
+  uint32_t n = 0;
+  for (size_t k = 0; k < fwds.size(); ++k) {
+    const auto& fw = fwds[k];
+    per_remote[k].forwarded.store(fw->stats().forwarded, std::memory_order_relaxed);
+    per_remote[k].completed.store(fw->stats().completed, std::memory_order_relaxed);
+    per_remote[k].in_flight.store(fw->in_flight(), std::memory_order_relaxed);
+    per_remote[k].reads.store(fw->stats().reads);
+    per_remote[k].writes.store(fw->stats().writes);
+    n += fw->in_flight();
     o += fw->stats().refused_opcodes;
     f += fw->stats().forwarded;
     c += fw->stats().completed;
@@ -415,6 +440,8 @@ void Engine::Impl::Core::publish_stats() {
   refused.store(r, std::memory_order_relaxed);
   refused_opcodes.store(o, std::memory_order_relaxed);
   interrupts.store(i, std::memory_order_relaxed);
+  in_flight.store(n, std::memory_order_relaxed);
+  busy_ns.store(busy_ns_turns, std::memory_order_relaxed);
   cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
 }
 
@@ -458,20 +485,24 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   const unsigned budget = engine->opts.budget_per_queue;
   uint64_t idle_since = 0;
   uint64_t turns = 0;
+  // Busy time: turns that moved a command or a completion, one clock read per turn.
+  uint64_t turn_start = monotonic_ns();
   while (!engine->cores_stop.load(std::memory_order_relaxed)) {
     if (has_mail.load(std::memory_order_acquire)) take_mail();
     uint64_t progress = 0;
     for (auto& fw : fwds) {
       const uint64_t before = fw->stats().completed;
-      progress += fw->poll(budget);
+      progress += fw->poll(budget, turn_start);
       progress += fw->stats().completed - before;
     }
+    const uint64_t now = monotonic_ns();
+    if (progress) busy_ns_turns += now - turn_start;
+    turn_start = now;
     if ((++turns & 1023) == 0) publish_stats();
     if (progress || spin_us < 0) {
       idle_since = 0;
       continue;
     }
-    const uint64_t now = monotonic_ns();
     if (!idle_since) idle_since = now;
     if (now - idle_since < uint64_t(spin_us) * 1000) continue;
     // Going to sleep: every queue asks for a doorbell notice first, then is looked at once
@@ -489,6 +520,7 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
     sleeping.store(false, std::memory_order_relaxed);
     for (auto& fw : fwds) fw->resume_polling();
     idle_since = 0;
+    turn_start = monotonic_ns();
   }
   publish_stats();
   fwds.clear();  // each waits for the commands it sent
@@ -586,6 +618,7 @@ bool Engine::Impl::start(std::string& err) {
     core->engine = this;
     core->cpu = cpus[i];
     core->index = i;
+    core->per_remote = std::make_unique<Core::PerRemote[]>(remotes.size());
     std::promise<std::string> started;
     auto done = started.get_future();
     Core* c = core.get();
@@ -784,6 +817,7 @@ void Engine::Impl::add_application(shm::Attachment at, size_t remote) {
   apps.push_back(std::move(slot));
   AppSlot& held = *apps.back();
   app_count.fetch_add(1, std::memory_order_relaxed);
+  remotes[remote].counters->applications.fetch_add(1, std::memory_order_relaxed);
   ++apps_per_user[held.uid];
   mapped_bytes.fetch_add(held.region_bytes, std::memory_order_relaxed);
   held.watching = true;
@@ -860,6 +894,7 @@ void Engine::Impl::reap(AppSlot& slot) {
     log::debug("engine: {} freed", slot.ctl->name());
     if (auto u = apps_per_user.find(slot.uid); u != apps_per_user.end() && --u->second == 0) apps_per_user.erase(u);
     mapped_bytes.fetch_sub(slot.region_bytes, std::memory_order_relaxed);
+    remotes[slot.remote].counters->applications.fetch_sub(1, std::memory_order_relaxed);
     apps.erase(it);
     app_count.fetch_sub(1, std::memory_order_relaxed);
     return;
@@ -900,13 +935,17 @@ void Engine::Impl::handle_events() {
     done.swap(admin_done);
     notices.swap(namespace_notices);
   }
-  for (const auto& [remote, nsid] : notices) {
+  for (const auto& notice : notices) {
+    // Named copies: clang before 16 cannot capture a structured binding in a lambda.
+    const size_t remote = notice.first;
+    const uint32_t nsid = notice.second;
     uint32_t told = 0;
     for (auto& slot : apps) {
       if (slot->remote != remote || slot->ctl->detached()) continue;
       guarded(*slot, [&] { slot->ctl->namespace_changed(nsid); });
       ++told;
     }
+    remotes[remote].counters->namespace_notices.fetch_add(1, std::memory_order_relaxed);
     log::info("engine: namespace {} of {} changed; {} application(s) notified", nsid, remotes[remote].trid.subnqn,
               told);
   }
@@ -1009,7 +1048,49 @@ EngineStats Engine::stats() const {
   s.refused = impl_->refused.load();
   s.applications = impl_->app_count.load();
   uint64_t cpu_ns = impl_->control_cpu_ns.load();
+  s.control_cpu_seconds = double(cpu_ns) / 1e9;
+  for (const auto& r : impl_->remotes) {
+    EngineRemoteStats rs;
+    rs.subnqn = r.trid.subnqn;
+    rs.applications = r.counters->applications.load(std::memory_order_relaxed);
+    rs.namespace_notices = r.counters->namespace_notices.load(std::memory_order_relaxed);
+    if (r.ctrl) rs.namespaces = uint32_t(r.ctrl->active_namespaces().size());
+    for (size_t i = 0; i < r.paths.size(); ++i) {
+      EnginePathStats ps;
+      ps.address = fmt::format("{}:{}", r.paths[i].traddr, r.paths[i].trsvcid);
+      if (r.mp) {
+        const host::PathStatus st = r.mp->path(i, 0);
+        ps.connected = st.connected;
+        ps.resets = st.resets;
+      } else if (r.ctrl) {
+        ps.connected = r.ctrl->live();
+        ps.resets = r.ctrl->resets();
+      }
+      rs.paths.push_back(std::move(ps));
+    }
+    s.remotes.push_back(std::move(rs));
+  }
   for (const auto& c : impl_->cores) {
+    EngineCoreStats cs;
+    cs.cpu = c->cpu;
+    cs.queues = c->queues.load(std::memory_order_relaxed);
+    cs.in_flight = c->in_flight.load(std::memory_order_relaxed);
+    cs.forwarded = c->forwarded.load(std::memory_order_relaxed);
+    cs.completed = c->completed.load(std::memory_order_relaxed);
+    cs.dropped = c->dropped.load(std::memory_order_relaxed);
+    cs.refused_io = c->refused.load(std::memory_order_relaxed);
+    cs.interrupts = c->interrupts.load(std::memory_order_relaxed);
+    cs.sleeps = c->sleeps.load(std::memory_order_relaxed);
+    cs.cpu_seconds = double(c->cpu_ns.load(std::memory_order_relaxed)) / 1e9;
+    cs.busy_seconds = double(c->busy_ns.load(std::memory_order_relaxed)) / 1e9;
+    s.cores.push_back(cs);
+    for (size_t k = 0; k < s.remotes.size(); ++k) {
+      s.remotes[k].forwarded += c->per_remote[k].forwarded.load(std::memory_order_relaxed);
+      s.remotes[k].completed += c->per_remote[k].completed.load(std::memory_order_relaxed);
+      s.remotes[k].in_flight += c->per_remote[k].in_flight.load(std::memory_order_relaxed);
+      s.remotes[k].reads += c->per_remote[k].reads.load();
+      s.remotes[k].writes += c->per_remote[k].writes.load();
+    }
     s.forwarded += c->forwarded.load(std::memory_order_relaxed);
     s.completed += c->completed.load(std::memory_order_relaxed);
     s.dropped += c->dropped.load(std::memory_order_relaxed);

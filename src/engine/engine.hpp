@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/io_totals.hpp"
 #include "engine/limits.hpp"
 #include "engine/ublk_device.hpp"
 #include "nvtcp/host.hpp"
@@ -49,6 +50,41 @@ struct EngineOptions {
   EngineLimits limits;
 };
 
+// One engine core's figures (its counters are published as it goes idle and every 1024 turns).
+struct EngineCoreStats {
+  int cpu = -1;                 // the CPU it is pinned to; -1: not pinned
+  uint32_t queues = 0;          // application I/O queues placed on it now
+  uint32_t in_flight = 0;       // its commands on the remote controllers now
+  uint64_t forwarded = 0;
+  uint64_t completed = 0;
+  uint64_t dropped = 0;
+  uint64_t refused_io = 0;
+  uint64_t interrupts = 0;
+  uint64_t sleeps = 0;
+  double cpu_seconds = 0;       // CPU time of its thread (spinning included)
+  double busy_seconds = 0;      // time in turns that moved a command or a completion
+};
+
+// One path of a remote controller.
+struct EnginePathStats {
+  std::string address;          // traddr:trsvcid
+  bool connected = false;
+  uint32_t resets = 0;          // times its controller reconnected
+};
+
+// One remote controller (subsystem), over one path or several.
+struct EngineRemoteStats {
+  std::string subnqn;
+  uint32_t applications = 0;    // attached to it now
+  uint32_t namespaces = 0;      // active namespaces as the engine last scanned them
+  uint64_t namespace_notices = 0;  // namespace changes passed on to its applications
+  uint32_t in_flight = 0;       // commands on it now, all cores
+  uint64_t forwarded = 0;       // I/O commands sent to it, all cores
+  uint64_t completed = 0;
+  IoTotals reads, writes;       // answered Reads and Writes, all cores
+  std::vector<EnginePathStats> paths;
+};
+
 struct EngineStats {
   uint64_t attached = 0;        // applications attached since start
   uint64_t refused = 0;         // attach requests refused
@@ -69,6 +105,9 @@ struct EngineStats {
   uint64_t admin_buffer_bytes = 0;        // admin data buffers held now
   uint64_t admin_buffer_peak_bytes = 0;   // the most ever held at once
   double cpu_seconds = 0;       // CPU time of the engine's threads (cores and control)
+  double control_cpu_seconds = 0;  // of cpu_seconds: the control thread's
+  std::vector<EngineCoreStats> cores;
+  std::vector<EngineRemoteStats> remotes;
 };
 
 class Engine {

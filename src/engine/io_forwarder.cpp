@@ -42,6 +42,9 @@ struct IoForwarder::Command {
   IoForwarder* self = nullptr;
   Queue* queue = nullptr;
   uint16_t app_cid = 0;
+  uint8_t opc = 0;
+  uint32_t bytes = 0;      // data length
+  uint64_t sent_ns = 0;    // the turn it was taken from the SQ
   nvme::Cqe cqe{};         // the answer, once it came
   Command* next = nullptr; // free list, or the list of answers waiting for CQ room
 };
@@ -129,7 +132,9 @@ uint64_t IoForwarder::data_length(const nvme::Sqe& sqe) const {
   }
 }
 
-unsigned IoForwarder::poll(unsigned budget_per_queue) {
+unsigned IoForwarder::poll(unsigned budget_per_queue, uint64_t turn_ns) {
+  turn_ns_ = turn_ns;
+  in_poll_ = true;
   unsigned handled = 0;
   for (auto& qp : queues_) flush_waiting(*qp);
   const size_t nq = queues_.size();
@@ -163,6 +168,7 @@ unsigned IoForwarder::poll(unsigned budget_per_queue) {
   for (auto& qp : queues_)
     if (qp->irq_pending) interrupt(*qp);
   reap_removed();
+  in_poll_ = false;
   return handled;
 }
 
@@ -289,6 +295,9 @@ bool IoForwarder::forward(Queue& q, const nvme::Sqe& sqe) {
     return false;
   }
   if (rc != 0) return refuse(rc == -EINVAL ? nvme::sc::InvalidField : nvme::sc::TransportError);
+  cmd->opc = sqe.opc;
+  cmd->bytes = want;
+  cmd->sent_ns = turn_ns_;
   ++in_flight_;
   ++q.in_flight;
   ++stats_.forwarded;
@@ -302,6 +311,13 @@ void IoForwarder::on_host_completion(void* ctx, const host::Completion& c) {
   --self->in_flight_;
   --q.in_flight;
   if (self->closing_) return;
+  // Answers outside poll() come while the core sleeps in the host queue pair's wait: no turn
+  // clock then, so this one reads the clock (the idle path: it has just made a syscall).
+  const uint64_t now = self->in_poll_ ? self->turn_ns_ : self->clock_();
+  // A clock that went back (a test's) counts as no time rather than 584 years.
+  const uint64_t ns = now > cmd->sent_ns ? now - cmd->sent_ns : 0;
+  if (cmd->opc == uint8_t(nvme::IoOpcode::Read)) self->stats_.reads.count(cmd->bytes, c.status.ok(), ns);
+  else if (cmd->opc == uint8_t(nvme::IoOpcode::Write)) self->stats_.writes.count(cmd->bytes, c.status.ok(), ns);
   if (q.removing && q.removal == Removal::Abandon) {
     ++self->stats_.dropped;
     self->release(cmd);

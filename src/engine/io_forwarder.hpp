@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/io_totals.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/multipath.hpp"
 #include "shm/shm_queue.hpp"
@@ -91,8 +92,11 @@ class IoForwarder {
   void set_clock(Clock c) { clock_ = c; }
 
   // One turn: completions the CQs had no room for, then up to budget SQEs per queue, then
-  // the host queue pair's completions; interrupts after. Returns commands handled.
-  unsigned poll(unsigned budget_per_queue = 32);
+  // the host queue pair's completions; interrupts after. Returns commands handled. turn_ns:
+  // the caller's clock of this turn (monotonic), which latencies are measured with; without
+  // it the forwarder reads its clock once.
+  unsigned poll(unsigned budget_per_queue, uint64_t turn_ns);
+  unsigned poll(unsigned budget_per_queue = 32) { return poll(budget_per_queue, clock_()); }
   // Before the core sleeps: asks every queue to notify on new SQEs. True when one already
   // has work (then don't sleep).
   bool prepare_to_sleep();
@@ -106,6 +110,7 @@ class IoForwarder {
     uint64_t dropped = 0;     // answers of abandoned queues
     uint64_t interrupts = 0;  // interrupt signals
     uint64_t refused_opcodes = 0;  // of refused: opcodes not carried (fabrics, reservations, ...)
+    IoTotals reads, writes;        // of forwarded, once answered: Read and Write commands
   };
   // Whether an I/O opcode is carried to the remote controller at all (see io_forwarder.cpp).
   static bool carried(uint8_t opc);
@@ -138,6 +143,8 @@ class IoForwarder {
   Stats stats_;
   bool closing_ = false;
   Clock clock_;
+  uint64_t turn_ns_ = 0;  // this turn's clock (poll)
+  bool in_poll_ = false;
 };
 
 }  // namespace nvtcp::engine

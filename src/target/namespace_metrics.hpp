@@ -13,22 +13,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "util/latency_buckets.hpp"
+
 namespace nvtcp::target {
 
-// Upper bounds of the latency buckets, in nanoseconds (the last bucket, above every bound, is
-// +Inf): 10 us to 10 s, 1-2.5-5 per decade.
-inline constexpr std::array<uint64_t, 19> kLatencyBoundsNs = {
-    10'000,      25'000,      50'000,      100'000,       250'000,       500'000,      1'000'000,
-    2'500'000,   5'000'000,   10'000'000,  25'000'000,    50'000'000,    100'000'000,  250'000'000,
-    500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
-inline constexpr size_t kLatencyBuckets = kLatencyBoundsNs.size() + 1;
-
-// The bucket a latency falls in: the first bound at or above it (Prometheus' le), else the last.
-inline size_t latency_bucket(uint64_t ns) {
-  size_t i = 0;
-  while (i < kLatencyBoundsNs.size() && ns > kLatencyBoundsNs[i]) ++i;
-  return i;
-}
+using nvtcp::kLatencyBoundsNs;
+using nvtcp::kLatencyBuckets;
+using nvtcp::latency_bucket;
 
 namespace detail {
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {

@@ -9,14 +9,7 @@
 # other methods 405.
 set -euo pipefail
 NVTCP=$(readlink -f "$1")
-PY=
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null && "$p" -c 'import prometheus_client.parser' 2>/dev/null; then PY=$p; break; fi
-done
-if [ -z "$PY" ] || ! command -v curl >/dev/null; then
-  echo "SKIP: needs curl and python3-prometheus-client (make deps installs both)"
-  exit 77
-fi
+. "$(dirname "$0")/lib/prometheus.sh"
 dir=$(mktemp -d /tmp/nvtcp-metrics.XXXXXX)
 target_pid=
 hostile_pid=

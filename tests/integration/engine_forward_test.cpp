@@ -137,6 +137,61 @@ TEST_F(EngineForward, WritesAndReadsMoveThroughTheApplicationsOwnRegion) {
   EXPECT_EQ(fwd.in_flight(), 0u);
 }
 
+// Latency is read from the caller's turn clock: from the turn that took the SQE to the turn
+// the answer came in, into the target's buckets; errors are counted apart.
+TEST_F(EngineForward, ReadsAndWritesAreCountedWithTheirLatencyOnTheTurnClock) {
+  auto layout = RegionLayout::compute(2, 64, 1 << 20);
+  ASSERT_TRUE(layout);
+  SharedRegion r(*layout);
+  engine::IoForwarder fwd(*qp_);
+  fwd.add_queue(nullptr, 1, layout->queue_pair(r.base, 1), r.data(), layout->data_bytes);
+  AppQueuePair app(layout->queue_pair(r.base, 1));
+  constexpr uint64_t kT0 = 1'000'000'000;
+  constexpr uint64_t kLater = 300'000;  // 300 us: the 500 us bucket
+  // One command: taken on the turn at kT0, answered on a turn at kT0 + kLater (or, were the
+  // answer there at once, on the first turn: no time at all). Returns that latency.
+  auto one = [&](const nvme::Sqe& sqe, nvme::Cqe& out) -> uint64_t {
+    EXPECT_TRUE(app.submit(sqe));
+    app.ring_sq();
+    fwd.poll(32, kT0);
+    uint64_t took = 0;
+    bool got = app.poll(out);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!got && std::chrono::steady_clock::now() < deadline) {
+      took = kLater;
+      fwd.poll(32, kT0 + kLater);
+      got = app.poll(out);
+    }
+    EXPECT_TRUE(got) << "no answer";
+    app.ring_cq();
+    return took;
+  };
+  nvme::Cqe c{};
+  const uint64_t w = one(rw(nvme::IoOpcode::Write, 1, 0, 8, 0), c);
+  EXPECT_EQ(c.status >> 1, 0);
+  const uint64_t rd = one(rw(nvme::IoOpcode::Read, 2, 0, 8, 4096), c);
+  EXPECT_EQ(c.status >> 1, 0);
+  // Past the end of the 64 MiB namespace: LBA Out of Range, an error, not a read.
+  one(rw(nvme::IoOpcode::Read, 3, (64u << 20) / 512, 1, 0), c);
+  EXPECT_NE(c.status >> 1, 0);
+
+  const auto& st = fwd.stats();
+  EXPECT_EQ(st.writes.commands, 1u);
+  EXPECT_EQ(st.writes.bytes, 4096u);
+  EXPECT_EQ(st.writes.errors, 0u);
+  EXPECT_EQ(st.writes.latency_ns, w);
+  EXPECT_EQ(st.writes.latency[latency_bucket(w)], 1u);
+  EXPECT_EQ(st.reads.commands, 1u) << "the failed read is an error, not a read";
+  EXPECT_EQ(st.reads.bytes, 4096u);
+  EXPECT_EQ(st.reads.errors, 1u);
+  EXPECT_EQ(st.reads.latency_ns, rd);
+  EXPECT_EQ(st.reads.latency[latency_bucket(rd)], 1u);
+  EXPECT_EQ(latency_bucket(kLater), 5u) << "300 us falls in le=0.0005";
+  uint64_t in_buckets = 0;
+  for (uint64_t n : st.reads.latency) in_buckets += n;
+  EXPECT_EQ(in_buckets, 1u);
+}
+
 TEST_F(EngineForward, PointersOutsideTheRegionAreRefusedAndNothingMoves) {
   auto layout = RegionLayout::compute(2, 16, 64 << 10);
   SharedRegion r(*layout);

@@ -2,7 +2,8 @@
 // The metrics endpoint apart from its socket: Prometheus' text format as the writer puts it
 // (exact text for a fixed input, label escaping, cumulative histogram buckets), the target's
 // families rendered from a snapshot made up here, the per-reactor namespace counters, and the
-// HTTP conversation of one client fed bytes (split, pipelined, refused).
+// HTTP conversation of one client fed bytes (split, pipelined, refused); the offload engine's
+// families from a made-up EngineStats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "control/metrics_server.hpp"
 #include "control/target_metrics.hpp"
+#include "engine/engine_metrics.hpp"
 #include "target/namespace_metrics.hpp"
 #include "util/prometheus.hpp"
 
@@ -140,6 +142,38 @@ bool has_line(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos || text.rfind(line + "\n", 0) == 0;
 }
 
+// Each family is introduced once, HELP before TYPE, and every sample line belongs to the
+// family introduced last (histograms: with their suffixes). Returns how many families.
+size_t expect_well_formed(const std::string& text) {
+  std::string family;
+  std::vector<std::string> seen;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) {
+      ADD_FAILURE() << "the text ends without a line feed";
+      break;
+    }
+    const std::string line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.rfind("# HELP ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), family), 0) << family << " twice";
+      seen.push_back(family);
+      EXPECT_EQ(family.rfind("nvtcp_", 0), 0u) << family;
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      EXPECT_EQ(line.substr(7, family.size() + 1), family + " ");
+      continue;
+    }
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_TRUE(name == family || name == family + "_bucket" || name == family + "_sum" || name == family + "_count")
+        << line << " under " << family;
+  }
+  return seen.size();
+}
+
 TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
   const std::string text = control::render_target_metrics(sample_snapshot());
   const std::string ns = "subsystem=\"nqn.2026-11.io.nvtcp:a\",nsid=\"7\",bdev=\"Malloc0\"";
@@ -172,32 +206,88 @@ TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
            "nvtcp_namespace_size_bytes{" + ns + "} 1048576",
        })
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
-  // Each family is introduced once, HELP before TYPE, and every sample line belongs to the
-  // family introduced last (histograms: with their suffixes).
-  std::string family;
-  std::vector<std::string> seen;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t eol = text.find('\n', pos);
-    ASSERT_NE(eol, std::string::npos) << "the text ends without a line feed";
-    const std::string line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (line.rfind("# HELP ", 0) == 0) {
-      family = line.substr(7, line.find(' ', 7) - 7);
-      EXPECT_EQ(std::count(seen.begin(), seen.end(), family), 0) << family << " twice";
-      seen.push_back(family);
-      EXPECT_EQ(family.rfind("nvtcp_", 0), 0u) << family;
-      continue;
-    }
-    if (line.rfind("# TYPE ", 0) == 0) {
-      EXPECT_EQ(line.substr(7, family.size() + 1), family + " ");
-      continue;
-    }
-    const std::string name = line.substr(0, line.find_first_of("{ "));
-    EXPECT_TRUE(name == family || name == family + "_bucket" || name == family + "_sum" || name == family + "_count")
-        << line << " under " << family;
-  }
-  EXPECT_GE(seen.size(), 20u);
+  EXPECT_GE(expect_well_formed(text), 20u);
+}
+
+TEST(EngineMetricsText, EveryFamilyOnceWithItsSamples) {
+  engine::EngineStats s;
+  s.applications = 2;
+  s.attached = 5;
+  s.refused = 3;
+  s.refused_for_limits = 1;
+  s.mapped_bytes = 8 << 20;
+  s.control_cpu_seconds = 0.25;
+  engine::EngineCoreStats pinned;
+  pinned.cpu = 3;
+  pinned.queues = 4;
+  pinned.in_flight = 17;
+  pinned.forwarded = 1000;
+  pinned.completed = 983;
+  pinned.busy_seconds = 1.5;
+  pinned.sleeps = 7;
+  engine::EngineCoreStats floating;
+  floating.forwarded = 1;
+  s.cores = {pinned, floating};
+  engine::EngineRemoteStats r;
+  r.subnqn = "nqn.2026-11.io.nvtcp:a";
+  r.applications = 2;
+  r.namespaces = 4;
+  r.namespace_notices = 6;
+  r.forwarded = 1001;
+  r.in_flight = 17;
+  r.paths = {{"127.0.0.1:4420", true, 0}, {"127.0.0.2:4420", false, 3}};
+  r.reads.count(4096, true, 30'000);      // le="0.00005"
+  r.reads.count(4096, true, 20'000'000);  // le="0.025"
+  r.reads.count(4096, false, 1);          // an error: no latency
+  r.writes.count(8192, true, 5'000);      // le="0.00001"
+  s.remotes = {r};
+  const std::string text = engine::render_engine_metrics(s);
+  const std::string sub = "subsystem=\"nqn.2026-11.io.nvtcp:a\"";
+  for (const std::string& line : {
+           std::string("# TYPE nvtcp_engine_applications gauge"),
+           std::string("nvtcp_engine_applications 2"),
+           std::string("nvtcp_engine_attaches_total 5"),
+           std::string("nvtcp_engine_attaches_refused_total{reason=\"limit\"} 1"),
+           std::string("nvtcp_engine_attaches_refused_total{reason=\"other\"} 2"),
+           std::string("nvtcp_engine_mapped_bytes 8388608"),
+           std::string("nvtcp_engine_control_cpu_seconds_total 0.25"),
+           std::string("# TYPE nvtcp_engine_core_busy_seconds_total counter"),
+           std::string("nvtcp_engine_core_busy_seconds_total{core=\"0\",cpu=\"3\"} 1.5"),
+           std::string("nvtcp_engine_core_queues{core=\"0\",cpu=\"3\"} 4"),
+           std::string("nvtcp_engine_core_in_flight_commands{core=\"0\",cpu=\"3\"} 17"),
+           std::string("nvtcp_engine_core_commands_forwarded_total{core=\"0\",cpu=\"3\"} 1000"),
+           std::string("nvtcp_engine_core_completions_total{core=\"0\",cpu=\"3\"} 983"),
+           std::string("nvtcp_engine_core_sleeps_total{core=\"0\",cpu=\"3\"} 7"),
+           std::string("nvtcp_engine_core_commands_forwarded_total{core=\"1\",cpu=\"any\"} 1"),
+           "nvtcp_engine_remote_applications{" + sub + "} 2",
+           "nvtcp_engine_remote_namespaces{" + sub + "} 4",
+           "nvtcp_engine_remote_namespace_notices_total{" + sub + "} 6",
+           "nvtcp_engine_remote_commands_forwarded_total{" + sub + "} 1001",
+           "nvtcp_engine_remote_in_flight_commands{" + sub + "} 17",
+           "nvtcp_engine_path_connected{" + sub + ",path=\"127.0.0.1:4420\"} 1",
+           "nvtcp_engine_path_connected{" + sub + ",path=\"127.0.0.2:4420\"} 0",
+           "nvtcp_engine_path_resets_total{" + sub + ",path=\"127.0.0.2:4420\"} 3",
+           "nvtcp_engine_remote_reads_total{" + sub + "} 2",
+           "nvtcp_engine_remote_read_bytes_total{" + sub + "} 8192",
+           "nvtcp_engine_remote_writes_total{" + sub + "} 1",
+           "nvtcp_engine_remote_write_bytes_total{" + sub + "} 8192",
+           "nvtcp_engine_remote_errors_total{" + sub + ",op=\"read\"} 1",
+           "nvtcp_engine_remote_errors_total{" + sub + ",op=\"write\"} 0",
+           std::string("# TYPE nvtcp_engine_remote_read_latency_seconds histogram"),
+           "nvtcp_engine_remote_read_latency_seconds_bucket{" + sub + ",le=\"0.000025\"} 0",
+           "nvtcp_engine_remote_read_latency_seconds_bucket{" + sub + ",le=\"0.00005\"} 1",
+           "nvtcp_engine_remote_read_latency_seconds_bucket{" + sub + ",le=\"0.025\"} 2",
+           "nvtcp_engine_remote_read_latency_seconds_bucket{" + sub + ",le=\"+Inf\"} 2",
+           "nvtcp_engine_remote_read_latency_seconds_count{" + sub + "} 2",
+           "nvtcp_engine_remote_read_latency_seconds_sum{" + sub + "} 0.02003",
+           "nvtcp_engine_remote_write_latency_seconds_bucket{" + sub + ",le=\"0.00001\"} 1",
+           "nvtcp_engine_remote_write_latency_seconds_count{" + sub + "} 1",
+       })
+    EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
+  EXPECT_EQ(expect_well_formed(text), 36u);
+  // Refusals read while attaches go on never count below zero.
+  s.refused_for_limits = 4;
+  EXPECT_TRUE(has_line(engine::render_engine_metrics(s), "nvtcp_engine_attaches_refused_total{reason=\"other\"} 0"));
 }
 
 // ---------------------------------------------------------------- the HTTP conversation
