@@ -638,7 +638,7 @@ bool Engine::Impl::start(std::string& err) {
     }
     for (Remote& r : remotes) {
       for (uint32_t nsid : r.ctrl->active_namespaces()) {
-        auto dev = UblkDevice::create(*r.ctrl, nsid, opts.ublk_options, err);
+        auto dev = UblkDevice::create(*r.ctrl, r.mp.get(), nsid, opts.ublk_options, err);
         if (!dev) {
           err = fmt::format("namespace {} of {} as a ublk device: {}", nsid, r.trid.subnqn, err);
           return false;

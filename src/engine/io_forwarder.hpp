@@ -15,34 +15,11 @@
 #include <memory>
 #include <vector>
 
+#include "engine/host_queue.hpp"
 #include "engine/io_totals.hpp"
-#include "nvtcp/host.hpp"
-#include "nvtcp/multipath.hpp"
 #include "shm/shm_queue.hpp"
 
 namespace nvtcp::engine {
-
-// What a forwarder sends on: one path's queue pair, or a multipath queue pair over every path
-// of the remote subsystem (which moves a command off a failed path by itself).
-class HostQueue {
- public:
-  // Implicit: a forwarder is made from either.
-  HostQueue(host::QueuePair& q) : one_(&q) {}             // NOLINT(google-explicit-constructor)
-  HostQueue(host::MultipathQueuePair& q) : multi_(&q) {}  // NOLINT(google-explicit-constructor)
-  int submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, host::CompletionFn cb, void* ctx) {
-    return multi_ ? multi_->submit(sqe, data, len, to_controller, cb, ctx)
-                  : one_->submit(sqe, data, len, to_controller, cb, ctx);
-  }
-  int process_completions(uint32_t timeout_us) {
-    return multi_ ? multi_->process_completions(timeout_us) : one_->process_completions(timeout_us);
-  }
-  uint32_t block_size(uint32_t nsid) const { return multi_ ? multi_->block_size(nsid) : one_->block_size(nsid); }
-  uint32_t depth() const { return multi_ ? multi_->depth() : one_->depth(); }
-
- private:
-  host::QueuePair* one_ = nullptr;
-  host::MultipathQueuePair* multi_ = nullptr;
-};
 
 class IoForwarder {
  public:

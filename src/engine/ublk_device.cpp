@@ -15,11 +15,13 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "engine/host_queue.hpp"
 #include "nvtcp/identify.hpp"
 #include "reactor/reactor.hpp"
 #include "util/log.hpp"
@@ -117,6 +119,7 @@ struct UblkDevice::Impl {
   };
 
   host::Controller* ctrl = nullptr;
+  host::MultipathController* mp = nullptr;  // several paths: requests go through it
   uint32_t nsid = 1;
   uint32_t block_size = 512;
   uint64_t blocks = 0;
@@ -138,7 +141,10 @@ struct UblkDevice::Impl {
   uint8_t* buffers = nullptr;
   size_t buffers_bytes = 0;
   uint32_t live_tags = 0;      // tags with a fetch in the kernel or a request being served
-  std::unique_ptr<host::QueuePair> qp;
+  // What requests go on: one queue pair, or a multipath one (the other stays empty).
+  std::unique_ptr<host::QueuePair> one_qp;
+  std::unique_ptr<host::MultipathQueuePair> multi_qp;
+  std::optional<HostQueue> qp;
 
   void run(std::promise<std::string>& ready) {
     serve_queue(ready);
@@ -234,8 +240,15 @@ void UblkDevice::Impl::on_nvme(void* ctx, const host::Completion& c) {
 void UblkDevice::Impl::serve_queue(std::promise<std::string>& ready) {
   pthread_setname_np(pthread_self(), fmt::format("nvtcp-ublk{}", dev_id).c_str());
   std::string err;
-  qp = ctrl->create_io_qpair(opts.queue_depth, err);
-  if (!qp) return ready.set_value("NVMe/TCP queue pair: " + err);
+  if (mp) {
+    multi_qp = mp->create_io_qpair(opts.queue_depth, err);
+    if (!multi_qp) return ready.set_value("NVMe/TCP multipath queue pair: " + err);
+    qp.emplace(*multi_qp);
+  } else {
+    one_qp = ctrl->create_io_qpair(opts.queue_depth, err);
+    if (!one_qp) return ready.set_value("NVMe/TCP queue pair: " + err);
+    qp.emplace(*one_qp);
+  }
   {
     std::lock_guard lk(reactor_mu);
     reactor = reactor::Reactor::current();
@@ -285,6 +298,10 @@ void UblkDevice::Impl::serve_queue(std::promise<std::string>& ready) {
 
 void UblkDevice::Impl::release_queue_resources() {
   qp.reset();
+  if (multi_qp && multi_qp->failovers())
+    log::info("ublk{}: {} request(s) moved to another path on the way", dev_id, multi_qp->failovers());
+  multi_qp.reset();
+  one_qp.reset();
   if (iods) munmap(const_cast<ublksrv_io_desc*>(iods), iods_bytes);
   iods = nullptr;
   if (cdev >= 0) ::close(cdev);
@@ -301,10 +318,11 @@ bool UblkDevice::available(std::string& why) {
   return false;
 }
 
-std::unique_ptr<UblkDevice> UblkDevice::create(host::Controller& ctrl, uint32_t nsid, const UblkOptions& o,
-                                               std::string& err) {
+std::unique_ptr<UblkDevice> UblkDevice::create(host::Controller& ctrl, host::MultipathController* mp, uint32_t nsid,
+                                               const UblkOptions& o, std::string& err) {
   auto d = std::make_unique<Impl>();
   d->ctrl = &ctrl;
+  d->mp = mp;
   d->nsid = nsid;
   d->opts = o;
   host::NamespaceInfo ni;
@@ -369,9 +387,9 @@ std::unique_ptr<UblkDevice> UblkDevice::create(host::Controller& ctrl, uint32_t 
     return nullptr;
   }
   im.started = true;
-  log::info("engine: {} is namespace {} of {} ({} blocks of {} bytes, up to {} KiB per request, queue depth {})",
+  log::info("engine: {} is namespace {} of {} ({} blocks of {} bytes, up to {} KiB per request, queue depth {}{})",
             dev->block_path(), nsid, ctrl.trid().subnqn, im.blocks, im.block_size, im.opts.max_io_bytes >> 10,
-            im.opts.queue_depth);
+            im.opts.queue_depth, mp ? fmt::format(", over {} paths", mp->path_count()) : std::string());
   return dev;
 }
 

@@ -6,14 +6,16 @@
 // card's /dev/nvme device.
 //
 // One device per namespace, one hardware queue, served by a thread of its own whose reactor
-// drives both the ublk commands and the device's NVMe/TCP queue pair: a request's fetch,
-// its NVMe command and its commit are all completions of that one ring.
+// drives both the ublk commands and the device's NVMe/TCP queue pair (or, over several paths,
+// every path's queue pair): a request's fetch, its NVMe command and its commit are all
+// completions of that one ring.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "nvtcp/host.hpp"
+#include "nvtcp/multipath.hpp"
 
 namespace nvtcp::engine {
 
@@ -26,9 +28,12 @@ class UblkDevice {
  public:
   // Whether this kernel offers ublk (/dev/ublk-control), and why not.
   static bool available(std::string& why);
-  // Adds and starts /dev/ublkbN for namespace nsid of ctrl. nullptr and err on failure.
-  static std::unique_ptr<UblkDevice> create(host::Controller& ctrl, uint32_t nsid, const UblkOptions& o,
-                                            std::string& err);
+  // Adds and starts /dev/ublkbN for namespace nsid of ctrl. With mp (ctrl then one of its
+  // paths' controllers, for Identify), requests go through a multipath queue pair over every
+  // path: a path's loss or ANA change moves them, and the block device sees no error. nullptr
+  // and err on failure.
+  static std::unique_ptr<UblkDevice> create(host::Controller& ctrl, host::MultipathController* mp, uint32_t nsid,
+                                            const UblkOptions& o, std::string& err);
   // Stops the device (the kernel waits for requests in flight) and deletes it.
   ~UblkDevice();
   UblkDevice(const UblkDevice&) = delete;

@@ -594,8 +594,15 @@ struct MultipathQueuePair::Impl {
         any = p.qp.get();
         break;
       }
-    if (any) any->process_completions(wait_head ? std::min<uint32_t>(timeout_us, 1000) : timeout_us);
-    else if (timeout_us) std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint32_t>(timeout_us, 1000)));
+    if (any) {
+      any->process_completions(wait_head ? std::min<uint32_t>(timeout_us, 1000) : timeout_us);
+    } else if (reactor::Reactor* r = reactor::Reactor::current()) {
+      // No path has a queue: the thread's reactor still turns, for whatever else it carries
+      // (a ublk device's block requests come in on it), and paths are looked at again soon.
+      r->run_once(std::min<uint32_t>(timeout_us, 1000));
+    } else if (timeout_us) {
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint32_t>(timeout_us, 1000)));
+    }
     drain();
     return delivered;
   }

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "nvtcp/multipath.hpp"
+#include "reactor/reactor.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test {
@@ -351,6 +352,37 @@ TEST_F(Multipath, WithNoPathCommandsWaitForOneOrFailAfterNoPathTimeout) {
   ASSERT_TRUE(d.done);
   EXPECT_EQ(d.st, nvme::sc::TransportError);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+}
+
+// Every path's controller lost for good (ctrl_loss_tmo passed): no path has a queue, yet the
+// thread's reactor still turns in process_completions(), so whatever else it carries goes on
+// (a ublk device's block requests come in on it, and its stop needs them answered).
+TEST_F(Multipath, WithEveryPathLostTheThreadsReactorStillTurns) {
+  host::ControllerOptions o = path_options();
+  o.ctrl_loss_tmo_ms = 300;
+  MultipathOptions mo;
+  mo.path_retry_ms = 60000;  // the lost paths stay without a controller for the test
+  std::string err;
+  auto mp = MultipathController::connect({trid(0), trid(1)}, o, mo, err);
+  ASSERT_TRUE(mp) << err;
+  auto qp = mp->create_io_qpair(8, err);
+  ASSERT_TRUE(qp) << err;
+  const uint16_t p0 = t_->port(0), p1 = t_->port(1);
+  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p0), "");
+  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p1), "");
+  auto lost = [&](size_t i) {
+    auto c = mp->controller(i);
+    return !c || c->failed();
+  };
+  ASSERT_TRUE(wait_for([&] { return lost(0) && lost(1); }, 10000))
+      << "the paths' controllers were not given up after ctrl_loss_tmo";
+  for (int i = 0; i < 20; ++i) qp->process_completions(1000);  // lets the lost queues go
+  reactor::Reactor* r = reactor::Reactor::current();
+  ASSERT_NE(r, nullptr);
+  bool ran = false;
+  r->post([&] { ran = true; });
+  for (int i = 0; i < 5 && !ran; ++i) qp->process_completions(1000);
+  EXPECT_TRUE(ran) << "the thread's reactor stood still while no path had a queue";
 }
 
 TEST_F(Multipath, TheDiscoveryLogGivesEveryPath) {

@@ -10,7 +10,8 @@
 # The guest's userland is busybox plus this machine's nvtcp, fio and mke2fs, each with its own
 # loader and libraries (stage_host_binaries). Guest steps (guest/ublk.sh), each of which must PASS:
 # ublk.device, ublk.fio.libaio, ublk.fio.uring (crc32c verify), ublk.mkfs, ublk.fs, ublk.readback,
-# ublk.stop, ublk.readback.restart. The kernel must log no ublk or ext4 error.
+# ublk.stop, ublk.readback.restart, ublk.multipath (two paths, one cut under fio verify). The
+# kernel must log no ublk or ext4 error.
 #
 #   kernel_ublk_test.sh path/to/nvtcp CACHE_DIR
 #
@@ -67,7 +68,7 @@ echo "guest ran $((SECONDS - T0)) s"
 tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
 grep -a 'NVTCP-GUEST' "$WORK/console.txt" | sed 's/^/  /'
 for step in ublk.device ublk.fio.libaio ublk.fio.uring ublk.mkfs ublk.fs ublk.readback ublk.stop \
-            ublk.readback.restart; do
+            ublk.readback.restart ublk.multipath; do
   grep -qaE "NVTCP-GUEST .* PASS $step(:|$)" "$WORK/console.txt" || fail "guest step $step did not pass"
 done
 grep -qaE 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest script did not exit 0"
