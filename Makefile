@@ -76,7 +76,7 @@ test-tsan:
 # or text from users. fuzz-smoke runs each briefly from the seed corpus (part of make test);
 # fuzz runs each for FUZZ_SECONDS and keeps what it finds in build-fuzz/corpus-*.
 FUZZ_BUILD ?= build-fuzz
-FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller auth tls rpc
+FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller auth tls rpc metrics_http
 FUZZ_SECONDS ?= 600
 # Each fuzzer's smoke run, JOBS of them at a time (each is one process on one core).
 FUZZ_SMOKE_SECONDS ?= 30
