@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "nvtcp/log_pages.hpp"
 #include "target/controller.hpp"
@@ -44,6 +45,18 @@ Json subsystem_listen_address(const Listener& l) {
   return j;
 }
 
+// The discovery service's own port as a listener of the discovery subsystem, while it has one.
+std::optional<Listener> discovery_listener(const Target& t) {
+  if (!t.discovery_port()) return std::nullopt;
+  Listener d;
+  d.address = t.discovery_address();
+  d.ipv6 = d.address.find(':') != std::string::npos;
+  d.wildcard = d.address == "0.0.0.0" || d.address == "::";
+  d.port = t.discovery_port();
+  d.tls_required = t.discovery_tls();
+  return d;
+}
+
 // Held by the caller for the method's run: RPC may delete it (another method) only after.
 std::shared_ptr<Subsystem> subsystem_named(Target& t, const std::string& nqn) {
   std::shared_ptr<Subsystem> s = t.state().find_subsystem(nqn);
@@ -55,6 +68,9 @@ std::shared_ptr<Subsystem> subsystem_named(Target& t, const std::string& nqn) {
 Json subsystem_json(Target& t, const Subsystem& s) {
   auto& st = t.state();
   Json listeners = Json::array();
+  // The discovery service's own port is the discovery subsystem's (save_config writes it so).
+  if (s.is_discovery())
+    if (auto d = discovery_listener(t)) listeners.push_back(subsystem_listen_address(*d));
   for (const auto& l : st.listeners())
     if (s.reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
   Json hosts = Json::array();
@@ -265,7 +281,8 @@ Json nvmf_config(Target& t) {
                        {"params", {{"nqn", nqn}, {"listen_address", a}, {"secure_channel", l.tls_required}}}});
   };
   const std::vector<Listener> listeners = st.listeners();
-  if (cfg.discovery_port && !listeners.empty()) add_listener(nvme::kDiscoveryNqn, listeners[0], t.discovery_port());
+  // The port as it is now: none once remove_listener took it away.
+  if (auto d = discovery_listener(t)) add_listener(nvme::kDiscoveryNqn, *d, d->port);
   for (const auto& s : st.subsystems()) {
     out.push_back(Json{{"method", "nvmf_create_subsystem"},
                        {"params",

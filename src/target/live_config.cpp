@@ -180,6 +180,15 @@ std::string Target::remove_listener(const std::string& subnqn, const std::string
   const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
   if (!sub) return fmt::format("no subsystem {}", subnqn);
   const std::optional<Listener> l = state_->find_listener(address, port);
+  // The discovery service's own port (--discovery-port) is no listener of the table: it is the
+  // socket of portid 0, which serves discovery alone. Taken away as rpc.py asks for it.
+  if (!l && sub->is_discovery() && port != 0 && port == discovery_port() && address == cfg_.listeners[0].address) {
+    close_listener(0);
+    const size_t ended = sub->tear_down_controllers_on(0);
+    discovery_port_.store(0, std::memory_order_relaxed);
+    log::info("control: discovery service on {}:{} stopped ({} controller(s) ended)", address, port, ended);
+    return {};
+  }
   if (!l) return fmt::format("no listener {}:{}", address, port);
   std::vector<uint16_t> every;
   for (const Listener& x : state_->listeners()) every.push_back(x.portid);

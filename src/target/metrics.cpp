@@ -54,8 +54,8 @@ TargetMetrics Target::metrics() {
     const uint16_t portid = std::get<1>(key);
     for (const Listener& l : listeners)
       if (l.portid == portid) e.listener = host_port(l.address, l.port);
-    if (e.listener.empty() && portid == 0 && discovery_port_)
-      e.listener = host_port(cfg_.listeners[0].address, discovery_port_);
+    if (e.listener.empty() && portid == 0 && discovery_port())
+      e.listener = host_port(cfg_.listeners[0].address, discovery_port());
     m.listeners.push_back(std::move(e));
   }
   const std::vector<double> busy = busy_seconds_per_reactor(), cpu = cpu_seconds_per_reactor();

@@ -252,7 +252,7 @@ std::string Target::start() {
   });
   started_ = true;
   for (const Listener& l : state_->listeners()) log::info("listening on {}:{}", l.address, l.port);
-  if (discovery_port_) log::info("discovery service on {}:{}", cfg_.listeners[0].address, discovery_port_);
+  if (discovery_port()) log::info("discovery service on {}:{}", cfg_.listeners[0].address, discovery_port());
   return {};
 }
 

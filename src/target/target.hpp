@@ -29,7 +29,11 @@ class Target {
 
   // The port each listener really got (useful with port 0).
   uint16_t port(size_t listener = 0) const;
-  uint16_t discovery_port() const { return discovery_port_; }
+  // The discovery service's own port (0: none, or taken away by remove_listener).
+  uint16_t discovery_port() const { return discovery_port_.load(std::memory_order_relaxed); }
+  // Where it listens, and whether TLS comes first there: the first configured listener's.
+  const std::string& discovery_address() const { return cfg_.listeners[0].address; }
+  bool discovery_tls() const { return cfg_.listeners[0].tls_required; }
   TargetState& state() { return *state_; }
   // CPU seconds used by the reactor threads so far (user + system).
   double cpu_seconds() const;
@@ -148,7 +152,7 @@ class Target {
   template <typename Counts, typename Get>
   Counts sum_over_reactors(Get get);
   std::vector<std::unique_ptr<ListenSocket>> sockets_;
-  uint16_t discovery_port_ = 0;
+  std::atomic<uint16_t> discovery_port_{0};  // set by start(), cleared under control_mu_
   std::atomic<bool> stopping_{false};
   std::atomic<unsigned> quiesced_{0};  // reactors done shutting down, still alive (see start())
   std::atomic<uint64_t> accepted_{0};

@@ -60,6 +60,19 @@ bool tcp_connects(uint16_t port) {
   return ok;
 }
 
+// A port nobody listens on now (bound, then let go).
+uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
 size_t controllers_of(target::Target& t, const std::string& nqn) {
   auto s = t.state().find_subsystem(nqn);
   return s ? s->controller_count() : 0;
@@ -212,6 +225,37 @@ TEST(LiveSubsystems, AnAddedListenerAcceptsAndARemovedOneClosesAndEndsItsControl
   host::ControllerOptions o;
   o.kato_ms = 0;
   EXPECT_TRUE(host::Controller::connect(trid, o, err)) << err;
+}
+
+// The discovery service's own port (--discovery-port) goes as SPDK's rpc.py asks for it: a
+// listener removed from the discovery subsystem. Its discovery controllers end, the port stops
+// accepting, and the subsystems' listeners go on serving I/O and discovery alike.
+TEST(LiveSubsystems, TheDiscoveryServicesOwnPortIsRemovedAsAListenerOfTheDiscoverySubsystem) {
+  target::TargetConfig cfg = default_config();
+  cfg.discovery_port = unused_port();
+  RunningTarget t(cfg);
+  auto& tgt = t.target();
+  const uint16_t dport = tgt.discovery_port();
+  ASSERT_NE(dport, 0) << "the discovery port was not bound";
+  Session disc;
+  Cqe cqe{};
+  ASSERT_TRUE(admin_connect(disc, dport, nvme::kDiscoveryNqn, cqe));
+  ASSERT_EQ(cqe.status, 0);
+  EXPECT_EQ(controllers_of(tgt, nvme::kDiscoveryNqn), 1u);
+
+  ASSERT_EQ(tgt.remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "");
+  EXPECT_TRUE(disc.c.expect_eof()) << "the discovery controller on the removed port lives on";
+  EXPECT_TRUE(wait_for([&] { return !tcp_connects(dport); }, kDueMs)) << "the discovery port still accepts";
+  EXPECT_EQ(tgt.discovery_port(), 0);
+  EXPECT_NE(tgt.remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "") << "removing twice";
+
+  Session again;
+  ASSERT_TRUE(admin_connect(again, t.port(), nvme::kDiscoveryNqn, cqe));
+  EXPECT_EQ(cqe.status, 0) << "the subsystem's listener no longer serves discovery";
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  EXPECT_TRUE(host::Controller::connect(t.trid(), o, err)) << err;
 }
 
 TEST(LiveSubsystems, HostsOnPersistentDiscoveryConnectionsHearOfEachChange) {

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -447,6 +448,49 @@ TEST(RpcServer, ListenerAnaStatesAsRpcPySetsThem) {
 // The sequence an SPDK set-up script runs (rpc.py's shapes), then undone: a subsystem made,
 // given a namespace and a listener of its own with an ANA state, listed, saved (and the saved
 // configuration loads back into a target that serves it), then taken apart.
+// The discovery service's own port is the discovery subsystem's listener for rpc.py: listed by
+// nvmf_get_subsystems, written by save_config, and taken away with nvmf_subsystem_remove_listener
+// (after which neither shows it).
+TEST(RpcServer, TheDiscoveryPortIsListedSavedAndRemovedAsTheDiscoverySubsystemsListener) {
+  target::TargetConfig cfg = default_config();
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // a port free now
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    ::close(fd);
+    cfg.discovery_port = ntohs(sa.sin_port);
+  }
+  RpcFixture f("discovery-port", {}, cfg);
+  const std::string port = std::to_string(f.t.target().discovery_port());
+  ASSERT_NE(port, "0");
+  auto discovery_listens_on_it = [&] {
+    const Json all = f.call("nvmf_get_subsystems");  // held: the loop walks into it
+    for (const auto& s : all["result"])
+      if (s["nqn"] == nvme::kDiscoveryNqn)
+        for (const auto& a : s["listen_addresses"])
+          if (a["trsvcid"] == port) return true;
+    return false;
+  };
+  auto saved = [&] {
+    const std::string text = f.call("save_config")["result"].dump();
+    return text.find("\"trsvcid\":\"" + port + "\"") != std::string::npos;
+  };
+  EXPECT_TRUE(discovery_listens_on_it());
+  EXPECT_TRUE(saved());
+  const Json where{{"trtype", "TCP"}, {"adrfam", "IPv4"}, {"traddr", "127.0.0.1"}, {"trsvcid", port}};
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_listener", {{"nqn", nvme::kDiscoveryNqn}, {"listen_address", where}})["result"],
+            true);
+  EXPECT_FALSE(discovery_listens_on_it());
+  EXPECT_FALSE(saved()) << "save_config still writes the discovery port taken away";
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_listener", {{"nqn", nvme::kDiscoveryNqn}, {"listen_address", where}})["error"]["code"],
+            control::kInvalidParams)
+      << "removing twice";
+}
+
 TEST(RpcServer, SubsystemsAndListenersMadeAndTakenAwayAsRpcPySendsThem) {
   RpcFixture f("subsystems");
   const std::string nqn = "nqn.2016-06.io.spdk:cnode1";
