@@ -104,25 +104,12 @@ grep -q "engine: namespace 7 of $NQN changed; 1 application(s) notified" "$dir/e
 
 "$PY" - "$dir/before.txt" "$dir/after.txt" "$dir/attached.txt" "$dir/notice.txt" "$NQN" "$port" <<'PY' ||
 import sys
-from prometheus_client.parser import text_string_to_metric_families
+from exposition import parse
 
-def parse(path):
-    families = list(text_string_to_metric_families(open(path).read()))
-    samples = {}
-    for f in families:
-        assert f.name.startswith("nvtcp_engine_"), f.name
-        assert f.documentation, f"{f.name} has no HELP"
-        assert f.type in ("counter", "gauge", "histogram"), (f.name, f.type)
-        for s in f.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in samples, f"sample {key} twice"
-            samples[key] = s.value
-    return families, samples
-
-_, before = parse(sys.argv[1])
-after_f, after = parse(sys.argv[2])
-_, attached = parse(sys.argv[3])
-_, notice = parse(sys.argv[4])
+_, before = parse(sys.argv[1], "nvtcp_engine_")
+after_f, after = parse(sys.argv[2], "nvtcp_engine_")
+_, attached = parse(sys.argv[3], "nvtcp_engine_")
+_, notice = parse(sys.argv[4], "nvtcp_engine_")
 nqn, port = sys.argv[5], sys.argv[6]
 sub = (("subsystem", nqn),)
 path = (("path", f"127.0.0.1:{port}"), ("subsystem", nqn))

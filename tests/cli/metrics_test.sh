@@ -54,20 +54,7 @@ done
 
 "$PY" - "$dir/before.txt" "$dir/after.txt" "$NQN" <<'PY' || fail "the exposition does not hold"
 import sys
-from prometheus_client.parser import text_string_to_metric_families
-
-def parse(path):
-    families = list(text_string_to_metric_families(open(path).read()))
-    samples = {}
-    for f in families:
-        assert f.name.startswith("nvtcp_"), f.name
-        assert f.documentation, f"{f.name} has no HELP"
-        assert f.type in ("counter", "gauge", "histogram"), (f.name, f.type)
-        for s in f.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in samples, f"sample {key} twice"
-            samples[key] = s.value
-    return families, samples
+from exposition import parse
 
 before_f, before = parse(sys.argv[1])
 after_f, after = parse(sys.argv[2])

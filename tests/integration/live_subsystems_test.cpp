@@ -60,19 +60,6 @@ bool tcp_connects(uint16_t port) {
   return ok;
 }
 
-// A port nobody listens on now (bound, then let go).
-uint16_t unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
 size_t controllers_of(target::Target& t, const std::string& nqn) {
   auto s = t.state().find_subsystem(nqn);
   return s ? s->controller_count() : 0;

@@ -46,21 +46,6 @@ host::ControllerOptions path_options() {
   return o;
 }
 
-// A port nobody listens on now (bound, then let go).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // Keeps up to qd commands outstanding over slots [0, slots) of the RAM namespace: a write of
 // each slot's pattern for `seed`, or a read compared with it. `between` runs every poll (the
 // test's chance to change the target mid-run); the run ends when every slot is done.
@@ -402,7 +387,7 @@ TEST_F(Multipath, TheDiscoveryLogGivesEveryPath) {
 }
 
 TEST_F(Multipath, APathThatCouldNotConnectJoinsOnceItsListenerIsUp) {
-  const uint16_t later = free_port();
+  const uint16_t later = unused_port();
   ASSERT_NE(later, 0);
   host::TransportId late = trid(0);
   late.trsvcid = later;

@@ -453,17 +453,7 @@ TEST(RpcServer, ListenerAnaStatesAsRpcPySetsThem) {
 // (after which neither shows it).
 TEST(RpcServer, TheDiscoveryPortIsListedSavedAndRemovedAsTheDiscoverySubsystemsListener) {
   target::TargetConfig cfg = default_config();
-  {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // a port free now
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    ::close(fd);
-    cfg.discovery_port = ntohs(sa.sin_port);
-  }
+  cfg.discovery_port = unused_port();
   RpcFixture f("discovery-port", {}, cfg);
   const std::string port = std::to_string(f.t.target().discovery_port());
   ASSERT_NE(port, "0");

@@ -2,6 +2,8 @@
 // An in-process target on an ephemeral loopback port, for integration tests.
 #pragma once
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,6 +42,22 @@ inline target::TargetConfig default_config(const std::string& file_path = "") {
 }
 
 // len bytes that depend on seed (write data whose misplacement shows on read-back).
+// A loopback port nobody listens on now (bound, then let go): for a setting that takes a fixed
+// port, as --discovery-port does. Another process may take it in between; rarely.
+inline uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
 inline std::vector<uint8_t> pattern(size_t len, uint64_t seed) {
   std::vector<uint8_t> b(len);
   std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + 1);

@@ -10,3 +10,5 @@ if [ -z "$PY" ] || ! command -v curl >/dev/null; then
   echo "SKIP: needs curl and python3-prometheus-client (make deps installs both)"
   exit 77
 fi
+# The checks of exposition.py, for the tests' own Python: `from exposition import parse`.
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
