@@ -315,7 +315,7 @@ Json nvmf_config(Target& t) {
     // States set by RPC: after the listeners, which they name.
     for (const Listener& l : listeners) {
       if (!s->ana_reporting() || !s->reachable_through(l.portid)) continue;
-      const target::AnaPort* port = s->ana_port(l.portid);
+      const std::shared_ptr<const target::SubsystemPort> port = s->find_port(l.portid);
       for (uint32_t g : s->ana_groups()) {
         if (!port || port->state(g) == nvme::AnaState::Optimized) continue;
         out.push_back(Json{{"method", "nvmf_subsystem_listener_set_ana_state"},
@@ -494,10 +494,11 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
       if (s.reachable_through(l.portid)) {
         // Each group that has a namespace, with its state through this listener (every path
         // optimized without ANA reporting).
-        const target::AnaPort* port = s.ana_port(l.portid);
+        const std::shared_ptr<const target::SubsystemPort> port = s.find_port(l.portid);
         Json states = Json::array();
         for (uint32_t g : s.ana_groups())
-          states.push_back(Json{{"ana_group", g}, {"ana_state", nvme::ana_state_name(port->state(g))}});
+          states.push_back(Json{{"ana_group", g},
+                                {"ana_state", nvme::ana_state_name(port ? port->state(g) : nvme::AnaState::Optimized)}});
         out.push_back(Json{{"address", listen_address(l)}, {"ana_states", states}});
       }
     return out;

@@ -19,6 +19,10 @@ Labels namespace_labels(const Entry& e) {
   return {{"subsystem", e.subsystem}, {"nsid", fmt::format("{}", e.nsid)}, {"bdev", e.name}};
 }
 
+Labels listener_labels(const target::TargetMetrics::ListenerEntry& l) {
+  return {{"subsystem", l.subsystem}, {"listener", l.listener}};
+}
+
 }  // namespace
 
 std::string render_target_metrics(const target::TargetMetrics& m) {
@@ -72,6 +76,47 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
                 [](const Entry& e) { return e.outstanding; });
   per_namespace("nvtcp_namespace_size_bytes", Type::Gauge, "Size of the namespace.",
                 [](const Entry& e) { return e.size_bytes; });
+
+  // The same I/O figures for each subsystem through each listener it is reachable through.
+  using ListenerEntry = target::TargetMetrics::ListenerEntry;
+  auto per_listener = [&](const char* name, Type type, const char* help, auto get) {
+    w.family(name, type, help);
+    for (const ListenerEntry& l : m.listeners)
+      if (l.io_counted) w.sample(listener_labels(l), uint64_t(get(l)));
+  };
+  per_listener("nvtcp_listener_reads_total", Type::Counter,
+               "Read commands completed with success, by the subsystem and the listener their host came in on.",
+               [](const ListenerEntry& l) { return l.io.reads; });
+  per_listener("nvtcp_listener_writes_total", Type::Counter,
+               "Write commands completed with success, by the subsystem and the listener their host came in on.",
+               [](const ListenerEntry& l) { return l.io.writes; });
+  per_listener("nvtcp_listener_read_bytes_total", Type::Counter, "Bytes read by successful Read commands, by listener.",
+               [](const ListenerEntry& l) { return l.io.read_bytes; });
+  per_listener("nvtcp_listener_write_bytes_total", Type::Counter,
+               "Bytes written by successful Write commands, by listener.",
+               [](const ListenerEntry& l) { return l.io.write_bytes; });
+  w.family("nvtcp_listener_errors_total", Type::Counter,
+           "I/O commands that completed with an error status (an ANA status among them), by listener and opcode.");
+  for (const ListenerEntry& l : m.listeners) {
+    if (!l.io_counted) continue;
+    for (auto [op, n] : {std::pair{"read", l.io.read_errors}, std::pair{"write", l.io.write_errors},
+                         std::pair{"other", l.io.other_errors}}) {
+      Labels labels = listener_labels(l);
+      labels.emplace_back("op", op);
+      w.sample(labels, n);
+    }
+  }
+  w.family("nvtcp_listener_read_latency_seconds", Type::Histogram,
+           "Successful Read commands by listener, timed as nvtcp_namespace_read_latency_seconds.");
+  for (const ListenerEntry& l : m.listeners)
+    if (l.io_counted) w.histogram(listener_labels(l), bounds, l.io.read_latency, double(l.io.read_latency_ns) / 1e9);
+  w.family("nvtcp_listener_write_latency_seconds", Type::Histogram,
+           "Successful Write commands by listener, timed as nvtcp_namespace_write_latency_seconds.");
+  for (const ListenerEntry& l : m.listeners)
+    if (l.io_counted) w.histogram(listener_labels(l), bounds, l.io.write_latency, double(l.io.write_latency_ns) / 1e9);
+  per_listener("nvtcp_listener_outstanding_commands", Type::Gauge,
+               "Commands on the I/O queues that came in on the listener now, from capsule to response sent (queue depth).",
+               [](const ListenerEntry& l) { return l.outstanding; });
 
   w.family("nvtcp_reactor_busy_seconds_total", Type::Counter,
            "Time the reactor spent in loop turns that had work (the rest it polled or slept idle).");

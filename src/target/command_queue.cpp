@@ -73,26 +73,37 @@ Cqe CommandQueue::response(const Request& r) {
   return cqe;
 }
 
-// The namespace's metrics (NamespaceMetrics): this reactor's slot, the turn's clock. Counted
-// once the response has left rather than when it was built: a command whose device answered in
-// the turn its capsule came in would otherwise show no latency at all, though its response
-// still waited for the turn's batch of sends.
+// The metrics (IoMetrics) of the namespace and of the subsystem through the listener the host
+// came in on: this reactor's slot in each, the turn's clock. Counted once the response has left
+// rather than when it was built: a command whose device answered in the turn its capsule came in
+// would otherwise show no latency at all, though its response still waited for the turn's batch
+// of sends. A command refused before it reached a namespace (an ANA status, an unknown NSID)
+// counts as an error of the listener only.
 void CommandQueue::response_sent(const Request& r) {
-  if (qid_ == 0 || !r.ns) return;
-  NamespaceMetrics& m = r.ns->metrics;
+  if (qid_ == 0 || r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) return;
+  IoMetrics* ns = r.ns ? &r.ns->metrics : nullptr;
+  IoMetrics* port = ctrl_ && ctrl_->port() ? &ctrl_->port()->io : nullptr;
+  if (!ns && !port) return;
   const uint32_t slot = set_.index();
   const auto opc = IoOpcode(r.sqe.opc);
-  if (opc == IoOpcode::Read || opc == IoOpcode::Write) {
-    if (!r.status.ok()) {
-      opc == IoOpcode::Read ? m.read_failed(slot) : m.write_failed(slot);
-      return;
+  const bool read = opc == IoOpcode::Read;
+  if (!r.status.ok()) {
+    for (IoMetrics* m : {ns, port}) {
+      if (!m) continue;
+      if (read) m->read_failed(slot);
+      else if (opc == IoOpcode::Write) m->write_failed(slot);
+      else m->other_failed(slot);
     }
-    const uint64_t now = transport_.clock().turn_ns(transport_.reactor());
-    const uint64_t latency = now > r.arrived_ns ? now - r.arrived_ns : 0;
-    if (opc == IoOpcode::Read) m.read_done(slot, r.io.length, latency);
-    else m.write_done(slot, r.io.length, latency);
-  } else if (!r.status.ok()) {
-    m.other_failed(slot);
+    return;
+  }
+  if (!read && opc != IoOpcode::Write) return;
+  const uint64_t now = transport_.clock().turn_ns(transport_.reactor());
+  const uint64_t latency = now > r.arrived_ns ? now - r.arrived_ns : 0;
+  const size_t bucket = latency_bucket(latency);
+  for (IoMetrics* m : {ns, port}) {
+    if (!m) continue;
+    if (read) m->read_done(slot, r.io.length, latency, bucket);
+    else m->write_done(slot, r.io.length, latency, bucket);
   }
 }
 

@@ -489,11 +489,11 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
     case LogPageId::Ana: {
       // Each group that has a namespace, ascending, with its state through this controller's
       // port and (unless RGO) its NSIDs; CHGCNT counts that port's changes.
-      if (discovery || !subsys_.ana_reporting() || !ana_) break;
+      if (discovery || !subsys_.ana_reporting() || !port_) break;
       const bool groups_only = sqe.cdw10 & kLogAnaReturnGroupsOnly;
       const std::vector<Namespace*> nss = subsys_.namespaces();
       const std::vector<uint32_t> groups = subsys_.ana_groups();
-      const uint64_t chgcnt = ana_->change_count.load(std::memory_order_relaxed);
+      const uint64_t chgcnt = port_->change_count.load(std::memory_order_relaxed);
       scratch_.assign(sizeof(AnaLogHeader) + groups.size() * sizeof(AnaGroupDescriptor) +
                           (groups_only ? 0 : nss.size() * sizeof(uint32_t)),
                       0);
@@ -506,7 +506,7 @@ void Controller::get_log_page(const Sqe& sqe, uint32_t len, AdminResult& r) {
         AnaGroupDescriptor d{};
         d.anagrpid = g;
         d.chgcnt = chgcnt;
-        d.state = uint8_t(ana_->state(g));
+        d.state = uint8_t(port_->state(g));
         const size_t desc_off = off;
         off += sizeof(d);
         if (!groups_only)
@@ -1036,7 +1036,7 @@ void Controller::unmask_event_for_log(LogPageId lid) {
 
 void Controller::set_port(uint16_t portid) {
   portid_ = portid;
-  ana_ = subsys_.is_discovery() ? nullptr : subsys_.ana_port(portid);
+  port_ = subsys_.is_discovery() ? nullptr : subsys_.port(portid);
 }
 
 void Controller::add_reservation_notice(ReservationNotice type, uint32_t nsid) {

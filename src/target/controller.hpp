@@ -125,11 +125,13 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // states are the ones this controller reports and applies.
   void set_port(uint16_t portid);
   uint16_t portid() const { return portid_; }
+  // The subsystem through that listener (null before Connect and for discovery controllers).
+  SubsystemPort* port() const { return port_.get(); }
   // What an I/O command to ns gets through this port: Success on an optimized or
   // non-optimized path, else the ANA status of its group's state (one relaxed byte load).
   wire::Status ana_status(const Namespace& ns) const {
-    if (!ana_) return wire::sc::Success;
-    switch (ana_->state(ns.anagrpid)) {
+    if (!port_) return wire::sc::Success;
+    switch (port_->state(ns.anagrpid)) {
       case nvme::AnaState::Optimized:
       case nvme::AnaState::NonOptimized: return wire::sc::Success;
       case nvme::AnaState::Inaccessible: return wire::sc::AnaInaccessible;
@@ -237,7 +239,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::string hostnqn_;
   std::string local_address_;
   uint16_t portid_ = 0;
-  const AnaPort* ana_ = nullptr;  // the subsystem's states for portid_
+  std::shared_ptr<SubsystemPort> port_;  // the subsystem through portid_: its ANA states, its I/O counters
   uint8_t hostid_[16];
   uint32_t kato_ms_;
   uint32_t connect_kato_ms_;  // what Connect set: feature 0Fh's default

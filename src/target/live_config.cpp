@@ -122,7 +122,7 @@ std::string Target::create_subsystem(SubsystemConfig sc) {
     return "a new subsystem starts without namespaces and listeners (add them after)";
   if (std::string err = check_subsystem(sc, unsigned(state_->subsystems().size()) + 1); !err.empty()) return err;
   if (sc.nqn == nvme::kDiscoveryNqn) return fmt::format("{} is the discovery subsystem", sc.nqn);
-  auto sub = std::make_shared<Subsystem>(sc, false);
+  auto sub = std::make_shared<Subsystem>(sc, false, cfg_.cores);
   sub->bind_listeners({});  // reachable through the listeners RPC adds, as in SPDK
   if (!state_->add_subsystem(sub)) return fmt::format("subsystem {} exists", sc.nqn);
   log::info("control: subsystem {} created (serial {}, model '{}', up to {} namespaces{}{})", sc.nqn, sc.serial,
@@ -197,12 +197,14 @@ std::string Target::remove_listener(const std::string& subnqn, const std::string
     for (const auto& s : subsystems) {
       s->remove_listener(l->portid, every);
       s->tear_down_controllers_on(l->portid);
+      s->forget_port(l->portid);
     }
   } else {
     if (!sub->remove_listener(l->portid, every))
       return fmt::format("subsystem {} is not reachable through {}:{}", subnqn, address, port);
     log::info("control: subsystem {} no longer reachable through {}:{}", subnqn, address, port);
     sub->tear_down_controllers_on(l->portid);
+    sub->forget_port(l->portid);
   }
   const bool still_used = std::any_of(subsystems.begin(), subsystems.end(),
                                       [&](const auto& s) { return s->reachable_through(l->portid); });
@@ -267,7 +269,7 @@ std::string Target::set_ana_state(const std::string& subnqn, const std::string& 
     return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   if (anagrpid > sub->max_namespaces())
     return fmt::format("anagrpid {} is above subsystem {}'s ANAGRPMAX ({})", anagrpid, subnqn, sub->max_namespaces());
-  const AnaPort* before = sub->ana_port(listener->portid);
+  const std::shared_ptr<const SubsystemPort> before = sub->port(listener->portid);
   std::vector<std::pair<uint32_t, nvme::AnaState>> was;
   for (uint32_t g : sub->ana_groups())
     if (anagrpid == 0 || g == anagrpid) was.emplace_back(g, before->state(g));

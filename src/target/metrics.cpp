@@ -22,6 +22,12 @@ std::string host_port(const std::string& address, uint16_t port) {
 TargetMetrics Target::metrics() {
   TargetMetrics m;
   if (!started_) return m;
+  // A subsystem through each listener: its queues, and the I/O of an NVM subsystem.
+  std::map<std::tuple<std::string, uint16_t>, TargetMetrics::ListenerEntry> by_listener;
+  const std::vector<Listener> listeners = state_->listeners();
+  std::vector<uint16_t> portids;
+  for (const Listener& l : listeners) portids.push_back(l.portid);
+  if (discovery_port()) portids.push_back(0);
   {
     // No namespace is destroyed while it is read: removal holds this lock until it is gone.
     std::lock_guard lk(control_mu_);
@@ -38,24 +44,35 @@ TargetMetrics Target::metrics() {
         e.io = ns->metrics.totals();
         m.namespaces.push_back(std::move(e));
       }
+      if (s->is_discovery()) continue;
+      for (uint16_t portid : portids) {
+        if (!s->reachable_through(portid)) continue;
+        TargetMetrics::ListenerEntry& e = by_listener[{s->nqn(), portid}];
+        e.io_counted = true;
+        if (const auto port = s->find_port(portid)) e.io = port->io.totals();
+      }
     }
   }
-  // Queues past Connect, by subsystem and listener (asked on each reactor).
-  std::map<std::tuple<std::string, uint16_t>, TargetMetrics::ListenerEntry> by_listener;
+  // Queues past Connect, and the commands on them (asked on each reactor).
   for (const ConnectionInfo& c : connection_info()) {
     if (!c.connected) continue;
     TargetMetrics::ListenerEntry& e = by_listener[{c.subnqn, c.portid}];
-    e.subsystem = c.subnqn;
-    if (c.qid == 0) ++e.admin_queues;
-    else ++e.io_queues;
+    if (c.qid == 0) {
+      ++e.admin_queues;
+      continue;
+    }
+    ++e.io_queues;
+    for (size_t st = 0; st < c.request_states.size(); ++st)
+      if (Request::State(st) != Request::State::Free) e.outstanding += c.request_states[st];
   }
-  const std::vector<Listener> listeners = state_->listeners();
   for (auto& [key, e] : by_listener) {
-    const uint16_t portid = std::get<1>(key);
+    const auto& [subnqn, portid] = key;
+    e.subsystem = subnqn;
     for (const Listener& l : listeners)
       if (l.portid == portid) e.listener = host_port(l.address, l.port);
     if (e.listener.empty() && portid == 0 && discovery_port())
       e.listener = host_port(cfg_.listeners[0].address, discovery_port());
+    if (e.listener.empty()) continue;  // taken away while it was being read
     m.listeners.push_back(std::move(e));
   }
   const std::vector<double> busy = busy_seconds_per_reactor(), cpu = cpu_seconds_per_reactor();

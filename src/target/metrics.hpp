@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "target/namespace_metrics.hpp"
+#include "target/io_metrics.hpp"
 
 namespace nvtcp::target {
 
@@ -18,18 +18,22 @@ struct TargetMetrics {
     std::string name;          // its bdev name
     uint64_t size_bytes = 0;
     uint64_t outstanding = 0;  // commands holding it now (NamespaceHolds), parse to release
-    NamespaceIoTotals io;
+    IoTotals io;
   };
   struct SubsystemEntry {
     std::string nqn;
     uint64_t controllers = 0;
     uint64_t namespaces = 0;
   };
-  // Queues past Connect, per subsystem and the listener they came in on.
+  // A subsystem through one listener: its queues past Connect that came in on it, and (for an
+  // NVM subsystem, through each listener it is reachable through) the I/O they did.
   struct ListenerEntry {
     std::string subsystem;
     std::string listener;  // ADDRESS:PORT ("[v6]:PORT"); the discovery-only port too
     uint64_t admin_queues = 0, io_queues = 0;
+    bool io_counted = false;  // an NVM subsystem's: io and outstanding below mean something
+    IoTotals io;              // since the listener was given to the subsystem
+    uint64_t outstanding = 0; // commands on its I/O queues now, from capsule to response sent
   };
   struct ReactorEntry {
     double busy_seconds = 0;

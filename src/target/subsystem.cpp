@@ -16,7 +16,7 @@
 
 namespace nvtcp::target {
 
-Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
+Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors)
     : nqn_(cfg.nqn),
       serial_(cfg.serial),
       model_(cfg.model),
@@ -26,7 +26,8 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery)
       host_keys_(cfg.host_keys),
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
-      ana_reporting_(!discovery && cfg.ana_reporting) {}
+      ana_reporting_(!discovery && cfg.ana_reporting),
+      reactors_(std::max(1u, reactors)) {}
 
 bool Subsystem::host_allowed(const std::string& hostnqn) const {
   if (allows_any_host()) return true;
@@ -135,19 +136,28 @@ void Subsystem::notify_discovery_log_changed() {
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeDiscoveryLogChange, nvme::LogPageId::Discovery);
 }
 
-const AnaPort* Subsystem::ana_port(uint16_t portid) {
-  std::lock_guard lk(ana_mu_);
-  auto& p = ana_ports_[portid];
-  if (!p) p = std::make_unique<AnaPort>(max_namespaces_);
-  return p.get();
+std::shared_ptr<SubsystemPort> Subsystem::port(uint16_t portid) {
+  std::lock_guard lk(ports_by_id_mu_);
+  auto& p = ports_[portid];
+  if (!p) p = std::make_shared<SubsystemPort>(max_namespaces_, reactors_);
+  return p;
+}
+
+std::shared_ptr<const SubsystemPort> Subsystem::find_port(uint16_t portid) const {
+  std::lock_guard lk(ports_by_id_mu_);
+  auto it = ports_.find(portid);
+  return it == ports_.end() ? nullptr : it->second;
+}
+
+void Subsystem::forget_port(uint16_t portid) {
+  std::lock_guard lk(ports_by_id_mu_);
+  ports_.erase(portid);
 }
 
 std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
   std::vector<uint32_t> changed;
   {
-    std::lock_guard lk(ana_mu_);
-    auto& p = ana_ports_[portid];
-    if (!p) p = std::make_unique<AnaPort>(max_namespaces_);
+    const std::shared_ptr<SubsystemPort> p = port(portid);
     const uint32_t first = grp ? grp : 1, last = grp ? grp : max_namespaces_;
     for (uint32_t g = first; g <= last && g <= max_namespaces_; ++g)
       if (p->states[g].exchange(uint8_t(state), std::memory_order_relaxed) != uint8_t(state)) changed.push_back(g);
@@ -422,7 +432,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   dc.nqn = nvme::kDiscoveryNqn;
   dc.serial = "NVTCP-DISCOVERY";
   dc.model = "nvtcp discovery";
-  st.discovery = std::make_shared<Subsystem>(dc, true);
+  st.discovery = std::make_shared<Subsystem>(dc, true, cfg.cores);
   std::vector<Listener> listeners;
   for (const auto& l : cfg.listeners) {
     listeners.push_back(listener_of(l));
@@ -430,7 +440,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
     st.add_listener(listeners.back());
   }
   for (const auto& sc : cfg.subsystems) {
-    auto sub = std::make_shared<Subsystem>(sc, false);
+    auto sub = std::make_shared<Subsystem>(sc, false, cfg.cores);
     // Bound to the listeners it names, or to every one configured and the discovery port (0);
     // not to those RPC adds later, which belong to the subsystems they are added to.
     std::vector<uint16_t> bound;

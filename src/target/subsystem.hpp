@@ -24,7 +24,7 @@
 #include "nvtcp/status.hpp"
 #include "target/bdevs.hpp"
 #include "target/config.hpp"
-#include "target/namespace_metrics.hpp"
+#include "target/io_metrics.hpp"
 #include "target/reservations.hpp"
 #include "util/worker_pool.hpp"
 
@@ -139,24 +139,28 @@ struct Namespace {
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
   NamespaceHolds holds;       // one slot per reactor
-  NamespaceMetrics metrics;   // one slot per reactor (the metrics endpoint)
+  IoMetrics metrics;   // one slot per reactor (the metrics endpoint)
 
   explicit Namespace(std::string reservations_path = {},
                      uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)
       : reservations(std::move(reservations_path), max_registrants) {}
 };
 
-// The ANA state of every group of a subsystem as seen through one listener (port). Made on
-// the first use of that port and kept for the subsystem's life, so that a controller holds a
-// plain pointer to its port's and an I/O command reads its group's state with one relaxed
-// load of a byte, no lock. Changed on the control path only.
-struct AnaPort {
-  explicit AnaPort(uint32_t groups) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
+// A subsystem as seen through one listener (port): the ANA state of each of its groups there,
+// and the I/O its hosts did through it. Made on the first use of that port; a controller holds
+// a shared_ptr to its port's, so an I/O command reads its group's state with one relaxed load
+// of a byte and counts itself into its reactor's slot, with no lock. The subsystem lets go of it
+// when the listener is taken from it (forget_port); controllers that came in through it keep it
+// until they go. States change on the control path only.
+struct SubsystemPort {
+  SubsystemPort(uint32_t groups, uint32_t reactors) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
     for (uint32_t g = 0; g <= groups; ++g) states[g].store(uint8_t(nvme::AnaState::Optimized), std::memory_order_relaxed);
+    io.init(std::max(1u, reactors));
   }
   std::unique_ptr<std::atomic<uint8_t>[]> states;  // by ANAGRPID (0 unused)
   // Log 0Ch's CHGCNT for this port: one more at every change of a state it reports.
   std::atomic<uint64_t> change_count{0};
+  IoMetrics io;  // the subsystem's I/O through this listener (the metrics endpoint)
   nvme::AnaState state(uint32_t grp) const { return nvme::AnaState(states[grp].load(std::memory_order_relaxed)); }
 };
 
@@ -171,7 +175,8 @@ struct Listener {
 
 class Subsystem : public std::enable_shared_from_this<Subsystem> {
  public:
-  Subsystem(const SubsystemConfig& cfg, bool discovery);
+  // reactors: the target's reactor count (one metrics slot each).
+  Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors = 1);
 
   const std::string& nqn() const { return nqn_; }
   const std::string& serial() const { return serial_; }
@@ -217,8 +222,13 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
   // max_namespaces. Without ANA reporting every path stays optimized.
   bool ana_reporting() const { return ana_reporting_; }
-  // The states through the listener with port ID portid (made on first use; never null).
-  const AnaPort* ana_port(uint16_t portid);
+  // The subsystem through the listener with port ID portid (made on first use; never null).
+  std::shared_ptr<SubsystemPort> port(uint16_t portid);
+  // The one of portid if there is one (null: no host came in, and no state was set, through it).
+  std::shared_ptr<const SubsystemPort> find_port(uint16_t portid) const;
+  // The listener was taken from this subsystem: its states and counters go with it (a
+  // controller that came in through it keeps its own reference until it goes).
+  void forget_port(uint16_t portid);
   // Sets group grp (0: every group) to state through listener portid, and gives every
   // controller that came in through it an ANA change notice when something changed. Returns
   // the groups whose state changed (control path).
@@ -284,8 +294,9 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   mutable std::mutex ns_mu_;                             // namespaces_ (control path)
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   bool ana_reporting_ = false;
-  mutable std::mutex ana_mu_;  // ana_ports_ (control path and Connect)
-  std::map<uint16_t, std::unique_ptr<AnaPort>> ana_ports_;
+  uint32_t reactors_;
+  mutable std::mutex ports_by_id_mu_;  // ports_ (control path and Connect)
+  std::map<uint16_t, std::shared_ptr<SubsystemPort>> ports_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;

@@ -3,7 +3,8 @@
 # `nvtcp target --metrics-listen 127.0.0.1:0`: the port it took is logged, curl scrapes
 # /metrics, and Prometheus' own text parser (python3-prometheus-client's
 # text_string_to_metric_families) reads every family; after `nvtcp perf` wrote and read a known
-# number of blocks, the namespace's counters, bytes and latency histogram moved by exactly that.
+# number of blocks, the namespace's counters, bytes and latency histogram moved by exactly that,
+# and so did the listener's.
 # Hostile clients (garbage, an oversized head, one that sends requests and never reads, one that
 # says nothing) stop neither the target nor other scrapes, nor its I/O. Other paths are 404,
 # other methods 405.
@@ -52,19 +53,23 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-"$PY" - "$dir/before.txt" "$dir/after.txt" "$NQN" <<'PY' || fail "the exposition does not hold"
+"$PY" - "$dir/before.txt" "$dir/after.txt" "$NQN" "127.0.0.1:$port" <<'PY' || fail "the exposition does not hold"
 import sys
 from exposition import parse
 
 before_f, before = parse(sys.argv[1])
 after_f, after = parse(sys.argv[2])
 nqn = sys.argv[3]
+listener = (("listener", sys.argv[4]), ("subsystem", nqn))
 names = {f.name for f in after_f}
 for want in ("nvtcp_namespace_reads", "nvtcp_namespace_writes", "nvtcp_namespace_read_bytes",
              "nvtcp_namespace_write_bytes", "nvtcp_namespace_errors", "nvtcp_namespace_read_latency_seconds",
              "nvtcp_namespace_write_latency_seconds", "nvtcp_namespace_outstanding_commands",
              "nvtcp_subsystem_controllers", "nvtcp_subsystem_queues", "nvtcp_reactor_busy_seconds",
-             "nvtcp_reactor_io_commands", "nvtcp_connections"):
+             "nvtcp_reactor_io_commands", "nvtcp_connections", "nvtcp_listener_reads", "nvtcp_listener_writes",
+             "nvtcp_listener_read_bytes", "nvtcp_listener_write_bytes", "nvtcp_listener_errors",
+             "nvtcp_listener_read_latency_seconds", "nvtcp_listener_write_latency_seconds",
+             "nvtcp_listener_outstanding_commands"):
     assert want in names, f"no family {want} in {sorted(names)}"
 
 ns2 = (("bdev", "ram0"), ("nsid", "2"), ("subsystem", nqn))
@@ -96,6 +101,13 @@ for kind, n in (("read", 400), ("write", 600)):
 busy = sum(v for (s, l), v in after.items() if s == "nvtcp_reactor_busy_seconds_total")
 assert busy > 0, "no busy time"
 assert get(after, "nvtcp_subsystem_controllers", (("subsystem", nqn),)) == 0  # perf has left
+# The same I/O, counted by the listener perf came in on.
+for name, n in expect.items():
+    name = name.replace("nvtcp_namespace_", "nvtcp_listener_")
+    assert moved(name, listener) == n, f"{name} moved by {moved(name, listener)}, not {n}"
+for op in ("read", "write", "other"):
+    assert moved("nvtcp_listener_errors_total", listener, op=op) == 0, op
+assert get(after, "nvtcp_listener_outstanding_commands", listener) == 0
 print("exposition: %d families, counters moved by exactly the I/O done" % len(after_f))
 PY
 

@@ -19,6 +19,7 @@
 #include "control/metrics_server.hpp"
 #include "control/target_metrics.hpp"
 #include "nvtcp/host.hpp"
+#include "test_devices.hpp"
 #include "test_target.hpp"
 #include "util/prometheus.hpp"
 
@@ -131,6 +132,8 @@ class Metrics : public ::testing::Test {
   std::unique_ptr<RunningTarget> target_;
   std::unique_ptr<control::MetricsServer> server_;
   std::string start_error_;
+  GatedFactory gated_;  // namespaces named "gated" hold their Deallocates until released
+  static constexpr uint32_t kGatedNsid = 4;
 };
 
 const std::string kNs2 = std::string("subsystem=\"") + kTestNqn + "\",nsid=\"2\",bdev=\"ram0\"";
@@ -221,6 +224,15 @@ TEST_F(Metrics, CountersMoveByExactlyTheIoDone) {
   EXPECT_EQ(value(a, "nvtcp_subsystem_controllers{" + sub + "}"), 1);
   EXPECT_EQ(value(a, "nvtcp_subsystem_queues{" + sub + "," + listener + ",queue=\"admin\"}"), 1);
   EXPECT_EQ(value(a, "nvtcp_subsystem_queues{" + sub + "," + listener + ",queue=\"io\"}"), 2);
+  // The subsystem through that listener: every namespace's I/O of this host, which came in there.
+  EXPECT_EQ(value(a, "nvtcp_listener_reads_total{" + sub + "," + listener + "}"), 10);
+  EXPECT_EQ(value(a, "nvtcp_listener_read_bytes_total{" + sub + "," + listener + "}"), 7 * 512 + 3 * 8192);
+  EXPECT_EQ(value(a, "nvtcp_listener_writes_total{" + sub + "," + listener + "}"), 5 + 2);
+  EXPECT_EQ(value(a, "nvtcp_listener_write_bytes_total{" + sub + "," + listener + "}"), 7 * 4096);
+  EXPECT_EQ(value(a, "nvtcp_listener_errors_total{" + sub + "," + listener + ",op=\"read\"}"), 1);
+  EXPECT_EQ(value(a, "nvtcp_listener_read_latency_seconds_count{" + sub + "," + listener + "}"), 10);
+  EXPECT_EQ(value(a, "nvtcp_listener_write_latency_seconds_count{" + sub + "," + listener + "}"), 7);
+  EXPECT_EQ(value(a, "nvtcp_listener_outstanding_commands{" + sub + "," + listener + "}"), 0);
   // Every command of the I/O queues, the failed read and each queue's Connect included, on
   // one reactor or the other.
   EXPECT_EQ(value(a, "nvtcp_reactor_io_commands_total{reactor=\"0\"}") +
@@ -240,8 +252,112 @@ TEST_F(Metrics, CountersMoveByExactlyTheIoDone) {
     a = samples(scrape(server_->port()).body);
     return a["nvtcp_subsystem_controllers{" + sub + "}"] == 0 && a["nvtcp_connections"] == 0;
   }, 10000));
-  EXPECT_EQ(a.count("nvtcp_subsystem_queues{" + sub + "," + listener + ",queue=\"io\"}"), 0u);
+  // The subsystem is still reachable there: its queues read 0, its counters stay.
+  EXPECT_EQ(value(a, "nvtcp_subsystem_queues{" + sub + "," + listener + ",queue=\"io\"}"), 0);
   EXPECT_EQ(value(a, "nvtcp_namespace_reads_total{" + kNs2 + "}"), 10);
+  EXPECT_EQ(value(a, "nvtcp_listener_reads_total{" + sub + "," + listener + "}"), 10);
+}
+
+// Two listeners: each host's I/O counts under the listener it came in on, an ANA status counts
+// as an error of that listener only, the queue depth of each is what its host has outstanding,
+// and a listener taken from the subsystem takes its series with it.
+TEST_F(Metrics, EachListenerCountsTheIoOfTheHostsThatCameInOnIt) {
+  server_.reset();
+  target::TargetConfig cfg = default_config();
+  cfg.cores = 2;
+  cfg.listeners.push_back({"127.0.0.1", 0});
+  cfg.subsystems[0].ana_reporting = true;
+  target::NamespaceConfig gated_ns{kGatedNsid, "null", 64ull << 20, "", 512};
+  gated_ns.name = "gated";
+  cfg.subsystems[0].namespaces.push_back(gated_ns);
+  target_ = std::make_unique<RunningTarget>(cfg, gated_.factory());
+  target::Target* t = &target_->target();
+  server_ = std::make_unique<control::MetricsServer>([t] { return control::render_target_metrics(t->metrics()); },
+                                                     control::MetricsServerOptions{});
+  ASSERT_EQ(server_->start("127.0.0.1:0"), "");
+  const uint16_t port_a = target_->port(0), port_b = target_->port(1);
+  const std::string sub = std::string("subsystem=\"") + kTestNqn + "\"";
+  const std::string at_a = sub + ",listener=\"127.0.0.1:" + std::to_string(port_a) + "\"";
+  const std::string at_b = sub + ",listener=\"127.0.0.1:" + std::to_string(port_b) + "\"";
+  auto b = samples(scrape(server_->port()).body);
+  EXPECT_EQ(value(b, "nvtcp_listener_reads_total{" + at_a + "}"), 0);
+  EXPECT_EQ(value(b, "nvtcp_listener_reads_total{" + at_b + "}"), 0);
+
+  std::string err;
+  host::TransportId ta = target_->trid(), tb = target_->trid();
+  tb.trsvcid = port_b;
+  auto ca = host::Controller::connect(ta, {}, err);
+  ASSERT_TRUE(ca) << err;
+  auto cb = host::Controller::connect(tb, {}, err);
+  ASSERT_TRUE(cb) << err;
+  auto qa = ca->create_io_qpair(32, err);
+  ASSERT_TRUE(qa) << err;
+  auto qb = cb->create_io_qpair(32, err);
+  ASSERT_TRUE(qb) << err;
+  std::vector<uint8_t> buf(8192, 0x3C);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(run(*qa, [&](host::CompletionFn c, void* x) { return qa->read(2, i, 1, buf.data(), c, x); }).ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(run(*qb, [&](host::CompletionFn c, void* x) { return qb->write(2, i, 2, buf.data(), c, x); }).ok());
+  // B's path turns inaccessible: its next read is refused with an ANA status, A's is served.
+  ASSERT_EQ(t->set_ana_state(kTestNqn, "127.0.0.1", port_b, 0, nvme::AnaState::Inaccessible), "");
+  EXPECT_FALSE(run(*qb, [&](host::CompletionFn c, void* x) { return qb->read(2, 0, 1, buf.data(), c, x); }).ok());
+  ASSERT_TRUE(run(*qa, [&](host::CompletionFn c, void* x) { return qa->read(2, 0, 1, buf.data(), c, x); }).ok());
+
+  std::map<std::string, double> a;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        a = samples(scrape(server_->port()).body);
+        return a["nvtcp_listener_reads_total{" + at_a + "}"] == 5 &&
+               a["nvtcp_listener_errors_total{" + at_b + ",op=\"read\"}"] == 1 &&
+               a["nvtcp_listener_writes_total{" + at_b + "}"] == 3;
+      },
+      10000));
+  EXPECT_EQ(value(a, "nvtcp_listener_read_bytes_total{" + at_a + "}"), 5 * 512);
+  EXPECT_EQ(value(a, "nvtcp_listener_writes_total{" + at_a + "}"), 0);
+  EXPECT_EQ(value(a, "nvtcp_listener_errors_total{" + at_a + ",op=\"read\"}"), 0);
+  EXPECT_EQ(value(a, "nvtcp_listener_reads_total{" + at_b + "}"), 0);
+  EXPECT_EQ(value(a, "nvtcp_listener_write_bytes_total{" + at_b + "}"), 3 * 1024);
+  EXPECT_EQ(value(a, "nvtcp_listener_write_latency_seconds_count{" + at_b + "}"), 3);
+  EXPECT_EQ(value(a, "nvtcp_subsystem_queues{" + at_a + ",queue=\"io\"}"), 1);
+  EXPECT_EQ(value(a, "nvtcp_subsystem_queues{" + at_b + ",queue=\"io\"}"), 1);
+  // The namespace saw both hosts' I/O.
+  EXPECT_EQ(value(a, "nvtcp_namespace_reads_total{" + kNs2 + "}"), 5);
+  EXPECT_EQ(value(a, "nvtcp_namespace_writes_total{" + kNs2 + "}"), 3);
+
+  // Queue depth: 8 Deallocates that the gated namespace holds are outstanding on A alone,
+  // and leave the count once released.
+  constexpr int kHeld = 8;
+  int done = 0;
+  nvme::DsmRange range{};
+  range.nlb = 1;
+  for (int i = 0; i < kHeld; ++i)
+    ASSERT_EQ(qa->deallocate(kGatedNsid, &range, 1,
+                             [](void* d, const host::Completion&) { ++*static_cast<int*>(d); }, &done),
+              0);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        (void)qa->process_completions(0);
+        return gated_.dev.load() && gated_.dev.load()->held() == size_t(kHeld);
+      },
+      10000));
+  a = samples(scrape(server_->port()).body);
+  EXPECT_EQ(value(a, "nvtcp_listener_outstanding_commands{" + at_a + "}"), kHeld);
+  EXPECT_EQ(value(a, "nvtcp_listener_outstanding_commands{" + at_b + "}"), 0);
+  for (int i = 0; i < kHeld; ++i) gated_.dev.load()->release_one();
+  ASSERT_TRUE(wait_for([&] { (void)qa->process_completions(1000); return done == kHeld; }, 10000));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        a = samples(scrape(server_->port()).body);
+        return a["nvtcp_listener_outstanding_commands{" + at_a + "}"] == 0;
+      },
+      10000));
+
+  // B's listener taken from the subsystem: its controller ends and its series go.
+  ASSERT_EQ(t->remove_listener(kTestNqn, "127.0.0.1", port_b), "");
+  a = samples(scrape(server_->port()).body);
+  EXPECT_EQ(a.count("nvtcp_listener_reads_total{" + at_b + "}"), 0u);
+  EXPECT_EQ(value(a, "nvtcp_listener_reads_total{" + at_a + "}"), 5);
 }
 
 TEST_F(Metrics, HostileClientsStopNeitherTheTargetNorOtherScrapes) {

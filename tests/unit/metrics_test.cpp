@@ -14,7 +14,7 @@
 #include "control/metrics_server.hpp"
 #include "control/target_metrics.hpp"
 #include "engine/engine_metrics.hpp"
-#include "target/namespace_metrics.hpp"
+#include "target/io_metrics.hpp"
 #include "util/prometheus.hpp"
 
 namespace nvtcp {
@@ -81,7 +81,7 @@ TEST(PrometheusText, HistogramBucketsAreCumulativeAndEndWithInf) {
             "lat_seconds_count{op=\"read\"} 8\n");
 }
 
-TEST(NamespaceMetrics, LatencyBucketsFollowLe) {
+TEST(IoMetrics, LatencyBucketsFollowLe) {
   EXPECT_EQ(target::latency_bucket(0), 0u);
   EXPECT_EQ(target::latency_bucket(10'000), 0u);  // le="0.00001" includes its bound
   EXPECT_EQ(target::latency_bucket(10'001), 1u);
@@ -90,8 +90,8 @@ TEST(NamespaceMetrics, LatencyBucketsFollowLe) {
   EXPECT_EQ(target::latency_bucket(10'000'000'001), target::kLatencyBoundsNs.size());  // +Inf
 }
 
-TEST(NamespaceMetrics, SlotsAddUp) {
-  target::NamespaceMetrics m;
+TEST(IoMetrics, SlotsAddUp) {
+  target::IoMetrics m;
   m.init(3);
   m.read_done(0, 4096, 5'000);
   m.read_done(2, 512, 30'000);
@@ -100,7 +100,7 @@ TEST(NamespaceMetrics, SlotsAddUp) {
   m.write_failed(2);
   m.other_failed(0);
   m.other_failed(0);
-  const target::NamespaceIoTotals t = m.totals();
+  const target::IoTotals t = m.totals();
   EXPECT_EQ(t.reads, 2u);
   EXPECT_EQ(t.read_bytes, 4608u);
   EXPECT_EQ(t.writes, 1u);
@@ -131,7 +131,26 @@ target::TargetMetrics sample_snapshot() {
   e.io.read_latency_ns = 12'000'000'000;
   e.io.write_errors = 1;
   m.namespaces.push_back(e);
-  m.listeners.push_back({"nqn.2026-11.io.nvtcp:a", "[::1]:4420", 1, 4});
+  target::TargetMetrics::ListenerEntry l;
+  l.subsystem = "nqn.2026-11.io.nvtcp:a";
+  l.listener = "[::1]:4420";
+  l.admin_queues = 1;
+  l.io_queues = 4;
+  l.io_counted = true;
+  l.io.reads = 3;
+  l.io.read_bytes = 12288;
+  l.io.write_errors = 1;
+  l.io.other_errors = 2;  // an ANA status on a Flush, say
+  l.io.read_latency[1] = 3;
+  l.io.read_latency_ns = 60'000;
+  l.outstanding = 5;
+  m.listeners.push_back(l);
+  // The discovery subsystem's queues through a listener: counted as queues, with no I/O.
+  target::TargetMetrics::ListenerEntry d;
+  d.subsystem = "nqn.2014-08.org.nvmexpress.discovery";
+  d.listener = "127.0.0.1:8009";
+  d.admin_queues = 2;
+  m.listeners.push_back(d);
   m.reactors.push_back({1.5, 2.0, 10});
   m.connections = 5;
   m.connections_accepted = 9;
@@ -177,6 +196,7 @@ size_t expect_well_formed(const std::string& text) {
 TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
   const std::string text = control::render_target_metrics(sample_snapshot());
   const std::string ns = "subsystem=\"nqn.2026-11.io.nvtcp:a\",nsid=\"7\",bdev=\"Malloc0\"";
+  const std::string at = "subsystem=\"nqn.2026-11.io.nvtcp:a\",listener=\"[::1]:4420\"";
   for (const char* line : {
            "# TYPE nvtcp_subsystem_controllers gauge",
            "nvtcp_subsystem_controllers{subsystem=\"nqn.2026-11.io.nvtcp:a\"} 2",
@@ -204,9 +224,23 @@ TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
            "nvtcp_namespace_read_latency_seconds_count{" + ns + "} 4",
            "nvtcp_namespace_outstanding_commands{" + ns + "} 3",
            "nvtcp_namespace_size_bytes{" + ns + "} 1048576",
+           "nvtcp_listener_reads_total{" + at + "} 3",
+           "nvtcp_listener_read_bytes_total{" + at + "} 12288",
+           "nvtcp_listener_writes_total{" + at + "} 0",
+           "nvtcp_listener_errors_total{" + at + ",op=\"write\"} 1",
+           "nvtcp_listener_errors_total{" + at + ",op=\"other\"} 2",
+           "nvtcp_listener_read_latency_seconds_bucket{" + at + ",le=\"0.00001\"} 0",
+           "nvtcp_listener_read_latency_seconds_bucket{" + at + ",le=\"0.000025\"} 3",
+           "nvtcp_listener_read_latency_seconds_sum{" + at + "} 6e-05",
+           "nvtcp_listener_read_latency_seconds_count{" + at + "} 3",
+           "nvtcp_listener_write_latency_seconds_count{" + at + "} 0",
+           "nvtcp_listener_outstanding_commands{" + at + "} 5",
+           std::string("nvtcp_subsystem_queues{subsystem=\"nqn.2014-08.org.nvmexpress.discovery\",listener=\"127.0.0.1:8009\",queue=\"admin\"} 2"),
        })
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
-  EXPECT_GE(expect_well_formed(text), 20u);
+  // The discovery subsystem does no I/O: it has queues, and no I/O series.
+  EXPECT_EQ(text.find("nvtcp_listener_reads_total{subsystem=\"nqn.2014-08"), std::string::npos) << text;
+  EXPECT_EQ(expect_well_formed(text), 28u);
 }
 
 TEST(EngineMetricsText, EveryFamilyOnceWithItsSamples) {

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// What each namespace has done since it was made, for the metrics endpoint: reads and writes,
-// their bytes, failed commands, and read and write latency as histogram buckets. Counted when a
-// response has left (CommandQueue::response_sent), one slot per reactor, each written by its reactor
-// only with a relaxed load and store (no locked instruction, no shared cache line: the QueueStats
-// pattern) and read by the metrics thread, which adds the slots up. Latency is from the turn
+// What the I/O of one namespace, or of one subsystem through one listener, has done since it was
+// made, for the metrics endpoint: reads and writes, their bytes, failed commands, and read and
+// write latency as histogram buckets. Counted when a response has left
+// (CommandQueue::response_sent), one slot per reactor, each written by its reactor only with a
+// relaxed load and store (no locked instruction, no shared cache line: the QueueStats pattern)
+// and read by the metrics thread, which adds the slots up. Latency is from the turn
 // the capsule arrived in to the turn the stream let go of its response, both read from the
 // reactor's clock of the turn (Clock::turn_ns): no clock read per command, and a resolution of
 // one loop turn.
@@ -28,33 +29,40 @@ inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
 }  // namespace detail
 
 // Plain totals: a snapshot of one slot, or the sum of them.
-struct NamespaceIoTotals {
+struct IoTotals {
   uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
   uint64_t read_errors = 0, write_errors = 0, other_errors = 0;
   std::array<uint64_t, kLatencyBuckets> read_latency{}, write_latency{};  // per bucket, not cumulative
   uint64_t read_latency_ns = 0, write_latency_ns = 0;                     // sums
 };
 
-class NamespaceMetrics {
+class IoMetrics {
  public:
   void init(uint32_t reactors) {
     slots_ = std::make_unique<Slot[]>(reactors);
     nslots_ = reactors;
   }
-  // On reactor `slot`, as a command on this namespace completes.
-  void read_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+  // On reactor `slot`, as a command it counts completes; bucket is latency_bucket(latency_ns),
+  // worked out once by a caller that counts one command in several places.
+  void read_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns, size_t bucket) {
     Slot& s = slots_[slot];
     detail::bump(s.reads);
     detail::bump(s.read_bytes, bytes);
-    detail::bump(s.read_latency[latency_bucket(latency_ns)]);
+    detail::bump(s.read_latency[bucket]);
     detail::bump(s.read_latency_ns, latency_ns);
   }
-  void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+  void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns, size_t bucket) {
     Slot& s = slots_[slot];
     detail::bump(s.writes);
     detail::bump(s.write_bytes, bytes);
-    detail::bump(s.write_latency[latency_bucket(latency_ns)]);
+    detail::bump(s.write_latency[bucket]);
     detail::bump(s.write_latency_ns, latency_ns);
+  }
+  void read_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    read_done(slot, bytes, latency_ns, latency_bucket(latency_ns));
+  }
+  void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    write_done(slot, bytes, latency_ns, latency_bucket(latency_ns));
   }
   void read_failed(uint32_t slot) { detail::bump(slots_[slot].read_errors); }
   void write_failed(uint32_t slot) { detail::bump(slots_[slot].write_errors); }
@@ -62,8 +70,8 @@ class NamespaceMetrics {
 
   // Any thread: every slot added up (each counter is exact; counters of one command may be
   // seen in one before another while it completes).
-  NamespaceIoTotals totals() const {
-    NamespaceIoTotals t;
+  IoTotals totals() const {
+    IoTotals t;
     for (uint32_t i = 0; i < nslots_; ++i) {
       const Slot& s = slots_[i];
       auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
