@@ -327,6 +327,11 @@ void add_perf_command(CLI::App& app, int& rc) {
           throw CLI::ValidationError("--path-policy", "not a path policy: " + v);
       },
       "with several -r: round-robin (the default) or queue-depth among the paths of the best ANA state");
+  c->add_option("--max-failovers", a->o.multipath.max_failovers,
+                "with several -r: times one command may move off a path that failed it before it fails with "
+                "that path's status (-1: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
   c->add_option("-q,--queue-depth", a->o.queue_depth, "commands outstanding per queue pair")->check(CLI::Range(1, 1023));
   c->add_option("-o,--io-size", a->io_size, "bytes per I/O (4096, 4K, 128K)");
   c->add_option("-w,--workload", a->o.workload, "read, write, randread, randwrite, randrw or rw")

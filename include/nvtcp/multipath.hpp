@@ -41,6 +41,12 @@ struct MultipathOptions {
   // (sc::TransportError); -1: it waits while any path's controller is reconnecting, and fails
   // only once none is (every path lost for good or never connected).
   int32_t no_path_timeout_ms = -1;
+  // How many times one command may move off a path that failed it (a lost connection, an ANA
+  // status) before it completes with that path's status; -1: no limit (as Linux's native
+  // multipath). A bound keeps a target that answers ANA statuses while its log 0Ch says the
+  // path is optimized from bouncing a command between paths for ever; a path that dies or
+  // turns inaccessible costs a command one move.
+  int32_t max_failovers = 32;
 };
 
 // One path as the application may inspect it.
@@ -123,6 +129,8 @@ class MultipathQueuePair {
   // commands were moved after a path error.
   uint64_t path_commands(size_t i) const;
   uint64_t failovers() const;
+  // Commands completed with a path's error because they had moved max_failovers times.
+  uint64_t failovers_exhausted() const;
 
   struct Impl;
 

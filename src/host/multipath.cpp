@@ -321,6 +321,7 @@ struct MpRequest {
   CompletionFn cb = nullptr;
   void* ctx = nullptr;
   int path = -1;
+  uint32_t moves = 0;  // times a path failed it and it moved (MultipathOptions::max_failovers)
   uint64_t waiting_since_ns = 0;
   MpRequest* next = nullptr;  // in the waiting list
   MultipathQueuePair::Impl* owner = nullptr;
@@ -354,6 +355,7 @@ struct MultipathQueuePair::Impl {
   uint32_t waiting = 0;
   uint32_t outstanding = 0;
   uint64_t failovers = 0;
+  uint64_t failovers_exhausted = 0;  // commands completed with a path's error after max_failovers moves
   int delivered = 0;
   uint32_t cursor = 0;
   bool closing = false;
@@ -498,6 +500,20 @@ struct MultipathQueuePair::Impl {
       complete(r, c);
       return;
     }
+    const int32_t limit = sh->mopts.max_failovers;
+    if (limit >= 0 && r->moves >= uint32_t(limit)) {
+      // Moved as often as it may: the path's status is the answer. Logged at the first such
+      // command and then at each power of two, so a target that keeps answering this way does
+      // not flood the log.
+      if ((++failovers_exhausted & (failovers_exhausted - 1)) == 0)
+        log::warn("multipath {}: a command failed on path {}:{} with {} after {} move(s) between paths; "
+                  "completed with that status ({} command(s) so far)",
+                  sh->trids[size_t(r->path)].subnqn, sh->trids[size_t(r->path)].traddr,
+                  sh->trids[size_t(r->path)].trsvcid, nvme::status_name(c.status), r->moves, failovers_exhausted);
+      complete(r, c);
+      return;
+    }
+    ++r->moves;
     // The path failed it: it goes to the end of the waiting list and out again on the next
     // turn, on whichever path is best then.
     const nvme::AnaState said = detail::ana_state_of_status(c.status);
@@ -719,5 +735,6 @@ uint32_t MultipathQueuePair::block_size(uint32_t nsid) const {
 }
 uint64_t MultipathQueuePair::path_commands(size_t i) const { return impl_->paths.at(i).commands; }
 uint64_t MultipathQueuePair::failovers() const { return impl_->failovers; }
+uint64_t MultipathQueuePair::failovers_exhausted() const { return impl_->failovers_exhausted; }
 
 }  // namespace nvtcp::host

@@ -6,7 +6,8 @@
 // gives the application no error, and the path comes back by itself once the listener does;
 // with no path at all, commands wait for one (or fail after no_path_timeout_ms); the paths of
 // the discovery log; a path that could not connect at first joins later; a path whose namespace
-// is another (same NQN, another NGUID) never joins.
+// is another (same NQN, another NGUID) never joins; a target that answers ANA statuses while
+// its log says optimized bounces a command only max_failovers times.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "nvtcp/multipath.hpp"
 #include "reactor/reactor.hpp"
+#include "test_devices.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test {
@@ -444,6 +446,102 @@ TEST_F(Multipath, APathWhoseNamespaceIsAnotherIsRefused) {
   EXPECT_EQ(run.errors, 0u);
   reads(*qp, 6, on0, on1);
   EXPECT_EQ(on1, 0u);
+}
+
+}  // namespace
+}  // namespace nvtcp::test
+
+namespace nvtcp::test {
+namespace {
+
+// A target that contradicts itself: through both listeners log 0Ch says optimized, and every
+// Read of namespace kLiarNs is answered with ANA Inaccessible. Each answer holds that path
+// back until its controller has read the log again, which says optimized again, so the
+// command would go round for ever; max_failovers ends it with the status the path gave.
+class MultipathAgainstALyingTarget : public Multipath {
+ protected:
+  static constexpr uint32_t kLiarNs = 4;
+  void SetUp() override {
+    target::TargetConfig cfg = two_listener_config();
+    target::NamespaceConfig liar{kLiarNs, "null", 64ull << 20, "", 512};
+    liar.name = "liar";
+    cfg.subsystems[0].namespaces.push_back(liar);
+    t_ = std::make_unique<RunningTarget>(
+        cfg, [this](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+          if (nc.name != "liar") return nullptr;
+          auto d = std::make_unique<RefusingReadDevice>(nc.size, nvme::sc::AnaInaccessible);
+          dev_ = d.get();
+          return d;
+        });
+  }
+  // One read of the lying namespace: its status, after process_completions delivered it.
+  static nvme::Status read_liar(MultipathQueuePair& qp) {
+    std::vector<uint8_t> buf(512);
+    nvme::Status st;
+    bool done = false;
+    struct Ctx {
+      nvme::Status* st;
+      bool* done;
+    } ctx{&st, &done};
+    EXPECT_EQ(qp.read(kLiarNs, 0, 1, buf.data(),
+                      [](void* c, const host::Completion& cpl) {
+                        auto* x = static_cast<Ctx*>(c);
+                        *x->st = cpl.status;
+                        *x->done = true;
+                      },
+                      &ctx),
+              0);
+    EXPECT_TRUE(wait_for([&] { (void)qp.process_completions(1000); return done; }, 30000)) << "the read never ended";
+    return st;
+  }
+  RefusingReadDevice* dev_ = nullptr;
+};
+
+TEST_F(MultipathAgainstALyingTarget, ACommandRefusedOnEveryPathEndsAfterMaxFailoversWithThePathsStatus) {
+  MultipathOptions mo;
+  mo.max_failovers = 6;
+  auto mp = connect(mo);
+  ASSERT_TRUE(mp);
+  std::string err;
+  auto qp = mp->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  ASSERT_TRUE(dev_);
+
+  const nvme::Status st = read_liar(*qp);
+  EXPECT_EQ(st, nvme::sc::AnaInaccessible) << nvme::status_name(st);
+  // Sent once, then moved six times, each time to a path whose log said optimized again.
+  EXPECT_EQ(dev_->refused.load(), 7u);
+  EXPECT_EQ(qp->failovers(), 6u);
+  EXPECT_EQ(qp->failovers_exhausted(), 1u);
+  EXPECT_EQ(qp->path_commands(0) + qp->path_commands(1), 7u);
+  EXPECT_GE(qp->path_commands(0), 1u);
+  EXPECT_GE(qp->path_commands(1), 1u);
+  EXPECT_EQ(qp->outstanding(), 0u);
+  // Both paths still say optimized, and the honest namespace is served through them.
+  EXPECT_EQ(mp->path(0, kRamNs).ana, AnaState::Optimized);
+  EXPECT_EQ(mp->path(1, kRamNs).ana, AnaState::Optimized);
+  IoRun run{*qp};
+  run.slots = 64;
+  ASSERT_TRUE(run.go(true, 7));
+  EXPECT_EQ(run.errors, 0u) << nvme::status_name(run.first_error);
+  uint64_t on0 = 0, on1 = 0;
+  reads(*qp, 7, on0, on1);
+  EXPECT_EQ(qp->failovers(), 6u);
+}
+
+TEST_F(MultipathAgainstALyingTarget, WithNoFailoversAllowedTheFirstPathsStatusIsTheAnswer) {
+  MultipathOptions mo;
+  mo.max_failovers = 0;
+  auto mp = connect(mo);
+  ASSERT_TRUE(mp);
+  std::string err;
+  auto qp = mp->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  ASSERT_TRUE(dev_);
+  EXPECT_EQ(read_liar(*qp), nvme::sc::AnaInaccessible);
+  EXPECT_EQ(dev_->refused.load(), 1u);
+  EXPECT_EQ(qp->failovers(), 0u);
+  EXPECT_EQ(qp->failovers_exhausted(), 1u);
 }
 
 }  // namespace

@@ -41,6 +41,31 @@ class FailingReadDevice final : public backend::BlockDevice {
   uint32_t bs_;
 };
 
+// Answers every Read with `status` and counts them; other commands succeed (reads and writes
+// move no data). With an ANA status it is a target that contradicts its own log 0Ch: the path
+// says optimized, and the namespace's reads are refused as if it were not.
+class RefusingReadDevice final : public backend::BlockDevice {
+ public:
+  RefusingReadDevice(uint64_t size, nvme::Status status) : size_(size), status_(status) {}
+  uint64_t size_bytes() const override { return size_; }
+  uint32_t block_size() const override { return 512; }
+  const char* kind() const override { return "refusing"; }
+  backend::Persistence persistence() const override { return backend::Persistence::None; }
+  void submit(backend::BlockIo* io, reactor::Reactor&) override {
+    if (io->op == backend::BlockIo::Op::Read) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      io->done(io, status_);
+      return;
+    }
+    io->done(io, nvme::sc::Success);
+  }
+  std::atomic<uint64_t> refused{0};
+
+ private:
+  uint64_t size_;
+  nvme::Status status_;
+};
+
 // Holds every Deallocate until the test lets it go (completed on the reactor that asked),
 // so that something can happen between the ranges of one Dataset Management command. Reads
 // return zeros, writes are dropped.
