@@ -104,6 +104,7 @@ struct EngineOptions {
   unsigned int ktls;
   char* paths;        // more paths to the filename's namespace: ADDR:PORT,ADDR:PORT (multipath)
   char* path_policy;  // round-robin or queue-depth
+  int max_failovers;  // moves per command before it fails with its path's status (-1: no limit)
 };
 
 fio_option make_option(const char* name, const char* lname, fio_opt_type type, unsigned off, const char* help,
@@ -145,6 +146,11 @@ fio_option g_options[] = {
                 nullptr),
     make_option("path_policy", "nvtcp multipath policy", FIO_OPT_STR_STORE, offsetof(EngineOptions, path_policy),
                 "With paths: round-robin (the default) or queue-depth among the paths of the best ANA state", nullptr),
+    make_option("max_failovers", "nvtcp multipath failovers per command", FIO_OPT_INT,
+                offsetof(EngineOptions, max_failovers),
+                "With paths: times one command may move off a path that failed it before it fails with that "
+                "path's status (-1: no limit)",
+                "32", 1 << 20, -1),
     make_option("busy_poll", "nvtcp busy poll", FIO_OPT_BOOL, offsetof(EngineOptions, busy_poll),
                 "Same as poll=busy", "0"),
     make_option("tcp_congestion", "nvtcp TCP congestion control", FIO_OPT_STR_STORE,
@@ -720,6 +726,7 @@ int open_file_connect(thread_data* td, fio_file* f) {
     MultipathOptions mo;
     if (eo.path_policy && *eo.path_policy && !nvtcp::host::parse_path_policy(eo.path_policy, mo.policy))
       return fail(td, EINVAL, "bad path_policy", "path_policy=%s: round-robin or queue-depth", eo.path_policy);
+    mo.max_failovers = eo.max_failovers;
     fc->mp = MultipathController::connect(paths, controller_options(td, qpairs), mo, err);
     if (!fc->mp) return fail(td, ECONNREFUSED, "cannot connect", "%s", explain_connect_error(fc->trid, err).c_str());
     fc->ctrl = fc->mp->any_controller();

@@ -216,8 +216,8 @@ print(*[x.getsockname()[1] for x in s])')
               --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$pa" --ana-state "$1" >/dev/null; }
     (sleep 1; ana inaccessible; sleep 1; ana optimized) &
     flipper=$!
-    run_fio multipath "--filename=$(trid 1 "$pa")" --paths="127.0.0.1:$pb" --path_policy=queue-depth --thread=1 \
-      --iodepth=16 --rw=randwrite --bs=4k --size=64M --verify=crc32c --verify_fatal=1 --do_verify=1
+    run_fio multipath "--filename=$(trid 1 "$pa")" --paths="127.0.0.1:$pb" --path_policy=queue-depth --max_failovers=-1 \
+      --thread=1 --iodepth=16 --rw=randwrite --bs=4k --size=64M --verify=crc32c --verify_fatal=1 --do_verify=1
     wait "$flipper" || fail "multipath: set_ana_state failed"
     expect_ok multipath "read write"
     grep -q "group 1: optimized -> inaccessible" "$work/target.log" || fail "multipath: the ANA state never changed"
