@@ -341,6 +341,12 @@ class Controller {
   // Has the admin thread read log 0Ch again soon: a command met an ANA status before the
   // controller's ANA change notice came (or instead of it).
   void request_ana_refresh();
+  // create_io_qpair() without waiting for the connection: it comes up as the thread's reactor
+  // turns (connected()), or fails (failed(), at the latest after connect_timeout_ms). For the
+  // multipath layer, which must not stall its thread's other paths while one comes back.
+  // Through the offload engine it is create_io_qpair().
+  std::unique_ptr<QueuePair> start_io_qpair(uint32_t depth, std::string& err);
+  std::unique_ptr<QueuePair> make_io_qpair(uint32_t depth, bool wait, std::string& err);
   Controller();
   struct State;
   std::shared_ptr<State> s_;  // shared with queue pairs, which return their qid to it

@@ -79,7 +79,10 @@ class MultipathController {
   MultipathController& operator=(const MultipathController&) = delete;
 
   // A queue pair for the calling thread, with a queue of `depth` on every path that is
-  // connected now (paths that come later get theirs at the next process_completions()).
+  // connected now (connected before it returns). A path that comes later, or whose controller
+  // was replaced, gets its queue from process_completions(): the queue's connect is started
+  // there and goes on as the thread's reactor turns, so the other paths' I/O does not wait for
+  // it; the path takes I/O once its queue is up.
   std::unique_ptr<MultipathQueuePair> create_io_qpair(uint32_t depth, std::string& err);
 
   size_t path_count() const;

@@ -363,6 +363,14 @@ bool Controller::discovery_log(std::vector<uint8_t>& out, std::string& err) {
 }
 
 std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::string& err) {
+  return make_io_qpair(depth, true, err);
+}
+
+std::unique_ptr<QueuePair> Controller::start_io_qpair(uint32_t depth, std::string& err) {
+  return make_io_qpair(depth, false, err);
+}
+
+std::unique_ptr<QueuePair> Controller::make_io_qpair(uint32_t depth, bool wait, std::string& err) {
   if (engine_) {
     detail::HostError e;
     auto q = engine_->create_io_queue(depth, e);
@@ -434,7 +442,7 @@ std::unique_ptr<QueuePair> Controller::create_io_qpair(uint32_t depth, std::stri
   impl->lease = lease;
   impl->block_sizes = st.block_sizes;
   detail::HostError e;
-  if (!impl->connect(e)) {
+  if (!(wait ? impl->connect(e) : impl->start_unwaited(e))) {
     err = e.message;  // create_io_qpair()'s public shape
     return nullptr;
   }

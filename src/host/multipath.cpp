@@ -340,6 +340,11 @@ struct MultipathQueuePair::Impl {
     uint64_t commands = 0;
     uint32_t outstanding = 0;
     uint64_t next_try_ns = 0;  // when a queue is tried again on a controller that refused one
+    // A queue on the path's (new) controller whose connect is under way: it comes up as this
+    // thread's reactor turns, and takes I/O once it has.
+    std::unique_ptr<QueuePair> pending;
+    std::shared_ptr<Controller> pending_ctrl;
+    uint64_t pending_incarnation = 0;
     // Per NSID (AnaTable's indexing): after an ANA status, the path is not used for that
     // namespace until its controller has read log 0Ch again (ana_generation() passes this).
     std::vector<uint64_t> ana_hold;
@@ -362,20 +367,24 @@ struct MultipathQueuePair::Impl {
 
   static uint32_t ana_index(uint32_t nsid) { return std::min(nsid, detail::AnaTable::kCapacity); }
 
-  // Takes the path table's changes: a new controller on a path gets a queue (on this thread,
-  // which blocks for its connect: paths come and go rarely), a path whose controller went keeps
-  // its old queue until that queue has failed. Queues refused by a resetting controller are
-  // tried again every path_retry_ms.
+  // Takes the path table's changes: a new controller on a path gets a queue, a path whose
+  // controller went keeps its old queue until that queue has failed. The queues of the first
+  // call (force: the queue pair is being made) are connected before it returns; later ones are
+  // started and connect while this thread's reactor turns for the other paths (a path that
+  // comes back must not stall their I/O for its connect), and take I/O once up. Queues refused
+  // by a resetting controller, or whose connect failed, are tried again every path_retry_ms.
   void sync_paths(bool force) {
     const uint64_t g = sh->table_gen.load(std::memory_order_acquire);
     uint64_t now = 0;
     bool due = false;
-    for (auto& p : paths) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      PathQueue& p = paths[i];
       if (p.qp && p.qp->failed() && p.outstanding == 0) {
         p.qp.reset();  // a lost controller's queue: its commands have all come back
         p.ctrl.reset();
       }
-      if (!p.qp) {
+      if (p.pending) take_pending(i, now);
+      if (!p.qp && !p.pending) {
         if (!now) now = reactor::monotonic_ns();
         due = due || now >= p.next_try_ns;
       }
@@ -393,20 +402,44 @@ struct MultipathQueuePair::Impl {
       auto& [ctrl, inc] = table[i];
       if (p.qp && p.incarnation == inc) continue;
       if (p.qp && p.outstanding) continue;  // the old controller's queue drains first
+      if (p.pending && p.pending_incarnation == inc) continue;  // on its way
       if (!ctrl || now < p.next_try_ns) continue;
       std::string err;
-      auto qp = ctrl->create_io_qpair(depth, err);
+      auto qp = force ? ctrl->create_io_qpair(depth, err) : ctrl->start_io_qpair(depth, err);
       if (!qp) {
         p.next_try_ns = now + uint64_t(std::max<uint32_t>(sh->mopts.path_retry_ms, 1)) * kNsPerMs;
         log::debug("multipath {}: no queue on path {}:{} yet: {}", sh->trids[i].subnqn, sh->trids[i].traddr,
                    sh->trids[i].trsvcid, err);
         continue;
       }
-      p.qp = std::move(qp);
-      p.ctrl = ctrl;
-      p.incarnation = inc;
-      p.next_try_ns = 0;
+      // The old controller's queue (idle) goes now; the new one replaces it once up.
+      p.qp.reset();
+      p.ctrl.reset();
+      p.pending = std::move(qp);
+      p.pending_ctrl = ctrl;
+      p.pending_incarnation = inc;
+      take_pending(i, now);
     }
+  }
+
+  // A started queue: takes I/O once connected; dropped (and tried again after path_retry_ms)
+  // if its connect failed.
+  void take_pending(size_t i, uint64_t& now) {
+    PathQueue& p = paths[i];
+    if (p.pending->connected()) {
+      p.qp = std::move(p.pending);
+      p.ctrl = std::move(p.pending_ctrl);
+      p.incarnation = p.pending_incarnation;
+      p.next_try_ns = 0;
+      return;
+    }
+    if (!p.pending->failed()) return;
+    if (!now) now = reactor::monotonic_ns();
+    p.next_try_ns = now + uint64_t(std::max<uint32_t>(sh->mopts.path_retry_ms, 1)) * kNsPerMs;
+    log::debug("multipath {}: the queue on path {}:{} did not connect; tried again in {} ms", sh->trids[i].subnqn,
+               sh->trids[i].traddr, sh->trids[i].trsvcid, sh->mopts.path_retry_ms);
+    p.pending.reset();
+    p.pending_ctrl.reset();
   }
 
   bool held(const PathQueue& p, uint32_t nsid) const {
@@ -505,11 +538,12 @@ struct MultipathQueuePair::Impl {
       // Moved as often as it may: the path's status is the answer. Logged at the first such
       // command and then at each power of two, so a target that keeps answering this way does
       // not flood the log.
-      if ((++failovers_exhausted & (failovers_exhausted - 1)) == 0)
+      const uint64_t n = ++failovers_exhausted;
+      if ((n & (n - 1)) == 0)
         log::warn("multipath {}: a command failed on path {}:{} with {} after {} move(s) between paths; "
                   "completed with that status ({} command(s) so far)",
                   sh->trids[size_t(r->path)].subnqn, sh->trids[size_t(r->path)].traddr,
-                  sh->trids[size_t(r->path)].trsvcid, nvme::status_name(c.status), r->moves, failovers_exhausted);
+                  sh->trids[size_t(r->path)].trsvcid, nvme::status_name(c.status), r->moves, n);
       complete(r, c);
       return;
     }
@@ -625,7 +659,10 @@ struct MultipathQueuePair::Impl {
 
   void close() {
     closing = true;
-    for (auto& p : paths) p.qp.reset();  // outstanding commands complete with a path error
+    for (auto& p : paths) {
+      p.qp.reset();  // outstanding commands complete with a path error
+      p.pending.reset();
+    }
     while (wait_head) {
       MpRequest* r = pop_waiting();
       Completion c;

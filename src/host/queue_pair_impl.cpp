@@ -173,16 +173,29 @@ bool QueuePairImpl::run_until(State want, HostError& err) {
 }
 
 bool QueuePairImpl::connect(HostError& err) {
+  if (!start(err)) return false;
+  if (!run_until(State::Ready, err)) return false;
+  arm_tick();
+  return true;
+}
+
+bool QueuePairImpl::start(HostError& err) {
   std::string why;
   if (!reactor::resolve(p_.trid.traddr, p_.trid.trsvcid, endpoint_, why)) {
     err = HostError::make(HostError::Kind::Address, why);
+    set_state(State::Failed);
     return false;
   }
   if (!start_connect(err)) {
     set_state(State::Failed);
     return false;
   }
-  if (!run_until(State::Ready, err)) return false;
+  return true;
+}
+
+bool QueuePairImpl::start_unwaited(HostError& err) {
+  if (!start(err)) return false;
+  unwaited_connect_ = true;
   arm_tick();
   return true;
 }
@@ -654,7 +667,8 @@ void QueuePairImpl::disconnect(const std::string& why, bool reset_controller) {
 
 void QueuePairImpl::arm_tick() {
   bool recovery = link_ && p_.ctrl_loss_tmo_ms > 0;
-  if (!recovery && !p_.io_timeout_ms) return;
+  const bool connecting = unwaited_connect_ && !associated_before_;
+  if (!recovery && !p_.io_timeout_ms && !connecting) return;
   // Often enough to honour the shortest of the timeouts to within a quarter of it.
   uint64_t period = 100;
   if (p_.io_timeout_ms) period = std::min<uint64_t>(period, p_.io_timeout_ms / 4);
@@ -670,6 +684,15 @@ void QueuePairImpl::on_tick(reactor::Timer* t) { static_cast<TickTimer*>(t)->qp-
 void QueuePairImpl::tick() {
   if (failed()) return;
   uint64_t t = now();
+  if (unwaited_connect_ && !associated_before_) {
+    // A start()ed first connect: bounded here as run_until() bounds a waited one.
+    if (t > attempt_deadline_ns_)
+      fail_for_good(HostError::make(HostError::Kind::Timeout,
+                                    fmt::format("{}:{} qid {}: timed out after {} ms connecting", p_.trid.traddr,
+                                                p_.trid.trsvcid, p_.qid, p_.timeout_ms)));
+    if (!failed()) arm_tick();
+    return;
+  }
   if (state_ == State::Ready) {
     // Another queue (or the admin queue) lost its connection and the controller was reset:
     // this connection belongs to the old association.

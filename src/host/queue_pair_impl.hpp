@@ -171,6 +171,10 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
   bool connect(HostError& err);
+  // The same connect without waiting for it: the queue comes up as this thread's reactor turns
+  // (ready()), or fails, at the latest once timeout_ms has passed (failed(), error()). For a
+  // caller that must not stall the other queues of its thread meanwhile (multipath).
+  bool start_unwaited(HostError& err);
   HostError submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                    void* ctx) override;
   int poll(uint32_t timeout_us) override;
@@ -221,6 +225,8 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   }
   bool can_reconnect() const;
   uint64_t now() const { return p_.clock->now_ns(); }
+  // The first connect's opening: resolves the address and starts the TCP connect.
+  bool start(HostError& err);
   bool start_connect(HostError& err);
   void on_tcp_connected(int res);
   void send_connect();
@@ -276,6 +282,9 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // - outage_.fast_failing(): fast_io_fail_tmo has passed in the current outage. It belongs to the
   //   outage, not to a state: it holds through every reconnect attempt's connecting states until Ready.
   bool associated_before_ = false;
+  // - unwaited_connect_: the first connect was start()ed, so no run_until() bounds it: the tick
+  //   does, until the queue is first associated.
+  bool unwaited_connect_ = false;
   HostError error_;  // the first failure of the queue
 
   uint8_t cpda_ = 0;

@@ -7,7 +7,8 @@
 // with no path at all, commands wait for one (or fail after no_path_timeout_ms); the paths of
 // the discovery log; a path that could not connect at first joins later; a path whose namespace
 // is another (same NQN, another NGUID) never joins; a target that answers ANA statuses while
-// its log says optimized bounces a command only max_failovers times.
+// its log says optimized bounces a command only max_failovers times; a path that comes back
+// connects its queue while the other paths' I/O goes on.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <functional>
 
+#include "../support/fault_proxy.hpp"
 #include "nvtcp/multipath.hpp"
 #include "reactor/reactor.hpp"
 #include "test_devices.hpp"
@@ -420,6 +422,64 @@ TEST_F(Multipath, APathThatCouldNotConnectJoinsOnceItsListenerIsUp) {
   other.subnqn = "nqn.2026-11.io.nvtcp:other";
   EXPECT_FALSE(MultipathController::connect({trid(0), other}, path_options(), mo, err));
   EXPECT_NE(err.find("two subsystems"), std::string::npos) << err;
+}
+
+// A path that joins late gets its queue while the application's thread goes on with its I/O:
+// B's listener is reached through a proxy that refuses connections at first, then lets B's
+// controller connect and holds back the target's answer to B's I/O queue (its ICResp). Commands
+// keep completing on A meanwhile (a queue connected on this thread, as before, would have held
+// the thread for the whole connect timeout, 30 s here, then given up on that connection); once
+// the answer is let through, that same connection becomes B's queue and takes I/O.
+TEST_F(Multipath, APathThatComesBackConnectsItsQueueWithoutHoldingUpTheOthers) {
+  FaultProxy proxy(t_->port(1));
+  proxy.refuse(true);
+  host::TransportId b = trid(1);
+  b.trsvcid = proxy.port();
+  host::ControllerOptions o = path_options();
+  o.connect_timeout_ms = 30000;
+  MultipathOptions mo;
+  mo.path_retry_ms = 50;
+  std::string err;
+  auto mp = MultipathController::connect({trid(0), b}, o, mo, err);
+  ASSERT_TRUE(mp) << err;
+  EXPECT_FALSE(mp->controller(1));
+  auto qp = mp->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  IoRun run{*qp};
+  run.slots = 64;
+  ASSERT_TRUE(run.go(true, 8));
+
+  // B's controller connects (its admin queue is the last connection the proxy took); this
+  // thread does not poll meanwhile, so B has no I/O queue yet, and the next connection the
+  // proxy takes is that queue's: the target's answers on it are held back.
+  proxy.refuse(false);
+  ASSERT_TRUE(wait_for([&] { return mp->path(1, kRamNs).connected; }, 20000));
+  int admin = -1;
+  for (int i = 0; i < 4096; ++i)
+    if (proxy.bytes(i, Direction::ToTarget) > 0) admin = i;
+  ASSERT_GE(admin, 0);
+  const int ioq = admin + 1;
+  proxy.stall(ioq, Direction::ToHost, true);
+  ASSERT_TRUE(wait_for([&] {
+    (void)qp->process_completions(1000);
+    return proxy.bytes(ioq, Direction::ToTarget) > 0;  // its ICReq went out
+  }, 20000));
+
+  // While B's queue waits for its ICResp, A serves everything.
+  uint64_t on0 = 0, on1 = 0;
+  reads(*qp, 8, on0, on1);
+  EXPECT_GE(on0, 64u);
+  EXPECT_EQ(on1, 0u);
+  EXPECT_EQ(proxy.bytes(ioq, Direction::ToHost), 0u);
+
+  // Let the answer through: that connection is B's queue, and B takes I/O.
+  proxy.stall(ioq, Direction::ToHost, false);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (on1 == 0 && std::chrono::steady_clock::now() < until) reads(*qp, 8, on0, on1);
+  EXPECT_GT(on1, 0u);
+  EXPECT_GT(proxy.bytes(ioq, Direction::ToHost), 0u);
+  EXPECT_EQ(proxy.bytes(ioq + 1, Direction::ToTarget), 0u) << "B's queue was connected again on another connection";
+  EXPECT_EQ(qp->failovers(), 0u);
 }
 
 // A second target with the same subsystem NQN but another namespace 2 (its own NGUID): writes
