@@ -121,10 +121,14 @@ nvme::Status run(host::QueuePair& qp, const std::function<int(host::CompletionFn
 class Metrics : public ::testing::Test {
  protected:
   void start(control::MetricsServerOptions o = {}, unsigned cores = 2, const std::string& at = "127.0.0.1:0") {
-    server_.reset();
     target::TargetConfig cfg = default_config();
     cfg.cores = cores;
-    target_ = std::make_unique<RunningTarget>(cfg);
+    start_target(cfg, {}, o, at);
+  }
+  void start_target(const target::TargetConfig& cfg, target::DeviceFactory factory,
+                    control::MetricsServerOptions o = {}, const std::string& at = "127.0.0.1:0") {
+    server_.reset();
+    target_ = std::make_unique<RunningTarget>(cfg, std::move(factory));
     target::Target* t = &target_->target();
     server_ = std::make_unique<control::MetricsServer>([t] { return control::render_target_metrics(t->metrics()); }, o);
     start_error_ = server_->start(at);
@@ -262,7 +266,6 @@ TEST_F(Metrics, CountersMoveByExactlyTheIoDone) {
 // as an error of that listener only, the queue depth of each is what its host has outstanding,
 // and a listener taken from the subsystem takes its series with it.
 TEST_F(Metrics, EachListenerCountsTheIoOfTheHostsThatCameInOnIt) {
-  server_.reset();
   target::TargetConfig cfg = default_config();
   cfg.cores = 2;
   cfg.listeners.push_back({"127.0.0.1", 0});
@@ -270,11 +273,9 @@ TEST_F(Metrics, EachListenerCountsTheIoOfTheHostsThatCameInOnIt) {
   target::NamespaceConfig gated_ns{kGatedNsid, "null", 64ull << 20, "", 512};
   gated_ns.name = "gated";
   cfg.subsystems[0].namespaces.push_back(gated_ns);
-  target_ = std::make_unique<RunningTarget>(cfg, gated_.factory());
+  start_target(cfg, gated_.factory());
+  ASSERT_EQ(start_error_, "");
   target::Target* t = &target_->target();
-  server_ = std::make_unique<control::MetricsServer>([t] { return control::render_target_metrics(t->metrics()); },
-                                                     control::MetricsServerOptions{});
-  ASSERT_EQ(server_->start("127.0.0.1:0"), "");
   const uint16_t port_a = target_->port(0), port_b = target_->port(1);
   const std::string sub = std::string("subsystem=\"") + kTestNqn + "\"";
   const std::string at_a = sub + ",listener=\"127.0.0.1:" + std::to_string(port_a) + "\"";

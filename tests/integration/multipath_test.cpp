@@ -554,18 +554,25 @@ class MultipathAgainstALyingTarget : public Multipath {
     EXPECT_TRUE(wait_for([&] { (void)qp.process_completions(1000); return done; }, 30000)) << "the read never ended";
     return st;
   }
+  // A queue pair over both paths with that bound (mp_ keeps their controller).
+  std::unique_ptr<MultipathQueuePair> queue_pair(int32_t max_failovers) {
+    MultipathOptions mo;
+    mo.max_failovers = max_failovers;
+    mp_ = connect(mo);
+    if (!mp_) return nullptr;
+    std::string err;
+    auto qp = mp_->create_io_qpair(32, err);
+    EXPECT_TRUE(qp) << err;
+    EXPECT_TRUE(dev_);
+    return qp;
+  }
   RefusingReadDevice* dev_ = nullptr;
+  std::unique_ptr<MultipathController> mp_;
 };
 
 TEST_F(MultipathAgainstALyingTarget, ACommandRefusedOnEveryPathEndsAfterMaxFailoversWithThePathsStatus) {
-  MultipathOptions mo;
-  mo.max_failovers = 6;
-  auto mp = connect(mo);
-  ASSERT_TRUE(mp);
-  std::string err;
-  auto qp = mp->create_io_qpair(32, err);
-  ASSERT_TRUE(qp) << err;
-  ASSERT_TRUE(dev_);
+  auto qp = queue_pair(6);
+  ASSERT_TRUE(qp && dev_);
 
   const nvme::Status st = read_liar(*qp);
   EXPECT_EQ(st, nvme::sc::AnaInaccessible) << nvme::status_name(st);
@@ -578,8 +585,8 @@ TEST_F(MultipathAgainstALyingTarget, ACommandRefusedOnEveryPathEndsAfterMaxFailo
   EXPECT_GE(qp->path_commands(1), 1u);
   EXPECT_EQ(qp->outstanding(), 0u);
   // Both paths still say optimized, and the honest namespace is served through them.
-  EXPECT_EQ(mp->path(0, kRamNs).ana, AnaState::Optimized);
-  EXPECT_EQ(mp->path(1, kRamNs).ana, AnaState::Optimized);
+  EXPECT_EQ(mp_->path(0, kRamNs).ana, AnaState::Optimized);
+  EXPECT_EQ(mp_->path(1, kRamNs).ana, AnaState::Optimized);
   IoRun run{*qp};
   run.slots = 64;
   ASSERT_TRUE(run.go(true, 7));
@@ -590,14 +597,8 @@ TEST_F(MultipathAgainstALyingTarget, ACommandRefusedOnEveryPathEndsAfterMaxFailo
 }
 
 TEST_F(MultipathAgainstALyingTarget, WithNoFailoversAllowedTheFirstPathsStatusIsTheAnswer) {
-  MultipathOptions mo;
-  mo.max_failovers = 0;
-  auto mp = connect(mo);
-  ASSERT_TRUE(mp);
-  std::string err;
-  auto qp = mp->create_io_qpair(32, err);
-  ASSERT_TRUE(qp) << err;
-  ASSERT_TRUE(dev_);
+  auto qp = queue_pair(0);
+  ASSERT_TRUE(qp && dev_);
   EXPECT_EQ(read_liar(*qp), nvme::sc::AnaInaccessible);
   EXPECT_EQ(dev_->refused.load(), 1u);
   EXPECT_EQ(qp->failovers(), 0u);
