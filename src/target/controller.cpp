@@ -1034,9 +1034,11 @@ void Controller::unmask_event_for_log(LogPageId lid) {
   if (EventSlot* e = slot_in(events_, lid)) e->masked = false;
 }
 
-void Controller::set_port(uint16_t portid) {
+bool Controller::set_port(uint16_t portid) {
   portid_ = portid;
-  port_ = subsys_.is_discovery() ? nullptr : subsys_.port(portid);
+  if (subsys_.is_discovery()) return subsys_.reachable_through(portid);
+  port_ = subsys_.port(portid);
+  return port_ != nullptr;
 }
 
 void Controller::add_reservation_notice(ReservationNotice type, uint32_t nsid) {

@@ -123,7 +123,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void set_local_address(std::string a) { local_address_ = std::move(a); }
   // The listener the host came in through (set at Connect, before any I/O queue): its ANA
   // states are the ones this controller reports and applies.
-  void set_port(uint16_t portid);
+  // False: the subsystem is no longer reachable through that listener (taken away meanwhile).
+  bool set_port(uint16_t portid);
   uint16_t portid() const { return portid_; }
   // The subsystem through that listener (null before Connect and for discovery controllers).
   SubsystemPort* port() const { return port_.get(); }

@@ -195,11 +195,11 @@ void CommandQueue::execute_connect(Request& r) {
     auto made = std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato, transport_.clock());
     // Where it came in is set before other threads can find it (ANA changes look at its port).
     made->set_local_address(arrival_.local_address);
-    made->set_port(arrival_.portid);
-    ctrl = sub->add_controller(std::move(made));
-    if (!ctrl) {  // deleted by RPC since it was found: as if it had not been there
+    const bool on_listener = made->set_port(arrival_.portid);
+    ctrl = on_listener ? sub->add_controller(std::move(made)) : nullptr;
+    if (!ctrl) {  // deleted, or taken off this listener, by RPC since it was found: as if it had not been there
       undo();
-      log::warn("{}: Connect to subsystem '{}', which was deleted meanwhile", peer, subnqn);
+      log::warn("{}: Connect to subsystem '{}', which was deleted or taken off this listener meanwhile", peer, subnqn);
       invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
       return;
     }
@@ -207,6 +207,15 @@ void CommandQueue::execute_connect(Request& r) {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {
       log::warn("{}: I/O Connect names controller {} that this host does not own", peer, data.cntlid);
+      undo();
+      invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
+      return;
+    }
+    // A controller lives on one port: its I/O queues come in where its admin queue did, or
+    // their ANA states and counters would be another path's.
+    if (ctrl->portid() != arrival_.portid) {
+      log::warn("{}: I/O Connect for controller {} came in through another listener than its admin queue", peer,
+                data.cntlid);
       undo();
       invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
       return;

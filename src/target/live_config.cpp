@@ -197,14 +197,12 @@ std::string Target::remove_listener(const std::string& subnqn, const std::string
     for (const auto& s : subsystems) {
       s->remove_listener(l->portid, every);
       s->tear_down_controllers_on(l->portid);
-      s->forget_port(l->portid);
     }
   } else {
     if (!sub->remove_listener(l->portid, every))
       return fmt::format("subsystem {} is not reachable through {}:{}", subnqn, address, port);
     log::info("control: subsystem {} no longer reachable through {}:{}", subnqn, address, port);
     sub->tear_down_controllers_on(l->portid);
-    sub->forget_port(l->portid);
   }
   const bool still_used = std::any_of(subsystems.begin(), subsystems.end(),
                                       [&](const auto& s) { return s->reachable_through(l->portid); });
@@ -270,6 +268,7 @@ std::string Target::set_ana_state(const std::string& subnqn, const std::string& 
   if (anagrpid > sub->max_namespaces())
     return fmt::format("anagrpid {} is above subsystem {}'s ANAGRPMAX ({})", anagrpid, subnqn, sub->max_namespaces());
   const std::shared_ptr<const SubsystemPort> before = sub->port(listener->portid);
+  if (!before) return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   std::vector<std::pair<uint32_t, nvme::AnaState>> was;
   for (uint32_t g : sub->ana_groups())
     if (anagrpid == 0 || g == anagrpid) was.emplace_back(g, before->state(g));

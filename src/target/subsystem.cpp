@@ -137,27 +137,24 @@ void Subsystem::notify_discovery_log_changed() {
 }
 
 std::shared_ptr<SubsystemPort> Subsystem::port(uint16_t portid) {
-  std::lock_guard lk(ports_by_id_mu_);
+  std::lock_guard lk(ports_mu_);
+  if (!every_listener_ && std::find(portids_.begin(), portids_.end(), portid) == portids_.end()) return nullptr;
   auto& p = ports_[portid];
   if (!p) p = std::make_shared<SubsystemPort>(max_namespaces_, reactors_);
   return p;
 }
 
 std::shared_ptr<const SubsystemPort> Subsystem::find_port(uint16_t portid) const {
-  std::lock_guard lk(ports_by_id_mu_);
+  std::lock_guard lk(ports_mu_);
   auto it = ports_.find(portid);
   return it == ports_.end() ? nullptr : it->second;
-}
-
-void Subsystem::forget_port(uint16_t portid) {
-  std::lock_guard lk(ports_by_id_mu_);
-  ports_.erase(portid);
 }
 
 std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
   std::vector<uint32_t> changed;
   {
     const std::shared_ptr<SubsystemPort> p = port(portid);
+    if (!p) return changed;  // the listener was taken away meanwhile
     const uint32_t first = grp ? grp : 1, last = grp ? grp : max_namespaces_;
     for (uint32_t g = first; g <= last && g <= max_namespaces_; ++g)
       if (p->states[g].exchange(uint8_t(state), std::memory_order_relaxed) != uint8_t(state)) changed.push_back(g);
@@ -192,6 +189,10 @@ uint16_t Subsystem::allocate_cntlid() {
 std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller> c) {
   std::lock_guard lk(mu_);
   if (deleted_.load(std::memory_order_relaxed)) return nullptr;
+  // Its listener checked under mu_: a listener taken away after this finds the controller when
+  // it tears down that listener's controllers (under mu_ too), and one taken away before is
+  // seen here, so no controller outlives the listener it came in through.
+  if (!reachable_through(c->portid())) return nullptr;
   controllers_[c->cntlid()] = c;
   return c;
 }
@@ -258,6 +259,7 @@ bool Subsystem::remove_listener(uint16_t portid, const std::vector<uint16_t>& ev
   auto it = std::find(portids_.begin(), portids_.end(), portid);
   if (it == portids_.end()) return false;
   portids_.erase(it);
+  ports_.erase(portid);
   return true;
 }
 

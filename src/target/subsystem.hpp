@@ -150,8 +150,8 @@ struct Namespace {
 // and the I/O its hosts did through it. Made on the first use of that port; a controller holds
 // a shared_ptr to its port's, so an I/O command reads its group's state with one relaxed load
 // of a byte and counts itself into its reactor's slot, with no lock. The subsystem lets go of it
-// when the listener is taken from it (forget_port); controllers that came in through it keep it
-// until they go. States change on the control path only.
+// when the listener is taken from it (remove_listener); controllers that came in through it
+// keep it until they go. States change on the control path only.
 struct SubsystemPort {
   SubsystemPort(uint32_t groups, uint32_t reactors) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
     for (uint32_t g = 0; g <= groups; ++g) states[g].store(uint8_t(nvme::AnaState::Optimized), std::memory_order_relaxed);
@@ -176,7 +176,7 @@ struct Listener {
 class Subsystem : public std::enable_shared_from_this<Subsystem> {
  public:
   // reactors: the target's reactor count (one metrics slot each).
-  Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors = 1);
+  Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors);
 
   const std::string& nqn() const { return nqn_; }
   const std::string& serial() const { return serial_; }
@@ -210,6 +210,7 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   void bind_listeners(std::vector<uint16_t> portids);
   bool add_listener(uint16_t portid);  // false: it was reachable through it already
   // false: it was not. One bound to every listener is bound to the others of every_portid after.
+  // The listener's states and counters (port()) go with it.
   bool remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid);
   // Ends the controllers of hosts that came in through portid (their listener was taken from
   // this subsystem); returns how many.
@@ -222,13 +223,11 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
   // max_namespaces. Without ANA reporting every path stays optimized.
   bool ana_reporting() const { return ana_reporting_; }
-  // The subsystem through the listener with port ID portid (made on first use; never null).
+  // The subsystem through the listener with port ID portid, made on first use; null when the
+  // subsystem is not reachable through that listener (it was taken away meanwhile).
   std::shared_ptr<SubsystemPort> port(uint16_t portid);
   // The one of portid if there is one (null: no host came in, and no state was set, through it).
   std::shared_ptr<const SubsystemPort> find_port(uint16_t portid) const;
-  // The listener was taken from this subsystem: its states and counters go with it (a
-  // controller that came in through it keeps its own reference until it goes).
-  void forget_port(uint16_t portid);
   // Sets group grp (0: every group) to state through listener portid, and gives every
   // controller that came in through it an ANA change notice when something changed. Returns
   // the groups whose state changed (control path).
@@ -285,7 +284,9 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   mutable std::mutex hosts_mu_;  // hosts_ and host_keys_
   std::vector<std::string> hosts_;
   std::map<std::string, HostKeys> host_keys_;
-  mutable std::mutex ports_mu_;     // portids_, every_listener_
+  // portids_, every_listener_ and ports_: one lock, so that a port is made only while the
+  // listener is the subsystem's, and goes in the same step as the listener.
+  mutable std::mutex ports_mu_;
   bool every_listener_ = true;
   std::vector<uint16_t> portids_;   // when not every_listener_
   std::atomic<bool> deleted_{false};
@@ -295,8 +296,7 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   bool ana_reporting_ = false;
   uint32_t reactors_;
-  mutable std::mutex ports_by_id_mu_;  // ports_ (control path and Connect)
-  std::map<uint16_t, std::shared_ptr<SubsystemPort>> ports_;
+  std::map<uint16_t, std::shared_ptr<SubsystemPort>> ports_;  // under ports_mu_
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;

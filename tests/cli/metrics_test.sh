@@ -46,12 +46,15 @@ trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2"
 grep -q '(0 reads, 600 writes, 0 errors)' "$dir/perf-w.log" || fail "perf wrote: $(grep -o '([^)]*errors)' "$dir/perf-w.log")"
 grep -q '(400 reads, 0 writes, 0 errors)' "$dir/perf-r.log" || fail "perf read: $(grep -o '([^)]*errors)' "$dir/perf-r.log")"
 
-# A command counts once the target's socket has taken its response: wait for the last to show.
+# A command counts once the target's socket has taken its response: wait for the last to show
+# (the listener's counters are bumped after the namespace's), then scrape once more, so that no
+# command is caught between two of its counters.
 for _ in $(seq 100); do
   curl -fsS "$URL" >"$dir/after.txt"
-  grep -q "^nvtcp_namespace_reads_total{subsystem=\"$NQN\",nsid=\"2\",bdev=\"ram0\"} 400$" "$dir/after.txt" && break
+  grep -q "^nvtcp_listener_reads_total{subsystem=\"$NQN\",listener=\"127.0.0.1:$port\"} 400$" "$dir/after.txt" && break
   sleep 0.1
 done
+curl -fsS "$URL" >"$dir/after.txt"
 
 "$PY" - "$dir/before.txt" "$dir/after.txt" "$NQN" "127.0.0.1:$port" <<'PY' || fail "the exposition does not hold"
 import sys

@@ -4,7 +4,8 @@
 // ANAGRPID) only for a subsystem with ana_reporting; log 0Ch gives each group's state through
 // the host's own listener, with and without RGO; a state set through one listener answers I/O
 // there with the ANA path statuses (DNR clear) and leaves the other listener's hosts alone; an
-// ANA change notice reaches the controllers of that listener once until they read log 0Ch.
+// ANA change notice reaches the controllers of that listener once until they read log 0Ch; an
+// I/O queue must come in on its controller's listener.
 #include <cstring>
 
 #include "raw_session.hpp"
@@ -212,6 +213,24 @@ TEST_F(Ana, InaccessibleGroupAnswersPathStatusThroughThatListenerOnly) {
   EXPECT_EQ(l2.groups[1].desc.state, uint8_t(AnaState::NonOptimized));
   EXPECT_EQ(l1.header.chgcnt, 5u);  // five changes through listener 0
   EXPECT_EQ(l2.header.chgcnt, 1u);
+}
+
+// A controller lives on the port its admin queue came in on: an I/O queue that names it through
+// another listener is refused (its ANA states would be the other path's), and one through the
+// same listener is taken.
+TEST_F(Ana, AnIoQueueThroughAnotherListenerThanItsControllersIsRefused) {
+  start(true);
+  AdminQueue a;
+  ASSERT_NO_FATAL_FAILURE(a.open(t_->port(0), kHostNqn));
+  Session elsewhere;
+  ASSERT_TRUE(elsewhere.open(t_->port(1)));
+  Cqe cqe{};
+  ASSERT_TRUE(elsewhere.command(connect_sqe(elsewhere.cid(), 1), connect_data(kTestNqn, kHostNqn, a.cntlid), cqe));
+  EXPECT_TRUE(status_is(cqe, uint8_t(sc::ConnectInvalidParameters.sct()), sc::ConnectInvalidParameters.sc()));
+  EXPECT_EQ(cqe.dw0, (1u << 16) | uint32_t(offsetof(ConnectData, cntlid)));
+  Session io;
+  ASSERT_NO_FATAL_FAILURE(a.open_io(t_->port(0), io));
+  EXPECT_TRUE(ok(read_block(io, kRamNsid)));
 }
 
 TEST_F(Ana, ChangeNoticeReachesThatListenersControllersOnceUntilLogIsRead) {
