@@ -427,6 +427,8 @@ struct MultipathQueuePair::Impl {
   void take_pending(size_t i, uint64_t& now) {
     PathQueue& p = paths[i];
     if (p.pending->connected()) {
+      // Holds count in the old controller's log generations: a new one starts its own.
+      std::fill(p.ana_hold.begin(), p.ana_hold.end(), 0);
       p.qp = std::move(p.pending);
       p.ctrl = std::move(p.pending_ctrl);
       p.incarnation = p.pending_incarnation;
@@ -551,9 +553,11 @@ struct MultipathQueuePair::Impl {
     // The path failed it: it goes to the end of the waiting list and out again on the next
     // turn, on whichever path is best then.
     const nvme::AnaState said = detail::ana_state_of_status(c.status);
-    if (said != nvme::AnaState::Optimized && p.ctrl) {
+    if (said != nvme::AnaState::Optimized && p.ctrl && p.ctrl->ana_generation() > 0) {
       // An ANA status before the ANA change notice: leave this path alone for the namespace
-      // until its controller has read log 0Ch again, and ask it to.
+      // until its controller has read log 0Ch again, and ask it to. Only a controller that
+      // reads the log (one that reports ANA; its generation is 1 from connect on) ever lifts
+      // such a hold: from any other the status just moves the command, as a lost path does.
       p.ana_hold[ana_index(r->nsid)] = p.ctrl->ana_generation() + 1;
       p.ctrl->request_ana_refresh();
     }

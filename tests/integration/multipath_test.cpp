@@ -521,8 +521,10 @@ namespace {
 class MultipathAgainstALyingTarget : public Multipath {
  protected:
   static constexpr uint32_t kLiarNs = 4;
+  virtual bool reports_ana() const { return true; }
   void SetUp() override {
     target::TargetConfig cfg = two_listener_config();
+    cfg.subsystems[0].ana_reporting = reports_ana();
     target::NamespaceConfig liar{kLiarNs, "null", 64ull << 20, "", 512};
     liar.name = "liar";
     cfg.subsystems[0].namespaces.push_back(liar);
@@ -603,6 +605,33 @@ TEST_F(MultipathAgainstALyingTarget, WithNoFailoversAllowedTheFirstPathsStatusIs
   EXPECT_EQ(dev_->refused.load(), 1u);
   EXPECT_EQ(qp->failovers(), 0u);
   EXPECT_EQ(qp->failovers_exhausted(), 1u);
+}
+
+// The same lie from a subsystem that does not report ANA: its controllers never read log 0Ch,
+// so an ANA status must not hold their path back (nothing would ever lift it, and the command
+// would wait for a path for ever); it moves the command, as a lost connection does.
+class MultipathAgainstALyingTargetWithoutAna : public MultipathAgainstALyingTarget {
+ protected:
+  bool reports_ana() const override { return false; }
+};
+
+TEST_F(MultipathAgainstALyingTargetWithoutAna, AnaStatusesMoveTheCommandWithoutHoldingThePath) {
+  auto qp = queue_pair(6);
+  ASSERT_TRUE(qp && dev_);
+  EXPECT_EQ(mp_->controller(0)->ana_generation(), 0u);
+  EXPECT_EQ(read_liar(*qp), nvme::sc::AnaInaccessible);
+  EXPECT_EQ(dev_->refused.load(), 7u);
+  EXPECT_EQ(qp->failovers(), 6u);
+  EXPECT_EQ(qp->failovers_exhausted(), 1u);
+  // Neither path was held: the honest namespace goes on through both.
+  IoRun run{*qp};
+  run.slots = 64;
+  ASSERT_TRUE(run.go(true, 11));
+  EXPECT_EQ(run.errors, 0u) << nvme::status_name(run.first_error);
+  uint64_t on0 = 0, on1 = 0;
+  reads(*qp, 11, on0, on1);
+  EXPECT_GT(on0, 0u);
+  EXPECT_GT(on1, 0u);
 }
 
 }  // namespace
