@@ -403,7 +403,13 @@ struct MultipathQueuePair::Impl {
       if (p.qp && p.incarnation == inc) continue;
       if (p.qp && p.outstanding) continue;  // the old controller's queue drains first
       if (p.pending && p.pending_incarnation == inc) continue;  // on its way
-      if (!ctrl || now < p.next_try_ns) continue;
+      if (!ctrl) {
+        // No controller yet: the table's generation moves when the retry thread makes one, and
+        // until then this path is not worth the table's lock on every poll.
+        p.next_try_ns = now + uint64_t(std::max<uint32_t>(sh->mopts.path_retry_ms, 1)) * kNsPerMs;
+        continue;
+      }
+      if (now < p.next_try_ns) continue;
       std::string err;
       auto qp = force ? ctrl->create_io_qpair(depth, err) : ctrl->start_io_qpair(depth, err);
       if (!qp) {

@@ -482,6 +482,43 @@ TEST_F(Multipath, APathThatComesBackConnectsItsQueueWithoutHoldingUpTheOthers) {
   EXPECT_EQ(qp->failovers(), 0u);
 }
 
+// The same returning path whose queue never hears back: its connect, started without waiting,
+// ends at connect_timeout_ms like a waited one, and the path tries again on a new connection,
+// which is answered and becomes its queue. A's I/O goes on throughout.
+TEST_F(Multipath, AReturningPathsQueueThatNeverConnectsTimesOutAndIsTriedAgain) {
+  FaultProxy proxy(t_->port(1));
+  proxy.refuse(true);
+  host::TransportId b = trid(1);
+  b.trsvcid = proxy.port();
+  host::ControllerOptions o = path_options();
+  o.connect_timeout_ms = 300;
+  MultipathOptions mo;
+  mo.path_retry_ms = 50;
+  std::string err;
+  auto mp = MultipathController::connect({trid(0), b}, o, mo, err);
+  ASSERT_TRUE(mp) << err;
+  auto qp = mp->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  IoRun run{*qp};
+  run.slots = 64;
+  ASSERT_TRUE(run.go(true, 12));
+  proxy.refuse(false);
+  ASSERT_TRUE(wait_for([&] { return mp->path(1, kRamNs).connected; }, 20000));
+  int admin = -1;
+  for (int i = 0; i < 4096; ++i)
+    if (proxy.bytes(i, Direction::ToTarget) > 0) admin = i;
+  ASSERT_GE(admin, 0);
+  const int ioq = admin + 1;
+  proxy.stall(ioq, Direction::ToHost, true);  // this one never gets its ICResp
+  uint64_t on0 = 0, on1 = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (on1 == 0 && std::chrono::steady_clock::now() < until) reads(*qp, 12, on0, on1);
+  EXPECT_GT(on1, 0u) << "B never took I/O";
+  EXPECT_EQ(proxy.bytes(ioq, Direction::ToHost), 0u);
+  EXPECT_GT(proxy.bytes(ioq + 1, Direction::ToHost), 0u) << "B's queue was not tried again on a new connection";
+  EXPECT_EQ(qp->failovers(), 0u);
+}
+
 // A second target with the same subsystem NQN but another namespace 2 (its own NGUID): writes
 // through it would land on the wrong data, so its path never joins, at connect or on retry.
 TEST_F(Multipath, APathWhoseNamespaceIsAnotherIsRefused) {
