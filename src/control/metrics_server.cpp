@@ -47,16 +47,31 @@ void error(std::string& out, int code, std::string_view reason, std::string_view
 
 }  // namespace
 
+namespace {
+// Where the first request head in `in` ends (npos: none is whole yet) and how long its blank
+// line is. A head ends with an empty line; clients that send bare LFs are served too.
+size_t head_end(const std::string& in, size_t& skip) {
+  size_t end = in.find("\r\n\r\n");
+  skip = 4;
+  if (const size_t lf = in.find("\n\n"); lf != std::string::npos && (end == std::string::npos || lf < end)) {
+    end = lf;
+    skip = 2;
+  }
+  return end;
+}
+}  // namespace
+
+bool MetricsHttpSession::pending() const {
+  size_t skip = 0;
+  return head_end(in_, skip) != std::string::npos;
+}
+
 bool MetricsHttpSession::on_bytes(const char* data, size_t len, std::string& out) {
-  in_.append(data, len);
-  for (;;) {
-    // A head ends with an empty line; clients that send bare LFs are served too.
-    size_t end = in_.find("\r\n\r\n");
-    size_t skip = 4;
-    if (const size_t lf = in_.find("\n\n"); lf != std::string::npos && (end == std::string::npos || lf < end)) {
-      end = lf;
-      skip = 2;
-    }
+  if (len) in_.append(data, len);
+  for (bool answered = false;; answered = true) {
+    size_t skip = 0;
+    const size_t end = head_end(in_, skip);
+    if (end != std::string::npos && answered && one_at_a_time_) return true;  // the next one when this is taken
     if (end == std::string::npos) {
       if (in_.size() > max_request_bytes_) {
         error(out, 431, "Request Header Fields Too Large");
@@ -134,7 +149,7 @@ MetricsServer::MetricsServer(RenderMetrics render, MetricsServerOptions opts)
     : render_(std::move(render)),
       opts_(opts),
       server_({"metrics", opts.max_clients, opts.max_unsent_bytes, opts.idle_timeout_ms, true},
-              [this] { return std::make_unique<MetricsHttpSession>(render_, opts_.max_request_bytes, &scrapes_); }) {}
+              [this] { return std::make_unique<MetricsHttpSession>(render_, opts_.max_request_bytes, &scrapes_, true); }) {}
 
 MetricsServer::~MetricsServer() { stop(); }
 

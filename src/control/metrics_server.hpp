@@ -29,9 +29,14 @@ using RenderMetrics = std::function<std::string()>;
 // One client's HTTP conversation, apart from the socket (tests feed it bytes).
 class MetricsHttpSession final : public PollServer::Session {
  public:
-  MetricsHttpSession(const RenderMetrics& render, size_t max_request_bytes, std::atomic<uint64_t>* scrapes = nullptr)
-      : render_(render), max_request_bytes_(max_request_bytes), scrapes_(scrapes) {}
+  // one_at_a_time: each on_bytes() answers at most one request and keeps the rest for the next
+  // call (pending()), so that a client that sends many requests at once is rendered one answer
+  // per answer it takes (the server's one_answer_at_a_time); else every complete request.
+  MetricsHttpSession(const RenderMetrics& render, size_t max_request_bytes, std::atomic<uint64_t>* scrapes = nullptr,
+                     bool one_at_a_time = false)
+      : render_(render), max_request_bytes_(max_request_bytes), scrapes_(scrapes), one_at_a_time_(one_at_a_time) {}
   bool on_bytes(const char* data, size_t len, std::string& out) override;
+  bool pending() const override;
 
  private:
   // One request's head (without its blank line): its answer goes to out; false to close.
@@ -39,6 +44,7 @@ class MetricsHttpSession final : public PollServer::Session {
   const RenderMetrics& render_;
   size_t max_request_bytes_;
   std::atomic<uint64_t>* scrapes_;
+  bool one_at_a_time_;
   std::string in_;
 };
 

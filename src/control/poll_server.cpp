@@ -96,6 +96,10 @@ bool PollServer::flush(Client& c) {
   return true;
 }
 
+bool PollServer::answer_due(const Client& c) const {
+  return opts_.one_answer_at_a_time && !c.closing && !c.lingering && c.unsent() == 0 && c.session->pending();
+}
+
 bool PollServer::on_readable(Client& c) {
   char buf[65536];
   ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -122,11 +126,15 @@ void PollServer::loop() {
     fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     for (auto& c : clients) {
-      const bool read = !(opts_.one_answer_at_a_time && c.unsent());
+      // One answer at a time: nothing more is read while an answer or a request waits, so
+      // what a client buffers here is one read's worth.
+      const bool read = !(opts_.one_answer_at_a_time && (c.unsent() || c.session->pending()));
       fds.push_back({c.fd, short((read ? POLLIN : 0) | (c.unsent() ? POLLOUT : 0)), 0});
     }
     int timeout = -1;
     if (opts_.idle_timeout_ms && !clients.empty()) timeout = int(std::min<uint32_t>(opts_.idle_timeout_ms, 1000));
+    for (const auto& c : clients)
+      if (answer_due(c)) timeout = 0;  // a request already received waits for its answer
     for (const auto& c : clients)
       if (c.lingering) timeout = timeout < 0 ? 100 : std::min(timeout, 100);
     if (::poll(fds.data(), fds.size(), timeout) < 0) {
@@ -142,6 +150,11 @@ void PollServer::loop() {
       bool keep = true;
       if (ev & (POLLIN | POLLHUP | POLLERR)) keep = on_readable(*it);
       if (keep && (ev & POLLOUT)) keep = flush(*it);
+      if (keep && answer_due(*it)) {
+        // The answers so far have all been taken: the next request the client already sent.
+        if (!it->session->on_bytes(nullptr, 0, it->out)) it->closing = true;
+        keep = flush(*it);
+      }
       if (keep && it->lingering && now > it->linger_until_ms) keep = false;
       if (keep && !it->lingering && opts_.idle_timeout_ms && now > it->last_progress_ms + opts_.idle_timeout_ms) {
         log::info("{}: a client made no progress for {} ms: closing it", opts_.name, opts_.idle_timeout_ms);
@@ -163,6 +176,10 @@ void PollServer::loop() {
           log::warn("{}: {} clients already connected: closing another", opts_.name, clients.size());
           ::close(fd);
           continue;
+        }
+        if (opts_.one_answer_at_a_time) {
+          const int sndbuf = kOneAnswerSendBuffer;
+          ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
         }
         Client& c = clients.emplace_back();
         c.fd = fd;

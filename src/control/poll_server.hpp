@@ -21,8 +21,10 @@ struct PollServerOptions {
   size_t max_unsent_bytes = 16u << 20;  // answers a client has not read; over this it is closed
   // A client that neither sends nor takes a byte for this long is closed (0: never).
   uint32_t idle_timeout_ms = 0;
-  // Read no more from a client until it has taken the answers it has: a client that sends
-  // requests and never reads costs one answer, not max_unsent_bytes of them.
+  // Read no more from a client until it has taken the answers it has, and ask its session for
+  // the next answer to requests it already sent (Session::pending) only then; its socket's
+  // send buffer is bounded too (kOneAnswerSendBuffer). A client that sends requests and never
+  // reads costs the few answers the kernel holds, not one per request it sent.
   bool one_answer_at_a_time = false;
 };
 
@@ -37,7 +39,12 @@ class PollServer {
     virtual bool on_bytes(const char* data, size_t len, std::string& out) = 0;
     // The client closed its side (or the connection broke).
     virtual void on_gone() {}
+    // Whether requests already received wait for an answer: with one_answer_at_a_time, the
+    // server calls on_bytes(nullptr, 0, out) for the next one once out has all been taken.
+    virtual bool pending() const { return false; }
   };
+  // SO_SNDBUF of a client's socket with one_answer_at_a_time (the kernel doubles it).
+  static constexpr int kOneAnswerSendBuffer = 256 * 1024;
   using MakeSession = std::function<std::unique_ptr<Session>()>;
 
   PollServer(PollServerOptions opts, MakeSession make);
@@ -57,6 +64,7 @@ class PollServer {
   struct Client;
   void loop();
   bool on_readable(Client& c);
+  bool answer_due(const Client& c) const;
   bool flush(Client& c);
 
   PollServerOptions opts_;

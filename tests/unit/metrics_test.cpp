@@ -345,6 +345,33 @@ TEST(MetricsHttp, GetMetricsAnswersTheExpositionAndKeepsTheConnection) {
   EXPECT_EQ(c.scrapes.load(), 1u);
 }
 
+// As the endpoint runs it: requests sent at once are rendered one per call, the next only when
+// the server asks again (after the client took the last answer), and none is lost.
+TEST(MetricsHttp, OneAtATimeRendersOneAnswerPerCallAndKeepsTheRest) {
+  control::RenderMetrics render = [] { return std::string("x_total 1\n"); };
+  std::atomic<uint64_t> scrapes{0};
+  control::MetricsHttpSession session{render, 256, &scrapes, true};
+  std::string many;
+  for (int i = 0; i < 5; ++i) many += "GET /metrics HTTP/1.1\r\n\r\n";
+  many += "GET /met";  // and half of a sixth
+  std::string out;
+  ASSERT_TRUE(session.on_bytes(many.data(), many.size(), out));
+  EXPECT_EQ(scrapes.load(), 1u);
+  for (uint64_t n = 2; n <= 5; ++n) {
+    EXPECT_TRUE(session.pending());
+    out.clear();  // taken by the client
+    ASSERT_TRUE(session.on_bytes(nullptr, 0, out));
+    EXPECT_EQ(scrapes.load(), n);
+    EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  }
+  EXPECT_FALSE(session.pending());  // half a request is not one
+  out.clear();
+  const std::string rest = "rics HTTP/1.1\r\n\r\n";
+  ASSERT_TRUE(session.on_bytes(rest.data(), rest.size(), out));
+  EXPECT_EQ(scrapes.load(), 6u);
+  EXPECT_FALSE(session.pending());
+}
+
 TEST(MetricsHttp, ARequestSplitAnywhereAndPipelinedRequestsAreAnsweredInOrder) {
   Conversation c;
   const std::string one = "GET /metrics?name[]=x HTTP/1.1\r\nHost: x\r\n\r\n";
