@@ -84,8 +84,36 @@ void write_json(LogLevel l, const char* event, std::initializer_list<log::Field>
   std::fwrite(line.data(), 1, line.size(), stderr);  // one write per line keeps lines whole
 }
 
+// Log lines carry what peers send (host NQNs, PSK identities, model names): as text, a control
+// byte of theirs would start a forged line (a newline) or command the terminal that shows it
+// (ESC). Each goes out as \xNN; JSON escapes them its own way.
+std::string printable(std::string_view msg) {
+  std::string out;
+  out.reserve(msg.size());
+  for (unsigned char c : msg) {
+    if (c < 0x20 || c == 0x7f) {
+      char x[5];
+      std::snprintf(x, sizeof(x), "\\x%02x", c);
+      out += x;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+bool has_control(std::string_view msg) {
+  for (unsigned char c : msg)
+    if (c < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
 void write_stderr(LogLevel l, std::string_view msg) {
   if (g_format.load(std::memory_order_relaxed) == log::Format::Json) return write_json(l, nullptr, {}, msg);
+  if (has_control(msg)) {
+    const std::string safe = printable(msg);
+    return write_stderr(l, safe);
+  }
   const char* const* names = kLevelNames;
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -130,13 +158,43 @@ void write(Level l, const std::string& msg) {
   std::shared_ptr<const LogSink> sink = current_sink();
   if (!sink) return write_stderr(l, msg);
   std::lock_guard call(g_call_mutex);
-  (*sink)(l, msg);
+  if (has_control(msg))
+    (*sink)(l, printable(msg));
+  else
+    (*sink)(l, msg);
 }
 
 void write_event(Level l, const char* name, std::initializer_list<Field> fields, const std::string& msg) {
   if (l >= LogLevel::Off) return;
   if (g_format.load(std::memory_order_relaxed) == Format::Json && !current_sink()) return write_json(l, name, fields, msg);
   write(l, msg);
+}
+
+bool Limiter::allow(uint64_t now_ns, uint64_t& dropped) {
+  std::lock_guard lk(mu_);
+  if (!started_ || now_ns - window_start_ >= window_ns_) {
+    started_ = true;
+    window_start_ = now_ns;
+    used_ = 0;
+  }
+  if (used_ == per_window_) {
+    ++dropped_;
+    return false;
+  }
+  ++used_;
+  dropped = dropped_;
+  dropped_ = 0;
+  return true;
+}
+
+uint64_t limiter_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string left_out(uint64_t dropped) {
+  return dropped ? fmt::format(" ({} more like it not logged)", dropped) : std::string();
 }
 
 void set_format(Format f) { g_format.store(f, std::memory_order_relaxed); }
