@@ -401,7 +401,8 @@ void TcpQueue::run_off_reactor(Request& r, void (*work)(void* arg), void* arg) {
   TargetState* target = &target_;
   reactor::Reactor* reactor = &reactor_;
   ConnectionSet* set = &set_;  // outlives the connection: the reactor's
-  target_.workers().submit([this, &r, work, arg, target, reactor, set] {
+  // Keyed by the source address: a peer's backlog of such work waits behind its own jobs only.
+  target_.workers().submit(commands_.arrival().remote_address, [this, &r, work, arg, target, reactor, set] {
     if (OffloadHook* h = target->offload_hook.load(std::memory_order_acquire)) h->before_work();
     work(arg);
     // The gate keeps this connection (and r) until device_done has run.

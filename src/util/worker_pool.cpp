@@ -25,10 +25,12 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-void WorkerPool::submit(std::function<void()> job) {
+void WorkerPool::submit(const std::string& key, std::function<void()> job) {
   {
     std::lock_guard lk(mu_);
-    jobs_.push_back(std::move(job));
+    auto& q = jobs_[key];
+    if (q.empty()) turns_.push_back(key);
+    q.push_back(std::move(job));
   }
   cv_.notify_one();
 }
@@ -38,10 +40,18 @@ void WorkerPool::run() {
     std::function<void()> job;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and nothing is left to run
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      cv_.wait(lk, [this] { return stopping_ || !turns_.empty(); });
+      if (turns_.empty()) return;  // stopping, and nothing is left to run
+      // The key whose turn it is runs its oldest job, and goes to the back if it has more.
+      const std::string key = std::move(turns_.front());
+      turns_.pop_front();
+      auto it = jobs_.find(key);
+      job = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty())
+        jobs_.erase(it);
+      else
+        turns_.push_back(key);
     }
     job();
   }

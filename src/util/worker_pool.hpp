@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // A few threads for CPU-heavy control-path work that a reactor must not do inline: a
 // DH-HMAC-CHAP modular exponentiation takes about 7 ms in ffdhe2048 and 100 ms in ffdhe8192,
-// and every other connection of the reactor would wait that long. Jobs start in the order
-// given, each on whichever thread is free; what a job reports back goes through its reactor's
-// post(). Control path only: a lock and a heap-allocated job per piece of work are fine here.
+// and every other connection of the reactor would wait that long. Each job comes with a key
+// (who asked: a source address); keys take turns, and one key's jobs start in the order given,
+// each on whichever thread is free. So a peer that floods the pool with work it can cause before
+// proving anything (a Negotiate claiming a keyed host's NQN costs a key pair) delays another
+// address's job by at most one job of its own per thread, not by its whole backlog. What a job
+// reports back goes through its reactor's post(). Control path only: a lock and a
+// heap-allocated job per piece of work are fine here.
 #pragma once
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -24,7 +29,8 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void submit(std::function<void()> job);
+  void submit(std::function<void()> job) { submit({}, std::move(job)); }
+  void submit(const std::string& key, std::function<void()> job);
 
  private:
   void run();
@@ -32,7 +38,9 @@ class WorkerPool {
   std::string name_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
+  // Waiting jobs by key, and the keys that have some in the order they take their turns.
+  std::map<std::string, std::deque<std::function<void()>>> jobs_;
+  std::deque<std::string> turns_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
