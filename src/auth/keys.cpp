@@ -150,7 +150,9 @@ bool read_key_value(std::string_view value, SecretString& out, std::string& err)
     return true;
   }
   const std::string path(value.substr(1));
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO put where a key file should be opens at once (and is refused below as not a
+  // regular file) instead of holding the configuration load or the RPC thread for ever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     err = "key file " + path + ": " + std::strerror(errno);
     return false;
@@ -159,6 +161,13 @@ bool read_key_value(std::string_view value, SecretString& out, std::string& err)
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     err = "key file " + path + ": not a regular file";
+    return false;
+  }
+  // Another user who owns the file can put their key in it whatever its mode says.
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    ::close(fd);
+    err = "key file " + path + ": owned by uid " + std::to_string(st.st_uid) +
+          ", neither this process's user nor root (chown it)";
     return false;
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {

@@ -85,11 +85,25 @@ std::string RpcServer::start(const std::string& path) {
   std::string err;
   if (!fill_address(path, sa, err)) return err;
   auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    std::string dir = path.substr(0, slash);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-      return fmt::format("cannot make the RPC socket's directory {}: {}", dir, std::strerror(errno));
-  }
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return fmt::format("cannot make the RPC socket's directory {}: {}", dir, std::strerror(errno));
+  // Whoever may rename entries in the directory may swap the socket for something of theirs
+  // between its bind and its chmod, or after: the directory is this user's or root's, and
+  // nobody else may write in it unless the sticky bit keeps them to their own entries (/tmp).
+  struct stat dst {};
+  if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode))
+    return fmt::format("the RPC socket's directory {} is not a directory", dir);
+  if (dst.st_uid != ::geteuid() && dst.st_uid != 0)
+    return fmt::format(
+        "the RPC socket's directory {} belongs to uid {}, neither this user nor root: another "
+        "user could replace the socket",
+        dir, dst.st_uid);
+  if ((dst.st_mode & (S_IWGRP | S_IWOTH)) && !(dst.st_mode & S_ISVTX))
+    return fmt::format(
+        "the RPC socket's directory {} is writable by others and not sticky (mode {:04o}): another "
+        "user could replace the socket",
+        dir, unsigned(dst.st_mode & 07777));
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return fmt::format("{} exists and is not a socket: not replacing it", path);
@@ -104,9 +118,14 @@ std::string RpcServer::start(const std::string& path) {
     listen_fd_ = -1;
     return e;
   };
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return fail("bind");
-  // Owner-only before anyone can connect (a socket accepts connections only once it listens).
-  if (::chmod(path.c_str(), 0600) != 0 || ::lstat(path.c_str(), &st) != 0) {
+  // Owner-only from the moment it exists, and again by name without following a link (a socket
+  // accepts connections only once it listens).
+  const mode_t old_mask = ::umask(0177);
+  const int bound = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  ::umask(old_mask);
+  if (bound != 0) return fail("bind");
+  if (::fchmodat(AT_FDCWD, path.c_str(), 0600, AT_SYMLINK_NOFOLLOW) != 0 || ::lstat(path.c_str(), &st) != 0 ||
+      !S_ISSOCK(st.st_mode)) {
     std::string e = fail("chmod");
     ::unlink(path.c_str());
     return e;

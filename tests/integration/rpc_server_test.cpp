@@ -158,6 +158,39 @@ TEST(RpcServer, TheSocketIsTheOwnersOnlyAndGoesWithTheServer) {
   EXPECT_NE(::lstat(path.c_str(), &st), 0) << "the socket file outlived its server";
 }
 
+// Whoever may rename entries in the socket's directory can swap the socket for theirs: a directory
+// of another user, or one others may write without the sticky bit, is refused; /tmp's kind
+// (1777) is fine.
+TEST(RpcServer, ASocketDirectoryAnotherUserCouldChangeIsRefused) {
+  const std::string path = temp_socket_path("dirmode");
+  const std::string dir = path.substr(0, path.rfind('/'));
+  ::mkdir(dir.c_str(), 0700);
+  control::Dispatcher d;
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  {
+    control::RpcServer server(d);
+    const std::string err = server.start(path);
+    EXPECT_NE(err.find("writable by others and not sticky"), std::string::npos) << err;
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+  {
+    control::RpcServer server(d);
+    EXPECT_EQ(server.start(path), "");
+    struct stat st {};
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  if (::geteuid() == 0 && ::chown(dir.c_str(), 54321, 54321) == 0) {
+    control::RpcServer server(d);
+    const std::string err = server.start(path);
+    EXPECT_NE(err.find("belongs to uid 54321"), std::string::npos) << err;
+    ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  }
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(RpcServer, ASocketLeftByAProcessThatIsGoneIsReplaced) {
   const std::string path = temp_socket_path("stale");
   ::mkdir(path.substr(0, path.rfind('/')).c_str(), 0700);

@@ -4,21 +4,26 @@
 // derivation against published vectors (the kernel's KUnit test, libnvme's PSK tests) or, where
 // none is published, against docs/security/kat.py (marked LOCAL: computed from the formulas in
 // docs/security/interop-facts.md with Python's hashlib).
+#include "wire/auth.hpp"
+
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "auth/crypto.hpp"
 #include "auth/dhchap.hpp"
 #include "auth/keys.hpp"
 #include "auth/tls_psk.hpp"
-#include "wire/auth.hpp"
 #include "wire/fabrics.hpp"
 
 namespace nvtcp::auth {
@@ -287,6 +292,43 @@ TEST_F(KeyFile, AFileOthersCanReadIsRefused) {
   EXPECT_EQ(err.find("NVMeTLSkey"), std::string::npos) << err;
   write(std::string(kPsk32Text) + "\n", 0620);
   EXPECT_FALSE(read_key_value("@" + path, v, err));
+}
+
+// A FIFO where the key file should be is refused at once: opening it for reading would wait for a
+// writer, holding the configuration load (or the RPC thread) for as long as another local user
+// likes. The watchdog only ends a hang; the call must return by itself.
+TEST_F(KeyFile, AFifoIsRefusedWithoutWaitingForAWriter) {
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  std::atomic<bool> returned{false}, unblocked{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 200 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (returned) return;
+    unblocked = true;
+    int w = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  });
+  SecretString v;
+  std::string err;
+  EXPECT_FALSE(read_key_value("@" + path, v, err));
+  returned = true;
+  watchdog.join();
+  EXPECT_FALSE(unblocked) << "reading the key waited on the FIFO until someone opened it";
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+}
+
+// Whoever owns the file can put a key of theirs in it whatever its mode: it must be this user's
+// or root's.
+TEST_F(KeyFile, AFileOfAnotherUserIsRefused) {
+  write(std::string(kPsk32Text) + "\n", 0600);
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the file away";
+  ASSERT_EQ(::chown(path.c_str(), 54321, 54321), 0);
+  SecretString v;
+  std::string err;
+  EXPECT_FALSE(read_key_value("@" + path, v, err));
+  EXPECT_NE(err.find("owned by uid 54321"), std::string::npos) << err;
+  ASSERT_EQ(::chown(path.c_str(), 0, 0), 0);
+  EXPECT_TRUE(read_key_value("@" + path, v, err)) << err;
 }
 
 TEST_F(KeyFile, MissingEmptyOrNotAFile) {
