@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tls/record.hpp"
 
+#include <fmt/format.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
-
-#include <fmt/format.h>
 
 #include "auth/crypto.hpp"
 #include "tls/kernel_tls.hpp"
@@ -130,6 +130,10 @@ bool RecordProtection::open(const uint8_t* header, const uint8_t* body, size_t l
       (inner > first && EVP_DecryptUpdate(ctx_, tail, &n, body + first, int(inner - first)) != 1) ||
       EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, int(kRecordTag), const_cast<uint8_t*>(body + inner)) != 1 ||
       EVP_DecryptFinal_ex(ctx_, tail, &n) != 1) {
+    // The plaintext went out before the tag was checked: none of it may stay where it went (an
+    // owner's request buffer, an application's read buffer), whatever the owner does next.
+    if (first) OPENSSL_cleanse(out, first);
+    if (inner > first) OPENSSL_cleanse(tail, inner - first);
     err = fmt::format("record {} does not authenticate (bad_record_mac)", seq_);
     return false;
   }

@@ -203,7 +203,8 @@ void TlsStream::fail(const std::string& why, int err) {
   if (closing_) return;
   fail_why_ = why;
   close_err_ = err;
-  log::warn("{}: TLS: {}", peer_, why);
+  static log::Limiter failures(20);  // a handshake any stranger can fail, once per connection
+  log::warn_limited(failures, "{}: TLS: {}", peer_, why);
   // The alert OpenSSL wrote (if any) is sent, but the connection does not wait for it.
   push_chunk();
   close();
@@ -284,15 +285,34 @@ int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
     *alert = SSL_AD_HANDSHAKE_FAILURE;
     return SSL_CLIENT_HELLO_ERROR;
   }
+  // Before any key is proven, a stranger's hello may cost the reactor a few binders, not one per
+  // identity it lists: a hello of hundreds of copies of a known (sniffable) identity with junk
+  // binders would otherwise hash the whole hello for each. The server checks the binder of the
+  // identity it selects (RFC 8446 4.2.11); nvtcp tries the first kMaxIdentitiesTried distinct
+  // identities it knows (a host may offer both identity versions of one key) and no more.
+  constexpr size_t kMaxIdentitiesTried = 2;
+  constexpr size_t kMaxReasons = 4;
+  size_t reasons_given = 0, reasons_left_out = 0;
+  std::vector<std::string_view> tried;
   std::string reasons;
-  for (size_t i = 0; i < psks.identities.size(); ++i) {
+  auto reason = [&](const std::string& identity, const std::string& why) {
+    if (reasons_given == kMaxReasons) {
+      ++reasons_left_out;
+      return;
+    }
+    ++reasons_given;
+    reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity.substr(0, 256), why);
+  };
+  for (size_t i = 0; i < psks.identities.size() && tried.size() < kMaxIdentitiesTried; ++i) {
     std::vector<Psk> candidates;
     std::string none;
     const std::string& identity = psks.identities[i];
+    if (std::find(tried.begin(), tried.end(), identity) != tried.end()) continue;  // its binder was checked
     if (!self->resolver_->resolve(identity, candidates, none)) {
-      reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity, none);
+      reason(identity, none);
       continue;
     }
+    tried.push_back(identity);
     // The binder's length says which hash the client runs the handshake with. It is the
     // identity's, except that tlshd (ktls-utils 1.0, GnuTLS) binds every PSK with SHA-256: a
     // SHA-384 PSK then keys a SHA-256 handshake, and the session ends on a SHA-256 suite.
@@ -300,6 +320,7 @@ int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
     const uint8_t handshake_hash = binder_len == 48 ? 2 : binder_len == 32 ? 1 : 0;
     for (Psk& c : candidates) {
       if (handshake_hash != c.hash && !(c.hash == 2 && handshake_hash == 1)) continue;
+      ++self->counters_.binders_checked;
       std::vector<uint8_t> binder;
       if (psk_binder(handshake_hash, c.key.span(), psks.truncated, binder) && binder.size() == binder_len &&
           CRYPTO_memcmp(binder.data(), psks.binders[i].data(), binder.size()) == 0) {
@@ -314,9 +335,11 @@ int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
         return SSL_CLIENT_HELLO_SUCCESS;
       }
     }
-    reasons += fmt::format("{}\"{}\": the host's binder matches no key configured for it (a wrong PSK?)",
-                           reasons.empty() ? "" : "; ", identity);
+    reason(identity, "the host's binder matches no key configured for it (a wrong PSK?)");
   }
+  if (tried.size() == kMaxIdentitiesTried)
+    reasons += fmt::format("; only the first {} identities known here are checked", kMaxIdentitiesTried);
+  if (reasons_left_out) reasons += fmt::format("; {} more identities refused", reasons_left_out);
   self->fail_why_ = "no usable pre-shared key: " + reasons;
   *alert = SSL_AD_HANDSHAKE_FAILURE;
   return SSL_CLIENT_HELLO_ERROR;
@@ -544,12 +567,25 @@ bool TlsStream::handle_handshake(const uint8_t* p, size_t n) {
     const size_t len = size_t(p[1]) << 16 | size_t(p[2]) << 8 | p[3];
     if (len > n - 4) break;
     if (msg == 24 && len == 1) {  // KeyUpdate
+      // The key changes after it: it ends its record (RFC 8446 5.1), so one record carries one.
+      if (n != 5) {
+        fail("a KeyUpdate that does not end its record (unexpected_message)", -EPROTO);
+        return false;
+      }
+      if (p[4] > 1) {
+        fail(fmt::format("a KeyUpdate with request_update {} (illegal_parameter)", p[4]), -EPROTO);
+        return false;
+      }
       std::string err;
       if (!rx_.update_key(err)) {
         fail("KeyUpdate: " + err, -EPROTO);
         return false;
       }
-      if (p[4] == 1 && !send_key_update()) return false;  // update_requested: ours follows
+      ++counters_.key_updates_in;
+      // update_requested: ours goes before our next record. However many the peer asks for
+      // before then, one answers them all (RFC 8446 4.6.3), so asking costs the peer what it
+      // costs us.
+      if (p[4] == 1 && !owe_key_update()) return false;
     } else if (msg == 4 && !server_) {
       // NewSessionTicket: nothing is resumed, so the ticket is dropped.
     } else {
@@ -566,7 +602,7 @@ bool TlsStream::handle_handshake(const uint8_t* p, size_t n) {
   return true;
 }
 
-bool TlsStream::send_key_update() {
+bool TlsStream::owe_key_update() {
   if (kernel_tx_) {
     // Our answer would need the kernel to take a new key (TLS_TX again: Linux 6.14 and later) and
     // a handshake record through a control message; no Linux peer asks for one.
@@ -576,13 +612,17 @@ bool TlsStream::send_key_update() {
     return false;
   }
   kernel_tx_pending_ = false;  // the answer is sealed here, and so is everything after it
-  // Sent in order with the data before it: what is queued goes first under the old key.
-  flush();
+  key_update_owed_ = true;
+  if (state_ == State::Established && !closing_) reactor_.defer(&flush_d_);
+  return true;
+}
+
+bool TlsStream::seal_key_update() {
   const uint8_t msg[5] = {24, 0, 0, 1, 0};  // KeyUpdate, update_not_requested
-  if (!cur_ || kChunkBytes - cur_->len < RecordProtection::sealed_size(sizeof(msg))) {
-    push_chunk();
-    cur_ = take_chunk(true);
-  }
+  constexpr size_t sealed = RecordProtection::sealed_size(sizeof(msg));
+  if (cur_ && kChunkBytes - cur_->len < sealed) push_chunk();
+  if (!cur_) cur_ = take_chunk();  // within the chunk limit: none free, on_chunk_sent comes back
+  if (!cur_) return true;
   uint8_t* at = cur_->buf.get() + cur_->len;
   std::string err;
   if (!tx_.seal_begin(at, sizeof(msg)) || !tx_.seal_update(msg, sizeof(msg), at + kRecordHeader) ||
@@ -590,8 +630,9 @@ bool TlsStream::send_key_update() {
     fail("sending a KeyUpdate failed " + err, -EPROTO);
     return false;
   }
-  cur_->len += RecordProtection::sealed_size(sizeof(msg));
-  push_chunk();
+  cur_->len += sealed;
+  key_update_owed_ = false;
+  ++counters_.key_updates_out;
   return true;
 }
 
@@ -673,7 +714,8 @@ void TlsStream::on_chunk_sent(reactor::SendDone* d) {
   self->chunks_done_ = std::max(self->chunks_done_, seq);
   self->release_chunk_dones(seq);
   // Records were waiting for a chunk, or kTLS for the handshake's last flight to be sent.
-  if ((self->plain_queued_ || self->kernel_tx_pending_) && self->state_ == State::Established && !self->closing_)
+  if ((self->plain_queued_ || self->kernel_tx_pending_ || self->key_update_owed_) &&
+      self->state_ == State::Established && !self->closing_)
     self->reactor_.defer(&self->flush_d_);
 }
 
@@ -735,7 +777,10 @@ void TlsStream::flush() {
     plain_queued_ = 0;
     return;
   }
-  while (plain_queued_ && !closing_) {
+  // A KeyUpdate owed to the peer goes before the next record; what was sealed before it went
+  // under the old key.
+  if (key_update_owed_ && !seal_key_update()) return;
+  while (plain_queued_ && !key_update_owed_ && !closing_) {
     // One record of up to 16 KiB, sealed from the queued segments straight into the chunk.
     const size_t content = std::min(plain_queued_, kMaxRecordPlaintext);
     const size_t sealed = RecordProtection::sealed_size(content);

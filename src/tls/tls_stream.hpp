@@ -75,6 +75,9 @@ struct TlsCounters {
   uint64_t records_out = 0;
   uint64_t records_in = 0;   // calls that returned plaintext
   uint64_t chunks_allocated = 0;
+  uint64_t key_updates_in = 0;   // the peer's KeyUpdates taken
+  uint64_t key_updates_out = 0;  // ours sent (one answers any number asked for before it)
+  uint64_t binders_checked = 0;  // PSK binders computed for a ClientHello (server)
 };
 
 class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner {
@@ -152,7 +155,11 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   void receive_records(const uint8_t* p, size_t n);
   bool open_record(const uint8_t* body);
   bool handle_handshake(const uint8_t* p, size_t n);
-  bool send_key_update();
+  // The peer asked for our KeyUpdate: the next flush seals one (one for any number asked).
+  bool owe_key_update();
+  // Seals the owed KeyUpdate into the current chunk and moves the sending key on; a chunk
+  // within the limit or nothing (it waits, owed, for one to come back).
+  bool seal_key_update();
   void flush();
   // kTLS TX, once the handshake's last flight has reached the socket.
   void start_kernel_tx();
@@ -173,7 +180,7 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   // Four full records.
   static constexpr size_t kChunkBytes = 4 * RecordProtection::sealed_size(kMaxPlaintext);
   // A chunk, or none when kMaxChunks are out and the caller can wait (force: the handshake's
-  // flights and a KeyUpdate, which cannot).
+  // flights, which cannot).
   Chunk* take_chunk(bool force = false);
   // Chunks given to the stream below at once, at most: 256 KiB of records waiting for the
   // kernel's socket buffer is plenty, and the pool stops growing once it has them all.
@@ -204,6 +211,7 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   bool kernel_tx_wanted_ = true;
   bool kernel_tx_pending_ = false;
   bool kernel_tx_ = false;
+  bool key_update_owed_ = false;
   SSL* ssl_ = nullptr;
   State state_ = State::Idle;
   bool closing_ = false;

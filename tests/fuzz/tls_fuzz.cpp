@@ -6,10 +6,18 @@
 //   1  server: a real ClientHello with the input XORed over it (structure survives, fields break);
 //   2  server: a whole real handshake, then the input as the client's records;
 //   3  client: its ClientHello goes out, the input is the server's byte stream;
-//   4  the ClientHello parser and binder on a real ClientHello XORed with the input.
+//   4  the ClientHello parser and binder on a real ClientHello XORed with the input;
+//   5  server, 6 client: a whole handshake with OpenSSL at the other end, then the input as
+//      records that OpenSSL's traffic key seals, so their content reaches the post-handshake
+//      code: KeyUpdates (one or many, requested or not, at a record's end or not), tickets,
+//      alerts, unknown content types and application data. Each record is [type, len lo, len hi,
+//      content...]; the sealing key moves on after a record that ends in a KeyUpdate, as the
+//      peer's would.
 // The second byte sets the size of the pieces the bytes arrive in. Checks: no crash, no
 // sanitizer report, every state move legal (the transition checks abort), no leak, and the owner
 // hears of a close at most once.
+#include <openssl/ssl.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +28,7 @@
 
 #include "reactor/reactor.hpp"
 #include "tls/client_hello.hpp"
+#include "tls/record.hpp"
 #include "tls/tls_stream.hpp"
 #include "util/log.hpp"
 
@@ -133,6 +142,122 @@ const std::vector<uint8_t>& real_client_hello(reactor::Reactor& r, const Keys& k
   return hello;
 }
 
+// OpenSSL as the peer, with the fixed key: its application traffic secret (from the key log) is
+// what the fuzzer seals its records with.
+struct OpenSslPeer {
+  SSL_CTX* ctx = nullptr;
+  SSL* ssl = nullptr;
+  BIO* in = nullptr;
+  BIO* out = nullptr;
+  static inline std::vector<uint8_t> sending_secret;
+  static inline bool server = false;
+  explicit OpenSslPeer(bool as_server) {
+    server = as_server;
+    sending_secret.clear();
+    ctx = SSL_CTX_new(as_server ? TLS_server_method() : TLS_client_method());
+    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+    SSL_CTX_set_num_tickets(ctx, 0);  // nothing of its own under the traffic key before ours
+    SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256");
+    SSL_CTX_set_keylog_callback(ctx, [](const SSL*, const char* line) {
+      const std::string l(line);
+      const char* label = server ? "SERVER_TRAFFIC_SECRET_0 " : "CLIENT_TRAFFIC_SECRET_0 ";
+      if (l.rfind(label, 0) != 0) return;
+      const std::string hex = l.substr(l.rfind(' ') + 1);
+      sending_secret.clear();
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        sending_secret.push_back(uint8_t(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    });
+    if (as_server)
+      SSL_CTX_set_psk_find_session_callback(ctx, [](SSL* s, const unsigned char* id, size_t len, SSL_SESSION** sess) {
+        *sess = std::string_view(reinterpret_cast<const char*>(id), len) == kIdentity ? session(s) : nullptr;
+        return 1;
+      });
+    else
+      SSL_CTX_set_psk_use_session_callback(
+          ctx, [](SSL* s, const EVP_MD*, const unsigned char** id, size_t* len, SSL_SESSION** sess) {
+            *sess = session(s);
+            *id = reinterpret_cast<const unsigned char*>(kIdentity);
+            *len = std::strlen(kIdentity);
+            return 1;
+          });
+    ssl = SSL_new(ctx);
+    in = BIO_new(BIO_s_mem());
+    out = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, in, out);
+    if (as_server)
+      SSL_set_accept_state(ssl);
+    else
+      SSL_set_connect_state(ssl);
+  }
+  ~OpenSslPeer() {
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+  }
+  static SSL_SESSION* session(SSL* s) {
+    const tls::Psk psk = fixed_psk();
+    const unsigned char cs[2] = {0x13, 0x01};
+    SSL_SESSION* sess = SSL_SESSION_new();
+    SSL_SESSION_set1_master_key(sess, psk.key.data(), psk.key.size());
+    SSL_SESSION_set_cipher(sess, SSL_CIPHER_find(s, cs));
+    SSL_SESSION_set_protocol_version(sess, TLS1_3_VERSION);
+    return sess;
+  }
+};
+
+// Our end against OpenSSL: the handshake, then the input sealed record by record.
+void post_handshake(reactor::Reactor& r, const Keys& keys, bool ours_server, const uint8_t* data, size_t size,
+                    size_t piece) {
+  End ours(r, ours_server, keys);
+  OpenSslPeer peer(!ours_server);
+  for (int round = 0; round < 8; ++round) {
+    settle(r, ours);
+    if (!ours.pipe->out.empty()) {
+      BIO_write(peer.in, ours.pipe->out.data(), int(ours.pipe->out.size()));
+      ours.pipe->out.clear();
+    }
+    SSL_do_handshake(peer.ssl);
+    std::vector<uint8_t> b(size_t(BIO_pending(peer.out)));
+    if (!b.empty()) BIO_read(peer.out, b.data(), int(b.size()));
+    if (!b.empty()) ours.pipe->deliver(b.data(), b.size(), b.size());
+  }
+  if (!ours.stream->established() || OpenSslPeer::sending_secret.empty()) abort();  // the valid path must work
+  tls::RecordProtection seal;
+  std::string err;
+  if (!seal.init(0x1301, OpenSslPeer::sending_secret, true, err)) abort();
+  std::vector<uint8_t> wire;
+  while (size >= 3) {
+    const uint8_t type = data[0];
+    const size_t len =
+        std::min<size_t>(size_t(data[1]) | size_t(data[2]) << 8, std::min<size_t>(size - 3, tls::kMaxPlaintext));
+    const uint8_t* content = data + 3;
+    // Types 0-2 name the three a peer sends; the rest go as they are.
+    const uint8_t ct = type == 0 ? 22 : type == 1 ? 21 : type == 2 ? 23 : type;
+    std::vector<uint8_t> rec(tls::RecordProtection::sealed_size(len));
+    if (!seal.seal_begin(rec.data(), len) ||
+        (len && !seal.seal_update(content, len, rec.data() + tls::kRecordHeader)) ||
+        !seal.seal_end(rec.data() + tls::kRecordHeader + len, tls::ContentType(ct)))
+      abort();
+    wire.insert(wire.end(), rec.begin(), rec.end());
+    // The peer's key moves on after a record whose last handshake message is a KeyUpdate.
+    if (ct == 22) {
+      size_t at = 0, last = SIZE_MAX;
+      while (at + 4 <= len) {
+        const size_t mlen = size_t(content[at + 1]) << 16 | size_t(content[at + 2]) << 8 | content[at + 3];
+        if (mlen > len - at - 4) break;
+        last = at;
+        at += 4 + mlen;
+      }
+      if (at == len && last != SIZE_MAX && content[last] == 24 && len - last == 5 && !seal.update_key(err)) abort();
+    }
+    data += 3 + len;
+    size -= 3 + len;
+  }
+  ours.pipe->deliver(wire.data(), wire.size(), piece);
+  settle(r, ours);
+  ours.stream->close();
+  settle(r, ours);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -144,7 +269,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   static reactor::Reactor r(64);
   static const Keys keys;
-  const uint8_t mode = data[0] % 5;
+  const uint8_t mode = data[0] % 7;
   const size_t piece = size_t(data[1]) * 16 + 1;
   data += 2, size -= 2;
   const std::vector<uint8_t>& hello = real_client_hello(r, keys);
@@ -156,6 +281,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return v;
   };
 
+  if (mode == 5 || mode == 6) {
+    post_handshake(r, keys, mode == 5, data, size, piece);
+    return 0;
+  }
   if (mode == 4) {
     const std::vector<uint8_t> bytes = xored(hello);
     std::vector<uint8_t> msg, binder;

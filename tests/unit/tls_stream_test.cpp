@@ -366,6 +366,75 @@ std::vector<uint8_t> openssl_client_hello(const Psk* psk) {
   return out;
 }
 
+// The ClientHello `hello` (one record: header, then the message) with its pre_shared_key
+// extension (the last one) rewritten to offer `copies` copies of `identity`, each with a junk
+// binder of 32 bytes.
+std::vector<uint8_t> with_identities(const std::vector<uint8_t>& hello, const std::string& identity, size_t copies) {
+  auto u16 = [](const uint8_t* p) { return size_t(p[0]) << 8 | p[1]; };
+  auto put16 = [](std::vector<uint8_t>& v, size_t at, size_t x) {
+    v[at] = uint8_t(x >> 8);
+    v[at + 1] = uint8_t(x);
+  };
+  // record header 5, handshake header 4, version 2, random 32, then the variable fields
+  size_t at = 5 + 4 + 2 + 32;
+  at += 1 + hello[at];        // legacy_session_id
+  at += 2 + u16(&hello[at]);  // cipher_suites
+  at += 1 + hello[at];        // legacy_compression_methods
+  const size_t exts_len_at = at;
+  at += 2;
+  size_t psk_at = 0;
+  while (at < hello.size()) {
+    if (u16(&hello[at]) == 41) psk_at = at;
+    at += 4 + u16(&hello[at + 2]);
+  }
+  EXPECT_NE(psk_at, 0u);
+  std::vector<uint8_t> ids, binders;
+  for (size_t i = 0; i < copies; ++i) {
+    ids.push_back(uint8_t(identity.size() >> 8));
+    ids.push_back(uint8_t(identity.size()));
+    ids.insert(ids.end(), identity.begin(), identity.end());
+    ids.insert(ids.end(), 4, 0);
+    binders.push_back(32);
+    binders.insert(binders.end(), 32, uint8_t(0x5A + i));
+  }
+  std::vector<uint8_t> out(hello.begin(), hello.begin() + long(psk_at));
+  const size_t ext_len = 2 + ids.size() + 2 + binders.size();
+  out.insert(out.end(),
+             {0, 41, uint8_t(ext_len >> 8), uint8_t(ext_len), uint8_t(ids.size() >> 8), uint8_t(ids.size())});
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.push_back(uint8_t(binders.size() >> 8));
+  out.push_back(uint8_t(binders.size()));
+  out.insert(out.end(), binders.begin(), binders.end());
+  put16(out, exts_len_at, out.size() - exts_len_at - 2);
+  const size_t hs = out.size() - 9;
+  out[6] = uint8_t(hs >> 16);
+  out[7] = uint8_t(hs >> 8);
+  out[8] = uint8_t(hs);
+  // One record carries at most 16 KiB: split the handshake message over as many as it takes.
+  std::vector<uint8_t> records;
+  const std::vector<uint8_t> msg(out.begin() + 5, out.end());
+  for (size_t off = 0; off < msg.size(); off += 16384) {
+    const size_t n = std::min<size_t>(16384, msg.size() - off);
+    records.insert(records.end(), {0x16, 0x03, 0x01, uint8_t(n >> 8), uint8_t(n)});
+    records.insert(records.end(), msg.begin() + long(off), msg.begin() + long(off + n));
+  }
+  return records;
+}
+
+// Hundreds of copies of a known identity (identities are sniffable) with junk binders: the
+// server checks a bounded number of binders before refusing, not one per copy.
+TEST_F(TlsServerAlone, AHelloOfManyCopiesOfAKnownIdentityCostsAFewBinders) {
+  const Psk psk = make_psk(kIdentity, 1, 0x41);
+  keys.by_identity[psk.identity] = {psk, make_psk(kIdentity, 1, 0x42)};  // two derivations
+  lower->deliver(with_identities(openssl_client_hello(&psk), psk.identity, 450));
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_NE(server->failure().find("binder matches no key"), std::string::npos) << server->failure();
+  EXPECT_LE(server->counters().binders_checked, 2u) << "a binder per copy of the identity";
+  EXPECT_GE(server->counters().binders_checked, 1u);
+  EXPECT_LT(server->failure().size(), 2048u) << "a reason per copy in one log line";
+}
+
 TEST_F(TlsServerAlone, AClientHelloWithoutAPskIsRefused) {
   lower->deliver(openssl_client_hello(nullptr));
   settle();
@@ -544,6 +613,60 @@ TEST_P(TlsWithOpenSsl, ATamperedRecordEndsTheSession) {
   EXPECT_TRUE(owner.got.empty());
   EXPECT_TRUE(owner.closed);
   EXPECT_NE(ours->failure().find("bad_record_mac"), std::string::npos) << ours->failure();
+}
+
+// A record opened straight into the owner's memory (a read's buffer) whose tag fails leaves
+// nothing of its decryption there: an on-path attacker's bytes never reach the layer above.
+TEST_P(TlsWithOpenSsl, ATamperedRecordLeavesNothingInTheOwnersMemory) {
+  start(1);
+  pump();
+  ASSERT_TRUE(ours->established()) << ours->failure();
+  const auto a = pattern(16000, 7);
+  owner.direct.assign(a.size(), 0xEE);
+  owner.direct_left = a.size();
+  ASSERT_EQ(SSL_write(peer->ssl, a.data(), int(a.size())), int(a.size()));
+  auto rec = peer->take_output();
+  rec[rec.size() - 3] ^= 0x01;  // the tag: every content byte decrypts as it was sent
+  lower->deliver(rec);
+  reactor.run_once(0);
+  EXPECT_TRUE(owner.closed);
+  EXPECT_NE(ours->failure().find("bad_record_mac"), std::string::npos) << ours->failure();
+  EXPECT_EQ(owner.direct_left, a.size()) << "the owner was told of bytes that did not authenticate";
+  size_t leaked = 0;
+  for (size_t i = 0; i < a.size(); ++i) leaked += owner.direct[i] == a[i] && a[i] != 0;
+  EXPECT_LT(leaked, a.size() / 64) << "the unauthenticated plaintext stayed in the owner's buffer";
+}
+
+// A peer asking again and again for our KeyUpdate (thousands in one burst) gets one answer, sealed
+// within the send chunks' limit: asking costs it no less than it costs us.
+TEST_P(TlsWithOpenSsl, AFloodOfKeyUpdateRequestsGetsOneAnswerAndNoMemory) {
+  start(1);
+  pump();
+  ASSERT_TRUE(ours->established()) << ours->failure();
+  const uint64_t chunks_before = ours->counters().chunks_allocated;
+  std::vector<uint8_t> burst;
+  constexpr int kRequests = 2000;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(SSL_key_update(peer->ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+    ASSERT_EQ(SSL_do_handshake(peer->ssl), 1);
+    auto rec = peer->take_output();
+    burst.insert(burst.end(), rec.begin(), rec.end());
+  }
+  lower->deliver(burst);
+  reactor.run_deferred();
+  EXPECT_FALSE(owner.closed) << ours->failure();
+  EXPECT_EQ(ours->counters().key_updates_in, uint64_t(kRequests));
+  EXPECT_EQ(ours->counters().key_updates_out, 1u) << "one KeyUpdate answers every request before it";
+  EXPECT_LE(ours->counters().chunks_allocated - chunks_before, 1u) << "a send chunk per request";
+  // Records go on both ways under the new keys.
+  const auto d = pattern(3000, 8);
+  ours->send(d.data(), d.size());
+  ASSERT_EQ(SSL_write(peer->ssl, d.data(), int(d.size())), int(d.size()));
+  pump();
+  EXPECT_EQ(peer->read_all(), d);
+  ASSERT_GE(owner.got.size(), d.size());
+  EXPECT_EQ(std::vector<uint8_t>(owner.got.end() - long(d.size()), owner.got.end()), d);
+  EXPECT_FALSE(owner.closed) << ours->failure();
 }
 
 TEST(ClientHello, BinderMatchesOpenSsls) {
