@@ -74,9 +74,13 @@ void add_tls_options(CLI::App* c, TlsArgs& t) {
   c->add_option("--tls-identity-version", t.identity_version,
                 "PSK identity offered: 0 \"NVMe0R0H <hostnqn> <subnqn>\" (default) or 1 (with the PSK's digest)")
       ->check(CLI::Range(0, 1));
-  c->add_flag("--tls-legacy-derivation", t.legacy_derivation,
-              "derive the TLS PSK as libnvme up to 1.14 (nvme-cli up to 2.14) did, for a target whose keyring "
-              "nvme-cli of that age filled");
+  auto* legacy = c->add_flag("--tls-legacy-derivation", t.legacy_derivation,
+                             "derive the TLS PSK only as libnvme up to 1.14 (nvme-cli up to 2.14) did (by default "
+                             "the host tries RFC 8446's derivation, then that one if the target refuses the first)");
+  c->add_flag("--tls-rfc8446-derivation", t.rfc8446_derivation,
+              "derive the TLS PSK only with RFC 8446's labels, as the specification, the Linux kernel and SPDK do "
+              "(no second try)")
+      ->excludes(legacy);
   c->add_flag("--tls-sha256-binder", t.sha256_binder,
               "bind a SHA-384 PSK with SHA-256 (the session takes a SHA-256 suite), as a Linux target's tlshd 1.0 "
               "expects");

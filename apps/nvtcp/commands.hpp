@@ -28,6 +28,7 @@ struct TlsArgs {
   std::string key;
   int identity_version = 0;
   bool legacy_derivation = false;
+  bool rfc8446_derivation = false;
   bool sha256_binder = false;
   bool no_ktls = false;
   template <class Options>
@@ -36,6 +37,7 @@ struct TlsArgs {
     o.tls_key = key;
     o.tls_identity_version = identity_version;
     o.tls_legacy_derivation = legacy_derivation;
+    o.tls_rfc8446_derivation = rfc8446_derivation;
     o.tls_sha256_binder = sha256_binder;
     o.ktls = !no_ktls;
   }

@@ -81,8 +81,11 @@ struct ControllerOptions {
   // interchange format nvme-cli's gen-tls-key writes ("NVMeTLSkey-1:01:<base64>:") or "@FILE".
   // The host offers the identity "NVMe0R0H <hostnqn> <subnqn>" (tls_identity_version 1: the
   // "NVMe1R0H ... <digest>" form) and derives the TLS PSK with RFC 8446's labels, as the Linux
-  // kernel and SPDK do; tls_legacy_derivation derives it as libnvme up to 1.14 (nvme-cli up to
-  // 2.14) did, for a target whose keyring was filled by those. A SHA-384 PSK binds the handshake
+  // kernel and SPDK do. libnvme up to 1.14 (nvme-cli up to 2.14) derived it with labels of its
+  // own, and a Linux target's keyring filled by those holds that key: when the target refuses
+  // the first handshake, the host tries once more with the legacy derivation, logs it, and keeps
+  // the derivation that worked for every queue of the controller. tls_legacy_derivation or
+  // tls_rfc8446_derivation derives it one way only. A SHA-384 PSK binds the handshake
   // with SHA-384 and ends on TLS_AES_256_GCM_SHA384, as the specification says;
   // tls_sha256_binder binds it with SHA-256 (a SHA-256 suite then), as tlshd 1.0 (ktls-utils,
   // the Linux target's handshake agent) binds and expects every PSK.
@@ -91,6 +94,7 @@ struct ControllerOptions {
   int tls_identity_version = 0;
   bool tls_legacy_derivation = false;
   bool tls_sha256_binder = false;
+  bool tls_rfc8446_derivation = false;
   // Once a connection's handshake is done, the kernel's kTLS seals the records it sends where the
   // kernel has the tls module (else, or with false, nvtcp's own record layer does). Received
   // records are always opened by nvtcp.

@@ -78,6 +78,7 @@ Json subsystem_json(Target& t, const Subsystem& s) {
     Json e{{"nqn", h.nqn}};
     // Whether a key is configured, never the key.
     if (h.psk) e["psk"] = "(configured)";
+    if (h.allow_plain) e["allow_plain"] = true;
     if (h.dhchap) e["dhchap_key"] = "(configured)";
     if (h.dhchap_ctrl) e["dhchap_ctrlr_key"] = "(configured)";
     hosts.push_back(std::move(e));
@@ -295,6 +296,7 @@ Json nvmf_config(Target& t) {
     for (const auto& h : s->hosts()) {
       Json p{{"nqn", s->nqn()}, {"host", h.nqn}};
       if (h.psk) p["psk"] = kKeyNotExported;
+      if (h.allow_plain) p["allow_plain"] = true;
       if (h.dhchap) p["dhchap_key"] = kKeyNotExported;
       if (h.dhchap_ctrl) p["dhchap_ctrlr_key"] = kKeyNotExported;
       out.push_back(Json{{"method", "nvmf_subsystem_add_host"}, {"params", p}});
@@ -618,6 +620,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     auto psk = p.opt_str("psk");
     auto dhchap = p.opt_str("dhchap_key");
     auto dhchap_ctrl = p.opt_str("dhchap_ctrlr_key");
+    auto allow_plain = p.opt_bool("allow_plain");  // nvtcp's: a PSK host admitted in the clear too
     p.opt_str("tgt_name");
     p.done();
     const auto held = subsystem_named(t, nqn);
@@ -626,6 +629,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     if (psk) entry["psk"] = *psk;
     if (dhchap) entry["dhchap_key"] = *dhchap;
     if (dhchap_ctrl) entry["dhchap_ctrl_key"] = *dhchap_ctrl;
+    if (allow_plain) entry["allow_plain"] = *allow_plain;
     target::SubsystemConfig parsed;
     try {
       target::read_host(parsed, entry);

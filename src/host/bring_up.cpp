@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bringing a controller up on a new admin queue, in the order the specification gives: CAP, VS,
 // CC.EN, CSTS.RDY, Identify, Number of Queues.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
-
-#include <fmt/format.h>
+#include <utility>
 
 #include "host/controller_state.hpp"
 #include "host/namespace_scan.hpp"
@@ -42,7 +43,21 @@ bool Controller::State::associate(bool first, HostError& err) {
   p.io_timeout_ms = opts.admin_timeout_ms;
   p.clock = clock;
   admin = std::make_unique<QueuePairImpl>(*reactor, p);
-  if (!admin->connect(err)) return false;
+  if (!admin->connect(err)) {
+    if (!tls_psk_fallback || !admin->tls_handshake_refused()) return false;
+    // A Linux target whose keyring nvme-cli up to 2.14 filled holds the key derived with
+    // libnvme's own labels: the same configured key, the other derivation, once.
+    log::info(
+        "{}:{}: the target refused the TLS PSK derived with {}; trying {} (as nvme-cli up to 2.14 derives "
+        "it)",
+        trid.traddr, trid.trsvcid, tls_psk->derivation, tls_psk_fallback->derivation);
+    tls_psk = std::exchange(tls_psk_fallback, nullptr);
+    p.tls_psk = tls_psk;
+    admin = std::make_unique<QueuePairImpl>(*reactor, p);
+    if (!admin->connect(err)) return false;
+    log::info("{}:{}: TLS with the PSK derived with {}", trid.traddr, trid.trsvcid, tls_psk->derivation);
+  }
+  tls_psk_fallback.reset();  // the derivation that worked is the one every queue uses
 
   auto failed = [&](const std::string& what, const Completion& cpl) {
     // A lost admin queue ends its commands with a path error: the connection is what failed.

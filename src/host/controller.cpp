@@ -130,18 +130,31 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
       err = fmt::format("TLS PSK: {}", e);
       return nullptr;
     }
-    auth::OfferedPsk offered;
-    const auto enc = opts.tls_legacy_derivation ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446;
-    if (!auth::host_tls_psk(configured, st.hostnqn, st.trid.subnqn, opts.tls_identity_version, enc, offered)) {
+    if (opts.tls_legacy_derivation && opts.tls_rfc8446_derivation) {
+      err = "TLS PSK: the legacy derivation or RFC 8446's, not both";
+      return nullptr;
+    }
+    auto derive = [&](auth::LabelEncoding enc) -> std::shared_ptr<tls::Psk> {
+      auth::OfferedPsk offered;
+      if (!auth::host_tls_psk(configured, st.hostnqn, st.trid.subnqn, opts.tls_identity_version, enc, offered))
+        return nullptr;
+      auto psk = std::make_shared<tls::Psk>();
+      psk->identity = std::move(offered.identity);
+      // tlshd 1.0 binds every PSK with SHA-256 and a Linux target's refuses any other binder.
+      psk->hash = opts.tls_sha256_binder ? 1 : offered.hash;
+      psk->key = std::move(offered.key);
+      psk->derivation = enc == auth::LabelEncoding::Libnvme ? "libnvme's legacy labels" : "RFC 8446 labels";
+      return psk;
+    };
+    // The specification's derivation first; unless one is forced, the legacy one waits for a
+    // target that refuses the first (associate()).
+    st.tls_psk = derive(opts.tls_legacy_derivation ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446);
+    if (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation)
+      st.tls_psk_fallback = derive(auth::LabelEncoding::Libnvme);
+    if (!st.tls_psk || (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation && !st.tls_psk_fallback)) {
       err = "TLS PSK: deriving the TLS PSK failed";
       return nullptr;
     }
-    auto psk = std::make_shared<tls::Psk>();
-    psk->identity = std::move(offered.identity);
-    // tlshd 1.0 binds every PSK with SHA-256 and a Linux target's refuses any other binder.
-    psk->hash = opts.tls_sha256_binder ? 1 : offered.hash;
-    psk->key = std::move(offered.key);
-    st.tls_psk = std::move(psk);
   }
   st.opts.tls_key.clear();
   st.opts.dhchap_secret.clear();  // the parsed keys are what stays

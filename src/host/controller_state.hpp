@@ -62,6 +62,9 @@ struct Controller::State : detail::ControllerLink {
   std::atomic<uint16_t> auth_transactions{0x8000};
   uint16_t next_auth_transaction() { return auth_transactions.fetch_add(1, std::memory_order_relaxed); }
   std::shared_ptr<const tls::Psk> tls_psk;  // set: every queue starts with a TLS handshake
+  // The same key derived the legacy way, tried once if the target refuses tls_psk's first
+  // handshake (neither derivation forced); cleared once a handshake has shown which one works.
+  std::shared_ptr<const tls::Psk> tls_psk_fallback;
   uint8_t hostid[16] = {};
   bool discovery = false;
   // What every timing decision of the controller and its queues reads. The real clock unless a

@@ -784,6 +784,7 @@ void QueuePairImpl::on_closed(int err) {
   if (tls_ && !tls_->established()) {
     // A handshake that did not finish: the key (ours, or the target's for us) is wrong or
     // missing, or the listener does not speak TLS. Retrying with the same key cannot help.
+    tls_refused_ = true;
     const char* hint = p_.tls_psk->hash == 2
                            ? "; a Linux target (tlshd 1.0) takes a SHA-384 PSK only bound with SHA-256: see "
                              "--tls-sha256-binder"

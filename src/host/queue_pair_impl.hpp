@@ -191,6 +191,9 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   QueueState state() const { return state_; }
   SocketState socket_state() const { return socket_; }
   uint32_t reconnects() const override { return reconnects_; }
+  // The connection closed before its TLS handshake was done: the target refused our key or
+  // identity (or speaks no TLS there).
+  bool tls_handshake_refused() const { return tls_refused_; }
   // A new DH-HMAC-CHAP transaction on the Connect slot, waited for in poll() (IoQueue).
   int reauthenticate(std::string& err) override;
   const std::string& error() const { return error_.message; }
@@ -285,6 +288,7 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   // - unwaited_connect_: the first connect was start()ed, so no run_until() bounds it: the tick
   //   does, until the queue is first associated.
   bool unwaited_connect_ = false;
+  bool tls_refused_ = false;
   HostError error_;  // the first failure of the queue
 
   uint8_t cpda_ = 0;

@@ -110,16 +110,17 @@ void CommandQueue::finish_auth(Request& r) {
   const std::string& hostnqn = ctrl_->hostnqn();
   const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
-    log::event(log::Level::Warn, "auth",
-               {{"host_nqn", hostnqn},
-                {"address", transport_.peer()},
-                {"subsystem", ctrl_->subsystem().nqn()},
-                {"qid", std::to_string(qid_)},
-                {"result", "failure"},
-                {"reason", auth_failure_name(auth_->failure_reason())}},
-               "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(), hostnqn, qid_,
-               auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
-               auth_required_ ? "; the queue closes" : "");
+    static log::Limiter failures(20);  // a stranger claiming a keyed host's NQN fails at will
+    log::event_limited(failures, log::Level::Warn, "auth",
+                       {{"host_nqn", hostnqn},
+                        {"address", transport_.peer()},
+                        {"subsystem", ctrl_->subsystem().nqn()},
+                        {"qid", std::to_string(qid_)},
+                        {"result", "failure"},
+                        {"reason", auth_failure_name(auth_->failure_reason())}},
+                       "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(),
+                       hostnqn, qid_, auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
+                       auth_required_ ? "; the queue closes" : "");
     // A host that had to authenticate and did not goes; one that needed not keeps its queue.
     if (auth_required_) transport_.close_after_response();
     auth_.reset();
@@ -137,10 +138,21 @@ void CommandQueue::finish_auth(Request& r) {
                authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
                dh_group_name(auth_->dh_group()),
                auth_->bidirectional() ? ", controller authenticated to the host too" : "");
-    if (budget_after_auth_ && !move_to_host_budget()) transport_.close_after_response();
+    bool keep = !budget_after_auth_ || move_to_host_budget();
+    if (keep && qid_claim_after_auth_) {
+      if (ctrl_->claim_queue(qid_)) {
+        qid_claim_after_auth_ = false;
+        ctrl_->register_io_queue(qid_, &transport_.reactor(), this);
+      } else {
+        log::warn("{}: host {} authenticated on qid {}, which another queue of its controller has: the queue closes",
+                  transport_.peer(), ctrl_->hostnqn(), qid_);
+        keep = false;
+      }
+    }
+    if (!keep) transport_.close_after_response();
     // A queue stays authenticated while its host re-authenticates, as nvmet's does: its commands
-    // go on, and only a failed transaction ends it.
-    authenticated_ = true;
+    // go on, and only a failed transaction ends it. One that closes runs nothing more.
+    authenticated_ = keep;
   }
   done(r, sc::Success);
 }

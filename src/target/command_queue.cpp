@@ -118,11 +118,23 @@ void CommandQueue::parse(Request& r) {
     r.status = sc::InvalidField;
     return;
   }
+  const bool fuse_bits = r.sqe.flags & kSqeFlagsFuseMask;
+  // The gate comes before anything else a command may be: only a plain Fabrics command
+  // (Connect, Authentication) runs on a queue that has not proven what its configuration asks
+  // of it. A fused half is no exception: a Compare is an oracle on the blocks and its Write
+  // writes them.
+  if (r.sqe.opc != uint8_t(AdminOpcode::Fabrics) || fuse_bits) {
+    Status gate = !connected() ? sc::CommandSequenceError : !authenticated() ? sc::AuthenticationRequired : sc::Success;
+    if (!gate.ok()) {
+      if (fused_first_) refuse_fused_first(sc::MissingFusedCommand);
+      r.status = gate;
+      return;
+    }
+  }
   // The command after a fused first half decides its fate, whatever it is.
-  if ((fused_first_ || (r.sqe.flags & kSqeFlagsFuseMask)) && fused_halves(r)) return;
-  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) parse_fabrics(r);
-  else if (!connected()) r.status = sc::CommandSequenceError;
-  else if (!authenticated()) r.status = sc::AuthenticationRequired;
+  if ((fused_first_ || fuse_bits) && fused_halves(r)) return;
+  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics))
+    parse_fabrics(r);
   else if (qid_ == 0) parse_admin(r);
   else parse_io(r);
 }
@@ -173,7 +185,7 @@ void CommandQueue::end_controller(const char* why) {
                  "{}: controller {} of {} torn down: {}", transport_.peer(), ctrl_->cntlid(), ctrl_->subsystem().nqn(),
                  why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
-  } else {
+  } else if (!qid_claim_after_auth_) {  // a queue that never proved its key never had its qid
     ctrl_->unregister_io_queue(qid_, this);
     ctrl_->release_queue(qid_);
   }

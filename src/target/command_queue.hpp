@@ -168,6 +168,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   void flush_step(Request& r);
   // Fused Compare and Write: the first half is held until the next command arrives.
   bool fused_halves(Request& r);
+  // The held first half (fused_first_) ends with st, unpaired.
+  void refuse_fused_first(wire::Status st);
   void start_fused(Request& cmp, Request& wr);
   void run_fused(Request& cmp);
   void fused_done(Request& r);
@@ -200,6 +202,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // sender claiming its NQN could otherwise take its connection slots. Set at Connect; the move
   // to the NQN's budget happens when the queue authenticates.
   bool budget_after_auth_ = false;
+  // An I/O queue that must authenticate claims its qid only once it has (fabrics_commands.cpp).
+  bool qid_claim_after_auth_ = false;
   bool move_to_host_budget();
   // Authentication: required when the host has a DH-HMAC-CHAP key (Connect answered with ATR);
   // until the transaction succeeds, every other command but Disconnect is refused. The keys are

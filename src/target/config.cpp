@@ -119,7 +119,7 @@ std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, 
 }  // namespace
 
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
-// "psk": ...}.
+// "psk": ..., "allow_plain": ...}.
 void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
   if (h.is_string()) {
     sc.hosts.push_back(h.get<std::string>());
@@ -130,9 +130,11 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
   const std::string nqn = h["nqn"].get<std::string>();
   for (const auto& [k, v] : h.items())
     if (k != "nqn" && k != "dhchap_key" && k != "dhchap_ctrl_key" && k != "psk" && k != "dhchap_hash" &&
-        k != "dhchap_dhgroup")
-      throw std::runtime_error(fmt::format(
-          "host {}: unknown key \"{}\" (nqn, dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup, psk)", nqn, k));
+        k != "dhchap_dhgroup" && k != "allow_plain")
+      throw std::runtime_error(
+          fmt::format("host {}: unknown key \"{}\" (nqn, dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup, "
+                      "psk, allow_plain)",
+                      nqn, k));
   HostKeys keys;
   keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret);
   keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret);
@@ -155,6 +157,16 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
       throw std::runtime_error(
           fmt::format("host {}: dhchap_dhgroup \"{}\" is not null or ffdhe2048/3072/4096/6144/8192", nqn, v));
     keys.dhchap_groups = {uint8_t(id)};
+  }
+  if (h.contains("allow_plain")) {
+    if (!h["allow_plain"].is_boolean())
+      throw std::runtime_error(fmt::format("host {}: allow_plain is true or false", nqn));
+    keys.allow_plain = h["allow_plain"].get<bool>();
+    if (keys.allow_plain && !keys.psk)
+      throw std::runtime_error(
+          fmt::format("host {}: allow_plain is for a host with a psk (one without is admitted "
+                      "on plain listeners anyway)",
+                      nqn));
   }
   if (keys.dhchap_ctrl && !keys.dhchap)
     throw std::runtime_error(fmt::format("host {}: dhchap_ctrl_key needs dhchap_key (the host authenticates first)", nqn));
@@ -184,6 +196,17 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         lc.ktls = l.value("ktls", lc.ktls);
         cfg.listeners.push_back(lc);
       }
+    }
+    if (j.contains("tls_psk_derivation")) {
+      const std::string d = j.at("tls_psk_derivation").is_string() ? j.at("tls_psk_derivation").get<std::string>() : "";
+      if (d == "both")
+        cfg.tls_psk_derivations = PskDerivations::Both;
+      else if (d == "rfc8446")
+        cfg.tls_psk_derivations = PskDerivations::Rfc8446;
+      else if (d == "libnvme")
+        cfg.tls_psk_derivations = PskDerivations::Libnvme;
+      else
+        return fmt::format("config '{}': \"tls_psk_derivation\" is \"both\", \"rfc8446\" or \"libnvme\"", path);
     }
     cfg.discovery_port = int_field(j, "discovery_port", cfg.discovery_port);
     cfg.cores = int_field(j, "cores", cfg.cores);

@@ -37,6 +37,11 @@ struct HostKeys {
   std::shared_ptr<const auth::DhchapSecret> dhchap;       // set: the host must authenticate
   std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
   std::shared_ptr<const auth::ConfiguredPsk> psk;         // its TLS PSK
+  // A host with a PSK is admitted only over TLS: a Connect in the clear under its NQN is refused
+  // (the NQN is no secret: every ClientHello carries it in the PSK identity) and its discovery
+  // log lists TLS ports only. "allow_plain": true admits it on plain listeners as well, as a
+  // deliberate choice the target logs at start.
+  bool allow_plain = false;
   // What the target accepts from this host, as nvmet's per-host dhchap_hash and dhchap_dhgroup
   // ("dhchap_hash": "sha384", "dhchap_dhgroup": "ffdhe8192"); empty: every hash (SHA-256 first)
   // and the groups up to ffdhe4096 (ffdhe2048 first, NULL last; DhchapPolicy::controller_default).
@@ -101,8 +106,15 @@ inline constexpr uint32_t kMaxNamespacesLimit = 1024;
 // The largest MDTS a target may be configured with.
 inline constexpr uint32_t kMaxMdtsBytes = 8u << 20;
 
+// Which derivations of a host's TLS PSK from its configured key the target accepts: both (the
+// specification's labels, and libnvme's own up to 1.14, which nvme-cli up to 2.14 used), or one.
+enum class PskDerivations : uint8_t { Both, Rfc8446, Libnvme };
+
 struct TargetConfig {
   std::vector<ListenerConfig> listeners;
+  // "tls_psk_derivation": "both" (default), "rfc8446" or "libnvme" (as a Linux target whose
+  // keyring holds the key one way only).
+  PskDerivations tls_psk_derivations = PskDerivations::Both;
   // Devices by name that no namespace has yet (RPC's bdevs, as save_config writes them).
   std::vector<NamespaceConfig> bdevs;
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener

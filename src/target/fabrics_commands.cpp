@@ -15,6 +15,11 @@
 
 namespace nvtcp::target {
 
+namespace {
+// A refused Connect is a line any stranger can cause, once per connection it opens.
+log::Limiter connect_refusals(20);
+}  // namespace
+
 using namespace nvtcp::wire;
 
 namespace {
@@ -28,7 +33,8 @@ void CommandQueue::parse_fabrics(Request& r) {
       r.status = sc::CommandSequenceError;
     } else if (r.capsule_len != kConnectDataLen) {
       // Its data comes in the capsule, as every host sends it.
-      log::warn("{}: Connect without its {}-byte data (got {})", transport_.peer(), kConnectDataLen, r.capsule_len);
+      log::warn_limited(connect_refusals, "{}: Connect without its {}-byte data (got {})", transport_.peer(),
+                        kConnectDataLen, r.capsule_len);
       r.status = sc::DataSglLengthInvalid;
     }
     return;
@@ -104,30 +110,43 @@ void CommandQueue::execute_connect(Request& r) {
   std::string hostnqn(data.hostnqn, strnlen(data.hostnqn, sizeof(data.hostnqn)));
   const std::shared_ptr<Subsystem> sub = target_.find_subsystem(subnqn);
   if (!sub) {
-    log::warn("{}: Connect to unknown subsystem '{}'", peer, subnqn);
+    log::warn_limited(connect_refusals, "{}: Connect to unknown subsystem '{}'", peer, subnqn);
     invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
     return;
   }
   // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
   if (!sub->reachable_through(arrival_.portid)) {
-    log::warn("{}: Connect to subsystem '{}', which is not on the listener this host came through", peer, subnqn);
+    log::warn_limited(connect_refusals,
+                      "{}: Connect to subsystem '{}', which is not on the listener this host came through", peer,
+                      subnqn);
     invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
     return;
   }
   if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
-    log::warn("{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
+    log::warn_limited(connect_refusals, "{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
     done(r, sc::ConnectInvalidHost);
     return;
   }
   // In TLS, the PSK chose the host and the subsystem: the Connect must name the same two, or a
   // host holding one key could act as any other.
   const std::string_view tls = transport_.tls_identity();
+  // A host with a PSK comes in over TLS: in the clear, its NQN (which every ClientHello of it
+  // shows) proves nothing.
+  if (!sub->is_discovery() && tls.empty() && !sub->channel_allowed(hostnqn, false)) {
+    log::warn_limited(connect_refusals,
+                      "{}: host '{}' has a TLS PSK on {} and came in the clear: refused (admitted over TLS only unless "
+                      "its allow_plain is set)",
+                      peer, hostnqn, subnqn);
+    done(r, sc::ConnectInvalidHost);
+    return;
+  }
   if (!tls.empty()) {
     auth::PskIdentity id;
     std::string why;
     if (!auth::parse_psk_identity(tls, id, why) || id.hostnqn != hostnqn || id.subnqn != subnqn) {
-      log::warn("{}: Connect as host '{}' to '{}' in a TLS session whose PSK is for host '{}' on '{}': refused", peer,
-                hostnqn, subnqn, id.hostnqn, id.subnqn);
+      log::warn_limited(connect_refusals,
+                        "{}: Connect as host '{}' to '{}' in a TLS session whose PSK is for host '{}' on '{}': refused",
+                        peer, hostnqn, subnqn, id.hostnqn, id.subnqn);
       done(r, sc::ConnectInvalidHost);
       return;
     }
@@ -140,7 +159,7 @@ void CommandQueue::execute_connect(Request& r) {
   const uint32_t max_depth = cmd.qid == 0 ? std::min(kMaxAdminQueueDepth, target_.config.max_queue_depth)
                                           : target_.config.max_queue_depth;
   if (cmd.sqsize == 0 || uint32_t(cmd.sqsize) + 1 > max_depth) {
-    log::warn("{}: Connect SQSIZE {} out of range", peer, cmd.sqsize);
+    log::warn_limited(connect_refusals, "{}: Connect SQSIZE {} out of range", peer, cmd.sqsize);
     invalid_connect_param(r, false, offsetof(ConnectCmd, sqsize));
     return;
   }
@@ -161,17 +180,19 @@ void CommandQueue::execute_connect(Request& r) {
   if (host->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
       cfg.max_connections_per_host) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: host '{}': {} already {} {} queues (max_connections_per_host)", peer, hostnqn,
-              vouched ? "it" : principal, vouched ? "has" : "have", cfg.max_connections_per_host);
+    log::warn_limited(connect_refusals, "{}: host '{}': {} already {} {} queues (max_connections_per_host)", peer,
+                      hostnqn, vouched ? "it" : principal, vouched ? "has" : "have", cfg.max_connections_per_host);
     done(r, sc::ConnectControllerBusy);
     return;
   }
   const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
   if (!pool_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
-    log::warn("{}: no buffer memory for a queue of {} entries of host '{}' (budget of {}; max_buffer_memory {}, "
-              "max_host_buffer_memory {})",
-              peer, cmd.sqsize + 1, hostnqn, principal, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
+    log::warn_limited(
+        connect_refusals,
+        "{}: no buffer memory for a queue of {} entries of host '{}' (budget of {}; max_buffer_memory {}, "
+        "max_host_buffer_memory {})",
+        peer, cmd.sqsize + 1, hostnqn, principal, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
     done(r, kCommandInterrupted);
     return;
   }
@@ -206,7 +227,8 @@ void CommandQueue::execute_connect(Request& r) {
   } else {
     ctrl = sub->find_controller(data.cntlid);
     if (!ctrl || ctrl->hostnqn() != hostnqn || std::memcmp(ctrl->hostid(), data.hostid, 16) != 0) {
-      log::warn("{}: I/O Connect names controller {} that this host does not own", peer, data.cntlid);
+      log::warn_limited(connect_refusals, "{}: I/O Connect names controller {} that this host does not own", peer,
+                        data.cntlid);
       undo();
       invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
       return;
@@ -214,8 +236,9 @@ void CommandQueue::execute_connect(Request& r) {
     // A controller lives on one port: its I/O queues come in where its admin queue did, or
     // their ANA states and counters would be another path's.
     if (ctrl->portid() != arrival_.portid) {
-      log::warn("{}: I/O Connect for controller {} came in through another listener than its admin queue", peer,
-                data.cntlid);
+      log::warn_limited(connect_refusals,
+                        "{}: I/O Connect for controller {} came in through another listener than its admin queue", peer,
+                        data.cntlid);
       undo();
       invalid_connect_param(r, true, offsetof(ConnectData, cntlid));
       return;
@@ -225,9 +248,13 @@ void CommandQueue::execute_connect(Request& r) {
       done(r, sc::CommandSequenceError);
       return;
     }
-    if (!ctrl->claim_queue(cmd.qid)) {
-      log::warn("{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer, cmd.qid,
-                ctrl->num_io_queues());
+    // A queue that must still prove its key claims its qid once it has: else anyone who names
+    // the controller (its host NQN, host ID and CNTLID travel in the clear) could hold the host's
+    // qids until the authentication timeout closes them, over and over.
+    const bool claim_now = !must_prove;
+    if (cmd.qid == 0 || cmd.qid > ctrl->num_io_queues() || (claim_now && !ctrl->claim_queue(cmd.qid))) {
+      log::warn_limited(connect_refusals, "{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer,
+                        cmd.qid, ctrl->num_io_queues());
       undo();
       invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
       return;
@@ -237,7 +264,10 @@ void CommandQueue::execute_connect(Request& r) {
   }
   ctrl_ = ctrl;
   if (cmd.qid == 0) ctrl_->attach_admin_queue(&transport_.reactor(), this);
-  else ctrl_->register_io_queue(cmd.qid, &transport_.reactor(), this);
+  else if (!must_prove)
+    ctrl_->register_io_queue(cmd.qid, &transport_.reactor(), this);
+  else
+    qid_claim_after_auth_ = true;
   host_ = std::move(host);
   pool_.attach_host(host_.get(), pool);
   qid_ = cmd.qid;

@@ -524,9 +524,8 @@ bool CommandQueue::fused_halves(Request& r) {
     }
     log::warn("{}: fused Compare cid {} not followed by its Write (next: cid {} opcode 0x{:02x} fuse {})",
               transport_.peer(), c.cid, w.cid, w.opc, fuse);
-    first->steps = std::monostate{};
-    set_state(*first, State::Executing);
-    done(*first, fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
+    fused_first_ = first;
+    refuse_fused_first(fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
     if (fuse == kSqeFlagsFuseSecond) {
       r.status = sc::FailedFusedCommand;
       return true;
@@ -547,6 +546,13 @@ bool CommandQueue::fused_halves(Request& r) {
   return true;
 }
 
+void CommandQueue::refuse_fused_first(Status st) {
+  Request* first = std::exchange(fused_first_, nullptr);
+  first->steps = std::monostate{};
+  set_state(*first, State::Executing);
+  done(*first, st);
+}
+
 void CommandQueue::start_fused(Request& cmp, Request& wr) {
   if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
     end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
@@ -555,6 +561,14 @@ void CommandQueue::start_fused(Request& cmp, Request& wr) {
   Namespace* ns = ctrl_->subsystem().find_namespace(cmp.sqe.nsid);
   if (!ns) {
     end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
+    return;
+  }
+  // Both halves hold the namespace as any I/O does: removed live, it outlives their device I/O.
+  hold_namespace(cmp, ns);
+  hold_namespace(wr, ns);
+  // Its ANA group not reachable through this port: as for a plain Write, a path status.
+  if (Status st = ctrl_->ana_status(*ns); !st.ok()) {
+    end_fused(cmp, st, sc::FailedFusedCommand);
     return;
   }
   uint64_t len = 0;

@@ -120,6 +120,7 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           if (p.contains("psk")) host["psk"] = p["psk"];
           if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
           if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
+          if (p.contains("allow_plain")) host["allow_plain"] = p["allow_plain"];
           read_host(sc, host);
         } else if (method == "nvmf_subsystem_add_ns") {
           SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);

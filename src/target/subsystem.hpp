@@ -187,6 +187,9 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // The keys configured for a host (nullopt: none; it connects without authenticating). A
   // copy: the host may be removed (RPC) while its connection uses them.
   std::optional<HostKeys> host_keys(const std::string& hostnqn) const;
+  // Whether the host may come in through a listener with TLS (over_tls) or without: over TLS
+  // only with a PSK of its own; in the clear unless it has a PSK (and no allow_plain).
+  bool channel_allowed(const std::string& hostnqn, bool over_tls) const;
   // Live changes (RPC). A removed host is refused at its next Connect, and (unless any host is
   // allowed) its controllers are torn down: their connections close within a controller poll.
   void set_allow_any_host(bool any) { allow_any_.store(any, std::memory_order_relaxed); }
@@ -196,7 +199,7 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // The allowed hosts, each with whether it has keys (which never leave the target).
   struct HostEntry {
     std::string nqn;
-    bool dhchap = false, dhchap_ctrl = false, psk = false;
+    bool dhchap = false, dhchap_ctrl = false, psk = false, allow_plain = false;
   };
   std::vector<HostEntry> hosts() const;
   // The controllers now (for listing).

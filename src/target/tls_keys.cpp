@@ -38,7 +38,11 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
     why = fmt::format("no PSK is configured for host {} on {}", id.hostnqn, id.subnqn);
     return false;
   }
+  const PskDerivations accepted = state_.config.tls_psk_derivations;
   for (auto enc : {auth::LabelEncoding::Rfc8446, auth::LabelEncoding::Libnvme}) {
+    if ((enc == auth::LabelEncoding::Rfc8446 && accepted == PskDerivations::Libnvme) ||
+        (enc == auth::LabelEncoding::Libnvme && accepted == PskDerivations::Rfc8446))
+      continue;
     tls::Psk c;
     c.hash = id.hash;
     c.derivation = enc == auth::LabelEncoding::Rfc8446 ? "RFC 8446 labels" : "libnvme's legacy labels";

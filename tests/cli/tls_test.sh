@@ -3,9 +3,10 @@
 # TLS from the command line: a target with a TLS listener and a plain one, the host's PSK in a key
 # file (JSON "hosts" entry "psk"), and nvtcp perf, identify and discover giving theirs with
 # --tls-key (@FILE). The right key carries verified I/O over TLS (digests on top too); the
-# discovery log says which port requires TLS; a wrong key, no key on the TLS port and a key file
-# others can read are each refused with a clear message; no key appears in any log or output;
-# the target serves on.
+# discovery log says which port requires TLS and gives the PSK host only that one; a wrong key, no
+# key on the TLS port, the PSK host in the clear on the plain port and a key file others can read
+# are each refused with a clear message; a host without a PSK uses the plain port; no key appears
+# in any log or output; the target serves on.
 set -euo pipefail
 NVTCP=$1
 dir=$(mktemp -d /tmp/nvtcp-tls.XXXXXX)
@@ -19,6 +20,7 @@ fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NQN=nqn.2026-12.io.nvtcp:tls
 HOST=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
+PLAIN_HOST=nqn.2014-08.org.nvmexpress:uuid:0b1d2f5e-8d3c-4a49-9a1e-4f1f5a6b7c8d
 # The specification's example PSK (libnvme's test vector) and another one.
 PSK='NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:'
 WRONG='NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:'
@@ -31,7 +33,7 @@ cat >"$dir/target.json" <<JSON
 {"listeners": [{"address": "127.0.0.1", "port": $tls_port, "tls": "required"},
                {"address": "127.0.0.1", "port": $plain_port}], "discovery_port": 0,
  "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "16M"}],
-   "hosts": [{"nqn": "$HOST", "psk": "@$dir/host.psk"}]}]}
+   "hosts": [{"nqn": "$HOST", "psk": "@$dir/host.psk"}, "$PLAIN_HOST"]}]}
 JSON
 "$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
 target_pid=$!
@@ -53,7 +55,12 @@ grep -q '^cntlid' "$dir/identify.txt" || fail "identify printed no controller"
 "$NVTCP" discover -a 127.0.0.1 -s "$tls_port" -q "$HOST" --tls-key "@$dir/host.psk" >"$dir/discover.txt" 2>&1 \
   || fail "discover over TLS: $(tail -3 "$dir/discover.txt")"
 grep -q 'sectype: tls' "$dir/discover.txt" || fail "the discovery log does not say TLS: $(cat "$dir/discover.txt")"
-grep -q 'sectype: none' "$dir/discover.txt" || fail "the plain listener is not in the log"
+if grep -q 'sectype: none' "$dir/discover.txt"; then fail "the PSK host is offered the plain port"; fi
+grep -q 'admitted over TLS only' "$dir/target.log" || fail "the target did not say at start how the PSK host is admitted"
+"$NVTCP" discover -a 127.0.0.1 -s "$plain_port" -q "$PLAIN_HOST" >"$dir/discover-plain.txt" 2>&1 \
+  || fail "discover in the clear: $(tail -3 "$dir/discover-plain.txt")"
+grep -q 'sectype: none' "$dir/discover-plain.txt" || fail "the host without a PSK is not offered the plain port"
+if grep -q 'sectype: tls' "$dir/discover-plain.txt"; then fail "the host without a PSK is offered the TLS port"; fi
 
 if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --tls-key "@$dir/wrong.psk" >"$dir/wrong.txt" 2>&1; then
   fail "perf with a wrong key succeeded"
@@ -73,8 +80,14 @@ fi
 grep -q 'mode 0644' "$dir/mode.txt" || fail "key file mode: $(tail -2 "$dir/mode.txt")"
 chmod 600 "$dir/host.psk"
 
-# The plain listener serves the same subsystem in the clear.
-"$NVTCP" perf -r "${trid/trsvcid:$tls_port/trsvcid:$plain_port}" -q 4 -o 4K -w read -t 0.3 >"$dir/plain.txt" 2>&1 \
+# The plain listener refuses the PSK host (its NQN is no secret) and serves one without a PSK.
+plain_trid="${trid/trsvcid:$tls_port/trsvcid:$plain_port}"
+if "$NVTCP" perf -r "$plain_trid" -q 4 -o 4K -w read -t 0.3 >"$dir/psk-plain.txt" 2>&1; then
+  fail "the PSK host's NQN read the namespace in the clear"
+fi
+grep -q "has a TLS PSK on $NQN and came in the clear: refused" "$dir/target.log" \
+  || fail "the target did not say why it refused the PSK host in the clear"
+"$NVTCP" perf -r "${plain_trid/hostnqn:$HOST/hostnqn:$PLAIN_HOST}" -q 4 -o 4K -w read -t 0.3 >"$dir/plain.txt" 2>&1 \
   || fail "the plain listener: $(tail -2 "$dir/plain.txt")"
 
 for k in "$PSK" "$WRONG"; do

@@ -215,6 +215,41 @@ TEST_F(Ana, InaccessibleGroupAnswersPathStatusThroughThatListenerOnly) {
   EXPECT_EQ(l2.header.chgcnt, 1u);
 }
 
+// A fused Compare and Write on a namespace its group makes unreachable through this port gets the
+// path status a Write would, and writes nothing; through the other listener the pair runs.
+TEST_F(Ana, AFusedPairOnAnInaccessibleGroupGetsThePathStatus) {
+  start(true);
+  AdminQueue a1, a2;
+  Session io1, io2;
+  ASSERT_NO_FATAL_FAILURE(a1.open(t_->port(0), kHostNqn));
+  ASSERT_NO_FATAL_FAILURE(a1.open_io(t_->port(0), io1));
+  ASSERT_NO_FATAL_FAILURE(a2.open(t_->port(1), kHostNqn));
+  ASSERT_NO_FATAL_FAILURE(a2.open_io(t_->port(1), io2));
+  ASSERT_EQ(set(0, 1, AnaState::Inaccessible), "");
+  auto pair = [](Session& io, uint8_t fill, Cqe& cmp, Cqe& wr) {
+    Sqe c = rw_sqe(IoOpcode::Compare, io.cid(), kRamNsid, 300, 1, 512, kSglDataBlockOffset);
+    c.flags |= kSqeFlagsFuseFirst;
+    Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 300, 1, 512, kSglDataBlockOffset);
+    w.flags |= kSqeFlagsFuseSecond;
+    ASSERT_TRUE(io.send_capsule(c, Bytes(512, 0)));
+    ASSERT_TRUE(io.send_capsule(w, Bytes(512, fill)));
+    ASSERT_TRUE(io.read_response(c.cid, cmp));
+    ASSERT_TRUE(io.read_response(w.cid, wr));
+  };
+  Cqe cmp{}, wr{};
+  ASSERT_NO_FATAL_FAILURE(pair(io1, 0x77, cmp, wr));
+  EXPECT_TRUE(status_is(cmp, 3, sc::AnaInaccessible.sc())) << "the Compare: " << hex(sc_of(cmp));
+  EXPECT_FALSE(ok(wr)) << "the Write of a pair through an inaccessible path";
+  Cqe rd{};
+  Bytes data;
+  ASSERT_TRUE(io2.command(rw_sqe(IoOpcode::Read, io2.cid(), kRamNsid, 300, 1, 512), {}, rd, &data));
+  ASSERT_TRUE(ok(rd));
+  EXPECT_EQ(data, Bytes(512, 0)) << "written through the inaccessible path";
+  ASSERT_NO_FATAL_FAILURE(pair(io2, 0x55, cmp, wr));
+  EXPECT_TRUE(ok(cmp));
+  EXPECT_TRUE(ok(wr));
+}
+
 // A controller lives on the port its admin queue came in on: an I/O queue that names it through
 // another listener is refused (its ANA states would be the other path's), and one through the
 // same listener is taken.

@@ -92,9 +92,9 @@ auth::DhchapKeys host_keys(const auth::DhchapSecret* h, const auth::DhchapSecret
 }
 
 // The keyed host's admin queue, authenticated (with the controller too when cs is given), its
-// controller enabled with one I/O queue granted; cntlid names it for the I/O Connects.
+// controller enabled with io_queues I/O queues granted; cntlid names it for the I/O Connects.
 AssertionResult authenticated_controller(Session& admin, uint16_t port, const auth::DhchapSecret& hs,
-                                         const auth::DhchapSecret* cs, uint16_t& cntlid) {
+                                         const auth::DhchapSecret* cs, uint16_t& cntlid, uint16_t io_queues = 1) {
   Cqe cqe{};
   if (auto r = admin.open(port); !r) return r;
   if (auto r = admin.connect_admin(cqe, kTestNqn, kHostNqn); !r) return r;
@@ -103,7 +103,7 @@ AssertionResult authenticated_controller(Session& admin, uint16_t port, const au
   auth::DhchapHost host(host_keys(&hs, cs), {}, 1);
   if (auto r = authenticate(admin, host); !r) return r;
   for (const Sqe& sqe : {property_sqe(admin.cid(), FabricsType::PropertySet, 0x14, kCcEnable),
-                         set_features_nq_sqe(admin.cid(), 1)}) {
+                         set_features_nq_sqe(admin.cid(), io_queues)}) {
     if (auto r = admin.command(sqe, {}, cqe); !r) return r;
     if (!ok(cqe)) return AssertionFailure() << "enabling the controller: " << status_name(Status::from_cqe(cqe.status));
   }
@@ -315,6 +315,107 @@ TEST(AuthTarget, ClaimingAKeyedHostsNqnDoesNotTakeItsConnectionSlots) {
   // The host's two queues go on.
   ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), 1, 0, 1, 512), {}, cqe));
   EXPECT_TRUE(ok(cqe));
+}
+
+// A stranger names the keyed host's controller (host NQN, host ID and CNTLID all travel in the
+// clear) on an I/O queue it never authenticates: no command runs there, fused or not. A fused
+// Compare would be an oracle on any block and its Write would land in the host's namespace.
+TEST(AuthTarget, AFusedPairOnAQueueThatNeverAuthenticatedRunsNothing) {
+  RunningTarget t(auth_config(false));
+  const auth::DhchapSecret hs = secret(0x11);
+  Session admin;
+  uint16_t cntlid = 0;
+  ASSERT_TRUE(authenticated_controller(admin, t.port(), hs, nullptr, cntlid, 2));
+
+  Session stranger;
+  Cqe cqe{};
+  ASSERT_TRUE(stranger.open(t.port()));
+  ASSERT_TRUE(stranger.command(connect_sqe(stranger.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(cqe.dw0 & wire::kConnectResultAtr, wire::kConnectResultAtr);
+  constexpr uint64_t kLba = 200;
+  auto fused = [&](IoOpcode opc, uint8_t fuse) {
+    Sqe s = rw_sqe(opc, stranger.cid(), kRamNsid, kLba, 1, 512, kSglDataBlockOffset);
+    s.flags |= fuse;
+    return s;
+  };
+  const Sqe c = fused(IoOpcode::Compare, kSqeFlagsFuseFirst), w = fused(IoOpcode::Write, kSqeFlagsFuseSecond);
+  ASSERT_TRUE(stranger.send_capsule(c, Bytes(512, 0)));
+  ASSERT_TRUE(stranger.send_capsule(w, Bytes(512, 0xA5)));
+  Cqe cmp{}, wr{};
+  ASSERT_TRUE(stranger.read_response(c.cid, cmp));
+  ASSERT_TRUE(stranger.read_response(w.cid, wr));
+  EXPECT_TRUE(status_is(cmp, 1, 0x91)) << "the Compare: Authentication Required";
+  EXPECT_TRUE(status_is(wr, 1, 0x91)) << "the Write: Authentication Required";
+  // A Compare alone (a first half whose Write never comes) answers nothing about the blocks.
+  ASSERT_TRUE(stranger.command(fused(IoOpcode::Compare, kSqeFlagsFuseFirst), Bytes(512, 0), cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91));
+  ASSERT_TRUE(stranger.command(fused(IoOpcode::Write, kSqeFlagsFuseSecond), Bytes(512, 0xA5), cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91));
+
+  // The host's own authenticated queue reads the block as it was: nothing was written.
+  Session io;
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 2), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  auth::DhchapHost io_host(host_keys(&hs, nullptr), {}, 2);
+  ASSERT_TRUE(authenticate(io, io_host));
+  Bytes data;
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, kLba, 1, 512), {}, cqe, &data));
+  ASSERT_TRUE(ok(cqe));
+  EXPECT_EQ(data, Bytes(512, 0)) << "the stranger's bytes reached the namespace";
+  // And its own fused pair runs.
+  const Sqe c2 = rw_sqe(IoOpcode::Compare, io.cid(), kRamNsid, kLba, 1, 512, kSglDataBlockOffset);
+  Sqe c2f = c2;
+  c2f.flags |= kSqeFlagsFuseFirst;
+  Sqe w2 = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, kLba, 1, 512, kSglDataBlockOffset);
+  w2.flags |= kSqeFlagsFuseSecond;
+  ASSERT_TRUE(io.send_capsule(c2f, Bytes(512, 0)));
+  ASSERT_TRUE(io.send_capsule(w2, Bytes(512, 0x5A)));
+  ASSERT_TRUE(io.read_response(c2f.cid, cmp));
+  ASSERT_TRUE(io.read_response(w2.cid, wr));
+  EXPECT_TRUE(ok(cmp));
+  EXPECT_TRUE(ok(wr));
+}
+
+// An I/O Connect that names the keyed host's controller and never authenticates holds none of its
+// qids: the host's own queue takes the same qid meanwhile. Two queues that both prove the key
+// for one qid: the second closes.
+TEST(AuthTarget, AnIoConnectThatNeverAuthenticatesHoldsNoQid) {
+  RunningTarget t(auth_config(false));
+  const auth::DhchapSecret hs = secret(0x11);
+  Session admin;
+  uint16_t cntlid = 0;
+  ASSERT_TRUE(authenticated_controller(admin, t.port(), hs, nullptr, cntlid));
+  Cqe cqe{};
+  Session squatter;
+  ASSERT_TRUE(squatter.open(t.port()));
+  ASSERT_TRUE(squatter.command(connect_sqe(squatter.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+
+  Session io;
+  ASSERT_TRUE(io.open(t.port()));
+  ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe)) << "the squatter holds qid 1 without having proven anything";
+  auth::DhchapHost io_host(host_keys(&hs, nullptr), {}, 1);
+  ASSERT_TRUE(authenticate(io, io_host));
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+
+  // A second queue proving the key for the qid the first holds: it closes, the first goes on.
+  Session second;
+  ASSERT_TRUE(second.open(t.port()));
+  ASSERT_TRUE(second.command(connect_sqe(second.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
+  ASSERT_TRUE(ok(cqe));
+  auth::DhchapHost second_host(host_keys(&hs, nullptr), {}, 1);
+  (void)authenticate(second, second_host);  // its last answer may race the close
+  const bool answered = second.command(rw_sqe(IoOpcode::Read, second.cid(), kRamNsid, 0, 1, 512), {}, cqe);
+  EXPECT_FALSE(answered && ok(cqe)) << "two authenticated queues on one qid";
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Read, io.cid(), kRamNsid, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(ok(cqe));
+  // The squatter still runs nothing.
+  ASSERT_TRUE(squatter.command(rw_sqe(IoOpcode::Read, squatter.cid(), kRamNsid, 0, 1, 512), {}, cqe));
+  EXPECT_TRUE(status_is(cqe, 1, 0x91));
 }
 
 // A host may authenticate an authenticated queue again (a new Negotiate): the queue's commands go

@@ -3,7 +3,9 @@
 // with its PSK. Writes read back over TLS (with digests on top too); both PSK identity versions
 // and both derivations in the field are accepted; a wrong or unknown key, a host in the clear on
 // the TLS listener and a TLS host on the plain one are refused with a clear reason, and the
-// target goes on serving; the discovery log says which listener requires TLS.
+// target goes on serving; a host with a PSK is refused in the clear unless its allow_plain says
+// otherwise; the discovery log says which listener requires TLS and offers each host only the
+// ports it may use.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -123,6 +125,27 @@ TEST(Tls, Sha384KeyAndBothIdentityVersionsAndDerivations) {
     }
 }
 
+// A target that holds the key derived one way only (a Linux target whose keyring nvme-cli up to
+// 2.14 filled holds libnvme's): the host with just its key finds the derivation by itself, the
+// second handshake after the first is refused, and keeps it for every queue; a derivation forced
+// to the other one fails.
+TEST(Tls, TheHostFindsTheDerivationATargetHolds) {
+  for (auto held : {target::PskDerivations::Libnvme, target::PskDerivations::Rfc8446}) {
+    SCOPED_TRACE(held == target::PskDerivations::Libnvme ? "libnvme's" : "RFC 8446's");
+    target::TargetConfig cfg = tls_config();
+    cfg.tls_psk_derivations = held;
+    RunningTarget t(cfg);
+    std::string err;
+    auto ctrl = host::Controller::connect(trid_on(t, 0), options(psk_text(0x30)), err);
+    ASSERT_NE(ctrl, nullptr) << err;
+    write_and_read_back(*ctrl);  // an I/O queue: the derivation found is every queue's
+    auto forced = options(psk_text(0x30));
+    (held == target::PskDerivations::Libnvme ? forced.tls_rfc8446_derivation : forced.tls_legacy_derivation) = true;
+    EXPECT_EQ(host::Controller::connect(trid_on(t, 0), forced, err), nullptr) << "the other derivation, forced";
+    EXPECT_NE(err.find("TLS handshake"), std::string::npos) << err;
+  }
+}
+
 // As tlshd 1.0 binds it: a SHA-384 PSK with a SHA-256 binder, the session on a SHA-256 suite.
 TEST(Tls, Sha384KeyBoundWithSha256) {
   RunningTarget t(tls_config(2));
@@ -188,31 +211,76 @@ TEST(Tls, ATlsHostOnAPlainListenerFails) {
   EXPECT_NE(err.find("TLS handshake"), std::string::npos) << err;
 }
 
-TEST(Tls, TheDiscoveryLogSaysWhichListenerRequiresTls) {
-  RunningTarget t(tls_config());
+// The NQN of a host with a PSK travels in the clear in every ClientHello: on a plain listener it
+// proves nothing, so that host is refused there unless the configuration says so.
+TEST(Tls, AHostWithAPskIsRefusedInTheClearUnlessAllowed) {
+  {
+    RunningTarget t(tls_config());
+    std::string err;
+    EXPECT_EQ(host::Controller::connect(trid_on(t, 1), options("", kTlsHost), err), nullptr)
+        << "anyone sending the PSK host's NQN reached its namespace in the clear";
+    EXPECT_FALSE(err.empty());
+    expect_plain_host_served(t);
+    auto ctrl = host::Controller::connect(trid_on(t, 0), options(psk_text(0x30)), err);
+    ASSERT_NE(ctrl, nullptr) << err;
+    write_and_read_back(*ctrl);
+  }
+  target::TargetConfig cfg = tls_config();
+  cfg.subsystems.at(0).host_keys[kTlsHost].allow_plain = true;
+  RunningTarget t(cfg);
   std::string err;
-  auto disc = host::Controller::connect(trid_on(t, 0, nvme::kDiscoveryNqn), options(psk_text(0x30)), err);
-  ASSERT_NE(disc, nullptr) << err;
-  std::vector<uint8_t> log;
-  ASSERT_TRUE(disc->discovery_log(log, err)) << err;
-  const auto* h = reinterpret_cast<const nvme::DiscoveryLogHeader*>(log.data());
-  ASSERT_GE(h->numrec, 2u);
+  auto ctrl = host::Controller::connect(trid_on(t, 1), options("", kTlsHost), err);
+  ASSERT_NE(ctrl, nullptr) << "allow_plain admits it in the clear: " << err;
+  write_and_read_back(*ctrl);
+}
+
+struct EntryCounts {
   int secure = 0, plain = 0;
+};
+
+// The NVMe subsystem's entries in the discovery log the host gets through listener `via`.
+EntryCounts discovery_entries(RunningTarget& t, size_t via, const host::ControllerOptions& o) {
+  EntryCounts n;
+  std::string err;
+  auto disc = host::Controller::connect(trid_on(t, via, nvme::kDiscoveryNqn), o, err);
+  EXPECT_NE(disc, nullptr) << err;
+  if (!disc) return n;
+  std::vector<uint8_t> log;
+  EXPECT_TRUE(disc->discovery_log(log, err)) << err;
+  const auto* h = reinterpret_cast<const nvme::DiscoveryLogHeader*>(log.data());
   for (uint64_t i = 0; i < h->numrec; ++i) {
     const auto* e = reinterpret_cast<const nvme::DiscoveryLogEntry*>(log.data() + sizeof(nvme::DiscoveryLogHeader)) + i;
+    if (e->subtype != nvme::kSubtypeNvme) continue;
     const uint16_t port = uint16_t(std::atoi(std::string(e->trsvcid, sizeof(e->trsvcid)).c_str()));
     if (port == t.port(0)) {
       EXPECT_EQ(e->treq & nvme::kTreqSecureChannelMask, nvme::kTreqRequired);
       EXPECT_EQ(e->tsas[0], nvme::kTcpSectypeTls13);
-      ++secure;
+      ++n.secure;
     } else {
       EXPECT_EQ(e->treq & nvme::kTreqSecureChannelMask, 0);
       EXPECT_EQ(e->tsas[0], nvme::kTcpSectypeNone);
-      ++plain;
+      ++n.plain;
     }
   }
-  EXPECT_GE(secure, 1);
-  EXPECT_GE(plain, 1);
+  return n;
+}
+
+TEST(Tls, TheDiscoveryLogSaysWhichListenerRequiresTlsAndOffersEachHostItsOwn) {
+  {
+    RunningTarget t(tls_config());
+    const EntryCounts psk_host = discovery_entries(t, 0, options(psk_text(0x30)));
+    EXPECT_EQ(psk_host.secure, 1);
+    EXPECT_EQ(psk_host.plain, 0) << "the PSK host is offered a port that refuses it";
+    const EntryCounts plain_host = discovery_entries(t, 1, options("", kPlainHost));
+    EXPECT_EQ(plain_host.secure, 0) << "a host without a PSK is offered the TLS port";
+    EXPECT_EQ(plain_host.plain, 1);
+  }
+  target::TargetConfig cfg = tls_config();
+  cfg.subsystems.at(0).host_keys[kTlsHost].allow_plain = true;
+  RunningTarget t(cfg);
+  const EntryCounts both = discovery_entries(t, 0, options(psk_text(0x30)));
+  EXPECT_EQ(both.secure, 1);
+  EXPECT_EQ(both.plain, 1);
 }
 
 }  // namespace

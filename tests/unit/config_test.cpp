@@ -205,6 +205,16 @@ TEST(ConfigHosts, PlainNqnsAndHostsWithKeys) {
   EXPECT_EQ(k.dhchap->transform, 1);
   EXPECT_EQ(k.dhchap->key.size(), 32u);
   EXPECT_EQ(k.psk->hash, 1);
+  EXPECT_FALSE(k.allow_plain) << "a PSK host is admitted over TLS only unless the configuration says otherwise";
+}
+
+TEST(ConfigHosts, APskHostIsAdmittedInTheClearOnlyWhenSaidSo) {
+  TargetConfig cfg;
+  ASSERT_EQ(load_hosts(R"([{"nqn": "nqn.h", "psk": "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:",
+                            "allow_plain": true}])",
+                       cfg),
+            "");
+  EXPECT_TRUE(cfg.subsystems.at(0).host_keys.at("nqn.h").allow_plain);
 }
 
 TEST(ConfigHosts, HashAndGroupPerHostAsNvmetNamesThem) {
@@ -260,6 +270,10 @@ TEST(ConfigHosts, BadKeysAndEntriesAreRefusedWithoutShowingTheKey) {
       {R"([{"nqn": "nqn.h", "dhchap_secret": ")" + std::string(kKey) + R"("}])", "unknown key \"dhchap_secret\""},
       {R"([{"dhchap_key": ")" + std::string(kKey) + R"("}])", "a hosts entry is a host NQN or an object"},
       {R"([{"nqn": "nqn.h", "dhchap_key": 5}])", "dhchap_key must be a string"},
+      {R"([{"nqn": "nqn.h", "allow_plain": true}])", "allow_plain is for a host with a psk"},
+      {R"([{"nqn": "nqn.h", "psk": "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:",
+            "allow_plain": "yes"}])",
+       "allow_plain is true or false"},
   };
   for (const auto& c : cases) {
     TargetConfig cfg;
