@@ -32,6 +32,8 @@ namespace nvtcp::target {
 // range at a time is read and then written through the command's buffer.
 inline constexpr uint32_t kCopyMaxRanges = 128;
 inline constexpr uint32_t kCopyRangesBytes = kCopyMaxRanges * sizeof(wire::CopySourceRange);
+// A Copy moves each range through its buffer in pieces of at most this (a block at least).
+inline constexpr uint64_t kCopyPieceBytes = 128 * 1024;
 inline uint32_t copy_max_range_blocks(uint32_t mdts_bytes, uint8_t lbads) {
   return std::min<uint32_t>(mdts_bytes >> lbads, 0xFFFF);
 }

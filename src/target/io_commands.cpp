@@ -266,7 +266,7 @@ void CommandQueue::execute_copy(Request& r, Namespace& ns) {
     done(r, sc::LbaOutOfRange);
     return;
   }
-  r.steps = Request::CopySteps{0, sdlba, false};
+  r.steps = Request::CopySteps{0, sdlba, 0, false};
   copy_step(r);
 }
 
@@ -394,14 +394,19 @@ void CommandQueue::device_done(Request& r) {
 
 // ---------------------------------------------------------------- commands in steps
 
-// Copy: each source range is read into the buffer after the range list, then written at
-// the destination, which moves on by that range's length.
+// Copy: each source range is read into the buffer after the range list, then written at the
+// destination, which moves on by that range's length; one range per reactor turn at most. Both
+// go a piece of at most kCopyPieceBytes at a time, each piece within its reactor's budget for
+// data moved inside the target per turn (ConnectionSet::take_step_budget), the pieces over it
+// on later turns: the whole range is read before any of it is written, as when it went in one
+// piece, so a destination overlapping its source reads the same either way.
 void CommandQueue::copy_step(Request& r) {
-  if (r.aborted) {
+  auto& copy = std::get<Request::CopySteps>(r.steps);
+  // Aborted: before a range is written, or between ranges; a range being written is written whole.
+  if (r.aborted && !(copy.writing && copy.done > 0)) {
     done(r, sc::AbortRequested);
     return;
   }
-  auto& copy = std::get<Request::CopySteps>(r.steps);
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
   if (copy.next == nr) {
     done(r, sc::Success);
@@ -409,42 +414,49 @@ void CommandQueue::copy_step(Request& r) {
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf.get())[copy.next];
-  copy.writing = false;
-  r.io.op = backend::BlockIo::Op::Read;
-  r.io.offset = range.slba << ns->lbads;
-  r.io.length = (uint64_t(range.nlb) + 1) << ns->lbads;
-  r.io.buffer = r.buf.get() + kCopyRangesBytes;
+  const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
+  const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
+  if (!set_.take_step_budget(transport_.reactor().turn(), piece)) {
+    transport_.next_turn(r);  // over this turn's budget: a later turn
+    return;
+  }
+  uint8_t* data = r.buf.get() + kCopyRangesBytes + copy.done;
+  r.io.op = copy.writing ? backend::BlockIo::Op::Write : backend::BlockIo::Op::Read;
+  r.io.offset = (copy.writing ? copy.dst << ns->lbads : range.slba << ns->lbads) + copy.done;
+  r.io.length = piece;
+  r.io.buffer = data;
   r.io.read_data = nullptr;
-  r.io.fua = false;
+  r.io.fua = copy.writing && r.sqe.fua();  // CDW12 bit 30, as for a write
   submit(r, *ns);
 }
 
 void CommandQueue::copy_done(Request& r) {
   auto& copy = std::get<Request::CopySteps>(r.steps);
   Status st = r.device_status;
-  if (r.aborted && st.ok() && !copy.writing) st = sc::AbortRequested;  // the range is read, not written
   if (!st.ok()) {
     done(r, st);
     return;
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
-  if (copy.writing) {
-    copy.dst += r.io.length >> ns->lbads;
-    ++copy.next;
-    transport_.next_turn(r);
-    return;
+  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf.get())[copy.next];
+  const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
+  // A device that lent its own memory for the read: into the buffer, since the write may
+  // overlap the range it came from.
+  if (!copy.writing && r.io.read_data && r.io.read_data != r.io.buffer)
+    std::memcpy(r.io.buffer, r.io.read_data, r.io.length);
+  copy.done += r.io.length;
+  if (copy.done == range_bytes) {
+    copy.done = 0;
+    if (copy.writing) {  // a range done: the next one a turn later at the earliest
+      copy.dst += range_bytes >> ns->lbads;
+      ++copy.next;
+      copy.writing = false;
+      transport_.next_turn(r);
+      return;
+    }
+    copy.writing = true;
   }
-  // A device that lent its own memory for the read: copy out of it first, since the write
-  // may overlap the range it came from.
-  uint8_t* data = r.buf.get() + kCopyRangesBytes;
-  if (r.io.read_data != data) std::memcpy(data, r.io.read_data, r.io.length);
-  copy.writing = true;
-  r.io.op = backend::BlockIo::Op::Write;
-  r.io.offset = copy.dst << ns->lbads;
-  r.io.buffer = data;
-  r.io.read_data = nullptr;
-  r.io.fua = r.sqe.fua();  // CDW12 bit 30, as for a write
-  submit(r, *ns);
+  copy_step(r);  // the next piece now, if the turn's budget has room
 }
 
 void CommandQueue::dsm_step(Request& r) {

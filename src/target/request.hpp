@@ -68,7 +68,8 @@ struct Request {
   struct CopySteps {
     uint32_t next = 0;     // the source range being copied
     uint64_t dst = 0;      // where it goes (LBA)
-    bool writing = false;  // the device is writing the range (else reading it)
+    uint64_t done = 0;     // bytes of range `next` copied so far
+    bool writing = false;  // the device is writing the piece (else reading it)
   };
   struct FusedHalf {
     Request* partner = nullptr;  // the other half of a fused Compare and Write

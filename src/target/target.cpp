@@ -579,6 +579,18 @@ uint64_t Target::fua_write_count() const {
   return n;
 }
 
+uint64_t Target::steps_deferred() const {
+  uint64_t n = 0;
+  for (auto& rt : reactors_) n += rt->connections.steps_deferred();
+  return n;
+}
+
+uint64_t Target::most_step_bytes_in_a_turn() const {
+  uint64_t most = 0;
+  for (auto& rt : reactors_) most = std::max(most, rt->connections.most_step_bytes_in_a_turn());
+  return most;
+}
+
 std::vector<double> Target::cpu_seconds_per_reactor() const {
   std::vector<double> out;
   for (auto& rt : reactors_) out.push_back(rt->cpu.load(std::memory_order_relaxed));

@@ -108,6 +108,11 @@ class Target {
   // Flush commands and FUA writes completed with success so far.
   uint64_t flush_count() const;
   uint64_t fua_write_count() const;
+  // Steps of commands that move data inside the target (Copy) which waited for a later reactor
+  // turn under the per-turn budget, and the most bytes such steps moved in one turn (any
+  // reactor): ConnectionSet::take_step_budget.
+  uint64_t steps_deferred() const;
+  uint64_t most_step_bytes_in_a_turn() const;
 
  private:
   struct ReactorThread;

@@ -96,6 +96,29 @@ class ConnectionSet {
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
   uint64_t fua_writes() const { return fua_writes_.load(std::memory_order_relaxed); }
 
+  // Data a command moves inside the target (Copy) costs the reactor as a read of the same bytes
+  // would, whoever sends it: all such steps of this reactor's connections together take at most
+  // kStepBytesPerTurn per loop turn (the first step of a turn always runs). A step over the
+  // budget waits for a later turn; the turns in between serve everything else.
+  static constexpr uint64_t kStepBytesPerTurn = 256 * 1024;
+  bool take_step_budget(uint64_t turn, uint64_t bytes) {
+    if (turn != budget_turn_) {
+      budget_turn_ = turn;
+      budget_used_ = 0;
+    }
+    if (budget_used_ && budget_used_ + bytes > kStepBytesPerTurn) {
+      bump(steps_deferred_);
+      return false;
+    }
+    budget_used_ += bytes;
+    if (budget_used_ > most_step_bytes_.load(std::memory_order_relaxed))
+      most_step_bytes_.store(budget_used_, std::memory_order_relaxed);
+    return true;
+  }
+  // Steps that waited for a later turn, and the most bytes steps moved in one turn.
+  uint64_t steps_deferred() const { return steps_deferred_.load(std::memory_order_relaxed); }
+  uint64_t most_step_bytes_in_a_turn() const { return most_step_bytes_.load(std::memory_order_relaxed); }
+
  private:
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<TcpQueue*> conns_;
@@ -105,6 +128,8 @@ class ConnectionSet {
   std::atomic<uint32_t> offload_posts_{0};
   RequestStateEntries retired_entries_{};  // of the connections that are gone
   std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
+  uint64_t budget_turn_ = UINT64_MAX, budget_used_ = 0;
+  std::atomic<uint64_t> steps_deferred_{0}, most_step_bytes_{0};
 };
 
 class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler, public CommandTransport {

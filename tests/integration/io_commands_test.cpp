@@ -138,6 +138,22 @@ TEST_P(IoCommands, CopyGathersSourceRangesAtTheDestination) {
   EXPECT_FALSE(qp_->failed());
 }
 
+// A range larger than one piece of a Copy's step (kCopyPieceBytes) goes through in pieces, and
+// reads as if copied whole: an overlapping destination gets the source as it was.
+TEST_P(IoCommands, ALargeRangeIsCopiedInPiecesAsIfWhole) {
+  const uint32_t nlb = uint32_t((1u << 20) / kBlock);  // MSSRL: MDTS, 1 MiB
+  ASSERT_GT(uint64_t(nlb) * kBlock, target::kCopyPieceBytes);
+  const Bytes src = pattern(size_t(nlb) * kBlock, 9);
+  ASSERT_TRUE(write(8000, src).ok());
+  ASSERT_TRUE(copy(40000, {{8000, nlb}, {8000, 7}}).ok());
+  Bytes want = src;
+  want.insert(want.end(), src.begin(), src.begin() + 7 * kBlock);
+  EXPECT_EQ(read(40000, nlb + 7), want);
+  ASSERT_TRUE(copy(8000 + 5, {{8000, nlb}}).ok());
+  EXPECT_EQ(read(8000 + 5, nlb), src) << "a piece read what an earlier piece had written";
+  EXPECT_FALSE(qp_->failed());
+}
+
 TEST_P(IoCommands, CopyThatIsRefusedWritesNothing) {
   const uint64_t blocks = (64ull << 20) / kBlock;
   const Bytes before = read(40000, 16);

@@ -10,6 +10,7 @@
 
 #include "nvtcp/host.hpp"
 #include "raw_session.hpp"
+#include "target/tcp_queue.hpp"
 
 namespace nvtcp::test {
 namespace {
@@ -149,6 +150,54 @@ TEST(SharedNamespace, ACopyOfManyRangesLetsACommandBehindItFinishFirst) {
   EXPECT_TRUE(ok(cqe));
   ASSERT_TRUE(io.read_response(copy.cid, cqe));
   EXPECT_TRUE(ok(cqe)) << "Copy: " << hex(sc_of(cqe));
+  expect_read_works(io);
+}
+
+// Data moved inside the target costs the reactor as a read of the same bytes would: Copies from
+// one host, however many and however large, move at most the reactor's budget per turn, and a
+// reader on the same reactor is served in the turns between. (Before the budget, eight Copies
+// of 1 MiB ranges moved 16 MiB per turn, and a QD1 reader beside them fell to a fourteenth.)
+TEST(SharedNamespace, CopiesMoveAtMostTheReactorsBudgetPerTurn) {
+  RunningTarget t;
+  Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+  constexpr uint32_t kNsid4K = 3;  // RAM, 64 MiB of 4096-byte blocks
+  constexpr uint32_t kRanges = 4, kRangeBlocks = 256, kCopies = 8;
+  Bytes ranges;
+  for (uint32_t i = 0; i < kRanges; ++i) {
+    CopySourceRange r{};
+    r.slba = i * kRangeBlocks;
+    r.nlb = uint16_t(kRangeBlocks - 1);
+    const Bytes b = bytes_of(r);
+    ranges.insert(ranges.end(), b.begin(), b.end());
+  }
+  Bytes all;
+  std::vector<uint16_t> cids;
+  for (uint32_t c = 0; c < kCopies; ++c) {
+    Sqe copy{};
+    copy.opc = uint8_t(IoOpcode::Copy);
+    copy.nsid = kNsid4K;
+    copy.cdw10 = uint32_t(8192 + c * kRanges * kRangeBlocks);
+    copy.cdw12 = kRanges - 1;
+    copy = raw_sqe(copy, io.cid(), uint32_t(ranges.size()), kSglDataBlockOffset);
+    cids.push_back(copy.cid);
+    const Bytes pdu = capsule_pdu(copy, ranges, false, false);
+    all.insert(all.end(), pdu.begin(), pdu.end());
+  }
+  const Sqe read = rw_sqe(IoOpcode::Read, io.cid(), kNsid4K, 0, 1, 4096);
+  const Bytes r = capsule_pdu(read, {}, false, false);
+  all.insert(all.end(), r.begin(), r.end());
+  ASSERT_TRUE(io.c.send(all));
+  Cqe cqe{};
+  Bytes data;
+  ASSERT_TRUE(io.read_response(read.cid, cqe, &data)) << "the Copies were all answered before the read behind them";
+  EXPECT_TRUE(ok(cqe));
+  for (uint16_t cid : cids) {
+    ASSERT_TRUE(io.read_response(cid, cqe));
+    EXPECT_TRUE(ok(cqe)) << "Copy: " << hex(sc_of(cqe));
+  }
+  EXPECT_LE(t.target().most_step_bytes_in_a_turn(), target::ConnectionSet::kStepBytesPerTurn);
+  EXPECT_GT(t.target().steps_deferred(), 0u) << "eight Copies never met the budget";
   expect_read_works(io);
 }
 
