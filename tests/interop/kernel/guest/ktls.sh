@@ -83,10 +83,10 @@ nvme check-tls-key --keydata="$PN" --hostnqn="$HN" --subsysnqn="$KNQN" --insert 
 mount -t configfs none /sys/kernel/config 2>/dev/null || grep -q configfs /proc/mounts || { fail configfs mount; exit 1; }
 (cd /sys/kernel/config/nvmet && mkdir "hosts/$HN" && nvmet_serve "$KNQN" 127.0.0.1 4421 tls1.3 "$HN") ||
   fail ktls.nvtcp-nvmet "configuring nvmet failed"
-# nvme-cli 2.13 fills the keyring with the legacy libnvme derivation; the nvtcp host derives the same.
+# nvme-cli 2.13 fills the keyring with the legacy libnvme derivation; the nvtcp host finds it.
 s=ktls.nvtcp-nvmet
 if NVTCP_LOG=debug /usr/bin/nvtcp perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:4421 subnqn:$KNQN hostnqn:$HN ns:1" \
-     -q 8 -o 16K -w randrw -t 2 --verify --tls-key @/tmp/pn.key --tls-legacy-derivation >/tmp/$s.out 2>&1; then
+     -q 8 -o 16K -w randrw -t 2 --verify --tls-key @/tmp/pn.key >/tmp/$s.out 2>&1; then
   n=$(grep -c 'sealed by the kernel (kTLS TX' /tmp/$s.out)
   if [ "$n" -gt 0 ]; then pass $s "$(grep -m1 IOPS /tmp/$s.out | tr -s ' '), $n host queues in kTLS TX"
   else fail $s "the host's records were not sealed by the kernel: $(grep -i ktls /tmp/$s.out | head -3)"; fi

@@ -8,7 +8,8 @@
 #      from `nvme connect --tls-key`); each connect writes 1 MiB of random data to the RAM namespace at
 #      its own offset with O_DIRECT, reads it back (md5 equal) and disconnects. SHA-256 PSK, the same
 #      with header and data digests, a SHA-384 PSK given on the command line, `nvme discover --tls`; a
-#      wrong PSK and a connect in the clear to the TLS port are refused with no controller left; the
+#      wrong PSK, a connect in the clear to the TLS port and the PSK host in the clear on the plain
+#      port are refused with no controller left; the
 #      first host then connects again.
 #   2. This kernel's nvmet (configfs, 0.0.0.0:4420 forwarded, addr_tsas tls1.3, TLS required) with
 #      host $HN's PSK in the keyring for the subsystem and for discovery, and $HN2's SHA-384 PSK: prints NVMET-READY and waits
@@ -55,11 +56,12 @@ insert_psk disc "$H1" "$DISC" "$P1"
 if nvme discover -t tcp -a 10.0.2.2 -s "$TPORT" --hostnqn="$H1" --hostid="$(hostid_of "$H1")" --tls -o json \
      >/tmp/discover.out 2>&1; then
   tr -d ' \n' </tmp/discover.out >/tmp/discover.flat
-  if grep -q "\"subnqn\":\"$NQN\"" /tmp/discover.flat && grep -q '"sectype":"tls13"' /tmp/discover.flat \
-     && grep -q "\"trsvcid\":\"$PPORT\"" /tmp/discover.flat; then
-    pass discover.tls "$(grep -o '"treq":"[^"]*"' /tmp/discover.flat | sort -u | tr '\n' ' ')"
+  # The subsystem's records (one per line): a host with a PSK is offered the TLS port only.
+  tr '{' '\n' </tmp/discover.flat | grep "\"subnqn\":\"$NQN\"" >/tmp/discover.subsys || true
+  if grep -q '"sectype":"tls13"' /tmp/discover.subsys && ! grep -q "\"trsvcid\":\"$PPORT\"" /tmp/discover.subsys; then
+    pass discover.tls "$(grep -o '"treq":"[^"]*"' /tmp/discover.subsys | sort -u | tr '\n' ' ')"
   else
-    fail discover.tls "the log lacks the subsystem, TLS 1.3 or the plain port: $(cat /tmp/discover.flat | head -c 1500)"
+    fail discover.tls "the log lacks the subsystem over TLS 1.3, or offers the PSK host the plain port: $(head -c 1500 /tmp/discover.flat)"
   fi
 else
   fail discover.tls "nvme discover --tls failed: $(tail -2 /tmp/discover.out)"
@@ -69,6 +71,11 @@ kmsg discover
 insert_psk h3 "$H3" "$NQN" "$WRONG"
 connect_refused wrong-psk "$H3" --tls
 connect_refused clear-on-tls-port "$H1"
+# A host with a PSK is refused in the clear on the plain port too: its NQN proves nothing there.
+SAVED_TPORT=$TPORT
+TPORT=$PPORT
+connect_refused psk-host-on-plain-port "$H1"
+TPORT=$SAVED_TPORT
 connect_rw tls.h1.after-refusals "$H1" 6 --tls
 
 say "=== nvmet for the nvtcp host"
