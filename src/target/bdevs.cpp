@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,14 @@ std::string uuid_of(const std::string& text) {
   uint8_t d[32];
   if (!auth::digest(1, {auth::as_bytes(text)}, d)) return random_uuid();
   return as_uuid(d);
+}
+
+// build_state makes a configured namespace (make_namespace) and then records its device in the
+// table with the namespace's identifiers cleared (BdevTable::add): the device's UUID the first
+// chose is handed to the second here, on the thread that does both, by subsystem, NSID and name.
+thread_local std::map<std::string, std::string> t_configured_uuids;
+std::string configured_key(const std::string& subnqn, uint32_t nsid, const std::string& name) {
+  return fmt::format("{}\n{}\n{}", subnqn, nsid, name);
 }
 
 // Random bytes of this process, drawn once: what makes a RAM device's UUID its own run's.
@@ -179,7 +188,14 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   // The identity of the storage, never of the slot: a namespace made of another device at a
   // freed NSID must not pass for the one that was there (a host keeps its cache of a namespace
   // whose identifiers did not change).
-  const std::string device_uuid = bdev_uuid.empty() ? storage_uuid(nc, subnqn, nc.nsid) : bdev_uuid;
+  // Made by the configuration (bdev_uuid empty): a UUID the namespace is given is its device's
+  // too (a saved configuration gives each namespace its bdev's, unless one was given to it);
+  // else one that follows its storage.
+  std::string device_uuid = bdev_uuid;
+  if (device_uuid.empty()) {
+    if (nc.uuid.empty() || !canonical_uuid(nc.uuid, device_uuid)) device_uuid = storage_uuid(nc, subnqn, nc.nsid);
+    t_configured_uuids[configured_key(subnqn, nc.nsid, nc.name)] = device_uuid;
+  }
   if (!device_identifiers(device_uuid, ns->uuid, ns->nguid, ns->eui64)) {
     err = fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, device_uuid);
     return nullptr;
@@ -197,7 +213,15 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   if (entries_.count(spec.name)) return false;
   Entry& e = entries_[spec.name];
   e.spec = spec;
-  if (e.spec.uuid.empty() || !canonical_uuid(spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
+  if (e.spec.uuid.empty() && !subnqn.empty()) {
+    // A configured namespace's device: the UUID its namespace was made with.
+    auto it = t_configured_uuids.find(configured_key(subnqn, nsid, spec.name));
+    if (it != t_configured_uuids.end()) {
+      e.spec.uuid = it->second;
+      t_configured_uuids.erase(it);
+    }
+  }
+  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
   e.device = std::move(device);
   e.subnqn = subnqn;
   e.nsid = nsid;

@@ -51,7 +51,9 @@ bool inherit_identifiers(const std::string& bdev_uuid, NamespaceConfig& nc);
 // A namespace of subnqn over device, as nc describes it (NSID, block size, its reservations
 // restored from beside a regular file's image). Its identifiers are those nc gives, else its
 // device's: UUID and NGUID the bdev's UUID (as SPDK's), EUI-64 a digest of it. bdev_uuid
-// empty: the device's is storage_uuid(nc, subnqn, nc.nsid), as BdevTable::add records it.
+// empty (a namespace the configuration makes): the device's is the namespace's given UUID, or
+// storage_uuid(nc, subnqn, nc.nsid); BdevTable::add, called next for that device on the same
+// thread, records the same.
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
                                           std::unique_ptr<backend::BlockDevice> device, std::string& err,
                                           const std::string& bdev_uuid = {});
