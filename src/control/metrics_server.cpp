@@ -66,6 +66,10 @@ bool MetricsHttpSession::pending() const {
   return head_end(in_, skip) != std::string::npos;
 }
 
+bool MetricsHttpSession::partial() const { return !in_.empty() && !pending(); }
+
+void MetricsHttpSession::on_request_timeout(std::string& out) { error(out, 408, "Request Timeout"); }
+
 bool MetricsHttpSession::on_bytes(const char* data, size_t len, std::string& out) {
   if (len) in_.append(data, len);
   for (bool answered = false;; answered = true) {
@@ -148,7 +152,14 @@ bool MetricsHttpSession::answer(std::string_view head, std::string& out) {
 MetricsServer::MetricsServer(RenderMetrics render, MetricsServerOptions opts)
     : render_(std::move(render)),
       opts_(opts),
-      server_({"metrics", opts.max_clients, opts.max_unsent_bytes, opts.idle_timeout_ms, true},
+      server_({.name = "metrics",
+               .max_clients = opts.max_clients,
+               .max_unsent_bytes = opts.max_unsent_bytes,
+               .idle_timeout_ms = opts.idle_timeout_ms,
+               .one_answer_at_a_time = true,
+               .request_timeout_ms = opts.request_timeout_ms,
+               .evict_unfinished = true,
+               .clock = opts.clock},
               [this] { return std::make_unique<MetricsHttpSession>(render_, opts_.max_request_bytes, &scrapes_, true); }) {}
 
 MetricsServer::~MetricsServer() { stop(); }

@@ -5,7 +5,9 @@
 // other methods 405, a request that is not HTTP 400, one whose head is over the limit 431; each
 // of those closes its connection. Keep-alive as HTTP/1.1 has it, pipelined requests answered in
 // order; a client that makes no progress for idle_timeout_ms (sends nothing, takes nothing) is
-// closed, so slow or stuck clients cannot keep the slots from scrapers for long.
+// closed, one whose request head is not whole request_timeout_ms after it began gets 408, and
+// when every slot is taken a new client takes the slot of the one whose request has been
+// unfinished longest: clients that trickle bytes cannot keep the slots from scrapers.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -21,6 +23,11 @@ struct MetricsServerOptions {
   size_t max_clients = 16;
   size_t max_unsent_bytes = 64u << 20;  // a few pages of metrics a client has not read
   uint32_t idle_timeout_ms = 10000;
+  // The whole head of a request, from the connection's accept (or the request's first byte on
+  // a kept-alive one): a scraper sends it at once, so this is long for it and short for a
+  // client that sends a byte every few seconds to hold a slot.
+  uint32_t request_timeout_ms = 5000;
+  std::function<uint64_t()> clock;  // milliseconds, monotonic (empty: CLOCK_MONOTONIC); for tests
 };
 
 // What one metrics scrape answers with: the exposition, made when it is asked for.
@@ -37,6 +44,8 @@ class MetricsHttpSession final : public PollServer::Session {
       : render_(render), max_request_bytes_(max_request_bytes), scrapes_(scrapes), one_at_a_time_(one_at_a_time) {}
   bool on_bytes(const char* data, size_t len, std::string& out) override;
   bool pending() const override;
+  bool partial() const override;
+  void on_request_timeout(std::string& out) override;
 
  private:
   // One request's head (without its blank line): its answer goes to out; false to close.
@@ -64,6 +73,8 @@ class MetricsServer {
   const std::string& address() const { return address_; }
   uint64_t scrapes() const { return scrapes_.load(std::memory_order_relaxed); }
   uint64_t clients_refused() const { return server_.clients_refused(); }
+  uint64_t clients_evicted() const { return server_.clients_evicted(); }
+  uint64_t requests_timed_out() const { return server_.requests_timed_out(); }
 
  private:
   RenderMetrics render_;

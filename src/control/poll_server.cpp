@@ -20,13 +20,14 @@ namespace nvtcp::control {
 namespace {
 constexpr uint64_t kLingerMs = 1000;
 constexpr size_t kLingerMaxBytes = 1u << 20;
+}  // namespace
 
-uint64_t now_ms() {
+uint64_t PollServer::now_ms() const {
+  if (opts_.clock) return opts_.clock();
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
 }
-}  // namespace
 
 struct PollServer::Client {
   int fd = -1;
@@ -41,6 +42,10 @@ struct PollServer::Client {
   uint64_t linger_until_ms = 0;
   size_t dropped = 0;  // bytes read and dropped while lingering
   uint64_t last_progress_ms = 0;
+  // A request has begun (at accept, or with its first byte) and is not whole yet: since when.
+  // Only the request's completion clears it; more of its bytes do not move it.
+  bool in_request = true;
+  uint64_t request_since_ms = 0;
   size_t unsent() const { return out.size() - out_sent; }
 };
 
@@ -96,6 +101,15 @@ bool PollServer::flush(Client& c) {
   return true;
 }
 
+void PollServer::track_request(Client& c) {
+  if (c.closing || c.lingering || !c.session->partial()) {
+    c.in_request = false;
+  } else if (!c.in_request) {
+    c.in_request = true;
+    c.request_since_ms = now_ms();
+  }
+}
+
 bool PollServer::answer_due(const Client& c) const {
   return opts_.one_answer_at_a_time && !c.closing && !c.lingering && c.unsent() == 0 && c.session->pending();
 }
@@ -115,6 +129,7 @@ bool PollServer::on_readable(Client& c) {
   }
   if (c.closing) return true;  // nothing more is read from a conversation that ended
   if (!c.session->on_bytes(buf, size_t(n), c.out)) c.closing = true;
+  track_request(c);
   return flush(c);
 }
 
@@ -133,6 +148,8 @@ void PollServer::loop() {
     }
     int timeout = -1;
     if (opts_.idle_timeout_ms && !clients.empty()) timeout = int(std::min<uint32_t>(opts_.idle_timeout_ms, 1000));
+    if (opts_.request_timeout_ms && !clients.empty())
+      timeout = int(std::min<uint32_t>({opts_.request_timeout_ms, 1000, uint32_t(timeout)}));
     for (const auto& c : clients)
       if (answer_due(c)) timeout = 0;  // a request already received waits for its answer
     for (const auto& c : clients)
@@ -153,6 +170,16 @@ void PollServer::loop() {
       if (keep && answer_due(*it)) {
         // The answers so far have all been taken: the next request the client already sent.
         if (!it->session->on_bytes(nullptr, 0, it->out)) it->closing = true;
+        track_request(*it);  // what followed it may be the start of the next
+        keep = flush(*it);
+      }
+      if (keep && it->in_request && opts_.request_timeout_ms && now > it->request_since_ms + opts_.request_timeout_ms) {
+        log::warn("{}: a client's request was not whole {} ms after it began: answering that and closing it",
+                  opts_.name, now - it->request_since_ms);
+        timed_out_.fetch_add(1, std::memory_order_relaxed);
+        it->session->on_request_timeout(it->out);
+        it->closing = true;
+        it->in_request = false;
         keep = flush(*it);
       }
       if (keep && it->lingering && now > it->linger_until_ms) keep = false;
@@ -172,10 +199,26 @@ void PollServer::loop() {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
         if (clients.size() >= opts_.max_clients) {
-          refused_.fetch_add(1, std::memory_order_relaxed);
-          log::warn("{}: {} clients already connected: closing another", opts_.name, clients.size());
-          ::close(fd);
-          continue;
+          // The slot of the client whose request has waited longest to be whole, if one has:
+          // one that finishes its request is answered before 16 more clients come, one that
+          // trickles is not, so slots go to clients that finish.
+          auto victim = clients.end();
+          if (opts_.evict_unfinished)
+            for (auto c = clients.begin(); c != clients.end(); ++c)
+              if (c->in_request && !c->closing && !c->lingering && c->unsent() == 0 &&
+                  (victim == clients.end() || c->request_since_ms < victim->request_since_ms))
+                victim = c;
+          if (victim == clients.end()) {
+            refused_.fetch_add(1, std::memory_order_relaxed);
+            log::warn("{}: {} clients already connected: closing another", opts_.name, clients.size());
+            ::close(fd);
+            continue;
+          }
+          evicted_.fetch_add(1, std::memory_order_relaxed);
+          log::warn("{}: {} clients already connected: closing the one whose request is unfinished longest ({} ms) for a new one",
+                    opts_.name, clients.size(), now_ms() - victim->request_since_ms);
+          ::close(victim->fd);
+          clients.erase(victim);
         }
         if (opts_.one_answer_at_a_time) {
           const int sndbuf = kOneAnswerSendBuffer;
@@ -184,7 +227,7 @@ void PollServer::loop() {
         Client& c = clients.emplace_back();
         c.fd = fd;
         c.session = make_();
-        c.last_progress_ms = now_ms();
+        c.last_progress_ms = c.request_since_ms = now_ms();
       }
     }
   }

@@ -26,6 +26,20 @@ struct PollServerOptions {
   // send buffer is bounded too (kOneAnswerSendBuffer). A client that sends requests and never
   // reads costs the few answers the kernel holds, not one per request it sent.
   bool one_answer_at_a_time = false;
+  // A client must send a whole request within this many ms (0: no limit), counted from its
+  // accept for its first request and from the first byte of each later one; bytes that trickle
+  // in do not restart it, as they restart idle_timeout_ms. Past it the session says why
+  // (Session::on_request_timeout) and the client is closed. Without it a client that sends one
+  // byte per idle_timeout_ms holds its slot for ever.
+  uint32_t request_timeout_ms = 0;
+  // When every slot is taken, a new client closes the one whose unfinished request began first
+  // (the slowest to make a request), instead of being refused; clients being answered, or idle
+  // between requests, keep their slots. Without it, max_clients clients that never finish a
+  // request keep every other client out.
+  bool evict_unfinished = false;
+  // Milliseconds on a monotonic clock (empty: CLOCK_MONOTONIC); tests step their own. The loop
+  // looks at it at least once a second while it has clients.
+  std::function<uint64_t()> clock;
 };
 
 class PollServer {
@@ -42,6 +56,11 @@ class PollServer {
     // Whether requests already received wait for an answer: with one_answer_at_a_time, the
     // server calls on_bytes(nullptr, 0, out) for the next one once out has all been taken.
     virtual bool pending() const { return false; }
+    // Whether it holds the start of a request that is not whole yet.
+    virtual bool partial() const { return false; }
+    // The client did not finish its request within request_timeout_ms: append what to tell it
+    // (it is closed after).
+    virtual void on_request_timeout(std::string& /*out*/) {}
   };
   // SO_SNDBUF of a client's socket with one_answer_at_a_time (the kernel doubles it).
   static constexpr int kOneAnswerSendBuffer = 256 * 1024;
@@ -59,6 +78,9 @@ class PollServer {
   void stop();
   bool running() const { return thread_.joinable(); }
   uint64_t clients_refused() const { return refused_.load(std::memory_order_relaxed); }
+  // Clients closed for a new one (evict_unfinished) or past request_timeout_ms.
+  uint64_t clients_evicted() const { return evicted_.load(std::memory_order_relaxed); }
+  uint64_t requests_timed_out() const { return timed_out_.load(std::memory_order_relaxed); }
 
  private:
   struct Client;
@@ -66,6 +88,8 @@ class PollServer {
   bool on_readable(Client& c);
   bool answer_due(const Client& c) const;
   bool flush(Client& c);
+  void track_request(Client& c);
+  uint64_t now_ms() const;
 
   PollServerOptions opts_;
   MakeSession make_;
@@ -73,6 +97,8 @@ class PollServer {
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> evicted_{0};
+  std::atomic<uint64_t> timed_out_{0};
 };
 
 }  // namespace nvtcp::control

@@ -685,6 +685,7 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
     nc.name = p.str("name");
     nc.path = p.str("filename");
     nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
+    nc.uuid = p.opt_str("uuid").value_or("");
     if (p.opt_bool("readonly").value_or(false)) throw RpcError(kInvalidArgument, "read-only bdevs are not supported");
     p.opt_bool("fallocate");
     p.done();

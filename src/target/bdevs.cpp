@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "target/bdevs.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <map>
 
 #include <fmt/format.h>
 
+#include "auth/crypto.hpp"
 #include "target/subsystem.hpp"
 #include "util/log.hpp"
 #include "wire/digest.hpp"
@@ -33,7 +40,108 @@ bool parse_hex(const std::string& text, uint8_t* out, size_t n) {
   return k == n && hi < 0;
 }
 
+std::string uuid_text(const uint8_t u[16]) {
+  std::string h;
+  for (int i = 0; i < 16; ++i) h += fmt::format("{:02x}", u[i]);
+  return fmt::format("{}-{}-{}-{}-{}", h.substr(0, 8), h.substr(8, 4), h.substr(12, 4), h.substr(16, 4), h.substr(20));
+}
+
+// Version 4 / RFC 4122 variant bits over 16 bytes of hash or randomness.
+std::string as_uuid(uint8_t u[16]) {
+  u[6] = uint8_t((u[6] & 0x0F) | 0x40);
+  u[8] = uint8_t((u[8] & 0x3F) | 0x80);
+  return uuid_text(u);
+}
+
+// A UUID named by text: the first 16 bytes of its SHA-256, so that different texts give
+// different UUIDs (a CRC would give colliding ones to texts made to collide).
+std::string uuid_of(const std::string& text) {
+  uint8_t d[32];
+  if (!auth::digest(1, {auth::as_bytes(text)}, d)) return random_uuid();
+  return as_uuid(d);
+}
+
+// build_state makes a configured namespace (make_namespace) and then records its device in the
+// table with the namespace's identifiers cleared (BdevTable::add): the device's UUID the first
+// chose is handed to the second here, on the thread that does both, by subsystem, NSID and name.
+thread_local std::map<std::string, std::string> t_configured_uuids;
+std::string configured_key(const std::string& subnqn, uint32_t nsid, const std::string& name) {
+  return fmt::format("{}\n{}\n{}", subnqn, nsid, name);
+}
+
+// Random bytes of this process, drawn once: what makes a RAM device's UUID its own run's.
+const std::string& process_salt() {
+  static const std::string salt = random_uuid();
+  return salt;
+}
+
+// What a namespace of the device with this UUID shows: UUID and NGUID the device's UUID, as
+// SPDK makes them; EUI-64 (which SPDK leaves zero) the first 8 bytes of its SHA-256.
+bool device_identifiers(const std::string& device_uuid, uint8_t uuid[16], uint8_t nguid[16], uint8_t eui64[8]) {
+  if (!parse_hex(device_uuid, uuid, 16)) return false;
+  std::memcpy(nguid, uuid, 16);
+  uint8_t d[32];
+  if (!auth::digest(1, {auth::Bytes(uuid, 16)}, d)) return false;
+  std::memcpy(eui64, d, 8);
+  return true;
+}
+
+std::string hex_of(const uint8_t* b, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += fmt::format("{:02X}", b[i]);
+  return s;
+}
+
 }  // namespace
+
+bool inherit_identifiers(const std::string& bdev_uuid, NamespaceConfig& nc) {
+  uint8_t uuid[16], nguid[16], eui64[8];
+  if (!device_identifiers(bdev_uuid, uuid, nguid, eui64)) return false;
+  if (nc.uuid.empty()) nc.uuid = uuid_text(uuid);
+  if (nc.nguid.empty()) nc.nguid = hex_of(nguid, 16);
+  if (nc.eui64.empty()) nc.eui64 = hex_of(eui64, 8);
+  return true;
+}
+
+bool canonical_uuid(const std::string& text, std::string& out) {
+  uint8_t u[16];
+  if (!parse_hex(text, u, 16)) return false;
+  out = uuid_text(u);
+  return true;
+}
+
+std::string random_uuid() {
+  uint8_t u[16];
+  if (!auth::random_bytes(u, sizeof(u))) {
+    // No entropy source at all: a UUID no other device of this process has, at least.
+    static std::atomic<uint64_t> n{0};
+    return uuid_of(fmt::format("nvtcp fallback {} {} {}", ::getpid(), n.fetch_add(1), ::time(nullptr)));
+  }
+  return as_uuid(u);
+}
+
+std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid) {
+  if (spec.type == "file") {
+    struct statx sx {};
+    if (::statx(AT_FDCWD, spec.path.c_str(), 0, STATX_INO | STATX_BTIME | STATX_TYPE, &sx) != 0) {
+      log::warn("bdev {}: cannot look at {} ({}): it gets a random UUID", spec.name, spec.path, std::strerror(errno));
+      return random_uuid();
+    }
+    if (S_ISBLK(sx.stx_mode))
+      return uuid_of(fmt::format("nvtcp block device\n{}\n{}:{}", spec.path, sx.stx_rdev_major, sx.stx_rdev_minor));
+    // Without a birth time (a file system that keeps none) a reused inode number could pass for
+    // the old file: the change time at least moves when a file is made anew there.
+    const bool born = sx.stx_mask & STATX_BTIME;
+    return uuid_of(fmt::format("nvtcp file\n{}:{}\n{}\n{}.{}", sx.stx_dev_major, sx.stx_dev_minor, sx.stx_ino,
+                               born ? sx.stx_btime.tv_sec : sx.stx_ctime.tv_sec,
+                               born ? sx.stx_btime.tv_nsec : sx.stx_ctime.tv_nsec));
+  }
+  if (subnqn.empty()) return random_uuid();
+  if (spec.type == "ram")
+    return uuid_of(fmt::format("nvtcp ram\n{}\n{}\n{}\n{}", process_salt(), subnqn, nsid, spec.name));
+  return uuid_of(fmt::format("nvtcp {}\n{}\n{}\n{}\n{}\n{}", spec.type, subnqn, nsid, spec.name, spec.size,
+                             spec.block_size));
+}
 
 bool valid_identifiers(const NamespaceConfig& nc, std::string& err) {
   uint8_t scratch[16];
@@ -56,7 +164,8 @@ std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, uns
 }
 
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
-                                          std::unique_ptr<backend::BlockDevice> device, std::string& err) {
+                                          std::unique_ptr<backend::BlockDevice> device, std::string& err,
+                                          const std::string& bdev_uuid) {
   // Reservations persist (PTPL) next to a regular file's image: NAME.nvtcp-resv.
   std::string resv_path;
   struct stat sb {};
@@ -76,17 +185,21 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   if (std::string e = ns->reservations.load(); !e.empty())
     log::error("subsystem {} namespace {}: reservation state not restored: {}", subnqn, nc.nsid, e);
   ns->blocks = ns->device->size_bytes() / nc.block_size;
-  // Stable identifiers derived from the subsystem NQN and nsid, so a host that reconnects to a
-  // restarted target sees the same namespace; or those given.
-  std::string seed = fmt::format("{}/{}", subnqn, nc.nsid);
-  for (int i = 0; i < 4; ++i) {
-    uint32_t h = wire::crc32c((seed + char('a' + i)).data(), seed.size() + 1);
-    std::memcpy(ns->nguid + 4 * i, &h, 4);
+  // The identity of the storage, never of the slot: a namespace made of another device at a
+  // freed NSID must not pass for the one that was there (a host keeps its cache of a namespace
+  // whose identifiers did not change).
+  // Made by the configuration (bdev_uuid empty): a UUID the namespace is given is its device's
+  // too (a saved configuration gives each namespace its bdev's, unless one was given to it);
+  // else one that follows its storage.
+  std::string device_uuid = bdev_uuid;
+  if (device_uuid.empty()) {
+    if (nc.uuid.empty() || !canonical_uuid(nc.uuid, device_uuid)) device_uuid = storage_uuid(nc, subnqn, nc.nsid);
+    t_configured_uuids[configured_key(subnqn, nc.nsid, nc.name)] = device_uuid;
   }
-  std::memcpy(ns->uuid, ns->nguid, 16);
-  ns->uuid[6] = uint8_t((ns->uuid[6] & 0x0F) | 0x40);  // RFC 4122 version 4 layout
-  ns->uuid[8] = uint8_t((ns->uuid[8] & 0x3F) | 0x80);
-  std::memcpy(ns->eui64, ns->nguid + 8, 8);
+  if (!device_identifiers(device_uuid, ns->uuid, ns->nguid, ns->eui64)) {
+    err = fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, device_uuid);
+    return nullptr;
+  }
   if (!nc.nguid.empty() && !parse_hex(nc.nguid, ns->nguid, 16)) err = fmt::format("nguid '{}' is not 32 hex digits", nc.nguid);
   if (!nc.eui64.empty() && !parse_hex(nc.eui64, ns->eui64, 8)) err = fmt::format("eui64 '{}' is not 16 hex digits", nc.eui64);
   if (!nc.uuid.empty() && !parse_hex(nc.uuid, ns->uuid, 16)) err = fmt::format("uuid '{}' is not a UUID", nc.uuid);
@@ -100,6 +213,15 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   if (entries_.count(spec.name)) return false;
   Entry& e = entries_[spec.name];
   e.spec = spec;
+  if (e.spec.uuid.empty() && !subnqn.empty()) {
+    // A configured namespace's device: the UUID its namespace was made with.
+    auto it = t_configured_uuids.find(configured_key(subnqn, nsid, spec.name));
+    if (it != t_configured_uuids.end()) {
+      e.spec.uuid = it->second;
+      t_configured_uuids.erase(it);
+    }
+  }
+  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
   e.device = std::move(device);
   e.subnqn = subnqn;
   e.nsid = nsid;
@@ -149,6 +271,13 @@ bool BdevTable::find(const std::string& name, Info& out) const {
   out = {it->second.spec, it->second.subnqn, it->second.nsid, it->second.spec.size};
   if (it->second.device) out.size_bytes = it->second.device->size_bytes();
   return true;
+}
+
+std::string BdevTable::name_of_uuid(const std::string& uuid) const {
+  std::lock_guard lk(mu_);
+  for (const auto& [name, e] : entries_)
+    if (e.spec.uuid == uuid) return name;
+  return {};
 }
 
 std::vector<BdevTable::Info> BdevTable::list() const {

@@ -30,11 +30,33 @@ std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, uns
 // Whether nc's identifiers (nguid, eui64, uuid), those given, are well formed.
 bool valid_identifiers(const NamespaceConfig& nc, std::string& err);
 
-// A namespace of subnqn over device, as nc describes it (NSID, block size, identifiers: given,
-// or derived from the subsystem NQN and NSID so that a host sees the same ones after a
-// restart), its reservations restored from beside a regular file's image.
+// A UUID as text in its canonical form (lowercase 8-4-4-4-12), from 32 hex digits with or
+// without dashes; false if text is not one.
+bool canonical_uuid(const std::string& text, std::string& out);
+// A fresh random UUID (version 4): the identity of a bdev created without one, as SPDK's.
+std::string random_uuid();
+// The UUID of a device the configuration or command line makes without one (--file, --ram,
+// --null, a saved configuration from before bdevs had UUIDs): it follows the storage, never
+// the slot, so that two different devices never show one identity. A file: its inode, file
+// system and birth time (the same file after a restart keeps it; another file at the path,
+// even one that got the same inode number, does not); a block device: its path and device
+// number. RAM: random at each start of the process (its data does not outlive it). NULL: the
+// subsystem, NSID, name and size (it holds no data to mistake); random when no namespace has it.
+std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid);
+
+// Fills the identifiers nc does not give (uuid, nguid, eui64) as a namespace of the device
+// whose UUID is bdev_uuid shows them (make_namespace); false if bdev_uuid is not a UUID.
+bool inherit_identifiers(const std::string& bdev_uuid, NamespaceConfig& nc);
+
+// A namespace of subnqn over device, as nc describes it (NSID, block size, its reservations
+// restored from beside a regular file's image). Its identifiers are those nc gives, else its
+// device's: UUID and NGUID the bdev's UUID (as SPDK's), EUI-64 a digest of it. bdev_uuid
+// empty (a namespace the configuration makes): the device's is the namespace's given UUID, or
+// storage_uuid(nc, subnqn, nc.nsid); BdevTable::add, called next for that device on the same
+// thread, records the same.
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
-                                          std::unique_ptr<backend::BlockDevice> device, std::string& err);
+                                          std::unique_ptr<backend::BlockDevice> device, std::string& err,
+                                          const std::string& bdev_uuid = {});
 
 class BdevTable {
  public:
@@ -53,7 +75,7 @@ class BdevTable {
     uint64_t size_bytes = 0;
   };
   // Adds a device (device nullptr: a namespace already has it, subnqn/nsid say which). False if
-  // the name is taken.
+  // the name is taken. A spec without a UUID gets storage_uuid(spec, subnqn, nsid).
   bool add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockDevice> device, const std::string& subnqn = {},
            uint32_t nsid = 0);
   // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise).
@@ -64,6 +86,8 @@ class BdevTable {
   // Removes an unclaimed entry; false if there is none by that name.
   bool remove(const std::string& name);
   bool find(const std::string& name, Info& out) const;
+  // The name of the bdev whose UUID is uuid (canonical text), or empty.
+  std::string name_of_uuid(const std::string& uuid) const;
   // Every entry, in creation order.
   std::vector<Info> list() const;
   // Changes the recorded size (bdev_null_resize).

@@ -22,16 +22,27 @@ constexpr auto kDrainLimit = std::chrono::seconds(60);
 
 }  // namespace
 
-std::string Target::create_bdev(const NamespaceConfig& nc) {
+std::string Target::create_bdev(const NamespaceConfig& given) {
   std::lock_guard lk(control_mu_);
   BdevTable::Info existing;
-  if (state_->bdevs.find(nc.name, existing)) return fmt::format("a bdev named {} exists", nc.name);
+  if (state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
+  // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
+  // takes), as SPDK gives each bdev: the one given, or a random one.
+  NamespaceConfig nc = given;
+  if (nc.uuid.empty()) {
+    nc.uuid = random_uuid();
+  } else if (!canonical_uuid(given.uuid, nc.uuid)) {
+    return fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, given.uuid);
+  }
+  if (std::string other = state_->bdevs.name_of_uuid(nc.uuid); !other.empty())
+    return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
+                       nc.uuid, other);
   std::string err;
   auto device = make_device(nc, cfg_.cores, factory_, err);
   if (!device) return err;
   if (!state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
-  log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}", nc.name, nc.type, nc.size, nc.block_size,
-            nc.path.empty() ? "" : fmt::format(" ({})", nc.path));
+  log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, nc.size, nc.block_size,
+            nc.path.empty() ? "" : fmt::format(" ({})", nc.path), nc.uuid);
   return {};
 }
 
@@ -56,12 +67,14 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   if (!valid_identifiers(nc, err)) return err;
   auto device = state_->bdevs.claim(nc.name, subnqn, nc.nsid, spec, err);
   if (!device) return err;
+  // The namespace's identifiers: those given, else its device's (spec.uuid, the bdev's UUID).
+  const std::string bdev_uuid = spec.uuid;
   spec.nsid = nc.nsid;
   spec.nguid = nc.nguid;
   spec.eui64 = nc.eui64;
   spec.uuid = nc.uuid;
   spec.anagrpid = nc.anagrpid;
-  auto ns = make_namespace(state_->config, subnqn, spec, std::move(device), err);
+  auto ns = make_namespace(state_->config, subnqn, spec, std::move(device), err, bdev_uuid);
   if (!ns) return err;  // not with identifiers checked above
   Namespace* raw = ns.get();
   if (!sub->add_namespace(std::move(ns))) {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "target/bdevs.hpp"
 #include "target/config.hpp"
 #include "util/log.hpp"
 
@@ -96,7 +97,10 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
             nc.type = "file";
             nc.path = str(p, "filename", method);
           }
-          if (p.contains("uuid") && p["uuid"].is_string()) nc.uuid = p["uuid"].get<std::string>();
+          // The device's own identity, which its namespaces show unless they are given others.
+          if (p.contains("uuid") && p["uuid"].is_string() && !canonical_uuid(p["uuid"].get<std::string>(), nc.uuid))
+            throw std::runtime_error(fmt::format("{}: bdev {}: uuid '{}' is not a UUID", method, nc.name,
+                                                 p["uuid"].get<std::string>()));
           if (!bdevs.emplace(nc.name, nc).second) throw std::runtime_error(fmt::format("bdev {} twice", nc.name));
           bdev_order.push_back(nc.name);
         } else if (method == "nvmf_create_transport") {
@@ -133,7 +137,10 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           nc.nsid = uint32_t(ns.value("nsid", 0u));
           nc.nguid = ns.value("nguid", std::string());
           nc.eui64 = ns.value("eui64", std::string());
+          const std::string bdev_uuid = nc.uuid;
           nc.uuid = ns.value("uuid", std::string());
+          // What the namespace does not give comes from its device's UUID, as when it is added live.
+          if (!bdev_uuid.empty()) inherit_identifiers(bdev_uuid, nc);
           nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
           sc.namespaces.push_back(nc);
         } else if (method == "nvmf_subsystem_add_listener") {

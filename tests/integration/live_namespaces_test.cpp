@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <future>
 #include <thread>
+#include <unistd.h>
 
 #include "nvtcp/host.hpp"
 #include "test_devices.hpp"
@@ -236,6 +239,47 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
   EXPECT_GT(gone4.load(), 0u);
   EXPECT_EQ(failed.load(), 0u) << "a command failed otherwise, or one on the untouched namespace failed";
   EXPECT_TRUE(wait_for([&] { return ctrl->active_namespaces() == std::vector<uint32_t>{1, 2, 3}; }, kDueMs));
+}
+
+}  // namespace
+}  // namespace nvtcp::test
+
+namespace nvtcp::test {
+namespace {
+
+// Namespaces the configuration (or the command line) makes without identifiers take them from
+// their storage, not from their NSID: the same file keeps its identity across a restart, another
+// file put at the same path does not (a host must not take it for the old one and keep the old
+// one's cached data), and no two devices of one target share one.
+TEST(LiveNamespaces, ConfiguredNamespacesTakeTheirIdentityFromTheirStorage) {
+  const std::string path = fmt::format("/tmp/nvtcp-identity-{}.img", ::getpid());
+  std::remove(path.c_str());
+  auto ids = [](RunningTarget& t, uint32_t nsid) {
+    const auto* ns = t.target().state().find_subsystem(kTestNqn)->find_namespace(nsid);
+    EXPECT_NE(ns, nullptr) << "nsid " << nsid;
+    if (!ns) return std::string();
+    return std::string(reinterpret_cast<const char*>(ns->nguid), 16) +
+           std::string(reinterpret_cast<const char*>(ns->eui64), 8) +
+           std::string(reinterpret_cast<const char*>(ns->uuid), 16);
+  };
+  std::string first;
+  {
+    RunningTarget t(default_config(path));
+    first = ids(t, 4);
+    std::vector<std::string> all{ids(t, 1), ids(t, 2), ids(t, 3), first};
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "two namespaces share an identity";
+  }
+  {
+    RunningTarget t(default_config(path));
+    EXPECT_EQ(ids(t, 4), first) << "the same file, after a restart";
+  }
+  std::remove(path.c_str());
+  {
+    RunningTarget t(default_config(path));
+    EXPECT_NE(ids(t, 4), first) << "another file at the same path";
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -474,6 +476,106 @@ TEST_F(Metrics, ClientsOverTheLimitAreClosedAndScrapesGoOnAfter) {
         return ok;
       },
       5000));
+}
+
+// A clock the test steps: the server's deadlines move only when the test says so.
+struct SteppedClock {
+  std::shared_ptr<std::atomic<uint64_t>> ms = std::make_shared<std::atomic<uint64_t>>(1000);
+  std::function<uint64_t()> fn() const {
+    return [m = ms] { return m->load(); };
+  }
+  void advance(uint64_t by) { ms->fetch_add(by); }
+};
+
+// Whether the server has closed fd (EOF or reset); false while it is open with nothing to read.
+bool closed_by_server(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// Every slot held by a client that sends a request head a byte at a time and never ends it
+// (any byte counted as progress, so no idle timeout ever closed them): scrapes were refused,
+// all of them, for as long as the clients kept it up. A new client now takes the slot of the
+// one whose request has been unfinished longest. The clock stands still: nothing here is
+// closed for time.
+TEST_F(Metrics, ScrapesGetThroughWhenEverySlotIsHeldByClientsThatTrickleBytes) {
+  SteppedClock clock;
+  control::MetricsServerOptions o;
+  o.max_clients = 16;
+  o.clock = clock.fn();
+  start(o, 1);
+  ASSERT_EQ(start_error_, "");
+  const uint16_t port = server_->port();
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+  }
+  for (int fd : slow) ASSERT_TRUE(send_all(fd, "G"));
+  for (int fd : slow) ASSERT_TRUE(send_all(fd, "ET /metrics HTTP/1.1\r\nX-Slow: a"));
+  // The kernel hands connections over in the order they came: the 16 hold every slot before
+  // the first scrape is taken in, which closes the oldest of them.
+  EXPECT_EQ(scrape(port).status, "HTTP/1.1 200 OK");
+  EXPECT_EQ(server_->clients_evicted(), 1u);
+  EXPECT_EQ(server_->clients_refused(), 0u);
+  EXPECT_EQ(read_to_close(slow[0]), "");  // closed, with no answer
+  for (size_t i = 1; i < slow.size(); ++i) EXPECT_FALSE(closed_by_server(slow[i])) << "client " << i;
+  // The others go on trickling; every scrape is answered all the same.
+  for (int i = 0; i < 12; ++i) {
+    for (size_t k = 1; k < slow.size(); ++k) send_all(slow[k], "a");
+    EXPECT_EQ(scrape(port).status, "HTTP/1.1 200 OK") << "scrape " << i;
+  }
+  EXPECT_EQ(server_->clients_refused(), 0u);
+  for (int fd : slow) ::close(fd);
+}
+
+// A request head must be whole within request_timeout_ms of its start, however the bytes come:
+// a byte now and then restarts the idle timeout, not this one. On a kept-alive connection each
+// request's time starts with its first byte.
+TEST_F(Metrics, ARequestHeadNotWholeInTimeIsAnswered408WhateverBytesTrickleIn) {
+  SteppedClock clock;
+  control::MetricsServerOptions o;
+  o.idle_timeout_ms = 10000;
+  o.request_timeout_ms = 5000;
+  o.clock = clock.fn();
+  start(o, 1);
+  ASSERT_EQ(start_error_, "");
+  const uint16_t port = server_->port();
+  const int slow = connect_to(port);
+  ASSERT_GE(slow, 0);
+  const int kept = connect_to(port);
+  ASSERT_GE(kept, 0);
+  ASSERT_TRUE(send_all(slow, "GET /metrics HTTP/1.1\r\n"));
+  // The kept-alive one finishes its first request at once.
+  ASSERT_TRUE(send_all(kept, "HEAD /metrics HTTP/1.1\r\n\r\n"));
+  std::string head;
+  char buf[4096];
+  while (head.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(kept, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    head.append(buf, size_t(n));
+  }
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  // A scrape answered is a turn of the server's loop after the bytes above were sent: it has
+  // read them (and, after a step of the clock, looked at every client's deadline).
+  ASSERT_EQ(scrape(port).status, "HTTP/1.1 200 OK");
+
+  clock.advance(3000);
+  ASSERT_TRUE(send_all(slow, "X-A: 1\r\n"));
+  ASSERT_TRUE(send_all(kept, "GET /met"));  // its second request starts now
+  ASSERT_EQ(scrape(port).status, "HTTP/1.1 200 OK");
+  clock.advance(3000);  // 6 s since slow came, 3 s since its last byte; 3 s into kept's second request
+  EXPECT_EQ(read_to_close(slow).rfind("HTTP/1.1 408 Request Timeout\r\n", 0), 0u);
+  EXPECT_EQ(server_->requests_timed_out(), 1u);
+  ASSERT_EQ(scrape(port).status, "HTTP/1.1 200 OK");
+  EXPECT_FALSE(closed_by_server(kept));
+  ASSERT_TRUE(send_all(kept, "rics HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  EXPECT_EQ(read_to_close(kept).rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_EQ(server_->requests_timed_out(), 1u);
+  ::close(slow);
+  ::close(kept);
 }
 
 TEST_F(Metrics, ListensOnIpv6Loopback) {

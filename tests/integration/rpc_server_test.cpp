@@ -5,6 +5,7 @@
 // live (a host removed is refused at its next Connect, one added is let in).
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 
 #include "control/rpc_server.hpp"
 #include "nvtcp/host.hpp"
+#include "nvtcp/identify.hpp"
 #include "control/target_methods.hpp"
 #include "test_target.hpp"
 
@@ -595,6 +597,147 @@ TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {
   EXPECT_EQ(f.call("nvmf_subsystem_listener_set_ana_state", p)["error"]["code"], control::kInvalidParams);
   EXPECT_EQ(f.call("nvmf_subsystem_get_listeners", {{"nqn", kTestNqn}})["result"][0]["ana_states"][0]["ana_state"],
             "optimized");
+}
+
+}  // namespace
+}  // namespace nvtcp::test
+
+namespace nvtcp::test {
+namespace {
+
+// What a host reads of a namespace's identity: NGUID and EUI-64 from Identify Namespace (CNS
+// 00h), and the NGUID, EUI-64 and UUID descriptors (CNS 03h), each as hex.
+struct SeenIds {
+  std::string nguid, eui64, desc_nguid, desc_eui64, desc_uuid;
+};
+std::string hex_bytes(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += fmt::format("{:02x}", p[i]);
+  return s;
+}
+SeenIds seen_ids(const host::TransportId& trid, uint32_t nsid) {
+  SeenIds ids;
+  std::string err;
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  auto ctrl = host::Controller::connect(trid, o, err);  // a new one: no rescan in between to wait for
+  EXPECT_TRUE(ctrl) << err;
+  if (!ctrl) return ids;
+  host::NamespaceInfo ni;
+  EXPECT_TRUE(ctrl->namespace_info(nsid, ni, err)) << err;
+  ids.nguid = hex_bytes(ni.nguid, 16);
+  ids.eui64 = hex_bytes(ni.eui64, 8);
+  alignas(8) uint8_t desc[nvme::kIdentifyLen];
+  const host::Completion c = ctrl->identify(uint8_t(nvme::Cns::NamespaceDescriptors), nsid, desc);
+  EXPECT_TRUE(c.status.ok()) << nvme::status_name(c.status);
+  for (size_t off = 0; off + sizeof(nvme::NsIdDescriptorHeader) <= sizeof(desc);) {
+    nvme::NsIdDescriptorHeader h;
+    std::memcpy(&h, desc + off, sizeof(h));
+    if (h.nidl == 0 || off + sizeof(h) + h.nidl > sizeof(desc)) break;
+    const std::string v = hex_bytes(desc + off + sizeof(h), h.nidl);
+    if (h.nidt == nvme::kNidtNguid) ids.desc_nguid = v;
+    if (h.nidt == nvme::kNidtEui64) ids.desc_eui64 = v;
+    if (h.nidt == nvme::kNidtUuid) ids.desc_uuid = v;
+    off += sizeof(h) + h.nidl;
+  }
+  return ids;
+}
+std::string no_dashes(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), '-'), s.end());
+  return s;
+}
+
+// A namespace shows the identity of its device, never of its slot: bdev A's namespace removed
+// and bdev B added in its place (the freed NSID, nvmf_subsystem_add_ns's default) showed A's
+// NGUID, EUI-64 and UUID, and a host that compares them to decide whether a namespace is still
+// the one it knew (Linux does; so does the nvtcp host) took B for A and kept A's cached data.
+TEST(RpcServer, ANamespaceShowsItsDevicesIdentityNotTheIdentityOfItsNsid) {
+  RpcFixture f("identity");
+  ASSERT_EQ(f.call("bdev_malloc_create", {{"name", "A"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "A");
+  ASSERT_EQ(f.call("bdev_malloc_create", {{"name", "B"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "B");
+  // Each bdev has a UUID of its own from its creation, listed as SPDK lists it.
+  const Json a = f.call("bdev_get_bdevs", {{"name", "A"}})["result"][0];
+  const Json b = f.call("bdev_get_bdevs", {{"name", "B"}})["result"][0];
+  ASSERT_TRUE(a["uuid"].is_string()) << a.dump();
+  ASSERT_TRUE(b["uuid"].is_string()) << b.dump();
+  const std::string uuid_a = a["uuid"], uuid_b = b["uuid"];
+  EXPECT_EQ(uuid_a.size(), 36u);
+  EXPECT_NE(uuid_a, uuid_b);
+
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "A"}}}})["result"], 4);
+  const SeenIds as_a = seen_ids(f.t.trid(), 4);
+  EXPECT_EQ(as_a.desc_uuid, no_dashes(uuid_a)) << "the namespace's UUID is its bdev's, as SPDK's";
+  EXPECT_EQ(as_a.nguid, no_dashes(uuid_a));
+  EXPECT_EQ(as_a.desc_nguid, as_a.nguid);
+  EXPECT_EQ(as_a.desc_eui64, as_a.eui64);
+  EXPECT_NE(as_a.eui64, "0000000000000000");
+
+  ASSERT_EQ(f.call("nvmf_subsystem_remove_ns", {{"nqn", kTestNqn}, {"nsid", 4}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "B"}}}})["result"], 4)
+      << "B takes the NSID A left";
+  const SeenIds as_b = seen_ids(f.t.trid(), 4);
+  EXPECT_NE(as_b.nguid, as_a.nguid);
+  EXPECT_NE(as_b.eui64, as_a.eui64);
+  EXPECT_NE(as_b.desc_nguid, as_a.desc_nguid);
+  EXPECT_NE(as_b.desc_eui64, as_a.desc_eui64);
+  EXPECT_NE(as_b.desc_uuid, as_a.desc_uuid);
+  EXPECT_EQ(as_b.desc_uuid, no_dashes(uuid_b));
+
+  // A moved back to another NSID is still A, to a host.
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "A"}, {"nsid", 6}}}})["result"],
+            6);
+  const SeenIds a_again = seen_ids(f.t.trid(), 6);
+  EXPECT_EQ(a_again.nguid, as_a.nguid);
+  EXPECT_EQ(a_again.eui64, as_a.eui64);
+  EXPECT_EQ(a_again.desc_uuid, as_a.desc_uuid);
+
+  // A UUID given to the bdev is its own (in any case, with or without dashes), and no second
+  // bdev may take it; one given to the namespace is the namespace's.
+  const std::string given = "6F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9";
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "C"}, {"num_blocks", 2048}, {"uuid", given}})["result"], "C");
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "C"}})["result"][0]["uuid"], "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9");
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "D"}, {"num_blocks", 2048}, {"uuid", no_dashes(given)}})["error"]["code"],
+            control::kExists);
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "D"}, {"num_blocks", 2048}, {"uuid", "not-a-uuid"}})["error"]["code"],
+            -22);  // -EINVAL
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "D"}})["error"]["code"], control::kNoSuchDevice);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", kTestNqn}, {"namespace", {{"bdev_name", "C"}, {"nsid", 7}}}})["result"],
+            7);
+  EXPECT_EQ(seen_ids(f.t.trid(), 7).desc_uuid, "6f1e2d3c4b5a49788695a4b3c2d1e0f9");
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "E"}, {"num_blocks", 2048}})["result"], "E");
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns",
+                   {{"nqn", kTestNqn},
+                    {"namespace",
+                     {{"bdev_name", "E"},
+                      {"nsid", 8},
+                      {"uuid", "0a1b2c3d-4e5f-4a6b-8c7d-8e9fa0b1c2d3"},
+                      {"nguid", "00112233445566778899AABBCCDDEEFF"},
+                      {"eui64", "0102030405060708"}}}})["result"],
+            8);
+  const SeenIds e = seen_ids(f.t.trid(), 8);
+  EXPECT_EQ(e.desc_uuid, "0a1b2c3d4e5f4a6b8c7d8e9fa0b1c2d3");
+  EXPECT_EQ(e.nguid, "00112233445566778899aabbccddeeff");
+  EXPECT_EQ(e.eui64, "0102030405060708");
+
+  // save_config keeps every identity: a target made from it shows the same, and its bdevs
+  // the same UUIDs.
+  const Json saved = f.call("save_config")["result"];
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(saved, again), "");
+  for (auto& l : again.listeners) l.port = 0;  // the first target's port is taken
+  for (auto& s : again.subsystems) s.listeners.clear();
+  ASSERT_EQ(target::finalize_config(again), "");
+  RpcFixture restarted("identity-again", {}, again);
+  for (uint32_t nsid : {4u, 6u, 7u, 8u}) {
+    const SeenIds before = seen_ids(f.t.trid(), nsid), after = seen_ids(restarted.t.trid(), nsid);
+    EXPECT_EQ(after.nguid, before.nguid) << "nsid " << nsid;
+    EXPECT_EQ(after.eui64, before.eui64) << "nsid " << nsid;
+    EXPECT_EQ(after.desc_uuid, before.desc_uuid) << "nsid " << nsid;
+  }
+  for (const char* name : {"A", "B", "C"})
+    EXPECT_EQ(restarted.call("bdev_get_bdevs", {{"name", name}})["result"][0]["uuid"],
+              f.call("bdev_get_bdevs", {{"name", name}})["result"][0]["uuid"])
+        << name;
 }
 
 }  // namespace
