@@ -103,9 +103,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   if (first) {
     std::memcpy(ident, ident_now, kIdentifyLen);
     const auto* id = reinterpret_cast<const IdentifyController*>(ident);
-    // MDTS is in units of the minimum page size (CAP.MPSMIN, 4 KiB << n); 0 = no limit.
-    uint32_t mpsmin = 4096u << ((cap >> 48) & 0xF);
-    max_transfer = id->mdts ? std::min<uint64_t>(uint64_t(mpsmin) << id->mdts, 8u << 20) : (8u << 20);
+    max_transfer = detail::largest_transfer(id->mdts, cap, 8u << 20);
     in_capsule_max = id->ioccsz >= 4 ? id->ioccsz * 16 - 64 : 0;
   }
   if (!discovery) {

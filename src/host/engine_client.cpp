@@ -266,7 +266,9 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
     return nullptr;
   }
   const auto* ic = reinterpret_cast<const nvme::IdentifyController*>(c->ident_);
-  c->max_transfer_ = ic->mdts ? std::min<uint64_t>(4096ull << ic->mdts, 1u << 30) : (1u << 30);
+  // The engine's controller copies the target's MDTS: any value up to 255 (4 KiB pages, as
+  // the engine's own CAP.MPSMIN is 0).
+  c->max_transfer_ = detail::largest_transfer(ic->mdts, 0, 1u << 30);
   Sqe nq{};
   nq.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
   nq.cdw10 = wire::kFeatureNumberOfQueues;

@@ -39,6 +39,13 @@ HostError identity_mismatch(const IdentifyController& before, const IdentifyCont
 
 std::string firmware_revision(const IdentifyController& id) { return fixed_field(id.fr, sizeof(id.fr)); }
 
+uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap) {
+  if (mdts == 0) return own_cap;
+  const uint32_t shift = 12u + uint32_t((cap >> 48) & 0xF) + mdts;  // 4 KiB << CAP.MPSMIN, << MDTS
+  if (shift >= 32) return own_cap;  // at least 4 GiB: beyond any cap of ours
+  return uint32_t(std::min<uint64_t>(uint64_t(1) << shift, own_cap));
+}
+
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all) {
   std::vector<uint32_t> out;
   all = false;

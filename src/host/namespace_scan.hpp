@@ -31,6 +31,12 @@ bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b);
 // The firmware revision, printable (space padding and NULs trimmed).
 std::string firmware_revision(const nvme::IdentifyController& id);
 
+// The largest transfer a controller takes, in bytes: MDTS is a power of two in units of the
+// minimum memory page size (CAP.MPSMIN: 4 KiB << n); 0 means no limit. A target can send any
+// MDTS up to 255: a shift that would reach 2^32 or beyond (or past our own cap) is "no limit
+// beyond own_cap", never a shift the language leaves undefined.
+uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap);
+
 // The changed-namespace log (LID 04h): the NSIDs it lists, or all = true when it says more
 // changed than it can list (FFFFFFFFh first).
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all);

@@ -243,5 +243,34 @@ TEST(BlockSizeTable, ReadersSeeOneWholeTableWhileItIsRepublished) {
   EXPECT_GT(reads.load(), 0u);
 }
 
+// CAP with MPSMIN (bits 51:48) set to n: pages of 4 KiB << n.
+constexpr uint64_t cap_mpsmin(uint64_t n) { return n << 48; }
+
+TEST(LargestTransfer, MdtsInMinimumPagesUpToOurCap) {
+  constexpr uint32_t kCap = 8u << 20;
+  EXPECT_EQ(largest_transfer(0, 0, kCap), kCap);           // 0: no limit but ours
+  EXPECT_EQ(largest_transfer(1, 0, kCap), 8192u);          // 2 pages of 4 KiB
+  EXPECT_EQ(largest_transfer(5, 0, kCap), 128u << 10);     // 32 pages
+  EXPECT_EQ(largest_transfer(11, 0, kCap), kCap);          // exactly our cap
+  EXPECT_EQ(largest_transfer(12, 0, kCap), kCap);          // above it
+  // A shift past the width of the arithmetic is "no limit", not 0 bytes (52), 4 KiB (64) or
+  // 1 MiB (200) as an unchecked shift gave.
+  EXPECT_EQ(largest_transfer(20, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(52, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(64, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(200, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(255, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(255, cap_mpsmin(15), kCap), kCap);
+  // A larger minimum page (CAP.MPSMIN) scales MDTS: 8 KiB, 16 KiB and 128 MiB pages.
+  EXPECT_EQ(largest_transfer(5, cap_mpsmin(1), kCap), 256u << 10);
+  EXPECT_EQ(largest_transfer(1, cap_mpsmin(1), kCap), 16u << 10);
+  EXPECT_EQ(largest_transfer(1, cap_mpsmin(15), 1u << 30), 256u << 20);
+  EXPECT_EQ(largest_transfer(2, cap_mpsmin(2), 1u << 30), 64u << 10);
+  // The engine's cap of 1 GiB: reached at MDTS 18, never wrapped past.
+  EXPECT_EQ(largest_transfer(18, 0, 1u << 30), 1u << 30);
+  EXPECT_EQ(largest_transfer(17, 0, 1u << 30), 512u << 20);
+  EXPECT_EQ(largest_transfer(52, 0, 1u << 30), 1u << 30);
+}
+
 }  // namespace
 }  // namespace nvtcp::host::detail
