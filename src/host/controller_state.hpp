@@ -201,8 +201,11 @@ struct Controller::State : detail::ControllerLink {
   bool refresh_ana(HostError& err);
 
   // ---------------------------------------------------------------- controller_namespaces.cpp
-  // The active namespace list (Identify CNS 02h), 1024 NSIDs a page.
-  bool read_active_list(std::vector<uint32_t>& out, HostError& err);
+  // The active namespace list (Identify CNS 02h), 1024 NSIDs a page, at most NN/1024 pages
+  // (rounded up) and kMaxActiveNamespaces NSIDs. False with refused set: the controller
+  // answered the command with an error (it has no list: older than NVMe 1.1). False without:
+  // the queue was lost, or the list is malformed (logged; err says how).
+  bool read_active_list(std::vector<uint32_t>& out, bool& refused, HostError& err);
   // Identifies the active namespaces again (those in `listed`, and any not known yet; all
   // when listed is null) and publishes what changed. notify: log the changes, count a
   // generation and call on_namespace_change (not for the scan at connect).

@@ -46,6 +46,34 @@ uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap) {
   return uint32_t(std::min<uint64_t>(uint64_t(1) << shift, own_cap));
 }
 
+uint32_t active_list_max_pages(uint32_t nn) {
+  return std::max<uint32_t>(1, uint32_t((uint64_t(nn) + kActiveListPageIds - 1) / kActiveListPageIds));
+}
+
+ActiveListPage append_active_list_page(const uint8_t* page, uint32_t after, uint32_t nn, std::vector<uint32_t>& out,
+                                       std::string& why) {
+  uint32_t prev = after;
+  for (uint32_t i = 0; i < kActiveListPageIds; ++i) {
+    uint32_t nsid;
+    std::memcpy(&nsid, page + i * 4, 4);
+    if (nsid == 0) return ActiveListPage::End;  // a short page ends the list
+    if (nsid <= prev) {
+      why = fmt::format("NSID {} at entry {} does not follow {} (the list must rise strictly)", nsid, i, prev);
+      return ActiveListPage::Malformed;
+    }
+    if (nsid > nn) {
+      why = fmt::format("NSID {} at entry {} is above the controller's NN ({})", nsid, i, nn);
+      return ActiveListPage::Malformed;
+    }
+    if (out.size() >= kMaxActiveNamespaces) return ActiveListPage::End;  // the caller says what was left out
+    out.push_back(nsid);
+    prev = nsid;
+  }
+  // A full page: more may follow, unless the last NSID there can be has been listed or no more
+  // are kept.
+  return prev == nn || out.size() >= kMaxActiveNamespaces ? ActiveListPage::End : ActiveListPage::More;
+}
+
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all) {
   std::vector<uint32_t> out;
   all = false;

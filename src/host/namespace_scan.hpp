@@ -37,6 +37,30 @@ std::string firmware_revision(const nvme::IdentifyController& id);
 // beyond own_cap", never a shift the language leaves undefined.
 uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap);
 
+// The active namespace list (Identify CNS 02h) is read a page of 1024 NSIDs at a time, each page
+// starting after the last NSID of the one before. A target decides how many pages there are: the
+// host keeps at most this many NSIDs, so that a list that never ends costs a bounded number of
+// commands and bounded memory. The block-size table and the changed-namespace log hold 1024;
+// this leaves room for subsystems far larger than any seen, at 64 pages.
+inline constexpr uint32_t kMaxActiveNamespaces = 64 * 1024;
+inline constexpr uint32_t kActiveListPageIds = 1024;
+
+// The most pages a controller reporting nn namespaces (Identify Controller NN) can fill: NN/1024
+// rounded up, at least 1 (the first page is read whatever NN says, to see the list's end).
+uint32_t active_list_max_pages(uint32_t nn);
+
+enum class ActiveListPage : uint8_t {
+  More,       // the page was full: ask for the next one, after the last NSID
+  End,        // the list ended (a zero, NSID NN reached, or kMaxActiveNamespaces kept)
+  Malformed,  // an NSID not above the one before, or above NN: why says which
+};
+
+// Appends one page (kActiveListPageIds little-endian NSIDs, zero-terminated when short) to out.
+// after: the NSID the page was asked for after (0 for the first). NSIDs must rise strictly and
+// stay within 1..nn; the first that does not makes the whole list untrustworthy (Malformed).
+ActiveListPage append_active_list_page(const uint8_t* page, uint32_t after, uint32_t nn, std::vector<uint32_t>& out,
+                                       std::string& why);
+
 // The changed-namespace log (LID 04h): the NSIDs it lists, or all = true when it says more
 // changed than it can list (FFFFFFFFh first).
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all);

@@ -272,5 +272,81 @@ TEST(LargestTransfer, MdtsInMinimumPagesUpToOurCap) {
   EXPECT_EQ(largest_transfer(52, 0, 1u << 30), 1u << 30);
 }
 
+// A 4 KiB page of the active namespace list holding ids (the rest zero).
+std::vector<uint8_t> list_page(const std::vector<uint32_t>& ids) {
+  std::vector<uint8_t> p(4096, 0);
+  std::memcpy(p.data(), ids.data(), std::min<size_t>(ids.size(), 1024) * 4);
+  return p;
+}
+
+std::vector<uint32_t> run(uint32_t from, uint32_t n) {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < n; ++i) v.push_back(from + i);
+  return v;
+}
+
+TEST(ActiveNamespaceList, PagesAllowedByNn) {
+  EXPECT_EQ(active_list_max_pages(0), 1u);
+  EXPECT_EQ(active_list_max_pages(1), 1u);
+  EXPECT_EQ(active_list_max_pages(1024), 1u);
+  EXPECT_EQ(active_list_max_pages(1025), 2u);
+  EXPECT_EQ(active_list_max_pages(0xFFFFFFFEu), 4194304u);  // no overflow at the largest NN
+}
+
+TEST(ActiveNamespaceList, ShortPageEndsAndFullPageAsksForMore) {
+  std::vector<uint32_t> out;
+  std::string why;
+  auto p = list_page({1, 2, 7});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::End);
+  EXPECT_EQ(out, (std::vector<uint32_t>{1, 2, 7}));
+  out.clear();
+  p = list_page(run(1, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 4096, out, why), ActiveListPage::More);
+  p = list_page(run(1025, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 1024, 4096, out, why), ActiveListPage::More);
+  EXPECT_EQ(out.size(), 2048u);
+  // A full page whose last NSID is NN: nothing can follow, no further page is asked for.
+  p = list_page(run(3073, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 2048, 4096, out, why), ActiveListPage::End);
+}
+
+TEST(ActiveNamespaceList, NsidsThatDoNotRiseOrExceedNnAreMalformed) {
+  std::vector<uint32_t> out;
+  std::string why;
+  auto p = list_page({1, 3, 3});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  EXPECT_NE(why.find("NSID 3 at entry 2 does not follow 3"), std::string::npos) << why;
+  out.clear();
+  p = list_page({5, 4});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  out.clear();
+  p = list_page({10});  // asked for NSIDs after 20: the page goes back
+  EXPECT_EQ(append_active_list_page(p.data(), 20, 32, out, why), ActiveListPage::Malformed);
+  out.clear();
+  p = list_page({1, 33});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  EXPECT_NE(why.find("above the controller's NN (32)"), std::string::npos) << why;
+  out.clear();
+  p = list_page({1});  // NN 0: a controller with no namespaces lists none
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 0, out, why), ActiveListPage::Malformed);
+}
+
+TEST(ActiveNamespaceList, StopsAtTheNsidsKept) {
+  // An endless list of valid NSIDs under the largest NN: pages stop once the cap is kept.
+  std::vector<uint32_t> out;
+  std::string why;
+  uint32_t after = 0, pages = 0;
+  ActiveListPage r = ActiveListPage::More;
+  while (r == ActiveListPage::More && pages < 1000) {
+    auto p = list_page(run(after + 1, 1024));
+    r = append_active_list_page(p.data(), after, 0xFFFFFFFEu, out, why);
+    after = out.back();
+    ++pages;
+  }
+  EXPECT_EQ(r, ActiveListPage::End);
+  EXPECT_EQ(out.size(), kMaxActiveNamespaces);
+  EXPECT_EQ(pages, kMaxActiveNamespaces / 1024);
+}
+
 }  // namespace
 }  // namespace nvtcp::host::detail
