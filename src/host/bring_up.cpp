@@ -66,6 +66,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   if (!cpl.status.ok()) return failed("Property Set CC", cpl);
   uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
   uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
+  if (bring_up_deadline_ns != UINT64_MAX) bring_up_deadline_ns += uint64_t(timeout_ms) * 1000000ull;
   for (;;) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);

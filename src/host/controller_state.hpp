@@ -158,7 +158,13 @@ struct Controller::State : detail::ControllerLink {
   // until it completes. The admin queue's command timeout bounds it; a lost connection
   // ends it at once.
   Completion admin_sync(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
-  bool admin_up() const { return admin && !admin->failed(); }
+  bool admin_up() const { return admin && !admin->failed() && !stop.load(std::memory_order_relaxed); }
+  // While connect() waits for the first association: when admin_sync() gives up on any
+  // command (the clock's reading). UINT64_MAX otherwise.
+  uint64_t bring_up_deadline_ns = UINT64_MAX;
+  // The bring-up's allowance for its admin commands beyond the timeouts it is given: time
+  // for a scan of many namespaces on a slow link.
+  static constexpr uint64_t kBringUpCommandsMs = 30000;
 
   // ---------------------------------------------------------------- bring_up.cpp
   // Connects the admin queue and brings the controller up the way the specification
