@@ -18,6 +18,7 @@
 
 #include "host/ana_table.hpp"
 #include "host/block_size_table.hpp"
+#include "host/event_backlog.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
@@ -106,13 +107,15 @@ struct Controller::State : detail::ControllerLink {
 
   // Asynchronous events, admin thread only. An AER's completion only notes what to do; the
   // run loop does it, since reading a log or identifying a namespace is an admin command
-  // that must not be waited for inside another's completion.
+  // that must not be waited for inside another's completion, and asks for more events once
+  // it has (so a controller cannot report faster than the host handles).
   struct Events {
     uint32_t aers_wanted = 0;        // kept outstanding on this association
     uint32_t aers_outstanding = 0;
     bool ns_changed = false;         // a namespace attribute notice: read log 04h, rescan
     bool ana_changed = false;        // an ANA change notice: read log 0Ch again
-    std::vector<uint32_t> to_clear;  // dw0 of other events, whose log page is read with RAE 0
+    detail::EventBacklog to_clear;   // dw0 of other events, whose log page is read with RAE 0
+    detail::EventLogLimiter log_limit;  // which of clear_event()'s lines are written
   } ev;
   std::vector<std::shared_ptr<ScanWait>> rescan_waiters;
 
