@@ -141,8 +141,14 @@ bool Controller::State::rescan_after_notice(HostError& err) {
   if (c.status.ok()) listed = detail::parse_changed_namespaces(log.data(), len, all);
   else if (admin_up()) log::warn("{}: reading the changed-namespace log: {}", trid.subnqn, status_name(c.status));
   all = all || listed.empty();
-  log::info("{}: namespace attribute notice: rescanning {}", trid.subnqn,
-            all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
+  // One line per notice, as EventLogLimiter allows: a controller sending notice after notice
+  // costs a rescan each (at the host's pace) but not a line each.
+  constexpr uint32_t kNotice = uint32_t(AsyncEventType::Notice) | (uint32_t(kAsyncNoticeNamespaceChanged) << 8) |
+                               (uint32_t(LogPageId::ChangedNamespaces) << 16);
+  if (const uint64_t reports = ev.log_limit.note(kNotice, now_ns()))
+    log::info("{}: namespace attribute notice{}: rescanning {}", trid.subnqn,
+              reports > 1 ? fmt::format(" ({} so far)", reports) : std::string(),
+              all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
   return scan_namespaces(all ? nullptr : &listed, true, err);
 }
 

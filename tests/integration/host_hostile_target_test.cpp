@@ -155,15 +155,18 @@ TEST(HostileTarget, HugeMdtsMeansOurOwnCap) {
   }
 }
 
-// A controller that answers every AER at once with an error event: the host reads the event's
-// log before it asks for the next (so answered AERs never run ahead of the log reads by more
-// than the one request it keeps), and logs the flood in a handful of lines, not one per event.
-TEST(HostileTarget, AerFloodIsHandledBeforeTheNextRequestAndLoggedSparingly) {
+// A controller that answers every AER at once with the event dw0: the host handles the event
+// (reads its log, rescans) before it asks for the next, so answered AERs never run ahead of
+// the log reads by more than the one request it keeps, and it logs the flood in a handful of
+// lines (containing `line`), not one per event.
+void expect_flood_is_paced_and_quiet(uint32_t dw0, uint32_t oaes, const std::string& line) {
   LyingTarget::Script s;
   s.ident = LyingTarget::controller(kNqn, 1);
   s.ident.aerl = 0;  // one AER outstanding
+  s.ident.oaes = oaes;
   s.aer_flood = true;
-  s.aer_dw0 = 0x00010000;  // error event, information 0, log page 01h
+  s.aer_dw0 = dw0;
+  s.max_list_pages = UINT32_MAX;  // each namespace notice rescans: one list page each
   LyingTarget t(s);
   StderrCapture log;
   std::string err;
@@ -183,9 +186,19 @@ TEST(HostileTarget, AerFloodIsHandledBeforeTheNextRequestAndLoggedSparingly) {
   // answered and not yet read, and one more in the instant between two counters.
   EXPECT_LE(worst_lead, 2u) << "answered AERs ran ahead of the log reads";
   c.reset();
-  const size_t lines = log.count("asynchronous event 0x00010000");
+  const size_t lines = log.count(line);
   EXPECT_GE(lines, 1u);
-  EXPECT_LE(lines, 20u) << "one warning per event";
+  EXPECT_LE(lines, 20u) << "one line per event";
+}
+
+TEST(HostileTarget, AerFloodIsHandledBeforeTheNextRequestAndLoggedSparingly) {
+  // An error event, information 0, log page 01h.
+  expect_flood_is_paced_and_quiet(0x00010000, 0, "asynchronous event 0x00010000");
+}
+
+TEST(HostileTarget, NamespaceNoticeFloodIsPacedAndLoggedSparingly) {
+  // A namespace attribute notice (type 2, information 0, log page 04h), announced in OAES.
+  expect_flood_is_paced_and_quiet(0x00040002, 1u << 8, "namespace attribute notice");
 }
 
 std::string run_cli(const std::string& args, int& status) {
