@@ -25,10 +25,16 @@ HostError identity_mismatch(const nvme::IdentifyController& before, const nvme::
 // spaces dropped.
 std::string fixed_field(const char* p, size_t n);
 
+// A fixed-size field as fixed_field() reads it, made fit for a log line: the target chose
+// those bytes, so control and non-ASCII bytes are written \xNN (and the backslash \\): no
+// escape sequence reaches the terminal of whoever reads the log, and no newline forges a line.
+std::string printable_field(const char* p, size_t n);
+
 // Whether two controllers show one namespace under an NSID: the same NGUID and EUI-64.
 bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b);
 
-// The firmware revision, printable (space padding and NULs trimmed).
+// The firmware revision, printable (space padding and NULs trimmed, other bytes escaped as
+// printable_field() does).
 std::string firmware_revision(const nvme::IdentifyController& id);
 
 // The largest transfer a controller takes, in bytes: MDTS is a power of two in units of the

@@ -63,6 +63,16 @@ TEST(IdentityCheck, EachIdentifierThatDiffersIsNamed) {
   EXPECT_EQ(identity_mismatch(full, other_model).message, "model 'nvtcp' is now 'other'");
 }
 
+TEST(IdentityCheck, TargetTextInTheMessageIsEscaped) {
+  // The message is logged: a model with an escape sequence or a newline must not reach the
+  // terminal as one, nor a firmware revision.
+  const IdentifyController a = controller("SN1", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a");
+  const IdentifyController b = controller("SN1", "\x1b]0;owned\x07\n\\x", "\r1", "nqn.2026-11.io.nvtcp:a");
+  EXPECT_EQ(identity_mismatch(a, b).message, "model 'nvtcp' is now '\\x1b]0;owned\\x07\\x0a\\\\x'");
+  EXPECT_EQ(firmware_revision(b), "\\x0d1");
+  EXPECT_EQ(printable_field("\xff", 1), "\\xff");
+}
+
 std::vector<uint8_t> changed_log(const std::vector<uint32_t>& ids) {
   std::vector<uint8_t> log(4096, 0);
   if (!ids.empty()) std::memcpy(log.data(), ids.data(), ids.size() * 4);
