@@ -14,6 +14,7 @@
 #include "nvtcp/properties.hpp"
 #include "nvtcp/size.hpp"
 #include "perf.hpp"
+#include "wire_text.hpp"
 
 namespace nvtcp::app {
 
@@ -92,12 +93,6 @@ void add_tls_options(CLI::App* c, TlsArgs& t) {
 using namespace nvtcp::nvme;
 
 namespace {
-std::string trimmed(const char* p, size_t n) {
-  std::string s(p, strnlen(p, n));
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
-  return s;
-}
-
 const char* trtype_str(uint8_t t) { return t == kTrtypeTcp ? "tcp" : t == 1 ? "rdma" : t == 2 ? "fc" : "unrecognized"; }
 const char* adrfam_str(uint8_t a) { return a == kAdrfamIpv4 ? "ipv4" : a == kAdrfamIpv6 ? "ipv6" : "unrecognized"; }
 const char* subtype_str(uint8_t s) {
@@ -171,9 +166,9 @@ int run_discover(const DiscoverArgs& a) {
     fmt::print("subtype: {}\n", subtype_str(e->subtype));
     fmt::print("treq:    {}\n", treq_str(e->treq));
     fmt::print("portid:  {}\n", e->portid);
-    fmt::print("trsvcid: {}\n", trimmed(e->trsvcid, sizeof(e->trsvcid)));
-    fmt::print("subnqn:  {}\n", trimmed(e->subnqn, sizeof(e->subnqn)));
-    fmt::print("traddr:  {}\n", trimmed(e->traddr, sizeof(e->traddr)));
+    fmt::print("trsvcid: {}\n", wire_field(e->trsvcid, sizeof(e->trsvcid)));
+    fmt::print("subnqn:  {}\n", wire_field(e->subnqn, sizeof(e->subnqn)));
+    fmt::print("traddr:  {}\n", wire_field(e->traddr, sizeof(e->traddr)));
     fmt::print("eflags:  {}\n", e->eflags ? fmt::format("0x{:x}", e->eflags) : "none");
     fmt::print("sectype: {}\n", e->tsas[0] == kTcpSectypeNone ? "none" : "tls");
   }
@@ -208,9 +203,9 @@ int run_identify(const IdentifyArgs& a) {
   fmt::print("NVMe Identify Controller ({})\n", t.to_string());
   fmt::print("vid       : 0x{:x}\n", id->vid);
   fmt::print("ssvid     : 0x{:x}\n", id->ssvid);
-  fmt::print("sn        : {}\n", trimmed(id->sn, sizeof(id->sn)));
-  fmt::print("mn        : {}\n", trimmed(id->mn, sizeof(id->mn)));
-  fmt::print("fr        : {}\n", trimmed(id->fr, sizeof(id->fr)));
+  fmt::print("sn        : {}\n", wire_field(id->sn, sizeof(id->sn)));
+  fmt::print("mn        : {}\n", wire_field(id->mn, sizeof(id->mn)));
+  fmt::print("fr        : {}\n", wire_field(id->fr, sizeof(id->fr)));
   fmt::print("cntlid    : 0x{:x}\n", id->cntlid);
   fmt::print("ver       : {}.{}.{}\n", id->ver >> 16, (id->ver >> 8) & 0xFF, id->ver & 0xFF);
   fmt::print("cntrltype : {}\n", id->cntrltype == kCntrlTypeIo ? "I/O" : id->cntrltype == kCntrlTypeDiscovery ? "discovery" : "other");
@@ -224,7 +219,7 @@ int run_identify(const IdentifyArgs& a) {
   fmt::print("oncs      : 0x{:x}\n", id->oncs);
   fmt::print("vwc       : 0x{:x}\n", id->vwc);
   fmt::print("sgls      : 0x{:x}\n", id->sgls);
-  fmt::print("subnqn    : {}\n", trimmed(id->subnqn, sizeof(id->subnqn)));
+  fmt::print("subnqn    : {}\n", wire_field(id->subnqn, sizeof(id->subnqn)));
   fmt::print("ioccsz    : {}\n", id->ioccsz);
   fmt::print("iorcsz    : {}\n", id->iorcsz);
   fmt::print("icdoff    : {}\n", id->icdoff);

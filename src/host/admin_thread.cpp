@@ -82,7 +82,9 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
   } w;
   Completion fail_cpl;
   fail_cpl.status = sc::TransportError;
-  if (!admin) return fail_cpl;
+  // A controller being destroyed sends nothing more: a scan or event still under way ends at
+  // its next command instead of keeping ~Controller waiting for the whole of it.
+  if (!admin || stop.load(std::memory_order_relaxed)) return fail_cpl;
   const HostError refused = admin->submit(sqe, data, len, to_controller,
                                           [](void* ctx, const Completion& c) {
                                             auto* wp = static_cast<Wait*>(ctx);
@@ -91,7 +93,10 @@ Completion Controller::State::admin_sync(const Sqe& sqe, void* data, uint32_t le
                                           },
                                           &w);
   if (!refused.ok()) return fail_cpl;
-  uint64_t deadline = now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull;
+  // The command's own bound, and during connect() the bring-up's as a whole: a target that
+  // answers each command just in time must not hold connect() for ever.
+  const uint64_t deadline =
+      std::min<uint64_t>(now_ns() + (uint64_t(opts.admin_timeout_ms) * 2 + 5000) * 1000000ull, bring_up_deadline_ns);
   while (!w.done) {
     if (now_ns() > deadline) admin->shutdown();  // ends w before it goes out of scope
     else reactor->run_once(uint32_t(clock->poll_period_ns(10'000'000) / 1000));
@@ -107,8 +112,16 @@ void Controller::State::run(std::promise<HostError>* connected) {
     reactor = &r;
   }
   HostError e;
+  // Connecting, CAP.TO for CSTS.RDY (associate() adds it once CAP is read) and the admin
+  // commands after it: Identify, events, the namespace scan, the ANA log.
+  bring_up_deadline_ns = now_ns() + (uint64_t(opts.connect_timeout_ms) + 2ull * opts.admin_timeout_ms +
+                                     kBringUpCommandsMs) * 1000000ull;
   bool ok = associate(true, e) && start_events(e) && (discovery || scan_namespaces(nullptr, false, e)) &&
             refresh_ana(e);
+  if (!ok && now_ns() > bring_up_deadline_ns)
+    e = HostError::make(HostError::Kind::Timeout,
+                        fmt::format("controller bring-up did not finish in time (last step: {})", e.message));
+  bring_up_deadline_ns = UINT64_MAX;  // from now on each command has only its own bound
   if (ok) {
     gen.store(1, std::memory_order_release);
     set_link_state(LinkState::Live);

@@ -74,13 +74,18 @@ void Controller::State::aer_completed(const Completion& c) {
   if (ev.aers_outstanding) --ev.aers_outstanding;
   if (!c.status.ok()) {
     // A path error: the connection is going (the next association asks again). Any other
-    // status would only come back again: not asking again is what the Linux host does too.
-    if (c.status != sc::TransportError)
+    // status would only come back again: not asking again is what the Linux host does too,
+    // so this request is not replaced when the others are.
+    if (c.status != sc::TransportError) {
+      if (ev.aers_wanted) --ev.aers_wanted;
       log::warn("{}: Asynchronous Event Request failed: {}; {} left outstanding", trid.subnqn,
                 status_name(c.status), ev.aers_outstanding);
+    }
     return;
   }
-  submit_aers();  // at once: another event may be waiting for a request
+  // Not asked again here: service_events() does once the event is handled. A controller
+  // answering every request at once would otherwise fill a backlog as fast as the network
+  // allows, and the admin thread would spend itself on it.
   const uint8_t type = c.dw0 & 0x7, info = (c.dw0 >> 8) & 0xFF;
   const uint8_t lid = (c.dw0 >> 16) & 0xFF;
   if (type == uint8_t(AsyncEventType::Notice) && info == kAsyncNoticeNamespaceChanged) {
@@ -92,8 +97,10 @@ void Controller::State::aer_completed(const Completion& c) {
     // The notices are the application's (a cluster manager reads them with get_log_page);
     // reading them here would lose them. The type stays masked until it does.
     log::info("{}: reservation notice waiting in log page 0x80", trid.subnqn);
-  } else {
-    ev.to_clear.push_back(c.dw0);
+  } else if (ev.to_clear.push(c.dw0) == detail::EventBacklog::Push::Dropped &&
+             detail::is_power_of_two(ev.to_clear.dropped())) {
+    log::warn("{}: {} asynchronous events dropped: {} different ones already wait for their log page to be read",
+              trid.subnqn, ev.to_clear.dropped(), ev.to_clear.size());
   }
 }
 
@@ -114,8 +121,14 @@ void Controller::State::clear_event(uint32_t dw0) {
     what = fmt::format(": critical warning {:#04x}, temperature {} K, spare {}%", h->critical_warning,
                        uint16_t(h->temperature), h->avail_spare);
   }
-  log::warn("{}: asynchronous event {:#010x} ({}, information {:#04x}, log page {:#04x}){}", trid.subnqn, dw0,
-            async_event_type_name(type), info, lid, what);
+  // The log page is read every time (that is what lets the controller report the event again);
+  // the line is written only as EventLogLimiter allows, so a flood costs a few lines.
+  const uint64_t reports = ev.log_limit.note(dw0, now_ns());
+  if (reports == 0) return;
+  const std::string times =
+      reports > 1 ? fmt::format(" (reported {} times; logged again at {})", reports, reports * 2) : std::string();
+  log::warn("{}: asynchronous event {:#010x} ({}, information {:#04x}, log page {:#04x}){}{}", trid.subnqn, dw0,
+            async_event_type_name(type), info, lid, what, times);
 }
 
 bool Controller::State::rescan_after_notice(HostError& err) {
@@ -128,17 +141,22 @@ bool Controller::State::rescan_after_notice(HostError& err) {
   if (c.status.ok()) listed = detail::parse_changed_namespaces(log.data(), len, all);
   else if (admin_up()) log::warn("{}: reading the changed-namespace log: {}", trid.subnqn, status_name(c.status));
   all = all || listed.empty();
-  log::info("{}: namespace attribute notice: rescanning {}", trid.subnqn,
-            all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
+  // One line per notice, as EventLogLimiter allows: a controller sending notice after notice
+  // costs a rescan each (at the host's pace) but not a line each.
+  constexpr uint32_t kNotice = uint32_t(AsyncEventType::Notice) | (uint32_t(kAsyncNoticeNamespaceChanged) << 8) |
+                               (uint32_t(LogPageId::ChangedNamespaces) << 16);
+  if (const uint64_t reports = ev.log_limit.note(kNotice, now_ns()))
+    log::info("{}: namespace attribute notice{}: rescanning {}", trid.subnqn,
+              reports > 1 ? fmt::format(" ({} so far)", reports) : std::string(),
+              all ? std::string("every namespace") : fmt::format("namespace(s) {}", fmt::join(listed, ", ")));
   return scan_namespaces(all ? nullptr : &listed, true, err);
 }
 
 void Controller::State::service_events() {
   while (!stop.load(std::memory_order_relaxed) && admin_up()) {
     HostError e;
-    if (!ev.to_clear.empty()) {
-      const uint32_t dw0 = ev.to_clear.front();
-      ev.to_clear.erase(ev.to_clear.begin());
+    uint32_t dw0 = 0;
+    if (ev.to_clear.pop(dw0)) {
       clear_event(dw0);
     } else if (ev.ana_changed) {
       ev.ana_changed = false;
@@ -152,6 +170,8 @@ void Controller::State::service_events() {
       const bool ok = scan_namespaces(nullptr, true, e);
       for (auto& w : waiters) w->finish(ok ? HostError() : e);
     } else {
+      // Every event reported so far is handled: only now ask for the next ones.
+      submit_aers();
       return;
     }
   }

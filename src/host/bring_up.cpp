@@ -81,6 +81,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   if (!cpl.status.ok()) return failed("Property Set CC", cpl);
   uint32_t timeout_ms = std::max<uint32_t>(prop::cap_timeout_ms(new_cap), 500);
   uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
+  if (bring_up_deadline_ns != UINT64_MAX) bring_up_deadline_ns += uint64_t(timeout_ms) * 1000000ull;
   for (;;) {
     cpl = admin_sync(cmd::property_get(prop::CSTS, false), nullptr, 0, false);
     if (!cpl.status.ok()) return failed("Property Get CSTS", cpl);
@@ -118,9 +119,7 @@ bool Controller::State::associate(bool first, HostError& err) {
   if (first) {
     std::memcpy(ident, ident_now, kIdentifyLen);
     const auto* id = reinterpret_cast<const IdentifyController*>(ident);
-    // MDTS is in units of the minimum page size (CAP.MPSMIN, 4 KiB << n); 0 = no limit.
-    uint32_t mpsmin = 4096u << ((cap >> 48) & 0xF);
-    max_transfer = id->mdts ? std::min<uint64_t>(uint64_t(mpsmin) << id->mdts, 8u << 20) : (8u << 20);
+    max_transfer = detail::largest_transfer(id->mdts, cap, 8u << 20);
     in_capsule_max = id->ioccsz >= 4 ? id->ioccsz * 16 - 64 : 0;
   }
   if (!discovery) {

@@ -2,6 +2,7 @@
 // The controller's list of active namespaces as the admin thread keeps it: scanned at connect,
 // after a namespace attribute notice, at a reconnect and on rescan_namespaces().
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,31 +19,53 @@ namespace nvtcp::host {
 
 using namespace nvtcp::wire;
 
-bool Controller::State::read_active_list(std::vector<uint32_t>& out, HostError& err) {
+bool Controller::State::read_active_list(std::vector<uint32_t>& out, bool& refused, HostError& err) {
   out.clear();
+  refused = false;
   alignas(8) uint8_t buf[kIdentifyLen];
+  // The target decides when the list ends: NN bounds how many pages it can fill, and
+  // kMaxActiveNamespaces how many NSIDs are kept, whatever it answers.
+  const uint32_t nn = reinterpret_cast<const IdentifyController*>(ident_now)->nn;
+  const uint32_t max_pages = detail::active_list_max_pages(nn);
   uint32_t after = 0;
-  for (;;) {
+  for (uint32_t page = 0; page < max_pages; ++page) {
     Completion c = admin_sync(cmd::identify(uint8_t(Cns::ActiveNamespaceList), after, 0), buf, kIdentifyLen, false);
     if (!c.status.ok()) {
+      refused = admin_up();  // an answer, not a lost queue: a controller without the list
       err = HostError::from_status(c.status,
                                    fmt::format("Identify (active namespace list): {}", status_name(c.status)));
       return false;
     }
-    uint32_t ids[kIdentifyLen / 4];
-    std::memcpy(ids, buf, sizeof(ids));
-    size_t n = 0;
-    while (n < kIdentifyLen / 4 && ids[n] > after) out.push_back(ids[n++]);  // ascending, zero-terminated
-    if (n < kIdentifyLen / 4) return true;
-    after = ids[n - 1];
+    std::string why;
+    switch (detail::append_active_list_page(buf, after, nn, out, why)) {
+      case detail::ActiveListPage::More:
+        after = out.back();
+        continue;
+      case detail::ActiveListPage::End:
+        if (out.size() >= detail::kMaxActiveNamespaces)
+          log::warn("{}: the active namespace list goes on past {} namespaces; using the first {} only",
+                    trid.subnqn, out.size(), out.size());
+        return true;
+      case detail::ActiveListPage::Malformed:
+        err = HostError::make(HostError::Kind::Controller,
+                              fmt::format("Identify (active namespace list), page {}: {}", page + 1, why));
+        log::warn("{}: {}; namespace list not used", trid.subnqn, err.message);
+        out.clear();
+        return false;
+    }
   }
+  // Every page was full, and NN says no more can follow: a list that says otherwise is not
+  // asked again.
+  return true;
 }
 
 bool Controller::State::scan_namespaces(const std::vector<uint32_t>* listed, bool notify, HostError& err) {
   std::vector<uint32_t> active;
   bool sequential = false;  // NSIDs tried one by one: most of them are expected to be inactive
-  if (!read_active_list(active, err)) {
-    if (!admin_up()) return false;
+  bool refused = false;
+  if (!read_active_list(active, refused, err)) {
+    // A lost queue, or a list that cannot be trusted: what was known stays as it was.
+    if (!refused) return false;
     // A controller older than NVMe 1.1 has no list: try every NSID up to NN, as Linux does.
     const uint32_t nn = std::min<uint32_t>(reinterpret_cast<const IdentifyController*>(ident_now)->nn,
                                            detail::BlockSizeTable::kCapacity);

@@ -18,6 +18,7 @@
 
 #include "host/ana_table.hpp"
 #include "host/block_size_table.hpp"
+#include "host/event_backlog.hpp"
 #include "host/queue_pair_impl.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
@@ -109,13 +110,15 @@ struct Controller::State : detail::ControllerLink {
 
   // Asynchronous events, admin thread only. An AER's completion only notes what to do; the
   // run loop does it, since reading a log or identifying a namespace is an admin command
-  // that must not be waited for inside another's completion.
+  // that must not be waited for inside another's completion, and asks for more events once
+  // it has (so a controller cannot report faster than the host handles).
   struct Events {
     uint32_t aers_wanted = 0;        // kept outstanding on this association
     uint32_t aers_outstanding = 0;
     bool ns_changed = false;         // a namespace attribute notice: read log 04h, rescan
     bool ana_changed = false;        // an ANA change notice: read log 0Ch again
-    std::vector<uint32_t> to_clear;  // dw0 of other events, whose log page is read with RAE 0
+    detail::EventBacklog to_clear;   // dw0 of other events, whose log page is read with RAE 0
+    detail::EventLogLimiter log_limit;  // which of clear_event()'s lines are written
   } ev;
   std::vector<std::shared_ptr<ScanWait>> rescan_waiters;
 
@@ -161,7 +164,13 @@ struct Controller::State : detail::ControllerLink {
   // until it completes. The admin queue's command timeout bounds it; a lost connection
   // ends it at once.
   Completion admin_sync(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller);
-  bool admin_up() const { return admin && !admin->failed(); }
+  bool admin_up() const { return admin && !admin->failed() && !stop.load(std::memory_order_relaxed); }
+  // While connect() waits for the first association: when admin_sync() gives up on any
+  // command (the clock's reading). UINT64_MAX otherwise.
+  uint64_t bring_up_deadline_ns = UINT64_MAX;
+  // The bring-up's allowance for its admin commands beyond the timeouts it is given: time
+  // for a scan of many namespaces on a slow link.
+  static constexpr uint64_t kBringUpCommandsMs = 30000;
 
   // ---------------------------------------------------------------- bring_up.cpp
   // Connects the admin queue and brings the controller up the way the specification
@@ -204,8 +213,11 @@ struct Controller::State : detail::ControllerLink {
   bool refresh_ana(HostError& err);
 
   // ---------------------------------------------------------------- controller_namespaces.cpp
-  // The active namespace list (Identify CNS 02h), 1024 NSIDs a page.
-  bool read_active_list(std::vector<uint32_t>& out, HostError& err);
+  // The active namespace list (Identify CNS 02h), 1024 NSIDs a page, at most NN/1024 pages
+  // (rounded up) and kMaxActiveNamespaces NSIDs. False with refused set: the controller
+  // answered the command with an error (it has no list: older than NVMe 1.1). False without:
+  // the queue was lost, or the list is malformed (logged; err says how).
+  bool read_active_list(std::vector<uint32_t>& out, bool& refused, HostError& err);
   // Identifies the active namespaces again (those in `listed`, and any not known yet; all
   // when listed is null) and publishes what changed. notify: log the changes, count a
   // generation and call on_namespace_change (not for the scan at connect).

@@ -266,7 +266,9 @@ std::shared_ptr<EngineClient> EngineClient::connect(const TransportId& trid, con
     return nullptr;
   }
   const auto* ic = reinterpret_cast<const nvme::IdentifyController*>(c->ident_);
-  c->max_transfer_ = ic->mdts ? std::min<uint64_t>(4096ull << ic->mdts, 1u << 30) : (1u << 30);
+  // The engine's controller copies the target's MDTS: any value up to 255 (4 KiB pages, as
+  // the engine's own CAP.MPSMIN is 0).
+  c->max_transfer_ = detail::largest_transfer(ic->mdts, 0, 1u << 30);
   Sqe nq{};
   nq.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
   nq.cdw10 = wire::kFeatureNumberOfQueues;
@@ -507,16 +509,24 @@ bool EngineClient::namespace_info(uint32_t nsid, NamespaceInfo& out, std::string
 std::vector<uint32_t> EngineClient::query_active_namespaces() {
   std::vector<uint32_t> out;
   alignas(8) uint8_t buf[4096];
+  // The engine passes on what its target says: the same bounds as the controller's own scan
+  // (NN/1024 pages, kMaxActiveNamespaces NSIDs, NSIDs rising within NN).
+  const uint32_t nn = reinterpret_cast<const nvme::IdentifyController*>(ident_)->nn;
+  const uint32_t max_pages = active_list_max_pages(nn);
   uint32_t after = 0;
-  for (;;) {
+  for (uint32_t page = 0; page < max_pages; ++page) {
     const Completion c = admin(wire::cmd::identify(uint8_t(nvme::Cns::ActiveNamespaceList), after), buf, sizeof(buf),
                                false);
     if (!c.status.ok()) break;
-    const auto* ids = reinterpret_cast<const uint32_t*>(buf);
-    size_t n = 0;
-    while (n < sizeof(buf) / 4 && ids[n]) out.push_back(ids[n++]);
-    if (n < sizeof(buf) / 4) break;
-    after = ids[n - 1];
+    std::string why;
+    const ActiveListPage r = append_active_list_page(buf, after, nn, out, why);
+    if (r == ActiveListPage::Malformed) {
+      log::warn("{} through the engine: active namespace list, page {}: {}; using the {} NSIDs before it", trid_.subnqn,
+                page + 1, why, out.size());
+      break;
+    }
+    if (r == ActiveListPage::End) break;
+    after = out.back();
   }
   return out;
 }

@@ -19,6 +19,24 @@ std::string fixed_field(const char* p, size_t n) {
   return std::string(p, len);
 }
 
+std::string printable_field(const char* p, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char ch : fixed_field(p, n)) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b == '\\') {
+      out += "\\\\";
+    } else if (b >= 0x20 && b < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 0xF];
+    }
+  }
+  return out;
+}
+
 bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
   return std::memcmp(a.nguid, b.nguid, sizeof(a.nguid)) == 0 && std::memcmp(a.eui64, b.eui64, sizeof(a.eui64)) == 0;
 }
@@ -31,13 +49,51 @@ HostError identity_mismatch(const IdentifyController& before, const IdentifyCont
     err.kind = HostError::Kind::WrongController;
     err.message += fmt::format("{} '{}' is now '{}'", what, a, b);
   };
-  check("serial number", fixed_field(before.sn, sizeof(before.sn)), fixed_field(now.sn, sizeof(now.sn)));
-  check("model", fixed_field(before.mn, sizeof(before.mn)), fixed_field(now.mn, sizeof(now.mn)));
-  check("subsystem NQN", fixed_field(before.subnqn, sizeof(before.subnqn)), fixed_field(now.subnqn, sizeof(now.subnqn)));
+  // Escaped both sides: the comparison is the same (escaping loses nothing), and the message
+  // is logged and shown as it is.
+  check("serial number", printable_field(before.sn, sizeof(before.sn)), printable_field(now.sn, sizeof(now.sn)));
+  check("model", printable_field(before.mn, sizeof(before.mn)), printable_field(now.mn, sizeof(now.mn)));
+  check("subsystem NQN", printable_field(before.subnqn, sizeof(before.subnqn)),
+        printable_field(now.subnqn, sizeof(now.subnqn)));
   return err;
 }
 
-std::string firmware_revision(const IdentifyController& id) { return fixed_field(id.fr, sizeof(id.fr)); }
+std::string firmware_revision(const IdentifyController& id) { return printable_field(id.fr, sizeof(id.fr)); }
+
+uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap) {
+  if (mdts == 0) return own_cap;
+  const uint32_t shift = 12u + uint32_t((cap >> 48) & 0xF) + mdts;  // 4 KiB << CAP.MPSMIN, << MDTS
+  if (shift >= 32) return own_cap;  // at least 4 GiB: beyond any cap of ours
+  return uint32_t(std::min<uint64_t>(uint64_t(1) << shift, own_cap));
+}
+
+uint32_t active_list_max_pages(uint32_t nn) {
+  return std::max<uint32_t>(1, uint32_t((uint64_t(nn) + kActiveListPageIds - 1) / kActiveListPageIds));
+}
+
+ActiveListPage append_active_list_page(const uint8_t* page, uint32_t after, uint32_t nn, std::vector<uint32_t>& out,
+                                       std::string& why) {
+  uint32_t prev = after;
+  for (uint32_t i = 0; i < kActiveListPageIds; ++i) {
+    uint32_t nsid;
+    std::memcpy(&nsid, page + i * 4, 4);
+    if (nsid == 0) return ActiveListPage::End;  // a short page ends the list
+    if (nsid <= prev) {
+      why = fmt::format("NSID {} at entry {} does not follow {} (the list must rise strictly)", nsid, i, prev);
+      return ActiveListPage::Malformed;
+    }
+    if (nsid > nn) {
+      why = fmt::format("NSID {} at entry {} is above the controller's NN ({})", nsid, i, nn);
+      return ActiveListPage::Malformed;
+    }
+    if (out.size() >= kMaxActiveNamespaces) return ActiveListPage::End;  // the caller says what was left out
+    out.push_back(nsid);
+    prev = nsid;
+  }
+  // A full page: more may follow, unless the last NSID there can be has been listed or no more
+  // are kept.
+  return prev == nn || out.size() >= kMaxActiveNamespaces ? ActiveListPage::End : ActiveListPage::More;
+}
 
 std::vector<uint32_t> parse_changed_namespaces(const uint8_t* log, size_t len, bool& all) {
   std::vector<uint32_t> out;

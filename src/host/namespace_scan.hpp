@@ -25,11 +25,47 @@ HostError identity_mismatch(const nvme::IdentifyController& before, const nvme::
 // spaces dropped.
 std::string fixed_field(const char* p, size_t n);
 
+// A fixed-size field as fixed_field() reads it, made fit for a log line: the target chose
+// those bytes, so control and non-ASCII bytes are written \xNN (and the backslash \\): no
+// escape sequence reaches the terminal of whoever reads the log, and no newline forges a line.
+std::string printable_field(const char* p, size_t n);
+
 // Whether two controllers show one namespace under an NSID: the same NGUID and EUI-64.
 bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b);
 
-// The firmware revision, printable (space padding and NULs trimmed).
+// The firmware revision, printable (space padding and NULs trimmed, other bytes escaped as
+// printable_field() does).
 std::string firmware_revision(const nvme::IdentifyController& id);
+
+// The largest transfer a controller takes, in bytes: MDTS is a power of two in units of the
+// minimum memory page size (CAP.MPSMIN: 4 KiB << n); 0 means no limit. A target can send any
+// MDTS up to 255: a shift that would reach 2^32 or beyond (or past our own cap) is "no limit
+// beyond own_cap", never a shift the language leaves undefined.
+uint32_t largest_transfer(uint8_t mdts, uint64_t cap, uint32_t own_cap);
+
+// The active namespace list (Identify CNS 02h) is read a page of 1024 NSIDs at a time, each page
+// starting after the last NSID of the one before. A target decides how many pages there are: the
+// host keeps at most this many NSIDs, so that a list that never ends costs a bounded number of
+// commands and bounded memory. The block-size table and the changed-namespace log hold 1024;
+// this leaves room for subsystems far larger than any seen, at 64 pages.
+inline constexpr uint32_t kMaxActiveNamespaces = 64 * 1024;
+inline constexpr uint32_t kActiveListPageIds = 1024;
+
+// The most pages a controller reporting nn namespaces (Identify Controller NN) can fill: NN/1024
+// rounded up, at least 1 (the first page is read whatever NN says, to see the list's end).
+uint32_t active_list_max_pages(uint32_t nn);
+
+enum class ActiveListPage : uint8_t {
+  More,       // the page was full: ask for the next one, after the last NSID
+  End,        // the list ended (a zero, NSID NN reached, or kMaxActiveNamespaces kept)
+  Malformed,  // an NSID not above the one before, or above NN: why says which
+};
+
+// Appends one page (kActiveListPageIds little-endian NSIDs, zero-terminated when short) to out.
+// after: the NSID the page was asked for after (0 for the first). NSIDs must rise strictly and
+// stay within 1..nn; the first that does not makes the whole list untrustworthy (Malformed).
+ActiveListPage append_active_list_page(const uint8_t* page, uint32_t after, uint32_t nn, std::vector<uint32_t>& out,
+                                       std::string& why);
 
 // The changed-namespace log (LID 04h): the NSIDs it lists, or all = true when it says more
 // changed than it can list (FFFFFFFFh first).

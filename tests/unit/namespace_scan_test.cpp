@@ -63,6 +63,16 @@ TEST(IdentityCheck, EachIdentifierThatDiffersIsNamed) {
   EXPECT_EQ(identity_mismatch(full, other_model).message, "model 'nvtcp' is now 'other'");
 }
 
+TEST(IdentityCheck, TargetTextInTheMessageIsEscaped) {
+  // The message is logged: a model with an escape sequence or a newline must not reach the
+  // terminal as one, nor a firmware revision.
+  const IdentifyController a = controller("SN1", "nvtcp", "0.1.0", "nqn.2026-11.io.nvtcp:a");
+  const IdentifyController b = controller("SN1", "\x1b]0;owned\x07\n\\x", "\r1", "nqn.2026-11.io.nvtcp:a");
+  EXPECT_EQ(identity_mismatch(a, b).message, "model 'nvtcp' is now '\\x1b]0;owned\\x07\\x0a\\\\x'");
+  EXPECT_EQ(firmware_revision(b), "\\x0d1");
+  EXPECT_EQ(printable_field("\xff", 1), "\\xff");
+}
+
 std::vector<uint8_t> changed_log(const std::vector<uint32_t>& ids) {
   std::vector<uint8_t> log(4096, 0);
   if (!ids.empty()) std::memcpy(log.data(), ids.data(), ids.size() * 4);
@@ -241,6 +251,111 @@ TEST(BlockSizeTable, ReadersSeeOneWholeTableWhileItIsRepublished) {
   for (auto& th : readers) th.join();
   EXPECT_EQ(bad.load(), 0u) << "of " << reads.load() << " lookups";
   EXPECT_GT(reads.load(), 0u);
+}
+
+// CAP with MPSMIN (bits 51:48) set to n: pages of 4 KiB << n.
+constexpr uint64_t cap_mpsmin(uint64_t n) { return n << 48; }
+
+TEST(LargestTransfer, MdtsInMinimumPagesUpToOurCap) {
+  constexpr uint32_t kCap = 8u << 20;
+  EXPECT_EQ(largest_transfer(0, 0, kCap), kCap);           // 0: no limit but ours
+  EXPECT_EQ(largest_transfer(1, 0, kCap), 8192u);          // 2 pages of 4 KiB
+  EXPECT_EQ(largest_transfer(5, 0, kCap), 128u << 10);     // 32 pages
+  EXPECT_EQ(largest_transfer(11, 0, kCap), kCap);          // exactly our cap
+  EXPECT_EQ(largest_transfer(12, 0, kCap), kCap);          // above it
+  // A shift past the width of the arithmetic is "no limit", not 0 bytes (52), 4 KiB (64) or
+  // 1 MiB (200) as an unchecked shift gave.
+  EXPECT_EQ(largest_transfer(20, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(52, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(64, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(200, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(255, 0, kCap), kCap);
+  EXPECT_EQ(largest_transfer(255, cap_mpsmin(15), kCap), kCap);
+  // A larger minimum page (CAP.MPSMIN) scales MDTS: 8 KiB, 16 KiB and 128 MiB pages.
+  EXPECT_EQ(largest_transfer(5, cap_mpsmin(1), kCap), 256u << 10);
+  EXPECT_EQ(largest_transfer(1, cap_mpsmin(1), kCap), 16u << 10);
+  EXPECT_EQ(largest_transfer(1, cap_mpsmin(15), 1u << 30), 256u << 20);
+  EXPECT_EQ(largest_transfer(2, cap_mpsmin(2), 1u << 30), 64u << 10);
+  // The engine's cap of 1 GiB: reached at MDTS 18, never wrapped past.
+  EXPECT_EQ(largest_transfer(18, 0, 1u << 30), 1u << 30);
+  EXPECT_EQ(largest_transfer(17, 0, 1u << 30), 512u << 20);
+  EXPECT_EQ(largest_transfer(52, 0, 1u << 30), 1u << 30);
+}
+
+// A 4 KiB page of the active namespace list holding ids (the rest zero).
+std::vector<uint8_t> list_page(const std::vector<uint32_t>& ids) {
+  std::vector<uint8_t> p(4096, 0);
+  std::memcpy(p.data(), ids.data(), std::min<size_t>(ids.size(), 1024) * 4);
+  return p;
+}
+
+std::vector<uint32_t> run(uint32_t from, uint32_t n) {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < n; ++i) v.push_back(from + i);
+  return v;
+}
+
+TEST(ActiveNamespaceList, PagesAllowedByNn) {
+  EXPECT_EQ(active_list_max_pages(0), 1u);
+  EXPECT_EQ(active_list_max_pages(1), 1u);
+  EXPECT_EQ(active_list_max_pages(1024), 1u);
+  EXPECT_EQ(active_list_max_pages(1025), 2u);
+  EXPECT_EQ(active_list_max_pages(0xFFFFFFFEu), 4194304u);  // no overflow at the largest NN
+}
+
+TEST(ActiveNamespaceList, ShortPageEndsAndFullPageAsksForMore) {
+  std::vector<uint32_t> out;
+  std::string why;
+  auto p = list_page({1, 2, 7});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::End);
+  EXPECT_EQ(out, (std::vector<uint32_t>{1, 2, 7}));
+  out.clear();
+  p = list_page(run(1, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 4096, out, why), ActiveListPage::More);
+  p = list_page(run(1025, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 1024, 4096, out, why), ActiveListPage::More);
+  EXPECT_EQ(out.size(), 2048u);
+  // A full page whose last NSID is NN: nothing can follow, no further page is asked for.
+  p = list_page(run(3073, 1024));
+  EXPECT_EQ(append_active_list_page(p.data(), 2048, 4096, out, why), ActiveListPage::End);
+}
+
+TEST(ActiveNamespaceList, NsidsThatDoNotRiseOrExceedNnAreMalformed) {
+  std::vector<uint32_t> out;
+  std::string why;
+  auto p = list_page({1, 3, 3});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  EXPECT_NE(why.find("NSID 3 at entry 2 does not follow 3"), std::string::npos) << why;
+  out.clear();
+  p = list_page({5, 4});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  out.clear();
+  p = list_page({10});  // asked for NSIDs after 20: the page goes back
+  EXPECT_EQ(append_active_list_page(p.data(), 20, 32, out, why), ActiveListPage::Malformed);
+  out.clear();
+  p = list_page({1, 33});
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 32, out, why), ActiveListPage::Malformed);
+  EXPECT_NE(why.find("above the controller's NN (32)"), std::string::npos) << why;
+  out.clear();
+  p = list_page({1});  // NN 0: a controller with no namespaces lists none
+  EXPECT_EQ(append_active_list_page(p.data(), 0, 0, out, why), ActiveListPage::Malformed);
+}
+
+TEST(ActiveNamespaceList, StopsAtTheNsidsKept) {
+  // An endless list of valid NSIDs under the largest NN: pages stop once the cap is kept.
+  std::vector<uint32_t> out;
+  std::string why;
+  uint32_t after = 0, pages = 0;
+  ActiveListPage r = ActiveListPage::More;
+  while (r == ActiveListPage::More && pages < 1000) {
+    auto p = list_page(run(after + 1, 1024));
+    r = append_active_list_page(p.data(), after, 0xFFFFFFFEu, out, why);
+    after = out.back();
+    ++pages;
+  }
+  EXPECT_EQ(r, ActiveListPage::End);
+  EXPECT_EQ(out.size(), kMaxActiveNamespaces);
+  EXPECT_EQ(pages, kMaxActiveNamespaces / 1024);
 }
 
 }  // namespace
