@@ -61,14 +61,6 @@ std::string uuid_of(const std::string& text) {
   return as_uuid(d);
 }
 
-// build_state makes a configured namespace (make_namespace) and then records its device in the
-// table with the namespace's identifiers cleared (BdevTable::add): the device's UUID the first
-// chose is handed to the second here, on the thread that does both, by subsystem, NSID and name.
-thread_local std::map<std::string, std::string> t_configured_uuids;
-std::string configured_key(const std::string& subnqn, uint32_t nsid, const std::string& name) {
-  return fmt::format("{}\n{}\n{}", subnqn, nsid, name);
-}
-
 // Random bytes of this process, drawn once: what makes a RAM device's UUID its own run's.
 const std::string& process_salt() {
   static const std::string salt = random_uuid();
@@ -163,6 +155,13 @@ std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, uns
   return nullptr;
 }
 
+std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn) {
+  std::string uuid;
+  if (!nc.device_uuid.empty() && canonical_uuid(nc.device_uuid, uuid)) return uuid;
+  if (nc.uuid.empty() || !canonical_uuid(nc.uuid, uuid)) uuid = storage_uuid(nc, subnqn, nc.nsid);
+  return uuid;
+}
+
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
                                           std::unique_ptr<backend::BlockDevice> device, std::string& err,
                                           const std::string& bdev_uuid) {
@@ -188,14 +187,7 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   // The identity of the storage, never of the slot: a namespace made of another device at a
   // freed NSID must not pass for the one that was there (a host keeps its cache of a namespace
   // whose identifiers did not change).
-  // Made by the configuration (bdev_uuid empty): a UUID the namespace is given is its device's
-  // too (a saved configuration gives each namespace its bdev's, unless one was given to it);
-  // else one that follows its storage.
-  std::string device_uuid = bdev_uuid;
-  if (device_uuid.empty()) {
-    if (nc.uuid.empty() || !canonical_uuid(nc.uuid, device_uuid)) device_uuid = storage_uuid(nc, subnqn, nc.nsid);
-    t_configured_uuids[configured_key(subnqn, nc.nsid, nc.name)] = device_uuid;
-  }
+  const std::string device_uuid = bdev_uuid.empty() ? configured_device_uuid(nc, subnqn) : bdev_uuid;
   if (!device_identifiers(device_uuid, ns->uuid, ns->nguid, ns->eui64)) {
     err = fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, device_uuid);
     return nullptr;
@@ -213,14 +205,6 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   if (entries_.count(spec.name)) return false;
   Entry& e = entries_[spec.name];
   e.spec = spec;
-  if (e.spec.uuid.empty() && !subnqn.empty()) {
-    // A configured namespace's device: the UUID its namespace was made with.
-    auto it = t_configured_uuids.find(configured_key(subnqn, nsid, spec.name));
-    if (it != t_configured_uuids.end()) {
-      e.spec.uuid = it->second;
-      t_configured_uuids.erase(it);
-    }
-  }
   if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
   e.device = std::move(device);
   e.subnqn = subnqn;

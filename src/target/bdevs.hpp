@@ -51,9 +51,12 @@ bool inherit_identifiers(const std::string& bdev_uuid, NamespaceConfig& nc);
 // A namespace of subnqn over device, as nc describes it (NSID, block size, its reservations
 // restored from beside a regular file's image). Its identifiers are those nc gives, else its
 // device's: UUID and NGUID the bdev's UUID (as SPDK's), EUI-64 a digest of it. bdev_uuid
-// empty (a namespace the configuration makes): the device's is the namespace's given UUID, or
-// storage_uuid(nc, subnqn, nc.nsid); BdevTable::add, called next for that device on the same
-// thread, records the same.
+// empty (a namespace the configuration makes): configured_device_uuid(nc, subnqn).
+// The UUID of the device of a namespace the configuration makes: the one a saved configuration
+// names for it (nc.device_uuid), else the namespace's given UUID, else storage_uuid(nc, subnqn,
+// nc.nsid).
+std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn);
+
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
                                           std::unique_ptr<backend::BlockDevice> device, std::string& err,
                                           const std::string& bdev_uuid = {});

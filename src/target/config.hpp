@@ -23,9 +23,12 @@ struct NamespaceConfig {
   // Unique in the target (SPDK's bdev name, as RPC lists and removes it); empty: finalize_config
   // names it after its type ("null0", "ram1", "file0").
   std::string name;
-  // Identifiers as hex text (NGUID 32 digits, EUI-64 16, UUID 8-4-4-4-12); empty: derived from
-  // the subsystem NQN and the NSID, the same at every start.
+  // The namespace's identifiers as hex text (NGUID 32 digits, EUI-64 16, UUID 8-4-4-4-12);
+  // empty: its device's (bdevs.hpp, make_namespace).
   std::string nguid, eui64, uuid;
+  // A namespace's device's own UUID when a saved configuration names it (bdev_*_create's
+  // "uuid"); empty: configured_device_uuid.
+  std::string device_uuid;
   // Its ANA group (1 .. the subsystem's max_namespaces); 0: its NSID, as SPDK does. Only
   // reported when the subsystem has ana_reporting.
   uint32_t anagrpid = 0;

@@ -139,8 +139,10 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
           nc.eui64 = ns.value("eui64", std::string());
           const std::string bdev_uuid = nc.uuid;
           nc.uuid = ns.value("uuid", std::string());
-          // What the namespace does not give comes from its device's UUID, as when it is added live.
+          // What the namespace does not give comes from its device's UUID, as when it is added live;
+          // the device keeps its own.
           if (!bdev_uuid.empty()) inherit_identifiers(bdev_uuid, nc);
+          nc.device_uuid = bdev_uuid;
           nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
           sc.namespaces.push_back(nc);
         } else if (method == "nvmf_subsystem_add_listener") {

@@ -483,14 +483,15 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       std::string err;
       auto device = make_device(nc, cfg.cores, factory, err);
       if (!device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
-      auto ns = make_namespace(cfg, sc.nqn, nc, std::move(device), err);
+      const std::string device_uuid = configured_device_uuid(nc, sc.nqn);
+      auto ns = make_namespace(cfg, sc.nqn, nc, std::move(device), err, device_uuid);
       if (!ns) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       if (!sub->add_namespace(std::move(ns)))
         return fmt::format("subsystem {} namespace {}: NSID taken or above max_namespaces", sc.nqn, nc.nsid);
-      NamespaceConfig bdev = nc;  // the identifiers are the namespace's, not its device's
+      NamespaceConfig bdev = nc;  // the identifiers given are the namespace's; the device has its UUID
       bdev.nguid.clear();
       bdev.eui64.clear();
-      bdev.uuid.clear();
+      bdev.uuid = device_uuid;
       st.bdevs.add(bdev, nullptr, sc.nqn, nc.nsid);
     }
     if (!st.add_subsystem(std::move(sub))) return fmt::format("subsystem {} is listed twice", sc.nqn);
