@@ -14,7 +14,7 @@
 #include "nvtcp/properties.hpp"
 #include "nvtcp/size.hpp"
 #include "perf.hpp"
-#include "wire_text.hpp"
+#include "nvtcp/wire_text.hpp"
 
 namespace nvtcp::app {
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Text a target sent, made fit for a terminal. A model name, serial number, NQN or discovery
+// Text a target sent, made fit for a terminal or a log line (the CLI's output, the host
+// library's log lines, an application's own). A model name, serial number, NQN or discovery
 // entry is whatever bytes the target chose: printed raw, an escape sequence would act on the
 // user's terminal and a newline would forge a line of our own output. Printable ASCII is kept
 // as it is; every other byte, and the backslash (so the escaped form reads back unambiguously),
@@ -11,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace nvtcp::app {
+namespace nvtcp {
 
 inline std::string escape_wire_text(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -40,4 +41,4 @@ inline std::string wire_field(const char* p, size_t n) {
   return escape_wire_text(std::string_view(p, len));
 }
 
-}  // namespace nvtcp::app
+}  // namespace nvtcp

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "nvtcp/sqe.hpp"
+#include "nvtcp/wire_text.hpp"
 
 namespace nvtcp::host::detail {
 
@@ -19,23 +20,7 @@ std::string fixed_field(const char* p, size_t n) {
   return std::string(p, len);
 }
 
-std::string printable_field(const char* p, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const char ch : fixed_field(p, n)) {
-    const auto b = static_cast<unsigned char>(ch);
-    if (b == '\\') {
-      out += "\\\\";
-    } else if (b >= 0x20 && b < 0x7f) {
-      out += ch;
-    } else {
-      out += "\\x";
-      out += kHex[b >> 4];
-      out += kHex[b & 0xF];
-    }
-  }
-  return out;
-}
+std::string printable_field(const char* p, size_t n) { return wire_field(p, n); }
 
 bool same_namespace_ids(const NamespaceInfo& a, const NamespaceInfo& b) {
   return std::memcmp(a.nguid, b.nguid, sizeof(a.nguid)) == 0 && std::memcmp(a.eui64, b.eui64, sizeof(a.eui64)) == 0;

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the CLI prints of text a target sent (wire_text.hpp): printable ASCII as it is, every
+// What the CLI prints and the host logs of text a target sent (nvtcp/wire_text.hpp): printable ASCII as it is, every
 // other byte escaped, so no escape sequence reaches the terminal and no newline forges a line.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
-#include "wire_text.hpp"
+#include "nvtcp/wire_text.hpp"
 
-namespace nvtcp::app {
+namespace nvtcp {
 namespace {
 
 TEST(WireText, PrintableAsciiIsKept) {
@@ -51,4 +51,4 @@ TEST(WireText, FixedFieldsEndAtNulAndLoseTheirPadding) {
 }
 
 }  // namespace
-}  // namespace nvtcp::app
+}  // namespace nvtcp
