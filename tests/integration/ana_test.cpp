@@ -87,6 +87,13 @@ class Ana : public ::testing::Test {
   std::string set(size_t listener, uint32_t grp, AnaState state) {
     return t_->target().set_ana_state(kTestNqn, "127.0.0.1", t_->port(listener), grp, state);
   }
+  // The host's controller through each listener, an I/O queue of each.
+  void open_both_paths(AdminQueue& a1, Session& io1, AdminQueue& a2, Session& io2) {
+    ASSERT_NO_FATAL_FAILURE(a1.open(t_->port(0), kHostNqn));
+    ASSERT_NO_FATAL_FAILURE(a1.open_io(t_->port(0), io1));
+    ASSERT_NO_FATAL_FAILURE(a2.open(t_->port(1), kHostNqn));
+    ASSERT_NO_FATAL_FAILURE(a2.open_io(t_->port(1), io2));
+  }
   std::unique_ptr<RunningTarget> t_;
 };
 
@@ -174,10 +181,7 @@ TEST_F(Ana, InaccessibleGroupAnswersPathStatusThroughThatListenerOnly) {
   start(true);
   AdminQueue a1, a2;
   Session io1, io2;
-  ASSERT_NO_FATAL_FAILURE(a1.open(t_->port(0), kHostNqn));
-  ASSERT_NO_FATAL_FAILURE(a1.open_io(t_->port(0), io1));
-  ASSERT_NO_FATAL_FAILURE(a2.open(t_->port(1), kHostNqn));
-  ASSERT_NO_FATAL_FAILURE(a2.open_io(t_->port(1), io2));
+  ASSERT_NO_FATAL_FAILURE(open_both_paths(a1, io1, a2, io2));
   EXPECT_TRUE(ok(read_block(io1, kRamNsid)));
 
   ASSERT_EQ(set(0, 1, AnaState::Inaccessible), "");
@@ -221,10 +225,7 @@ TEST_F(Ana, AFusedPairOnAnInaccessibleGroupGetsThePathStatus) {
   start(true);
   AdminQueue a1, a2;
   Session io1, io2;
-  ASSERT_NO_FATAL_FAILURE(a1.open(t_->port(0), kHostNqn));
-  ASSERT_NO_FATAL_FAILURE(a1.open_io(t_->port(0), io1));
-  ASSERT_NO_FATAL_FAILURE(a2.open(t_->port(1), kHostNqn));
-  ASSERT_NO_FATAL_FAILURE(a2.open_io(t_->port(1), io2));
+  ASSERT_NO_FATAL_FAILURE(open_both_paths(a1, io1, a2, io2));
   ASSERT_EQ(set(0, 1, AnaState::Inaccessible), "");
   auto pair = [](Session& io, uint8_t fill, Cqe& cmp, Cqe& wr) {
     Sqe c = rw_sqe(IoOpcode::Compare, io.cid(), kRamNsid, 300, 1, 512, kSglDataBlockOffset);
