@@ -374,8 +374,10 @@ std::shared_ptr<HostBudget> TargetState::host_budget(const std::string& principa
 
 WorkerPool& TargetState::workers() {
   // Two threads: a burst of hosts authenticating does not queue behind one exponentiation, and
-  // the reactors keep the other cores.
-  std::call_once(workers_once_, [this] { workers_ = std::make_unique<WorkerPool>(2, "nvtcp-auth"); });
+  // the reactors keep the other cores. One source address runs on one of them at a time: a
+  // stranger's flood of key exchanges (which it can cause before proving anything) holds one
+  // core at most, and the other serves every other address.
+  std::call_once(workers_once_, [this] { workers_ = std::make_unique<WorkerPool>(2, "nvtcp-auth", 1); });
   return *workers_;
 }
 

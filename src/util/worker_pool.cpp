@@ -7,8 +7,9 @@
 
 namespace nvtcp {
 
-WorkerPool::WorkerPool(unsigned threads, std::string name) : name_(std::move(name)) {
+WorkerPool::WorkerPool(unsigned threads, std::string name, unsigned per_key) : name_(std::move(name)) {
   threads = std::max(1u, threads);
+  per_key_ = per_key ? std::min(per_key, threads) : threads;
   threads_.reserve(threads);
   for (unsigned i = 0; i < threads; ++i) {
     threads_.emplace_back([this] { run(); });
@@ -38,22 +39,35 @@ void WorkerPool::submit(const std::string& key, std::function<void()> job) {
 void WorkerPool::run() {
   for (;;) {
     std::function<void()> job;
+    std::string key;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [this] { return stopping_ || !turns_.empty(); });
-      if (turns_.empty()) return;  // stopping, and nothing is left to run
-      // The key whose turn it is runs its oldest job, and goes to the back if it has more.
-      const std::string key = std::move(turns_.front());
-      turns_.pop_front();
+      // The first key in turn that is below its limit of threads.
+      auto next = turns_.end();
+      cv_.wait(lk, [&] {
+        next = std::find_if(turns_.begin(), turns_.end(), [&](const std::string& k) {
+          auto r = running_.find(k);
+          return r == running_.end() || r->second < per_key_;
+        });
+        return next != turns_.end() || (stopping_ && turns_.empty());
+      });
+      if (next == turns_.end()) return;  // stopping, and nothing is left to run
+      // That key runs its oldest job, and goes to the back if it has more.
+      key = std::move(*next);
+      turns_.erase(next);
       auto it = jobs_.find(key);
       job = std::move(it->second.front());
       it->second.pop_front();
-      if (it->second.empty())
-        jobs_.erase(it);
-      else
-        turns_.push_back(key);
+      if (it->second.empty()) jobs_.erase(it);
+      else turns_.push_back(key);
+      ++running_[key];
     }
     job();
+    {
+      std::lock_guard lk(mu_);
+      if (--running_[key] == 0) running_.erase(key);
+    }
+    cv_.notify_all();  // a key back below its limit may have jobs waiting
   }
 }
 

@@ -5,6 +5,7 @@
 // The pool runs its jobs on std::thread workers: these suites run under ThreadSanitizer too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -60,6 +61,36 @@ TEST(WorkerPool, KeysTakeTurnsAndEachKeysJobsKeepTheirOrder) {
   }  // the destructor runs everything given
   const std::vector<std::string> want = {"f1", "h1", "o1", "f2", "h2", "f3", "f4", "f5"};
   EXPECT_EQ(ran, want) << "the host's job waited behind the flood's backlog";
+}
+
+// One key on at most per_key threads: with two threads and a limit of one, a flood's jobs never
+// run two at a time, and another key's job takes the other thread while they do.
+TEST(WorkerPool, AKeyRunsOnAtMostItsShareOfTheThreads) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int flood_running = 0, flood_most = 0;
+  bool host_ran_beside_flood = false, release = false;
+  {
+    WorkerPool pool(2, "test-pool", 1);
+    for (int i = 0; i < 6; ++i)
+      pool.submit("flood", [&] {
+        std::unique_lock lk(mu);
+        flood_most = std::max(flood_most, ++flood_running);
+        cv.notify_all();
+        // A flood job holds its thread until the host's job has run beside it, or until a
+        // second flood job runs too (the limit broken: both go on, and the test says so).
+        cv.wait(lk, [&] { return release || flood_running > 1; });
+        --flood_running;
+      });
+    pool.submit("host", [&] {
+      std::lock_guard lk(mu);
+      host_ran_beside_flood = flood_running == 1;
+      release = true;
+      cv.notify_all();
+    });
+  }
+  EXPECT_EQ(flood_most, 1) << "one key took both threads";
+  EXPECT_TRUE(host_ran_beside_flood) << "the host's job waited for the flood's thread";
 }
 
 TEST(WorkerPool, JobsWithoutAKeyRunInTheOrderGiven) {
