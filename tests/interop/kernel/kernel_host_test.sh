@@ -39,8 +39,10 @@
 #                        no kernel reset, I/O works
 #   reconnect            kill -9 the target while connected with 1 MiB reads in flight, restart it on
 #                        the same port: the kernel's controller leaves live, reconnects (live again),
-#                        the reads in flight all complete without error, the RAM namespace reads zeros
-#                        (a new target) and new data reads back intact (ram.restarted, ram.reconnect);
+#                        the reads in flight all complete without error, the RAM namespace comes back
+#                        as a new namespace (its identity is new: RAM does not outlive its target, and
+#                        the kernel says "identifiers changed"), found by a rescan, reading zeros, and
+#                        new data reads back intact (ns.rescan, ram.restarted, ram.reconnect);
 #                        the FILE namespace still holds what the plain run wrote (file.restarted: the
 #                        image is the same file, and a kill -9 loses nothing that reached it) and the
 #                        file step runs again at 12 MiB (file.reconnect)
@@ -212,7 +214,7 @@ for t in plain digest sqflow; do
   [[ $t == plain ]] && STEPS+=(keepalive)
   STEPS+=("disconnect.$t")
 done
-STEPS+=(connect.reconnect ns.reconnect reconnect io.reconnect ram.restarted ram.reconnect file.restarted file.reconnect
+STEPS+=(connect.reconnect ns.reconnect reconnect io.reconnect ns.rescan ram.restarted ram.reconnect file.restarted file.reconnect
         disconnect.reconnect)
 for s in "${STEPS[@]}"; do
   case ${STATUS[$s]:-missing} in

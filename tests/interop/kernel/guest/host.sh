@@ -316,7 +316,7 @@ if connect connect.reconnect "transport=tcp,traddr=10.0.2.2,trsvcid=$TPORT,nqn=$
     else fail reconnect "$CTRL states:$seen; not live 90 s after the target went away"
     fi
   fi
-  kmsg reconnect
+  kmsg reconnect | tee /tmp/kmsg.reconnect
   if [ "$(state "$CTRL")" = live ]; then
     sleep 2
     touch /tmp/stop; wait $bg
@@ -324,9 +324,24 @@ if connect connect.reconnect "transport=tcp,traddr=10.0.2.2,trsvcid=$TPORT,nqn=$
     if [ "${f:-1}" = 0 ] && [ "${n:-0}" -gt 0 ]; then pass io.reconnect "$n x 1 MiB reads from NULL across the kill and reconnect, no error"
     else fail io.reconnect "reads across the reconnect: ${n:-?} done, ${f:-?} failed"
     fi
-    got=$(dd if="$RAM" bs=1M count=1 iflag=direct 2>/dev/null | md5)
-    if [ "$got" = "$ZERO1M" ]; then pass ram.restarted "the MiB written before the kill reads as zeros (a new target, RAM does not persist)"
-    else fail ram.restarted "the MiB written before the kill reads md5 $got, not zeros: was the target really restarted?"
+    # RAM does not outlive its target: the restarted target's RAM namespace is another namespace,
+    # with an identity of its own (NGUID, EUI-64, UUID). Linux compares them on a reconnect and
+    # drops the old one rather than serve it as the new one; a rescan finds the new one, empty.
+    changed=$({ cat /tmp/kmsg.reconnect; dmesg; } 2>/dev/null | grep -m1 'identifiers changed for nsid' \
+      | sed 's/^KMSG [^ ]* //; s/^\[[^]]*\] //')
+    if [ -z "$changed" ]; then
+      fail ram.restarted "the restarted target's RAM namespace kept the old one's identity (no 'identifiers changed')"
+    else
+      old_ram=$RAM
+      echo 1 >"/sys/class/nvme/$CTRL/rescan_controller" 2>/dev/null
+      if find_ns ns.rescan; then
+        got=$(dd if="$RAM" bs=1M count=1 iflag=direct 2>/dev/null | md5)
+        if [ "$got" = "$ZERO1M" ]; then pass ram.restarted "$changed: $old_ram dropped; the new RAM namespace $RAM reads zeros after a rescan"
+        else fail ram.restarted "the new RAM namespace $RAM reads md5 $got, not zeros"
+        fi
+      else
+        fail ram.restarted "$changed, and a rescan found no RAM namespace"
+      fi
     fi
     data ram.reconnect
     kmsg ram.reconnect
