@@ -295,13 +295,13 @@ int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
   size_t reasons_given = 0, reasons_left_out = 0;
   std::vector<std::string_view> tried;
   std::string reasons;
-  auto reason = [&](const std::string& identity, const std::string& why) {
+  auto reason = [&](const std::string& identity, const std::string& refusal) {
     if (reasons_given == kMaxReasons) {
       ++reasons_left_out;
       return;
     }
     ++reasons_given;
-    reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity.substr(0, 256), why);
+    reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity.substr(0, 256), refusal);
   };
   for (size_t i = 0; i < psks.identities.size() && tried.size() < kMaxIdentitiesTried; ++i) {
     std::vector<Psk> candidates;
