@@ -41,6 +41,9 @@ path_of() {
 }
 ana_of() { cat "/sys/block/$(path_of "$1" "$2")/ana_state" 2>/dev/null; }
 ana_is() { [ "$(ana_of "$1" "$2")" = "$3" ]; }
+# paths_are NSID STATE_A STATE_B: both paths at once (one RPC per path, so the two changes reach the
+# kernel one after the other: waiting for one and then looking at the other races the second).
+paths_are() { ana_is "$CA" "$1" "$2" && ana_is "$CB" "$1" "$3"; }
 # head_of NSID: the multipath head device (nvmeXnY) of the subsystem's namespace: the name of a
 # path device (nvmeXcZnY, whose nsid sysfs gives) without its controller part.
 head_of() {
@@ -108,12 +111,12 @@ rw io.head "$H1" 0 && pass io.head "4 MiB through /dev/$H1"
 
 # --- ANA states set by RPC reach the kernel (ANA change notice, log 0Ch) -------------------------
 request ana "$PORT_A" inaccessible
-if within 20 ana_is "$CA" 1 inaccessible && ana_is "$CB" 1 optimized; then
+if within 20 paths_are 1 inaccessible optimized; then
   rw io.ana.a "$H1" 4 && pass ana.a "path $CA inaccessible, I/O through $CB"
 else fail ana.a "path states: $(ana_of "$CA" 1) / $(ana_of "$CB" 1)"; fi
 request ana "$PORT_A" optimized
 request ana "$PORT_B" non-optimized
-if within 20 ana_is "$CA" 1 optimized && ana_is "$CB" 1 non-optimized; then
+if within 20 paths_are 1 optimized non-optimized; then
   rw io.ana.b "$H1" 8 && pass ana.b "path $CA optimized, $CB non-optimized"
 else fail ana.b "path states: $(ana_of "$CA" 1) / $(ana_of "$CB" 1)"; fi
 request ana "$PORT_B" inaccessible
@@ -138,7 +141,7 @@ if [ "$(cat /tmp/bg.rc)" = 0 ]; then
 else
   fail io.flip "the write failed: $(tail -1 /tmp/bg.err)"
 fi
-within 20 ana_is "$CA" 1 optimized && within 20 ana_is "$CB" 1 optimized \
+within 20 paths_are 1 optimized optimized \
   || fail ana.restored "path states: $(ana_of "$CA" 1) / $(ana_of "$CB" 1)"
 kmsg ana
 
