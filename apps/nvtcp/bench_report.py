@@ -11,7 +11,9 @@ Each figure is the median of its runs, with the range of IOPS beside it and as e
 A figure that cannot be trusted says so: '!' when other processes (or the hypervisor) took a
 share of the sample's CPUs while a run was measured, 'S' when a kept run still stalled (I/O
 outstanding and nothing completed) after its reruns, 'r' when stalled runs were discarded and
-run again; the notes under the tables give the evidence, and the charts hatch those bars.
+run again, 'W' when a receive window closed thousands of times a second in a run (the run may
+sit at a lower level than its siblings: a reader with more bytes in flight than its receive
+buffer); the notes under the tables give the evidence, and the charts hatch those bars.
 --compare prints B's figures as ratios to A's, point by point, and charts them (compare.png).
 """
 import json
@@ -63,7 +65,8 @@ def figures_of(p):
 
 
 def marks(p):
-    """'!' busy machine, 'S' a kept run stalled, 'r' stalled runs discarded and run again."""
+    """'!' busy machine, 'S' a kept run stalled, 'r' stalled runs discarded and run again,
+    'W' a run's receive window kept closing."""
     m = ""
     if p.get("busy_runs"):
         m += "!"
@@ -71,6 +74,8 @@ def marks(p):
         m += "S"
     if p.get("discarded"):
         m += "r"
+    if any(s.get("quality", {}).get("window_closing") for s in p.get("samples", [])):
+        m += "W"
     return m
 
 
@@ -96,6 +101,10 @@ def quality_notes(pts):
             what.append(f"{len(p['discarded'])} run(s) discarded: " + ", ".join(
                 f"{d['reason']} ({d['iops'] / 1e6:.3f} M IOPS, others {d['quality'].get('others_cpu_pct', 0):.0f}%)"
                 for d in p["discarded"]))
+        closing = [s for s in samples if s["quality"].get("window_closing")]
+        if closing:
+            what.append(f"{len(closing)} of {len(samples)} runs with a receive window closing: " + ", ".join(
+                f"{s['quality']['tcp']['zero_windows']} zero windows at {s['iops'] / 1e6:.3f} M" for s in closing))
         lines.append(f"  [{marks(p)}] {p['workload']} {size_label(p['bs'])} {p['jobs']} jobs, {name(p['initiator'])}: "
                      + "; ".join(what))
     return lines
@@ -206,7 +215,7 @@ def main():
     notes = quality_notes(pts)
     if notes:
         print()
-        print("Figures that cannot be fully trusted (! other work on the CPUs, S stalled, r stalled runs redone):")
+        print("Figures that cannot be fully trusted (! other work on the CPUs, S stalled, r stalled runs redone, W receive window closing):")
         for n in notes:
             print(n)
     elif any("samples" in p for p in pts):
@@ -257,7 +266,7 @@ def main():
         ax.set_xlabel("jobs" if key == "jobs" else "block size")
         ax.set_ylabel("M IOPS, median (bars: range; labels: Gb/s)")
         if any(marks(r) for r in rows):
-            ax.text(0.01, 0.99, "hatched: ! other work on the CPUs, S stalled, r stalled runs redone",
+            ax.text(0.01, 0.99, "hatched: ! other work on the CPUs, S stalled, r stalled runs redone, W window closing",
                     transform=ax.transAxes, fontsize=7, va="top")
         ax.set_title(TITLES[fig].format(jobs=rows[0]["jobs"]) + f" - {doc['target']} - "
                      f"n={doc.get('repeat', 1)} runs per bar", fontsize=9)

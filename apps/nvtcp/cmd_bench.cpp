@@ -44,6 +44,7 @@ struct BenchArgs {
   std::string target_trid;
   bool quick = false;
   unsigned points = 0;          // run only the first N points (0 = all)
+  std::vector<std::string> only;  // run only these points: WORKLOAD[:BS[:JOBS]] each
   double runtime = 0;           // seconds per run (0 = profile default)
   unsigned queue_depth = 32;    // per job
   std::string target_cpus = "0";
@@ -57,7 +58,7 @@ struct BenchArgs {
   std::string spdk_plugin;
   std::string out_dir = "bench-out";
   std::string tcp_congestion;
-  uint64_t socket_buffer = 0;   // fixed SO_RCVBUF/SO_SNDBUF on every side (0: the kernel autotunes)
+  uint64_t socket_buffer = 0;           // fixed SO_RCVBUF/SO_SNDBUF on every side (0: each side's defaults)
   std::optional<uint32_t> send_buffer;  // SO_SNDBUF alone on every side (0: autotuned; unset: each side's default)
   bool hdgst = false, ddgst = false;
   unsigned repeat = 0;          // runs per point and initiator (0: 3 in --quick, 5 in full)
@@ -195,13 +196,19 @@ double wall_seconds() {
 // completed, or when a retransmission timeout (200 ms or more of one connection standing
 // still) fell into it: with 32 connections the others hide the one that stood still.
 json quality_json(const Interference& in, const StallReport& st, const Timeline& tl, bool has_timeline,
-                  const TcpCounters* tcp) {
+                  const TcpCounters* tcp, double seconds) {
   json q;
   std::string reason;
   if (st.stalled()) reason = fmt::format("stalled {:.2f} s", st.stalled_s);
   if (tcp) {
-    q["tcp"] = {{"retrans_segs", tcp->retrans_segs}, {"loss_probes", tcp->loss_probes}, {"timeouts", tcp->timeouts},
-                {"rcvq_drops", tcp->rcvq_drops}, {"memory_pressures", tcp->memory_pressures}};
+    q["tcp"] = {{"retrans_segs", tcp->retrans_segs},
+                {"loss_probes", tcp->loss_probes},
+                {"timeouts", tcp->timeouts},
+                {"rcvq_drops", tcp->rcvq_drops},
+                {"memory_pressures", tcp->memory_pressures},
+                {"zero_windows", tcp->zero_windows}};
+    // Not a stall (bytes keep moving) but another level: marked, never rerun.
+    q["window_closing"] = seconds > 0 && double(tcp->zero_windows) / seconds >= kZeroWindowsPerSecondMarked;
     if (tcp->timeouts)
       reason += fmt::format("{}{} retransmission timeout(s)", reason.empty() ? "" : ", ", tcp->timeouts);
   }
@@ -548,7 +555,7 @@ struct Runner {
     res["init_cpu_s"] = init_cpu;
     res["init_cpu_s_per_mio"] = ios > 0 ? init_cpu / (ios / 1e6) : 0;
     res["init_process_cpu_s"] = c.cpu_seconds;  // the whole process, connects and ramp included
-    res["quality"] = quality_json(interf, stalls, tl, has_timeline, tcp_read ? &tcp : nullptr);
+    res["quality"] = quality_json(interf, stalls, tl, has_timeline, tcp_read ? &tcp : nullptr, wall);
     if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
     else res["target_cpu_s_per_mio"] = nullptr;
     if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
@@ -629,6 +636,45 @@ std::vector<Point> matrix(bool quick) {
   // The quick profile measures the same matrix, only shorter (see seconds below).
   (void)quick;
   return pts;
+}
+
+// --only WORKLOAD[:BS[:JOBS]] (BS in bytes or with a k suffix): the matrix's points that match,
+// appended to pick in the matrix's order, each once.
+bool select_points(const std::vector<Point>& pts, const std::string& sel, std::vector<Point>& pick, std::string& err) {
+  std::vector<std::string> f;
+  std::istringstream in(sel);
+  for (std::string part; std::getline(in, part, ':');) f.push_back(part);
+  if (f.empty() || f.size() > 3) {
+    err = "expected WORKLOAD[:BS[:JOBS]], e.g. randwrite:4k:32";
+    return false;
+  }
+  auto number = [&](std::string v, uint64_t unit_k, uint64_t& out) {
+    uint64_t mul = 1;
+    if (!v.empty() && (v.back() == 'k' || v.back() == 'K')) {
+      mul = unit_k;
+      v.pop_back();
+    }
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return false;
+    out = std::stoull(v) * mul;
+    return true;
+  };
+  uint64_t bs = 0, jobs = 0;
+  if (f.size() > 1 && !number(f[1], 1024, bs)) {
+    err = fmt::format("'{}' is not a block size", f[1]);
+    return false;
+  }
+  if (f.size() > 2 && !number(f[2], 1000, jobs)) {
+    err = fmt::format("'{}' is not a number of jobs", f[2]);
+    return false;
+  }
+  for (const Point& p : pts) {
+    if (p.workload != f[0] || (bs && p.bs != bs) || (jobs && p.jobs != jobs)) continue;
+    const bool have = std::any_of(pick.begin(), pick.end(), [&](const Point& q) {
+      return q.workload == p.workload && q.bs == p.bs && q.jobs == p.jobs;
+    });
+    if (!have) pick.push_back(p);
+  }
+  return true;
 }
 
 // The median of each figure over a point's runs, with the runs themselves and the range of
@@ -758,6 +804,28 @@ int run_bench(BenchArgs& a) {
   run.seconds = a.runtime > 0 ? a.runtime : (a.quick ? 2 : 10);
   run.ramp = a.ramp >= 0 ? a.ramp : (a.quick ? 0.5 : 1);
   std::string err;
+  auto pts = matrix(a.quick);
+  if (a.points && a.points < pts.size()) {
+    // Keep both figures represented: take points alternately from the two ends.
+    std::vector<Point> pick;
+    for (unsigned k = 0; k < a.points; ++k) pick.push_back(k % 2 == 0 ? pts[k / 2] : pts[pts.size() - 1 - k / 2]);
+    pts = pick;
+  }
+  if (!a.only.empty()) {
+    std::vector<Point> pick;
+    for (const auto& sel : a.only) {
+      size_t before = pick.size();
+      if (!select_points(pts, sel, pick, err)) {
+        fmt::print(stderr, "nvtcp bench: --only {}: {}\n", sel, err);
+        return 2;
+      }
+      if (pick.size() == before) {
+        fmt::print(stderr, "nvtcp bench: --only {}: no point of the matrix is that\n", sel);
+        return 2;
+      }
+    }
+    pts = pick;
+  }
   if (!a.hosts_file.empty() || !a.fio_clients.empty()) {
     std::string text;
     if (!a.hosts_file.empty()) {
@@ -853,13 +921,6 @@ int run_bench(BenchArgs& a) {
     return 2;
   }
 
-  auto pts = matrix(a.quick);
-  if (a.points && a.points < pts.size()) {
-    // Keep both figures represented: take points alternately from the two ends.
-    std::vector<Point> pick;
-    for (unsigned k = 0; k < a.points; ++k) pick.push_back(k % 2 == 0 ? pts[k / 2] : pts[pts.size() - 1 - k / 2]);
-    pts = pick;
-  }
   ::mkdir(a.out_dir.c_str(), 0755);
   json doc;
   doc["target"] = a.target_trid.empty() ? "embedded null namespace (1 TiB) on 127.0.0.1" : run.trid.to_string();
@@ -873,7 +934,7 @@ int run_bench(BenchArgs& a) {
   doc["engine_cpus"] = run.engine_cpus();
   doc["digests"] = {{"header", a.hdgst}, {"data", a.ddgst}};
   doc["tcp_congestion"] = a.tcp_congestion.empty() ? "default" : a.tcp_congestion;
-  doc["socket_buffer_bytes"] = a.socket_buffer;  // 0: the kernel autotunes
+  doc["socket_buffer_bytes"] = a.socket_buffer;  // 0: each side's defaults (receive 4 MiB, send 512 KiB)
   // null: each side's default (socket_buffer_bytes if set, else 512 KiB); 0: autotuned
   doc["send_buffer_bytes"] = a.send_buffer ? nlohmann::json(*a.send_buffer) : nlohmann::json();
   doc["environment"] = environment(a);
@@ -933,6 +994,9 @@ int run_bench(BenchArgs& a) {
             if (q.value("stalled", false))
               flags += fmt::format("  STALLED: {} (kept: {} reruns used)", q["stall_reason"].get<std::string>(),
                                    discarded.size());
+            if (q.value("window_closing", false))
+              flags +=
+                  fmt::format("  WINDOW: a receive window closed {} times", q["tcp"]["zero_windows"].get<uint64_t>());
           }
           fmt::print("{:>3}/{:<3} {:>10} {:>6} {:>5} {:>12} {:>9.3f} {:>8.2f} {:>7.1f}/{:<8.1f} {:>12.3f} {:>12} {:>12}{}\n",
                      done, total, p.workload, p.bs, p.jobs, init, one["iops"].get<double>() / 1e6,
@@ -979,6 +1043,8 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_option("--target", a->target_trid, "benchmark this target (transport ID) instead of an embedded NULL one");
   c->add_flag("--quick", a->quick, "2-second runs (the whole matrix fits in about 5 minutes on 2 cores)");
   c->add_option("--points", a->points, "run only this many points of the matrix");
+  c->add_option("--only", a->only,
+                "run only the matrix's points that are WORKLOAD[:BS[:JOBS]] (repeatable), e.g. randwrite:4k:32");
   c->add_option("--runtime", a->runtime, "seconds per run (overrides the profile)");
   c->add_option("-q,--queue-depth", a->queue_depth, "queue depth per job");
   c->add_option("--target-cpus", a->target_cpus, "CPUs of the embedded target's reactors (e.g. 0)");
@@ -994,7 +1060,7 @@ void add_bench_command(CLI::App& app, int& rc) {
   c->add_option("-O,--out", a->out_dir, "directory for bench.json and the PNG charts");
   c->add_option("--tcp-congestion", a->tcp_congestion, "congestion control per socket, target and initiators");
   c->add_option("--socket-buffer", a->socket_buffer,
-                "fixed SO_RCVBUF and SO_SNDBUF in bytes on every socket (default 0: the kernel autotunes)")
+                "fixed SO_RCVBUF and SO_SNDBUF in bytes on every socket (default 0: receive 4 MiB, send 512 KiB)")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
   c->add_option_function<uint32_t>(
        "--send-buffer", [a](uint32_t v) { a->send_buffer = v; },

@@ -197,6 +197,7 @@ bool parse_tcp_counters(std::string_view netstat, std::string_view snmp, TcpCoun
   get("TcpExt.TCPLossProbes", out.loss_probes);
   get("TcpExt.TCPRcvQDrop", out.rcvq_drops);
   get("TcpExt.TCPMemoryPressures", out.memory_pressures);
+  get("TcpExt.TCPToZeroWindowAdv", out.zero_windows);
   return ok;
 }
 

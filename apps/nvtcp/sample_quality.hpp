@@ -95,12 +95,21 @@ struct TcpCounters {
   uint64_t timeouts = 0;          // TcpExt TCPTimeouts: retransmission timeouts, 200 ms or more each
   uint64_t rcvq_drops = 0;        // TcpExt TCPRcvQDrop: segments dropped, no room in a receive queue
   uint64_t memory_pressures = 0;  // TcpExt TCPMemoryPressures: entered tcp_mem pressure
+  // TcpExt TCPToZeroWindowAdv: a receiver advertised a zero window (its buffer full). Thousands
+  // a second mean a reader with more bytes in flight than its receive buffer: the sender
+  // refills the window in small pieces and the run sits at a lower level than its siblings.
+  uint64_t zero_windows = 0;
   TcpCounters operator-(const TcpCounters& o) const {
     auto d = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
-    return {d(retrans_segs, o.retrans_segs), d(loss_probes, o.loss_probes), d(timeouts, o.timeouts),
-            d(rcvq_drops, o.rcvq_drops), d(memory_pressures, o.memory_pressures)};
+    return {d(retrans_segs, o.retrans_segs), d(loss_probes, o.loss_probes),           d(timeouts, o.timeouts),
+            d(rcvq_drops, o.rcvq_drops),     d(memory_pressures, o.memory_pressures), d(zero_windows, o.zero_windows)};
   }
 };
+
+// Zero windows a second from which a sample is marked: runs at the lower level advertised
+// 4,000-7,500 a second, runs at the higher one 0-1,200 (bench/RESULTS.md, "128 KiB transfers:
+// the receive window").
+inline constexpr double kZeroWindowsPerSecondMarked = 2000;
 
 // From the texts of /proc/net/netstat and /proc/net/snmp (pairs of "Prefix: names" and
 // "Prefix: values" lines). False when a counter is missing or a line pair does not match.

@@ -7,14 +7,18 @@
 #   again, and say so in its output and in bench.json.
 # - interference: a CPU hog on the initiator's CPU during a run. The bench must mark the run
 #   with the share of the CPU that the hog took.
+# - a receive window that keeps closing: a second target whose receive buffers are fixed at
+#   64 KiB takes 128 KiB writes. The bench must mark the run 'W' with the kernel's count of
+#   zero windows (a level, not a stall: the run is kept).
 # Nothing here asserts a time or a rate: the stop is a second long inside a 3-s run, and the
 # hog takes what the scheduler gives it.
 set -euo pipefail
 NVTCP=$1
 dir=$(mktemp -d /tmp/nvtcp-bench-quality.XXXXXX)
-target_pid= hog_pid=
+target_pid= hog_pid= small_pid=
 cleanup() {
   [ -n "$target_pid" ] && { kill -CONT "$target_pid"; kill "$target_pid"; } 2>/dev/null || true
+  [ -n "$small_pid" ] && kill "$small_pid" 2>/dev/null || true
   [ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -112,4 +116,26 @@ assert p["busy_runs"] == 1, p
 print(f"hog: the run is marked, others took {q['others_cpu_pct']}% of the initiator's CPU")
 PY
 grep -q "runs beside other work" "$dir/hog.out" || fail "no note of the interference"
+
+# A target whose receive buffers hold half a write.
+taskset -c 0 "$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1T --socket-buffer 64K \
+  --ready-file "$dir/small-ready" >"$dir/small-target.log" 2>&1 &
+small_pid=$!
+for _ in $(seq 200); do [ -s "$dir/small-ready" ] && break; sleep 0.05; done
+[ -s "$dir/small-ready" ] || fail "the small-buffer target did not start"
+"$NVTCP" bench --target "trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/small-ready") subnqn:$NQN ns:1" \
+  --initiators perf --only randwrite:128k:32 --repeat 1 --host-cpus 1 --runtime 1 --ramp 0.2 -O "$dir/window" \
+  >"$dir/window.out" 2>&1 || fail "bench against the small-buffer target failed"
+/usr/bin/python3 - "$dir/window/bench.json" <<'PY'
+import json, sys
+[p] = json.load(open(sys.argv[1]))["points"]
+assert (p["workload"], p["bs"], p["jobs"]) == ("randwrite", 131072, 32), p
+[s] = p["samples"]
+q = s["quality"]
+assert q["window_closing"] and q["tcp"]["zero_windows"] > 0, q
+assert not q["stalled"] and p["runs"] == 1, p   # kept, not rerun
+print(f"window: the run is marked, {q['tcp']['zero_windows']} zero windows")
+PY
+grep -q "WINDOW: a receive window closed" "$dir/window.out" || fail "no word of the window in the progress line"
+grep -q "runs with a receive window closing" "$dir/window.out" || fail "no note of the window under the tables"
 echo "bench quality: ok"

@@ -187,8 +187,8 @@ TEST(FioLog, AGarbledLineIsRefused) {
 
 TEST(TcpCounters, ReadFromNetstatAndSnmpPairs) {
   const char* netstat =
-      "TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts TCPRcvQDrop TCPMemoryPressures\n"
-      "TcpExt: 0 12397 2 7 1\n"
+      "TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts TCPRcvQDrop TCPMemoryPressures TCPToZeroWindowAdv\n"
+      "TcpExt: 0 12397 2 7 1 15135\n"
       "IpExt: InNoRoutes InTruncatedPkts\n"
       "IpExt: 0 0\n";
   const char* snmp =
@@ -203,12 +203,15 @@ TEST(TcpCounters, ReadFromNetstatAndSnmpPairs) {
   EXPECT_EQ(a.timeouts, 2u);
   EXPECT_EQ(a.rcvq_drops, 7u);
   EXPECT_EQ(a.memory_pressures, 1u);
+  EXPECT_EQ(a.zero_windows, 15135u);
   TcpCounters b = a;
   b.timeouts = 5;
+  b.zero_windows = 15200;
   b.retrans_segs = 59600;
   const TcpCounters d = b - a;
   EXPECT_EQ(d.timeouts, 3u);
   EXPECT_EQ(d.retrans_segs, 6u);
+  EXPECT_EQ(d.zero_windows, 65u);
   EXPECT_EQ((a - b).timeouts, 0u);  // a counter that went back (a namespace's reset) is no negative count
 }
 
