@@ -51,7 +51,7 @@ void add_socket_buffer_options(CLI::App* c, uint32_t& socket_buffer, std::option
   };
   c->add_option_function<std::string>(
       "--socket-buffer", size("--socket-buffer", socket_buffer),
-      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive autotuned, send 512K)");
+      "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive 4M, send 512K)");
   c->add_option_function<std::string>(
       "--send-buffer", size("--send-buffer", send_buffer),
       "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");

@@ -324,7 +324,7 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--max-connection-buffer-memory", a->max_connection_buffer_memory,
                 "data buffer memory per connection (default 256M; 0 = no limit)");
   c->add_option("--socket-buffer", a->socket_buffer,
-                "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive autotuned, send 512K)");
+                "SO_RCVBUF and SO_SNDBUF of each connection, fixed (e.g. 2M; default: receive 4M, send 512K)");
   c->add_option("--send-buffer", a->send_buffer,
                 "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");
   c->add_option("--max-send-queue", a->max_send_queue,

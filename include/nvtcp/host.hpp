@@ -108,11 +108,12 @@ struct ControllerOptions {
   bool hdgst = false;
   bool ddgst = false;
   std::string tcp_congestion;        // per-socket congestion control (e.g. "cubic")
-  // SO_RCVBUF and SO_SNDBUF of each connection, fixed (0: the kernel autotunes them).
+  // SO_RCVBUF and SO_SNDBUF of each connection, fixed (0: the defaults: a 4 MiB receive buffer,
+  // autotuned where net.core.rmem_max is lower, and send_buffer_bytes').
   uint32_t socket_buffer_bytes = 0;
   // SO_SNDBUF alone (0: the kernel autotunes it). Not set: socket_buffer_bytes if that is,
   // else 512 KiB: a bounded send buffer keeps large writes from queueing megabytes in the
-  // socket, which bbr paces badly (the receive buffer keeps autotuning).
+  // socket, which bbr paces badly (the receive buffer keeps its default).
   std::optional<uint32_t> send_buffer_bytes;
   // How the I/O queues wait for completions (nvtcp/poll_mode.hpp). Default: Hybrid over TCP,
   // the fastest on an idle machine; Interrupt through the offload engine (trtype:engine),

@@ -206,7 +206,7 @@ bool QueuePairImpl::start_connect(HostError& err) {
     err = HostError::system(errno, fmt::format("socket: {}", strerror(errno)));
     return false;
   }
-  const int rcvbuf = int(p_.socket_buffer_bytes);
+  const int rcvbuf = reactor::receive_buffer_for(p_.socket_buffer_bytes, reactor::net_core_rmem_max());
   const int sndbuf = reactor::send_buffer_for(p_.send_buffer_bytes, p_.socket_buffer_bytes);
   std::string e = reactor::apply_socket_options(fd_, {true, sndbuf, rcvbuf, p_.tcp_congestion});
   if (!e.empty()) {

@@ -102,7 +102,7 @@ struct QueueParams {
   uint32_t max_transfer = 1u << 20;
   uint32_t timeout_ms = 5000;     // connect (TCP, ICReq, fabrics Connect)
   std::string tcp_congestion;
-  uint32_t socket_buffer_bytes = 0;  // 0: the kernel autotunes
+  uint32_t socket_buffer_bytes = 0;           // 0: the defaults (reactor::receive_buffer_for, send_buffer_for)
   std::optional<uint32_t> send_buffer_bytes;  // see ControllerOptions
   // Recovery (see ControllerOptions). Reconnecting needs a ControllerLink.
   uint32_t ctrl_loss_tmo_ms = 0;

@@ -2,15 +2,17 @@
 #include "reactor/tcp_stream.hpp"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
-#include <fmt/format.h>
+#include "util/log.hpp"
 
 namespace nvtcp::reactor {
 
@@ -19,6 +21,24 @@ namespace {
 constexpr uint16_t kSendZcReportUsage = 1u << 3;    // IORING_SEND_ZC_REPORT_USAGE
 constexpr uint32_t kNotifUsageZcCopied = 1u << 31;  // IORING_NOTIF_USAGE_ZC_COPIED
 }  // namespace
+
+uint64_t net_core_rmem_max() {
+  static const uint64_t value = [] {
+    uint64_t v = 0;
+    if (FILE* f = std::fopen("/proc/sys/net/core/rmem_max", "r")) {
+      unsigned long long x = 0;
+      if (std::fscanf(f, "%llu", &x) == 1) v = x;
+      std::fclose(f);
+    }
+    if (v < kDefaultReceiveBufferBytes)
+      log::info(
+          "receive buffers autotune: net.core.rmem_max is {} bytes, below the {} a connection's receive "
+          "buffer is fixed at (raise it, or set the socket buffer size, for steady large transfers)",
+          v, kDefaultReceiveBufferBytes);
+    return v;
+  }();
+  return value;
+}
 
 std::string apply_socket_options(int fd, const SocketOptions& o) {
   int one = 1;

@@ -40,6 +40,29 @@ inline int send_buffer_for(std::optional<uint64_t> send_buffer, uint64_t socket_
   return int(socket_buffer ? socket_buffer : kDefaultSendBufferBytes);
 }
 
+// SO_RCVBUF when none is configured: 4 MiB, 8 MiB in the kernel's accounting, where
+// net.core.rmem_max lets that much through. Autotuning starts a receive buffer at tcp_rmem's
+// default and grows it by what the reader took in the last round trip; a reader with more
+// bytes in flight than that (an initiator's reads, a target's writes: 32 commands of 128 KiB
+// are 4 MiB) then advertises a zero window thousands of times a second, the sender refills
+// the window in small pieces, each byte costs more to receive and the reader never catches
+// up: the same run lands at half its rate or less, by chance. A fixed buffer that covers the
+// bytes in flight keeps the window open (SPDK fixes 2 MiB for the same reason). Measured in
+// bench/RESULTS.md ("128 KiB transfers: the receive window").
+inline constexpr uint32_t kDefaultReceiveBufferBytes = 4u << 20;
+
+// The SO_RCVBUF to set: the socket buffer if configured, else kDefaultReceiveBufferBytes
+// when rmem_max (net.core.rmem_max) admits it whole, else 0: the kernel autotunes (a buffer
+// capped below it would hold less than autotuning reaches).
+inline int receive_buffer_for(uint64_t socket_buffer, uint64_t rmem_max) {
+  if (socket_buffer) return int(socket_buffer);
+  return rmem_max >= kDefaultReceiveBufferBytes ? int(kDefaultReceiveBufferBytes) : 0;
+}
+
+// net.core.rmem_max, read once per process (0 if it cannot be read). When it is below
+// kDefaultReceiveBufferBytes the first call logs, once, that receive buffers autotune.
+uint64_t net_core_rmem_max();
+
 // Applies options to a socket; returns an error message or empty.
 std::string apply_socket_options(int fd, const SocketOptions& opts);
 

@@ -84,7 +84,7 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"sqpoll_idle_ms", cfg.sqpoll_idle_ms, 0, 60000, "at most a minute"},
       {"send_zc_threshold", cfg.send_zc_threshold, 0, 1u << 30, "0 = off"},
       {"socket_buffer_bytes", cfg.socket_buffer_bytes, 0, 1u << 30,
-       "0 = the kernel's autotuning; the kernel also caps it at net.core.rmem_max and wmem_max"},
+       "0 = the defaults (receive 4 MiB, send 512 KiB); the kernel also caps it at net.core.rmem_max and wmem_max"},
       {"send_buffer_bytes", cfg.send_buffer_bytes.value_or(0), 0, 1u << 30,
        "0 = the kernel's autotuning; the kernel also caps it at net.core.wmem_max"},
   };

@@ -157,11 +157,11 @@ struct TargetConfig {
   // At most 65535: Reservation Report counts them in 16 bits.
   uint32_t max_registrants_per_namespace = 256;
   std::string tcp_congestion;           // per-socket congestion control, empty = default
-  // SO_RCVBUF and SO_SNDBUF of every accepted connection (0: the kernel's autotuning, which
-  // starts at tcp_rmem's default). A fixed size also stops autotuning, as SPDK does.
+  // SO_RCVBUF and SO_SNDBUF of every accepted connection, fixed, as SPDK does (0: the
+  // defaults: reactor::receive_buffer_for and send_buffer_for).
   uint64_t socket_buffer_bytes = 0;
   // SO_SNDBUF alone (0: the kernel autotunes it). Not set: socket_buffer_bytes if that is,
-  // else reactor::kDefaultSendBufferBytes. The receive side keeps autotuning: a bounded send
+  // else reactor::kDefaultSendBufferBytes. The receive side keeps its own default: a bounded send
   // buffer keeps the socket's queue short, which bbr's pacing needs at large transfers, while
   // a small receive buffer slows writes.
   std::optional<uint64_t> send_buffer_bytes;

@@ -324,7 +324,7 @@ void Target::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     sock->backoff_ns = 0;
     accepted_.fetch_add(1);
     state_->usage.handoff.fetch_add(1);
-    const int rcvbuf = int(cfg_.socket_buffer_bytes);
+    const int rcvbuf = reactor::receive_buffer_for(cfg_.socket_buffer_bytes, reactor::net_core_rmem_max());
     const int sndbuf = reactor::send_buffer_for(cfg_.send_buffer_bytes, cfg_.socket_buffer_bytes);
     std::string e = reactor::apply_socket_options(res, {true, sndbuf, rcvbuf, cfg_.tcp_congestion});
     if (!e.empty()) log::warn("accepted socket: {}", e);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Socket buffer settings reach the sockets they name, on the target's accepted connections
 // and on the host's: socket_buffer_bytes fixes SO_RCVBUF and SO_SNDBUF, send_buffer_bytes
-// fixes SO_SNDBUF alone (0: autotuned) and leaves the receive side to the kernel's
-// autotuning; with neither, the send buffer is 512 KiB and the receive buffer autotunes.
+// fixes SO_SNDBUF alone (0: autotuned) and leaves the receive side to its default; with
+// neither, the send buffer is 512 KiB and the receive buffer 4 MiB (autotuned where
+// net.core.rmem_max is lower).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -84,8 +85,9 @@ void check(const std::vector<Buffers>& sockets, Setting s, const char* side) {
       EXPECT_GE(b.sndbuf, autotuned_start("tcp_wmem")) << side << ": the send buffer was fixed";
       EXPECT_NE(b.sndbuf, kernel_size(reactor::kDefaultSendBufferBytes)) << side << ": the default was set";
     }
-    if (s.socket_buffer)
-      EXPECT_EQ(b.rcvbuf, kernel_size(s.socket_buffer)) << side;
+    const int rcv = reactor::receive_buffer_for(s.socket_buffer, reactor::net_core_rmem_max());
+    if (rcv)
+      EXPECT_EQ(b.rcvbuf, kernel_size(uint32_t(rcv))) << side;
     else
       EXPECT_GE(b.rcvbuf, autotuned_start("tcp_rmem")) << side << ": the receive buffer was fixed";
   }
@@ -111,14 +113,26 @@ void connect_and_check(Setting target_side, Setting host_side) {
   check(connected_sockets(t.port(), false), host_side, "host");
 }
 
-TEST(SocketBuffers, ByDefaultTheSendBufferIsBoundedAndTheReceiveBufferAutotunes) {
+TEST(SocketBuffers, ByDefaultTheSendBufferIsBoundedAndTheReceiveBufferCoversWhatIsInFlight) {
   connect_and_check({}, {});
   EXPECT_EQ(reactor::kDefaultSendBufferBytes, 512u << 10);
+  EXPECT_EQ(reactor::kDefaultReceiveBufferBytes, 4u << 20);
+}
+
+// Where net.core.rmem_max would cap the default receive buffer, autotuning is left alone: a
+// capped fixed buffer holds less than autotuning grows to. A configured size is always set.
+TEST(SocketBuffers, TheDefaultReceiveBufferIsSetOnlyWhereRmemMaxAdmitsItWhole) {
+  EXPECT_EQ(reactor::receive_buffer_for(0, 4u << 20), int(4u << 20));
+  EXPECT_EQ(reactor::receive_buffer_for(0, 64u << 20), int(4u << 20));
+  EXPECT_EQ(reactor::receive_buffer_for(0, 212992), 0);  // Linux's default for many years
+  EXPECT_EQ(reactor::receive_buffer_for(0, 0), 0);       // unreadable
+  EXPECT_EQ(reactor::receive_buffer_for(80u << 10, 212992), int(80u << 10));
+  EXPECT_EQ(reactor::receive_buffer_for(8u << 20, 64u << 20), int(8u << 20));
 }
 
 TEST(SocketBuffers, ZeroLeavesTheSendBufferToAutotuning) { connect_and_check({0, 0}, {0, 0}); }
 
-TEST(SocketBuffers, SendBufferAloneLeavesTheReceiveBufferToAutotuning) {
+TEST(SocketBuffers, SendBufferAloneLeavesTheReceiveBufferAtItsDefault) {
   connect_and_check({0, 48u << 10}, {0, 40u << 10});
 }
 
