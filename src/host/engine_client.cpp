@@ -299,7 +299,7 @@ EngineClient::~EngineClient() {
 
 void EngineClient::stop_notices() {
   notice_stop_.store(true);
-  if (notice_fd_ >= 0) shm::signal_fd(notice_fd_);
+  if (notice_fd_ >= 0) shm::signal_eventfd(notice_fd_);
   if (!notice_thread_.joinable()) return;
   if (notice_thread_.get_id() == std::this_thread::get_id()) notice_thread_.detach();  // see the header
   else notice_thread_.join();
@@ -418,7 +418,7 @@ void EngineClient::route_admin_cqe_locked(const nvme::Cqe& c) {
   aer_outstanding_ = false;
   aer_done_ = true;
   aer_cqe_ = c;
-  shm::signal_fd(notice_fd_);
+  shm::signal_eventfd(notice_fd_);
 }
 
 // The AER's answer comes on the admin CQ, read by whoever holds admin_mu_: a synchronous

@@ -3,6 +3,7 @@
 // arrive through SCM_RIGHTS, both sides see the same memory, the socket is the owner's only,
 // bad requests are refused with a reason, and the engine learns who attached.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -88,6 +89,25 @@ TEST(ShmAttach, TheApplicationGetsItsRegionAndEventfds) {
   x.client_side = Attachment();
   char b;
   EXPECT_EQ(recv(x.server_side.socket(), &b, 1, 0), 0);
+}
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+// An application's notice thread sleeps on an eventfd; a pipe's one-byte signal does not
+// wake it (the write fails), so every detach waited out the thread's 1-s poll.
+TEST(ShmAttach, AnEventfdIsSignalledWithItsEightBytes) {
+  const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(fd, 0);
+  signal_fd(fd);
+  EXPECT_FALSE(readable(fd)) << "a one-byte write signals an eventfd";
+  signal_eventfd(fd);
+  EXPECT_TRUE(readable(fd));
+  drain_fd(fd);
+  EXPECT_FALSE(readable(fd));
+  ::close(fd);
 }
 
 TEST(ShmAttach, RequestsOutOfRangeAreRefusedWithAReason) {
