@@ -107,7 +107,7 @@ struct TcpCounters {
 };
 
 // Zero windows a second from which a sample is marked: runs at the lower level advertised
-// 4,000-7,500 a second, runs at the higher one 0-1,200 (bench/RESULTS.md, "128 KiB transfers:
+// 4,000-8,500 a second, runs at the higher one 0-1,200 (bench/RESULTS.md, "128 KiB transfers:
 // the receive window").
 inline constexpr double kZeroWindowsPerSecondMarked = 2000;
 
