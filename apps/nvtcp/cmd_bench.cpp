@@ -4,6 +4,7 @@
 // as a child process pinned to the host CPUs; its CPU comes from wait4()'s rusage, the
 // embedded target's from its reactor threads.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -19,18 +20,17 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "commands.hpp"
-#include "sample_quality.hpp"
 #include "engine/engine.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
+#include "nvtcp/size.hpp"
+#include "sample_quality.hpp"
 #include "target/target.hpp"
 
 extern char** environ;
@@ -648,22 +648,14 @@ bool select_points(const std::vector<Point>& pts, const std::string& sel, std::v
     err = "expected WORKLOAD[:BS[:JOBS]], e.g. randwrite:4k:32";
     return false;
   }
-  auto number = [&](std::string v, uint64_t unit_k, uint64_t& out) {
-    uint64_t mul = 1;
-    if (!v.empty() && (v.back() == 'k' || v.back() == 'K')) {
-      mul = unit_k;
-      v.pop_back();
-    }
-    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return false;
-    out = std::stoull(v) * mul;
-    return true;
-  };
+  // BS as every size nvtcp takes ("4k", "128KiB", "4096"); JOBS a plain count.
   uint64_t bs = 0, jobs = 0;
-  if (f.size() > 1 && !number(f[1], 1024, bs)) {
+  if (f.size() > 1 && (!parse_size(f[1], bs) || bs == 0)) {
     err = fmt::format("'{}' is not a block size", f[1]);
     return false;
   }
-  if (f.size() > 2 && !number(f[2], 1000, jobs)) {
+  if (f.size() > 2 && (f[2].empty() || f[2].size() > 6 || f[2].find_first_not_of("0123456789") != std::string::npos ||
+                       (jobs = std::stoull(f[2])) == 0)) {
     err = fmt::format("'{}' is not a number of jobs", f[2]);
     return false;
   }

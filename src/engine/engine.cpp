@@ -195,16 +195,14 @@ struct Engine::Impl {
       std::lock_guard lk(events_mu);
       namespace_notices.emplace_back(remote, nsid);
     }
-    const uint64_t one = 1;
-    (void)::write(events_fd, &one, sizeof(one));
+    shm::signal_eventfd(events_fd);
   }
   void post_event(CoreEvent ev) {
     {
       std::lock_guard lk(events_mu);
       events.push_back(ev);
     }
-    const uint64_t one = 1;
-    (void)::write(events_fd, &one, sizeof(one));
+    shm::signal_eventfd(events_fd);
   }
 
   bool start(std::string& err);
@@ -918,8 +916,7 @@ void Engine::Impl::admin_worker() {
       std::lock_guard lk(events_mu);
       admin_done.push_back(std::move(job));
     }
-    const uint64_t one = 1;
-    (void)::write(events_fd, &one, sizeof(one));
+    shm::signal_eventfd(events_fd);
   }
 }
 

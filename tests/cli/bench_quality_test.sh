@@ -124,7 +124,7 @@ small_pid=$!
 for _ in $(seq 200); do [ -s "$dir/small-ready" ] && break; sleep 0.05; done
 [ -s "$dir/small-ready" ] || fail "the small-buffer target did not start"
 "$NVTCP" bench --target "trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/small-ready") subnqn:$NQN ns:1" \
-  --initiators perf --only randwrite:128k:32 --repeat 1 --host-cpus 1 --runtime 1 --ramp 0.2 -O "$dir/window" \
+  --initiators perf --only randwrite:128KiB:32 --repeat 1 --host-cpus 1 --runtime 1 --ramp 0.2 -O "$dir/window" \
   >"$dir/window.out" 2>&1 || fail "bench against the small-buffer target failed"
 /usr/bin/python3 - "$dir/window/bench.json" <<'PY'
 import json, sys
@@ -138,4 +138,17 @@ print(f"window: the run is marked, {q['tcp']['zero_windows']} zero windows")
 PY
 grep -q "WINDOW: a receive window closed" "$dir/window.out" || fail "no word of the window in the progress line"
 grep -q "runs with a receive window closing" "$dir/window.out" || fail "no note of the window under the tables"
+
+# --only takes sizes as every nvtcp option does and refuses what is not a point.
+for bad in "randwrite:4q:32 not a block size" "randwrite:0:32 not a block size" "randwrite:4k:0 not a number of jobs" \
+  "randwrite:4k:3x not a number of jobs" "randwrite:4k:32:1 expected WORKLOAD" "randwrite:3k no point of the matrix"; do
+  set -- $bad
+  sel=$1
+  shift
+  rc=0
+  "$NVTCP" bench --target "trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/small-ready") subnqn:$NQN ns:1" \
+    --initiators perf --only "$sel" -O "$dir/bad" >"$dir/bad.out" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || fail "--only $sel: exit $rc, not 2"
+  grep -q "$*" "$dir/bad.out" || fail "--only $sel: no '$*' in: $(cat "$dir/bad.out")"
+done
 echo "bench quality: ok"
