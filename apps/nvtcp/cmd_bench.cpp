@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -74,6 +75,8 @@ struct BenchArgs {
 // Timeline resolution: perf counts completions per 10 ms; fio logs its IOPS per 50 ms window.
 constexpr uint32_t kPerfTimelineMs = 10;
 constexpr uint32_t kFioLogMs = 50;
+// How often the embedded target's and engine's CPU and I/O counts are read during a run.
+constexpr double kRoleSampleS = 0.02;
 // Cells of the timeline kept in bench.json (K IOPS per 100 ms) as each sample's evidence.
 constexpr double kReportCellS = 0.1;
 
@@ -448,10 +451,29 @@ struct Runner {
     const bool have_tcp = read_tcp_counters(tcp0);
     const double self0 = self_cpu_seconds(), wall0 = wall_seconds();
     std::string log_dir;
-    double tcpu0 = target ? target->cpu_seconds() : 0;
-    uint64_t tio0 = target ? target->io_count() : 0;
-    const double ecpu0 = eng ? eng->stats().cpu_seconds : 0;
-    const uint64_t eio0 = eng ? eng->stats().forwarded : 0;
+    // The embedded target's and engine's counters while the child runs, so that their CPU
+    // per I/O is taken over the seconds the initiator measured (busiest_window).
+    std::vector<RoleSample> roles;
+    roles.reserve(size_t((seconds + ramp) / kRoleSampleS) + 1024);
+    std::atomic<bool> child_done{false};
+    std::thread sampler;
+    if (target || eng) {
+      sampler = std::thread([&, t0 = wall_seconds()] {
+        while (true) {
+          const bool last = child_done.load();
+          RoleSample r{wall_seconds() - t0, 0, 0, 0, 0};
+          if (target) r.target_cpu = target->cpu_seconds(), r.target_ios = target->io_count();
+          if (eng) {
+            const auto st = eng->stats();
+            r.engine_cpu = st.cpu_seconds;
+            r.engine_ios = st.forwarded;
+          }
+          roles.push_back(r);
+          if (last) break;
+          std::this_thread::sleep_for(std::chrono::duration<double>(kRoleSampleS));
+        }
+      });
+    }
     ChildResult c;
     std::vector<std::string> cmd{"taskset", "-c", a.host_cpus};
     std::vector<std::string> env;
@@ -489,6 +511,8 @@ struct Runner {
       }
     }
     c = run_child(cmd, env);
+    child_done = true;
+    if (sampler.joinable()) sampler.join();
     const double wall = wall_seconds() - wall0, own = self_cpu_seconds() - self0 + c.cpu_seconds;
     Interference interf;
     if (have_stat && read_proc_stat(cpus, stat1)) interf = interference(stat0, stat1, wall, own, sysconf(_SC_CLK_TCK));
@@ -515,10 +539,24 @@ struct Runner {
       if (tl.begin_s >= span) tl.begin_s = 0;  // nothing completed at all: all of it stalled
       rmdir(log_dir.c_str());
     }
-    double tcpu = target ? target->cpu_seconds() - tcpu0 : 0;
-    uint64_t tios = target ? target->io_count() - tio0 : 0;
-    const double ecpu = eng ? eng->stats().cpu_seconds - ecpu0 : 0;
-    const uint64_t eios = eng ? eng->stats().forwarded - eio0 : 0;
+    double tcpu = 0, ecpu = 0, served = 0;
+    uint64_t tios = 0, eios = 0;
+    json role_window;
+    if (!roles.empty()) {
+      size_t first = 0, last = roles.size() - 1;  // the whole run if it was shorter than measured
+      busiest_window(roles, seconds, first, last);
+      tcpu = roles[last].target_cpu - roles[first].target_cpu;
+      tios = roles[last].target_ios - roles[first].target_ios;
+      ecpu = roles[last].engine_cpu - roles[first].engine_cpu;
+      eios = roles[last].engine_ios - roles[first].engine_ios;
+      // What the target (else the engine) served per second in that window: fio's own figure
+      // also counts the I/Os in flight across its window's edges, which deep queues of slow
+      // I/Os make a large share of a short run.
+      const double span = roles[last].t - roles[first].t;
+      if (span > 0) served = double(tios ? tios : eios) / span;
+      role_window = {{"from_s", roles[first].t}, {"to_s", roles[last].t}, {"target_cpu_s", tcpu},
+                     {"target_ios", tios},       {"engine_cpu_s", ecpu},  {"engine_ios", eios}};
+    }
     auto j = last_json(c.out);
     if (c.status != 0 || !j) {
       res["error"] = fmt::format("exit {}: {}", c.status, c.err.substr(0, 400));
@@ -556,6 +594,8 @@ struct Runner {
     res["init_cpu_s_per_mio"] = ios > 0 ? init_cpu / (ios / 1e6) : 0;
     res["init_process_cpu_s"] = c.cpu_seconds;  // the whole process, connects and ramp included
     res["quality"] = quality_json(interf, stalls, tl, has_timeline, tcp_read ? &tcp : nullptr, wall);
+    if (!role_window.is_null()) res["quality"]["role_window"] = role_window;
+    if (served > 0) res["served_iops"] = served;
     if (target) res["target_cpu_s_per_mio"] = tios ? tcpu / (double(tios) / 1e6) : 0;
     else res["target_cpu_s_per_mio"] = nullptr;
     if (init == "engine") res["engine_cpu_s_per_mio"] = eios ? ecpu / (double(eios) / 1e6) : 0;
@@ -687,7 +727,7 @@ json summarize(const std::vector<json>& runs) {
     return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
   for (const char* k : {"iops", "gbps", "lat_avg_us", "lat_p99_us", "init_cpu_s", "init_cpu_s_per_mio",
-                        "target_cpu_s_per_mio", "engine_cpu_s_per_mio"})
+                        "target_cpu_s_per_mio", "engine_cpu_s_per_mio", "served_iops"})
     if (out.contains(k)) out[k] = median(k);
   double lo = 1e300, hi = 0;
   json each = json::array();

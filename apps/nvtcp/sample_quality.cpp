@@ -220,4 +220,26 @@ std::vector<double> kiops_per_cell(const Timeline& t, double cell_s) {
   return out;
 }
 
+bool busiest_window(const std::vector<RoleSample>& s, double seconds, size_t& first, size_t& last) {
+  const bool by_target = !s.empty() && s.back().target_ios > s.front().target_ios;
+  auto ios = [&](size_t k) { return by_target ? s[k].target_ios : s[k].engine_ios; };
+  bool found = false;
+  uint64_t best = 0;
+  size_t j = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    // The first sample at least `seconds` after i: the shortest window that covers the run.
+    if (j < i) j = i;
+    while (j < s.size() && s[j].t - s[i].t < seconds) ++j;
+    if (j == s.size()) break;
+    const uint64_t n = ios(j) - ios(i);
+    if (!found || n > best) {
+      found = true;
+      best = n;
+      first = i;
+      last = j;
+    }
+  }
+  return found;
+}
+
 }  // namespace nvtcp::app

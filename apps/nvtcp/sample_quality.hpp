@@ -119,4 +119,21 @@ bool read_tcp_counters(TcpCounters& out);
 // The timeline in coarser cells (sums), for reports: K IOPS per cell of cell_s seconds.
 std::vector<double> kiops_per_cell(const Timeline& t, double cell_s);
 
+// The embedded target's and engine's counters, read every few milliseconds while a run goes.
+struct RoleSample {
+  double t = 0;           // seconds since the run started
+  double target_cpu = 0;  // the target's reactors' CPU seconds
+  uint64_t target_ios = 0;
+  double engine_cpu = 0;  // the engine's cores' CPU seconds
+  uint64_t engine_ios = 0;
+};
+
+// The window of the run that the initiator measured: the samples [first, last] at least
+// `seconds` apart (as close to that as the samples allow) between which the most I/O
+// completed (target I/Os, else the engine's). fio and perf measure after their ramp, and
+// before it the initiator connects (or attaches) and the target and engine spend CPU on few
+// or no I/Os: a cost per I/O taken over the whole run counts that CPU too. Returns false
+// (and leaves first, last alone) when the samples span less than `seconds`.
+bool busiest_window(const std::vector<RoleSample>& s, double seconds, size_t& first, size_t& last);
+
 }  // namespace nvtcp::app

@@ -60,10 +60,22 @@ for p in pts:
     assert p["iops"] > 0 and p["gbps"] > 0 and p["lat_avg_us"] > 0 and p["lat_p99_us"] >= p["lat_avg_us"] * 0.5
     assert abs(p["gbps"] - p["iops"] * p["bs"] * 8 / 1e9) < 1e-6 * max(1, p["gbps"])
     assert p["init_cpu_s_per_mio"] > 0 and p["target_cpu_s_per_mio"] > 0
+    # The target's (and engine's) costs come from the busiest window of the run's length, and
+    # what the target served in it is kept beside fio's or perf's own figure.
+    assert p["served_iops"] > 0, p
+    for smp in p["samples"]:
+        w = smp["quality"]["role_window"]
+        assert w["to_s"] - w["from_s"] >= doc["seconds_per_run"] and w["target_ios"] > 0 and w["target_cpu_s"] > 0, w
+        assert (w["engine_ios"] > 0) == (p["initiator"] == "engine"), (w, p["initiator"])
 print("bench.json: ok (" + ", ".join(inits) + ")")
 PY
 if [ "$inits" = perf,fio,engine ]; then
   grep -q "Both halves" "$out/stdout.txt" || { echo "no side-by-side of the two halves"; exit 1; }
+  # The projection with the study's own figures beside it, and its model checked on this machine.
+  grep -qE "^ +randread +4K +32 \|.*\| +1\.93 +5\.37$" "$out/stdout.txt" || { echo "no study figures"; exit 1; }
+  grep -q "The model checked on this machine" "$out/stdout.txt" || { echo "no check of the model"; exit 1; }
+  grep -qE "^ +randread +4K +32 \| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| (application|target)" \
+    "$out/stdout.txt" || { echo "no predicted and served figures"; exit 1; }
   # The fio jobs it ran are there to be run again elsewhere.
   n=$(ls "$out"/jobs/*.fio | wc -l)
   [ "$n" -eq 4 ] || { echo "expected 4 fio job files, found $n"; exit 1; }

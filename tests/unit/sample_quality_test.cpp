@@ -224,5 +224,49 @@ TEST(TcpCounters, MismatchedOrMissingIsRefused) {
   EXPECT_TRUE(read_tcp_counters(real));  // this machine's /proc/net has them
 }
 
+// A run as the bench samples it every 0.1 s: 0.5 s of start-up with the target's CPU spinning
+// and no I/O, then 1 s at 100 I/Os per sample, then a quiet end.
+std::vector<RoleSample> startup_then_load() {
+  std::vector<RoleSample> v;
+  uint64_t ios = 0;
+  for (int k = 0; k <= 20; ++k) {
+    if (k > 5 && k <= 15) ios += 100;
+    v.push_back({k * 0.1, k * 0.1, ios, 0, 0});
+  }
+  return v;
+}
+
+TEST(BusiestWindow, SkipsTheStartUpAndTakesTheLoadedSeconds) {
+  const auto s = startup_then_load();
+  size_t first = 99, last = 99;
+  ASSERT_TRUE(busiest_window(s, 1.0, first, last));
+  EXPECT_EQ(first, 5u);  // the window starts where the I/O does
+  EXPECT_EQ(last, 15u);
+  EXPECT_EQ(s[last].target_ios - s[first].target_ios, 1000u);
+  // Over that window the CPU per I/O is 1 ms; over the whole run it would be 2 ms.
+  EXPECT_DOUBLE_EQ((s[last].target_cpu - s[first].target_cpu) / double(s[last].target_ios - s[first].target_ios),
+                   0.001);
+}
+
+TEST(BusiestWindow, CountsTheEnginesIosWhenThereIsNoTarget) {
+  auto s = startup_then_load();
+  for (auto& x : s) {
+    x.engine_ios = x.target_ios;
+    x.target_ios = 0;
+  }
+  size_t first = 0, last = 0;
+  ASSERT_TRUE(busiest_window(s, 0.5, first, last));
+  EXPECT_EQ(s[last].engine_ios - s[first].engine_ios, 500u);
+}
+
+TEST(BusiestWindow, ARunShorterThanTheWindowHasNone) {
+  const auto s = startup_then_load();
+  size_t first = 7, last = 7;
+  EXPECT_FALSE(busiest_window(s, 2.5, first, last));
+  EXPECT_FALSE(busiest_window({}, 1.0, first, last));
+  EXPECT_EQ(first, 7u);
+  EXPECT_EQ(last, 7u);
+}
+
 }  // namespace
 }  // namespace nvtcp::app
