@@ -4,7 +4,6 @@
 // as a child process pinned to the host CPUs; its CPU comes from wait4()'s rusage, the
 // embedded target's from its reactor threads.
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -21,17 +20,19 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "sample_quality.hpp"
 #include "engine/engine.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
 #include "nvtcp/size.hpp"
-#include "sample_quality.hpp"
 #include "target/target.hpp"
 
 extern char** environ;
