@@ -324,7 +324,9 @@ def cpu_count(cpus):
 def model_iops(roles, cores):
     """The IOPS the CPU model gives: each group of cores (roles that share cores add their
     costs) runs at most its cores' time over its CPU per I/O; the slowest group binds.
-    roles: {role: (cpu_list, us_per_io)}. Returns (M IOPS, the binding role(s)) or None."""
+    roles: {role: (cpu_list, us_per_io)}; roles share cores when their CPU lists are the same
+    (lists that overlap only in part count as apart: the bench's own placements never do).
+    Returns (M IOPS, the binding role(s)) or None."""
     groups = {}
     for role, (cpus, cost) in roles.items():
         if cost is None or not cpus:
