@@ -17,7 +17,8 @@ fi
 grep -q "Random read, 32 jobs" "$out/stdout.txt"
 grep -q "4 KiB random read against jobs" "$out/stdout.txt"
 # The jobs table shows the 32-job point that the block-size sweep measured.
-sed -n '/4 KiB random read against jobs/,/^$/p' "$out/stdout.txt" | grep -qE "^ +32 \|" || { echo "no 32-job row"; exit 1; }
+jobs_table=$(sed -n '/4 KiB random read against jobs/,/^$/p' "$out/stdout.txt")
+grep -qE "^ +32 \|" <<<"$jobs_table" || { echo "no 32-job row"; exit 1; }
 /usr/bin/python3 - "$out/bench.json" "$inits" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))

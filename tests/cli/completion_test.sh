@@ -14,7 +14,7 @@ ln -s "$NVTCP" "$dir/nvtcp"
 PATH=$dir:$PATH
 # shellcheck source=/dev/null
 source "$SRC/packaging/bash-completion/nvtcp"
-complete -p nvtcp | grep -q -- '-F _nvtcp' || fail "no completion registered for nvtcp"
+[[ $(complete -p nvtcp) == *"-F _nvtcp"* ]] || fail "no completion registered for nvtcp"
 comp() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _nvtcp; echo "${COMPREPLY[*]}"; }
 got=$(comp nvtcp "")
 for s in target discover identify perf bench engine rpc; do [[ " $got " == *" $s "* ]] || fail "no subcommand $s in: $got"; done

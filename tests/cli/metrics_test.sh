@@ -144,5 +144,6 @@ kill "$hostile_pid" 2>/dev/null || true
 wait "$hostile_pid" 2>/dev/null || true
 hostile_pid=
 kill -0 "$target_pid" || fail "the target died"
-curl -fsS "$URL" | grep -q '^nvtcp_connections ' || fail "no scrape after the hostile clients"
+scrape=$(curl -fsS "$URL") || fail "no scrape after the hostile clients"
+grep -q '^nvtcp_connections ' <<<"$scrape" || fail "no nvtcp_connections in the scrape after the hostile clients"
 echo "PASS: metrics scraped with curl, parsed by prometheus_client, exact after known I/O; hostile clients harmless"
