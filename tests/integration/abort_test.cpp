@@ -9,7 +9,7 @@
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::abort_test {
 namespace {
 
 Sqe abort_sqe(uint16_t cid, uint16_t sqid, uint16_t victim) { return raw_sqe(cmd::abort(sqid, victim), cid); }
@@ -207,4 +207,4 @@ TEST(Abort, ALiveCommandIsFoundWhenAFinishedOneUsedItsCid) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::abort_test

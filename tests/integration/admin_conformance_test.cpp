@@ -16,7 +16,7 @@
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::admin_conformance_test {
 namespace {
 
 using host::Completion;
@@ -464,4 +464,4 @@ TEST(AdminConformanceDiscovery, DiscoveryControllersHaveOnlyKeepAliveAndEventFea
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::admin_conformance_test

@@ -10,7 +10,7 @@
 
 #include "raw_session.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::ana_test {
 namespace {
 
 constexpr uint32_t kAnaChanged = async_event_dw0(AsyncEventType::Notice, kAsyncNoticeAnaChange, LogPageId::Ana);
@@ -360,4 +360,4 @@ TEST_F(Ana, SetStateRefusesUnknownListenersAndGroups) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::ana_test

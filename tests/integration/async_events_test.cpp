@@ -14,7 +14,7 @@
 #include "test_devices.hpp"
 #include "wire/features.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::async_events_test {
 namespace {
 
 constexpr uint32_t kFileNsid = 4;
@@ -158,4 +158,4 @@ TEST(AsyncEvents, ADeviceErrorIsAnErrorEventClearedByTheErrorLog) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::async_events_test

@@ -24,7 +24,7 @@
 #include "test_target.hpp"
 #include "wire/auth.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::auth_target_test {
 namespace {
 
 constexpr const char* kOtherHost = "nqn.2026-11.io.nvtcp:no-key";
@@ -709,4 +709,4 @@ TEST(AuthHost, WrongOrMissingSecretsAreRefusedClearly) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::auth_target_test

@@ -6,7 +6,7 @@
 
 #include "raw_session.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::bad_input_test {
 namespace {
 
 // ------------------------------------------------------------------ transport errors
@@ -848,4 +848,4 @@ TEST(ConnectionLimits, RequestPoolsCountInTheBufferBudget) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::bad_input_test

@@ -19,7 +19,7 @@
 #include "reactor/reactor.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::data_path_modes_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -215,4 +215,4 @@ INSTANTIATE_TEST_SUITE_P(Reactor, DataPathModes,
                          [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::data_path_modes_test

@@ -15,7 +15,7 @@
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::discovery_test {
 namespace {
 
 using host::Controller;
@@ -129,4 +129,4 @@ TEST(Discovery, SubsystemsAreReachedOnlyThroughTheirListeners) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::discovery_test

@@ -37,7 +37,7 @@
 #include "wire/commands.hpp"
 #include "wire/features.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::durability_test {
 namespace {
 
 using host::Completion;
@@ -605,4 +605,4 @@ TEST_F(PowerCut, EveryWriteAcknowledgedAsDurableSurvivesRandomCuts) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::durability_test

@@ -18,7 +18,7 @@
 #include "shm/region.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::engine_forward_test {
 namespace {
 
 using shm::AppQueuePair;
@@ -396,4 +396,4 @@ TEST_F(EngineForward, GoingAwayWithCommandsInFlight) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::engine_forward_test

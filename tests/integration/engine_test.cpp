@@ -35,7 +35,7 @@
 
 extern char** environ;
 
-namespace nvtcp::test {
+namespace nvtcp::test::engine_test {
 namespace {
 
 using nvme::AdminOpcode;
@@ -1188,4 +1188,4 @@ TEST(EngineNamespaces, TheNoticeAndItsLogFollowTheSpecificationPerApplication) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::engine_test

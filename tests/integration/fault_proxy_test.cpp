@@ -19,7 +19,7 @@
 
 #include "../support/fault_proxy.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::fault_proxy_test {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
@@ -321,4 +321,4 @@ TEST(FaultProxy, CutAllClosesEveryLiveConnection) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::fault_proxy_test

@@ -11,7 +11,7 @@
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::fused_test {
 namespace {
 
 constexpr uint64_t kLba = 50;
@@ -249,4 +249,4 @@ TEST(FusedCompareAndWrite, AWriteHeldBackByOnePairGoesBeforeTheNextPair) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::fused_test

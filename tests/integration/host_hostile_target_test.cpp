@@ -21,7 +21,7 @@
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::host_hostile_target_test {
 namespace {
 
 constexpr const char* kNqn = "nqn.2026-11.io.nvtcp:lying";
@@ -265,4 +265,4 @@ TEST(HostileTarget, DiscoverPrintsEntriesEscapedAndCannotForgeLines) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::host_hostile_target_test

@@ -26,7 +26,7 @@
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::host_rescan_test {
 namespace {
 
 using host::Completion;
@@ -531,4 +531,4 @@ TEST(HostAsyncEvents, AnAerTheControllerRefusesIsNotSentAgain) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::host_rescan_test

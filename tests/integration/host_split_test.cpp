@@ -11,7 +11,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::host_split_test {
 namespace {
 
 namespace sc = nvme::sc;
@@ -114,4 +114,4 @@ TEST_F(HostSplit, MoreSlotsThanTheQueueHasIsRefused) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::host_split_test

@@ -30,7 +30,7 @@
 #include "test_target.hpp"
 #include "wire/pdu.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::host_stepped_clock_test {
 namespace {
 
 using namespace recovery;
@@ -393,4 +393,4 @@ TEST(HostSteppedClock, AdminTimeoutResetsTheController) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::host_stepped_clock_test

@@ -35,7 +35,7 @@
 
 extern char** environ;
 
-namespace nvtcp::test {
+namespace nvtcp::test::host_target_test {
 namespace {
 
 using host::Completion;
@@ -1119,4 +1119,4 @@ TEST(HostTarget, TwoProcessesCliTargetAndPerf) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::host_target_test

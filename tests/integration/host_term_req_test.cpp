@@ -20,6 +20,8 @@
 #include "transport/terminator.hpp"
 #include "wire/pdu.hpp"
 
+namespace host_term_req_test {
+
 namespace {
 
 using nvtcp::host::detail::HostError;
@@ -193,3 +195,5 @@ TEST_F(HostTermReq, ATargetThatNeverClosesIsClosedAfterTheLinger) {
 }
 
 }  // namespace
+
+}  // namespace host_term_req_test

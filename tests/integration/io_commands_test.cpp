@@ -16,7 +16,7 @@
 #include "target/controller.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::io_commands_test {
 namespace {
 
 namespace sc = nvme::sc;
@@ -190,9 +190,9 @@ TEST(IoCommandsIdentify, CompareAndCopyAreAnnouncedWithTheirLimits) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::io_commands_test
 
-namespace nvtcp::test {
+namespace nvtcp::test::io_commands_test {
 namespace {
 
 // A NULL namespace reads from one shared zero region, without a buffer of its own: every
@@ -234,4 +234,4 @@ TEST(IoCommandsLimits, NullReadsAndVerifiesUpToTheLargestMdtsReturnZeros) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::io_commands_test

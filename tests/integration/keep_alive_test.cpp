@@ -8,6 +8,8 @@
 
 #include "test_target.hpp"
 
+namespace keep_alive_test {
+
 using namespace nvtcp;
 
 // Real time on purpose: this is the end-to-end view (the host library's queue pair sees its
@@ -55,3 +57,5 @@ TEST(KeepAlive, HostThatSendsKeepAliveStays) {
   EXPECT_EQ(t.target().state().subsystems()[0]->controller_count(), 1u);
   EXPECT_FALSE(ctrl->failed());
 }
+
+}  // namespace keep_alive_test

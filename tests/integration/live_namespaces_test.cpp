@@ -18,7 +18,7 @@
 #include "test_devices.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::live_namespaces_test {
 namespace {
 
 using host::Completion;
@@ -242,9 +242,9 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::live_namespaces_test
 
-namespace nvtcp::test {
+namespace nvtcp::test::live_namespaces_test {
 namespace {
 
 // Namespaces the configuration (or the command line) makes without identifiers take them from
@@ -283,4 +283,4 @@ TEST(LiveNamespaces, ConfiguredNamespacesTakeTheirIdentityFromTheirStorage) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::live_namespaces_test

@@ -17,7 +17,7 @@
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::live_subsystems_test {
 namespace {
 
 constexpr const char* kNewNqn = "nqn.2026-12.io.nvtcp:live";
@@ -291,4 +291,4 @@ TEST(LiveSubsystems, HostsOnPersistentDiscoveryConnectionsHearOfEachChange) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::live_subsystems_test

@@ -25,7 +25,7 @@
 #include "test_target.hpp"
 #include "util/prometheus.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::metrics_test {
 namespace {
 
 int connect_to(uint16_t port, bool v6 = false) {
@@ -597,4 +597,4 @@ TEST_F(Metrics, AnAddressThatIsNotAddrPortIsRefused) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::metrics_test

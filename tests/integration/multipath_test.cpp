@@ -23,7 +23,7 @@
 #include "test_devices.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::multipath_test {
 namespace {
 
 using host::MultipathController;
@@ -546,9 +546,9 @@ TEST_F(Multipath, APathWhoseNamespaceIsAnotherIsRefused) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::multipath_test
 
-namespace nvtcp::test {
+namespace nvtcp::test::multipath_test {
 namespace {
 
 // A target that contradicts itself: through both listeners log 0Ch says optimized, and every
@@ -672,4 +672,4 @@ TEST_F(MultipathAgainstALyingTargetWithoutAna, AnaStatusesMoveTheCommandWithoutH
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::multipath_test

@@ -14,7 +14,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::ram_atomicity_test {
 namespace {
 
 constexpr uint32_t kNsid = 3;        // RAM, 4096-byte blocks
@@ -172,4 +172,4 @@ TEST(RamAtomicity, EverySizeReadsBackThroughTheLockedCopies) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::ram_atomicity_test

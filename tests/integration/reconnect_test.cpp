@@ -17,7 +17,7 @@
 #include "nvtcp/identify.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::reconnect_test {
 namespace {
 
 using namespace recovery;
@@ -500,4 +500,4 @@ TEST(Reconnect, AdminTimeoutResetsTheController) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::reconnect_test

@@ -6,7 +6,7 @@
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::request_states_test {
 namespace {
 
 using S = target::Request::State;
@@ -108,9 +108,9 @@ TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::request_states_test
 
-namespace nvtcp::test {
+namespace nvtcp::test::request_states_test {
 namespace {
 
 // Namespace 1 a NULL device (zero-copy reads: the data of many reads can sit in a send queue
@@ -233,4 +233,4 @@ TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
   EXPECT_TRUE(ok(cqe));
 }
 
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::request_states_test

@@ -24,7 +24,7 @@
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::reservations_test {
 namespace {
 
 namespace sc = nvme::sc;
@@ -597,4 +597,4 @@ TEST(Reservations, FlushToEveryNamespaceIsInTheWriteGroupOfEach) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::reservations_test

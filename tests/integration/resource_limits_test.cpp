@@ -28,7 +28,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::resource_limits_test {
 namespace {
 
 using host::Completion;
@@ -555,4 +555,4 @@ TEST(ResourceLimits, DeallocateStormDoesNotHoldUpOtherHosts) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::resource_limits_test

@@ -21,7 +21,7 @@
 #include "control/target_methods.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::rpc_server_test {
 namespace {
 
 using control::Json;
@@ -600,9 +600,9 @@ TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::rpc_server_test
 
-namespace nvtcp::test {
+namespace nvtcp::test::rpc_server_test {
 namespace {
 
 // What a host reads of a namespace's identity: NGUID and EUI-64 from Identify Namespace (CNS
@@ -742,4 +742,4 @@ TEST(RpcServer, ANamespaceShowsItsDevicesIdentityNotTheIdentityOfItsNsid) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::rpc_server_test

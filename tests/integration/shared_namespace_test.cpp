@@ -12,7 +12,7 @@
 #include "raw_session.hpp"
 #include "target/tcp_queue.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::shared_namespace_test {
 namespace {
 
 using State = target::Request::State;
@@ -202,4 +202,4 @@ TEST(SharedNamespace, CopiesMoveAtMostTheReactorsBudgetPerTurn) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::shared_namespace_test

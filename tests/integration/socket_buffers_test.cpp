@@ -19,7 +19,7 @@
 #include "reactor/tcp_stream.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::socket_buffers_test {
 namespace {
 
 struct Buffers {
@@ -143,4 +143,4 @@ TEST(SocketBuffers, SendBufferOverridesTheSocketBufferForSendsOnly) {
 TEST(SocketBuffers, SocketBufferFixesBoth) { connect_and_check({96u << 10, {}}, {80u << 10, {}}); }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::socket_buffers_test

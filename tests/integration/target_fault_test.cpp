@@ -20,7 +20,7 @@
 #include "nvtcp/host.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::target_fault_test {
 namespace {
 
 using host::Completion;
@@ -391,4 +391,4 @@ TEST(TargetFaults, DelayedBothWaysStillCorrect) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::target_fault_test

@@ -20,7 +20,7 @@
 #include "nvtcp/log_pages.hpp"
 #include "test_target.hpp"
 
-namespace nvtcp::test {
+namespace nvtcp::test::tls_test {
 namespace {
 
 constexpr const char* kTlsHost = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
@@ -284,4 +284,4 @@ TEST(Tls, TheDiscoveryLogSaysWhichListenerRequiresTlsAndOffersEachHostItsOwn) {
 }
 
 }  // namespace
-}  // namespace nvtcp::test
+}  // namespace nvtcp::test::tls_test

@@ -26,7 +26,7 @@
 #include "auth/tls_psk.hpp"
 #include "wire/fabrics.hpp"
 
-namespace nvtcp::auth {
+namespace nvtcp::auth::auth_test {
 namespace {
 
 std::vector<uint8_t> unhex(std::string_view h) {
@@ -595,4 +595,4 @@ TEST(AuthCrypto, SecretBytesWipeOnClear) {
 }
 
 }  // namespace
-}  // namespace nvtcp::auth
+}  // namespace nvtcp::auth::auth_test

@@ -27,6 +27,8 @@
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
 
+namespace command_queue_test {
+
 using namespace nvtcp;
 using namespace nvtcp::wire;
 using S = target::Request::State;
@@ -632,3 +634,5 @@ TEST_F(CommandQueueTest, AReservationTakenWhileAWritesDataTravelsRefusesTheWrite
   ASSERT_EQ(w->state(), S::Sending) << target::request_state_name(w->state()) << " " << status_name(w->status);
   EXPECT_TRUE(last_status(io).ok());
 }
+
+}  // namespace command_queue_test

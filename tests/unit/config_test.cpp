@@ -13,7 +13,7 @@
 
 #include "target/config.hpp"
 
-namespace nvtcp::target {
+namespace nvtcp::target::config_test {
 namespace {
 
 // Loads json (one subsystem with a RAM namespace added when it names none) and finalizes it;
@@ -284,9 +284,9 @@ TEST(ConfigHosts, BadKeysAndEntriesAreRefusedWithoutShowingTheKey) {
 }
 
 }  // namespace
-}  // namespace nvtcp::target
+}  // namespace nvtcp::target::config_test
 
-namespace nvtcp::target {
+namespace nvtcp::target::config_test {
 namespace {
 
 TargetConfig load_spdk(const std::string& json, std::string& err) {
@@ -398,4 +398,4 @@ TEST(SpdkConfig, WhatCannotBeReplayedIsAnError) {
 }
 
 }  // namespace
-}  // namespace nvtcp::target
+}  // namespace nvtcp::target::config_test

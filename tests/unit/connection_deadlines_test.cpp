@@ -25,6 +25,8 @@
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
 
+namespace connection_deadlines_test {
+
 using namespace nvtcp;
 
 namespace {
@@ -460,3 +462,5 @@ TEST_F(H2CData, ResponsesThatDoNotMoveCloseTheQueueAtTheSendTimeout) {
 }
 
 }  // namespace
+
+}  // namespace connection_deadlines_test

@@ -25,6 +25,8 @@
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
 
+namespace connection_flow_test {
+
 using namespace nvtcp;
 
 namespace {
@@ -474,3 +476,5 @@ TEST_F(ConnectionFlow, AHostPastTheQueueDepthWithNothingAnsweredIsRefused) {
   EXPECT_TRUE(refused_with_sequence_error(io)) << "no C2HTermReq";
   EXPECT_TRUE(io.gone) << "the connection stayed open";
 }
+
+}  // namespace connection_flow_test

@@ -8,6 +8,8 @@
 
 #include "target/deadline_set.hpp"
 
+namespace deadline_set_test {
+
 using namespace nvtcp;
 using namespace nvtcp::target;
 
@@ -87,3 +89,5 @@ TEST_F(DeadlineSetTest, PeriodicHandlerRunsEveryPeriod) {
 }
 
 }  // namespace
+
+}  // namespace deadline_set_test

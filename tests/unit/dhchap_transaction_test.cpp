@@ -10,7 +10,7 @@
 
 #include "auth/dhchap_transaction.hpp"
 
-namespace nvtcp::auth {
+namespace nvtcp::auth::dhchap_transaction_test {
 namespace {
 
 using wire::AuthFailureReason;
@@ -348,4 +348,4 @@ TEST(DhchapTransaction, SequenceNumbersAreNeverZero) {
 }
 
 }  // namespace
-}  // namespace nvtcp::auth
+}  // namespace nvtcp::auth::dhchap_transaction_test

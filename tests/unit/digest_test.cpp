@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+namespace digest_test {
+
 using nvtcp::wire::Crc32c;
 using nvtcp::wire::crc32c;
 
@@ -38,3 +40,5 @@ TEST(Crc32c, StreamingEqualsOneShot) {
   }
   EXPECT_EQ(c.value(), crc32c(s.data(), s.size()));
 }
+
+}  // namespace digest_test

@@ -5,7 +5,7 @@
 
 #include "engine/admin_buffers.hpp"
 
-namespace nvtcp::engine {
+namespace nvtcp::engine::engine_admin_buffers_test {
 namespace {
 
 TEST(EngineAdminBuffers, TheBudgetBoundsWhatIsHeldAndBuffersGiveTheirBytesBack) {
@@ -30,4 +30,4 @@ TEST(EngineAdminBuffers, TheBudgetBoundsWhatIsHeldAndBuffersGiveTheirBytesBack) 
 }
 
 }  // namespace
-}  // namespace nvtcp::engine
+}  // namespace nvtcp::engine::engine_admin_buffers_test

@@ -7,7 +7,7 @@
 
 #include "host/event_backlog.hpp"
 
-namespace nvtcp::host::detail {
+namespace nvtcp::host::detail::event_backlog_test {
 namespace {
 
 // dw0 of an AER completion: type, information, log page.
@@ -100,4 +100,4 @@ TEST(EventLogLimiter, EventsAreCountedApartAndANewOneTakesTheOldestPlace) {
 }
 
 }  // namespace
-}  // namespace nvtcp::host::detail
+}  // namespace nvtcp::host::detail::event_backlog_test

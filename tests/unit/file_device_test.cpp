@@ -19,7 +19,7 @@
 #include "backend/block_device.hpp"
 #include "reactor/reactor.hpp"
 
-namespace nvtcp::backend {
+namespace nvtcp::backend::file_device_test {
 namespace {
 
 bool on_tmpfs(const std::string& dir) {
@@ -142,4 +142,4 @@ TEST(BackendPersistence, RamAndNullSayWhatTheyAre) {
 }
 
 }  // namespace
-}  // namespace nvtcp::backend
+}  // namespace nvtcp::backend::file_device_test

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+namespace gate_test {
+
 namespace {
 
 struct Counted {
@@ -69,3 +71,5 @@ TEST(Gate, ReleaseMayFreeTheOwner) {
 }
 
 }  // namespace
+
+}  // namespace gate_test

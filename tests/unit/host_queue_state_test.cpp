@@ -10,6 +10,8 @@
 #include "host/queue_pair_impl.hpp"
 #include "reactor/reactor.hpp"
 
+namespace host_queue_state_test {
+
 namespace {
 
 using nvtcp::host::detail::HostRequest;
@@ -118,3 +120,5 @@ TEST(HostQueueState, RefusedConnectEndsFailedAndCountsFollow) {
 }
 
 }  // namespace
+
+}  // namespace host_queue_state_test

@@ -10,6 +10,8 @@
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
 
+namespace host_timing_test {
+
 namespace {
 
 using nvtcp::host::detail::command_timeout_step;
@@ -181,3 +183,5 @@ TEST(HostTiming, WaitsOnAFakeClockReReadItEveryMillisecond) {
 }
 
 }  // namespace
+
+}  // namespace host_timing_test

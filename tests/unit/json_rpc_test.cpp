@@ -6,7 +6,7 @@
 
 #include "control/json_rpc.hpp"
 
-namespace nvtcp::control {
+namespace nvtcp::control::json_rpc_test {
 namespace {
 
 std::vector<std::string> split_all(JsonTextSplitter& s, const std::string& bytes, size_t chunk) {
@@ -147,4 +147,4 @@ TEST(Dispatcher, NotificationsAreNotAnsweredAndBatchesAnswerTheRest) {
 }
 
 }  // namespace
-}  // namespace nvtcp::control
+}  // namespace nvtcp::control::json_rpc_test

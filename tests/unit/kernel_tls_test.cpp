@@ -35,7 +35,7 @@
 #define TCP_ULP 31
 #endif
 
-namespace nvtcp {
+namespace nvtcp::kernel_tls_test {
 namespace {
 
 using tls::Psk;
@@ -373,4 +373,4 @@ TEST(KernelTlsWithOpenSsl, OpenSslReadsWhatTheKernelSealedAndAKeyUpdateRequestIs
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::kernel_tls_test

@@ -14,7 +14,7 @@
 
 #include "util/log.hpp"
 
-namespace nvtcp {
+namespace nvtcp::log_format_test {
 namespace {
 
 // What the default sink writes to stderr while fn runs.
@@ -116,4 +116,4 @@ TEST(LogFormat, ControlBytesInTextGoOutAsEscapes) {
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::log_format_test

@@ -17,7 +17,7 @@
 #include "target/io_metrics.hpp"
 #include "util/prometheus.hpp"
 
-namespace nvtcp {
+namespace nvtcp::metrics_test {
 namespace {
 
 using prometheus::Type;
@@ -427,4 +427,4 @@ TEST(MetricsHttp, OtherPathsMethodsGarbageAndOversizedHeadsAreRefusedAndClosed) 
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::metrics_test

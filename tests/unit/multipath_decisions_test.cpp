@@ -10,7 +10,7 @@
 #include "host/ana_table.hpp"
 #include "host/path_selector.hpp"
 
-namespace nvtcp::host::detail {
+namespace nvtcp::host::detail::multipath_decisions_test {
 namespace {
 
 using nvme::AnaState;
@@ -153,4 +153,4 @@ TEST(AnaLog, ALogThatRunsPastWhatWasReadOrNamesAReservedStateIsRefused) {
 }
 
 }  // namespace
-}  // namespace nvtcp::host::detail
+}  // namespace nvtcp::host::detail::multipath_decisions_test

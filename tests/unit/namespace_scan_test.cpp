@@ -15,7 +15,7 @@
 #include "nvtcp/identify.hpp"
 #include "nvtcp/sqe.hpp"
 
-namespace nvtcp::host::detail {
+namespace nvtcp::host::detail::namespace_scan_test {
 namespace {
 
 using nvme::IdentifyController;
@@ -359,4 +359,4 @@ TEST(ActiveNamespaceList, StopsAtTheNsidsKept) {
 }
 
 }  // namespace
-}  // namespace nvtcp::host::detail
+}  // namespace nvtcp::host::detail::namespace_scan_test

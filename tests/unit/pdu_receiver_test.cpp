@@ -10,6 +10,8 @@
 #include "nvtcp/sqe.hpp"
 #include "wire/digest.hpp"
 
+namespace pdu_receiver_test {
+
 using namespace nvtcp::wire;
 using nvtcp::transport::PduHandler;
 using nvtcp::transport::PduReceiver;
@@ -192,3 +194,5 @@ TEST(Receiver, DigestFlagMustMatchNegotiation) {
 }
 
 }  // namespace
+
+}  // namespace pdu_receiver_test

@@ -17,6 +17,8 @@
 #include "nvtcp/status.hpp"
 #include "util/log.hpp"
 
+namespace public_api_test {
+
 namespace {
 
 struct SinkGuard {  // leaves the process as it found it
@@ -128,3 +130,5 @@ TEST(PublicNvme, TypesAndStatusNames) {
 }
 
 }  // namespace
+
+}  // namespace public_api_test

@@ -13,7 +13,7 @@
 #include "backend/block_device.hpp"
 #include "reactor/reactor.hpp"
 
-namespace nvtcp::backend {
+namespace nvtcp::backend::ram_device_test {
 namespace {
 
 uint64_t rss_bytes() {
@@ -121,4 +121,4 @@ TEST(RamDevice, DeallocateGivesMemoryBackAndNeverFaultsInUnwrittenPages) {
 }
 
 }  // namespace
-}  // namespace nvtcp::backend
+}  // namespace nvtcp::backend::ram_device_test

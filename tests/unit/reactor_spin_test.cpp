@@ -10,7 +10,7 @@
 
 #include "reactor/reactor.hpp"
 
-namespace nvtcp::reactor {
+namespace nvtcp::reactor::reactor_spin_test {
 namespace {
 
 ReactorOptions with_poll(PollMode mode) {
@@ -44,4 +44,4 @@ TEST(ReactorSpin, AnInterruptDrivenReactorNeverYields) {
 }
 
 }  // namespace
-}  // namespace nvtcp::reactor
+}  // namespace nvtcp::reactor::reactor_spin_test

@@ -10,6 +10,8 @@
 
 #include "nvtcp/host.hpp"
 
+namespace recovery_seconds_test {
+
 namespace {
 
 using nvtcp::host::apply_recovery_seconds;
@@ -115,3 +117,5 @@ TEST(RecoverySeconds, OutOfRangeIsRefusedByNameAndChangesNothing) {
 }
 
 }  // namespace
+
+}  // namespace recovery_seconds_test

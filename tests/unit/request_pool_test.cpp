@@ -9,6 +9,8 @@
 #include "target/request_pool.hpp"
 #include "util/state_machine.hpp"
 
+namespace request_pool_test {
+
 using namespace nvtcp;
 using namespace nvtcp::target;
 using S = Request::State;
@@ -265,3 +267,5 @@ TEST_F(PoolTest, HostBudgetBoundsAllItsConnectionsAndDestructionGivesEverythingB
   EXPECT_EQ(host.bytes.load(), 0u);
   EXPECT_EQ(usage.buffer_bytes.load(), 0u);
 }
+
+}  // namespace request_pool_test

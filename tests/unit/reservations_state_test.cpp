@@ -24,7 +24,7 @@
 #include "target/reservations.hpp"
 #include "wire/reservations.hpp"
 
-namespace nvtcp::target {
+namespace nvtcp::target::reservations_state_test {
 namespace {
 
 namespace sc = nvme::sc;
@@ -353,4 +353,4 @@ TEST(Reservations, TurningPersistenceOffRemovesTheFileBeforeTheCommandCompletes)
 }
 
 }  // namespace
-}  // namespace nvtcp::target
+}  // namespace nvtcp::target::reservations_state_test

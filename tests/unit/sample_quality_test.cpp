@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace nvtcp::app {
+namespace nvtcp::app::sample_quality_test {
 namespace {
 
 const char* kStat =
@@ -269,4 +269,4 @@ TEST(BusiestWindow, ARunShorterThanTheWindowHasNone) {
 }
 
 }  // namespace
-}  // namespace nvtcp::app
+}  // namespace nvtcp::app::sample_quality_test

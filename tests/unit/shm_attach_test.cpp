@@ -18,7 +18,7 @@
 
 #include "shm/attach.hpp"
 
-namespace nvtcp::shm {
+namespace nvtcp::shm::shm_attach_test {
 namespace {
 
 std::string socket_path() { return "/tmp/nvtcp-engine-test-" + std::to_string(getpid()) + ".sock"; }
@@ -188,4 +188,4 @@ TEST(ShmAttach, NoEngineNoAttach) {
 }
 
 }  // namespace
-}  // namespace nvtcp::shm
+}  // namespace nvtcp::shm::shm_attach_test

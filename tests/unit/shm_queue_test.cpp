@@ -14,7 +14,7 @@
 
 #include "shm/shm_queue.hpp"
 
-namespace nvtcp::shm {
+namespace nvtcp::shm::shm_queue_test {
 namespace {
 
 // A queue pair in one anonymous shared mapping, zeroed as a fresh memfd is.
@@ -229,4 +229,4 @@ TEST(ShmQueue, ApplicationAndEngineOnTwoThreads) {
 }
 
 }  // namespace
-}  // namespace nvtcp::shm
+}  // namespace nvtcp::shm::shm_queue_test

@@ -9,7 +9,7 @@
 
 #include "shm/region.hpp"
 
-namespace nvtcp::shm {
+namespace nvtcp::shm::shm_region_test {
 namespace {
 
 TEST(ShmRegion, LayoutIsAlignedAndEveryQueuePairFitsApart) {
@@ -82,4 +82,4 @@ TEST(ShmRegion, DataPointersMustLieInsideTheDataRegion) {
 }
 
 }  // namespace
-}  // namespace nvtcp::shm
+}  // namespace nvtcp::shm::shm_region_test

@@ -23,7 +23,7 @@
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
 
-namespace nvtcp::reactor {
+namespace nvtcp::reactor::tcp_stream_modes_test {
 namespace {
 
 // A connected loopback pair (fds).
@@ -612,4 +612,4 @@ TEST(TcpStreamSpinRecv, MoreStreamsThanThePollLimitAllGetTheirBytes) {
 }
 
 }  // namespace
-}  // namespace nvtcp::reactor
+}  // namespace nvtcp::reactor::tcp_stream_modes_test

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+namespace terminator_test {
+
 using namespace nvtcp::wire;
 using nvtcp::transport::PduHandler;
 using nvtcp::transport::PduReceiver;
@@ -122,3 +124,5 @@ TEST(Terminator, NothingToDoBeforeAnError) {
 }
 
 }  // namespace
+
+}  // namespace terminator_test

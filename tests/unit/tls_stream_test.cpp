@@ -19,7 +19,7 @@
 #include "tls/tls_stream.hpp"
 #include "util/log.hpp"
 
-namespace nvtcp {
+namespace nvtcp::tls_stream_test {
 namespace {
 
 using tls::Psk;
@@ -752,4 +752,4 @@ TEST(PskIdentity, HostAndTargetDeriveTheSameKey) {
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::tls_stream_test

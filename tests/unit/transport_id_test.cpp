@@ -3,6 +3,8 @@
 
 #include "nvtcp/host.hpp"
 
+namespace transport_id_test {
+
 using nvtcp::host::TransportId;
 
 TEST(TransportId, SpdkForm) {
@@ -41,3 +43,5 @@ TEST(TransportId, Errors) {
   EXPECT_FALSE(TransportId::parse("traddr:1.2.3.4 bogus:1", t, err));
   EXPECT_NE(err.find("bogus"), std::string::npos);
 }
+
+}  // namespace transport_id_test

@@ -32,6 +32,8 @@
 #include "wire/features.hpp"
 #include "wire/pdu.hpp"
 
+namespace wire_test {
+
 using namespace nvtcp::wire;
 
 namespace {
@@ -1315,3 +1317,5 @@ TEST(ChangedNamespaceList, ListsEachNsidOnceInOrderAndOverflowsToAllNamespaces) 
   EXPECT_TRUE(list.empty());
   EXPECT_FALSE(list.overflowed());
 }
+
+}  // namespace wire_test

@@ -8,7 +8,7 @@
 
 #include "nvtcp/wire_text.hpp"
 
-namespace nvtcp {
+namespace nvtcp::wire_text_test {
 namespace {
 
 TEST(WireText, PrintableAsciiIsKept) {
@@ -51,4 +51,4 @@ TEST(WireText, FixedFieldsEndAtNulAndLoseTheirPadding) {
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::wire_text_test

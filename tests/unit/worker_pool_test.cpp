@@ -14,7 +14,7 @@
 
 #include "util/worker_pool.hpp"
 
-namespace nvtcp {
+namespace nvtcp::worker_pool_test {
 namespace {
 
 // Holds the pool's one thread until opened, so that the jobs given meanwhile all wait.
@@ -109,4 +109,4 @@ TEST(WorkerPool, JobsWithoutAKeyRunInTheOrderGiven) {
 }
 
 }  // namespace
-}  // namespace nvtcp
+}  // namespace nvtcp::worker_pool_test

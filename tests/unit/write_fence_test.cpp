@@ -5,7 +5,7 @@
 
 #include "target/subsystem.hpp"
 
-namespace nvtcp::target {
+namespace nvtcp::target::write_fence_test {
 namespace {
 
 TEST(WriteFence, WritesStartFreelyAndAFusedOperationWaitsForThemToDrain) {
@@ -71,4 +71,4 @@ TEST(WriteFence, AWaitingWriteThatLeavesGivesUpItsTurn) {
 }
 
 }  // namespace
-}  // namespace nvtcp::target
+}  // namespace nvtcp::target::write_fence_test
