@@ -41,12 +41,13 @@ test: deps
 	@$(MAKE) --no-print-directory test-tsan
 	@$(MAKE) --no-print-directory fuzz-smoke
 
-# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer (the interop tests,
-# which mostly time a VM or a capture, run in the Release pass only).
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer. Two labels run in the
+# Release pass only: the interop tests, which mostly time a VM or a capture, and the layering
+# tests, which compile headers and run nothing a sanitizer could watch.
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 -LE interop
+	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 -LE 'interop|layering'
 
 # The multi-threaded paths under ThreadSanitizer: every test labelled `threaded`. That is every
 # suite of the integration binary (target reactors and host threads side by side: several target
@@ -78,8 +79,10 @@ test-tsan:
 FUZZ_BUILD ?= build-fuzz
 FUZZERS := pdu_receiver parsers target_connection host_connection controller_state engine_queue engine_controller auth tls rpc metrics_http
 FUZZ_SECONDS ?= 600
-# Each fuzzer's smoke run, JOBS of them at a time (each is one process on one core).
-FUZZ_SMOKE_SECONDS ?= 30
+# Each fuzzer's smoke run, JOBS of them at a time (each is one process on one core): its seed
+# corpus replayed (every input that once crashed a parser is in it), then fresh inputs for the
+# rest of the time. `make fuzz` is the long search.
+FUZZ_SMOKE_SECONDS ?= 10
 fuzz-build:
 	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \
 	  -DNVTCP_TESTS=OFF -DNVTCP_BENCH=OFF -DNVTCP_FIO=OFF >/dev/null
