@@ -83,7 +83,10 @@ TEST(WorkerPool, AKeyRunsOnAtMostItsShareOfTheThreads) {
         --flood_running;
       });
     pool.submit("host", [&] {
-      std::lock_guard lk(mu);
+      std::unique_lock lk(mu);
+      // The other thread may take this job before the first flood job has begun: beside it
+      // means while it runs. A pool that ran no flood job at all ends the wait, and fails.
+      cv.wait_for(lk, std::chrono::seconds(10), [&] { return flood_running > 0; });
       host_ran_beside_flood = flood_running == 1;
       release = true;
       cv.notify_all();
