@@ -18,12 +18,6 @@ struct PathCandidate {
   uint32_t outstanding = 0;    // this queue pair's commands on it
 };
 
-// Optimized and non-optimized paths take I/O; inaccessible, persistent loss and change do not
-// (a path in change is waited for or avoided, as Linux does).
-constexpr bool ana_takes_io(nvme::AnaState s) {
-  return s == nvme::AnaState::Optimized || s == nvme::AnaState::NonOptimized;
-}
-
 // The usable paths of the best state present (optimized, else non-optimized); among those,
 // round-robin takes the first after `cursor` and queue-depth the one with the fewest
 // outstanding (ties: the first after `cursor`). The choice becomes the cursor. -1: none usable.

@@ -142,7 +142,6 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   void done(Request& r, wire::Status st);
   // parse, per command set
   void parse_fabrics(Request& r);
-  void parse_connect(Request& r);
   void parse_admin(Request& r);
   void parse_io(Request& r);
   // execute, per command set

@@ -5,8 +5,9 @@
 // no opcode: commands run in its CommandQueue (command_queue.hpp), which it hands each
 // request and which answers through the CommandTransport calls.
 //
-// The life of a 4 KiB read: tcp_queue.cpp (the capsule in, process(), the C2HData out) and
-// io_commands.cpp (its parse, its execute, its device completion).
+// The life of a 4 KiB read: tcp_queue.cpp (the capsule in, process(), the device call and its
+// completion, the C2HData out), command_queue.cpp (execute, submit), io_commands.cpp (its
+// parse, its execute, its device completion) and request_pool.cpp (its state and buffer).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -139,7 +140,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
            std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
   // The same over a stream that make_stream builds for the connection (its owner): what a test
-  // passes to keep the bytes in memory, and where a TLS stream will come in.
+  // passes to keep the bytes in memory, and the TLS stream of a secure channel.
   using MakeStream = std::function<std::unique_ptr<reactor::ByteStream>(reactor::StreamOwner& owner)>;
   TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
            ConnectionSet& set, std::string address = {}, Arrival arrival = {},

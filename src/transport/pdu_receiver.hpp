@@ -70,8 +70,7 @@ class PduReceiver {
   void fail(wire::Fes fes, uint32_t fei, const std::string& why);
 
   State state() const { return state_; }
-  // The header bytes gathered for the PDU being received (for a TermReq's data).
-  const uint8_t* header_bytes() const { return hdr_; }
+  // How many header bytes are gathered for the PDU being received (a TermReq quotes them).
   uint32_t header_bytes_len() const { return state_ == State::Failed ? failed_have_ : have_; }
   // Writes a TermReq of this type (H2C or C2H) that quotes the header held (at most 128
   // bytes) into out, which must hold kMaxTermReqLen bytes; returns the PDU's length.

@@ -18,7 +18,6 @@ using Level = LogLevel;
 
 inline Level level() { return log_level(); }
 inline void set_level(Level l) { set_log_level(l); }
-inline bool parse_level(const std::string& s, Level& out) { return parse_log_level(s, out); }
 void write(Level l, const std::string& msg);
 
 // How the default (stderr) sink writes lines: text, or one JSON object per line for a log
