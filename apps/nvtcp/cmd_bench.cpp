@@ -360,10 +360,13 @@ struct Runner {
     return fmt::format("trtype=engine traddr={} subnqn={} ns={}", socket, fio_escape(trid.subnqn), trid.nsid);
   }
 
-  // The fio options of one point, without the ioengine and the file.
+  // The fio options of one point, without the ioengine and the file. Times go in milliseconds:
+  // fio reads a time without a unit as whole seconds, so ramp_time=0.5 was no ramp at all.
   std::vector<std::string> fio_job_args(const Point& p) const {
+    const std::string runtime = fmt::format("--runtime={}ms", std::llround(seconds * 1000));
+    const std::string ramp_time = fmt::format("--ramp_time={}ms", std::llround(ramp * 1000));
     return {"fio", "--name=bench", "--thread=1", "--group_reporting=1", "--output-format=json", "--time_based=1",
-            fmt::format("--runtime={}", seconds), fmt::format("--ramp_time={}", ramp), "--norandommap=1", "--randrepeat=0",
+            runtime, ramp_time, "--norandommap=1", "--randrepeat=0",
             "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
             fmt::format("--numjobs={}", p.jobs), fmt::format("--iodepth={}", a.queue_depth),
             fmt::format("--iodepth_batch_submit={}", std::max(1u, a.queue_depth / 4)), "--iodepth_batch_complete_min=1"};
@@ -557,6 +560,20 @@ struct Runner {
       if (span > 0) served = double(tios ? tios : eios) / span;
       role_window = {{"from_s", roles[first].t}, {"to_s", roles[last].t}, {"target_cpu_s", tcpu},
                      {"target_ios", tios},       {"engine_cpu_s", ecpu},  {"engine_ios", eios}};
+      // What was served sample by sample over the window (K IOPS), and the longest span in it
+      // with nothing served: the I/O's own evidence beside fio's logs when those show a stall.
+      json served_kiops = json::array();
+      double idle = 0, longest_idle = 0;
+      for (size_t i = first; i < last; ++i) {
+        const uint64_t n = tios ? roles[i + 1].target_ios - roles[i].target_ios
+                                : roles[i + 1].engine_ios - roles[i].engine_ios;
+        const double dt = roles[i + 1].t - roles[i].t;
+        served_kiops.push_back(dt > 0 ? std::round(double(n) / dt / 100) / 10 : 0);
+        idle = n ? 0 : idle + dt;
+        longest_idle = std::max(longest_idle, idle);
+      }
+      role_window["served_kiops"] = served_kiops;
+      role_window["longest_idle_s"] = std::round(longest_idle * 1000) / 1000;
     }
     auto j = last_json(c.out);
     if (c.status != 0 || !j) {

@@ -82,6 +82,10 @@ if [ "$inits" = perf,fio,engine ]; then
   [ "$n" -eq 4 ] || { echo "expected 4 fio job files, found $n"; exit 1; }
   grep -q "^ioengine=external:" "$out"/jobs/bs-randread-randread-4k-32jobs-engine.fio
   grep -q "^filename=trtype=engine" "$out"/jobs/bs-randread-randread-4k-32jobs-engine.fio
+  # fio reads a time without a unit as whole seconds: the quick profile's 0.3-s ramp must reach
+  # it as 300ms, not as 0.3 (no ramp at all).
+  grep -qx "ramp_time=300ms" "$out"/jobs/bs-randread-randread-4k-32jobs-engine.fio ||
+    { echo "the job file's ramp is not the profile's 0.3 s:"; grep "^r" "$out"/jobs/*engine.fio; exit 1; }
 fi
 grep -qE "[0-9]\.[0-9]{3} M \([0-9.]+-[0-9.]+\)" "$out/stdout.txt" || { echo "no median with its range"; exit 1; }
 # --compare: a run against itself is 1.00 everywhere.
