@@ -553,9 +553,9 @@ struct Runner {
       tios = roles[last].target_ios - roles[first].target_ios;
       ecpu = roles[last].engine_cpu - roles[first].engine_cpu;
       eios = roles[last].engine_ios - roles[first].engine_ios;
-      // What the target (else the engine) served per second in that window: fio's own figure
-      // also counts the I/Os in flight across its window's edges, which deep queues of slow
-      // I/Os make a large share of a short run.
+      // What the target (else the engine) served per second in that window, beside the
+      // initiator's own figure (fio's runs up to a fifth above it at large blocks, not yet
+      // explained).
       const double span = roles[last].t - roles[first].t;
       if (span > 0) served = double(tios ? tios : eios) / span;
       role_window = {{"from_s", roles[first].t}, {"to_s", roles[last].t}, {"target_cpu_s", tcpu},
