@@ -477,7 +477,9 @@ struct MultipathQueuePair::Impl {
     for (size_t i = 0; i < n; ++i) {
       const PathQueue& p = paths[i];
       detail::PathCandidate& c = cand[i];
-      c.usable = p.qp && p.qp->connected() && !held(p, r->nsid);
+      // A path whose controller is resetting takes no new I/O even while its I/O queue has not
+      // seen the loss yet (as Linux's nvme_path_is_disabled): it would only sit there.
+      c.usable = p.qp && p.qp->connected() && p.ctrl->live() && !held(p, r->nsid);
       c.ana = c.usable ? p.ctrl->ana_state(r->nsid) : nvme::AnaState::Inaccessible;
       c.outstanding = p.outstanding;
     }
