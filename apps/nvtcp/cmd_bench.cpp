@@ -554,8 +554,8 @@ struct Runner {
       ecpu = roles[last].engine_cpu - roles[first].engine_cpu;
       eios = roles[last].engine_ios - roles[first].engine_ios;
       // What the target (else the engine) served per second in that window, beside the
-      // initiator's own figure (fio's runs up to a fifth above it at large blocks, not yet
-      // explained).
+      // initiator's own figure. fio sums per-job rates over each job's own window: when the
+      // jobs' windows were spread over their connects it ran up to a fifth above this.
       const double span = roles[last].t - roles[first].t;
       if (span > 0) served = double(tios ? tios : eios) / span;
       role_window = {{"from_s", roles[first].t}, {"to_s", roles[last].t}, {"target_cpu_s", tcpu},
