@@ -357,18 +357,25 @@ def cpu_split(pts, doc=None):
         return
     print()
     print("Both halves: the same fio job inline (fio connects NVMe/TCP itself) and through the offload engine")
-    print("(CPU us per I/O: application, engine, target; app ratio = engine mode's application CPU / inline's)")
+    print("(CPU us per I/O: application, engine, target; app ratio = engine mode's application CPU / inline's;")
+    print(" fio floor = fio's own CPU per I/O for the same job on its null ioengine, which no initiator takes away;")
+    print(" above floor = the app ratio counted above that floor: what the engine owes)")
     head = (f"{'workload':>10} {'bs':>5} {'jobs':>4} | {'inline: app':>11} {'target':>6} {'M IOPS':>7} | "
-            f"{'engine: app':>11} {'engine':>6} {'target':>6} {'M IOPS':>7} | {'app ratio':>9}")
+            f"{'engine: app':>11} {'engine':>6} {'target':>6} {'M IOPS':>7} | {'app ratio':>9} {'fio floor':>9} "
+            f"{'above floor':>11}")
     print(head)
     print("-" * len(head))
     us = lambda v: "-" if v is None else f"{v:.2f}"  # s per million I/Os = us per I/O
     for f, e in pairs:
         ratio = e["init_cpu_s_per_mio"] / f["init_cpu_s_per_mio"] if f["init_cpu_s_per_mio"] else 0
+        floor = f.get("fio_floor_cpu_s_per_mio")
+        above = "-"
+        if floor is not None and f["init_cpu_s_per_mio"] > floor:
+            above = f"{max(e['init_cpu_s_per_mio'] - floor, 0) / (f['init_cpu_s_per_mio'] - floor):.2f}"
         print(f"{f['workload']:>10} {size_label(f['bs']):>5} {f['jobs']:>4} | {us(f['init_cpu_s_per_mio']):>11} "
               f"{us(f.get('target_cpu_s_per_mio')):>6} {f['iops'] / 1e6:7.3f} | {us(e['init_cpu_s_per_mio']):>11} "
               f"{us(e.get('engine_cpu_s_per_mio')):>6} {us(e.get('target_cpu_s_per_mio')):>6} "
-              f"{e['iops'] / 1e6:7.3f} | {ratio:9.2f}")
+              f"{e['iops'] / 1e6:7.3f} | {ratio:9.2f} {us(floor):>9} {above:>11}")
     print()
     print(f"Projection for the study's servers ({SERVER_CORES} cores each side), a MODEL, not a measurement: each")
     print("role's measured CPU per I/O, divided into its cores' time; the application gets all host cores inline,")

@@ -362,9 +362,10 @@ struct Runner {
 
   // The fio options of one point, without the ioengine and the file. Times go in milliseconds:
   // fio reads a time without a unit as whole seconds, so ramp_time=0.5 was no ramp at all.
-  std::vector<std::string> fio_job_args(const Point& p) const {
-    const std::string runtime = fmt::format("--runtime={}ms", std::llround(seconds * 1000));
-    const std::string ramp_time = fmt::format("--ramp_time={}ms", std::llround(ramp * 1000));
+  std::vector<std::string> fio_job_args(const Point& p) const { return fio_job_args(p, seconds, ramp); }
+  std::vector<std::string> fio_job_args(const Point& p, double run_s, double ramp_s) const {
+    const std::string runtime = fmt::format("--runtime={}ms", std::llround(run_s * 1000));
+    const std::string ramp_time = fmt::format("--ramp_time={}ms", std::llround(ramp_s * 1000));
     return {"fio", "--name=bench", "--thread=1", "--group_reporting=1", "--output-format=json", "--time_based=1",
             runtime, ramp_time, "--norandommap=1", "--randrepeat=0",
             "--rw=" + fio_rw(p.workload), "--rwmixread=70", fmt::format("--bs={}", p.bs),
@@ -620,6 +621,32 @@ struct Runner {
     else res["engine_cpu_s_per_mio"] = nullptr;
     return res;
   }
+
+  // fio's own CPU per I/O for this point's shape (jobs, depth, batches) on fio's null ioengine,
+  // which queues, commits and reaps as ours does and moves nothing: the floor under the
+  // application's CPU per I/O that no initiator can take away. Measured on the host CPUs,
+  // once per job count and workload; null if fio could not run it.
+  json fio_floor(const Point& p) {
+    const std::string key = fmt::format("{}/{}", p.jobs, p.workload);
+    if (auto it = floors.find(key); it != floors.end()) return it->second;
+    std::vector<std::string> cmd{"taskset", "-c", a.host_cpus};
+    const auto fio = fio_job_args(p, kFloorSeconds, kFloorRampSeconds);
+    cmd.insert(cmd.end(), fio.begin(), fio.end());
+    cmd.insert(cmd.end(), {"--ioengine=null", "--size=1g"});
+    json floor;
+    const ChildResult c = run_child(cmd);
+    if (auto j = last_json(c.out); c.status == 0 && j) {
+      const json& job = (*j)["jobs"][0];
+      double iops = 0, lat_avg = 0, lat_p99 = 0;
+      job_figures(job, iops, lat_avg, lat_p99);
+      const double cpu = (job["usr_cpu"].get<double>() + job["sys_cpu"].get<double>()) / 100.0 *
+                         job["job_runtime"].get<double>() / 1000.0;
+      if (iops > 0) floor = cpu / (iops * kFloorSeconds / 1e6);
+    }
+    return floors[key] = floor;
+  }
+  static constexpr double kFloorSeconds = 0.3, kFloorRampSeconds = 0.1;
+  std::map<std::string, json> floors;
 
   // One point on every remote host at once: one `fio --client=HOST JOB ...` that starts the
   // jobs together. Per host: its figures and the CPU its fio reports (user + system of the
@@ -1065,7 +1092,16 @@ int run_bench(BenchArgs& a) {
         runs[init].push_back(std::move(one));
       }
     }
-    for (const auto& init : inits) doc["points"].push_back(summarize(runs[init]));
+    // Both halves' application CPU is set against fio's own floor for the same shape (local
+    // runs: remote hosts' fio is theirs to measure).
+    const bool both = run.hosts.empty() && std::count(inits.begin(), inits.end(), "fio") &&
+                      std::count(inits.begin(), inits.end(), "engine");
+    const json floor = both ? run.fio_floor(p) : json();
+    for (const auto& init : inits) {
+      json s = summarize(runs[init]);
+      if (both && (init == "fio" || init == "engine")) s["fio_floor_cpu_s_per_mio"] = floor;
+      doc["points"].push_back(std::move(s));
+    }
   }
   run.stop_engine();
   if (run.target) run.target->stop();

@@ -68,6 +68,17 @@ for p in pts:
         w = smp["quality"]["role_window"]
         assert w["to_s"] - w["from_s"] >= doc["seconds_per_run"] and w["target_ios"] > 0 and w["target_cpu_s"] > 0, w
         assert (w["engine_ios"] > 0) == (p["initiator"] == "engine"), (w, p["initiator"])
+        # What was served in each 20-ms sample of that window, and its longest span with none.
+        assert w["served_kiops"] and any(k > 0 for k in w["served_kiops"]), w
+        span = w["to_s"] - w["from_s"]
+        assert 0 <= w["longest_idle_s"] <= span + 1e-9, w
+        assert w["longest_idle_s"] == 0 or 0 in w["served_kiops"], w
+    # Both halves: the application CPU's floor, fio's own work per I/O on its null ioengine.
+    if "fio" in inits and "engine" in inits and p["initiator"] in ("fio", "engine"):
+        fl = p["fio_floor_cpu_s_per_mio"]
+        assert fl is not None and 0 < fl < p["init_cpu_s_per_mio"], p
+    else:
+        assert "fio_floor_cpu_s_per_mio" not in p, p
 print("bench.json: ok (" + ", ".join(inits) + ")")
 PY
 if [ "$inits" = perf,fio,engine ]; then
@@ -75,6 +86,9 @@ if [ "$inits" = perf,fio,engine ]; then
   # The projection with the study's own figures beside it, and its model checked on this machine.
   grep -qE "^ +randread +4K +32 \|.*\| +1\.93 +5\.37$" "$out/stdout.txt" || { echo "no study figures"; exit 1; }
   grep -q "The model checked on this machine" "$out/stdout.txt" || { echo "no check of the model"; exit 1; }
+  # Each side-by-side row ends with the app ratio, fio's floor and the ratio above it.
+  grep -qE "^ +randread +4K +32 \|.*\| +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$out/stdout.txt" ||
+    { echo "no fio floor in the side-by-side"; exit 1; }
   grep -qE "^ +randread +4K +32 \| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| (application|target)" \
     "$out/stdout.txt" || { echo "no predicted and served figures"; exit 1; }
   # The fio jobs it ran are there to be run again elsewhere.
