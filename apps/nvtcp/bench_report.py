@@ -358,7 +358,8 @@ def cpu_split(pts, doc=None):
     print()
     print("Both halves: the same fio job inline (fio connects NVMe/TCP itself) and through the offload engine")
     print("(CPU us per I/O: application, engine, target; app ratio = engine mode's application CPU / inline's;")
-    print(" fio floor = fio's own CPU per I/O for the same job on its null ioengine, which no initiator takes away;")
+    print(" fio floor = fio's own CPU per I/O for the same job on its null ioengine (4 KiB points), which no initiator")
+    print(" takes away;")
     print(" above floor = the app ratio counted above that floor: what the engine owes)")
     head = (f"{'workload':>10} {'bs':>5} {'jobs':>4} | {'inline: app':>11} {'target':>6} {'M IOPS':>7} | "
             f"{'engine: app':>11} {'engine':>6} {'target':>6} {'M IOPS':>7} | {'app ratio':>9} {'fio floor':>9} "

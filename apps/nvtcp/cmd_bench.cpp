@@ -624,12 +624,15 @@ struct Runner {
 
   // fio's own CPU per I/O for this point's shape (jobs, depth, batches) on fio's null ioengine,
   // which queues, commits and reaps as ours does and moves nothing: the floor under the
-  // application's CPU per I/O that no initiator can take away. Measured on the host CPUs,
-  // once per job count (with the first point's workload: reads, writes and 70:30 came out at
-  // 0.14-0.16 us, and each run costs the demo most of a second of fio's start-up); null if fio
-  // could not run it.
+  // application's CPU per I/O that no initiator can take away. Measured on the host CPUs for
+  // the 4 KiB points (the block the application-CPU goals are set at), once per job count and
+  // workload: fio's own work per write grows with the block (it scrambles every 512-byte
+  // sector of each write buffer, scramble_buffers), so no floor stands for another size.
+  // Short: most of each run is fio's own start-up. Null where there is none.
   json fio_floor(const Point& p) {
-    if (auto it = floors.find(p.jobs); it != floors.end()) return it->second;
+    if (p.bs != 4096) return json();
+    const std::string key = fmt::format("{}/{}", p.jobs, p.workload);
+    if (auto it = floors.find(key); it != floors.end()) return it->second;
     std::vector<std::string> cmd{"taskset", "-c", a.host_cpus};
     const auto fio = fio_job_args(p, kFloorSeconds, kFloorRampSeconds);
     cmd.insert(cmd.end(), fio.begin(), fio.end());
@@ -644,10 +647,10 @@ struct Runner {
                          job["job_runtime"].get<double>() / 1000.0;
       if (iops > 0) floor = cpu / (iops * kFloorSeconds / 1e6);
     }
-    return floors[p.jobs] = floor;
+    return floors[key] = floor;
   }
-  static constexpr double kFloorSeconds = 0.2, kFloorRampSeconds = 0.05;
-  std::map<unsigned, json> floors;  // by job count
+  static constexpr double kFloorSeconds = 0.15, kFloorRampSeconds = 0.05;
+  std::map<std::string, json> floors;  // by job count and workload
 
   // One point on every remote host at once: one `fio --client=HOST JOB ...` that starts the
   // jobs together. Per host: its figures and the CPU its fio reports (user + system of the

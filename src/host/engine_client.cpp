@@ -5,10 +5,12 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -47,18 +49,32 @@ void wait_vector(int fd, int timeout_ms) {
   if (::poll(&p, 1, timeout_ms) > 0) shm::drain_fd(fd);
 }
 
+// Linux 5.14 and later wake an edge-triggered epoll waiter on every write to a pipe; 5.5 to
+// 5.13 only when the pipe was empty, which a pipe that keeps its bytes (VectorWait) rarely is.
+bool pipe_writes_always_wake() {
+  utsname u{};
+  unsigned major = 0, minor = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%u.%u", &major, &minor) != 2) return false;
+  return major > 5 || (major == 5 && minor >= 14);
+}
+
 // Sleeps on an I/O queue's interrupt vector through an edge-triggered epoll: a wake costs one
 // system call, where poll() and then read() cost two and set up and took down poll's wait
 // queue each time (three quarters of fio's CPU per I/O through the engine went to sleeping
-// and waking, RESULTS 2026-12-06). Each new signal written to the pipe is an edge (Linux
-// 5.14 and later wake an edge-triggered waiter on every pipe write), so the bytes can stay:
-// every kDrainEvery waits the pipe is emptied, and since the engine writes at most one byte
-// per arm_interrupt() and a queue arms once per wait, 128 queues sharing one vector leave
-// it at most half full. Where an epoll cannot be made, poll() and read() as before.
+// and waking, RESULTS 2026-12-06). Each signal written to the pipe is an edge, so the bytes
+// can stay: the pipe is emptied every kDrainEvery waits and after every wait that timed out.
+// The engine writes a byte per arm_interrupt() that a completion meets, and a queue may arm
+// and then find its completion without waiting, so bytes can outrun waits; a pipe that fills
+// takes no more signals and makes no edge, and the first wait that times out empties it.
+// Emptying after a wait, never before one, loses no wake of this queue (it looks at its CQ
+// next); on a vector shared by several queues it can take another queue's byte before that
+// queue's epoll sees it, which costs that queue one wait of its timeout (1 ms on a shared
+// vector), as poll() and read() could. Where epoll cannot be used, poll() and read().
 class VectorWait {
  public:
   explicit VectorWait(int fd) : fd_(fd) {
-    if (fd < 0) return;
+    static const bool edges = pipe_writes_always_wake();
+    if (fd < 0 || !edges) return;
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLET;
@@ -76,10 +92,8 @@ class VectorWait {
   void wait(int timeout_ms) {
     if (ep_ < 0) return wait_vector(fd_, timeout_ms);
     epoll_event ev;
-    (void)::epoll_wait(ep_, &ev, 1, timeout_ms);
-    // Emptied after a wait, never before one: the caller looks at its CQ next, so a signal
-    // taken here is never a wake lost (one drained before epoll_wait could be).
-    if (++waits_ % kDrainEvery == 0) shm::drain_fd(fd_);
+    const int n = ::epoll_wait(ep_, &ev, 1, timeout_ms);
+    if (n <= 0 || ++waits_ % kDrainEvery == 0) shm::drain_fd(fd_);
   }
 
  private:
