@@ -7,7 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -213,7 +212,10 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     // Don't sleep past the next timer.
     const uint64_t now = now_ns_;
     uint64_t wait_ns = uint64_t(timeout_us) * 1000;
-    if (timers_) wait_ns = std::min(wait_ns, next_deadline_ns_ > now ? next_deadline_ns_ - now : 0);
+    for (Timer* t = timers_; t; t = t->next) {
+      uint64_t d = t->deadline_ns > now ? t->deadline_ns - now : 0;
+      if (d < wait_ns) wait_ns = d;
+    }
     __kernel_timespec ts{};
     ts.tv_sec = static_cast<long long>(wait_ns / 1000000000ull);
     ts.tv_nsec = static_cast<long long>(wait_ns % 1000000000ull);
@@ -250,7 +252,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     last_yield_ns_ = now_ns_;
     ++stats_.spin_yields;
   }
-  if (timers_ && now_ns_ >= next_deadline_ns_) run_timers();
+  if (timers_) run_timers();
   if (has_posted_.load(std::memory_order_acquire)) run_posted();
   return handled;
 }
@@ -333,7 +335,6 @@ void Reactor::run_deferred() {
 
 void Reactor::arm_timer(Timer* t, uint64_t delay_ns) {
   t->deadline_ns = monotonic_ns() + delay_ns;
-  next_deadline_ns_ = std::min(next_deadline_ns_, t->deadline_ns);
   if (t->linked) return;
   t->linked = true;
   t->prev = nullptr;
@@ -365,9 +366,6 @@ void Reactor::run_timers() {
     }
     t = next;
   }
-  // Every timer left is due after now_ns_: the earliest of them is the next turn's bound.
-  next_deadline_ns_ = UINT64_MAX;
-  for (Timer* x = timers_; x; x = x->next) next_deadline_ns_ = std::min(next_deadline_ns_, x->deadline_ns);
 }
 
 void Reactor::post(std::function<void()> fn) {

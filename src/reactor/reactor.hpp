@@ -243,11 +243,6 @@ class Reactor {
   SpinRecv* spin_cursor_ = nullptr;  // the next to poll during poll_spin_recvs
   uint32_t spin_recv_count_ = 0;
   Timer* timers_ = nullptr;
-  // No timer is due before this (a lower bound: a re-armed or cancelled timer may have moved
-  // its own deadline later). A turn reads it instead of walking the list: with 32 hosts'
-  // connections, each with its timers, the walk on every spinning turn took 9% of the target's
-  // core at 64 KiB writes.
-  uint64_t next_deadline_ns_ = UINT64_MAX;
   Deferred* deferred_ = nullptr;
   Deferred* deferred_tail_ = nullptr;
 

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The reactor's timers: a turn looks at its list only once the earliest deadline it knows of
-// has passed (a lower bound kept on arm and recomputed after each walk), so these check that
-// the bound never hides a timer that is due and never fires one that is not. Deadlines are
-// either now (due on the next turn) or an hour away (never due in a test): no timing is
-// asserted.
+// The reactor's timers: a due timer fires once, one that is not due (moved later, cancelled)
+// never does, and one armed again from its own callback keeps firing. Deadlines are either
+// now (due on the next turn) or an hour away (never due in a test): no timing is asserted.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,14 +59,12 @@ TEST_F(ReactorTimer, ATimerDueNowFiresOnceAndOneAnHourAwayDoesNot) {
 }
 
 TEST_F(ReactorTimer, ATimerMovedLaterDoesNotFireAtItsOldDeadline) {
-  // The bound still says "now" after the move: the turn walks, finds nothing due, and
-  // takes the hour as its new bound.
   Counted moved = make();
   r_.arm_timer(&moved.timer, 0);
   r_.arm_timer(&moved.timer, kHour);
   turns(100);
   EXPECT_EQ(moved.fired, 0);
-  // And a timer armed after that walk still fires although the bound was an hour away.
+  // And a timer armed after that still fires.
   Counted next = make();
   r_.arm_timer(&next.timer, 0);
   EXPECT_TRUE(fires(next));
