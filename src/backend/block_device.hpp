@@ -74,6 +74,10 @@ class BlockDevice {
   // Read needs a caller buffer only when this is false. True only for a device whose blocks
   // no command can change while a read's data is still being sent (NULL).
   virtual bool zero_copy_reads() const { return false; }
+  // True for a device that never looks at what a Write gives it (NULL): the target then
+  // receives a Write's data into no buffer at all (its digest is still checked), as the
+  // data would only be copied once more to be dropped.
+  virtual bool ignores_write_data() const { return false; }
   // Runs on the calling reactor's thread; io->done is called exactly once.
   virtual void submit(BlockIo* io, reactor::Reactor& r) = 0;
 

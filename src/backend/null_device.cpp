@@ -24,6 +24,7 @@ class NullDevice final : public BlockDevice {
   const char* kind() const override { return "null"; }
   Persistence persistence() const override { return Persistence::None; }
   bool zero_copy_reads() const override { return true; }
+  bool ignores_write_data() const override { return true; }
   void submit(BlockIo* io, reactor::Reactor&) override {
     if (io->op == BlockIo::Op::Read) {
       if (io->length > kZeroBytesLen) {  // the target bounds reads by MDTS; never trust that here

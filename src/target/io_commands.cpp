@@ -155,7 +155,9 @@ void CommandQueue::parse_io(Request& r) {
       // Compare: the host's blocks against the device's, read in after them in the buffer.
       if (Status st = block_range(sqe, *ns, true, len); !st.ok()) r.status = st;
       else if (sqe.sgl.length != len) r.status = sc::DataSglLengthInvalid;
-      else host_data(r, uint32_t(len), mdts);
+      else if (host_data(r, uint32_t(len), mdts) && opc == IoOpcode::Write && r.capsule_len == 0 &&
+               ns->device->ignores_write_data())
+        r.xfer.buffer = 0;  // the data R2T asks for is received into nothing (in-capsule data is in already)
       return;
     case IoOpcode::WriteZeroes:
       if (Status st = block_range(sqe, *ns, false, len); !st.ok()) r.status = st;

@@ -53,7 +53,8 @@ struct Request {
   struct Transfer {
     Direction dir = Direction::None;
     uint32_t len = 0;     // bytes the host sends (HostToController) or at most receives
-    uint32_t buffer = 0;  // bytes of buffer the command needs before it runs (0: none)
+    uint32_t buffer = 0;  // bytes of buffer the command needs before it runs (0: none; a
+                          // HostToController transfer then receives its data into nothing)
   };
 
   // Per-command scratch state, one alternative per command that runs in steps or waits.

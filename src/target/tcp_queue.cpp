@@ -658,7 +658,7 @@ bool TcpQueue::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t
     return false;
   }
   h2c_req_ = r;
-  dst = r->buf.get() + pdu.datao;
+  dst = r->xfer.buffer ? r->buf.get() + pdu.datao : nullptr;  // none: a device that ignores the data
   return true;
 }
 

@@ -163,6 +163,53 @@ TEST(BadInput, H2CDataOutsideR2TWindow) {
   expect_healthy(t);
 }
 
+// A NULL namespace never looks at a Write's data, so the target receives what its R2Ts ask
+// for into no buffer; the data digest is still checked on the bytes as they pass. A RAM
+// namespace, which keeps the data, holds a buffer for the same write (the check can fail).
+TEST(BadInput, NullWritesTakeNoBufferYetCheckTheirDataDigest) {
+  RunningTarget t;
+  Session admin, io;
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io, /*digest=*/2));
+  constexpr uint32_t kNullNsid = 1, kLen = 64 * 1024;
+  auto io_buffer_bytes = [&] {
+    for (auto& c : t.target().connection_info())
+      if (c.qid == 1) return c.buffer_bytes;
+    return ~uint64_t(0);
+  };
+  // A write through R2T whose H2CData carries a good digest, or one with a bit flipped.
+  auto write = [&](uint32_t nsid, bool corrupt, Cqe& cqe) -> AssertionResult {
+    Sqe w = rw_sqe(IoOpcode::Write, io.cid(), nsid, 0, kLen / 512, kLen);
+    if (auto r = io.send_capsule(w); !r) return r;
+    Bytes p;
+    if (auto r = io.read_pdu(p); !r) return r;
+    if (p[0] != uint8_t(PduType::R2T)) return AssertionFailure() << "PDU type " << unsigned(p[0]) << ", not R2T";
+    auto r2t = read_as<R2TPdu>(p);
+    if (r2t.r2to != 0 || r2t.r2tl != kLen) return AssertionFailure() << "R2T for " << r2t.r2tl << " bytes";
+    H2CDataPdu h{};
+    h.ch.type = uint8_t(PduType::H2CData);
+    h.cccid = w.cid;
+    h.ttag = r2t.ttag;
+    h.datal = kLen;
+    Bytes pdu = build_pdu(bytes_of(h), pattern(kLen, 7), false, true, kFlagDataLast);
+    if (corrupt) pdu.back() ^= 0x01;
+    if (auto r = io.c.send(pdu); !r) return r;
+    return io.read_response(w.cid, cqe);
+  };
+  const uint64_t connected = io_buffer_bytes();  // the Connect's data took a small buffer
+  ASSERT_LT(connected, kLen);
+  Cqe cqe{};
+  ASSERT_TRUE(write(kNullNsid, false, cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_EQ(io_buffer_bytes(), connected) << "a NULL write took a buffer for data it drops";
+  ASSERT_TRUE(write(kNullNsid, true, cqe));
+  EXPECT_TRUE(status_is(cqe, 0, 0x22)) << "a NULL write whose data failed its digest must not succeed";
+  EXPECT_EQ(io_buffer_bytes(), connected);
+  ASSERT_TRUE(write(kRamNsid, false, cqe));
+  EXPECT_TRUE(ok(cqe));
+  EXPECT_GE(io_buffer_bytes(), kLen) << "a RAM write holds its data in a buffer";
+  expect_healthy(t);
+}
+
 // Beyond the list: a few more header checks with unambiguous FES/FEI.
 
 TEST(BadInput, WrongHlen) {
