@@ -223,6 +223,7 @@ json quality_json(const Interference& in, const StallReport& st, const Timeline&
   q["steal_pct"] = pct(in.steal_share());
   q["irq_cpu_pct"] = pct(in.capacity_s > 0 ? in.irq_s / in.capacity_s : 0);
   q["own_cpu_s"] = std::round(in.own_s * 1000) / 1000;
+  q["wall_s"] = std::round(seconds * 1000) / 1000;  // the child from start to exit: ramp, run and both ends
   if (!has_timeline) {
     q["timeline"] = nullptr;
     return q;
