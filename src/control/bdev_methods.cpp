@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bdev_* methods: the devices namespaces are made of (sizes in blocks; rpc.py converts MiB).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "control/method_table.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::control {
+namespace {
+
+using target::Target;
+
+// The bdev methods' names for nvtcp's device types, and what bdev_get_bdevs calls them.
+const char* product_name(const std::string& type) {
+  return type == "null" ? "Null disk" : type == "ram" ? "Malloc disk" : "AIO disk";
+}
+
+constexpr int kNoSuchFile = -2;      // -ENOENT
+constexpr int kInvalidArgument = -22;  // -EINVAL
+
+uint32_t checked_block_size(std::optional<uint64_t> bs, uint32_t dflt) {
+  const uint64_t v = bs.value_or(dflt);
+  if (v != 512 && v != 4096) throw RpcError(kInvalidArgument, fmt::format("block_size {}: nvtcp serves 512 or 4096", v));
+  return uint32_t(v);
+}
+
+// num_blocks of block_size bytes, up to 2^60 bytes (an exabyte: anything larger is a mistake).
+uint64_t checked_size(uint64_t num_blocks, uint32_t block_size) {
+  if (num_blocks == 0 || num_blocks > (1ull << 60) / block_size)
+    throw RpcError(kInvalidArgument, fmt::format("num_blocks {} of {} bytes is not a size from one block to 2^60 bytes",
+                                                 num_blocks, block_size));
+  return num_blocks * block_size;
+}
+
+// SPDK's metadata and protection-information options: accepted only when they ask for none.
+void no_metadata(Params& p) {
+  if (p.opt_u64("md_size").value_or(0) != 0 || p.opt_u64("dif_type").value_or(0) != 0)
+    throw RpcError(kInvalidArgument, "metadata and protection information are not supported");
+  p.opt_bool("dif_is_head_of_md");
+  p.opt_u64("dif_pi_format");
+  p.opt_bool("md_interleave");
+  if (auto pbs = p.opt_u64("physical_block_size"); pbs && *pbs != 0 && *pbs != 512 && *pbs != 4096)
+    throw RpcError(kInvalidArgument, fmt::format("physical_block_size {} is not 512 or 4096", *pbs));
+}
+
+void create_bdev(Target& t, const target::NamespaceConfig& nc) {
+  if (nc.name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
+  if (std::string err = t.create_bdev(nc); !err.empty()) {
+    const int code = err.find("exists") != std::string::npos ? kExists
+                     : err.find("No such file") != std::string::npos || err.find("cannot open") != std::string::npos
+                         ? kNoSuchFile
+                         : kInvalidArgument;
+    throw RpcError(code, err);
+  }
+}
+
+Json bdev_json(const target::BdevTable::Info& b) {
+  const bool null = b.spec.type == "null", file = b.spec.type == "file";
+  Json j{{"name", b.spec.name},
+         {"aliases", Json::array()},
+         {"product_name", product_name(b.spec.type)},
+         {"block_size", b.spec.block_size},
+         {"num_blocks", b.size_bytes / b.spec.block_size},
+         {"claimed", !b.subnqn.empty()},
+         {"zoned", false},
+         {"supported_io_types",
+          {{"read", true}, {"write", true}, {"unmap", !null}, {"write_zeroes", true}, {"flush", !null},
+           {"reset", false}, {"compare", false}, {"compare_and_write", false}, {"abort", false},
+           {"nvme_admin", false}, {"nvme_io", false}}},
+         {"driver_specific", Json::object()}};
+  if (!b.spec.uuid.empty()) j["uuid"] = b.spec.uuid;
+  if (!b.subnqn.empty()) {
+    j["claim_type"] = "exclusive_write";
+    j["driver_specific"]["nvtcp"] = {{"subsystem", b.subnqn}, {"nsid", b.nsid}};
+  }
+  if (file) j["driver_specific"]["aio"] = {{"filename", b.spec.path}, {"readonly", false}};
+  return j;
+}
+
+void delete_bdev(Target& t, const Json& params, const char* type) {
+  Params p(params);
+  const std::string name = p.str("name");
+  p.done();
+  target::BdevTable::Info info;
+  if (!t.state().bdevs.find(name, info) || info.spec.type != type)
+    throw RpcError(kNoSuchDevice, fmt::format("No such device: no {} bdev named {}", type, name));
+  if (std::string err = t.delete_bdev(name); !err.empty()) throw RpcError(kInternalError, err);
+}
+
+Json bdev_null_create(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  target::NamespaceConfig nc;
+  nc.type = "null";
+  nc.name = p.str("name");
+  nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
+  nc.size = checked_size(p.u64("num_blocks"), nc.block_size);
+  nc.uuid = p.opt_str("uuid").value_or("");
+  no_metadata(p);
+  p.done();
+  create_bdev(t, nc);
+  return Json(nc.name);
+}
+
+Json bdev_malloc_create(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  target::NamespaceConfig nc;
+  nc.type = "ram";
+  nc.name = p.opt_str("name").value_or("");
+  nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
+  nc.size = checked_size(p.u64("num_blocks"), nc.block_size);
+  nc.uuid = p.opt_str("uuid").value_or("");
+  p.opt_u64("optimal_io_boundary");
+  no_metadata(p);
+  p.done();
+  if (nc.name.empty()) {  // as SPDK: the first free MallocN
+    target::BdevTable::Info ignored;
+    for (unsigned i = 0; nc.name.empty(); ++i)
+      if (!t.state().bdevs.find(fmt::format("Malloc{}", i), ignored)) nc.name = fmt::format("Malloc{}", i);
+  }
+  create_bdev(t, nc);
+  return Json(nc.name);
+}
+
+// A file or block device; nvtcp's file namespaces go through io_uring either way.
+Json bdev_file_create(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  target::NamespaceConfig nc;
+  nc.type = "file";
+  nc.name = p.str("name");
+  nc.path = p.str("filename");
+  nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
+  nc.uuid = p.opt_str("uuid").value_or("");
+  if (p.opt_bool("readonly").value_or(false)) throw RpcError(kInvalidArgument, "read-only bdevs are not supported");
+  p.opt_bool("fallocate");
+  p.done();
+  create_bdev(t, nc);
+  return Json(nc.name);
+}
+
+Json bdev_null_delete(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  delete_bdev(t, params, "null"); return Json(true);
+}
+
+Json bdev_malloc_delete(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  delete_bdev(t, params, "ram"); return Json(true);
+}
+
+Json bdev_aio_delete(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  delete_bdev(t, params, "file"); return Json(true);
+}
+
+Json bdev_uring_delete(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  delete_bdev(t, params, "file"); return Json(true);
+}
+
+Json bdev_null_resize(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string name = p.str("name");
+  const uint64_t mib = p.u64("new_size");  // MiB, as rpc.py sends it
+  p.done();
+  target::BdevTable::Info info;
+  if (!t.state().bdevs.find(name, info) || info.spec.type != "null")
+    throw RpcError(kNoSuchDevice, fmt::format("No such device: no null bdev named {}", name));
+  if (mib == 0 || mib > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB is out of range", mib));
+  if (std::string err = t.resize_bdev(name, mib << 20); !err.empty()) throw RpcError(kInvalidArgument, err);
+  return Json(true);
+}
+
+Json bdev_get_bdevs(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  auto name = p.opt_str("name");
+  p.opt_u64("timeout");
+  p.done();
+  Json out = Json::array();
+  for (const auto& b : t.state().bdevs.list())
+    if (!name || b.spec.name == *name) out.push_back(bdev_json(b));
+  if (name && out.empty()) throw RpcError(kNoSuchDevice, fmt::format("No such device: {}", *name));
+  return out;
+}
+
+}  // namespace
+
+// What save_config writes for the bdevs: one create per device, those of namespaces first (by
+// subsystem, then NSID), then the others in creation order: the order a target loading it
+// makes them in, so that saving again writes the same.
+Json bdev_config(Target& t) {
+  Json out = Json::array();
+  std::vector<target::BdevTable::Info> ordered;
+  for (const auto& s : t.state().subsystems())
+    for (const auto* ns : s->namespaces()) {
+      target::BdevTable::Info b;
+      if (t.state().bdevs.find(ns->name, b)) ordered.push_back(b);
+    }
+  for (const auto& b : t.state().bdevs.list())
+    if (b.subnqn.empty()) ordered.push_back(b);
+  for (const auto& b : ordered) {
+    Json p{{"name", b.spec.name}, {"block_size", b.spec.block_size}};
+    const char* method = "bdev_aio_create";
+    if (b.spec.type == "file") {
+      p["filename"] = b.spec.path;
+    } else {
+      method = b.spec.type == "null" ? "bdev_null_create" : "bdev_malloc_create";
+      p["num_blocks"] = b.size_bytes / b.spec.block_size;
+    }
+    if (!b.spec.uuid.empty()) p["uuid"] = b.spec.uuid;
+    out.push_back(Json{{"method", method}, {"params", p}});
+  }
+  return out;
+}
+
+std::span<const MethodEntry> bdev_methods() {
+  static constexpr MethodEntry kMethods[] = {
+    {"bdev_null_create", bdev_null_create},
+    {"bdev_malloc_create", bdev_malloc_create},
+    {"bdev_aio_create", bdev_file_create},
+    {"bdev_uring_create", bdev_file_create},
+    {"bdev_null_delete", bdev_null_delete},
+    {"bdev_malloc_delete", bdev_malloc_delete},
+    {"bdev_aio_delete", bdev_aio_delete},
+    {"bdev_uring_delete", bdev_uring_delete},
+    {"bdev_null_resize", bdev_null_resize},
+    {"bdev_get_bdevs", bdev_get_bdevs},
+  };
+  return kMethods;
+}
+
+}  // namespace nvtcp::control
