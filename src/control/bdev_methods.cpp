@@ -143,24 +143,13 @@ Json bdev_file_create(MethodContext& ctx, const Json& params) {
   return Json(nc.name);
 }
 
-Json bdev_null_delete(MethodContext& ctx, const Json& params) {
-  Target& t = ctx.target;
-  delete_bdev(t, params, "null"); return Json(true);
-}
-
-Json bdev_malloc_delete(MethodContext& ctx, const Json& params) {
-  Target& t = ctx.target;
-  delete_bdev(t, params, "ram"); return Json(true);
-}
-
-Json bdev_aio_delete(MethodContext& ctx, const Json& params) {
-  Target& t = ctx.target;
-  delete_bdev(t, params, "file"); return Json(true);
-}
-
-Json bdev_uring_delete(MethodContext& ctx, const Json& params) {
-  Target& t = ctx.target;
-  delete_bdev(t, params, "file"); return Json(true);
+// bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete: each deletes a bdev of
+// its own type (nvtcp's file type serves both aio and uring).
+constexpr char kNullType[] = "null", kRamType[] = "ram", kFileType[] = "file";
+template <const char* Type>
+Json bdev_delete_of_type(MethodContext& ctx, const Json& params) {
+  delete_bdev(ctx.target, params, Type);
+  return Json(true);
 }
 
 Json bdev_null_resize(MethodContext& ctx, const Json& params) {
@@ -226,10 +215,10 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_malloc_create", bdev_malloc_create},
     {"bdev_aio_create", bdev_file_create},
     {"bdev_uring_create", bdev_file_create},
-    {"bdev_null_delete", bdev_null_delete},
-    {"bdev_malloc_delete", bdev_malloc_delete},
-    {"bdev_aio_delete", bdev_aio_delete},
-    {"bdev_uring_delete", bdev_uring_delete},
+    {"bdev_null_delete", bdev_delete_of_type<kNullType>},
+    {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
+    {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
+    {"bdev_uring_delete", bdev_delete_of_type<kFileType>},
     {"bdev_null_resize", bdev_null_resize},
     {"bdev_get_bdevs", bdev_get_bdevs},
   };
