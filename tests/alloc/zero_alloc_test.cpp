@@ -345,18 +345,25 @@ TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
   bool watched = false;
   uint64_t allocs = 0, syscalls = 0;
   int first_nr = -1;
+  // A guard against a lost completion: the application's loops would spin for ever. The test
+  // thread gives them a minute, then tells them to give up (an atomic load: no system call on
+  // the watched thread) and says where they were.
+  std::atomic<bool> give_up{false}, app_done{false};
+  const char* stage = "warm-up";
   std::thread app([&] {
-    while (st.completed < 4000) {  // warm-up, before the filter (it costs nothing after)
+    while (st.completed < 4000 && !give_up.load(std::memory_order_relaxed)) {  // before the filter
       issue();
       st.qp->process_completions(0);
     }
+    if (give_up) return;
     watched = sys.watch_this_thread();
-    if (!watched) return;
+    if (!watched) return app_done.store(true);
+    stage = "counted I/O";
     g_allocs = 0;
     g_counting = true;
     sys.set_counting(true);
     const uint64_t until = st.completed + 20000;
-    while (st.completed < until) {
+    while (st.completed < until && !give_up.load(std::memory_order_relaxed)) {
       issue();
       st.qp->process_completions(0);
     }
@@ -365,9 +372,24 @@ TEST(ZeroAlloc, OffloadEngineEndToEndAndNoSystemCallOnThePollingApplication) {
     allocs = g_allocs.load();
     syscalls = sys.count();
     first_nr = sys.first_nr();
-    while (st.qp->outstanding() > 0) st.qp->process_completions(0);
+    if (give_up) return;
+    stage = "drain";
+    while (st.qp->outstanding() > 0 && !give_up.load(std::memory_order_relaxed)) st.qp->process_completions(0);
+    app_done.store(true);
   });
+  constexpr int kGuardMs = 60000;
+  const bool finished = test::wait_for([&] { return app_done.load(); }, kGuardMs);
+  give_up = true;
   app.join();
+  if (!finished) {
+    stop = true;
+    control.join();
+  }
+  ASSERT_TRUE(finished) << "the application's " << stage << " loop made no end in " << kGuardMs / 1000
+                        << " s: " << st.completed
+                        << " completed of " << st.issued << " issued, " << st.qp->outstanding()
+                        << " outstanding, qpair failed " << st.qp->failed() << "; engine forwarded "
+                        << eng.stats().forwarded << ", completed " << eng.stats().completed;
   if (!watched) GTEST_SKIP() << "seccomp user notification is not available here";
   EXPECT_EQ(st.errors, 0u);
   EXPECT_EQ(allocs, 0u) << "allocations in the process during 20000 I/Os through the engine";
