@@ -16,7 +16,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/clock.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "wire/changed_namespaces.hpp"
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"

@@ -15,7 +15,7 @@
 
 #include "target/config.hpp"
 #include "target/request.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 
 namespace nvtcp::target {
 

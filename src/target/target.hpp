@@ -12,7 +12,7 @@
 #include "target/config.hpp"
 #include "target/metrics.hpp"
 #include "target/tcp_queue.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "target/tls_keys.hpp"
 
 namespace nvtcp::target {

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "tls/tls_stream.hpp"
 
 namespace nvtcp::target {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "target/controller.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 

@@ -16,7 +16,7 @@
 
 #include "reactor/reactor.hpp"
 #include "target/tcp_queue.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"

@@ -11,6 +11,7 @@
 #include "backend/block_device.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/reactor.hpp"
+#include "target/bdevs.hpp"
 #include "target/subsystem.hpp"
 
 namespace nvtcp::test {

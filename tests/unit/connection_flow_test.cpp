@@ -21,7 +21,7 @@
 #include "memory_stream.hpp"
 #include "reactor/clock.hpp"
 #include "target/tcp_queue.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
 

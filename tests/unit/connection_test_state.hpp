@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "target/config.hpp"
-#include "target/subsystem.hpp"
+#include "target/target_state.hpp"
 
 namespace nvtcp::test {
 
