@@ -2,11 +2,9 @@
 // The bdev_* methods: the devices namespaces are made of (sizes in blocks; rpc.py converts MiB).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <optional>
 
 #include "control/method_table.hpp"
-#include "util/log.hpp"
 
 namespace nvtcp::control {
 namespace {

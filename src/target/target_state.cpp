@@ -3,10 +3,7 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "target/controller.hpp"
-#include "util/log.hpp"
 
 namespace nvtcp::target {
 
