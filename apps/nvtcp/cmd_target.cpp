@@ -40,7 +40,7 @@ void log_statistics(target::Target& t) {
   for (auto s : {target::Request::State::Queued, target::Request::State::NeedBuffer,
                  target::Request::State::AwaitingH2C, target::Request::State::AwaitingFusedPartner,
                  target::Request::State::AwaitingFence, target::Request::State::InDevice,
-                 target::Request::State::BetweenSteps, target::Request::State::AwaitingDurable,
+                 target::Request::State::OnWorker, target::Request::State::BetweenSteps, target::Request::State::AwaitingDurable,
                  target::Request::State::HeldAer, target::Request::State::HeldAbort})
     waits += fmt::format("{}{} {}", waits.empty() ? "" : ", ", target::request_state_name(s), entries[size_t(s)]);
   log::info("target statistics: {} connections, {} I/O commands ({} Flush, {} FUA writes), {} buffer bytes; "

@@ -79,7 +79,7 @@ void CommandQueue::execute_admin(Request& r) {
     r.tx_data = r.buf.get();
     r.tx_len = res.data_len;
     r.tx_pad = res.pad_len;
-    done(r, res.status);
+    complete(r, res.status);
     return;
   }
   if (res.held) {
@@ -106,7 +106,7 @@ void CommandQueue::execute_admin(Request& r) {
     r.tx_len = std::min(res.data_len, sgl_len);
   }
   if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", transport_.peer(), sqe.opc, status_name(res.status));
-  done(r, res.status);
+  complete(r, res.status);
 }
 
 void CommandQueue::deliver_async_events() {
@@ -118,7 +118,7 @@ void CommandQueue::deliver_async_events() {
     if (!ctrl_->take_async_event(dw0)) return;
     r.dw0 = dw0;
     log::info("{}: asynchronous event 0x{:08x} to controller {}", transport_.peer(), dw0, ctrl_->cntlid());
-    done(r, sc::Success);
+    complete(r, sc::Success);
   }
 }
 
@@ -129,7 +129,7 @@ void CommandQueue::abort_done(uint16_t abort_cid, bool aborted) {
     Request& r = *slot;
     if (r.state() != State::HeldAbort || r.sqe.cid != abort_cid) continue;
     r.dw0 = aborted ? 0 : 1;
-    done(r, sc::Success);
+    complete(r, sc::Success);
     return;
   }
 }
@@ -139,7 +139,7 @@ bool CommandQueue::abort_held_aer(uint16_t cid) {
     Request& r = *slot;
     if (r.state() != State::HeldAer || r.sqe.cid != cid) continue;
     if (!ctrl_->take_held_aer()) return false;
-    done(r, sc::AbortRequested);
+    complete(r, sc::AbortRequested);
     return true;
   }
   return false;

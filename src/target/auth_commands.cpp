@@ -69,7 +69,7 @@ void CommandQueue::execute_auth(Request& r) {
     // host that does not wait for an answer before the next message is out of sequence.
     log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", transport_.peer(), hostnqn,
               send ? "Send" : "Receive", qid_);
-    done(r, sc::CommandSequenceError);
+    complete(r, sc::CommandSequenceError);
     return;
   }
   if (!auth_) {
@@ -85,7 +85,7 @@ void CommandQueue::execute_auth(Request& r) {
     // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything:
     // it runs on a worker, and the reactor goes on with its other queues (auth_send_done).
     auth_work_ = {&r, auth_.get(), r.buf.get(), r.xfer.len};
-    transport_.run_off_reactor(
+    run_off_reactor(
         r,
         [](void* arg) {
           auto* w = static_cast<AuthWork*>(arg);
@@ -98,15 +98,15 @@ void CommandQueue::execute_auth(Request& r) {
   auth_->on_receive({r.buf.get(), r.xfer.len});
   r.tx_data = r.buf.get();
   r.tx_len = r.xfer.len;
-  finish_auth(r);
+  complete_auth(r);
 }
 
 void CommandQueue::auth_send_done(Request& r) {
   auth_work_ = {};
-  finish_auth(r);
+  complete_auth(r);
 }
 
-void CommandQueue::finish_auth(Request& r) {
+void CommandQueue::complete_auth(Request& r) {
   const std::string& hostnqn = ctrl_->hostnqn();
   const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
@@ -154,7 +154,7 @@ void CommandQueue::finish_auth(Request& r) {
     // go on, and only a failed transaction ends it. One that closes runs nothing more.
     authenticated_ = keep;
   }
-  done(r, sc::Success);
+  complete(r, sc::Success);
 }
 
 bool CommandQueue::move_to_host_budget() {

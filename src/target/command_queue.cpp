@@ -26,8 +26,13 @@ constexpr uint64_t kDurableRetryNs = 100'000;
 }  // namespace
 
 CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, RequestPool& pool, ConnectionSet& set,
-                           Arrival arrival)
-    : target_(target), transport_(transport), pool_(pool), set_(set), arrival_(std::move(arrival)) {
+                           Arrival arrival, Gate::Release drained, void* drained_ctx)
+    : target_(target),
+      transport_(transport),
+      pool_(pool),
+      set_(set),
+      arrival_(std::move(arrival)),
+      gate_(drained, drained_ctx) {
   fence_timer_.owner = this;
   fence_timer_.fn = on_fence_timer;
   durable_timer_.owner = this;
@@ -52,7 +57,7 @@ uint32_t CommandQueue::in_capsule_buffer(const Sqe& sqe, uint32_t len) const {
   return qid_ && ctrl_ ? buffer_bytes_for(sqe, len, ctrl_->mdts_bytes()) : len;
 }
 
-void CommandQueue::done(Request& r, Status st) {
+void CommandQueue::complete(Request& r, Status st) {
   r.status = st;
   transport_.complete(r);
 }
@@ -153,9 +158,94 @@ void CommandQueue::execute(Request& r) {
   else execute_io(r);
 }
 
+// ---------------------------------------------------------------- the device leg
+
+void CommandQueue::start_device(Request& r, Namespace& ns) {
+  set_state(r, State::InDevice);
+  r.ns_index = ns.index;
+  r.commands = this;
+  r.io.user = &r;
+  r.io.done = on_device_done;
+  // Only a closed queue refuses, and nothing runs commands once it is closed: the request
+  // goes with the transport's pool.
+  if (!gate_.enter()) return;
+  ns.device->submit(&r.io, transport_.reactor());
+}
+
+void CommandQueue::on_device_done(backend::BlockIo* io, Status st) {
+  Request* r = static_cast<Request*>(io->user);
+  r->commands->device_done(*r, st);
+}
+
+void CommandQueue::device_done(Request& r, Status st) {
+  // A closing queue runs nothing more: the request stays where it is, and goes with the
+  // transport's pool.
+  device_released(r, gate_.closed() || transport_.closing());
+  if (!leave_gate()) return;
+  r.device_status = st;
+  set_state(r, State::Executing);
+  io_done(r);
+}
+
+bool CommandQueue::leave_gate() {
+  if (gate_.closed()) {
+    gate_.leave();  // the last completion of a closed queue frees it: touch nothing after
+    return false;
+  }
+  gate_.leave();
+  return !transport_.closing();
+}
+
+// A device that completes inline (RAM) would otherwise run a command's every range in one
+// turn: 128 ranges of 1 MiB are 256 MiB of memcpy, and every other command on this reactor
+// would wait for it.
+void CommandQueue::next_turn(Request& r) {
+  set_state(r, State::BetweenSteps);
+  if (!gate_.enter()) return;  // closed: nothing runs commands any more
+  r.commands = this;
+  r.next_step.owner = &r;
+  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
+    Request* req = static_cast<reactor::OwnedCompletion<Request>*>(c)->owner;
+    CommandQueue* self = req->commands;
+    if (!self->leave_gate()) return;
+    self->set_state(*req, State::Executing);
+    self->next_step(*req);
+  };
+  reactor::Reactor& reactor = transport_.reactor();
+  io_uring_sqe* sqe = reactor.get_sqe();
+  io_uring_prep_nop(sqe);
+  reactor.prep(sqe, &r.next_step);
+}
+
 void CommandQueue::next_step(Request& r) {
   if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
   else dsm_step(r);
+}
+
+void CommandQueue::run_off_reactor(Request& r, void (*work)(void* arg), void* arg) {
+  set_state(r, State::OnWorker);  // as a device I/O: it cannot be aborted, and it comes back
+  if (!gate_.enter()) return;     // closed: nothing runs commands any more
+  set_.offload_started();
+  TargetState* target = &target_;
+  reactor::Reactor* reactor = &transport_.reactor();
+  ConnectionSet* set = &set_;  // outlives the queue: the reactor's
+  // Keyed by the source address: a peer's backlog of such work waits behind its own jobs only.
+  target_.workers().submit(arrival_.remote_address, [this, &r, work, arg, target, reactor, set] {
+    if (OffloadHook* h = target->offload_hook.load(std::memory_order_acquire)) h->before_work();
+    work(arg);
+    // The gate keeps this queue (and r) until worker_done has run.
+    reactor->post([this, &r] {
+      set_.offload_returned();
+      worker_done(r);  // may free this queue: touch nothing after
+    });
+    set->offload_post_done();  // the queue may be gone by now; the set and reactor are not
+  });
+}
+
+void CommandQueue::worker_done(Request& r) {
+  if (!leave_gate()) return;
+  set_state(r, State::Executing);
+  auth_send_done(r);  // the one work that runs there: an Authentication Send's
 }
 
 void CommandQueue::device_released(Request& r, bool queue_ending) {
@@ -204,6 +294,7 @@ void CommandQueue::closed() {
     w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
   }
   fence_waiters_.clear();
+  gate_.close();  // may free this queue and its transport: touch nothing after
 }
 
 // ---------------------------------------------------------------- Abort of an I/O command
@@ -248,7 +339,7 @@ void CommandQueue::submit(Request& r, Namespace& ns) {
     }
     r.fence_counted = true;
   }
-  transport_.submit(r, ns);
+  start_device(r, ns);
 }
 
 void CommandQueue::wait_for_fence(Request& r) {
@@ -295,7 +386,7 @@ void CommandQueue::on_durable_timer(reactor::Timer* t) {
     // The change is made; a state that could not be written fails the command (the host
     // asked for it to survive power loss and it would not).
     self->set_state(*r, State::Executing);
-    self->done(*r, durable ? sc::Success : sc::InternalError);
+    self->complete(*r, durable ? sc::Success : sc::InternalError);
   }
   waiting.resize(kept);
   if (kept) self->transport_.reactor().arm_timer(&self->durable_timer_, kDurableRetryNs);

@@ -10,14 +10,17 @@
 //                   and length, and the buffer the command needs). A status other than
 //                   Success ends the command there.
 //   execute(r)      once, when the buffer is there and the host's data is in (Executing). The
-//                   handler moves r on before it returns: complete(), submit() to a device,
-//                   next_turn(), or one of this layer's holds (a fence, a fused partner, a
-//                   durable state file, an event, an Abort's answer). One handler may instead
-//                   ask for a buffer it could not know at parse (need_buffer(): Get Log Page,
-//                   whose size is known once the log is built); it has changed nothing then,
-//                   and it is executed again, from the start, once the buffer is there.
-//   device_done(r)  each time a device operation of r answers (r.device_status).
-//   next_step(r)    BetweenSteps: the next range of a Copy or Dataset Management.
+//                   command layer runs it from there: to the device (InDevice), a worker
+//                   (OnWorker), a later reactor turn (BetweenSteps) or one of its holds (a fence,
+//                   a fused partner, a durable state file, an event, an Abort's answer), until
+//                   it calls the transport's complete(). One handler may instead ask for a
+//                   buffer it could not know at parse (need_buffer(): Get Log Page, whose size
+//                   is known once the log is built); it has changed nothing then, and it is
+//                   executed again, from the start, once the buffer is there.
+//
+// Requests inside a device or on a worker keep the transport's memory: the queue's gate
+// counts them, and once the transport has closed (closed()) the last of them runs the
+// release the transport gave at construction, which may free the transport and this queue.
 //
 // Where it lives: command_queue.cpp (the contract, responses, Abort, holds),
 // fabrics_commands.cpp (Connect, properties, Disconnect), admin_commands.cpp (admin commands,
@@ -33,6 +36,7 @@
 #include "reactor/reactor.hpp"
 #include "target/controller.hpp"
 #include "target/request_pool.hpp"
+#include "util/gate.hpp"
 
 namespace nvtcp::target {
 
@@ -53,14 +57,6 @@ class CommandTransport {
   // r is done: its status, dw0/dw1 and any data (tx_data, tx_len, tx_pad) are set. Its
   // response goes out (Sending).
   virtual void complete(Request& r) = 0;
-  // r.io goes to ns's device (InDevice); device_done(r) follows once it answers.
-  virtual void submit(Request& r, Namespace& ns) = 0;
-  // BetweenSteps: next_step(r) runs on a later reactor turn, among that turn's completions.
-  virtual void next_turn(Request& r) = 0;
-  // InDevice: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
-  // exponentiation), then device_done(r) on the reactor, unless the queue has closed meanwhile.
-  // work must touch nothing the reactor touches until then.
-  virtual void run_off_reactor(Request& r, void (*work)(void* arg), void* arg) = 0;
   // Executing -> NeedBuffer: r needs a buffer of len bytes; execute(r) runs again once it is
   // there (or r fails with Internal Error if memory cannot be had at all).
   virtual void need_buffer(Request& r, uint32_t len) = 0;
@@ -83,8 +79,10 @@ class CommandTransport {
 
 class CommandQueue final : public AdminQueueSink, public CommandAborter {
  public:
+  // drained(drained_ctx): the release that closed() leads to, once nothing is in a device or on
+  // a worker any more.
   CommandQueue(TargetState& target, CommandTransport& transport, RequestPool& pool, ConnectionSet& set,
-               Arrival arrival);
+               Arrival arrival, Gate::Release drained, void* drained_ctx);
   ~CommandQueue() override;
   CommandQueue(const CommandQueue&) = delete;
   CommandQueue& operator=(const CommandQueue&) = delete;
@@ -92,12 +90,6 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // The contract above.
   void parse(Request& r);
   void execute(Request& r);
-  void device_done(Request& r);
-  void next_step(Request& r);
-  // The device let go of r.io: the counts it held in its namespace's fence go, whether or
-  // not the queue is still open (before device_done). queue_ending: r will not run again (the
-  // queue is closing), so a fused operation's ownership of the fence ends here too.
-  void device_released(Request& r, bool queue_ending);
 
   // A capsule was taken from the submission queue: the head moves on.
   void fetched();
@@ -126,8 +118,11 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // closes; why is logged.
   void end_controller(const char* why);
   // The stream closed: the controller (admin queue) or the queue's claim on it goes, holds
-  // and their timers end; nothing is completed any more.
+  // and their timers end; nothing is completed any more. Last, the gate closes: the release
+  // runs now or at the last device or worker completion. The caller touches nothing after.
   void closed();
+  // Requests in a device or on a worker now.
+  uint32_t in_flight() const { return gate_.inflight(); }
 
   // AdminQueueSink (admin queues): completes held Asynchronous Event Requests and Aborts.
   void deliver_async_events() override;
@@ -139,7 +134,30 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
  private:
   using State = Request::State;
   void set_state(Request& r, State to) { pool_.set_state(&r, to); }
-  void done(Request& r, wire::Status st);
+  void complete(Request& r, wire::Status st);
+  // The device leg: r.io goes to ns's device (InDevice), and device_done comes back once it
+  // answers, on this reactor.
+  void start_device(Request& r, Namespace& ns);
+  static void on_device_done(backend::BlockIo* io, wire::Status st);
+  void device_done(Request& r, wire::Status st);
+  // The device let go of r.io: the counts it held in its namespace's fence go, whether or not
+  // the queue is still open. queue_ending: r will not run again (the queue is closing), so a
+  // fused operation's ownership of the fence ends here too.
+  void device_released(Request& r, bool queue_ending);
+  // What a device answered, by what r was doing (io_commands.cpp).
+  void io_done(Request& r);
+  // BetweenSteps: Copy and Dataset Management move on one range per reactor turn; next_step
+  // runs the next range from a no-op's completion, among that turn's other completions.
+  void next_turn(Request& r);
+  void next_step(Request& r);
+  // OnWorker: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
+  // exponentiation), then worker_done(r) on the reactor, unless the queue has closed meanwhile.
+  // work must touch nothing the reactor touches until then.
+  void run_off_reactor(Request& r, void (*work)(void* arg), void* arg);
+  void worker_done(Request& r);
+  // Whether a completion that came back may run its command on: false once the transport is
+  // closing or closed; leaves the gate either way (the caller touches nothing after a false).
+  bool leave_gate();
   // parse, per command set
   void parse_fabrics(Request& r);
   void parse_admin(Request& r);
@@ -153,7 +171,7 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   void parse_auth(Request& r);
   void execute_auth(Request& r);
   void auth_send_done(Request& r);  // the worker's part of an Authentication Send is back
-  void finish_auth(Request& r);
+  void complete_auth(Request& r);
   void execute_admin(Request& r);
   void execute_io(Request& r);
   void execute_copy(Request& r, Namespace& ns);
@@ -229,6 +247,9 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   std::vector<Request*> fence_waiters_;
   std::vector<Request*> durable_waiters_;  // reservation commands waiting for their state on disk
   Request* fused_first_ = nullptr;          // a fused first half waiting for its second
+  // Requests in a device or on a worker (the transport's memory they live in stays until they
+  // are back); closed by closed().
+  Gate gate_;
 };
 
 }  // namespace nvtcp::target

@@ -64,7 +64,7 @@ void CommandQueue::execute_fabrics(Request& r) {
   }
   if (fctype == FabricsType::Disconnect) {
     transport_.close_after_response();
-    done(r, sc::Success);
+    complete(r, sc::Success);
     return;
   }
   if (fctype == FabricsType::AuthSend || fctype == FabricsType::AuthReceive) {
@@ -80,7 +80,7 @@ void CommandQueue::execute_fabrics(Request& r) {
     const Status st = ctrl_->property_get(pg.ofst, eight, v);
     r.dw0 = uint32_t(v);
     r.dw1 = uint32_t(v >> 32);
-    done(r, st);
+    complete(r, st);
     return;
   }
   const Controller::PropertySetResult set = ctrl_->property_set(pg.ofst, eight, pg.value);
@@ -88,12 +88,12 @@ void CommandQueue::execute_fabrics(Request& r) {
     start_flush(r, true, true);  // completes the Property Set once every cache is durable
     return;
   }
-  done(r, set.status);
+  complete(r, set.status);
 }
 
 void CommandQueue::invalid_connect_param(Request& r, bool in_data, uint32_t offset) {
   r.dw0 = offset | (in_data ? (1u << 16) : 0);
-  done(r, sc::ConnectInvalidParameters);
+  complete(r, sc::ConnectInvalidParameters);
 }
 
 void CommandQueue::execute_connect(Request& r) {
@@ -101,7 +101,7 @@ void CommandQueue::execute_connect(Request& r) {
   ConnectCmd cmd;
   std::memcpy(&cmd, &r.sqe, sizeof(cmd));
   if (cmd.recfmt != 0) {
-    done(r, sc::ConnectIncompatibleFormat);
+    complete(r, sc::ConnectIncompatibleFormat);
     return;
   }
   ConnectData data;
@@ -124,7 +124,7 @@ void CommandQueue::execute_connect(Request& r) {
   }
   if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
     log::warn_limited(connect_refusals, "{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
-    done(r, sc::ConnectInvalidHost);
+    complete(r, sc::ConnectInvalidHost);
     return;
   }
   // In TLS, the PSK chose the host and the subsystem: the Connect must name the same two, or a
@@ -137,7 +137,7 @@ void CommandQueue::execute_connect(Request& r) {
                       "{}: host '{}' has a TLS PSK on {} and came in the clear: refused (admitted over TLS only unless "
                       "its allow_plain is set)",
                       peer, hostnqn, subnqn);
-    done(r, sc::ConnectInvalidHost);
+    complete(r, sc::ConnectInvalidHost);
     return;
   }
   if (!tls.empty()) {
@@ -147,7 +147,7 @@ void CommandQueue::execute_connect(Request& r) {
       log::warn_limited(connect_refusals,
                         "{}: Connect as host '{}' to '{}' in a TLS session whose PSK is for host '{}' on '{}': refused",
                         peer, hostnqn, subnqn, id.hostnqn, id.subnqn);
-      done(r, sc::ConnectInvalidHost);
+      complete(r, sc::ConnectInvalidHost);
       return;
     }
   }
@@ -182,7 +182,7 @@ void CommandQueue::execute_connect(Request& r) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn_limited(connect_refusals, "{}: host '{}': {} already {} {} queues (max_connections_per_host)", peer,
                       hostnqn, vouched ? "it" : principal, vouched ? "has" : "have", cfg.max_connections_per_host);
-    done(r, sc::ConnectControllerBusy);
+    complete(r, sc::ConnectControllerBusy);
     return;
   }
   const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
@@ -193,7 +193,7 @@ void CommandQueue::execute_connect(Request& r) {
         "{}: no buffer memory for a queue of {} entries of host '{}' (budget of {}; max_buffer_memory {}, "
         "max_host_buffer_memory {})",
         peer, cmd.sqsize + 1, hostnqn, principal, cfg.max_buffer_memory, cfg.max_host_buffer_memory);
-    done(r, kCommandInterrupted);
+    complete(r, kCommandInterrupted);
     return;
   }
   auto undo = [&] {
@@ -210,7 +210,7 @@ void CommandQueue::execute_connect(Request& r) {
     uint16_t cntlid = sub->allocate_cntlid();
     if (cntlid == 0) {
       undo();
-      done(r, sc::ConnectControllerBusy);
+      complete(r, sc::ConnectControllerBusy);
       return;
     }
     auto made = std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato, transport_.clock());
@@ -245,7 +245,7 @@ void CommandQueue::execute_connect(Request& r) {
     }
     if (!ctrl->ready()) {
       undo();
-      done(r, sc::CommandSequenceError);
+      complete(r, sc::CommandSequenceError);
       return;
     }
     // A queue that must still prove its key claims its qid once it has: else anyone who names
@@ -288,7 +288,7 @@ void CommandQueue::execute_connect(Request& r) {
              ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
              transport_.link_features(), auth_required_ ? ", must authenticate" : "");
   r.dw0 = ctrl->cntlid() | (auth_required_ ? kConnectResultAtr : 0);
-  done(r, sc::Success);
+  complete(r, sc::Success);
 }
 
 }  // namespace nvtcp::target

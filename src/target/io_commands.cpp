@@ -207,12 +207,12 @@ void CommandQueue::execute_io(Request& r) {
   Namespace* ns = r.ns;
   if (r.waited) {
     if (!io_allowed(r)) {
-      if (!r.status.ok()) done(r, r.status);
+      if (!r.status.ok()) complete(r, r.status);
       return;  // else the queue is closing
     }
     ns = permitted_namespace(r);
     if (!ns && !r.status.ok()) {
-      done(r, r.status);
+      complete(r, r.status);
       return;
     }
   }
@@ -254,18 +254,18 @@ void CommandQueue::execute_copy(Request& r, Namespace& ns) {
   for (uint32_t i = 0; i < nr; ++i) {
     const uint64_t nlb = uint64_t(ranges[i].nlb) + 1;
     if (nlb > max_range) {
-      done(r, sc::CommandSizeLimitExceeded);
+      complete(r, sc::CommandSizeLimitExceeded);
       return;
     }
     if (ranges[i].slba >= blocks || nlb > blocks - ranges[i].slba) {
-      done(r, sc::LbaOutOfRange);
+      complete(r, sc::LbaOutOfRange);
       return;
     }
     total += nlb;
   }
   const uint64_t sdlba = r.sqe.slba();
   if (sdlba >= blocks || total > blocks - sdlba) {
-    done(r, sc::LbaOutOfRange);
+    complete(r, sc::LbaOutOfRange);
     return;
   }
   r.steps = Request::CopySteps{0, sdlba, 0, false};
@@ -274,7 +274,7 @@ void CommandQueue::execute_copy(Request& r, Namespace& ns) {
 
 void CommandQueue::execute_dsm(Request& r, Namespace& ns) {
   if (!(r.sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
-    done(r, sc::Success);
+    complete(r, sc::Success);
     return;
   }
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
@@ -282,7 +282,7 @@ void CommandQueue::execute_dsm(Request& r, Namespace& ns) {
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < nr; ++i) {
     if (ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba) {
-      done(r, sc::LbaOutOfRange);
+      complete(r, sc::LbaOutOfRange);
       return;
     }
   }
@@ -301,7 +301,7 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
       r.tx_data = r.buf.get();
       r.tx_len = r.xfer.len;
     }
-    done(r, st);
+    complete(r, st);
     return;
   }
   Reservations::HostId host;
@@ -334,7 +334,7 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
                transport_.peer(), ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
   ctrl_->subsystem().notify_reservation(ns.nsid, notices);
   if (!o.durable_ticket) {
-    done(r, o.status);
+    complete(r, o.status);
     return;
   }
   // Persistence on (CPTPL): the command completes once its state is durable.
@@ -343,12 +343,7 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
 
 // ---------------------------------------------------------------- device completions
 
-void CommandQueue::device_done(Request& r) {
-  // Not a device's answer: an Authentication Send's worker part is back.
-  if (&r == auth_work_.request) {
-    auth_send_done(r);
-    return;
-  }
+void CommandQueue::io_done(Request& r) {
   Status st = r.device_status;
   // A device that failed a command is an error event for the host (Transient Internal
   // Error: the failure is the command's, the controller goes on).
@@ -359,12 +354,12 @@ void CommandQueue::device_done(Request& r) {
   }
   if (std::holds_alternative<Request::FlushSteps>(r.steps)) {
     if (st.ok()) flush_step(r);
-    else done(r, st);
+    else complete(r, st);
     return;
   }
   if (std::holds_alternative<Request::DsmSteps>(r.steps)) {
-    if (st.ok()) transport_.next_turn(r);
-    else done(r, st);
+    if (st.ok()) next_turn(r);
+    else complete(r, st);
     return;
   }
   if (std::holds_alternative<Request::CopySteps>(r.steps)) {
@@ -373,13 +368,13 @@ void CommandQueue::device_done(Request& r) {
   }
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Verify) {  // read to check it, never sent
-    done(r, st);
+    complete(r, st);
     return;
   }
   if (opc == IoOpcode::Compare) {
     const uint8_t* device = r.io.read_data ? r.io.read_data : r.io.buffer;
     if (st.ok() && std::memcmp(r.buf.get(), device, r.io.length) != 0) st = sc::CompareFailure;
-    done(r, st);
+    complete(r, st);
     return;
   }
   if (st.ok() && stats_) {
@@ -391,7 +386,7 @@ void CommandQueue::device_done(Request& r) {
     r.tx_data = r.io.read_data;
     r.tx_len = uint32_t(r.io.length);
   }
-  done(r, st);
+  complete(r, st);
 }
 
 // ---------------------------------------------------------------- commands in steps
@@ -406,12 +401,12 @@ void CommandQueue::copy_step(Request& r) {
   auto& copy = std::get<Request::CopySteps>(r.steps);
   // Aborted: before a range is written, or between ranges; a range being written is written whole.
   if (r.aborted && !(copy.writing && copy.done > 0)) {
-    done(r, sc::AbortRequested);
+    complete(r, sc::AbortRequested);
     return;
   }
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
   if (copy.next == nr) {
-    done(r, sc::Success);
+    complete(r, sc::Success);
     return;
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
@@ -419,7 +414,7 @@ void CommandQueue::copy_step(Request& r) {
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
   if (!set_.take_step_budget(transport_.reactor().turn(), piece)) {
-    transport_.next_turn(r);  // over this turn's budget: a later turn
+    next_turn(r);  // over this turn's budget: a later turn
     return;
   }
   uint8_t* data = r.buf.get() + kCopyRangesBytes + copy.done;
@@ -436,7 +431,7 @@ void CommandQueue::copy_done(Request& r) {
   auto& copy = std::get<Request::CopySteps>(r.steps);
   Status st = r.device_status;
   if (!st.ok()) {
-    done(r, st);
+    complete(r, st);
     return;
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
@@ -453,7 +448,7 @@ void CommandQueue::copy_done(Request& r) {
       copy.dst += range_bytes >> ns->lbads;
       ++copy.next;
       copy.writing = false;
-      transport_.next_turn(r);
+      next_turn(r);
       return;
     }
     copy.writing = true;
@@ -463,7 +458,7 @@ void CommandQueue::copy_done(Request& r) {
 
 void CommandQueue::dsm_step(Request& r) {
   if (r.aborted) {
-    done(r, sc::AbortRequested);
+    complete(r, sc::AbortRequested);
     return;
   }
   auto& dsm = std::get<Request::DsmSteps>(r.steps);
@@ -472,7 +467,7 @@ void CommandQueue::dsm_step(Request& r) {
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
   while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
   if (dsm.next == nr) {
-    done(r, sc::Success);
+    complete(r, sc::Success);
     return;
   }
   const DsmRange& d = ranges[dsm.next++];
@@ -492,7 +487,7 @@ void CommandQueue::start_flush(Request& r, bool all, bool shutdown_after) {
 
 void CommandQueue::flush_step(Request& r) {
   if (r.aborted) {
-    done(r, sc::AbortRequested);
+    complete(r, sc::AbortRequested);
     return;
   }
   auto& flush = std::get<Request::FlushSteps>(r.steps);
@@ -514,7 +509,7 @@ void CommandQueue::flush_step(Request& r) {
   }
   if (qid_ != 0) set_.count_flush();
   if (flush.shutdown_after) ctrl_->shutdown_complete();
-  done(r, sc::Success);
+  complete(r, sc::Success);
 }
 
 // ---------------------------------------------------------------- fused Compare and Write
@@ -564,7 +559,7 @@ void CommandQueue::refuse_fused_first(Status st) {
   Request* first = std::exchange(fused_first_, nullptr);
   first->steps = std::monostate{};
   set_state(*first, State::Executing);
-  done(*first, st);
+  complete(*first, st);
 }
 
 void CommandQueue::start_fused(Request& cmp, Request& wr) {
@@ -666,8 +661,8 @@ void CommandQueue::end_fused(Request& cmp, Status cmp_st, Status wr_st) {
   cmp.tx_len = wr.tx_len = 0;
   for (Request* half : {&cmp, &wr})
     if (half->state() != State::Executing) set_state(*half, State::Executing);
-  done(cmp, cmp_st);
-  done(wr, wr_st);
+  complete(cmp, cmp_st);
+  complete(wr, wr_st);
 }
 
 }  // namespace nvtcp::target

@@ -2,10 +2,11 @@
 // One command on a target queue, from its capsule to its response: what it asked for, the
 // data it moves, the PDUs it sends, the scratch state of its command, and the state it is in.
 //
-// The life of a request is one state machine, run by TcpQueue::process() (tcp_queue.cpp).
-// The transport half of it (capsule, buffer, R2T, response) is the TCP queue's; the states in
-// the middle (Executing to the waits of a command) are the command layer's, which changes
-// them through the same checked setter (RequestPool::set_state, which also counts them).
+// The life of a request is one state machine. The transport half of it (capsule, buffer, R2T,
+// response) is run by TcpQueue::process() (tcp_queue.cpp); the states in the middle
+// (Executing to the waits of a command, the device and the worker) are the command layer's,
+// which changes them through the same checked setter (RequestPool::set_state, which also
+// counts them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 namespace nvtcp::target {
 
+class CommandQueue;
 class TcpQueue;
 
 struct Request {
@@ -36,6 +38,7 @@ struct Request {
     AwaitingFence,         // a write held while a fused Compare and Write owns its namespace, or such a
                            // pair waiting to own the fence or for the writes in flight to drain
     InDevice,              // a device operation of it is running
+    OnWorker,              // its CPU-heavy part (a DH-HMAC-CHAP exponentiation) runs on a worker thread
     BetweenSteps,          // Copy, Dataset Management: the next range starts on the next reactor turn
     AwaitingDurable,       // a reservation change waiting for its state file to be on disk
     HeldAer,               // an Asynchronous Event Request waiting for an event
@@ -131,6 +134,7 @@ struct Request {
   reactor::OwnedCompletion<Request> next_step;
   Request* next_waiting = nullptr;  // the queue's list of Queued and NeedBuffer requests
   TcpQueue* queue = nullptr;
+  CommandQueue* commands = nullptr;  // whose device and worker completions these are
   struct Sent : reactor::SendDone {
     Request* req = nullptr;
   } sent;
@@ -166,6 +170,7 @@ inline constexpr TransitionTable<Request::State, Request::kStateCount> kRequestT
     {Request::State::Executing, Request::State::AwaitingFusedPartner},
     {Request::State::Executing, Request::State::AwaitingFence},
     {Request::State::Executing, Request::State::InDevice},
+    {Request::State::Executing, Request::State::OnWorker},
     {Request::State::Executing, Request::State::BetweenSteps},
     {Request::State::Executing, Request::State::AwaitingDurable},
     {Request::State::Executing, Request::State::HeldAer},
@@ -174,6 +179,7 @@ inline constexpr TransitionTable<Request::State, Request::kStateCount> kRequestT
     {Request::State::AwaitingFusedPartner, Request::State::Executing},  // its Write came, or another command
     {Request::State::AwaitingFence, Request::State::Executing},
     {Request::State::InDevice, Request::State::Executing},            // the device answered
+    {Request::State::OnWorker, Request::State::Executing},            // the worker's part is back
     {Request::State::BetweenSteps, Request::State::Executing},
     {Request::State::AwaitingDurable, Request::State::Executing},
     {Request::State::HeldAer, Request::State::Sending},               // its event came, or it was aborted

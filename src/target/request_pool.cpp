@@ -16,6 +16,7 @@ const char* request_state_name(Request::State s) {
     case Request::State::AwaitingFusedPartner: return "AwaitingFusedPartner";
     case Request::State::AwaitingFence: return "AwaitingFence";
     case Request::State::InDevice: return "InDevice";
+    case Request::State::OnWorker: return "OnWorker";
     case Request::State::BetweenSteps: return "BetweenSteps";
     case Request::State::AwaitingDurable: return "AwaitingDurable";
     case Request::State::HeldAer: return "HeldAer";

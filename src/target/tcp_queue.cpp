@@ -80,13 +80,12 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
       stream_(make_stream(*this)),
       receiver_(transport::Side::Target, this),
       address_(std::move(address)),
-      commands_(target, *this, pool_, set, std::move(arrival)),
+      commands_(target, *this, pool_, set, std::move(arrival), release_closed, this),
       pool_(target.config, target.usage, this,
             [](reactor::SendDone* d) {
               Request* req = static_cast<Request::Sent*>(d)->req;
               req->queue->process(*req);
             }),
-      backend_gate_(release_closed, this),
       deadlines_(this, r, clock,
                  {&TcpQueue::on_icreq_deadline, &TcpQueue::on_connect_deadline, &TcpQueue::on_keep_alive_check,
                   &TcpQueue::on_controller_poll, &TcpQueue::on_send_stall_check, &TcpQueue::on_h2c_data_check,
@@ -194,15 +193,14 @@ void TcpQueue::on_closed(int err) {
   log::debug("{}: connection closed", peer_);
   if (state_ != State::Closing) set_state(State::Closing);
   terminator_.peer_closed();
-  commands_.closed();
   deadlines_.cancel_all();
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
   set_.remove(this);
   // Shutdown waits for draining connections: counted until the release frees this one, at
-  // once or at its last device completion.
+  // once or at its last device or worker completion.
   set_.add_draining(this);
-  backend_gate_.close();
+  commands_.closed();  // may free this connection: touch nothing after
 }
 
 void TcpQueue::release_closed(void* conn) {
@@ -237,15 +235,13 @@ void TcpQueue::connected() {
 //
 // Every event that moves a request on lands here, with the request in the state the event
 // ends: its capsule is in (ReceivingCapsule), its turn came (Queued) or its memory did
-// (NeedBuffer), the data its R2Ts asked for is in (AwaitingH2C), its device answered
-// (InDevice), its next step's turn came (BetweenSteps), the stream let go of its response
-// (Sending). Each case runs the request as far as it can go now:
+// (NeedBuffer), the data its R2Ts asked for is in (AwaitingH2C), the stream let go of its
+// response (Sending). Each case runs the request as far as it can go now:
 //
 //   ReceivingCapsule -> [Queued] -> [NeedBuffer] -> [AwaitingH2C] -> Executing -> ... -> Sending -> Free
 //
-// In between, the command layer holds it (AwaitingFusedPartner, AwaitingFence,
-// AwaitingDurable, HeldAer, HeldAbort) and moves it on itself; InDevice and BetweenSteps come
-// back here. A failure at any point answers at once (-> Sending).
+// In between, the command layer runs it (the device, a worker, its holds) and hands it back
+// with complete(). A failure at any point answers at once (-> Sending).
 void TcpQueue::process(Request& r) {
   switch (r.state()) {
     case RState::ReceivingCapsule:
@@ -260,7 +256,7 @@ void TcpQueue::process(Request& r) {
       commands_.parse(r);
       if (state_ == State::Closing) return;  // its controller is gone: nothing is answered
       if (!r.status.ok()) {
-        finish(r, r.status);
+        complete(r, r.status);
         return;
       }
       // Only a command whose buffer is not there yet (its slot's is too small) goes through
@@ -278,17 +274,9 @@ void TcpQueue::process(Request& r) {
       execute(r);
       return;
     case RState::AwaitingH2C:  // every byte asked for is in
-      if (r.aborted) finish(r, sc::AbortRequested);
-      else if (!r.status.ok()) finish(r, r.status);
+      if (r.aborted) complete(r, sc::AbortRequested);
+      else if (!r.status.ok()) complete(r, r.status);
       else execute(r);
-      return;
-    case RState::InDevice:
-      set_request_state(r, RState::Executing);
-      commands_.device_done(r);
-      return;
-    case RState::BetweenSteps:
-      set_request_state(r, RState::Executing);
-      commands_.next_step(r);
       return;
     case RState::Sending:
       release(r);
@@ -297,6 +285,9 @@ void TcpQueue::process(Request& r) {
     case RState::Executing:
     case RState::AwaitingFusedPartner:
     case RState::AwaitingFence:
+    case RState::InDevice:
+    case RState::OnWorker:
+    case RState::BetweenSteps:
     case RState::AwaitingDurable:
     case RState::HeldAer:
     case RState::HeldAbort:
@@ -316,7 +307,7 @@ void TcpQueue::execute(Request& r) {
   commands_.execute(r);
 }
 
-void TcpQueue::finish(Request& r, Status st) {
+void TcpQueue::complete(Request& r, Status st) {
   r.status = st;
   complete(r);
 }
@@ -343,84 +334,9 @@ bool TcpQueue::buffer_ready(Request& r, uint32_t len) {
   switch (ensure_buffer(r, len)) {
     case BufferResult::Ok: return true;
     case BufferResult::Wait: park(r, RState::NeedBuffer); return false;
-    case BufferResult::Fail: finish(r, sc::InternalError); return false;
+    case BufferResult::Fail: complete(r, sc::InternalError); return false;
   }
   return false;
-}
-
-void TcpQueue::submit(Request& r, Namespace& ns) {
-  set_request_state(r, RState::InDevice);
-  r.ns_index = ns.index;
-  r.io.user = &r;
-  r.io.done = [](backend::BlockIo* io, Status st) {
-    Request* req = static_cast<Request*>(io->user);
-    req->queue->device_done(*req, st);
-  };
-  // Only a closed connection refuses, and nothing runs commands once it is closed: the
-  // request goes with the connection's pool.
-  if (!backend_gate_.enter()) return;
-  ns.device->submit(&r.io, reactor_);
-}
-
-void TcpQueue::device_done(Request& r, Status st) {
-  // A closing connection runs nothing more: the request stays where it is, and goes with the
-  // connection's pool.
-  const bool ending = backend_gate_.closed() || state_ == State::Closing;
-  commands_.device_released(r, ending);
-  if (backend_gate_.closed()) {
-    backend_gate_.leave();  // the last completion of a closed connection frees it: touch nothing after
-    return;
-  }
-  backend_gate_.leave();
-  if (ending) return;
-  r.device_status = st;
-  process(r);
-}
-
-// Copy and Dataset Management move on one range per reactor turn: the next range starts from
-// a no-op's completion, among the turn's other completions, not inline. A device that
-// completes inline (RAM) would otherwise run a command's every range in one turn: 128 ranges
-// of 1 MiB are 256 MiB of memcpy, and every other command on this reactor would wait for it.
-void TcpQueue::next_turn(Request& r) {
-  set_request_state(r, RState::BetweenSteps);
-  if (!backend_gate_.enter()) return;  // closed: nothing runs commands any more
-  r.next_step.owner = &r;
-  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
-    Request* req = static_cast<reactor::OwnedCompletion<Request>*>(c)->owner;
-    req->queue->run_next_step(*req);
-  };
-  io_uring_sqe* sqe = reactor_.get_sqe();
-  io_uring_prep_nop(sqe);
-  reactor_.prep(sqe, &r.next_step);
-}
-
-void TcpQueue::run_off_reactor(Request& r, void (*work)(void* arg), void* arg) {
-  set_request_state(r, RState::InDevice);  // as a device I/O: it cannot be aborted, and it comes back
-  if (!backend_gate_.enter()) return;      // closed: nothing runs commands any more
-  set_.offload_started();
-  TargetState* target = &target_;
-  reactor::Reactor* reactor = &reactor_;
-  ConnectionSet* set = &set_;  // outlives the connection: the reactor's
-  // Keyed by the source address: a peer's backlog of such work waits behind its own jobs only.
-  target_.workers().submit(commands_.arrival().remote_address, [this, &r, work, arg, target, reactor, set] {
-    if (OffloadHook* h = target->offload_hook.load(std::memory_order_acquire)) h->before_work();
-    work(arg);
-    // The gate keeps this connection (and r) until device_done has run.
-    reactor->post([this, &r] {
-      set_.offload_returned();
-      device_done(r, sc::Success);  // may free this connection: touch nothing after
-    });
-    set->offload_post_done();  // the connection may be gone by now; the set and reactor are not
-  });
-}
-
-void TcpQueue::run_next_step(Request& r) {
-  if (backend_gate_.closed()) {
-    backend_gate_.leave();  // may free this connection: touch nothing after
-    return;
-  }
-  backend_gate_.leave();
-  if (state_ != State::Closing) process(r);
 }
 
 bool TcpQueue::abort_before_execution(Request& r) {
@@ -429,7 +345,7 @@ bool TcpQueue::abort_before_execution(Request& r) {
     case RState::NeedBuffer:
       if (!withdraw(r)) return false;
       log::info("{}: cid {} aborted while it waited", peer_, r.sqe.cid);
-      finish(r, sc::AbortRequested);
+      complete(r, sc::AbortRequested);
       return true;
     case RState::AwaitingH2C:
       if (r.aborted) return false;
@@ -494,11 +410,11 @@ void TcpQueue::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
       h2c_req_ = nullptr;
       if (!data_ok) {
         log::warn("{}: data digest error in capsule cid {}", peer_, r.sqe.cid);
-        finish(r, sc::TransientTransportError);
+        complete(r, sc::TransientTransportError);
         return;
       }
       if (!r.status.ok()) {
-        finish(r, r.status);
+        complete(r, r.status);
         return;
       }
       process(r);

@@ -25,7 +25,6 @@
 #include "tls/tls_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
-#include "util/gate.hpp"
 #include "util/state_machine.hpp"
 #include "wire/pdu.hpp"
 
@@ -170,9 +169,6 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
   // CommandTransport
   void complete(Request& r) override;
-  void submit(Request& r, Namespace& ns) override;
-  void next_turn(Request& r) override;
-  void run_off_reactor(Request& r, void (*work)(void* arg), void* arg) override;
   void need_buffer(Request& r, uint32_t len) override;
   bool abort_before_execution(Request& r) override;
   void connected() override;
@@ -197,9 +193,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void process(Request& r);
   bool buffer_ready(Request& r, uint32_t len);
   void execute(Request& r);
-  void finish(Request& r, wire::Status st);
-  void device_done(Request& r, wire::Status st);
-  void run_next_step(Request& r);
+  void complete(Request& r, wire::Status st);
 
   // PDUs
   bool handle_icreq(const wire::ICReqPdu& pdu);
@@ -270,12 +264,10 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   uint32_t host_maxr2t_ = 1;  // outstanding R2Ts per command the host allows
 
   // Declared before the pool: the pool gives its bytes back to the host's budget, which the
-  // command queue holds, as it goes.
+  // command queue holds, as it goes. Its gate keeps the connection while requests are in a
+  // device or on a worker; release_closed frees the connection once the last is back.
   CommandQueue commands_;
   RequestPool pool_;
-  // Requests inside a device: their memory (and so the connection) must stay until they are
-  // done. Closed when the stream reports on_closed; its release frees the connection.
-  Gate backend_gate_;
   static void release_closed(void* conn);
 
   Request* h2c_req_ = nullptr;        // request the current CapsuleCmd or H2CData PDU belongs to

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The command layer without a transport: fabrics, admin and NVM handlers run on Requests that a
 // fake CommandTransport carries (no socket, no PDUs). The fake runs the same contract as the TCP
-// queue (parse, buffer, the host's data, execute, device completions, next steps), records
-// every call, and holds what the test wants held: the next steps of Copy and Dataset
-// Management, and the reactor's timers (it never runs the reactor unless the test asks).
+// queue (parse, buffer, the host's data, execute) and records every call; the command layer's
+// device leg is its own. The reactor runs only when the test asks: the next steps of Copy and
+// Dataset Management and the timers wait for it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -45,22 +45,14 @@ target::TargetState& state() {
   return *s;
 }
 
-class FakeTransport;
-// The device callbacks find the transport of their request here (several fakes may share a
-// namespace, as queues of two hosts do).
-std::map<const target::Request*, FakeTransport*> g_owner;
-
 class FakeTransport final : public target::CommandTransport {
  public:
   FakeTransport(reactor::Reactor& r, target::ConnectionSet& set, target::TargetState& ts = state())
       : reactor_(r), pool_(ts.config, ts.usage, nullptr, [](reactor::SendDone*) {}),
-        commands_(ts, *this, pool_, set, target::Arrival{}) {
+        commands_(ts, *this, pool_, set, target::Arrival{}, [](void*) {}, nullptr) {
     pool_.resize(1);
   }
-  ~FakeTransport() override {
-    commands_.closed();
-    for (auto it = g_owner.begin(); it != g_owner.end();) it = it->second == this ? g_owner.erase(it) : std::next(it);
-  }
+  ~FakeTransport() override { commands_.closed(); }
 
   target::CommandQueue& commands() { return commands_; }
   target::RequestPool& pool() { return pool_; }
@@ -111,19 +103,14 @@ class FakeTransport final : public target::CommandTransport {
     commands_.execute(*r);
     return r;
   }
-  // The next steps held so far run, as on one reactor turn (each may hold a new one, for the
-  // turn after).
+  // The next steps waiting now run, as on one reactor turn (each may wait for the turn after).
   size_t run_next_steps() {
-    size_t n = 0;
-    for (size_t held = turns_.size(); held > 0; --held) {
-      target::Request* r = turns_.front();
-      turns_.pop_front();
-      pool_.set_state(r, S::Executing);
-      commands_.next_step(*r);
-      ++n;
-    }
-    return n;
+    const size_t held = pool_.count(S::BetweenSteps);
+    if (held) reactor_.run_once(1'000'000);
+    return held;
   }
+  // Device operations started so far (NULL and RAM answer at once).
+  int device_ops() const { return int(pool_.entries()[size_t(S::InDevice)]); }
   // A request the test is done with goes back to the pool.
   void release(target::Request* r) { pool_.release(r, false); }
 
@@ -134,33 +121,6 @@ class FakeTransport final : public target::CommandTransport {
     completed.push_back(&r);
     sent.emplace_back(r.tx_data, r.tx_data + r.tx_len);
     sent.back().resize(size_t(r.tx_len) + r.tx_pad, 0);
-  }
-  void submit(target::Request& r, target::Namespace& ns) override {
-    pool_.set_state(&r, S::InDevice);
-    ++device_ops;
-    r.ns_index = ns.index;
-    r.io.user = &r;
-    g_owner[&r] = this;
-    r.io.done = [](backend::BlockIo* io, Status st) {
-      auto& req = *static_cast<target::Request*>(io->user);
-      FakeTransport* q = g_owner.at(&req);
-      q->commands_.device_released(req, false);
-      req.device_status = st;
-      q->pool_.set_state(&req, S::Executing);
-      q->commands_.device_done(req);
-    };
-    ns.device->submit(&r.io, reactor_);  // NULL and RAM answer at once
-  }
-  void next_turn(target::Request& r) override {
-    pool_.set_state(&r, S::BetweenSteps);
-    turns_.push_back(&r);
-  }
-  void run_off_reactor(target::Request& r, void (*work)(void*), void* arg) override {
-    pool_.set_state(&r, S::InDevice);
-    ++offloaded;
-    work(arg);  // here, at once
-    pool_.set_state(&r, S::Executing);
-    commands_.device_done(r);
   }
   void need_buffer(target::Request& r, uint32_t len) override {
     ++buffer_requests;
@@ -184,7 +144,7 @@ class FakeTransport final : public target::CommandTransport {
   std::vector<target::Request*> completed;
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
-  int device_ops = 0, r2t_transfers = 0, buffer_requests = 0, offloaded = 0;
+  int r2t_transfers = 0, buffer_requests = 0;
   std::function<void()> while_data_travels;  // runs between an R2T command's parse and its execute
   std::string closed_why;
   bool disconnect_requested = false;
@@ -349,7 +309,7 @@ TEST_F(CommandQueueTest, IdentifyFillsFourKibAndChecksItsSgl) {
   EXPECT_EQ(last_status(admin), sc::InvalidField);
   admin.run(with_sgl(cmd::identify(uint8_t(Cns::Controller)), 13, 512));
   EXPECT_EQ(last_status(admin), sc::DataSglLengthInvalid);
-  EXPECT_EQ(admin.device_ops, 0);
+  EXPECT_EQ(admin.device_ops(), 0);
 }
 
 TEST_F(CommandQueueTest, ALogPageLargerThanItsBufferAsksForOneAndIsBuiltAgain) {
@@ -408,7 +368,7 @@ TEST_F(CommandQueueTest, ReadsAndWritesGoToTheDeviceAndComeBackWithTheirData) {
   data[700] ^= 1;
   io.run(rw(IoOpcode::Compare, 43, test::kConnRamNsid, 8, 2, 1024, kSglDataBlockOffset), data);
   EXPECT_EQ(last_status(io), sc::CompareFailure);
-  EXPECT_EQ(io.device_ops, 4);
+  EXPECT_EQ(io.device_ops(), 4);
   // Checks before the device: the SGL's length, the range, MDTS, the namespace.
   io.run(rw(IoOpcode::Read, 44, test::kConnRamNsid, 8, 2, 512));
   EXPECT_EQ(last_status(io), sc::DataSglLengthInvalid);
@@ -421,7 +381,7 @@ TEST_F(CommandQueueTest, ReadsAndWritesGoToTheDeviceAndComeBackWithTheirData) {
   EXPECT_EQ(last_status(io), sc::InvalidNamespace);
   io.run(rw(IoOpcode::Write, 48, test::kConnRamNsid, 0, 1, 512, kSglDataBlockOffset), Bytes(256, 0));
   EXPECT_EQ(last_status(io), sc::DataSglLengthInvalid) << "in-capsule data shorter than the write";
-  EXPECT_EQ(io.device_ops, 4) << "nothing that failed its checks reached the device";
+  EXPECT_EQ(io.device_ops(), 4) << "nothing that failed its checks reached the device";
 }
 
 TEST_F(CommandQueueTest, VerifyReadsAndSendsNothingWriteZeroesZeroes) {
@@ -492,10 +452,10 @@ TEST_F(CommandQueueTest, DatasetManagementAndCopyTakeOneRangePerStep) {
   // A range outside the namespace fails the whole command before any step.
   dsm[0].slba = (4u << 20) / 512;
   std::memcpy(dsm_list.data(), dsm, sizeof(dsm));
-  const int ops = io.device_ops;
+  const int ops = io.device_ops();
   io.run(with_sgl(cmd::deallocate(test::kConnRamNsid, 3), 76, sizeof(dsm), kSglDataBlockOffset), dsm_list);
   EXPECT_EQ(last_status(io), sc::LbaOutOfRange);
-  EXPECT_EQ(io.device_ops, ops);
+  EXPECT_EQ(io.device_ops(), ops);
 }
 
 TEST_F(CommandQueueTest, AFusedCompareNotFollowedByItsWriteFailsAndTheNextCommandRuns) {
@@ -623,7 +583,7 @@ TEST_F(CommandQueueTest, AReservationTakenWhileAWritesDataTravelsRefusesTheWrite
   io.run(rw(IoOpcode::Write, 112, test::kConnRamNsid, 0, 1, 512), Bytes(512, 3), true);
   EXPECT_TRUE(last_status(other).ok()) << "the other host holds the reservation";
   EXPECT_EQ(last_status(io), sc::ReservationConflict);
-  EXPECT_EQ(io.device_ops, 0);
+  EXPECT_EQ(io.device_ops(), 0);
   // Released again, the next write goes through.
   io.while_data_travels = nullptr;
   const ReservationReleaseData rel{0x77};

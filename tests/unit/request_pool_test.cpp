@@ -97,8 +97,8 @@ TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
   pool.set_state(write, S::NeedBuffer);
   pool.set_state(write, S::AwaitingH2C);  // an R2T is outstanding
   to_executing(pool, take(S::Executing));
-  for (S held : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::BetweenSteps, S::AwaitingDurable,
-                 S::HeldAer, S::HeldAbort, S::Sending}) {
+  for (S held : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::OnWorker, S::BetweenSteps,
+                 S::AwaitingDurable, S::HeldAer, S::HeldAbort, S::Sending}) {
     Request* r = take(held);
     to_executing(pool, r);
     pool.set_state(r, held);
@@ -116,7 +116,8 @@ TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
   EXPECT_EQ(sum, pool.size());
 
   // Every one of them back to Free, along legal paths.
-  for (S s : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::BetweenSteps, S::AwaitingDurable})
+  for (S s : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::OnWorker, S::BetweenSteps,
+              S::AwaitingDurable})
     pool.set_state(in[size_t(s)], S::Executing);
   pool.set_state(in[size_t(S::AwaitingH2C)], S::Executing);
   pool.set_state(in[size_t(S::NeedBuffer)], S::Executing);
