@@ -33,7 +33,7 @@
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
 #include "nvtcp/size.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 
 extern char** environ;
 

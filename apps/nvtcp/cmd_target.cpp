@@ -16,7 +16,7 @@
 #include "control/rpc_server.hpp"
 #include "control/target_metrics.hpp"
 #include "control/target_methods.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::app {
@@ -25,28 +25,35 @@ namespace {
 constexpr const char* kDefaultRpcSocket = "/run/nvtcp/target.sock";
 
 // SIGUSR1: what the target holds now, for an operator (kill -USR1) or a test. Requests are
-// counted per state by their connections (asked on each reactor), so a command stuck waiting
-// for memory, for H2C data or for the device shows here.
+// counted per state by their connections (asked on each reactor), the transport's states and
+// their commands' apart, so a command stuck waiting for memory, for H2C data, a fence or the
+// device shows here.
+template <typename State, typename Counts, typename Name>
+std::string per_state(const Counts& counts, Name name) {
+  std::string out;
+  for (size_t i = 0; i < counts.size(); ++i) out += fmt::format("{}{} {}", i ? ", " : "", name(State(i)), counts[i]);
+  return out;
+}
+
 void log_statistics(target::Target& t) {
-  const target::RequestStateCounts states = t.request_states();
-  std::string per_state;
-  for (size_t i = 0; i < states.size(); ++i)
-    per_state += fmt::format("{}{} {}", i ? ", " : "", target::request_state_name(target::Request::State(i)),
-                             states[i]);
-  // Where requests went since start: how often they waited for memory, their data, a fence,
-  // the device... (the states they only pass through are left out).
-  const target::RequestStateEntries entries = t.request_entries();
+  using R = target::TcpRequest::State;
+  using C = target::Command::State;
+  const std::string requests = per_state<R>(t.request_states(), target::request_state_name);
+  const std::string commands = per_state<C>(t.command_states(), target::command_state_name);
+  // Where requests went since start: how often they waited for their turn, memory, their data,
+  // a fence, the device... (the states they only pass through are left out).
+  const target::RequestStateEntries request_entries = t.request_entries();
+  const target::CommandStateEntries command_entries = t.command_entries();
   std::string waits;
-  for (auto s : {target::Request::State::Queued, target::Request::State::NeedBuffer,
-                 target::Request::State::AwaitingH2C, target::Request::State::AwaitingFusedPartner,
-                 target::Request::State::AwaitingFence, target::Request::State::InDevice,
-                 target::Request::State::OnWorker, target::Request::State::BetweenSteps, target::Request::State::AwaitingDurable,
-                 target::Request::State::HeldAer, target::Request::State::HeldAbort})
-    waits += fmt::format("{}{} {}", waits.empty() ? "" : ", ", target::request_state_name(s), entries[size_t(s)]);
+  for (R s : {R::Queued, R::NeedBuffer, R::AwaitingH2C})
+    waits += fmt::format("{}{} {}", waits.empty() ? "" : ", ", target::request_state_name(s), request_entries[size_t(s)]);
+  for (C s : {C::AwaitingFusedPartner, C::AwaitingFence, C::InDevice, C::OnWorker, C::BetweenSteps, C::AwaitingDurable,
+              C::HeldAer, C::HeldAbort})
+    waits += fmt::format(", {} {}", target::command_state_name(s), command_entries[size_t(s)]);
   log::info("target statistics: {} connections, {} I/O commands ({} Flush, {} FUA writes), {} buffer bytes; "
-            "requests: {}; entered since start: {}",
-            t.live_connections(), t.io_count(), t.flush_count(), t.fua_write_count(), t.buffer_bytes(), per_state,
-            waits);
+            "requests: {}; commands: {}; entered since start: {}",
+            t.live_connections(), t.io_count(), t.flush_count(), t.fua_write_count(), t.buffer_bytes(), requests,
+            commands, waits);
 }
 }  // namespace
 

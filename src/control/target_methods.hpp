@@ -7,7 +7,7 @@
 #include <string>
 
 #include "control/json_rpc.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 
 namespace nvtcp::control {
 

@@ -126,6 +126,25 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
   w.family("nvtcp_reactor_io_commands_total", Type::Counter, "Commands the reactor completed on I/O queues (their Connect included).");
   for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].ios);
 
+  using StateEntry = target::TargetMetrics::StateEntry;
+  auto per_state = [&](const char* name, Type type, const char* help, const std::vector<StateEntry>& states,
+                       auto get) {
+    w.family(name, type, help);
+    for (const StateEntry& e : states) w.sample({{"state", e.state}}, uint64_t(get(e)));
+  };
+  per_state("nvtcp_requests", Type::Gauge,
+            "Requests of every connection (closed ones still in a device included) by transport state now.",
+            m.request_states, [](const StateEntry& e) { return e.now; });
+  per_state("nvtcp_request_state_entries_total", Type::Counter,
+            "Times requests entered each transport state since start.", m.request_states,
+            [](const StateEntry& e) { return e.entered; });
+  per_state("nvtcp_commands", Type::Gauge,
+            "Those requests' commands by command-layer state now (Idle: the transport holds them).", m.command_states,
+            [](const StateEntry& e) { return e.now; });
+  per_state("nvtcp_command_state_entries_total", Type::Counter,
+            "Times commands entered each command-layer state since start (waits: a fence, the device, a worker...).",
+            m.command_states, [](const StateEntry& e) { return e.entered; });
+
   w.family("nvtcp_connections", Type::Gauge, "TCP connections open now, in any state.");
   w.sample({}, m.connections);
   w.family("nvtcp_connections_accepted_total", Type::Counter, "TCP connections accepted since start.");

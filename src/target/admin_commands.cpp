@@ -26,7 +26,7 @@ bool transfers_to_host(const Sqe& sqe) {
 }
 }  // namespace
 
-void CommandQueue::parse_admin(Request& r) {
+void CommandQueue::parse_admin(Command& r) {
   const Sqe& sqe = r.sqe;
   if (transfers_to_host(sqe)) {
     if (sqe.sgl.type != kSglTransportDataBlock) {
@@ -40,7 +40,7 @@ void CommandQueue::parse_admin(Request& r) {
     // Identify fills 4 KiB; a log page or a feature's data asks for its buffer once it is
     // built and its size known (execute_admin).
     const bool identify = static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify;
-    r.xfer = {Request::Direction::ControllerToHost, sqe.sgl.length, identify ? kIdentifyLen : 0};
+    r.xfer = {Command::Direction::ControllerToHost, sqe.sgl.length, identify ? kIdentifyLen : 0};
     return;
   }
   if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::SetFeatures && sqe.sgl.length) {
@@ -57,26 +57,27 @@ void CommandQueue::parse_admin(Request& r) {
       r.status = sc::DataSglLengthInvalid;
       return;
     }
-    r.xfer = {Request::Direction::HostToController, sqe.sgl.length, sqe.sgl.length};
+    r.xfer = {Command::Direction::HostToController, sqe.sgl.length, sqe.sgl.length};
   }
 }
 
-void CommandQueue::execute_admin(Request& r) {
+void CommandQueue::execute_admin(Command& r) {
   const Sqe& sqe = r.sqe;
-  const uint32_t sgl_len = r.xfer.dir == Request::Direction::ControllerToHost ? r.xfer.len : 0;
-  const uint32_t host_len = r.xfer.dir == Request::Direction::HostToController ? r.xfer.len : 0;
-  AdminResult res = ctrl_->execute_admin(sqe, r.buf.get(), sgl_len, host_len);
+  const uint32_t sgl_len = r.xfer.dir == Command::Direction::ControllerToHost ? r.xfer.len : 0;
+  const uint32_t host_len = r.xfer.dir == Command::Direction::HostToController ? r.xfer.len : 0;
+  AdminResult res = ctrl_->execute_admin(sqe, r.buf, sgl_len, host_len);
   if (res.status.ok() && res.src) {
     // A log page (or a feature's data): a buffer the size of what it holds in the window,
     // zeros after it. Asking for the buffer changes nothing: the log is built anew then.
     const uint32_t need = std::max<uint32_t>(res.data_len, 4);
     if (r.buf_cap < need) {
+      set_state(r, State::Idle);  // the transport holds it until the buffer is there
       transport_.need_buffer(r, need);
       return;
     }
-    std::memcpy(r.buf.get(), res.src, res.data_len);
+    std::memcpy(r.buf, res.src, res.data_len);
     ctrl_->log_page_delivered();  // only now: what its read takes away goes
-    r.tx_data = r.buf.get();
+    r.tx_data = r.buf;
     r.tx_len = res.data_len;
     r.tx_pad = res.pad_len;
     complete(r, res.status);
@@ -85,9 +86,11 @@ void CommandQueue::execute_admin(Request& r) {
   if (res.held) {
     if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
       set_state(r, State::HeldAbort);  // abort_done() completes it
+      held_.push_back(&r);
       return;
     }
     set_state(r, State::HeldAer);
+    held_.push_back(&r);
     deliver_async_events();  // an event may already be waiting for it
     return;
   }
@@ -102,47 +105,56 @@ void CommandQueue::execute_admin(Request& r) {
     return;
   }
   if (res.status.ok() && res.data_len) {
-    r.tx_data = r.buf.get();
+    r.tx_data = r.buf;
     r.tx_len = std::min(res.data_len, sgl_len);
   }
-  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", transport_.peer(), sqe.opc, status_name(res.status));
+  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", link_.peer, sqe.opc, status_name(res.status));
   complete(r, res.status);
 }
 
 void CommandQueue::deliver_async_events() {
-  if (!connected() || transport_.closing()) return;
+  if (!connected() || link_.closing) return;
   uint32_t dw0 = 0;
-  for (auto& slot : pool_.slots()) {
-    Request& r = *slot;
-    if (r.state() != State::HeldAer) continue;
+  for (size_t i = 0; i < held_.size();) {
+    Command& r = *held_[i];
+    if (r.state() != State::HeldAer) {
+      ++i;
+      continue;
+    }
     if (!ctrl_->take_async_event(dw0)) return;
     r.dw0 = dw0;
-    log::info("{}: asynchronous event 0x{:08x} to controller {}", transport_.peer(), dw0, ctrl_->cntlid());
+    log::info("{}: asynchronous event 0x{:08x} to controller {}", link_.peer, dw0, ctrl_->cntlid());
+    drop_held(r);
     complete(r, sc::Success);
   }
 }
 
 void CommandQueue::abort_done(uint16_t abort_cid, bool aborted) {
-  if (!connected() || transport_.closing()) return;
+  if (!connected() || link_.closing) return;
   ctrl_->abort_finished();
-  for (auto& slot : pool_.slots()) {
-    Request& r = *slot;
-    if (r.state() != State::HeldAbort || r.sqe.cid != abort_cid) continue;
-    r.dw0 = aborted ? 0 : 1;
-    complete(r, sc::Success);
+  for (Command* r : held_) {
+    if (r->state() != State::HeldAbort || r->sqe.cid != abort_cid) continue;
+    r->dw0 = aborted ? 0 : 1;
+    drop_held(*r);
+    complete(*r, sc::Success);
     return;
   }
 }
 
 bool CommandQueue::abort_held_aer(uint16_t cid) {
-  for (auto& slot : pool_.slots()) {
-    Request& r = *slot;
-    if (r.state() != State::HeldAer || r.sqe.cid != cid) continue;
+  for (Command* r : held_) {
+    if (r->state() != State::HeldAer || r->sqe.cid != cid) continue;
     if (!ctrl_->take_held_aer()) return false;
-    complete(r, sc::AbortRequested);
+    drop_held(*r);
+    complete(*r, sc::AbortRequested);
     return true;
   }
   return false;
+}
+
+// Held commands are few (an AER limit's worth, an Abort or two): a vector, kept in order.
+void CommandQueue::drop_held(Command& r) {
+  held_.erase(std::find(held_.begin(), held_.end(), &r));
 }
 
 }  // namespace nvtcp::target

@@ -22,14 +22,14 @@ namespace {
 constexpr uint32_t kMaxAuthTransfer = 8192;
 }  // namespace
 
-void CommandQueue::parse_auth(Request& r) {
+void CommandQueue::parse_auth(Command& r) {
   AuthTransferCmd cmd;
   std::memcpy(&cmd, &r.sqe, sizeof(cmd));
   const bool send = FabricsType(cmd.fctype) == FabricsType::AuthSend;
   if (cmd.secp != kAuthSecp || cmd.spsp0 != kAuthSpsp0 || cmd.spsp1 != kAuthSpsp1 || cmd.length == 0 ||
       cmd.length > kMaxAuthTransfer) {
     log::warn("{}: Authentication {} with SECP 0x{:02x} SPSP {}/{} and length {}: not DH-HMAC-CHAP",
-              transport_.peer(), send ? "Send" : "Receive", cmd.secp, cmd.spsp0, cmd.spsp1, cmd.length);
+              link_.peer, send ? "Send" : "Receive", cmd.secp, cmd.spsp0, cmd.spsp1, cmd.length);
     r.status = sc::InvalidField;
     return;
   }
@@ -51,23 +51,23 @@ void CommandQueue::parse_auth(Request& r) {
       r.status = sc::DataSglLengthInvalid;
       return;
     }
-    r.xfer = {Request::Direction::HostToController, cmd.length, cmd.length};
+    r.xfer = {Command::Direction::HostToController, cmd.length, cmd.length};
     return;
   }
   if (cmd.sgl.type != kSglTransportDataBlock || cmd.sgl.length < cmd.length) {
     r.status = cmd.sgl.type != kSglTransportDataBlock ? sc::SglDescriptorTypeInvalid : sc::DataSglLengthInvalid;
     return;
   }
-  r.xfer = {Request::Direction::ControllerToHost, cmd.length, cmd.length};
+  r.xfer = {Command::Direction::ControllerToHost, cmd.length, cmd.length};
 }
 
-void CommandQueue::execute_auth(Request& r) {
+void CommandQueue::execute_auth(Command& r) {
   const bool send = FabricsType(r.sqe.fctype()) == FabricsType::AuthSend;
   const std::string& hostnqn = ctrl_->hostnqn();
   if (auth_work_.request) {
     // The transaction belongs to the worker until the last message's computation is back; a
     // host that does not wait for an answer before the next message is out of sequence.
-    log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", transport_.peer(), hostnqn,
+    log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", link_.peer, hostnqn,
               send ? "Send" : "Receive", qid_);
     complete(r, sc::CommandSequenceError);
     return;
@@ -84,7 +84,7 @@ void CommandQueue::execute_auth(Request& r) {
     // What the host sends may cost a modular exponentiation (a Negotiate: our DH key pair; a
     // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything:
     // it runs on a worker, and the reactor goes on with its other queues (auth_send_done).
-    auth_work_ = {&r, auth_.get(), r.buf.get(), r.xfer.len};
+    auth_work_ = {&r, auth_.get(), r.buf, r.xfer.len};
     run_off_reactor(
         r,
         [](void* arg) {
@@ -95,46 +95,46 @@ void CommandQueue::execute_auth(Request& r) {
     return;
   }
   // All AL bytes go back, zeros after the message (as the Linux target answers).
-  auth_->on_receive({r.buf.get(), r.xfer.len});
-  r.tx_data = r.buf.get();
+  auth_->on_receive({r.buf, r.xfer.len});
+  r.tx_data = r.buf;
   r.tx_len = r.xfer.len;
   complete_auth(r);
 }
 
-void CommandQueue::auth_send_done(Request& r) {
+void CommandQueue::auth_send_done(Command& r) {
   auth_work_ = {};
   complete_auth(r);
 }
 
-void CommandQueue::complete_auth(Request& r) {
+void CommandQueue::complete_auth(Command& r) {
   const std::string& hostnqn = ctrl_->hostnqn();
   const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
     static log::Limiter failures(20);  // a stranger claiming a keyed host's NQN fails at will
     log::event_limited(failures, log::Level::Warn, "auth",
                        {{"host_nqn", hostnqn},
-                        {"address", transport_.peer()},
+                        {"address", link_.peer},
                         {"subsystem", ctrl_->subsystem().nqn()},
                         {"qid", std::to_string(qid_)},
                         {"result", "failure"},
                         {"reason", auth_failure_name(auth_->failure_reason())}},
-                       "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", transport_.peer(),
+                       "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", link_.peer,
                        hostnqn, qid_, auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
                        auth_required_ ? "; the queue closes" : "");
     // A host that had to authenticate and did not goes; one that needed not keeps its queue.
-    if (auth_required_) transport_.close_after_response();
+    if (auth_required_) r.close_queue_after = true;
     auth_.reset();
     authenticated_ = false;
   } else if (auth_->authenticated() && !was_authenticated) {
     log::event(log::Level::Info, "auth",
                {{"host_nqn", hostnqn},
-                {"address", transport_.peer()},
+                {"address", link_.peer},
                 {"subsystem", ctrl_->subsystem().nqn()},
                 {"qid", std::to_string(qid_)},
                 {"result", "success"},
                 {"hash", dhchap_hash_name(auth_->hash())},
                 {"dhgroup", dh_group_name(auth_->dh_group())}},
-               "{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", transport_.peer(), hostnqn,
+               "{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", link_.peer, hostnqn,
                authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
                dh_group_name(auth_->dh_group()),
                auth_->bidirectional() ? ", controller authenticated to the host too" : "");
@@ -142,14 +142,14 @@ void CommandQueue::complete_auth(Request& r) {
     if (keep && qid_claim_after_auth_) {
       if (ctrl_->claim_queue(qid_)) {
         qid_claim_after_auth_ = false;
-        ctrl_->register_io_queue(qid_, &transport_.reactor(), this);
+        ctrl_->register_io_queue(qid_, &reactor(), this);
       } else {
         log::warn("{}: host {} authenticated on qid {}, which another queue of its controller has: the queue closes",
-                  transport_.peer(), ctrl_->hostnqn(), qid_);
+                  link_.peer, ctrl_->hostnqn(), qid_);
         keep = false;
       }
     }
-    if (!keep) transport_.close_after_response();
+    if (!keep) r.close_queue_after = true;
     // A queue stays authenticated while its host re-authenticates, as nvmet's does: its commands
     // go on, and only a failed transaction ends it. One that closes runs nothing more.
     authenticated_ = keep;
@@ -168,23 +168,23 @@ bool CommandQueue::move_to_host_budget() {
     to->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn("{}: host {} authenticated on qid {}, but it already has {} queues (max_connections_per_host): the "
               "queue closes",
-              transport_.peer(), hostnqn, qid_, cfg.max_connections_per_host);
+              link_.peer, hostnqn, qid_, cfg.max_connections_per_host);
     return false;
   }
   // What the queue holds (its request pool and buffers) moves from the address's budget to the
   // host's, within the host's cap.
-  const uint64_t held = pool_.pool_bytes() + pool_.buffer_bytes();
+  const uint64_t held = memory_.pool_bytes() + memory_.buffer_bytes();
   if (!to->reserve(held, cfg.max_host_buffer_memory)) {
     to->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn("{}: host {} authenticated on qid {}, but its buffer budget has no room for the queue's {} bytes "
               "(max_host_buffer_memory {}): the queue closes",
-              transport_.peer(), hostnqn, qid_, held, cfg.max_host_buffer_memory);
+              link_.peer, hostnqn, qid_, held, cfg.max_host_buffer_memory);
     return false;
   }
   host_->release(held);
   host_->connections.fetch_sub(1, std::memory_order_relaxed);
   host_ = std::move(to);
-  pool_.rebind_host(host_.get());
+  memory_.rebind_host(host_.get());
   return true;
 }
 

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "target/queue_limits.hpp"
-#include "target/tcp_queue.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {
@@ -25,13 +24,13 @@ constexpr uint64_t kFenceRetryNs = 20'000;
 constexpr uint64_t kDurableRetryNs = 100'000;
 }  // namespace
 
-CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, RequestPool& pool, ConnectionSet& set,
-                           Arrival arrival, Gate::Release drained, void* drained_ctx)
+CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, const QueueLink& link,
+                           QueueMemory& memory, ReactorCommands& shared, Gate::Release drained, void* drained_ctx)
     : target_(target),
       transport_(transport),
-      pool_(pool),
-      set_(set),
-      arrival_(std::move(arrival)),
+      link_(link),
+      memory_(memory),
+      shared_(shared),
       gate_(drained, drained_ctx) {
   fence_timer_.owner = this;
   fence_timer_.fn = on_fence_timer;
@@ -40,9 +39,45 @@ CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, Req
 }
 
 CommandQueue::~CommandQueue() {
-  transport_.reactor().cancel_timer(&fence_timer_);
-  transport_.reactor().cancel_timer(&durable_timer_);
+  reactor().cancel_timer(&fence_timer_);
+  reactor().cancel_timer(&durable_timer_);
   if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+const char* command_state_name(Command::State s) {
+  switch (s) {
+    case Command::State::Idle: return "Idle";
+    case Command::State::Running: return "Running";
+    case Command::State::AwaitingFusedPartner: return "AwaitingFusedPartner";
+    case Command::State::AwaitingFence: return "AwaitingFence";
+    case Command::State::InDevice: return "InDevice";
+    case Command::State::OnWorker: return "OnWorker";
+    case Command::State::BetweenSteps: return "BetweenSteps";
+    case Command::State::AwaitingDurable: return "AwaitingDurable";
+    case Command::State::HeldAer: return "HeldAer";
+    case Command::State::HeldAbort: return "HeldAbort";
+    case Command::State::kCount: break;
+  }
+  return "?";
+}
+
+void CommandQueue::set_state(Command& r, State to) {
+  if (kCheckTransitions && !kCommandTransitions.allows(r.state_, to))
+    illegal_transition("command", command_state_name(r.state_), command_state_name(to), "CommandQueue::set_state",
+                       long(r.sqe.cid));
+  // Idle is not counted here: it is the rest of the transport's commands (command_states()).
+  if (r.state_ != State::Idle) --counts_[size_t(r.state_)];
+  if (to != State::Idle) ++counts_[size_t(to)];
+  ++entries_[size_t(to)];
+  r.state_ = to;
+}
+
+CommandStateCounts CommandQueue::command_states(uint32_t commands) const {
+  CommandStateCounts c = counts_;
+  uint32_t busy = 0;
+  for (uint32_t n : c) busy += n;
+  c[size_t(State::Idle)] = commands > busy ? commands - busy : 0;
+  return c;
 }
 
 void CommandQueue::fetched() {
@@ -57,25 +92,39 @@ uint32_t CommandQueue::in_capsule_buffer(const Sqe& sqe, uint32_t len) const {
   return qid_ && ctrl_ ? buffer_bytes_for(sqe, len, ctrl_->mdts_bytes()) : len;
 }
 
-void CommandQueue::complete(Request& r, Status st) {
+void CommandQueue::complete(Command& r, Status st) {
+  if (r.state_ != State::Idle) set_state(r, State::Idle);
   r.status = st;
-  transport_.complete(r);
+  respond(r);
 }
 
-Cqe CommandQueue::response(const Request& r) {
+void CommandQueue::fail(Command& r, Status st) {
+  r.status = st;
+  respond(r);
+}
+
+void CommandQueue::respond(Command& r) {
+  // The head moves as each command completes, as nvmet's does: the entry is consumed by then.
+  fetched();
   // Failed commands go to the controller's error log; Command Interrupted only asks the
   // host to retry later, and is no error.
   if (!r.status.ok() && ctrl_ && r.status != kCommandInterrupted) ctrl_->record_error(qid_, r.sqe, r.status);
   if (ResponseObserver* o = target_.response_observer.load(std::memory_order_acquire))
     o->on_response(qid_, r.sqe, r.status, r.io);
-  Cqe cqe{};
+  Cqe& cqe = r.cqe;
+  cqe = {};
   cqe.dw0 = r.dw0;
   cqe.dw1 = r.dw1;
   cqe.sqhd = sq_flow_disabled_ ? 0 : sqhd_;
   cqe.sqid = qid_;
   cqe.cid = r.sqe.cid;
   cqe.status = r.status.to_cqe(r.status != kCommandInterrupted);
-  return cqe;
+  transport_.complete(r);
+}
+
+void CommandQueue::release(Command& r) {
+  count_response(r);
+  hold_namespace(r, nullptr);
 }
 
 // The metrics (IoMetrics) of the namespace and of the subsystem through the listener the host
@@ -84,12 +133,12 @@ Cqe CommandQueue::response(const Request& r) {
 // would otherwise show no latency at all, though its response still waited for the turn's batch
 // of sends. A command refused before it reached a namespace (an ANA status, an unknown NSID)
 // counts as an error of the listener only.
-void CommandQueue::response_sent(const Request& r) {
+void CommandQueue::count_response(const Command& r) {
   if (qid_ == 0 || r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) return;
   IoMetrics* ns = r.ns ? &r.ns->metrics : nullptr;
   IoMetrics* port = ctrl_ && ctrl_->port() ? &ctrl_->port()->io : nullptr;
   if (!ns && !port) return;
-  const uint32_t slot = set_.index();
+  const uint32_t slot = shared_.index();
   const auto opc = IoOpcode(r.sqe.opc);
   const bool read = opc == IoOpcode::Read;
   if (!r.status.ok()) {
@@ -102,7 +151,7 @@ void CommandQueue::response_sent(const Request& r) {
     return;
   }
   if (!read && opc != IoOpcode::Write) return;
-  const uint64_t now = transport_.clock().turn_ns(transport_.reactor());
+  const uint64_t now = clock().turn_ns(reactor());
   const uint64_t latency = now > r.arrived_ns ? now - r.arrived_ns : 0;
   const size_t bucket = latency_bucket(latency);
   for (IoMetrics* m : {ns, port}) {
@@ -114,11 +163,11 @@ void CommandQueue::response_sent(const Request& r) {
 
 // ---------------------------------------------------------------- the contract
 
-void CommandQueue::parse(Request& r) {
+void CommandQueue::parse(Command& r) {
   // Fabrics commands describe data with SGLs only (PSDT 01b), whatever the opcode: anything
   // else would run as something the host did not ask for.
   if ((r.sqe.flags & kSqeFlagsPsdtMask) != kSqeFlagsPsdtSgl) {
-    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (not PSDT 01b)", transport_.peer(), r.sqe.cid, r.sqe.opc,
+    log::debug("{}: cid {} opcode 0x{:02x}: flags 0x{:02x} (not PSDT 01b)", link_.peer, r.sqe.cid, r.sqe.opc,
                r.sqe.flags);
     r.status = sc::InvalidField;
     return;
@@ -144,8 +193,9 @@ void CommandQueue::parse(Request& r) {
   else parse_io(r);
 }
 
-void CommandQueue::execute(Request& r) {
-  if (Request::FusedHalf* f = r.fused()) {
+void CommandQueue::execute(Command& r) {
+  set_state(r, State::Running);
+  if (Command::FusedHalf* f = r.fused()) {
     if (!f->partner) {
       set_state(r, State::AwaitingFusedPartner);  // a first half: its Write comes next
       return;
@@ -160,30 +210,30 @@ void CommandQueue::execute(Request& r) {
 
 // ---------------------------------------------------------------- the device leg
 
-void CommandQueue::start_device(Request& r, Namespace& ns) {
+void CommandQueue::start_device(Command& r, Namespace& ns) {
   set_state(r, State::InDevice);
   r.ns_index = ns.index;
-  r.commands = this;
+  r.queue = this;
   r.io.user = &r;
   r.io.done = on_device_done;
   // Only a closed queue refuses, and nothing runs commands once it is closed: the request
   // goes with the transport's pool.
   if (!gate_.enter()) return;
-  ns.device->submit(&r.io, transport_.reactor());
+  ns.device->submit(&r.io, reactor());
 }
 
 void CommandQueue::on_device_done(backend::BlockIo* io, Status st) {
-  Request* r = static_cast<Request*>(io->user);
-  r->commands->device_done(*r, st);
+  Command* r = static_cast<Command*>(io->user);
+  r->queue->device_done(*r, st);
 }
 
-void CommandQueue::device_done(Request& r, Status st) {
+void CommandQueue::device_done(Command& r, Status st) {
   // A closing queue runs nothing more: the request stays where it is, and goes with the
   // transport's pool.
-  device_released(r, gate_.closed() || transport_.closing());
+  device_released(r, gate_.closed() || link_.closing);
   if (!leave_gate()) return;
   r.device_status = st;
-  set_state(r, State::Executing);
+  set_state(r, State::Running);
   io_done(r);
 }
 
@@ -193,64 +243,63 @@ bool CommandQueue::leave_gate() {
     return false;
   }
   gate_.leave();
-  return !transport_.closing();
+  return !link_.closing;
 }
 
 // A device that completes inline (RAM) would otherwise run a command's every range in one
 // turn: 128 ranges of 1 MiB are 256 MiB of memcpy, and every other command on this reactor
 // would wait for it.
-void CommandQueue::next_turn(Request& r) {
+void CommandQueue::next_turn(Command& r) {
   set_state(r, State::BetweenSteps);
   if (!gate_.enter()) return;  // closed: nothing runs commands any more
-  r.commands = this;
+  r.queue = this;
   r.next_step.owner = &r;
   r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
-    Request* req = static_cast<reactor::OwnedCompletion<Request>*>(c)->owner;
-    CommandQueue* self = req->commands;
+    Command* req = static_cast<reactor::OwnedCompletion<Command>*>(c)->owner;
+    CommandQueue* self = req->queue;
     if (!self->leave_gate()) return;
-    self->set_state(*req, State::Executing);
+    self->set_state(*req, State::Running);
     self->next_step(*req);
   };
-  reactor::Reactor& reactor = transport_.reactor();
-  io_uring_sqe* sqe = reactor.get_sqe();
+  io_uring_sqe* sqe = reactor().get_sqe();
   io_uring_prep_nop(sqe);
-  reactor.prep(sqe, &r.next_step);
+  reactor().prep(sqe, &r.next_step);
 }
 
-void CommandQueue::next_step(Request& r) {
+void CommandQueue::next_step(Command& r) {
   if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
   else dsm_step(r);
 }
 
-void CommandQueue::run_off_reactor(Request& r, void (*work)(void* arg), void* arg) {
+void CommandQueue::run_off_reactor(Command& r, void (*work)(void* arg), void* arg) {
   set_state(r, State::OnWorker);  // as a device I/O: it cannot be aborted, and it comes back
   if (!gate_.enter()) return;     // closed: nothing runs commands any more
-  set_.offload_started();
+  shared_.offload_started();
   TargetState* target = &target_;
-  reactor::Reactor* reactor = &transport_.reactor();
-  ConnectionSet* set = &set_;  // outlives the queue: the reactor's
+  reactor::Reactor* loop = &reactor();
+  ReactorCommands* set = &shared_;  // outlives the queue: the reactor's
   // Keyed by the source address: a peer's backlog of such work waits behind its own jobs only.
-  target_.workers().submit(arrival_.remote_address, [this, &r, work, arg, target, reactor, set] {
+  target_.workers().submit(link_.arrival.remote_address, [this, &r, work, arg, target, loop, set] {
     if (OffloadHook* h = target->offload_hook.load(std::memory_order_acquire)) h->before_work();
     work(arg);
     // The gate keeps this queue (and r) until worker_done has run.
-    reactor->post([this, &r] {
-      set_.offload_returned();
+    loop->post([this, &r] {
+      shared_.offload_returned();
       worker_done(r);  // may free this queue: touch nothing after
     });
     set->offload_post_done();  // the queue may be gone by now; the set and reactor are not
   });
 }
 
-void CommandQueue::worker_done(Request& r) {
+void CommandQueue::worker_done(Command& r) {
   if (!leave_gate()) return;
-  set_state(r, State::Executing);
+  set_state(r, State::Running);
   auth_send_done(r);  // the one work that runs there: an Authentication Send's
 }
 
-void CommandQueue::device_released(Request& r, bool queue_ending) {
+void CommandQueue::device_released(Command& r, bool queue_ending) {
   if (r.fence_counted) {
-    r.fence_ns->fence.end_write(set_.index());
+    r.fence_ns->fence.end_write(shared_.index());
     r.fence_counted = false;
   }
   if (queue_ending && r.fence_owner) {
@@ -268,11 +317,11 @@ void CommandQueue::end_controller(const char* why) {
     if (!ctrl_->dead.exchange(true))
       log::event(log::Level::Info, "disconnect",
                  {{"host_nqn", ctrl_->hostnqn()},
-                  {"address", transport_.peer()},
+                  {"address", link_.peer},
                   {"subsystem", ctrl_->subsystem().nqn()},
                   {"cntlid", std::to_string(ctrl_->cntlid())},
                   {"reason", why}},
-                 "{}: controller {} of {} torn down: {}", transport_.peer(), ctrl_->cntlid(), ctrl_->subsystem().nqn(),
+                 "{}: controller {} of {} torn down: {}", link_.peer, ctrl_->cntlid(), ctrl_->subsystem().nqn(),
                  why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
   } else if (!qid_claim_after_auth_) {  // a queue that never proved its key never had its qid
@@ -284,56 +333,50 @@ void CommandQueue::end_controller(const char* why) {
 
 void CommandQueue::closed() {
   end_controller("admin queue closed");
-  auto& reactor = transport_.reactor();
-  reactor.cancel_timer(&fence_timer_);
-  reactor.cancel_timer(&durable_timer_);
+  reactor().cancel_timer(&fence_timer_);
+  reactor().cancel_timer(&durable_timer_);
   durable_waiters_.clear();  // their changes are made; their answers have nowhere to go
   // A fused operation that owned its namespace's fence and never reached the device lets go.
-  for (Request* w : fence_waiters_) {
+  for (Command* w : fence_waiters_) {
     if (w->fence_owner) w->fence_ns->fence.release();
     w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
   }
   fence_waiters_.clear();
+  held_.clear();  // their answers have nowhere to go
   gate_.close();  // may free this queue and its transport: touch nothing after
 }
 
 // ---------------------------------------------------------------- Abort of an I/O command
 
 bool CommandQueue::abort_command(uint16_t cid) {
-  if (!connected() || transport_.closing()) return false;
-  for (auto& slot : pool_.slots()) {
-    Request& r = *slot;
-    // A free slot keeps the CID of the command it last carried, and a command being sent is
-    // done: the host may already have its answer and reuse the CID for a live command in
-    // another slot, which is the one to abort.
-    const State st = r.state();
-    if (r.sqe.cid != cid || st == State::Free || st == State::Sending) continue;
-    if (transport_.abort_before_execution(r)) return true;
-    // Commands that go to the device one step at a time (a range, a namespace) stop at the
-    // next step: what the finished steps did stays done, as an aborted command may leave it.
-    const auto opc = static_cast<IoOpcode>(r.sqe.opc);
-    if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted &&
-        !r.fused() &&
-        (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
-      r.aborted = true;
-      log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", transport_.peer(), cid, r.sqe.opc);
-      return true;
-    }
-    return false;  // one operation on the device, or being sent
+  if (!connected() || link_.closing) return false;
+  const CommandTransport::AbortLookup found = transport_.abort_before_execution(cid);
+  if (found.ended) return true;
+  if (!found.running) return false;
+  Command& r = *found.running;
+  // Commands that go to the device one step at a time (a range, a namespace) stop at the
+  // next step: what the finished steps did stays done, as an aborted command may leave it.
+  const State st = r.state();
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted && !r.fused() &&
+      (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
+    r.aborted = true;
+    log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", link_.peer, cid, r.sqe.opc);
+    return true;
   }
-  return false;
+  return false;  // one operation on the device, or being sent
 }
 
 // ---------------------------------------------------------------- holds
 
-void CommandQueue::submit(Request& r, Namespace& ns) {
+void CommandQueue::submit(Command& r, Namespace& ns) {
   // Writes count themselves against the namespace's fence, or wait while a fused Compare
   // and Write holds it.
   const auto op = r.io.op;
   if (!r.fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
                          op == backend::BlockIo::Op::Deallocate)) {
     r.fence_ns = &ns;
-    if (!ns.fence.begin_write(set_.index(), r.fence_waiting)) {
+    if (!ns.fence.begin_write(shared_.index(), r.fence_waiting)) {
       wait_for_fence(r);
       return;
     }
@@ -342,18 +385,18 @@ void CommandQueue::submit(Request& r, Namespace& ns) {
   start_device(r, ns);
 }
 
-void CommandQueue::wait_for_fence(Request& r) {
+void CommandQueue::wait_for_fence(Command& r) {
   set_state(r, State::AwaitingFence);
   fence_waiters_.push_back(&r);
-  if (!fence_timer_.linked) transport_.reactor().arm_timer(&fence_timer_, kFenceRetryNs);
+  if (!fence_timer_.linked) reactor().arm_timer(&fence_timer_, kFenceRetryNs);
 }
 
 void CommandQueue::on_fence_timer(reactor::Timer* t) {
   auto* self = static_cast<TimerSlot*>(t)->owner;
-  std::vector<Request*> waiting;
+  std::vector<Command*> waiting;
   waiting.swap(self->fence_waiters_);
-  for (Request* r : waiting) {
-    self->set_state(*r, State::Executing);
+  for (Command* r : waiting) {
+    self->set_state(*r, State::Running);
     // A fused Compare waits to own the fence or for it to drain; anything else is a write
     // whose device operation is ready to go.
     if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
@@ -365,31 +408,31 @@ void CommandQueue::on_fence_timer(reactor::Timer* t) {
 // share the next write); this reactor looks again every kDurableRetryNs and never waits for
 // the disk itself. r completes then, with Success or, if the state could not be written,
 // Internal Error.
-void CommandQueue::wait_until_durable(Request& r, uint64_t ticket) {
-  r.steps = Request::DurableWait{ticket};
+void CommandQueue::wait_until_durable(Command& r, uint64_t ticket) {
+  r.steps = Command::DurableWait{ticket};
   set_state(r, State::AwaitingDurable);
   durable_waiters_.push_back(&r);
-  if (!durable_timer_.linked) transport_.reactor().arm_timer(&durable_timer_, kDurableRetryNs);
+  if (!durable_timer_.linked) reactor().arm_timer(&durable_timer_, kDurableRetryNs);
 }
 
 void CommandQueue::on_durable_timer(reactor::Timer* t) {
   auto* self = static_cast<TimerSlot*>(t)->owner;
   auto& waiting = self->durable_waiters_;
   size_t kept = 0;
-  for (Request* r : waiting) {
+  for (Command* r : waiting) {
     bool durable = false;
     Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
-    if (ns && !ns->reservations.written(std::get<Request::DurableWait>(r->steps).ticket, durable)) {
+    if (ns && !ns->reservations.written(std::get<Command::DurableWait>(r->steps).ticket, durable)) {
       waiting[kept++] = r;
       continue;
     }
     // The change is made; a state that could not be written fails the command (the host
     // asked for it to survive power loss and it would not).
-    self->set_state(*r, State::Executing);
+    self->set_state(*r, State::Running);
     self->complete(*r, durable ? sc::Success : sc::InternalError);
   }
   waiting.resize(kept);
-  if (kept) self->transport_.reactor().arm_timer(&self->durable_timer_, kDurableRetryNs);
+  if (kept) self->reactor().arm_timer(&self->durable_timer_, kDurableRetryNs);
 }
 
 }  // namespace nvtcp::target

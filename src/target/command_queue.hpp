@@ -1,22 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // The command layer of one target queue: fabrics (Connect, Property Get/Set, Disconnect),
-// admin and NVM commands, each run on a Request with the handful of calls a CommandTransport
-// offers. It knows nothing of PDUs, sockets or TCP: the NVMe/TCP queue (tcp_queue.hpp)
-// carries its requests, and unit tests run its handlers on a fake transport.
+// admin and NVM commands, each run on a Command with the handful of calls a CommandTransport
+// offers. It knows nothing of PDUs, sockets or TCP (the layering test keeps src/target_tcp out
+// of its sight): the NVMe/TCP queue (target_tcp/tcp_queue.hpp) carries its commands, and unit
+// tests run them on a fake transport that implements the seam and nothing else.
 //
 // The contract with the transport, the same for every command (TcpQueue::process() runs it):
 //   parse(r)        once, when the capsule and any in-capsule data are in: checks what can be
 //                   checked without the host's data and declares r.xfer (the data's direction
 //                   and length, and the buffer the command needs). A status other than
-//                   Success ends the command there.
-//   execute(r)      once, when the buffer is there and the host's data is in (Executing). The
-//                   command layer runs it from there: to the device (InDevice), a worker
+//                   Success ends the command there: the transport calls fail(r, r.status).
+//   execute(r)      once, when the buffer is there and the host's data is in (Idle ->
+//                   Running). The command layer runs it from there: to the device (InDevice), a worker
 //                   (OnWorker), a later reactor turn (BetweenSteps) or one of its holds (a fence,
 //                   a fused partner, a durable state file, an event, an Abort's answer), until
 //                   it calls the transport's complete(). One handler may instead ask for a
 //                   buffer it could not know at parse (need_buffer(): Get Log Page, whose size
 //                   is known once the log is built); it has changed nothing then, and it is
 //                   executed again, from the start, once the buffer is there.
+//   release(r)      once the transport has sent r's response: its figures are counted and
+//                   its namespace let go. fail(r, st) ends one the transport refuses itself.
 //
 // Requests inside a device or on a worker keep the transport's memory: the queue's gate
 // counts them, and once the transport has closed (closed()) the last of them runs the
@@ -35,12 +38,12 @@
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
 #include "target/controller.hpp"
-#include "target/request_pool.hpp"
+#include "target/command.hpp"
+#include "target/queue_memory.hpp"
+#include "target/reactor_commands.hpp"
 #include "util/gate.hpp"
 
 namespace nvtcp::target {
-
-class ConnectionSet;
 
 // Where a connection came in: the listener's port ID (0: the discovery-only port) and the
 // local address the host reached (what a wildcard listener advertises to it).
@@ -50,64 +53,81 @@ struct Arrival {
   std::string remote_address;  // the host's IP address, no port
 };
 
-// What a command handler asks of the queue its request came in on.
+// What the transport tells the command layer of its queue, given once at construction: the
+// reactor and clock it runs on, who the peer is and where it came in, and the link as it has
+// been negotiated so far. The transport keeps it up to date (the digests and TLS session at
+// ICReq, its closing); the command layer only reads it.
+struct QueueLink {
+  reactor::Reactor* reactor = nullptr;
+  const reactor::Clock* clock = nullptr;
+  std::string peer;
+  Arrival arrival;
+  std::string features;      // ", TLS ..., header digest": for the log line of a Connect
+  std::string tls_identity;  // the PSK identity of the queue's TLS session; empty without TLS
+  bool closing = false;      // closed, or on its way: nothing is answered any more
+};
+
+// What the command layer asks of the transport its queue runs on: the four calls back up
+// through the seam (nvmet's queue_response, and what a TCP transport must do for a command
+// that nvmet's core leaves to it).
 class CommandTransport {
  public:
   virtual ~CommandTransport() = default;
-  // r is done: its status, dw0/dw1 and any data (tx_data, tx_len, tx_pad) are set. Its
-  // response goes out (Sending).
-  virtual void complete(Request& r) = 0;
-  // Executing -> NeedBuffer: r needs a buffer of len bytes; execute(r) runs again once it is
-  // there (or r fails with Internal Error if memory cannot be had at all).
-  virtual void need_buffer(Request& r, uint32_t len) = 0;
-  // A Queued, NeedBuffer or AwaitingH2C request is aborted: the transport ends it (at once,
-  // or once the data already asked for is in). False when r is in none of those states.
-  virtual bool abort_before_execution(Request& r) = 0;
-  // Connect succeeded: the queue is now qid with sqsize entries (its pool grows to that).
-  virtual void connected() = 0;
+  // r is done: its status, dw0/dw1, its completion (r.cqe) and any data (tx_data, tx_len,
+  // tx_pad) are set. Its response goes out; the transport hands it back to release() once it
+  // has left, and closes the queue then if r.close_queue_after.
+  virtual void complete(Command& r) = 0;
+  // r needs a buffer of len bytes: execute(r) runs again once it is there (or r fails with
+  // Internal Error if memory cannot be had at all).
+  virtual void need_buffer(Command& r, uint32_t len) = 0;
+  // Abort: the live command with this CID, if the transport has one. One that has not reached
+  // execute() (waiting for its turn, memory or data) the transport ends itself (at once, or
+  // once the data already asked for is in): ended. One that has is returned as running (this
+  // layer's to stop, if it can). Neither: no live command has that CID.
+  struct AbortLookup {
+    bool ended = false;
+    Command* running = nullptr;
+  };
+  virtual AbortLookup abort_before_execution(uint16_t cid) = 0;
+  // The queue ends now (its controller was torn down elsewhere); why is logged.
   virtual void close(const std::string& why) = 0;
-  virtual bool closing() const = 0;  // closed, or on its way: nothing is answered any more
-  virtual void close_after_response() = 0;  // Disconnect: close once its response has left
-  virtual reactor::Reactor& reactor() = 0;
-  virtual const reactor::Clock& clock() const = 0;
-  virtual const std::string& peer() const = 0;
-  // What the link negotiated, for the log line of a Connect: ", header digest" and the like.
-  virtual std::string link_features() const = 0;
-  // The PSK identity of the TLS session the queue runs in; empty without TLS.
-  virtual std::string_view tls_identity() const { return {}; }
 };
 
 class CommandQueue final : public AdminQueueSink, public CommandAborter {
  public:
   // drained(drained_ctx): the release that closed() leads to, once nothing is in a device or on
   // a worker any more.
-  CommandQueue(TargetState& target, CommandTransport& transport, RequestPool& pool, ConnectionSet& set,
-               Arrival arrival, Gate::Release drained, void* drained_ctx);
+  CommandQueue(TargetState& target, CommandTransport& transport, const QueueLink& link, QueueMemory& memory,
+               ReactorCommands& shared, Gate::Release drained, void* drained_ctx);
   ~CommandQueue() override;
   CommandQueue(const CommandQueue&) = delete;
   CommandQueue& operator=(const CommandQueue&) = delete;
 
   // The contract above.
-  void parse(Request& r);
-  void execute(Request& r);
+  void parse(Command& r);
+  void execute(Command& r);
 
-  // A capsule was taken from the submission queue: the head moves on.
-  void fetched();
+  // A command the transport ends before it executes (its parse failed, a digest error, bad
+  // in-capsule data, no memory for it, an Abort while it waited) ends with st: its response
+  // is built and goes back to the transport's complete().
+  void fail(Command& r, wire::Status st);
   // r holds ns (nullptr: none) in place of what it held: a namespace removed live is destroyed
   // only once no request holds it. The queue drops a request's hold when it releases the
   // request, and every hold when it ends.
-  void hold_namespace(Request& r, Namespace* ns);
-  // The completion queue entry for r, as it goes out; a failed command is logged in the
-  // controller's error log first.
-  wire::Cqe response(const Request& r);
-  // r's response has left (the stream let go of it): it counts in its namespace's metrics.
-  void response_sent(const Request& r);
+  void hold_namespace(Command& r, Namespace* ns);
+  // r's response has left (the stream let go of it): it counts in its namespace's metrics,
+  // and lets go of its namespace.
+  void release(Command& r);
+  // Commands in each state now, of the transport's `commands` (Idle: those not in this layer),
+  // and entries into each since the queue began.
+  CommandStateCounts command_states(uint32_t commands) const;
+  const CommandStateEntries& command_entries() const { return entries_; }
   bool sq_flow_disabled() const { return sq_flow_disabled_; }
   bool connected() const { return ctrl_ != nullptr; }
   // Whether the queue may run commands: it needs no authentication or has authenticated.
   bool authenticated() const { return !auth_required_ || authenticated_; }
   uint16_t qid() const { return qid_; }
-  const Arrival& arrival() const { return arrival_; }
+  const Arrival& arrival() const { return link_.arrival; }
   uint16_t sqsize() const { return sqsize_; }
   Controller* controller() const { return ctrl_.get(); }
   // Bytes of in-capsule data a command may carry on this queue, and the buffer a command
@@ -132,83 +152,94 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool abort_command(uint16_t cid) override;
 
  private:
-  using State = Request::State;
-  void set_state(Request& r, State to) { pool_.set_state(&r, to); }
-  void complete(Request& r, wire::Status st);
+  using State = Command::State;
+  // The one place a command changes state: the move must be legal (checked in Debug and
+  // sanitizer builds) and the per-state counts follow it.
+  void set_state(Command& r, State to);
+  void count_response(const Command& r);
+  // r ends with st: its completion queue entry (r.cqe) is built, a failed command is logged in
+  // the controller's error log, and the transport sends it.
+  void complete(Command& r, wire::Status st);
+  void respond(Command& r);
+  // A submission queue entry is consumed (its command completes): the head moves on.
+  void fetched();
   // The device leg: r.io goes to ns's device (InDevice), and device_done comes back once it
   // answers, on this reactor.
-  void start_device(Request& r, Namespace& ns);
+  void start_device(Command& r, Namespace& ns);
   static void on_device_done(backend::BlockIo* io, wire::Status st);
-  void device_done(Request& r, wire::Status st);
+  void device_done(Command& r, wire::Status st);
   // The device let go of r.io: the counts it held in its namespace's fence go, whether or not
   // the queue is still open. queue_ending: r will not run again (the queue is closing), so a
   // fused operation's ownership of the fence ends here too.
-  void device_released(Request& r, bool queue_ending);
+  void device_released(Command& r, bool queue_ending);
   // What a device answered, by what r was doing (io_commands.cpp).
-  void io_done(Request& r);
+  void io_done(Command& r);
   // BetweenSteps: Copy and Dataset Management move on one range per reactor turn; next_step
   // runs the next range from a no-op's completion, among that turn's other completions.
-  void next_turn(Request& r);
-  void next_step(Request& r);
+  void next_turn(Command& r);
+  void next_step(Command& r);
   // OnWorker: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
   // exponentiation), then worker_done(r) on the reactor, unless the queue has closed meanwhile.
   // work must touch nothing the reactor touches until then.
-  void run_off_reactor(Request& r, void (*work)(void* arg), void* arg);
-  void worker_done(Request& r);
+  void run_off_reactor(Command& r, void (*work)(void* arg), void* arg);
+  void worker_done(Command& r);
   // Whether a completion that came back may run its command on: false once the transport is
   // closing or closed; leaves the gate either way (the caller touches nothing after a false).
   bool leave_gate();
   // parse, per command set
-  void parse_fabrics(Request& r);
-  void parse_admin(Request& r);
-  void parse_io(Request& r);
+  void parse_fabrics(Command& r);
+  void parse_admin(Command& r);
+  void parse_io(Command& r);
   // execute, per command set
-  void execute_fabrics(Request& r);
-  void execute_connect(Request& r);
-  void invalid_connect_param(Request& r, bool in_data, uint32_t offset);
+  void execute_fabrics(Command& r);
+  void execute_connect(Command& r);
+  void invalid_connect_param(Command& r, bool in_data, uint32_t offset);
   // In-band authentication: Authentication Send and Receive run the queue's DH-HMAC-CHAP
   // transaction (auth_commands.cpp).
-  void parse_auth(Request& r);
-  void execute_auth(Request& r);
-  void auth_send_done(Request& r);  // the worker's part of an Authentication Send is back
-  void complete_auth(Request& r);
-  void execute_admin(Request& r);
-  void execute_io(Request& r);
-  void execute_copy(Request& r, Namespace& ns);
-  void execute_dsm(Request& r, Namespace& ns);
-  void execute_reservation(Request& r, Namespace& ns);
+  void parse_auth(Command& r);
+  void execute_auth(Command& r);
+  void auth_send_done(Command& r);  // the worker's part of an Authentication Send is back
+  void complete_auth(Command& r);
+  void execute_admin(Command& r);
+  void execute_io(Command& r);
+  void execute_copy(Command& r, Namespace& ns);
+  void execute_dsm(Command& r, Namespace& ns);
+  void execute_reservation(Command& r, Namespace& ns);
   // The steps of Copy, Dataset Management and Flush: one device operation each.
-  void copy_step(Request& r);
-  void copy_done(Request& r);
-  void dsm_step(Request& r);
-  void start_flush(Request& r, bool all, bool shutdown_after = false);
-  void flush_step(Request& r);
+  void copy_step(Command& r);
+  void copy_done(Command& r);
+  void dsm_step(Command& r);
+  void start_flush(Command& r, bool all, bool shutdown_after = false);
+  void flush_step(Command& r);
   // Fused Compare and Write: the first half is held until the next command arrives.
-  bool fused_halves(Request& r);
+  bool fused_halves(Command& r);
   // The held first half (fused_first_) ends with st, unpaired.
   void refuse_fused_first(wire::Status st);
-  void start_fused(Request& cmp, Request& wr);
-  void run_fused(Request& cmp);
-  void fused_done(Request& r);
-  void end_fused(Request& cmp, wire::Status cmp_st, wire::Status wr_st);
+  void start_fused(Command& cmp, Command& wr);
+  void run_fused(Command& cmp);
+  void fused_done(Command& r);
+  void end_fused(Command& cmp, wire::Status cmp_st, wire::Status wr_st);
   // A write (or a fused pair) through its namespace's fence to the device, or held.
-  void submit(Request& r, Namespace& ns);
-  void wait_for_fence(Request& r);
+  void submit(Command& r, Namespace& ns);
+  void wait_for_fence(Command& r);
   static void on_fence_timer(reactor::Timer* t);
-  void wait_until_durable(Request& r, uint64_t ticket);  // a reservation state write
+  void wait_until_durable(Command& r, uint64_t ticket);  // a reservation state write
   static void on_durable_timer(reactor::Timer* t);
   // The checks every I/O command passes before it runs: its queue's controller is alive and
   // enabled. False when r was ended (or the queue closed).
-  bool io_allowed(Request& r);
+  bool io_allowed(Command& r);
   // The namespace r names, if its reservation lets this host run r; else r is ended.
-  Namespace* permitted_namespace(Request& r);
+  Namespace* permitted_namespace(Command& r);
   wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
+
+  reactor::Reactor& reactor() const { return *link_.reactor; }
+  const reactor::Clock& clock() const { return *link_.clock; }
 
   TargetState& target_;
   CommandTransport& transport_;
-  RequestPool& pool_;
-  ConnectionSet& set_;
-  Arrival arrival_;
+  const QueueLink& link_;
+  QueueMemory& memory_;
+  ReactorCommands& shared_;
   uint16_t qid_ = 0;
   uint16_t sqsize_ = 0;  // entries (1's based); 0 until Connect
   uint16_t sqhd_ = 0;
@@ -233,7 +264,7 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool authenticated_ = false;
   bool auth_was_authenticated_ = false;
   struct AuthWork {
-    Request* request = nullptr;  // the Authentication Send whose part is on the worker
+    Command* request = nullptr;  // the Authentication Send whose part is on the worker
     auth::DhchapController* transaction = nullptr;
     const uint8_t* msg = nullptr;
     size_t len = 0;
@@ -244,9 +275,13 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   struct TimerSlot : reactor::Timer {
     CommandQueue* owner = nullptr;
   } fence_timer_, durable_timer_;
-  std::vector<Request*> fence_waiters_;
-  std::vector<Request*> durable_waiters_;  // reservation commands waiting for their state on disk
-  Request* fused_first_ = nullptr;          // a fused first half waiting for its second
+  std::vector<Command*> fence_waiters_;
+  std::vector<Command*> durable_waiters_;  // reservation commands waiting for their state on disk
+  Command* fused_first_ = nullptr;          // a fused first half waiting for its second
+  std::vector<Command*> held_;              // HeldAer and HeldAbort commands (admin queue)
+  void drop_held(Command& r);
+  CommandStateCounts counts_{};
+  CommandStateEntries entries_{};
   // Requests in a device or on a worker (the transport's memory they live in stays until they
   // are back); closed by closed().
   Gate gate_;

@@ -26,14 +26,14 @@ namespace {
 constexpr uint32_t kMaxAdminQueueDepth = 128;
 }  // namespace
 
-void CommandQueue::parse_fabrics(Request& r) {
+void CommandQueue::parse_fabrics(Command& r) {
   const auto fctype = static_cast<FabricsType>(r.sqe.fctype());
   if (fctype == FabricsType::Connect) {
     if (connected()) {
       r.status = sc::CommandSequenceError;
     } else if (r.capsule_len != kConnectDataLen) {
       // Its data comes in the capsule, as every host sends it.
-      log::warn_limited(connect_refusals, "{}: Connect without its {}-byte data (got {})", transport_.peer(),
+      log::warn_limited(connect_refusals, "{}: Connect without its {}-byte data (got {})", link_.peer,
                         kConnectDataLen, r.capsule_len);
       r.status = sc::DataSglLengthInvalid;
     }
@@ -56,14 +56,14 @@ void CommandQueue::parse_fabrics(Request& r) {
   }
 }
 
-void CommandQueue::execute_fabrics(Request& r) {
+void CommandQueue::execute_fabrics(Command& r) {
   const auto fctype = static_cast<FabricsType>(r.sqe.fctype());
   if (fctype == FabricsType::Connect) {
     execute_connect(r);
     return;
   }
   if (fctype == FabricsType::Disconnect) {
-    transport_.close_after_response();
+    r.close_queue_after = true;
     complete(r, sc::Success);
     return;
   }
@@ -91,13 +91,13 @@ void CommandQueue::execute_fabrics(Request& r) {
   complete(r, set.status);
 }
 
-void CommandQueue::invalid_connect_param(Request& r, bool in_data, uint32_t offset) {
+void CommandQueue::invalid_connect_param(Command& r, bool in_data, uint32_t offset) {
   r.dw0 = offset | (in_data ? (1u << 16) : 0);
   complete(r, sc::ConnectInvalidParameters);
 }
 
-void CommandQueue::execute_connect(Request& r) {
-  const std::string& peer = transport_.peer();
+void CommandQueue::execute_connect(Command& r) {
+  const std::string& peer = link_.peer;
   ConnectCmd cmd;
   std::memcpy(&cmd, &r.sqe, sizeof(cmd));
   if (cmd.recfmt != 0) {
@@ -105,7 +105,7 @@ void CommandQueue::execute_connect(Request& r) {
     return;
   }
   ConnectData data;
-  std::memcpy(&data, r.buf.get(), sizeof(data));
+  std::memcpy(&data, r.buf, sizeof(data));
   std::string subnqn(data.subnqn, strnlen(data.subnqn, sizeof(data.subnqn)));
   std::string hostnqn(data.hostnqn, strnlen(data.hostnqn, sizeof(data.hostnqn)));
   const std::shared_ptr<Subsystem> sub = target_.find_subsystem(subnqn);
@@ -115,7 +115,7 @@ void CommandQueue::execute_connect(Request& r) {
     return;
   }
   // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
-  if (!sub->reachable_through(arrival_.portid)) {
+  if (!sub->reachable_through(link_.arrival.portid)) {
     log::warn_limited(connect_refusals,
                       "{}: Connect to subsystem '{}', which is not on the listener this host came through", peer,
                       subnqn);
@@ -129,7 +129,7 @@ void CommandQueue::execute_connect(Request& r) {
   }
   // In TLS, the PSK chose the host and the subsystem: the Connect must name the same two, or a
   // host holding one key could act as any other.
-  const std::string_view tls = transport_.tls_identity();
+  const std::string_view tls = link_.tls_identity;
   // A host with a PSK comes in over TLS: in the clear, its NQN (which every ClientHello of it
   // shows) proves nothing.
   if (!sub->is_discovery() && tls.empty() && !sub->channel_allowed(hostnqn, false)) {
@@ -175,7 +175,7 @@ void CommandQueue::execute_connect(Request& r) {
   const bool must_prove = tls.empty() && keys && keys->dhchap;
   const bool vouched = !tls.empty() || (!must_prove && !sub->allows_any_host() && !sub->is_discovery());
   const std::string principal =
-      vouched ? hostnqn : fmt::format("unauthenticated hosts at {}", arrival_.remote_address);
+      vouched ? hostnqn : fmt::format("unauthenticated hosts at {}", link_.arrival.remote_address);
   auto host = target_.host_budget(principal);
   if (host->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
       cfg.max_connections_per_host) {
@@ -185,8 +185,8 @@ void CommandQueue::execute_connect(Request& r) {
     complete(r, sc::ConnectControllerBusy);
     return;
   }
-  const uint64_t pool = uint64_t(cmd.sqsize + 1) * sizeof(Request);
-  if (!pool_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
+  const uint64_t pool = memory_.pool_bytes_for(cmd.sqsize + 1u);
+  if (!memory_.reserve_budgets(host.get(), pool, cfg.max_buffer_memory)) {
     host->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn_limited(
         connect_refusals,
@@ -197,7 +197,7 @@ void CommandQueue::execute_connect(Request& r) {
     return;
   }
   auto undo = [&] {
-    pool_.release_budgets(host.get(), pool);
+    memory_.release_budgets(host.get(), pool);
     host->connections.fetch_sub(1, std::memory_order_relaxed);
   };
   std::shared_ptr<Controller> ctrl;
@@ -213,10 +213,10 @@ void CommandQueue::execute_connect(Request& r) {
       complete(r, sc::ConnectControllerBusy);
       return;
     }
-    auto made = std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato, transport_.clock());
+    auto made = std::make_shared<Controller>(target_, *sub, cntlid, hostnqn, data.hostid, cmd.kato, clock());
     // Where it came in is set before other threads can find it (ANA changes look at its port).
-    made->set_local_address(arrival_.local_address);
-    const bool on_listener = made->set_port(arrival_.portid);
+    made->set_local_address(link_.arrival.local_address);
+    const bool on_listener = made->set_port(link_.arrival.portid);
     ctrl = on_listener ? sub->add_controller(std::move(made)) : nullptr;
     if (!ctrl) {  // deleted, or taken off this listener, by RPC since it was found: as if it had not been there
       undo();
@@ -235,7 +235,7 @@ void CommandQueue::execute_connect(Request& r) {
     }
     // A controller lives on one port: its I/O queues come in where its admin queue did, or
     // their ANA states and counters would be another path's.
-    if (ctrl->portid() != arrival_.portid) {
+    if (ctrl->portid() != link_.arrival.portid) {
       log::warn_limited(connect_refusals,
                         "{}: I/O Connect for controller {} came in through another listener than its admin queue", peer,
                         data.cntlid);
@@ -263,21 +263,20 @@ void CommandQueue::execute_connect(Request& r) {
     resv_cache_.assign(sub->max_namespaces() + 1, {});  // by NSID
   }
   ctrl_ = ctrl;
-  if (cmd.qid == 0) ctrl_->attach_admin_queue(&transport_.reactor(), this);
+  if (cmd.qid == 0) ctrl_->attach_admin_queue(&reactor(), this);
   else if (!must_prove)
-    ctrl_->register_io_queue(cmd.qid, &transport_.reactor(), this);
+    ctrl_->register_io_queue(cmd.qid, &reactor(), this);
   else
     qid_claim_after_auth_ = true;
   host_ = std::move(host);
-  pool_.attach_host(host_.get(), pool);
+  memory_.attach_host(host_.get(), pool);
   qid_ = cmd.qid;
   sqsize_ = uint16_t(cmd.sqsize + 1);
-  sqhd_ = 1 % sqsize_;  // the Connect itself was consumed
+  sqhd_ = 0;  // the Connect itself is consumed as it completes (respond())
   sq_flow_disabled_ = cmd.cattr & kConnectAttrDisableSqFlow;
   if (keys) auth_keys_ = *keys;
   auth_required_ = keys && keys->dhchap;
   budget_after_auth_ = must_prove;
-  transport_.connected();
   log::event(log::Level::Info, "connect",
              {{"host_nqn", hostnqn},
               {"address", peer},
@@ -286,7 +285,7 @@ void CommandQueue::execute_connect(Request& r) {
               {"qid", std::to_string(qid_)}},
              "{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
              ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
-             transport_.link_features(), auth_required_ ? ", must authenticate" : "");
+             link_.features, auth_required_ ? ", must authenticate" : "");
   r.dw0 = ctrl->cntlid() | (auth_required_ ? kConnectResultAtr : 0);
   complete(r, sc::Success);
 }

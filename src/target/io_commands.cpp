@@ -9,7 +9,6 @@
 
 #include "target/command_queue.hpp"
 #include "target/queue_limits.hpp"
-#include "target/tcp_queue.hpp"
 #include "util/log.hpp"
 #include "wire/reservations.hpp"
 
@@ -18,7 +17,7 @@ namespace nvtcp::target {
 using namespace nvtcp::wire;
 
 namespace {
-using Direction = Request::Direction;
+using Direction = Command::Direction;
 
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
@@ -31,7 +30,7 @@ bool writes_blocks(IoOpcode op) {
 
 // r takes len bytes from the host: in its capsule (exactly len), or asked for by R2T (then
 // the SGL must say so). The buffer holds them and whatever the command adds to them.
-bool host_data(Request& r, uint32_t len, uint32_t mdts) {
+bool host_data(Command& r, uint32_t len, uint32_t mdts) {
   if (r.capsule_len == 0 && r.sqe.sgl.type != kSglTransportDataBlock) {
     r.status = sc::SglDescriptorTypeInvalid;
     return false;
@@ -57,7 +56,7 @@ Status CommandQueue::block_range(const Sqe& sqe, const Namespace& ns, bool bound
   return sc::Success;
 }
 
-bool CommandQueue::io_allowed(Request& r) {
+bool CommandQueue::io_allowed(Command& r) {
   // The admin queue's loss ends this queue now, not at the next periodic check; a reset or
   // shut-down controller runs no I/O (the host must re-enable it first).
   if (ctrl_->dead.load(std::memory_order_relaxed)) {
@@ -71,14 +70,14 @@ bool CommandQueue::io_allowed(Request& r) {
   return true;
 }
 
-void CommandQueue::hold_namespace(Request& r, Namespace* ns) {
+void CommandQueue::hold_namespace(Command& r, Namespace* ns) {
   if (r.ns == ns) return;
-  if (r.ns) r.ns->holds.drop(set_.index());
+  if (r.ns) r.ns->holds.drop(shared_.index());
   r.ns = ns;
-  if (ns) ns->holds.hold(set_.index());
+  if (ns) ns->holds.hold(shared_.index());
 }
 
-Namespace* CommandQueue::permitted_namespace(Request& r) {
+Namespace* CommandQueue::permitted_namespace(Command& r) {
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Flush && r.sqe.nsid == kNsidAll) {
     // Flush is in the write group a reservation restricts, on every namespace it reaches:
@@ -122,7 +121,7 @@ Namespace* CommandQueue::permitted_namespace(Request& r) {
 
 // ---------------------------------------------------------------- parse
 
-void CommandQueue::parse_io(Request& r) {
+void CommandQueue::parse_io(Command& r) {
   if (!io_allowed(r)) {
     if (r.status.ok()) r.status = sc::CommandSequenceError;  // the queue closes: it is not answered
     return;
@@ -200,7 +199,7 @@ void CommandQueue::parse_io(Request& r) {
 
 // ---------------------------------------------------------------- execute
 
-void CommandQueue::execute_io(Request& r) {
+void CommandQueue::execute_io(Command& r) {
   // Checked again when the command waited (for memory, its turn or the host's data): the
   // controller, or a reservation, may have changed meanwhile. Otherwise parse checked it
   // this very turn.
@@ -223,7 +222,7 @@ void CommandQueue::execute_io(Request& r) {
     return;
   }
   backend::BlockIo& io = r.io;
-  io.buffer = r.buf.get();
+  io.buffer = r.buf;
   io.read_data = nullptr;
   io.offset = sqe.slba() << ns->lbads;
   io.length = uint64_t(sqe.nlb()) << ns->lbads;
@@ -235,7 +234,7 @@ void CommandQueue::execute_io(Request& r) {
     case IoOpcode::WriteZeroes: io.op = backend::BlockIo::Op::WriteZeroes; break;
     case IoOpcode::Compare:
       io.op = backend::BlockIo::Op::Read;
-      io.buffer = r.buf.get() + align_4k(r.xfer.len);
+      io.buffer = r.buf + align_4k(r.xfer.len);
       break;
     case IoOpcode::Copy: execute_copy(r, *ns); return;
     case IoOpcode::DatasetManagement: execute_dsm(r, *ns); return;
@@ -245,9 +244,9 @@ void CommandQueue::execute_io(Request& r) {
   submit(r, *ns);
 }
 
-void CommandQueue::execute_copy(Request& r, Namespace& ns) {
+void CommandQueue::execute_copy(Command& r, Namespace& ns) {
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
-  const auto* ranges = reinterpret_cast<const CopySourceRange*>(r.buf.get());
+  const auto* ranges = reinterpret_cast<const CopySourceRange*>(r.buf);
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
   const uint64_t max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns.lbads);
   uint64_t total = 0;
@@ -268,17 +267,17 @@ void CommandQueue::execute_copy(Request& r, Namespace& ns) {
     complete(r, sc::LbaOutOfRange);
     return;
   }
-  r.steps = Request::CopySteps{0, sdlba, 0, false};
+  r.steps = Command::CopySteps{0, sdlba, 0, false};
   copy_step(r);
 }
 
-void CommandQueue::execute_dsm(Request& r, Namespace& ns) {
+void CommandQueue::execute_dsm(Command& r, Namespace& ns) {
   if (!(r.sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
     complete(r, sc::Success);
     return;
   }
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
-  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf.get());
+  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf);
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < nr; ++i) {
     if (ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba) {
@@ -286,19 +285,19 @@ void CommandQueue::execute_dsm(Request& r, Namespace& ns) {
       return;
     }
   }
-  r.steps = Request::DsmSteps{};
+  r.steps = Command::DsmSteps{};
   dsm_step(r);
 }
 
 // Reservation commands: the namespace's Reservations decides, under its lock; the notices a
 // command causes go to the other hosts' controllers.
-void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
+void CommandQueue::execute_reservation(Command& r, Namespace& ns) {
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   if (opc == IoOpcode::ReservationReport) {
-    const Status st = ns.reservations.report(sqe.cdw11 & 1, r.buf.get(), r.xfer.len);
+    const Status st = ns.reservations.report(sqe.cdw11 & 1, r.buf, r.xfer.len);
     if (st.ok()) {
-      r.tx_data = r.buf.get();
+      r.tx_data = r.buf;
       r.tx_len = r.xfer.len;
     }
     complete(r, st);
@@ -311,19 +310,19 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
   switch (opc) {
     case IoOpcode::ReservationRegister: {
       ReservationRegisterData d;
-      std::memcpy(&d, r.buf.get(), sizeof(d));
+      std::memcpy(&d, r.buf, sizeof(d));
       o = ns.reservations.apply_register(host, sqe.cdw10, d, notices);
       break;
     }
     case IoOpcode::ReservationAcquire: {
       ReservationAcquireData d;
-      std::memcpy(&d, r.buf.get(), sizeof(d));
+      std::memcpy(&d, r.buf, sizeof(d));
       o = ns.reservations.apply_acquire(host, sqe.cdw10, d, notices);
       break;
     }
     default: {
       ReservationReleaseData d;
-      std::memcpy(&d, r.buf.get(), sizeof(d));
+      std::memcpy(&d, r.buf, sizeof(d));
       o = ns.reservations.apply_release(host, sqe.cdw10, d, notices);
       break;
     }
@@ -331,7 +330,7 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
   // debug, not info: any host can send these in a loop, and each log line is a write(2).
   if (o.status.ok())
     log::debug("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}",
-               transport_.peer(), ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
+               link_.peer, ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
   ctrl_->subsystem().notify_reservation(ns.nsid, notices);
   if (!o.durable_ticket) {
     complete(r, o.status);
@@ -343,7 +342,7 @@ void CommandQueue::execute_reservation(Request& r, Namespace& ns) {
 
 // ---------------------------------------------------------------- device completions
 
-void CommandQueue::io_done(Request& r) {
+void CommandQueue::io_done(Command& r) {
   Status st = r.device_status;
   // A device that failed a command is an error event for the host (Transient Internal
   // Error: the failure is the command's, the controller goes on).
@@ -352,17 +351,17 @@ void CommandQueue::io_done(Request& r) {
     fused_done(r);
     return;
   }
-  if (std::holds_alternative<Request::FlushSteps>(r.steps)) {
+  if (std::holds_alternative<Command::FlushSteps>(r.steps)) {
     if (st.ok()) flush_step(r);
     else complete(r, st);
     return;
   }
-  if (std::holds_alternative<Request::DsmSteps>(r.steps)) {
+  if (std::holds_alternative<Command::DsmSteps>(r.steps)) {
     if (st.ok()) next_turn(r);
     else complete(r, st);
     return;
   }
-  if (std::holds_alternative<Request::CopySteps>(r.steps)) {
+  if (std::holds_alternative<Command::CopySteps>(r.steps)) {
     copy_done(r);
     return;
   }
@@ -373,7 +372,7 @@ void CommandQueue::io_done(Request& r) {
   }
   if (opc == IoOpcode::Compare) {
     const uint8_t* device = r.io.read_data ? r.io.read_data : r.io.buffer;
-    if (st.ok() && std::memcmp(r.buf.get(), device, r.io.length) != 0) st = sc::CompareFailure;
+    if (st.ok() && std::memcmp(r.buf, device, r.io.length) != 0) st = sc::CompareFailure;
     complete(r, st);
     return;
   }
@@ -381,7 +380,7 @@ void CommandQueue::io_done(Request& r) {
     if (r.io.op == backend::BlockIo::Op::Read) stats_[r.ns_index].add_read(r.io.length);
     else if (r.io.op == backend::BlockIo::Op::Write) stats_[r.ns_index].add_write(r.io.length);
   }
-  if (st.ok() && r.io.fua) set_.count_fua_write();
+  if (st.ok() && r.io.fua) shared_.count_fua_write();
   if (st.ok() && r.io.op == backend::BlockIo::Op::Read) {
     r.tx_data = r.io.read_data;
     r.tx_len = uint32_t(r.io.length);
@@ -394,11 +393,11 @@ void CommandQueue::io_done(Request& r) {
 // Copy: each source range is read into the buffer after the range list, then written at the
 // destination, which moves on by that range's length; one range per reactor turn at most. Both
 // go a piece of at most kCopyPieceBytes at a time, each piece within its reactor's budget for
-// data moved inside the target per turn (ConnectionSet::take_step_budget), the pieces over it
+// data moved inside the target per turn (ReactorCommands::take_step_budget), the pieces over it
 // on later turns: the whole range is read before any of it is written, as when it went in one
 // piece, so a destination overlapping its source reads the same either way.
-void CommandQueue::copy_step(Request& r) {
-  auto& copy = std::get<Request::CopySteps>(r.steps);
+void CommandQueue::copy_step(Command& r) {
+  auto& copy = std::get<Command::CopySteps>(r.steps);
   // Aborted: before a range is written, or between ranges; a range being written is written whole.
   if (r.aborted && !(copy.writing && copy.done > 0)) {
     complete(r, sc::AbortRequested);
@@ -410,14 +409,14 @@ void CommandQueue::copy_step(Request& r) {
     return;
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
-  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf.get())[copy.next];
+  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
-  if (!set_.take_step_budget(transport_.reactor().turn(), piece)) {
+  if (!shared_.take_step_budget(reactor().turn(), piece)) {
     next_turn(r);  // over this turn's budget: a later turn
     return;
   }
-  uint8_t* data = r.buf.get() + kCopyRangesBytes + copy.done;
+  uint8_t* data = r.buf + kCopyRangesBytes + copy.done;
   r.io.op = copy.writing ? backend::BlockIo::Op::Write : backend::BlockIo::Op::Read;
   r.io.offset = (copy.writing ? copy.dst << ns->lbads : range.slba << ns->lbads) + copy.done;
   r.io.length = piece;
@@ -427,15 +426,15 @@ void CommandQueue::copy_step(Request& r) {
   submit(r, *ns);
 }
 
-void CommandQueue::copy_done(Request& r) {
-  auto& copy = std::get<Request::CopySteps>(r.steps);
+void CommandQueue::copy_done(Command& r) {
+  auto& copy = std::get<Command::CopySteps>(r.steps);
   Status st = r.device_status;
   if (!st.ok()) {
     complete(r, st);
     return;
   }
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
-  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf.get())[copy.next];
+  const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   // A device that lent its own memory for the read: into the buffer, since the write may
   // overlap the range it came from.
@@ -456,14 +455,14 @@ void CommandQueue::copy_done(Request& r) {
   copy_step(r);  // the next piece now, if the turn's budget has room
 }
 
-void CommandQueue::dsm_step(Request& r) {
+void CommandQueue::dsm_step(Command& r) {
   if (r.aborted) {
     complete(r, sc::AbortRequested);
     return;
   }
-  auto& dsm = std::get<Request::DsmSteps>(r.steps);
+  auto& dsm = std::get<Command::DsmSteps>(r.steps);
   Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
-  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf.get());
+  const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf);
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
   while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
   if (dsm.next == nr) {
@@ -480,17 +479,17 @@ void CommandQueue::dsm_step(Request& r) {
 // Flush makes durable every write that completed before it arrived: on one namespace, or
 // (NSID FFFFFFFFh, and when feature 06h turns a cache off) on each namespace the controller
 // reaches, one after another. Namespaces without a volatile write cache have nothing to do.
-void CommandQueue::start_flush(Request& r, bool all, bool shutdown_after) {
-  r.steps = Request::FlushSteps{0, all, shutdown_after};
+void CommandQueue::start_flush(Command& r, bool all, bool shutdown_after) {
+  r.steps = Command::FlushSteps{0, all, shutdown_after};
   flush_step(r);
 }
 
-void CommandQueue::flush_step(Request& r) {
+void CommandQueue::flush_step(Command& r) {
   if (r.aborted) {
     complete(r, sc::AbortRequested);
     return;
   }
-  auto& flush = std::get<Request::FlushSteps>(r.steps);
+  auto& flush = std::get<Command::FlushSteps>(r.steps);
   const Subsystem& sub = ctrl_->subsystem();
   while (flush.next < sub.max_namespaces()) {
     const uint32_t nsid = ++flush.next;
@@ -507,7 +506,7 @@ void CommandQueue::flush_step(Request& r) {
     submit(r, *ns);
     return;
   }
-  if (qid_ != 0) set_.count_flush();
+  if (qid_ != 0) shared_.count_flush();
   if (flush.shutdown_after) ctrl_->shutdown_complete();
   complete(r, sc::Success);
 }
@@ -518,21 +517,21 @@ void CommandQueue::flush_step(Request& r) {
 // command, a Write marked second, on the same blocks, each with its data in the capsule.
 // Decided at parse, in arrival order. True when r was taken here: paired (execute starts the
 // pair), held as a first half, or failed (r.status).
-bool CommandQueue::fused_halves(Request& r) {
+bool CommandQueue::fused_halves(Command& r) {
   const uint8_t fuse = r.sqe.flags & kSqeFlagsFuseMask;
-  if (Request* first = fused_first_) {
+  if (Command* first = fused_first_) {
     fused_first_ = nullptr;
     const Sqe &c = first->sqe, &w = r.sqe;
     const uint32_t len = first->capsule_len;
     const bool pair = fuse == kSqeFlagsFuseSecond && w.opc == uint8_t(IoOpcode::Write) && w.nsid == c.nsid &&
                       w.slba() == c.slba() && w.nlb() == c.nlb() && r.capsule_len == len && len != 0;
     if (pair) {
-      first->steps = Request::FusedHalf{&r};
-      r.steps = Request::FusedHalf{first};
+      first->steps = Command::FusedHalf{&r};
+      r.steps = Command::FusedHalf{first};
       return true;
     }
     log::warn("{}: fused Compare cid {} not followed by its Write (next: cid {} opcode 0x{:02x} fuse {})",
-              transport_.peer(), c.cid, w.cid, w.opc, fuse);
+              link_.peer, c.cid, w.cid, w.opc, fuse);
     fused_first_ = first;
     refuse_fused_first(fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
     if (fuse == kSqeFlagsFuseSecond) {
@@ -547,7 +546,7 @@ bool CommandQueue::fused_halves(Request& r) {
       r.status = sc::InvalidField;
       return true;
     }
-    r.steps = Request::FusedHalf{};
+    r.steps = Command::FusedHalf{};
     fused_first_ = &r;  // execute() holds it until its second half comes
     return true;
   }
@@ -556,13 +555,13 @@ bool CommandQueue::fused_halves(Request& r) {
 }
 
 void CommandQueue::refuse_fused_first(Status st) {
-  Request* first = std::exchange(fused_first_, nullptr);
+  Command* first = std::exchange(fused_first_, nullptr);
   first->steps = std::monostate{};
-  set_state(*first, State::Executing);
+  set_state(*first, State::Running);
   complete(*first, st);
 }
 
-void CommandQueue::start_fused(Request& cmp, Request& wr) {
+void CommandQueue::start_fused(Command& cmp, Command& wr) {
   if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
     end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
     return;
@@ -595,12 +594,12 @@ void CommandQueue::start_fused(Request& cmp, Request& wr) {
   }
   cmp.fence_ns = ns;
   set_state(wr, State::AwaitingFusedPartner);  // until its Compare has read and matched
-  set_state(cmp, State::Executing);
+  set_state(cmp, State::Running);
   run_fused(cmp);
 }
 
 // Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare.
-void CommandQueue::run_fused(Request& cmp) {
+void CommandQueue::run_fused(Command& cmp) {
   Namespace* ns = cmp.fence_ns;
   if (!cmp.fence_owner) {
     if (!ns->fence.try_own()) {  // another fused operation on this namespace runs
@@ -619,13 +618,13 @@ void CommandQueue::run_fused(Request& cmp) {
   io.length = cmp.capsule_len;
   io.fua = false;
   io.read_data = nullptr;
-  io.buffer = cmp.buf.get() + align_4k(cmp.capsule_len);
+  io.buffer = cmp.buf + align_4k(cmp.capsule_len);
   submit(cmp, *ns);
 }
 
-void CommandQueue::fused_done(Request& r) {
-  Request& cmp = r.sqe.opc == uint8_t(IoOpcode::Compare) ? r : *r.fused()->partner;
-  Request& wr = *cmp.fused()->partner;
+void CommandQueue::fused_done(Command& r) {
+  Command& cmp = r.sqe.opc == uint8_t(IoOpcode::Compare) ? r : *r.fused()->partner;
+  Command& wr = *cmp.fused()->partner;
   Status st = r.device_status;
   if (&r == &wr) {  // the write is done: the pair is
     if (st.ok() && stats_) stats_[wr.ns_index].add_write(wr.io.length);
@@ -633,7 +632,7 @@ void CommandQueue::fused_done(Request& r) {
     return;
   }
   const uint8_t* device = cmp.io.read_data ? cmp.io.read_data : cmp.io.buffer;
-  if (st.ok() && std::memcmp(cmp.buf.get(), device, cmp.capsule_len) != 0) st = sc::CompareFailure;
+  if (st.ok() && std::memcmp(cmp.buf, device, cmp.capsule_len) != 0) st = sc::CompareFailure;
   if (!st.ok()) {
     end_fused(cmp, st, sc::FailedFusedCommand);
     return;
@@ -643,24 +642,24 @@ void CommandQueue::fused_done(Request& r) {
   io.op = backend::BlockIo::Op::Write;
   io.offset = wr.sqe.slba() << ns->lbads;
   io.length = wr.capsule_len;
-  io.buffer = wr.buf.get();
+  io.buffer = wr.buf;
   io.read_data = nullptr;
   io.fua = wr.sqe.fua();
   wr.fence_owner = true;  // writes under the fence its Compare owns
   wr.fence_ns = ns;
   set_state(cmp, State::AwaitingFusedPartner);  // until its Write is done
-  set_state(wr, State::Executing);
+  set_state(wr, State::Running);
   submit(wr, *ns);
 }
 
-void CommandQueue::end_fused(Request& cmp, Status cmp_st, Status wr_st) {
-  Request& wr = *cmp.fused()->partner;
+void CommandQueue::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
+  Command& wr = *cmp.fused()->partner;
   if (cmp.fence_owner) cmp.fence_ns->fence.release();
   cmp.fence_owner = wr.fence_owner = false;
   cmp.steps = wr.steps = std::monostate{};
   cmp.tx_len = wr.tx_len = 0;
-  for (Request* half : {&cmp, &wr})
-    if (half->state() != State::Executing) set_state(*half, State::Executing);
+  for (Command* half : {&cmp, &wr})
+    if (half->state() != State::Running) set_state(*half, State::Running);
   complete(cmp, cmp_st);
   complete(wr, wr_st);
 }

@@ -44,6 +44,14 @@ struct TargetMetrics {
   std::vector<NamespaceEntry> namespaces;
   std::vector<ListenerEntry> listeners;
   std::vector<ReactorEntry> reactors;
+  // Requests per transport state (TcpRequest::State) and their commands per command-layer
+  // state (Command::State), by name: how many are in each now, and entries since start.
+  struct StateEntry {
+    std::string state;
+    uint64_t now = 0;
+    uint64_t entered = 0;
+  };
+  std::vector<StateEntry> request_states, command_states;
   uint64_t connections = 0;           // TCP connections open (any state)
   uint64_t connections_accepted = 0;  // since start
   uint64_t connections_refused = 0;   // closed at accept: over a connection limit

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # `kill -USR1` makes the target log what it holds and carry on: connections, I/O so far, buffer
-# bytes and its requests per state. Taken while nvtcp perf keeps 16 reads outstanding: the
+# bytes, its requests per state and their commands per state. Taken while nvtcp perf keeps 16 reads outstanding: the
 # requests of the I/O queue are counted (at least its 16 entries, in whatever states they are),
 # and the target keeps serving after the signal.
 set -euo pipefail
@@ -33,11 +33,17 @@ for _ in $(seq 100); do
 done
 echo "$line"
 [[ $line =~ ([0-9]+)\ connections ]] && ((BASH_REMATCH[1] >= 2)) || fail "no statistics line with both queues"
-total=0
+# Requests per transport state, and their commands per command-layer state: each set counts
+# every request of every queue, so each adds up to at least the I/O queue's 16.
+add_up() { local t=0 n; for n in $(grep -o '[A-Za-z]* [0-9]*' <<<"$1" | awk '{print $2}'); do t=$((t + n)); done; echo $t; }
 per_state=${line#*requests: }
-per_state=${per_state%%; entered since start*}
-for n in $(grep -o '[A-Za-z]* [0-9]*' <<<"$per_state" | awk '{print $2}'); do total=$((total + n)); done
+per_state=${per_state%%; commands: *}
+total=$(add_up "$per_state")
 ((total >= 16)) || fail "the requests per state add up to $total, fewer than the I/O queue's 16"
+per_command=${line#*; commands: }
+per_command=${per_command%%; entered since start*}
+commands=$(add_up "$per_command")
+((commands == total)) || fail "the commands per state add up to $commands, the requests to $total"
 # Every I/O went through the device: entries into InDevice count at least the I/O done.
 [[ $line =~ entered\ since\ start:.*InDevice\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) \
   || fail "no device entries in the statistics: ${line#*entered since start: }"

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "reactor/reactor.hpp"
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 #include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/fabrics.hpp"

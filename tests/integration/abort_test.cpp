@@ -187,7 +187,7 @@ TEST(Abort, ALiveCommandIsFoundWhenAFinishedOneUsedItsCid) {
     ASSERT_TRUE(io.read_response(held.cid, cqe));
     ASSERT_TRUE(ok(cqe));
     ASSERT_TRUE(wait_for(
-        [&] { return t.target().request_states()[size_t(target::Request::State::Sending)] == 0; }, 5000));
+        [&] { return t.target().request_states()[size_t(target::TcpRequest::State::Sending)] == 0; }, 5000));
 
     const Sqe live = rw_sqe(IoOpcode::Write, reused, kRamNsid, 56, 8, 4096);
     ASSERT_TRUE(io.send_capsule(live));

@@ -220,11 +220,11 @@ TEST(FusedCompareAndWrite, AWriteHeldBackByOnePairGoesBeforeTheNextPair) {
     // Both halves of the second pair are in before the first ends: the Deallocate in the
     // device; the first Compare waiting for it to drain, the plain write and the second Compare
     // waiting for the fence; each Write waiting for its Compare.
-    using S = target::Request::State;
-    target::RequestStateCounts c{};
+    using S = target::Command::State;
+    target::CommandStateCounts c{};
     ASSERT_TRUE(wait_for(
         [&] {
-          c = t.target().request_states();
+          c = t.target().command_states();
           return c[size_t(S::InDevice)] == 1 && c[size_t(S::AwaitingFence)] == 3 &&
                  c[size_t(S::AwaitingFusedPartner)] == 2;
         },

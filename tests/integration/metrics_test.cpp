@@ -252,6 +252,11 @@ TEST_F(Metrics, CountersMoveByExactlyTheIoDone) {
                 value(a, "nvtcp_reactor_busy_seconds_total{reactor=\"1\"}"),
             0);
   EXPECT_EQ(value(a, "nvtcp_connections"), 3);
+  // Both state tables: every successful read and write went through the device, and none is
+  // there now.
+  EXPECT_GE(value(a, "nvtcp_command_state_entries_total{state=\"InDevice\"}"), 10 + 7);
+  EXPECT_EQ(value(a, "nvtcp_commands{state=\"InDevice\"}"), 0);
+  EXPECT_GE(value(a, "nvtcp_request_state_entries_total{state=\"Executing\"}"), 10 + 7);
   EXPECT_EQ(server_->scrapes() >= 2, true);
 
   // The host leaves: its queues and controller go from the figures, the counters stay.

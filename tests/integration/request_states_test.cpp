@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The target's per-state request counts (Target::request_states), read while commands are
+// The target's per-state counts of requests (Target::request_states: the transport's states)
+// and of their commands (Target::command_states: the command layer's), read while commands are
 // in given states and after they are done: a command whose R2T is outstanding is counted in
-// AwaitingH2C, and once a workload is answered every request is back in Free; a command still
-// in the device when its host goes away is counted until the device lets it go.
+// AwaitingH2C, and once a workload is answered every request is back in Free and every command
+// Idle; a command still in the device when its host goes away is counted until the device lets
+// it go.
 #include "raw_session.hpp"
 #include "test_devices.hpp"
 
 namespace nvtcp::test::request_states_test {
 namespace {
 
-using S = target::Request::State;
+using S = target::TcpRequest::State;
+using C = target::Command::State;
 
 uint32_t outside_free(const target::RequestStateCounts& c) {
   uint32_t n = 0;
@@ -18,9 +21,22 @@ uint32_t outside_free(const target::RequestStateCounts& c) {
   return n;
 }
 
+uint32_t outside_idle(const target::CommandStateCounts& c) {
+  uint32_t n = 0;
+  for (size_t s = 0; s < c.size(); ++s)
+    if (C(s) != C::Idle) n += c[s];
+  return n;
+}
+
 std::string describe(const target::RequestStateCounts& c) {
   std::string out;
   for (size_t s = 0; s < c.size(); ++s) out += fmt::format("{} {}; ", target::request_state_name(S(s)), c[s]);
+  return out;
+}
+
+std::string describe(const target::CommandStateCounts& c) {
+  std::string out;
+  for (size_t s = 0; s < c.size(); ++s) out += fmt::format("{} {}; ", target::command_state_name(C(s)), c[s]);
   return out;
 }
 
@@ -73,8 +89,11 @@ TEST(RequestStates, AfterAWorkloadEveryRequestIsFree) {
   // Both queues' pools: the admin queue's and the I/O queue's 32 entries (SQSIZE 31).
   EXPECT_GE(c[size_t(S::Free)], 32u) << describe(c);
   uint32_t pools = 0;
-  for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::Request));
+  for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::TcpRequest));
   EXPECT_EQ(c[size_t(S::Free)], pools) << describe(c);
+  const target::CommandStateCounts cc = t.target().command_states();
+  EXPECT_EQ(outside_idle(cc), 0u) << describe(cc);
+  EXPECT_EQ(cc[size_t(C::Idle)], pools) << describe(cc);
 }
 
 TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
@@ -91,6 +110,9 @@ TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
   ASSERT_TRUE(wait_for([&] { return dev->held() == 1; }, 5000)) << "the Deallocate never reached the device";
   target::RequestStateCounts c = t.target().request_states();
   EXPECT_EQ(outside_free(c), 1u) << describe(c);
+  EXPECT_EQ(c[size_t(S::Executing)], 1u) << describe(c);
+  target::CommandStateCounts cc = t.target().command_states();
+  EXPECT_EQ(cc[size_t(C::InDevice)], 1u) << describe(cc);
 
   // The host goes away: its queue closes, but its request is still in the device and is counted.
   io.reset();
@@ -98,11 +120,13 @@ TEST(RequestStates, ACommandInTheDeviceIsCountedAfterItsHostLeft) {
   c = t.target().request_states();
   EXPECT_EQ(outside_free(c), 1u) << "a request in the device vanished from the counts with its host: "
                                  << describe(c);
+  cc = t.target().command_states();
+  EXPECT_EQ(cc[size_t(C::InDevice)], 1u) << describe(cc);
   // The device lets go: the closed connection frees itself, and only the admin queue's pool is left.
   dev->release_one();
   EXPECT_TRUE(wait_for([&] { return outside_free(c = t.target().request_states()) == 0; }, 5000)) << describe(c);
   uint32_t pools = 0;
-  for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::Request));
+  for (const auto& ci : t.target().connection_info()) pools += uint32_t(ci.pool_bytes / sizeof(target::TcpRequest));
   EXPECT_TRUE(wait_for([&] { return (c = t.target().request_states())[size_t(S::Free)] == pools; }, 5000))
       << describe(c);
 }
@@ -129,11 +153,12 @@ target::DeviceFactory null_and_gated(GatedDevice*& gated) {
 
 }  // namespace
 
-// Requests held in every state a request can wait in, each counted there: the counts say where
-// each request is. (Executing is never held: a handler moves its request on before it returns.
-// BetweenSteps lasts until the reactor's next turn, HeldAbort until the I/O queue's reactor
-// answers, AwaitingDurable until a state file is written: tests/unit/command_queue_test.cpp
-// holds those below the transport, where the test owns the reactor.)
+// Requests held in every state a request or its command can wait in, each counted there: the
+// two tables say where each is. (Running is never held: a handler moves its command on before
+// it returns. BetweenSteps lasts until the reactor's next turn, HeldAbort until the I/O queue's
+// reactor answers, AwaitingDurable until a state file is written, OnWorker until a worker is
+// done: tests/unit/command_queue_test.cpp holds those below the transport, where the test owns
+// the reactor.)
 TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
   target::TargetConfig cfg = default_config();
   // One 1 MiB buffer per connection fits, a second does not: the second R2T write waits.
@@ -146,6 +171,7 @@ TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin2, io2));
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin3, io3));
   target::RequestStateCounts expected{};
+  target::CommandStateCounts expected_commands{};
 
   // HeldAer: an Asynchronous Event Request, no event.
   Sqe aer{};
@@ -153,7 +179,8 @@ TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
   aer.flags = kSqeFlagsPsdtSgl;
   aer.cid = admin1.cid();
   ASSERT_TRUE(admin1.send_capsule(aer));
-  expected[size_t(S::HeldAer)] = 1;
+  expected[size_t(S::Executing)] += 1;
+  expected_commands[size_t(C::HeldAer)] = 1;
 
   // AwaitingH2C: a 1 MiB write whose R2T the host does not answer; NeedBuffer: a second one,
   // with no memory for it; Queued: a read behind them (commands run in arrival order).
@@ -184,9 +211,10 @@ TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
   ASSERT_TRUE(io2.send_capsule(fw, Bytes(512, 0)));
   ASSERT_TRUE(io2.send_capsule(rw_sqe(IoOpcode::Write, io2.cid(), kRamNsid, 20, 1, 512, kSglDataBlockOffset),
                                Bytes(512, 1)));
-  expected[size_t(S::InDevice)] = 1;
-  expected[size_t(S::AwaitingFence)] = 2;
-  expected[size_t(S::AwaitingFusedPartner)] = 1;
+  expected[size_t(S::Executing)] += 4;
+  expected_commands[size_t(C::InDevice)] = 1;
+  expected_commands[size_t(C::AwaitingFence)] = 2;
+  expected_commands[size_t(C::AwaitingFusedPartner)] = 1;
 
   // ReceivingCapsule: a capsule whose in-capsule data is still on its way.
   const Bytes partial = capsule_pdu(rw_sqe(IoOpcode::Write, io2.cid(), 3, 64, 1, 4096, kSglDataBlockOffset),
@@ -205,20 +233,26 @@ TEST(RequestStates, EveryStateARequestWaitsInIsCountedWhileItWaits) {
 
   // The six admin and I/O queues' pools hold nothing else.
   target::RequestStateCounts c{};
+  target::CommandStateCounts cc{};
   const bool held = wait_for(
       [&] {
         c = t.target().request_states();
+        cc = t.target().command_states();
         for (size_t s = 0; s < c.size(); ++s)
           if (S(s) != S::Free && S(s) != S::Sending && c[s] != expected[s]) return false;
+        for (size_t s = 0; s < cc.size(); ++s)
+          if (C(s) != C::Idle && cc[s] != expected_commands[s]) return false;
         return c[size_t(S::Sending)] >= 1;
       },
       10000);
-  EXPECT_TRUE(held) << describe(c);
+  EXPECT_TRUE(held) << describe(c) << describe(cc);
   for (size_t s = 0; s < c.size(); ++s) {
     if (S(s) == S::Free) continue;
     if (S(s) == S::Sending) EXPECT_GE(c[s], 1u) << "reads whose data waits for the socket";
     else EXPECT_EQ(c[s], expected[s]) << target::request_state_name(S(s));
   }
+  for (size_t s = 0; s < cc.size(); ++s)
+    if (C(s) != C::Idle) EXPECT_EQ(cc[s], expected_commands[s]) << target::command_state_name(C(s));
 
   // The device lets go: the fused pair and the write behind it run, and are answered.
   gated->release_one();

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 
 namespace nvtcp::test {
 

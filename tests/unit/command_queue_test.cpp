@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The command layer without a transport: fabrics, admin and NVM handlers run on Requests that a
-// fake CommandTransport carries (no socket, no PDUs). The fake runs the same contract as the TCP
-// queue (parse, buffer, the host's data, execute) and records every call; the command layer's
-// device leg is its own. The reactor runs only when the test asks: the next steps of Copy and
-// Dataset Management and the timers wait for it.
+// The command layer without a transport: fabrics, admin and NVM handlers run on Commands that a
+// fake CommandTransport carries (no socket, no PDUs, no copy of the TCP queue's request life).
+// The fake implements the seam only (parse, a buffer, the host's data, execute; complete,
+// need_buffer, abort lookup; release) and records every call; the device, the steps, the
+// worker and the holds are the command layer's own code. The reactor runs only when the test
+// asks: the next steps of Copy and Dataset Management and the timers wait for it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -21,7 +22,6 @@
 #include "nvtcp/identify.hpp"
 #include "nvtcp/properties.hpp"
 #include "target/command_queue.hpp"
-#include "target/tcp_queue.hpp"
 #include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -31,7 +31,7 @@ namespace command_queue_test {
 
 using namespace nvtcp;
 using namespace nvtcp::wire;
-using S = target::Request::State;
+using S = target::Command::State;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
@@ -45,116 +45,140 @@ target::TargetState& state() {
   return *s;
 }
 
+// A command as the fake carries it: the command layer's part, and the buffer the fake owns.
+struct FakeCommand : target::Command {
+  bool in_use = false;
+  std::unique_ptr<uint8_t, void (*)(void*)> owned{nullptr, free};
+};
+
+// The transport's side of the seam and nothing more: it hands commands to parse() and
+// execute(), gives them buffers, takes them back at complete() and releases them when the
+// test is done with them. Whatever the command layer does in between (the device, the steps,
+// the worker, its holds) is the command layer's own code.
 class FakeTransport final : public target::CommandTransport {
  public:
-  FakeTransport(reactor::Reactor& r, target::ConnectionSet& set, target::TargetState& ts = state())
-      : reactor_(r), pool_(ts.config, ts.usage, nullptr, [](reactor::SendDone*) {}),
-        commands_(ts, *this, pool_, set, target::Arrival{}, [](void*) {}, nullptr) {
-    pool_.resize(1);
-  }
+  FakeTransport(reactor::Reactor& r, target::ReactorCommands& shared, target::TargetState& ts = state())
+      : reactor_(r),
+        link_{&r, &reactor::monotonic_clock(), "fake", target::Arrival{}},
+        commands_(ts, *this, link_, memory_, shared, [](void*) {}, nullptr),
+        memory_(ts.config, ts.usage, sizeof(FakeCommand)),
+        slots_(kSlots) {}
   ~FakeTransport() override { commands_.closed(); }
 
   target::CommandQueue& commands() { return commands_; }
-  target::RequestPool& pool() { return pool_; }
+  uint32_t command_count(S s) const { return commands_.command_states(uint32_t(kSlots))[size_t(s)]; }
 
   // A command as the TCP queue would carry it: data (if any) in the capsule, or, with r2t,
-  // asked for and delivered whole. Returns the request, wherever the command left it.
-  target::Request* run(const Sqe& sqe, const Bytes& data = {}, bool r2t = false) {
-    target::Request* r = pool_.alloc();
-    EXPECT_NE(r, nullptr) << "the pool is full";
+  // asked for and delivered whole. Returns the command, wherever it is now.
+  target::Command* run(const Sqe& sqe, const Bytes& data = {}, bool r2t = false) {
+    FakeCommand* r = alloc();
+    EXPECT_NE(r, nullptr) << "every slot is in use";
     if (!r) return nullptr;
+    r->start(0);
     r->sqe = sqe;
-    r->status = sc::Success;
-    r->dw0 = r->dw1 = 0;
-    r->xfer = {};
-    r->capsule_len = r->rx_next = r->r2t_next = 0;
-    r->aborted = false;
-    r->ns = nullptr;
-    r->waited = false;
-    r->tx_data = nullptr;
-    r->tx_len = r->tx_pad = 0;
-    r->steps = std::monostate{};
     if (!data.empty() && !r2t) {
-      EXPECT_EQ(pool_.ensure_buffer(r, commands_.in_capsule_buffer(r->sqe, uint32_t(data.size())), false),
-                target::RequestPool::BufferResult::Ok);
-      std::memcpy(r->buf.get(), data.data(), data.size());
-      r->capsule_len = r->rx_next = uint32_t(data.size());
+      give_buffer(*r, commands_.in_capsule_buffer(r->sqe, uint32_t(data.size())));
+      std::memcpy(r->buf, data.data(), data.size());
+      r->capsule_len = uint32_t(data.size());
     }
-    commands_.fetched();
     commands_.parse(*r);
     if (!r->status.ok()) {
-      complete(*r);
+      commands_.fail(*r, r->status);
       return r;
     }
-    if (r->xfer.buffer > r->buf_cap) {
-      pool_.set_state(r, S::NeedBuffer);
-      EXPECT_EQ(pool_.ensure_buffer(r, r->xfer.buffer, false), target::RequestPool::BufferResult::Ok);
-    }
-    if (r->xfer.dir == target::Request::Direction::HostToController && r->capsule_len == 0) {
-      pool_.set_state(r, S::AwaitingH2C);
+    if (r->xfer.buffer > r->buf_cap) give_buffer(*r, r->xfer.buffer);
+    if (r->xfer.dir == target::Command::Direction::HostToController && r->capsule_len == 0) {
       r->waited = true;
       ++r2t_transfers;
       if (while_data_travels) while_data_travels();
       EXPECT_EQ(data.size(), r->xfer.len) << "the test passes the data its R2Ts ask for";
-      std::memcpy(r->buf.get(), data.data(), std::min<size_t>(data.size(), r->xfer.len));
-      r->rx_next = r->r2t_next = r->xfer.len;
+      std::memcpy(r->buf, data.data(), std::min<size_t>(data.size(), r->xfer.len));
     }
-    pool_.set_state(r, S::Executing);
     commands_.execute(*r);
     return r;
   }
   // The next steps waiting now run, as on one reactor turn (each may wait for the turn after).
   size_t run_next_steps() {
-    const size_t held = pool_.count(S::BetweenSteps);
+    const size_t held = command_count(S::BetweenSteps);
     if (held) reactor_.run_once(1'000'000);
     return held;
   }
   // Device operations started so far (NULL and RAM answer at once).
-  int device_ops() const { return int(pool_.entries()[size_t(S::InDevice)]); }
-  // A request the test is done with goes back to the pool.
-  void release(target::Request* r) { pool_.release(r, false); }
+  int device_ops() const { return int(commands_.command_entries()[size_t(S::InDevice)]); }
+  // A command the test is done with goes back, as the transport releases one whose response
+  // has left.
+  void release(target::Command* r) {
+    commands_.release(*r);
+    static_cast<FakeCommand*>(r)->in_use = false;
+  }
+  // Frees the buffers of the slots not in use.
+  void drop_idle_buffers() {
+    for (FakeCommand& c : slots_)
+      if (!c.in_use) drop_buffer(c);
+  }
 
   // CommandTransport
-  void complete(target::Request& r) override {
-    pool_.set_state(&r, S::Sending);
-    cqes.push_back(commands_.response(r));
+  void complete(target::Command& r) override {
+    EXPECT_EQ(r.state(), S::Idle) << "a command completes out of the command layer";
+    cqes.push_back(r.cqe);
     completed.push_back(&r);
     sent.emplace_back(r.tx_data, r.tx_data + r.tx_len);
     sent.back().resize(size_t(r.tx_len) + r.tx_pad, 0);
   }
-  void need_buffer(target::Request& r, uint32_t len) override {
+  void need_buffer(target::Command& r, uint32_t len) override {
     ++buffer_requests;
-    pool_.set_state(&r, S::NeedBuffer);
-    EXPECT_EQ(pool_.ensure_buffer(&r, len, false), target::RequestPool::BufferResult::Ok);
-    pool_.set_state(&r, S::Executing);
+    give_buffer(static_cast<FakeCommand&>(r), len);
     commands_.execute(r);
   }
-  bool abort_before_execution(target::Request&) override { return false; }
-  void connected() override { pool_.resize(commands_.sqsize()); }
-  void close(const std::string& why) override { closed_why = why; }
-  bool closing() const override { return !closed_why.empty(); }
-  void close_after_response() override { disconnect_requested = true; }
-  reactor::Reactor& reactor() override { return reactor_; }
-  const reactor::Clock& clock() const override { return reactor::monotonic_clock(); }
-  const std::string& peer() const override { return peer_; }
-  std::string link_features() const override { return {}; }
-  std::string_view tls_identity() const override { return tls_identity_; }
-
-  std::string tls_identity_;  // set: the queue runs in a TLS session with this PSK identity
-  std::vector<target::Request*> completed;
+  AbortLookup abort_before_execution(uint16_t cid) override {
+    for (FakeCommand& c : slots_)
+      if (c.in_use && c.sqe.cid == cid && c.state() != S::Idle) return {false, &c};
+    return {};
+  }
+  void close(const std::string& why) override {
+    closed_why = why;
+    link_.closing = true;
+  }
+  // The queue runs in a TLS session with this PSK identity.
+  void set_tls_identity(const std::string& identity) { link_.tls_identity = identity; }
+  std::vector<target::Command*> completed;
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
   int r2t_transfers = 0, buffer_requests = 0;
   std::function<void()> while_data_travels;  // runs between an R2T command's parse and its execute
   std::string closed_why;
-  bool disconnect_requested = false;
 
  private:
+  static constexpr size_t kSlots = 64;
+  FakeCommand* alloc() {
+    for (FakeCommand& c : slots_)
+      if (!c.in_use) {
+        c.in_use = true;
+        return &c;
+      }
+    return nullptr;
+  }
+  void give_buffer(FakeCommand& c, uint32_t len) {
+    if (len <= c.buf_cap) return;
+    drop_buffer(c);
+    const uint32_t cap = (len + 4095) & ~4095u;
+    void* p = nullptr;
+    ASSERT_EQ(posix_memalign(&p, 4096, cap), 0);
+    c.owned.reset(static_cast<uint8_t*>(p));
+    c.buf = c.owned.get();
+    c.buf_cap = cap;
+  }
+  static void drop_buffer(FakeCommand& c) {
+    c.owned.reset();
+    c.buf = nullptr;
+    c.buf_cap = 0;
+  }
+
   reactor::Reactor& reactor_;
-  std::string peer_ = "fake";
-  target::RequestPool pool_;  // before the command queue, which gives its budget back at the end
-  target::CommandQueue commands_;
-  std::deque<target::Request*> turns_;
+  target::QueueLink link_;
+  target::CommandQueue commands_;  // before the memory, which gives its bytes back to its host's budget
+  target::QueueMemory memory_;
+  std::deque<FakeCommand> slots_;
 };
 
 Sqe with_sgl(Sqe s, uint16_t cid, uint32_t len, uint8_t type = kSglTransportDataBlock) {
@@ -185,7 +209,7 @@ class CommandQueueTest : public ::testing::Test {
   Status last_status(FakeTransport& q) {
     EXPECT_FALSE(q.completed.empty());
     if (q.completed.empty()) return sc::InternalError;
-    target::Request* r = q.completed.back();
+    target::Command* r = q.completed.back();
     const Status st = r->status;
     q.release(r);
     q.completed.pop_back();
@@ -208,7 +232,7 @@ class CommandQueueTest : public ::testing::Test {
   }
 
   reactor::Reactor reactor_;
-  target::ConnectionSet set_;
+  target::ReactorCommands set_;
   uint16_t cntlid = 0;
 };
 
@@ -227,7 +251,7 @@ TEST_F(CommandQueueTest, InTlsTheConnectMustNameThePsksHostAndSubsystem) {
         std::string("NVMe0R01 ") + kHostNqn + " nqn.2026-12.io.nvtcp:other-subsystem",
         std::string("NVMe1R01 ") + kHostNqn + " nqn.2026-12.io.nvtcp:other-subsystem AAAA="}) {
     FakeTransport admin(reactor_, set_);
-    admin.tls_identity_ = identity;
+    admin.set_tls_identity(identity);
     admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
     EXPECT_EQ(last_status(admin), sc::ConnectInvalidHost) << identity;
     EXPECT_FALSE(admin.commands().connected());
@@ -235,7 +259,7 @@ TEST_F(CommandQueueTest, InTlsTheConnectMustNameThePsksHostAndSubsystem) {
   for (const std::string& identity : {std::string("NVMe0R01 ") + kHostNqn + " " + kNqn,
                                       std::string("NVMe1R02 ") + kHostNqn + " " + kNqn + " c29tZSBkaWdlc3Q="}) {
     FakeTransport admin(reactor_, set_);
-    admin.tls_identity_ = identity;
+    admin.set_tls_identity(identity);
     admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
     EXPECT_TRUE(last_status(admin).ok()) << identity;
   }
@@ -262,7 +286,6 @@ TEST_F(CommandQueueTest, ConnectMakesAControllerOnceAndRefusesWhatItCannotServe)
   admin.release(admin.completed.back());
   EXPECT_TRUE(admin.commands().connected());
   EXPECT_EQ(admin.commands().sqsize(), 32u);
-  EXPECT_EQ(admin.pool().size(), 32u) << "the pool grows to the depth Connect asked for";
   admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid));
   EXPECT_EQ(last_status(admin), sc::CommandSequenceError);
   // The CQE's SQ head counts the commands taken since the queue exists: the Connect that made
@@ -318,7 +341,7 @@ TEST_F(CommandQueueTest, ALogPageLargerThanItsBufferAsksForOneAndIsBuiltAgain) {
   // A fresh slot has no buffer: the log's size is known once it is built, so the handler asks
   // for a buffer and runs again; the window past the log's end is zeros.
   const uint32_t window = 16384;
-  admin.pool().reclaim_idle_buffers();  // Connect's data buffer, among others
+  admin.drop_idle_buffers();  // Connect's data buffer, among others
   admin.run(with_sgl(cmd::get_log_page(uint8_t(LogPageId::SmartHealth), kNsidAll, window), 20, window));
   ASSERT_TRUE(admin.completed.back()->status.ok());
   EXPECT_EQ(admin.buffer_requests, 1);
@@ -421,10 +444,10 @@ TEST_F(CommandQueueTest, DatasetManagementAndCopyTakeOneRangePerStep) {
   copy.cdw12 = 3 - 1;  // NR, 0's based; format 0h
   Bytes list(sizeof(ranges));
   std::memcpy(list.data(), ranges, sizeof(ranges));
-  target::Request* r = io.run(copy, list);
+  target::Command* r = io.run(copy, list);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->state(), S::BetweenSteps) << "the next range waits for the next turn";
-  EXPECT_EQ(io.pool().count(S::BetweenSteps), 1u);
+  EXPECT_EQ(io.command_count(S::BetweenSteps), 1u);
   EXPECT_EQ(io.run_next_steps(), 1u);
   EXPECT_EQ(io.run_next_steps(), 1u);
   EXPECT_EQ(io.run_next_steps(), 1u);  // the last step finds no range left and completes
@@ -464,7 +487,7 @@ TEST_F(CommandQueueTest, AFusedCompareNotFollowedByItsWriteFailsAndTheNextComman
   ASSERT_NO_FATAL_FAILURE(bring_up_io(io));
   Sqe cmp = rw(IoOpcode::Compare, 80, test::kConnRamNsid, 0, 1, 512, kSglDataBlockOffset);
   cmp.flags |= kSqeFlagsFuseFirst;
-  target::Request* first = io.run(cmp, Bytes(512, 0));
+  target::Command* first = io.run(cmp, Bytes(512, 0));
   EXPECT_EQ(first->state(), S::AwaitingFusedPartner);
   EXPECT_TRUE(io.completed.empty());
   io.run(rw(IoOpcode::Read, 81, test::kConnRamNsid, 0, 1, 512));
@@ -495,11 +518,11 @@ TEST_F(CommandQueueTest, AnAbortOfAnIoCommandIsHeldUntilItsQueueAnswers) {
   ASSERT_NO_FATAL_FAILURE(bring_up_admin(admin));
   ASSERT_NO_FATAL_FAILURE(bring_up_io(io));
   // The I/O queue answers on its reactor, which this test has not run yet.
-  target::Request* abort = admin.run(with_sgl(cmd::abort(1, 99), 90, 0));
+  target::Command* abort = admin.run(with_sgl(cmd::abort(1, 99), 90, 0));
   EXPECT_EQ(abort->state(), S::HeldAbort);
-  EXPECT_EQ(admin.pool().count(S::HeldAbort), 1u);
+  EXPECT_EQ(admin.command_count(S::HeldAbort), 1u);
   admin.run(with_sgl(cmd::async_event_request(), 91, 0));
-  EXPECT_EQ(admin.pool().count(S::HeldAer), 1u);
+  EXPECT_EQ(admin.command_count(S::HeldAer), 1u);
   for (int i = 0; i < 20 && admin.completed.empty(); ++i) reactor_.run_once(1'000'000);
   ASSERT_EQ(admin.completed.size(), 1u);
   EXPECT_EQ(admin.completed.back(), abort);
@@ -539,9 +562,9 @@ TEST_F(CommandQueueTest, AReservationThatMustPersistWaitsForItsStateFile) {
     reg.opc = uint8_t(IoOpcode::ReservationRegister);
     reg.nsid = 1;
     reg.cdw10 = uint32_t(RegisterAction::Register) | kCptplOn << 30;
-    target::Request* r = io.run(reg, bytes_of(d));
+    target::Command* r = io.run(reg, bytes_of(d));
     EXPECT_EQ(r->state(), S::AwaitingDurable) << status_name(r->status);
-    EXPECT_EQ(io.pool().count(S::AwaitingDurable), 1u);
+    EXPECT_EQ(io.command_count(S::AwaitingDurable), 1u);
     EXPECT_TRUE(io.completed.empty());
     for (int i = 0; i < 2000 && io.completed.empty(); ++i) reactor_.run_once(1000);
     ASSERT_EQ(io.completed.size(), 1u);
@@ -590,8 +613,9 @@ TEST_F(CommandQueueTest, AReservationTakenWhileAWritesDataTravelsRefusesTheWrite
   other.run(resv(IoOpcode::ReservationRelease, 113, uint32_t(ReservationType::WriteExclusive) << 8, bytes_of(rel)),
             bytes_of(rel));
   ASSERT_TRUE(last_status(other).ok());
-  target::Request* w = io.run(rw(IoOpcode::Write, 114, test::kConnRamNsid, 0, 1, 512), Bytes(512, 3), true);
-  ASSERT_EQ(w->state(), S::Sending) << target::request_state_name(w->state()) << " " << status_name(w->status);
+  target::Command* w = io.run(rw(IoOpcode::Write, 114, test::kConnRamNsid, 0, 1, 512), Bytes(512, 3), true);
+  ASSERT_EQ(w->state(), S::Idle) << target::command_state_name(w->state()) << " " << status_name(w->status);
+  ASSERT_EQ(io.completed.back(), w) << "it completed";
   EXPECT_TRUE(last_status(io).ok());
 }
 

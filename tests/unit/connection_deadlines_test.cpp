@@ -20,7 +20,7 @@
 
 #include "../integration/raw_session.hpp"
 #include "connection_test_state.hpp"
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 #include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/pdu.hpp"

@@ -20,7 +20,7 @@
 #include "connection_test_state.hpp"
 #include "memory_stream.hpp"
 #include "reactor/clock.hpp"
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 #include "target/target_state.hpp"
 #include "util/log.hpp"
 #include "wire/pdu.hpp"
@@ -153,7 +153,7 @@ struct HostEnd {
 uint32_t in_use(const target::ConnectionInfo& i) {
   uint32_t n = 0;
   for (size_t s = 0; s < i.request_states.size(); ++s)
-    if (s != size_t(target::Request::State::Free)) n += i.request_states[s];
+    if (s != size_t(target::TcpRequest::State::Free)) n += i.request_states[s];
   return n;
 }
 
@@ -204,7 +204,7 @@ TEST_F(ConnectionFlow, CommandsWaitWhileTheSendQueueIsFullAndRunInOrderAsTheHost
   EXPECT_LE(held.send_queue_bytes, kSendCap + one_response);
   EXPECT_LE(held.send_queue_peak, kSendCap + one_response);
   EXPECT_GT(held.waiting, 0u);
-  EXPECT_EQ(held.waiting, held.request_states[size_t(target::Request::State::Queued)]);
+  EXPECT_EQ(held.waiting, held.request_states[size_t(target::TcpRequest::State::Queued)]);
   EXPECT_EQ(in_use(held), kReads) << "each command is either waiting or answered, none lost";
 
   // Nothing moves on its own while the host does not read (the retry timer finds the queue still full).
@@ -317,7 +317,7 @@ TEST_F(ConnectionFlow, AWriteGetsMaxR2TWindowsOfMaxH2CDataAndTheNextOnceOneIsFul
   const uint16_t ttag = window[0].ttag;
   EXPECT_EQ(window[1].ttag, ttag);
   EXPECT_EQ(in_use(io.conn->info()), 1u);
-  EXPECT_EQ(io.conn->info().request_states[size_t(target::Request::State::AwaitingH2C)], 1u);
+  EXPECT_EQ(io.conn->info().request_states[size_t(target::TcpRequest::State::AwaitingH2C)], 1u);
 
   auto h2c = [&](uint32_t off, uint32_t len, bool last) {
     io.send(test::h2c_data_pdu(cid, ttag, off, test::Bytes(data.begin() + off, data.begin() + off + len), last));
@@ -361,7 +361,7 @@ TEST_F(ConnectionFlow, AWriteGetsMaxR2TWindowsOfMaxH2CDataAndTheNextOnceOneIsFul
 }  // namespace
 
 // Requests in one state.
-uint32_t in_state(const target::ConnectionInfo& i, target::Request::State s) { return i.request_states[size_t(s)]; }
+uint32_t in_state(const target::ConnectionInfo& i, target::TcpRequest::State s) { return i.request_states[size_t(s)]; }
 uint32_t pool_size(const target::ConnectionInfo& i) {
   uint32_t n = 0;
   for (uint32_t c : i.request_states) n += c;
@@ -420,7 +420,7 @@ TEST_F(ConnectionFlow, AHostMayReuseASlotWhoseResponseItReadBeforeTheSendComplet
   io.stream->hold_dones(true);  // the host reads; the target's sends have not completed yet
   io.send(flush_capsules(1, depth));
   ASSERT_EQ(successful_responses(io), depth);  // every response read by the host ...
-  EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), depth);  // ... none let go of yet
+  EXPECT_EQ(in_state(io.conn->info(), target::TcpRequest::State::Sending), depth);  // ... none let go of yet
   // The host has nothing outstanding and sends a queue's worth again: all taken and answered.
   io.send(flush_capsules(uint16_t(depth + 1), depth));
   EXPECT_FALSE(io.gone) << "the connection was closed";
@@ -448,7 +448,7 @@ TEST_F(ConnectionFlow, ZeroCopyHoldsLetTheHostReuseSlotsPastTwiceTheDepth) {
     ASSERT_FALSE(io.gone) << "round " << round << ": the connection was closed";
     ASSERT_EQ(successful_responses(io), depth) << "round " << round;
   }
-  EXPECT_EQ(in_state(io.conn->info(), target::Request::State::Sending), 3 * depth);
+  EXPECT_EQ(in_state(io.conn->info(), target::TcpRequest::State::Sending), 3 * depth);
   EXPECT_LE(pool_size(io.conn->info()), 3 * depth) << "the pool grows only as far as the holds need";
   // A fourth would need more than the stream may hold: refused, as a host past its depth.
   io.send(flush_capsules(uint16_t(1 + 3 * depth), depth));
@@ -471,7 +471,7 @@ TEST_F(ConnectionFlow, AHostPastTheQueueDepthWithNothingAnsweredIsRefused) {
     b.insert(b.end(), pdu.begin(), pdu.end());
   }
   io.send(b);
-  ASSERT_EQ(in_state(io.conn->info(), target::Request::State::AwaitingH2C), depth);
+  ASSERT_EQ(in_state(io.conn->info(), target::TcpRequest::State::AwaitingH2C), depth);
   io.send(flush_capsules(uint16_t(depth + 1), 1));
   EXPECT_TRUE(refused_with_sequence_error(io)) << "no C2HTermReq";
   EXPECT_TRUE(io.gone) << "the connection stayed open";

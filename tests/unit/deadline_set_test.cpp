@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "target/deadline_set.hpp"
+#include "target_tcp/deadline_set.hpp"
 
 namespace deadline_set_test {
 

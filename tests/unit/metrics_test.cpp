@@ -154,6 +154,8 @@ target::TargetMetrics sample_snapshot() {
   m.reactors.push_back({1.5, 2.0, 10});
   m.connections = 5;
   m.connections_accepted = 9;
+  m.request_states = {{"Free", 30, 40}, {"Executing", 2, 12}};
+  m.command_states = {{"Idle", 31, 0}, {"InDevice", 1, 11}};
   return m;
 }
 
@@ -209,6 +211,10 @@ TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
            "nvtcp_reactor_io_commands_total{reactor=\"0\"} 10",
            "nvtcp_connections 5",
            "nvtcp_connections_accepted_total 9",
+           "nvtcp_requests{state=\"Executing\"} 2",
+           "nvtcp_request_state_entries_total{state=\"Free\"} 40",
+           "nvtcp_commands{state=\"InDevice\"} 1",
+           "nvtcp_command_state_entries_total{state=\"InDevice\"} 11",
        })
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
   for (const std::string& line : {
@@ -240,7 +246,7 @@ TEST(TargetMetricsText, EveryFamilyOnceWithItsSamples) {
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
   // The discovery subsystem does no I/O: it has queues, and no I/O series.
   EXPECT_EQ(text.find("nvtcp_listener_reads_total{subsystem=\"nqn.2014-08"), std::string::npos) << text;
-  EXPECT_EQ(expect_well_formed(text), 28u);
+  EXPECT_EQ(expect_well_formed(text), 32u);
 }
 
 TEST(EngineMetricsText, EveryFamilyOnceWithItsSamples) {

@@ -1,19 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// RequestPool without a socket: requests, their states and the memory budgets behind them.
+// RequestPool without a socket: requests, their transport states and the memory budgets
+// (QueueMemory) behind them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "target/request_pool.hpp"
+#include "target_tcp/request_pool.hpp"
 #include "util/state_machine.hpp"
 
 namespace request_pool_test {
 
 using namespace nvtcp;
 using namespace nvtcp::target;
-using S = Request::State;
+using S = TcpRequest::State;
 
 namespace {
 
@@ -30,14 +31,14 @@ struct PoolTest : ::testing::Test {
 };
 
 // Drives a fresh request to Executing along the shortest legal path, as a read would go.
-void to_executing(RequestPool& pool, Request* r) {
+void to_executing(RequestPool& pool, TcpRequest* r) {
   pool.set_state(r, S::NeedBuffer);
   pool.set_state(r, S::Executing);
 }
 
 // ... and on to Sending.
-Request* sent_request(RequestPool& pool) {
-  Request* r = pool.alloc();
+TcpRequest* sent_request(RequestPool& pool) {
+  TcpRequest* r = pool.alloc();
   if (!r) return nullptr;
   to_executing(pool, r);
   pool.set_state(r, S::Sending);
@@ -47,13 +48,14 @@ Request* sent_request(RequestPool& pool) {
 }  // namespace
 
 TEST_F(PoolTest, AllocatesEveryRequestOnceThenRunsOut) {
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(3);
   EXPECT_EQ(pool.size(), 3u);
   EXPECT_EQ(pool.count(S::Free), 3u);
-  Request* a = pool.alloc();
-  Request* b = pool.alloc();
-  Request* c = pool.alloc();
+  TcpRequest* a = pool.alloc();
+  TcpRequest* b = pool.alloc();
+  TcpRequest* c = pool.alloc();
   ASSERT_TRUE(a && b && c);
   EXPECT_NE(a, b);
   EXPECT_NE(b, c);
@@ -67,9 +69,10 @@ TEST_F(PoolTest, AllocatesEveryRequestOnceThenRunsOut) {
 }
 
 TEST_F(PoolTest, ReleaseReturnsARequestToTheFreeList) {
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(1);
-  Request* r = sent_request(pool);
+  TcpRequest* r = sent_request(pool);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(pool.alloc(), nullptr);
   EXPECT_EQ(pool.count(S::Sending), 1u);
@@ -81,32 +84,29 @@ TEST_F(PoolTest, ReleaseReturnsARequestToTheFreeList) {
 }
 
 TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
-  pool.resize(Request::kStateCount);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
+  pool.resize(TcpRequest::kStateCount);
   // One request in each state, each reached along a legal path.
-  std::vector<Request*> in(Request::kStateCount, nullptr);
+  std::vector<TcpRequest*> in(TcpRequest::kStateCount, nullptr);
   auto take = [&](S s) {
-    Request* r = pool.alloc();
+    TcpRequest* r = pool.alloc();
     in[size_t(s)] = r;
     return r;
   };
   take(S::ReceivingCapsule);
   pool.set_state(take(S::Queued), S::Queued);
   pool.set_state(take(S::NeedBuffer), S::NeedBuffer);
-  Request* write = take(S::AwaitingH2C);
+  TcpRequest* write = take(S::AwaitingH2C);
   pool.set_state(write, S::NeedBuffer);
   pool.set_state(write, S::AwaitingH2C);  // an R2T is outstanding
   to_executing(pool, take(S::Executing));
-  for (S held : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::OnWorker, S::BetweenSteps,
-                 S::AwaitingDurable, S::HeldAer, S::HeldAbort, S::Sending}) {
-    Request* r = take(held);
-    to_executing(pool, r);
-    pool.set_state(r, held);
-  }
+  to_executing(pool, take(S::Sending));
+  pool.set_state(in[size_t(S::Sending)], S::Sending);
   // The one request left is Free: it was never taken.
   for (uint32_t i = 0; i < pool.size(); ++i)
     if (std::find(in.begin(), in.end(), pool.at(i)) == in.end()) in[size_t(S::Free)] = pool.at(i);
-  for (size_t s = 0; s < Request::kStateCount; ++s) {
+  for (size_t s = 0; s < TcpRequest::kStateCount; ++s) {
     EXPECT_EQ(pool.count(S(s)), 1u) << request_state_name(S(s));
     ASSERT_NE(in[s], nullptr) << request_state_name(S(s));
     EXPECT_EQ(in[s]->state(), S(s));
@@ -116,17 +116,14 @@ TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
   EXPECT_EQ(sum, pool.size());
 
   // Every one of them back to Free, along legal paths.
-  for (S s : {S::AwaitingFusedPartner, S::AwaitingFence, S::InDevice, S::OnWorker, S::BetweenSteps,
-              S::AwaitingDurable})
-    pool.set_state(in[size_t(s)], S::Executing);
   pool.set_state(in[size_t(S::AwaitingH2C)], S::Executing);
   pool.set_state(in[size_t(S::NeedBuffer)], S::Executing);
-  for (size_t s = 0; s < Request::kStateCount; ++s) {
-    Request* r = in[s];
+  for (size_t s = 0; s < TcpRequest::kStateCount; ++s) {
+    TcpRequest* r = in[s];
     if (r->state() == S::Free || r->state() == S::Sending) continue;
     pool.set_state(r, S::Sending);  // a bad capsule, a failed parse or a held command: answered
   }
-  for (Request* r : in)
+  for (TcpRequest* r : in)
     if (r->state() == S::Sending) pool.release(r, false);
   EXPECT_EQ(pool.count(S::Free), pool.size());
 }
@@ -134,66 +131,67 @@ TEST_F(PoolTest, CountsFollowEveryStateAndSumToThePoolSize) {
 TEST(RequestTransitions, TableAllowsExactlyTheDocumentedMoves) {
   auto legal = [](S from, S to) { return kRequestTransitions.allows(from, to); };
   int n = 0;
-  for (size_t from = 0; from < Request::kStateCount; ++from)
-    for (size_t to = 0; to < Request::kStateCount; ++to) n += legal(S(from), S(to));
-  EXPECT_EQ(n, 32);  // the moves listed in kRequestTransitions
+  for (size_t from = 0; from < TcpRequest::kStateCount; ++from)
+    for (size_t to = 0; to < TcpRequest::kStateCount; ++to) n += legal(S(from), S(to));
+  EXPECT_EQ(n, 18);  // the moves listed in kRequestTransitions
   EXPECT_TRUE(legal(S::Free, S::ReceivingCapsule));
   EXPECT_TRUE(legal(S::ReceivingCapsule, S::NeedBuffer));
   EXPECT_TRUE(legal(S::ReceivingCapsule, S::Sending));
   EXPECT_TRUE(legal(S::NeedBuffer, S::AwaitingH2C));
   EXPECT_TRUE(legal(S::AwaitingH2C, S::Executing));
-  EXPECT_TRUE(legal(S::Executing, S::InDevice));
-  EXPECT_TRUE(legal(S::InDevice, S::Executing));
+  EXPECT_TRUE(legal(S::Executing, S::NeedBuffer));
+  EXPECT_TRUE(legal(S::Executing, S::Sending));
   EXPECT_TRUE(legal(S::Queued, S::Sending));
   EXPECT_TRUE(legal(S::Sending, S::Free));
-  // A request is never reused before its response has left, nor answered twice, nor answered
-  // from inside a device or between its steps without its handler seeing it.
+  // A request is never reused before its response has left, nor answered twice, nor run
+  // before its data is in.
   EXPECT_FALSE(legal(S::Executing, S::Free));
   EXPECT_FALSE(legal(S::Sending, S::Sending));
   EXPECT_FALSE(legal(S::Free, S::Sending));
-  EXPECT_FALSE(legal(S::InDevice, S::Sending));
-  EXPECT_FALSE(legal(S::BetweenSteps, S::Sending));
-  EXPECT_FALSE(legal(S::AwaitingH2C, S::InDevice));
+  EXPECT_FALSE(legal(S::Free, S::Executing));
   // A request held back runs in its turn, and only from the wait list.
   EXPECT_FALSE(legal(S::Executing, S::Queued));
   EXPECT_FALSE(legal(S::AwaitingH2C, S::Queued));
-  for (size_t s = 0; s < Request::kStateCount; ++s) EXPECT_FALSE(legal(S(s), S(s))) << request_state_name(S(s));
+  for (size_t s = 0; s < TcpRequest::kStateCount; ++s) EXPECT_FALSE(legal(S(s), S(s))) << request_state_name(S(s));
 }
 
 TEST_F(PoolTest, IllegalTransitionAborts) {
   if (!NVTCP_STATE_CHECKS) GTEST_SKIP() << "state checks are compiled out of this build";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(1);
-  Request* r = pool.alloc();
+  TcpRequest* r = pool.alloc();
   EXPECT_DEATH(pool.set_state(r, S::Free), "illegal request transition ReceivingCapsule -> Free in RequestPool::set_state");
 }
 
 TEST_F(PoolTest, BuffersAreAlignedCountedAndReused) {
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(2);
-  Request* r = pool.alloc();
+  TcpRequest* r = pool.alloc();
   ASSERT_EQ(pool.ensure_buffer(r, 5000, true), RequestPool::BufferResult::Ok);
   EXPECT_EQ(r->buf_cap, 8192u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(r->buf.get()) % 4096, 0u);
-  EXPECT_EQ(pool.buffer_bytes(), 8192u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r->buf) % 4096, 0u);
+  EXPECT_EQ(memory.buffer_bytes(), 8192u);
   EXPECT_EQ(usage.buffer_bytes.load(), 8192u);
-  uint8_t* first = r->buf.get();
+  uint8_t* first = r->buf;
   EXPECT_EQ(pool.ensure_buffer(r, 4096, true), RequestPool::BufferResult::Ok);  // fits: no new buffer
-  EXPECT_EQ(r->buf.get(), first);
+  EXPECT_EQ(r->buf, first);
   sent_request(pool);  // the other slot, to be released without a buffer
   to_executing(pool, r);
   pool.set_state(r, S::Sending);
   pool.release(r, false);  // under half the budget: the buffer stays for the next command
   EXPECT_EQ(r->buf_cap, 8192u);
-  EXPECT_EQ(pool.buffer_bytes(), 8192u);
+  EXPECT_EQ(memory.buffer_bytes(), 8192u);
 }
 
 TEST_F(PoolTest, ConnectionBudgetExhaustionWaitsUntilIdleBuffersAreReclaimed) {
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(2);
-  Request* a = pool.alloc();
-  Request* b = pool.alloc();
+  TcpRequest* a = pool.alloc();
+  TcpRequest* b = pool.alloc();
   ASSERT_EQ(pool.ensure_buffer(a, 200 << 10, true), RequestPool::BufferResult::Ok);
   // 200 KiB + 100 KiB is over the 256 KiB a connection may hold, and nothing idle to give back.
   EXPECT_EQ(pool.ensure_buffer(b, 100 << 10, true), RequestPool::BufferResult::Wait);
@@ -206,17 +204,18 @@ TEST_F(PoolTest, ConnectionBudgetExhaustionWaitsUntilIdleBuffersAreReclaimed) {
   EXPECT_EQ(a->buf_cap, 200u << 10);
   EXPECT_EQ(pool.ensure_buffer(b, 100 << 10, true), RequestPool::BufferResult::Ok);
   EXPECT_EQ(a->buf_cap, 0u);
-  EXPECT_EQ(pool.buffer_bytes(), 100u << 10);
+  EXPECT_EQ(memory.buffer_bytes(), 100u << 10);
   EXPECT_EQ(usage.buffer_bytes.load(), 100u << 10);
 }
 
 TEST_F(PoolTest, IoQueuesLeaveTheAdminReserve) {
   cfg.max_connection_buffer_memory = 0;
   cfg.max_host_buffer_memory = 0;
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(2);
-  Request* io = pool.alloc();
-  Request* admin = pool.alloc();
+  TcpRequest* io = pool.alloc();
+  TcpRequest* admin = pool.alloc();
   const uint64_t reserve = admin_buffer_reserve(cfg);
   ASSERT_EQ(pool.ensure_buffer(io, uint32_t(cfg.max_buffer_memory - reserve), true), RequestPool::BufferResult::Ok);
   // What is left is the reserve: a command on an I/O queue may not take it, one on an admin
@@ -228,39 +227,41 @@ TEST_F(PoolTest, IoQueuesLeaveTheAdminReserve) {
 
 TEST_F(PoolTest, ReleaseFreesBuffersForAdminQueuesAndOverHalfTheBudget) {
   cfg.max_connection_buffer_memory = 0;
-  RequestPool pool(cfg, usage, nullptr, no_send_done);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
   pool.resize(2);
-  Request* r = sent_request(pool);
+  TcpRequest* r = sent_request(pool);
   ASSERT_EQ(pool.ensure_buffer(r, 4096, false), RequestPool::BufferResult::Ok);
   pool.release(r, true);  // an admin command's buffer goes back at once
   EXPECT_EQ(r->buf_cap, 0u);
   EXPECT_EQ(usage.buffer_bytes.load(), 0u);
 
-  Request* big = sent_request(pool);
+  TcpRequest* big = sent_request(pool);
   ASSERT_EQ(pool.ensure_buffer(big, 600 << 10, false), RequestPool::BufferResult::Ok);  // over half of 1 MiB
   pool.release(big, false);
   EXPECT_EQ(big->buf_cap, 0u);
-  EXPECT_EQ(pool.buffer_bytes(), 0u);
+  EXPECT_EQ(memory.buffer_bytes(), 0u);
 }
 
 TEST_F(PoolTest, HostBudgetBoundsAllItsConnectionsAndDestructionGivesEverythingBack) {
   HostBudget host;
   cfg.max_connection_buffer_memory = 0;
   {
-    RequestPool pool(cfg, usage, nullptr, no_send_done);
+    QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+    RequestPool pool(memory, nullptr, no_send_done);
     pool.resize(2);
-    Request* before_connect = pool.alloc();
+    TcpRequest* before_connect = pool.alloc();
     ASSERT_EQ(pool.ensure_buffer(before_connect, 8192, false), RequestPool::BufferResult::Ok);
     // Connect: the pool itself is reserved, then the host owns what the pool holds.
-    const uint64_t pool_bytes = 2 * sizeof(Request);
-    ASSERT_TRUE(pool.reserve_budgets(&host, pool_bytes, cfg.max_buffer_memory));
-    pool.attach_host(&host, pool_bytes);
+    const uint64_t pool_bytes = 2 * sizeof(TcpRequest);
+    ASSERT_TRUE(memory.reserve_budgets(&host, pool_bytes, cfg.max_buffer_memory));
+    memory.attach_host(&host, pool_bytes);
     EXPECT_EQ(host.bytes.load(), 8192 + pool_bytes);
-    EXPECT_EQ(pool.pool_bytes(), pool_bytes);
+    EXPECT_EQ(memory.pool_bytes(), pool_bytes);
     // Another connection of the same host has taken most of its budget.
     const uint64_t others = cfg.max_host_buffer_memory - host.bytes.load() - 4096;
     ASSERT_TRUE(host.reserve(others, cfg.max_host_buffer_memory));
-    Request* r = pool.alloc();
+    TcpRequest* r = pool.alloc();
     EXPECT_EQ(pool.ensure_buffer(r, 8192, true), RequestPool::BufferResult::Wait);
     EXPECT_EQ(pool.ensure_buffer(r, 4096, true), RequestPool::BufferResult::Ok);
     host.release(others);

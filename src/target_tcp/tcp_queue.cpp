@@ -2,7 +2,7 @@
 // The NVMe/TCP queue: a connection's life (accept, ICReq, deadlines, close and the last device
 // completion that frees it), its PDUs in and out, back-pressure, and process(), which moves
 // each request through its life.
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -44,19 +44,30 @@ void ConnectionSet::remove_draining(TcpQueue* c) {
 void ConnectionSet::collect(std::vector<ConnectionInfo>& out) const {
   for (const TcpQueue* c : conns_) out.push_back(c->info());
 }
-RequestStateCounts ConnectionSet::request_states() const {
-  RequestStateCounts sum{};
-  for (const auto* list : {&conns_, &draining_})
-    for (const TcpQueue* c : *list)
-      for (size_t s = 0; s < sum.size(); ++s) sum[s] += c->request_states()[s];
+namespace {
+// Per-state figures of every connection of a reactor (the draining ones too), added up.
+template <typename Sum, typename Of>
+Sum add_up(Sum sum, const std::vector<TcpQueue*>& conns, const std::vector<TcpQueue*>& draining, Of of) {
+  for (const auto* list : {&conns, &draining})
+    for (const TcpQueue* c : *list) {
+      const auto& counts = of(*c);
+      for (size_t s = 0; s < sum.size(); ++s) sum[s] += counts[s];
+    }
   return sum;
 }
+}  // namespace
+
+RequestStateCounts ConnectionSet::request_states() const {
+  return add_up(RequestStateCounts{}, conns_, draining_, [](const TcpQueue& c) { return c.request_states(); });
+}
+CommandStateCounts ConnectionSet::command_states() const {
+  return add_up(CommandStateCounts{}, conns_, draining_, [](const TcpQueue& c) { return c.command_states(); });
+}
 RequestStateEntries ConnectionSet::request_entries() const {
-  RequestStateEntries sum = retired_entries_;
-  for (const auto* list : {&conns_, &draining_})
-    for (const TcpQueue* c : *list)
-      for (size_t s = 0; s < sum.size(); ++s) sum[s] += c->request_entries()[s];
-  return sum;
+  return add_up(retired_requests_, conns_, draining_, [](const TcpQueue& c) { return c.request_entries(); });
+}
+CommandStateEntries ConnectionSet::command_entries() const {
+  return add_up(retired_commands_, conns_, draining_, [](const TcpQueue& c) { return c.command_entries(); });
 }
 void ConnectionSet::close_all() {
   auto copy = conns_;
@@ -74,17 +85,19 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string
 TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
                    ConnectionSet& set, std::string address, Arrival arrival, const reactor::Clock& clock)
     : target_(target),
+      live_count_(target.usage.connections),
       reactor_(r),
-      peer_(std::move(peer)),
+      link_{&r, &clock, std::move(peer), std::move(arrival)},
       set_(set),
       stream_(make_stream(*this)),
       receiver_(transport::Side::Target, this),
       address_(std::move(address)),
-      commands_(target, *this, pool_, set, std::move(arrival), release_closed, this),
-      pool_(target.config, target.usage, this,
+      commands_(target, *this, link_, memory_, set, release_closed, this),
+      memory_(target.config, target.usage, sizeof(TcpRequest)),
+      pool_(memory_, this,
             [](reactor::SendDone* d) {
-              Request* req = static_cast<Request::Sent*>(d)->req;
-              req->queue->process(*req);
+              TcpRequest* req = static_cast<TcpRequest::Sent*>(d)->req;
+              req->owner->process(*req);
             }),
       deadlines_(this, r, clock,
                  {&TcpQueue::on_icreq_deadline, &TcpQueue::on_connect_deadline, &TcpQueue::on_keep_alive_check,
@@ -101,7 +114,6 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
   retry_timer_.fn = on_retry_timer;
   resume_d_.owner = this;
   resume_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<TcpQueue>*>(d)->owner->resume_waiting(); };
-  target_.usage.connections.fetch_add(1);
   const auto& cfg = target_.config;
   receiver_.set_max_plen(std::max({cfg.in_capsule_data, cfg.max_h2c_data, kAdminInCapsule}) + 512);
   pool_.resize(1);  // until Connect says how deep the queue is, only Connect can arrive
@@ -110,16 +122,15 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
 
 TcpQueue::~TcpQueue() {
   for (const auto& r : pool_.slots()) commands_.hold_namespace(*r, nullptr);
-  set_.retire(pool_.entries());
+  set_.retire(pool_.entries(), commands_.command_entries());
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
   if (!address_.empty()) target_.addresses.release(address_);
-  target_.usage.connections.fetch_sub(1);
 }
 
 ConnectionInfo TcpQueue::info() const {
   ConnectionInfo i;
-  i.peer = peer_;
+  i.peer = link_.peer;
   i.qid = commands_.qid();
   i.connected = live();
   if (const Controller* c = commands_.controller()) {
@@ -135,23 +146,24 @@ ConnectionInfo TcpQueue::info() const {
   i.ddgst = ddgst_;
   i.send_queue_bytes = stream_->queued_bytes();
   i.send_queue_peak = send_peak_;
-  i.buffer_bytes = pool_.buffer_bytes();
-  i.pool_bytes = pool_.pool_bytes();
+  i.buffer_bytes = memory_.buffer_bytes();
+  i.pool_bytes = memory_.pool_bytes();
   i.waiting = waiting_;
   i.waits = waits_;
   i.request_states = pool_.counts();
+  i.command_states = command_states();
   return i;
 }
 
 void TcpQueue::start() {
-  log::debug("{}: connection accepted", peer_);
+  log::debug("{}: connection accepted", link_.peer);
   deadlines_.arm(Deadline::ICReq, uint64_t(target_.config.icreq_timeout_ms) * 1000000ull);
   stream_->start();
 }
 
 void TcpQueue::close(const std::string& why) {
   if (state_ != State::Closing) {
-    log::info("{}: closing connection: {}", peer_, why);
+    log::info("{}: closing connection: {}", link_.peer, why);
     set_state(State::Closing);
   }
   stream_->close();
@@ -172,6 +184,7 @@ void TcpQueue::set_state(State to) {
     illegal_transition("connection", state_name(state_), state_name(to), "TcpQueue::set_state",
                        long(commands_.qid()));
   state_ = to;
+  link_.closing = to == State::Closing;
 }
 
 void TcpQueue::on_receive(const uint8_t* data, size_t len) {
@@ -189,8 +202,8 @@ void TcpQueue::on_receive_direct(size_t len) {
 }
 
 void TcpQueue::on_closed(int err) {
-  if (err < 0) log::debug("{}: connection error: {}", peer_, strerror(-err));
-  log::debug("{}: connection closed", peer_);
+  if (err < 0) log::debug("{}: connection error: {}", link_.peer, strerror(-err));
+  log::debug("{}: connection closed", link_.peer);
   if (state_ != State::Closing) set_state(State::Closing);
   terminator_.peer_closed();
   deadlines_.cancel_all();
@@ -209,17 +222,14 @@ void TcpQueue::release_closed(void* conn) {
   delete c;
 }
 
-std::string TcpQueue::link_features() const {
-  return fmt::format("{}{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "",
-                     tls_ && tls_->session().kernel_tx ? " (kTLS TX)" : "", hdgst_ ? ", header digest" : "",
-                     ddgst_ ? ", data digest" : "");
+void TcpQueue::describe_link() {
+  link_.features = fmt::format("{}{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "",
+                               tls_ && tls_->session().kernel_tx ? " (kTLS TX)" : "", hdgst_ ? ", header digest" : "",
+                               ddgst_ ? ", data digest" : "");
+  link_.tls_identity = tls_ && tls_->established() ? tls_->session().identity : std::string();
 }
 
-std::string_view TcpQueue::tls_identity() const {
-  return tls_ && tls_->established() ? std::string_view(tls_->session().identity) : std::string_view();
-}
-
-void TcpQueue::connected() {
+void TcpQueue::on_connected() {
   pool_.resize(commands_.sqsize());
   // A queue that must authenticate gets icreq_timeout_ms more to do it (Connect deadline).
   if (commands_.authenticated()) deadlines_.cancel(Deadline::Connect);
@@ -242,7 +252,7 @@ void TcpQueue::connected() {
 //
 // In between, the command layer runs it (the device, a worker, its holds) and hands it back
 // with complete(). A failure at any point answers at once (-> Sending).
-void TcpQueue::process(Request& r) {
+void TcpQueue::process(TcpRequest& r) {
   switch (r.state()) {
     case RState::ReceivingCapsule:
       // Commands run in arrival order: behind older ones that wait, and not while the send
@@ -256,7 +266,7 @@ void TcpQueue::process(Request& r) {
       commands_.parse(r);
       if (state_ == State::Closing) return;  // its controller is gone: nothing is answered
       if (!r.status.ok()) {
-        complete(r, r.status);
+        fail(r, r.status);
         return;
       }
       // Only a command whose buffer is not there yet (its slot's is too small) goes through
@@ -265,7 +275,7 @@ void TcpQueue::process(Request& r) {
       [[fallthrough]];
     case RState::NeedBuffer:
       if (!buffer_ready(r, r.xfer.buffer)) return;  // waits for memory, or failed
-      if (r.xfer.dir == Request::Direction::HostToController && r.capsule_len == 0) {
+      if (r.xfer.dir == Command::Direction::HostToController && r.capsule_len == 0) {
         set_request_state(r, RState::AwaitingH2C);
         r.waited = true;
         send_r2ts(r);
@@ -274,8 +284,8 @@ void TcpQueue::process(Request& r) {
       execute(r);
       return;
     case RState::AwaitingH2C:  // every byte asked for is in
-      if (r.aborted) complete(r, sc::AbortRequested);
-      else if (!r.status.ok()) complete(r, r.status);
+      if (r.aborted) fail(r, sc::AbortRequested);
+      else if (!r.status.ok()) fail(r, r.status);
       else execute(r);
       return;
     case RState::Sending:
@@ -283,43 +293,38 @@ void TcpQueue::process(Request& r) {
       return;
     case RState::Free:
     case RState::Executing:
-    case RState::AwaitingFusedPartner:
-    case RState::AwaitingFence:
-    case RState::InDevice:
-    case RState::OnWorker:
-    case RState::BetweenSteps:
-    case RState::AwaitingDurable:
-    case RState::HeldAer:
-    case RState::HeldAbort:
     case RState::kCount: break;
   }
-  log::error("{}: request {} (cid {}) moved on in state {}", peer_, r.index, r.sqe.cid, request_state_name(r.state()));
+  log::error("{}: request {} (cid {}) moved on in state {}", link_.peer, r.index, r.sqe.cid, request_state_name(r.state()));
 }
 
 // A command that sends data to the host holds its bytes against the send queue's cap from
 // now on, until its response is queued.
-void TcpQueue::execute(Request& r) {
+void TcpQueue::execute(TcpRequest& r) {
   set_request_state(r, RState::Executing);
-  if (r.xfer.dir == Request::Direction::ControllerToHost && r.tx_pending == 0) {
+  if (r.xfer.dir == Command::Direction::ControllerToHost && r.tx_pending == 0) {
     r.tx_pending = r.xfer.len;
     tx_pending_ += r.tx_pending;
   }
   commands_.execute(r);
 }
 
-void TcpQueue::complete(Request& r, Status st) {
-  r.status = st;
-  complete(r);
-}
+void TcpQueue::fail(TcpRequest& r, Status st) { commands_.fail(r, st); }
 
-void TcpQueue::complete(Request& r) {
+void TcpQueue::complete(Command& c) {
+  TcpRequest& r = TcpRequest::of(c);
+  if (!connected_ && commands_.connected()) {  // a Connect succeeded: the queue takes its depth
+    connected_ = true;
+    on_connected();
+  }
   tx_pending_ -= r.tx_pending;
   r.tx_pending = 0;
   if (commands_.qid() != 0) set_.count_io();
   send_response(r);
 }
 
-void TcpQueue::need_buffer(Request& r, uint32_t len) {
+void TcpQueue::need_buffer(Command& c, uint32_t len) {
+  TcpRequest& r = TcpRequest::of(c);
   r.xfer.buffer = len;
   // While it waits for memory its bytes are not on their way: they hold no room in the send
   // queue (execute() counts them again).
@@ -329,34 +334,44 @@ void TcpQueue::need_buffer(Request& r, uint32_t len) {
   process(r);
 }
 
-bool TcpQueue::buffer_ready(Request& r, uint32_t len) {
+bool TcpQueue::buffer_ready(TcpRequest& r, uint32_t len) {
   if (len == 0) return true;
   switch (ensure_buffer(r, len)) {
     case BufferResult::Ok: return true;
     case BufferResult::Wait: park(r, RState::NeedBuffer); return false;
-    case BufferResult::Fail: complete(r, sc::InternalError); return false;
+    case BufferResult::Fail: fail(r, sc::InternalError); return false;
   }
   return false;
 }
 
-bool TcpQueue::abort_before_execution(Request& r) {
-  switch (r.state()) {
-    case RState::Queued:
-    case RState::NeedBuffer:
-      if (!withdraw(r)) return false;
-      log::info("{}: cid {} aborted while it waited", peer_, r.sqe.cid);
-      complete(r, sc::AbortRequested);
-      return true;
-    case RState::AwaitingH2C:
-      if (r.aborted) return false;
-      // The data already asked for may still come: take it, ask for no more, then end.
-      r.aborted = true;
-      log::info("{}: cid {} aborted while it waited for data ({} of {} bytes asked for)", peer_, r.sqe.cid,
-                r.rx_next, r.r2t_next);
-      if (r.rx_next == r.r2t_next) process(r);
-      return true;
-    default: return false;
+CommandTransport::AbortLookup TcpQueue::abort_before_execution(uint16_t cid) {
+  for (auto& slot : pool_.slots()) {
+    TcpRequest& r = *slot;
+    // A free slot keeps the CID of the command it last carried, and a command being sent is
+    // done: the host may already have its answer and reuse the CID for a live command in
+    // another slot, which is the one to abort.
+    const RState st = r.state();
+    if (r.sqe.cid != cid || st == RState::Free || st == RState::Sending) continue;
+    switch (st) {
+      case RState::Queued:
+      case RState::NeedBuffer:
+        if (!withdraw(r)) return {};
+        log::info("{}: cid {} aborted while it waited", link_.peer, r.sqe.cid);
+        fail(r, sc::AbortRequested);
+        return {true, nullptr};
+      case RState::AwaitingH2C:
+        if (r.aborted) return {};
+        // The data already asked for may still come: take it, ask for no more, then end.
+        r.aborted = true;
+        log::info("{}: cid {} aborted while it waited for data ({} of {} bytes asked for)", link_.peer, r.sqe.cid,
+                  r.rx_next, r.r2t_next);
+        if (r.rx_next == r.r2t_next) process(r);
+        return {true, nullptr};
+      case RState::Executing: return {false, &r};
+      default: return {};  // its capsule is still arriving
+    }
   }
+  return {};
 }
 
 // ---------------------------------------------------------------- PDUs in
@@ -398,23 +413,23 @@ void TcpQueue::on_pdu_complete(const uint8_t* hdr, bool data_ok) {
     case PduType::H2CTermReq: {
       const auto& t = *reinterpret_cast<const TermReqPdu*>(hdr);
       log::event(log::Level::Warn, "termreq",
-                 {{"address", peer_}, {"direction", "received"}, {"fes", std::to_string(unsigned(t.fes))},
+                 {{"address", link_.peer}, {"direction", "received"}, {"fes", std::to_string(unsigned(t.fes))},
                   {"fei", std::to_string(uint32_t(t.fei))}},
-                 "{}: host terminated the connection: {} (FES {}, FEI {})", peer_,
+                 "{}: host terminated the connection: {} (FES {}, FEI {})", link_.peer,
                  fes_name(Fes(t.fes), PduType::H2CTermReq), unsigned(t.fes), uint32_t(t.fei));
       close("H2CTermReq received");
       return;
     }
     case PduType::CapsuleCmd: {
-      Request& r = *h2c_req_;
+      TcpRequest& r = *h2c_req_;
       h2c_req_ = nullptr;
       if (!data_ok) {
-        log::warn("{}: data digest error in capsule cid {}", peer_, r.sqe.cid);
-        complete(r, sc::TransientTransportError);
+        log::warn("{}: data digest error in capsule cid {}", link_.peer, r.sqe.cid);
+        fail(r, sc::TransientTransportError);
         return;
       }
       if (!r.status.ok()) {
-        complete(r, r.status);
+        fail(r, r.status);
         return;
       }
       process(r);
@@ -432,9 +447,9 @@ void TcpQueue::fatal(Fes fes, uint32_t fei, const std::string& why) { receiver_.
 void TcpQueue::on_pdu_error(Fes fes, uint32_t fei, const std::string& why) {
   if (state_ == State::Closing) return;  // already on its way out: no TermReq to send
   log::event(log::Level::Warn, "termreq",
-             {{"address", peer_}, {"direction", "sent"}, {"fes", std::to_string(unsigned(fes))},
+             {{"address", link_.peer}, {"direction", "sent"}, {"fes", std::to_string(unsigned(fes))},
               {"fei", std::to_string(fei)}, {"reason", why}},
-             "{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", peer_, why, unsigned(fes),
+             "{}: fatal transport error: {} (FES {} {}, FEI {}); sending C2HTermReq", link_.peer, why, unsigned(fes),
              fes_name(fes, PduType::C2HTermReq), fei);
   set_state(State::Closing);
   // The same TermReq-and-linger piece as the host's. The target closes as soon as its C2HTermReq
@@ -455,7 +470,7 @@ bool TcpQueue::handle_icreq(const ICReqPdu& req) {
     return false;
   }
   hpda_ = req.hpda;
-  host_maxr2t_ = std::min<uint32_t>(req.maxr2t, Request::kMaxR2T - 1) + 1;
+  host_maxr2t_ = std::min<uint32_t>(req.maxr2t, TcpRequest::kMaxR2T - 1) + 1;
   hdgst_ = (req.digest & kIcDigestHeader) && target_.config.allow_hdgst;
   ddgst_ = (req.digest & kIcDigestData) && target_.config.allow_ddgst;
   const ICRespPdu resp = make_icresp(0, hdgst_, ddgst_, target_.config.max_h2c_data);
@@ -463,16 +478,17 @@ bool TcpQueue::handle_icreq(const ICReqPdu& req) {
   std::memcpy(icresp_, &resp, sizeof(resp));
   stream_->send(icresp_, sizeof(icresp_));
   receiver_.set_digests(hdgst_, ddgst_);
+  describe_link();
   set_state(State::Ready);
   // Connect is due by the deadline the ICReq had: icreq_timeout_ms from accept covers both.
   deadlines_.arm_at(Deadline::Connect, deadlines_.deadline(Deadline::ICReq));
   deadlines_.cancel(Deadline::ICReq);
-  log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", peer_, req.hpda, req.maxr2t, hdgst_, ddgst_);
+  log::debug("{}: ICReq hpda {} maxr2t {} hdgst {} ddgst {}", link_.peer, req.hpda, req.maxr2t, hdgst_, ddgst_);
   return true;
 }
 
 bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst) {
-  Request* found = pool_.alloc();
+  TcpRequest* found = pool_.alloc();
   const uint16_t sqsize = commands_.sqsize();
   // A request stays Sending until the stream lets go of its response, but the host may have
   // it already and reuse the slot: the kernel copies a batch of responses into the socket and
@@ -484,7 +500,7 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
   // delivery (zero-copy: 128 KiB reads at QD32 over loopback needed more than twice the depth,
   // and a conforming host was cut off). A host that stops reading fills the Sending set with
   // responses it never takes; the bound keeps that finite.
-  const size_t sending = pool_.count(Request::State::Sending);
+  const size_t sending = pool_.count(TcpRequest::State::Sending);
   const size_t sending_allowed = size_t(sqsize) + stream_->max_sends_held_after_delivery();
   if (!found && sqsize && pool_.size() < size_t(sqsize) + std::min(sending, sending_allowed)) {
     pool_.resize(uint32_t(pool_.size()) + 1);
@@ -494,24 +510,11 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
     fatal(Fes::PduSequenceError, 0, fmt::format("more commands outstanding than the queue depth ({})", pool_.size()));
     return false;
   }
-  Request& r = *found;
-  r.arrived_ns = clock().turn_ns(reactor_);
+  TcpRequest& r = *found;
+  r.start(clock().turn_ns(reactor_));
   std::memcpy(&r.sqe, pdu.sqe, sizeof(Sqe));
-  r.status = sc::Success;
-  r.dw0 = r.dw1 = 0;
-  r.xfer = {};
-  r.capsule_len = 0;
   r.rx_next = 0;
   r.r2t_next = 0;
-  r.aborted = false;
-  r.ns = nullptr;
-  r.waited = false;
-  r.tx_data = nullptr;
-  r.tx_len = 0;
-  r.tx_pad = 0;
-  r.fence_counted = r.fence_owner = false;
-  r.steps = std::monostate{};
-  commands_.fetched();
   h2c_req_ = &r;
   if (data_len == 0) return true;
   // In-capsule data: check the SGL now, and drop the bytes of a bad one as they arrive.
@@ -527,7 +530,7 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
     if (!memory_logged_) {
       log::warn("{}: no buffer memory for {} bytes of in-capsule data (limits: {} per connection, {} in all); "
                 "cid {} ends with Command Interrupted, to be retried",
-                peer_, data_len, target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory,
+                link_.peer, data_len, target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory,
                 r.sqe.cid);
       memory_logged_ = true;
     }
@@ -535,14 +538,14 @@ bool TcpQueue::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_len, ui
     return true;
   }
   if (!r.status.ok()) {
-    log::warn("{}: cid {}: bad in-capsule data ({} bytes, SGL type 0x{:02x} length {}): {}", peer_, r.sqe.cid,
+    log::warn("{}: cid {}: bad in-capsule data ({} bytes, SGL type 0x{:02x} length {}): {}", link_.peer, r.sqe.cid,
               data_len, sgl.type, sgl.length, status_name(r.status));
     dst = nullptr;
     return true;
   }
   r.capsule_len = data_len;
   r.rx_next = data_len;
-  dst = r.buf.get();
+  dst = r.buf;
   return true;
 }
 
@@ -552,7 +555,7 @@ bool TcpQueue::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t
           fmt::format("H2CData for unknown transfer tag {}", pdu.ttag));
     return false;
   }
-  Request* r = pool_.at(pdu.ttag);
+  TcpRequest* r = pool_.at(pdu.ttag);
   if (r->sqe.cid != pdu.cccid) {
     fatal(Fes::InvalidHeaderField, offsetof(H2CDataPdu, cccid),
           fmt::format("H2CData cccid {} does not match tag {} (cid {})", pdu.cccid, pdu.ttag, r->sqe.cid));
@@ -574,16 +577,16 @@ bool TcpQueue::h2c_data_header(const H2CDataPdu& pdu, uint32_t data_len, uint8_t
     return false;
   }
   h2c_req_ = r;
-  dst = r->xfer.buffer ? r->buf.get() + pdu.datao : nullptr;  // none: a device that ignores the data
+  dst = r->xfer.buffer ? r->buf + pdu.datao : nullptr;  // none: a device that ignores the data
   return true;
 }
 
 void TcpQueue::h2c_data_complete(const H2CDataPdu& pdu, bool data_ok) {
-  Request& r = *h2c_req_;
+  TcpRequest& r = *h2c_req_;
   h2c_req_ = nullptr;
   r.rx_next += pdu.datal;
   if (!data_ok) {
-    log::warn("{}: data digest error in H2CData for cid {}", peer_, r.sqe.cid);
+    log::warn("{}: data digest error in H2CData for cid {}", link_.peer, r.sqe.cid);
     r.status = sc::TransientTransportError;
   }
   // An aborted transfer ends with the data already asked for; otherwise with all of it.
@@ -601,16 +604,16 @@ void TcpQueue::fill_header(CommonHeader& ch, PduType type, uint8_t hlen, uint32_
   fill_common_header(ch, type, hlen, data_len, flags, hdgst_, ddgst_, hpda_);
 }
 
-void TcpQueue::send_r2ts(Request& r) {
+void TcpQueue::send_r2ts(TcpRequest& r) {
   if (r.aborted) return;  // an aborted command asks for no more data
   const uint32_t chunk = target_.config.max_h2c_data;
-  const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, Request::kMaxR2T});
+  const uint32_t max_out = std::min({host_maxr2t_, target_.config.max_r2t_per_command, TcpRequest::kMaxR2T});
   while (r.r2t_next < r.xfer.len) {
     uint32_t sent = (r.r2t_next + chunk - 1) / chunk;
     uint32_t done = r.rx_next / chunk;
     if (sent - done >= max_out) break;
     uint32_t len = std::min(chunk, r.xfer.len - r.r2t_next);
-    uint8_t* slot = r.r2t_pdu[sent % Request::kMaxR2T];
+    uint8_t* slot = r.r2t_pdu[sent % TcpRequest::kMaxR2T];
     auto* p = reinterpret_cast<R2TPdu*>(slot);
     std::memset(p, 0, sizeof(R2TPdu));
     fill_header(p->ch, PduType::R2T, sizeof(R2TPdu), 0, 0);
@@ -620,14 +623,14 @@ void TcpQueue::send_r2ts(Request& r) {
     p->r2tl = len;
     if (hdgst_) seal_header_digest(slot, sizeof(R2TPdu));
     stream_->send(slot, p->ch.plen);
-    r.r2t_sent_ns[sent % Request::kMaxR2T] = deadlines_.clock().now_ns();
+    r.r2t_sent_ns[sent % TcpRequest::kMaxR2T] = deadlines_.clock().now_ns();
     r.r2t_next += len;
   }
 }
 
-void TcpQueue::send_response(Request& r) {
+void TcpQueue::send_response(TcpRequest& r) {
   set_request_state(r, RState::Sending);
-  const Cqe cqe = commands_.response(r);
+  const Cqe& cqe = r.cqe;
   const bool data = r.tx_len > 0 && r.status.ok();
   const bool success_flag = data && commands_.sq_flow_disabled();
   if (data) {
@@ -674,27 +677,24 @@ void TcpQueue::send_response(Request& r) {
   send_peak_ = std::max<uint64_t>(send_peak_, stream_->queued_bytes());
 }
 
-void TcpQueue::release(Request& r) {
-  commands_.response_sent(r);
-  commands_.hold_namespace(r, nullptr);
+void TcpQueue::release(TcpRequest& r) {
+  const bool last = r.close_queue_after;
+  commands_.release(r);
   // Admin and discovery commands are few and far between: their buffers (log pages up to
   // MDTS) go back at once instead of waiting, idle, for the next one.
   pool_.release(&r, commands_.qid() == 0);
   if (wait_head_) reactor_.defer(&resume_d_);
-  if (close_after_send_) {
-    close_after_send_ = false;
-    close("host sent Disconnect");
-  }
+  if (last) close("host sent Disconnect");
 }
 
 // ---------------------------------------------------------------- back-pressure
 
-TcpQueue::BufferResult TcpQueue::ensure_buffer(Request& r, uint32_t len) {
+TcpQueue::BufferResult TcpQueue::ensure_buffer(TcpRequest& r, uint32_t len) {
   const uint32_t had = r.buf_cap;
   const BufferResult res = pool_.ensure_buffer(&r, len, live() && commands_.qid() != 0);
-  if (res == BufferResult::Fail) log::warn("{}: cannot allocate a {}-byte data buffer", peer_, align_4k(len));
+  if (res == BufferResult::Fail) log::warn("{}: cannot allocate a {}-byte data buffer", link_.peer, align_4k(len));
   if (res == BufferResult::Ok && r.buf_cap != had && memory_logged_ && !wait_head_) {
-    log::info("{}: buffer memory available again", peer_);
+    log::info("{}: buffer memory available again", link_.peer);
     memory_logged_ = false;
   }
   return res;
@@ -705,7 +705,7 @@ bool TcpQueue::send_queue_full() const {
   return cap && stream_->queued_bytes() + tx_pending_ > cap;
 }
 
-void TcpQueue::park(Request& r, RState as) {
+void TcpQueue::park(TcpRequest& r, RState as) {
   if (r.state() != as) set_request_state(r, as);  // a NeedBuffer request resumed too early stays one
   r.waited = true;
   r.next_waiting = nullptr;
@@ -724,7 +724,7 @@ void TcpQueue::park(Request& r, RState as) {
     memory_short_ = true;
     target_.usage.memory_waits.fetch_add(1, std::memory_order_relaxed);
     if (!memory_logged_) {
-      log::warn("{}: buffer memory exhausted (limits: {} per connection, {} in all); commands wait", peer_,
+      log::warn("{}: buffer memory exhausted (limits: {} per connection, {} in all); commands wait", link_.peer,
                 target_.config.max_connection_buffer_memory, target_.config.max_buffer_memory);
       memory_logged_ = true;
     }
@@ -734,9 +734,9 @@ void TcpQueue::park(Request& r, RState as) {
   }
 }
 
-bool TcpQueue::withdraw(Request& r) {
-  Request** link = &wait_head_;
-  Request* prev = nullptr;
+bool TcpQueue::withdraw(TcpRequest& r) {
+  TcpRequest** link = &wait_head_;
+  TcpRequest* prev = nullptr;
   while (*link && *link != &r) {
     prev = *link;
     link = &(*link)->next_waiting;
@@ -754,7 +754,7 @@ void TcpQueue::resume_waiting() {
   resuming_ = true;
   memory_short_ = false;
   while (wait_head_ && state_ != State::Closing && !send_queue_full()) {
-    Request& r = *wait_head_;
+    TcpRequest& r = *wait_head_;
     wait_head_ = r.next_waiting;
     if (!wait_head_) wait_tail_ = nullptr;
     r.next_waiting = nullptr;
@@ -766,7 +766,7 @@ void TcpQueue::resume_waiting() {
   if (!wait_head_) {
     reactor_.cancel_timer(&retry_timer_);
     if (memory_logged_) {
-      log::info("{}: buffer memory available again", peer_);
+      log::info("{}: buffer memory available again", link_.peer);
       memory_logged_ = false;
     }
   } else if (!retry_timer_.linked) {
@@ -778,14 +778,14 @@ void TcpQueue::on_retry_timer(reactor::Timer* t) { static_cast<TimerSlot*>(t)->o
 
 // ---------------------------------------------------------------- deadlines
 
-const Request* TcpQueue::stalled_write(uint64_t now, uint64_t& next_due) const {
+const TcpRequest* TcpQueue::stalled_write(uint64_t now, uint64_t& next_due) const {
   // Checked on the connection's H2CData deadline, not per I/O: a scan of the slots.
   next_due = UINT64_MAX;
   const uint64_t limit = uint64_t(target_.config.h2c_data_timeout_ms) * 1000000ull;
   if (limit == 0) return nullptr;
   for (const auto& r : pool_.slots())
     if (r->state() == RState::AwaitingH2C && r->rx_next < r->r2t_next) {
-      const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % Request::kMaxR2T];
+      const uint64_t asked = r->r2t_sent_ns[(r->rx_next / target_.config.max_h2c_data) % TcpRequest::kMaxR2T];
       if (now > asked && now - asked > limit) return r.get();
       next_due = std::min(next_due, asked + limit + 1);
     }
@@ -841,7 +841,7 @@ void TcpQueue::on_keep_alive_check(uint64_t now) {
   Controller& ctrl = *commands_.controller();
   // The controller stamps commands with the clock it got from this queue: KATO is measured on it.
   if (ctrl.keep_alive_expired(now)) {
-    log::warn("{}: keep-alive timeout ({} ms) on controller {}", peer_, ctrl.kato_ms(), ctrl.cntlid());
+    log::warn("{}: keep-alive timeout ({} ms) on controller {}", link_.peer, ctrl.kato_ms(), ctrl.cntlid());
     commands_.end_controller("keep-alive timeout");
     close("keep-alive timeout");
     return;
@@ -862,7 +862,7 @@ void TcpQueue::on_send_stall_check(uint64_t now) {
   if (!live()) return;
   uint64_t due = UINT64_MAX;
   if (send_stalled(now, due)) {
-    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", peer_,
+    log::warn("{}: the host has not read its responses ({} bytes queued) for {} ms; closing the connection", link_.peer,
               stream_->queued_bytes(), target_.config.send_timeout_ms);
     close("send timeout");
     return;
@@ -873,8 +873,8 @@ void TcpQueue::on_send_stall_check(uint64_t now) {
 void TcpQueue::on_h2c_data_check(uint64_t now) {
   if (!live()) return;
   uint64_t due = UINT64_MAX;
-  if (const Request* r = stalled_write(now, due)) {
-    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection", peer_,
+  if (const TcpRequest* r = stalled_write(now, due)) {
+    log::warn("{}: no H2CData for cid {} (qid {}) within {} ms of asking for it; closing the connection", link_.peer,
               r->sqe.cid, commands_.qid(), target_.config.h2c_data_timeout_ms);
     close("H2CData timeout");
     return;

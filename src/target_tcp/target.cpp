@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 
 #include <malloc.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {
@@ -548,6 +548,14 @@ RequestStateCounts Target::request_states() {
 
 RequestStateEntries Target::request_entries() {
   return sum_over_reactors<RequestStateEntries>([](const ConnectionSet& c) { return c.request_entries(); });
+}
+
+CommandStateCounts Target::command_states() {
+  return sum_over_reactors<CommandStateCounts>([](const ConnectionSet& c) { return c.command_states(); });
+}
+
+CommandStateEntries Target::command_entries() {
+  return sum_over_reactors<CommandStateEntries>([](const ConnectionSet& c) { return c.command_entries(); });
 }
 
 uint16_t Target::port(size_t listener) const {

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "nvtcp/log_pages.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {

@@ -11,7 +11,7 @@
 
 #include "target/config.hpp"
 #include "target/metrics.hpp"
-#include "target/tcp_queue.hpp"
+#include "target_tcp/tcp_queue.hpp"
 #include "target/target_state.hpp"
 #include "target/tls_keys.hpp"
 
@@ -95,12 +95,15 @@ class Target {
   // One entry per live connection, gathered on the reactors (control path; never call it
   // from a reactor thread). Empty when the target is not running.
   std::vector<ConnectionInfo> connection_info();
-  // The requests in each Request::State (control path, gathered on the reactors like
-  // connection_info()): those of every live connection, and those of closed connections that
-  // still wait for a device. With no I/O outstanding, all of them are Free.
+  // The requests in each TcpRequest::State, and their commands in each Command::State (control
+  // path, gathered on the reactors like connection_info()): those of every live connection,
+  // and those of closed connections that still wait for a device. With no I/O outstanding,
+  // every request is Free and every command Idle.
   RequestStateCounts request_states();
+  CommandStateCounts command_states();
   // Entries into each state since start, over every connection (control path, as above).
   RequestStateEntries request_entries();
+  CommandStateEntries command_entries();
   // I/O commands completed by all reactors so far, and by each.
   uint64_t io_count() const;
   std::vector<uint64_t> io_counts_per_reactor() const;

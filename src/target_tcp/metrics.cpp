@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "target/controller.hpp"
-#include "target/target.hpp"
+#include "target_tcp/target.hpp"
 
 namespace nvtcp::target {
 
@@ -63,7 +63,7 @@ TargetMetrics Target::metrics() {
     }
     ++e.io_queues;
     for (size_t st = 0; st < c.request_states.size(); ++st)
-      if (Request::State(st) != Request::State::Free) e.outstanding += c.request_states[st];
+      if (TcpRequest::State(st) != TcpRequest::State::Free) e.outstanding += c.request_states[st];
   }
   for (auto& [key, e] : by_listener) {
     const auto& [subnqn, portid] = key;
@@ -78,6 +78,14 @@ TargetMetrics Target::metrics() {
   const std::vector<double> busy = busy_seconds_per_reactor(), cpu = cpu_seconds_per_reactor();
   const std::vector<uint64_t> ios = io_counts_per_reactor();
   for (size_t i = 0; i < ios.size(); ++i) m.reactors.push_back({busy[i], cpu[i], ios[i]});
+  const RequestStateCounts requests = request_states();
+  const RequestStateEntries request_moves = request_entries();
+  for (size_t i = 0; i < requests.size(); ++i)
+    m.request_states.push_back({request_state_name(TcpRequest::State(i)), requests[i], request_moves[i]});
+  const CommandStateCounts commands = command_states();
+  const CommandStateEntries command_moves = command_entries();
+  for (size_t i = 0; i < commands.size(); ++i)
+    m.command_states.push_back({command_state_name(Command::State(i)), commands[i], command_moves[i]});
   const ResourceUsage& u = state_->usage;
   m.connections = u.connections.load(std::memory_order_relaxed);
   m.connections_accepted = accepted_.load(std::memory_order_relaxed);

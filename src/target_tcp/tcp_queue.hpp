@@ -2,12 +2,13 @@
 // One NVMe/TCP queue on the target: a TCP connection with its PDUs (ICReq/ICResp, CapsuleCmd,
 // R2T and H2CData, C2HData, CapsuleResp, TermReq), digests, R2T windows, deadlines and send
 // back-pressure, and a pool of requests sized by the queue depth the host asked for. It knows
-// no opcode: commands run in its CommandQueue (command_queue.hpp), which it hands each
-// request and which answers through the CommandTransport calls.
+// no opcode: each request embeds the command layer's Command, which its CommandQueue
+// (target/command_queue.hpp) parses and executes, and which comes back through the
+// CommandTransport calls.
 //
-// The life of a 4 KiB read: tcp_queue.cpp (the capsule in, process(), the device call and its
-// completion, the C2HData out), command_queue.cpp (execute, submit), io_commands.cpp (its
-// parse, its execute, its device completion) and request_pool.cpp (its state and buffer).
+// The life of a 4 KiB read crosses the seam four times: parse and execute down (process()),
+// complete up once the device has answered, release down once the stream has let go of the
+// response (README, "The life of a 4 KiB read").
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -20,8 +21,8 @@
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
 #include "target/command_queue.hpp"
-#include "target/deadline_set.hpp"
-#include "target/request_pool.hpp"
+#include "target_tcp/deadline_set.hpp"
+#include "target_tcp/request_pool.hpp"
 #include "tls/tls_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
@@ -48,15 +49,14 @@ struct ConnectionInfo {
   uint64_t pool_bytes = 0;             // its request pool (also counted in the buffer budgets)
   uint32_t waiting = 0;                // commands held back (send queue over its cap, or memory)
   uint64_t waits = 0;                  // commands ever held back
-  RequestStateCounts request_states{};  // its requests in each Request::State
+  RequestStateCounts request_states{};  // its requests in each TcpRequest::State
+  CommandStateCounts command_states{};  // and their commands in each Command::State
 };
 
-// Where every connection of one reactor is listed, so shutdown can close them all.
-class ConnectionSet {
+// Where every connection of one reactor is listed, so shutdown can close them all; with what
+// their command queues share (ReactorCommands).
+class ConnectionSet : public ReactorCommands {
  public:
-  // This reactor's number (0 .. cores-1): its slot in per-reactor counters.
-  void set_index(uint32_t i) { index_ = i; }
-  uint32_t index() const { return index_; }
   void add(TcpQueue* c);
   void remove(TcpQueue* c);
   void close_all();
@@ -66,70 +66,26 @@ class ConnectionSet {
   void add_draining(TcpQueue* c) { draining_.push_back(c); }
   void remove_draining(TcpQueue* c);
   size_t draining() const { return draining_.size(); }
-  // Work of this reactor's queues on a worker thread: shutdown waits until it has come back
-  // (its task has run here) and until the worker has left post() (which still writes to this
-  // reactor's eventfd after queueing the task).
-  void offload_started() {
-    ++offloads_;
-    offload_posts_.fetch_add(1, std::memory_order_relaxed);
-  }
-  void offload_returned() { --offloads_; }           // on this reactor, in the posted task
-  void offload_post_done() { offload_posts_.fetch_sub(1, std::memory_order_release); }  // on the worker
-  bool offloads_out() const { return offloads_ > 0 || offload_posts_.load(std::memory_order_acquire) > 0; }
   // The open connections, one entry each.
   void collect(std::vector<ConnectionInfo>& out) const;
-  // Requests per state over every connection of this reactor, the closed ones whose requests
-  // are still inside a device included: a request stuck in a device shows, though its host left.
+  // Requests and commands per state over every connection of this reactor, the closed ones
+  // whose requests are still inside a device included: a command stuck in a device shows,
+  // though its host left.
   RequestStateCounts request_states() const;
+  CommandStateCounts command_states() const;
   // Entries into each state over every connection this reactor has had, closed ones included.
   RequestStateEntries request_entries() const;
-  void retire(const RequestStateEntries& e) {
-    for (size_t s = 0; s < e.size(); ++s) retired_entries_[s] += e[s];
+  CommandStateEntries command_entries() const;
+  void retire(const RequestStateEntries& r, const CommandStateEntries& c) {
+    for (size_t s = 0; s < r.size(); ++s) retired_requests_[s] += r[s];
+    for (size_t s = 0; s < c.size(); ++s) retired_commands_[s] += c[s];
   }
-  // I/O commands completed on this reactor: one writer (the reactor), read by anyone.
-  void count_io() { bump(ios_); }
-  uint64_t ios() const { return ios_.load(std::memory_order_relaxed); }
-  // Durability commands completed with success on this reactor: Flush commands, and
-  // writes (Write, Write Zeroes) that carried FUA.
-  void count_flush() { bump(flushes_); }
-  void count_fua_write() { bump(fua_writes_); }
-  uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
-  uint64_t fua_writes() const { return fua_writes_.load(std::memory_order_relaxed); }
-
-  // Data a command moves inside the target (Copy) costs the reactor as a read of the same bytes
-  // would, whoever sends it: all such steps of this reactor's connections together take at most
-  // kStepBytesPerTurn per loop turn (the first step of a turn always runs). A step over the
-  // budget waits for a later turn; the turns in between serve everything else.
-  static constexpr uint64_t kStepBytesPerTurn = 256 * 1024;
-  bool take_step_budget(uint64_t turn, uint64_t bytes) {
-    if (turn != budget_turn_) {
-      budget_turn_ = turn;
-      budget_used_ = 0;
-    }
-    if (budget_used_ && budget_used_ + bytes > kStepBytesPerTurn) {
-      bump(steps_deferred_);
-      return false;
-    }
-    budget_used_ += bytes;
-    if (budget_used_ > most_step_bytes_.load(std::memory_order_relaxed))
-      most_step_bytes_.store(budget_used_, std::memory_order_relaxed);
-    return true;
-  }
-  // Steps that waited for a later turn, and the most bytes steps moved in one turn.
-  uint64_t steps_deferred() const { return steps_deferred_.load(std::memory_order_relaxed); }
-  uint64_t most_step_bytes_in_a_turn() const { return most_step_bytes_.load(std::memory_order_relaxed); }
 
  private:
-  static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   std::vector<TcpQueue*> conns_;
-  uint32_t index_ = 0;
   std::vector<TcpQueue*> draining_;
-  uint32_t offloads_ = 0;
-  std::atomic<uint32_t> offload_posts_{0};
-  RequestStateEntries retired_entries_{};  // of the connections that are gone
-  std::atomic<uint64_t> ios_{0}, flushes_{0}, fua_writes_{0};
-  uint64_t budget_turn_ = UINT64_MAX, budget_used_ = 0;
-  std::atomic<uint64_t> steps_deferred_{0}, most_step_bytes_{0};
+  RequestStateEntries retired_requests_{};  // of the connections that are gone
+  CommandStateEntries retired_commands_{};
 };
 
 class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler, public CommandTransport {
@@ -148,12 +104,12 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
 
   void start();
   void close(const std::string& why) override;
-  const std::string& peer() const override { return peer_; }
-  std::string link_features() const override;
-  std::string_view tls_identity() const override;
+  const std::string& peer() const { return link_.peer; }
   ConnectionInfo info() const;
   const RequestStateCounts& request_states() const { return pool_.counts(); }
   const RequestStateEntries& request_entries() const { return pool_.entries(); }
+  CommandStateCounts command_states() const { return commands_.command_states(uint32_t(pool_.size())); }
+  const CommandStateEntries& command_entries() const { return commands_.command_entries(); }
   // Runs the deadlines due by the connection's clock: the reactor does this at the earliest
   // one; a test that stepped a fake clock calls it.
   void run_due_deadlines() { deadlines_.run_due(); }
@@ -168,17 +124,14 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
   void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
   // CommandTransport
-  void complete(Request& r) override;
-  void need_buffer(Request& r, uint32_t len) override;
-  bool abort_before_execution(Request& r) override;
-  void connected() override;
-  bool closing() const override { return state_ == State::Closing; }
-  void close_after_response() override { close_after_send_ = true; }
-  reactor::Reactor& reactor() override { return reactor_; }
-  const reactor::Clock& clock() const override { return deadlines_.clock(); }
+  void complete(Command& r) override;
+  void need_buffer(Command& r, uint32_t len) override;
+  AbortLookup abort_before_execution(uint16_t cid) override;
+  bool closing() const { return state_ == State::Closing; }
+  const reactor::Clock& clock() const { return deadlines_.clock(); }
 
  private:
-  using RState = Request::State;
+  using RState = TcpRequest::State;
   // AwaitICReq -> Ready (ICResp sent: capsules flow) -> Closing, which is final; or
   // AwaitICReq -> Closing.
   enum class State : uint8_t { AwaitICReq, Ready, Closing, kCount };
@@ -187,13 +140,13 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   static const char* state_name(State s);
   // The one place the queue changes state (checked in Debug and sanitizer builds).
   void set_state(State to);
-  void set_request_state(Request& r, RState to) { pool_.set_state(&r, to); }
+  void set_request_state(TcpRequest& r, RState to) { pool_.set_state(&r, to); }
 
   // The life of a request, one event at a time: see tcp_queue.cpp.
-  void process(Request& r);
-  bool buffer_ready(Request& r, uint32_t len);
-  void execute(Request& r);
-  void complete(Request& r, wire::Status st);
+  void process(TcpRequest& r);
+  bool buffer_ready(TcpRequest& r, uint32_t len);
+  void execute(TcpRequest& r);
+  void fail(TcpRequest& r, wire::Status st);  // the command layer builds its response
 
   // PDUs
   bool handle_icreq(const wire::ICReqPdu& pdu);
@@ -201,19 +154,19 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   bool h2c_data_header(const wire::H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst);
   void h2c_data_complete(const wire::H2CDataPdu& pdu, bool data_ok);
   void fatal(wire::Fes fes, uint32_t fei, const std::string& why);
-  void send_r2ts(Request& r);
-  void send_response(Request& r);
-  void release(Request& r);
+  void send_r2ts(TcpRequest& r);
+  void send_response(TcpRequest& r);
+  void release(TcpRequest& r);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
 
   // Buffer memory: bounded per connection, per host and for the whole target (RequestPool).
   using BufferResult = RequestPool::BufferResult;
-  BufferResult ensure_buffer(Request& r, uint32_t len);
+  BufferResult ensure_buffer(TcpRequest& r, uint32_t len);
   // Back-pressure: commands wait (in arrival order) while the send queue is over its cap
   // or buffer memory is short, instead of growing either without bound.
-  void park(Request& r, RState as);
+  void park(TcpRequest& r, RState as);
   void resume_waiting();
-  bool withdraw(Request& r);  // out of the wait list, wherever it is in it
+  bool withdraw(TcpRequest& r);  // out of the wait list, wherever it is in it
   bool send_queue_full() const;
   static void on_retry_timer(reactor::Timer* t);
 
@@ -242,15 +195,26 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void arm_check(Deadline d, uint64_t now, uint64_t due);
   // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any; else
   // next_due is when the first of the owed data will be late (UINT64_MAX: none is owed).
-  const Request* stalled_write(uint64_t now, uint64_t& next_due) const;
+  const TcpRequest* stalled_write(uint64_t now, uint64_t& next_due) const;
   // Whether the send queue has not moved for over send_timeout_ms; else next_due is when it
   // will have been still for that long if it does not move (UINT64_MAX: it is empty).
   bool send_stalled(uint64_t now, uint64_t& next_due);
   bool live() const { return state_ == State::Ready && commands_.connected(); }
 
   TargetState& target_;
+  // Counts the connection in ResourceUsage::connections from its construction until every
+  // member declared after it is gone: a connection no longer counted holds no memory.
+  struct LiveCount {
+    explicit LiveCount(std::atomic<uint32_t>& n) : n(n) { n.fetch_add(1); }
+    ~LiveCount() { n.fetch_sub(1); }
+    LiveCount(const LiveCount&) = delete;
+    LiveCount& operator=(const LiveCount&) = delete;
+    std::atomic<uint32_t>& n;
+  } live_count_;
   reactor::Reactor& reactor_;
-  std::string peer_;
+  // What the command queue reads of this connection (its peer, the link as negotiated, its
+  // closing): kept up to date here. Declared before the command queue, which holds it.
+  QueueLink link_;
   ConnectionSet& set_;
   std::unique_ptr<reactor::ByteStream> stream_;  // set in the constructor, never null
   tls::TlsStream* tls_ = nullptr;                // stream_, when the connection runs in TLS
@@ -263,34 +227,37 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   uint8_t hpda_ = 0;
   uint32_t host_maxr2t_ = 1;  // outstanding R2Ts per command the host allows
 
-  // Declared before the pool: the pool gives its bytes back to the host's budget, which the
-  // command queue holds, as it goes. Its gate keeps the connection while requests are in a
-  // device or on a worker; release_closed frees the connection once the last is back.
+  // Declared before the memory and the pool: they give their bytes back to the host's budget,
+  // which the command queue holds, as they go. Its gate keeps the connection while commands
+  // are in a device or on a worker; release_closed frees the connection once the last is back.
   CommandQueue commands_;
+  bool connected_ = false;  // the command queue's Connect has been seen (on_connected())
+  void on_connected();
+  void describe_link();     // link_.features and tls_identity, as negotiated
+  QueueMemory memory_;
   RequestPool pool_;
   static void release_closed(void* conn);
 
-  Request* h2c_req_ = nullptr;        // request the current CapsuleCmd or H2CData PDU belongs to
+  TcpRequest* h2c_req_ = nullptr;        // request the current CapsuleCmd or H2CData PDU belongs to
   transport::Terminator terminator_;  // the C2HTermReq after a fatal transport error
   struct TermSent : reactor::SendDone {
     TcpQueue* owner = nullptr;
   } term_sent_;
   alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
-  bool close_after_send_ = false;  // Disconnect: close once its response is out
 
   DeadlineSet<TcpQueue, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
     TcpQueue* owner = nullptr;
   } retry_timer_;
 
-  Request* wait_head_ = nullptr;  // FIFO of Queued and NeedBuffer requests
-  Request* wait_tail_ = nullptr;
+  TcpRequest* wait_head_ = nullptr;  // FIFO of Queued and NeedBuffer requests
+  TcpRequest* wait_tail_ = nullptr;
   uint32_t waiting_ = 0;
   uint64_t waits_ = 0;
   bool resuming_ = false;
   bool memory_short_ = false;  // the last parked request waits for memory
   bool memory_logged_ = false;
-  uint64_t tx_pending_ = 0;  // sum of Request::tx_pending
+  uint64_t tx_pending_ = 0;  // sum of TcpRequest::tx_pending
   uint64_t send_peak_ = 0;
   uint64_t sent_seen_ = 0;         // stream bytes sent at the last periodic check
   uint64_t send_progress_ns_ = 0;  // when the send queue was last empty or moving
