@@ -54,8 +54,9 @@ void Controller::State::recover(const std::string& why) {
       return;
     }
     if (e.kind == HostError::Kind::WrongController) {
-      set_link_state(LinkState::Deleted);
+      // Said before the link is Deleted: whoever sees failed() finds the reason logged.
       log::error("{}: reconnect refused: {}: controller failed for good", trid.subnqn, e.message);
+      set_link_state(LinkState::Deleted);
       admin.reset();
       return;
     }

@@ -146,7 +146,9 @@ assert get(after, "nvtcp_engine_path_connected", path) == 1
 assert get(after, "nvtcp_engine_path_resets_total", path) == 0
 assert get(after, "nvtcp_engine_remote_namespaces", sub) == 1
 assert get(after, "nvtcp_engine_core_busy_seconds_total", core) > 0, "no busy time"
-assert get(after, "nvtcp_engine_core_cpu_seconds_total", core) >= get(after, "nvtcp_engine_core_busy_seconds_total", core) * 0.5
+# CPU time against busy (wall) time is no invariant: on a loaded machine a busy turn waits for
+# the CPU. That the counter moves is what can be checked.
+assert get(after, "nvtcp_engine_core_cpu_seconds_total", core) > 0, "no CPU time counted"
 assert get(attached, "nvtcp_engine_applications") == 1 and get(attached, "nvtcp_engine_remote_applications", sub) == 1
 assert get(attached, "nvtcp_engine_mapped_bytes") > 0
 assert get(attached, "nvtcp_engine_core_queues", core) >= 1
