@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "auth/dhchap_transaction.hpp"
-#include "tls/tls_stream.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
 #include "host/queue_authentication.hpp"
@@ -23,8 +22,8 @@
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/tcp_stream.hpp"
+#include "tls/psk.hpp"
 #include "transport/pdu_receiver.hpp"
-#include "transport/terminator.hpp"
 #include "util/state_machine.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
