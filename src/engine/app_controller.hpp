@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "engine/admin_buffers.hpp"
+#include "engine/app_admin_commands.hpp"
 #include "nvtcp/host.hpp"
 #include "shm/attach.hpp"
 #include "shm/shm_queue.hpp"
@@ -130,11 +131,15 @@ class AppController {
   bool detached() const { return detached_; }
   const shm::Attachment& attachment() const { return at_; }
   uint16_t cntlid() const { return cntlid_; }
-  uint32_t coalescing() const { return coalescing_; }
+  uint32_t coalescing() const { return commands_.coalescing(); }
   std::string name() const;
   uint32_t live_io_queues() const;
 
  private:
+  // The admin commands act on the controller's queues, events and admin budget.
+  friend class AppAdminCommands;
+  static constexpr uint32_t kAerLimit = 4;  // AERL 3: four held at once
+
   enum class QueueState : uint8_t { None, CqOnly, Running, Stopping };
   struct IoQueue {
     QueueState state = QueueState::None;
@@ -156,22 +161,10 @@ class AppController {
   void process_admin();
   // Whether the admin SQ may be fetched from now (the application's admin budget).
   bool admin_room() const;
-  void execute(const nvme::Sqe& sqe);
-  void execute_guarded(const nvme::Sqe& sqe);
-  void get_log_page(const nvme::Sqe& sqe);
-  void changed_namespaces_log(const nvme::Sqe& sqe, uint32_t len);
   // Completes a held Asynchronous Event Request with the namespace notice if one is due.
   void deliver_events();
   void complete(uint16_t cid, nvme::Status st, uint32_t dw0 = 0);
   void flush_admin_cq();
-  uint8_t* admin_data(const nvme::Sqe& sqe, uint32_t len, nvme::Status& st);
-  void create_cq(const nvme::Sqe& sqe);
-  void create_sq(const nvme::Sqe& sqe);
-  void delete_sq(const nvme::Sqe& sqe);
-  void delete_cq(const nvme::Sqe& sqe);
-  void identify(const nvme::Sqe& sqe);
-  void features(const nvme::Sqe& sqe, bool set);
-  void forward(const nvme::Sqe& sqe, uint32_t len, bool to_controller);
   uint32_t csts() const;
   void set_csts(uint32_t v);
 
@@ -179,8 +172,6 @@ class AppController {
   Backend& backend_;
   uint16_t cntlid_;
   uint32_t io_queues_max_;        // queue pairs of the region, less the admin pair
-  uint32_t io_queues_granted_;    // Number of Queues (feature 07h)
-  bool queues_requested_ = false; // Set Features 07h may come once, before any queue
   uint32_t cc_seen_ = 0;
   bool enabled_ = false;
   bool disabling_ = false;
@@ -196,9 +187,7 @@ class AppController {
   bool ns_notice_pending_ = false;
   bool ns_notice_masked_ = false;
   std::vector<IoQueue> io_;             // index = qid
-  uint32_t coalescing_ = 0;             // feature 08h (THR in bits 7:0, TIME in 15:8)
-  uint32_t async_event_config_ = 0;     // feature 0Bh
-  std::vector<uint8_t> bounce_;         // Identify Controller is built here
+  AppAdminCommands commands_;
   // Forwarded admin commands out at the remote controller, by tag: where the answer goes.
   struct Forwarded {
     uint16_t cid;

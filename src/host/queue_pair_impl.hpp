@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host queue (admin or I/O): a TCP connection, the PDU state machine, and a request
-// pool indexed by command identifier. Nothing here allocates after connect().
+// pool indexed by command identifier. Nothing here allocates after connect(). QueuePairImpl is
+// the data path (submit, PDUs in and out, completions) and the queue's state; its connection's
+// bring-up and end (queue_connection.hpp), its recovery from a lost connection
+// (queue_recovery.hpp) and its DH-HMAC-CHAP authentication (queue_authentication.hpp) are
+// parts of their own, held by value and called directly.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,15 +12,18 @@
 #include <vector>
 
 #include "auth/dhchap_transaction.hpp"
-#include "tls/tls_stream.hpp"
 #include "host/host_error.hpp"
 #include "host/io_queue.hpp"
+#include "host/queue_authentication.hpp"
+#include "host/queue_connection.hpp"
+#include "host/queue_recovery.hpp"
+#include "host/queue_states.hpp"
 #include "host/timing.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/tcp_stream.hpp"
+#include "tls/psk.hpp"
 #include "transport/pdu_receiver.hpp"
-#include "transport/terminator.hpp"
 #include "util/state_machine.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/pdu.hpp"
@@ -122,46 +129,6 @@ struct QueueParams {
   const reactor::Clock* clock = &reactor::monotonic_clock();
 };
 
-// Where a queue is in its connection's life. Idle -> TcpConnecting -> AwaitICResp -> AwaitConnect
-// -> Ready. AwaitConnect covers the Connect and, when its answer asks for it (ATR), the
-// DH-HMAC-CHAP transaction that follows on the same queue. A lost connection goes to Disconnected when it can be re-established (its commands
-// held), and from there through the connecting states again; otherwise to Failing, while the
-// stream's close finishes (a receive in flight may still write into a command's buffer, so the
-// commands end only then), and Failed. Failing and Failed are final.
-enum class QueueState : uint8_t {
-  Idle,
-  TcpConnecting,
-  AwaitICResp,
-  AwaitConnect,
-  Ready,
-  Disconnected,
-  Failing,
-  Failed,
-  kCount
-};
-const char* queue_state_name(QueueState s);
-bool queue_transition_allowed(QueueState from, QueueState to);
-// Queue pairs (admin and I/O, of every controller in the process) now in state s: what a
-// debugger or a test looks at to see how many queues are reconnecting or lost.
-uint32_t queue_pairs_in_state(QueueState s);
-
-// What the kernel still holds of the queue's connection. A separate machine from QueueState
-// because an operation started in one queue state finishes in whatever state the queue is in by
-// then: a connect abandoned by a timed-out reconnect attempt or by shutdown() still owns the
-// socket and its SQE until its completion comes, and a stream closed on a loss delivers
-// on_closed() while the queue is already Disconnected or connecting again. Nothing new may
-// start on the socket until it is back to None.
-enum class SocketState : uint8_t {
-  None,        // no socket
-  Connecting,  // the ring's connect owns fd_
-  Open,        // stream_ carries the connection
-  Lingering,   // our TermReq is queued; open until the peer closes or the linger passes (nothing is received)
-  Closing,     // stream_->close() called; on_closed() still to come
-  Closed,      // on_closed() came; stream_ is released at the next tick
-  kCount
-};
-const char* socket_state_name(SocketState s);
-
 class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public transport::PduHandler {
  public:
   // link: the controller, for queues that reconnect with it (nullptr: this connection
@@ -170,11 +137,11 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   ~QueuePairImpl() override;
 
   // TCP connect, ICReq/ICResp, fabrics Connect; runs the reactor until done or timed out.
-  bool connect(HostError& err);
+  bool connect(HostError& err) { return conn_.connect(err); }
   // The same connect without waiting for it: the queue comes up as this thread's reactor turns
   // (ready()), or fails, at the latest once timeout_ms has passed (failed(), error()). For a
   // caller that must not stall the other queues of its thread meanwhile (multipath).
-  bool start_unwaited(HostError& err);
+  bool start_unwaited(HostError& err) { return conn_.start_unwaited(err); }
   HostError submit(const nvme::Sqe& sqe, void* data, uint32_t len, bool to_controller, CompletionFn cb,
                    void* ctx) override;
   int poll(uint32_t timeout_us) override;
@@ -189,18 +156,14 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   bool failed() const override { return state_ == State::Failing || state_ == State::Failed; }
   bool ready() const override { return state_ == State::Ready; }
   QueueState state() const { return state_; }
-  SocketState socket_state() const { return socket_; }
-  uint32_t reconnects() const override { return reconnects_; }
+  SocketState socket_state() const { return conn_.socket(); }
+  uint32_t reconnects() const override { return recovery_.reconnects(); }
   // The connection closed before its TLS handshake was done: the target refused our key or
   // identity (or speaks no TLS there).
-  bool tls_handshake_refused() const { return tls_refused_; }
+  bool tls_handshake_refused() const { return conn_.tls_handshake_refused(); }
   // A new DH-HMAC-CHAP transaction on the Connect slot, waited for in poll() (IoQueue).
-  int reauthenticate(std::string& err) override;
+  int reauthenticate(std::string& err) override { return auth_.reauthenticate(err); }
   const std::string& error() const { return error_.message; }
-  const HostError& last_error() const { return error_; }
-  reactor::Reactor& reactor() { return reactor_; }
-  const QueueParams& params() const { return p_; }
-  uint32_t maxh2cdata() const { return maxh2cdata_; }
 
   // StreamOwner
   void on_receive(const uint8_t* data, size_t len) override;
@@ -218,34 +181,25 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
 
  private:
   using State = QueueState;
+  // The connection's bring-up and end, its recovery and its authentication each act on the
+  // queue's state, its command slots and its receiver: they are the queue's parts, held here.
+  friend class QueueConnection;
+  friend class QueueRecovery;
+  friend class QueueAuthentication;
 
-  // Every change of state_ and socket_ goes through these: they check the transition and log it.
+  // Every change of state_ goes through this: it checks the transition and logs it.
   void set_state(State to);
-  void set_socket(SocketState to);
 
   bool receiving() const {
     return state_ == State::AwaitICResp || state_ == State::AwaitConnect || state_ == State::Ready;
   }
-  bool can_reconnect() const;
   uint64_t now() const { return p_.clock->now_ns(); }
-  // The first connect's opening: resolves the address and starts the TCP connect.
-  bool start(HostError& err);
-  bool start_connect(HostError& err);
-  void on_tcp_connected(int res);
-  void send_connect();
-  void on_associated();
   // Any fatal error on the current connection: hold and reconnect when possible, else fail.
   void fail(HostError why);
   // Who ended the queue: its owner (shutdown(), the destructor) expects it, so only a failure
   // of the connection itself is worth a warning.
   enum class FailedBy : uint8_t { Connection, Owner };
   void fail_for_good(HostError why, FailedBy by = FailedBy::Connection);
-  void disconnect(const std::string& why, bool reset_controller);
-  // Starts closing an open stream; on_closed() follows. A lingering stream is left to its linger.
-  void close_stream();
-  // Cuts a TermReq's linger short (it passed, or the owner shuts down) and closes.
-  void end_linger();
-  static void on_linger_end(reactor::Timer* t);
   // Ends every outstanding command with a path error (Command Aborted By Host if it timed out).
   void end_outstanding();
   void finish(HostRequest* r, const Completion& c);
@@ -253,67 +207,22 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
                      CompletionFn cb, void* ctx);
   void send_command(HostRequest* r);
   void send_h2c(HostRequest* r, uint16_t ttag, uint32_t offset, uint32_t length);
-  bool run_until(State want, HostError& err);
   void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
   HostRequest* lookup(uint16_t cid, uint32_t fei_offset);
   void size_h2c_arena();
-  static void on_tick(reactor::Timer* t);
-  void tick();
-  void check_timeouts(uint64_t t);
-  void arm_tick();
 
   reactor::Reactor& reactor_;
   QueueParams p_;
-  std::shared_ptr<ControllerLink> link_;
-  int fd_ = -1;
-  // The connection's stream: a TcpStream, or a TlsStream over one. tcp_ is the TcpStream when it is
-  // the stream itself, so plain connections send without a virtual call.
-  std::unique_ptr<reactor::ByteStream> stream_;
-  reactor::TcpStream* tcp_ = nullptr;
-  tls::TlsStream* tls_ = nullptr;
-  void stream_send(const void* data, size_t len, reactor::SendDone* done = nullptr) {
-    if (tcp_) tcp_->send(data, len, done);
-    else stream_->send(data, len, done);
-  }
+  QueueConnection conn_;
   transport::PduReceiver receiver_;
   State state_ = State::Idle;
-  SocketState socket_ = SocketState::None;
-  // Facts beside the state, each for a reason of its own:
-  // - associated_before_: every connecting state is passed both on the first connection and on
-  //   each reconnect; only this tells them apart (a failed first connect is final and returned
-  //   to the caller, a failed reconnect attempt is retried).
-  // - outage_.fast_failing(): fast_io_fail_tmo has passed in the current outage. It belongs to the
-  //   outage, not to a state: it holds through every reconnect attempt's connecting states until Ready.
-  bool associated_before_ = false;
-  // - unwaited_connect_: the first connect was start()ed, so no run_until() bounds it: the tick
-  //   does, until the queue is first associated.
-  bool unwaited_connect_ = false;
-  bool tls_refused_ = false;
   HostError error_;  // the first failure of the queue
 
   uint8_t cpda_ = 0;
   uint32_t maxh2cdata_ = 0;
   uint16_t cntlid_ = 0;
-  Completion connect_result_;
-  // In-band authentication after Connect: the transaction, what it sends and what it receives,
-  // carried by Authentication Send/Receive on the Connect slot one after another.
-  void start_authentication(uint32_t connect_dw0);
-  void auth_step();
-  std::unique_ptr<auth::DhchapHost> auth_;
-  std::vector<uint8_t> auth_out_;
-  std::vector<uint8_t> auth_in_;
-  uint16_t auth_transactions_ = 0;
-  bool auth_receiving_ = false;  // the command on the Connect slot is the Receive
-
-  // Recovery
-  uint32_t generation_ = 0;       // the controller association this connection belongs to
-  uint32_t reconnects_ = 0;
-  Outage outage_;                 // from a lost connection to the next association
-  uint64_t attempt_deadline_ns_ = 0;
-  struct TickTimer : reactor::Timer {
-    QueuePairImpl* qp = nullptr;
-  } tick_;
-  TickTimer linger_;                // the TermReq's linger (see transport::Terminator)
+  QueueAuthentication auth_;
+  QueueRecovery recovery_;
 
   // pool_[depth] is kept for fabrics Connect, so a reconnect finds a command slot even
   // when every other one holds a command waiting to be sent again.
@@ -325,12 +234,6 @@ class QueuePairImpl final : public IoQueue, public reactor::StreamOwner, public 
   uint32_t outstanding_ = 0;
   int delivered_ = 0;
   HostRequest* rx_req_ = nullptr;   // request of the PDU being received
-
-  alignas(8) uint8_t icreq_[sizeof(wire::ICReqPdu)];
-  transport::Terminator terminator_;
-  uint8_t connect_data_[wire::kConnectDataLen];
-  reactor::OwnedCompletion<QueuePairImpl> connect_c_;
-  reactor::Endpoint endpoint_;
 };
 
 }  // namespace nvtcp::host::detail

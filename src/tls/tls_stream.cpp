@@ -13,7 +13,6 @@
 #include <climits>
 #include <cstring>
 
-#include "tls/client_hello.hpp"
 #include "tls/kernel_tls.hpp"
 #include "util/log.hpp"
 #include "util/state_machine.hpp"
@@ -22,21 +21,7 @@ namespace nvtcp::tls {
 
 namespace {
 
-// The suites a PSK of each hash may end on. TLS_CHACHA20_POLY1305_SHA256 goes with SHA-256
-// PSKs because the Linux side's GnuTLS may pick it.
-const char* suites_for(uint8_t hash) {
-  return hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
-}
 constexpr const char* kAllSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
-
-// Holds a ClientHello up to this size while the key is chosen; TLS allows more, a PSK client
-// never sends it.
-constexpr size_t kMaxHelloCapture = 64 * 1024;
-
-int ex_index() {
-  static const int i = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
-  return i;
-}
 
 std::string openssl_errors() {
   std::string s;
@@ -45,19 +30,6 @@ std::string openssl_errors() {
     ERR_error_string_n(e, buf, sizeof(buf));
     if (!s.empty()) s += "; ";
     s += buf;
-  }
-  return s;
-}
-
-// An SSL_SESSION that carries an external PSK for TLS 1.3.
-SSL_SESSION* psk_session(SSL* ssl, const Psk& psk) {
-  const unsigned char id[2] = {0x13, uint8_t(psk.hash == 2 ? 0x02 : 0x01)};
-  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, id);
-  SSL_SESSION* s = SSL_SESSION_new();
-  if (!s || !cipher || !SSL_SESSION_set1_master_key(s, psk.key.data(), psk.key.size()) ||
-      !SSL_SESSION_set_cipher(s, cipher) || !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
-    SSL_SESSION_free(s);
-    return nullptr;
   }
   return s;
 }
@@ -87,13 +59,7 @@ SSL_CTX* make_context(bool server) {
   // No read-ahead: OpenSSL reads the handshake record by record, so whatever follows the last
   // one stays with us for the record layer.
   SSL_CTX_set_read_ahead(c, 0);
-  SSL_CTX_set_keylog_callback(c, TlsStream::on_keylog);
-  if (server) {
-    SSL_CTX_set_client_hello_cb(c, TlsStream::on_client_hello, nullptr);
-    SSL_CTX_set_psk_find_session_callback(c, TlsStream::on_find_psk);
-  } else {
-    SSL_CTX_set_psk_use_session_callback(c, TlsStream::on_use_psk);
-  }
+  HandshakeKeys::install(c, server);
   return c;
 }
 
@@ -109,7 +75,7 @@ SSL_CTX* client_context() {
 // ------------------------------------------------------------------ life cycle
 
 TlsStream::TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool server, std::string peer)
-    : reactor_(r), owner_(owner), server_(server), peer_(std::move(peer)) {
+    : reactor_(r), owner_(owner), server_(server), peer_(std::move(peer)), keys_(server, peer_, counters_.binders_checked) {
   flush_d_.owner = this;
   flush_d_.fn = [](reactor::Deferred* d) { static_cast<reactor::OwnedDeferred<TlsStream>*>(d)->owner->flush(); };
   plain_ = std::make_unique<uint8_t[]>(kMaxRecordBody);
@@ -119,7 +85,7 @@ TlsStream::TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool serv
   pending_.resize(64);
   ssl_ = SSL_new(server ? server_context() : client_context());
   if (ssl_) {
-    SSL_set_ex_data(ssl_, ex_index(), this);
+    keys_.attach(ssl_);
     BIO* b = make_bio(this);
     SSL_set_bio(ssl_, b, b);
     if (server) SSL_set_accept_state(ssl_); else SSL_set_connect_state(ssl_);
@@ -129,15 +95,14 @@ TlsStream::TlsStream(reactor::Reactor& r, reactor::StreamOwner& owner, bool serv
 std::unique_ptr<TlsStream> TlsStream::server(reactor::Reactor& r, reactor::StreamOwner& owner,
                                              const PskResolver& resolver, std::string peer) {
   std::unique_ptr<TlsStream> s(new TlsStream(r, owner, true, std::move(peer)));
-  s->resolver_ = &resolver;
+  s->keys_.serve(resolver);
   return s;
 }
 
 std::unique_ptr<TlsStream> TlsStream::client(reactor::Reactor& r, reactor::StreamOwner& owner, Psk psk,
                                              std::string peer) {
   std::unique_ptr<TlsStream> s(new TlsStream(r, owner, false, std::move(peer)));
-  if (s->ssl_) SSL_set_ciphersuites(s->ssl_, suites_for(psk.hash));
-  s->offered_ = std::move(psk);
+  s->keys_.offer(s->ssl_, std::move(psk));
   return s;
 }
 
@@ -266,110 +231,6 @@ long TlsStream::bio_ctrl(BIO*, int cmd, long, void*) {
   return cmd == BIO_CTRL_FLUSH ? 1 : 0;
 }
 
-// ------------------------------------------------------------------ keys
-
-int TlsStream::on_client_hello(SSL* ssl, int* alert, void*) {
-  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
-  if (self->chosen_valid_) return SSL_CLIENT_HELLO_SUCCESS;  // a second ClientHello after a retry request
-  std::vector<uint8_t> msg;
-  std::string why;
-  ClientHelloPsks psks;
-  if (first_handshake_message(self->client_hello_, msg, why) != 1 || !parse_client_hello_psks(msg, psks, why)) {
-    self->fail_why_ = why.empty() ? "the ClientHello could not be read" : why;
-    *alert = SSL_AD_DECODE_ERROR;
-    return SSL_CLIENT_HELLO_ERROR;
-  }
-  self->hello_seen_ = true;
-  if (psks.identities.empty()) {
-    self->fail_why_ = "the ClientHello offers no pre-shared key (NVMe/TCP TLS is PSK only)";
-    *alert = SSL_AD_HANDSHAKE_FAILURE;
-    return SSL_CLIENT_HELLO_ERROR;
-  }
-  // Before any key is proven, a stranger's hello may cost the reactor a few binders, not one per
-  // identity it lists: a hello of hundreds of copies of a known (sniffable) identity with junk
-  // binders would otherwise hash the whole hello for each. The server checks the binder of the
-  // identity it selects (RFC 8446 4.2.11); nvtcp tries the first kMaxIdentitiesTried distinct
-  // identities it knows (a host may offer both identity versions of one key) and no more.
-  constexpr size_t kMaxIdentitiesTried = 2;
-  constexpr size_t kMaxReasons = 4;
-  size_t reasons_given = 0, reasons_left_out = 0;
-  std::vector<std::string_view> tried;
-  std::string reasons;
-  auto reason = [&](const std::string& identity, const std::string& refusal) {
-    if (reasons_given == kMaxReasons) {
-      ++reasons_left_out;
-      return;
-    }
-    ++reasons_given;
-    reasons += fmt::format("{}\"{}\": {}", reasons.empty() ? "" : "; ", identity.substr(0, 256), refusal);
-  };
-  for (size_t i = 0; i < psks.identities.size() && tried.size() < kMaxIdentitiesTried; ++i) {
-    std::vector<Psk> candidates;
-    std::string none;
-    const std::string& identity = psks.identities[i];
-    if (std::find(tried.begin(), tried.end(), identity) != tried.end()) continue;  // its binder was checked
-    if (!self->resolver_->resolve(identity, candidates, none)) {
-      reason(identity, none);
-      continue;
-    }
-    tried.push_back(identity);
-    // The binder's length says which hash the client runs the handshake with. It is the
-    // identity's, except that tlshd (ktls-utils 1.0, GnuTLS) binds every PSK with SHA-256: a
-    // SHA-384 PSK then keys a SHA-256 handshake, and the session ends on a SHA-256 suite.
-    const size_t binder_len = psks.binders[i].size();
-    const uint8_t handshake_hash = binder_len == 48 ? 2 : binder_len == 32 ? 1 : 0;
-    for (Psk& c : candidates) {
-      if (handshake_hash != c.hash && !(c.hash == 2 && handshake_hash == 1)) continue;
-      ++self->counters_.binders_checked;
-      std::vector<uint8_t> binder;
-      if (psk_binder(handshake_hash, c.key.span(), psks.truncated, binder) && binder.size() == binder_len &&
-          CRYPTO_memcmp(binder.data(), psks.binders[i].data(), binder.size()) == 0) {
-        if (handshake_hash != c.hash)
-          log::debug("{}: \"{}\": a SHA-384 PSK bound with SHA-256: the session takes a SHA-256 suite",
-                     self->peer_, identity);
-        self->chosen_ = std::move(c);
-        self->chosen_.identity = identity;
-        self->chosen_.hash = handshake_hash;
-        self->chosen_valid_ = true;
-        SSL_set_ciphersuites(ssl, suites_for(self->chosen_.hash));
-        return SSL_CLIENT_HELLO_SUCCESS;
-      }
-    }
-    reason(identity, "the host's binder matches no key configured for it (a wrong PSK?)");
-  }
-  if (tried.size() == kMaxIdentitiesTried)
-    reasons += fmt::format("; only the first {} identities known here are checked", kMaxIdentitiesTried);
-  if (reasons_left_out) reasons += fmt::format("; {} more identities refused", reasons_left_out);
-  self->fail_why_ = "no usable pre-shared key: " + reasons;
-  *alert = SSL_AD_HANDSHAKE_FAILURE;
-  return SSL_CLIENT_HELLO_ERROR;
-}
-
-int TlsStream::on_find_psk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess) {
-  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
-  *sess = nullptr;
-  if (!self->chosen_valid_ || std::string_view(reinterpret_cast<const char*>(id), id_len) != self->chosen_.identity)
-    return 1;  // not the key chosen: OpenSSL goes on to the next identity
-  *sess = psk_session(ssl, self->chosen_);
-  return *sess ? 1 : 0;
-}
-
-int TlsStream::on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
-                          SSL_SESSION** sess) {
-  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
-  *sess = nullptr;
-  SSL_SESSION* s = psk_session(ssl, self->offered_);
-  if (!s) return 0;
-  if (md && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(s))) {
-    SSL_SESSION_free(s);  // a retry request chose a suite of another hash: this key does not fit
-    return 1;
-  }
-  *sess = s;
-  *id = reinterpret_cast<const unsigned char*>(self->offered_.identity.data());
-  *id_len = self->offered_.identity.size();
-  return 1;
-}
-
 // ------------------------------------------------------------------ receive
 
 void TlsStream::on_receive(const uint8_t* data, size_t len) {
@@ -379,22 +240,16 @@ void TlsStream::on_receive(const uint8_t* data, size_t len) {
     return;
   }
   if (state_ != State::Handshaking) return;
-  if (server_ && !hello_seen_) {
-    if (client_hello_.size() + len > kMaxHelloCapture) {
-      fail("a ClientHello larger than 64 KiB", -EPROTO);
-      return;
-    }
-    client_hello_.insert(client_hello_.end(), data, data + len);
-    std::vector<uint8_t> msg;
+  if (server_ && !keys_.hello_seen()) {
     std::string why;
-    const int got = first_handshake_message(client_hello_, msg, why);
+    const int got = keys_.gather_client_hello(data, len, why);
     if (got < 0) {
       fail(why, -EPROTO);
       return;
     }
     if (got == 0) return;  // OpenSSL gets the whole ClientHello at once
-    in_ = client_hello_.data();
-    in_len_ = client_hello_.size();
+    in_ = keys_.client_hello().data();
+    in_len_ = keys_.client_hello().size();
   } else {
     in_ = data;
     in_len_ = len;
@@ -406,15 +261,15 @@ void TlsStream::on_receive(const uint8_t* data, size_t len) {
   in_ = nullptr;
   in_len_ = 0;
   if (state_ == State::Established && !closing_ && rest_len) {
-    if (!client_hello_.empty()) {
-      std::vector<uint8_t> keep(rest, rest + rest_len);  // rest lies in client_hello_
-      client_hello_ = {};
+    if (!keys_.client_hello().empty()) {
+      std::vector<uint8_t> keep(rest, rest + rest_len);  // rest lies in the ClientHello's bytes
+      keys_.drop_client_hello();
       receive_records(keep.data(), keep.size());
       return;
     }
     receive_records(rest, rest_len);
   }
-  if (hello_seen_ && !client_hello_.empty()) client_hello_ = {};  // the key is chosen
+  if (keys_.hello_seen() && !keys_.client_hello().empty()) keys_.drop_client_hello();  // the key is chosen
 }
 
 void TlsStream::handshake_step() {
@@ -423,14 +278,13 @@ void TlsStream::handshake_step() {
   push_chunk();  // the flight OpenSSL wrote
   if (r == 1) {
     set_state(State::Established);
-    session_.identity = server_ ? chosen_.identity : offered_.identity;
-    if (server_) session_.derivation = chosen_.derivation;
+    session_.identity = keys_.used().identity;
+    if (server_) session_.derivation = keys_.used().derivation;
     session_.cipher = SSL_get_cipher_name(ssl_);
     int nid = 0;
     if (SSL_get_negotiated_group(ssl_) > 0) nid = SSL_get_negotiated_group(ssl_);
     session_.group = nid ? OBJ_nid2sn(nid) : "";
-    chosen_.key.clear();
-    offered_.key.clear();
+    keys_.forget_keys();
     if (!start_record_layer()) return;
     log::debug("{}: TLS established ({}, {}, identity \"{}\"{}{})", peer_, session_.cipher, session_.group,
                session_.identity, *session_.derivation ? ", PSK derived with " : "", session_.derivation);
@@ -440,39 +294,17 @@ void TlsStream::handshake_step() {
   }
   const int e = SSL_get_error(ssl_, r);
   if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
-  std::string why = fail_why_;
+  std::string why = keys_.take_refusal();
   const std::string errs = openssl_errors();
   if (why.empty()) why = errs.empty() ? "the handshake failed" : errs;
-  fail_why_.clear();
   fail(fmt::format("handshake failed: {}", why), -EACCES);
-}
-
-void TlsStream::on_keylog(const SSL* ssl, const char* line) {
-  auto* self = static_cast<TlsStream*>(SSL_get_ex_data(ssl, ex_index()));
-  // "<LABEL> <client random, hex> <secret, hex>"
-  const std::string_view l(line);
-  const bool client = l.rfind("CLIENT_TRAFFIC_SECRET_0 ", 0) == 0;
-  if (!self || (!client && l.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) != 0)) return;
-  const size_t at = l.rfind(' ');
-  if (at == std::string_view::npos) return;
-  const std::string_view hex = l.substr(at + 1);
-  auth::SecretBytes secret(hex.size() / 2);
-  for (size_t i = 0; i < secret.size(); ++i) {
-    auto nib = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-    secret.data()[i] = uint8_t(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
-  }
-  ((client == !self->server_) ? self->own_secret_ : self->peer_secret_) = std::move(secret);
 }
 
 bool TlsStream::start_record_layer() {
   const SSL_CIPHER* c = SSL_get_current_cipher(ssl_);
   const uint16_t suite = c ? uint16_t(SSL_CIPHER_get_protocol_id(c)) : 0;
   std::string err;
-  if (own_secret_.empty() || peer_secret_.empty()) err = "OpenSSL gave no traffic secrets";
-  const bool ok = err.empty() && tx_.init(suite, own_secret_.span(), true, err) &&
-                  rx_.init(suite, peer_secret_.span(), false, err);
-  own_secret_.clear();
-  peer_secret_.clear();
+  const bool ok = keys_.key_records(suite, tx_, rx_, err);
   if (!ok) fail("starting the record layer: " + err, -EPROTO);
   return ok;
 }

@@ -2,9 +2,10 @@
 // TLS 1.3 with a pre-shared key over a ByteStream (NVMe/TCP transport specification 3.6, TP 8011):
 // a TlsStream is itself a ByteStream, so a connection's PDU layer runs over it unchanged. It owns
 // the stream below (a TcpStream). OpenSSL does the handshake, through a BIO of our own over that
-// stream; then the stream protects the records itself with the traffic secrets OpenSSL derived
-// (record.hpp): each record is sealed straight from the owner's segments into a recycled send
-// chunk, and opened into the owner's memory (recv_direct) or one buffer. Over a socket whose
+// stream, with the keys HandshakeKeys chooses and keeps (handshake_keys.hpp); then the stream
+// protects the records itself with the traffic secrets OpenSSL derived (record.hpp): each record
+// is sealed straight from the owner's segments into a recycled send chunk, and opened into the
+// owner's memory (recv_direct) or one buffer. Over a socket whose
 // kernel has kTLS, the kernel seals instead (kernel_tls.hpp) and the owner's segments go to the
 // socket as they are. The data path allocates nothing and copies no plaintext after warm-up.
 //
@@ -24,37 +25,17 @@
 #include "reactor/byte_stream.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
+#include "tls/handshake_keys.hpp"
+#include "tls/psk.hpp"
 #include "tls/record.hpp"
 
 typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct bio_st BIO;
-typedef struct ssl_session_st SSL_SESSION;
-typedef struct evp_md_st EVP_MD;
 
 namespace nvtcp::tls {
 
-class TlsStream;
 SSL_CTX* make_context(bool server);
-
-// One pre-shared key as the handshake uses it: the TLS PSK (already derived) and its hash
-// (1: SHA-256, 2: SHA-384), named by its identity; a server's candidate says how it was derived.
-struct Psk {
-  std::string identity;
-  uint8_t hash = 1;
-  auth::SecretBytes key;
-  const char* derivation = "";  // for the log, e.g. "RFC 8446 labels"
-};
-
-// The server's key store: the TLS PSKs an offered identity may stand for. More than one when
-// implementations derive it differently (libnvme before 1.15 encoded the HKDF labels its own
-// way): the stream keeps the one the client's binder proves.
-class PskResolver {
- public:
-  virtual ~PskResolver() = default;
-  // False, with why, when the identity names no key this server holds.
-  virtual bool resolve(std::string_view identity, std::vector<Psk>& candidates, std::string& why) const = 0;
-};
 
 // What a handshake ended with, for logs and for the layer above (a target checks that the
 // Connect names the host and subsystem the PSK identity was for).
@@ -142,14 +123,6 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   static long bio_ctrl(BIO* b, int cmd, long num, void* ptr);
   static BIO* make_bio(TlsStream* self);
 
-  // OpenSSL's PSK callbacks.
-  static int on_client_hello(SSL* ssl, int* alert, void* arg);
-  static int on_find_psk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess);
-  static int on_use_psk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len, SSL_SESSION** sess);
-  // The traffic secrets OpenSSL derives, as it reports them for key logging.
-  static void on_keylog(const SSL* ssl, const char* line);
-  friend SSL_CTX* make_context(bool server);
-
   void handshake_step();
   bool start_record_layer();
   void receive_records(const uint8_t* p, size_t n);
@@ -219,14 +192,8 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   int close_err_ = 0;
   std::string fail_why_;
 
-  // Server: the keys, the ClientHello's bytes (kept until the key is chosen) and the key chosen.
-  const PskResolver* resolver_ = nullptr;
-  std::vector<uint8_t> client_hello_;
-  bool hello_seen_ = false;
-  bool chosen_valid_ = false;
-  Psk chosen_;
-  // Client: the key offered.
-  Psk offered_;
+  TlsCounters counters_;
+  HandshakeKeys keys_;
   Session session_;
 
   // Receive: the ciphertext the BIO hands OpenSSL during the handshake.
@@ -235,7 +202,6 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   // Records, once established: the header being read, a record that came in pieces (else it is
   // opened where it lies), and one record's plaintext for on_receive.
   RecordProtection tx_, rx_;
-  auth::SecretBytes own_secret_, peer_secret_;
   uint8_t hdr_[kRecordHeader] = {};
   size_t hdr_have_ = 0, body_len_ = 0, rec_have_ = 0;
   std::unique_ptr<uint8_t[]> rec_;
@@ -254,7 +220,6 @@ class TlsStream final : public reactor::ByteStream, private reactor::StreamOwner
   std::vector<PendingDone> pending_;  // a ring like seg_
   size_t pend_head_ = 0, pend_count_ = 0;
   reactor::OwnedDeferred<TlsStream> flush_d_;
-  TlsCounters counters_;
 };
 
 }  // namespace nvtcp::tls

@@ -9,7 +9,7 @@
 // arms a timer for close_at_ns(), and closes when the peer has closed or the timer fired. That
 // keeps it usable by any stream type and testable without one.
 //
-// Host (QueuePairImpl::on_pdu_error):
+// Host (QueueConnection::send_term_req, from QueuePairImpl::on_pdu_error):
 //   auto pdu = terminator_.start(receiver_, PduType::H2CTermReq, fes, fei, now);
 //   stream_->send(pdu.data(), pdu.size());   arm a timer at terminator_.close_at_ns()
 //   ... on_closed():  terminator_.peer_closed();   timer: if (terminator_.expired(now)) close
