@@ -23,10 +23,8 @@ Labels listener_labels(const target::TargetMetrics::ListenerEntry& l) {
   return {{"subsystem", l.subsystem}, {"listener", l.listener}};
 }
 
-}  // namespace
-
-std::string render_target_metrics(const target::TargetMetrics& m) {
-  prometheus::TextWriter w;
+// Subsystems, and each namespace's I/O.
+void render_namespaces(prometheus::TextWriter& w, const target::TargetMetrics& m) {
   const auto& nss = m.namespaces;
   auto per_namespace = [&](const char* name, Type type, const char* help, auto get) {
     w.family(name, type, help);
@@ -76,8 +74,11 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
                 [](const Entry& e) { return e.outstanding; });
   per_namespace("nvtcp_namespace_size_bytes", Type::Gauge, "Size of the namespace.",
                 [](const Entry& e) { return e.size_bytes; });
+}
 
-  // The same I/O figures for each subsystem through each listener it is reachable through.
+// The same I/O figures for each subsystem through each listener it is reachable through.
+void render_listeners(prometheus::TextWriter& w, const target::TargetMetrics& m) {
+  const auto bounds = latency_bounds_seconds();
   using ListenerEntry = target::TargetMetrics::ListenerEntry;
   auto per_listener = [&](const char* name, Type type, const char* help, auto get) {
     w.family(name, type, help);
@@ -117,7 +118,10 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
   per_listener("nvtcp_listener_outstanding_commands", Type::Gauge,
                "Commands on the I/O queues that came in on the listener now, from capsule to response sent (queue depth).",
                [](const ListenerEntry& l) { return l.outstanding; });
+}
 
+// The reactors, the requests and commands by state, connections and memory.
+void render_process(prometheus::TextWriter& w, const target::TargetMetrics& m) {
   w.family("nvtcp_reactor_busy_seconds_total", Type::Counter,
            "Time the reactor spent in loop turns that had work (the rest it polled or slept idle).");
   for (size_t i = 0; i < m.reactors.size(); ++i) w.sample({{"reactor", fmt::format("{}", i)}}, m.reactors[i].busy_seconds);
@@ -156,6 +160,15 @@ std::string render_target_metrics(const target::TargetMetrics& m) {
   w.sample({}, m.buffer_bytes);
   w.family("nvtcp_memory_waits_total", Type::Counter, "Commands that had to wait for buffer memory.");
   w.sample({}, m.memory_waits);
+}
+
+}  // namespace
+
+std::string render_target_metrics(const target::TargetMetrics& m) {
+  prometheus::TextWriter w;
+  render_namespaces(w, m);
+  render_listeners(w, m);
+  render_process(w, m);
   return w.take();
 }
 

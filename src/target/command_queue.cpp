@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "target/queue_limits.hpp"
+#include "tls/tls_stream.hpp"
 #include "util/log.hpp"
 
 namespace nvtcp::target {
@@ -42,6 +43,12 @@ CommandQueue::~CommandQueue() {
   reactor().cancel_timer(&fence_timer_);
   reactor().cancel_timer(&durable_timer_);
   if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::string QueueLink::features() const {
+  return fmt::format("{}{}{}{}", tls ? ", TLS " + tls->session().cipher : "",
+                     tls && tls->session().kernel_tx ? " (kTLS TX)" : "", hdgst ? ", header digest" : "",
+                     ddgst ? ", data digest" : "");
 }
 
 const char* command_state_name(Command::State s) {

@@ -43,6 +43,10 @@
 #include "target/reactor_commands.hpp"
 #include "util/gate.hpp"
 
+namespace nvtcp::tls {
+class TlsStream;
+}
+
 namespace nvtcp::target {
 
 // Where a connection came in: the listener's port ID (0: the discovery-only port) and the
@@ -62,9 +66,13 @@ struct QueueLink {
   const reactor::Clock* clock = nullptr;
   std::string peer;
   Arrival arrival;
-  std::string features;      // ", TLS ..., header digest": for the log line of a Connect
-  std::string tls_identity;  // the PSK identity of the queue's TLS session; empty without TLS
-  bool closing = false;      // closed, or on its way: nothing is answered any more
+  const tls::TlsStream* tls = nullptr;  // the queue's TLS stream, if it runs in TLS
+  std::string tls_identity;             // the PSK identity of that TLS session; empty without TLS
+  bool hdgst = false, ddgst = false;    // the digests ICReq negotiated
+  bool closing = false;                 // closed, or on its way: nothing is answered any more
+  // ", TLS <cipher> (kTLS TX), header digest, data digest", as the link is now: for the log
+  // line of a Connect (kTLS TX may start after ICReq).
+  std::string features() const;
 };
 
 // What the command layer asks of the transport its queue runs on: the four calls back up

@@ -285,7 +285,7 @@ void CommandQueue::execute_connect(Command& r) {
               {"qid", std::to_string(qid_)}},
              "{}: host {} connected to {} (controller {}, qid {}, depth {}{}{}{})", peer, hostnqn, subnqn,
              ctrl->cntlid(), qid_, sqsize_, sq_flow_disabled_ ? ", SQ flow control off" : "",
-             link_.features, auth_required_ ? ", must authenticate" : "");
+             link_.features(), auth_required_ ? ", must authenticate" : "");
   r.dw0 = ctrl->cntlid() | (auth_required_ ? kConnectResultAtr : 0);
   complete(r, sc::Success);
 }

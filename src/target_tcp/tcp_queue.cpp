@@ -223,10 +223,10 @@ void TcpQueue::release_closed(void* conn) {
 }
 
 void TcpQueue::describe_link() {
-  link_.features = fmt::format("{}{}{}{}", tls_ ? ", TLS " + tls_->session().cipher : "",
-                               tls_ && tls_->session().kernel_tx ? " (kTLS TX)" : "", hdgst_ ? ", header digest" : "",
-                               ddgst_ ? ", data digest" : "");
+  link_.tls = tls_;
   link_.tls_identity = tls_ && tls_->established() ? tls_->session().identity : std::string();
+  link_.hdgst = hdgst_;
+  link_.ddgst = ddgst_;
 }
 
 void TcpQueue::on_connected() {

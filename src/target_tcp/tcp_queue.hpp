@@ -205,7 +205,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   // Counts the connection in ResourceUsage::connections from its construction until every
   // member declared after it is gone: a connection no longer counted holds no memory.
   struct LiveCount {
-    explicit LiveCount(std::atomic<uint32_t>& n) : n(n) { n.fetch_add(1); }
+    explicit LiveCount(std::atomic<uint32_t>& count) : n(count) { n.fetch_add(1); }
     ~LiveCount() { n.fetch_sub(1); }
     LiveCount(const LiveCount&) = delete;
     LiveCount& operator=(const LiveCount&) = delete;
@@ -233,7 +233,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   CommandQueue commands_;
   bool connected_ = false;  // the command queue's Connect has been seen (on_connected())
   void on_connected();
-  void describe_link();     // link_.features and tls_identity, as negotiated
+  void describe_link();     // what link_ says of the link, as ICReq and TLS negotiated it
   QueueMemory memory_;
   RequestPool pool_;
   static void release_closed(void* conn);
