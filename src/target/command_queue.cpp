@@ -105,10 +105,8 @@ void CommandQueue::complete(Command& r, Status st) {
   respond(r);
 }
 
-void CommandQueue::fail(Command& r, Status st) {
-  r.status = st;
-  respond(r);
-}
+// A command that never executed is Idle: it ends as any other does.
+void CommandQueue::fail(Command& r, Status st) { complete(r, st); }
 
 void CommandQueue::respond(Command& r) {
   // The head moves as each command completes, as nvmet's does: the entry is consumed by then.
