@@ -10,7 +10,8 @@ JOBS ?= $(shell nproc)
 
 PREFIX ?= /usr/local
 
-.PHONY: all deps build demo test test-asan test-tsan interop fuzz fuzz-build fuzz-smoke install package clean
+.PHONY: all deps build demo test release-tests test-asan asan-build asan-tests test-tsan tsan-build tsan-tests \
+  interop fuzz fuzz-build fuzz-smoke fuzz-smoke-run install package clean
 
 all: build
 
@@ -34,19 +35,26 @@ install: build
 package: build
 	@cd $(BUILD) && cpack -G DEB
 
+# The Release tests, then the same under ASan + UBSan, the threaded ones under TSan and every
+# fuzzer briefly; the sanitizer and fuzzer trees build at idle priority while the passes before
+# them run (scripts/make-test.sh says why, and prints where the time went).
 test: deps
-	@$(MAKE) build
+	@MAKE="$(MAKE)" bash scripts/make-test.sh
+
+release-tests:
 	@bash scripts/ctest-with-skips.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 300
-	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-tsan
-	@$(MAKE) --no-print-directory fuzz-smoke
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer. Two labels run in the
 # Release pass only: the interop tests, which mostly time a VM or a capture, and the layering
 # tests, which compile headers and run nothing a sanitizer could watch.
-test-asan:
+test-asan: asan-build
+	@$(MAKE) asan-tests
+
+asan-build:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+asan-tests:
 	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 -LE 'interop|layering'
 
 # The multi-threaded paths under ThreadSanitizer: every test labelled `threaded`. That is every
@@ -65,10 +73,15 @@ test-asan:
 # randomization off for these processes only, leaving the sysctl alone.
 TSAN_RUN := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
 TSAN_ENV := TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)"
-test-tsan:
+test-tsan: tsan-build
+	@$(MAKE) tsan-tests
+
+tsan-build:
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=thread -DNVTCP_BENCH=OFF \
 	  -DNVTCP_FIO=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target nvtcp nvtcp_unit_tests nvtcp_integration_tests
+
+tsan-tests:
 	@$(TSAN_ENV) $(TSAN_RUN) bash scripts/ctest-with-skips.sh $(TSAN_BUILD) --output-on-failure -j $(JOBS) \
 	  --timeout 300 -L threaded
 	@$(TSAN_ENV) $(TSAN_RUN) bash tests/tsan/cli_multicore.sh $(TSAN_BUILD)/nvtcp
@@ -89,6 +102,9 @@ fuzz-build:
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZERS))
 
 fuzz-smoke: fuzz-build
+	@$(MAKE) fuzz-smoke-run
+
+fuzz-smoke-run:
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash scripts/fuzz-smoke.sh $(JOBS) $(FUZZERS)
 
 fuzz: fuzz-build
