@@ -16,6 +16,7 @@ PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcl
       help2man   # the manual pages, made from nvtcp's --help
       iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
       xz-utils   # the kernel interop tests unpack Debian's xz-compressed kernel modules
+      universal-ctags  # layering.code_size reads class and function sizes from src/ with it
       curl python3-prometheus-client)  # cli.metrics scrapes the target and parses it as Prometheus does
 missing=()
 for p in "${PKGS[@]}" "$@"; do
