@@ -46,7 +46,7 @@ void no_metadata(Params& p) {
 
 void create_bdev(Target& t, const target::NamespaceConfig& nc) {
   if (nc.name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
-  if (std::string err = t.create_bdev(nc); !err.empty()) {
+  if (std::string err = t.live_config().create_bdev(nc); !err.empty()) {
     const int code = err.find("exists") != std::string::npos ? kExists
                      : err.find("No such file") != std::string::npos || err.find("cannot open") != std::string::npos
                          ? kNoSuchFile
@@ -85,7 +85,7 @@ void delete_bdev(Target& t, const Json& params, const char* type) {
   target::BdevTable::Info info;
   if (!t.state().bdevs.find(name, info) || info.spec.type != type)
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no {} bdev named {}", type, name));
-  if (std::string err = t.delete_bdev(name); !err.empty()) throw RpcError(kInternalError, err);
+  if (std::string err = t.live_config().delete_bdev(name); !err.empty()) throw RpcError(kInternalError, err);
 }
 
 Json bdev_null_create(MethodContext& ctx, const Json& params) {
@@ -160,7 +160,8 @@ Json bdev_null_resize(MethodContext& ctx, const Json& params) {
   if (!t.state().bdevs.find(name, info) || info.spec.type != "null")
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no null bdev named {}", name));
   if (mib == 0 || mib > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB is out of range", mib));
-  if (std::string err = t.resize_bdev(name, mib << 20); !err.empty()) throw RpcError(kInvalidArgument, err);
+  if (std::string err = t.live_config().resize_bdev(name, mib << 20); !err.empty())
+    throw RpcError(kInvalidArgument, err);
   return Json(true);
 }
 

@@ -238,7 +238,7 @@ Json nvmf_create_subsystem(MethodContext& ctx, const Json& params) {
   if (max_ns > target::kMaxNamespacesLimit)
     throw RpcError(kInvalidParams, fmt::format("max_namespaces {} is over {}", max_ns, target::kMaxNamespacesLimit));
   sc.max_namespaces = uint32_t(max_ns);
-  if (std::string err = t.create_subsystem(sc); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().create_subsystem(sc); !err.empty()) throw RpcError(kInvalidParams, err);
   return Json(true);
 }
 
@@ -249,7 +249,7 @@ Json nvmf_delete_subsystem(MethodContext& ctx, const Json& params) {
   p.opt_str("tgt_name");
   p.done();
   subsystem_named(t, nqn);
-  if (std::string err = t.delete_subsystem(nqn); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().delete_subsystem(nqn); !err.empty()) throw RpcError(kInvalidParams, err);
   return Json(true);
 }
 
@@ -273,9 +273,9 @@ Json nvmf_subsystem_add_listener(MethodContext& ctx, const Json& params) {
   lc.address = la.traddr;
   lc.port = la.port;
   lc.tls_required = secure;
-  if (std::string err = t.add_listener(nqn, lc); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().add_listener(nqn, lc); !err.empty()) throw RpcError(kInvalidParams, err);
   if (ana && nqn != nvme::kDiscoveryNqn)
-    if (std::string err = t.set_ana_state(nqn, lc.address, lc.port, 0, state); !err.empty())
+    if (std::string err = t.live_config().set_ana_state(nqn, lc.address, lc.port, 0, state); !err.empty())
       throw RpcError(kInvalidParams, err);
   return Json(true);
 }
@@ -288,7 +288,8 @@ Json nvmf_subsystem_remove_listener(MethodContext& ctx, const Json& params) {
   p.opt_str("tgt_name");
   p.done();
   if (nqn != nvme::kDiscoveryNqn) subsystem_named(t, nqn);
-  if (std::string err = t.remove_listener(nqn, la.traddr, la.port); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().remove_listener(nqn, la.traddr, la.port); !err.empty())
+    throw RpcError(kInvalidParams, err);
   return Json(true);
 }
 
@@ -336,7 +337,7 @@ Json nvmf_subsystem_listener_set_ana_state(MethodContext& ctx, const Json& param
                                state_name));
   if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
   subsystem_named(t, nqn);
-  if (std::string err = t.set_ana_state(nqn, traddr, port, uint32_t(anagrpid), state); !err.empty())
+  if (std::string err = t.live_config().set_ana_state(nqn, traddr, port, uint32_t(anagrpid), state); !err.empty())
     throw RpcError(kInvalidParams, err);
   return Json(true);
 }
@@ -419,7 +420,7 @@ Json nvmf_subsystem_allow_any_host(MethodContext& ctx, const Json& params) {
   p.done();
   if (!any) throw RpcError(kInvalidParams, "\"allow_any_host\" is required");
   subsystem_named(t, nqn)->set_allow_any_host(*any);
-  t.discovery_log_changed();
+  t.live_config().discovery_log_changed();
   log::info("RPC: subsystem {} {} any host", nqn, *any ? "allows" : "no longer allows");
   return Json(true);
 }
@@ -455,7 +456,7 @@ Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   if (auto it = parsed.host_keys.find(host); it != parsed.host_keys.end()) keys = it->second;
   const bool added = s.add_host(host, std::move(keys));
   log::info("RPC: subsystem {}: host {} {}", nqn, host, added ? "allowed" : "keys replaced");
-  if (added) t.discovery_log_changed();
+  if (added) t.live_config().discovery_log_changed();
   return Json(true);
 }
 
@@ -485,7 +486,7 @@ Json nvmf_subsystem_add_ns(MethodContext& ctx, const Json& params) {
   q.done();
   subsystem_named(t, nqn);
   uint32_t got = 0;
-  if (std::string err = t.add_namespace(nqn, nc, got); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().add_namespace(nqn, nc, got); !err.empty()) throw RpcError(kInvalidParams, err);
   return Json(got);
 }
 
@@ -497,7 +498,8 @@ Json nvmf_subsystem_remove_ns(MethodContext& ctx, const Json& params) {
   p.opt_str("tgt_name");
   p.done();
   subsystem_named(t, nqn);
-  if (std::string err = t.remove_namespace(nqn, uint32_t(std::min<uint64_t>(nsid, 0xFFFFFFFF))); !err.empty())
+  if (std::string err = t.live_config().remove_namespace(nqn, uint32_t(std::min<uint64_t>(nsid, 0xFFFFFFFF)));
+      !err.empty())
     throw RpcError(kInvalidParams, err);
   return Json(true);
 }
@@ -512,7 +514,7 @@ Json nvmf_subsystem_remove_host(MethodContext& ctx, const Json& params) {
   if (!subsystem_named(t, nqn)->remove_host(host))
     throw RpcError(kInternalError, fmt::format("host {} is not allowed on {}", host, nqn));
   log::info("RPC: subsystem {}: host {} no longer allowed", nqn, host);
-  t.discovery_log_changed();
+  t.live_config().discovery_log_changed();
   return Json(true);
 }
 

@@ -206,6 +206,11 @@ struct Engine::Impl {
   }
 
   bool start(std::string& err);
+  // start()'s steps: the open files limit the limits need, the remote controllers (one per
+  // subsystem, its controllers its paths), and connecting to each.
+  void raise_open_files_limit();
+  bool group_remotes(std::string& err);
+  bool connect_remotes(std::string& err);
   void run(const std::atomic<bool>& stop);
   // The admin worker: forwarded admin commands wait on the remote controller here, not on the
   // control thread (which serves every application).
@@ -548,35 +553,26 @@ void Engine::Impl::Core::run(std::promise<std::string>& started) {
   reactor = nullptr;  // the thread's reactor goes with the thread
 }
 
-bool Engine::Impl::start(std::string& err) {
-  // An application that dies closes the read ends of its interrupt pipes; signalling it
-  // then must fail with EPIPE (its queues are being taken down anyway), not kill the engine
-  // and every other application with SIGPIPE. A handler the embedding program set stays.
-  struct sigaction old_action {};
-  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
-  if (opts.controllers.empty()) {
-    err = "no remote controller given";
-    return false;
+// Every application holds its lifeline, its doorbell pipe and one pipe per vector here;
+// pending connections one each; the engine itself a few dozen (epoll, io_urings, sockets).
+// The soft limit is raised to what that needs if the hard one allows; otherwise attaches
+// beyond it are refused (EMFILE, with that reason) rather than the engine failing.
+void Engine::Impl::raise_open_files_limit() {
+  const uint64_t need = opts.limits.max_applications * (2 + opts.limits.max_vectors) +
+                        opts.limits.max_pending_attaches + 64 + 8 * (opts.cpus.size() + 1) * opts.controllers.size();
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? rlim_t(need) : std::min<rlim_t>(rlim_t(need), rl.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+    if (rl.rlim_cur < need)
+      log::warn("engine: open files limit {} is below the {} that max_applications {} with max_vectors {} may need; "
+                "attaches beyond it are refused",
+                uint64_t(rl.rlim_cur), need, opts.limits.max_applications, opts.limits.max_vectors);
   }
-  if (!check_limits(opts.limits, err)) return false;
-  // Every application holds its lifeline, its doorbell pipe and one pipe per vector here;
-  // pending connections one each; the engine itself a few dozen (epoll, io_urings, sockets).
-  // The soft limit is raised to what that needs if the hard one allows; otherwise attaches
-  // beyond it are refused (EMFILE, with that reason) rather than the engine failing.
-  {
-    const uint64_t need = opts.limits.max_applications * (2 + opts.limits.max_vectors) +
-                          opts.limits.max_pending_attaches + 64 + 8 * (opts.cpus.size() + 1) * opts.controllers.size();
-    rlimit rl{};
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-      rlimit want = rl;
-      want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? rlim_t(need) : std::min<rlim_t>(rlim_t(need), rl.rlim_max);
-      if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
-      if (rl.rlim_cur < need)
-        log::warn("engine: open files limit {} is below the {} that max_applications {} with max_vectors {} may need; "
-                  "attaches beyond it are refused",
-                  uint64_t(rl.rlim_cur), need, opts.limits.max_applications, opts.limits.max_vectors);
-    }
-  }
+}
+
+bool Engine::Impl::group_remotes(std::string& err) {
   // Controllers of one subsystem (the same subnqn) are paths to it: one remote, driven as a
   // multipath controller. Applications name a remote by its subnqn, so two remotes with one
   // subnqn could never both be reached anyway.
@@ -598,6 +594,10 @@ bool Engine::Impl::start(std::string& err) {
     r.paths = {trid};
     remotes.push_back(std::move(r));
   }
+  return true;
+}
+
+bool Engine::Impl::connect_remotes(std::string& err) {
   // Namespace changes the remote controllers hear of (on their admin threads) are posted to
   // the control thread, which passes them on to the applications of that remote.
   events_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -630,6 +630,22 @@ bool Engine::Impl::start(std::string& err) {
     log::info("engine: connected to {} (controller {}, {} I/O queues granted)", trid.to_string(), r.ctrl->cntlid(),
               r.ctrl->io_queues_granted());
   }
+  return true;
+}
+
+bool Engine::Impl::start(std::string& err) {
+  // An application that dies closes the read ends of its interrupt pipes; signalling it
+  // then must fail with EPIPE (its queues are being taken down anyway), not kill the engine
+  // and every other application with SIGPIPE. A handler the embedding program set stays.
+  struct sigaction old_action {};
+  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+  if (opts.controllers.empty()) {
+    err = "no remote controller given";
+    return false;
+  }
+  if (!check_limits(opts.limits, err)) return false;
+  raise_open_files_limit();
+  if (!group_remotes(err) || !connect_remotes(err)) return false;
   const std::vector<int> cpus = opts.cpus.empty() ? std::vector<int>{-1} : opts.cpus;
   for (size_t i = 0; i < cpus.size(); ++i) {
     auto core = std::make_unique<Core>();

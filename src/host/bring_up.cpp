@@ -20,7 +20,7 @@ namespace nvtcp::host {
 using namespace nvtcp::wire;
 using detail::QueueParams;
 
-bool Controller::State::associate(bool first, HostError& err) {
+bool Controller::State::connect_admin(HostError& err) {
   QueueParams p;
   p.trid = trid;
   p.qid = 0;
@@ -58,6 +58,11 @@ bool Controller::State::associate(bool first, HostError& err) {
     log::info("{}:{}: TLS with the PSK derived with {}", trid.traddr, trid.trsvcid, tls_psk->derivation);
   }
   tls_psk_fallback.reset();  // the derivation that worked is the one every queue uses
+  return true;
+}
+
+bool Controller::State::associate(bool first, HostError& err) {
+  if (!connect_admin(err)) return false;
 
   auto failed = [&](const std::string& what, const Completion& cpl) {
     // A lost admin queue ends its commands with a path error: the connection is what failed.

@@ -62,6 +62,55 @@ struct AdminWait {
   // waiting must not have its memory written by a completion that comes late.
   std::vector<uint8_t> bounce;
 };
+
+// The TLS PSK of opts (its configured key, read and checked here so that a bad one fails
+// connect() before any network) derived for hostnqn and subnqn into psk_out; and, unless a
+// derivation is forced, the same key derived the legacy way into fallback.
+bool derive_tls_psks(const ControllerOptions& opts, const std::string& hostnqn, const std::string& subnqn,
+                     std::shared_ptr<const tls::Psk>& psk_out, std::shared_ptr<const tls::Psk>& fallback,
+                     std::string& err) {
+  if (opts.tls_key.empty()) {
+    err = "TLS needs the PSK (--tls-key KEY or @FILE, as nvme-cli's gen-tls-key writes it)";
+    return false;
+  }
+  if (opts.tls_identity_version != 0 && opts.tls_identity_version != 1) {
+    err = fmt::format("TLS PSK identity version {}: 0 or 1", opts.tls_identity_version);
+    return false;
+  }
+  auth::SecretString text;
+  auth::ConfiguredPsk configured;
+  std::string e;
+  if (!auth::read_key_value(opts.tls_key, text, e) || !auth::parse_tls_psk(text.view(), configured, e)) {
+    err = fmt::format("TLS PSK: {}", e);
+    return false;
+  }
+  if (opts.tls_legacy_derivation && opts.tls_rfc8446_derivation) {
+    err = "TLS PSK: the legacy derivation or RFC 8446's, not both";
+    return false;
+  }
+  auto derive = [&](auth::LabelEncoding enc) -> std::shared_ptr<tls::Psk> {
+    auth::OfferedPsk offered;
+    if (!auth::host_tls_psk(configured, hostnqn, subnqn, opts.tls_identity_version, enc, offered))
+      return nullptr;
+    auto psk = std::make_shared<tls::Psk>();
+    psk->identity = std::move(offered.identity);
+    // tlshd 1.0 binds every PSK with SHA-256 and a Linux target's refuses any other binder.
+    psk->hash = opts.tls_sha256_binder ? 1 : offered.hash;
+    psk->key = std::move(offered.key);
+    psk->derivation = enc == auth::LabelEncoding::Libnvme ? "libnvme's legacy labels" : "RFC 8446 labels";
+    return psk;
+  };
+  // The specification's derivation first; unless one is forced, the legacy one waits for a
+  // target that refuses the first (associate()).
+  psk_out = derive(opts.tls_legacy_derivation ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446);
+  if (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation)
+    fallback = derive(auth::LabelEncoding::Libnvme);
+  if (!psk_out || (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation && !fallback)) {
+    err = "TLS PSK: deriving the TLS PSK failed";
+    return false;
+  }
+  return true;
+}
 }  // namespace
 
 Controller::Controller() = default;
@@ -116,48 +165,9 @@ std::unique_ptr<Controller> Controller::connect(const TransportId& trid, const C
     err = "a DH-HMAC-CHAP controller secret needs the host secret too (the host authenticates first)";
     return nullptr;
   }
-  if (opts.tls || !opts.tls_key.empty()) {
-    if (opts.tls_key.empty()) {
-      err = "TLS needs the PSK (--tls-key KEY or @FILE, as nvme-cli's gen-tls-key writes it)";
-      return nullptr;
-    }
-    if (opts.tls_identity_version != 0 && opts.tls_identity_version != 1) {
-      err = fmt::format("TLS PSK identity version {}: 0 or 1", opts.tls_identity_version);
-      return nullptr;
-    }
-    auth::SecretString text;
-    auth::ConfiguredPsk configured;
-    std::string e;
-    if (!auth::read_key_value(opts.tls_key, text, e) || !auth::parse_tls_psk(text.view(), configured, e)) {
-      err = fmt::format("TLS PSK: {}", e);
-      return nullptr;
-    }
-    if (opts.tls_legacy_derivation && opts.tls_rfc8446_derivation) {
-      err = "TLS PSK: the legacy derivation or RFC 8446's, not both";
-      return nullptr;
-    }
-    auto derive = [&](auth::LabelEncoding enc) -> std::shared_ptr<tls::Psk> {
-      auth::OfferedPsk offered;
-      if (!auth::host_tls_psk(configured, st.hostnqn, st.trid.subnqn, opts.tls_identity_version, enc, offered))
-        return nullptr;
-      auto psk = std::make_shared<tls::Psk>();
-      psk->identity = std::move(offered.identity);
-      // tlshd 1.0 binds every PSK with SHA-256 and a Linux target's refuses any other binder.
-      psk->hash = opts.tls_sha256_binder ? 1 : offered.hash;
-      psk->key = std::move(offered.key);
-      psk->derivation = enc == auth::LabelEncoding::Libnvme ? "libnvme's legacy labels" : "RFC 8446 labels";
-      return psk;
-    };
-    // The specification's derivation first; unless one is forced, the legacy one waits for a
-    // target that refuses the first (associate()).
-    st.tls_psk = derive(opts.tls_legacy_derivation ? auth::LabelEncoding::Libnvme : auth::LabelEncoding::Rfc8446);
-    if (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation)
-      st.tls_psk_fallback = derive(auth::LabelEncoding::Libnvme);
-    if (!st.tls_psk || (!opts.tls_legacy_derivation && !opts.tls_rfc8446_derivation && !st.tls_psk_fallback)) {
-      err = "TLS PSK: deriving the TLS PSK failed";
-      return nullptr;
-    }
-  }
+  if ((opts.tls || !opts.tls_key.empty()) &&
+      !derive_tls_psks(opts, st.hostnqn, st.trid.subnqn, st.tls_psk, st.tls_psk_fallback, err))
+    return nullptr;
   st.opts.tls_key.clear();
   st.opts.dhchap_secret.clear();  // the parsed keys are what stays
   st.opts.dhchap_ctrl_secret.clear();

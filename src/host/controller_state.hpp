@@ -178,6 +178,9 @@ struct Controller::State : detail::ControllerLink {
   // association the results are kept; a reconnect only checks them.
   // Another controller answering at this address fails with Kind::WrongController.
   bool associate(bool first, HostError& err);
+  // associate()'s first step: a new admin queue, connected (TLS with the fallback derivation
+  // of the PSK when the target refuses the first).
+  bool connect_admin(HostError& err);
 
   // ---------------------------------------------------------------- recovery.cpp
   // The admin queue failed or an I/O queue asked for a reset: reconnect every

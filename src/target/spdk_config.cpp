@@ -57,6 +57,157 @@ std::string listener_of(const Json& p, const std::string& method, TargetConfig& 
   return name;
 }
 
+// The methods of a save_config file replayed in order into a TargetConfig, one function each;
+// each throws std::runtime_error on what it cannot take.
+class SpdkConfigReplay {
+ public:
+  explicit SpdkConfigReplay(TargetConfig& cfg) : cfg_(cfg) {}
+
+  void replay(const std::string& method, const Json& p) {
+    if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
+        method == "bdev_uring_create") {
+      create_bdev(method, p);
+    } else if (method == "nvmf_create_transport") {
+      create_transport(method, p);
+    } else if (method == "nvmf_create_subsystem") {
+      create_subsystem(method, p);
+    } else if (method == "nvmf_subsystem_add_host") {
+      add_host(method, p);
+    } else if (method == "nvmf_subsystem_add_ns") {
+      add_ns(method, p);
+    } else if (method == "nvmf_subsystem_add_listener") {
+      add_listener(method, p);
+    } else if (method == "nvmf_subsystem_listener_set_ana_state") {
+      listener_set_ana_state(method, p);
+    } else if (!method.empty()) {
+      ignored_.push_back(method);
+    }
+  }
+
+  // The bdevs no namespace took go to the configuration; the methods skipped are logged.
+  void finish() {
+    for (const auto& name : bdev_order_)
+      if (auto it = bdevs_.find(name); it != bdevs_.end()) cfg_.bdevs.push_back(it->second);
+    if (!ignored_.empty()) {
+      std::sort(ignored_.begin(), ignored_.end());
+      ignored_.erase(std::unique(ignored_.begin(), ignored_.end()), ignored_.end());
+      std::string list;
+      for (const auto& m : ignored_) list += (list.empty() ? "" : ", ") + m;
+      log::info("configuration: SPDK methods with no meaning for nvtcp, skipped: {}", list);
+    }
+  }
+
+ private:
+  SubsystemConfig& find_sub(const std::string& nqn, const std::string& method) {
+    for (auto& s : cfg_.subsystems)
+      if (s.nqn == nqn) return s;
+    throw std::runtime_error(fmt::format("{}: no subsystem {} (nvmf_create_subsystem comes first)", method, nqn));
+  }
+
+  void create_bdev(const std::string& method, const Json& p) {
+    NamespaceConfig nc;
+    nc.name = str(p, "name", method);
+    nc.block_size = uint32_t(p.value("block_size", 512u));
+    if (method == "bdev_null_create" || method == "bdev_malloc_create") {
+      nc.type = method == "bdev_null_create" ? "null" : "ram";
+      nc.size = u64(p, "num_blocks", method) * nc.block_size;
+    } else {
+      nc.type = "file";
+      nc.path = str(p, "filename", method);
+    }
+    // The device's own identity, which its namespaces show unless they are given others.
+    if (p.contains("uuid") && p["uuid"].is_string() && !canonical_uuid(p["uuid"].get<std::string>(), nc.uuid))
+      throw std::runtime_error(fmt::format("{}: bdev {}: uuid '{}' is not a UUID", method, nc.name,
+                                           p["uuid"].get<std::string>()));
+    if (!bdevs_.emplace(nc.name, nc).second) throw std::runtime_error(fmt::format("bdev {} twice", nc.name));
+    bdev_order_.push_back(nc.name);
+  }
+
+  void create_transport(const std::string& method, const Json& p) {
+    if (p.contains("max_queue_depth")) cfg_.max_queue_depth = uint32_t(u64(p, "max_queue_depth", method));
+    if (p.contains("in_capsule_data_size")) cfg_.in_capsule_data = uint32_t(u64(p, "in_capsule_data_size", method));
+    if (p.contains("max_io_size")) cfg_.mdts_bytes = uint32_t(u64(p, "max_io_size", method));
+    if (p.contains("max_io_qpairs_per_ctrlr"))
+      cfg_.max_io_queues = uint32_t(std::max<uint64_t>(1, u64(p, "max_io_qpairs_per_ctrlr", method) - 1));
+  }
+
+  void create_subsystem(const std::string& method, const Json& p) {
+    SubsystemConfig sc;
+    sc.nqn = str(p, "nqn", method);
+    sc.serial = p.value("serial_number", std::string());
+    sc.model = p.value("model_number", sc.model);
+    sc.allow_any_host = p.value("allow_any_host", false);  // SPDK's default
+    sc.max_namespaces = uint32_t(p.value("max_namespaces", 0u));
+    sc.ana_reporting = p.value("ana_reporting", false);
+    cfg_.subsystems.push_back(sc);
+  }
+
+  void add_host(const std::string& method, const Json& p) {
+    SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+    Json host{{"nqn", str(p, "host", method)}};
+    if (p.contains("psk")) host["psk"] = p["psk"];
+    if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
+    if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
+    if (p.contains("allow_plain")) host["allow_plain"] = p["allow_plain"];
+    read_host(sc, host);
+  }
+
+  void add_ns(const std::string& method, const Json& p) {
+    SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+    const Json& ns = p.value("namespace", Json::object());
+    const std::string name = str(ns, "bdev_name", method);
+    auto it = bdevs_.find(name);
+    if (it == bdevs_.end()) throw std::runtime_error(fmt::format("{}: no bdev {} (or another namespace has it)", method, name));
+    NamespaceConfig nc = it->second;
+    bdevs_.erase(it);
+    nc.nsid = uint32_t(ns.value("nsid", 0u));
+    nc.nguid = ns.value("nguid", std::string());
+    nc.eui64 = ns.value("eui64", std::string());
+    const std::string bdev_uuid = nc.uuid;
+    nc.uuid = ns.value("uuid", std::string());
+    // What the namespace does not give comes from its device's UUID, as when it is added live;
+    // the device keeps its own.
+    if (!bdev_uuid.empty()) inherit_identifiers(bdev_uuid, nc);
+    nc.device_uuid = bdev_uuid;
+    nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
+    sc.namespaces.push_back(nc);
+  }
+
+  void add_listener(const std::string& method, const Json& p) {
+    const std::string nqn = str(p, "nqn", method);
+    if (!listeners_replaced_) {
+      cfg_.listeners.clear();  // the file's listeners, not the command line's default
+      listeners_replaced_ = true;
+    }
+    const std::string name = listener_of(p, method, cfg_);
+    if (nqn == "nqn.2014-08.org.nvmexpress.discovery") {
+      // nvtcp serves discovery on every listener, and on one port of its own besides.
+      cfg_.discovery_port = uint16_t(std::stoul(name.substr(name.rfind(':') + 1)));
+      cfg_.listeners.erase(cfg_.listeners.begin() + listener_index(cfg_, name));
+    } else {
+      find_sub(nqn, method).listeners.push_back(name);
+    }
+  }
+
+  void listener_set_ana_state(const std::string& method, const Json& p) {
+    // A state save_config wrote for a listener added before it in the file.
+    SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+    SubsystemConfig::AnaSetting a;
+    a.listener = listener_of(p, method, cfg_);
+    a.anagrpid = uint32_t(p.value("anagrpid", 0u));
+    const std::string state = str(p, "ana_state", method);
+    if (!nvme::ana_state_from_name(state, a.state))
+      throw std::runtime_error(fmt::format("{}: \"{}\" is not an ANA state", method, state));
+    sc.ana_states.push_back(a);
+  }
+
+  TargetConfig& cfg_;
+  std::map<std::string, NamespaceConfig> bdevs_;  // by name, until a namespace takes one
+  std::vector<std::string> bdev_order_;
+  std::vector<std::string> ignored_;
+  bool listeners_replaced_ = false;
+};
+
 }  // namespace
 
 bool is_spdk_config(const nlohmann::json& j) {
@@ -67,125 +218,19 @@ bool is_spdk_config(const nlohmann::json& j) {
 }
 
 std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
-  std::map<std::string, NamespaceConfig> bdevs;  // by name, until a namespace takes one
-  std::vector<std::string> bdev_order;
-  std::vector<std::string> ignored;
-  bool listeners_replaced = false;
-  auto find_sub = [&](const std::string& nqn, const std::string& method) -> SubsystemConfig& {
-    for (auto& s : cfg.subsystems)
-      if (s.nqn == nqn) return s;
-    throw std::runtime_error(fmt::format("{}: no subsystem {} (nvmf_create_subsystem comes first)", method, nqn));
-  };
+  SpdkConfigReplay replay(cfg);
   try {
     cfg.subsystems.clear();
     cfg.discovery_port = 0;  // unless the file gives the discovery subsystem a listener
     for (const auto& group : j["subsystems"]) {
       const auto& config = group.value("config", Json::array());
       if (!config.is_array()) continue;
-      for (const auto& entry : config) {
-        const std::string method = entry.value("method", std::string());
-        const Json& p = params_of(entry);
-        if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
-            method == "bdev_uring_create") {
-          NamespaceConfig nc;
-          nc.name = str(p, "name", method);
-          nc.block_size = uint32_t(p.value("block_size", 512u));
-          if (method == "bdev_null_create" || method == "bdev_malloc_create") {
-            nc.type = method == "bdev_null_create" ? "null" : "ram";
-            nc.size = u64(p, "num_blocks", method) * nc.block_size;
-          } else {
-            nc.type = "file";
-            nc.path = str(p, "filename", method);
-          }
-          // The device's own identity, which its namespaces show unless they are given others.
-          if (p.contains("uuid") && p["uuid"].is_string() && !canonical_uuid(p["uuid"].get<std::string>(), nc.uuid))
-            throw std::runtime_error(fmt::format("{}: bdev {}: uuid '{}' is not a UUID", method, nc.name,
-                                                 p["uuid"].get<std::string>()));
-          if (!bdevs.emplace(nc.name, nc).second) throw std::runtime_error(fmt::format("bdev {} twice", nc.name));
-          bdev_order.push_back(nc.name);
-        } else if (method == "nvmf_create_transport") {
-          if (p.contains("max_queue_depth")) cfg.max_queue_depth = uint32_t(u64(p, "max_queue_depth", method));
-          if (p.contains("in_capsule_data_size")) cfg.in_capsule_data = uint32_t(u64(p, "in_capsule_data_size", method));
-          if (p.contains("max_io_size")) cfg.mdts_bytes = uint32_t(u64(p, "max_io_size", method));
-          if (p.contains("max_io_qpairs_per_ctrlr"))
-            cfg.max_io_queues = uint32_t(std::max<uint64_t>(1, u64(p, "max_io_qpairs_per_ctrlr", method) - 1));
-        } else if (method == "nvmf_create_subsystem") {
-          SubsystemConfig sc;
-          sc.nqn = str(p, "nqn", method);
-          sc.serial = p.value("serial_number", std::string());
-          sc.model = p.value("model_number", sc.model);
-          sc.allow_any_host = p.value("allow_any_host", false);  // SPDK's default
-          sc.max_namespaces = uint32_t(p.value("max_namespaces", 0u));
-          sc.ana_reporting = p.value("ana_reporting", false);
-          cfg.subsystems.push_back(sc);
-        } else if (method == "nvmf_subsystem_add_host") {
-          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
-          Json host{{"nqn", str(p, "host", method)}};
-          if (p.contains("psk")) host["psk"] = p["psk"];
-          if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
-          if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
-          if (p.contains("allow_plain")) host["allow_plain"] = p["allow_plain"];
-          read_host(sc, host);
-        } else if (method == "nvmf_subsystem_add_ns") {
-          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
-          const Json& ns = p.value("namespace", Json::object());
-          const std::string name = str(ns, "bdev_name", method);
-          auto it = bdevs.find(name);
-          if (it == bdevs.end()) throw std::runtime_error(fmt::format("{}: no bdev {} (or another namespace has it)", method, name));
-          NamespaceConfig nc = it->second;
-          bdevs.erase(it);
-          nc.nsid = uint32_t(ns.value("nsid", 0u));
-          nc.nguid = ns.value("nguid", std::string());
-          nc.eui64 = ns.value("eui64", std::string());
-          const std::string bdev_uuid = nc.uuid;
-          nc.uuid = ns.value("uuid", std::string());
-          // What the namespace does not give comes from its device's UUID, as when it is added live;
-          // the device keeps its own.
-          if (!bdev_uuid.empty()) inherit_identifiers(bdev_uuid, nc);
-          nc.device_uuid = bdev_uuid;
-          nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
-          sc.namespaces.push_back(nc);
-        } else if (method == "nvmf_subsystem_add_listener") {
-          const std::string nqn = str(p, "nqn", method);
-          if (!listeners_replaced) {
-            cfg.listeners.clear();  // the file's listeners, not the command line's default
-            listeners_replaced = true;
-          }
-          const std::string name = listener_of(p, method, cfg);
-          if (nqn == "nqn.2014-08.org.nvmexpress.discovery") {
-            // nvtcp serves discovery on every listener, and on one port of its own besides.
-            cfg.discovery_port = uint16_t(std::stoul(name.substr(name.rfind(':') + 1)));
-            cfg.listeners.erase(cfg.listeners.begin() + listener_index(cfg, name));
-          } else {
-            find_sub(nqn, method).listeners.push_back(name);
-          }
-        } else if (method == "nvmf_subsystem_listener_set_ana_state") {
-          // A state save_config wrote for a listener added before it in the file.
-          SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
-          SubsystemConfig::AnaSetting a;
-          a.listener = listener_of(p, method, cfg);
-          a.anagrpid = uint32_t(p.value("anagrpid", 0u));
-          const std::string state = str(p, "ana_state", method);
-          if (!nvme::ana_state_from_name(state, a.state))
-            throw std::runtime_error(fmt::format("{}: \"{}\" is not an ANA state", method, state));
-          sc.ana_states.push_back(a);
-        } else if (!method.empty()) {
-          ignored.push_back(method);
-        }
-      }
+      for (const auto& entry : config) replay.replay(entry.value("method", std::string()), params_of(entry));
     }
   } catch (const std::exception& e) {
     return fmt::format("SPDK-style configuration: {}", e.what());
   }
-  for (const auto& name : bdev_order)
-    if (auto it = bdevs.find(name); it != bdevs.end()) cfg.bdevs.push_back(it->second);
-  if (!ignored.empty()) {
-    std::sort(ignored.begin(), ignored.end());
-    ignored.erase(std::unique(ignored.begin(), ignored.end()), ignored.end());
-    std::string list;
-    for (const auto& m : ignored) list += (list.empty() ? "" : ", ") + m;
-    log::info("configuration: SPDK methods with no meaning for nvtcp, skipped: {}", list);
-  }
+  replay.finish();
   return {};
 }
 

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The target's configuration changed while it serves (RPC, on the control thread): devices by
-// name, namespaces added and removed, a NULL device resized. Reactors never lock for it: a
-// namespace appears in its subsystem's table with one atomic store, and one taken away is
-// destroyed only after every reactor has passed a turn and the commands holding it are done
-// (Subsystem, NamespaceHolds).
+// The target's configuration changed while it serves: see live_config.hpp.
+#include "target_tcp/live_config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -22,10 +20,10 @@ constexpr auto kDrainLimit = std::chrono::seconds(60);
 
 }  // namespace
 
-std::string Target::create_bdev(const NamespaceConfig& given) {
-  std::lock_guard lk(control_mu_);
+std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
+  std::lock_guard lk(t_.control_mu_);
   BdevTable::Info existing;
-  if (state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
+  if (t_.state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
   // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
   // takes), as SPDK gives each bdev: the one given, or a random one.
   NamespaceConfig nc = given;
@@ -34,21 +32,21 @@ std::string Target::create_bdev(const NamespaceConfig& given) {
   } else if (!canonical_uuid(given.uuid, nc.uuid)) {
     return fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, given.uuid);
   }
-  if (std::string other = state_->bdevs.name_of_uuid(nc.uuid); !other.empty())
+  if (std::string other = t_.state_->bdevs.name_of_uuid(nc.uuid); !other.empty())
     return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
                        nc.uuid, other);
   std::string err;
-  auto device = make_device(nc, cfg_.cores, factory_, err);
+  auto device = make_device(nc, t_.cfg_.cores, t_.factory_, err);
   if (!device) return err;
-  if (!state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
+  if (!t_.state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
   log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, nc.size, nc.block_size,
             nc.path.empty() ? "" : fmt::format(" ({})", nc.path), nc.uuid);
   return {};
 }
 
-std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid) {
-  std::lock_guard lk(control_mu_);
-  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+std::string LiveConfig::add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid) {
+  std::lock_guard lk(t_.control_mu_);
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   if (nc.nsid == 0) {
     for (uint32_t n = 1; n <= sub->max_namespaces() && nc.nsid == 0; ++n)
@@ -65,7 +63,7 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   NamespaceConfig spec;
   std::string err;
   if (!valid_identifiers(nc, err)) return err;
-  auto device = state_->bdevs.claim(nc.name, subnqn, nc.nsid, spec, err);
+  auto device = t_.state_->bdevs.claim(nc.name, subnqn, nc.nsid, spec, err);
   if (!device) return err;
   // The namespace's identifiers: those given, else its device's (spec.uuid, the bdev's UUID).
   const std::string bdev_uuid = spec.uuid;
@@ -74,11 +72,11 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   spec.eui64 = nc.eui64;
   spec.uuid = nc.uuid;
   spec.anagrpid = nc.anagrpid;
-  auto ns = make_namespace(state_->config, subnqn, spec, std::move(device), err, bdev_uuid);
+  auto ns = make_namespace(t_.state_->config, subnqn, spec, std::move(device), err, bdev_uuid);
   if (!ns) return err;  // not with identifiers checked above
   Namespace* raw = ns.get();
   if (!sub->add_namespace(std::move(ns))) {
-    state_->bdevs.unclaim(nc.name, nullptr);
+    t_.state_->bdevs.unclaim(nc.name, nullptr);
     return fmt::format("subsystem {}: nsid {} was taken", subnqn, nc.nsid);
   }
   nsid = nc.nsid;
@@ -88,9 +86,9 @@ std::string Target::add_namespace(const std::string& subnqn, NamespaceConfig nc,
   return {};
 }
 
-std::string Target::remove_namespace(const std::string& subnqn, uint32_t nsid) {
-  std::lock_guard lk(control_mu_);
-  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+std::string LiveConfig::remove_namespace(const std::string& subnqn, uint32_t nsid) {
+  std::lock_guard lk(t_.control_mu_);
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   std::unique_ptr<Namespace> ns = sub->detach_namespace(nsid);
   if (!ns) return fmt::format("subsystem {} has no namespace {}", subnqn, nsid);
@@ -102,8 +100,8 @@ std::string Target::remove_namespace(const std::string& subnqn, uint32_t nsid) {
   return {};
 }
 
-void Target::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss) {
-  quiesce();
+void LiveConfig::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss) {
+  t_.quiesce();
   const auto start = std::chrono::steady_clock::now();
   for (auto& ns : nss) {
     uint64_t held = 0;
@@ -124,20 +122,20 @@ void Target::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Name
     }
     log::info("control: subsystem {} namespace {} (bdev {}) removed{}", sub.nqn(), ns->nsid, ns->name,
               waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
-    state_->bdevs.unclaim(ns->name, std::move(ns->device));
+    t_.state_->bdevs.unclaim(ns->name, std::move(ns->device));
   }
 }
 
-std::string Target::create_subsystem(SubsystemConfig sc) {
-  std::lock_guard lk(control_mu_);
-  if (!started_) return "the target is not running";
+std::string LiveConfig::create_subsystem(SubsystemConfig sc) {
+  std::lock_guard lk(t_.control_mu_);
+  if (!t_.started_) return "the target is not running";
   if (!sc.namespaces.empty() || !sc.listeners.empty())
     return "a new subsystem starts without namespaces and listeners (add them after)";
-  if (std::string err = check_subsystem(sc, unsigned(state_->subsystems().size()) + 1); !err.empty()) return err;
+  if (std::string err = check_subsystem(sc, unsigned(t_.state_->subsystems().size()) + 1); !err.empty()) return err;
   if (sc.nqn == nvme::kDiscoveryNqn) return fmt::format("{} is the discovery subsystem", sc.nqn);
-  auto sub = std::make_shared<Subsystem>(sc, false, cfg_.cores);
+  auto sub = std::make_shared<Subsystem>(sc, false, t_.cfg_.cores);
   sub->bind_listeners({});  // reachable through the listeners RPC adds, as in SPDK
-  if (!state_->add_subsystem(sub)) return fmt::format("subsystem {} exists", sc.nqn);
+  if (!t_.state_->add_subsystem(sub)) return fmt::format("subsystem {} exists", sc.nqn);
   log::info("control: subsystem {} created (serial {}, model '{}', up to {} namespaces{}{})", sc.nqn, sc.serial,
             sc.model, sc.max_namespaces, sc.allow_any_host ? ", any host" : "",
             sc.ana_reporting ? ", ANA reporting" : "");
@@ -145,10 +143,10 @@ std::string Target::create_subsystem(SubsystemConfig sc) {
   return {};
 }
 
-std::string Target::delete_subsystem(const std::string& nqn) {
-  std::lock_guard lk(control_mu_);
+std::string LiveConfig::delete_subsystem(const std::string& nqn) {
+  std::lock_guard lk(t_.control_mu_);
   if (nqn == nvme::kDiscoveryNqn) return "the discovery subsystem cannot be deleted";
-  const std::shared_ptr<Subsystem> sub = state_->take_subsystem(nqn);
+  const std::shared_ptr<Subsystem> sub = t_.state_->take_subsystem(nqn);
   if (!sub) return fmt::format("no subsystem {}", nqn);
   // No Connect finds it now; one that found it just before is refused by add_controller.
   const size_t controllers = sub->mark_deleted();
@@ -162,22 +160,22 @@ std::string Target::delete_subsystem(const std::string& nqn) {
   return {};
 }
 
-std::string Target::add_listener(const std::string& subnqn, ListenerConfig& lc) {
-  std::lock_guard lk(control_mu_);
-  if (!started_) return "the target is not running";
-  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+std::string LiveConfig::add_listener(const std::string& subnqn, ListenerConfig& lc) {
+  std::lock_guard lk(t_.control_mu_);
+  if (!t_.started_) return "the target is not running";
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub) return fmt::format("no subsystem {}", subnqn);
-  std::optional<Listener> l = lc.port ? state_->find_listener(lc.address, lc.port) : std::nullopt;
+  std::optional<Listener> l = lc.port ? t_.state_->find_listener(lc.address, lc.port) : std::nullopt;
   if (l && l->tls_required != lc.tls_required)
     return fmt::format("listener {}:{} exists {} TLS", lc.address, lc.port, l->tls_required ? "with" : "without");
   bool opened = false;
   if (!l) {
     Listener fresh = listener_of(lc);
     uint16_t port = 0;
-    fresh.portid = state_->next_portid();
-    if (std::string err = open_listener(fresh, lc.ktls, port); !err.empty()) return err;
+    fresh.portid = t_.state_->next_portid();
+    if (std::string err = t_.sockets_.open_listener(fresh, lc.ktls, port); !err.empty()) return err;
     fresh.port = port;
-    state_->add_listener(fresh);
+    t_.state_->add_listener(fresh);
     l = fresh;
     opened = true;
   }
@@ -188,24 +186,25 @@ std::string Target::add_listener(const std::string& subnqn, ListenerConfig& lc) 
   return {};
 }
 
-std::string Target::remove_listener(const std::string& subnqn, const std::string& address, uint16_t port) {
-  std::lock_guard lk(control_mu_);
-  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+std::string LiveConfig::remove_listener(const std::string& subnqn, const std::string& address, uint16_t port) {
+  std::lock_guard lk(t_.control_mu_);
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub) return fmt::format("no subsystem {}", subnqn);
-  const std::optional<Listener> l = state_->find_listener(address, port);
+  const std::optional<Listener> l = t_.state_->find_listener(address, port);
   // The discovery service's own port (--discovery-port) is no listener of the table: it is the
   // socket of portid 0, which serves discovery alone. Taken away as rpc.py asks for it.
-  if (!l && sub->is_discovery() && port != 0 && port == discovery_port() && address == cfg_.listeners[0].address) {
-    close_listener(0);
+  if (!l && sub->is_discovery() && port != 0 && port == t_.discovery_port() &&
+      address == t_.cfg_.listeners[0].address) {
+    t_.sockets_.close_listener(0);
     const size_t ended = sub->tear_down_controllers_on(0);
-    discovery_port_.store(0, std::memory_order_relaxed);
+    t_.discovery_port_.store(0, std::memory_order_relaxed);
     log::info("control: discovery service on {}:{} stopped ({} controller(s) ended)", address, port, ended);
     return {};
   }
   if (!l) return fmt::format("no listener {}:{}", address, port);
   std::vector<uint16_t> every;
-  for (const Listener& x : state_->listeners()) every.push_back(x.portid);
-  const auto subsystems = state_->subsystems();
+  for (const Listener& x : t_.state_->listeners()) every.push_back(x.portid);
+  const auto subsystems = t_.state_->subsystems();
   if (sub->is_discovery()) {
     for (const auto& s : subsystems) {
       s->remove_listener(l->portid, every);
@@ -220,37 +219,37 @@ std::string Target::remove_listener(const std::string& subnqn, const std::string
   const bool still_used = std::any_of(subsystems.begin(), subsystems.end(),
                                       [&](const auto& s) { return s->reachable_through(l->portid); });
   if (!still_used) {
-    state_->remove_listener(l->portid);
-    close_listener(l->portid);
+    t_.state_->remove_listener(l->portid);
+    t_.sockets_.close_listener(l->portid);
   }
   discovery_log_changed();
   return {};
 }
 
-void Target::discovery_log_changed() {
-  state_->genctr.fetch_add(1, std::memory_order_relaxed);
-  state_->discovery->notify_discovery_log_changed();
+void LiveConfig::discovery_log_changed() {
+  t_.state_->genctr.fetch_add(1, std::memory_order_relaxed);
+  t_.state_->discovery->notify_discovery_log_changed();
 }
 
-std::string Target::delete_bdev(const std::string& name) {
+std::string LiveConfig::delete_bdev(const std::string& name) {
   BdevTable::Info info;
-  if (!state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
   if (!info.subnqn.empty())
     if (std::string err = remove_namespace(info.subnqn, info.nsid); !err.empty()) return err;
-  std::lock_guard lk(control_mu_);
-  if (!state_->bdevs.remove(name)) return fmt::format("no bdev named {}", name);
+  std::lock_guard lk(t_.control_mu_);
+  if (!t_.state_->bdevs.remove(name)) return fmt::format("no bdev named {}", name);
   log::info("control: bdev {} deleted", name);
   return {};
 }
 
-std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
-  std::lock_guard lk(control_mu_);
+std::string LiveConfig::resize_bdev(const std::string& name, uint64_t bytes) {
+  std::lock_guard lk(t_.control_mu_);
   BdevTable::Info info;
-  if (!state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
   if (info.spec.type != "null") return fmt::format("bdev {} is {}: only NULL bdevs resize", name, info.spec.type);
   if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
   Namespace* ns = nullptr;
-  const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : state_->find_subsystem(info.subnqn);
+  const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : t_.state_->find_subsystem(info.subnqn);
   if (sub) ns = sub->find_namespace(info.nsid);
   // The device of a namespace is the namespace's; one nobody has is in the table.
   bool ok = false;
@@ -258,24 +257,24 @@ std::string Target::resize_bdev(const std::string& name, uint64_t bytes) {
     ok = ns->device->resize(bytes);
     ns->blocks.store(ns->device->size_bytes() / ns->block_size, std::memory_order_relaxed);
   } else {
-    ok = state_->bdevs.resize(name, bytes);
+    ok = t_.state_->bdevs.resize(name, bytes);
   }
   if (!ok) return fmt::format("bdev {} cannot be resized", name);
-  state_->bdevs.set_size(name, bytes - bytes % info.spec.block_size);
+  t_.state_->bdevs.set_size(name, bytes - bytes % info.spec.block_size);
   log::info("control: bdev {} resized to {} bytes{}", name, bytes - bytes % info.spec.block_size,
             ns ? fmt::format(" (namespace {} of {})", info.nsid, info.subnqn) : "");
   if (ns) sub->notify_namespace_changed(info.nsid);
   return {};
 }
 
-std::string Target::set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port,
-                                  uint32_t anagrpid, nvme::AnaState state) {
-  std::lock_guard lk(control_mu_);
-  const std::shared_ptr<Subsystem> sub = state_->find_subsystem(subnqn);
+std::string LiveConfig::set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port,
+                                      uint32_t anagrpid, nvme::AnaState state) {
+  std::lock_guard lk(t_.control_mu_);
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
   if (!sub->ana_reporting())
     return fmt::format("subsystem {} does not report ANA (create it with ana_reporting)", subnqn);
-  const std::optional<Listener> listener = state_->find_listener(address, port);
+  const std::optional<Listener> listener = t_.state_->find_listener(address, port);
   if (!listener || !sub->reachable_through(listener->portid))
     return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   if (anagrpid > sub->max_namespaces())

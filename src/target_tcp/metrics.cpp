@@ -88,7 +88,7 @@ TargetMetrics Target::metrics() {
     m.command_states.push_back({command_state_name(Command::State(i)), commands[i], command_moves[i]});
   const ResourceUsage& u = state_->usage;
   m.connections = u.connections.load(std::memory_order_relaxed);
-  m.connections_accepted = accepted_.load(std::memory_order_relaxed);
+  m.connections_accepted = sockets_.accepted();
   m.connections_refused = u.refused_connections.load(std::memory_order_relaxed);
   m.buffer_bytes = u.buffer_bytes.load(std::memory_order_relaxed);
   m.memory_waits = u.memory_waits.load(std::memory_order_relaxed);

@@ -6,6 +6,10 @@
 // (target/command_queue.hpp) parses and executes, and which comes back through the
 // CommandTransport calls.
 //
+// TcpQueue keeps the connection's life, its state and process(), and holds its parts by value,
+// each with a reference back: the PDUs it receives (tcp_queue_receive.*), the PDUs it sends
+// (tcp_queue_send.*), and what each of its deadlines does (tcp_queue_timeouts.*).
+//
 // The life of a 4 KiB read crosses the seam four times: parse and execute down (process()),
 // complete up once the device has answered, release down once the stream has let go of the
 // response (README, "The life of a 4 KiB read").
@@ -23,6 +27,9 @@
 #include "target/command_queue.hpp"
 #include "target_tcp/deadline_set.hpp"
 #include "target_tcp/request_pool.hpp"
+#include "target_tcp/tcp_queue_receive.hpp"
+#include "target_tcp/tcp_queue_send.hpp"
+#include "target_tcp/tcp_queue_timeouts.hpp"
 #include "tls/tls_stream.hpp"
 #include "transport/pdu_receiver.hpp"
 #include "transport/terminator.hpp"
@@ -88,7 +95,7 @@ class ConnectionSet : public ReactorCommands {
   CommandStateEntries retired_commands_{};
 };
 
-class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler, public CommandTransport {
+class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
  public:
   // address: the source address counted for max_connections_per_address (empty: none).
   // clock: what the connection's deadlines read (tests pass one they step).
@@ -119,10 +126,6 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   void on_closed(int err) override;
   bool recv_direct(uint8_t*& p, size_t& n) override;
   void on_receive_direct(size_t len) override;
-  // PduHandler
-  bool on_pdu_header(const uint8_t* hdr, uint32_t data_len, uint8_t*& data_dst) override;
-  void on_pdu_complete(const uint8_t* hdr, bool data_ok) override;
-  void on_pdu_error(wire::Fes fes, uint32_t fei, const std::string& why) override;
   // CommandTransport
   void complete(Command& r) override;
   void need_buffer(Command& r, uint32_t len) override;
@@ -131,6 +134,9 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   const reactor::Clock& clock() const { return deadlines_.clock(); }
 
  private:
+  friend class TcpQueueReceive;
+  friend class TcpQueueSend;
+  friend class TcpQueueTimeouts;
   using RState = TcpRequest::State;
   // AwaitICReq -> Ready (ICResp sent: capsules flow) -> Closing, which is final; or
   // AwaitICReq -> Closing.
@@ -147,17 +153,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   bool buffer_ready(TcpRequest& r, uint32_t len);
   void execute(TcpRequest& r);
   void fail(TcpRequest& r, wire::Status st);  // the command layer builds its response
-
-  // PDUs
-  bool handle_icreq(const wire::ICReqPdu& pdu);
-  bool capsule_header(const wire::CapsuleCmdHeader& pdu, uint32_t data_len, uint8_t*& dst);
-  bool h2c_data_header(const wire::H2CDataPdu& pdu, uint32_t data_len, uint8_t*& dst);
-  void h2c_data_complete(const wire::H2CDataPdu& pdu, bool data_ok);
-  void fatal(wire::Fes fes, uint32_t fei, const std::string& why);
-  void send_r2ts(TcpRequest& r);
-  void send_response(TcpRequest& r);
   void release(TcpRequest& r);
-  void fill_header(wire::CommonHeader& ch, wire::PduType type, uint8_t hlen, uint32_t data_len, uint8_t flags);
 
   // Buffer memory: bounded per connection, per host and for the whole target (RequestPool).
   using BufferResult = RequestPool::BufferResult;
@@ -170,35 +166,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   bool send_queue_full() const;
   static void on_retry_timer(reactor::Timer* t);
 
-  // The connection's deadlines, each with its own handler (run in this order when several
-  // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
-  // Connect: and its Connect, by the same deadline. On a connected queue, at least every
-  // poll_period(): ControllerPoll (its controller was torn down elsewhere), and, each also at
-  // the instant it would expire (arm_check()), KeepAlive (admin queue: the host's KATO),
-  // SendStall (the host reads no responses), H2CData (the host owes data an R2T asked for).
-  // TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.
-  enum class Deadline : uint8_t { ICReq, Connect, KeepAlive, ControllerPoll, SendStall, H2CData, TermReqLinger, kCount };
-  void on_icreq_deadline(uint64_t now);
-  void on_connect_deadline(uint64_t now);
-  void on_keep_alive_check(uint64_t now);
-  void on_controller_poll(uint64_t now);
-  void on_send_stall_check(uint64_t now);
-  void on_h2c_data_check(uint64_t now);
-  void on_term_req_linger(uint64_t now);
-  // How often a connected queue runs its checks: kControllerPollNs, or a quarter of KATO on an
-  // admin queue whose KATO is shorter.
-  uint64_t poll_period() const;
-  // Arms check d for due, the instant its condition holds if nothing changes meanwhile (so a
-  // timeout ends the connection when it expires, not up to a period later), but no later
-  // than poll_period() from now: what a check cannot foresee (a Set Features that shortens
-  // KATO, a new R2T) is noticed within a period.
-  void arm_check(Deadline d, uint64_t now, uint64_t due);
-  // A request whose H2CData the host has owed for over h2c_data_timeout_ms, if any; else
-  // next_due is when the first of the owed data will be late (UINT64_MAX: none is owed).
-  const TcpRequest* stalled_write(uint64_t now, uint64_t& next_due) const;
-  // Whether the send queue has not moved for over send_timeout_ms; else next_due is when it
-  // will have been still for that long if it does not move (UINT64_MAX: it is empty).
-  bool send_stalled(uint64_t now, uint64_t& next_due);
+  using Deadline = TcpQueueTimeouts::Deadline;
   bool live() const { return state_ == State::Ready && commands_.connected(); }
 
   TargetState& target_;
@@ -218,6 +186,7 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   ConnectionSet& set_;
   std::unique_ptr<reactor::ByteStream> stream_;  // set in the constructor, never null
   tls::TlsStream* tls_ = nullptr;                // stream_, when the connection runs in TLS
+  TcpQueueReceive receive_;  // the PDUs receiver_ hands on
   transport::PduReceiver receiver_;
   State state_ = State::AwaitICReq;
   std::string address_;  // counted in TargetState::addresses
@@ -238,14 +207,14 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   RequestPool pool_;
   static void release_closed(void* conn);
 
-  TcpRequest* h2c_req_ = nullptr;        // request the current CapsuleCmd or H2CData PDU belongs to
   transport::Terminator terminator_;  // the C2HTermReq after a fatal transport error
   struct TermSent : reactor::SendDone {
     TcpQueue* owner = nullptr;
   } term_sent_;
-  alignas(8) uint8_t icresp_[sizeof(wire::ICRespPdu)];
+  TcpQueueSend send_;  // the PDUs its requests send
 
-  DeadlineSet<TcpQueue, Deadline, size_t(Deadline::kCount)> deadlines_;
+  TcpQueueTimeouts timeouts_;  // what each of deadlines_ does when it falls due
+  DeadlineSet<TcpQueueTimeouts, Deadline, size_t(Deadline::kCount)> deadlines_;
   struct TimerSlot : reactor::Timer {
     TcpQueue* owner = nullptr;
   } retry_timer_;
@@ -258,9 +227,6 @@ class TcpQueue final : public reactor::StreamOwner, public transport::PduHandler
   bool memory_short_ = false;  // the last parked request waits for memory
   bool memory_logged_ = false;
   uint64_t tx_pending_ = 0;  // sum of TcpRequest::tx_pending
-  uint64_t send_peak_ = 0;
-  uint64_t sent_seen_ = 0;         // stream bytes sent at the last periodic check
-  uint64_t send_progress_ns_ = 0;  // when the send queue was last empty or moving
   reactor::OwnedDeferred<TcpQueue> resume_d_;
 };
 

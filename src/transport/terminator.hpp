@@ -13,7 +13,7 @@
 //   auto pdu = terminator_.start(receiver_, PduType::H2CTermReq, fes, fei, now);
 //   stream_->send(pdu.data(), pdu.size());   arm a timer at terminator_.close_at_ns()
 //   ... on_closed():  terminator_.peer_closed();   timer: if (terminator_.expired(now)) close
-// Target (TcpQueue::on_pdu_error): the same start(); it closes as soon as its C2HTermReq has
+// Target (TcpQueueReceive::on_pdu_error): the same start(); it closes as soon as its C2HTermReq has
 // left (closing() then close, as nvmet and SPDK do), the linger only bounding a send that never
 // leaves; on_closed() calls peer_closed().
 #pragma once

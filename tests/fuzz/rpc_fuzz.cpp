@@ -61,6 +61,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Each input starts from the configured target: what it made is deleted (namespaces with it).
   for (const auto& b : fuzzed_target->state().bdevs.list())
-    if (b.spec.name != "null0") fuzzed_target->delete_bdev(b.spec.name);
+    if (b.spec.name != "null0") fuzzed_target->live_config().delete_bdev(b.spec.name);
   return 0;
 }

@@ -85,7 +85,7 @@ class Ana : public ::testing::Test {
  protected:
   void start(bool ana_reporting) { t_ = std::make_unique<RunningTarget>(ana_config(ana_reporting)); }
   std::string set(size_t listener, uint32_t grp, AnaState state) {
-    return t_->target().set_ana_state(kTestNqn, "127.0.0.1", t_->port(listener), grp, state);
+    return t_->target().live_config().set_ana_state(kTestNqn, "127.0.0.1", t_->port(listener), grp, state);
   }
   // The host's controller through each listener, an I/O queue of each.
   void open_both_paths(AdminQueue& a1, Session& io1, AdminQueue& a2, Session& io2) {
@@ -289,7 +289,7 @@ TEST_F(Ana, ChangeNoticeReachesThatListenersControllersOnceUntilLogIsRead) {
   const uint16_t again = a1.hold_aer();
   ASSERT_EQ(set(0, 1, AnaState::Optimized), "");
   uint32_t resized = 0;
-  ASSERT_EQ(t_->target().resize_bdev("null0", 2ull << 30), "");
+  ASSERT_EQ(t_->target().live_config().resize_bdev("null0", 2ull << 30), "");
   ASSERT_TRUE(event_arrives(a1.s, again, resized));
   EXPECT_EQ(resized, kNamespaceChanged);
 
@@ -319,7 +319,7 @@ TEST_F(Ana, NotEnabledNoticesAreNotSent) {
   ASSERT_NO_FATAL_FAILURE(a.enable_events(kAecNamespaceAttribute));  // ANA notices off
   const uint16_t aer = a.hold_aer();
   ASSERT_EQ(set(0, 1, AnaState::Inaccessible), "");
-  ASSERT_EQ(t_->target().resize_bdev("null0", 2ull << 30), "");
+  ASSERT_EQ(t_->target().live_config().resize_bdev("null0", 2ull << 30), "");
   uint32_t dw0 = 0;
   ASSERT_TRUE(event_arrives(a.s, aer, dw0));
   EXPECT_EQ(dw0, kNamespaceChanged);  // the first event it was sent is the namespace one
@@ -333,14 +333,14 @@ TEST_F(Ana, NamespaceAddedInANewGroupIsListedAndChecksItsRange) {
   bdev.name = "extra";
   bdev.type = "null";
   bdev.size = 1 << 20;
-  ASSERT_EQ(t_->target().create_bdev(bdev), "");
+  ASSERT_EQ(t_->target().live_config().create_bdev(bdev), "");
   target::NamespaceConfig nc;
   nc.name = "extra";
   nc.anagrpid = target::kDefaultMaxNamespaces + 1;
   uint32_t nsid = 0;
-  EXPECT_NE(t_->target().add_namespace(kTestNqn, nc, nsid), "");  // above ANAGRPMAX
+  EXPECT_NE(t_->target().live_config().add_namespace(kTestNqn, nc, nsid), "");  // above ANAGRPMAX
   nc.anagrpid = 7;
-  ASSERT_EQ(t_->target().add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(t_->target().live_config().add_namespace(kTestNqn, nc, nsid), "");
   AnaLog log;
   ASSERT_TRUE(read_ana_log(a, false, log));
   ASSERT_EQ(log.header.ngrps, 3);
@@ -351,8 +351,8 @@ TEST_F(Ana, NamespaceAddedInANewGroupIsListedAndChecksItsRange) {
 
 TEST_F(Ana, SetStateRefusesUnknownListenersAndGroups) {
   start(true);
-  EXPECT_NE(t_->target().set_ana_state(kTestNqn, "127.0.0.2", t_->port(), 1, AnaState::Inaccessible), "");
-  EXPECT_NE(t_->target().set_ana_state("nqn.2026-12.io.nvtcp:none", "127.0.0.1", t_->port(), 1,
+  EXPECT_NE(t_->target().live_config().set_ana_state(kTestNqn, "127.0.0.2", t_->port(), 1, AnaState::Inaccessible), "");
+  EXPECT_NE(t_->target().live_config().set_ana_state("nqn.2026-12.io.nvtcp:none", "127.0.0.1", t_->port(), 1,
                                        AnaState::Inaccessible),
             "");
   EXPECT_NE(set(0, target::kDefaultMaxNamespaces + 1, AnaState::Inaccessible), "");

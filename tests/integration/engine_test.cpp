@@ -308,13 +308,15 @@ TEST(Engine, TwoPathsToOneSubsystemCarryTheApplicationsIoThroughAPathsLoss) {
   const uint16_t port0 = t.port(0);
   for (uint64_t r = 1; r <= kRounds; ++r) {
     if (r == 10) {
-      ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Inaccessible), "");
+      ASSERT_EQ(
+          t.target().live_config().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Inaccessible),
+          "");
     }
     if (r == 20) {
-      ASSERT_EQ(t.target().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Optimized), "");
+      ASSERT_EQ(t.target().live_config().set_ana_state(kTestNqn, "127.0.0.1", port0, 0, nvme::AnaState::Optimized), "");
     }
     if (r == 30) {
-      ASSERT_EQ(t.target().remove_listener(kTestNqn, "127.0.0.1", port0), "");
+      ASSERT_EQ(t.target().live_config().remove_listener(kTestNqn, "127.0.0.1", port0), "");
     }
     round(r);
     if (::testing::Test::HasFailure()) break;
@@ -1033,9 +1035,9 @@ TEST(EngineNamespaces, ChangesAtTheTargetReachTheApplicationsThroughTheEngine) {
   const uint64_t gen0 = app->namespace_generation();
 
   // Added: a RAM namespace with 4 KiB blocks, found and served without a reconnect.
-  ASSERT_EQ(tgt.create_bdev(bdev_config("Malloc4", "ram", 8 << 20, 4096)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Malloc4", "ram", 8 << 20, 4096)), "");
   uint32_t nsid = 0;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, bdev_config("Malloc4", "", 0), nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, bdev_config("Malloc4", "", 0), nsid), "");
   ASSERT_EQ(nsid, 4u);
   ASSERT_TRUE(wait_for([&] { return lists(*app, 4); }, 5000)) << "the application never saw namespace 4";
   EXPECT_TRUE(wait_for([&] { return lists(*bystander, 4); }, 5000)) << "every application of the subsystem hears";
@@ -1059,17 +1061,17 @@ TEST(EngineNamespaces, ChangesAtTheTargetReachTheApplicationsThroughTheEngine) {
   }
 
   // Resized: the new size is the application's without asking.
-  ASSERT_EQ(tgt.create_bdev(bdev_config("Null5", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Null5", "null", 64 << 20)), "");
   auto nc = bdev_config("Null5", "", 0);
   nc.nsid = 5;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   ASSERT_TRUE(wait_for([&] { return blocks_of(*app, 5) == (64u << 20) / 512; }, 5000));
-  ASSERT_EQ(tgt.resize_bdev("Null5", 128 << 20), "");
+  ASSERT_EQ(tgt.live_config().resize_bdev("Null5", 128 << 20), "");
   EXPECT_TRUE(wait_for([&] { return blocks_of(*app, 5) == (128u << 20) / 512; }, 5000))
       << "the application still has " << blocks_of(*app, 5) << " blocks";
 
   // Removed: gone from the application's list; the others stay.
-  ASSERT_EQ(tgt.remove_namespace(kTestNqn, 4), "");
+  ASSERT_EQ(tgt.live_config().remove_namespace(kTestNqn, 4), "");
   EXPECT_TRUE(wait_for([&] { return !lists(*app, 4); }, 5000)) << "namespace 4 is still listed";
   EXPECT_TRUE(wait_for([&] { return !lists(*bystander, 4); }, 5000));
   EXPECT_EQ(app->active_namespaces(), (std::vector<uint32_t>{1, 2, 3, 5}));
@@ -1129,11 +1131,11 @@ TEST(EngineNamespaces, TheNoticeAndItsLogFollowTheSpecificationPerApplication) {
 
   // A change while the notice is disabled is listed, not reported.
   submit_aer(900);
-  ASSERT_EQ(tgt.create_bdev(bdev_config("Null6", "null", 16 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Null6", "null", 16 << 20)), "");
   uint32_t nsid = 0;
   auto nc = bdev_config("Null6", "", 0);
   nc.nsid = 6;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   EXPECT_FALSE(poll_aer(900, 300)) << "no notice before Set Features enables it";
   // Enabling it with a change listed reports at once, after the Set Features answer.
   nvme::Cqe sf = app.command(admin_cmd(AdminOpcode::SetFeatures, wire::kFeatureAsyncEventConfig,
@@ -1147,11 +1149,11 @@ TEST(EngineNamespaces, TheNoticeAndItsLogFollowTheSpecificationPerApplication) {
 
   // Masked until the log is read with RAE clear: a second change only joins the list.
   submit_aer(901);
-  ASSERT_EQ(tgt.resize_bdev("Null6", 32 << 20), "");
-  ASSERT_TRUE(tgt.create_bdev(bdev_config("Null7", "null", 16 << 20)).empty());
+  ASSERT_EQ(tgt.live_config().resize_bdev("Null6", 32 << 20), "");
+  ASSERT_TRUE(tgt.live_config().create_bdev(bdev_config("Null7", "null", 16 << 20)).empty());
   nc = bdev_config("Null7", "", 0);
   nc.nsid = 7;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   EXPECT_FALSE(poll_aer(901, 500)) << "a second notice before the log was read";
   // Wait until the engine has passed on namespace 7 (the list then holds it).
   std::vector<uint32_t> listed;
@@ -1165,7 +1167,7 @@ TEST(EngineNamespaces, TheNoticeAndItsLogFollowTheSpecificationPerApplication) {
   EXPECT_TRUE(read_log(true).empty()) << "reading with RAE clear empties the list";
 
   // Unmasked: the next change is reported on the AER already waiting.
-  ASSERT_EQ(tgt.remove_namespace(kTestNqn, 7), "");
+  ASSERT_EQ(tgt.live_config().remove_namespace(kTestNqn, 7), "");
   aer = poll_aer(901, 5000);
   ASSERT_TRUE(aer) << "the change after the read was never reported";
   EXPECT_EQ(aer->dw0, notice_dw0);

@@ -61,11 +61,11 @@ TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
   EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, target::kDefaultMaxNamespaces)
       << "NN is the most namespaces the subsystem can hold, so hosts look beyond the ones it has";
 
-  ASSERT_EQ(tgt.create_bdev(bdev("Malloc9", "ram", 8 << 20, 4096)), "");
-  EXPECT_NE(tgt.create_bdev(bdev("Malloc9", "ram", 8 << 20)), "") << "a bdev name is unique";
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Malloc9", "ram", 8 << 20, 4096)), "");
+  EXPECT_NE(tgt.live_config().create_bdev(bdev("Malloc9", "ram", 8 << 20)), "") << "a bdev name is unique";
   uint32_t nsid = 0;
   auto nc = bdev("Malloc9", "", 0);
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   EXPECT_EQ(nsid, 4u) << "the lowest free NSID";
   ASSERT_TRUE(wait_for([&] { return has_namespace(*ctrl, 4); }, kDueMs)) << "the host never saw namespace 4";
   EXPECT_EQ(host_blocks(*ctrl, 4), (8u << 20) / 4096);
@@ -74,7 +74,7 @@ TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
   // A bdev serves one namespace at a time.
   uint32_t again = 0;
   auto taken = bdev("Malloc9", "", 0);
-  EXPECT_NE(tgt.add_namespace(kTestNqn, taken, again), "");
+  EXPECT_NE(tgt.live_config().add_namespace(kTestNqn, taken, again), "");
 
   auto qp = ctrl->create_io_qpair(16, err);
   ASSERT_TRUE(qp) << err;
@@ -93,27 +93,27 @@ TEST(LiveNamespaces, AResizedNullNamespaceShowsItsNewSize) {
   o.kato_ms = 0;
   auto ctrl = Controller::connect(t.trid(), o, err);
   ASSERT_TRUE(ctrl) << err;
-  ASSERT_EQ(tgt.create_bdev(bdev("Null7", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Null7", "null", 64 << 20)), "");
   uint32_t nsid = 0;
   auto nc = bdev("Null7", "", 0);
   nc.nsid = 7;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   ASSERT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (64u << 20) / 512; }, kDueMs));
-  ASSERT_EQ(tgt.resize_bdev("Null7", 128 << 20), "");
+  ASSERT_EQ(tgt.live_config().resize_bdev("Null7", 128 << 20), "");
   EXPECT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (128u << 20) / 512; }, kDueMs))
       << "the host still has " << host_blocks(*ctrl, 7) << " blocks";
-  EXPECT_NE(tgt.resize_bdev("ram0", 1 << 20), "") << "only NULL bdevs resize";
+  EXPECT_NE(tgt.live_config().resize_bdev("ram0", 1 << 20), "") << "only NULL bdevs resize";
 }
 
 TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
   GatedFactory gated;
   RunningTarget t(default_config(), gated.factory());
   auto& tgt = t.target();
-  ASSERT_EQ(tgt.create_bdev(bdev("gated", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev("gated", "null", 64 << 20)), "");
   uint32_t nsid = 0;
   auto nc = bdev("gated", "", 0);
   nc.nsid = 5;
-  ASSERT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   ASSERT_NE(gated.dev.load(), nullptr);
   std::string err;
   host::ControllerOptions o;
@@ -139,7 +139,7 @@ TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
                            &dsm),
             0);
   ASSERT_TRUE(wait_for([&] { qp->process_completions(); return gated.dev.load()->held() == 1; }, kDueMs));
-  auto removed = std::async(std::launch::async, [&] { return tgt.remove_namespace(kTestNqn, 5); });
+  auto removed = std::async(std::launch::async, [&] { return tgt.live_config().remove_namespace(kTestNqn, 5); });
   ASSERT_TRUE(wait_for([&] { return tgt.state().find_subsystem(kTestNqn)->find_namespace(5) == nullptr; }, kDueMs));
   // Not done while the command is on the device; meanwhile namespace 5 takes no new command.
   // Sent as a raw command: the host itself may already have dropped namespace 5 (the notice).
@@ -166,11 +166,12 @@ TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
   EXPECT_TRUE(info.subnqn.empty());
   uint32_t again = 0;
   auto back = bdev("gated", "", 0);
-  EXPECT_EQ(tgt.add_namespace(kTestNqn, back, again), "");
-  EXPECT_EQ(tgt.delete_bdev("gated"), "") << "deleting a bdev a namespace has removes the namespace first";
+  EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, back, again), "");
+  EXPECT_EQ(tgt.live_config().delete_bdev("gated"), "")
+      << "deleting a bdev a namespace has removes the namespace first";
   EXPECT_FALSE(tgt.state().bdevs.find("gated", info));
   EXPECT_TRUE(wait_for([&] { return !has_namespace(*ctrl, again); }, kDueMs));
-  EXPECT_NE(tgt.remove_namespace(kTestNqn, 5), "") << "removing twice";
+  EXPECT_NE(tgt.live_config().remove_namespace(kTestNqn, 5), "") << "removing twice";
 }
 
 TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
@@ -223,13 +224,13 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
   EXPECT_TRUE(wait_for([&] { return ok2.load() > 100 || failed.load() > 0; }, kDueMs)) << "no reads complete";
   for (int round = 0; round < 20; ++round) {
     const std::string name = fmt::format("Null{}", round);
-    EXPECT_EQ(tgt.create_bdev(bdev(name, "null", 16 << 20)), "");
+    EXPECT_EQ(tgt.live_config().create_bdev(bdev(name, "null", 16 << 20)), "");
     uint32_t nsid = 0;
     auto nc = bdev(name, "", 0);
     nc.nsid = 4;
-    EXPECT_EQ(tgt.add_namespace(kTestNqn, nc, nsid), "");
+    EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_EQ(tgt.delete_bdev(name), "");
+    EXPECT_EQ(tgt.live_config().delete_bdev(name), "");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   stop = true;

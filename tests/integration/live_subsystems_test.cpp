@@ -68,14 +68,14 @@ size_t controllers_of(target::Target& t, const std::string& nqn) {
 TEST(LiveSubsystems, ACreatedSubsystemServesHostsOnlyThroughTheListenersAddedToIt) {
   RunningTarget t;
   auto& tgt = t.target();
-  ASSERT_EQ(tgt.create_subsystem(new_subsystem()), "");
-  EXPECT_NE(tgt.create_subsystem(new_subsystem()), "") << "an NQN is unique";
-  EXPECT_NE(tgt.create_subsystem(new_subsystem(nvme::kDiscoveryNqn)), "");
-  EXPECT_NE(tgt.create_subsystem(new_subsystem("not-an-nqn")), "");
-  ASSERT_EQ(tgt.create_bdev(bdev("Malloc0", "ram", 8 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_subsystem(new_subsystem()), "");
+  EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem()), "") << "an NQN is unique";
+  EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem(nvme::kDiscoveryNqn)), "");
+  EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem("not-an-nqn")), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Malloc0", "ram", 8 << 20)), "");
   uint32_t nsid = 0;
   auto nc = bdev("Malloc0", "", 0);
-  ASSERT_EQ(tgt.add_namespace(kNewNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kNewNqn, nc, nsid), "");
 
   // Made by RPC, it is on no listener yet (as in SPDK): Connect is refused.
   Session early;
@@ -84,7 +84,7 @@ TEST(LiveSubsystems, ACreatedSubsystemServesHostsOnlyThroughTheListenersAddedToI
   EXPECT_TRUE(status_is(cqe, 1, 0x82));  // Connect Invalid Parameters
 
   target::ListenerConfig lc{"127.0.0.1", t.port()};
-  ASSERT_EQ(tgt.add_listener(kNewNqn, lc), "");
+  ASSERT_EQ(tgt.live_config().add_listener(kNewNqn, lc), "");
   EXPECT_EQ(lc.port, t.port()) << "the listener the target has at that address is shared";
   std::string err;
   host::ControllerOptions o;
@@ -105,13 +105,13 @@ TEST(LiveSubsystems, DeletingOneEndsItsConnectionsWaitsForItsCommandsAndLeavesTh
   GatedFactory gated;
   RunningTarget t(default_config(), gated.factory());
   auto& tgt = t.target();
-  ASSERT_EQ(tgt.create_subsystem(new_subsystem()), "");
-  ASSERT_EQ(tgt.create_bdev(bdev("gated", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_subsystem(new_subsystem()), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev("gated", "null", 64 << 20)), "");
   uint32_t nsid = 0;
   auto nc = bdev("gated", "", 0);
-  ASSERT_EQ(tgt.add_namespace(kNewNqn, nc, nsid), "");
+  ASSERT_EQ(tgt.live_config().add_namespace(kNewNqn, nc, nsid), "");
   target::ListenerConfig lc{"127.0.0.1", t.port()};
-  ASSERT_EQ(tgt.add_listener(kNewNqn, lc), "");
+  ASSERT_EQ(tgt.live_config().add_listener(kNewNqn, lc), "");
 
   // A host on the untouched subsystem, doing I/O before, during and after.
   std::string err;
@@ -148,7 +148,7 @@ TEST(LiveSubsystems, DeletingOneEndsItsConnectionsWaitsForItsCommandsAndLeavesTh
   ASSERT_TRUE(io.send_capsule(dsm, range));
   ASSERT_TRUE(wait_for([&] { return gated.dev.load() && gated.dev.load()->held() == 1; }, kDueMs));
 
-  auto deleted = std::async(std::launch::async, [&] { return tgt.delete_subsystem(kNewNqn); });
+  auto deleted = std::async(std::launch::async, [&] { return tgt.live_config().delete_subsystem(kNewNqn); });
   ASSERT_TRUE(wait_for([&] { return tgt.state().find_subsystem(kNewNqn) == nullptr; }, kDueMs));
   EXPECT_TRUE(admin.s.c.expect_eof()) << "the deleted subsystem's admin queue stays open";
   EXPECT_TRUE(io.c.expect_eof()) << "the deleted subsystem's I/O queue stays open";
@@ -168,11 +168,11 @@ TEST(LiveSubsystems, DeletingOneEndsItsConnectionsWaitsForItsCommandsAndLeavesTh
   EXPECT_TRUE(info.subnqn.empty());
   uint32_t again = 0;
   auto back = bdev("gated", "", 0);
-  EXPECT_EQ(tgt.add_namespace(kTestNqn, back, again), "");
+  EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, back, again), "");
   EXPECT_TRUE(read_other().ok());
   EXPECT_EQ(controllers_of(tgt, kTestNqn), 1u);
-  EXPECT_NE(tgt.delete_subsystem(kNewNqn), "") << "deleting twice";
-  EXPECT_NE(tgt.delete_subsystem(nvme::kDiscoveryNqn), "");
+  EXPECT_NE(tgt.live_config().delete_subsystem(kNewNqn), "") << "deleting twice";
+  EXPECT_NE(tgt.live_config().delete_subsystem(nvme::kDiscoveryNqn), "");
 }
 
 TEST(LiveSubsystems, AnAddedListenerAcceptsAndARemovedOneClosesAndEndsItsControllers) {
@@ -180,7 +180,7 @@ TEST(LiveSubsystems, AnAddedListenerAcceptsAndARemovedOneClosesAndEndsItsControl
   auto& tgt = t.target();
   const uint16_t first = t.port();
   target::ListenerConfig lc{"127.0.0.1", 0};
-  ASSERT_EQ(tgt.add_listener(kTestNqn, lc), "");
+  ASSERT_EQ(tgt.live_config().add_listener(kTestNqn, lc), "");
   const uint16_t second = lc.port;
   ASSERT_NE(second, 0);
   ASSERT_NE(second, first);
@@ -190,7 +190,7 @@ TEST(LiveSubsystems, AnAddedListenerAcceptsAndARemovedOneClosesAndEndsItsControl
   via_second.open(second, "nqn.2014-08.org.nvmexpress:uuid:second");
   ASSERT_EQ(controllers_of(tgt, kTestNqn), 2u);
 
-  ASSERT_EQ(tgt.remove_listener(kTestNqn, "127.0.0.1", second), "");
+  ASSERT_EQ(tgt.live_config().remove_listener(kTestNqn, "127.0.0.1", second), "");
   EXPECT_TRUE(via_second.s.c.expect_eof()) << "a controller that came in through the removed listener lives on";
   EXPECT_TRUE(controllers_drop_to(t, 1, std::chrono::milliseconds(kDueMs)));
   EXPECT_TRUE(wait_for([&] { return !tcp_connects(second); }, kDueMs))
@@ -199,13 +199,13 @@ TEST(LiveSubsystems, AnAddedListenerAcceptsAndARemovedOneClosesAndEndsItsControl
   Sqe sqe = admin_sqe(AdminOpcode::KeepAlive, via_first.s.cid());
   ASSERT_TRUE(via_first.s.command(sqe, {}, cqe));
   EXPECT_TRUE(ok(cqe)) << "the host on the other listener lost its controller";
-  EXPECT_NE(tgt.remove_listener(kTestNqn, "127.0.0.1", second), "") << "removing twice";
+  EXPECT_NE(tgt.live_config().remove_listener(kTestNqn, "127.0.0.1", second), "") << "removing twice";
 
   // The first listener, taken from the only subsystem, closes too; put back, it serves again.
-  ASSERT_EQ(tgt.remove_listener(kTestNqn, "127.0.0.1", first), "");
+  ASSERT_EQ(tgt.live_config().remove_listener(kTestNqn, "127.0.0.1", first), "");
   EXPECT_TRUE(via_first.s.c.expect_eof());
   target::ListenerConfig again{"127.0.0.1", 0};
-  ASSERT_EQ(tgt.add_listener(kTestNqn, again), "");
+  ASSERT_EQ(tgt.live_config().add_listener(kTestNqn, again), "");
   std::string err;
   host::TransportId trid = t.trid();
   trid.trsvcid = again.port;
@@ -230,11 +230,11 @@ TEST(LiveSubsystems, TheDiscoveryServicesOwnPortIsRemovedAsAListenerOfTheDiscove
   ASSERT_EQ(cqe.status, 0);
   EXPECT_EQ(controllers_of(tgt, nvme::kDiscoveryNqn), 1u);
 
-  ASSERT_EQ(tgt.remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "");
+  ASSERT_EQ(tgt.live_config().remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "");
   EXPECT_TRUE(disc.c.expect_eof()) << "the discovery controller on the removed port lives on";
   EXPECT_TRUE(wait_for([&] { return !tcp_connects(dport); }, kDueMs)) << "the discovery port still accepts";
   EXPECT_EQ(tgt.discovery_port(), 0);
-  EXPECT_NE(tgt.remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "") << "removing twice";
+  EXPECT_NE(tgt.live_config().remove_listener(nvme::kDiscoveryNqn, "127.0.0.1", dport), "") << "removing twice";
 
   Session again;
   ASSERT_TRUE(admin_connect(again, t.port(), nvme::kDiscoveryNqn, cqe));
@@ -283,11 +283,11 @@ TEST(LiveSubsystems, HostsOnPersistentDiscoveryConnectionsHearOfEachChange) {
     EXPECT_GT(now, gen);
     gen = now;
   };
-  expect_notice("subsystem created", [&] { return tgt.create_subsystem(new_subsystem()); });
+  expect_notice("subsystem created", [&] { return tgt.live_config().create_subsystem(new_subsystem()); });
   target::ListenerConfig lc{"127.0.0.1", t.port()};
-  expect_notice("listener added", [&] { return tgt.add_listener(kNewNqn, lc); });
-  expect_notice("listener removed", [&] { return tgt.remove_listener(kNewNqn, "127.0.0.1", t.port()); });
-  expect_notice("subsystem deleted", [&] { return tgt.delete_subsystem(kNewNqn); });
+  expect_notice("listener added", [&] { return tgt.live_config().add_listener(kNewNqn, lc); });
+  expect_notice("listener removed", [&] { return tgt.live_config().remove_listener(kNewNqn, "127.0.0.1", t.port()); });
+  expect_notice("subsystem deleted", [&] { return tgt.live_config().delete_subsystem(kNewNqn); });
 }
 
 }  // namespace

@@ -312,7 +312,7 @@ TEST_F(Metrics, EachListenerCountsTheIoOfTheHostsThatCameInOnIt) {
   for (int i = 0; i < 3; ++i)
     ASSERT_TRUE(run(*qb, [&](host::CompletionFn c, void* x) { return qb->write(2, i, 2, buf.data(), c, x); }).ok());
   // B's path turns inaccessible: its next read is refused with an ANA status, A's is served.
-  ASSERT_EQ(t->set_ana_state(kTestNqn, "127.0.0.1", port_b, 0, nvme::AnaState::Inaccessible), "");
+  ASSERT_EQ(t->live_config().set_ana_state(kTestNqn, "127.0.0.1", port_b, 0, nvme::AnaState::Inaccessible), "");
   EXPECT_FALSE(run(*qb, [&](host::CompletionFn c, void* x) { return qb->read(2, 0, 1, buf.data(), c, x); }).ok());
   ASSERT_TRUE(run(*qa, [&](host::CompletionFn c, void* x) { return qa->read(2, 0, 1, buf.data(), c, x); }).ok());
 
@@ -367,7 +367,7 @@ TEST_F(Metrics, EachListenerCountsTheIoOfTheHostsThatCameInOnIt) {
       10000));
 
   // B's listener taken from the subsystem: its controller ends and its series go.
-  ASSERT_EQ(t->remove_listener(kTestNqn, "127.0.0.1", port_b), "");
+  ASSERT_EQ(t->live_config().remove_listener(kTestNqn, "127.0.0.1", port_b), "");
   a = samples(scrape(server_->port()).body);
   EXPECT_EQ(a.count("nvtcp_listener_reads_total{" + at_b + "}"), 0u);
   EXPECT_EQ(value(a, "nvtcp_listener_reads_total{" + at_a + "}"), 5);

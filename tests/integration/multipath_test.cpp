@@ -122,7 +122,7 @@ class Multipath : public ::testing::Test {
     return mp;
   }
   std::string set(size_t listener, AnaState s) {
-    return t_->target().set_ana_state(kTestNqn, "127.0.0.1", t_->port(listener), 0, s);
+    return t_->target().live_config().set_ana_state(kTestNqn, "127.0.0.1", t_->port(listener), 0, s);
   }
   // Waits until the host's controller on path i has read the state from log 0Ch.
   static bool host_sees(MultipathController& mp, size_t i, AnaState s) {
@@ -262,7 +262,7 @@ TEST_F(Multipath, ACutListenerLosesNoCommandAndItsPathComesBackByItself) {
     if (!cut && done > 512) {
       cut = true;
       on1_at_cut = qp->path_commands(1);
-      EXPECT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", port0), "");
+      EXPECT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", port0), "");
     }
   }));
   ASSERT_TRUE(cut);
@@ -280,7 +280,7 @@ TEST_F(Multipath, ACutListenerLosesNoCommandAndItsPathComesBackByItself) {
   // The listener comes back on its port: the path reconnects by itself and takes I/O again.
   target::ListenerConfig lc;
   lc.port = port0;
-  ASSERT_EQ(t_->target().add_listener(kTestNqn, lc), "");
+  ASSERT_EQ(t_->target().live_config().add_listener(kTestNqn, lc), "");
   ASSERT_TRUE(wait_for([&] { return mp->path(0, kRamNs).connected; }, 20000));
   uint64_t on0 = 0, on1 = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -297,8 +297,8 @@ TEST_F(Multipath, WithNoPathCommandsWaitForOneOrFailAfterNoPathTimeout) {
   auto qp = mp->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   const uint16_t p0 = t_->port(0), p1 = t_->port(1);
-  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p0), "");
-  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p1), "");
+  ASSERT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", p0), "");
+  ASSERT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", p1), "");
   ASSERT_TRUE(wait_for([&] { return !mp->path(0, kRamNs).connected && !mp->path(1, kRamNs).connected; }, 5000));
 
   std::vector<uint8_t> buf(512);
@@ -316,7 +316,7 @@ TEST_F(Multipath, WithNoPathCommandsWaitForOneOrFailAfterNoPathTimeout) {
   EXPECT_EQ(qp->waiting(), 1u);
   target::ListenerConfig lc;
   lc.port = p1;
-  ASSERT_EQ(t_->target().add_listener(kTestNqn, lc), "");
+  ASSERT_EQ(t_->target().live_config().add_listener(kTestNqn, lc), "");
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!d.done && std::chrono::steady_clock::now() < until) qp->process_completions(1000);
   ASSERT_TRUE(d.done);
@@ -332,7 +332,7 @@ TEST_F(Multipath, WithNoPathCommandsWaitForOneOrFailAfterNoPathTimeout) {
   ASSERT_TRUE(mp) << err;
   qp = mp->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
-  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p1), "");
+  ASSERT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", p1), "");
   ASSERT_TRUE(wait_for([&] { return !mp->path(0, kRamNs).connected; }, 5000));
   d = {};
   const auto t0 = std::chrono::steady_clock::now();
@@ -357,8 +357,8 @@ TEST_F(Multipath, WithEveryPathLostTheThreadsReactorStillTurns) {
   auto qp = mp->create_io_qpair(8, err);
   ASSERT_TRUE(qp) << err;
   const uint16_t p0 = t_->port(0), p1 = t_->port(1);
-  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p0), "");
-  ASSERT_EQ(t_->target().remove_listener(kTestNqn, "127.0.0.1", p1), "");
+  ASSERT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", p0), "");
+  ASSERT_EQ(t_->target().live_config().remove_listener(kTestNqn, "127.0.0.1", p1), "");
   auto lost = [&](size_t i) {
     auto c = mp->controller(i);
     return !c || c->failed();
@@ -412,7 +412,7 @@ TEST_F(Multipath, APathThatCouldNotConnectJoinsOnceItsListenerIsUp) {
   EXPECT_EQ(on0, 0u);
   target::ListenerConfig lc;
   lc.port = later;
-  ASSERT_EQ(t_->target().add_listener(kTestNqn, lc), "");
+  ASSERT_EQ(t_->target().live_config().add_listener(kTestNqn, lc), "");
   ASSERT_TRUE(wait_for([&] { return mp->path(0, kRamNs).connected; }, 20000));
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (on0 == 0 && std::chrono::steady_clock::now() < until) reads(*qp, 5, on0, on1);

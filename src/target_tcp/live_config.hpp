@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The target's configuration changed while it serves (RPC, on the control thread): devices by
+// name, namespaces added and removed, a NULL device resized, subsystems and listeners created
+// and taken away, ANA states. Reactors never lock for it: a namespace appears in its
+// subsystem's table with one atomic store, and one taken away is destroyed only after every
+// reactor has passed a turn and the commands holding it are done (Subsystem, NamespaceHolds).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "target/config.hpp"
+#include "target/target_state.hpp"
+
+namespace nvtcp::target {
+
+class Target;
+
+// From the control thread only (never a reactor: these wait for the reactors), one change at
+// a time. Each returns an error, or empty.
+class LiveConfig {
+ public:
+  explicit LiveConfig(Target& target) : t_(target) {}
+  LiveConfig(const LiveConfig&) = delete;
+  LiveConfig& operator=(const LiveConfig&) = delete;
+
+  // A device by name (nc: name, type, size, path, block size) for namespaces to take later.
+  std::string create_bdev(const NamespaceConfig& nc);
+  // Deletes a device; one a namespace has is removed from it first (as SPDK hot-removes).
+  std::string delete_bdev(const std::string& name);
+  // A NULL device's new size; the hosts of its namespace are told.
+  std::string resize_bdev(const std::string& name, uint64_t bytes);
+  // A namespace of subnqn over the device named nc.name, at nc.nsid (0: the lowest free), with
+  // nc's identifiers if given; its NSID comes back in nsid. The subsystem's controllers get a
+  // namespace attribute notice (hosts rescan).
+  std::string add_namespace(const std::string& subnqn, NamespaceConfig nc, uint32_t& nsid);
+  // Takes a namespace away: new commands for it fail (Invalid Namespace), commands already
+  // under way complete as they would have, then its device goes back to its bdev and hosts are
+  // told. Waits for those commands (a device that never answers: gives up after 60 s).
+  std::string remove_namespace(const std::string& subnqn, uint32_t nsid);
+  // Sets the ANA state of group anagrpid (0: every group) of subnqn as hosts see it through
+  // the listener at address:port (as configured; the port it really got); the controllers that
+  // came in through it get an ANA change notice. Subsystems without ANA reporting refuse.
+  std::string set_ana_state(const std::string& subnqn, const std::string& address, uint16_t port, uint32_t anagrpid,
+                            nvme::AnaState state);
+  // A subsystem (nqn, serial, model, max_namespaces, allow_any_host, hosts, ana_reporting of
+  // sc; no namespaces, no listeners yet: RPC adds them). The NQN must be new.
+  std::string create_subsystem(SubsystemConfig sc);
+  // Takes a subsystem away: Connect to it fails from now on, its controllers are torn down
+  // (their connections close), the commands under way on its namespaces finish, and their
+  // devices go back to their bdevs. Hosts of other subsystems are untouched.
+  std::string delete_subsystem(const std::string& nqn);
+  // Makes subnqn reachable through the listener lc (opened if the target has none at that
+  // address and port; port 0: any free one); lc's port becomes the real one. The discovery
+  // NQN only opens the listener. Hosts on persistent discovery connections are told.
+  std::string add_listener(const std::string& subnqn, ListenerConfig& lc);
+  // Takes the listener address:port from subnqn: the controllers of hosts that came in
+  // through it are torn down. A listener no subsystem is reachable through any more is
+  // closed; the discovery NQN closes it at once, for every subsystem.
+  std::string remove_listener(const std::string& subnqn, const std::string& address, uint16_t port);
+  // The discovery log changed (subsystems, listeners, allowed hosts): a new generation, and a
+  // notice to the hosts on persistent discovery connections.
+  void discovery_log_changed();
+ private:
+  // Detaches every namespace of sub, waits for the commands on them, gives their devices
+  // back to their bdevs (Target::control_mu_ held).
+  void release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss);
+
+  Target& t_;
+  // Namespaces removed whose commands never finished (a device that stopped answering): kept
+  // alive rather than freed under them.
+  std::mutex graveyard_mu_;
+  std::vector<std::unique_ptr<Namespace>> graveyard_;
+};
+
+}  // namespace nvtcp::target
