@@ -16,75 +16,20 @@
 
 namespace nvtcp::target {
 
-namespace {
-// Said once per host when its keys are set (start, RPC): which channels it is admitted on.
-void log_channels(const std::string& subnqn, const std::string& hostnqn, const HostKeys& keys) {
-  if (!keys.psk) return;
-  if (keys.allow_plain)
-    log::warn(
-        "subsystem {}: host {} has a TLS PSK and is admitted on plain listeners too (allow_plain): anyone "
-        "who sends its NQN is that host there",
-        subnqn, hostnqn);
-  else
-    log::info("subsystem {}: host {} has a TLS PSK: admitted over TLS only", subnqn, hostnqn);
-}
-}  // namespace
-
 Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors)
     : nqn_(cfg.nqn),
       serial_(cfg.serial),
       model_(cfg.model),
       discovery_(discovery),
-      allow_any_(cfg.allow_any_host),
-      hosts_(cfg.hosts),
-      host_keys_(cfg.host_keys),
+      hosts_(cfg.nqn, cfg.allow_any_host, cfg.hosts, cfg.host_keys),
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
       ana_reporting_(!discovery && cfg.ana_reporting),
-      reactors_(std::max(1u, reactors)) {
-  for (const auto& [host, keys] : host_keys_) log_channels(nqn_, host, keys);
-}
-
-bool Subsystem::channel_allowed(const std::string& hostnqn, bool over_tls) const {
-  std::lock_guard lk(hosts_mu_);
-  auto it = host_keys_.find(hostnqn);
-  const bool psk = it != host_keys_.end() && it->second.psk;
-  if (over_tls) return psk;
-  return !psk || it->second.allow_plain;
-}
-
-bool Subsystem::host_allowed(const std::string& hostnqn) const {
-  if (allows_any_host()) return true;
-  std::lock_guard lk(hosts_mu_);
-  return std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();
-}
-
-std::optional<HostKeys> Subsystem::host_keys(const std::string& hostnqn) const {
-  std::lock_guard lk(hosts_mu_);
-  auto it = host_keys_.find(hostnqn);
-  if (it == host_keys_.end()) return std::nullopt;
-  return it->second;
-}
-
-bool Subsystem::add_host(const std::string& hostnqn, std::optional<HostKeys> keys) {
-  std::lock_guard lk(hosts_mu_);
-  if (keys) log_channels(nqn_, hostnqn, *keys);
-  if (keys) host_keys_[hostnqn] = std::move(*keys);
-  else host_keys_.erase(hostnqn);
-  if (std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end()) return false;
-  hosts_.push_back(hostnqn);
-  return true;
-}
+      reactors_(std::max(1u, reactors)) {}
 
 bool Subsystem::remove_host(const std::string& hostnqn) {
-  {
-    std::lock_guard lk(hosts_mu_);
-    host_keys_.erase(hostnqn);
-    auto it = std::find(hosts_.begin(), hosts_.end(), hostnqn);
-    if (it == hosts_.end()) return false;
-    hosts_.erase(it);
-  }
-  if (allows_any_host()) return true;  // still let in: its connections stay
+  if (!hosts_.remove(hostnqn)) return false;
+  if (hosts_.allows_any()) return true;  // still let in: its connections stay
   // Its controllers end, as SPDK disconnects a removed host: otherwise a host taken off keeps its
   // access for as long as its connections live. Each of their queues sees it at its next
   // controller poll and closes.
@@ -95,23 +40,6 @@ bool Subsystem::remove_host(const std::string& hostnqn) {
                  {{"host_nqn", hostnqn}, {"subsystem", nqn_}, {"cntlid", std::to_string(id)}, {"reason", "host removed"}},
                  "controller {} of {} torn down: host {} was removed", id, nqn_, hostnqn);
   return true;
-}
-
-std::vector<Subsystem::HostEntry> Subsystem::hosts() const {
-  std::lock_guard lk(hosts_mu_);
-  std::vector<HostEntry> out;
-  for (const auto& nqn : hosts_) {
-    HostEntry e{nqn};
-    auto k = host_keys_.find(nqn);
-    if (k != host_keys_.end()) {
-      e.dhchap = bool(k->second.dhchap);
-      e.dhchap_ctrl = bool(k->second.dhchap_ctrl);
-      e.psk = bool(k->second.psk);
-      e.allow_plain = k->second.allow_plain;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
 }
 
 std::vector<std::shared_ptr<Controller>> Subsystem::controllers() const {

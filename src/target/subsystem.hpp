@@ -4,8 +4,7 @@
 // one that goes is first taken out of the table, then every reactor passes a turn (after which
 // none can still be finding it), then the commands that hold it finish (counted per reactor),
 // and only then is it destroyed. The controller table changes only on Connect and teardown,
-// and the allowed hosts by RPC, each under a mutex that the data path never takes (hosts are
-// read at Connect and in the TLS handshake only).
+// under a mutex that the data path never takes; the allowed hosts are a HostAccess.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/config.hpp"
+#include "target/host_access.hpp"
 #include "target/io_metrics.hpp"
 #include "target/reservations.hpp"
 
@@ -180,26 +180,12 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   const std::string& serial() const { return serial_; }
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
-  bool host_allowed(const std::string& hostnqn) const;
-  bool allows_any_host() const { return allow_any_.load(std::memory_order_relaxed); }
-  // The keys configured for a host (nullopt: none; it connects without authenticating). A
-  // copy: the host may be removed (RPC) while its connection uses them.
-  std::optional<HostKeys> host_keys(const std::string& hostnqn) const;
-  // Whether the host may come in through a listener with TLS (over_tls) or without: over TLS
-  // only with a PSK of its own; in the clear unless it has a PSK (and no allow_plain).
-  bool channel_allowed(const std::string& hostnqn, bool over_tls) const;
-  // Live changes (RPC). A removed host is refused at its next Connect, and (unless any host is
-  // allowed) its controllers are torn down: their connections close within a controller poll.
-  void set_allow_any_host(bool any) { allow_any_.store(any, std::memory_order_relaxed); }
-  // Adds the host, or replaces its keys; false if it was there already (keys then replaced).
-  bool add_host(const std::string& hostnqn, std::optional<HostKeys> keys);
-  bool remove_host(const std::string& hostnqn);  // false: it was not allowed
-  // The allowed hosts, each with whether it has keys (which never leave the target).
-  struct HostEntry {
-    std::string nqn;
-    bool dhchap = false, dhchap_ctrl = false, psk = false, allow_plain = false;
-  };
-  std::vector<HostEntry> hosts() const;
+  // Who may come in, with which keys (read at Connect and in the TLS handshake; RPC changes it).
+  HostAccess& hosts() { return hosts_; }
+  const HostAccess& hosts() const { return hosts_; }
+  // Takes the host off the allowed list (false: it was not on it) and, unless any host is
+  // allowed, tears its controllers down: their connections close within a controller poll.
+  bool remove_host(const std::string& hostnqn);
   // The controllers now (for listing).
   std::vector<std::shared_ptr<Controller>> controllers() const;
   // Whether hosts reach this subsystem through the listener with this port ID (0: the
@@ -281,10 +267,7 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
  private:
   std::string nqn_, serial_, model_;
   bool discovery_;
-  std::atomic<bool> allow_any_;
-  mutable std::mutex hosts_mu_;  // hosts_ and host_keys_
-  std::vector<std::string> hosts_;
-  std::map<std::string, HostKeys> host_keys_;
+  HostAccess hosts_;
   // portids_, every_listener_ and ports_: one lock, so that a port is made only while the
   // listener is the subsystem's, and goes in the same step as the listener.
   mutable std::mutex ports_mu_;
