@@ -73,7 +73,7 @@ Json subsystem_json(Target& t, const Subsystem& s) {
   if (s.is_discovery())
     if (auto d = discovery_listener(t)) listeners.push_back(subsystem_listen_address(*d));
   for (const auto& l : st.listeners())
-    if (s.reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
+    if (s.listeners().reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
   Json hosts = Json::array();
   for (const auto& h : s.hosts().list()) {
     Json e{{"nqn", h.nqn}};
@@ -302,10 +302,10 @@ Json nvmf_subsystem_get_listeners(MethodContext& ctx, const Json& params) {
   Subsystem& s = *held;
   Json out = Json::array();
   for (const auto& l : t.state().listeners())
-    if (s.reachable_through(l.portid)) {
+    if (s.listeners().reachable_through(l.portid)) {
       // Each group that has a namespace, with its state through this listener (every path
       // optimized without ANA reporting).
-      const std::shared_ptr<const target::SubsystemPort> port = s.find_port(l.portid);
+      const std::shared_ptr<const target::SubsystemPort> port = s.listeners().find_port(l.portid);
       Json states = Json::array();
       for (uint32_t g : s.ana_groups())
         states.push_back(Json{{"ana_group", g},
@@ -569,11 +569,11 @@ Json nvmf_config(Target& t) {
                              {"uuid", uuid_text(ns->uuid)},
                              {"anagrpid", ns->anagrpid}}}}}});
     for (const Listener& l : listeners)
-      if (s->reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
+      if (s->listeners().reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
     // States set by RPC: after the listeners, which they name.
     for (const Listener& l : listeners) {
-      if (!s->ana_reporting() || !s->reachable_through(l.portid)) continue;
-      const std::shared_ptr<const target::SubsystemPort> port = s->find_port(l.portid);
+      if (!s->ana_reporting() || !s->listeners().reachable_through(l.portid)) continue;
+      const std::shared_ptr<const target::SubsystemPort> port = s->listeners().find_port(l.portid);
       for (uint32_t g : s->ana_groups()) {
         if (!port || port->state(g) == nvme::AnaState::Optimized) continue;
         out.push_back(Json{{"method", "nvmf_subsystem_listener_set_ana_state"},

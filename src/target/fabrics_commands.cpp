@@ -115,7 +115,7 @@ void CommandQueue::execute_connect(Command& r) {
     return;
   }
   // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
-  if (!sub->reachable_through(link_.arrival.portid)) {
+  if (!sub->listeners().reachable_through(link_.arrival.portid)) {
     log::warn_limited(connect_refusals,
                       "{}: Connect to subsystem '{}', which is not on the listener this host came through", peer,
                       subnqn);

@@ -25,7 +25,7 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reacto
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
       ana_reporting_(!discovery && cfg.ana_reporting),
-      reactors_(std::max(1u, reactors)) {}
+      listeners_(max_namespaces_, reactors) {}
 
 bool Subsystem::remove_host(const std::string& hostnqn) {
   if (!hosts_.remove(hostnqn)) return false;
@@ -90,31 +90,9 @@ void Subsystem::notify_discovery_log_changed() {
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeDiscoveryLogChange, nvme::LogPageId::Discovery);
 }
 
-std::shared_ptr<SubsystemPort> Subsystem::port(uint16_t portid) {
-  std::lock_guard lk(ports_mu_);
-  if (!every_listener_ && std::find(portids_.begin(), portids_.end(), portid) == portids_.end()) return nullptr;
-  auto& p = ports_[portid];
-  if (!p) p = std::make_shared<SubsystemPort>(max_namespaces_, reactors_);
-  return p;
-}
-
-std::shared_ptr<const SubsystemPort> Subsystem::find_port(uint16_t portid) const {
-  std::lock_guard lk(ports_mu_);
-  auto it = ports_.find(portid);
-  return it == ports_.end() ? nullptr : it->second;
-}
-
 std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
-  std::vector<uint32_t> changed;
-  {
-    const std::shared_ptr<SubsystemPort> p = port(portid);
-    if (!p) return changed;  // the listener was taken away meanwhile
-    const uint32_t first = grp ? grp : 1, last = grp ? grp : max_namespaces_;
-    for (uint32_t g = first; g <= last && g <= max_namespaces_; ++g)
-      if (p->states[g].exchange(uint8_t(state), std::memory_order_relaxed) != uint8_t(state)) changed.push_back(g);
-    if (changed.empty()) return changed;
-    p->change_count.fetch_add(1, std::memory_order_relaxed);
-  }
+  std::vector<uint32_t> changed = listeners_.set_ana_state(portid, grp, state);
+  if (changed.empty()) return changed;
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     if (c->portid() == portid) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
@@ -146,7 +124,7 @@ std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller
   // Its listener checked under mu_: a listener taken away after this finds the controller when
   // it tears down that listener's controllers (under mu_ too), and one taken away before is
   // seen here, so no controller outlives the listener it came in through.
-  if (!reachable_through(c->portid())) return nullptr;
+  if (!listeners_.reachable_through(c->portid())) return nullptr;
   controllers_[c->cntlid()] = c;
   return c;
 }
@@ -179,42 +157,6 @@ size_t Subsystem::tear_down_controllers_on(uint16_t portid) {
       ++n;
     }
   return n;
-}
-
-bool Subsystem::reachable_through(uint16_t portid) const {
-  std::lock_guard lk(ports_mu_);
-  return every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
-}
-
-bool Subsystem::bound_to_every_listener() const {
-  std::lock_guard lk(ports_mu_);
-  return every_listener_;
-}
-
-void Subsystem::bind_listeners(std::vector<uint16_t> portids) {
-  std::lock_guard lk(ports_mu_);
-  every_listener_ = false;
-  portids_ = std::move(portids);
-}
-
-bool Subsystem::add_listener(uint16_t portid) {
-  std::lock_guard lk(ports_mu_);
-  if (every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end()) return false;
-  portids_.push_back(portid);
-  return true;
-}
-
-bool Subsystem::remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid) {
-  std::lock_guard lk(ports_mu_);
-  if (every_listener_) {
-    every_listener_ = false;
-    portids_ = every_portid;
-  }
-  auto it = std::find(portids_.begin(), portids_.end(), portid);
-  if (it == portids_.end()) return false;
-  portids_.erase(it);
-  ports_.erase(portid);
-  return true;
 }
 
 std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {

@@ -25,6 +25,7 @@
 #include "target/host_access.hpp"
 #include "target/io_metrics.hpp"
 #include "target/reservations.hpp"
+#include "target/subsystem_listeners.hpp"
 
 namespace nvtcp::target {
 
@@ -144,24 +145,6 @@ struct Namespace {
       : reservations(std::move(reservations_path), max_registrants) {}
 };
 
-// A subsystem as seen through one listener (port): the ANA state of each of its groups there,
-// and the I/O its hosts did through it. Made on the first use of that port; a controller holds
-// a shared_ptr to its port's, so an I/O command reads its group's state with one relaxed load
-// of a byte and counts itself into its reactor's slot, with no lock. The subsystem lets go of it
-// when the listener is taken from it (remove_listener); controllers that came in through it
-// keep it until they go. States change on the control path only.
-struct SubsystemPort {
-  SubsystemPort(uint32_t groups, uint32_t reactors) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
-    for (uint32_t g = 0; g <= groups; ++g) states[g].store(uint8_t(nvme::AnaState::Optimized), std::memory_order_relaxed);
-    io.init(std::max(1u, reactors));
-  }
-  std::unique_ptr<std::atomic<uint8_t>[]> states;  // by ANAGRPID (0 unused)
-  // Log 0Ch's CHGCNT for this port: one more at every change of a state it reports.
-  std::atomic<uint64_t> change_count{0};
-  IoMetrics io;  // the subsystem's I/O through this listener (the metrics endpoint)
-  nvme::AnaState state(uint32_t grp) const { return nvme::AnaState(states[grp].load(std::memory_order_relaxed)); }
-};
-
 struct Listener {
   std::string address;
   uint16_t port = 0;
@@ -188,17 +171,9 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   bool remove_host(const std::string& hostnqn);
   // The controllers now (for listing).
   std::vector<std::shared_ptr<Controller>> controllers() const;
-  // Whether hosts reach this subsystem through the listener with this port ID (0: the
-  // discovery-only port). The discovery subsystem is bound to every listener; the others to
-  // those build_state or RPC gives them (Connect and the discovery log read this, under a
-  // mutex; never the I/O path).
-  bool reachable_through(uint16_t portid) const;
-  bool bound_to_every_listener() const;
-  void bind_listeners(std::vector<uint16_t> portids);
-  bool add_listener(uint16_t portid);  // false: it was reachable through it already
-  // false: it was not. One bound to every listener is bound to the others of every_portid after.
-  // The listener's states and counters (port()) go with it.
-  bool remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid);
+  // The listeners hosts reach it through, and its ANA states and I/O counters through each.
+  SubsystemListeners& listeners() { return listeners_; }
+  const SubsystemListeners& listeners() const { return listeners_; }
   // Ends the controllers of hosts that came in through portid (their listener was taken from
   // this subsystem); returns how many.
   size_t tear_down_controllers_on(uint16_t portid);
@@ -210,11 +185,6 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
   // max_namespaces. Without ANA reporting every path stays optimized.
   bool ana_reporting() const { return ana_reporting_; }
-  // The subsystem through the listener with port ID portid, made on first use; null when the
-  // subsystem is not reachable through that listener (it was taken away meanwhile).
-  std::shared_ptr<SubsystemPort> port(uint16_t portid);
-  // The one of portid if there is one (null: no host came in, and no state was set, through it).
-  std::shared_ptr<const SubsystemPort> find_port(uint16_t portid) const;
   // Sets group grp (0: every group) to state through listener portid, and gives every
   // controller that came in through it an ANA change notice when something changed. Returns
   // the groups whose state changed (control path).
@@ -268,19 +238,13 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   std::string nqn_, serial_, model_;
   bool discovery_;
   HostAccess hosts_;
-  // portids_, every_listener_ and ports_: one lock, so that a port is made only while the
-  // listener is the subsystem's, and goes in the same step as the listener.
-  mutable std::mutex ports_mu_;
-  bool every_listener_ = true;
-  std::vector<uint16_t> portids_;   // when not every_listener_
   std::atomic<bool> deleted_{false};
   uint32_t max_namespaces_;
   std::unique_ptr<std::atomic<Namespace*>[]> ns_by_id_;  // [0 .. max_namespaces_], 0 unused
   mutable std::mutex ns_mu_;                             // namespaces_ (control path)
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   bool ana_reporting_ = false;
-  uint32_t reactors_;
-  std::map<uint16_t, std::shared_ptr<SubsystemPort>> ports_;  // under ports_mu_
+  SubsystemListeners listeners_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;
