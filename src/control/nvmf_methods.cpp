@@ -73,9 +73,9 @@ Json subsystem_json(Target& t, const Subsystem& s) {
   if (s.is_discovery())
     if (auto d = discovery_listener(t)) listeners.push_back(subsystem_listen_address(*d));
   for (const auto& l : st.listeners())
-    if (s.reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
+    if (s.listeners().reachable_through(l.portid)) listeners.push_back(subsystem_listen_address(l));
   Json hosts = Json::array();
-  for (const auto& h : s.hosts()) {
+  for (const auto& h : s.hosts().list()) {
     Json e{{"nqn", h.nqn}};
     // Whether a key is configured, never the key.
     if (h.psk) e["psk"] = "(configured)";
@@ -87,7 +87,7 @@ Json subsystem_json(Target& t, const Subsystem& s) {
   Json j{{"nqn", s.nqn()},
          {"subtype", s.is_discovery() ? "Discovery" : "NVMe"},
          {"listen_addresses", listeners},
-         {"allow_any_host", s.is_discovery() || s.allows_any_host()},
+         {"allow_any_host", s.is_discovery() || s.hosts().allows_any()},
          {"hosts", hosts}};
   if (s.is_discovery()) return j;
   j["serial_number"] = s.serial();
@@ -303,10 +303,10 @@ Json nvmf_subsystem_get_listeners(MethodContext& ctx, const Json& params) {
   Subsystem& s = *held;
   Json out = Json::array();
   for (const auto& l : t.state().listeners())
-    if (s.reachable_through(l.portid)) {
+    if (s.listeners().reachable_through(l.portid)) {
       // Each group that has a namespace, with its state through this listener (every path
       // optimized without ANA reporting).
-      const std::shared_ptr<const target::SubsystemPort> port = s.find_port(l.portid);
+      const std::shared_ptr<const target::SubsystemPort> port = s.listeners().find_port(l.portid);
       Json states = Json::array();
       for (uint32_t g : s.ana_groups())
         states.push_back(Json{{"ana_group", g},
@@ -419,7 +419,7 @@ Json nvmf_subsystem_allow_any_host(MethodContext& ctx, const Json& params) {
   p.opt_str("tgt_name");
   p.done();
   if (!any) throw RpcError(kInvalidParams, "\"allow_any_host\" is required");
-  subsystem_named(t, nqn)->set_allow_any_host(*any);
+  subsystem_named(t, nqn)->hosts().set_allow_any(*any);
   t.live_config().discovery_log_changed();
   log::info("RPC: subsystem {} {} any host", nqn, *any ? "allows" : "no longer allows");
   return Json(true);
@@ -454,7 +454,7 @@ Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   }
   std::optional<target::HostKeys> keys;
   if (auto it = parsed.host_keys.find(host); it != parsed.host_keys.end()) keys = it->second;
-  const bool added = s.add_host(host, std::move(keys));
+  const bool added = s.hosts().add(host, std::move(keys));
   log::info("RPC: subsystem {}: host {} {}", nqn, host, added ? "allowed" : "keys replaced");
   if (added) t.live_config().discovery_log_changed();
   return Json(true);
@@ -546,12 +546,12 @@ Json nvmf_config(Target& t) {
     out.push_back(Json{{"method", "nvmf_create_subsystem"},
                        {"params",
                         {{"nqn", s->nqn()},
-                         {"allow_any_host", s->allows_any_host()},
+                         {"allow_any_host", s->hosts().allows_any()},
                          {"serial_number", s->serial()},
                          {"model_number", s->model()},
                          {"max_namespaces", s->max_namespaces()},
                          {"ana_reporting", s->ana_reporting()}}}});
-    for (const auto& h : s->hosts()) {
+    for (const auto& h : s->hosts().list()) {
       Json p{{"nqn", s->nqn()}, {"host", h.nqn}};
       if (h.psk) p["psk"] = kKeyNotExported;
       if (h.allow_plain) p["allow_plain"] = true;
@@ -571,11 +571,11 @@ Json nvmf_config(Target& t) {
                              {"uuid", uuid_text(ns->uuid)},
                              {"anagrpid", ns->anagrpid}}}}}});
     for (const Listener& l : listeners)
-      if (s->reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
+      if (s->listeners().reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
     // States set by RPC: after the listeners, which they name.
     for (const Listener& l : listeners) {
-      if (!s->ana_reporting() || !s->reachable_through(l.portid)) continue;
-      const std::shared_ptr<const target::SubsystemPort> port = s->find_port(l.portid);
+      if (!s->ana_reporting() || !s->listeners().reachable_through(l.portid)) continue;
+      const std::shared_ptr<const target::SubsystemPort> port = s->listeners().find_port(l.portid);
       for (uint32_t g : s->ana_groups()) {
         if (!port || port->state(g) == nvme::AnaState::Optimized) continue;
         out.push_back(Json{{"method", "nvmf_subsystem_listener_set_ana_state"},

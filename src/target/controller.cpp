@@ -658,11 +658,11 @@ uint32_t Controller::build_discovery_log(uint8_t* buf, uint32_t cap) {
   const auto subsystems = target_.subsystems();
   const auto listeners = target_.listeners();
   for (const auto& s : subsystems) {
-    if (!s->host_allowed(hostnqn_)) continue;
+    if (!s->hosts().allowed(hostnqn_)) continue;
     // Only the ports this host may use: TLS ports for a host with a PSK, plain ones for one
     // without (a TLS listener admits PSK holders only).
     for (const auto& l : listeners)
-      if (s->reachable_through(l.portid) && s->channel_allowed(hostnqn_, l.tls_required))
+      if (s->listeners().reachable_through(l.portid) && s->hosts().channel_allowed(hostnqn_, l.tls_required))
         entries.emplace_back(s.get(), &l);
   }
   for (const auto& l : listeners) entries.emplace_back(target_.discovery.get(), &l);
@@ -1039,8 +1039,8 @@ void Controller::unmask_event_for_log(LogPageId lid) {
 
 bool Controller::set_port(uint16_t portid) {
   portid_ = portid;
-  if (subsys_.is_discovery()) return subsys_.reachable_through(portid);
-  port_ = subsys_.port(portid);
+  if (subsys_.is_discovery()) return subsys_.listeners().reachable_through(portid);
+  port_ = subsys_.listeners().port(portid);
   return port_ != nullptr;
 }
 

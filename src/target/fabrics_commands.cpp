@@ -115,14 +115,14 @@ void CommandQueue::execute_connect(Command& r) {
     return;
   }
   // A subsystem not bound to this listener is not there for this host (nvmet answers the same).
-  if (!sub->reachable_through(link_.arrival.portid)) {
+  if (!sub->listeners().reachable_through(link_.arrival.portid)) {
     log::warn_limited(connect_refusals,
                       "{}: Connect to subsystem '{}', which is not on the listener this host came through", peer,
                       subnqn);
     invalid_connect_param(r, true, offsetof(ConnectData, subnqn));
     return;
   }
-  if (!sub->is_discovery() && !sub->host_allowed(hostnqn)) {
+  if (!sub->is_discovery() && !sub->hosts().allowed(hostnqn)) {
     log::warn_limited(connect_refusals, "{}: host '{}' is not allowed on {}", peer, hostnqn, subnqn);
     complete(r, sc::ConnectInvalidHost);
     return;
@@ -132,7 +132,7 @@ void CommandQueue::execute_connect(Command& r) {
   const std::string_view tls = link_.tls_identity;
   // A host with a PSK comes in over TLS: in the clear, its NQN (which every ClientHello of it
   // shows) proves nothing.
-  if (!sub->is_discovery() && tls.empty() && !sub->channel_allowed(hostnqn, false)) {
+  if (!sub->is_discovery() && tls.empty() && !sub->hosts().channel_allowed(hostnqn, false)) {
     log::warn_limited(connect_refusals,
                       "{}: host '{}' has a TLS PSK on {} and came in the clear: refused (admitted over TLS only unless "
                       "its allow_plain is set)",
@@ -152,7 +152,7 @@ void CommandQueue::execute_connect(Command& r) {
     }
   }
   // A host with a DH-HMAC-CHAP key authenticates every queue before anything else (ATR).
-  const std::optional<HostKeys> keys = sub->is_discovery() ? std::nullopt : sub->host_keys(hostnqn);
+  const std::optional<HostKeys> keys = sub->is_discovery() ? std::nullopt : sub->hosts().keys(hostnqn);
   // Admin and discovery queues carry few commands: at most kMaxAdminQueueDepth entries (the
   // Linux host asks for 32, SPDK allows 128), which also bounds how many responses one
   // discovery connection, open to any host, can have in flight.
@@ -173,7 +173,7 @@ void CommandQueue::execute_connect(Command& r) {
   // could hold the host's connection slots until icreq_timeout_ms.
   const auto& cfg = target_.config;
   const bool must_prove = tls.empty() && keys && keys->dhchap;
-  const bool vouched = !tls.empty() || (!must_prove && !sub->allows_any_host() && !sub->is_discovery());
+  const bool vouched = !tls.empty() || (!must_prove && !sub->hosts().allows_any() && !sub->is_discovery());
   const std::string principal =
       vouched ? hostnqn : fmt::format("unauthenticated hosts at {}", link_.arrival.remote_address);
   auto host = target_.host_budget(principal);

@@ -53,6 +53,10 @@ bool host_of(const nlohmann::json& v, Reservations::HostId& h) {
 
 bool valid_type(uint64_t t) { return t >= 1 && t <= 6; }
 
+bool all_registrants(ReservationType t) {
+  return t == ReservationType::WriteExclusiveAllRegistrants || t == ReservationType::ExclusiveAccessAllRegistrants;
+}
+
 // The largest state file a namespace with max_registrants registrants writes (about 80
 // bytes a registrant, pretty-printed), with room to spare; anything larger is not ours.
 uint64_t max_state_bytes(uint32_t max_registrants) { return 4096 + uint64_t(max_registrants) * 160; }
@@ -147,21 +151,10 @@ const Reservations::Registrant* Reservations::find(const uint8_t* host) const {
   return nullptr;
 }
 
-bool Reservations::all_registrants_type() const {
-  return type_ == ReservationType::WriteExclusiveAllRegistrants ||
-         type_ == ReservationType::ExclusiveAccessAllRegistrants;
-}
-
 // With an "all registrants" type every registrant holds the reservation.
 bool Reservations::holds(const Registrant& r) const {
   if (type_ == ReservationType::None) return false;
-  return all_registrants_type() || holder_ == r.host;
-}
-
-bool Reservations::is_holder(const HostId& host) const {
-  if (type_ == ReservationType::None) return false;
-  if (all_registrants_type()) return find(host.data()) != nullptr;
-  return holder_ == host;
+  return all_registrants(type_) || holder_ == r.host;
 }
 
 void Reservations::set_reservation(ReservationType t, const HostId& holder) {
@@ -188,7 +181,7 @@ void Reservations::unregister(size_t index, const HostId& by, std::vector<Notice
   const ReservationType t = type_;
   registrants_.erase(registrants_.begin() + long(index));
   if (!was_holder) return;
-  if (t == ReservationType::WriteExclusiveAllRegistrants || t == ReservationType::ExclusiveAccessAllRegistrants) {
+  if (all_registrants(t)) {
     if (registrants_.empty()) clear_reservation();  // the last holder left
     return;
   }
@@ -210,7 +203,7 @@ bool Reservations::preempt_key(uint64_t key, const HostId& by, std::vector<Notic
     return true;
   });
   if (!holder_left) return any;
-  if (t == ReservationType::WriteExclusiveAllRegistrants || t == ReservationType::ExclusiveAccessAllRegistrants) {
+  if (all_registrants(t)) {
     if (registrants_.empty()) clear_reservation();
     return any;
   }
@@ -321,7 +314,7 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
     const ReservationType was = type_;
     if (type_ == ReservationType::None) {
       if (!preempt_key(d.prkey, host, notices)) return {sc::ReservationConflict};
-    } else if (all_registrants_type()) {
+    } else if (all_registrants(type_)) {
       if (d.prkey == 0) {
         set_reservation(want, host);  // the new holder first, so no one else gains access
         std::erase_if(registrants_, [&](const Registrant& r) {
@@ -439,7 +432,7 @@ bool Reservations::decide(const uint8_t* host, bool read_group, bool write_group
   if (type_ == ReservationType::None) return true;
   const Registrant* me = find(host);
   if (me && holds(*me)) return true;
-  if (!all_registrants_type() && std::memcmp(holder_.data(), host, 16) == 0) return true;
+  if (!all_registrants(type_) && std::memcmp(holder_.data(), host, 16) == 0) return true;
   const bool registered = me != nullptr;
   switch (type_) {
     case ReservationType::WriteExclusive: return !write_group;
@@ -665,10 +658,8 @@ std::string Reservations::load() {
   std::sort(hosts.begin(), hosts.end());
   if (std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end()) return refuse("a host registered twice");
   const auto t = ReservationType(type);
-  const bool all_registrants =
-      t == ReservationType::WriteExclusiveAllRegistrants || t == ReservationType::ExclusiveAccessAllRegistrants;
   if (t != ReservationType::None) {
-    if (all_registrants ? loaded.empty() : !std::binary_search(hosts.begin(), hosts.end(), holder))
+    if (all_registrants(t) ? loaded.empty() : !std::binary_search(hosts.begin(), hosts.end(), holder))
       return refuse("a reservation whose holder is not registered");
   }
   std::lock_guard lk(mu_);

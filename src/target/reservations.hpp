@@ -142,10 +142,8 @@ class Reservations {
 
   Registrant* find(const HostId& host);
   const Registrant* find(const uint8_t* host) const;
-  bool all_registrants_type() const;
   // Whether a registrant holds the reservation: O(1), with no search.
   bool holds(const Registrant& r) const;
-  bool is_holder(const HostId& host) const;
   // Drops one registration; a holder's departure ends or passes on the reservation.
   void unregister(size_t index, const HostId& by, std::vector<Notice>& notices);
   // Removes every registrant (but by) with key, in one pass; notices RegistrationPreempted.

@@ -16,75 +16,20 @@
 
 namespace nvtcp::target {
 
-namespace {
-// Said once per host when its keys are set (start, RPC): which channels it is admitted on.
-void log_channels(const std::string& subnqn, const std::string& hostnqn, const HostKeys& keys) {
-  if (!keys.psk) return;
-  if (keys.allow_plain)
-    log::warn(
-        "subsystem {}: host {} has a TLS PSK and is admitted on plain listeners too (allow_plain): anyone "
-        "who sends its NQN is that host there",
-        subnqn, hostnqn);
-  else
-    log::info("subsystem {}: host {} has a TLS PSK: admitted over TLS only", subnqn, hostnqn);
-}
-}  // namespace
-
 Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reactors)
     : nqn_(cfg.nqn),
       serial_(cfg.serial),
       model_(cfg.model),
       discovery_(discovery),
-      allow_any_(cfg.allow_any_host),
-      hosts_(cfg.hosts),
-      host_keys_(cfg.host_keys),
+      hosts_(cfg.nqn, cfg.allow_any_host, cfg.hosts, cfg.host_keys),
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
       ana_reporting_(!discovery && cfg.ana_reporting),
-      reactors_(std::max(1u, reactors)) {
-  for (const auto& [host, keys] : host_keys_) log_channels(nqn_, host, keys);
-}
-
-bool Subsystem::channel_allowed(const std::string& hostnqn, bool over_tls) const {
-  std::lock_guard lk(hosts_mu_);
-  auto it = host_keys_.find(hostnqn);
-  const bool psk = it != host_keys_.end() && it->second.psk;
-  if (over_tls) return psk;
-  return !psk || it->second.allow_plain;
-}
-
-bool Subsystem::host_allowed(const std::string& hostnqn) const {
-  if (allows_any_host()) return true;
-  std::lock_guard lk(hosts_mu_);
-  return std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end();
-}
-
-std::optional<HostKeys> Subsystem::host_keys(const std::string& hostnqn) const {
-  std::lock_guard lk(hosts_mu_);
-  auto it = host_keys_.find(hostnqn);
-  if (it == host_keys_.end()) return std::nullopt;
-  return it->second;
-}
-
-bool Subsystem::add_host(const std::string& hostnqn, std::optional<HostKeys> keys) {
-  std::lock_guard lk(hosts_mu_);
-  if (keys) log_channels(nqn_, hostnqn, *keys);
-  if (keys) host_keys_[hostnqn] = std::move(*keys);
-  else host_keys_.erase(hostnqn);
-  if (std::find(hosts_.begin(), hosts_.end(), hostnqn) != hosts_.end()) return false;
-  hosts_.push_back(hostnqn);
-  return true;
-}
+      listeners_(max_namespaces_, reactors) {}
 
 bool Subsystem::remove_host(const std::string& hostnqn) {
-  {
-    std::lock_guard lk(hosts_mu_);
-    host_keys_.erase(hostnqn);
-    auto it = std::find(hosts_.begin(), hosts_.end(), hostnqn);
-    if (it == hosts_.end()) return false;
-    hosts_.erase(it);
-  }
-  if (allows_any_host()) return true;  // still let in: its connections stay
+  if (!hosts_.remove(hostnqn)) return false;
+  if (hosts_.allows_any()) return true;  // still let in: its connections stay
   // Its controllers end, as SPDK disconnects a removed host: otherwise a host taken off keeps its
   // access for as long as its connections live. Each of their queues sees it at its next
   // controller poll and closes.
@@ -95,23 +40,6 @@ bool Subsystem::remove_host(const std::string& hostnqn) {
                  {{"host_nqn", hostnqn}, {"subsystem", nqn_}, {"cntlid", std::to_string(id)}, {"reason", "host removed"}},
                  "controller {} of {} torn down: host {} was removed", id, nqn_, hostnqn);
   return true;
-}
-
-std::vector<Subsystem::HostEntry> Subsystem::hosts() const {
-  std::lock_guard lk(hosts_mu_);
-  std::vector<HostEntry> out;
-  for (const auto& nqn : hosts_) {
-    HostEntry e{nqn};
-    auto k = host_keys_.find(nqn);
-    if (k != host_keys_.end()) {
-      e.dhchap = bool(k->second.dhchap);
-      e.dhchap_ctrl = bool(k->second.dhchap_ctrl);
-      e.psk = bool(k->second.psk);
-      e.allow_plain = k->second.allow_plain;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
 }
 
 std::vector<std::shared_ptr<Controller>> Subsystem::controllers() const {
@@ -162,31 +90,9 @@ void Subsystem::notify_discovery_log_changed() {
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeDiscoveryLogChange, nvme::LogPageId::Discovery);
 }
 
-std::shared_ptr<SubsystemPort> Subsystem::port(uint16_t portid) {
-  std::lock_guard lk(ports_mu_);
-  if (!every_listener_ && std::find(portids_.begin(), portids_.end(), portid) == portids_.end()) return nullptr;
-  auto& p = ports_[portid];
-  if (!p) p = std::make_shared<SubsystemPort>(max_namespaces_, reactors_);
-  return p;
-}
-
-std::shared_ptr<const SubsystemPort> Subsystem::find_port(uint16_t portid) const {
-  std::lock_guard lk(ports_mu_);
-  auto it = ports_.find(portid);
-  return it == ports_.end() ? nullptr : it->second;
-}
-
 std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
-  std::vector<uint32_t> changed;
-  {
-    const std::shared_ptr<SubsystemPort> p = port(portid);
-    if (!p) return changed;  // the listener was taken away meanwhile
-    const uint32_t first = grp ? grp : 1, last = grp ? grp : max_namespaces_;
-    for (uint32_t g = first; g <= last && g <= max_namespaces_; ++g)
-      if (p->states[g].exchange(uint8_t(state), std::memory_order_relaxed) != uint8_t(state)) changed.push_back(g);
-    if (changed.empty()) return changed;
-    p->change_count.fetch_add(1, std::memory_order_relaxed);
-  }
+  std::vector<uint32_t> changed = listeners_.set_ana_state(portid, grp, state);
+  if (changed.empty()) return changed;
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     if (c->portid() == portid) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
@@ -218,7 +124,7 @@ std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller
   // Its listener checked under mu_: a listener taken away after this finds the controller when
   // it tears down that listener's controllers (under mu_ too), and one taken away before is
   // seen here, so no controller outlives the listener it came in through.
-  if (!reachable_through(c->portid())) return nullptr;
+  if (!listeners_.reachable_through(c->portid())) return nullptr;
   controllers_[c->cntlid()] = c;
   return c;
 }
@@ -251,42 +157,6 @@ size_t Subsystem::tear_down_controllers_on(uint16_t portid) {
       ++n;
     }
   return n;
-}
-
-bool Subsystem::reachable_through(uint16_t portid) const {
-  std::lock_guard lk(ports_mu_);
-  return every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end();
-}
-
-bool Subsystem::bound_to_every_listener() const {
-  std::lock_guard lk(ports_mu_);
-  return every_listener_;
-}
-
-void Subsystem::bind_listeners(std::vector<uint16_t> portids) {
-  std::lock_guard lk(ports_mu_);
-  every_listener_ = false;
-  portids_ = std::move(portids);
-}
-
-bool Subsystem::add_listener(uint16_t portid) {
-  std::lock_guard lk(ports_mu_);
-  if (every_listener_ || std::find(portids_.begin(), portids_.end(), portid) != portids_.end()) return false;
-  portids_.push_back(portid);
-  return true;
-}
-
-bool Subsystem::remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid) {
-  std::lock_guard lk(ports_mu_);
-  if (every_listener_) {
-    every_listener_ = false;
-    portids_ = every_portid;
-  }
-  auto it = std::find(portids_.begin(), portids_.end(), portid);
-  if (it == portids_.end()) return false;
-  portids_.erase(it);
-  ports_.erase(portid);
-  return true;
 }
 
 std::shared_ptr<Controller> Subsystem::find_controller(uint16_t cntlid) const {

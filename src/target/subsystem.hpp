@@ -4,8 +4,7 @@
 // one that goes is first taken out of the table, then every reactor passes a turn (after which
 // none can still be finding it), then the commands that hold it finish (counted per reactor),
 // and only then is it destroyed. The controller table changes only on Connect and teardown,
-// and the allowed hosts by RPC, each under a mutex that the data path never takes (hosts are
-// read at Connect and in the TLS handshake only).
+// under a mutex that the data path never takes; the allowed hosts are a HostAccess.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -23,8 +22,10 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "target/config.hpp"
+#include "target/host_access.hpp"
 #include "target/io_metrics.hpp"
 #include "target/reservations.hpp"
+#include "target/subsystem_listeners.hpp"
 
 namespace nvtcp::target {
 
@@ -144,24 +145,6 @@ struct Namespace {
       : reservations(std::move(reservations_path), max_registrants) {}
 };
 
-// A subsystem as seen through one listener (port): the ANA state of each of its groups there,
-// and the I/O its hosts did through it. Made on the first use of that port; a controller holds
-// a shared_ptr to its port's, so an I/O command reads its group's state with one relaxed load
-// of a byte and counts itself into its reactor's slot, with no lock. The subsystem lets go of it
-// when the listener is taken from it (remove_listener); controllers that came in through it
-// keep it until they go. States change on the control path only.
-struct SubsystemPort {
-  SubsystemPort(uint32_t groups, uint32_t reactors) : states(std::make_unique<std::atomic<uint8_t>[]>(groups + 1)) {
-    for (uint32_t g = 0; g <= groups; ++g) states[g].store(uint8_t(nvme::AnaState::Optimized), std::memory_order_relaxed);
-    io.init(std::max(1u, reactors));
-  }
-  std::unique_ptr<std::atomic<uint8_t>[]> states;  // by ANAGRPID (0 unused)
-  // Log 0Ch's CHGCNT for this port: one more at every change of a state it reports.
-  std::atomic<uint64_t> change_count{0};
-  IoMetrics io;  // the subsystem's I/O through this listener (the metrics endpoint)
-  nvme::AnaState state(uint32_t grp) const { return nvme::AnaState(states[grp].load(std::memory_order_relaxed)); }
-};
-
 struct Listener {
   std::string address;
   uint16_t port = 0;
@@ -180,39 +163,17 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   const std::string& serial() const { return serial_; }
   const std::string& model() const { return model_; }
   bool is_discovery() const { return discovery_; }
-  bool host_allowed(const std::string& hostnqn) const;
-  bool allows_any_host() const { return allow_any_.load(std::memory_order_relaxed); }
-  // The keys configured for a host (nullopt: none; it connects without authenticating). A
-  // copy: the host may be removed (RPC) while its connection uses them.
-  std::optional<HostKeys> host_keys(const std::string& hostnqn) const;
-  // Whether the host may come in through a listener with TLS (over_tls) or without: over TLS
-  // only with a PSK of its own; in the clear unless it has a PSK (and no allow_plain).
-  bool channel_allowed(const std::string& hostnqn, bool over_tls) const;
-  // Live changes (RPC). A removed host is refused at its next Connect, and (unless any host is
-  // allowed) its controllers are torn down: their connections close within a controller poll.
-  void set_allow_any_host(bool any) { allow_any_.store(any, std::memory_order_relaxed); }
-  // Adds the host, or replaces its keys; false if it was there already (keys then replaced).
-  bool add_host(const std::string& hostnqn, std::optional<HostKeys> keys);
-  bool remove_host(const std::string& hostnqn);  // false: it was not allowed
-  // The allowed hosts, each with whether it has keys (which never leave the target).
-  struct HostEntry {
-    std::string nqn;
-    bool dhchap = false, dhchap_ctrl = false, psk = false, allow_plain = false;
-  };
-  std::vector<HostEntry> hosts() const;
+  // Who may come in, with which keys (read at Connect and in the TLS handshake; RPC changes it).
+  HostAccess& hosts() { return hosts_; }
+  const HostAccess& hosts() const { return hosts_; }
+  // Takes the host off the allowed list (false: it was not on it) and, unless any host is
+  // allowed, tears its controllers down: their connections close within a controller poll.
+  bool remove_host(const std::string& hostnqn);
   // The controllers now (for listing).
   std::vector<std::shared_ptr<Controller>> controllers() const;
-  // Whether hosts reach this subsystem through the listener with this port ID (0: the
-  // discovery-only port). The discovery subsystem is bound to every listener; the others to
-  // those build_state or RPC gives them (Connect and the discovery log read this, under a
-  // mutex; never the I/O path).
-  bool reachable_through(uint16_t portid) const;
-  bool bound_to_every_listener() const;
-  void bind_listeners(std::vector<uint16_t> portids);
-  bool add_listener(uint16_t portid);  // false: it was reachable through it already
-  // false: it was not. One bound to every listener is bound to the others of every_portid after.
-  // The listener's states and counters (port()) go with it.
-  bool remove_listener(uint16_t portid, const std::vector<uint16_t>& every_portid);
+  // The listeners hosts reach it through, and its ANA states and I/O counters through each.
+  SubsystemListeners& listeners() { return listeners_; }
+  const SubsystemListeners& listeners() const { return listeners_; }
   // Ends the controllers of hosts that came in through portid (their listener was taken from
   // this subsystem); returns how many.
   size_t tear_down_controllers_on(uint16_t portid);
@@ -224,11 +185,6 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // Asymmetric Namespace Access (SubsystemConfig::ana_reporting). Groups are 1 ..
   // max_namespaces. Without ANA reporting every path stays optimized.
   bool ana_reporting() const { return ana_reporting_; }
-  // The subsystem through the listener with port ID portid, made on first use; null when the
-  // subsystem is not reachable through that listener (it was taken away meanwhile).
-  std::shared_ptr<SubsystemPort> port(uint16_t portid);
-  // The one of portid if there is one (null: no host came in, and no state was set, through it).
-  std::shared_ptr<const SubsystemPort> find_port(uint16_t portid) const;
   // Sets group grp (0: every group) to state through listener portid, and gives every
   // controller that came in through it an ANA change notice when something changed. Returns
   // the groups whose state changed (control path).
@@ -281,23 +237,14 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
  private:
   std::string nqn_, serial_, model_;
   bool discovery_;
-  std::atomic<bool> allow_any_;
-  mutable std::mutex hosts_mu_;  // hosts_ and host_keys_
-  std::vector<std::string> hosts_;
-  std::map<std::string, HostKeys> host_keys_;
-  // portids_, every_listener_ and ports_: one lock, so that a port is made only while the
-  // listener is the subsystem's, and goes in the same step as the listener.
-  mutable std::mutex ports_mu_;
-  bool every_listener_ = true;
-  std::vector<uint16_t> portids_;   // when not every_listener_
+  HostAccess hosts_;
   std::atomic<bool> deleted_{false};
   uint32_t max_namespaces_;
   std::unique_ptr<std::atomic<Namespace*>[]> ns_by_id_;  // [0 .. max_namespaces_], 0 unused
   mutable std::mutex ns_mu_;                             // namespaces_ (control path)
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   bool ana_reporting_ = false;
-  uint32_t reactors_;
-  std::map<uint16_t, std::shared_ptr<SubsystemPort>> ports_;  // under ports_mu_
+  SubsystemListeners listeners_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;

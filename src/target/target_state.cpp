@@ -126,7 +126,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
     }
     for (const auto& name : sc.listeners)  // finalize_config checked that every name is a listener
       if (const int i = listener_index(cfg, name); i >= 0) bound.push_back(listeners[size_t(i)].portid);
-    sub->bind_listeners(std::move(bound));
+    sub->listeners().bind(std::move(bound));
     for (const auto& nc : sc.namespaces) {
       std::string err;
       auto device = make_device(nc, cfg.cores, factory, err);

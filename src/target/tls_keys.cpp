@@ -15,7 +15,7 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
   std::shared_ptr<const auth::ConfiguredPsk> psk;  // held: RPC may remove the host meanwhile
   if (id.subnqn == nvme::kDiscoveryNqn) {
     for (const auto& s : state_.subsystems()) {
-      auto k = s->host_allowed(id.hostnqn) ? s->host_keys(id.hostnqn) : std::nullopt;
+      auto k = s->hosts().allowed(id.hostnqn) ? s->hosts().keys(id.hostnqn) : std::nullopt;
       if (k && k->psk) {
         psk = k->psk;
         break;
@@ -27,11 +27,11 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
       why = fmt::format("no subsystem {}", id.subnqn);
       return false;
     }
-    if (!sub->host_allowed(id.hostnqn)) {
+    if (!sub->hosts().allowed(id.hostnqn)) {
       why = fmt::format("host {} is not allowed on {}", id.hostnqn, id.subnqn);
       return false;
     }
-    auto k = sub->host_keys(id.hostnqn);
+    auto k = sub->hosts().keys(id.hostnqn);
     if (k && k->psk) psk = k->psk;
   }
   if (!psk) {

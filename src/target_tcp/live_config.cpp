@@ -134,7 +134,7 @@ std::string LiveConfig::create_subsystem(SubsystemConfig sc) {
   if (std::string err = check_subsystem(sc, unsigned(t_.state_->subsystems().size()) + 1); !err.empty()) return err;
   if (sc.nqn == nvme::kDiscoveryNqn) return fmt::format("{} is the discovery subsystem", sc.nqn);
   auto sub = std::make_shared<Subsystem>(sc, false, t_.cfg_.cores);
-  sub->bind_listeners({});  // reachable through the listeners RPC adds, as in SPDK
+  sub->listeners().bind({});  // reachable through the listeners RPC adds, as in SPDK
   if (!t_.state_->add_subsystem(sub)) return fmt::format("subsystem {} exists", sc.nqn);
   log::info("control: subsystem {} created (serial {}, model '{}', up to {} namespaces{}{})", sc.nqn, sc.serial,
             sc.model, sc.max_namespaces, sc.allow_any_host ? ", any host" : "",
@@ -180,7 +180,7 @@ std::string LiveConfig::add_listener(const std::string& subnqn, ListenerConfig& 
     opened = true;
   }
   lc.port = l->port;
-  const bool added = !sub->is_discovery() && sub->add_listener(l->portid);
+  const bool added = !sub->is_discovery() && sub->listeners().add(l->portid);
   if (added) log::info("control: subsystem {} reachable through {}:{}", subnqn, l->address, l->port);
   if (opened || added) discovery_log_changed();
   return {};
@@ -207,17 +207,17 @@ std::string LiveConfig::remove_listener(const std::string& subnqn, const std::st
   const auto subsystems = t_.state_->subsystems();
   if (sub->is_discovery()) {
     for (const auto& s : subsystems) {
-      s->remove_listener(l->portid, every);
+      s->listeners().remove(l->portid, every);
       s->tear_down_controllers_on(l->portid);
     }
   } else {
-    if (!sub->remove_listener(l->portid, every))
+    if (!sub->listeners().remove(l->portid, every))
       return fmt::format("subsystem {} is not reachable through {}:{}", subnqn, address, port);
     log::info("control: subsystem {} no longer reachable through {}:{}", subnqn, address, port);
     sub->tear_down_controllers_on(l->portid);
   }
   const bool still_used = std::any_of(subsystems.begin(), subsystems.end(),
-                                      [&](const auto& s) { return s->reachable_through(l->portid); });
+                                      [&](const auto& s) { return s->listeners().reachable_through(l->portid); });
   if (!still_used) {
     t_.state_->remove_listener(l->portid);
     t_.sockets_.close_listener(l->portid);
@@ -275,11 +275,11 @@ std::string LiveConfig::set_ana_state(const std::string& subnqn, const std::stri
   if (!sub->ana_reporting())
     return fmt::format("subsystem {} does not report ANA (create it with ana_reporting)", subnqn);
   const std::optional<Listener> listener = t_.state_->find_listener(address, port);
-  if (!listener || !sub->reachable_through(listener->portid))
+  if (!listener || !sub->listeners().reachable_through(listener->portid))
     return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   if (anagrpid > sub->max_namespaces())
     return fmt::format("anagrpid {} is above subsystem {}'s ANAGRPMAX ({})", anagrpid, subnqn, sub->max_namespaces());
-  const std::shared_ptr<const SubsystemPort> before = sub->port(listener->portid);
+  const std::shared_ptr<const SubsystemPort> before = sub->listeners().port(listener->portid);
   if (!before) return fmt::format("subsystem {} has no listener {}:{}", subnqn, address, port);
   std::vector<std::pair<uint32_t, nvme::AnaState>> was;
   for (uint32_t g : sub->ana_groups())

@@ -46,10 +46,10 @@ TargetMetrics Target::metrics() {
       }
       if (s->is_discovery()) continue;
       for (uint16_t portid : portids) {
-        if (!s->reachable_through(portid)) continue;
+        if (!s->listeners().reachable_through(portid)) continue;
         TargetMetrics::ListenerEntry& e = by_listener[{s->nqn(), portid}];
         e.io_counted = true;
-        if (const auto port = s->find_port(portid)) e.io = port->io.totals();
+        if (const auto port = s->listeners().find_port(portid)) e.io = port->io.totals();
       }
     }
   }
