@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Admin commands on an admin queue: what the controller answers (controller.cpp), the data
-// each moves, and the commands it holds: Asynchronous Event Requests until an event comes,
-// Aborts until the I/O queue answers.
+// Admin commands on an admin queue (admin_commands.hpp): what the controller answers
+// (controller.cpp), the data each moves, and the commands it holds.
+#include "target/admin_commands.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -26,19 +27,19 @@ bool transfers_to_host(const Sqe& sqe) {
 }
 }  // namespace
 
-void CommandQueue::parse_admin(Command& r) {
+void AdminCommands::parse(Command& r) {
   const Sqe& sqe = r.sqe;
   if (transfers_to_host(sqe)) {
     if (sqe.sgl.type != kSglTransportDataBlock) {
       r.status = sc::SglDescriptorTypeInvalid;
       return;
     }
-    if (sqe.sgl.length > ctrl_->mdts_bytes()) {
+    if (sqe.sgl.length > q_.ctrl_->mdts_bytes()) {
       r.status = sc::InvalidField;
       return;
     }
     // Identify fills 4 KiB; a log page or a feature's data asks for its buffer once it is
-    // built and its size known (execute_admin).
+    // built and its size known (execute).
     const bool identify = static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify;
     r.xfer = {Command::Direction::ControllerToHost, sqe.sgl.length, identify ? kIdentifyLen : 0};
     return;
@@ -61,35 +62,35 @@ void CommandQueue::parse_admin(Command& r) {
   }
 }
 
-void CommandQueue::execute_admin(Command& r) {
+void AdminCommands::execute(Command& r) {
   const Sqe& sqe = r.sqe;
   const uint32_t sgl_len = r.xfer.dir == Command::Direction::ControllerToHost ? r.xfer.len : 0;
   const uint32_t host_len = r.xfer.dir == Command::Direction::HostToController ? r.xfer.len : 0;
-  AdminResult res = ctrl_->execute_admin(sqe, r.buf, sgl_len, host_len);
+  AdminResult res = q_.ctrl_->execute_admin(sqe, r.buf, sgl_len, host_len);
   if (res.status.ok() && res.src) {
     // A log page (or a feature's data): a buffer the size of what it holds in the window,
     // zeros after it. Asking for the buffer changes nothing: the log is built anew then.
     const uint32_t need = std::max<uint32_t>(res.data_len, 4);
     if (r.buf_cap < need) {
-      set_state(r, State::Idle);  // the transport holds it until the buffer is there
-      transport_.need_buffer(r, need);
+      q_.set_state(r, State::Idle);  // the transport holds it until the buffer is there
+      q_.transport_.need_buffer(r, need);
       return;
     }
     std::memcpy(r.buf, res.src, res.data_len);
-    ctrl_->log_page_delivered();  // only now: what its read takes away goes
+    q_.ctrl_->log_page_delivered();  // only now: what its read takes away goes
     r.tx_data = r.buf;
     r.tx_len = res.data_len;
     r.tx_pad = res.pad_len;
-    complete(r, res.status);
+    q_.complete(r, res.status);
     return;
   }
   if (res.held) {
     if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
-      set_state(r, State::HeldAbort);  // abort_done() completes it
+      q_.set_state(r, State::HeldAbort);  // abort_done() completes it
       held_.push_back(&r);
       return;
     }
-    set_state(r, State::HeldAer);
+    q_.set_state(r, State::HeldAer);
     held_.push_back(&r);
     deliver_async_events();  // an event may already be waiting for it
     return;
@@ -97,23 +98,23 @@ void CommandQueue::execute_admin(Command& r) {
   r.dw0 = res.dw0;
   r.dw1 = res.dw1;
   if (res.status.ok() && res.durable_ticket) {
-    wait_until_durable(r, res.durable_ticket);  // feature 83h: the state file is written first
+    q_.wait_until_durable(r, res.durable_ticket);  // feature 83h: the state file is written first
     return;
   }
   if (res.status.ok() && res.flush_after) {
-    start_flush(r, true);  // a write cache turned off: what it held must be durable first
+    q_.io_.start_flush(r, true);  // a write cache turned off: what it held must be durable first
     return;
   }
   if (res.status.ok() && res.data_len) {
     r.tx_data = r.buf;
     r.tx_len = std::min(res.data_len, sgl_len);
   }
-  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", link_.peer, sqe.opc, status_name(res.status));
-  complete(r, res.status);
+  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", q_.link_.peer, sqe.opc, status_name(res.status));
+  q_.complete(r, res.status);
 }
 
-void CommandQueue::deliver_async_events() {
-  if (!connected() || link_.closing) return;
+void AdminCommands::deliver_async_events() {
+  if (!q_.connected() || q_.link_.closing) return;
   uint32_t dw0 = 0;
   for (size_t i = 0; i < held_.size();) {
     Command& r = *held_[i];
@@ -121,39 +122,39 @@ void CommandQueue::deliver_async_events() {
       ++i;
       continue;
     }
-    if (!ctrl_->take_async_event(dw0)) return;
+    if (!q_.ctrl_->take_async_event(dw0)) return;
     r.dw0 = dw0;
-    log::info("{}: asynchronous event 0x{:08x} to controller {}", link_.peer, dw0, ctrl_->cntlid());
+    log::info("{}: asynchronous event 0x{:08x} to controller {}", q_.link_.peer, dw0, q_.ctrl_->cntlid());
     drop_held(r);
-    complete(r, sc::Success);
+    q_.complete(r, sc::Success);
   }
 }
 
-void CommandQueue::abort_done(uint16_t abort_cid, bool aborted) {
-  if (!connected() || link_.closing) return;
-  ctrl_->abort_finished();
+void AdminCommands::abort_done(uint16_t abort_cid, bool aborted) {
+  if (!q_.connected() || q_.link_.closing) return;
+  q_.ctrl_->abort_finished();
   for (Command* r : held_) {
     if (r->state() != State::HeldAbort || r->sqe.cid != abort_cid) continue;
     r->dw0 = aborted ? 0 : 1;
     drop_held(*r);
-    complete(*r, sc::Success);
+    q_.complete(*r, sc::Success);
     return;
   }
 }
 
-bool CommandQueue::abort_held_aer(uint16_t cid) {
+bool AdminCommands::abort_held_aer(uint16_t cid) {
   for (Command* r : held_) {
     if (r->state() != State::HeldAer || r->sqe.cid != cid) continue;
-    if (!ctrl_->take_held_aer()) return false;
+    if (!q_.ctrl_->take_held_aer()) return false;
     drop_held(*r);
-    complete(*r, sc::AbortRequested);
+    q_.complete(*r, sc::AbortRequested);
     return true;
   }
   return false;
 }
 
 // Held commands are few (an AER limit's worth, an Abort or two): a vector, kept in order.
-void CommandQueue::drop_held(Command& r) {
+void AdminCommands::drop_held(Command& r) {
   held_.erase(std::find(held_.begin(), held_.end(), &r));
 }
 
