@@ -141,9 +141,9 @@ void FabricsCommands::complete_auth(Command& r) {
                auth_->bidirectional() ? ", controller authenticated to the host too" : "");
     bool keep = !budget_after_auth_ || move_to_host_budget();
     if (keep && qid_claim_after_auth_) {
-      if (q_.ctrl_->claim_queue(q_.qid_)) {
+      if (q_.ctrl_->io_queues.claim(q_.qid_)) {
         qid_claim_after_auth_ = false;
-        q_.ctrl_->register_io_queue(q_.qid_, &q_.reactor(), &q_.io_);
+        q_.ctrl_->io_queues.add(q_.qid_, &q_.reactor(), &q_.io_);
       } else {
         log::warn("{}: host {} authenticated on qid {}, which another queue of its controller has: the queue closes",
                   q_.link_.peer, q_.ctrl_->hostnqn(), q_.qid_);

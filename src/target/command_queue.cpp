@@ -324,8 +324,8 @@ void CommandQueue::end_controller(const char* why) {
                  why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
   } else if (fabrics_.qid_claimed()) {  // a queue that never proved its key never had its qid
-    ctrl_->unregister_io_queue(qid_, &io_);
-    ctrl_->release_queue(qid_);
+    ctrl_->io_queues.remove(qid_, &io_);
+    ctrl_->io_queues.release(qid_);
   }
   ctrl_.reset();
 }

@@ -158,8 +158,6 @@ class CommandQueue final {
   void closed();
   // Requests in a device or on a worker now.
   uint32_t in_flight() const { return gate_.inflight(); }
-  // Abort of an I/O command, as the controller reaches the queue (its reactor only).
-  CommandAborter& aborter() { return io_; }
 
  private:
   friend class FabricsCommands;

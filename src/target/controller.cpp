@@ -32,7 +32,8 @@ bool cc_supported(uint32_t cc, bool discovery) {
 
 Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
                        const uint8_t hostid[16], uint32_t kato_ms, const reactor::Clock& clock)
-    : target_(target),
+    : io_queues(target.config.max_io_queues, subsys.max_namespaces() + 1),
+      target_(target),
       subsys_(subsys),
       subsys_keep_(subsys.weak_from_this().lock()),
       cntlid_(cntlid),
@@ -41,13 +42,6 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
       connect_kato_ms_(kato_ms_),
       clock_(clock) {
   std::memcpy(hostid_, hostid, 16);
-  uint32_t n = target.config.max_io_queues + 1;
-  queue_claimed_.reset(new std::atomic<bool>[n]);
-  stats_.reset(new std::atomic<QueueStats*>[n]);
-  for (uint32_t i = 0; i < n; ++i) {
-    queue_claimed_[i] = false;
-    stats_[i].store(nullptr, std::memory_order_relaxed);
-  }
   // By NSID, for every namespace the subsystem may come to hold (they come and go live).
   ns_slots_ = subsys.max_namespaces() + 1;
   resv_masks_.reset(new std::atomic<uint32_t>[ns_slots_]);
@@ -59,54 +53,15 @@ std::atomic<uint32_t>* Controller::resv_mask(uint32_t nsid) const {
   return subsys_.find_namespace(nsid) ? &resv_masks_[nsid] : nullptr;
 }
 
-Controller::~Controller() {
-  for (uint32_t i = 0; i <= target_.config.max_io_queues; ++i) delete[] stats_[i].load(std::memory_order_acquire);
-}
-
-QueueStats* Controller::stats(uint16_t qid) {
-  QueueStats* row = stats_[qid].load(std::memory_order_acquire);
-  if (!row) {  // only this queue's Connect gets here; a reconnect finds the row it left
-    row = new QueueStats[ns_slots_];
-    stats_[qid].store(row, std::memory_order_release);
-  }
-  return row;
-}
-
-uint32_t Controller::ioccsz_bytes() const { return 64 + target_.config.in_capsule_data; }
-
-bool Controller::claim_queue(uint16_t qid) {
-  if (qid == 0 || qid > num_io_queues()) return false;
-  bool expected = false;
-  return queue_claimed_[qid].compare_exchange_strong(expected, true);
-}
-
-void Controller::release_queue(uint16_t qid) {
-  if (qid > 0 && qid <= target_.config.max_io_queues) queue_claimed_[qid] = false;
-}
-
-void Controller::register_io_queue(uint16_t qid, reactor::Reactor* r, CommandAborter* q) {
-  std::lock_guard lk(io_queues_mu_);
-  if (io_queues_.size() <= qid) io_queues_.resize(qid + 1);
-  io_queues_[qid] = {r, q};
-}
-
-void Controller::unregister_io_queue(uint16_t qid, CommandAborter* q) {
-  std::lock_guard lk(io_queues_mu_);
-  if (qid < io_queues_.size() && io_queues_[qid].queue == q) io_queues_[qid] = {};
-}
+Controller::~Controller() = default;
 
 bool Controller::post_abort(uint16_t sqid, uint16_t cid, uint16_t abort_cid) {
-  std::lock_guard lk(io_queues_mu_);
-  if (sqid >= io_queues_.size() || !io_queues_[sqid].queue) return false;
-  io_queues_[sqid].reactor->post([weak = weak_from_this(), sqid, cid, abort_cid, queue = io_queues_[sqid].queue] {
+  const IoQueueTable::Entry to = io_queues.find(sqid);
+  if (!to.queue) return false;
+  to.reactor->post([weak = weak_from_this(), sqid, cid, abort_cid, queue = to.queue] {
     auto self = weak.lock();
     if (!self) return;
-    bool aborted = false;
-    {
-      // Still registered means still alive: unregistering happens on this same reactor.
-      std::lock_guard queues_lock(self->io_queues_mu_);
-      if (sqid < self->io_queues_.size() && self->io_queues_[sqid].queue == queue) aborted = queue->abort_command(cid);
-    }
+    const bool aborted = self->io_queues.abort(sqid, queue, cid);
     std::lock_guard admin_lock(self->admin_mu_);
     if (!self->admin_reactor_) return;
     self->admin_reactor_->post([weak, abort_cid, aborted] {
@@ -175,14 +130,6 @@ uint32_t Controller::effective_kato_ms(uint32_t asked_ms) const {
   return asked_ms == 0 && subsys_.is_discovery() ? target_.config.discovery_kato_ms : asked_ms;
 }
 
-uint32_t Controller::grant_io_queues(uint32_t asked) {
-  if (!queues_set_) {
-    num_io_queues_.store(std::min(asked, target_.config.max_io_queues));
-    queues_set_ = true;
-  }
-  return num_io_queues();
-}
-
 void Controller::record_error(uint16_t sqid, const Sqe& sqe, Status st) {
   ErrorLogEntry e{};
   e.sqid = sqid;
@@ -197,11 +144,6 @@ void Controller::record_error(uint16_t sqid, const Sqe& sqe, Status st) {
   std::lock_guard lk(errors_mu_);
   e.error_count = ++error_count_;
   errors_[(error_count_ - 1) % kErrorLogEntries] = e;
-}
-
-uint64_t Controller::error_count() const {
-  std::lock_guard lk(errors_mu_);
-  return error_count_;
 }
 
 // Asynchronous events.
@@ -308,7 +250,8 @@ void Controller::unmask_event_for_log(LogPageId lid) {
   if (EventSlot* e = slot_in(events_, lid)) e->masked = false;
 }
 
-bool Controller::set_port(uint16_t portid) {
+bool Controller::set_arrival(uint16_t portid, std::string local_address) {
+  local_address_ = std::move(local_address);
   portid_ = portid;
   if (subsys_.is_discovery()) return subsys_.reachable_through(portid);
   port_ = subsys_.port(portid);

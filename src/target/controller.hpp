@@ -16,6 +16,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/clock.hpp"
+#include "target/io_queue_table.hpp"
 #include "target/target_state.hpp"
 #include "wire/changed_namespaces.hpp"
 #include "wire/features.hpp"
@@ -38,28 +39,6 @@ inline uint32_t copy_max_range_blocks(uint32_t mdts_bytes, uint8_t lbads) {
   return std::min<uint32_t>(mdts_bytes >> lbads, 0xFFFF);
 }
 
-// Per I/O queue counters: one writer (that queue's reactor), read by SMART log requests.
-struct QueueStats {
-  std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0};
-  void add_read(uint64_t bytes) {
-    reads.store(reads.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    read_bytes.store(read_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-  }
-  void add_write(uint64_t bytes) {
-    writes.store(writes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    write_bytes.store(write_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-  }
-  struct Totals {
-    uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
-  };
-  void add_to(Totals& t) const {
-    t.reads += reads.load(std::memory_order_relaxed);
-    t.writes += writes.load(std::memory_order_relaxed);
-    t.read_bytes += read_bytes.load(std::memory_order_relaxed);
-    t.write_bytes += write_bytes.load(std::memory_order_relaxed);
-  }
-};
-
 // The admin queue of a controller: where asynchronous events and the outcome of Abort
 // commands are delivered (that queue's reactor only).
 class AdminQueueSink {
@@ -71,16 +50,6 @@ class AdminQueueSink {
   virtual void abort_done(uint16_t abort_cid, bool aborted) = 0;
   // Abort of an admin command: a held Asynchronous Event Request is the only one that waits.
   virtual bool abort_held_aer(uint16_t cid) = 0;
-};
-
-// An I/O queue, as Abort reaches it (its own reactor only).
-class CommandAborter {
- public:
-  virtual ~CommandAborter() = default;
-  // Ends command cid with Command Abort Requested if it is still held before the device
-  // (waiting for memory or the send queue, or for its data from the host); false if it is
-  // not there or already running.
-  virtual bool abort_command(uint16_t cid) = 0;
 };
 
 class AdminCommands;
@@ -109,14 +78,11 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // rare, so the lock is never taken on the success path.
   static constexpr uint32_t kErrorLogEntries = 64;
   void record_error(uint16_t sqid, const wire::Sqe& sqe, wire::Status st);
-  uint64_t error_count() const;
-  // The address the host reached the target on (set at Connect): a discovery controller
-  // advertises it for wildcard listeners.
-  void set_local_address(std::string a) { local_address_ = std::move(a); }
-  // The listener the host came in through (set at Connect, before any I/O queue): its ANA
-  // states are the ones this controller reports and applies.
-  // False: the subsystem is no longer reachable through that listener (taken away meanwhile).
-  bool set_port(uint16_t portid);
+  // Where the host came in (set at Connect, before any I/O queue): the listener, whose ANA
+  // states are the ones this controller reports and applies, and the address the host reached
+  // the target on, which a discovery controller advertises for wildcard listeners. False: the
+  // subsystem is no longer reachable through that listener (taken away meanwhile).
+  bool set_arrival(uint16_t portid, std::string local_address);
   uint16_t portid() const { return portid_; }
   // The subsystem through that listener (null before Connect and for discovery controllers).
   SubsystemPort* port() const { return port_.get(); }
@@ -135,11 +101,10 @@ class Controller : public std::enable_shared_from_this<Controller> {
   }
   const uint8_t* hostid() const { return hostid_; }
   bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
-  uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
+  uint32_t num_io_queues() const { return io_queues.granted(); }
   uint32_t kato_ms() const { return kato_ms_; }
   // The keep-alive timeout this controller runs with when the host asks for asked_ms.
   uint32_t effective_kato_ms(uint32_t asked_ms) const;
-  uint32_t ioccsz_bytes() const;   // 64-byte SQE + in-capsule data of I/O queues
   uint32_t mdts_bytes() const { return target_.config.mdts_bytes; }
 
   // Fabrics property access (admin queue reactor only).
@@ -151,9 +116,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   };
   PropertySetResult property_set(uint32_t offset, bool eight_bytes, uint64_t value);
   void shutdown_complete();
-  // Set Features 07h: the first one grants the host up to asked I/O queues (within
-  // max_io_queues), and later ones change nothing. The number granted.
-  uint32_t grant_io_queues(uint32_t asked);
 
   // Asynchronous events. The admin queue attaches itself at Connect and detaches at
   // teardown (its reactor); raise() may be called from any thread and runs the event on
@@ -187,15 +149,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
     return kato_ms_ == 0 ? UINT64_MAX : last_seen_ns_ + uint64_t(kato_ms_) * 1000000ull + 1;
   }
 
-  // Claims an I/O queue id for a connecting queue; false if taken or out of range. A
-  // claimed queue registers where Abort finds it (its reactor) until it is released.
-  bool claim_queue(uint16_t qid);
-  void release_queue(uint16_t qid);
-  void register_io_queue(uint16_t qid, reactor::Reactor* r, CommandAborter* q);
-  void unregister_io_queue(uint16_t qid, CommandAborter* q);
-  // One I/O queue's counters, one per namespace (by Namespace::index), written by that
-  // queue's reactor only. Made at the queue's Connect, kept for the controller's life.
-  QueueStats* stats(uint16_t qid);
+  // Its I/O queues: granted, claimed, where Abort finds them, their counters.
+  IoQueueTable io_queues;
 
   // Set when the controller is torn down (keep-alive expiry, admin queue loss); I/O
   // queues poll it and close.
@@ -225,8 +180,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
 
   uint32_t cc_ = 0;
   std::atomic<uint32_t> csts_{0};
-  std::atomic<uint32_t> num_io_queues_{0};
-  bool queues_set_ = false;
   uint32_t async_event_config_ = 0;
   // Features kept as the host set them (no effect on a software device, but reported back
   // as set, as a drive does): power state, temperature thresholds (over, under), error
@@ -239,12 +192,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // Feature 16h: ACRE only (the target's CRDT are 0, so a retry delay asks for no wait);
   // the other host behaviours need capabilities the target does not have.
   uint8_t host_behavior_acre_ = 0;
-  struct IoQueueRef {
-    reactor::Reactor* reactor = nullptr;
-    CommandAborter* queue = nullptr;
-  };
-  std::mutex io_queues_mu_;
-  std::vector<IoQueueRef> io_queues_;  // by qid
   // Asynchronous events (admin reactor): per kind of event, one pending report and whether
   // the kind is masked (reported, its log not yet read). Each kind is cleared by its own log
   // page, so the slots go by log: errors (01h), SMART (02h), namespace attribute notices
@@ -285,9 +232,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::array<wire::ErrorLogEntry, kErrorLogEntries> errors_{};  // a ring; slot = count % size
   uint64_t error_count_ = 0;
 
-  std::unique_ptr<std::atomic<bool>[]> queue_claimed_;
-  // Per I/O queue: its per-namespace counters, published with release for SMART readers.
-  std::unique_ptr<std::atomic<QueueStats*>[]> stats_;
   uint32_t ns_slots_ = 1;
 };
 

@@ -251,8 +251,7 @@ std::shared_ptr<Controller> FabricsCommands::new_controller(Command& r, Connecti
   auto made =
       std::make_shared<Controller>(q_.target_, sub, cntlid, c.hostnqn, c.data.hostid, c.cmd.kato, q_.clock());
   // Where it came in is set before other threads can find it (ANA changes look at its port).
-  made->set_local_address(q_.link_.arrival.local_address);
-  const bool on_listener = made->set_port(q_.link_.arrival.portid);
+  const bool on_listener = made->set_arrival(q_.link_.arrival.portid, q_.link_.arrival.local_address);
   std::shared_ptr<Controller> ctrl = on_listener ? sub.add_controller(std::move(made)) : nullptr;
   if (!ctrl) {  // deleted, or taken off this listener, by RPC since it was found: as if it had not been there
     unreserve_queue(c);
@@ -294,14 +293,14 @@ std::shared_ptr<Controller> FabricsCommands::existing_controller(Command& r, Con
   // qids until the authentication timeout closes them, over and over.
   const uint16_t qid = c.cmd.qid;
   const bool claim_now = !c.must_prove;
-  if (qid == 0 || qid > ctrl->num_io_queues() || (claim_now && !ctrl->claim_queue(qid))) {
+  if (qid == 0 || qid > ctrl->num_io_queues() || (claim_now && !ctrl->io_queues.claim(qid))) {
     log::warn_limited(connect_refusals, "{}: I/O Connect for qid {} (controller has {} queues, or it is taken)", peer,
                       qid, ctrl->num_io_queues());
     unreserve_queue(c);
     invalid_connect_param(r, false, offsetof(ConnectCmd, qid));
     return nullptr;
   }
-  q_.io_.attach(ctrl->stats(qid), c.sub->max_namespaces());
+  q_.io_.attach(ctrl->io_queues.stats(qid), c.sub->max_namespaces());
   return ctrl;
 }
 
@@ -311,7 +310,7 @@ void FabricsCommands::associate(Command& r, Connecting& c, std::shared_ptr<Contr
   Controller& joined = *q_.ctrl_;
   if (cmd.qid == 0) joined.attach_admin_queue(&q_.reactor(), &q_.admin_);
   else if (!c.must_prove)
-    joined.register_io_queue(cmd.qid, &q_.reactor(), &q_.io_);
+    joined.io_queues.add(cmd.qid, &q_.reactor(), &q_.io_);
   else
     qid_claim_after_auth_ = true;
   host_ = std::move(c.host);

@@ -70,7 +70,7 @@ Status AdminCommands::set_feature(Command& r) {
     case kFeatureNumberOfQueues: {
       const uint32_t nsqr = sqe.cdw11 & 0xFFFF, ncqr = sqe.cdw11 >> 16;
       if (nsqr == 0xFFFF || ncqr == 0xFFFF) break;
-      const uint32_t n = c.grant_io_queues(std::min(nsqr, ncqr) + 1);
+      const uint32_t n = c.io_queues.grant(std::min(nsqr, ncqr) + 1);
       r.dw0 = (n - 1) | ((n - 1) << 16);
       return sc::Success;
     }

@@ -108,7 +108,7 @@ uint32_t IdentifyData::controller(uint8_t* buf) const {
   id->vwc = !discovery && c_.subsys_.volatile_write_cache() ? (kVwcPresent | kVwcFlushAllNamespaces) : 0;
   id->sgls = kSglsSupported;
   put_string(id->subnqn, sizeof(id->subnqn), c_.subsys_.nqn());
-  id->ioccsz = discovery ? 0 : c_.ioccsz_bytes() / 16;
+  id->ioccsz = discovery ? 0 : (64 + cfg.in_capsule_data) / 16;  // the SQE and in-capsule data of I/O queues
   id->iorcsz = discovery ? 0 : 1;
   id->icdoff = 0;
   id->fcatt = 0;   // dynamic controller model

@@ -13,6 +13,15 @@ namespace nvtcp::target {
 
 using namespace nvtcp::wire;
 
+namespace {
+// A log of one fixed-size structure, zeroed: the page holds it and nothing else.
+template <class Log>
+Log* fresh_page(std::vector<uint8_t>& page) {
+  page.assign(sizeof(Log), 0);
+  return reinterpret_cast<Log*>(page.data());
+}
+}  // namespace
+
 Controller& LogPages::ctrl() const { return *q_.controller(); }
 
 Status LogPages::build(const Sqe& sqe, uint32_t len, Window& w) {
@@ -88,8 +97,7 @@ void LogPages::delivered() {
 
 void LogPages::supported_log_pages() {
   Controller& c = ctrl();
-  page_.assign(sizeof(SupportedLogPagesLog), 0);
-  auto* l = reinterpret_cast<SupportedLogPagesLog*>(page_.data());
+  auto* l = fresh_page<SupportedLogPagesLog>(page_);
   for (LogPageId id : {LogPageId::SupportedLogPages, LogPageId::Error, LogPageId::SmartHealth,
                        LogPageId::FirmwareSlot, LogPageId::ChangedNamespaces, LogPageId::CommandEffects,
                        LogPageId::ReservationNotification})
@@ -135,8 +143,7 @@ Status LogPages::command_effects(const Sqe& sqe) {
   if ((sqe.cdw14 >> 24) != kCsiNvm) {
     return sc::InvalidField;
   }
-  page_.assign(sizeof(CommandEffectsLog), 0);
-  auto* e = reinterpret_cast<CommandEffectsLog*>(page_.data());
+  auto* e = fresh_page<CommandEffectsLog>(page_);
   for (AdminOpcode op : {AdminOpcode::GetLogPage, AdminOpcode::Identify, AdminOpcode::Abort,
                          AdminOpcode::SetFeatures, AdminOpcode::GetFeatures, AdminOpcode::AsyncEventRequest,
                          AdminOpcode::KeepAlive})
@@ -175,16 +182,8 @@ Status LogPages::smart_health(const Sqe& sqe) {
       return sc::InvalidNamespace;
     }
   }
-  page_.assign(sizeof(SmartLog), 0);
-  auto* s = reinterpret_cast<SmartLog*>(page_.data());
-  QueueStats::Totals t;  // reads, writes and their bytes over every I/O queue
-  for (uint32_t q = 1; q <= c.target_.config.max_io_queues; ++q) {
-    const QueueStats* row = c.stats_[q].load(std::memory_order_acquire);
-    if (!row) continue;
-    if (ns) row[ns->index].add_to(t);
-    else
-      for (uint32_t i = 0; i < c.ns_slots_; ++i) row[i].add_to(t);
-  }
+  auto* s = fresh_page<SmartLog>(page_);
+  const QueueStats::Totals t = c.io_queues.totals(ns);
   const uint64_t reads = t.reads, writes = t.writes, rbytes = t.read_bytes, wbytes = t.write_bytes;
   s->temperature = 0;  // a software device has no temperature sensor
   s->avail_spare = 100;
@@ -195,14 +194,18 @@ Status LogPages::smart_health(const Sqe& sqe) {
   put_u128(s->host_reads, reads);
   put_u128(s->host_writes, writes);
   put_u128(s->power_cycles, 1);
-  put_u128(s->num_err_log_entries, c.error_count());
+  uint64_t errors = 0;
+  {
+    std::lock_guard lk(c.errors_mu_);
+    errors = c.error_count_;
+  }
+  put_u128(s->num_err_log_entries, errors);
   put_u128(s->power_on_hours, (reactor::monotonic_ns() - c.target_.start_ns) / 3600000000000ull);
   return sc::Success;
 }
 
 void LogPages::firmware_slot() {
-  page_.assign(sizeof(FirmwareSlotLog), 0);
-  auto* f = reinterpret_cast<FirmwareSlotLog*>(page_.data());
+  auto* f = fresh_page<FirmwareSlotLog>(page_);
   f->afi = 1;
   put_padded(f->frs[0], 8, kFirmwareRevision);
 }

@@ -43,7 +43,7 @@ target::TargetState& state() {
     auto ctrl = sub->add_controller(
         std::make_shared<target::Controller>(*s, *sub, sub->allocate_cntlid(), "nqn.2026-11.io.nvtcp:fuzz-host", hostid, 0));
     ctrl->property_set(nvme::prop::CC, false, 0x00460001);  // EN, IOSQES 6, IOCQES 4
-    ctrl->grant_io_queues(4);  // as Set Features 07h would
+    ctrl->io_queues.grant(4);  // as Set Features 07h would
     static std::shared_ptr<target::Controller> standing = ctrl;  // lives as long as the state
     return s;
   }();
