@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Admin commands on an admin queue: what the controller answers (controller.cpp), the data
-// each moves, and the commands it holds: Asynchronous Event Requests until an event comes,
-// Aborts until the I/O queue answers.
+// Admin commands on an admin queue (admin_commands.hpp): their parse and dispatch, the data
+// each moves, Identify and Get Log Page (their data built by identify.cpp and log_pages.cpp),
+// and the commands it holds.
+#include "target/admin_commands.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -9,6 +11,7 @@
 
 #include "nvtcp/identify.hpp"
 #include "target/command_queue.hpp"
+#include "target/identify.hpp"
 #include "target/queue_limits.hpp"
 #include "util/log.hpp"
 
@@ -26,21 +29,25 @@ bool transfers_to_host(const Sqe& sqe) {
 }
 }  // namespace
 
-void CommandQueue::parse_admin(Command& r) {
+uint32_t AdminCommands::asked_len(const Command& r) {
+  return r.xfer.dir == Command::Direction::ControllerToHost ? r.xfer.len : 0;
+}
+
+void AdminCommands::parse(Command& r) {
   const Sqe& sqe = r.sqe;
   if (transfers_to_host(sqe)) {
     if (sqe.sgl.type != kSglTransportDataBlock) {
       r.status = sc::SglDescriptorTypeInvalid;
       return;
     }
-    if (sqe.sgl.length > ctrl_->mdts_bytes()) {
+    if (sqe.sgl.length > q_.ctrl_->mdts_bytes()) {
       r.status = sc::InvalidField;
       return;
     }
     // Identify fills 4 KiB; a log page or a feature's data asks for its buffer once it is
-    // built and its size known (execute_admin).
-    const bool identify = static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify;
-    r.xfer = {Command::Direction::ControllerToHost, sqe.sgl.length, identify ? kIdentifyLen : 0};
+    // built and its size known (execute).
+    const bool fills_4k = static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Identify;
+    r.xfer = {Command::Direction::ControllerToHost, sqe.sgl.length, fills_4k ? kIdentifyLen : 0};
     return;
   }
   if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::SetFeatures && sqe.sgl.length) {
@@ -61,59 +68,120 @@ void CommandQueue::parse_admin(Command& r) {
   }
 }
 
-void CommandQueue::execute_admin(Command& r) {
-  const Sqe& sqe = r.sqe;
-  const uint32_t sgl_len = r.xfer.dir == Command::Direction::ControllerToHost ? r.xfer.len : 0;
-  const uint32_t host_len = r.xfer.dir == Command::Direction::HostToController ? r.xfer.len : 0;
-  AdminResult res = ctrl_->execute_admin(sqe, r.buf, sgl_len, host_len);
-  if (res.status.ok() && res.src) {
-    // A log page (or a feature's data): a buffer the size of what it holds in the window,
-    // zeros after it. Asking for the buffer changes nothing: the log is built anew then.
-    const uint32_t need = std::max<uint32_t>(res.data_len, 4);
-    if (r.buf_cap < need) {
-      set_state(r, State::Idle);  // the transport holds it until the buffer is there
-      transport_.need_buffer(r, need);
-      return;
-    }
-    std::memcpy(r.buf, res.src, res.data_len);
-    ctrl_->log_page_delivered();  // only now: what its read takes away goes
-    r.tx_data = r.buf;
-    r.tx_len = res.data_len;
-    r.tx_pad = res.pad_len;
-    complete(r, res.status);
+Controller& AdminCommands::ctrl() const { return *q_.ctrl_; }
+
+void AdminCommands::execute(Command& r) {
+  Controller& c = ctrl();
+  c.touch();
+  // Admin commands other than fabrics ones need an enabled, ready controller (the Linux
+  // target answers the same, and leaves discovery controllers alone).
+  if (!c.subsystem().is_discovery() && !c.ready()) {
+    finish(r, sc::CommandSequenceError);
     return;
   }
-  if (res.held) {
-    if (static_cast<AdminOpcode>(sqe.opc) == AdminOpcode::Abort) {
-      set_state(r, State::HeldAbort);  // abort_done() completes it
-      held_.push_back(&r);
-      return;
-    }
-    set_state(r, State::HeldAer);
-    held_.push_back(&r);
-    deliver_async_events();  // an event may already be waiting for it
-    return;
+  switch (static_cast<AdminOpcode>(r.sqe.opc)) {
+    case AdminOpcode::Identify: identify(r); return;
+    case AdminOpcode::GetLogPage: get_log_page(r); return;
+    case AdminOpcode::SetFeatures: set_features(r); return;
+    case AdminOpcode::GetFeatures: get_features(r); return;
+    case AdminOpcode::KeepAlive: finish(r, sc::Success); return;
+    case AdminOpcode::AsyncEventRequest: hold_async_event_request(r); return;
+    case AdminOpcode::Abort: abort(r); return;
+    default: finish(r, sc::InvalidOpcode); return;
   }
-  r.dw0 = res.dw0;
-  r.dw1 = res.dw1;
-  if (res.status.ok() && res.durable_ticket) {
-    wait_until_durable(r, res.durable_ticket);  // feature 83h: the state file is written first
-    return;
-  }
-  if (res.status.ok() && res.flush_after) {
-    start_flush(r, true);  // a write cache turned off: what it held must be durable first
-    return;
-  }
-  if (res.status.ok() && res.data_len) {
-    r.tx_data = r.buf;
-    r.tx_len = std::min(res.data_len, sgl_len);
-  }
-  if (!res.status.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", link_.peer, sqe.opc, status_name(res.status));
-  complete(r, res.status);
 }
 
-void CommandQueue::deliver_async_events() {
-  if (!connected() || link_.closing) return;
+void AdminCommands::finish(Command& r, Status st) {
+  if (!st.ok()) log::debug("{}: admin opcode 0x{:02x}: {}", q_.link_.peer, r.sqe.opc, status_name(st));
+  q_.complete(r, st);
+}
+
+void AdminCommands::send_data(Command& r, const uint8_t* data, uint32_t len, uint32_t pad) {
+  const uint32_t need = std::max<uint32_t>(len, 4);
+  if (r.buf_cap < need) {
+    q_.set_state(r, State::Idle);  // the transport holds it until the buffer is there
+    q_.transport_.need_buffer(r, need);
+    return;
+  }
+  std::memcpy(r.buf, data, len);
+  logs_.delivered();  // only now: what its read takes away goes
+  r.tx_data = r.buf;
+  r.tx_len = len;
+  r.tx_pad = pad;
+  q_.complete(r, sc::Success);
+}
+
+void AdminCommands::identify(Command& r) {
+  const uint32_t sgl_len = asked_len(r);
+  if (sgl_len != kIdentifyLen) {
+    finish(r, sc::DataSglLengthInvalid);
+    return;
+  }
+  Status st;
+  const uint32_t len = IdentifyData(ctrl()).fill(r.sqe, r.buf, st);
+  if (st.ok() && len) {
+    r.tx_data = r.buf;
+    r.tx_len = std::min(len, sgl_len);
+  }
+  finish(r, st);
+}
+
+// The log is built whole and the window asked for cut out: the data goes into a buffer of its
+// size and the zeros past the log's end come from a shared zero region, so a 1 MiB read of a
+// 2 KiB log costs 2 KiB of memory.
+void AdminCommands::get_log_page(Command& r) {
+  const Sqe& sqe = r.sqe;
+  const uint64_t numd = uint64_t((sqe.cdw11 & 0xFFFF) << 16 | (sqe.cdw10 >> 16)) + 1;  // 0's based: up to 2^32
+  const uint64_t len = numd * 4;
+  if (len != asked_len(r)) {
+    finish(r, sc::DataSglLengthInvalid);
+    return;
+  }
+  LogPages::Window w;
+  if (Status st = logs_.build(sqe, uint32_t(len), w); !st.ok()) {
+    finish(r, st);
+    return;
+  }
+  send_data(r, w.data, w.len, w.pad);
+}
+
+void AdminCommands::hold_async_event_request(Command& r) {
+  if (aers_held_ > kAerl) {
+    finish(r, sc::AerLimitExceeded);
+    return;
+  }
+  ++aers_held_;
+  q_.set_state(r, State::HeldAer);  // completed by deliver_async_events() when an event is ready
+  held_.push_back(&r);
+  deliver_async_events();  // an event may already be waiting for it
+}
+
+// Abort (CDW10: SQID 15:0, CID 31:16). dw0 bit 0 is 0 when the command was aborted (it then
+// ends with Command Abort Requested), 1 when it was not (already running, done, or unknown).
+// An I/O queue's command: its queue's reactor is asked, and answers on this one (abort_done).
+void AdminCommands::abort(Command& r) {
+  const uint16_t sqid = uint16_t(r.sqe.cdw10), cid = uint16_t(r.sqe.cdw10 >> 16);
+  if (sqid == 0) {
+    r.dw0 = abort_held_aer(cid) ? 0 : 1;
+    finish(r, sc::Success);
+    return;
+  }
+  if (aborts_held_ > kAcl) {
+    finish(r, sc::AbortLimitExceeded);
+    return;
+  }
+  if (!ctrl().post_abort(sqid, cid, r.sqe.cid)) {
+    r.dw0 = 1;
+    finish(r, sc::Success);
+    return;
+  }
+  ++aborts_held_;
+  q_.set_state(r, State::HeldAbort);  // abort_done() completes it
+  held_.push_back(&r);
+}
+
+void AdminCommands::deliver_async_events() {
+  if (!q_.connected() || q_.link_.closing) return;
   uint32_t dw0 = 0;
   for (size_t i = 0; i < held_.size();) {
     Command& r = *held_[i];
@@ -121,39 +189,40 @@ void CommandQueue::deliver_async_events() {
       ++i;
       continue;
     }
-    if (!ctrl_->take_async_event(dw0)) return;
+    if (!q_.ctrl_->take_async_event(dw0)) return;
+    --aers_held_;
     r.dw0 = dw0;
-    log::info("{}: asynchronous event 0x{:08x} to controller {}", link_.peer, dw0, ctrl_->cntlid());
+    log::info("{}: asynchronous event 0x{:08x} to controller {}", q_.link_.peer, dw0, q_.ctrl_->cntlid());
     drop_held(r);
-    complete(r, sc::Success);
+    q_.complete(r, sc::Success);
   }
 }
 
-void CommandQueue::abort_done(uint16_t abort_cid, bool aborted) {
-  if (!connected() || link_.closing) return;
-  ctrl_->abort_finished();
+void AdminCommands::abort_done(uint16_t abort_cid, bool aborted) {
+  if (!q_.connected() || q_.link_.closing) return;
+  if (aborts_held_) --aborts_held_;
   for (Command* r : held_) {
     if (r->state() != State::HeldAbort || r->sqe.cid != abort_cid) continue;
     r->dw0 = aborted ? 0 : 1;
     drop_held(*r);
-    complete(*r, sc::Success);
+    q_.complete(*r, sc::Success);
     return;
   }
 }
 
-bool CommandQueue::abort_held_aer(uint16_t cid) {
+bool AdminCommands::abort_held_aer(uint16_t cid) {
   for (Command* r : held_) {
     if (r->state() != State::HeldAer || r->sqe.cid != cid) continue;
-    if (!ctrl_->take_held_aer()) return false;
+    --aers_held_;
     drop_held(*r);
-    complete(*r, sc::AbortRequested);
+    q_.complete(*r, sc::AbortRequested);
     return true;
   }
   return false;
 }
 
 // Held commands are few (an AER limit's worth, an Abort or two): a vector, kept in order.
-void CommandQueue::drop_held(Command& r) {
+void AdminCommands::drop_held(Command& r) {
   held_.erase(std::find(held_.begin(), held_.end(), &r));
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "target/command_queue.hpp"
+#include "target/fabrics_commands.hpp"
 #include "target/queue_limits.hpp"
 #include "util/log.hpp"
 #include "wire/auth.hpp"
@@ -22,18 +23,18 @@ namespace {
 constexpr uint32_t kMaxAuthTransfer = 8192;
 }  // namespace
 
-void CommandQueue::parse_auth(Command& r) {
+void FabricsCommands::parse_auth(Command& r) {
   AuthTransferCmd cmd;
   std::memcpy(&cmd, &r.sqe, sizeof(cmd));
   const bool send = FabricsType(cmd.fctype) == FabricsType::AuthSend;
   if (cmd.secp != kAuthSecp || cmd.spsp0 != kAuthSpsp0 || cmd.spsp1 != kAuthSpsp1 || cmd.length == 0 ||
       cmd.length > kMaxAuthTransfer) {
     log::warn("{}: Authentication {} with SECP 0x{:02x} SPSP {}/{} and length {}: not DH-HMAC-CHAP",
-              link_.peer, send ? "Send" : "Receive", cmd.secp, cmd.spsp0, cmd.spsp1, cmd.length);
+              q_.link_.peer, send ? "Send" : "Receive", cmd.secp, cmd.spsp0, cmd.spsp1, cmd.length);
     r.status = sc::InvalidField;
     return;
   }
-  if (ctrl_->subsystem().is_discovery()) {
+  if (q_.ctrl_->subsystem().is_discovery()) {
     r.status = sc::InvalidOpcode;  // discovery controllers here do not authenticate
     return;
   }
@@ -61,19 +62,19 @@ void CommandQueue::parse_auth(Command& r) {
   r.xfer = {Command::Direction::ControllerToHost, cmd.length, cmd.length};
 }
 
-void CommandQueue::execute_auth(Command& r) {
+void FabricsCommands::execute_auth(Command& r) {
   const bool send = FabricsType(r.sqe.fctype()) == FabricsType::AuthSend;
-  const std::string& hostnqn = ctrl_->hostnqn();
+  const std::string& hostnqn = q_.ctrl_->hostnqn();
   if (auth_work_.request) {
     // The transaction belongs to the worker until the last message's computation is back; a
     // host that does not wait for an answer before the next message is out of sequence.
-    log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", link_.peer, hostnqn,
-              send ? "Send" : "Receive", qid_);
-    complete(r, sc::CommandSequenceError);
+    log::warn("{}: host {}: Authentication {} on qid {} before the last one was answered", q_.link_.peer, hostnqn,
+              send ? "Send" : "Receive", q_.qid_);
+    q_.complete(r, sc::CommandSequenceError);
     return;
   }
   if (!auth_) {
-    auth::DhchapKeys keys{auth_keys_.dhchap.get(), auth_keys_.dhchap_ctrl.get(), hostnqn, ctrl_->subsystem().nqn()};
+    auth::DhchapKeys keys{auth_keys_.dhchap.get(), auth_keys_.dhchap_ctrl.get(), hostnqn, q_.ctrl_->subsystem().nqn()};
     auth::DhchapPolicy policy = auth::DhchapPolicy::controller_default();
     if (!auth_keys_.dhchap_hashes.empty()) policy.hashes = auth_keys_.dhchap_hashes;
     if (!auth_keys_.dhchap_groups.empty()) policy.dh_groups = auth_keys_.dhchap_groups;
@@ -85,7 +86,7 @@ void CommandQueue::execute_auth(Command& r) {
     // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything:
     // it runs on a worker, and the reactor goes on with its other queues (auth_send_done).
     auth_work_ = {&r, auth_.get(), r.buf, r.xfer.len};
-    run_off_reactor(
+    q_.run_off_reactor(
         r,
         [](void* arg) {
           auto* w = static_cast<AuthWork*>(arg);
@@ -101,25 +102,25 @@ void CommandQueue::execute_auth(Command& r) {
   complete_auth(r);
 }
 
-void CommandQueue::auth_send_done(Command& r) {
+void FabricsCommands::auth_send_done(Command& r) {
   auth_work_ = {};
   complete_auth(r);
 }
 
-void CommandQueue::complete_auth(Command& r) {
-  const std::string& hostnqn = ctrl_->hostnqn();
+void FabricsCommands::complete_auth(Command& r) {
+  const std::string& hostnqn = q_.ctrl_->hostnqn();
   const bool was_authenticated = auth_was_authenticated_;
   if (auth_->failed()) {
     static log::Limiter failures(20);  // a stranger claiming a keyed host's NQN fails at will
     log::event_limited(failures, log::Level::Warn, "auth",
                        {{"host_nqn", hostnqn},
-                        {"address", link_.peer},
-                        {"subsystem", ctrl_->subsystem().nqn()},
-                        {"qid", std::to_string(qid_)},
+                        {"address", q_.link_.peer},
+                        {"subsystem", q_.ctrl_->subsystem().nqn()},
+                        {"qid", std::to_string(q_.qid_)},
                         {"result", "failure"},
                         {"reason", auth_failure_name(auth_->failure_reason())}},
-                       "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", link_.peer,
-                       hostnqn, qid_, auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
+                       "{}: host {} failed DH-HMAC-CHAP authentication on qid {}: {} ({}){}", q_.link_.peer,
+                       hostnqn, q_.qid_, auth_->failure_detail(), auth_failure_name(auth_->failure_reason()),
                        auth_required_ ? "; the queue closes" : "");
     // A host that had to authenticate and did not goes; one that needed not keeps its queue.
     if (auth_required_) r.close_queue_after = true;
@@ -128,24 +129,24 @@ void CommandQueue::complete_auth(Command& r) {
   } else if (auth_->authenticated() && !was_authenticated) {
     log::event(log::Level::Info, "auth",
                {{"host_nqn", hostnqn},
-                {"address", link_.peer},
-                {"subsystem", ctrl_->subsystem().nqn()},
-                {"qid", std::to_string(qid_)},
+                {"address", q_.link_.peer},
+                {"subsystem", q_.ctrl_->subsystem().nqn()},
+                {"qid", std::to_string(q_.qid_)},
                 {"result", "success"},
                 {"hash", dhchap_hash_name(auth_->hash())},
                 {"dhgroup", dh_group_name(auth_->dh_group())}},
-               "{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", link_.peer, hostnqn,
-               authenticated_ ? "re-authenticated" : "authenticated", qid_, dhchap_hash_name(auth_->hash()),
+               "{}: host {} {} on qid {} (DH-HMAC-CHAP, {}, DH group {}{})", q_.link_.peer, hostnqn,
+               authenticated_ ? "re-authenticated" : "authenticated", q_.qid_, dhchap_hash_name(auth_->hash()),
                dh_group_name(auth_->dh_group()),
                auth_->bidirectional() ? ", controller authenticated to the host too" : "");
     bool keep = !budget_after_auth_ || move_to_host_budget();
     if (keep && qid_claim_after_auth_) {
-      if (ctrl_->claim_queue(qid_)) {
+      if (q_.ctrl_->io_queues.claim(q_.qid_)) {
         qid_claim_after_auth_ = false;
-        ctrl_->register_io_queue(qid_, &reactor(), this);
+        q_.ctrl_->io_queues.add(q_.qid_, &q_.reactor(), &q_.io_);
       } else {
         log::warn("{}: host {} authenticated on qid {}, which another queue of its controller has: the queue closes",
-                  link_.peer, ctrl_->hostnqn(), qid_);
+                  q_.link_.peer, q_.ctrl_->hostnqn(), q_.qid_);
         keep = false;
       }
     }
@@ -154,37 +155,37 @@ void CommandQueue::complete_auth(Command& r) {
     // go on, and only a failed transaction ends it. One that closes runs nothing more.
     authenticated_ = keep;
   }
-  complete(r, sc::Success);
+  q_.complete(r, sc::Success);
 }
 
-bool CommandQueue::move_to_host_budget() {
+bool FabricsCommands::move_to_host_budget() {
   budget_after_auth_ = false;
-  const auto& cfg = target_.config;
-  const std::string& hostnqn = ctrl_->hostnqn();
-  std::shared_ptr<HostBudget> to = target_.host_budget(hostnqn);
+  const auto& cfg = q_.target_.config;
+  const std::string& hostnqn = q_.ctrl_->hostnqn();
+  std::shared_ptr<HostBudget> to = q_.target_.host_budget(hostnqn);
   if (to == host_) return true;
   if (to->connections.fetch_add(1, std::memory_order_relaxed) >= cfg.max_connections_per_host &&
       cfg.max_connections_per_host) {
     to->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn("{}: host {} authenticated on qid {}, but it already has {} queues (max_connections_per_host): the "
               "queue closes",
-              link_.peer, hostnqn, qid_, cfg.max_connections_per_host);
+              q_.link_.peer, hostnqn, q_.qid_, cfg.max_connections_per_host);
     return false;
   }
   // What the queue holds (its request pool and buffers) moves from the address's budget to the
   // host's, within the host's cap.
-  const uint64_t held = memory_.pool_bytes() + memory_.buffer_bytes();
+  const uint64_t held = q_.memory_.pool_bytes() + q_.memory_.buffer_bytes();
   if (!to->reserve(held, cfg.max_host_buffer_memory)) {
     to->connections.fetch_sub(1, std::memory_order_relaxed);
     log::warn("{}: host {} authenticated on qid {}, but its buffer budget has no room for the queue's {} bytes "
               "(max_host_buffer_memory {}): the queue closes",
-              link_.peer, hostnqn, qid_, held, cfg.max_host_buffer_memory);
+              q_.link_.peer, hostnqn, q_.qid_, held, cfg.max_host_buffer_memory);
     return false;
   }
   host_->release(held);
   host_->connections.fetch_sub(1, std::memory_order_relaxed);
   host_ = std::move(to);
-  memory_.rebind_host(host_.get());
+  q_.memory_.rebind_host(host_.get());
   return true;
 }
 

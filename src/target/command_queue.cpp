@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The command layer's contract (parse, execute, device completions) dispatched by command set,
-// the queue's responses, Abort of an I/O command, and the holds a command waits in: a
-// namespace's fence and a reservation state file on its way to disk.
+// the queue's responses, the device leg, the hand-off to a worker, and the hold a reservation
+// change waits in: its state file on its way to disk.
 #include "target/command_queue.hpp"
 
 #include <algorithm>
@@ -18,8 +18,6 @@ namespace nvtcp::target {
 using namespace nvtcp::wire;
 
 namespace {
-// How often writes waiting for a fused Compare and Write look at its namespace's fence again.
-constexpr uint64_t kFenceRetryNs = 20'000;
 // How often reservation commands waiting for their state to be durable look again: an fsync
 // takes far longer.
 constexpr uint64_t kDurableRetryNs = 100'000;
@@ -33,17 +31,11 @@ CommandQueue::CommandQueue(TargetState& target, CommandTransport& transport, con
       memory_(memory),
       shared_(shared),
       gate_(drained, drained_ctx) {
-  fence_timer_.owner = this;
-  fence_timer_.fn = on_fence_timer;
   durable_timer_.owner = this;
   durable_timer_.fn = on_durable_timer;
 }
 
-CommandQueue::~CommandQueue() {
-  reactor().cancel_timer(&fence_timer_);
-  reactor().cancel_timer(&durable_timer_);
-  if (host_) host_->connections.fetch_sub(1, std::memory_order_relaxed);
-}
+CommandQueue::~CommandQueue() { reactor().cancel_timer(&durable_timer_); }
 
 std::string QueueLink::features() const {
   return fmt::format("{}{}{}{}", tls ? ", TLS " + tls->session().cipher : "",
@@ -127,6 +119,13 @@ void CommandQueue::respond(Command& r) {
   transport_.complete(r);
 }
 
+void CommandQueue::hold_namespace(Command& r, Namespace* ns) {
+  if (r.ns == ns) return;
+  if (r.ns) r.ns->holds.drop(shared_.index());
+  r.ns = ns;
+  if (ns) ns->holds.hold(shared_.index());
+}
+
 void CommandQueue::release(Command& r) {
   count_response(r);
   hold_namespace(r, nullptr);
@@ -185,17 +184,17 @@ void CommandQueue::parse(Command& r) {
   if (r.sqe.opc != uint8_t(AdminOpcode::Fabrics) || fuse_bits) {
     Status gate = !connected() ? sc::CommandSequenceError : !authenticated() ? sc::AuthenticationRequired : sc::Success;
     if (!gate.ok()) {
-      if (fused_first_) refuse_fused_first(sc::MissingFusedCommand);
+      if (io_.holds_fused_first()) io_.refuse_fused_first(sc::MissingFusedCommand);
       r.status = gate;
       return;
     }
   }
   // The command after a fused first half decides its fate, whatever it is.
-  if ((fused_first_ || fuse_bits) && fused_halves(r)) return;
+  if ((io_.holds_fused_first() || fuse_bits) && io_.fused_halves(r)) return;
   if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics))
-    parse_fabrics(r);
-  else if (qid_ == 0) parse_admin(r);
-  else parse_io(r);
+    fabrics_.parse(r);
+  else if (qid_ == 0) admin_.parse(r);
+  else io_.parse(r);
 }
 
 void CommandQueue::execute(Command& r) {
@@ -205,12 +204,12 @@ void CommandQueue::execute(Command& r) {
       set_state(r, State::AwaitingFusedPartner);  // a first half: its Write comes next
       return;
     }
-    start_fused(*f->partner, r);  // a second half: the pair runs
+    io_.start_fused(*f->partner, r);  // a second half: the pair runs
     return;
   }
-  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) execute_fabrics(r);
-  else if (qid_ == 0) execute_admin(r);
-  else execute_io(r);
+  if (r.sqe.opc == uint8_t(AdminOpcode::Fabrics)) fabrics_.execute(r);
+  else if (qid_ == 0) admin_.execute(r);
+  else io_.execute(r);
 }
 
 // ---------------------------------------------------------------- the device leg
@@ -239,7 +238,7 @@ void CommandQueue::device_done(Command& r, Status st) {
   if (!leave_gate()) return;
   r.device_status = st;
   set_state(r, State::Running);
-  io_done(r);
+  io_.device_done(r);
 }
 
 bool CommandQueue::leave_gate() {
@@ -264,16 +263,11 @@ void CommandQueue::next_turn(Command& r) {
     CommandQueue* self = req->queue;
     if (!self->leave_gate()) return;
     self->set_state(*req, State::Running);
-    self->next_step(*req);
+    self->io_.next_step(*req);
   };
   io_uring_sqe* sqe = reactor().get_sqe();
   io_uring_prep_nop(sqe);
   reactor().prep(sqe, &r.next_step);
-}
-
-void CommandQueue::next_step(Command& r) {
-  if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
-  else dsm_step(r);
 }
 
 void CommandQueue::run_off_reactor(Command& r, void (*work)(void* arg), void* arg) {
@@ -299,7 +293,7 @@ void CommandQueue::run_off_reactor(Command& r, void (*work)(void* arg), void* ar
 void CommandQueue::worker_done(Command& r) {
   if (!leave_gate()) return;
   set_state(r, State::Running);
-  auth_send_done(r);  // the one work that runs there: an Authentication Send's
+  fabrics_.auth_send_done(r);  // the one work that runs there: an Authentication Send's
 }
 
 void CommandQueue::device_released(Command& r, bool queue_ending) {
@@ -329,85 +323,23 @@ void CommandQueue::end_controller(const char* why) {
                  "{}: controller {} of {} torn down: {}", link_.peer, ctrl_->cntlid(), ctrl_->subsystem().nqn(),
                  why);
     ctrl_->subsystem().remove_controller(ctrl_->cntlid());
-  } else if (!qid_claim_after_auth_) {  // a queue that never proved its key never had its qid
-    ctrl_->unregister_io_queue(qid_, this);
-    ctrl_->release_queue(qid_);
+  } else if (fabrics_.qid_claimed()) {  // a queue that never proved its key never had its qid
+    ctrl_->io_queues.remove(qid_, &io_);
+    ctrl_->io_queues.release(qid_);
   }
   ctrl_.reset();
 }
 
 void CommandQueue::closed() {
   end_controller("admin queue closed");
-  reactor().cancel_timer(&fence_timer_);
+  io_.closed();
   reactor().cancel_timer(&durable_timer_);
   durable_waiters_.clear();  // their changes are made; their answers have nowhere to go
-  // A fused operation that owned its namespace's fence and never reached the device lets go.
-  for (Command* w : fence_waiters_) {
-    if (w->fence_owner) w->fence_ns->fence.release();
-    w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
-  }
-  fence_waiters_.clear();
-  held_.clear();  // their answers have nowhere to go
+  admin_.closed();
   gate_.close();  // may free this queue and its transport: touch nothing after
 }
 
-// ---------------------------------------------------------------- Abort of an I/O command
-
-bool CommandQueue::abort_command(uint16_t cid) {
-  if (!connected() || link_.closing) return false;
-  const CommandTransport::AbortLookup found = transport_.abort_before_execution(cid);
-  if (found.ended) return true;
-  if (!found.running) return false;
-  Command& r = *found.running;
-  // Commands that go to the device one step at a time (a range, a namespace) stop at the
-  // next step: what the finished steps did stays done, as an aborted command may leave it.
-  const State st = r.state();
-  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
-  if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted && !r.fused() &&
-      (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
-    r.aborted = true;
-    log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", link_.peer, cid, r.sqe.opc);
-    return true;
-  }
-  return false;  // one operation on the device, or being sent
-}
-
-// ---------------------------------------------------------------- holds
-
-void CommandQueue::submit(Command& r, Namespace& ns) {
-  // Writes count themselves against the namespace's fence, or wait while a fused Compare
-  // and Write holds it.
-  const auto op = r.io.op;
-  if (!r.fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
-                         op == backend::BlockIo::Op::Deallocate)) {
-    r.fence_ns = &ns;
-    if (!ns.fence.begin_write(shared_.index(), r.fence_waiting)) {
-      wait_for_fence(r);
-      return;
-    }
-    r.fence_counted = true;
-  }
-  start_device(r, ns);
-}
-
-void CommandQueue::wait_for_fence(Command& r) {
-  set_state(r, State::AwaitingFence);
-  fence_waiters_.push_back(&r);
-  if (!fence_timer_.linked) reactor().arm_timer(&fence_timer_, kFenceRetryNs);
-}
-
-void CommandQueue::on_fence_timer(reactor::Timer* t) {
-  auto* self = static_cast<TimerSlot*>(t)->owner;
-  std::vector<Command*> waiting;
-  waiting.swap(self->fence_waiters_);
-  for (Command* r : waiting) {
-    self->set_state(*r, State::Running);
-    // A fused Compare waits to own the fence or for it to drain; anything else is a write
-    // whose device operation is ready to go.
-    if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
-    else self->submit(*r, *r->fence_ns);
-  }
-}
+// ---------------------------------------------------------------- the durable hold
 
 // The namespace's writer thread writes the reservation state (commands that arrive meanwhile
 // share the next write); this reactor looks again every kDurableRetryNs and never waits for
@@ -421,7 +353,7 @@ void CommandQueue::wait_until_durable(Command& r, uint64_t ticket) {
 }
 
 void CommandQueue::on_durable_timer(reactor::Timer* t) {
-  auto* self = static_cast<TimerSlot*>(t)->owner;
+  auto* self = static_cast<DurableTimer*>(t)->owner;
   auto& waiting = self->durable_waiters_;
   size_t kept = 0;
   for (Command* r : waiting) {

@@ -25,20 +25,23 @@
 // counts them, and once the transport has closed (closed()) the last of them runs the
 // release the transport gave at construction, which may free the transport and this queue.
 //
-// Where it lives: command_queue.cpp (the contract, responses, Abort, holds),
-// fabrics_commands.cpp (Connect, properties, Disconnect), admin_commands.cpp (admin commands,
-// held events and Aborts), io_commands.cpp (NVM commands and their device completions).
+// Where it lives: command_queue.cpp (the contract, responses, the device leg, holds), and a part
+// per command set: FabricsCommands (fabrics_commands.hpp: Connect, properties, Disconnect,
+// DH-HMAC-CHAP), AdminCommands (admin_commands.hpp: admin commands, held events and Aborts),
+// IoCommands (io_commands.hpp: NVM commands, their device completions, the fence, Abort).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "auth/dhchap_transaction.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
-#include "target/controller.hpp"
+#include "target/admin_commands.hpp"
 #include "target/command.hpp"
+#include "target/controller.hpp"
+#include "target/fabrics_commands.hpp"
+#include "target/io_commands.hpp"
 #include "target/queue_memory.hpp"
 #include "target/reactor_commands.hpp"
 #include "util/gate.hpp"
@@ -101,13 +104,17 @@ class CommandTransport {
   virtual void close(const std::string& why) = 0;
 };
 
-class CommandQueue final : public AdminQueueSink, public CommandAborter {
+// The queue's core: the contract above, command states, responses, the device leg, the
+// holds every command set shares, and the hand-off to a worker. Each command set is a part
+// of it, held by value and called directly (no virtual call on the data path), which reaches
+// the core's private state as a friend.
+class CommandQueue final {
  public:
   // drained(drained_ctx): the release that closed() leads to, once nothing is in a device or on
   // a worker any more.
   CommandQueue(TargetState& target, CommandTransport& transport, const QueueLink& link, QueueMemory& memory,
                ReactorCommands& shared, Gate::Release drained, void* drained_ctx);
-  ~CommandQueue() override;
+  ~CommandQueue();
   CommandQueue(const CommandQueue&) = delete;
   CommandQueue& operator=(const CommandQueue&) = delete;
 
@@ -133,7 +140,7 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   bool sq_flow_disabled() const { return sq_flow_disabled_; }
   bool connected() const { return ctrl_ != nullptr; }
   // Whether the queue may run commands: it needs no authentication or has authenticated.
-  bool authenticated() const { return !auth_required_ || authenticated_; }
+  bool authenticated() const { return fabrics_.authenticated(); }
   uint16_t qid() const { return qid_; }
   const Arrival& arrival() const { return link_.arrival; }
   uint16_t sqsize() const { return sqsize_; }
@@ -152,14 +159,10 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // Requests in a device or on a worker now.
   uint32_t in_flight() const { return gate_.inflight(); }
 
-  // AdminQueueSink (admin queues): completes held Asynchronous Event Requests and Aborts.
-  void deliver_async_events() override;
-  void abort_done(uint16_t abort_cid, bool aborted) override;
-  bool abort_held_aer(uint16_t cid) override;
-  // CommandAborter (I/O queues).
-  bool abort_command(uint16_t cid) override;
-
  private:
+  friend class FabricsCommands;
+  friend class AdminCommands;
+  friend class IoCommands;
   using State = Command::State;
   // The one place a command changes state: the move must be legal (checked in Debug and
   // sanitizer builds) and the per-state counts follow it.
@@ -171,8 +174,8 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   void respond(Command& r);
   // A submission queue entry is consumed (its command completes): the head moves on.
   void fetched();
-  // The device leg: r.io goes to ns's device (InDevice), and device_done comes back once it
-  // answers, on this reactor.
+  // The device leg: r.io goes to ns's device (InDevice), and the I/O part's device_done comes
+  // back once it answers, on this reactor.
   void start_device(Command& r, Namespace& ns);
   static void on_device_done(backend::BlockIo* io, wire::Status st);
   void device_done(Command& r, wire::Status st);
@@ -180,12 +183,9 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // the queue is still open. queue_ending: r will not run again (the queue is closing), so a
   // fused operation's ownership of the fence ends here too.
   void device_released(Command& r, bool queue_ending);
-  // What a device answered, by what r was doing (io_commands.cpp).
-  void io_done(Command& r);
-  // BetweenSteps: Copy and Dataset Management move on one range per reactor turn; next_step
-  // runs the next range from a no-op's completion, among that turn's other completions.
+  // BetweenSteps: the I/O part's next_step runs from a no-op's completion, among that turn's
+  // other completions.
   void next_turn(Command& r);
-  void next_step(Command& r);
   // OnWorker: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
   // exponentiation), then worker_done(r) on the reactor, unless the queue has closed meanwhile.
   // work must touch nothing the reactor touches until then.
@@ -194,51 +194,10 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   // Whether a completion that came back may run its command on: false once the transport is
   // closing or closed; leaves the gate either way (the caller touches nothing after a false).
   bool leave_gate();
-  // parse, per command set
-  void parse_fabrics(Command& r);
-  void parse_admin(Command& r);
-  void parse_io(Command& r);
-  // execute, per command set
-  void execute_fabrics(Command& r);
-  void execute_connect(Command& r);
-  void invalid_connect_param(Command& r, bool in_data, uint32_t offset);
-  // In-band authentication: Authentication Send and Receive run the queue's DH-HMAC-CHAP
-  // transaction (auth_commands.cpp).
-  void parse_auth(Command& r);
-  void execute_auth(Command& r);
-  void auth_send_done(Command& r);  // the worker's part of an Authentication Send is back
-  void complete_auth(Command& r);
-  void execute_admin(Command& r);
-  void execute_io(Command& r);
-  void execute_copy(Command& r, Namespace& ns);
-  void execute_dsm(Command& r, Namespace& ns);
-  void execute_reservation(Command& r, Namespace& ns);
-  // The steps of Copy, Dataset Management and Flush: one device operation each.
-  void copy_step(Command& r);
-  void copy_done(Command& r);
-  void dsm_step(Command& r);
-  void start_flush(Command& r, bool all, bool shutdown_after = false);
-  void flush_step(Command& r);
-  // Fused Compare and Write: the first half is held until the next command arrives.
-  bool fused_halves(Command& r);
-  // The held first half (fused_first_) ends with st, unpaired.
-  void refuse_fused_first(wire::Status st);
-  void start_fused(Command& cmp, Command& wr);
-  void run_fused(Command& cmp);
-  void fused_done(Command& r);
-  void end_fused(Command& cmp, wire::Status cmp_st, wire::Status wr_st);
-  // A write (or a fused pair) through its namespace's fence to the device, or held.
-  void submit(Command& r, Namespace& ns);
-  void wait_for_fence(Command& r);
-  static void on_fence_timer(reactor::Timer* t);
-  void wait_until_durable(Command& r, uint64_t ticket);  // a reservation state write
+  // AwaitingDurable: a reservation change (a reservation command, Set Features 83h) completes
+  // once its state file of this ticket is on disk.
+  void wait_until_durable(Command& r, uint64_t ticket);
   static void on_durable_timer(reactor::Timer* t);
-  // The checks every I/O command passes before it runs: its queue's controller is alive and
-  // enabled. False when r was ended (or the queue closed).
-  bool io_allowed(Command& r);
-  // The namespace r names, if its reservation lets this host run r; else r is ended.
-  Namespace* permitted_namespace(Command& r);
-  wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
 
   reactor::Reactor& reactor() const { return *link_.reactor; }
   const reactor::Clock& clock() const { return *link_.clock; }
@@ -253,46 +212,19 @@ class CommandQueue final : public AdminQueueSink, public CommandAborter {
   uint16_t sqhd_ = 0;
   bool sq_flow_disabled_ = false;
   std::shared_ptr<Controller> ctrl_;
-  std::shared_ptr<HostBudget> host_;  // the host's budget, from its Connect on
-  // A host that must prove its DH-HMAC-CHAP key counts under its address until it has: a
-  // sender claiming its NQN could otherwise take its connection slots. Set at Connect; the move
-  // to the NQN's budget happens when the queue authenticates.
-  bool budget_after_auth_ = false;
-  // An I/O queue that must authenticate claims its qid only once it has (fabrics_commands.cpp).
-  bool qid_claim_after_auth_ = false;
-  bool move_to_host_budget();
-  // Authentication: required when the host has a DH-HMAC-CHAP key (Connect answered with ATR);
-  // until the transaction succeeds, every other command but Disconnect is refused. The keys are
-  // held for the queue's life; the transaction is made at the first Authentication Send.
-  bool auth_required_ = false;
-  HostKeys auth_keys_;
-  std::unique_ptr<auth::DhchapController> auth_;
-  // The transaction's state as the reactor knows it: while an Authentication Send's part runs
-  // on a worker (auth_work_.request set), the reactor touches nothing of auth_.
-  bool authenticated_ = false;
-  bool auth_was_authenticated_ = false;
-  struct AuthWork {
-    Command* request = nullptr;  // the Authentication Send whose part is on the worker
-    auth::DhchapController* transaction = nullptr;
-    const uint8_t* msg = nullptr;
-    size_t len = 0;
-  } auth_work_;
-  QueueStats* stats_ = nullptr;       // this queue's counters, one per namespace
-  // This host's reservation access per namespace (by Namespace::index), made at Connect.
-  std::vector<Reservations::AccessCache> resv_cache_;
-  struct TimerSlot : reactor::Timer {
+  struct DurableTimer : reactor::Timer {
     CommandQueue* owner = nullptr;
-  } fence_timer_, durable_timer_;
-  std::vector<Command*> fence_waiters_;
+  } durable_timer_;
   std::vector<Command*> durable_waiters_;  // reservation commands waiting for their state on disk
-  Command* fused_first_ = nullptr;          // a fused first half waiting for its second
-  std::vector<Command*> held_;              // HeldAer and HeldAbort commands (admin queue)
-  void drop_held(Command& r);
   CommandStateCounts counts_{};
   CommandStateEntries entries_{};
   // Requests in a device or on a worker (the transport's memory they live in stays until they
   // are back); closed by closed().
   Gate gate_;
+  // The command sets, last: they hold a reference to the core.
+  FabricsCommands fabrics_{*this};
+  AdminCommands admin_{*this};
+  IoCommands io_{*this};
 };
 
 }  // namespace nvtcp::target

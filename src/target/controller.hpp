@@ -16,6 +16,7 @@
 #include "nvtcp/sqe.hpp"
 #include "nvtcp/status.hpp"
 #include "reactor/clock.hpp"
+#include "target/io_queue_table.hpp"
 #include "target/target_state.hpp"
 #include "wire/changed_namespaces.hpp"
 #include "wire/features.hpp"
@@ -38,44 +39,6 @@ inline uint32_t copy_max_range_blocks(uint32_t mdts_bytes, uint8_t lbads) {
   return std::min<uint32_t>(mdts_bytes >> lbads, 0xFFFF);
 }
 
-struct AdminResult {
-  wire::Status status;
-  uint32_t dw0 = 0;
-  uint32_t dw1 = 0;
-  uint32_t data_len = 0;   // bytes placed in the data buffer for the host
-  // Get Log Page: the log's bytes for the window asked for (valid until the next admin
-  // command), data_len of them, followed by pad_len zero bytes (past the log's end).
-  const uint8_t* src = nullptr;
-  uint32_t pad_len = 0;
-  bool held = false;       // Asynchronous Event Request: completes later (or never)
-  bool flush_after = false; // complete only after every namespace has been flushed
-  // Set Features 83h: complete once the namespace's (sqe.nsid) reservation state of this
-  // ticket is on disk (Reservations::written), without the reactor waiting for it.
-  uint64_t durable_ticket = 0;
-};
-
-// Per I/O queue counters: one writer (that queue's reactor), read by SMART log requests.
-struct QueueStats {
-  std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0};
-  void add_read(uint64_t bytes) {
-    reads.store(reads.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    read_bytes.store(read_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-  }
-  void add_write(uint64_t bytes) {
-    writes.store(writes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    write_bytes.store(write_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-  }
-  struct Totals {
-    uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
-  };
-  void add_to(Totals& t) const {
-    t.reads += reads.load(std::memory_order_relaxed);
-    t.writes += writes.load(std::memory_order_relaxed);
-    t.read_bytes += read_bytes.load(std::memory_order_relaxed);
-    t.write_bytes += write_bytes.load(std::memory_order_relaxed);
-  }
-};
-
 // The admin queue of a controller: where asynchronous events and the outcome of Abort
 // commands are delivered (that queue's reactor only).
 class AdminQueueSink {
@@ -89,18 +52,14 @@ class AdminQueueSink {
   virtual bool abort_held_aer(uint16_t cid) = 0;
 };
 
-// An I/O queue, as Abort reaches it (its own reactor only).
-class CommandAborter {
- public:
-  virtual ~CommandAborter() = default;
-  // Ends command cid with Command Abort Requested if it is still held before the device
-  // (waiting for memory or the send queue, or for its data from the host); false if it is
-  // not there or already running.
-  virtual bool abort_command(uint16_t cid) = 0;
-};
+class AdminCommands;
+class IdentifyData;
+class LogPages;
 
 class Controller : public std::enable_shared_from_this<Controller> {
  public:
+  static constexpr uint32_t kVersion = 0x00020000;  // NVMe 2.0
+
   // clock: what keep-alive is measured on; the admin queue that makes the controller passes
   // the clock its own deadlines read, so that a test stepping it steps both.
   Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, std::string hostnqn,
@@ -119,14 +78,11 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // rare, so the lock is never taken on the success path.
   static constexpr uint32_t kErrorLogEntries = 64;
   void record_error(uint16_t sqid, const wire::Sqe& sqe, wire::Status st);
-  uint64_t error_count() const;
-  // The address the host reached the target on (set at Connect): a discovery controller
-  // advertises it for wildcard listeners.
-  void set_local_address(std::string a) { local_address_ = std::move(a); }
-  // The listener the host came in through (set at Connect, before any I/O queue): its ANA
-  // states are the ones this controller reports and applies.
-  // False: the subsystem is no longer reachable through that listener (taken away meanwhile).
-  bool set_port(uint16_t portid);
+  // Where the host came in (set at Connect, before any I/O queue): the listener, whose ANA
+  // states are the ones this controller reports and applies, and the address the host reached
+  // the target on, which a discovery controller advertises for wildcard listeners. False: the
+  // subsystem is no longer reachable through that listener (taken away meanwhile).
+  bool set_arrival(uint16_t portid, std::string local_address);
   uint16_t portid() const { return portid_; }
   // The subsystem through that listener (null before Connect and for discovery controllers).
   SubsystemPort* port() const { return port_.get(); }
@@ -145,11 +101,10 @@ class Controller : public std::enable_shared_from_this<Controller> {
   }
   const uint8_t* hostid() const { return hostid_; }
   bool ready() const { return csts_.load(std::memory_order_relaxed) & 1; }
-  uint32_t num_io_queues() const { return num_io_queues_.load(std::memory_order_relaxed); }
+  uint32_t num_io_queues() const { return io_queues.granted(); }
   uint32_t kato_ms() const { return kato_ms_; }
   // The keep-alive timeout this controller runs with when the host asks for asked_ms.
   uint32_t effective_kato_ms(uint32_t asked_ms) const;
-  uint32_t ioccsz_bytes() const;   // 64-byte SQE + in-capsule data of I/O queues
   uint32_t mdts_bytes() const { return target_.config.mdts_bytes; }
 
   // Fabrics property access (admin queue reactor only).
@@ -162,14 +117,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   PropertySetResult property_set(uint32_t offset, bool eight_bytes, uint64_t value);
   void shutdown_complete();
 
-  // Runs an admin command; Identify data goes to buf (4 KiB); a log page is pointed at by
-  // AdminResult::src instead.
-  // host_len: bytes of data from the host in buf (Set Features with data).
-  AdminResult execute_admin(const wire::Sqe& sqe, uint8_t* buf, uint32_t sgl_len, uint32_t host_len = 0);
-  // The Get Log Page execute_admin() just answered (res.src) is on its way to the host: the
-  // notice, changed-namespace list or event mask its read takes away go only now.
-  void log_page_delivered();
-
   // Asynchronous events. The admin queue attaches itself at Connect and detaches at
   // teardown (its reactor); raise() may be called from any thread and runs the event on
   // the admin queue's reactor. An event is reported when the host enabled it (feature 0Bh;
@@ -181,18 +128,13 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // A backend failed one of this controller's commands (any reactor; at most one event in
   // flight, so a failing device under load does not flood the admin reactor).
   void raise_device_error();
-  // Admin reactor: the dw0 of the next event to report, if an AER is held for it.
+  // Admin reactor, for a held Asynchronous Event Request: the dw0 of the next event to report,
+  // if there is one.
   bool take_async_event(uint32_t& dw0);
-  // Admin reactor: an aborted Asynchronous Event Request no longer counts as held.
-  bool take_held_aer() {
-    if (aers_held_ == 0) return false;
-    --aers_held_;
-    return true;
-  }
-  // Admin reactor: an Abort command the admin queue holds is done.
-  void abort_finished() {
-    if (aborts_held_) --aborts_held_;
-  }
+  // Abort of command cid of I/O queue sqid (admin reactor): asks that queue's reactor, which
+  // answers the admin queue's (AdminQueueSink::abort_done for the Abort abort_cid). False: no
+  // such queue.
+  bool post_abort(uint16_t sqid, uint16_t cid, uint16_t abort_cid);
   // A reservation command of any host changed what this controller's host may do (any
   // reactor): queued for log 80h and reported as an I/O command set event, unless the host
   // masked that notice for the namespace (feature 82h).
@@ -207,31 +149,18 @@ class Controller : public std::enable_shared_from_this<Controller> {
     return kato_ms_ == 0 ? UINT64_MAX : last_seen_ns_ + uint64_t(kato_ms_) * 1000000ull + 1;
   }
 
-  // Claims an I/O queue id for a connecting queue; false if taken or out of range. A
-  // claimed queue registers where Abort finds it (its reactor) until it is released.
-  bool claim_queue(uint16_t qid);
-  void release_queue(uint16_t qid);
-  void register_io_queue(uint16_t qid, reactor::Reactor* r, CommandAborter* q);
-  void unregister_io_queue(uint16_t qid, CommandAborter* q);
-  // One I/O queue's counters, one per namespace (by Namespace::index), written by that
-  // queue's reactor only. Made at the queue's Connect, kept for the controller's life.
-  QueueStats* stats(uint16_t qid);
+  // Its I/O queues: granted, claimed, where Abort finds them, their counters.
+  IoQueueTable io_queues;
 
   // Set when the controller is torn down (keep-alive expiry, admin queue loss); I/O
   // queues poll it and close.
   std::atomic<bool> dead{false};
 
  private:
-  uint32_t identify(const wire::Sqe& sqe, uint8_t* buf, wire::Status& st);
-  uint32_t active_namespace_list(uint32_t after, uint8_t* buf, wire::Status& st) const;
-  void get_log_page(const wire::Sqe& sqe, uint32_t len, AdminResult& r);
-  // Reads, writes and their bytes over every I/O queue: of one namespace, or all (nullptr).
-  QueueStats::Totals totals(const Namespace* ns) const;
-  uint32_t build_discovery_log(uint8_t* buf, uint32_t cap);
-  AdminResult set_features(const wire::Sqe& sqe, const uint8_t* data, uint32_t data_len);
-  bool cc_supported(uint32_t cc) const;
-  // sgl_len: the data the host asked for (feature 81h carries its host identifier there).
-  AdminResult get_features(const wire::Sqe& sqe, uint32_t sgl_len);
+  // Admin commands read and change what they report and set (admin reactor only).
+  friend class AdminCommands;
+  friend class IdentifyData;
+  friend class LogPages;
 
   TargetState& target_;
   Subsystem& subsys_;
@@ -251,8 +180,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
 
   uint32_t cc_ = 0;
   std::atomic<uint32_t> csts_{0};
-  std::atomic<uint32_t> num_io_queues_{0};
-  bool queues_set_ = false;
   uint32_t async_event_config_ = 0;
   // Features kept as the host set them (no effect on a software device, but reported back
   // as set, as a drive does): power state, temperature thresholds (over, under), error
@@ -265,16 +192,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   // Feature 16h: ACRE only (the target's CRDT are 0, so a retry delay asks for no wait);
   // the other host behaviours need capabilities the target does not have.
   uint8_t host_behavior_acre_ = 0;
-  uint32_t aers_held_ = 0;
-  uint32_t aborts_held_ = 0;  // Abort commands waiting for an I/O queue's answer (ACL)
-  // Abort: asks the I/O queue's reactor, which answers on the admin queue's.
-  AdminResult start_abort(const wire::Sqe& sqe);
-  struct IoQueueRef {
-    reactor::Reactor* reactor = nullptr;
-    CommandAborter* queue = nullptr;
-  };
-  std::mutex io_queues_mu_;
-  std::vector<IoQueueRef> io_queues_;  // by qid
   // Asynchronous events (admin reactor): per kind of event, one pending report and whether
   // the kind is masked (reported, its log not yet read). Each kind is cleared by its own log
   // page, so the slots go by log: errors (01h), SMART (02h), namespace attribute notices
@@ -303,13 +220,6 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::atomic<uint32_t>* resv_mask(uint32_t nsid) const;
   void queue_event(wire::AsyncEventType type, uint8_t info, wire::LogPageId lid, uint32_t nsid);
   void unmask_event_for_log(wire::LogPageId lid);
-  enum class LogConsume : uint8_t { Nothing, ReservationNotice, ChangedNamespaces };
-  struct PendingConsume {
-    bool valid = false;  // a log page was built and its read is valid
-    LogConsume what = LogConsume::Nothing;
-    bool retain_event = false;
-    wire::LogPageId lid{};
-  } pending_consume_;  // set by get_log_page, applied by log_page_delivered
   bool event_enabled(wire::AsyncEventType type, wire::LogPageId lid) const;
   // Feature 0Bh bits this controller takes (and Identify OAES announces).
   uint32_t async_events_supported() const;
@@ -322,11 +232,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::array<wire::ErrorLogEntry, kErrorLogEntries> errors_{};  // a ring; slot = count % size
   uint64_t error_count_ = 0;
 
-  std::unique_ptr<std::atomic<bool>[]> queue_claimed_;
-  // Per I/O queue: its per-namespace counters, published with release for SMART readers.
-  std::unique_ptr<std::atomic<QueueStats*>[]> stats_;
   uint32_t ns_slots_ = 1;
-  std::vector<uint8_t> scratch_;   // whole log pages before the requested window is cut out
 };
 
 }  // namespace nvtcp::target

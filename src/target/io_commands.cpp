@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// NVM I/O commands: Read, Write, Write Zeroes, Compare, Verify, Copy, Dataset Management,
-// Flush, reservations and fused Compare and Write, each as its parse (what it moves, checked
-// before any data), its execute (the device operation it starts) and its device completion.
+// NVM I/O commands (io_commands.hpp): parse, execute and device completion of each, commands
+// in steps, fused Compare and Write, the fence and Abort.
+#include "target/io_commands.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -18,6 +19,9 @@ using namespace nvtcp::wire;
 
 namespace {
 using Direction = Command::Direction;
+
+// How often writes waiting for a fused Compare and Write look at its namespace's fence again.
+constexpr uint64_t kFenceRetryNs = 20'000;
 
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
@@ -44,75 +48,82 @@ bool host_data(Command& r, uint32_t len, uint32_t mdts) {
 }
 }  // namespace
 
+IoCommands::IoCommands(CommandQueue& q) : q_(q) {
+  fence_timer_.owner = this;
+  fence_timer_.fn = on_fence_timer;
+}
+
+IoCommands::~IoCommands() { q_.reactor().cancel_timer(&fence_timer_); }
+
+Controller& IoCommands::ctrl() const { return *q_.ctrl_; }
+
+void IoCommands::attach(QueueStats* stats, uint32_t max_namespaces) {
+  stats_ = stats;
+  resv_cache_.assign(max_namespaces + 1, {});  // by NSID
+}
+
 // The blocks a command names (SLBA, NLB): inside the namespace, else LBA Out of Range; and,
 // for a command that moves data, at most MDTS, else Invalid Field. len: their bytes. The
 // namespace size (which a resize changes) is read once.
-Status CommandQueue::block_range(const Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const {
+Status IoCommands::block_range(const Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const {
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
   const uint64_t slba = sqe.slba(), nlb = sqe.nlb();
   if (slba >= blocks || nlb > blocks - slba) return sc::LbaOutOfRange;
   len = nlb << ns.lbads;
-  if (bounded_by_mdts && len > ctrl_->mdts_bytes()) return sc::InvalidField;
+  if (bounded_by_mdts && len > ctrl().mdts_bytes()) return sc::InvalidField;
   return sc::Success;
 }
 
-bool CommandQueue::io_allowed(Command& r) {
+bool IoCommands::io_allowed(Command& r) {
   // The admin queue's loss ends this queue now, not at the next periodic check; a reset or
   // shut-down controller runs no I/O (the host must re-enable it first).
-  if (ctrl_->dead.load(std::memory_order_relaxed)) {
-    transport_.close("its controller was torn down");
+  if (ctrl().dead.load(std::memory_order_relaxed)) {
+    q_.transport_.close("its controller was torn down");
     return false;
   }
-  if (!ctrl_->ready()) {
+  if (!ctrl().ready()) {
     r.status = sc::CommandSequenceError;
     return false;
   }
   return true;
 }
 
-void CommandQueue::hold_namespace(Command& r, Namespace* ns) {
-  if (r.ns == ns) return;
-  if (r.ns) r.ns->holds.drop(shared_.index());
-  r.ns = ns;
-  if (ns) ns->holds.hold(shared_.index());
-}
-
-Namespace* CommandQueue::permitted_namespace(Command& r) {
+Namespace* IoCommands::permitted_namespace(Command& r) {
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Flush && r.sqe.nsid == kNsidAll) {
     // Flush is in the write group a reservation restricts, on every namespace it reaches:
     // a host that may not write one of them gets Reservation Conflict, as it would for a
     // Flush to that namespace alone, and nothing is flushed.
-    const Subsystem& sub = ctrl_->subsystem();
+    const Subsystem& sub = ctrl().subsystem();
     for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
       const Namespace* each = sub.find_namespace(nsid);
       if (!each) continue;
-      if (Status st = ctrl_->ana_status(*each); !st.ok()) {
+      if (Status st = ctrl().ana_status(*each); !st.ok()) {
         r.status = st;  // one it cannot reach through this port: nothing is flushed
         return nullptr;
       }
       if (each->reservations.held() &&
-          !each->reservations.allowed(ctrl_->hostid(), false, true, resv_cache_[each->index])) {
+          !each->reservations.allowed(ctrl().hostid(), false, true, resv_cache_[each->index])) {
         r.status = sc::ReservationConflict;
         return nullptr;
       }
     }
     return nullptr;  // no one namespace: the flush goes to all
   }
-  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
   if (!ns) {
     r.status = sc::InvalidNamespace;
     return nullptr;
   }
   // Its ANA group not reachable through this port: a path status (no DNR), so that a
   // multipath host sends it down another path.
-  if (Status st = ctrl_->ana_status(*ns); !st.ok()) {
+  if (Status st = ctrl().ana_status(*ns); !st.ok()) {
     r.status = st;
     return nullptr;
   }
   // A reservation held on the namespace: one relaxed load while there is none.
   if (ns->reservations.held() &&
-      !ns->reservations.allowed(ctrl_->hostid(), reads_blocks(opc), writes_blocks(opc), resv_cache_[ns->index])) {
+      !ns->reservations.allowed(ctrl().hostid(), reads_blocks(opc), writes_blocks(opc), resv_cache_[ns->index])) {
     r.status = sc::ReservationConflict;
     return nullptr;
   }
@@ -121,7 +132,7 @@ Namespace* CommandQueue::permitted_namespace(Command& r) {
 
 // ---------------------------------------------------------------- parse
 
-void CommandQueue::parse_io(Command& r) {
+void IoCommands::parse(Command& r) {
   if (!io_allowed(r)) {
     if (r.status.ok()) r.status = sc::CommandSequenceError;  // the queue closes: it is not answered
     return;
@@ -129,9 +140,9 @@ void CommandQueue::parse_io(Command& r) {
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   Namespace* ns = permitted_namespace(r);
-  hold_namespace(r, ns);
+  q_.hold_namespace(r, ns);
   if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
-  const uint32_t mdts = ctrl_->mdts_bytes();
+  const uint32_t mdts = ctrl().mdts_bytes();
   uint64_t len = 0;
   switch (opc) {
     case IoOpcode::Verify:
@@ -199,19 +210,19 @@ void CommandQueue::parse_io(Command& r) {
 
 // ---------------------------------------------------------------- execute
 
-void CommandQueue::execute_io(Command& r) {
+void IoCommands::execute(Command& r) {
   // Checked again when the command waited (for memory, its turn or the host's data): the
   // controller, or a reservation, may have changed meanwhile. Otherwise parse checked it
   // this very turn.
   Namespace* ns = r.ns;
   if (r.waited) {
     if (!io_allowed(r)) {
-      if (!r.status.ok()) complete(r, r.status);
+      if (!r.status.ok()) q_.complete(r, r.status);
       return;  // else the queue is closing
     }
     ns = permitted_namespace(r);
     if (!ns && !r.status.ok()) {
-      complete(r, r.status);
+      q_.complete(r, r.status);
       return;
     }
   }
@@ -244,36 +255,36 @@ void CommandQueue::execute_io(Command& r) {
   submit(r, *ns);
 }
 
-void CommandQueue::execute_copy(Command& r, Namespace& ns) {
+void IoCommands::execute_copy(Command& r, Namespace& ns) {
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
   const auto* ranges = reinterpret_cast<const CopySourceRange*>(r.buf);
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
-  const uint64_t max_range = copy_max_range_blocks(ctrl_->mdts_bytes(), ns.lbads);
+  const uint64_t max_range = copy_max_range_blocks(ctrl().mdts_bytes(), ns.lbads);
   uint64_t total = 0;
   for (uint32_t i = 0; i < nr; ++i) {
     const uint64_t nlb = uint64_t(ranges[i].nlb) + 1;
     if (nlb > max_range) {
-      complete(r, sc::CommandSizeLimitExceeded);
+      q_.complete(r, sc::CommandSizeLimitExceeded);
       return;
     }
     if (ranges[i].slba >= blocks || nlb > blocks - ranges[i].slba) {
-      complete(r, sc::LbaOutOfRange);
+      q_.complete(r, sc::LbaOutOfRange);
       return;
     }
     total += nlb;
   }
   const uint64_t sdlba = r.sqe.slba();
   if (sdlba >= blocks || total > blocks - sdlba) {
-    complete(r, sc::LbaOutOfRange);
+    q_.complete(r, sc::LbaOutOfRange);
     return;
   }
   r.steps = Command::CopySteps{0, sdlba, 0, false};
   copy_step(r);
 }
 
-void CommandQueue::execute_dsm(Command& r, Namespace& ns) {
+void IoCommands::execute_dsm(Command& r, Namespace& ns) {
   if (!(r.sqe.cdw11 & (1u << 2))) {  // only the Deallocate attribute asks us to act
-    complete(r, sc::Success);
+    q_.complete(r, sc::Success);
     return;
   }
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
@@ -281,7 +292,7 @@ void CommandQueue::execute_dsm(Command& r, Namespace& ns) {
   const uint64_t blocks = ns.blocks.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < nr; ++i) {
     if (ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba) {
-      complete(r, sc::LbaOutOfRange);
+      q_.complete(r, sc::LbaOutOfRange);
       return;
     }
   }
@@ -291,7 +302,7 @@ void CommandQueue::execute_dsm(Command& r, Namespace& ns) {
 
 // Reservation commands: the namespace's Reservations decides, under its lock; the notices a
 // command causes go to the other hosts' controllers.
-void CommandQueue::execute_reservation(Command& r, Namespace& ns) {
+void IoCommands::execute_reservation(Command& r, Namespace& ns) {
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   if (opc == IoOpcode::ReservationReport) {
@@ -300,11 +311,11 @@ void CommandQueue::execute_reservation(Command& r, Namespace& ns) {
       r.tx_data = r.buf;
       r.tx_len = r.xfer.len;
     }
-    complete(r, st);
+    q_.complete(r, st);
     return;
   }
   Reservations::HostId host;
-  std::memcpy(host.data(), ctrl_->hostid(), host.size());
+  std::memcpy(host.data(), ctrl().hostid(), host.size());
   std::vector<Reservations::Notice> notices;
   Reservations::Outcome o;
   switch (opc) {
@@ -330,35 +341,35 @@ void CommandQueue::execute_reservation(Command& r, Namespace& ns) {
   // debug, not info: any host can send these in a loop, and each log line is a write(2).
   if (o.status.ok())
     log::debug("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}",
-               link_.peer, ctrl_->hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
-  ctrl_->subsystem().notify_reservation(ns.nsid, notices);
+               q_.link_.peer, ctrl().hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
+  ctrl().subsystem().notify_reservation(ns.nsid, notices);
   if (!o.durable_ticket) {
-    complete(r, o.status);
+    q_.complete(r, o.status);
     return;
   }
   // Persistence on (CPTPL): the command completes once its state is durable.
-  wait_until_durable(r, o.durable_ticket);
+  q_.wait_until_durable(r, o.durable_ticket);
 }
 
 // ---------------------------------------------------------------- device completions
 
-void CommandQueue::io_done(Command& r) {
+void IoCommands::device_done(Command& r) {
   Status st = r.device_status;
   // A device that failed a command is an error event for the host (Transient Internal
   // Error: the failure is the command's, the controller goes on).
-  if (!st.ok() && ctrl_) ctrl_->raise_device_error();
+  if (!st.ok() && q_.ctrl_) ctrl().raise_device_error();
   if (r.fused()) {
     fused_done(r);
     return;
   }
   if (std::holds_alternative<Command::FlushSteps>(r.steps)) {
     if (st.ok()) flush_step(r);
-    else complete(r, st);
+    else q_.complete(r, st);
     return;
   }
   if (std::holds_alternative<Command::DsmSteps>(r.steps)) {
-    if (st.ok()) next_turn(r);
-    else complete(r, st);
+    if (st.ok()) q_.next_turn(r);
+    else q_.complete(r, st);
     return;
   }
   if (std::holds_alternative<Command::CopySteps>(r.steps)) {
@@ -367,28 +378,33 @@ void CommandQueue::io_done(Command& r) {
   }
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Verify) {  // read to check it, never sent
-    complete(r, st);
+    q_.complete(r, st);
     return;
   }
   if (opc == IoOpcode::Compare) {
     const uint8_t* device = r.io.read_data ? r.io.read_data : r.io.buffer;
     if (st.ok() && std::memcmp(r.buf, device, r.io.length) != 0) st = sc::CompareFailure;
-    complete(r, st);
+    q_.complete(r, st);
     return;
   }
   if (st.ok() && stats_) {
     if (r.io.op == backend::BlockIo::Op::Read) stats_[r.ns_index].add_read(r.io.length);
     else if (r.io.op == backend::BlockIo::Op::Write) stats_[r.ns_index].add_write(r.io.length);
   }
-  if (st.ok() && r.io.fua) shared_.count_fua_write();
+  if (st.ok() && r.io.fua) q_.shared_.count_fua_write();
   if (st.ok() && r.io.op == backend::BlockIo::Op::Read) {
     r.tx_data = r.io.read_data;
     r.tx_len = uint32_t(r.io.length);
   }
-  complete(r, st);
+  q_.complete(r, st);
 }
 
 // ---------------------------------------------------------------- commands in steps
+
+void IoCommands::next_step(Command& r) {
+  if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
+  else dsm_step(r);
+}
 
 // Copy: each source range is read into the buffer after the range list, then written at the
 // destination, which moves on by that range's length; one range per reactor turn at most. Both
@@ -396,24 +412,24 @@ void CommandQueue::io_done(Command& r) {
 // data moved inside the target per turn (ReactorCommands::take_step_budget), the pieces over it
 // on later turns: the whole range is read before any of it is written, as when it went in one
 // piece, so a destination overlapping its source reads the same either way.
-void CommandQueue::copy_step(Command& r) {
+void IoCommands::copy_step(Command& r) {
   auto& copy = std::get<Command::CopySteps>(r.steps);
   // Aborted: before a range is written, or between ranges; a range being written is written whole.
   if (r.aborted && !(copy.writing && copy.done > 0)) {
-    complete(r, sc::AbortRequested);
+    q_.complete(r, sc::AbortRequested);
     return;
   }
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
   if (copy.next == nr) {
-    complete(r, sc::Success);
+    q_.complete(r, sc::Success);
     return;
   }
-  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
-  if (!shared_.take_step_budget(reactor().turn(), piece)) {
-    next_turn(r);  // over this turn's budget: a later turn
+  if (!q_.shared_.take_step_budget(q_.reactor().turn(), piece)) {
+    q_.next_turn(r);  // over this turn's budget: a later turn
     return;
   }
   uint8_t* data = r.buf + kCopyRangesBytes + copy.done;
@@ -426,14 +442,14 @@ void CommandQueue::copy_step(Command& r) {
   submit(r, *ns);
 }
 
-void CommandQueue::copy_done(Command& r) {
+void IoCommands::copy_done(Command& r) {
   auto& copy = std::get<Command::CopySteps>(r.steps);
   Status st = r.device_status;
   if (!st.ok()) {
-    complete(r, st);
+    q_.complete(r, st);
     return;
   }
-  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   // A device that lent its own memory for the read: into the buffer, since the write may
@@ -447,7 +463,7 @@ void CommandQueue::copy_done(Command& r) {
       copy.dst += range_bytes >> ns->lbads;
       ++copy.next;
       copy.writing = false;
-      next_turn(r);
+      q_.next_turn(r);
       return;
     }
     copy.writing = true;
@@ -455,18 +471,18 @@ void CommandQueue::copy_done(Command& r) {
   copy_step(r);  // the next piece now, if the turn's budget has room
 }
 
-void CommandQueue::dsm_step(Command& r) {
+void IoCommands::dsm_step(Command& r) {
   if (r.aborted) {
-    complete(r, sc::AbortRequested);
+    q_.complete(r, sc::AbortRequested);
     return;
   }
   auto& dsm = std::get<Command::DsmSteps>(r.steps);
-  Namespace* ns = ctrl_->subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
   const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf);
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
   while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
   if (dsm.next == nr) {
-    complete(r, sc::Success);
+    q_.complete(r, sc::Success);
     return;
   }
   const DsmRange& d = ranges[dsm.next++];
@@ -479,25 +495,25 @@ void CommandQueue::dsm_step(Command& r) {
 // Flush makes durable every write that completed before it arrived: on one namespace, or
 // (NSID FFFFFFFFh, and when feature 06h turns a cache off) on each namespace the controller
 // reaches, one after another. Namespaces without a volatile write cache have nothing to do.
-void CommandQueue::start_flush(Command& r, bool all, bool shutdown_after) {
+void IoCommands::start_flush(Command& r, bool all, bool shutdown_after) {
   r.steps = Command::FlushSteps{0, all, shutdown_after};
   flush_step(r);
 }
 
-void CommandQueue::flush_step(Command& r) {
+void IoCommands::flush_step(Command& r) {
   if (r.aborted) {
-    complete(r, sc::AbortRequested);
+    q_.complete(r, sc::AbortRequested);
     return;
   }
   auto& flush = std::get<Command::FlushSteps>(r.steps);
-  const Subsystem& sub = ctrl_->subsystem();
+  const Subsystem& sub = ctrl().subsystem();
   while (flush.next < sub.max_namespaces()) {
     const uint32_t nsid = ++flush.next;
     // One namespace: the one parse found (and holds). Every one: each held while its flush
     // runs, so that none is removed under it.
     Namespace* ns = flush.all ? sub.find_namespace(nsid) : (nsid == r.sqe.nsid ? r.ns : nullptr);
     if (!ns || !ns->device->volatile_write_cache()) continue;
-    if (flush.all) hold_namespace(r, ns);
+    if (flush.all) q_.hold_namespace(r, ns);
     r.io.op = backend::BlockIo::Op::Flush;
     r.io.offset = r.io.length = 0;
     r.io.fua = false;
@@ -506,9 +522,9 @@ void CommandQueue::flush_step(Command& r) {
     submit(r, *ns);
     return;
   }
-  if (qid_ != 0) shared_.count_flush();
-  if (flush.shutdown_after) ctrl_->shutdown_complete();
-  complete(r, sc::Success);
+  if (q_.qid_ != 0) q_.shared_.count_flush();
+  if (flush.shutdown_after) ctrl().shutdown_complete();
+  q_.complete(r, sc::Success);
 }
 
 // ---------------------------------------------------------------- fused Compare and Write
@@ -517,7 +533,7 @@ void CommandQueue::flush_step(Command& r) {
 // command, a Write marked second, on the same blocks, each with its data in the capsule.
 // Decided at parse, in arrival order. True when r was taken here: paired (execute starts the
 // pair), held as a first half, or failed (r.status).
-bool CommandQueue::fused_halves(Command& r) {
+bool IoCommands::fused_halves(Command& r) {
   const uint8_t fuse = r.sqe.flags & kSqeFlagsFuseMask;
   if (Command* first = fused_first_) {
     fused_first_ = nullptr;
@@ -531,7 +547,7 @@ bool CommandQueue::fused_halves(Command& r) {
       return true;
     }
     log::warn("{}: fused Compare cid {} not followed by its Write (next: cid {} opcode 0x{:02x} fuse {})",
-              link_.peer, c.cid, w.cid, w.opc, fuse);
+              q_.link_.peer, c.cid, w.cid, w.opc, fuse);
     fused_first_ = first;
     refuse_fused_first(fuse == kSqeFlagsFuseSecond ? sc::InvalidField : sc::MissingFusedCommand);
     if (fuse == kSqeFlagsFuseSecond) {
@@ -541,7 +557,7 @@ bool CommandQueue::fused_halves(Command& r) {
     if (fuse == 0) return false;  // r runs as itself
     // r itself is a new first half.
   }
-  if (fuse == kSqeFlagsFuseFirst && qid_ != 0 && connected() && r.sqe.opc == uint8_t(IoOpcode::Compare)) {
+  if (fuse == kSqeFlagsFuseFirst && q_.qid_ != 0 && q_.connected() && r.sqe.opc == uint8_t(IoOpcode::Compare)) {
     if (r.capsule_len == 0) {  // the pair runs from its in-capsule data only
       r.status = sc::InvalidField;
       return true;
@@ -554,28 +570,28 @@ bool CommandQueue::fused_halves(Command& r) {
   return true;
 }
 
-void CommandQueue::refuse_fused_first(Status st) {
+void IoCommands::refuse_fused_first(Status st) {
   Command* first = std::exchange(fused_first_, nullptr);
   first->steps = std::monostate{};
-  set_state(*first, State::Running);
-  complete(*first, st);
+  q_.set_state(*first, State::Running);
+  q_.complete(*first, st);
 }
 
-void CommandQueue::start_fused(Command& cmp, Command& wr) {
-  if (ctrl_->dead.load(std::memory_order_relaxed) || !ctrl_->ready()) {
+void IoCommands::start_fused(Command& cmp, Command& wr) {
+  if (ctrl().dead.load(std::memory_order_relaxed) || !ctrl().ready()) {
     end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
     return;
   }
-  Namespace* ns = ctrl_->subsystem().find_namespace(cmp.sqe.nsid);
+  Namespace* ns = ctrl().subsystem().find_namespace(cmp.sqe.nsid);
   if (!ns) {
     end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
     return;
   }
   // Both halves hold the namespace as any I/O does: removed live, it outlives their device I/O.
-  hold_namespace(cmp, ns);
-  hold_namespace(wr, ns);
+  q_.hold_namespace(cmp, ns);
+  q_.hold_namespace(wr, ns);
   // Its ANA group not reachable through this port: as for a plain Write, a path status.
-  if (Status st = ctrl_->ana_status(*ns); !st.ok()) {
+  if (Status st = ctrl().ana_status(*ns); !st.ok()) {
     end_fused(cmp, st, sc::FailedFusedCommand);
     return;
   }
@@ -588,18 +604,18 @@ void CommandQueue::start_fused(Command& cmp, Command& wr) {
     end_fused(cmp, sc::DataSglLengthInvalid, sc::FailedFusedCommand);
     return;
   }
-  if (ns->reservations.held() && !ns->reservations.allowed(ctrl_->hostid(), true, true, resv_cache_[ns->index])) {
+  if (ns->reservations.held() && !ns->reservations.allowed(ctrl().hostid(), true, true, resv_cache_[ns->index])) {
     end_fused(cmp, sc::ReservationConflict, sc::FailedFusedCommand);
     return;
   }
   cmp.fence_ns = ns;
-  set_state(wr, State::AwaitingFusedPartner);  // until its Compare has read and matched
-  set_state(cmp, State::Running);
+  q_.set_state(wr, State::AwaitingFusedPartner);  // until its Compare has read and matched
+  q_.set_state(cmp, State::Running);
   run_fused(cmp);
 }
 
 // Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare.
-void CommandQueue::run_fused(Command& cmp) {
+void IoCommands::run_fused(Command& cmp) {
   Namespace* ns = cmp.fence_ns;
   if (!cmp.fence_owner) {
     if (!ns->fence.try_own()) {  // another fused operation on this namespace runs
@@ -622,7 +638,7 @@ void CommandQueue::run_fused(Command& cmp) {
   submit(cmp, *ns);
 }
 
-void CommandQueue::fused_done(Command& r) {
+void IoCommands::fused_done(Command& r) {
   Command& cmp = r.sqe.opc == uint8_t(IoOpcode::Compare) ? r : *r.fused()->partner;
   Command& wr = *cmp.fused()->partner;
   Status st = r.device_status;
@@ -647,21 +663,88 @@ void CommandQueue::fused_done(Command& r) {
   io.fua = wr.sqe.fua();
   wr.fence_owner = true;  // writes under the fence its Compare owns
   wr.fence_ns = ns;
-  set_state(cmp, State::AwaitingFusedPartner);  // until its Write is done
-  set_state(wr, State::Running);
+  q_.set_state(cmp, State::AwaitingFusedPartner);  // until its Write is done
+  q_.set_state(wr, State::Running);
   submit(wr, *ns);
 }
 
-void CommandQueue::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
+void IoCommands::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
   Command& wr = *cmp.fused()->partner;
   if (cmp.fence_owner) cmp.fence_ns->fence.release();
   cmp.fence_owner = wr.fence_owner = false;
   cmp.steps = wr.steps = std::monostate{};
   cmp.tx_len = wr.tx_len = 0;
   for (Command* half : {&cmp, &wr})
-    if (half->state() != State::Running) set_state(*half, State::Running);
-  complete(cmp, cmp_st);
-  complete(wr, wr_st);
+    if (half->state() != State::Running) q_.set_state(*half, State::Running);
+  q_.complete(cmp, cmp_st);
+  q_.complete(wr, wr_st);
+}
+
+// ---------------------------------------------------------------- the fence
+
+void IoCommands::submit(Command& r, Namespace& ns) {
+  // Writes count themselves against the namespace's fence, or wait while a fused Compare
+  // and Write holds it.
+  const auto op = r.io.op;
+  if (!r.fence_owner && (op == backend::BlockIo::Op::Write || op == backend::BlockIo::Op::WriteZeroes ||
+                         op == backend::BlockIo::Op::Deallocate)) {
+    r.fence_ns = &ns;
+    if (!ns.fence.begin_write(q_.shared_.index(), r.fence_waiting)) {
+      wait_for_fence(r);
+      return;
+    }
+    r.fence_counted = true;
+  }
+  q_.start_device(r, ns);
+}
+
+void IoCommands::wait_for_fence(Command& r) {
+  q_.set_state(r, State::AwaitingFence);
+  fence_waiters_.push_back(&r);
+  if (!fence_timer_.linked) q_.reactor().arm_timer(&fence_timer_, kFenceRetryNs);
+}
+
+void IoCommands::on_fence_timer(reactor::Timer* t) {
+  auto* self = static_cast<FenceTimer*>(t)->owner;
+  std::vector<Command*> waiting;
+  waiting.swap(self->fence_waiters_);
+  for (Command* r : waiting) {
+    self->q_.set_state(*r, State::Running);
+    // A fused Compare waits to own the fence or for it to drain; anything else is a write
+    // whose device operation is ready to go.
+    if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
+    else self->submit(*r, *r->fence_ns);
+  }
+}
+
+void IoCommands::closed() {
+  q_.reactor().cancel_timer(&fence_timer_);
+  for (Command* w : fence_waiters_) {
+    if (w->fence_owner) w->fence_ns->fence.release();
+    w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
+  }
+  fence_waiters_.clear();
+}
+
+// ---------------------------------------------------------------- Abort of an I/O command
+
+bool IoCommands::abort_command(uint16_t cid) {
+  if (!q_.connected() || q_.link_.closing) return false;
+  const CommandTransport::AbortLookup found = q_.transport_.abort_before_execution(cid);
+  if (found.ended) return true;
+  if (!found.running) return false;
+  Command& r = *found.running;
+  // Commands that go to the device one step at a time (a range, a namespace) stop at the
+  // next step: what the finished steps did stays done, as an aborted command may leave it.
+  const State st = r.state();
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted && !r.fused() &&
+      (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
+    r.aborted = true;
+    log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", q_.link_.peer, cid, r.sqe.opc);
+    return true;
+  }
+  return false;  // one operation on the device, or being sent
 }
 
 }  // namespace nvtcp::target

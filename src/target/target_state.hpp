@@ -58,7 +58,7 @@ class ResponseObserver {
 // TargetConfig::max_host_buffer_memory and max_connections_per_host: so that one host, with many
 // connections, cannot take the whole budget from the others. A host is its NQN when something
 // vouches for it (its TLS PSK, its DH-HMAC-CHAP key, or a subsystem's list of allowed hosts);
-// a host that may claim any NQN it likes is its address (CommandQueue::execute_connect).
+// a host that may claim any NQN it likes is its address (FabricsCommands::reserve_queue).
 struct HostBudget {
   std::string principal;  // "host NQN" or "unauthenticated hosts at ADDRESS"
   std::atomic<uint64_t> bytes{0};

@@ -43,12 +43,7 @@ target::TargetState& state() {
     auto ctrl = sub->add_controller(
         std::make_shared<target::Controller>(*s, *sub, sub->allocate_cntlid(), "nqn.2026-11.io.nvtcp:fuzz-host", hostid, 0));
     ctrl->property_set(nvme::prop::CC, false, 0x00460001);  // EN, IOSQES 6, IOCQES 4
-    nvme::Sqe nq{};
-    nq.opc = uint8_t(nvme::AdminOpcode::SetFeatures);
-    nq.cdw10 = wire::kFeatureNumberOfQueues;
-    nq.cdw11 = 3 | 3u << 16;  // 4 I/O queues
-    uint8_t buf[4096];
-    ctrl->execute_admin(nq, buf, 0);
+    ctrl->io_queues.grant(4);  // as Set Features 07h would
     static std::shared_ptr<target::Controller> standing = ctrl;  // lives as long as the state
     return s;
   }();
