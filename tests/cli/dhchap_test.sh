@@ -7,14 +7,7 @@
 # refused with a clear message; no key appears in any log or output; the target serves on.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-dhchap.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" dhchap
 NQN=nqn.2026-11.io.nvtcp:dhchap
 HOST=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
 # The specification's example secret (SHA-256 transform) and a 48-byte one (SHA-384).
@@ -31,11 +24,8 @@ cat >"$dir/target.json" <<JSON
    "hosts": [{"nqn": "$HOST", "dhchap_key": "@$dir/host.key", "dhchap_ctrl_key": "@$dir/ctrl.key"},
              "nqn.2026-11.io.nvtcp:keyless"]}]}
 JSON
-"$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
-trid="trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/ready") subnqn:$NQN hostnqn:$HOST ns:1"
+start_target --config "$dir/target.json"
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN hostnqn:$HOST ns:1"
 
 "$NVTCP" perf -r "$trid" -q 8 -o 4K -w randrw -t 1 -P 2 --verify \
   --dhchap-secret "@$dir/host.key" --dhchap-ctrl-secret "@$dir/ctrl.key" >"$dir/perf.txt" 2>&1 \
@@ -85,7 +75,5 @@ for k in "$HOST_KEY" "$CTRL_KEY" "$WRONG_KEY"; do
   if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
 done
 kill -0 "$target_pid" || fail "the target exited"
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 echo "PASS: DH-HMAC-CHAP from the command line, both ways, refusals clear, no key in any output"

@@ -9,14 +9,7 @@
 # in any log or output; the target serves on.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-tls.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" tls
 # The sectype of each discovery log entry for subsystem $NQN in discover's output $1, one a line.
 sectypes_of_subsystem() {
   awk -v nqn="$NQN" '/^=====Discovery Log Entry/ { s = "" } /^subnqn:/ { s = $2 } /^sectype:/ { if (s == nqn) print $2 }' "$1"
@@ -39,10 +32,7 @@ cat >"$dir/target.json" <<JSON
  "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "16M"}],
    "hosts": [{"nqn": "$HOST", "psk": "@$dir/host.psk"}, "$PLAIN_HOST"]}]}
 JSON
-"$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
+start_target --config "$dir/target.json"
 trid="trtype:tcp traddr:127.0.0.1 trsvcid:$tls_port subnqn:$NQN hostnqn:$HOST ns:1"
 
 "$NVTCP" perf -r "$trid" -q 8 -o 16K -w randrw -t 1 -P 2 --verify --tls-key "@$dir/host.psk" >"$dir/perf.txt" 2>&1 \
@@ -100,7 +90,5 @@ for k in "$PSK" "$WRONG"; do
   if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
 done
 kill -0 "$target_pid" || fail "the target exited"
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 echo "PASS: TLS from the command line, digests on top, discovery says TLS, refusals clear, no key in any output"
