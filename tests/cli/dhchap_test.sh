@@ -48,32 +48,20 @@ echo "PASS: $(grep 're-authentication:' "$dir/reauth.txt" | tr -s ' ')"
   || fail "identify with an inline secret: $(tail -3 "$dir/identify.txt")"
 grep -q '^cntlid' "$dir/identify.txt" || fail "identify printed no controller"
 
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --dhchap-secret "@$dir/wrong.key" >"$dir/wrong.txt" 2>&1; then
-  fail "perf with a wrong secret succeeded"
-fi
+refused_read wrong "with a wrong secret" --dhchap-secret "@$dir/wrong.key"
 grep -q 'authentication failed' "$dir/wrong.txt" || fail "wrong secret: $(tail -2 "$dir/wrong.txt")"
 grep -q 'failed DH-HMAC-CHAP authentication on qid 0' "$dir/target.log" || fail "the target did not log the failure"
 
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 >"$dir/none.txt" 2>&1; then
-  fail "perf without a secret succeeded"
-fi
+refused_read none "without a secret"
 grep -q 'requires DH-HMAC-CHAP authentication' "$dir/none.txt" || fail "no secret: $(tail -2 "$dir/none.txt")"
 
-chmod 644 "$dir/host.key"
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --dhchap-secret "@$dir/host.key" >"$dir/mode.txt" 2>&1; then
-  fail "perf read a key file others can read"
-fi
-grep -q 'mode 0644' "$dir/mode.txt" || fail "key file mode: $(tail -2 "$dir/mode.txt")"
-chmod 600 "$dir/host.key"
+key_file_mode_refused --dhchap-secret "$dir/host.key"
 
 # A host without keys on the same subsystem needs none.
 "$NVTCP" perf -r "${trid/hostnqn:$HOST/hostnqn:nqn.2026-11.io.nvtcp:keyless}" -q 4 -o 4K -w read -t 0.3 \
   >"$dir/keyless.txt" 2>&1 || fail "a host without keys: $(tail -2 "$dir/keyless.txt")"
 
-for k in "$HOST_KEY" "$CTRL_KEY" "$WRONG_KEY"; do
-  b64=${k:10:20}
-  if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
-done
+no_key_leaked "$HOST_KEY" "$CTRL_KEY" "$WRONG_KEY"
 kill -0 "$target_pid" || fail "the target exited"
 stop_target
 echo "PASS: DH-HMAC-CHAP from the command line, both ways, refusals clear, no key in any output"

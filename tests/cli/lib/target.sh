@@ -55,3 +55,30 @@ stop_target() {
   wait "$target_pid" || fail "the target did not exit cleanly"
   target_pid=
 }
+# refused_read NAME WHAT [ARGS...]: a short `nvtcp perf` read of $trid with ARGS must fail (its
+# output in $dir/NAME.txt for the test to check why); "perf WHAT succeeded" fails the test.
+refused_read() {
+  local name=$1 what=$2
+  shift 2
+  if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 "$@" >"$dir/$name.txt" 2>&1; then
+    fail "perf $what succeeded"
+  fi
+}
+# key_file_mode_refused OPTION FILE: perf refuses a key file (given as OPTION @FILE) that others
+# can read, naming its mode; FILE is made private again after.
+key_file_mode_refused() {
+  chmod 644 "$2"
+  refused_read mode "reading a key file others can read" "$1" "@$2"
+  grep -q 'mode 0644' "$dir/mode.txt" || fail "key file mode: $(tail -2 "$dir/mode.txt")"
+  chmod 600 "$2"
+}
+# no_key_leaked KEY...: no part of any KEY's secret (20 characters of its base64, past the
+# "DHHC-1:xx:" or "NVMeTLSkey-1:xx:" prefix) appears in the tests' outputs or the target's log.
+no_key_leaked() {
+  local k b64
+  for k in "$@"; do
+    b64=${k#*:*:}
+    b64=${b64:0:20}
+    if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
+  done
+}
