@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/ordered_send_done.hpp"
 #include "auth/tls_psk.hpp"
 #include "memory_stream.hpp"
 #include "reactor/reactor.hpp"
@@ -73,16 +74,7 @@ struct Owner final : reactor::StreamOwner {
   }
 };
 
-struct Done : reactor::SendDone {
-  std::vector<int>* order = nullptr;
-  int id = 0;
-  Done() {
-    fn = [](reactor::SendDone* d) {
-      auto* self = static_cast<Done*>(d);
-      self->order->push_back(self->id);
-    };
-  }
-};
+using Done = test::OrderedSendDone;
 
 struct TlsPair : ::testing::Test {
   reactor::Reactor reactor{64};
