@@ -7,14 +7,7 @@
 # same file with --in-capsule and --cores on the command line, which win.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-config-file.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" config-file
 NQN=nqn.2026-12.io.nvtcp:config-file
 cat >"$dir/target.json" <<JSON
 {"listeners": [{"address": "127.0.0.1", "port": 0}], "discovery_port": 0, "cores": 2,
@@ -22,14 +15,7 @@ cat >"$dir/target.json" <<JSON
  "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "null", "size": "1G"}]}]}
 JSON
 # start ARGS...: the target with the file and ARGS; sets target_pid and port.
-start() {
-  rm -f "$dir/ready"
-  "$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" "$@" >"$dir/target.log" 2>&1 &
-  target_pid=$!
-  for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-  [ -s "$dir/ready" ] || fail "target did not start"
-  port=$(cat "$dir/ready")
-}
+start() { start_target --config "$dir/target.json" "$@"; }
 stop() {
   kill -INT "$target_pid"
   wait "$target_pid" || true

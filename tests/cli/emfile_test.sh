@@ -19,20 +19,13 @@ if grep -qE 'lib(asan|ubsan|tsan)' <<<"$libs"; then
   echo "SKIP: a sanitizer build cannot run out of file descriptors cleanly"
   exit 77
 fi
-dir=$(mktemp -d /tmp/nvtcp-emfile.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill -9 "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- target log (last 20 lines):"; tail -20 "$dir/target.log"; exit 1; }
+. "$(dirname "$0")/lib/target.sh" emfile
+target_exit_signal=KILL
 
 (ulimit -n 64 && exec "$NVTCP" target --ram 1M -l 127.0.0.1:0 --discovery-port 0 --nqn nqn.2026-11.io.nvtcp:emfile \
   --ready-file "$dir/ready") >"$dir/target.log" 2>&1 &
 target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
+wait_ready "$dir/ready" "the target"
 port=$(cat "$dir/ready")
 grep -q "max_connections 4096 cannot be met: the open files limit is 64" "$dir/target.log" ||
   fail "no start-up warning that max_connections is beyond the open files limit"

@@ -10,23 +10,12 @@
 # with Python's json module, as a log shipper would.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-logjson.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" logjson
 NQN=nqn.2026-12.io.nvtcp:logjson
 HOST=nqn.2014-08.org.nvmexpress:uuid:5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d
 SOCK=$dir/target.sock
-"$NVTCP" --log-format json target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting \
-  --rpc-socket "$SOCK" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
-port=$(cat "$dir/ready")
+nvtcp_opts=(--log-format json)
+start_target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting --rpc-socket "$SOCK"
 "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN hostnqn:$HOST ns:1" -q 1 -o 4K -w randread \
   -t 1 >"$dir/perf.log" 2>&1 || fail "perf: $(tail -2 "$dir/perf.log")"
 # A host with a DH-HMAC-CHAP key: once with its key (authenticated), once with another (refused).
@@ -56,9 +45,7 @@ except OSError:
     pass
 PY
 for _ in $(seq 100); do grep -q '"event":"termreq"' "$dir/target.log" && break; sleep 0.05; done
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 python3 - "$dir/target.log" "$NQN" "$HOST" "$port" "$KEYED" <<'PY' || fail "the JSON log"
 import json, sys
 path, nqn, host, port, keyed = sys.argv[1:]

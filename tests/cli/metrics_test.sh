@@ -11,23 +11,12 @@
 set -euo pipefail
 NVTCP=$(readlink -f "$1")
 . "$(dirname "$0")/lib/prometheus.sh"
-dir=$(mktemp -d /tmp/nvtcp-metrics.XXXXXX)
-target_pid=
+. "$(dirname "$0")/lib/target.sh" metrics
 hostile_pid=
-cleanup() {
-  [ -n "$hostile_pid" ] && kill "$hostile_pid" 2>/dev/null || true
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; echo "--- target log (last 20 lines):" >&2; tail -20 "$dir/target.log" >&2; exit 1; }
+exit_kills=(hostile_pid "${exit_kills[@]}")
 NQN=nqn.2026-11.io.nvtcp:metrics
-"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ram 64M --rpc-socket none \
-  --metrics-listen 127.0.0.1:0 --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
-port=$(cat "$dir/ready")
+start_target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ram 64M --rpc-socket none \
+  --metrics-listen 127.0.0.1:0
 mport=$(sed -n 's#.*Prometheus metrics on http://127\.0\.0\.1:\([0-9][0-9]*\)/metrics.*#\1#p' "$dir/target.log")
 [ -n "$mport" ] && [ "$mport" != 0 ] || fail "the metrics port is not in the log"
 URL=http://127.0.0.1:$mport/metrics

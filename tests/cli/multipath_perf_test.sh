@@ -7,15 +7,9 @@
 # both paths carry I/O; the path comes back by itself; SPDK's rpc.py is not needed.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-multipath-cli.XXXXXX)
-target_pid=
+. "$(dirname "$0")/lib/target.sh" multipath-cli
 perf_pid=
-cleanup() {
-  [ -n "$perf_pid" ] && kill "$perf_pid" 2>/dev/null || true
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+exit_kills=(perf_pid "${exit_kills[@]}")
 fail() { echo "FAIL: $*"; echo "--- target log"; tail -30 "$dir/target.log"; echo "--- perf log"; tail -30 "$dir/perf.log" 2>/dev/null; exit 1; }
 NQN=nqn.2026-12.io.nvtcp:multipath
 SOCK=$dir/rpc.sock
@@ -24,11 +18,9 @@ read -r pa pb < <(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(*[x.getsockname()[1] for x in s])')
-"$NVTCP" target -l "127.0.0.1:$pa" -l "127.0.0.1:$pb" --discovery-port 0 --nqn "$NQN" --ram 64M --ana-reporting \
-  --rpc-socket "$SOCK" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && [ -S "$SOCK" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
+start_target -l "127.0.0.1:$pa" -l "127.0.0.1:$pb" --discovery-port 0 --nqn "$NQN" --ram 64M --ana-reporting \
+  --rpc-socket "$SOCK"
+[ -S "$SOCK" ] || fail "the target is ready without its RPC socket"
 rpc() { "$NVTCP" rpc -s "$SOCK" "$@" >/dev/null; }
 ana() { rpc nvmf_subsystem_listener_set_ana_state --nqn "$NQN" --listen-address.trtype tcp \
           --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$pa" --ana-state "$1"; }

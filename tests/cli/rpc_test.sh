@@ -10,24 +10,12 @@
 set -euo pipefail
 NVTCP=$1
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d /tmp/nvtcp-rpc.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" rpc
 NQN=nqn.2026-12.io.nvtcp:rpc
 HOST=nqn.2014-08.org.nvmexpress:uuid:0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5
 SOCK=$dir/target.sock
-"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting --rpc-socket "$SOCK" \
-  --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
+start_target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --null 1G --ana-reporting --rpc-socket "$SOCK"
 [ "$(stat -c %a "$SOCK")" = 600 ] || fail "the socket is mode $(stat -c %a "$SOCK"), not 600"
-port=$(cat "$dir/ready")
 rpc() { "$NVTCP" rpc -s "$SOCK" "$@"; }
 trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN hostnqn:$HOST ns:1"
 connects() { "$NVTCP" perf -r "$trid" -q 1 -o 4K -w randread -t 1 >"$dir/perf.log" 2>&1; }
@@ -183,15 +171,9 @@ if [ -f "$spdk_rpc" ]; then
   python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a == b, (a, b)' \
     "$dir/saved.json" "$dir/saved-by-rpc-py.json" || fail "rpc.py's save_config differs from nvtcp rpc save_config"
 fi
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 [ -e "$SOCK" ] && fail "the socket outlived the target"
-rm -f "$dir/ready"
-"$NVTCP" target --config "$dir/saved.json" --rpc-socket "$SOCK" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "the target did not start from its saved configuration"
+start_target --config "$dir/saved.json" --rpc-socket "$SOCK"  # from its saved configuration
 rpc save_config >"$dir/saved-again.json"
 python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a == b, (a, b)' \
   "$dir/saved.json" "$dir/saved-again.json" || fail "the configuration changed across save and load"
@@ -203,9 +185,7 @@ python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); ass
 rpc nvmf_subsystem_add_host --nqn "$NQN" --host "$HOST" --dhchap-key 'DHHC-1:01:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:' >/dev/null
 rpc save_config >"$dir/saved-keys.json"
 grep -q 'ia6zGodOr4SEG0Zzaw398' "$dir/saved-keys.json" && fail "save_config wrote a key"
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 if "$NVTCP" target --config "$dir/saved-keys.json" --rpc-socket none >"$dir/keys.log" 2>&1; then
   fail "a configuration with a key left out loaded"
 fi

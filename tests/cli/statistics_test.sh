@@ -6,21 +6,10 @@
 # and the target keeps serving after the signal.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-statistics.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" statistics
 NQN=nqn.2026-11.io.nvtcp:statistics
-"$NVTCP" target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --ram 16M --ready-file "$dir/ready" \
-  >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
-trid="trtype:tcp traddr:127.0.0.1 trsvcid:$(cat "$dir/ready") subnqn:$NQN ns:1"
+start_target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --ram 16M
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:1"
 "$NVTCP" perf -r "$trid" -q 16 -o 4K -w randread -t 4 --json >"$dir/perf.json" 2>"$dir/perf.log" &
 perf_pid=$!
 # Until the statistics show the I/O queue: its connection is up once perf has done some I/O.
@@ -49,8 +38,6 @@ commands=$(add_up "$per_command")
   || fail "no device entries in the statistics: ${line#*entered since start: }"
 wait "$perf_pid" || fail "perf failed after the signal: $(tail -3 "$dir/perf.log")"
 kill -0 "$target_pid" || fail "the target exited on SIGUSR1"
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 grep -q 'signal 15: shutting down' "$dir/target.log" || fail "no orderly shutdown"
 echo "PASS: statistics on SIGUSR1 ($total requests counted), target kept serving"

@@ -9,14 +9,7 @@
 # in any log or output; the target serves on.
 set -euo pipefail
 NVTCP=$1
-dir=$(mktemp -d /tmp/nvtcp-tls.XXXXXX)
-target_pid=
-cleanup() {
-  [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -5 "$dir/target.log" >&2; exit 1; }
+. "$(dirname "$0")/lib/target.sh" tls
 # The sectype of each discovery log entry for subsystem $NQN in discover's output $1, one a line.
 sectypes_of_subsystem() {
   awk -v nqn="$NQN" '/^=====Discovery Log Entry/ { s = "" } /^subnqn:/ { s = $2 } /^sectype:/ { if (s == nqn) print $2 }' "$1"
@@ -39,10 +32,7 @@ cat >"$dir/target.json" <<JSON
  "subsystems": [{"nqn": "$NQN", "namespaces": [{"type": "ram", "size": "16M"}],
    "hosts": [{"nqn": "$HOST", "psk": "@$dir/host.psk"}, "$PLAIN_HOST"]}]}
 JSON
-"$NVTCP" target --config "$dir/target.json" --ready-file "$dir/ready" >"$dir/target.log" 2>&1 &
-target_pid=$!
-for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
-[ -s "$dir/ready" ] || fail "target did not start"
+start_target --config "$dir/target.json"
 trid="trtype:tcp traddr:127.0.0.1 trsvcid:$tls_port subnqn:$NQN hostnqn:$HOST ns:1"
 
 "$NVTCP" perf -r "$trid" -q 8 -o 16K -w randrw -t 1 -P 2 --verify --tls-key "@$dir/host.psk" >"$dir/perf.txt" 2>&1 \
@@ -67,23 +57,14 @@ grep -q 'admitted over TLS only' "$dir/target.log" || fail "the target did not s
 [ "$(sectypes_of_subsystem "$dir/discover-plain.txt")" = none ] \
   || fail "the host without a PSK is not offered the plain port alone: $(cat "$dir/discover-plain.txt")"
 
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --tls-key "@$dir/wrong.psk" >"$dir/wrong.txt" 2>&1; then
-  fail "perf with a wrong key succeeded"
-fi
+refused_read wrong "with a wrong key" --tls-key "@$dir/wrong.psk"
 grep -q 'TLS handshake with .* failed' "$dir/wrong.txt" || fail "wrong key: $(tail -2 "$dir/wrong.txt")"
 grep -q "binder matches no key configured for it" "$dir/target.log" || fail "the target did not log the wrong key"
 
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 >"$dir/none.txt" 2>&1; then
-  fail "perf in the clear on the TLS port succeeded"
-fi
+refused_read none "in the clear on the TLS port"
 grep -q 'ICReq in the clear' "$dir/target.log" || fail "the target did not say why it closed a host in the clear"
 
-chmod 644 "$dir/host.psk"
-if "$NVTCP" perf -r "$trid" -q 1 -o 4K -w read -t 0.2 --tls-key "@$dir/host.psk" >"$dir/mode.txt" 2>&1; then
-  fail "perf read a key file others can read"
-fi
-grep -q 'mode 0644' "$dir/mode.txt" || fail "key file mode: $(tail -2 "$dir/mode.txt")"
-chmod 600 "$dir/host.psk"
+key_file_mode_refused --tls-key "$dir/host.psk"
 
 # The plain listener refuses the PSK host (its NQN is no secret) and serves one without a PSK.
 plain_trid="${trid/trsvcid:$tls_port/trsvcid:$plain_port}"
@@ -95,12 +76,7 @@ grep -q "has a TLS PSK on $NQN and came in the clear: refused" "$dir/target.log"
 "$NVTCP" perf -r "${plain_trid/hostnqn:$HOST/hostnqn:$PLAIN_HOST}" -q 4 -o 4K -w read -t 0.3 >"$dir/plain.txt" 2>&1 \
   || fail "the plain listener: $(tail -2 "$dir/plain.txt")"
 
-for k in "$PSK" "$WRONG"; do
-  b64=${k:16:20}
-  if grep -qF -- "$b64" "$dir"/*.txt "$dir/target.log"; then fail "a key appears in a log or output"; fi
-done
+no_key_leaked "$PSK" "$WRONG"
 kill -0 "$target_pid" || fail "the target exited"
-kill -TERM "$target_pid"
-wait "$target_pid" || fail "the target did not exit cleanly"
-target_pid=
+stop_target
 echo "PASS: TLS from the command line, digests on top, discovery says TLS, refusals clear, no key in any output"

@@ -25,12 +25,7 @@ constexpr uint32_t kNamespaceChanged = async_event_dw0(AsyncEventType::Notice, k
 class NamespaceResize : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/nvtcp-aer-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    ASSERT_GE(fd, 0);
-    path_ = tmpl;
-    ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
-    ::close(fd);
+    ASSERT_TRUE(make_temp_file("nvtcp-aer", 8 << 20, path_));
     target::TargetConfig cfg = default_config();
     // No size: the namespace is the whole file and follows it when it is resized.
     cfg.subsystems[0].namespaces.push_back({kFileNsid, "file", 0, path_, 512});

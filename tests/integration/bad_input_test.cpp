@@ -14,10 +14,8 @@ namespace {
 TEST(BadInput, TruncatedPduThenClose) {
   RunningTarget t;
   Session s;
-  ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe));
-  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.open_admin(t.port(), cqe));
   EXPECT_EQ(controller_count(t), 1u);
 
   Bytes capsule = capsule_pdu(rw_sqe(IoOpcode::Read, s.cid(), kRamNsid, 0, 1, 512), {}, false, false);
@@ -127,10 +125,8 @@ TEST(BadInput, WrongDataDigestOnInCapsuleData) {
 TEST(BadInput, H2CDataUnknownTransferTag) {
   RunningTarget t;
   Session s;
-  ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe));
-  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.open_admin(t.port(), cqe));
   Bytes pdu = h2c_data_pdu(7, 0x1234, 0, Bytes(512, 0xAB), true);
   ASSERT_TRUE(s.c.send(pdu));
   EXPECT_TRUE(expect_term_req(s, Fes::InvalidHeaderField, offsetof(H2CDataPdu, ttag), pdu));
@@ -144,11 +140,8 @@ TEST(BadInput, H2CDataOutsideR2TWindow) {
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
   Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 8, 4096);
   ASSERT_TRUE(io.send_capsule(w));
-  Bytes p;
-  ASSERT_TRUE(io.read_pdu(p));
-  ASSERT_EQ(p[0], uint8_t(PduType::R2T));
-  auto r2t = read_as<R2TPdu>(p);
-  EXPECT_EQ(r2t.cccid, w.cid);
+  R2TPdu r2t{};
+  ASSERT_TRUE(r2t_for(io, w.cid, r2t));
   EXPECT_EQ(r2t.r2to, 0u);
   EXPECT_EQ(r2t.r2tl, 4096u);
   Bytes bad = h2c_data_pdu(w.cid, r2t.ttag, r2t.r2to + r2t.r2tl, Bytes(512, 0xCD), true);
@@ -250,10 +243,8 @@ TEST(BadInput, H2CDataCccidMismatch) {
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
   Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 8, 4096);
   ASSERT_TRUE(io.send_capsule(w));
-  Bytes p;
-  ASSERT_TRUE(io.read_pdu(p));
-  ASSERT_EQ(p[0], uint8_t(PduType::R2T));
-  auto r2t = read_as<R2TPdu>(p);
+  R2TPdu r2t{};
+  ASSERT_TRUE(r2t_for(io, w.cid, r2t));
   Bytes bad = h2c_data_pdu(uint16_t(w.cid + 100), r2t.ttag, 0, Bytes(4096, 0xCD), true);
   ASSERT_TRUE(io.c.send(bad));
   EXPECT_TRUE(expect_term_req(io, Fes::InvalidHeaderField, offsetof(H2CDataPdu, cccid), bad));
@@ -351,10 +342,8 @@ TEST(BadInput, PeerVanishesMidTransfer) {
   EXPECT_EQ(controller_count(t), 1u);
   Sqe w = rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, 0, 8, 4096);
   ASSERT_TRUE(io.send_capsule(w));
-  Bytes p;
-  ASSERT_TRUE(io.read_pdu(p));
-  ASSERT_EQ(p[0], uint8_t(PduType::R2T));
-  auto r2t = read_as<R2TPdu>(p);
+  R2TPdu r2t{};
+  ASSERT_TRUE(r2t_for(io, w.cid, r2t));
   ASSERT_EQ(r2t.r2tl, 4096u);
   Bytes h2c = h2c_data_pdu(w.cid, r2t.ttag, 0, Bytes(4096, 0xEE), true);
   ASSERT_TRUE(io.c.send(h2c.data(), sizeof(H2CDataPdu) + 2048));
@@ -445,10 +434,8 @@ TEST(BadInput, DiscoverySessionWithoutKeepAliveTimesOut) {
   cfg.discovery_kato_ms = 300;
   RunningTarget t(cfg);
   Session s;
-  ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe, nvme::kDiscoveryNqn));
-  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.open_admin(t.port(), cqe, nvme::kDiscoveryNqn));
   Sqe gf{};
   gf.opc = uint8_t(AdminOpcode::GetFeatures);
   gf.flags = kSqeFlagsPsdtSgl;
@@ -488,10 +475,8 @@ AssertionResult sequence_error(const Cqe& cqe) { return status_is(cqe, 0, 0x0C);
 TEST(ControllerState, AdminCommandsWaitForEnable) {
   RunningTarget t;
   Session s;
-  ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe));
-  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.open_admin(t.port(), cqe));
   ASSERT_TRUE(s.command(identify_sqe(s.cid(), 1), {}, cqe));
   EXPECT_TRUE(sequence_error(cqe)) << "Identify before CC.EN=1";
   ASSERT_TRUE(s.command(set_features_nq_sqe(s.cid(), 1), {}, cqe));
@@ -701,10 +686,8 @@ TEST(DiscoveryMemory, AHostThatNeverReadsIsClosedAfterTheSendTimeout) {
   cfg.send_timeout_ms = 300;
   RunningTarget t(cfg);
   Session s;
-  ASSERT_TRUE(s.open(t.port()));
   Cqe cqe{};
-  ASSERT_TRUE(s.connect_admin(cqe, nvme::kDiscoveryNqn));
-  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(s.open_admin(t.port(), cqe, nvme::kDiscoveryNqn));
   // 30 MiB of answers: more than the socket buffers take, so the target's queue stops moving.
   for (int k = 0; k < 30; ++k) ASSERT_TRUE(s.send_capsule(discovery_log_sqe(s.cid(), 1u << 20)));
   EXPECT_TRUE(wait_for([&] { return t.target().live_connections() == 0; }, 10000))

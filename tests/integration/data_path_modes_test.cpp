@@ -45,14 +45,9 @@ int sq_threads() {
   return n;
 }
 
-struct Io {
-  bool done = false;
-  host::Completion cpl;
-  static void cb(void* ctx, const host::Completion& c) {
-    auto* io = static_cast<Io*>(ctx);
-    io->cpl = c;
-    io->done = true;
-  }
+// One command's outcome: pass Io::cb and &io.
+struct Io : CompletionBatch::Op {
+  static constexpr auto cb = &CompletionBatch::cb;
 };
 
 // Drives qp until every Io is done; false (after failing the queue pair, so nothing calls

@@ -40,9 +40,7 @@
 namespace nvtcp::test::durability_test {
 namespace {
 
-using host::Completion;
-using host::Controller;
-using host::QueuePair;
+using host::Completion, host::Controller, host::QueuePair;
 namespace sc = nvme::sc;
 using Clock = std::chrono::steady_clock;
 
@@ -59,16 +57,8 @@ std::string storage_dir() {
   return {};
 }
 
-struct Outcome {
-  bool done = false;
-  Completion cpl;
-};
-
-void record(void* ctx, const Completion& c) {
-  auto* o = static_cast<Outcome*>(ctx);
-  o->cpl = c;
-  o->done = true;
-}
+using Outcome = CompletionBatch::Op;
+constexpr auto record = &CompletionBatch::cb;
 
 // Drives qp until every outcome is done (or 10 s pass).
 bool drain(QueuePair& qp, const std::vector<std::unique_ptr<Outcome>>& outs) {

@@ -24,7 +24,6 @@ namespace {
 using shm::AppQueuePair;
 using shm::RegionLayout;
 
-constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks (default_config)
 
 // An interrupt vector as the engine has them: a pipe, the engine signals the write end.
 struct Vector {

@@ -43,7 +43,6 @@ using nvme::Sqe;
 namespace sc = nvme::sc;
 namespace prop = nvme::prop;
 
-constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
 
 std::string socket_path() {
   static std::atomic<int> n{0};
@@ -87,14 +86,9 @@ class RunningEngine {
   std::thread thread_;
 };
 
-struct Io {
-  bool done = false;
-  host::Completion c;
-  static void cb(void* ctx, const host::Completion& c) {
-    auto* io = static_cast<Io*>(ctx);
-    io->done = true;
-    io->c = c;
-  }
+// One command's outcome: pass Io::cb and &io.
+struct Io : CompletionBatch::Op {
+  static constexpr auto cb = &CompletionBatch::cb;
 };
 
 nvme::Status run_io(host::QueuePair& qp, Io& io) {
@@ -103,7 +97,7 @@ nvme::Status run_io(host::QueuePair& qp, Io& io) {
     qp.process_completions(1000);
     return io.done;
   }, 10000);
-  return io.done ? io.c.status : nvme::sc::InternalError;
+  return io.done ? io.cpl.status : nvme::sc::InternalError;
 }
 
 Sqe admin_cmd(AdminOpcode op, uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
@@ -212,10 +206,7 @@ TEST(Engine, AnApplicationReadsAndWritesTheRemoteNamespaceThroughTheEngine) {
   EXPECT_EQ(id->sgls & 3, 1u) << "SGL data blocks carry the data pointers";
   EXPECT_EQ(id->oacs, 1u << 8) << "Doorbell Buffer Config is the one optional admin command";
   EXPECT_EQ(prop::cap_mqes(ctrl->cap()), 1023u);
-  host::NamespaceInfo ni;
-  ASSERT_TRUE(ctrl->namespace_info(kRamNsid, ni, err)) << err;
-  EXPECT_EQ(ni.block_size, 512u);
-  EXPECT_EQ(ni.blocks, (64ull << 20) / 512);
+  ASSERT_NO_FATAL_FAILURE(expect_default_ram_namespace(*ctrl));
 
   auto qp = ctrl->create_io_qpair(32, err);
   ASSERT_TRUE(qp) << err;
@@ -998,16 +989,6 @@ TEST(EngineLimits, SilentConnectionsBeyondMaxPendingAttachesAreClosed) {
 // Namespaces added, resized and removed at the target reach an application through the
 // engine as they reach a host on the wire: a namespace attribute notice, then the
 // application's own Changed Namespace List, then a rescan by the host library.
-target::NamespaceConfig bdev_config(const std::string& name, const std::string& type, uint64_t size,
-                                    uint32_t block_size = 512) {
-  target::NamespaceConfig nc;
-  nc.name = name;
-  nc.type = type;
-  nc.size = size;
-  nc.block_size = block_size;
-  return nc;
-}
-
 bool lists(host::Controller& c, uint32_t nsid) {
   auto active = c.active_namespaces();
   return std::find(active.begin(), active.end(), nsid) != active.end();

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "../support/fault_proxy.hpp"
+#include "../support/loopback.hpp"
 
 namespace nvtcp::test::fault_proxy_test {
 namespace {
@@ -59,17 +60,8 @@ int connect_to(uint16_t port) {
 class Upstream {
  public:
   Upstream() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd_, 64) != 0)
-      throw std::runtime_error("upstream listen");
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = listen_loopback(port_, 64, /*reuse_addr=*/true);
+    if (fd_ < 0) throw std::runtime_error("upstream listen");
   }
   ~Upstream() { ::close(fd_); }
   uint16_t port() const { return port_; }
@@ -86,16 +78,6 @@ class Upstream {
   int fd_ = -1;
   uint16_t port_ = 0;
 };
-
-bool send_all(int fd, const uint8_t* p, size_t n) {
-  while (n) {
-    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k <= 0) return false;
-    p += k;
-    n -= size_t(k);
-  }
-  return true;
-}
 
 // Reads until EOF, error or timeout; eof tells which ended it.
 Bytes read_to_end(int fd, bool* eof = nullptr, size_t cap = SIZE_MAX) {

@@ -20,6 +20,7 @@
 #include "lying_target.hpp"
 #include "nvtcp/host.hpp"
 #include "reactor/clock.hpp"
+#include "../support/stderr_capture.hpp"
 
 namespace nvtcp::test::host_hostile_target_test {
 namespace {
@@ -44,45 +45,9 @@ std::vector<uint8_t> endless_page(uint32_t after) {
   return b;
 }
 
-// What this process writes to stderr (the library's log) while it lives; echoed at the end.
-class StderrCapture {
- public:
-  StderrCapture() {
-    char tmpl[] = "/tmp/nvtcp-hostile-XXXXXX";
-    fd_ = mkstemp(tmpl);
-    if (fd_ >= 0) ::unlink(tmpl);
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    if (fd_ >= 0) ::dup2(fd_, 2);
-  }
-  ~StderrCapture() {
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    const std::string t = text();
-    // Only the head: a flood that went wrong would bury the test report.
-    const std::string head = t.substr(0, 4000);
-    if (!head.empty()) (void)!::write(2, head.data(), head.size());
-    if (fd_ >= 0) ::close(fd_);
-  }
-  std::string text() const {
-    std::string out;
-    char buf[4096];
-    off_t off = 0;
-    for (ssize_t n; fd_ >= 0 && (n = ::pread(fd_, buf, sizeof(buf), off)) > 0; off += n) out.append(buf, size_t(n));
-    return out;
-  }
-  size_t count(const std::string& needle) const {
-    const std::string t = text();
-    size_t n = 0;
-    for (size_t at = t.find(needle); at != std::string::npos; at = t.find(needle, at + 1)) ++n;
-    return n;
-  }
-
- private:
-  int fd_ = -1;
-  int saved_ = -1;
-};
+// How much of the library's log a test echoes at its end: only the head, as a list flood
+// that went wrong would bury the test report.
+constexpr size_t kLogEchoLimit = 4000;
 
 // A list that goes past NN: the scan ends at the first NSID above it, with an error that says
 // so, after one page (NN 1000 fits in one).
@@ -91,7 +56,7 @@ TEST(HostileTarget, ActiveListAboveNnEndsTheScanWithAnError) {
   s.ident = LyingTarget::controller(kNqn, 1000);
   s.active_list = endless_page;
   LyingTarget t(s);
-  StderrCapture log;
+  StderrCapture log(kLogEchoLimit);
   std::string err;
   auto c = host::Controller::connect(trid_of(t), host::ControllerOptions{}, err);
   EXPECT_FALSE(c) << "a list naming NSID 1001 of a controller with NN 1000 was taken";
@@ -168,7 +133,7 @@ void expect_flood_is_paced_and_quiet(uint32_t dw0, uint32_t oaes, const std::str
   s.aer_dw0 = dw0;
   s.max_list_pages = UINT32_MAX;  // each namespace notice rescans: one list page each
   LyingTarget t(s);
-  StderrCapture log;
+  StderrCapture log(kLogEchoLimit);
   std::string err;
   auto c = host::Controller::connect(trid_of(t), host::ControllerOptions{}, err);
   ASSERT_TRUE(c) << err;

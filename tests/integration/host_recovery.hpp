@@ -16,16 +16,7 @@
 
 namespace nvtcp::test::recovery {
 
-// Counts the completions of the commands a test submits and keeps the last status.
-struct Outcome {
-  int done = 0;
-  nvme::Status st;
-  static void cb(void* ctx, const host::Completion& c) {
-    auto* o = static_cast<Outcome*>(ctx);
-    ++o->done;
-    o->st = c.status;
-  }
-};
+using Outcome = CompletionCounter;
 
 // Reconnecting on (ctrl_loss_tmo 20 s, a try every 100 ms), with command timeouts far beyond
 // anything a test does on purpose.
@@ -46,20 +37,6 @@ inline host::TransportId via(uint16_t port, uint32_t nsid = 2) {
   t.subnqn = kTestNqn;
   t.nsid = nsid;
   return t;
-}
-
-// A controller and one I/O queue pair of the given depth.
-struct HostSession {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<host::QueuePair> qp;
-};
-inline ::testing::AssertionResult open_session(const host::TransportId& trid, const host::ControllerOptions& o,
-                                               uint32_t depth, HostSession& s) {
-  std::string err;
-  s.ctrl = host::Controller::connect(trid, o, err);
-  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
-  if (!s.qp) return ::testing::AssertionFailure() << err;
-  return ::testing::AssertionSuccess();
 }
 
 // Processes qp's completions until pred holds (true) or timeout_ms of real time pass (false).

@@ -18,9 +18,11 @@
 #include <mutex>
 #include <thread>
 
+#include "../support/loopback.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "../support/stderr_capture.hpp"
 #include "test_devices.hpp"
 #include "test_target.hpp"
 #include "wire/fabrics.hpp"
@@ -41,45 +43,6 @@ constexpr uint32_t kBlock = 512;
 constexpr int kDueMs = 15000;
 
 uint64_t blocks_of(uint64_t bytes) { return bytes / kBlock; }
-
-// What this process writes to stderr while it lives (the library logs there), readable at
-// any time; echoed on destruction so a failing test still shows its log.
-class StderrCapture {
- public:
-  StderrCapture() {
-    char tmpl[] = "/tmp/nvtcp-stderr-XXXXXX";
-    fd_ = mkstemp(tmpl);
-    if (fd_ >= 0) ::unlink(tmpl);
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    if (fd_ >= 0) ::dup2(fd_, 2);
-  }
-  ~StderrCapture() {
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    const std::string t = text();
-    if (!t.empty()) (void)!::write(2, t.data(), t.size());
-    if (fd_ >= 0) ::close(fd_);
-  }
-  std::string text() const {
-    std::string out;
-    char buf[4096];
-    off_t off = 0;
-    for (ssize_t n; fd_ >= 0 && (n = ::pread(fd_, buf, sizeof(buf), off)) > 0; off += n) out.append(buf, size_t(n));
-    return out;
-  }
-  size_t count(const std::string& needle) const {
-    const std::string t = text();
-    size_t n = 0;
-    for (size_t at = t.find(needle); at != std::string::npos; at = t.find(needle, at + 1)) ++n;
-    return n;
-  }
-
- private:
-  int fd_ = -1;
-  int saved_ = -1;
-};
 
 // on_namespace_change calls, from the admin thread. With ctrl set, each call also asks the
 // controller itself (an admin command from the admin thread) for the namespace's size.
@@ -167,12 +130,7 @@ void expect_out_of_range(QueuePair& qp, uint32_t nsid, uint64_t lba) {
 class HostRescan : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/nvtcp-rescan-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    ASSERT_GE(fd, 0);
-    path_ = tmpl;
-    ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
-    ::close(fd);
+    ASSERT_TRUE(make_temp_file("nvtcp-rescan", 8 << 20, path_));
     cfg_ = default_config();
     cfg_.subsystems[0].namespaces.push_back({kFileNsid, "file", 0, path_, kBlock});
     t_ = std::make_unique<RunningTarget>(cfg_);
@@ -336,15 +294,8 @@ TEST(HostAsyncEvents, AnErrorEventIsLoggedAndItsLogReadSoTheNextOneComes) {
 class AerRefusingController {
  public:
   AerRefusingController() {
-    lfd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(lfd_, 4) != 0)
-      throw std::runtime_error("listen");
-    socklen_t len = sizeof(a);
-    ::getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    lfd_ = listen_loopback(port_);
+    if (lfd_ < 0) throw std::runtime_error("listen");
     thread_ = std::thread([this] { serve(); });
   }
   ~AerRefusingController() {
@@ -359,27 +310,6 @@ class AerRefusingController {
   int commands() const { return commands_.load(); }
 
  private:
-  static bool read_all(int fd, void* p, size_t n) {
-    auto* b = static_cast<uint8_t*>(p);
-    while (n) {
-      const ssize_t r = ::recv(fd, b, n, 0);
-      if (r <= 0) return false;
-      b += r;
-      n -= size_t(r);
-    }
-    return true;
-  }
-  static bool write_all(int fd, const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    while (n) {
-      const ssize_t r = ::send(fd, b, n, MSG_NOSIGNAL);
-      if (r <= 0) return false;
-      b += r;
-      n -= size_t(r);
-    }
-    return true;
-  }
-
   void serve() {
     while (!stop_) {
       pollfd p{lfd_, POLLIN, 0};
@@ -397,17 +327,17 @@ class AerRefusingController {
 
   void session(int fd) {
     wire::ICReqPdu req;
-    if (!read_all(fd, &req, sizeof(req))) return;
+    if (!recv_all(fd, &req, sizeof(req))) return;
     const wire::ICRespPdu resp = wire::make_icresp(0, false, false, 128 * 1024);
-    if (!write_all(fd, &resp, sizeof(resp))) return;
+    if (!send_all(fd, &resp, sizeof(resp))) return;
     uint32_t cc = 0;
     while (!stop_) {
       wire::CommonHeader ch;
-      if (!read_all(fd, &ch, sizeof(ch)) || ch.type != uint8_t(wire::PduType::CapsuleCmd) || ch.plen < 72 ||
+      if (!recv_all(fd, &ch, sizeof(ch)) || ch.type != uint8_t(wire::PduType::CapsuleCmd) || ch.plen < 72 ||
           ch.plen > 16384)
         return;
       std::vector<uint8_t> rest(ch.plen - sizeof(ch));
-      if (!read_all(fd, rest.data(), rest.size())) return;
+      if (!recv_all(fd, rest.data(), rest.size())) return;
       nvme::Sqe sqe;
       std::memcpy(&sqe, rest.data(), sizeof(sqe));
       ++commands_;
@@ -488,7 +418,7 @@ class AerRefusingController {
       h.ch.plen = uint32_t(sizeof(h) + data.size());
       h.cccid = sqe.cid;
       h.datal = uint32_t(data.size());
-      if (!write_all(fd, &h, sizeof(h)) || !write_all(fd, data.data(), data.size())) return false;
+      if (!send_all(fd, &h, sizeof(h)) || !send_all(fd, data.data(), data.size())) return false;
     }
     CapsuleRespPdu r{};
     r.ch.type = uint8_t(PduType::CapsuleResp);
@@ -497,7 +427,7 @@ class AerRefusingController {
     cqe.cid = sqe.cid;
     cqe.status = st.to_cqe();
     std::memcpy(r.cqe, &cqe, sizeof(cqe));
-    return write_all(fd, &r, sizeof(r));
+    return send_all(fd, &r, sizeof(r));
   }
 
   int lfd_ = -1;

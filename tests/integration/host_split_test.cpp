@@ -15,7 +15,6 @@ namespace nvtcp::test::host_split_test {
 namespace {
 
 namespace sc = nvme::sc;
-constexpr uint32_t kRamNsid = 2;  // 64 MiB, 512-byte blocks
 constexpr uint32_t kMdts = 128u << 10;
 
 class HostSplit : public ::testing::Test {
@@ -32,20 +31,13 @@ class HostSplit : public ::testing::Test {
     ASSERT_TRUE(qp_) << err;
   }
   // Counts completions of the caller's requests (not of the commands they became).
-  struct Calls {
-    int n = 0;
-    host::Completion last;
-  };
-  static void count(void* ctx, const host::Completion& c) {
-    auto* calls = static_cast<Calls*>(ctx);
-    ++calls->n;
-    calls->last = c;
-  }
+  using Calls = CompletionCounter;
+  static constexpr auto count = &CompletionCounter::cb;
   void drive(const Calls& calls, int want) {
     // Bounded by time, not by calls: a spinning reactor's turn returns at once.
     wait_for([&] {
       qp_->process_completions(1000);
-      return calls.n >= want;
+      return calls.done >= want;
     }, 10000);
   }
 
@@ -58,26 +50,26 @@ TEST_F(HostSplit, OneMebibyteIsEightCommandsAndOneCompletion) {
   const std::vector<uint8_t> data = pattern(1u << 20, 7);
   const uint64_t ios = t_->target().io_count(), fua = t_->target().fua_write_count();
   Calls w;
-  ASSERT_EQ(qp_->write(kRamNsid, 1000, 2048, data.data(), &count, &w, host::WriteFlags{true}), 0);
+  ASSERT_EQ(qp_->write(kRamNsid, 1000, 2048, data.data(), count, &w, host::WriteFlags{true}), 0);
   drive(w, 1);
-  ASSERT_EQ(w.n, 1);
-  EXPECT_TRUE(w.last.status.ok()) << nvme::status_name(w.last.status);
+  ASSERT_EQ(w.done, 1);
+  EXPECT_TRUE(w.st.ok()) << nvme::status_name(w.st);
   EXPECT_EQ(t_->target().io_count() - ios, 8u) << "1 MiB in 128 KiB commands";
   EXPECT_EQ(t_->target().fua_write_count() - fua, 8u) << "FUA on every part";
 
   std::vector<uint8_t> back(1u << 20);
   Calls r;
-  ASSERT_EQ(qp_->read(kRamNsid, 1000, 2048, back.data(), &count, &r), 0);
+  ASSERT_EQ(qp_->read(kRamNsid, 1000, 2048, back.data(), count, &r), 0);
   drive(r, 1);
-  ASSERT_EQ(r.n, 1);
-  EXPECT_TRUE(r.last.status.ok());
+  ASSERT_EQ(r.done, 1);
+  EXPECT_TRUE(r.st.ok());
   EXPECT_EQ(back, data);
   // An odd size: 300 KiB is 128 + 128 + 44.
   std::vector<uint8_t> odd(300u << 10);
   Calls o;
-  ASSERT_EQ(qp_->read(kRamNsid, 1000, 600, odd.data(), &count, &o), 0);
+  ASSERT_EQ(qp_->read(kRamNsid, 1000, 600, odd.data(), count, &o), 0);
   drive(o, 1);
-  EXPECT_TRUE(o.last.status.ok());
+  EXPECT_TRUE(o.st.ok());
   EXPECT_TRUE(std::equal(odd.begin(), odd.end(), data.begin()));
   EXPECT_EQ(qp_->outstanding(), 0u);
 }
@@ -87,11 +79,11 @@ TEST_F(HostSplit, APartThatFailsFailsTheRequestOnce) {
   std::vector<uint8_t> buf(1u << 20);
   Calls r;
   // The last parts run past the end of the namespace.
-  ASSERT_EQ(qp_->read(kRamNsid, blocks - 1000, 2048, buf.data(), &count, &r), 0);
+  ASSERT_EQ(qp_->read(kRamNsid, blocks - 1000, 2048, buf.data(), count, &r), 0);
   drive(r, 1);
   for (int i = 0; i < 50; ++i) qp_->process_completions(1000);  // no second call comes
-  ASSERT_EQ(r.n, 1);
-  EXPECT_EQ(r.last.status, sc::LbaOutOfRange);
+  ASSERT_EQ(r.done, 1);
+  EXPECT_EQ(r.st, sc::LbaOutOfRange);
   EXPECT_FALSE(qp_->failed());
 }
 
@@ -101,16 +93,16 @@ TEST_F(HostSplit, MoreSlotsThanTheQueueHasIsRefused) {
   ASSERT_TRUE(small) << err;
   std::vector<uint8_t> buf(1u << 20);
   Calls r;
-  EXPECT_EQ(small->read(kRamNsid, 0, 2048, buf.data(), &count, &r), -EINVAL) << "8 parts never fit in 4 slots";
-  EXPECT_EQ(small->read(kRamNsid, 0, 1024, buf.data(), &count, &r), 0) << "4 parts do";
+  EXPECT_EQ(small->read(kRamNsid, 0, 2048, buf.data(), count, &r), -EINVAL) << "8 parts never fit in 4 slots";
+  EXPECT_EQ(small->read(kRamNsid, 0, 1024, buf.data(), count, &r), 0) << "4 parts do";
   // The queue is full now: the next split waits for room.
-  EXPECT_EQ(small->read(kRamNsid, 0, 512, buf.data(), &count, &r), -EBUSY);
+  EXPECT_EQ(small->read(kRamNsid, 0, 512, buf.data(), count, &r), -EBUSY);
   wait_for([&] {
     small->process_completions(1000);
-    return r.n >= 1;
+    return r.done >= 1;
   }, 10000);
-  EXPECT_EQ(r.n, 1);
-  EXPECT_TRUE(r.last.status.ok());
+  EXPECT_EQ(r.done, 1);
+  EXPECT_TRUE(r.st.ok());
 }
 
 }  // namespace

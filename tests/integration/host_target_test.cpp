@@ -52,16 +52,8 @@ constexpr auto kOpTimeout = std::chrono::seconds(10);
 
 // One command's outcome. A command that never completes leaves its Waiter allocated on
 // purpose: the queue pair may still call back into it later.
-struct Waiter {
-  bool done = false;
-  Completion cpl;
-};
-
-void on_done(void* ctx, const Completion& c) {
-  auto* w = static_cast<Waiter*>(ctx);
-  w->cpl = c;
-  w->done = true;
-}
+using Waiter = CompletionBatch::Op;
+constexpr auto on_done = &CompletionBatch::cb;
 
 // For batches: a command that could not be submitted counts as done, with a failure.
 void check_submitted(int rc, Waiter& w) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/queue_pair_impl.hpp"
+#include "../support/loopback.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/terminator.hpp"
 #include "wire/pdu.hpp"
@@ -34,16 +35,7 @@ using namespace nvtcp::wire;
 struct Listener {
   int fd = -1;
   uint16_t port = 0;
-  Listener() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 4) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-      port = ntohs(a.sin_port);
-  }
+  Listener() { fd = nvtcp::test::listen_loopback(port); }
   ~Listener() { ::close(fd); }
 };
 

@@ -22,7 +22,6 @@ namespace {
 namespace sc = nvme::sc;
 using Bytes = std::vector<uint8_t>;
 
-constexpr uint32_t kRamNsid = 2;   // 64 MiB, 512-byte blocks
 constexpr uint32_t kFileNsid = 4;  // 64 MiB, 512-byte blocks
 constexpr uint32_t kBlock = 512;
 

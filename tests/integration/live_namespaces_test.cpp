@@ -25,15 +25,6 @@ using host::Completion;
 using host::Controller;
 using host::QueuePair;
 
-target::NamespaceConfig bdev(const std::string& name, const std::string& type, uint64_t size, uint32_t bs = 512) {
-  target::NamespaceConfig nc;
-  nc.name = name;
-  nc.type = type;
-  nc.size = size;
-  nc.block_size = bs;
-  return nc;
-}
-
 uint64_t host_blocks(Controller& c, uint32_t nsid) {
   host::NamespaceInfo ni;
   std::string err;
@@ -47,12 +38,18 @@ bool has_namespace(Controller& c, uint32_t nsid) {
 
 constexpr int kDueMs = 5000;
 
+// No keep-alive: these tests wait on namespace changes, and keep-alive has tests of its own.
+host::ControllerOptions without_keep_alive() {
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  return o;
+}
+
 TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
   RunningTarget t;
   auto& tgt = t.target();
   std::string err;
-  host::ControllerOptions o;
-  o.kato_ms = 0;
+  host::ControllerOptions o = without_keep_alive();
   std::atomic<int> notices{0};
   o.on_namespace_change = [&](uint32_t) { ++notices; };
   auto ctrl = Controller::connect(t.trid(), o, err);
@@ -61,10 +58,10 @@ TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
   EXPECT_EQ(reinterpret_cast<const nvme::IdentifyController*>(ctrl->identify_data())->nn, target::kDefaultMaxNamespaces)
       << "NN is the most namespaces the subsystem can hold, so hosts look beyond the ones it has";
 
-  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Malloc9", "ram", 8 << 20, 4096)), "");
-  EXPECT_NE(tgt.live_config().create_bdev(bdev("Malloc9", "ram", 8 << 20)), "") << "a bdev name is unique";
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Malloc9", "ram", 8 << 20, 4096)), "");
+  EXPECT_NE(tgt.live_config().create_bdev(bdev_config("Malloc9", "ram", 8 << 20)), "") << "a bdev name is unique";
   uint32_t nsid = 0;
-  auto nc = bdev("Malloc9", "", 0);
+  auto nc = bdev_config("Malloc9", "", 0);
   ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   EXPECT_EQ(nsid, 4u) << "the lowest free NSID";
   ASSERT_TRUE(wait_for([&] { return has_namespace(*ctrl, 4); }, kDueMs)) << "the host never saw namespace 4";
@@ -73,7 +70,7 @@ TEST(LiveNamespaces, AnAddedNamespaceAppearsToAConnectedHostAndServesIO) {
   EXPECT_TRUE(wait_for([&] { return notices.load() >= 1; }, kDueMs)) << "on_namespace_change never ran";
   // A bdev serves one namespace at a time.
   uint32_t again = 0;
-  auto taken = bdev("Malloc9", "", 0);
+  auto taken = bdev_config("Malloc9", "", 0);
   EXPECT_NE(tgt.live_config().add_namespace(kTestNqn, taken, again), "");
 
   auto qp = ctrl->create_io_qpair(16, err);
@@ -89,13 +86,11 @@ TEST(LiveNamespaces, AResizedNullNamespaceShowsItsNewSize) {
   RunningTarget t;
   auto& tgt = t.target();
   std::string err;
-  host::ControllerOptions o;
-  o.kato_ms = 0;
-  auto ctrl = Controller::connect(t.trid(), o, err);
+  auto ctrl = Controller::connect(t.trid(), without_keep_alive(), err);
   ASSERT_TRUE(ctrl) << err;
-  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Null7", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Null7", "null", 64 << 20)), "");
   uint32_t nsid = 0;
-  auto nc = bdev("Null7", "", 0);
+  auto nc = bdev_config("Null7", "", 0);
   nc.nsid = 7;
   ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   ASSERT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (64u << 20) / 512; }, kDueMs));
@@ -109,16 +104,14 @@ TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
   GatedFactory gated;
   RunningTarget t(default_config(), gated.factory());
   auto& tgt = t.target();
-  ASSERT_EQ(tgt.live_config().create_bdev(bdev("gated", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("gated", "null", 64 << 20)), "");
   uint32_t nsid = 0;
-  auto nc = bdev("gated", "", 0);
+  auto nc = bdev_config("gated", "", 0);
   nc.nsid = 5;
   ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
   ASSERT_NE(gated.dev.load(), nullptr);
   std::string err;
-  host::ControllerOptions o;
-  o.kato_ms = 0;
-  auto ctrl = Controller::connect(t.trid(), o, err);
+  auto ctrl = Controller::connect(t.trid(), without_keep_alive(), err);
   ASSERT_TRUE(ctrl) << err;
   auto qp = ctrl->create_io_qpair(16, err);
   ASSERT_TRUE(qp) << err;
@@ -161,14 +154,10 @@ TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
   EXPECT_EQ(removed.get(), "");
   EXPECT_TRUE(wait_for([&] { return !has_namespace(*ctrl, 5); }, kDueMs)) << "the host still lists namespace 5";
   // The device is the bdev's again: it can serve a namespace once more, or be deleted.
-  target::BdevTable::Info info;
-  ASSERT_TRUE(tgt.state().bdevs.find("gated", info));
-  EXPECT_TRUE(info.subnqn.empty());
   uint32_t again = 0;
-  auto back = bdev("gated", "", 0);
-  EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, back, again), "");
-  EXPECT_EQ(tgt.live_config().delete_bdev("gated"), "")
-      << "deleting a bdev a namespace has removes the namespace first";
+  ASSERT_NO_FATAL_FAILURE(expect_bdev_free_and_reusable(tgt, "gated", again));
+  EXPECT_EQ(tgt.live_config().delete_bdev("gated"), "") << "deleting a bdev a namespace has removes the namespace first";
+  target::BdevTable::Info info;
   EXPECT_FALSE(tgt.state().bdevs.find("gated", info));
   EXPECT_TRUE(wait_for([&] { return !has_namespace(*ctrl, again); }, kDueMs));
   EXPECT_NE(tgt.live_config().remove_namespace(kTestNqn, 5), "") << "removing twice";
@@ -178,9 +167,7 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
   RunningTarget t;
   auto& tgt = t.target();
   std::string err;
-  host::ControllerOptions o;
-  o.kato_ms = 0;
-  auto ctrl = Controller::connect(t.trid(), o, err);
+  auto ctrl = Controller::connect(t.trid(), without_keep_alive(), err);
   ASSERT_TRUE(ctrl) << err;
   // 32 reads outstanding, half on namespace 2 (RAM, untouched), half on namespace 4 (added and
   // removed over and over), from a queue pair of the thread that uses it. Namespace 2's all
@@ -224,9 +211,9 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
   EXPECT_TRUE(wait_for([&] { return ok2.load() > 100 || failed.load() > 0; }, kDueMs)) << "no reads complete";
   for (int round = 0; round < 20; ++round) {
     const std::string name = fmt::format("Null{}", round);
-    EXPECT_EQ(tgt.live_config().create_bdev(bdev(name, "null", 16 << 20)), "");
+    EXPECT_EQ(tgt.live_config().create_bdev(bdev_config(name, "null", 16 << 20)), "");
     uint32_t nsid = 0;
-    auto nc = bdev(name, "", 0);
+    auto nc = bdev_config(name, "", 0);
     nc.nsid = 4;
     EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -23,15 +23,6 @@ namespace {
 constexpr const char* kNewNqn = "nqn.2026-12.io.nvtcp:live";
 constexpr int kDueMs = 5000;
 
-target::NamespaceConfig bdev(const std::string& name, const std::string& type, uint64_t size) {
-  target::NamespaceConfig nc;
-  nc.name = name;
-  nc.type = type;
-  nc.size = size;
-  nc.block_size = 512;
-  return nc;
-}
-
 target::SubsystemConfig new_subsystem(const std::string& nqn = kNewNqn) {
   target::SubsystemConfig sc;
   sc.nqn = nqn;
@@ -72,9 +63,9 @@ TEST(LiveSubsystems, ACreatedSubsystemServesHostsOnlyThroughTheListenersAddedToI
   EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem()), "") << "an NQN is unique";
   EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem(nvme::kDiscoveryNqn)), "");
   EXPECT_NE(tgt.live_config().create_subsystem(new_subsystem("not-an-nqn")), "");
-  ASSERT_EQ(tgt.live_config().create_bdev(bdev("Malloc0", "ram", 8 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Malloc0", "ram", 8 << 20)), "");
   uint32_t nsid = 0;
-  auto nc = bdev("Malloc0", "", 0);
+  auto nc = bdev_config("Malloc0", "", 0);
   ASSERT_EQ(tgt.live_config().add_namespace(kNewNqn, nc, nsid), "");
 
   // Made by RPC, it is on no listener yet (as in SPDK): Connect is refused.
@@ -106,9 +97,9 @@ TEST(LiveSubsystems, DeletingOneEndsItsConnectionsWaitsForItsCommandsAndLeavesTh
   RunningTarget t(default_config(), gated.factory());
   auto& tgt = t.target();
   ASSERT_EQ(tgt.live_config().create_subsystem(new_subsystem()), "");
-  ASSERT_EQ(tgt.live_config().create_bdev(bdev("gated", "null", 64 << 20)), "");
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("gated", "null", 64 << 20)), "");
   uint32_t nsid = 0;
-  auto nc = bdev("gated", "", 0);
+  auto nc = bdev_config("gated", "", 0);
   ASSERT_EQ(tgt.live_config().add_namespace(kNewNqn, nc, nsid), "");
   target::ListenerConfig lc{"127.0.0.1", t.port()};
   ASSERT_EQ(tgt.live_config().add_listener(kNewNqn, lc), "");
@@ -163,12 +154,8 @@ TEST(LiveSubsystems, DeletingOneEndsItsConnectionsWaitsForItsCommandsAndLeavesTh
   Session late;
   ASSERT_TRUE(admin_connect(late, t.port(), kNewNqn, cqe));
   EXPECT_TRUE(status_is(cqe, 1, 0x82));  // Connect Invalid Parameters
-  target::BdevTable::Info info;
-  ASSERT_TRUE(tgt.state().bdevs.find("gated", info));
-  EXPECT_TRUE(info.subnqn.empty());
   uint32_t again = 0;
-  auto back = bdev("gated", "", 0);
-  EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, back, again), "");
+  ASSERT_NO_FATAL_FAILURE(expect_bdev_free_and_reusable(tgt, "gated", again));
   EXPECT_TRUE(read_other().ok());
   EXPECT_EQ(controllers_of(tgt, kTestNqn), 1u);
   EXPECT_NE(tgt.live_config().delete_subsystem(kNewNqn), "") << "deleting twice";

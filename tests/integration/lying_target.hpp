@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/loopback.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
 #include "nvtcp/sqe.hpp"
@@ -47,14 +48,7 @@ class LyingTarget {
   };
 
   explicit LyingTarget(Script s) : script_(std::move(s)) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(listen_fd_, 4) == 0 &&
-        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-      port_ = ntohs(a.sin_port);
+    listen_fd_ = listen_loopback(port_);
     thread_ = std::thread([this] { run(); });
   }
   ~LyingTarget() {
@@ -117,16 +111,6 @@ class LyingTarget {
       if (got <= 0) return false;
       p += got;
       n -= size_t(got);
-    }
-    return true;
-  }
-  static bool send_all(int fd, const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
-      if (put <= 0) return false;
-      p += put;
-      n -= size_t(put);
     }
     return true;
   }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/loopback.hpp"
 #include "control/metrics_server.hpp"
 #include "control/target_metrics.hpp"
 #include "nvtcp/host.hpp"
@@ -54,15 +55,7 @@ int connect_to(uint16_t port, bool v6 = false) {
   return fd;
 }
 
-bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += size_t(n);
-  }
-  return true;
-}
+bool send_all(int fd, const std::string& s) { return test::send_all(fd, s.data(), s.size()); }
 
 // Everything the server sends until it closes (or 10 s of silence).
 std::string read_to_close(int fd) {

@@ -100,25 +100,13 @@ TEST(RamAtomicity, OneBlockWritesAreNeverTornAcrossReactors) {
   EXPECT_GT(st.ios.load(), 1000u);
   EXPECT_EQ(st.torn.load(), 0u) << "blocks read with bytes of two different writes, in " << st.ios.load() << " I/Os";
   // Every block ends up whole too.
-  std::string err;
-  auto ctrl = host::Controller::connect(t.trid(kTestNqn, kNsid), host::ControllerOptions{}, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(4, err);
-  ASSERT_TRUE(qp) << err;
-  struct Done {
-    bool done = false;
-    host::Completion cpl;
-  };
+  HostSession s;
+  ASSERT_TRUE(open_session(t.trid(kTestNqn, kNsid), host::ControllerOptions{}, 4, s));
+  host::QueuePair* qp = s.qp.get();
   for (uint64_t lba = 0; lba < kLbas; ++lba) {
     std::vector<uint8_t> b(kBlock, 0);
-    Done d;
-    ASSERT_EQ(qp->read(kNsid, lba, 1, b.data(),
-                       [](void* ctx, const host::Completion& c) {
-                         static_cast<Done*>(ctx)->cpl = c;
-                         static_cast<Done*>(ctx)->done = true;
-                       },
-                       &d),
-              0);
+    CompletionBatch::Op d;
+    ASSERT_EQ(qp->read(kNsid, lba, 1, b.data(), CompletionBatch::cb, &d), 0);
     while (!d.done) qp->process_completions(1000);
     EXPECT_TRUE(d.cpl.status.ok());
     EXPECT_TRUE(std::all_of(b.begin(), b.end(), [&](uint8_t x) { return x == b[0]; })) << "block " << lba << " torn";
@@ -132,22 +120,13 @@ TEST(RamAtomicity, EverySizeReadsBackThroughTheLockedCopies) {
   auto cfg = default_config();
   cfg.cores = 2;
   RunningTarget t(cfg);
-  std::string err;
-  auto ctrl = host::Controller::connect(t.trid(kTestNqn, 2), host::ControllerOptions{}, err);
-  ASSERT_TRUE(ctrl) << err;
-  auto qp = ctrl->create_io_qpair(8, err);
-  ASSERT_TRUE(qp) << err;
-  struct Done {
-    bool done = false;
-    host::Completion cpl;
-    static void cb(void* ctx, const host::Completion& c) {
-      static_cast<Done*>(ctx)->cpl = c;
-      static_cast<Done*>(ctx)->done = true;
-    }
-  };
+  HostSession s;
+  ASSERT_TRUE(open_session(t.trid(kTestNqn, 2), host::ControllerOptions{}, 8, s));
+  host::QueuePair* qp = s.qp.get();
   auto run = [&](bool write, uint64_t lba, uint32_t blocks, uint8_t* buf) {
-    Done d;
-    int rc = write ? qp->write(2, lba, blocks, buf, Done::cb, &d) : qp->read(2, lba, blocks, buf, Done::cb, &d);
+    CompletionBatch::Op d;
+    constexpr auto cb = &CompletionBatch::cb;
+    int rc = write ? qp->write(2, lba, blocks, buf, cb, &d) : qp->read(2, lba, blocks, buf, cb, &d);
     if (rc != 0) return false;
     while (!d.done) qp->process_completions(1000);
     return d.cpl.status.ok();

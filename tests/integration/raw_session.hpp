@@ -44,7 +44,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kHostNqn = "nqn.2026-11.io.nvtcp:bad-input";
 constexpr uint8_t kHostId[16] = {0xba, 0xd1, 0x4e, 0x70, 0x00, 0x11, 0x22, 0x33,
                                  0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb};
-constexpr uint32_t kRamNsid = 2;                          // ram, 64 MiB, 512-byte blocks
 constexpr uint64_t kRamBlocks = (64ull << 20) / 512;
 constexpr uint32_t kCcEnable = 0x00460001;                // EN, IOSQES 6, IOCQES 4
 constexpr uint8_t kKeyedSglDataBlock = 0x40;              // RDMA's keyed SGL: not for TCP
@@ -360,6 +359,18 @@ class Session {
                                 const std::string& hostnqn = kHostNqn) {
     return command(connect_sqe(cid(), 0), connect_data(subnqn, hostnqn, kDynamicCntlid), cqe);
   }
+
+  // open() and connect_admin() with the Connect's success checked: where most raw cases
+  // start. The new cntlid lands in cqe.dw0.
+  AssertionResult open_admin(uint16_t port, Cqe& cqe, const std::string& subnqn = kTestNqn,
+                             const std::string& hostnqn = kHostNqn) {
+    if (auto r = open(port); !r) return r;
+    if (auto r = connect_admin(cqe, subnqn, hostnqn); !r) return r;
+    if (((cqe.status >> 1) & 0x7FF) != 0)  // SCT and SC, as ok() reads them
+      return AssertionFailure() << "admin Connect failed: SCT " << unsigned((cqe.status >> 9) & 0x7) << " SC "
+                                << hex((cqe.status >> 1) & 0xFF);
+    return AssertionSuccess();
+  }
 };
 
 inline AssertionResult status_is(const Cqe& cqe, uint8_t sct, uint8_t sc) {
@@ -452,6 +463,16 @@ inline void open_io_queue(RunningTarget& t, Session& admin, Session& io, uint8_t
   ASSERT_TRUE(io.command(connect_sqe(io.cid(), 1), connect_data(kTestNqn, kHostNqn, cntlid), cqe));
   ASSERT_TRUE(ok(cqe));
   EXPECT_EQ(uint16_t(cqe.dw0), cntlid);
+}
+
+// The next PDU on io is the R2T for cid.
+inline AssertionResult r2t_for(Session& io, uint16_t cid, R2TPdu& r2t) {
+  Bytes p;
+  if (auto r = io.read_pdu(p); !r) return r;
+  if (p[0] != uint8_t(PduType::R2T)) return AssertionFailure() << "PDU type " << hex(p[0]) << " instead of R2T";
+  r2t = read_as<R2TPdu>(p);
+  if (r2t.cccid != cid) return AssertionFailure() << "R2T for cid " << r2t.cccid;
+  return AssertionSuccess();
 }
 
 // A one-block read on the ram namespace still works on this queue.

@@ -288,11 +288,8 @@ TEST(Reconnect, CutsAtManyOffsetsLoseNoAcknowledgedWrite) {
 // The target process goes away and comes back on the same port with the same file
 // namespace: acknowledged writes survive, and the host carries on by itself.
 TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
-  char path[] = "/tmp/nvtcp-reconnect-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 64 << 20), 0);
-  close(fd);
+  std::string path;
+  ASSERT_TRUE(make_temp_file("nvtcp-reconnect", 64 << 20, path));
   auto cfg = default_config(path);
   auto target = std::make_unique<RunningTarget>(cfg);
   uint16_t port = target->port();
@@ -338,7 +335,7 @@ TEST(Reconnect, TargetRestartsLoseNoAcknowledgedWrite) {
   qp.reset();
   ctrl.reset();
   target.reset();
-  unlink(path);
+  unlink(path.c_str());
 }
 
 // Nobody comes back: after ctrl_loss_tmo the held commands fail with a path error and

@@ -30,7 +30,6 @@ namespace {
 namespace sc = nvme::sc;
 using wire::ReservationType;
 
-constexpr uint32_t kRamNsid = 2;
 constexpr uint32_t kFileNsid = 4;
 constexpr uint64_t kKeyA = 0xA1A1, kKeyB = 0xB2B2;
 

@@ -31,13 +31,9 @@
 namespace nvtcp::test::resource_limits_test {
 namespace {
 
-using host::Completion;
-using host::Controller;
-using host::ControllerOptions;
-using host::QueuePair;
+using host::Controller, host::ControllerOptions, host::QueuePair;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kRamNsid = 2;   // RAM, 64 MiB, 512-byte blocks
 constexpr uint32_t kFileNsid = 4;  // file, 64 MiB, 512-byte blocks: reads need a buffer
 constexpr int kDeadlineMs = 20000;
 
@@ -75,31 +71,8 @@ bool closed_by_peer(int fd, int ms) {
   return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
-struct Batch {
-  struct Op {
-    bool done = false;
-    Completion cpl;
-  };
-  std::deque<Op> ops;
-  static void cb(void* ctx, const Completion& c) {
-    auto* o = static_cast<Op*>(ctx);
-    o->cpl = c;
-    o->done = true;
-  }
-  Op& add() { return ops.emplace_back(); }
-  bool all_done() const {
-    for (auto& o : ops)
-      if (!o.done) return false;
-    return true;
-  }
-  size_t failures() const {
-    size_t n = 0;
-    for (auto& o : ops) n += !o.done || !o.cpl.status.ok();
-    return n;
-  }
-};
+using Batch = CompletionBatch;
 
-// Drives every queue pair (they share this thread's reactor) until pred or the deadline.
 // A controller whose connections all go through proxy to t.
 std::unique_ptr<Controller> connect_through(const FaultProxy& proxy, const RunningTarget& t, std::string& err) {
   auto tid = t.trid();
@@ -107,6 +80,7 @@ std::unique_ptr<Controller> connect_through(const FaultProxy& proxy, const Runni
   return Controller::connect(tid, ControllerOptions{}, err);
 }
 
+// Drives every queue pair (they share this thread's reactor) until pred or the deadline.
 bool drive(const std::vector<QueuePair*>& qps, const std::function<bool()>& pred, int ms = kDeadlineMs) {
   auto end = Clock::now() + std::chrono::milliseconds(ms);
   while (!pred()) {
@@ -136,12 +110,9 @@ bool drive(const std::vector<QueuePair*>& qps, const std::function<bool()>& pred
 }
 
 ::testing::AssertionResult fresh_client_ok(RunningTarget& t, uint32_t seed) {
-  std::string err;
-  auto ctrl = Controller::connect(t.trid(), ControllerOptions{}, err);
-  if (!ctrl) return ::testing::AssertionFailure() << "fresh client cannot connect: " << err;
-  auto qp = ctrl->create_io_qpair(16, err);
-  if (!qp) return ::testing::AssertionFailure() << "fresh client cannot make a queue: " << err;
-  return write_read_compare(*qp, kRamNsid, 100000 + seed * 300, 131072 + 4096, seed);
+  HostSession s;
+  if (auto r = open_session(t.trid(), ControllerOptions{}, 16, s); !r) return r << " (a fresh client)";
+  return write_read_compare(*s.qp, kRamNsid, 100000 + seed * 300, 131072 + 4096, seed);
 }
 
 class TempFile {

@@ -111,6 +111,54 @@ TEST(SharedNamespace, AReadStillBeingSentIsNotChangedByAWriteThatCompletesMeanwh
   expect_read_works(a);
 }
 
+constexpr uint32_t kNsid4K = 3;  // RAM, 64 MiB of 4096-byte blocks
+
+// The source range list of a Copy: count ranges of range_blocks each, range i starting at
+// (i % wrap) * range_blocks.
+Bytes copy_ranges(uint32_t count, uint32_t range_blocks, uint32_t wrap) {
+  Bytes ranges;
+  for (uint32_t i = 0; i < count; ++i) {
+    CopySourceRange r{};
+    r.slba = (i % wrap) * range_blocks;
+    r.nlb = uint16_t(range_blocks - 1);
+    const Bytes b = bytes_of(r);
+    ranges.insert(ranges.end(), b.begin(), b.end());
+  }
+  return ranges;
+}
+
+// A Copy on the 4K namespace of the ranges (ranges_count of them) to dest, its list in-capsule.
+Sqe copy_sqe(uint16_t cid, const Bytes& ranges, uint32_t ranges_count, uint64_t dest) {
+  Sqe copy{};
+  copy.opc = uint8_t(IoOpcode::Copy);
+  copy.nsid = kNsid4K;
+  copy.cdw10 = uint32_t(dest);
+  copy.cdw12 = ranges_count - 1;
+  return raw_sqe(copy, cid, uint32_t(ranges.size()), kSglDataBlockOffset);
+}
+
+// The copies (each with ranges in-capsule) and then a one-block read, all in one send: the
+// read behind them is answered first, then every Copy succeeds.
+void expect_read_overtakes(Session& io, const std::vector<Sqe>& copies, const Bytes& ranges) {
+  Bytes all;
+  for (const Sqe& c : copies) {
+    const Bytes pdu = capsule_pdu(c, ranges, false, false);
+    all.insert(all.end(), pdu.begin(), pdu.end());
+  }
+  const Sqe read = rw_sqe(IoOpcode::Read, io.cid(), kNsid4K, 0, 1, 4096);
+  const Bytes r = capsule_pdu(read, {}, false, false);
+  all.insert(all.end(), r.begin(), r.end());
+  ASSERT_TRUE(io.c.send(all));
+  Cqe cqe{};
+  Bytes data;
+  ASSERT_TRUE(io.read_response(read.cid, cqe, &data)) << "a Copy was answered before the read behind it";
+  EXPECT_TRUE(ok(cqe));
+  for (const Sqe& c : copies) {
+    ASSERT_TRUE(io.read_response(c.cid, cqe));
+    EXPECT_TRUE(ok(cqe)) << "Copy: " << hex(sc_of(cqe));
+  }
+}
+
 // A Copy of 48 ranges of 1 MiB (96 MiB of memcpy on a RAM namespace) followed by a small read
 // on the same queue, both in one send. The Copy takes one range per reactor turn, so the read
 // behind it is answered first; when the Copy ran every range in one turn, nothing else on the
@@ -119,38 +167,12 @@ TEST(SharedNamespace, ACopyOfManyRangesLetsACommandBehindItFinishFirst) {
   RunningTarget t;
   Session admin, io;
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
-  constexpr uint32_t kNsid4K = 3;  // RAM, 64 MiB of 4096-byte blocks
   // 1 MiB each (MSSRL = MDTS); 16 of them, so that the whole Copy answers well within the raw
   // session's 3-s read timeout under ThreadSanitizer too (48 took over 3 s there).
   constexpr uint32_t kRanges = 16, kRangeBlocks = 256;
-  Bytes ranges;
-  for (uint32_t i = 0; i < kRanges; ++i) {
-    CopySourceRange r{};
-    r.slba = (i % 8) * kRangeBlocks;  // the first 8 MiB, over and over
-    r.nlb = uint16_t(kRangeBlocks - 1);
-    const Bytes b = bytes_of(r);
-    ranges.insert(ranges.end(), b.begin(), b.end());
-  }
-  Sqe copy{};
-  copy.opc = uint8_t(IoOpcode::Copy);
-  copy.nsid = kNsid4K;
-  const uint64_t dest = 16384 - kRanges * kRangeBlocks;  // the namespace's last 16 MiB
-  copy.cdw10 = uint32_t(dest);
-  copy.cdw12 = kRanges - 1;
-  copy = raw_sqe(copy, io.cid(), uint32_t(ranges.size()), kSglDataBlockOffset);
-  const Sqe read = rw_sqe(IoOpcode::Read, io.cid(), kNsid4K, 0, 1, 4096);
-  Bytes both = capsule_pdu(copy, ranges, false, false);
-  const Bytes second = capsule_pdu(read, {}, false, false);
-  both.insert(both.end(), second.begin(), second.end());
-  ASSERT_TRUE(io.c.send(both));
-
-  // The first answer on the queue is the read's.
-  Cqe cqe{};
-  Bytes data;
-  ASSERT_TRUE(io.read_response(read.cid, cqe, &data)) << "the Copy was answered before the read behind it";
-  EXPECT_TRUE(ok(cqe));
-  ASSERT_TRUE(io.read_response(copy.cid, cqe));
-  EXPECT_TRUE(ok(cqe)) << "Copy: " << hex(sc_of(cqe));
+  const Bytes ranges = copy_ranges(kRanges, kRangeBlocks, 8);  // the first 8 MiB, over and over
+  const uint64_t dest = 16384 - kRanges * kRangeBlocks;      // the namespace's last 16 MiB
+  ASSERT_NO_FATAL_FAILURE(expect_read_overtakes(io, {copy_sqe(io.cid(), ranges, kRanges, dest)}, ranges));
   expect_read_works(io);
 }
 
@@ -162,41 +184,12 @@ TEST(SharedNamespace, CopiesMoveAtMostTheReactorsBudgetPerTurn) {
   RunningTarget t;
   Session admin, io;
   ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
-  constexpr uint32_t kNsid4K = 3;  // RAM, 64 MiB of 4096-byte blocks
   constexpr uint32_t kRanges = 4, kRangeBlocks = 256, kCopies = 8;
-  Bytes ranges;
-  for (uint32_t i = 0; i < kRanges; ++i) {
-    CopySourceRange r{};
-    r.slba = i * kRangeBlocks;
-    r.nlb = uint16_t(kRangeBlocks - 1);
-    const Bytes b = bytes_of(r);
-    ranges.insert(ranges.end(), b.begin(), b.end());
-  }
-  Bytes all;
-  std::vector<uint16_t> cids;
-  for (uint32_t c = 0; c < kCopies; ++c) {
-    Sqe copy{};
-    copy.opc = uint8_t(IoOpcode::Copy);
-    copy.nsid = kNsid4K;
-    copy.cdw10 = uint32_t(8192 + c * kRanges * kRangeBlocks);
-    copy.cdw12 = kRanges - 1;
-    copy = raw_sqe(copy, io.cid(), uint32_t(ranges.size()), kSglDataBlockOffset);
-    cids.push_back(copy.cid);
-    const Bytes pdu = capsule_pdu(copy, ranges, false, false);
-    all.insert(all.end(), pdu.begin(), pdu.end());
-  }
-  const Sqe read = rw_sqe(IoOpcode::Read, io.cid(), kNsid4K, 0, 1, 4096);
-  const Bytes r = capsule_pdu(read, {}, false, false);
-  all.insert(all.end(), r.begin(), r.end());
-  ASSERT_TRUE(io.c.send(all));
-  Cqe cqe{};
-  Bytes data;
-  ASSERT_TRUE(io.read_response(read.cid, cqe, &data)) << "the Copies were all answered before the read behind them";
-  EXPECT_TRUE(ok(cqe));
-  for (uint16_t cid : cids) {
-    ASSERT_TRUE(io.read_response(cid, cqe));
-    EXPECT_TRUE(ok(cqe)) << "Copy: " << hex(sc_of(cqe));
-  }
+  const Bytes ranges = copy_ranges(kRanges, kRangeBlocks, kRanges);
+  std::vector<Sqe> copies;
+  for (uint32_t c = 0; c < kCopies; ++c)
+    copies.push_back(copy_sqe(io.cid(), ranges, kRanges, 8192 + c * kRanges * kRangeBlocks));
+  ASSERT_NO_FATAL_FAILURE(expect_read_overtakes(io, copies, ranges));
   EXPECT_LE(t.target().most_step_bytes_in_a_turn(), target::ConnectionSet::kStepBytesPerTurn);
   EXPECT_GT(t.target().steps_deferred(), 0u) << "eight Copies never met the budget";
   expect_read_works(io);

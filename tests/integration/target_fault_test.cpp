@@ -23,13 +23,9 @@
 namespace nvtcp::test::target_fault_test {
 namespace {
 
-using host::Completion;
-using host::Controller;
-using host::ControllerOptions;
-using host::QueuePair;
+using host::Controller, host::ControllerOptions, host::QueuePair;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kRamNsid = 2;  // RAM, 64 MiB, 512-byte blocks
 constexpr int kDeadlineMs = 10000;
 
 host::TransportId via(const RunningTarget& t, const FaultProxy& p) {
@@ -38,36 +34,16 @@ host::TransportId via(const RunningTarget& t, const FaultProxy& p) {
   return id;
 }
 
-// Commands in flight on one queue pair. Ops live in a deque that outlives the queue pair
-// (declare the Batch first), so a late or failing completion never writes freed memory.
-struct Batch {
-  struct Op {
-    bool done = false;
-    Completion cpl;
-    int rc = 0;
-  };
-  std::deque<Op> ops;
-  static void cb(void* ctx, const Completion& c) {
-    auto* o = static_cast<Op*>(ctx);
-    o->cpl = c;
-    o->done = true;
-  }
-  Op& add() { return ops.emplace_back(); }
+// Commands in flight on one queue pair (declare the Batch first).
+struct Batch : CompletionBatch {
   // Drives qp until every op is done or the deadline passes; false on the deadline.
   bool wait(QueuePair& qp, int ms) {
     auto end = Clock::now() + std::chrono::milliseconds(ms);
     for (;;) {
-      bool all = true;
-      for (auto& o : ops) all = all && o.done;
-      if (all) return true;
+      if (all_done()) return true;
       if (Clock::now() > end) return false;
       qp.process_completions(1000);
     }
-  }
-  bool all_ok() const {
-    for (auto& o : ops)
-      if (!o.done || !o.cpl.status.ok()) return false;
-    return true;
   }
 };
 
@@ -131,12 +107,9 @@ const std::vector<uint32_t> kSplitSizes = {512, 8192 - 512, 8192, 8192 + 512, 13
 
 // A fresh client, straight to the target: connect, one I/O queue, data correct.
 ::testing::AssertionResult fresh_client_ok(RunningTarget& t, uint32_t seed) {
-  std::string err;
-  auto ctrl = Controller::connect(t.trid(), ControllerOptions{}, err);
-  if (!ctrl) return ::testing::AssertionFailure() << "fresh client cannot connect: " << err;
-  auto qp = ctrl->create_io_qpair(16, err);
-  if (!qp) return ::testing::AssertionFailure() << "fresh client cannot make a queue: " << err;
-  return write_read_compare(*qp, {4096, 131072 + 4096}, 60000 + (seed % 64) * 600, seed);
+  HostSession s;
+  if (auto r = open_session(t.trid(), ControllerOptions{}, 16, s); !r) return r << " (a fresh client)";
+  return write_read_compare(*s.qp, {4096, 131072 + 4096}, 60000 + (seed % 64) * 600, seed);
 }
 
 // ------------------------------------------------------------------ every byte its own write
@@ -150,10 +123,7 @@ void session_split(bool digests) {
   std::string err;
   auto ctrl = Controller::connect(via(t, proxy), o, err);
   ASSERT_TRUE(ctrl) << err;
-  host::NamespaceInfo ni;
-  ASSERT_TRUE(ctrl->namespace_info(kRamNsid, ni, err)) << err;
-  EXPECT_EQ(ni.block_size, 512u);
-  EXPECT_EQ(ni.blocks, (64ull << 20) / 512);
+  ASSERT_NO_FATAL_FAILURE(expect_default_ram_namespace(*ctrl));
   auto qp = ctrl->create_io_qpair(32, err);
   ASSERT_TRUE(qp) << err;
   EXPECT_TRUE(write_read_compare(*qp, kSplitSizes, 0, digests ? 100 : 200, 120000));

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -19,11 +21,15 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "../support/process_memory.hpp"
+#include "target/bdevs.hpp"
 #include "target_tcp/target.hpp"
 
 namespace nvtcp::test {
 
 inline constexpr const char* kTestNqn = "nqn.2026-11.io.nvtcp:test";
+
+inline constexpr uint32_t kRamNsid = 2;  // in default_config(): RAM, 64 MiB, 512-byte blocks
 
 // One subsystem (kTestNqn) with: nsid 1 null 1 GiB/512, nsid 2 ram 64 MiB/512,
 // nsid 3 ram 64 MiB/4096, and (when file_path is set) nsid 4 file 64 MiB/512.
@@ -39,6 +45,51 @@ inline target::TargetConfig default_config(const std::string& file_path = "") {
   if (!file_path.empty()) sc.namespaces.push_back({4, "file", 64ull << 20, file_path, 512});
   cfg.subsystems.push_back(sc);
   return cfg;
+}
+
+// A new file of size bytes (sparse) under /tmp, its name starting with prefix, for a file
+// namespace; path names it, and the caller removes it.
+inline ::testing::AssertionResult make_temp_file(const std::string& prefix, off_t size, std::string& path) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  const int fd = mkstemp(tmpl.data());
+  if (fd < 0) return ::testing::AssertionFailure() << "mkstemp " << tmpl << ": " << std::strerror(errno);
+  path = tmpl;
+  const bool sized = ftruncate(fd, size) == 0;
+  ::close(fd);
+  if (!sized) return ::testing::AssertionFailure() << "ftruncate " << path << ": " << std::strerror(errno);
+  return ::testing::AssertionSuccess();
+}
+
+// A bdev (a device for namespaces added at run time): its name, type ("ram", "null", "file", or
+// "" to name one that exists), size and block size.
+inline target::NamespaceConfig bdev_config(const std::string& name, const std::string& type, uint64_t size,
+                                           uint32_t block_size = 512) {
+  target::NamespaceConfig nc;
+  nc.name = name;
+  nc.type = type;
+  nc.size = size;
+  nc.block_size = block_size;
+  return nc;
+}
+
+// The bdev `name`, its namespace gone, is free again: it serves kTestNqn once more (the new
+// namespace's nsid in nsid).
+inline void expect_bdev_free_and_reusable(target::Target& tgt, const std::string& name, uint32_t& nsid) {
+  target::BdevTable::Info info;
+  ASSERT_TRUE(tgt.state().bdevs.find(name, info));
+  EXPECT_TRUE(info.subnqn.empty());
+  nsid = 0;
+  auto back = bdev_config(name, "", 0);
+  EXPECT_EQ(tgt.add_namespace(kTestNqn, back, nsid), "");
+}
+
+// nsid 2 of default_config() as the host's Identify Namespace gives it: 64 MiB of 512-byte blocks.
+inline void expect_default_ram_namespace(host::Controller& ctrl) {
+  host::NamespaceInfo ni;
+  std::string err;
+  ASSERT_TRUE(ctrl.namespace_info(kRamNsid, ni, err)) << err;
+  EXPECT_EQ(ni.block_size, 512u);
+  EXPECT_EQ(ni.blocks, (64ull << 20) / 512);
 }
 
 // len bytes that depend on seed (write data whose misplacement shows on read-back).
@@ -78,17 +129,6 @@ inline bool wait_for(const std::function<bool()>& pred, int ms) {
   return pred();
 }
 
-// This process's resident memory (target and test clients together).
-inline uint64_t rss_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long long size = 0, resident = 0;
-  if (f) {
-    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * uint64_t(sysconf(_SC_PAGESIZE));
-}
-
 // Submits one I/O command through submit(cb, ctx) and drives qp until it completes (or 10 s
 // pass: then the status is a transport error); returns its status. A command that never
 // completes leaves its waiter allocated: the queue pair may still call back into it.
@@ -120,6 +160,62 @@ inline nvme::Status one_command(host::QueuePair& qp, const std::function<int(hos
   delete w;
   return st;
 }
+
+// Commands in flight on queue pairs, each completing into an Op of its own. Ops live in a deque
+// that outlives the queue pairs (declare the batch first), so a late or failing completion
+// never writes freed memory.
+struct CompletionBatch {
+  struct Op {
+    bool done = false;
+    host::Completion cpl;
+    int rc = 0;  // what the submit returned, for callers that keep it
+  };
+  std::deque<Op> ops;
+  static void cb(void* ctx, const host::Completion& c) {
+    auto* o = static_cast<Op*>(ctx);
+    o->cpl = c;
+    o->done = true;
+  }
+  Op& add() { return ops.emplace_back(); }
+  bool all_done() const {
+    for (auto& o : ops)
+      if (!o.done) return false;
+    return true;
+  }
+  // Ops not done, or done with an error.
+  size_t failures() const {
+    size_t n = 0;
+    for (auto& o : ops) n += !o.done || !o.cpl.status.ok();
+    return n;
+  }
+  bool all_ok() const { return failures() == 0; }
+};
+
+// A controller and one I/O queue pair of the given depth.
+struct HostSession {
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+};
+inline ::testing::AssertionResult open_session(const host::TransportId& trid, const host::ControllerOptions& o,
+                                               uint32_t depth, HostSession& s) {
+  std::string err;
+  s.ctrl = host::Controller::connect(trid, o, err);
+  if (s.ctrl) s.qp = s.ctrl->create_io_qpair(depth, err);
+  if (!s.qp) return ::testing::AssertionFailure() << err;
+  return ::testing::AssertionSuccess();
+}
+
+// Counts the completions of the commands (or the caller's requests) that name it, and keeps
+// the last status.
+struct CompletionCounter {
+  int done = 0;
+  nvme::Status st;
+  static void cb(void* ctx, const host::Completion& c) {
+    auto* o = static_cast<CompletionCounter*>(ctx);
+    ++o->done;
+    o->st = c.status;
+  }
+};
 
 class RunningTarget {
  public:

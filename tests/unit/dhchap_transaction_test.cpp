@@ -5,7 +5,9 @@
 // transaction. Each failure ends with the AUTH_Failure the other side would see and its reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "auth/dhchap_transaction.hpp"
@@ -192,40 +194,30 @@ struct Underway {
 };
 
 TEST(DhchapTransaction, MalformedRepliesAreRefused) {
-  {
+  // Each a good reply with one thing wrong, and the reason the controller must give.
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<uint8_t>&)> spoil;
+    AuthFailureReason reason;
+  };
+  const Case cases[] = {
+      {"one byte short", [](std::vector<uint8_t>& r) { r.pop_back(); }, AuthFailureReason::IncorrectPayload},
+      {"another T_ID", [](std::vector<uint8_t>& r) { r[4] ^= 1; }, AuthFailureReason::IncorrectMessage},
+      {"HL 48", [](std::vector<uint8_t>& r) { r[6] = 48; }, AuthFailureReason::IncorrectPayload},
+      {"the host's DH value replaced by 1: not a valid public value",
+       [](std::vector<uint8_t>& r) {
+         std::fill(r.begin() + 16 + 64, r.end(), 0);
+         r.back() = 1;
+       },
+       AuthFailureReason::DhGroupUnusable},
+      {"R1 flipped", [](std::vector<uint8_t>& r) { r[16] ^= 0x80; }, AuthFailureReason::Failed},
+      {"too short for a header", [](std::vector<uint8_t>& r) { r = {1, 2, 0}; }, AuthFailureReason::IncorrectMessage},
+  };
+  for (const Case& c : cases) {
     Underway u;
-    auto cut = u.reply;
-    cut.resize(cut.size() - 1);
-    EXPECT_EQ(u.refuse(cut), uint8_t(AuthFailureReason::IncorrectPayload));
-  }
-  {
-    Underway u;
-    auto other = u.reply;
-    other[4] ^= 1;  // T_ID
-    EXPECT_EQ(u.refuse(other), uint8_t(AuthFailureReason::IncorrectMessage));
-  }
-  {
-    Underway u;
-    auto bad_hl = u.reply;
-    bad_hl[6] = 48;
-    EXPECT_EQ(u.refuse(bad_hl), uint8_t(AuthFailureReason::IncorrectPayload));
-  }
-  {
-    Underway u;  // the host's DH value replaced by 1: not a valid public value
-    auto weak = u.reply;
-    std::fill(weak.begin() + 16 + 64, weak.end(), 0);
-    weak.back() = 1;
-    EXPECT_EQ(u.refuse(weak), uint8_t(AuthFailureReason::DhGroupUnusable));
-  }
-  {
-    Underway u;
-    auto flipped = u.reply;
-    flipped[16] ^= 0x80;  // R1
-    EXPECT_EQ(u.refuse(flipped), uint8_t(AuthFailureReason::Failed));
-  }
-  {
-    Underway u;
-    EXPECT_EQ(u.refuse({1, 2, 0}), uint8_t(AuthFailureReason::IncorrectMessage)) << "too short for a header";
+    auto reply = u.reply;
+    c.spoil(reply);
+    EXPECT_EQ(u.refuse(reply), uint8_t(c.reason)) << c.what;
   }
 }
 
@@ -290,21 +282,18 @@ TEST(DhchapTransaction, NegotiateFieldsChecked) {
     c.on_receive(buf);
     return buf[7];
   };
-  auto scc = neg;
-  scc[6] = 1;
-  EXPECT_EQ(refused(scc), uint8_t(AuthFailureReason::ConcatMismatch));
-  auto no_desc = neg;
-  no_desc[7] = 0;
-  EXPECT_EQ(refused(no_desc), uint8_t(AuthFailureReason::IncorrectPayload));
-  auto two_desc = neg;
-  two_desc[7] = 2;  // claims a second descriptor that is not there
-  EXPECT_EQ(refused(two_desc), uint8_t(AuthFailureReason::IncorrectPayload));
-  auto other_protocol = neg;
-  other_protocol[8] = 0x02;
-  EXPECT_EQ(refused(other_protocol), uint8_t(AuthFailureReason::NotUsable));
-  auto long_list = neg;
-  long_list[10] = 31;
-  EXPECT_EQ(refused(long_list), uint8_t(AuthFailureReason::IncorrectPayload));
+  // The Negotiate with byte off set to v.
+  auto with = [&](size_t off, uint8_t v) {
+    auto m = neg;
+    m[off] = v;
+    return m;
+  };
+  EXPECT_EQ(refused(with(6, 1)), uint8_t(AuthFailureReason::ConcatMismatch)) << "secure channel concatenation";
+  EXPECT_EQ(refused(with(7, 0)), uint8_t(AuthFailureReason::IncorrectPayload)) << "no descriptor";
+  EXPECT_EQ(refused(with(7, 2)), uint8_t(AuthFailureReason::IncorrectPayload))
+      << "claims a second descriptor that is not there";
+  EXPECT_EQ(refused(with(8, 0x02)), uint8_t(AuthFailureReason::NotUsable)) << "another protocol";
+  EXPECT_EQ(refused(with(10, 31)), uint8_t(AuthFailureReason::IncorrectPayload)) << "a list too long";
 }
 
 TEST(DhchapTransaction, HostChecksTheChallenge) {

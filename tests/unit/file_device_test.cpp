@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/block_device.hpp"
@@ -61,6 +62,10 @@ class FileDeviceTest : public ::testing::Test {
     ASSERT_TRUE(dev_) << err;
     dev_->set_sync_observer(&trace_);
   }
+  // (persistence, volatile write cache, write cache enabled) of the device, as one value.
+  std::tuple<Persistence, bool, bool> cache() const {
+    return {dev_->persistence(), dev_->volatile_write_cache(), dev_->write_cache_enabled()};
+  }
   void TearDown() override {
     dev_.reset();
     if (!path_.empty()) std::remove(path_.c_str());
@@ -100,10 +105,8 @@ class FileDeviceTest : public ::testing::Test {
 TEST_F(FileDeviceTest, OnStorageFuaFlushAndWriteThroughSyncBeforeCompleting) {
   std::string dir = dir_where(false);
   if (dir.empty()) GTEST_SKIP() << "no writable directory on storage";
-  open_in(dir);
-  EXPECT_EQ(dev_->persistence(), Persistence::Media);
-  EXPECT_TRUE(dev_->volatile_write_cache());
-  EXPECT_TRUE(dev_->write_cache_enabled());
+  ASSERT_NO_FATAL_FAILURE(open_in(dir));
+  EXPECT_EQ(cache(), std::tuple(Persistence::Media, true, true));
 
   EXPECT_TRUE(run(BlockIo::Op::Write, 0, 4096, false, 1).ok());   // cached: no sync
   EXPECT_TRUE(run(BlockIo::Op::Write, 4096, 8192, true, 2).ok());  // FUA
@@ -121,10 +124,8 @@ TEST_F(FileDeviceTest, OnStorageFuaFlushAndWriteThroughSyncBeforeCompleting) {
 TEST_F(FileDeviceTest, OnTmpfsThereIsNoCacheAndNothingToSync) {
   std::string dir = dir_where(true);
   if (dir.empty()) GTEST_SKIP() << "no writable tmpfs";
-  open_in(dir);
-  EXPECT_EQ(dev_->persistence(), Persistence::Machine);
-  EXPECT_FALSE(dev_->volatile_write_cache());
-  EXPECT_FALSE(dev_->write_cache_enabled());
+  ASSERT_NO_FATAL_FAILURE(open_in(dir));
+  EXPECT_EQ(cache(), std::tuple(Persistence::Machine, false, false));
   EXPECT_TRUE(run(BlockIo::Op::Write, 0, 4096, true, 1).ok());
   EXPECT_TRUE(run(BlockIo::Op::Flush, 0, 0, false, 2).ok());
   EXPECT_EQ(trace_.events, (std::vector<std::string>{"done:1", "done:2"}));

@@ -14,12 +14,9 @@ namespace host_queue_state_test {
 
 namespace {
 
-using nvtcp::host::detail::HostRequest;
-using nvtcp::host::detail::QueuePairImpl;
-using nvtcp::host::detail::QueueParams;
-using nvtcp::host::detail::queue_pairs_in_state;
-using nvtcp::host::detail::queue_transition_allowed;
-using QS = nvtcp::host::detail::QueueState;
+// The queue pair's internals are what this file tests: all of them, by their own names.
+using namespace nvtcp::host::detail;
+using QS = QueueState;
 
 TEST(HostQueueState, ConnectPathAndRecoveryAreAllowed) {
   const QS path[] = {QS::Idle, QS::TcpConnecting, QS::AwaitICResp, QS::AwaitConnect, QS::Ready,

@@ -14,15 +14,8 @@ namespace host_timing_test {
 
 namespace {
 
-using nvtcp::host::detail::command_timeout_step;
-using nvtcp::host::detail::CommandTimes;
-using nvtcp::host::detail::keep_alive_interval_ms;
-using nvtcp::host::detail::kMaxShutdownWaitMs;
-using nvtcp::host::detail::kMinShutdownWaitMs;
-using nvtcp::host::detail::kNsPerMs;
-using nvtcp::host::detail::Outage;
-using nvtcp::host::detail::shutdown_timeout_ms;
-using nvtcp::host::detail::TimeoutStep;
+// The host's timing rules are what this file tests: all of them, by their own names.
+using namespace nvtcp::host::detail;
 using nvtcp::reactor::FakeClock;
 using nvtcp::reactor::monotonic_clock;
 
@@ -110,22 +103,24 @@ TEST(HostTiming, ReconnectAttemptsComeOneDelayApart) {
   EXPECT_TRUE(o.attempt_due(clock.now_ns()));
 }
 
+// What a command's timeout calls for once the clock has moved on by ms.
+TimeoutStep step_after(FakeClock& clock, int ms, const CommandTimes& c, uint64_t limit_ns, bool can_abort) {
+  clock.step_ms(ms);
+  return command_timeout_step(c, clock.now_ns(), limit_ns, can_abort);
+}
+
 // Reconnect.IoTimeoutAbortsThenResets (io_timeout 300 ms): an Abort after 300 ms, a reset 300 ms
 // after the Abort if the command still has not completed.
 TEST(HostTiming, IoTimeoutAbortsThenResets) {
   FakeClock clock;
   const uint64_t limit = 300 * kNsPerMs;
   CommandTimes c{clock.now_ns(), false, 0};
-  clock.step_ms(299);
-  EXPECT_EQ(command_timeout_step(c, clock.now_ns(), limit, true), TimeoutStep::None);
-  clock.step_ms(1);
-  ASSERT_EQ(command_timeout_step(c, clock.now_ns(), limit, true), TimeoutStep::Abort);
+  EXPECT_EQ(step_after(clock, 299, c, limit, true), TimeoutStep::None);
+  ASSERT_EQ(step_after(clock, 1, c, limit, true), TimeoutStep::Abort);
   c.abort_sent = true;
   c.abort_ns = clock.now_ns();
-  clock.step_ms(299);
-  EXPECT_EQ(command_timeout_step(c, clock.now_ns(), limit, true), TimeoutStep::None);  // the Abort's time
-  clock.step_ms(1);
-  EXPECT_EQ(command_timeout_step(c, clock.now_ns(), limit, true), TimeoutStep::Reset);
+  EXPECT_EQ(step_after(clock, 299, c, limit, true), TimeoutStep::None);  // the Abort's time
+  EXPECT_EQ(step_after(clock, 1, c, limit, true), TimeoutStep::Reset);
 }
 
 // Reconnect.IoTimeoutWithoutReconnectFailsTheCommand and the Connect slot: with no admin queue to
@@ -134,10 +129,8 @@ TEST(HostTiming, IoTimeoutWithoutAbortResetsAtOnce) {
   FakeClock clock;
   const uint64_t limit = 200 * kNsPerMs;
   CommandTimes c{clock.now_ns(), false, 0};
-  clock.step_ms(199);
-  EXPECT_EQ(command_timeout_step(c, clock.now_ns(), limit, false), TimeoutStep::None);
-  clock.step_ms(1);
-  EXPECT_EQ(command_timeout_step(c, clock.now_ns(), limit, false), TimeoutStep::Reset);
+  EXPECT_EQ(step_after(clock, 199, c, limit, false), TimeoutStep::None);
+  EXPECT_EQ(step_after(clock, 1, c, limit, false), TimeoutStep::Reset);
 }
 
 // KeepAlive.* and HostTarget's keep-alive test idle for several KATOs on real time: what they

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/ordered_send_done.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "tls/kernel_tls.hpp"
@@ -47,48 +48,38 @@ std::vector<uint8_t> seq_bytes(size_t n, uint8_t first) {
   return v;
 }
 
+// The bytes kernel_crypto_info lays out for cipher, key, iv and seq; empty when it refuses.
+std::vector<uint8_t> crypto_info_bytes(uint16_t cipher, const std::vector<uint8_t>& key,
+                                       const std::vector<uint8_t>& iv, uint64_t seq) {
+  tls::KernelCryptoInfo k;
+  if (!tls::kernel_crypto_info(cipher, key, iv, seq, k)) return {};
+  const auto* b = reinterpret_cast<const uint8_t*>(&k.u);
+  return {b, b + k.len};
+}
+
+std::vector<uint8_t> concat(std::initializer_list<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
 TEST(KernelCryptoInfo, LaidOutAsLinuxTakesIt) {
   const auto iv = seq_bytes(12, 0xa0);  // a0..ab
-  const uint64_t seq = 0x0102030405060708ull;
-  {
-    tls::KernelCryptoInfo k;
-    const auto key = seq_bytes(16, 0x10);
-    ASSERT_TRUE(tls::kernel_crypto_info(0x1301, key, iv, seq, k));
-    ASSERT_EQ(k.len, 40u);
-    const auto* b = reinterpret_cast<const uint8_t*>(&k.u);
-    // version 0x0304 and cipher 51, little-endian u16s; then iv (the last 8 bytes of the IV),
-    // key, salt (its first 4), the record number big-endian.
-    const std::vector<uint8_t> want = {
-        0x04, 0x03, 51,   0x00, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0x10, 0x11,
-        0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
-        0xa0, 0xa1, 0xa2, 0xa3, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
-    EXPECT_EQ(std::vector<uint8_t>(b, b + k.len), want);
-  }
-  {
-    tls::KernelCryptoInfo k;
-    const auto key = seq_bytes(32, 0x20);
-    ASSERT_TRUE(tls::kernel_crypto_info(0x1302, key, iv, 0, k));
-    ASSERT_EQ(k.len, 56u);
-    const auto* b = reinterpret_cast<const uint8_t*>(&k.u);
-    EXPECT_EQ(b[0], 0x04);
-    EXPECT_EQ(b[1], 0x03);
-    EXPECT_EQ(b[2], 52);
-    EXPECT_EQ(std::vector<uint8_t>(b + 4, b + 12), std::vector<uint8_t>(iv.begin() + 4, iv.end()));
-    EXPECT_EQ(std::vector<uint8_t>(b + 12, b + 44), key);
-    EXPECT_EQ(std::vector<uint8_t>(b + 44, b + 48), std::vector<uint8_t>(iv.begin(), iv.begin() + 4));
-    EXPECT_EQ(std::vector<uint8_t>(b + 48, b + 56), std::vector<uint8_t>(8, 0));
-  }
-  {
-    tls::KernelCryptoInfo k;
-    const auto key = seq_bytes(32, 0x40);
-    ASSERT_TRUE(tls::kernel_crypto_info(0x1303, key, iv, 5, k));
-    ASSERT_EQ(k.len, 56u);
-    const auto* b = reinterpret_cast<const uint8_t*>(&k.u);
-    EXPECT_EQ(b[2], 54);
-    EXPECT_EQ(std::vector<uint8_t>(b + 4, b + 16), iv);  // ChaCha20: the whole IV, no salt
-    EXPECT_EQ(std::vector<uint8_t>(b + 16, b + 48), key);
-    EXPECT_EQ(std::vector<uint8_t>(b + 48, b + 56), (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 5}));
-  }
+  const std::vector<uint8_t> iv_tail(iv.begin() + 4, iv.end()), salt(iv.begin(), iv.begin() + 4);
+  // version 0x0304 and cipher 51, little-endian u16s; then iv (the last 8 bytes of the IV),
+  // key, salt (its first 4), the record number big-endian. Written out in full once.
+  EXPECT_EQ(crypto_info_bytes(0x1301, seq_bytes(16, 0x10), iv, 0x0102030405060708ull),
+            (std::vector<uint8_t>{0x04, 0x03, 51,   0x00, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0x10, 0x11,
+                                  0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+                                  0xa0, 0xa1, 0xa2, 0xa3, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08}));
+  // AES-256-GCM (cipher 52): the same layout with a 32-byte key, 56 bytes in all.
+  const auto key256 = seq_bytes(32, 0x20);
+  EXPECT_EQ(crypto_info_bytes(0x1302, key256, iv, 0),
+            concat({{0x04, 0x03, 52, 0x00}, iv_tail, key256, salt, std::vector<uint8_t>(8, 0)}));
+  // ChaCha20-Poly1305 (cipher 54): the whole IV, no salt.
+  const auto chacha_key = seq_bytes(32, 0x40);
+  EXPECT_EQ(crypto_info_bytes(0x1303, chacha_key, iv, 5),
+            concat({{0x04, 0x03, 54, 0x00}, iv, chacha_key, {0, 0, 0, 0, 0, 0, 0, 5}}));
   tls::KernelCryptoInfo k;
   EXPECT_FALSE(tls::kernel_crypto_info(0x1304, seq_bytes(16, 0), iv, 0, k)) << "AES-CCM is not an NVMe/TCP suite";
   EXPECT_FALSE(tls::kernel_crypto_info(0x1301, seq_bytes(32, 0), iv, 0, k)) << "a key of the wrong size";
@@ -157,16 +148,7 @@ struct Sink final : reactor::StreamOwner {
   }
 };
 
-struct Done : reactor::SendDone {
-  std::vector<int>* order = nullptr;
-  int id = 0;
-  Done() {
-    fn = [](reactor::SendDone* d) {
-      auto* self = static_cast<Done*>(d);
-      self->order->push_back(self->id);
-    };
-  }
-};
+using Done = test::OrderedSendDone;
 
 template <class Pred>
 bool run_until(reactor::Reactor& r, Pred p) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "control/metrics_server.hpp"
@@ -101,13 +102,9 @@ TEST(IoMetrics, SlotsAddUp) {
   m.other_failed(0);
   m.other_failed(0);
   const target::IoTotals t = m.totals();
-  EXPECT_EQ(t.reads, 2u);
-  EXPECT_EQ(t.read_bytes, 4608u);
-  EXPECT_EQ(t.writes, 1u);
-  EXPECT_EQ(t.write_bytes, 8192u);
-  EXPECT_EQ(t.read_errors, 1u);
-  EXPECT_EQ(t.write_errors, 1u);
-  EXPECT_EQ(t.other_errors, 2u);
+  // (reads, read_bytes, writes, write_bytes, and the errors of each kind)
+  EXPECT_EQ(std::tuple(t.reads, t.read_bytes, t.writes, t.write_bytes, t.read_errors, t.write_errors, t.other_errors),
+            std::tuple(2u, 4608u, 1u, 8192u, 1u, 1u, 2u));
   EXPECT_EQ(t.read_latency[0], 1u);  // 5 us
   EXPECT_EQ(t.read_latency[2], 1u);  // 30 us: (25, 50]
   EXPECT_EQ(t.write_latency[7], 1u); // 2 ms: (1, 2.5]
@@ -257,16 +254,9 @@ TEST(EngineMetricsText, EveryFamilyOnceWithItsSamples) {
   s.refused_for_limits = 1;
   s.mapped_bytes = 8 << 20;
   s.control_cpu_seconds = 0.25;
-  engine::EngineCoreStats pinned;
-  pinned.cpu = 3;
-  pinned.queues = 4;
-  pinned.in_flight = 17;
-  pinned.forwarded = 1000;
-  pinned.completed = 983;
-  pinned.busy_seconds = 1.5;
-  pinned.sleeps = 7;
-  engine::EngineCoreStats floating;
-  floating.forwarded = 1;
+  const engine::EngineCoreStats pinned{
+      .cpu = 3, .queues = 4, .in_flight = 17, .forwarded = 1000, .completed = 983, .sleeps = 7, .busy_seconds = 1.5};
+  const engine::EngineCoreStats floating{.forwarded = 1};
   s.cores = {pinned, floating};
   engine::EngineRemoteStats r;
   r.subnqn = "nqn.2026-11.io.nvtcp:a";

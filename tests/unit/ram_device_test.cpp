@@ -10,21 +10,14 @@
 #include <memory>
 #include <vector>
 
+#include "../support/process_memory.hpp"
 #include "backend/block_device.hpp"
 #include "reactor/reactor.hpp"
 
 namespace nvtcp::backend::ram_device_test {
 namespace {
 
-uint64_t rss_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long long size = 0, resident = 0;
-  if (f) {
-    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * uint64_t(sysconf(_SC_PAGESIZE));
-}
+using nvtcp::test::rss_bytes;
 
 struct Pending {
   BlockIo io;

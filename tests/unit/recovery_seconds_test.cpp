@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "nvtcp/host.hpp"
 
@@ -18,37 +19,32 @@ using nvtcp::host::apply_recovery_seconds;
 using nvtcp::host::ControllerOptions;
 using nvtcp::host::RecoverySeconds;
 
+// The five options apply_recovery_seconds sets, in the order RecoverySeconds lists them
+// (ctrl_loss_tmo, reconnect_delay, fast_io_fail_tmo, keep_alive_tmo, io_timeout): compared
+// in one check that prints them all when any differs.
+using Ms = std::tuple<uint32_t, uint32_t, int32_t, uint32_t, uint32_t>;
+Ms ms_of(const ControllerOptions& o) {
+  return {o.ctrl_loss_tmo_ms, o.reconnect_delay_ms, o.fast_io_fail_tmo_ms, o.kato_ms, o.io_timeout_ms};
+}
+void set_ms(ControllerOptions& o, const Ms& ms) {
+  std::tie(o.ctrl_loss_tmo_ms, o.reconnect_delay_ms, o.fast_io_fail_tmo_ms, o.kato_ms, o.io_timeout_ms) = ms;
+}
+
 TEST(RecoverySeconds, EmptyLeavesEveryOptionAsItIs) {
   ControllerOptions o;
-  o.ctrl_loss_tmo_ms = 7;
-  o.reconnect_delay_ms = 8;
-  o.fast_io_fail_tmo_ms = 9;
-  o.kato_ms = 10;
-  o.io_timeout_ms = 11;
+  set_ms(o, Ms(7, 8, 9, 10, 11));
   std::string err;
   ASSERT_TRUE(apply_recovery_seconds({}, o, err)) << err;
-  EXPECT_EQ(o.ctrl_loss_tmo_ms, 7u);
-  EXPECT_EQ(o.reconnect_delay_ms, 8u);
-  EXPECT_EQ(o.fast_io_fail_tmo_ms, 9);
-  EXPECT_EQ(o.kato_ms, 10u);
-  EXPECT_EQ(o.io_timeout_ms, 11u);
+  EXPECT_EQ(ms_of(o), Ms(7, 8, 9, 10, 11));
 }
 
 TEST(RecoverySeconds, SecondsBecomeMillisecondsRoundedToTheNearest) {
   ControllerOptions o;
-  RecoverySeconds s;
-  s.ctrl_loss_tmo = 600;
-  s.reconnect_delay = 0.25;
-  s.fast_io_fail_tmo = 1.0004;
-  s.keep_alive_tmo = 30;
-  s.io_timeout = 2.0006;
+  const RecoverySeconds s{.ctrl_loss_tmo = 600, .reconnect_delay = 0.25, .fast_io_fail_tmo = 1.0004,
+                          .keep_alive_tmo = 30, .io_timeout = 2.0006};
   std::string err;
   ASSERT_TRUE(apply_recovery_seconds(s, o, err)) << err;
-  EXPECT_EQ(o.ctrl_loss_tmo_ms, 600'000u);
-  EXPECT_EQ(o.reconnect_delay_ms, 250u);
-  EXPECT_EQ(o.fast_io_fail_tmo_ms, 1000);
-  EXPECT_EQ(o.kato_ms, 30'000u);
-  EXPECT_EQ(o.io_timeout_ms, 2001u);
+  EXPECT_EQ(ms_of(o), Ms(600'000, 250, 1000, 30'000, 2001));
 }
 
 TEST(RecoverySeconds, ZeroMeansOffExceptForTheReconnectDelay) {

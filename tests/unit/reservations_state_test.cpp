@@ -264,6 +264,13 @@ TEST(Reservations, ASymlinkAtTheTemporaryNameIsReplacedNotWrittenThrough) {
   EXPECT_EQ(r.persist_writes(), 1u);
 }
 
+// r, loaded from a state file not yet there, with host 0 registered and persistence through a
+// power loss turned on (which writes the file).
+void register_persisting(Reservations& r, std::vector<Reservations::Notice>& n) {
+  ASSERT_EQ(r.load(), "");
+  ASSERT_TRUE(r.do_register(host(0), register_cdw10(wire::kCptplOn), {0, 1}, n).ok());
+}
+
 // The writer is held inside a write (after its snapshot); meanwhile 32 more commands change
 // the state. They take the namespace mutex freely (so the writer does not hold it while it
 // writes), and all 32 are made durable by one more write, not 32.
@@ -271,9 +278,8 @@ TEST(Reservations, CommandsThatArriveDuringAWriteShareTheNextOne) {
   TempDir dir;
   const std::string path = dir.file("image.nvtcp-resv");
   Reservations r(path, 64);
-  ASSERT_EQ(r.load(), "");
   std::vector<Reservations::Notice> n;
-  ASSERT_TRUE(r.do_register(host(0), register_cdw10(wire::kCptplOn), {0, 1}, n).ok());
+  ASSERT_NO_FATAL_FAILURE(register_persisting(r, n));
   ASSERT_EQ(r.persist_writes(), 1u);
 
   std::mutex m;
@@ -337,9 +343,8 @@ TEST(Reservations, TurningPersistenceOffRemovesTheFileBeforeTheCommandCompletes)
   TempDir dir;
   const std::string path = dir.file("image.nvtcp-resv");
   Reservations r(path, 4);
-  ASSERT_EQ(r.load(), "");
   std::vector<Reservations::Notice> n;
-  ASSERT_TRUE(r.do_register(host(0), register_cdw10(wire::kCptplOn), {0, 1}, n).ok());
+  ASSERT_NO_FATAL_FAILURE(register_persisting(r, n));
   ASSERT_EQ(::access(path.c_str(), F_OK), 0);
   ASSERT_TRUE(r.do_register(host(0), register_cdw10(wire::kCptplOff), {0, 1}, n).ok());
   EXPECT_NE(::access(path.c_str(), F_OK), 0);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 namespace nvtcp::app::sample_quality_test {
 namespace {
@@ -17,15 +18,13 @@ const char* kStat =
     "intr 12345 0 0\n"
     "ctxt 999\n";
 
+// (cpus, user, system, idle, irq, steal): compared in one check that prints them all.
+auto fields_of(const CpuTimes& t) { return std::tuple(t.cpus, t.user, t.system, t.idle, t.irq, t.steal); }
+
 TEST(ProcStat, SumsTheListedCpusOnly) {
   CpuTimes t;
   ASSERT_TRUE(parse_proc_stat(kStat, {1}, t));
-  EXPECT_EQ(t.cpus, 1u);
-  EXPECT_EQ(t.user, 400u);
-  EXPECT_EQ(t.system, 200u);
-  EXPECT_EQ(t.idle, 3010u);
-  EXPECT_EQ(t.irq, 10u);
-  EXPECT_EQ(t.steal, 10u);
+  EXPECT_EQ(fields_of(t), std::tuple(1u, 400u, 200u, 3010u, 10u, 10u));
   ASSERT_TRUE(parse_proc_stat(kStat, {0, 1}, t));
   EXPECT_EQ(t.cpus, 2u);
   EXPECT_EQ(t.user, 1010u);  // nice counts as user
@@ -198,12 +197,9 @@ TEST(TcpCounters, ReadFromNetstatAndSnmpPairs) {
       "Tcp: 1 200 120000 -1 59594\n";
   TcpCounters a;
   ASSERT_TRUE(parse_tcp_counters(netstat, snmp, a));
-  EXPECT_EQ(a.retrans_segs, 59594u);
-  EXPECT_EQ(a.loss_probes, 12397u);
-  EXPECT_EQ(a.timeouts, 2u);
-  EXPECT_EQ(a.rcvq_drops, 7u);
-  EXPECT_EQ(a.memory_pressures, 1u);
-  EXPECT_EQ(a.zero_windows, 15135u);
+  // (retrans_segs, loss_probes, timeouts, rcvq_drops, memory_pressures, zero_windows)
+  EXPECT_EQ(std::tuple(a.retrans_segs, a.loss_probes, a.timeouts, a.rcvq_drops, a.memory_pressures, a.zero_windows),
+            std::tuple(59594u, 12397u, 2u, 7u, 1u, 15135u));
   TcpCounters b = a;
   b.timeouts = 5;
   b.zero_windows = 15200;

@@ -23,6 +23,15 @@ namespace {
 
 std::string socket_path() { return "/tmp/nvtcp-engine-test-" + std::to_string(getpid()) + ".sock"; }
 
+// An application's request for queue_pairs queues of queue_entries each on the test subsystem.
+AttachRequest request_for(uint32_t queue_pairs, uint32_t queue_entries) {
+  AttachRequest req;
+  std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
+  req.queue_pairs = queue_pairs;
+  req.queue_entries = queue_entries;
+  return req;
+}
+
 // Runs the server's accept_one on a thread while the application attaches on this one.
 struct Exchange {
   bool server_ok = false, client_ok = false;
@@ -47,11 +56,7 @@ TEST(ShmAttach, TheApplicationGetsItsRegionAndEventfds) {
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "only the engine's user may connect";
 
-  AttachRequest req;
-
-  std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
-  req.queue_pairs = 3;
-  req.queue_entries = 128;
+  AttachRequest req = request_for(3, 128);
   req.vectors = 2;
   req.data_bytes = 1 << 20;
   Exchange x = exchange(server, path, req);
@@ -117,10 +122,7 @@ TEST(ShmAttach, RequestsOutOfRangeAreRefusedWithAReason) {
   ASSERT_TRUE(server.listen(path, err)) << err;
   for (auto [pairs, entries, vectors] : {std::tuple{0u, 64u, 1u}, std::tuple{2u, 1u, 1u}, std::tuple{2u, 64u, 0u},
                                          std::tuple{2u, 64u, kMaxVectors + 1}, std::tuple{kMaxQueuePairs + 1, 64u, 1u}}) {
-    AttachRequest req;
-    std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
-    req.queue_pairs = pairs;
-    req.queue_entries = entries;
+    AttachRequest req = request_for(pairs, entries);
     req.vectors = vectors;
     Exchange x = exchange(server, path, req);
     EXPECT_FALSE(x.server_ok) << pairs << " pairs, " << entries << " entries, " << vectors << " vectors";
@@ -152,10 +154,7 @@ TEST(ShmAttach, AnotherUserIsRefused) {
   pid_t child = fork();
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
-    AttachRequest req;
-    std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
-    req.queue_pairs = 1;
-    req.queue_entries = 32;
+    const AttachRequest req = request_for(1, 32);
     Attachment at;
     std::string e;
     const bool ok = attach(path, req, at, e);
@@ -177,10 +176,7 @@ TEST(ShmAttach, AnotherUserIsRefused) {
 }
 
 TEST(ShmAttach, NoEngineNoAttach) {
-  AttachRequest req;
-  std::strcpy(req.subnqn, "nqn.2026-11.io.nvtcp:test");
-  req.queue_pairs = 1;
-  req.queue_entries = 32;
+  const AttachRequest req = request_for(1, 32);
   Attachment at;
   std::string err;
   EXPECT_FALSE(attach("/tmp/nvtcp-no-such-engine.sock", req, at, err));

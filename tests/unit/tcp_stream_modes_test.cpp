@@ -71,6 +71,46 @@ struct Done : SendDone {
   }
 };
 
+// n SendDones on r that record their index in order when they fire.
+std::vector<Done> dones_for(Reactor& r, std::vector<int>& order, size_t n) {
+  std::vector<Done> d(n);
+  for (size_t i = 0; i < n; ++i) {
+    d[i].r = &r;
+    d[i].order = &order;
+    d[i].index = int(i);
+  }
+  return d;
+}
+
+ReactorOptions zero_copy_from(uint32_t threshold) {
+  ReactorOptions o;
+  o.send_zc_threshold = threshold;
+  return o;
+}
+
+ReactorOptions polling(PollMode m) {
+  ReactorOptions o;
+  o.poll = m;
+  return o;
+}
+
+// Two started TcpStreams on r, joined by a loopback connection: tx (owned by src) sends to
+// rx (owned by sink). tx and rx stay empty when the connection cannot be made.
+template <class Receiver>
+struct StreamPair {
+  Source src;
+  Receiver sink;
+  std::unique_ptr<TcpStream> tx, rx;
+  explicit StreamPair(Reactor& r) {
+    int a = -1, b = -1;
+    if (!tcp_pair(a, b)) return;
+    tx = std::make_unique<TcpStream>(r, a, &src);
+    rx = std::make_unique<TcpStream>(r, b, &sink);
+    tx->start();
+    rx->start();
+  }
+};
+
 template <class Pred>
 bool run_until(Reactor& r, Pred p) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -79,17 +119,9 @@ bool run_until(Reactor& r, Pred p) {
 }
 
 TEST(TcpStreamZeroCopy, SendDoneWaitsForTheNotificationAndKeepsOrder) {
-  ReactorOptions o;
-  o.send_zc_threshold = 32 * 1024;
-  Reactor r(256, o);
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Source src;
-  Sink sink;
-  auto tx = std::make_unique<TcpStream>(r, a, &src);
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  tx->start();
-  rx->start();
+  Reactor r(256, zero_copy_from(32 * 1024));
+  StreamPair<Sink> p(r);
+  ASSERT_TRUE(p.tx);
 
   // Headers below the threshold and payloads above it, interleaved as the target sends
   // them; every segment has its own SendDone.
@@ -103,17 +135,14 @@ TEST(TcpStreamZeroCopy, SendDoneWaitsForTheNotificationAndKeepsOrder) {
     expect.insert(expect.end(), bufs.back().begin(), bufs.back().end());
   }
   std::vector<int> order;
-  std::vector<Done> dones(kSegments);
+  std::vector<Done> dones = dones_for(r, order, kSegments);
   for (int i = 0; i < kSegments; ++i) {
-    dones[i].r = &r;
-    dones[i].order = &order;
-    dones[i].index = i;
-    tx->send(bufs[size_t(i)].data(), bufs[size_t(i)].size(), &dones[size_t(i)]);
+    p.tx->send(bufs[size_t(i)].data(), bufs[size_t(i)].size(), &dones[size_t(i)]);
     if (i % 8 == 7) r.run_once(0);  // several batches, so several zero-copy sends
   }
-  ASSERT_TRUE(run_until(r, [&] { return sink.got.size() == expect.size() && order.size() == size_t(kSegments); }))
-      << "received " << sink.got.size() << " of " << expect.size() << " bytes, " << order.size() << " SendDones";
-  EXPECT_TRUE(sink.got == expect) << "bytes differ";
+  ASSERT_TRUE(run_until(r, [&] { return p.sink.got.size() == expect.size() && order.size() == size_t(kSegments); }))
+      << "received " << p.sink.got.size() << " of " << expect.size() << " bytes, " << order.size() << " SendDones";
+  EXPECT_TRUE(p.sink.got == expect) << "bytes differ";
   const ReactorStats& st = r.stats();
   EXPECT_GT(st.zc_sends, 0u);
   EXPECT_EQ(st.zc_notifs, st.zc_sends);
@@ -123,66 +152,45 @@ TEST(TcpStreamZeroCopy, SendDoneWaitsForTheNotificationAndKeepsOrder) {
     // SendDone may only fire once a notification has come in.
     EXPECT_GE(dones[size_t(i)].notifs_at_fire, 1u) << "segment " << i << " released before any notification";
   }
-  EXPECT_EQ(tx->held_send_dones(), 0u);
+  EXPECT_EQ(p.tx->held_send_dones(), 0u);
 
-  tx->close();
-  ASSERT_TRUE(run_until(r, [&] { return src.closed && sink.closed; }));
+  p.tx->close();
+  ASSERT_TRUE(run_until(r, [&] { return p.src.closed && p.sink.closed; }));
 }
 
 TEST(TcpStreamZeroCopy, CloseWaitsForNotificationsThenReleasesEverything) {
-  ReactorOptions o;
-  o.send_zc_threshold = 4096;
-  Reactor r(256, o);
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Source src;
-  Sink sink;
-  auto tx = std::make_unique<TcpStream>(r, a, &src);
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  tx->start();
-  rx->start();
+  Reactor r(256, zero_copy_from(4096));
+  StreamPair<Sink> p(r);
+  ASSERT_TRUE(p.tx);
   std::vector<uint8_t> payload(256 * 1024, 0x3C);
   std::vector<int> order;
-  std::vector<Done> dones(4);
+  std::vector<Done> dones = dones_for(r, order, 4);
   for (int i = 0; i < 4; ++i) {
-    dones[size_t(i)].r = &r;
-    dones[size_t(i)].order = &order;
-    dones[size_t(i)].index = i;
-    tx->send(payload.data(), payload.size(), &dones[size_t(i)]);
+    p.tx->send(payload.data(), payload.size(), &dones[size_t(i)]);
   }
   r.run_once(0);  // the first batch leaves (zero-copy); the rest is queued
-  tx->close();    // queued segments are dropped, but released only after the notifications
-  ASSERT_TRUE(run_until(r, [&] { return src.closed; })) << "the close never finished";
+  p.tx->close();    // queued segments are dropped, but released only after the notifications
+  ASSERT_TRUE(run_until(r, [&] { return p.src.closed; })) << "the close never finished";
   EXPECT_EQ(order.size(), 4u) << "every SendDone fires by the time the stream reports closed";
   EXPECT_EQ(r.stats().zc_notifs, r.stats().zc_sends);
   for (int i = 0; i < int(order.size()); ++i) EXPECT_EQ(order[size_t(i)], i);
-  rx->close();
-  ASSERT_TRUE(run_until(r, [&] { return sink.closed; }));
+  p.rx->close();
+  ASSERT_TRUE(run_until(r, [&] { return p.sink.closed; }));
 }
 
 TEST(TcpStreamZeroCopy, BelowTheThresholdNothingIsZeroCopy) {
-  ReactorOptions o;
-  o.send_zc_threshold = 1u << 20;
-  Reactor r(256, o);
-  int a = -1, b = -1;
-  ASSERT_TRUE(tcp_pair(a, b));
-  Source src;
-  Sink sink;
-  auto tx = std::make_unique<TcpStream>(r, a, &src);
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  tx->start();
-  rx->start();
+  Reactor r(256, zero_copy_from(1u << 20));
+  StreamPair<Sink> p(r);
+  ASSERT_TRUE(p.tx);
   std::vector<uint8_t> payload(64 * 1024, 0x11);
   std::vector<int> order;
-  Done d;
-  d.r = &r;
-  d.order = &order;
-  tx->send(payload.data(), payload.size(), &d);
-  ASSERT_TRUE(run_until(r, [&] { return sink.got.size() == payload.size() && order.size() == 1; }));
+  std::vector<Done> d = dones_for(r, order, 1);
+  p.tx->send(payload.data(), payload.size(), &d[0]);
+  ASSERT_TRUE(run_until(r, [&] { return p.sink.got.size() == payload.size() && order.size() == 1; }));
   EXPECT_EQ(r.stats().zc_sends, 0u);
-  tx->close();
-  rx->close();
-  ASSERT_TRUE(run_until(r, [&] { return src.closed && sink.closed; }));
+  p.tx->close();
+  p.rx->close();
+  ASSERT_TRUE(run_until(r, [&] { return p.src.closed && p.sink.closed; }));
 }
 
 // A tiny framed protocol: an 8-byte length, then that many bytes, which (when at least
@@ -248,14 +256,8 @@ MultishotRun run_frames(const std::vector<size_t>& sizes, uint32_t buffers, uint
   o.recv_buffers = buffers;
   o.recv_buffer_size = buffer_size;
   Reactor r(256, o);
-  int a = -1, b = -1;
-  if (!tcp_pair(a, b)) return out;
-  Source src;
-  Framed sink;
-  auto tx = std::make_unique<TcpStream>(r, a, &src);
-  auto rx = std::make_unique<TcpStream>(r, b, &sink);
-  tx->start();
-  rx->start();
+  StreamPair<Framed> p(r);
+  if (!p.tx) return out;
   out.lens.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     out.sent.emplace_back(sizes[i]);
@@ -263,15 +265,15 @@ MultishotRun run_frames(const std::vector<size_t>& sizes, uint32_t buffers, uint
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     out.lens.push_back(sizes[i]);
-    tx->send(&out.lens.back(), 8);
-    tx->send(out.sent[i].data(), sizes[i]);
+    p.tx->send(&out.lens.back(), 8);
+    p.tx->send(out.sent[i].data(), sizes[i]);
     if (i % 5 == 4) r.run_once(0);
   }
-  out.all_received = run_until(r, [&] { return sink.payloads.size() == sizes.size(); });
-  out.got = sink.payloads;
+  out.all_received = run_until(r, [&] { return p.sink.payloads.size() == sizes.size(); });
+  out.got = p.sink.payloads;
   out.stats = r.stats();
-  tx->close();
-  run_until(r, [&] { return src.closed && sink.closed; });
+  p.tx->close();
+  run_until(r, [&] { return p.src.closed && p.sink.closed; });
   return out;
 }
 
@@ -356,9 +358,7 @@ struct PolledPair {
 };
 
 TEST(TcpStreamSpinRecv, ABusyReactorPollsAStreamThatWaits) {
-  ReactorOptions o;
-  o.poll = PollMode::Busy;
-  Reactor r(256, o);
+  Reactor r(256, polling(PollMode::Busy));
   PolledPair p(r);
   ASSERT_TRUE(p.stream);
   ASSERT_TRUE(p.feed(r, 20, 1));
@@ -419,9 +419,7 @@ TEST(TcpStreamSpinRecv, ASleepingReactorHandsPolledReceivesToIoUring) {
 }
 
 TEST(TcpStreamSpinRecv, ClosingOrDestroyingAPolledStreamUnlinksIt) {
-  ReactorOptions o;
-  o.poll = PollMode::Busy;
-  Reactor r(256, o);
+  Reactor r(256, polling(PollMode::Busy));
   PolledPair x(r), y(r);
   ASSERT_TRUE(x.stream && y.stream);
   ASSERT_TRUE(x.feed(r, 10, 4));
@@ -462,20 +460,15 @@ bool make_polled(Reactor& r, PolledPair& p) {
 }
 
 TEST(TcpStreamDirectSend, ALatencyBoundStreamOnASpinningReactorSendsWithoutIoUring) {
-  ReactorOptions o;
-  o.poll = PollMode::Busy;
-  Reactor r(256, o);
+  Reactor r(256, polling(PollMode::Busy));
   PolledPair p(r);
   ASSERT_TRUE(p.stream);
   ASSERT_TRUE(make_polled(r, p));
   std::vector<int> order;
-  std::vector<Done> dones(3);
+  std::vector<Done> dones = dones_for(r, order, 3);
   uint8_t reply[3][100];
   for (int i = 0; i < 3; ++i) {
     std::memset(reply[i], 0x20 + i, sizeof(reply[i]));
-    dones[size_t(i)].r = &r;
-    dones[size_t(i)].order = &order;
-    dones[size_t(i)].index = i;
     p.stream->send(reply[i], sizeof(reply[i]), &dones[size_t(i)]);
   }
   r.run_once(0);  // the deferred flush: one sendmsg() of all three, done at once
@@ -489,9 +482,7 @@ TEST(TcpStreamDirectSend, ALatencyBoundStreamOnASpinningReactorSendsWithoutIoUri
 }
 
 TEST(TcpStreamDirectSend, WhatAFullSocketDoesNotTakeGoesOnThroughIoUringInOrder) {
-  ReactorOptions o;
-  o.poll = PollMode::Busy;
-  Reactor r(256, o);
+  Reactor r(256, polling(PollMode::Busy));
   PolledPair p(r);
   ASSERT_TRUE(p.stream);
   int small = 16 * 1024;
@@ -504,11 +495,8 @@ TEST(TcpStreamDirectSend, WhatAFullSocketDoesNotTakeGoesOnThroughIoUringInOrder)
   std::vector<uint8_t> data(kSegments * kLen);
   for (size_t k = 0; k < data.size(); ++k) data[k] = uint8_t(k * 13 / 4096 + k);
   std::vector<int> order;
-  std::vector<Done> dones(kSegments);
+  std::vector<Done> dones = dones_for(r, order, kSegments);
   for (int i = 0; i < kSegments; ++i) {
-    dones[size_t(i)].r = &r;
-    dones[size_t(i)].order = &order;
-    dones[size_t(i)].index = i;
     p.stream->send(data.data() + size_t(i) * kLen, kLen, &dones[size_t(i)]);
   }
   r.run_once(0);

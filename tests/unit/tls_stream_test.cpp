@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/ordered_send_done.hpp"
 #include "auth/tls_psk.hpp"
 #include "memory_stream.hpp"
 #include "reactor/reactor.hpp"
@@ -73,16 +74,7 @@ struct Owner final : reactor::StreamOwner {
   }
 };
 
-struct Done : reactor::SendDone {
-  std::vector<int>* order = nullptr;
-  int id = 0;
-  Done() {
-    fn = [](reactor::SendDone* d) {
-      auto* self = static_cast<Done*>(d);
-      self->order->push_back(self->id);
-    };
-  }
-};
+using Done = test::OrderedSendDone;
 
 struct TlsPair : ::testing::Test {
   reactor::Reactor reactor{64};
@@ -111,25 +103,31 @@ struct TlsPair : ::testing::Test {
     server->start();
     client->start();
   }
+  // A client offering offered, which the server must refuse: it closes without a session,
+  // saying why (its failure() holds why).
+  void expect_refused(const Psk& offered, const std::string& why) {
+    make(offered);
+    pump();
+    reactor.run_once(0);
+    EXPECT_FALSE(server->established());
+    EXPECT_TRUE(server_owner.closed);
+    EXPECT_NE(server->failure().find(why), std::string::npos) << server->failure();
+  }
   // Carries bytes both ways until neither side has anything to say.
   void pump(size_t chunk = 64 * 1024) {
     for (int round = 0; round < 1000; ++round) {
       reactor.run_deferred();
-      bool moved = false;
-      if (!client_lower_gone && !server_lower_gone && client_lower->queued_bytes()) {
-        client_lower->drain();
+      // What from has sent reaches to, unless to is closing; false when there was nothing.
+      auto carry = [&](test::MemoryStream* from, test::MemoryStream* to) {
+        if (client_lower_gone || server_lower_gone || !from->queued_bytes()) return false;
+        from->drain();
         std::vector<uint8_t> bytes;
-        bytes.swap(client_lower->received());
-        if (!server_lower->closing()) server_lower->deliver(bytes, chunk);
-        moved = true;
-      }
-      if (!client_lower_gone && !server_lower_gone && server_lower->queued_bytes()) {
-        server_lower->drain();
-        std::vector<uint8_t> bytes;
-        bytes.swap(server_lower->received());
-        if (!client_lower->closing()) client_lower->deliver(bytes, chunk);
-        moved = true;
-      }
+        bytes.swap(from->received());
+        if (!to->closing()) to->deliver(bytes, chunk);
+        return true;
+      };
+      bool moved = carry(client_lower, server_lower);
+      moved = carry(server_lower, client_lower) || moved;
       if (!moved) {
         reactor.run_deferred();
         if (!client_lower->queued_bytes() && !server_lower->queued_bytes()) return;
@@ -263,31 +261,18 @@ TEST_F(TlsPair, TheBinderChoosesAmongCandidateKeys) {
 
 TEST_F(TlsPair, AWrongPskIsRefused) {
   keys.by_identity[kIdentity] = {make_psk(kIdentity, 1, 0x99)};
-  make(make_psk(kIdentity, 1, 0x21));
-  pump();
-  reactor.run_once(0);
-  EXPECT_FALSE(server->established());
-  EXPECT_TRUE(server_owner.closed);
+  expect_refused(make_psk(kIdentity, 1, 0x21), "binder matches no key");
   EXPECT_EQ(server_owner.err, -EACCES);
-  EXPECT_NE(server->failure().find("binder matches no key"), std::string::npos) << server->failure();
   EXPECT_TRUE(server_owner.got.empty());
 }
 
 TEST_F(TlsPair, AnUnknownIdentityIsRefused) {
-  make(make_psk(kIdentity, 1, 0x21));
-  pump();
-  reactor.run_once(0);
-  EXPECT_TRUE(server_owner.closed);
-  EXPECT_NE(server->failure().find("no key for this identity"), std::string::npos) << server->failure();
+  expect_refused(make_psk(kIdentity, 1, 0x21), "no key for this identity");
 }
 
 TEST_F(TlsPair, AKeyOfTheOtherHashIsRefused) {
   keys.by_identity[kIdentity] = {make_psk(kIdentity, 2, 0x21)};
-  make(make_psk(kIdentity, 1, 0x21));
-  pump();
-  reactor.run_once(0);
-  EXPECT_FALSE(server->established());
-  EXPECT_TRUE(server_owner.closed);
+  expect_refused(make_psk(kIdentity, 1, 0x21), "");  // whatever the reason
 }
 
 struct TlsServerAlone : ::testing::Test {
