@@ -80,7 +80,7 @@ inline void expect_bdev_free_and_reusable(target::Target& tgt, const std::string
   EXPECT_TRUE(info.subnqn.empty());
   nsid = 0;
   auto back = bdev_config(name, "", 0);
-  EXPECT_EQ(tgt.add_namespace(kTestNqn, back, nsid), "");
+  EXPECT_EQ(tgt.live_config().add_namespace(kTestNqn, back, nsid), "");
 }
 
 // nsid 2 of default_config() as the host's Identify Namespace gives it: 64 MiB of 512-byte blocks.
