@@ -41,8 +41,11 @@ package: build
 test: deps
 	@MAKE="$(MAKE)" bash scripts/make-test.sh
 
+# BENCH_TESTS=exclude or only: the passes without or with only the tests labelled bench, which
+# measure (make-test.sh runs them apart, with the background builds paused); empty: all.
+BENCH_LABEL = $(if $(filter only,$(BENCH_TESTS)),-L bench,$(if $(filter exclude,$(BENCH_TESTS)),-LE bench,))
 release-tests:
-	@bash scripts/ctest-with-skips.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 300
+	@bash scripts/ctest-with-skips.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 300 $(BENCH_LABEL)
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer. Two labels run in the
 # Release pass only: the interop tests, which mostly time a VM or a capture, and the layering
@@ -54,8 +57,9 @@ asan-build:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNVTCP_SANITIZE=ON -DNVTCP_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+ASAN_LABELS = $(if $(filter only,$(BENCH_TESTS)),-L bench,-LE 'interop|layering$(if $(filter exclude,$(BENCH_TESTS)),|bench)')
 asan-tests:
-	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 -LE 'interop|layering'
+	@bash scripts/ctest-with-skips.sh $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 300 $(ASAN_LABELS)
 
 # The multi-threaded paths under ThreadSanitizer: every test labelled `threaded`. That is every
 # suite of the integration binary (target reactors and host threads side by side: several target

@@ -7,18 +7,29 @@
 # reconnect on no I/O may fail at all.
 set -euo pipefail
 NVTCP=$1
-. "$(dirname "$0")/lib/target.sh" reconnect-cli
+dir=$(mktemp -d /tmp/nvtcp-reconnect-cli.XXXXXX)
+target_pid=
 perf_pid=
-exit_kills=(perf_pid "${exit_kills[@]}")
-target_exit_signal=KILL
-# Each target started again logs after the last one.
-target_log_append=1
+cleanup() {
+  [ -n "$perf_pid" ] && kill "$perf_pid" 2>/dev/null || true
+  [ -n "$target_pid" ] && kill -9 "$target_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
 NQN=nqn.2026-11.io.nvtcp:reconnect
 truncate -s 64M "$dir/ns.img"
 
-start() { start_target -l "127.0.0.1:$1" --discovery-port 0 --nqn "$NQN" --file "$dir/ns.img"; }  # $1: port (0 = any)
+start_target() {  # $1: port (0 = any)
+  rm -f "$dir/ready"
+  "$NVTCP" target -l "127.0.0.1:$1" --discovery-port 0 --nqn "$NQN" --file "$dir/ns.img" \
+    --ready-file "$dir/ready" >>"$dir/target.log" 2>&1 &
+  target_pid=$!
+  for _ in $(seq 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+  [ -s "$dir/ready" ] || { echo "target did not start"; cat "$dir/target.log"; exit 1; }
+}
 
-start 0
+start_target 0
+port=$(cat "$dir/ready")
 "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:1" --verify -t 8 -q 16 -o 4K \
   --ctrl-loss-tmo 30 --reconnect-delay 0.1 --io-timeout 5 --json >"$dir/perf.json" 2>"$dir/perf.log" &
 perf_pid=$!
@@ -28,7 +39,7 @@ for pause in 1.2 1.5 2.5; do
   kill -9 "$target_pid"
   wait "$target_pid" 2>/dev/null || true
   sleep 0.3
-  start "$port"
+  start_target "$port"
 done
 wait "$perf_pid"
 perf_pid=

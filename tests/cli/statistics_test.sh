@@ -12,13 +12,16 @@ start_target -l 127.0.0.1:0 --discovery-port 0 --nqn "$NQN" --ram 16M
 trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:1"
 "$NVTCP" perf -r "$trid" -q 16 -o 4K -w randread -t 4 --json >"$dir/perf.json" 2>"$dir/perf.log" &
 perf_pid=$!
-# Until the statistics show the I/O queue: its connection is up once perf has done some I/O.
+# Until the statistics show the I/O queue and a command that reached the device: its connection
+# is up once perf has done some I/O. (The I/O count moves when a command starts, the device's
+# entries when it is submitted: under load a line can fall between the two.)
 for _ in $(seq 100); do
   sleep 0.1
   kill -USR1 "$target_pid"
   sleep 0.05
   line=$(grep 'target statistics' "$dir/target.log" | tail -1 || true)
-  [[ $line =~ ([0-9]+)\ connections,\ ([0-9]+)\ I/O ]] && ((BASH_REMATCH[1] >= 2 && BASH_REMATCH[2] > 0)) && break
+  [[ $line =~ ([0-9]+)\ connections,\ ([0-9]+)\ I/O ]] && ((BASH_REMATCH[1] >= 2 && BASH_REMATCH[2] > 0)) &&
+    [[ $line =~ entered\ since\ start:.*InDevice\ ([1-9][0-9]*) ]] && break
 done
 echo "$line"
 [[ $line =~ ([0-9]+)\ connections ]] && ((BASH_REMATCH[1] >= 2)) || fail "no statistics line with both queues"
