@@ -410,6 +410,29 @@ kfree_port() {
   return 1
 }
 
+# kernel_test_args NAME NEEDS NVTCP [UNIT_TESTS] CACHE_DIR: a test's arguments, checked. Sets NVTCP,
+# UNIT (given three) and CACHE (NVTCP_KERNEL_CACHE overrides the last: one cache for build/ and
+# build-asan/, say). NEEDS is what apt-get fetches for it: without root, SKIP and exit 77.
+kernel_test_args() {
+  local name=$1 needs=$2
+  shift 2
+  if [[ $# -ne 2 && $# -ne 3 ]]; then
+    echo "usage: $(basename "$0") path/to/nvtcp [path/to/nvtcp_unit_tests] CACHE_DIR" >&2
+    exit 2
+  fi
+  NVTCP=$(readlink -f "$1")
+  [[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
+  if [[ $# -eq 3 ]]; then
+    UNIT=$(readlink -f "$2")
+    [[ -x $UNIT ]] || { echo "FAIL: $UNIT is not an executable" >&2; exit 1; }
+  fi
+  CACHE=${NVTCP_KERNEL_CACHE:-${!#}}
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP: $name needs root (apt-get of $needs)"
+    exit 77
+  fi
+}
+
 QEMU_PID=""
 CONSOLE=""
 # kernel_boot NAME INITRD [HOSTPORT:GUESTPORT...]: boots the guest with its console in

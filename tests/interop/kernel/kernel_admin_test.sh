@@ -53,16 +53,9 @@
 # failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_admin_test.sh path/to/nvtcp CACHE_DIR}
-CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_admin_test.sh path/to/nvtcp CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_admin needs root (apt-get of Debian's kernel, busybox, nvme-cli and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_admin "Debian's kernel, busybox, nvme-cli and QEMU" "$@"
 
 # Steps whose nvtcp side a future command adds before the target has it: they report PENDING /
 # UNEXPECTED PASS against nvtcp instead of FAIL / PASS. Empty: every step must pass.

@@ -39,16 +39,9 @@
 # 77. NVTCP_INTEROP_KEEP=1 keeps the console and target logs (kept on failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_fabric_test.sh path/to/nvtcp CACHE_DIR}
-CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_fabric_test.sh path/to/nvtcp CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_fabric needs root (apt-get of Debian's kernel, busybox, nvme-cli and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_fabric "Debian's kernel, busybox, nvme-cli and QEMU" "$@"
 
 START=$SECONDS
 NQN=nqn.2026-12.io.nvtcp:fabric

@@ -63,17 +63,9 @@
 # 77. NVTCP_INTEROP_KEEP=1 keeps the console and target logs (kept on failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_host_test.sh path/to/nvtcp CACHE_DIR}
-# NVTCP_KERNEL_CACHE overrides the cache directory (e.g. one cache for build/ and build-asan/).
-CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_host_test.sh path/to/nvtcp CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_host needs root (apt-get of Debian's kernel, busybox and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_host "Debian's kernel, busybox and QEMU" "$@"
 
 START=$SECONDS
 NQN=nqn.2026-11.io.nvtcp:fromkernel

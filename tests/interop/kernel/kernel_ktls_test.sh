@@ -14,18 +14,9 @@
 # keeps the console (kept on failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_ktls_test.sh path/to/nvtcp path/to/nvtcp_unit_tests CACHE_DIR}
-UNIT=${2:?usage: kernel_ktls_test.sh path/to/nvtcp path/to/nvtcp_unit_tests CACHE_DIR}
-CACHE=${NVTCP_KERNEL_CACHE:-${3:?usage: kernel_ktls_test.sh path/to/nvtcp path/to/nvtcp_unit_tests CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-UNIT=$(readlink -f "$UNIT")
-[[ -x $NVTCP && -x $UNIT ]] || { echo "FAIL: $NVTCP or $UNIT is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_ktls needs root (apt-get of Debian's kernel, busybox, nvme-cli, tlshd and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_ktls "Debian's kernel, busybox, nvme-cli, tlshd and QEMU" "$@"
 
 NQN=nqn.2026-12.io.nvtcp:ktls
 KNQN=nqn.2026-12.io.nvtcp:kernel-ktls

@@ -24,16 +24,9 @@
 # keeps the console and logs (kept on failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_tls_test.sh path/to/nvtcp CACHE_DIR}
-CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_tls_test.sh path/to/nvtcp CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_tls needs root (apt-get of Debian's kernel, busybox, nvme-cli, tlshd and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_tls "Debian's kernel, busybox, nvme-cli, tlshd and QEMU" "$@"
 
 NQN=nqn.2026-12.io.nvtcp:tls
 KNQN=nqn.2026-12.io.nvtcp:kernel-tls

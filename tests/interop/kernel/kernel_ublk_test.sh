@@ -19,16 +19,9 @@
 # NVTCP_INTEROP_KEEP=1 keeps the console log (kept on failure anyway).
 set -euo pipefail
 
-NVTCP=${1:?usage: kernel_ublk_test.sh path/to/nvtcp CACHE_DIR}
-CACHE=${NVTCP_KERNEL_CACHE:-${2:?usage: kernel_ublk_test.sh path/to/nvtcp CACHE_DIR}}
-NVTCP=$(readlink -f "$NVTCP")
-[[ -x $NVTCP ]] || { echo "FAIL: $NVTCP is not an executable" >&2; exit 1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: interop.kernel_ublk needs root (apt-get of Debian's kernel, busybox and QEMU)"
-  exit 77
-fi
 # shellcheck source=common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
+kernel_test_args interop.kernel_ublk "Debian's kernel, busybox and QEMU" "$@"
 
 WORK=$(mktemp -d /tmp/nvtcp-kublk.XXXXXX)
 cleanup() {
