@@ -96,19 +96,19 @@ void AdminCommands::finish(Command& r, Status st) {
   q_.complete(r, st);
 }
 
-void AdminCommands::send_data(Command& r, const uint8_t* data, uint32_t len, uint32_t pad) {
+bool AdminCommands::send_data(Command& r, const uint8_t* data, uint32_t len, uint32_t pad) {
   const uint32_t need = std::max<uint32_t>(len, 4);
   if (r.buf_cap < need) {
     q_.set_state(r, State::Idle);  // the transport holds it until the buffer is there
     q_.transport_.need_buffer(r, need);
-    return;
+    return false;
   }
   std::memcpy(r.buf, data, len);
-  logs_.delivered();  // only now: what its read takes away goes
   r.tx_data = r.buf;
   r.tx_len = len;
   r.tx_pad = pad;
   q_.complete(r, sc::Success);
+  return true;
 }
 
 void AdminCommands::identify(Command& r) {
@@ -142,7 +142,13 @@ void AdminCommands::get_log_page(Command& r) {
     finish(r, st);
     return;
   }
-  send_data(r, w.data, w.len, w.pad);
+  // Only a read whose data is on its way takes its notice or list away; one that waits for a
+  // buffer runs again and builds the log anew, so what it would take stays until then.
+  if (send_data(r, w.data, w.len, w.pad)) {
+    logs_.delivered();
+  } else {
+    logs_.forget();
+  }
 }
 
 void AdminCommands::hold_async_event_request(Command& r) {

@@ -48,8 +48,9 @@ class AdminCommands final : public AdminQueueSink {
   void finish(Command& r, wire::Status st);
   // r answers with len bytes of data (a log page's window, a feature's data) followed by pad
   // zero bytes: in a buffer the size of the data, asked for first if r has none that large
-  // (asking changes nothing: r is executed again from the start once it is there).
-  void send_data(Command& r, const uint8_t* data, uint32_t len, uint32_t pad);
+  // (asking changes nothing: r is executed again from the start once it is there). False when
+  // r waits for that buffer.
+  bool send_data(Command& r, const uint8_t* data, uint32_t len, uint32_t pad);
   void identify(Command& r);
   void get_log_page(Command& r);
   void set_features(Command& r);

@@ -32,6 +32,9 @@ class LogPages {
   // The log build() made last has a buffer and goes to the host: what reading it takes away
   // goes now.
   void delivered();
+  // The log build() made last waits for a buffer: its read runs again and builds it anew, and
+  // nothing is taken away until that read is delivered.
+  void forget() { pending_ = {}; }
 
  private:
   Controller& ctrl() const;

@@ -22,6 +22,8 @@
 #include "nvtcp/identify.hpp"
 #include "nvtcp/properties.hpp"
 #include "target/command_queue.hpp"
+#include "target/subsystem.hpp"
+#include "wire/changed_namespaces.hpp"
 #include "wire/commands.hpp"
 #include "wire/fabrics.hpp"
 #include "wire/features.hpp"
@@ -127,8 +129,21 @@ class FakeTransport final : public target::CommandTransport {
   }
   void need_buffer(target::Command& r, uint32_t len) override {
     ++buffer_requests;
+    if (hold_next_buffer_request) {  // the buffer comes later, as when the queue's memory is short
+      hold_next_buffer_request = false;
+      waiting_for_buffer.emplace_back(&r, len);
+      return;
+    }
     give_buffer(static_cast<FakeCommand&>(r), len);
     commands_.execute(r);
+  }
+  // The buffers held back come, and their commands run again.
+  void give_held_buffers() {
+    auto waiting = std::move(waiting_for_buffer);
+    for (auto [r, len] : waiting) {
+      give_buffer(static_cast<FakeCommand&>(*r), len);
+      commands_.execute(*r);
+    }
   }
   AbortLookup abort_before_execution(uint16_t cid) override {
     for (FakeCommand& c : slots_)
@@ -145,6 +160,8 @@ class FakeTransport final : public target::CommandTransport {
   std::vector<Cqe> cqes;
   std::vector<Bytes> sent;  // each response's data, its zero padding included
   int r2t_transfers = 0, buffer_requests = 0;
+  bool hold_next_buffer_request = false;
+  std::vector<std::pair<target::Command*, uint32_t>> waiting_for_buffer;
   std::function<void()> while_data_travels;  // runs between an R2T command's parse and its execute
   std::string closed_why;
 
@@ -353,6 +370,40 @@ TEST_F(CommandQueueTest, ALogPageLargerThanItsBufferAsksForOneAndIsBuiltAgain) {
   Sqe bad = with_sgl(cmd::get_log_page(uint8_t(LogPageId::SmartHealth), kNsidAll, 512), 21, 1024);
   admin.run(bad);
   EXPECT_EQ(last_status(admin), sc::DataSglLengthInvalid);
+}
+
+// A changed-namespace list goes once a read of it is delivered, not when another command
+// with data is: a Get Features answered while the log's read waits for its buffer leaves the
+// list for that read.
+TEST_F(CommandQueueTest, ALogReadThatWaitsForItsBufferKeepsItsListWhileOtherDataIsSent) {
+  FakeTransport admin(reactor_, set_);
+  ASSERT_NO_FATAL_FAILURE(bring_up_admin(admin));
+  admin.commands().controller()->subsystem().notify_namespace_changed(1);
+  reactor_.run_once(1'000'000);  // the notice reaches the controller on its admin queue's reactor
+  admin.drop_idle_buffers();
+  admin.hold_next_buffer_request = true;
+  const uint32_t len = wire::ChangedNamespaceList::kLogBytes;
+  auto first_nsid = [&] {
+    uint32_t nsid = ~0u;
+    std::memcpy(&nsid, admin.sent.back().data(), 4);
+    return nsid;
+  };
+  admin.run(with_sgl(cmd::get_log_page(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len), 30, len));
+  ASSERT_EQ(admin.waiting_for_buffer.size(), 1u);
+  ASSERT_TRUE(admin.completed.empty());
+  // Meanwhile the host reads its Host Identifier (data from a buffer of its own).
+  admin.run(with_sgl(cmd::get_features(kFeatureHostIdentifier, kSelCurrent, 0, 1), 31, 16), {});
+  ASSERT_TRUE(last_status(admin).ok());
+  admin.give_held_buffers();
+  ASSERT_EQ(admin.completed.size(), 1u);
+  ASSERT_TRUE(admin.completed.back()->status.ok());
+  EXPECT_EQ(first_nsid(), 1u) << "the list was taken by the Get Features";
+  admin.release(admin.completed.back());
+  admin.completed.clear();
+  // Delivered once, it is gone.
+  admin.run(with_sgl(cmd::get_log_page(uint8_t(LogPageId::ChangedNamespaces), kNsidAll, len), 32, len));
+  ASSERT_TRUE(admin.completed.back()->status.ok());
+  EXPECT_EQ(first_nsid(), 0u);
 }
 
 TEST_F(CommandQueueTest, SetFeaturesTakesItsDataInTheCapsuleOrByR2T) {
