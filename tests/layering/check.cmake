@@ -3,9 +3,10 @@
 #       -DSEES=<layer>=<header>,... -DBLIND=<layer>=<header>,... -P check.cmake
 #
 # Builds the probe library of one layer, going on past errors (each probe is one file that
-# includes one header), and checks every probe: those of layers it may see compile, those of the
-# others fail because the header is not found (not for some other reason, which would prove
-# nothing about the include directories).
+# includes one header, run through the preprocessor only), and checks every probe: those of
+# layers it may see find their header and everything it includes, those of the others fail
+# because the header is not found (not for some other reason, which would prove nothing about
+# the include directories).
 cmake_minimum_required(VERSION 3.25)
 
 if(GENERATOR MATCHES "Ninja")
@@ -29,10 +30,10 @@ foreach(entry IN LISTS sees blind)
   # gcc: "f.cpp:1:10: fatal error: a/b.hpp: No such file or directory"; clang: "'a/b.hpp' file not found".
   set(not_found "${file_re}:1:[0-9]+: fatal error: '?${header_re}'?:? (No such file or directory|file not found)")
   if(entry IN_LIST sees)
-    # Its own error, one in the header it includes, or the build tool's word that its object failed.
+    # Its own error, one in a header it includes, or the build tool's word that its object failed.
     if(out MATCHES "${file_re}:[0-9]+:[0-9]+: (fatal )?error" OR out MATCHES "In file included from [^\n]*${file_re}"
        OR out MATCHES "FAILED: [^\n]*${file_re}\\.o" OR out MATCHES "${file_re}\\.o\\] Error")
-      list(APPEND failures "${LAYER} may include ${header} (${other}), but it does not compile")
+      list(APPEND failures "${LAYER} may include ${header} (${other}), but it or a header it includes is not found")
     endif()
   elseif(NOT out MATCHES "${not_found}")
     list(APPEND failures "${LAYER} must not see ${other}, but ${file} did not fail with '${header}' not found")
