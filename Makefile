@@ -99,9 +99,11 @@ FUZZ_SECONDS ?= 600
 # Each fuzzer's smoke run, JOBS of them at a time (each is one process on one core): its seed
 # corpus replayed (every input that once crashed a parser is in it), then fresh inputs for the
 # rest of the time. `make fuzz` is the long search.
-FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SMOKE_SECONDS ?= 6
+# -O1 with line tables, as OSS-Fuzz builds its fuzzers: a quarter less compile time than -O2 -g.
 fuzz-build:
-	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNVTCP_FUZZ=ON \
+	@CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" -DNVTCP_FUZZ=ON \
 	  -DNVTCP_TESTS=OFF -DNVTCP_BENCH=OFF -DNVTCP_FIO=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZERS))
 
