@@ -254,6 +254,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
   }
   if (timers_) run_timers();
   if (has_posted_.load(std::memory_order_acquire)) run_posted();
+  if (remote_.load(std::memory_order_acquire)) run_remote();
   return handled;
 }
 
@@ -377,6 +378,38 @@ void Reactor::post(std::function<void()> fn) {
   uint64_t one = 1;
   ssize_t n = write(wake_fd_, &one, sizeof(one));
   (void)n;
+}
+
+void Reactor::complete_from_any_thread(RemoteCompletion* c) {
+  RemoteCompletion* head = remote_.load(std::memory_order_relaxed);
+  do {
+    c->next = head;
+  } while (!remote_.compare_exchange_weak(head, c, std::memory_order_release, std::memory_order_relaxed));
+  // The list was empty: the reactor may be asleep and nothing else will wake it. Otherwise
+  // the push that made it non-empty wrote, and the reactor takes this one with it.
+  if (!head) {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+  }
+}
+
+void Reactor::run_remote() {
+  // Taking the whole list needs no compare-and-swap loop (and has no ABA): pushes that come
+  // meanwhile start a new list, and wake the reactor again.
+  RemoteCompletion* newest_first = remote_.exchange(nullptr, std::memory_order_acquire);
+  RemoteCompletion* oldest_first = nullptr;
+  while (newest_first) {
+    RemoteCompletion* next = newest_first->next;
+    newest_first->next = oldest_first;
+    oldest_first = newest_first;
+    newest_first = next;
+  }
+  while (oldest_first) {
+    RemoteCompletion* next = oldest_first->next;
+    oldest_first->fn(oldest_first);
+    oldest_first = next;
+  }
 }
 
 void Reactor::run_posted() {

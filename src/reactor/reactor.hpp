@@ -42,6 +42,14 @@ struct OwnedDeferred : Deferred {
   T* owner = nullptr;
 };
 
+// Work another thread finishes for this reactor: a library that completes on a thread of its
+// own (librbd's callbacks) hands it back with Reactor::complete_from_any_thread, and fn runs on
+// the reactor's thread, in the order they were handed back. Owners embed it; no allocation.
+struct RemoteCompletion {
+  void (*fn)(RemoteCompletion* self) = nullptr;
+  RemoteCompletion* next = nullptr;
+};
+
 // A periodic or one-shot deadline checked by the loop; owners embed it (intrusive list).
 struct Timer {
   uint64_t deadline_ns = 0;        // 0 = not armed
@@ -166,6 +174,11 @@ class Reactor {
   // Loops until stop becomes true.
   void run(const std::atomic<bool>& stop);
 
+  // Any thread: c->fn runs on this reactor's thread within a turn. No lock: a push onto a
+  // list the reactor takes whole each turn, and a wake-up (the eventfd post() uses) only when
+  // the list was empty, so a burst of completions costs the other thread one write.
+  void complete_from_any_thread(RemoteCompletion* c);
+
   // FIFO: work runs in the order it was deferred.
   void defer(Deferred* d) {
     if (d->queued) return;
@@ -217,6 +230,7 @@ class Reactor {
  private:
   void run_timers();
   void run_posted();
+  void run_remote();
   void arm_wakeup();
   void init_ring(unsigned entries);
   unsigned poll_spin_recvs();
@@ -253,6 +267,7 @@ class Reactor {
   std::vector<std::function<void()>> posted_;
   std::vector<std::function<void()>> running_;
   std::atomic<bool> has_posted_{false};
+  std::atomic<RemoteCompletion*> remote_{nullptr};  // newest first; taken whole by run_remote
 };
 
 }  // namespace nvtcp::reactor
