@@ -17,7 +17,9 @@ PKGS=(build-essential cmake pkg-config liburing-dev libisal-dev libssl-dev libcl
       iproute2   # ip netns, veth and ss: the multi-host and veth tests, bench/run --topology veth
       xz-utils   # the kernel interop tests unpack Debian's xz-compressed kernel modules
       universal-ctags  # layering.code_size reads class and function sizes from src/ with it
-      curl python3-prometheus-client)  # cli.metrics scrapes the target and parses it as Prometheus does
+      curl python3-prometheus-client  # cli.metrics scrapes the target and parses it as Prometheus does
+      librbd-dev                       # the RBD backend (librbd, librados)
+      ceph-mon ceph-osd ceph-common)   # ceph.*: a one-node cluster the tests start (tests/ceph/cluster.sh)
 missing=()
 for p in "${PKGS[@]}" "$@"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -62,7 +62,8 @@ struct TargetArgs {
   std::string config;
   std::vector<std::string> listen;
   std::string nqn = "nqn.2026-11.io.nvtcp:default";
-  std::vector<std::string> null_sizes, ram_sizes, files;
+  std::vector<std::string> null_sizes, ram_sizes, files, rbds;
+  std::string ceph_conf, ceph_user;
   uint32_t block_size = 512;
   // Not given: the configuration file's value (or the default) stays.
   std::optional<unsigned> cores;
@@ -115,7 +116,7 @@ int run_target(const TargetArgs& a) {
     }
     cfg.listeners.push_back(lc);
   }
-  if (!a.null_sizes.empty() || !a.ram_sizes.empty() || !a.files.empty()) {
+  if (!a.null_sizes.empty() || !a.ram_sizes.empty() || !a.files.empty() || !a.rbds.empty()) {
     target::SubsystemConfig sc;
     sc.nqn = a.nqn;
     sc.allow_any_host = a.hosts.empty();
@@ -125,7 +126,15 @@ int run_target(const TargetArgs& a) {
       target::NamespaceConfig nc;
       nc.type = type;
       nc.block_size = a.block_size;
-      if (type == "file") {
+      if (type == "rbd") {
+        // POOL/IMAGE, on the cluster --ceph-conf names as --ceph-user
+        const size_t slash = size_or_path.find('/');
+        if (slash == std::string::npos || slash == 0 || slash + 1 == size_or_path.size()) return false;
+        nc.rbd.pool = size_or_path.substr(0, slash);
+        nc.rbd.image = size_or_path.substr(slash + 1);
+        nc.rbd.config_file = a.ceph_conf;
+        nc.rbd.user = a.ceph_user;
+      } else if (type == "file") {
         // PATH or PATH,SIZE
         size_t comma = size_or_path.find(',');
         nc.path = size_or_path.substr(0, comma);
@@ -142,10 +151,12 @@ int run_target(const TargetArgs& a) {
       if (!add("ram", s)) return fmt::print(stderr, "nvtcp target: bad size '{}'\n", s), 2;
     for (const auto& s : a.files)
       if (!add("file", s)) return fmt::print(stderr, "nvtcp target: bad file spec '{}'\n", s), 2;
+    for (const auto& s : a.rbds)
+      if (!add("rbd", s)) return fmt::print(stderr, "nvtcp target: --rbd '{}' is not POOL/IMAGE\n", s), 2;
     cfg.subsystems.push_back(sc);
   }
   if (cfg.subsystems.empty()) {
-    fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH or --config FILE\n");
+    fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH, --rbd POOL/IMAGE or --config FILE\n");
     return 2;
   }
   // Options given on the command line win over the configuration file; the others leave it be.
@@ -304,6 +315,9 @@ void add_target_command(CLI::App& app, int& rc) {
   c->add_option("--null", a->null_sizes, "add a NULL namespace of SIZE (e.g. 1T): reads zeros, drops writes");
   c->add_option("--ram", a->ram_sizes, "add a RAM namespace of SIZE (e.g. 1G)");
   c->add_option("--file", a->files, "add a file or block-device namespace: PATH[,SIZE]");
+  c->add_option("--rbd", a->rbds, "add a Ceph RBD image namespace: POOL/IMAGE");
+  c->add_option("--ceph-conf", a->ceph_conf, "the Ceph configuration for --rbd (default: librados' search path)");
+  c->add_option("--ceph-user", a->ceph_user, "the Ceph client ID for --rbd (default: admin)");
   c->add_option("--block-size", a->block_size, "namespace block size: 512 or 4096")->check(CLI::IsMember({512, 4096}));
   c->add_option("--cores", a->cores, "reactor threads (default 1)")->check(CLI::Range(1, 256));
   c->add_option("--cpus", a->cpus, "pin reactor i to the i-th CPU of this list (e.g. --cpus 0)")->delimiter(',');

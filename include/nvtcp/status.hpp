@@ -81,6 +81,9 @@ inline constexpr Status CommandSizeLimitExceeded{Sct::CommandSpecific, 0x83};
 inline constexpr Status ReservationConflict{Sct::Generic, 0x83};
 // Path related: the namespace's ANA group is not reachable through this controller's port
 // (persistent loss, inaccessible, in transition). DNR stays clear: another path may serve it.
+// Internal Path Error: the controller cannot reach what serves the namespace through this path
+// (a gateway that lost its storage cluster); another path may.
+inline constexpr Status InternalPathError{Sct::Path, 0x00};
 inline constexpr Status AnaPersistentLoss{Sct::Path, 0x01};
 inline constexpr Status AnaInaccessible{Sct::Path, 0x02};
 inline constexpr Status AnaTransition{Sct::Path, 0x03};

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nvtcp/size.hpp"
 #include "nvtcp/status.hpp"
@@ -38,6 +40,13 @@ struct BlockIo {
   uint64_t progress = 0;
   bool write_through = false;  // this write must be durable before done (FUA or cache off)
   bool syncing = false;        // the data is in; now the sync that makes it durable runs
+  // Devices whose library completes on a thread of its own (RBD): the result it gave, on its
+  // way back to the submitting reactor.
+  struct Remote : reactor::RemoteCompletion {
+    BlockIo* io = nullptr;
+    int64_t result = 0;
+  };
+  Remote remote;
 };
 
 // How long what a device stores lasts, whatever is flushed.
@@ -104,5 +113,20 @@ std::unique_ptr<BlockDevice> make_ram(uint64_t size, uint32_t block_size, unsign
 // "the file's size"; a regular file smaller than size is extended.
 std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, uint32_t block_size,
                                        std::string& err);
+
+// A Ceph RBD image: POOL/IMAGE on the cluster the Ceph configuration names (SPDK's
+// bdev_rbd_create and bdev_rbd_register_cluster take the same).
+struct RbdSpec {
+  std::string pool, image;
+  std::string user;                                  // the client ID ("admin"); empty: librados' default
+  std::string config_file;                           // a ceph.conf; empty: librados' search path
+  std::string key_file;                              // a keyring
+  std::vector<std::pair<std::string, std::string>> config;  // options set after the file (mon_host, ...)
+};
+// Connects, opens the image and takes its size (control path: it blocks while it connects).
+// Without librbd in the build, fails saying so.
+std::unique_ptr<BlockDevice> make_rbd(const RbdSpec& spec, uint32_t block_size, std::string& err);
+// Whether this build has the RBD backend (librbd was found when it was configured).
+bool rbd_available();
 
 }  // namespace nvtcp::backend

@@ -13,7 +13,7 @@ using target::Target;
 
 // The bdev methods' names for nvtcp's device types, and what bdev_get_bdevs calls them.
 const char* product_name(const std::string& type) {
-  return type == "null" ? "Null disk" : type == "ram" ? "Malloc disk" : "AIO disk";
+  return type == "null" ? "Null disk" : type == "ram" ? "Malloc disk" : type == "rbd" ? "Ceph Rbd Disk" : "AIO disk";
 }
 
 constexpr int kNoSuchFile = -2;      // -ENOENT
@@ -141,9 +141,42 @@ Json bdev_file_create(MethodContext& ctx, const Json& params) {
   return Json(nc.name);
 }
 
+// A Ceph RBD image, as SPDK's bdev_rbd_create takes it: pool_name/rbd_name as user_id, with
+// Ceph options in "config" ({"mon_host": ...}) over the default ceph.conf. The image's size is
+// its own. Clusters registered by name (bdev_rbd_register_cluster) are not taken yet.
+Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  target::NamespaceConfig nc;
+  nc.type = "rbd";
+  nc.name = p.opt_str("name").value_or("");
+  nc.rbd.pool = p.str("pool_name");
+  nc.rbd.image = p.str("rbd_name");
+  nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
+  nc.rbd.user = p.opt_str("user_id").value_or("");
+  if (const Json* config = p.opt_json("config")) {
+    if (!config->is_object()) throw RpcError(kInvalidParams, "\"config\" is an object of Ceph options");
+    for (const auto& [k, v] : config->items()) {
+      if (!v.is_string()) throw RpcError(kInvalidParams, fmt::format("Ceph option {} is not a string", k));
+      nc.rbd.config.emplace_back(k, v.get<std::string>());
+    }
+  }
+  if (auto cluster = p.opt_str("cluster_name"))
+    throw RpcError(kInvalidArgument, fmt::format("cluster {}: bdev_rbd_register_cluster is not supported yet", *cluster));
+  nc.uuid = p.opt_str("uuid").value_or("");
+  p.done();
+  if (nc.name.empty()) {  // as SPDK: the first free CephN
+    target::BdevTable::Info ignored;
+    for (unsigned i = 0; nc.name.empty(); ++i)
+      if (!t.state().bdevs.find(fmt::format("Ceph{}", i), ignored)) nc.name = fmt::format("Ceph{}", i);
+  }
+  create_bdev(t, nc);
+  return Json(nc.name);
+}
+
 // bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete: each deletes a bdev of
 // its own type (nvtcp's file type serves both aio and uring).
-constexpr char kNullType[] = "null", kRamType[] = "ram", kFileType[] = "file";
+constexpr char kNullType[] = "null", kRamType[] = "ram", kFileType[] = "file", kRbdType[] = "rbd";
 template <const char* Type>
 Json bdev_delete_of_type(MethodContext& ctx, const Json& params) {
   delete_bdev(ctx.target, params, Type);
@@ -198,6 +231,16 @@ Json bdev_config(Target& t) {
     const char* method = "bdev_aio_create";
     if (b.spec.type == "file") {
       p["filename"] = b.spec.path;
+    } else if (b.spec.type == "rbd") {
+      method = "bdev_rbd_create";
+      p["pool_name"] = b.spec.rbd.pool;
+      p["rbd_name"] = b.spec.rbd.image;
+      if (!b.spec.rbd.user.empty()) p["user_id"] = b.spec.rbd.user;
+      // Ceph options, but never a key itself ("key"): a saved configuration names a keyring.
+      Json config = Json::object();
+      for (const auto& [k, v] : b.spec.rbd.config)
+        if (k != "key") config[k] = v;
+      if (!config.empty()) p["config"] = config;
     } else {
       method = b.spec.type == "null" ? "bdev_null_create" : "bdev_malloc_create";
       p["num_blocks"] = b.size_bytes / b.spec.block_size;
@@ -218,6 +261,8 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
     {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
     {"bdev_uring_delete", bdev_delete_of_type<kFileType>},
+    {"bdev_rbd_create", bdev_rbd_create},
+    {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
     {"bdev_null_resize", bdev_null_resize},
     {"bdev_get_bdevs", bdev_get_bdevs},
   };

@@ -128,6 +128,9 @@ std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn,
                                born ? sx.stx_btime.tv_sec : sx.stx_ctime.tv_sec,
                                born ? sx.stx_btime.tv_nsec : sx.stx_ctime.tv_nsec));
   }
+  // An RBD image is the same storage through every gateway that opens it: its namespace shows
+  // the same identifiers on each, so a multipath host sees one namespace over both paths.
+  if (spec.type == "rbd") return uuid_of(fmt::format("nvtcp rbd\n{}\n{}", spec.rbd.pool, spec.rbd.image));
   if (subnqn.empty()) return random_uuid();
   if (spec.type == "ram")
     return uuid_of(fmt::format("nvtcp ram\n{}\n{}\n{}\n{}", process_salt(), subnqn, nsid, spec.name));
@@ -151,7 +154,8 @@ std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, uns
   if (nc.type == "null") return backend::make_null(nc.size - nc.size % nc.block_size, nc.block_size);
   if (nc.type == "ram") return backend::make_ram(nc.size - nc.size % nc.block_size, nc.block_size, reactors, err);
   if (nc.type == "file") return backend::make_file(nc.path, nc.size, nc.block_size, err);
-  err = fmt::format("namespace type '{}' is not null, ram or file", nc.type);
+  if (nc.type == "rbd") return backend::make_rbd(nc.rbd, nc.block_size, err);
+  err = fmt::format("namespace type '{}' is not null, ram, file or rbd", nc.type);
   return nullptr;
 }
 
@@ -206,6 +210,8 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   Entry& e = entries_[spec.name];
   e.spec = spec;
   if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
+  // An image's size is the cluster's: kept here, for the listings, once the device is claimed.
+  if (e.spec.type == "rbd" && device) e.spec.size = device->size_bytes();
   e.device = std::move(device);
   e.subnqn = subnqn;
   e.nsid = nsid;

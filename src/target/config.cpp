@@ -116,6 +116,24 @@ std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, 
   return key;
 }
 
+// An rbd namespace's image and cluster: "pool", "image", and optionally "ceph_conf" (a
+// ceph.conf), "user" (the client ID), "key_file" (a keyring) and "config" ({"mon_host": ...}:
+// Ceph options, as bdev_rbd_create's "config" gives them).
+void read_rbd(const nlohmann::json& n, backend::RbdSpec& rbd) {
+  rbd.pool = n.value("pool", "");
+  rbd.image = n.value("image", "");
+  rbd.config_file = n.value("ceph_conf", "");
+  rbd.user = n.value("user", "");
+  rbd.key_file = n.value("key_file", "");
+  if (n.contains("config")) {
+    if (!n.at("config").is_object()) throw std::runtime_error("an rbd namespace's \"config\" is an object of Ceph options");
+    for (const auto& [k, v] : n.at("config").items()) {
+      if (!v.is_string()) throw std::runtime_error(fmt::format("rbd option {} must be a string", k));
+      rbd.config.emplace_back(k, v.get<std::string>());
+    }
+  }
+}
+
 }  // namespace
 
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
@@ -262,6 +280,7 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         nc.block_size = int_field(n, "block_size", nc.block_size);
         nc.name = n.value("name", "");
         nc.anagrpid = int_field(n, "anagrpid", 0u);
+        if (nc.type == "rbd") read_rbd(n, nc.rbd);
         sc.namespaces.push_back(nc);
       }
       cfg.subsystems.push_back(sc);
@@ -310,10 +329,13 @@ std::string finalize_config(TargetConfig& cfg) {
       }
       if (n.nsid >= 0xFFFFFFFE) return fmt::format("nsid {:#x} is reserved", n.nsid);
       if (n.block_size != 512 && n.block_size != 4096) return "block_size must be 512 or 4096";
-      if (n.type != "null" && n.type != "ram" && n.type != "file")
-        return fmt::format("namespace type '{}' is not null, ram or file", n.type);
-      if (n.type != "file" && n.size < n.block_size) return fmt::format("namespace {} needs a size", n.nsid);
+      if (n.type != "null" && n.type != "ram" && n.type != "file" && n.type != "rbd")
+        return fmt::format("namespace type '{}' is not null, ram, file or rbd", n.type);
+      if (n.type != "file" && n.type != "rbd" && n.size < n.block_size)
+        return fmt::format("namespace {} needs a size", n.nsid);
       if (n.type == "file" && n.path.empty()) return fmt::format("file namespace {} needs a path", n.nsid);
+      if (n.type == "rbd" && (n.rbd.pool.empty() || n.rbd.image.empty()))
+        return fmt::format("rbd namespace {} needs a pool and an image", n.nsid);
     }
     if (used.size() != s.namespaces.size()) return fmt::format("subsystem {} repeats an nsid", s.nqn);
     const uint32_t highest = used.empty() ? 0 : *used.rbegin();
@@ -350,9 +372,9 @@ std::string finalize_config(TargetConfig& cfg) {
     if (b.name.empty()) return "a bdev needs a name";
     if (!names.insert(b.name).second) return fmt::format("bdev name '{}' is used twice", b.name);
     if (b.block_size != 512 && b.block_size != 4096) return fmt::format("bdev {}: block_size must be 512 or 4096", b.name);
-    if (b.type != "null" && b.type != "ram" && b.type != "file")
-      return fmt::format("bdev {}: type '{}' is not null, ram or file", b.name, b.type);
-    if (b.type != "file" && b.size < b.block_size) return fmt::format("bdev {} needs a size", b.name);
+    if (b.type != "null" && b.type != "ram" && b.type != "file" && b.type != "rbd")
+      return fmt::format("bdev {}: type '{}' is not null, ram, file or rbd", b.name, b.type);
+    if (b.type != "file" && b.type != "rbd" && b.size < b.block_size) return fmt::format("bdev {} needs a size", b.name);
   }
   // Every namespace has a name (its bdev name, as RPC lists it): "null0", "ram1", ...
   std::map<std::string, unsigned> counts;

@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "auth/keys.hpp"
+#include "backend/block_device.hpp"
 #include "nvtcp/log_pages.hpp"
 
 namespace nvtcp::target {
 
 struct NamespaceConfig {
   uint32_t nsid = 0;            // 0 = next free
-  std::string type = "null";    // null | ram | file
+  std::string type = "null";    // null | ram | file | rbd
   uint64_t size = 0;            // bytes (file: 0 = the file's size)
   std::string path;             // file only
   uint32_t block_size = 512;
@@ -32,6 +33,9 @@ struct NamespaceConfig {
   // Its ANA group (1 .. the subsystem's max_namespaces); 0: its NSID, as SPDK does. Only
   // reported when the subsystem has ana_reporting.
   uint32_t anagrpid = 0;
+  // rbd only: the image (pool, image) and how to reach its cluster (a ceph.conf, a client
+  // ID, options such as mon_host); the size is the image's.
+  backend::RbdSpec rbd;
 };
 
 // An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked

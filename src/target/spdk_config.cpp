@@ -65,7 +65,7 @@ class SpdkConfigReplay {
 
   void replay(const std::string& method, const Json& p) {
     if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
-        method == "bdev_uring_create") {
+        method == "bdev_uring_create" || method == "bdev_rbd_create") {
       create_bdev(method, p);
     } else if (method == "nvmf_create_transport") {
       create_transport(method, p);
@@ -111,6 +111,15 @@ class SpdkConfigReplay {
     if (method == "bdev_null_create" || method == "bdev_malloc_create") {
       nc.type = method == "bdev_null_create" ? "null" : "ram";
       nc.size = u64(p, "num_blocks", method) * nc.block_size;
+    } else if (method == "bdev_rbd_create") {
+      nc.type = "rbd";
+      nc.rbd.pool = str(p, "pool_name", method);
+      nc.rbd.image = str(p, "rbd_name", method);
+      if (p.contains("user_id")) nc.rbd.user = str(p, "user_id", method);
+      if (p.contains("cluster_name"))
+        throw std::runtime_error(fmt::format("{}: bdev {}: clusters registered by name are not supported yet", method, nc.name));
+      for (const auto& [k, v] : p.value("config", Json::object()).items())
+        if (v.is_string()) nc.rbd.config.emplace_back(k, v.get<std::string>());
     } else {
       nc.type = "file";
       nc.path = str(p, "filename", method);

@@ -25,10 +25,11 @@ std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
   BdevTable::Info existing;
   if (t_.state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
   // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
-  // takes), as SPDK gives each bdev: the one given, or a random one.
+  // takes), as SPDK gives each bdev: the one given, or a random one; an RBD image's is the
+  // image's, the same on every gateway that opens it.
   NamespaceConfig nc = given;
   if (nc.uuid.empty()) {
-    nc.uuid = random_uuid();
+    nc.uuid = nc.type == "rbd" ? storage_uuid(nc, {}, 0) : random_uuid();
   } else if (!canonical_uuid(given.uuid, nc.uuid)) {
     return fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, given.uuid);
   }

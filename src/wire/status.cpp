@@ -48,6 +48,7 @@ const char* known_name(Status s) {
     case sc::CompareFailure.value: return "Compare Failure";
     case sc::CommandSizeLimitExceeded.value: return "Command Size Limit Exceeded";
     case sc::ReservationConflict.value: return "Reservation Conflict";
+    case sc::InternalPathError.value: return "Internal Path Error";
     case sc::AnaPersistentLoss.value: return "Asymmetric Access Persistent Loss";
     case sc::AnaInaccessible.value: return "Asymmetric Access Inaccessible";
     case sc::AnaTransition.value: return "Asymmetric Access Transition";

@@ -115,6 +115,36 @@ TEST(ConfigRanges, CodeBuiltConfigurationsAreCheckedToo) {
   EXPECT_EQ(finalize_config(cfg), "");
 }
 
+// An RBD namespace names its pool and image, and how to reach the cluster; its size is the
+// image's, so it needs none.
+TEST(ConfigNamespaces, AnRbdNamespaceNamesItsPoolImageAndCluster) {
+  std::string path = "/tmp/nvtcp-config-rbd-" + std::to_string(getpid()) + ".json";
+  {
+    std::ofstream f(path);
+    f << R"({"subsystems": [{"nqn": "nqn.2026-12.io.nvtcp:gw", "namespaces": [
+          {"type": "rbd", "pool": "rbd", "image": "disk", "ceph_conf": "/etc/ceph/ceph.conf", "user": "gw",
+           "config": {"mon_host": "v2:127.0.0.1:3300"}}]}]})";
+  }
+  TargetConfig cfg;
+  ASSERT_EQ(load_config_file(path, cfg), "");
+  std::remove(path.c_str());
+  ASSERT_EQ(finalize_config(cfg), "");
+  const NamespaceConfig& n = cfg.subsystems.at(0).namespaces.at(0);
+  EXPECT_EQ(n.type, "rbd");
+  EXPECT_EQ(n.rbd.pool, "rbd");
+  EXPECT_EQ(n.rbd.image, "disk");
+  EXPECT_EQ(n.rbd.config_file, "/etc/ceph/ceph.conf");
+  EXPECT_EQ(n.rbd.user, "gw");
+  ASSERT_EQ(n.rbd.config.size(), 1u);
+  EXPECT_EQ(n.rbd.config[0], (std::pair<std::string, std::string>{"mon_host", "v2:127.0.0.1:3300"}));
+  const std::string no_image = R"({"subsystems": [{"nqn": "nqn.2026-12.io.nvtcp:gw", "namespaces": [
+      {"type": "rbd", "pool": "rbd"}]}]})";
+  EXPECT_NE(load(no_image).find("needs a pool and an image"), std::string::npos) << load(no_image);
+  const std::string bad_option = R"({"subsystems": [{"nqn": "nqn.2026-12.io.nvtcp:gw", "namespaces": [
+      {"type": "rbd", "pool": "rbd", "image": "disk", "config": {"rbd_cache": true}}]}]})";
+  EXPECT_NE(load(bad_option).find("must be a string"), std::string::npos) << load(bad_option);
+}
+
 TEST(ConfigListeners, SubsystemsNameListenersTheTargetHas) {
   const std::string listeners = R"("listeners": [{"address": "127.0.0.1", "port": 4420}, {"address": "::", "port": 4421}])";
   auto with = [&](const std::string& bound) {

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// A namespace backed by a Ceph RBD image, through librbd's asynchronous API.
+//
+// The way back: librbd calls a completion's callback on a thread of its own. The callback
+// takes the result, releases librbd's completion and hands the BlockIo to the submitting
+// reactor with Reactor::complete_from_any_thread: a push onto a lock-free list the reactor
+// takes whole each turn, and one eventfd write when that list was empty (the eventfd the
+// reactor already reads for post()). No lock, no thread of ours, no allocation of ours per
+// I/O; librbd's own completion object is the one allocation, and it is librbd's.
+// (librbd's rbd_set_image_notification + rbd_poll_io_events would also do: it queues the
+// completions under a mutex of its own and writes the eventfd for each.)
+//
+// Durability: the image is opened with librbd's cache off (rbd_cache = false), so a write
+// completes once the OSDs hold it as durably as the pool keeps anything: the namespace has
+// no volatile write cache, a FUA write needs nothing more, and Flush is rbd_aio_flush (which
+// then has nothing to write back).
+//
+// A lost cluster: rados_osd_op_timeout and rados_mon_op_timeout (30 s unless the
+// configuration says otherwise) make an operation that cannot reach the cluster fail instead
+// of waiting for ever; it fails with a path error, which a multipath host takes as "try
+// another path" (another gateway) rather than as an error of the data.
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "backend/block_device.hpp"
+#include "util/log.hpp"
+
+namespace nvtcp::backend {
+
+namespace {
+
+const char* rbd_op_name(BlockIo::Op op) {
+  switch (op) {
+    case BlockIo::Op::Read: return "read";
+    case BlockIo::Op::Write: return "write";
+    case BlockIo::Op::Flush: return "flush";
+    case BlockIo::Op::WriteZeroes: return "write zeroes";
+    case BlockIo::Op::Deallocate: return "discard";
+  }
+  return "?";
+}
+
+nvme::Status rbd_status(int64_t r) {
+  if (r >= 0) return nvme::sc::Success;
+  switch (-r) {
+    case EILSEQ: return nvme::sc::CompareFailure;
+    // The cluster cannot be reached, or has fenced this client (blocklisted: ESHUTDOWN).
+    case ETIMEDOUT:
+    case ENOTCONN:
+    case ESHUTDOWN:
+    case ECONNREFUSED:
+    case ECONNRESET: return nvme::sc::InternalPathError;
+    default: return nvme::sc::InternalError;
+  }
+}
+
+// One connection to a cluster, shared by the images opened through it.
+class RadosCluster {
+ public:
+  static std::shared_ptr<RadosCluster> connect(const RbdSpec& spec, std::string& err) {
+    auto c = std::shared_ptr<RadosCluster>(new RadosCluster());
+    const char* user = spec.user.empty() ? nullptr : spec.user.c_str();
+    if (int r = rados_create(&c->rados_, user); r < 0) {
+      err = fmt::format("rados_create: {}", std::strerror(-r));
+      c->rados_ = nullptr;
+      return nullptr;
+    }
+    if (!spec.config_file.empty()) {
+      if (int r = rados_conf_read_file(c->rados_, spec.config_file.c_str()); r < 0) {
+        err = fmt::format("Ceph configuration {}: {}", spec.config_file, std::strerror(-r));
+        return nullptr;
+      }
+    }
+    // Defaults first, then what the configuration gives, which wins. librados' own log stays
+    // out of the target's output (its errors come back as return values, which are logged).
+    rados_conf_set(c->rados_, "log_to_stderr", "false");
+    rados_conf_set(c->rados_, "err_to_stderr", "false");
+    rados_conf_set(c->rados_, "rados_osd_op_timeout", "30");
+    rados_conf_set(c->rados_, "rados_mon_op_timeout", "30");
+    rados_conf_set(c->rados_, "client_mount_timeout", "30");
+    for (const auto& [k, v] : spec.config) {
+      if (int r = rados_conf_set(c->rados_, k.c_str(), v.c_str()); r < 0) {
+        err = fmt::format("Ceph option {}={}: {}", k, v, std::strerror(-r));
+        return nullptr;
+      }
+    }
+    if (!spec.key_file.empty()) rados_conf_set(c->rados_, "keyring", spec.key_file.c_str());
+    // The namespace reports no volatile write cache: librbd must not keep one.
+    rados_conf_set(c->rados_, "rbd_cache", "false");
+    if (int r = rados_connect(c->rados_); r < 0) {
+      err = fmt::format("cannot connect to the Ceph cluster: {}", std::strerror(-r));
+      return nullptr;
+    }
+    return c;
+  }
+  ~RadosCluster() {
+    if (rados_) rados_shutdown(rados_);
+  }
+  rados_t handle() const { return rados_; }
+
+ private:
+  RadosCluster() = default;
+  rados_t rados_ = nullptr;
+};
+
+class RbdDevice final : public BlockDevice {
+ public:
+  RbdDevice(std::shared_ptr<RadosCluster> cluster, rados_ioctx_t ioctx, rbd_image_t image, std::string name,
+            uint64_t size, uint32_t bs)
+      : cluster_(std::move(cluster)), ioctx_(ioctx), image_(image), name_(std::move(name)), size_(size), bs_(bs) {}
+  ~RbdDevice() override {
+    // rbd_close waits for the operations in flight; the target has none left by now.
+    rbd_close(image_);
+    rados_ioctx_destroy(ioctx_);
+  }
+  uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
+  uint64_t revalidate_size() override {
+    uint64_t have = 0;
+    if (int r = rbd_get_size(image_, &have); r < 0) {
+      log::warn("rbd {}: cannot read the image's size: {}", name_, std::strerror(-r));
+      return size_bytes();
+    }
+    have -= have % bs_;
+    if (have != 0) size_.store(have, std::memory_order_relaxed);
+    return size_bytes();
+  }
+  uint32_t block_size() const override { return bs_; }
+  const char* kind() const override { return "rbd"; }
+  Persistence persistence() const override { return Persistence::Media; }
+
+  void submit(BlockIo* io, reactor::Reactor& r) override {
+    io->device = this;
+    io->reactor = &r;
+    io->remote.fn = &RbdDevice::on_reactor;
+    io->remote.io = io;
+    rbd_completion_t c = nullptr;
+    if (int rc = rbd_aio_create_completion(io, &RbdDevice::on_librbd_thread, &c); rc < 0) {
+      io->done(io, rbd_status(rc));
+      return;
+    }
+    int rc = 0;
+    char* buf = reinterpret_cast<char*>(io->buffer);
+    switch (io->op) {
+      case BlockIo::Op::Read: rc = rbd_aio_read(image_, io->offset, io->length, buf, c); break;
+      case BlockIo::Op::Write: rc = rbd_aio_write(image_, io->offset, io->length, buf, c); break;
+      case BlockIo::Op::Flush: rc = rbd_aio_flush(image_, c); break;
+      case BlockIo::Op::WriteZeroes: rc = rbd_aio_write_zeroes(image_, io->offset, io->length, c, 0, 0); break;
+      case BlockIo::Op::Deallocate: rc = rbd_aio_discard(image_, io->offset, io->length, c); break;
+    }
+    if (rc < 0) {  // not queued: librbd will not call back
+      rbd_aio_release(c);
+      log::warn("rbd {}: an operation could not be queued: {}", name_, std::strerror(-rc));
+      io->done(io, rbd_status(rc));
+    }
+  }
+
+ private:
+  static void on_librbd_thread(rbd_completion_t c, void* arg) {
+    auto* io = static_cast<BlockIo*>(arg);
+    io->remote.result = rbd_aio_get_return_value(c);
+    rbd_aio_release(c);
+    io->reactor->complete_from_any_thread(&io->remote);
+  }
+  static void on_reactor(reactor::RemoteCompletion* self) {
+    BlockIo* io = static_cast<BlockIo::Remote*>(self)->io;
+    const int64_t res = io->remote.result;
+    auto* dev = static_cast<RbdDevice*>(io->device);
+    if (res < 0) {
+      log::warn("rbd {}: {} of {} bytes at {} failed: {}", dev->name_, rbd_op_name(io->op), io->length, io->offset,
+                std::strerror(int(-res)));
+    } else if (io->op == BlockIo::Op::Read) {
+      io->read_data = io->buffer;
+    }
+    io->done(io, rbd_status(res));
+  }
+
+  std::shared_ptr<RadosCluster> cluster_;
+  rados_ioctx_t ioctx_;
+  rbd_image_t image_;
+  std::string name_;  // pool/image, for the log
+  std::atomic<uint64_t> size_;
+  uint32_t bs_;
+};
+
+}  // namespace
+
+bool rbd_available() { return true; }
+
+std::unique_ptr<BlockDevice> make_rbd(const RbdSpec& spec, uint32_t block_size, std::string& err) {
+  if (spec.pool.empty() || spec.image.empty()) {
+    err = "an RBD namespace needs a pool and an image";
+    return nullptr;
+  }
+  const std::string name = spec.pool + "/" + spec.image;
+  auto cluster = RadosCluster::connect(spec, err);
+  if (!cluster) return nullptr;
+  rados_ioctx_t ioctx = nullptr;
+  if (int r = rados_ioctx_create(cluster->handle(), spec.pool.c_str(), &ioctx); r < 0) {
+    err = fmt::format("Ceph pool {}: {}", spec.pool, std::strerror(-r));
+    return nullptr;
+  }
+  rbd_image_t image = nullptr;
+  if (int r = rbd_open(ioctx, spec.image.c_str(), &image, nullptr); r < 0) {
+    err = fmt::format("RBD image {}: {}", name, std::strerror(-r));
+    rados_ioctx_destroy(ioctx);
+    return nullptr;
+  }
+  uint64_t size = 0;
+  if (int r = rbd_get_size(image, &size); r < 0 || size < block_size) {
+    err = r < 0 ? fmt::format("RBD image {}: {}", name, std::strerror(-r))
+                : fmt::format("RBD image {} is smaller than one {}-byte block", name, block_size);
+    rbd_close(image);
+    rados_ioctx_destroy(ioctx);
+    return nullptr;
+  }
+  log::info("rbd {}: {} bytes, {}-byte blocks", name, size - size % block_size, block_size);
+  return std::make_unique<RbdDevice>(std::move(cluster), ioctx, image, name, size - size % block_size, block_size);
+}
+
+}  // namespace nvtcp::backend

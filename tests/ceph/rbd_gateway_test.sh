@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# ceph.rbd_gateway: nvtcp serving a Ceph RBD image, against a real one-node cluster started here
+# (tests/ceph/cluster.sh; no mock of librbd anywhere).
+#
+#   rbd_gateway_test.sh path/to/nvtcp [path/to/libnvtcp_fio.so]
+#
+#   identify   the namespace is the image: its size, and the same identifiers from two gateways
+#   perf       nvtcp perf --verify, 4 KiB and 128 KiB, reads and writes through librbd
+#   bytes      what fio writes through the gateway is what `rbd export` reads from the cluster,
+#              at the same offsets
+#   outlives   fio writes with crc32c verify headers through gateway A; A is SIGKILLed; gateway B
+#              opens the same image and fio verifies every block through it
+#   trim/flush fio's trims (Deallocate: rbd_aio_discard) and fsyncs (Flush) succeed
+#
+# Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
+set -euo pipefail
+NVTCP=$1
+ENGINE=${2:-}
+here=$(dirname "$(readlink -f "$0")")
+# shellcheck source=cluster.sh
+source "$here/cluster.sh"
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (the Ceph daemons)"; exit 77; }
+ceph_cluster_available || { echo "SKIP: ceph-mon, ceph-osd and ceph-common are not installed (make deps)"; exit 77; }
+
+# shellcheck source=../cli/lib/target.sh
+. "$here/../cli/lib/target.sh" rbd-gateway
+cluster=$dir/ceph
+# The gateway goes first (KILL: a target whose cluster is gone can wait on it), then the cluster,
+# then the directory that holds both.
+trap '[ -n "$target_pid" ] && kill -KILL "$target_pid" 2>/dev/null; ceph_cluster_stop "$cluster" >/dev/null 2>&1 || true; cleanup' EXIT
+step() { echo "== $*"; }
+
+step "a one-node cluster (memstore OSD) and a 256 MiB image"
+ceph_cluster_start "$cluster" rbd || fail "the Ceph cluster did not start"
+rbd_cli "$cluster" create --size 256 rbd/disk || fail "rbd create"
+NQN=nqn.2026-12.io.nvtcp:rbd
+gateway=(--rbd rbd/disk --ceph-conf "$cluster/ceph.conf" --nqn "$NQN" -l 127.0.0.1:0 --discovery-port 0)
+
+# nvtcp perf --verify through librbd, 4 KiB and 128 KiB (random writes, then reads of them).
+perf_verify() {
+  step "perf --verify through librbd"
+  local size
+  for size in 4K 128K; do
+    "$NVTCP" perf -r "$trid ns:1" -q 16 -o "$size" -w randwrite --verify -t 1 --json >"$dir/perf-$size.json" ||
+      fail "perf --verify $size"
+    python3 - "$dir/perf-$size.json" "$size" <<'PY' || fail "perf --verify $size saw errors or did nothing"
+import json, sys
+r = json.load(open(sys.argv[1]))
+ios = r.get("ios", r.get("total_ios", 0))
+print(f"perf --verify {sys.argv[2]}: {ios} I/Os, {r.get('iops', 0):.0f} IOPS")
+sys.exit(0 if ios > 0 and r.get("errors", 0) == 0 else 1)
+PY
+  done
+}
+
+step "gateway A"
+start_target "${gateway[@]}"
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN"
+"$NVTCP" identify -r "$trid" >"$dir/identify-a.txt" || fail "identify through gateway A"
+grep -qE "268435456|256(\.0)? MiB" "$dir/identify-a.txt" || { cat "$dir/identify-a.txt"; fail "the namespace is not the 256 MiB image"; }
+grep -iE "nguid|uuid" "$dir/identify-a.txt" | sort >"$dir/ids-a.txt" || true
+
+if [ -n "$ENGINE" ] && [ -f "$ENGINE" ] && command -v fio >/dev/null; then
+  preload=$(ldd "$ENGINE" 2>/dev/null | awk '/lib(asan|ubsan)\.so/ {print $3}' | paste -sd: -)
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+  ftrid() { echo "trtype=tcp adrfam=IPv4 traddr=127.0.0.1 trsvcid=$1 subnqn=${NQN//:/\\:} ns=1"; }
+  fio_run() {  # fio_run NAME PORT ARGS...
+    local name=$1 p=$2
+    shift 2
+    (cd "$dir" && env LD_PRELOAD="$preload" fio --name="$name" --ioengine="external:$ENGINE" --thread=1 --filename="$(ftrid "$p")" \
+      "$@" --output="$dir/$name.txt" 2>"$dir/$name.err") || { cat "$dir/$name.err" "$dir/$name.txt"; fail "fio $name"; }
+  }
+
+  step "the bytes fio writes are the image's bytes"
+  fio_run pattern "$port" --rw=write --bs=64k --offset=1M --size=1M --iodepth=4 --buffer_pattern=0x5aa55aa5
+  rbd_cli "$cluster" export rbd/disk "$dir/disk.img" >/dev/null 2>&1 || fail "rbd export"
+  python3 - "$dir/disk.img" <<'PY' || fail "the image does not hold what was written through the gateway"
+import sys
+data = open(sys.argv[1], "rb").read()
+MiB = 1 << 20
+want = bytes.fromhex("5aa55aa5") * (MiB // 4)
+assert len(data) == 256 * MiB, len(data)
+assert data[MiB:2 * MiB] == want, "1 MiB at 1 MiB differs"
+assert data[:MiB] == bytes(MiB), "the first MiB was written to"
+assert data[2 * MiB:3 * MiB] == bytes(MiB), "the third MiB was written to"
+print("rbd export: 1 MiB at 1 MiB is fio's pattern, around it zeros")
+PY
+
+  perf_verify
+
+  step "trim and fsync"
+  fio_run trim "$port" --rw=randtrim --bs=64k --offset=64M --size=8M --iodepth=8
+  fio_run fsync "$port" --rw=randwrite --bs=4k --offset=96M --size=4M --iodepth=8 --fsync=4
+
+  step "written through A, A killed, verified through B"
+  fio_run write_a "$port" --rw=randwrite --bs=16k --offset=128M --size=32M --iodepth=16 --verify=crc32c \
+    --do_verify=0 --verify_state_save=0
+  target_exit_signal=KILL
+  kill -KILL "$target_pid"
+  wait "$target_pid" 2>/dev/null || true
+  target_pid=
+  target_log_append=1
+  start_target "${gateway[@]}"
+  "$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" >"$dir/identify-b.txt" ||
+    fail "identify through gateway B"
+  grep -iE "nguid|uuid" "$dir/identify-b.txt" | sort >"$dir/ids-b.txt" || true
+  cmp -s "$dir/ids-a.txt" "$dir/ids-b.txt" || { diff "$dir/ids-a.txt" "$dir/ids-b.txt"; fail "gateway B shows other identifiers for the image"; }
+  fio_run verify_b "$port" --rw=randwrite --bs=16k --offset=128M --size=32M --iodepth=16 --verify=crc32c \
+    --verify_only=1 --verify_fatal=1 --verify_state_load=0
+  echo "fio verified 32 MiB through gateway B that gateway A wrote before it was killed"
+else
+  echo "(fio or the fio engine is not here: the fio steps are left out)"
+  perf_verify
+fi
+stop_target
+
+step "a gateway built by RPC (bdev_rbd_create, as rpc.py sends it), and its save_config"
+rbd_cli "$cluster" create --size 64 rbd/second || fail "rbd create rbd/second"
+sock=$dir/rpc.sock
+target_log_append=1
+start_target "${gateway[@]}" --rpc-socket "$sock"
+rpc() { "$NVTCP" rpc -s "$sock" "$@"; }
+mon_host=$(sed -n 's/^mon host = //p' "$cluster/ceph.conf")
+rpc bdev_rbd_create "{\"pool_name\": \"rbd\", \"rbd_name\": \"second\", \"block_size\": 4096, \"name\": \"Ceph7\",
+  \"config\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\"}}" >"$dir/create.txt" ||
+  { cat "$dir/create.txt"; fail "bdev_rbd_create"; }
+[ "$(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Ceph7)" = 2 ] || fail "nvmf_subsystem_add_ns of the RBD bdev"
+rpc bdev_get_bdevs --name Ceph7 >"$dir/bdev.json" || fail "bdev_get_bdevs"
+python3 - "$dir/bdev.json" <<'PY' || fail "bdev_get_bdevs does not describe the RBD bdev"
+import json, sys
+b = json.load(open(sys.argv[1]))[0]
+assert b["product_name"] == "Ceph Rbd Disk", b
+assert b["block_size"] == 4096 and b["num_blocks"] == 64 * 256, b
+PY
+"$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" -q 8 -o 4K -w randwrite --verify -t 1 \
+  >"$dir/perf-ns2.txt" || { cat "$dir/perf-ns2.txt"; fail "perf --verify on the RBD namespace added by RPC"; }
+rpc save_config >"$dir/saved.json" || fail "save_config"
+python3 - "$dir/saved.json" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+calls = [c for s in doc["subsystems"] for c in (s.get("config") or [])]
+rbd = [c["params"] for c in calls if c["method"] == "bdev_rbd_create"]
+assert len(rbd) == 2, rbd  # the command line's image and the one added by RPC
+second = [p for p in rbd if p["rbd_name"] == "second"][0]
+assert second["pool_name"] == "rbd" and second["name"] == "Ceph7" and second["block_size"] == 4096, second
+assert second["config"]["mon_host"], second
+print("save_config: bdev_rbd_create for both images")
+PY
+stop_target
+echo "PASS: an RBD image served over NVMe/TCP: identify, perf --verify, bytes on the cluster, trim, flush, a second gateway, bdev_rbd_create and save_config"
