@@ -44,6 +44,13 @@ void no_metadata(Params& p) {
     throw RpcError(kInvalidArgument, fmt::format("physical_block_size {} is not 512 or 4096", *pbs));
 }
 
+// A bdev created without a name takes the first free PREFIXn, as SPDK names them (Malloc0, Ceph0).
+std::string first_free_name(Target& t, const char* prefix) {
+  target::BdevTable::Info ignored;
+  for (unsigned i = 0;; ++i)
+    if (std::string name = fmt::format("{}{}", prefix, i); !t.state().bdevs.find(name, ignored)) return name;
+}
+
 void create_bdev(Target& t, const target::NamespaceConfig& nc) {
   if (nc.name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
   if (std::string err = t.live_config().create_bdev(nc); !err.empty()) {
@@ -115,11 +122,7 @@ Json bdev_malloc_create(MethodContext& ctx, const Json& params) {
   p.opt_u64("optimal_io_boundary");
   no_metadata(p);
   p.done();
-  if (nc.name.empty()) {  // as SPDK: the first free MallocN
-    target::BdevTable::Info ignored;
-    for (unsigned i = 0; nc.name.empty(); ++i)
-      if (!t.state().bdevs.find(fmt::format("Malloc{}", i), ignored)) nc.name = fmt::format("Malloc{}", i);
-  }
+  if (nc.name.empty()) nc.name = first_free_name(t, "Malloc");
   create_bdev(t, nc);
   return Json(nc.name);
 }
@@ -165,11 +168,7 @@ Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
     throw RpcError(kInvalidArgument, fmt::format("cluster {}: bdev_rbd_register_cluster is not supported yet", *cluster));
   nc.uuid = p.opt_str("uuid").value_or("");
   p.done();
-  if (nc.name.empty()) {  // as SPDK: the first free CephN
-    target::BdevTable::Info ignored;
-    for (unsigned i = 0; nc.name.empty(); ++i)
-      if (!t.state().bdevs.find(fmt::format("Ceph{}", i), ignored)) nc.name = fmt::format("Ceph{}", i);
-  }
+  if (nc.name.empty()) nc.name = first_free_name(t, "Ceph");
   create_bdev(t, nc);
   return Json(nc.name);
 }
