@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # `nvtcp perf` over two paths to one namespace (-r given twice): a target serving a RAM
 # namespace on two listeners with ANA reporting, changed through `nvtcp rpc` while perf --verify
-# runs: listener A's group made inaccessible and optimized again in the write half, then A taken
-# away and given back in the read-back half. No I/O may fail and every block must read back;
+# runs: listener A's group made inaccessible and optimized again, then A taken away and given
+# back, all in the write half. No I/O may fail and every block must read back;
 # both paths carry I/O; the path comes back by itself; SPDK's rpc.py is not needed.
 set -euo pipefail
 NVTCP=$1
@@ -28,10 +28,13 @@ listener() { rpc "nvmf_subsystem_${1}_listener" --nqn "$NQN" --listen-address.tr
                --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$pa"; }
 
 T="trtype:tcp traddr:127.0.0.1 subnqn:$NQN ns:1"
-"$NVTCP" perf -r "$T trsvcid:$pa" -r "$T trsvcid:$pb" --verify -t 8 -q 16 -o 4K -w randwrite \
+# 14 s: the changes below take 5.5 s by their sleeps, but each `nvtcp rpc` is a process of its
+# own, and under ASan on a loaded machine one took 1.3 s to start: with 8 s the listener was
+# taken away after perf had ended, and never came back within it.
+"$NVTCP" perf -r "$T trsvcid:$pa" -r "$T trsvcid:$pb" --verify -t 14 -q 16 -o 4K -w randwrite \
   --reconnect-delay 0.2 --io-timeout 5 --json >"$dir/perf.json" 2>"$dir/perf.log" &
 perf_pid=$!
-# The write half is the first 4 s, the read-back half the next 4.
+# The write half is the first 7 s, the read-back half the next 7.
 sleep 1.2; ana inaccessible || fail "set_ana_state inaccessible"
 sleep 1.0; ana optimized || fail "set_ana_state optimized"
 sleep 2.3; listener remove || fail "remove_listener"
