@@ -30,7 +30,10 @@ start_target() {  # $1: port (0 = any)
 
 start_target 0
 port=$(cat "$dir/ready")
-"$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:1" --verify -t 8 -q 16 -o 4K \
+# 14 s: the three kills and restarts below take 6.9 s by their sleeps, and each restart waits
+# for the target to start, which took over a second under ASan on a loaded machine: with 8 s
+# the last restart came after perf had ended (2 reconnects seen, CI run, ASan pass).
+"$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:1" --verify -t 14 -q 16 -o 4K \
   --ctrl-loss-tmo 30 --reconnect-delay 0.1 --io-timeout 5 --json >"$dir/perf.json" 2>"$dir/perf.log" &
 perf_pid=$!
 # Crashes at about 1.2 s and 3.2 s (write half: the first 4 s) and 6.2 s (read-back half).
