@@ -4,12 +4,10 @@
 # host (a host removed is refused at its next connect, nvtcp perf's connect here), makes and
 # deletes a subsystem with a listener of its own, a client
 # framed as SPDK's rpc.py frames requests (pretty-printed, no newline, several on one
-# connection) is answered in order, and errors exit 1 with the server's message. Where SPDK's
-# own rpc.py is found (NVTCP_SPDK_RPC, or ../shared/spdk beside the source tree) the same calls
-# run through it too; the project's tests do not need it.
+# connection) is answered in order, and errors exit 1 with the server's message. SPDK's own
+# rpc.py against the same socket is rpc_spdk_test.sh.
 set -euo pipefail
 NVTCP=$1
-here=$(cd "$(dirname "$0")" && pwd)
 . "$(dirname "$0")/lib/target.sh" rpc
 NQN=nqn.2026-12.io.nvtcp:rpc
 HOST=nqn.2014-08.org.nvmexpress:uuid:0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5
@@ -117,46 +115,6 @@ assert "nvmf_subsystem_add_host" in answers[0]["result"]
 assert answers[1]["result"]["poll_groups"][0]["name"] == "nvmf_tgt_poll_group_0"
 PY
 
-spdk_rpc=${NVTCP_SPDK_RPC:-$here/../../../shared/spdk/scripts/rpc.py}
-if [ -f "$spdk_rpc" ]; then
-  spdk() { python3 "$spdk_rpc" -s "$SOCK" "$@"; }
-  spdk nvmf_create_transport -t TCP || fail "rpc.py nvmf_create_transport"
-  spdk nvmf_subsystem_add_host "$NQN" "$HOST" || fail "rpc.py nvmf_subsystem_add_host"
-  connects || fail "a host rpc.py added could not connect"
-  spdk nvmf_subsystem_get_controllers "$NQN" >"$dir/ctrls.json" || fail "rpc.py get_controllers"
-  spdk nvmf_subsystem_remove_host "$NQN" "$HOST" || fail "rpc.py nvmf_subsystem_remove_host"
-  spdk nvmf_subsystem_allow_any_host -e "$NQN" || fail "rpc.py allow_any_host"
-  spdk nvmf_get_subsystems "$NQN" | python3 -c 'import json,sys; s=json.load(sys.stdin); assert s[0]["allow_any_host"] and not s[0]["hosts"], s' \
-    || fail "rpc.py nvmf_get_subsystems"
-  connects || fail "any host could not connect after rpc.py allowed it"
-  [ "$(spdk bdev_malloc_create -b Malloc0 16 512)" = Malloc0 ] || fail "rpc.py bdev_malloc_create"
-  spdk nvmf_subsystem_add_ns -n 3 "$NQN" Malloc0 || fail "rpc.py nvmf_subsystem_add_ns"
-  "$NVTCP" perf -r "${ns2% ns:2} ns:3" -q 4 -o 4K -w randrw -t 1 --verify >"$dir/perf3.log" 2>&1 \
-    || fail "no verified I/O to the namespace rpc.py added: $(tail -2 "$dir/perf3.log")"
-  spdk bdev_get_bdevs -b Malloc0 | python3 -c 'import json,sys; b=json.load(sys.stdin)[0]; assert b["claimed"] and b["num_blocks"] == 32768, b' \
-    || fail "rpc.py bdev_get_bdevs"
-  spdk bdev_malloc_delete Malloc0 || fail "rpc.py bdev_malloc_delete (and its namespace)"
-  spdk nvmf_subsystem_listener_set_ana_state "$NQN" -t tcp -a 127.0.0.1 -s "$port" -n non_optimized -g 1 \
-    || fail "rpc.py nvmf_subsystem_listener_set_ana_state"
-  spdk nvmf_subsystem_get_listeners "$NQN" | python3 -c 'import json,sys; l=json.load(sys.stdin); assert l[0]["ana_states"][0]["ana_state"] == "non_optimized", l' \
-    || fail "rpc.py nvmf_subsystem_get_listeners"
-  connects || fail "no I/O through a non-optimized path"
-  spdk nvmf_subsystem_listener_set_ana_state "$NQN" -t tcp -a 127.0.0.1 -s "$port" -n optimized || fail "rpc.py set_ana_state (all groups)"
-  # A subsystem and its listener from rpc.py (which names the port: a free one is found first).
-  free_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  spdk nvmf_create_subsystem "$NQN2" -a -s SPDK00000000000002 -m 4 -r || fail "rpc.py nvmf_create_subsystem"
-  [ "$(spdk bdev_null_create Null2 64 512)" = Null2 ] || fail "rpc.py bdev_null_create"
-  spdk nvmf_subsystem_add_ns "$NQN2" Null2 || fail "rpc.py nvmf_subsystem_add_ns (new subsystem)"
-  spdk nvmf_subsystem_add_listener "$NQN2" -t tcp -a 127.0.0.1 -s "$free_port" -f ipv4 || fail "rpc.py nvmf_subsystem_add_listener"
-  "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$free_port subnqn:$NQN2 ns:1" -q 4 -o 4K -w randread -t 1 \
-    >"$dir/perf-spdk.log" 2>&1 || fail "no I/O through the listener rpc.py added: $(tail -2 "$dir/perf-spdk.log")"
-  spdk nvmf_subsystem_remove_listener "$NQN2" -t tcp -a 127.0.0.1 -s "$free_port" -f ipv4 || fail "rpc.py nvmf_subsystem_remove_listener"
-  spdk nvmf_delete_subsystem "$NQN2" || fail "rpc.py nvmf_delete_subsystem"
-  spdk bdev_null_delete Null2 || fail "rpc.py bdev_null_delete"
-  echo "SPDK's rpc.py ($spdk_rpc): create_transport, add_host, get_controllers, remove_host, allow_any_host, get_subsystems, bdev_malloc_create, add_ns, bdev_get_bdevs, bdev_malloc_delete, listener_set_ana_state, get_listeners, create_subsystem, add_listener, remove_listener, delete_subsystem"
-else
-  echo "SPDK's rpc.py not found (NVTCP_SPDK_RPC): its part skipped"
-fi
 
 # save_config, and the target started again from what it wrote has the same configuration (a
 # bdev no namespace has, a namespace at NSID 5 with its identifiers, the one host allowed).
@@ -166,11 +124,6 @@ rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Null5 --namespace.n
 rpc nvmf_subsystem_add_host --nqn "$NQN" --host "$HOST" >/dev/null
 rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
 rpc save_config >"$dir/saved.json"
-if [ -f "$spdk_rpc" ]; then
-  spdk save_config >"$dir/saved-by-rpc-py.json" || fail "rpc.py save_config"
-  python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a == b, (a, b)' \
-    "$dir/saved.json" "$dir/saved-by-rpc-py.json" || fail "rpc.py's save_config differs from nvtcp rpc save_config"
-fi
 stop_target
 [ -e "$SOCK" ] && fail "the socket outlived the target"
 start_target --config "$dir/saved.json" --rpc-socket "$SOCK"  # from its saved configuration
