@@ -155,8 +155,13 @@ int run_target(const TargetArgs& a) {
       if (!add("rbd", s)) return fmt::print(stderr, "nvtcp target: --rbd '{}' is not POOL/IMAGE\n", s), 2;
     cfg.subsystems.push_back(sc);
   }
-  if (cfg.subsystems.empty()) {
-    fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH, --rbd POOL/IMAGE or --config FILE\n");
+  // Nothing to serve yet is an empty start when the control socket is named: the target waits
+  // to be configured over JSON-RPC, as nvmf_tgt does for an orchestrator (rpc.py, ceph-nvmeof).
+  const bool rpc_named = a.rpc_socket && *a.rpc_socket != "none" && !a.rpc_socket->empty();
+  const bool empty_start = cfg.subsystems.empty();
+  if (empty_start && !rpc_named) {
+    fmt::print(stderr, "nvtcp target: nothing to serve: give --null SIZE, --ram SIZE, --file PATH, --rbd POOL/IMAGE or "
+                       "--config FILE, or --rpc-socket PATH to start empty and be configured over JSON-RPC\n");
     return 2;
   }
   // Options given on the command line win over the configuration file; the others leave it be.
@@ -272,6 +277,10 @@ int run_target(const TargetArgs& a) {
       log::info("JSON-RPC on {} (nvtcp rpc, or SPDK's rpc.py -s {})", rpc_path, rpc_path);
     }
   }
+  if (empty_start)
+    log::info("no subsystem yet{}: waiting to be configured on {} (nvmf_create_subsystem, "
+              "nvmf_subsystem_add_listener, ...)",
+              t.state().listeners().empty() ? " and no listener" : "", rpc_path);
   // Prometheus' scrapes: their own thread, like the RPC socket's; the reactors only answer
   // the connection count it asks them for.
   control::MetricsServer metrics([&t] { return control::render_target_metrics(t.metrics()); });
@@ -285,7 +294,8 @@ int run_target(const TargetArgs& a) {
     log::info("Prometheus metrics on http://{}/metrics", metrics.address());
   }
   if (!a.ready_file.empty()) {
-    // Scripts wait for this file: its content is the port of the first listener.
+    // Scripts wait for this file: its content is the port of the first listener (0 when an
+    // empty start has none yet).
     if (FILE* f = std::fopen(a.ready_file.c_str(), "w")) {
       std::fprintf(f, "%u\n", unsigned(t.port(0)));
       std::fclose(f);

@@ -93,8 +93,8 @@ Json subsystem_json(Target& t, const Subsystem& s) {
   j["serial_number"] = s.serial();
   j["model_number"] = s.model();
   j["max_namespaces"] = s.max_namespaces();
-  j["min_cntlid"] = 1;
-  j["max_cntlid"] = 0xFFEF;
+  j["min_cntlid"] = s.cntlid_range().first;
+  j["max_cntlid"] = s.cntlid_range().second;
   Json nss = Json::array();
   for (const auto& ns : s.namespaces())
     nss.push_back(Json{{"nsid", ns->nsid},
@@ -215,8 +215,9 @@ Json nvmf_get_subsystems(MethodContext& ctx, const Json& params) {
 }
 
 // SPDK's defaults: no host allowed until one is added (or allow_any_host), no listener until
-// one is added. max_namespaces 0 (SPDK: no limit) is nvtcp's default of 32; the controller ID
-// range and the discard and write-zeroes sizes are taken and must be SPDK's defaults.
+// one is added. max_namespaces 0 (SPDK: no limit) is nvtcp's default of 32. The controller ID
+// range is this target's share of the subsystem's (a gateway beside another takes its own);
+// the discard and write-zeroes sizes are taken and not used.
 Json nvmf_create_subsystem(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
@@ -228,13 +229,20 @@ Json nvmf_create_subsystem(MethodContext& ctx, const Json& params) {
   const uint64_t max_ns = p.opt_u64("max_namespaces").value_or(0);
   sc.ana_reporting = p.opt_bool("ana_reporting").value_or(false);
   const uint64_t min_cntlid = p.opt_u64("min_cntlid").value_or(1);
-  const uint64_t max_cntlid = p.opt_u64("max_cntlid").value_or(0xFFEF);
+  const uint64_t max_cntlid = p.opt_u64("max_cntlid").value_or(target::kMaxCntlid);
   p.opt_u64("max_discard_size_kib");
   p.opt_u64("max_write_zeroes_size_kib");
   p.opt_str("tgt_name");
   p.done();
-  if (min_cntlid != 1 || max_cntlid != 0xFFEF)
-    throw RpcError(kInvalidParams, "nvtcp gives controller IDs 1 to 65519 (min_cntlid 1, max_cntlid 65519)");
+  // SPDK's checks and words.
+  if (min_cntlid < 1 || min_cntlid > target::kMaxCntlid)
+    throw RpcError(kInvalidParams, fmt::format("Invalid min_cntlid value {}", min_cntlid));
+  if (max_cntlid < 1 || max_cntlid > target::kMaxCntlid)
+    throw RpcError(kInvalidParams, fmt::format("Invalid max_cntlid value {}", max_cntlid));
+  if (min_cntlid > max_cntlid)
+    throw RpcError(kInvalidParams, fmt::format("Invalid cntlid range [{}-{}]", min_cntlid, max_cntlid));
+  sc.min_cntlid = uint16_t(min_cntlid);
+  sc.max_cntlid = uint16_t(max_cntlid);
   if (max_ns > target::kMaxNamespacesLimit)
     throw RpcError(kInvalidParams, fmt::format("max_namespaces {} is over {}", max_ns, target::kMaxNamespacesLimit));
   sc.max_namespaces = uint32_t(max_ns);
@@ -550,6 +558,8 @@ Json nvmf_config(Target& t) {
                          {"serial_number", s->serial()},
                          {"model_number", s->model()},
                          {"max_namespaces", s->max_namespaces()},
+                         {"min_cntlid", s->cntlid_range().first},
+                         {"max_cntlid", s->cntlid_range().second},
                          {"ana_reporting", s->ana_reporting()}}}});
     for (const auto& h : s->hosts().list()) {
       Json p{{"nqn", s->nqn()}, {"host", h.nqn}};

@@ -265,6 +265,8 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
       sc.serial = s.value("serial", "");
       sc.model = s.value("model", sc.model);
       sc.max_namespaces = int_field(s, "max_namespaces", 0u);
+      sc.min_cntlid = int_field(s, "min_cntlid", sc.min_cntlid);
+      sc.max_cntlid = int_field(s, "max_cntlid", sc.max_cntlid);
       if (s.contains("ana_reporting") && !s.at("ana_reporting").is_boolean())
         throw std::runtime_error(fmt::format("subsystem {}: \"ana_reporting\" is true or false", sc.nqn));
       sc.ana_reporting = s.value("ana_reporting", false);
@@ -292,7 +294,12 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
 }
 
 std::string finalize_config(TargetConfig& cfg) {
-  if (cfg.listeners.empty()) cfg.listeners.push_back({});
+  // A target with no subsystem yet (an empty start, to be configured over JSON-RPC as nvmf_tgt
+  // is) listens nowhere until told: no default port of 4420 and no discovery port, so that two
+  // such gateways on one machine do not fight over them. One with subsystems and no listener
+  // gets the default. The discovery port is bound at the first listener's address.
+  if (cfg.listeners.empty() && !cfg.subsystems.empty()) cfg.listeners.push_back({});
+  if (cfg.listeners.empty()) cfg.discovery_port = 0;
   if (cfg.poll != "interrupt" && cfg.poll != "busy" && cfg.poll != "hybrid")
     return fmt::format("poll mode '{}' is not interrupt, busy or hybrid", cfg.poll);
   if (std::string err = check_ranges(cfg); !err.empty()) return err;
@@ -401,6 +408,9 @@ std::string check_subsystem(SubsystemConfig& s, unsigned index) {
   if (s.max_namespaces == 0) s.max_namespaces = kDefaultMaxNamespaces;
   if (s.max_namespaces > kMaxNamespacesLimit)
     return fmt::format("subsystem {}: max_namespaces {} is over {}", s.nqn, s.max_namespaces, kMaxNamespacesLimit);
+  if (s.min_cntlid < 1 || s.min_cntlid > s.max_cntlid || s.max_cntlid > kMaxCntlid)
+    return fmt::format("subsystem {}: controller IDs {} to {} are not a range within 1 to {}", s.nqn, s.min_cntlid,
+                       s.max_cntlid, kMaxCntlid);
   return {};
 }
 

@@ -56,6 +56,9 @@ struct HostKeys {
   std::vector<uint8_t> dhchap_groups;
 };
 
+// The highest dynamic controller ID (NVMe base spec: FFF0h and above are reserved).
+inline constexpr uint16_t kMaxCntlid = 0xFFEF;
+
 struct SubsystemConfig {
   std::string nqn;
   std::string serial;
@@ -86,6 +89,12 @@ struct SubsystemConfig {
     nvme::AnaState state = nvme::AnaState::Optimized;
   };
   std::vector<AnaSetting> ana_states;
+  // The controller IDs this subsystem hands out (SPDK's min_cntlid and max_cntlid): gateways
+  // that serve one subsystem NQN each take a range of their own, so that a host never meets
+  // the same CNTLID on two paths of one subsystem. 1 to 0xFFEF, the whole dynamic range, by
+  // default.
+  uint16_t min_cntlid = 1;
+  uint16_t max_cntlid = kMaxCntlid;
 };
 
 struct ListenerConfig {

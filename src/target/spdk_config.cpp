@@ -118,7 +118,9 @@ class SpdkConfigReplay {
       if (p.contains("user_id")) nc.rbd.user = str(p, "user_id", method);
       if (p.contains("cluster_name"))
         throw std::runtime_error(fmt::format("{}: bdev {}: clusters registered by name are not supported yet", method, nc.name));
-      for (const auto& [k, v] : p.value("config", Json::object()).items())
+      // Held by name: a range-for over a temporary's items() would walk a destroyed object.
+      const Json config = p.value("config", Json::object());
+      for (const auto& [k, v] : config.items())
         if (v.is_string()) nc.rbd.config.emplace_back(k, v.get<std::string>());
     } else {
       nc.type = "file";
@@ -147,6 +149,9 @@ class SpdkConfigReplay {
     sc.model = p.value("model_number", sc.model);
     sc.allow_any_host = p.value("allow_any_host", false);  // SPDK's default
     sc.max_namespaces = uint32_t(p.value("max_namespaces", 0u));
+    // Past 16 bits is out of range, not cut to fit; finalize_config checks the range itself.
+    if (p.contains("min_cntlid")) sc.min_cntlid = uint16_t(std::min<uint64_t>(u64(p, "min_cntlid", method), 0xFFFF));
+    if (p.contains("max_cntlid")) sc.max_cntlid = uint16_t(std::min<uint64_t>(u64(p, "max_cntlid", method), 0xFFFF));
     sc.ana_reporting = p.value("ana_reporting", false);
     cfg_.subsystems.push_back(sc);
   }

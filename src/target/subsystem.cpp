@@ -25,7 +25,10 @@ Subsystem::Subsystem(const SubsystemConfig& cfg, bool discovery, uint32_t reacto
       max_namespaces_(discovery ? 0 : cfg.max_namespaces),
       ns_by_id_(std::make_unique<std::atomic<Namespace*>[]>(max_namespaces_ + 1)),
       ana_reporting_(!discovery && cfg.ana_reporting),
-      listeners_(max_namespaces_, reactors) {}
+      listeners_(max_namespaces_, reactors),
+      min_cntlid_(cfg.min_cntlid),
+      max_cntlid_(cfg.max_cntlid),
+      next_cntlid_(cfg.min_cntlid) {}
 
 bool Subsystem::remove_host(const std::string& hostnqn) {
   if (!hosts_.remove(hostnqn)) return false;
@@ -109,10 +112,11 @@ std::vector<uint32_t> Subsystem::ana_groups() const {
 
 uint16_t Subsystem::allocate_cntlid() {
   std::lock_guard lk(mu_);
-  // Valid dynamic controller IDs are 1..0xFFEF.
-  for (int tries = 0; tries < 0xFFEF; ++tries) {
-    uint16_t id = next_cntlid_;
-    next_cntlid_ = next_cntlid_ >= 0xFFEF ? 1 : uint16_t(next_cntlid_ + 1);
+  // From this subsystem's range (min_cntlid..max_cntlid, within the dynamic 1..0xFFEF), round
+  // robin, so that an ID just freed is not handed out again at once; 0 when all are in use.
+  for (uint32_t tries = 0; tries <= uint32_t(max_cntlid_ - min_cntlid_); ++tries) {
+    const uint16_t id = next_cntlid_;
+    next_cntlid_ = next_cntlid_ >= max_cntlid_ ? min_cntlid_ : uint16_t(next_cntlid_ + 1);
     if (!controllers_.count(id)) return id;
   }
   return 0;

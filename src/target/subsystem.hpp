@@ -194,6 +194,8 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
 
   // The most namespaces it can hold, and the highest NSID (NN in Identify Controller).
   uint32_t max_namespaces() const { return max_namespaces_; }
+  // The controller IDs it hands out (SPDK's min_cntlid and max_cntlid).
+  std::pair<uint16_t, uint16_t> cntlid_range() const { return {min_cntlid_, max_cntlid_}; }
   Namespace* find_namespace(uint32_t nsid) const {
     return nsid != 0 && nsid <= max_namespaces_ ? ns_by_id_[nsid].load(std::memory_order_acquire) : nullptr;
   }
@@ -245,10 +247,11 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   bool ana_reporting_ = false;
   SubsystemListeners listeners_;
+  uint16_t min_cntlid_, max_cntlid_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint16_t, std::shared_ptr<Controller>> controllers_;
-  uint16_t next_cntlid_ = 1;
+  uint16_t next_cntlid_;
 };
 
 }  // namespace nvtcp::target

@@ -60,7 +60,7 @@ void write_json(LogLevel l, const char* event, std::initializer_list<log::Field>
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  char when[40];
+  char when[96];  // room for any int the compiler cannot rule out, though a date needs 27
   std::snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
   std::string line = "{\"time\":\"";

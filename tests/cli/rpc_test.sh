@@ -143,4 +143,22 @@ if "$NVTCP" target --config "$dir/saved-keys.json" --rpc-socket none >"$dir/keys
   fail "a configuration with a key left out loaded"
 fi
 grep -q "host $HOST: dhchap_key" "$dir/keys.log" || fail "no message naming the host whose key is missing: $(cat "$dir/keys.log")"
-echo "PASS: JSON-RPC from nvtcp rpc and rpc.py framing; hosts and namespaces changed live; save_config loads back"
+
+# An empty start: nothing to serve but a named socket, so the target waits to be configured, on
+# no port (4420 and 8009 stay free for the next gateway); built over RPC, it serves.
+"$NVTCP" target --rpc-socket none >"$dir/none.log" 2>&1 && fail "a target with nothing to serve and no socket started"
+grep -q "nothing to serve" "$dir/none.log" || fail "no reason given: $(cat "$dir/none.log")"
+start_target --rpc-socket "$SOCK"
+[ "$port" = 0 ] || fail "an empty start listens on $port"
+grep -q "no subsystem yet and no listener: waiting to be configured on $SOCK" "$dir/target.log" || fail "no log line for the empty start"
+rpc nvmf_create_subsystem --nqn "$NQN" --allow-any-host true --min-cntlid 100 --max-cntlid 199 >/dev/null
+rpc bdev_null_create --name Null1 --num-blocks 1024 --block-size 512 >/dev/null
+rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Null1 >/dev/null
+rpc nvmf_subsystem_add_listener --nqn "$NQN" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
+  --listen-address.trsvcid 0 >/dev/null
+port=$(rpc nvmf_subsystem_get_listeners --nqn "$NQN" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["address"]["trsvcid"])')
+"$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" >"$dir/identify.txt" 2>&1 \
+  || fail "no controller in the subsystem made over RPC: $(tail -2 "$dir/identify.txt")"
+grep -Eq "^ *cntlid *: *(0x0*64|100)\b" "$dir/identify.txt" || fail "the controller ID is not from min_cntlid: $(grep -i cntlid "$dir/identify.txt")"
+stop_target
+echo "PASS: JSON-RPC from nvtcp rpc and rpc.py framing; hosts and namespaces changed live; save_config loads back; an empty start configured over RPC"

@@ -5,7 +5,9 @@
 // live (a host removed is refused at its next Connect, one added is let in).
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -530,8 +532,12 @@ TEST(RpcServer, SubsystemsAndListenersMadeAndTakenAwayAsRpcPySendsThem) {
             true);
   EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}})["error"]["code"], control::kInvalidParams) << "twice";
   EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "x"}})["error"]["code"], control::kInvalidParams);
-  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "nqn.2026-12.io.nvtcp:s"}, {"max_cntlid", 7}})["error"]["code"],
-            control::kInvalidParams);
+  for (const Json& range : {Json{{"min_cntlid", 9}, {"max_cntlid", 7}}, Json{{"min_cntlid", 0}},
+                            Json{{"max_cntlid", 65520}}, Json{{"min_cntlid", 65520}, {"max_cntlid", 65520}}}) {
+    Json p = range;
+    p["nqn"] = "nqn.2026-12.io.nvtcp:s";
+    EXPECT_EQ(f.call("nvmf_create_subsystem", p)["error"]["code"], control::kInvalidParams) << range;
+  }
   EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "nqn.2026-12.io.nvtcp:s"}, {"serial_number", 5}})["error"]["code"],
             control::kInvalidParams);
   EXPECT_EQ(f.call("bdev_malloc_create", {{"name", "Malloc1"}, {"num_blocks", 16384}, {"block_size", 512}})["result"],
@@ -587,6 +593,54 @@ TEST(RpcServer, SubsystemsAndListenersMadeAndTakenAwayAsRpcPySendsThem) {
   ASSERT_EQ(bdevs.size(), 1u) << "the bdev outlives the subsystem, free again";
   EXPECT_EQ(f.call("bdev_malloc_delete", {{"name", "Malloc1"}})["result"], true);
   EXPECT_EQ(f.call("nvmf_get_subsystems")["result"].size(), 2u) << "the discovery subsystem and the first one";
+}
+
+// Two gateways serving one subsystem NQN each hand out their own controller IDs (ceph-nvmeof
+// gives each a range), so that a host with a path to each never sees one CNTLID twice: the
+// range is used round robin, a full range refuses the Connect, and save_config keeps it.
+TEST(RpcServer, ASubsystemHandsOutControllerIdsFromItsOwnRange) {
+  RpcFixture f("cntlid");
+  const std::string nqn = "nqn.2016-06.io.spdk:gw";
+  ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}, {"min_cntlid", 2049},
+                                             {"max_cntlid", 2050}})["result"],
+            true);
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "Null7"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Null7");
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}}}})["result"], 1);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener",
+                   {{"nqn", nqn},
+                    {"listen_address",
+                     {{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}}}})["result"],
+            true);
+  Json sub = f.call("nvmf_get_subsystems", {{"nqn", nqn}})["result"][0];
+  EXPECT_EQ(sub["min_cntlid"], 2049);
+  EXPECT_EQ(sub["max_cntlid"], 2050);
+
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto a = host::Controller::connect(f.t.trid(nqn), o, err);
+  ASSERT_TRUE(a) << err;
+  auto b = host::Controller::connect(f.t.trid(nqn), o, err);
+  ASSERT_TRUE(b) << err;
+  EXPECT_EQ(a->cntlid(), 2049);
+  EXPECT_EQ(b->cntlid(), 2050);
+  EXPECT_FALSE(host::Controller::connect(f.t.trid(nqn), o, err)) << "a third controller in a range of two";
+  a.reset();  // its ID free again, and the next Connect is given it
+  std::unique_ptr<host::Controller> c;
+  for (int i = 0; i < 200 && !c; ++i) {  // the target lets the ID go once it sees the connection close
+    c = host::Controller::connect(f.t.trid(nqn), o, err);
+    if (!c) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(c) << err;
+  EXPECT_EQ(c->cntlid(), 2049);
+
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(f.call("save_config")["result"], again), "");
+  ASSERT_EQ(target::finalize_config(again), "");
+  const auto saved = std::find_if(again.subsystems.begin(), again.subsystems.end(), [&](auto& s) { return s.nqn == nqn; });
+  ASSERT_NE(saved, again.subsystems.end());
+  EXPECT_EQ(saved->min_cntlid, 2049);
+  EXPECT_EQ(saved->max_cntlid, 2050);
 }
 
 TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {

@@ -160,6 +160,29 @@ TEST(ConfigListeners, SubsystemsNameListenersTheTargetHas) {
   EXPECT_NE(with(R"(["127.0.0.1:99999"])").find("is not ADDRESS:PORT"), std::string::npos);
 }
 
+// An empty start (no subsystem, to be configured over JSON-RPC) listens nowhere until told, so
+// two such gateways on one machine do not both take 4420 and 8009; with a subsystem and no
+// listener, the default port and the discovery port are taken as before.
+TEST(ConfigListeners, AnEmptyStartListensNowhereUntilTold) {
+  TargetConfig empty;
+  ASSERT_EQ(finalize_config(empty), "");
+  EXPECT_TRUE(empty.listeners.empty());
+  EXPECT_EQ(empty.discovery_port, 0);
+
+  TargetConfig one;
+  one.subsystems.push_back({"nqn.2026-11.io.nvtcp:t", "", "m", true, {}, {{0, "ram", 1 << 20, "", 512}}});
+  ASSERT_EQ(finalize_config(one), "");
+  ASSERT_EQ(one.listeners.size(), 1u);
+  EXPECT_EQ(one.listeners[0].port, 4420);
+  EXPECT_EQ(one.discovery_port, 8009);
+
+  TargetConfig told;  // --listen given: kept, with the discovery port beside it
+  told.listeners.push_back({"127.0.0.1", 4430});
+  ASSERT_EQ(finalize_config(told), "");
+  ASSERT_EQ(told.listeners.size(), 1u);
+  EXPECT_EQ(told.discovery_port, 8009);
+}
+
 // A listener's TLS settings: "tls" required or none, "ktls" a boolean (kTLS TX on by default).
 TEST(ConfigListeners, TlsAndKtlsAreReadAndChecked) {
   std::string path = "/tmp/nvtcp-config-ktls-" + std::to_string(getpid()) + ".json";
@@ -405,6 +428,38 @@ TEST(SpdkConfig, NvmfTgtsSavedConfigurationLoads) {
   EXPECT_EQ(cfg.bdevs[0].name, "Spare");
   // nvtcp's own format is not taken for SPDK's.
   EXPECT_FALSE(is_spdk_config(nlohmann::json::parse(R"({"subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:a"}]})")));
+}
+
+// A gateway's saved configuration: its RBD bdev as bdev_rbd_create writes it (Ceph options
+// included) and a subsystem with its own controller ID range come back as they were.
+TEST(SpdkConfig, AGatewaysRbdBdevAndControllerIdRangeLoad) {
+  std::string err;
+  TargetConfig cfg = load_spdk(R"({"subsystems": [
+    {"subsystem": "bdev", "config": [{"method": "bdev_rbd_create", "params": {"name": "Ceph0", "pool_name": "rbd",
+      "rbd_name": "disk1", "block_size": 4096, "user_id": "gw", "config": {"mon_host": "v2:127.0.0.1:3300",
+      "rbd_cache": "false"}}}]},
+    {"subsystem": "nvmf", "config": [
+      {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:gw", "min_cntlid": 2049,
+        "max_cntlid": 4096, "ana_reporting": true}},
+      {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:gw",
+        "namespace": {"nsid": 1, "bdev_name": "Ceph0", "anagrpid": 1}}}]}]})",
+                               err);
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(cfg.subsystems.size(), 1u);
+  const SubsystemConfig& s = cfg.subsystems[0];
+  EXPECT_EQ(s.min_cntlid, 2049);
+  EXPECT_EQ(s.max_cntlid, 4096);
+  ASSERT_EQ(s.namespaces.size(), 1u);
+  const backend::RbdSpec& rbd = s.namespaces[0].rbd;
+  EXPECT_EQ(std::tuple(s.namespaces[0].type, rbd.pool, rbd.image, rbd.user), std::tuple("rbd", "rbd", "disk1", "gw"));
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(rbd.config, (Pairs{{"mon_host", "v2:127.0.0.1:3300"}, {"rbd_cache", "false"}}));
+
+  for (const char* range : {R"("min_cntlid": 9, "max_cntlid": 8)", R"("max_cntlid": 65520)", R"("min_cntlid": 65537)"}) {
+    load_spdk(std::string(R"({"subsystems": [{"subsystem": "nvmf", "config": [{"method": "nvmf_create_subsystem",
+      "params": {"nqn": "nqn.2016-06.io.spdk:gw", )") + range + "}}]}]}", err);
+    EXPECT_NE(err.find("controller IDs"), std::string::npos) << range << ": " << err;
+  }
 }
 
 TEST(SpdkConfig, WhatCannotBeReplayedIsAnError) {
