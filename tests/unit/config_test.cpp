@@ -160,6 +160,19 @@ TEST(ConfigListeners, SubsystemsNameListenersTheTargetHas) {
   EXPECT_NE(with(R"(["127.0.0.1:99999"])").find("is not ADDRESS:PORT"), std::string::npos);
 }
 
+// A subsystem's controller ID range in nvtcp's own file: within 1..0xFFEF, min not above max.
+TEST(ConfigRanges, ControllerIdRangeIsChecked) {
+  auto with = [](const std::string& range) {
+    return load(R"({"subsystems": [{"nqn": "nqn.2026-11.io.nvtcp:c", )" + range +
+                R"(, "namespaces": [{"type": "ram", "size": "1M"}]}]})");
+  };
+  EXPECT_EQ(with(R"("min_cntlid": 2049, "max_cntlid": 4096)"), "");
+  EXPECT_NE(with(R"("min_cntlid": 5, "max_cntlid": 4)").find("controller IDs 5 to 4"), std::string::npos);
+  EXPECT_NE(with(R"("min_cntlid": 0)").find("controller IDs 0 to"), std::string::npos);
+  EXPECT_NE(with(R"("max_cntlid": 65520)").find("not a range within 1 to 65519"), std::string::npos);
+  EXPECT_NE(with(R"("max_cntlid": 70000)").find("'max_cntlid' must be an integer"), std::string::npos);
+}
+
 // An empty start (no subsystem, to be configured over JSON-RPC) listens nowhere until told, so
 // two such gateways on one machine do not both take 4420 and 8009; with a subsystem and no
 // listener, the default port and the discovery port are taken as before.
