@@ -489,8 +489,13 @@ Json nvmf_subsystem_add_ns(MethodContext& ctx, const Json& params) {
   const uint64_t anagrpid = q.opt_u64("anagrpid").value_or(0);
   if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
   nc.anagrpid = uint32_t(anagrpid);
-  q.opt_str("ptpl_file");
-  q.opt_bool("no_auto_visible");
+  // Refused rather than ignored: taken without effect, the first would leave reservations
+  // unpersisted and the second would show the namespace to every host, not only those named.
+  if (q.opt_str("ptpl_file").value_or("") != "")
+    throw RpcError(kInvalidParams, "ptpl_file: reservations that persist through power loss are not supported");
+  if (q.opt_bool("no_auto_visible").value_or(false))
+    throw RpcError(kInvalidParams,
+                   "no_auto_visible: namespaces visible only to named hosts (nvmf_ns_add_host) are not supported yet");
   q.done();
   subsystem_named(t, nqn);
   uint32_t got = 0;

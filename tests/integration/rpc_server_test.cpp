@@ -605,7 +605,17 @@ TEST(RpcServer, ASubsystemHandsOutControllerIdsFromItsOwnRange) {
                                              {"max_cntlid", 2050}})["result"],
             true);
   ASSERT_EQ(f.call("bdev_null_create", {{"name", "Null7"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Null7");
-  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}}}})["result"], 1);
+  // What nvtcp cannot do yet is refused, never taken without effect: a namespace meant for named
+  // hosts only would otherwise be visible to all.
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}, {"no_auto_visible", true}}}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}, {"ptpl_file", "/p.json"}}}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}, {"no_auto_visible", false}}}})
+                ["result"],
+            1);
   ASSERT_EQ(f.call("nvmf_subsystem_add_listener",
                    {{"nqn", nqn},
                     {"listen_address",
