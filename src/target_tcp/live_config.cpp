@@ -39,8 +39,9 @@ std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
   std::string err;
   auto device = make_device(nc, t_.cfg_.cores, t_.factory_, err);
   if (!device) return err;
+  const uint64_t bytes = device->size_bytes();  // a file's or an image's size is the device's, not the request's
   if (!t_.state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
-  log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, nc.size, nc.block_size,
+  log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, bytes, nc.block_size,
             nc.path.empty() ? "" : fmt::format(" ({})", nc.path), nc.uuid);
   return {};
 }

@@ -61,6 +61,11 @@ mon data = $dir/mon/\$cluster-\$id
 osd data = $dir/osd/\$cluster-\$id
 ms bind ipv4 = true
 ms bind ipv6 = false
+# A client that dies holding an image's exclusive lock (a SIGKILLed gateway) keeps its watch on
+# the image until this passes; only then does librbd in another client break the lock (and
+# blocklist the dead one), and that client's writes wait for it. Ceph's default is 30 s, longer
+# than the tests' I/O timeouts; a production cluster chooses its own (README: two gateways).
+osd client watch timeout = 5
 CONF
   monmaptool --create --addv a "[v2:127.0.0.1:$port]" --fsid "$fsid" "$dir/monmap" >/dev/null || return 1
   ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap" >"$dir/log/mkfs-mon.out" 2>&1 ||
