@@ -20,11 +20,16 @@
 namespace nvtcp::backend {
 
 struct BlockIo {
-  enum class Op : uint8_t { Read, Write, Flush, WriteZeroes, Deallocate };
+  // CompareAndWrite: the blocks are compared with `compare` and, only if they match, written
+  // with `buffer`, as one operation on the storage itself (a fused Compare and Write that must
+  // be atomic against other gateways of the same storage). Sent only to a device whose
+  // atomic_compare_and_write() is true; a mismatch completes with Compare Failure.
+  enum class Op : uint8_t { Read, Write, Flush, WriteZeroes, Deallocate, CompareAndWrite };
   Op op = Op::Read;
   uint64_t offset = 0;        // bytes
   uint64_t length = 0;        // bytes
   uint8_t* buffer = nullptr;  // Write: data to store. Read: where to put data if copying.
+  const uint8_t* compare = nullptr;  // CompareAndWrite: what the blocks must hold
   // Write, WriteZeroes: Force Unit Access; done is called only once the data is durable.
   bool fua = false;
   // Read: a device that can serve data without a copy points this at it (valid, and
@@ -45,6 +50,7 @@ struct BlockIo {
   struct Remote : reactor::RemoteCompletion {
     BlockIo* io = nullptr;
     int64_t result = 0;
+    uint64_t mismatch_offset = 0;  // CompareAndWrite: where the first difference was
   };
   Remote remote;
 };
@@ -87,6 +93,11 @@ class BlockDevice {
   // receives a Write's data into no buffer at all (its digest is still checked), as the
   // data would only be copied once more to be dropped.
   virtual bool ignores_write_data() const { return false; }
+  // Whether it carries out Op::CompareAndWrite itself, atomically on its storage (RBD:
+  // rbd_aio_compare_and_write, atomic at the OSD against every client of the image). Others
+  // get a fused Compare and Write as a read, a compare and a write under the namespace's
+  // fence, which is atomic only against this target's own writes.
+  virtual bool atomic_compare_and_write() const { return false; }
   // Runs on the calling reactor's thread; io->done is called exactly once.
   virtual void submit(BlockIo* io, reactor::Reactor& r) = 0;
 

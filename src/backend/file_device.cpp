@@ -39,6 +39,7 @@ const char* op_name(BlockIo::Op op) {
     case BlockIo::Op::Flush: return "flush";
     case BlockIo::Op::WriteZeroes: return "write zeroes";
     case BlockIo::Op::Deallocate: return "deallocate";
+    case BlockIo::Op::CompareAndWrite: return "compare and write";
   }
   return "?";
 }
@@ -76,6 +77,10 @@ class FileDevice final : public BlockDevice {
   void set_sync_observer(SyncObserver* o) override { observer_.store(o, std::memory_order_release); }
 
   void submit(BlockIo* io, reactor::Reactor& r) override {
+    if (io->op == BlockIo::Op::CompareAndWrite) {  // not atomic_compare_and_write(): never sent here
+      io->done(io, nvme::sc::InternalError);
+      return;
+    }
     io->device = this;
     io->reactor = &r;
     io->progress = 0;
@@ -115,7 +120,8 @@ class FileDevice final : public BlockDevice {
         // semantics for this one write, as pwritev2(RWF_DSYNC) gives them.
         if (io->write_through) sqe->rw_flags = RWF_DSYNC;
         break;
-      case BlockIo::Op::Flush: break;  // always syncing (see submit)
+      case BlockIo::Op::Flush: break;            // always syncing (see submit)
+      case BlockIo::Op::CompareAndWrite: break;  // refused in submit
       case BlockIo::Op::WriteZeroes:
         io_uring_prep_fallocate(sqe, fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len);
         break;

@@ -88,6 +88,10 @@ class RamDevice final : public BlockDevice {
   // process exits), so there is no volatile cache and Flush has nothing to do.
   Persistence persistence() const override { return Persistence::Process; }
   void submit(BlockIo* io, reactor::Reactor& r) override {
+    if (io->op == BlockIo::Op::CompareAndWrite) {  // not atomic_compare_and_write(): never sent here
+      io->done(io, nvme::sc::InternalError);
+      return;
+    }
     if (io->op == BlockIo::Op::WriteZeroes || io->op == BlockIo::Op::Deallocate) {
       io->device = this;
       io->reactor = &r;
@@ -107,7 +111,8 @@ class RamDevice final : public BlockDevice {
         case BlockIo::Op::Write: std::memcpy(p, io->buffer, io->length); break;
         case BlockIo::Op::WriteZeroes:
         case BlockIo::Op::Deallocate:
-        case BlockIo::Op::Flush: break;
+        case BlockIo::Op::Flush:
+        case BlockIo::Op::CompareAndWrite: break;  // refused in submit
       }
     }
     io->done(io, nvme::sc::Success);
@@ -185,7 +190,8 @@ class RamDevice final : public BlockDevice {
         break;
       case BlockIo::Op::WriteZeroes:
       case BlockIo::Op::Deallocate:  // zero_step
-      case BlockIo::Op::Flush: break;
+      case BlockIo::Op::Flush:
+      case BlockIo::Op::CompareAndWrite: break;  // refused in submit
     }
   }
 

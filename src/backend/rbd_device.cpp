@@ -43,6 +43,7 @@ const char* rbd_op_name(BlockIo::Op op) {
     case BlockIo::Op::Flush: return "flush";
     case BlockIo::Op::WriteZeroes: return "write zeroes";
     case BlockIo::Op::Deallocate: return "discard";
+    case BlockIo::Op::CompareAndWrite: return "compare and write";
   }
   return "?";
 }
@@ -134,6 +135,7 @@ class RbdDevice final : public BlockDevice {
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "rbd"; }
   Persistence persistence() const override { return Persistence::Media; }
+  bool atomic_compare_and_write() const override { return true; }
 
   void submit(BlockIo* io, reactor::Reactor& r) override {
     io->device = this;
@@ -153,6 +155,13 @@ class RbdDevice final : public BlockDevice {
       case BlockIo::Op::Flush: rc = rbd_aio_flush(image_, c); break;
       case BlockIo::Op::WriteZeroes: rc = rbd_aio_write_zeroes(image_, io->offset, io->length, c, 0, 0); break;
       case BlockIo::Op::Deallocate: rc = rbd_aio_discard(image_, io->offset, io->length, c); break;
+      case BlockIo::Op::CompareAndWrite:
+        // One operation at the OSD that holds the object: atomic against every client of the
+        // image, other gateways included. librbd answers EILSEQ on a mismatch.
+        rc = int(rbd_aio_compare_and_write(image_, io->offset, io->length,
+                                           reinterpret_cast<const char*>(io->compare), buf, c,
+                                           &io->remote.mismatch_offset, 0));
+        break;
     }
     if (rc < 0) {  // not queued: librbd will not call back
       rbd_aio_release(c);
@@ -172,6 +181,17 @@ class RbdDevice final : public BlockDevice {
     BlockIo* io = static_cast<BlockIo::Remote*>(self)->io;
     const int64_t res = io->remote.result;
     auto* dev = static_cast<RbdDevice*>(io->device);
+    if (io->op == BlockIo::Op::CompareAndWrite && res == -EILSEQ) {
+      io->done(io, nvme::sc::CompareFailure);  // the host's answer, not a fault: not logged
+      return;
+    }
+    if (io->op == BlockIo::Op::CompareAndWrite && res == -EINVAL) {
+      // librbd does a compare-and-write within one object of the image only.
+      log::warn("rbd {}: compare and write of {} bytes at {} refused (EINVAL): it crosses an object boundary",
+                dev->name_, io->length, io->offset);
+      io->done(io, nvme::sc::InvalidField);
+      return;
+    }
     if (res < 0) {
       log::warn("rbd {}: {} of {} bytes at {} failed: {}", dev->name_, rbd_op_name(io->op), io->length, io->offset,
                 std::strerror(int(-res)));

@@ -356,8 +356,10 @@ void IoCommands::execute_reservation(Command& r, Namespace& ns) {
 void IoCommands::device_done(Command& r) {
   Status st = r.device_status;
   // A device that failed a command is an error event for the host (Transient Internal
-  // Error: the failure is the command's, the controller goes on).
-  if (!st.ok() && q_.ctrl_) ctrl().raise_device_error();
+  // Error: the failure is the command's, the controller goes on). A compare-and-write that
+  // did not match is the command's answer, not a failure.
+  const bool mismatch = r.io.op == backend::BlockIo::Op::CompareAndWrite && st == sc::CompareFailure;
+  if (!st.ok() && !mismatch && q_.ctrl_) ctrl().raise_device_error();
   if (r.fused()) {
     fused_done(r);
     return;
@@ -614,7 +616,10 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
   run_fused(cmp);
 }
 
-// Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare.
+// Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare;
+// a device that compares and writes atomically itself (RBD, against every gateway of the image)
+// is given the pair as one CompareAndWrite instead. The fence is owned either way, so that this
+// target's own writes keep their order around the pair.
 void IoCommands::run_fused(Command& cmp) {
   Namespace* ns = cmp.fence_ns;
   if (!cmp.fence_owner) {
@@ -629,11 +634,20 @@ void IoCommands::run_fused(Command& cmp) {
     return;
   }
   backend::BlockIo& io = cmp.io;
-  io.op = backend::BlockIo::Op::Read;
   io.offset = cmp.sqe.slba() << ns->lbads;
   io.length = cmp.capsule_len;
   io.fua = false;
   io.read_data = nullptr;
+  if (ns->device->atomic_compare_and_write()) {
+    Command& wr = *cmp.fused()->partner;
+    io.op = backend::BlockIo::Op::CompareAndWrite;
+    io.compare = cmp.buf;
+    io.buffer = wr.buf;
+    io.fua = wr.sqe.fua();
+    submit(cmp, *ns);
+    return;
+  }
+  io.op = backend::BlockIo::Op::Read;
   io.buffer = cmp.buf + align_4k(cmp.capsule_len);
   submit(cmp, *ns);
 }
@@ -645,6 +659,11 @@ void IoCommands::fused_done(Command& r) {
   if (&r == &wr) {  // the write is done: the pair is
     if (st.ok() && stats_) stats_[wr.ns_index].add_write(wr.io.length);
     end_fused(cmp, st.ok() ? sc::Success : sc::FailedFusedCommand, st);
+    return;
+  }
+  if (cmp.io.op == backend::BlockIo::Op::CompareAndWrite) {  // the device did both halves
+    if (st.ok() && stats_) stats_[wr.ns_index].add_write(cmp.io.length);
+    end_fused(cmp, st, st.ok() ? sc::Success : sc::FailedFusedCommand);
     return;
   }
   const uint8_t* device = cmp.io.read_data ? cmp.io.read_data : cmp.io.buffer;

@@ -4,7 +4,7 @@
 # empty start as an orchestrator builds them (ceph-nvmeof drives SPDK this way), against a real
 # one-node cluster started here (tests/ceph/cluster.sh; no mock of librbd anywhere).
 #
-#   rbd_failover_test.sh path/to/nvtcp
+#   rbd_failover_test.sh path/to/nvtcp [CHECK]
 #
 #   build      each gateway: bdev_rbd_create, nvmf_create_subsystem with ANA reporting and a
 #              controller ID range of its own, the namespace in ANA group 1, a listener; group 1
@@ -16,10 +16,13 @@
 #              returns to A, and every acknowledged write reads back (perf's verify)
 #   both       group 1 optimized on both: writes through both gateways at once (librbd's
 #              exclusive lock moves between them) and every block reads back
+#   atomic     (with CHECK, rbd_compare_write_check) the backend's Compare and Write from two
+#              rados clients at once: a counter incremented from both loses nothing
 #
 # Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
 set -euo pipefail
 NVTCP=$1
+CHECK=${2:-}
 here=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster.sh
 source "$here/cluster.sh"
@@ -155,4 +158,9 @@ kill -TERM "$pid_a" "$pid_b"
 wait "$pid_a" || fail "gateway A did not exit cleanly"
 wait "$pid_b" || fail "gateway B did not exit cleanly"
 pid_a= pid_b=
-echo "PASS: two RBD gateways built over RPC from an empty start, distinct controller IDs, failover to B with A SIGKILLed, failback to A restarted from save_config, both active: no error, every write read back"
+if [ -n "$CHECK" ]; then
+  step "compare-and-write from two rados clients at once (rbd_aio_compare_and_write)"
+  rbd_cli "$cluster" create --size 64 rbd/caw || fail "rbd create rbd/caw"
+  "$CHECK" "$cluster/ceph.conf" rbd caw 2>"$dir/check.err" || { cat "$dir/check.err"; fail "compare-and-write on the cluster"; }
+fi
+echo "PASS: two RBD gateways built over RPC from an empty start, distinct controller IDs, failover to B with A SIGKILLed, failback to A restarted from save_config, both active: no error, every write read back${CHECK:+; compare-and-write atomic across two clients}"

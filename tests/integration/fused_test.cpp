@@ -66,6 +66,48 @@ TEST(FusedCompareAndWrite, WritesOnlyWhenTheCompareMatches) {
   EXPECT_EQ(read_block(io, kLba), block_of(2)) << "the write of a failed pair ran";
 }
 
+// A device that compares and writes atomically itself (RBD, whose OSDs do it for every
+// gateway of an image) is given the pair as one CompareAndWrite: the target reads nothing,
+// and the answers are those of the read-and-compare path, a mismatch included (which is no
+// device error: no error event is raised for it).
+TEST(FusedCompareAndWrite, ADeviceThatComparesAndWritesItselfIsGivenThePairAsOne) {
+  AtomicCompareWriteDevice* dev = nullptr;
+  auto factory = [&dev](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    if (nc.nsid != kRamNsid) return nullptr;
+    auto d = std::make_unique<AtomicCompareWriteDevice>(nc.size, nc.block_size);
+    dev = d.get();
+    return d;
+  };
+  RunningTarget t(default_config(), factory);
+  ASSERT_NE(dev, nullptr);
+  AdminQueue a;
+  Session io;
+  ASSERT_NO_FATAL_FAILURE(a.open(t.port(), kHostNqn));
+  ASSERT_NO_FATAL_FAILURE(a.open_io(t.port(), io));
+  a.hold_aer();  // answered only if an event is raised: a device error would be one
+  Cqe cqe{}, cmp{}, wr{};
+  ASSERT_TRUE(io.command(rw_sqe(IoOpcode::Write, io.cid(), kRamNsid, kLba, 1, 512, kSglDataBlockOffset),
+                         block_of(1), cqe));
+  ASSERT_TRUE(ok(cqe));
+  ASSERT_TRUE(compare_and_write(io, kLba, block_of(1), block_of(2), cmp, wr));
+  EXPECT_TRUE(ok(cmp));
+  EXPECT_TRUE(ok(wr));
+  ASSERT_TRUE(compare_and_write(io, kLba, block_of(1), block_of(3), cmp, wr));
+  EXPECT_TRUE(status_is(cmp, uint8_t(Sct::Media), sc::CompareFailure.value & 0xFF));
+  EXPECT_TRUE(status_is(wr, 0, sc::FailedFusedCommand.value & 0xFF));
+  EXPECT_EQ(dev->compare_and_writes.load(), 2);
+  EXPECT_EQ(dev->reads.load(), 0) << "the target read the blocks itself";
+  EXPECT_EQ(read_block(io, kLba), block_of(2)) << "the write of the pair that did not match ran";
+  // The mismatch raised no error event: an event posted to the admin queue by then would be
+  // answered on the held AER before these two commands' responses.
+  for (int i = 0; i < 2; ++i) {
+    Sqe sqe = admin_sqe(AdminOpcode::GetFeatures, a.s.cid());
+    sqe.cdw10 = kFeatureAsyncEventConfig;
+    ASSERT_TRUE(a.s.command(sqe, {}, cqe)) << "an event came for a Compare Failure";
+    EXPECT_TRUE(ok(cqe));
+  }
+}
+
 TEST(FusedCompareAndWrite, BrokenPairsAreRefusedAndNothingIsWritten) {
   RunningTarget t;
   Session admin, io;

@@ -129,4 +129,48 @@ struct GatedFactory {
   }
 };
 
+// Memory that carries out a fused Compare and Write itself (atomic_compare_and_write), as a
+// storage cluster does for RBD; counts what it is given, so that a test sees the pair arrive as
+// one CompareAndWrite and no read of the blocks by the target.
+class AtomicCompareWriteDevice final : public backend::BlockDevice {
+ public:
+  AtomicCompareWriteDevice(uint64_t size, uint32_t bs) : mem_(size), bs_(bs) {}
+  uint64_t size_bytes() const override { return mem_.size(); }
+  uint32_t block_size() const override { return bs_; }
+  const char* kind() const override { return "atomic-caw"; }
+  backend::Persistence persistence() const override { return backend::Persistence::Process; }
+  bool atomic_compare_and_write() const override { return true; }
+  void submit(backend::BlockIo* io, reactor::Reactor&) override {
+    using Op = backend::BlockIo::Op;
+    nvme::Status st = nvme::sc::Success;
+    {
+      std::lock_guard lk(mu_);  // reactors of one target share it
+      uint8_t* p = mem_.data() + io->offset;
+      switch (io->op) {
+        case Op::Read:
+          reads.fetch_add(1, std::memory_order_relaxed);
+          std::memcpy(io->buffer, p, io->length);
+          io->read_data = io->buffer;
+          break;
+        case Op::Write: std::memcpy(p, io->buffer, io->length); break;
+        case Op::WriteZeroes:
+        case Op::Deallocate: std::memset(p, 0, io->length); break;
+        case Op::Flush: break;
+        case Op::CompareAndWrite:
+          compare_and_writes.fetch_add(1, std::memory_order_relaxed);
+          if (std::memcmp(p, io->compare, io->length) != 0) st = nvme::sc::CompareFailure;
+          else std::memcpy(p, io->buffer, io->length);
+          break;
+      }
+    }
+    io->done(io, st);
+  }
+  std::atomic<int> reads{0}, compare_and_writes{0};
+
+ private:
+  std::mutex mu_;
+  std::vector<uint8_t> mem_;
+  uint32_t bs_;
+};
+
 }  // namespace nvtcp::test

@@ -88,6 +88,9 @@ void PowerLossDevice::apply(backend::BlockIo* io) {
           }
           ++counts_.flushes;
           break;
+        case backend::BlockIo::Op::CompareAndWrite:  // not atomic_compare_and_write(): never sent
+          st = nvme::sc::InternalError;
+          break;
       }
     }
   }
