@@ -129,6 +129,10 @@ std::unique_ptr<BlockDevice> make_file(const std::string& path, uint64_t size, u
 // bdev_rbd_create and bdev_rbd_register_cluster take the same).
 struct RbdSpec {
   std::string pool, image;
+  // A cluster registered by name (bdev_rbd_register_cluster): the settings below are its, and
+  // the images opened through it share one rados connection. Empty: an image of its own
+  // settings, with a connection of its own (as SPDK opens one without a cluster name).
+  std::string cluster_name;
   std::string user;                                  // the client ID ("admin"); empty: librados' default
   std::string config_file;                           // a ceph.conf; empty: librados' search path
   std::string key_file;                              // a keyring

@@ -25,7 +25,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -62,7 +65,8 @@ nvme::Status rbd_status(int64_t r) {
   }
 }
 
-// One connection to a cluster, shared by the images opened through it.
+// One connection to a cluster: an image's own, or shared by the images of one registered
+// cluster (shared_connection).
 class RadosCluster {
  public:
   static std::shared_ptr<RadosCluster> connect(const RbdSpec& spec, std::string& err) {
@@ -110,6 +114,22 @@ class RadosCluster {
   RadosCluster() = default;
   rados_t rados_ = nullptr;
 };
+
+// The connection of a registered cluster, made by its first image and kept while any image uses
+// it: a rados client runs a dozen threads of its own, too many to have one per image when a
+// gateway serves hundreds. Keyed by the name and the settings, so that a cluster registered
+// again with others (after its images went) gets a new connection.
+std::shared_ptr<RadosCluster> shared_connection(const RbdSpec& spec, std::string& err) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<RadosCluster>> connections;
+  std::string key = fmt::format("{}\n{}\n{}\n{}", spec.cluster_name, spec.user, spec.config_file, spec.key_file);
+  for (const auto& [k, v] : spec.config) key += fmt::format("\n{}={}", k, v);
+  std::lock_guard lk(mu);  // control path: connecting blocks, and no image of it opens meanwhile
+  if (auto c = connections[key].lock()) return c;
+  auto c = RadosCluster::connect(spec, err);
+  if (c) connections[key] = c;
+  return c;
+}
 
 class RbdDevice final : public BlockDevice {
  public:
@@ -219,7 +239,7 @@ std::unique_ptr<BlockDevice> make_rbd(const RbdSpec& spec, uint32_t block_size, 
     return nullptr;
   }
   const std::string name = spec.pool + "/" + spec.image;
-  auto cluster = RadosCluster::connect(spec, err);
+  auto cluster = spec.cluster_name.empty() ? RadosCluster::connect(spec, err) : shared_connection(spec, err);
   if (!cluster) return nullptr;
   rados_ioctx_t ioctx = nullptr;
   if (int r = rados_ioctx_create(cluster->handle(), spec.pool.c_str(), &ioctx); r < 0) {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "control/method_table.hpp"
+#include "util/log.hpp"
 
 namespace nvtcp::control {
 namespace {
@@ -144,9 +145,101 @@ Json bdev_file_create(MethodContext& ctx, const Json& params) {
   return Json(nc.name);
 }
 
-// A Ceph RBD image, as SPDK's bdev_rbd_create takes it: pool_name/rbd_name as user_id, with
-// Ceph options in "config" ({"mon_host": ...}) over the default ceph.conf. The image's size is
-// its own. Clusters registered by name (bdev_rbd_register_cluster) are not taken yet.
+// Ceph options as SPDK takes them ({"mon_host": "...", ...}), every value a string.
+std::vector<std::pair<std::string, std::string>> ceph_options(const Json* config, const char* what) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!config) return out;
+  if (!config->is_object()) throw RpcError(kInvalidParams, fmt::format("\"{}\" is an object of Ceph options", what));
+  for (const auto& [k, v] : config->items()) {
+    if (!v.is_string()) throw RpcError(kInvalidParams, fmt::format("Ceph option {} is not a string", k));
+    out.emplace_back(k, v.get<std::string>());
+  }
+  return out;
+}
+
+// Options as save_config and bdev_rbd_get_clusters_info show them: never a key itself ("key"),
+// so that what is written names a keyring and holds no secret.
+Json shown_options(const std::vector<std::pair<std::string, std::string>>& config) {
+  Json out = Json::object();
+  for (const auto& [k, v] : config)
+    if (k != "key") out[k] = v;
+  return out;
+}
+
+// A Ceph cluster by name, as ceph-nvmeof registers one on each gateway before its images: the
+// client ID, a ceph.conf, a keyring and options. Its RBD bdevs (bdev_rbd_create cluster_name)
+// share one rados connection. core_mask (where SPDK pins librbd's threads) is refused rather
+// than taken without effect.
+Json bdev_rbd_register_cluster(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  backend::RbdSpec c;
+  c.cluster_name = p.str("name");
+  c.user = p.opt_str("user_id").value_or("");
+  c.config = ceph_options(p.opt_json("config_param"), "config_param");
+  c.config_file = p.opt_str("config_file").value_or("");
+  c.key_file = p.opt_str("key_file").value_or("");
+  if (p.opt_str("core_mask")) throw RpcError(kInvalidArgument, "core_mask: librbd's threads are not pinned by nvtcp");
+  p.done();
+  if (c.cluster_name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
+  if (!t.state().rbd_clusters.add(c))
+    throw RpcError(kExists, fmt::format("cluster {} is registered already", c.cluster_name));
+  log::info("control: Ceph cluster {} registered{}{}", c.cluster_name, c.config_file.empty() ? "" : " from ",
+            c.config_file);
+  return Json(c.cluster_name);
+}
+
+// The RBD bdevs that connect through cluster name.
+std::vector<std::string> bdevs_of_cluster(Target& t, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& b : t.state().bdevs.list())
+    if (b.spec.type == "rbd" && b.spec.rbd.cluster_name == name) out.push_back(b.spec.name);
+  return out;
+}
+
+Json bdev_rbd_unregister_cluster(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string name = p.str("name");
+  p.done();
+  backend::RbdSpec c;
+  if (!t.state().rbd_clusters.find(name, c)) throw RpcError(kNoSuchDevice, fmt::format("No such cluster: {}", name));
+  if (auto users = bdevs_of_cluster(t, name); !users.empty())
+    throw RpcError(kInvalidArgument,
+                   fmt::format("cluster {} is in use by bdev(s) {}: delete them first", name, fmt::join(users, ", ")));
+  t.state().rbd_clusters.remove(name);
+  log::info("control: Ceph cluster {} unregistered", name);
+  return Json(true);
+}
+
+Json cluster_json(const backend::RbdSpec& c) {
+  Json j{{"cluster_name", c.cluster_name}};
+  if (!c.user.empty()) j["user_id"] = c.user;
+  if (!c.config.empty()) j["config_param"] = shown_options(c.config);
+  if (!c.config_file.empty()) j["config_file"] = c.config_file;
+  if (!c.key_file.empty()) j["key_file"] = c.key_file;
+  return j;
+}
+
+// One cluster (name given) as an object, or every one as an array, as SPDK answers.
+Json bdev_rbd_get_clusters_info(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const auto name = p.opt_str("name");
+  p.done();
+  if (name) {
+    backend::RbdSpec c;
+    if (!t.state().rbd_clusters.find(*name, c)) throw RpcError(kNoSuchDevice, fmt::format("No such cluster: {}", *name));
+    return cluster_json(c);
+  }
+  Json out = Json::array();
+  for (const auto& c : t.state().rbd_clusters.list()) out.push_back(cluster_json(c));
+  return out;
+}
+
+// A Ceph RBD image, as SPDK's bdev_rbd_create takes it: pool_name/rbd_name of a cluster
+// registered by name (cluster_name), or as user_id with Ceph options in "config"
+// ({"mon_host": ...}) over the default ceph.conf. The image's size is its own.
 Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
@@ -157,15 +250,10 @@ Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
   nc.rbd.image = p.str("rbd_name");
   nc.block_size = checked_block_size(p.opt_u64("block_size"), 512);
   nc.rbd.user = p.opt_str("user_id").value_or("");
-  if (const Json* config = p.opt_json("config")) {
-    if (!config->is_object()) throw RpcError(kInvalidParams, "\"config\" is an object of Ceph options");
-    for (const auto& [k, v] : config->items()) {
-      if (!v.is_string()) throw RpcError(kInvalidParams, fmt::format("Ceph option {} is not a string", k));
-      nc.rbd.config.emplace_back(k, v.get<std::string>());
-    }
-  }
-  if (auto cluster = p.opt_str("cluster_name"))
-    throw RpcError(kInvalidArgument, fmt::format("cluster {}: bdev_rbd_register_cluster is not supported yet", *cluster));
+  nc.rbd.config = ceph_options(p.opt_json("config"), "config");
+  nc.rbd.cluster_name = p.opt_str("cluster_name").value_or("");
+  if (!nc.rbd.cluster_name.empty() && (!nc.rbd.user.empty() || !nc.rbd.config.empty()))
+    throw RpcError(kInvalidArgument, "cluster_name and user_id or config: the registered cluster's settings are used");
   nc.uuid = p.opt_str("uuid").value_or("");
   p.done();
   if (nc.name.empty()) nc.name = first_free_name(t, "Ceph");
@@ -217,6 +305,14 @@ Json bdev_get_bdevs(MethodContext& ctx, const Json& params) {
 // makes them in, so that saving again writes the same.
 Json bdev_config(Target& t) {
   Json out = Json::array();
+  // The clusters first: a gateway restarted from the file must have them before its images
+  // (ceph-nvmeof's users found SPDK's save_config leaving them out).
+  for (const auto& c : t.state().rbd_clusters.list()) {
+    Json p = cluster_json(c);
+    p["name"] = p["cluster_name"];
+    p.erase("cluster_name");
+    out.push_back(Json{{"method", "bdev_rbd_register_cluster"}, {"params", p}});
+  }
   std::vector<target::BdevTable::Info> ordered;
   for (const auto& s : t.state().subsystems())
     for (const auto* ns : s->namespaces()) {
@@ -234,12 +330,12 @@ Json bdev_config(Target& t) {
       method = "bdev_rbd_create";
       p["pool_name"] = b.spec.rbd.pool;
       p["rbd_name"] = b.spec.rbd.image;
-      if (!b.spec.rbd.user.empty()) p["user_id"] = b.spec.rbd.user;
-      // Ceph options, but never a key itself ("key"): a saved configuration names a keyring.
-      Json config = Json::object();
-      for (const auto& [k, v] : b.spec.rbd.config)
-        if (k != "key") config[k] = v;
-      if (!config.empty()) p["config"] = config;
+      if (!b.spec.rbd.cluster_name.empty()) {
+        p["cluster_name"] = b.spec.rbd.cluster_name;  // registered before it (below)
+      } else {
+        if (!b.spec.rbd.user.empty()) p["user_id"] = b.spec.rbd.user;
+        if (Json config = shown_options(b.spec.rbd.config); !config.empty()) p["config"] = config;
+      }
     } else {
       method = b.spec.type == "null" ? "bdev_null_create" : "bdev_malloc_create";
       p["num_blocks"] = b.size_bytes / b.spec.block_size;
@@ -260,6 +356,9 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
     {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
     {"bdev_uring_delete", bdev_delete_of_type<kFileType>},
+    {"bdev_rbd_register_cluster", bdev_rbd_register_cluster},
+    {"bdev_rbd_unregister_cluster", bdev_rbd_unregister_cluster},
+    {"bdev_rbd_get_clusters_info", bdev_rbd_get_clusters_info},
     {"bdev_rbd_create", bdev_rbd_create},
     {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
     {"bdev_null_resize", bdev_null_resize},

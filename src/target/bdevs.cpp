@@ -295,4 +295,43 @@ void BdevTable::set_size(const std::string& name, uint64_t bytes) {
   if (auto it = entries_.find(name); it != entries_.end()) it->second.spec.size = bytes;
 }
 
+bool RbdClusterTable::add(const backend::RbdSpec& cluster) {
+  std::lock_guard lk(mu_);
+  return clusters_.emplace(cluster.cluster_name, cluster).second;
+}
+
+bool RbdClusterTable::remove(const std::string& name) {
+  std::lock_guard lk(mu_);
+  return clusters_.erase(name) != 0;
+}
+
+bool RbdClusterTable::find(const std::string& name, backend::RbdSpec& out) const {
+  std::lock_guard lk(mu_);
+  auto it = clusters_.find(name);
+  if (it == clusters_.end()) return false;
+  out = it->second;
+  return true;
+}
+
+std::vector<backend::RbdSpec> RbdClusterTable::list() const {
+  std::lock_guard lk(mu_);
+  std::vector<backend::RbdSpec> out;
+  for (const auto& [name, c] : clusters_) out.push_back(c);
+  return out;
+}
+
+bool RbdClusterTable::resolve(backend::RbdSpec& spec, std::string& err) const {
+  if (spec.cluster_name.empty()) return true;
+  backend::RbdSpec c;
+  if (!find(spec.cluster_name, c)) {
+    err = fmt::format("no Ceph cluster registered as {} (bdev_rbd_register_cluster)", spec.cluster_name);
+    return false;
+  }
+  spec.user = c.user;
+  spec.config_file = c.config_file;
+  spec.key_file = c.key_file;
+  spec.config = c.config;
+  return true;
+}
+
 }  // namespace nvtcp::target

@@ -104,4 +104,23 @@ class BdevTable {
   uint64_t next_order_ = 0;
 };
 
+// Ceph clusters registered by name (bdev_rbd_register_cluster): the user, configuration file,
+// keyring and options an RBD bdev created with that cluster_name connects with; the images of
+// one cluster share its connection (backend::make_rbd). Control path only.
+class RbdClusterTable {
+ public:
+  // False if a cluster of that name is registered already.
+  bool add(const backend::RbdSpec& cluster);
+  bool remove(const std::string& name);
+  bool find(const std::string& name, backend::RbdSpec& out) const;
+  std::vector<backend::RbdSpec> list() const;  // by name
+  // Gives spec the settings of the cluster it names (none named: unchanged); false and why
+  // when that cluster is not registered.
+  bool resolve(backend::RbdSpec& spec, std::string& err) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, backend::RbdSpec> clusters_;
+};
+
 }  // namespace nvtcp::target

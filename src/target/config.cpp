@@ -375,7 +375,20 @@ std::string finalize_config(TargetConfig& cfg) {
                            s.max_namespaces);
     }
   }
+  std::set<std::string> clusters;
+  for (const auto& c : cfg.rbd_clusters) {
+    if (c.cluster_name.empty()) return "a Ceph cluster needs a name";
+    if (!clusters.insert(c.cluster_name).second) return fmt::format("Ceph cluster {} is registered twice", c.cluster_name);
+  }
+  auto cluster_known = [&](const NamespaceConfig& n) {
+    return n.type != "rbd" || n.rbd.cluster_name.empty() || clusters.count(n.rbd.cluster_name);
+  };
+  for (const auto& s : cfg.subsystems)
+    for (const auto& n : s.namespaces)
+      if (!cluster_known(n))
+        return fmt::format("subsystem {} namespace {}: no Ceph cluster {} is registered", s.nqn, n.nsid, n.rbd.cluster_name);
   for (const auto& b : cfg.bdevs) {
+    if (!cluster_known(b)) return fmt::format("bdev {}: no Ceph cluster {} is registered", b.name, b.rbd.cluster_name);
     if (b.name.empty()) return "a bdev needs a name";
     if (!names.insert(b.name).second) return fmt::format("bdev name '{}' is used twice", b.name);
     if (b.block_size != 512 && b.block_size != 4096) return fmt::format("bdev {}: block_size must be 512 or 4096", b.name);

@@ -133,6 +133,9 @@ struct TargetConfig {
   PskDerivations tls_psk_derivations = PskDerivations::Both;
   // Devices by name that no namespace has yet (RPC's bdevs, as save_config writes them).
   std::vector<NamespaceConfig> bdevs;
+  // Ceph clusters registered by name (bdev_rbd_register_cluster), which RBD namespaces and bdevs
+  // name by rbd.cluster_name; each one's pool and image are empty.
+  std::vector<backend::RbdSpec> rbd_clusters;
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
   std::vector<SubsystemConfig> subsystems;
   unsigned cores = 1;                   // reactor threads

@@ -67,6 +67,8 @@ class SpdkConfigReplay {
     if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
         method == "bdev_uring_create" || method == "bdev_rbd_create") {
       create_bdev(method, p);
+    } else if (method == "bdev_rbd_register_cluster") {
+      register_cluster(method, p);
     } else if (method == "nvmf_create_transport") {
       create_transport(method, p);
     } else if (method == "nvmf_create_subsystem") {
@@ -116,8 +118,8 @@ class SpdkConfigReplay {
       nc.rbd.pool = str(p, "pool_name", method);
       nc.rbd.image = str(p, "rbd_name", method);
       if (p.contains("user_id")) nc.rbd.user = str(p, "user_id", method);
-      if (p.contains("cluster_name"))
-        throw std::runtime_error(fmt::format("{}: bdev {}: clusters registered by name are not supported yet", method, nc.name));
+      // Its settings are the cluster's, registered before it in the file (finalize_config checks).
+      if (p.contains("cluster_name")) nc.rbd.cluster_name = str(p, "cluster_name", method);
       // Held by name: a range-for over a temporary's items() would walk a destroyed object.
       const Json config = p.value("config", Json::object());
       for (const auto& [k, v] : config.items())
@@ -132,6 +134,18 @@ class SpdkConfigReplay {
                                            p["uuid"].get<std::string>()));
     if (!bdevs_.emplace(nc.name, nc).second) throw std::runtime_error(fmt::format("bdev {} twice", nc.name));
     bdev_order_.push_back(nc.name);
+  }
+
+  void register_cluster(const std::string& method, const Json& p) {
+    backend::RbdSpec c;
+    c.cluster_name = str(p, "name", method);
+    if (p.contains("user_id")) c.user = str(p, "user_id", method);
+    if (p.contains("config_file")) c.config_file = str(p, "config_file", method);
+    if (p.contains("key_file")) c.key_file = str(p, "key_file", method);
+    const Json config = p.value("config_param", Json::object());
+    for (const auto& [k, v] : config.items())
+      if (v.is_string()) c.config.emplace_back(k, v.get<std::string>());
+    cfg_.rbd_clusters.push_back(c);
   }
 
   void create_transport(const std::string& method, const Json& p) {

@@ -115,6 +115,13 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
     listeners.back().portid = st.next_portid();
     st.add_listener(listeners.back());
   }
+  for (const auto& c : cfg.rbd_clusters)  // finalize_config checked that each name is unique
+    st.rbd_clusters.add(c);
+  // An RBD device of a registered cluster connects with that cluster's settings.
+  auto device_of = [&](NamespaceConfig nc, std::string& err) -> std::unique_ptr<backend::BlockDevice> {
+    if (nc.type == "rbd" && !st.rbd_clusters.resolve(nc.rbd, err)) return nullptr;
+    return make_device(nc, cfg.cores, factory, err);
+  };
   for (const auto& sc : cfg.subsystems) {
     auto sub = std::make_shared<Subsystem>(sc, false, cfg.cores);
     // Bound to the listeners it names, or to every one configured and the discovery port (0);
@@ -129,7 +136,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
     sub->listeners().bind(std::move(bound));
     for (const auto& nc : sc.namespaces) {
       std::string err;
-      auto device = make_device(nc, cfg.cores, factory, err);
+      auto device = device_of(nc, err);
       if (!device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       const std::string device_uuid = configured_device_uuid(nc, sc.nqn);
       auto ns = make_namespace(cfg, sc.nqn, nc, std::move(device), err, device_uuid);
@@ -146,7 +153,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
   }
   for (const auto& b : cfg.bdevs) {
     std::string err;
-    auto device = make_device(b, cfg.cores, factory, err);
+    auto device = device_of(b, err);
     if (!device) return fmt::format("bdev {}: {}", b.name, err);
     st.bdevs.add(b, std::move(device));
   }

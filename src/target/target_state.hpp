@@ -112,6 +112,7 @@ struct TargetState {
   ResourceUsage usage;
   std::shared_ptr<Subsystem> discovery;
   BdevTable bdevs;  // every namespace's device by name, and those RPC made for later
+  RbdClusterTable rbd_clusters;  // Ceph clusters registered by name
   uint64_t start_ns = 0;
   std::atomic<uint64_t> genctr{1};
   std::atomic<ResponseObserver*> response_observer{nullptr};

@@ -37,6 +37,7 @@ std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
     return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
                        nc.uuid, other);
   std::string err;
+  if (nc.type == "rbd" && !t_.state_->rbd_clusters.resolve(nc.rbd, err)) return err;
   auto device = make_device(nc, t_.cfg_.cores, t_.factory_, err);
   if (!device) return err;
   const uint64_t bytes = device->size_bytes();  // a file's or an image's size is the device's, not the request's

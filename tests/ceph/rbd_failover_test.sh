@@ -6,7 +6,8 @@
 #
 #   rbd_failover_test.sh path/to/nvtcp [CHECK]
 #
-#   build      each gateway: bdev_rbd_create, nvmf_create_subsystem with ANA reporting and a
+#   build      each gateway: bdev_rbd_register_cluster, bdev_rbd_create of that cluster,
+#              nvmf_create_subsystem with ANA reporting and a
 #              controller ID range of its own, the namespace in ANA group 1, a listener; group 1
 #              optimized on A, non-optimized on B; A's save_config kept
 #   failover   nvtcp perf --verify over both paths; A is SIGKILLed in the write half: the host
@@ -79,8 +80,9 @@ ana() {  # ana GATEWAY PORT STATE: group 1's state through that gateway's listen
 # build NAME PORT MIN MAX: the gateway as ceph-nvmeof builds one, on an empty start.
 build() {
   local name=$1 p=$2
-  rpc "$name" bdev_rbd_create "{\"pool_name\": \"rbd\", \"rbd_name\": \"shared\", \"block_size\": 4096, \"name\": \"Ceph0\",
-    \"config\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\"}}"
+  rpc "$name" bdev_rbd_register_cluster "{\"name\": \"cluster_a\",
+    \"config_param\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\"}}"
+  rpc "$name" bdev_rbd_create --name Ceph0 --pool-name rbd --rbd-name shared --block-size 4096 --cluster-name cluster_a
   rpc "$name" nvmf_create_subsystem --nqn "$NQN" --serial-number SPDK00000000000001 --allow-any-host true \
     --ana-reporting true --min-cntlid "$3" --max-cntlid "$4"
   rpc "$name" nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Ceph0 --namespace.nsid 1 --namespace.anagrpid 1
@@ -97,6 +99,9 @@ build a "$pa" 1 1000
 build b "$pb" 1001 2000
 ana b "$pb" non_optimized
 "$NVTCP" rpc -s "$dir/a.sock" save_config >"$dir/a.json" || fail "save_config on A"
+grep -q bdev_rbd_register_cluster "$dir/a.json" || fail "save_config left out the registered cluster"
+"$NVTCP" rpc -s "$dir/b.sock" bdev_rbd_get_clusters_info --name cluster_a | grep -q '"mon_host"' ||
+  fail "bdev_rbd_get_clusters_info does not show the cluster's options"
 ca=$(cntlid "$pa") cb=$(cntlid "$pb")
 [ -n "$ca" ] && [ -n "$cb" ] || fail "identify through both gateways"
 ((ca >= 1 && ca <= 1000 && cb >= 1001 && cb <= 2000)) || fail "controller IDs $ca (A) and $cb (B) are not from their ranges"

@@ -96,8 +96,8 @@ struct RpcFixture {
   control::RpcServer server;
   std::string path;
   explicit RpcFixture(const char* name, control::RpcServerOptions o = {},
-                      target::TargetConfig cfg = default_config())
-      : t(std::move(cfg)), server(methods, o) {
+                      target::TargetConfig cfg = default_config(), target::DeviceFactory factory = {})
+      : t(std::move(cfg), std::move(factory)), server(methods, o) {
     control::add_target_methods(methods, t.target(), "0.1.0");
     path = temp_socket_path(name);
     std::string err = server.start(path);
@@ -651,6 +651,76 @@ TEST(RpcServer, ASubsystemHandsOutControllerIdsFromItsOwnRange) {
   ASSERT_NE(saved, again.subsystems.end());
   EXPECT_EQ(saved->min_cntlid, 2049);
   EXPECT_EQ(saved->max_cntlid, 2050);
+}
+
+// Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
+// images: an RBD bdev of the cluster connects with the cluster's settings (the device factory
+// stands in for librbd here and sees them; ceph.rbd_failover does it against a real cluster),
+// the cluster cannot go while a bdev uses it, its key never shows, and save_config registers
+// it before the bdevs that need it.
+TEST(RpcServer, CephClustersRegisteredByNameGiveTheirBdevsTheirSettings) {
+  std::vector<backend::RbdSpec> opened;
+  auto factory = [&opened](const target::NamespaceConfig& nc, std::string&) -> std::unique_ptr<backend::BlockDevice> {
+    if (nc.type != "rbd") return nullptr;
+    opened.push_back(nc.rbd);
+    std::string err;
+    return backend::make_ram(4 << 20, nc.block_size, 1, err);
+  };
+  constexpr int kEinval = -22;  // SPDK's bdev methods answer -errno
+  RpcFixture f("clusters", {}, default_config(), factory);
+  const Json cluster{{"name", "cluster_a"},
+                     {"user_id", "gw"},
+                     {"config_param", {{"mon_host", "v2:10.0.0.9:3300"}, {"key", "AQBsecret=="}}},
+                     {"key_file", "/etc/ceph/gw.keyring"}};
+  EXPECT_EQ(f.call("bdev_rbd_register_cluster", cluster)["result"], "cluster_a");
+  EXPECT_EQ(f.call("bdev_rbd_register_cluster", cluster)["error"]["code"], control::kExists) << "twice";
+  EXPECT_EQ(f.call("bdev_rbd_register_cluster", {{"name", "c"}, {"core_mask", "0x3"}})["error"]["code"],
+            kEinval)
+      << "core_mask taken without effect";
+  Json info = f.call("bdev_rbd_get_clusters_info", {{"name", "cluster_a"}})["result"];
+  EXPECT_EQ(info["cluster_name"], "cluster_a");
+  EXPECT_EQ(info["user_id"], "gw");
+  EXPECT_EQ(info["config_param"], (Json{{"mon_host", "v2:10.0.0.9:3300"}})) << "a key shown";
+  EXPECT_EQ(f.call("bdev_rbd_get_clusters_info")["result"].size(), 1u);
+  EXPECT_EQ(f.call("bdev_rbd_get_clusters_info", {{"name", "nope"}})["error"]["code"], control::kNoSuchDevice);
+
+  EXPECT_EQ(f.call("bdev_rbd_create", {{"name", "Ceph0"}, {"pool_name", "rbd"}, {"rbd_name", "disk1"},
+                                       {"block_size", 4096}, {"cluster_name", "nope"}})["error"]["code"],
+            kEinval);
+  EXPECT_EQ(f.call("bdev_rbd_create", {{"name", "Ceph0"}, {"pool_name", "rbd"}, {"rbd_name", "disk1"},
+                                       {"block_size", 4096}, {"cluster_name", "cluster_a"}, {"user_id", "x"}})["error"]["code"],
+            kEinval)
+      << "a cluster and settings of its own";
+  ASSERT_EQ(f.call("bdev_rbd_create", {{"name", "Ceph0"}, {"pool_name", "rbd"}, {"rbd_name", "disk1"},
+                                       {"block_size", 4096}, {"cluster_name", "cluster_a"}})["result"],
+            "Ceph0");
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].cluster_name, "cluster_a");
+  EXPECT_EQ(opened[0].user, "gw");
+  EXPECT_EQ(opened[0].key_file, "/etc/ceph/gw.keyring");
+  EXPECT_EQ(opened[0].config.size(), 2u) << "the device connects with the cluster's options";
+  EXPECT_EQ(f.call("bdev_rbd_unregister_cluster", {{"name", "cluster_a"}})["error"]["code"],
+            kEinval)
+      << "unregistered while Ceph0 uses it";
+
+  Json saved = f.call("save_config")["result"];
+  const std::string text = saved.dump();
+  EXPECT_EQ(text.find("AQBsecret"), std::string::npos) << "save_config wrote a key";
+  const size_t reg = text.find("bdev_rbd_register_cluster"), create = text.find("bdev_rbd_create");
+  ASSERT_NE(reg, std::string::npos);
+  ASSERT_NE(create, std::string::npos);
+  EXPECT_LT(reg, create) << "the cluster must come before its images";
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(saved, again), "");
+  ASSERT_EQ(target::finalize_config(again), "");
+  ASSERT_EQ(again.rbd_clusters.size(), 1u);
+  EXPECT_EQ(again.rbd_clusters[0].user, "gw");
+  ASSERT_EQ(again.bdevs.size(), 1u);
+  EXPECT_EQ(again.bdevs[0].rbd.cluster_name, "cluster_a");
+
+  EXPECT_EQ(f.call("bdev_rbd_delete", {{"name", "Ceph0"}})["result"], true);
+  EXPECT_EQ(f.call("bdev_rbd_unregister_cluster", {{"name", "cluster_a"}})["result"], true);
+  EXPECT_EQ(f.call("bdev_rbd_get_clusters_info")["result"], Json::array());
 }
 
 TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {

@@ -468,6 +468,23 @@ TEST(SpdkConfig, AGatewaysRbdBdevAndControllerIdRangeLoad) {
   using Pairs = std::vector<std::pair<std::string, std::string>>;
   EXPECT_EQ(rbd.config, (Pairs{{"mon_host", "v2:127.0.0.1:3300"}, {"rbd_cache", "false"}}));
 
+  // A cluster registered by name, and an image of it; one named but never registered is refused.
+  cfg = load_spdk(R"({"subsystems": [{"subsystem": "bdev", "config": [
+    {"method": "bdev_rbd_register_cluster", "params": {"name": "ceph_a", "user_id": "gw",
+      "config_param": {"mon_host": "v2:127.0.0.1:3300"}, "key_file": "/etc/ceph/gw.keyring"}},
+    {"method": "bdev_rbd_create", "params": {"name": "Ceph1", "pool_name": "rbd", "rbd_name": "disk2",
+      "block_size": 512, "cluster_name": "ceph_a"}}]}]})",
+                  err);
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(cfg.rbd_clusters.size(), 1u);
+  EXPECT_EQ(std::tuple(cfg.rbd_clusters[0].cluster_name, cfg.rbd_clusters[0].user, cfg.rbd_clusters[0].key_file),
+            std::tuple("ceph_a", "gw", "/etc/ceph/gw.keyring"));
+  ASSERT_EQ(cfg.bdevs.size(), 1u);
+  EXPECT_EQ(cfg.bdevs[0].rbd.cluster_name, "ceph_a");
+  load_spdk(R"({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_rbd_create", "params": {"name": "C",
+    "pool_name": "rbd", "rbd_name": "d", "block_size": 512, "cluster_name": "ceph_b"}}]}]})", err);
+  EXPECT_NE(err.find("no Ceph cluster ceph_b is registered"), std::string::npos) << err;
+
   for (const char* range : {R"("min_cntlid": 9, "max_cntlid": 8)", R"("max_cntlid": 65520)", R"("min_cntlid": 65537)"}) {
     load_spdk(std::string(R"({"subsystems": [{"subsystem": "nvmf", "config": [{"method": "nvmf_create_subsystem",
       "params": {"nqn": "nqn.2016-06.io.spdk:gw", )") + range + "}}]}]}", err);
