@@ -9,11 +9,18 @@
 #   ceph_cluster DIR ARGS...         # the ceph CLI against it;  rbd_cli DIR ARGS...: the rbd CLI
 #   ceph_cluster_stop DIR            # both daemons, by their pid files
 #
-# ceph_cluster_available says whether the packages are here (tests skip with 77 without them).
+# ceph_cluster_available says whether the packages are here; ceph_skip_unless_available exits 77
+# (a skipped test) with the reason when they, or root, are not.
 
 ceph_cluster_available() {
   command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null && command -v ceph >/dev/null &&
     command -v monmaptool >/dev/null && command -v rbd >/dev/null
+}
+
+# For a test: exits 77 (skipped), saying why, where no cluster can start here.
+ceph_skip_unless_available() {
+  [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (the Ceph daemons)"; exit 77; }
+  ceph_cluster_available || { echo "SKIP: ceph-mon, ceph-osd and ceph-common are not installed (make deps)"; exit 77; }
 }
 
 ceph_cluster() {

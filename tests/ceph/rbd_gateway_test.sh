@@ -20,8 +20,7 @@ ENGINE=${2:-}
 here=$(dirname "$(readlink -f "$0")")
 # shellcheck source=cluster.sh
 source "$here/cluster.sh"
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (the Ceph daemons)"; exit 77; }
-ceph_cluster_available || { echo "SKIP: ceph-mon, ceph-osd and ceph-common are not installed (make deps)"; exit 77; }
+ceph_skip_unless_available
 
 # shellcheck source=../cli/lib/target.sh
 . "$here/../cli/lib/target.sh" rbd-gateway
