@@ -3,10 +3,17 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "control/method_table.hpp"
+#include "util/log.hpp"
 
 namespace nvtcp::control {
 namespace {
@@ -64,6 +71,82 @@ Json save_config(MethodContext& ctx, const Json& params) {
                                           Json{{"subsystem", "nvmf"}, {"config", config_of(t, "nvmf")}}})}};
 }
 
+// SPDK's log levels, as log_set_print_level and log_set_level name them. nvtcp has one log,
+// what it prints (stderr, or the journal under systemd): both methods set its level, and NOTICE
+// is its info level as INFO is.
+bool level_of(std::string name, log::Level& out) {
+  for (auto& c : name) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (name == "ERROR") out = log::Level::Error;
+  else if (name == "WARNING" || name == "WARN") out = log::Level::Warn;
+  else if (name == "NOTICE" || name == "INFO") out = log::Level::Info;
+  else if (name == "DEBUG") out = log::Level::Debug;
+  else if (name == "DISABLED") out = log::Level::Off;
+  else return false;
+  return true;
+}
+
+const char* spdk_level_name(log::Level l) {
+  switch (l) {
+    case log::Level::Error: return "ERROR";
+    case log::Level::Warn: return "WARNING";
+    case log::Level::Info: return "INFO";
+    case log::Level::Debug: return "DEBUG";
+    case log::Level::Off: return "DISABLED";
+  }
+  return "INFO";
+}
+
+Json log_set_level(MethodContext& /*ctx*/, const Json& params) {
+  Params p(params);
+  const std::string name = p.str("level");
+  p.done();
+  log::Level l{};
+  if (!level_of(name, l)) throw RpcError(kInvalidParams, fmt::format("Invalid parameters: level {}", name));
+  log::set_level(l);
+  log::info("control: log level {}", spdk_level_name(l));
+  return Json(true);
+}
+
+Json log_get_level(MethodContext& /*ctx*/, const Json& params) {
+  Params p(params);
+  p.done();
+  return Json(spdk_level_name(log::level()));
+}
+
+// SPDK's per-component debug flags (log_set_flag nvmf_tcp, ...): nvtcp has none, so every name
+// is an unknown flag, as SPDK answers one, and the list is empty.
+Json log_set_flag(MethodContext& /*ctx*/, const Json& params) {
+  Params p(params);
+  const std::string flag = p.str("flag");
+  p.done();
+  throw RpcError(kInvalidParams, fmt::format("Invalid parameters: no log flag {} (nvtcp has none; "
+                                             "log_set_print_level DEBUG logs everything)", flag));
+}
+
+Json log_get_flags(MethodContext& /*ctx*/, const Json& params) {
+  Params p(params);
+  p.done();
+  return Json::object();
+}
+
+// The target asked to end, as nvmf_tgt is: SIGTERM and SIGINT shut it down cleanly (as the
+// signal itself does), SIGKILL at once. The answer goes first: the signal is sent a moment after,
+// from a thread of its own, once this method has returned and its answer is written.
+Json spdk_kill_instance(MethodContext& /*ctx*/, const Json& params) {
+  Params p(params);
+  std::string name = p.str("sig_name");
+  p.done();
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  const int sig = name == "TERM" ? SIGTERM : name == "INT" ? SIGINT : name == "KILL" ? SIGKILL : 0;
+  if (!sig) throw RpcError(kInvalidParams, fmt::format("sig_name {}: SIGTERM, SIGINT or SIGKILL", name));
+  log::info("control: spdk_kill_instance SIG{}", name);
+  std::thread([sig] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(::getpid(), sig);
+  }).detach();
+  return Json(true);
+}
+
 std::span<const MethodEntry> framework_methods() {
   static constexpr MethodEntry kMethods[] = {
     {"rpc_get_methods", rpc_get_methods},
@@ -71,6 +154,14 @@ std::span<const MethodEntry> framework_methods() {
     {"framework_get_subsystems", framework_get_subsystems},
     {"framework_get_config", framework_get_config},
     {"save_config", save_config},
+    {"log_set_level", log_set_level},
+    {"log_get_level", log_get_level},
+    {"log_set_print_level", log_set_level},
+    {"log_get_print_level", log_get_level},
+    {"log_set_flag", log_set_flag},
+    {"log_clear_flag", log_set_flag},
+    {"log_get_flags", log_get_flags},
+    {"spdk_kill_instance", spdk_kill_instance},
   };
   return kMethods;
 }

@@ -160,5 +160,8 @@ port=$(rpc nvmf_subsystem_get_listeners --nqn "$NQN" | python3 -c 'import json,s
 "$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN" >"$dir/identify.txt" 2>&1 \
   || fail "no controller in the subsystem made over RPC: $(tail -2 "$dir/identify.txt")"
 grep -Eq "^ *cntlid *: *(0x0*64|100)\b" "$dir/identify.txt" || fail "the controller ID is not from min_cntlid: $(grep -i cntlid "$dir/identify.txt")"
-stop_target
+# Ended as an orchestrator ends nvmf_tgt: the answer comes, then the target shuts down cleanly.
+[ "$(rpc spdk_kill_instance --sig-name SIGTERM)" = true ] || fail "spdk_kill_instance did not answer"
+wait "$target_pid" || fail "the target did not exit cleanly after spdk_kill_instance"
+target_pid=
 echo "PASS: JSON-RPC from nvtcp rpc and rpc.py framing; hosts and namespaces changed live; save_config loads back; an empty start configured over RPC"

@@ -19,6 +19,7 @@
 
 #include "control/rpc_server.hpp"
 #include "nvtcp/host.hpp"
+#include "nvtcp/log.hpp"
 #include "nvtcp/identify.hpp"
 #include "control/target_methods.hpp"
 #include "test_target.hpp"
@@ -727,6 +728,26 @@ TEST(RpcServer, CephClustersRegisteredByNameGiveTheirBdevsTheirSettings) {
   EXPECT_EQ(f.call("bdev_rbd_delete", {{"name", "Ceph0"}})["result"], true);
   EXPECT_EQ(f.call("bdev_rbd_unregister_cluster", {{"name", "cluster_a"}})["result"], true);
   EXPECT_EQ(f.call("bdev_rbd_get_clusters_info")["result"], Json::array());
+}
+
+// SPDK's log methods as ceph-nvmeof calls them: nvtcp's one log level, set and read by both the
+// print-level and the level methods in SPDK's names; no component flags, so any flag is unknown.
+TEST(RpcServer, LogLevelsAsSpdkNamesThem) {
+  RpcFixture f("log");
+  const LogLevel before = log_level();
+  EXPECT_EQ(f.call("log_set_print_level", {{"level", "DEBUG"}})["result"], true);
+  EXPECT_EQ(log_level(), LogLevel::Debug);
+  EXPECT_EQ(f.call("log_get_level")["result"], "DEBUG");
+  EXPECT_EQ(f.call("log_set_level", {{"level", "warning"}})["result"], true);
+  EXPECT_EQ(f.call("log_get_print_level")["result"], "WARNING");
+  EXPECT_EQ(f.call("log_set_level", {{"level", "NOTICE"}})["result"], true);
+  EXPECT_EQ(log_level(), LogLevel::Info);
+  EXPECT_EQ(f.call("log_set_level", {{"level", "LOUD"}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(log_level(), LogLevel::Info) << "a bad level changed it";
+  EXPECT_EQ(f.call("log_get_flags")["result"], Json::object());
+  EXPECT_EQ(f.call("log_set_flag", {{"flag", "nvmf_tcp"}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("spdk_kill_instance", {{"sig_name", "SIGHUP"}})["error"]["code"], control::kInvalidParams);
+  set_log_level(before);
 }
 
 TEST(RpcServer, AnaStateOfASubsystemWithoutAnaReportingIsRefused) {
