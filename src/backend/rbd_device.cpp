@@ -135,14 +135,26 @@ class RbdDevice final : public BlockDevice {
  public:
   RbdDevice(std::shared_ptr<RadosCluster> cluster, rados_ioctx_t ioctx, rbd_image_t image, std::string name,
             uint64_t size, uint32_t bs)
-      : cluster_(std::move(cluster)), ioctx_(ioctx), image_(image), name_(std::move(name)), size_(size), bs_(bs) {}
+      : cluster_(std::move(cluster)), ioctx_(ioctx), image_(image), name_(std::move(name)), size_(size), bs_(bs) {
+    // librbd tells its watchers when the image's header changes (a resize made with `rbd resize`
+    // anywhere): only then does revalidate_size ask librbd, whose answer may have to read the
+    // new header from the cluster. Without the watch it asks every time.
+    if (int r = rbd_update_watch(image_, &watch_, &RbdDevice::on_header_update, this); r < 0) {
+      log::warn("rbd {}: no watch on the image's header ({}): its size is read each time it is checked", name_,
+                std::strerror(-r));
+      watching_ = false;
+    }
+  }
   ~RbdDevice() override {
+    if (watching_) rbd_update_unwatch(image_, watch_);  // waits for a callback that runs now
     // rbd_close waits for the operations in flight; the target has none left by now.
     rbd_close(image_);
     rados_ioctx_destroy(ioctx_);
   }
   uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
+  // Once a second on reactor 0 (the target's revalidation): nothing unless the header changed.
   uint64_t revalidate_size() override {
+    if (watching_ && !header_changed_.exchange(false, std::memory_order_acq_rel)) return size_bytes();
     uint64_t have = 0;
     if (int r = rbd_get_size(image_, &have); r < 0) {
       log::warn("rbd {}: cannot read the image's size: {}", name_, std::strerror(-r));
@@ -191,6 +203,9 @@ class RbdDevice final : public BlockDevice {
   }
 
  private:
+  static void on_header_update(void* arg) {
+    static_cast<RbdDevice*>(arg)->header_changed_.store(true, std::memory_order_release);
+  }
   static void on_librbd_thread(rbd_completion_t c, void* arg) {
     auto* io = static_cast<BlockIo*>(arg);
     io->remote.result = rbd_aio_get_return_value(c);
@@ -227,6 +242,9 @@ class RbdDevice final : public BlockDevice {
   std::string name_;  // pool/image, for the log
   std::atomic<uint64_t> size_;
   uint32_t bs_;
+  uint64_t watch_ = 0;
+  bool watching_ = true;
+  std::atomic<bool> header_changed_{false};
 };
 
 }  // namespace

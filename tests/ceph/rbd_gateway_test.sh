@@ -12,6 +12,7 @@
 #   outlives   fio writes with crc32c verify headers through gateway A; A is SIGKILLed; gateway B
 #              opens the same image and fio verifies every block through it
 #   trim/flush fio's trims (Deallocate: rbd_aio_discard) and fsyncs (Flush) succeed
+#   resize     `rbd resize` on the cluster reaches the namespace (librbd's header watch)
 #
 # Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
 set -euo pipefail
@@ -134,6 +135,15 @@ assert b["block_size"] == 4096 and b["num_blocks"] == 64 * 256, b
 PY
 "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" -q 8 -o 4K -w randwrite --verify -t 1 \
   >"$dir/perf-ns2.txt" || { cat "$dir/perf-ns2.txt"; fail "perf --verify on the RBD namespace added by RPC"; }
+# A resize made on the cluster: librbd's header watch tells the gateway, whose once-a-second
+# check then finds the new size, logs it and tells connected hosts (a namespace attribute notice).
+rbd_cli "$cluster" resize --size 96 rbd/second >/dev/null 2>&1 || fail "rbd resize"
+for _ in $(seq 100); do grep -q "namespace 2: its rbd was resized: 16384 -> 24576 blocks" "$dir/target.log" && break; sleep 0.1; done
+grep -q "namespace 2: its rbd was resized: 16384 -> 24576 blocks" "$dir/target.log" ||
+  fail "the resize made on the cluster did not reach the namespace"
+"$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" >"$dir/identify-2.txt" ||
+  fail "identify of namespace 2"
+grep -qE "100663296|96(\.0)? MiB" "$dir/identify-2.txt" || { cat "$dir/identify-2.txt"; fail "identify does not show the new size"; }
 rpc save_config >"$dir/saved.json" || fail "save_config"
 python3 - "$dir/saved.json" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
 import json, sys
@@ -147,4 +157,4 @@ assert second["config"]["mon_host"], second
 print("save_config: bdev_rbd_create for both images")
 PY
 stop_target
-echo "PASS: an RBD image served over NVMe/TCP: identify, perf --verify, bytes on the cluster, trim, flush, a second gateway, bdev_rbd_create and save_config"
+echo "PASS: an RBD image served over NVMe/TCP: identify, perf --verify, bytes on the cluster, trim, flush, a second gateway, bdev_rbd_create, a resize made on the cluster and save_config"
