@@ -164,6 +164,17 @@ class RbdDevice final : public BlockDevice {
     if (have != 0) size_.store(have, std::memory_order_relaxed);
     return size_bytes();
   }
+  // The image itself grows (bdev_rbd_resize): every gateway that has it open sees the new size
+  // through its header watch. Control path: rbd_resize waits for the cluster.
+  bool resize(uint64_t bytes) override {
+    bytes -= bytes % bs_;
+    if (int r = rbd_resize(image_, bytes); r < 0) {
+      log::warn("rbd {}: resize to {} bytes failed: {}", name_, bytes, std::strerror(-r));
+      return false;
+    }
+    size_.store(bytes, std::memory_order_relaxed);
+    return true;
+  }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "rbd"; }
   Persistence persistence() const override { return Persistence::Media; }

@@ -285,6 +285,26 @@ Json bdev_null_resize(MethodContext& ctx, const Json& params) {
   return Json(true);
 }
 
+// The image grows on the cluster (SPDK's bdev_rbd_resize: new_size in MiB, larger than now);
+// hosts of its namespace get a namespace attribute notice, other gateways of the image see it
+// through their header watch.
+Json bdev_rbd_resize(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string name = p.str("name");
+  const uint64_t mib = p.u64("new_size");
+  p.done();
+  target::BdevTable::Info info;
+  if (!t.state().bdevs.find(name, info) || info.spec.type != "rbd")
+    throw RpcError(kNoSuchDevice, fmt::format("No such device: no rbd bdev named {}", name));
+  if (mib > (1ull << 40) || (mib << 20) <= info.size_bytes)
+    throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB: the image can only grow (it has {} bytes)", mib,
+                                                 info.size_bytes));
+  if (std::string err = t.live_config().resize_bdev(name, mib << 20); !err.empty())
+    throw RpcError(kInvalidArgument, err);
+  return Json(true);
+}
+
 Json bdev_get_bdevs(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
@@ -361,6 +381,7 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_rbd_get_clusters_info", bdev_rbd_get_clusters_info},
     {"bdev_rbd_create", bdev_rbd_create},
     {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
+    {"bdev_rbd_resize", bdev_rbd_resize},
     {"bdev_null_resize", bdev_null_resize},
     {"bdev_get_bdevs", bdev_get_bdevs},
   };

@@ -249,7 +249,8 @@ std::string LiveConfig::resize_bdev(const std::string& name, uint64_t bytes) {
   std::lock_guard lk(t_.control_mu_);
   BdevTable::Info info;
   if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
-  if (info.spec.type != "null") return fmt::format("bdev {} is {}: only NULL bdevs resize", name, info.spec.type);
+  if (info.spec.type != "null" && info.spec.type != "rbd")
+    return fmt::format("bdev {} is {}: only NULL and RBD bdevs resize", name, info.spec.type);
   if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
   Namespace* ns = nullptr;
   const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : t_.state_->find_subsystem(info.subnqn);

@@ -12,7 +12,8 @@
 #   outlives   fio writes with crc32c verify headers through gateway A; A is SIGKILLed; gateway B
 #              opens the same image and fio verifies every block through it
 #   trim/flush fio's trims (Deallocate: rbd_aio_discard) and fsyncs (Flush) succeed
-#   resize     `rbd resize` on the cluster reaches the namespace (librbd's header watch)
+#   resize     `rbd resize` on the cluster reaches the namespace (librbd's header watch);
+#              bdev_rbd_resize grows the image from the gateway
 #
 # Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
 set -euo pipefail
@@ -144,6 +145,12 @@ grep -q "namespace 2: its rbd was resized: 16384 -> 24576 blocks" "$dir/target.l
 "$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" >"$dir/identify-2.txt" ||
   fail "identify of namespace 2"
 grep -qE "100663296|96(\.0)? MiB" "$dir/identify-2.txt" || { cat "$dir/identify-2.txt"; fail "identify does not show the new size"; }
+# And grown from the gateway (bdev_rbd_resize, MiB as rpc.py sends it): the image on the cluster
+# grows; shrinking is refused, as SPDK refuses it.
+rpc bdev_rbd_resize --name Ceph7 --new-size 128 >/dev/null || fail "bdev_rbd_resize"
+rbd_cli "$cluster" info rbd/second 2>/dev/null | grep -q "size 128 MiB" || fail "the image did not grow on the cluster"
+grep -q "control: bdev Ceph7 resized to 134217728 bytes (namespace 2" "$dir/target.log" || fail "no log line for bdev_rbd_resize"
+rpc bdev_rbd_resize --name Ceph7 --new-size 64 >/dev/null 2>&1 && fail "bdev_rbd_resize shrank the image"
 rpc save_config >"$dir/saved.json" || fail "save_config"
 python3 - "$dir/saved.json" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
 import json, sys

@@ -97,7 +97,7 @@ TEST(LiveNamespaces, AResizedNullNamespaceShowsItsNewSize) {
   ASSERT_EQ(tgt.live_config().resize_bdev("Null7", 128 << 20), "");
   EXPECT_TRUE(wait_for([&] { return host_blocks(*ctrl, 7) == (128u << 20) / 512; }, kDueMs))
       << "the host still has " << host_blocks(*ctrl, 7) << " blocks";
-  EXPECT_NE(tgt.live_config().resize_bdev("ram0", 1 << 20), "") << "only NULL bdevs resize";
+  EXPECT_NE(tgt.live_config().resize_bdev("ram0", 1 << 20), "") << "only NULL and RBD bdevs resize";
 }
 
 TEST(LiveNamespaces, RemovalWaitsForTheCommandOnTheDeviceAndRefusesNewOnes) {
