@@ -165,10 +165,18 @@ class RbdDevice final : public BlockDevice {
     return size_bytes();
   }
   // The image itself grows (bdev_rbd_resize): every gateway that has it open sees the new size
-  // through its header watch. Control path: rbd_resize waits for the cluster.
+  // through its header watch. Never shrinks: the size to beat is the cluster's now (another
+  // client may have grown it since this device last looked), and librbd is told not to shrink
+  // either. Control path: both wait for the cluster.
   bool resize(uint64_t bytes) override {
     bytes -= bytes % bs_;
-    if (int r = rbd_resize(image_, bytes); r < 0) {
+    uint64_t now = 0;
+    if (int r = rbd_get_size(image_, &now); r < 0 || bytes <= now) {
+      log::warn("rbd {}: not resized to {} bytes: {}", name_, bytes,
+                r < 0 ? std::string(std::strerror(-r)) : fmt::format("the image has {} bytes and only grows", now));
+      return false;
+    }
+    if (int r = rbd_resize2(image_, bytes, false, nullptr, nullptr); r < 0) {
       log::warn("rbd {}: resize to {} bytes failed: {}", name_, bytes, std::strerror(-r));
       return false;
     }

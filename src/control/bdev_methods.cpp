@@ -297,9 +297,9 @@ Json bdev_rbd_resize(MethodContext& ctx, const Json& params) {
   target::BdevTable::Info info;
   if (!t.state().bdevs.find(name, info) || info.spec.type != "rbd")
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no rbd bdev named {}", name));
-  if (mib > (1ull << 40) || (mib << 20) <= info.size_bytes)
-    throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB: the image can only grow (it has {} bytes)", mib,
-                                                 info.size_bytes));
+  // Whether it grows is the device's to say: the image's size now is the cluster's, which another
+  // client may have changed since this gateway last looked.
+  if (mib == 0 || mib > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB is out of range", mib));
   if (std::string err = t.live_config().resize_bdev(name, mib << 20); !err.empty())
     throw RpcError(kInvalidArgument, err);
   return Json(true);

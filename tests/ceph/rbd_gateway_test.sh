@@ -150,7 +150,9 @@ grep -qE "100663296|96(\.0)? MiB" "$dir/identify-2.txt" || { cat "$dir/identify-
 rpc bdev_rbd_resize --name Ceph7 --new-size 128 >/dev/null || fail "bdev_rbd_resize"
 rbd_cli "$cluster" info rbd/second 2>/dev/null | grep -q "size 128 MiB" || fail "the image did not grow on the cluster"
 grep -q "control: bdev Ceph7 resized to 134217728 bytes (namespace 2" "$dir/target.log" || fail "no log line for bdev_rbd_resize"
-rpc bdev_rbd_resize --name Ceph7 --new-size 64 >/dev/null 2>&1 && fail "bdev_rbd_resize shrank the image"
+# 100 MiB: above the size the gateway was created with (64), below the image's now (128).
+rpc bdev_rbd_resize --name Ceph7 --new-size 100 >/dev/null 2>&1 && fail "bdev_rbd_resize accepted a shrink"
+rbd_cli "$cluster" info rbd/second 2>/dev/null | grep -q "size 128 MiB" || fail "bdev_rbd_resize shrank the image"
 rpc save_config >"$dir/saved.json" || fail "save_config"
 python3 - "$dir/saved.json" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
 import json, sys
