@@ -73,6 +73,11 @@ ms bind ipv6 = false
 # blocklist the dead one), and that client's writes wait for it. Ceph's default is 30 s, longer
 # than the tests' I/O timeouts; a production cluster chooses its own (README: two gateways).
 osd client watch timeout = 5
+# A live client keeps its watch by pinging once per objecter tick, every 5 s by default: with
+# the timeout above, a ping a moment late lets the watch lapse, and another gateway then breaks
+# a live gateway's lock and blocklists it. Clients ping every second (the failover test gives
+# its gateways the same through bdev_rbd_register_cluster, which reads no file).
+objecter tick interval = 1
 CONF
   monmaptool --create --addv a "[v2:127.0.0.1:$port]" --fsid "$fsid" "$dir/monmap" >/dev/null || return 1
   ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap" >"$dir/log/mkfs-mon.out" 2>&1 ||

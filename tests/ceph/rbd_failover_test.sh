@@ -80,7 +80,8 @@ ana() {  # ana GATEWAY PORT STATE: group 1's state through that gateway's listen
 build() {
   local name=$1 p=$2
   rpc "$name" bdev_rbd_register_cluster "{\"name\": \"cluster_a\",
-    \"config_param\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\"}}"
+    \"config_param\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\",
+      \"objecter_tick_interval\": \"1\"}}"
   rpc "$name" bdev_rbd_create --name Ceph0 --pool-name rbd --rbd-name shared --block-size 4096 --cluster-name cluster_a
   rpc "$name" nvmf_create_subsystem --nqn "$NQN" --serial-number SPDK00000000000001 --allow-any-host true \
     --ana-reporting true --min-cntlid "$3" --max-cntlid "$4"
