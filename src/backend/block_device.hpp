@@ -51,6 +51,7 @@ struct BlockIo {
     BlockIo* io = nullptr;
     int64_t result = 0;
     uint64_t mismatch_offset = 0;  // CompareAndWrite: where the first difference was
+    void* via = nullptr;           // the device's handle the operation went through
   };
   Remote remote;
 };

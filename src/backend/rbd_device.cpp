@@ -18,17 +18,24 @@
 // A lost cluster: rados_osd_op_timeout and rados_mon_op_timeout (30 s unless the
 // configuration says otherwise) make an operation that cannot reach the cluster fail instead
 // of waiting for ever; it fails with a path error, which a multipath host takes as "try
-// another path" (another gateway) rather than as an error of the data.
+// another path" (another gateway) rather than as an error of the data. A client the cluster
+// has fenced (blocklisted) fails the same way, and the device reconnects as a new client on a
+// thread of its own (RbdDevice::fenced).
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -118,45 +125,92 @@ class RadosCluster {
 // The connection of a registered cluster, made by its first image and kept while any image uses
 // it: a rados client runs a dozen threads of its own, too many to have one per image when a
 // gateway serves hundreds. Keyed by the name and the settings, so that a cluster registered
-// again with others (after its images went) gets a new connection.
-std::shared_ptr<RadosCluster> shared_connection(const RbdSpec& spec, std::string& err) {
+// again with others (after its images went) gets a new connection. `fenced`: the connection
+// the cluster has blocklisted; the first image to ask replaces it for all (a client that is
+// blocklisted stays so for an hour by default: a new client, with a new address, is the way
+// back), and the images that ask after it get the new one.
+std::shared_ptr<RadosCluster> shared_connection(const RbdSpec& spec, std::string& err,
+                                                const RadosCluster* fenced = nullptr) {
   static std::mutex mu;
   static std::map<std::string, std::weak_ptr<RadosCluster>> connections;
   std::string key = fmt::format("{}\n{}\n{}\n{}", spec.cluster_name, spec.user, spec.config_file, spec.key_file);
   for (const auto& [k, v] : spec.config) key += fmt::format("\n{}={}", k, v);
   std::lock_guard lk(mu);  // control path: connecting blocks, and no image of it opens meanwhile
-  if (auto c = connections[key].lock()) return c;
+  if (auto c = connections[key].lock(); c && c.get() != fenced) return c;
   auto c = RadosCluster::connect(spec, err);
   if (c) connections[key] = c;
   return c;
 }
 
+// One open image: the connection it came through, its I/O context, librbd's handle and the
+// watch on its header. Replaced whole when the cluster fences this client.
+struct ImageHandle {
+  std::shared_ptr<RadosCluster> cluster;
+  rados_ioctx_t ioctx = nullptr;
+  rbd_image_t image = nullptr;
+  uint64_t watch = 0;
+  bool watching = false;
+  // Operations issued through this handle and not yet called back, and submitters between
+  // taking the handle and issuing (RbdDevice::acquire). The handle is closed at zero.
+  std::atomic<uint64_t> users{0};
+
+  void close() {
+    if (watching) rbd_update_unwatch(image, watch);  // waits for a callback that runs now
+    watching = false;
+    // rbd_close waits for the operations in flight; there are none left (users is 0).
+    if (image) rbd_close(image);
+    if (ioctx) rados_ioctx_destroy(ioctx);
+    image = nullptr;
+    ioctx = nullptr;
+    cluster.reset();
+  }
+  ~ImageHandle() { close(); }
+};
+
+// Opens the image through a connection; its size in `size`. Control path: it waits for the cluster.
+std::unique_ptr<ImageHandle> open_image(std::shared_ptr<RadosCluster> cluster, const RbdSpec& spec,
+                                        uint64_t& size, std::string& err) {
+  auto h = std::make_unique<ImageHandle>();
+  h->cluster = std::move(cluster);
+  if (int r = rados_ioctx_create(h->cluster->handle(), spec.pool.c_str(), &h->ioctx); r < 0) {
+    err = fmt::format("Ceph pool {}: {}", spec.pool, std::strerror(-r));
+    h->ioctx = nullptr;
+    return nullptr;
+  }
+  const std::string name = spec.pool + "/" + spec.image;
+  if (int r = rbd_open(h->ioctx, spec.image.c_str(), &h->image, nullptr); r < 0) {
+    err = fmt::format("RBD image {}: {}", name, std::strerror(-r));
+    h->image = nullptr;
+    return nullptr;
+  }
+  if (int r = rbd_get_size(h->image, &size); r < 0) {
+    err = fmt::format("RBD image {}: {}", name, std::strerror(-r));
+    return nullptr;
+  }
+  return h;
+}
+
 class RbdDevice final : public BlockDevice {
  public:
-  RbdDevice(std::shared_ptr<RadosCluster> cluster, rados_ioctx_t ioctx, rbd_image_t image, std::string name,
-            uint64_t size, uint32_t bs)
-      : cluster_(std::move(cluster)), ioctx_(ioctx), image_(image), name_(std::move(name)), size_(size), bs_(bs) {
-    // librbd tells its watchers when the image's header changes (a resize made with `rbd resize`
-    // anywhere): only then does revalidate_size ask librbd, whose answer may have to read the
-    // new header from the cluster. Without the watch it asks every time.
-    if (int r = rbd_update_watch(image_, &watch_, &RbdDevice::on_header_update, this); r < 0) {
-      log::warn("rbd {}: no watch on the image's header ({}): its size is read each time it is checked", name_,
-                std::strerror(-r));
-      watching_ = false;
-    }
+  RbdDevice(RbdSpec spec, std::unique_ptr<ImageHandle> h, uint64_t size, uint32_t bs)
+      : spec_(std::move(spec)), name_(spec_.pool + "/" + spec_.image), size_(size), bs_(bs) {
+    watch_header(*h);
+    current_.store(h.get());
+    handles_.push_back(std::move(h));
   }
   ~RbdDevice() override {
-    if (watching_) rbd_update_unwatch(image_, watch_);  // waits for a callback that runs now
-    // rbd_close waits for the operations in flight; the target has none left by now.
-    rbd_close(image_);
-    rados_ioctx_destroy(ioctx_);
+    recovery_ = {};  // asks a reconnection in progress to stop, and waits for it
+    // The handles close as handles_ goes; the target has no operation left in flight by now.
   }
   uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
   // Once a second on reactor 0 (the target's revalidation): nothing unless the header changed.
   uint64_t revalidate_size() override {
-    if (watching_ && !header_changed_.exchange(false, std::memory_order_acq_rel)) return size_bytes();
+    if (!header_changed_.exchange(false, std::memory_order_acq_rel) && watching_.load()) return size_bytes();
+    ImageHandle* h = acquire();
     uint64_t have = 0;
-    if (int r = rbd_get_size(image_, &have); r < 0) {
+    int r = rbd_get_size(h->image, &have);
+    h->users.fetch_sub(1);
+    if (r < 0) {
       log::warn("rbd {}: cannot read the image's size: {}", name_, std::strerror(-r));
       return size_bytes();
     }
@@ -170,13 +224,18 @@ class RbdDevice final : public BlockDevice {
   // either. Control path: both wait for the cluster.
   bool resize(uint64_t bytes) override {
     bytes -= bytes % bs_;
+    ImageHandle* h = acquire();
     uint64_t now = 0;
-    if (int r = rbd_get_size(image_, &now); r < 0 || bytes <= now) {
+    int r = rbd_get_size(h->image, &now);
+    if (r < 0 || bytes <= now) {
+      h->users.fetch_sub(1);
       log::warn("rbd {}: not resized to {} bytes: {}", name_, bytes,
                 r < 0 ? std::string(std::strerror(-r)) : fmt::format("the image has {} bytes and only grows", now));
       return false;
     }
-    if (int r = rbd_resize2(image_, bytes, false, nullptr, nullptr); r < 0) {
+    r = rbd_resize2(h->image, bytes, false, nullptr, nullptr);
+    h->users.fetch_sub(1);
+    if (r < 0) {
       log::warn("rbd {}: resize to {} bytes failed: {}", name_, bytes, std::strerror(-r));
       return false;
     }
@@ -193,35 +252,107 @@ class RbdDevice final : public BlockDevice {
     io->reactor = &r;
     io->remote.fn = &RbdDevice::on_reactor;
     io->remote.io = io;
+    ImageHandle* h = acquire();
+    io->remote.via = h;
     rbd_completion_t c = nullptr;
     if (int rc = rbd_aio_create_completion(io, &RbdDevice::on_librbd_thread, &c); rc < 0) {
+      h->users.fetch_sub(1);
       io->done(io, rbd_status(rc));
       return;
     }
     int rc = 0;
     char* buf = reinterpret_cast<char*>(io->buffer);
+    rbd_image_t image = h->image;
     switch (io->op) {
-      case BlockIo::Op::Read: rc = rbd_aio_read(image_, io->offset, io->length, buf, c); break;
-      case BlockIo::Op::Write: rc = rbd_aio_write(image_, io->offset, io->length, buf, c); break;
-      case BlockIo::Op::Flush: rc = rbd_aio_flush(image_, c); break;
-      case BlockIo::Op::WriteZeroes: rc = rbd_aio_write_zeroes(image_, io->offset, io->length, c, 0, 0); break;
-      case BlockIo::Op::Deallocate: rc = rbd_aio_discard(image_, io->offset, io->length, c); break;
+      case BlockIo::Op::Read: rc = rbd_aio_read(image, io->offset, io->length, buf, c); break;
+      case BlockIo::Op::Write: rc = rbd_aio_write(image, io->offset, io->length, buf, c); break;
+      case BlockIo::Op::Flush: rc = rbd_aio_flush(image, c); break;
+      case BlockIo::Op::WriteZeroes: rc = rbd_aio_write_zeroes(image, io->offset, io->length, c, 0, 0); break;
+      case BlockIo::Op::Deallocate: rc = rbd_aio_discard(image, io->offset, io->length, c); break;
       case BlockIo::Op::CompareAndWrite:
         // One operation at the OSD that holds the object: atomic against every client of the
         // image, other gateways included. librbd answers EILSEQ on a mismatch.
-        rc = int(rbd_aio_compare_and_write(image_, io->offset, io->length,
-                                           reinterpret_cast<const char*>(io->compare), buf, c,
-                                           &io->remote.mismatch_offset, 0));
+        rc = int(rbd_aio_compare_and_write(image, io->offset, io->length, reinterpret_cast<const char*>(io->compare),
+                                           buf, c, &io->remote.mismatch_offset, 0));
         break;
     }
     if (rc < 0) {  // not queued: librbd will not call back
       rbd_aio_release(c);
+      h->users.fetch_sub(1);
       log::warn("rbd {}: an operation could not be queued: {}", name_, std::strerror(-rc));
       io->done(io, rbd_status(rc));
     }
   }
 
  private:
+  // The handle in use, counted as used before it is returned. A handle replaced meanwhile is
+  // let go and the new one taken: once the reconnection has swapped handles and seen the old
+  // one's count at zero, nothing issues through the old one again. Handles are never freed
+  // before the device, so a count taken on one just replaced is still a count on live memory.
+  ImageHandle* acquire() {
+    for (;;) {
+      ImageHandle* h = current_.load();
+      h->users.fetch_add(1);
+      if (current_.load() == h) return h;
+      h->users.fetch_sub(1);
+    }
+  }
+  void watch_header(ImageHandle& h) {
+    // librbd tells its watchers when the image's header changes (a resize made with `rbd resize`
+    // anywhere): only then does revalidate_size ask librbd, whose answer may have to read the
+    // new header from the cluster. Without the watch it asks every time.
+    int r = rbd_update_watch(h.image, &h.watch, &RbdDevice::on_header_update, this);
+    h.watching = r == 0;
+    watching_.store(h.watching);
+    if (r < 0)
+      log::warn("rbd {}: no watch on the image's header ({}): its size is read each time it is checked", name_,
+                std::strerror(-r));
+  }
+
+  // The cluster has blocklisted this client (another client's librbd broke the image's lock
+  // it held, or an administrator fenced it): every operation through it fails from now on.
+  // Commands fail with a path error meanwhile (the host goes to another gateway), and a thread
+  // of the device's own connects a new client and reopens the image, trying again until it can.
+  void fenced(const ImageHandle* via) {
+    if (via != current_.load() || recovering_.exchange(true)) return;
+    log::warn("rbd {}: the cluster has fenced this gateway's client (blocklisted): reconnecting as a new client",
+              name_);
+    recovery_ = std::jthread([this](std::stop_token stop) { reconnect(stop); });
+  }
+  void reconnect(std::stop_token stop) {
+    ImageHandle* old = current_.load();
+    std::chrono::milliseconds delay{500};
+    while (!stop.stop_requested()) {
+      std::string err;
+      uint64_t size = 0;
+      auto cluster = spec_.cluster_name.empty() ? RadosCluster::connect(spec_, err)
+                                                : shared_connection(spec_, err, old->cluster.get());
+      auto h = cluster ? open_image(std::move(cluster), spec_, size, err) : nullptr;
+      if (h) {
+        watch_header(*h);
+        ImageHandle* fresh = h.get();
+        {
+          std::lock_guard lk(handles_mu_);
+          handles_.push_back(std::move(h));
+        }
+        current_.store(fresh);
+        // What was issued through the old client fails soon (it is fenced): wait for it, then close.
+        while (old->users.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        old->close();
+        header_changed_.store(true);  // the size is read again on the next revalidation
+        log::info("rbd {}: reconnected to the cluster as a new client: serving again", name_);
+        break;
+      }
+      log::warn("rbd {}: reconnecting after the cluster fenced this gateway failed ({}): trying again in {} ms",
+                name_, err, delay.count());
+      std::mutex m;
+      std::unique_lock lk(m);
+      std::condition_variable_any().wait_for(lk, stop, delay, [] { return false; });
+      delay = std::min(delay * 2, std::chrono::milliseconds(30'000));
+    }
+    recovering_.store(false);
+  }
+
   static void on_header_update(void* arg) {
     static_cast<RbdDevice*>(arg)->header_changed_.store(true, std::memory_order_release);
   }
@@ -229,6 +360,7 @@ class RbdDevice final : public BlockDevice {
     auto* io = static_cast<BlockIo*>(arg);
     io->remote.result = rbd_aio_get_return_value(c);
     rbd_aio_release(c);
+    static_cast<ImageHandle*>(io->remote.via)->users.fetch_sub(1);
     io->reactor->complete_from_any_thread(&io->remote);
   }
   static void on_reactor(reactor::RemoteCompletion* self) {
@@ -246,6 +378,7 @@ class RbdDevice final : public BlockDevice {
       io->done(io, nvme::sc::InvalidField);
       return;
     }
+    if (res == -ESHUTDOWN) dev->fenced(static_cast<const ImageHandle*>(io->remote.via));
     if (res < 0) {
       log::warn("rbd {}: {} of {} bytes at {} failed: {}", dev->name_, rbd_op_name(io->op), io->length, io->offset,
                 std::strerror(int(-res)));
@@ -255,15 +388,17 @@ class RbdDevice final : public BlockDevice {
     io->done(io, rbd_status(res));
   }
 
-  std::shared_ptr<RadosCluster> cluster_;
-  rados_ioctx_t ioctx_;
-  rbd_image_t image_;
-  std::string name_;  // pool/image, for the log
+  const RbdSpec spec_;
+  const std::string name_;  // pool/image, for the log
   std::atomic<uint64_t> size_;
-  uint32_t bs_;
-  uint64_t watch_ = 0;
-  bool watching_ = true;
+  const uint32_t bs_;
   std::atomic<bool> header_changed_{false};
+  std::atomic<bool> watching_{false};  // the current handle has a watch on the header
+  std::atomic<ImageHandle*> current_{nullptr};
+  std::mutex handles_mu_;
+  std::vector<std::unique_ptr<ImageHandle>> handles_;  // every handle the device had, current_ among them
+  std::atomic<bool> recovering_{false};
+  std::jthread recovery_;  // last: stopped and joined before the rest goes
 };
 
 }  // namespace
@@ -275,30 +410,18 @@ std::unique_ptr<BlockDevice> make_rbd(const RbdSpec& spec, uint32_t block_size, 
     err = "an RBD namespace needs a pool and an image";
     return nullptr;
   }
-  const std::string name = spec.pool + "/" + spec.image;
   auto cluster = spec.cluster_name.empty() ? RadosCluster::connect(spec, err) : shared_connection(spec, err);
   if (!cluster) return nullptr;
-  rados_ioctx_t ioctx = nullptr;
-  if (int r = rados_ioctx_create(cluster->handle(), spec.pool.c_str(), &ioctx); r < 0) {
-    err = fmt::format("Ceph pool {}: {}", spec.pool, std::strerror(-r));
-    return nullptr;
-  }
-  rbd_image_t image = nullptr;
-  if (int r = rbd_open(ioctx, spec.image.c_str(), &image, nullptr); r < 0) {
-    err = fmt::format("RBD image {}: {}", name, std::strerror(-r));
-    rados_ioctx_destroy(ioctx);
-    return nullptr;
-  }
   uint64_t size = 0;
-  if (int r = rbd_get_size(image, &size); r < 0 || size < block_size) {
-    err = r < 0 ? fmt::format("RBD image {}: {}", name, std::strerror(-r))
-                : fmt::format("RBD image {} is smaller than one {}-byte block", name, block_size);
-    rbd_close(image);
-    rados_ioctx_destroy(ioctx);
+  auto h = open_image(std::move(cluster), spec, size, err);
+  if (!h) return nullptr;
+  if (size < block_size) {
+    err = fmt::format("RBD image {}/{} is smaller than one {}-byte block", spec.pool, spec.image, block_size);
     return nullptr;
   }
-  log::info("rbd {}: {} bytes, {}-byte blocks", name, size - size % block_size, block_size);
-  return std::make_unique<RbdDevice>(std::move(cluster), ioctx, image, name, size - size % block_size, block_size);
+  size -= size % block_size;
+  log::info("rbd {}/{}: {} bytes, {}-byte blocks", spec.pool, spec.image, size, block_size);
+  return std::make_unique<RbdDevice>(spec, std::move(h), size, block_size);
 }
 
 }  // namespace nvtcp::backend

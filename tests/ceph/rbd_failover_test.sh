@@ -17,6 +17,9 @@
 #              returns to A, and every acknowledged write reads back (perf's verify)
 #   both       group 1 optimized on both: writes through both gateways at once (librbd's
 #              exclusive lock moves between them) and every block reads back
+#   fenced     the cluster blocklists A's rados client mid-run (as a lock broken by another
+#              client does): A fails commands with a path error, the host goes on through B, and A
+#              reconnects as a new client by itself and serves again
 #   atomic     (with CHECK, rbd_compare_write_check) the backend's Compare and Write from two
 #              rados clients at once: a counter incremented from both loses nothing
 #
@@ -147,6 +150,8 @@ back=$(sed -n 's/.*target: \([0-9]*\) I\/O commands.*/\1/p' "$dir/a.log" | tail 
 echo "failback: the restarted gateway A served $back I/O commands"
 
 step "both gateways optimized: writes through both at once, every block read back"
+watchers() { rbd_cli "$cluster" status rbd/shared | sed -n 's/.*watcher=\([^ ]*\).*/\1/p' | sort; }
+watchers >"$dir/watchers-b"
 start_gateway a --config "$dir/a.json"
 ana b "$pb" optimized
 "$NVTCP" perf -r "$(trid "$pa") ns:1" -r "$(trid "$pb") ns:1" --verify -t 4 -q 16 -o 4K -w randwrite \
@@ -159,6 +164,38 @@ paths = {p["trsvcid"]: p["commands"] for p in r["paths"]}
 assert all(n > 0 for n in paths.values()) and len(paths) == 2, paths
 print(f"both active: 0 errors, 0 mismatches, commands per path {paths}, {r['iops']:.0f} IOPS")
 PY
+
+step "fenced: the cluster blocklists gateway A's client mid-run; A reconnects as a new client and serves again"
+# What another gateway's librbd does when it breaks a lock A holds, or an administrator does:
+# from then on every operation of A's client fails. A answers with a path error (the host goes
+# on through B) and reconnects as a new client by itself.
+addr_a=$(watchers | comm -13 "$dir/watchers-b" -)
+[ -n "$addr_a" ] && [ "$(echo "$addr_a" | wc -l)" = 1 ] || fail "gateway A's client among the image's watchers ($addr_a)"
+"$NVTCP" perf -r "$(trid "$pa") ns:1" -r "$(trid "$pb") ns:1" --verify -t 8 -q 16 -o 4K -w randwrite \
+  --io-timeout 20 --json >"$dir/perf-fenced.json" 2>"$dir/perf.log" &
+perf_pid=$!
+sleep 1.5
+ceph_cluster "$cluster" osd blocklist add "$addr_a" >/dev/null 2>&1 || fail "ceph osd blocklist add $addr_a"
+wait "$perf_pid" || fail "perf with gateway A fenced"
+perf_pid=
+python3 - "$dir/perf-fenced.json" <<'PY' || fail "perf's figures with gateway A fenced"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["errors"] == 0 and r["verify_failures"] == 0, r
+print(f"A fenced mid-run: 0 errors, 0 mismatches, {r['failovers']} failovers")
+PY
+grep -q "fenced this gateway's client" "$dir/a.log" || fail "gateway A did not see that it was fenced"
+for _ in $(seq 100); do grep -q "reconnected to the cluster as a new client" "$dir/a.log" && break; sleep 0.1; done
+grep -q "reconnected to the cluster as a new client" "$dir/a.log" || fail "gateway A did not reconnect"
+watchers | grep -qxF "$addr_a" && fail "A's fenced client still watches the image"
+"$NVTCP" perf -r "$(trid "$pa") ns:1" --verify -t 2 -q 16 -o 4K -w randwrite --json >"$dir/perf-a.json" \
+  2>"$dir/perf.log" || fail "perf through gateway A alone after it reconnected"
+python3 - "$dir/perf-a.json" <<'PY' || fail "perf's figures through A after it reconnected"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["errors"] == 0 and r["verify_failures"] == 0 and r["ios"] > 0, r
+print(f"A alone after reconnecting: {r['ios']} I/Os, 0 errors, 0 mismatches")
+PY
 kill -TERM "$pid_a" "$pid_b"
 wait "$pid_a" || fail "gateway A did not exit cleanly"
 wait "$pid_b" || fail "gateway B did not exit cleanly"
@@ -168,4 +205,4 @@ if [ -n "$CHECK" ]; then
   rbd_cli "$cluster" create --size 64 rbd/caw || fail "rbd create rbd/caw"
   "$CHECK" "$cluster/ceph.conf" rbd caw 2>"$dir/check.err" || { cat "$dir/check.err"; fail "compare-and-write on the cluster"; }
 fi
-echo "PASS: two RBD gateways built over RPC from an empty start, distinct controller IDs, failover to B with A SIGKILLed, failback to A restarted from save_config, both active: no error, every write read back${CHECK:+; compare-and-write atomic across two clients}"
+echo "PASS: two RBD gateways built over RPC from an empty start, distinct controller IDs, failover to B with A SIGKILLed, failback to A restarted from save_config, both active: no error, every write read back; A fenced by the cluster, reconnected and served again${CHECK:+; compare-and-write atomic across two clients}"
