@@ -102,7 +102,11 @@ Json subsystem_json(Target& t, const Subsystem& s) {
                        {"name", ns->name},
                        {"nguid", hex(ns->nguid, 16)},
                        {"eui64", hex(ns->eui64, 8)},
-                       {"uuid", uuid_text(ns->uuid)}});
+                       {"uuid", uuid_text(ns->uuid)},
+                       {"anagrpid", ns->anagrpid.load()},
+                       // nvtcp's: whether every host sees it, and if not, which do
+                       {"no_auto_visible", !ns->auto_visible},
+                       {"hosts", Json(std::vector<std::string>(ns->visible_hosts.begin(), ns->visible_hosts.end()))}});
   j["namespaces"] = nss;
   return j;
 }
@@ -433,9 +437,10 @@ Json nvmf_subsystem_allow_any_host(MethodContext& ctx, const Json& params) {
   return Json(true);
 }
 
-// Keys as nvtcp's configuration takes them (the interchange strings nvme-cli writes, or
-// "@FILE"), under SPDK's parameter names; SPDK 24.01 names keyring entries there instead,
-// and nvtcp has no keyring.
+// Keys under SPDK's parameter names: the name of a keyring key (keyring_file_add_key), as
+// SPDK (24.05 and later) and Ceph's gateway give them, read from its file now and remembered
+// by name for save_config; or, as nvtcp's configuration takes them, the interchange string
+// nvme-cli writes or "@FILE".
 Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
@@ -456,14 +461,20 @@ Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   if (allow_plain) entry["allow_plain"] = *allow_plain;
   target::SubsystemConfig parsed;
   try {
-    target::read_host(parsed, entry);
+    target::read_host(parsed, entry, t.state().config.keyring.get());
   } catch (const std::exception& e) {
+    log::warn("RPC nvmf_subsystem_add_host: subsystem {}: {}", nqn, e.what());
     throw RpcError(kInvalidParams, e.what());
   }
   std::optional<target::HostKeys> keys;
   if (auto it = parsed.host_keys.find(host); it != parsed.host_keys.end()) keys = it->second;
+  std::string from_keyring;
+  if (keys)
+    for (const target::KeyringRef* r : {&keys->dhchap_ref, &keys->dhchap_ctrl_ref, &keys->psk_ref})
+      if (*r) from_keyring += (from_keyring.empty() ? " (keyring keys: " : ", ") + r->name;
+  if (!from_keyring.empty()) from_keyring += ")";
   const bool added = s.hosts().add(host, std::move(keys));
-  log::info("RPC: subsystem {}: host {} {}", nqn, host, added ? "allowed" : "keys replaced");
+  log::info("RPC: subsystem {}: host {} {}{}", nqn, host, added ? "allowed" : "keys replaced", from_keyring);
   if (added) t.live_config().discovery_log_changed();
   return Json(true);
 }
@@ -489,19 +500,69 @@ Json nvmf_subsystem_add_ns(MethodContext& ctx, const Json& params) {
   const uint64_t anagrpid = q.opt_u64("anagrpid").value_or(0);
   if (anagrpid > 0xFFFFFFFFull) throw RpcError(kInvalidParams, fmt::format("anagrpid {} is out of range", anagrpid));
   nc.anagrpid = uint32_t(anagrpid);
-  // Refused rather than ignored: taken without effect, the first would leave reservations
-  // unpersisted and the second would show the namespace to every host, not only those named.
+  // Refused rather than ignored: taken without effect, it would leave reservations unpersisted.
   if (q.opt_str("ptpl_file").value_or("") != "")
     throw RpcError(kInvalidParams, "ptpl_file: reservations that persist through power loss are not supported");
-  if (q.opt_bool("no_auto_visible").value_or(false))
-    throw RpcError(kInvalidParams,
-                   "no_auto_visible: namespaces visible only to named hosts (nvmf_ns_add_host) are not supported yet");
+  // Seen by no host until named for it with nvmf_ns_add_host.
+  nc.no_auto_visible = q.opt_bool("no_auto_visible").value_or(false);
   q.done();
   subsystem_named(t, nqn);
   uint32_t got = 0;
   if (std::string err = t.live_config().add_namespace(nqn, nc, got); !err.empty()) throw RpcError(kInvalidParams, err);
   return Json(got);
 }
+
+// nvmf_ns_add_host / nvmf_ns_remove_host: a namespace added with no_auto_visible is seen by the
+// hosts named for it only. The host's controllers hear of the change at once (a namespace
+// attribute notice); SPDK's checks and its one error, Invalid parameters, for each.
+Json ns_visible(MethodContext& ctx, const Json& params, bool visible) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string nqn = p.str("nqn");
+  const uint64_t nsid = p.u64("nsid");
+  const std::string host = p.str("host");
+  p.opt_str("tgt_name");
+  p.done();
+  const auto sub = subsystem_named(t, nqn);
+  const char* verb = visible ? "add" : "remove";
+  std::string why;
+  // An NQN as SPDK checks one: "nqn." and at most 223 bytes.
+  if (host.rfind("nqn.", 0) != 0 || host.size() > 223) why = "not a valid host NQN";
+  else if (nsid == 0 || nsid > sub->max_namespaces()) why = fmt::format("nsid {} is out of range", nsid);
+  else if (int r = sub->set_namespace_visible(uint32_t(nsid), host, visible); r == -ENOENT) why = "no such namespace";
+  else if (r == -EPERM) why = "the namespace is visible to every host (it was added without no_auto_visible)";
+  if (!why.empty()) {
+    log::warn("RPC: unable to {} host {} to namespace {} of {}: {}", verb, host, nsid, nqn, why);
+    throw RpcError(kInvalidParams, "Invalid parameters");
+  }
+  log::info("RPC: subsystem {} namespace {}: {} host {}", nqn, nsid, visible ? "visible to" : "no longer visible to",
+            host);
+  return Json(true);
+}
+Json nvmf_ns_add_host(MethodContext& ctx, const Json& params) { return ns_visible(ctx, params, true); }
+
+// A namespace to another ANA group, live (ceph-nvmeof moves a namespace to the group of the
+// gateway that is to serve it): SPDK's checks, and the hosts told.
+Json nvmf_subsystem_set_ns_ana_group(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string nqn = p.str("nqn");
+  const uint64_t nsid = p.u64("nsid");
+  const uint64_t grp = p.u64("anagrpid");
+  p.opt_str("tgt_name");
+  p.done();
+  const auto sub = subsystem_named(t, nqn);
+  int r = nsid == 0 || nsid > sub->max_namespaces() || grp > 0xFFFFFFFFull
+              ? -ENOENT
+              : sub->set_namespace_ana_group(uint32_t(nsid), uint32_t(grp));
+  if (r == -EINVAL)
+    throw RpcError(kInvalidParams, fmt::format("anagrpid {} is not from 1 to {}'s max_namespaces ({})", grp, nqn,
+                                               sub->max_namespaces()));
+  if (r < 0) throw RpcError(kInvalidParams, fmt::format("subsystem {} has no namespace {}", nqn, nsid));
+  log::info("RPC: subsystem {} namespace {}: now in ANA group {}", nqn, nsid, grp);
+  return Json(true);
+}
+Json nvmf_ns_remove_host(MethodContext& ctx, const Json& params) { return ns_visible(ctx, params, false); }
 
 Json nvmf_subsystem_remove_ns(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
@@ -568,23 +629,27 @@ Json nvmf_config(Target& t) {
                          {"ana_reporting", s->ana_reporting()}}}});
     for (const auto& h : s->hosts().list()) {
       Json p{{"nqn", s->nqn()}, {"host", h.nqn}};
-      if (h.psk) p["psk"] = kKeyNotExported;
+      // A key read from the keyring by its name, as SPDK writes it (the keyring section,
+      // first, adds the name again); one given inline is never written.
+      if (h.psk) p["psk"] = h.psk_ref ? h.psk_ref.name : kKeyNotExported;
       if (h.allow_plain) p["allow_plain"] = true;
-      if (h.dhchap) p["dhchap_key"] = kKeyNotExported;
-      if (h.dhchap_ctrl) p["dhchap_ctrlr_key"] = kKeyNotExported;
+      if (h.dhchap) p["dhchap_key"] = h.dhchap_ref ? h.dhchap_ref.name : kKeyNotExported;
+      if (h.dhchap_ctrl) p["dhchap_ctrlr_key"] = h.dhchap_ctrl_ref ? h.dhchap_ctrl_ref.name : kKeyNotExported;
       out.push_back(Json{{"method", "nvmf_subsystem_add_host"}, {"params", p}});
     }
-    for (const auto* ns : s->namespaces())
-      out.push_back(Json{{"method", "nvmf_subsystem_add_ns"},
-                         {"params",
-                          {{"nqn", s->nqn()},
-                           {"namespace",
-                            {{"nsid", ns->nsid},
-                             {"bdev_name", ns->name},
-                             {"nguid", hex(ns->nguid, 16)},
-                             {"eui64", hex(ns->eui64, 8)},
-                             {"uuid", uuid_text(ns->uuid)},
-                             {"anagrpid", ns->anagrpid}}}}}});
+    for (const auto* ns : s->namespaces()) {
+      Json nsj{{"nsid", ns->nsid},
+               {"bdev_name", ns->name},
+               {"nguid", hex(ns->nguid, 16)},
+               {"eui64", hex(ns->eui64, 8)},
+               {"uuid", uuid_text(ns->uuid)},
+               {"anagrpid", ns->anagrpid.load()}};
+      if (!ns->auto_visible) nsj["no_auto_visible"] = true;
+      out.push_back(Json{{"method", "nvmf_subsystem_add_ns"}, {"params", {{"nqn", s->nqn()}, {"namespace", nsj}}}});
+      for (const std::string& h : ns->visible_hosts)
+        out.push_back(Json{{"method", "nvmf_ns_add_host"},
+                           {"params", {{"nqn", s->nqn()}, {"nsid", ns->nsid}, {"host", h}}}});
+    }
     for (const Listener& l : listeners)
       if (s->listeners().reachable_through(l.portid)) add_listener(s->nqn(), l, l.port);
     // States set by RPC: after the listeners, which they name.
@@ -623,6 +688,9 @@ std::span<const MethodEntry> nvmf_methods() {
     {"nvmf_subsystem_add_host", nvmf_subsystem_add_host},
     {"nvmf_subsystem_add_ns", nvmf_subsystem_add_ns},
     {"nvmf_subsystem_remove_ns", nvmf_subsystem_remove_ns},
+    {"nvmf_ns_add_host", nvmf_ns_add_host},
+    {"nvmf_ns_remove_host", nvmf_ns_remove_host},
+    {"nvmf_subsystem_set_ns_ana_group", nvmf_subsystem_set_ns_ana_group},
     {"nvmf_subsystem_remove_host", nvmf_subsystem_remove_host},
   };
   return kMethods;

@@ -23,7 +23,8 @@ using target::Target;
 Json config_of(Target& t, const std::string& name) {
   if (name == "bdev") return bdev_config(t);
   if (name == "nvmf") return nvmf_config(t);
-  throw RpcError(kInvalidParams, fmt::format("no subsystem {} (nvtcp has bdev and nvmf)", name));
+  if (name == "keyring") return keyring_config(t);
+  throw RpcError(kInvalidParams, fmt::format("no subsystem {} (nvtcp has keyring, bdev and nvmf)", name));
 }
 
 Json rpc_get_methods(MethodContext& ctx, const Json& params) {
@@ -51,8 +52,10 @@ Json spdk_get_version(MethodContext& ctx, const Json& params) {
 Json framework_get_subsystems(MethodContext& /*ctx*/, const Json& params) {
   Params p(params);
   p.done();
-  return Json::array({Json{{"subsystem", "bdev"}, {"depends_on", Json::array()}},
-                      Json{{"subsystem", "nvmf"}, {"depends_on", Json::array({"bdev"})}}});
+  // The keyring first: nvmf's hosts name its keys.
+  return Json::array({Json{{"subsystem", "keyring"}, {"depends_on", Json::array()}},
+                      Json{{"subsystem", "bdev"}, {"depends_on", Json::array()}},
+                      Json{{"subsystem", "nvmf"}, {"depends_on", Json::array({"bdev", "keyring"})}}});
 }
 
 Json framework_get_config(MethodContext& ctx, const Json& params) {
@@ -67,7 +70,8 @@ Json save_config(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   p.done();
-  return Json{{"subsystems", Json::array({Json{{"subsystem", "bdev"}, {"config", config_of(t, "bdev")}},
+  return Json{{"subsystems", Json::array({Json{{"subsystem", "keyring"}, {"config", config_of(t, "keyring")}},
+                                          Json{{"subsystem", "bdev"}, {"config", config_of(t, "bdev")}},
                                           Json{{"subsystem", "nvmf"}, {"config", config_of(t, "nvmf")}}})}};
 }
 
@@ -170,7 +174,7 @@ std::span<const MethodEntry> framework_methods() {
 
 void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
   auto c = std::make_shared<MethodContext>(MethodContext{d, t, version});
-  for (auto family : {framework_methods(), nvmf_methods(), bdev_methods()})
+  for (auto family : {framework_methods(), nvmf_methods(), bdev_methods(), keyring_methods()})
     for (const MethodEntry& m : family) d.add(m.name, [c, fn = m.fn](const Json& params) { return fn(*c, params); });
 }
 

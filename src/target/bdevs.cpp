@@ -179,6 +179,8 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   ns->metrics.init(std::max(1u, cfg.cores));
   ns->nsid = nc.nsid;
   ns->anagrpid = nc.anagrpid ? nc.anagrpid : nc.nsid;
+  ns->auto_visible = !nc.no_auto_visible;
+  ns->visible_hosts.insert(nc.visible_hosts.begin(), nc.visible_hosts.end());
   ns->name = nc.name;
   ns->block_size = nc.block_size;
   ns->lbads = nc.block_size == 4096 ? 12 : 9;

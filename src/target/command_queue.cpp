@@ -358,7 +358,7 @@ void CommandQueue::on_durable_timer(reactor::Timer* t) {
   size_t kept = 0;
   for (Command* r : waiting) {
     bool durable = false;
-    Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
+    Namespace* ns = self->ctrl_->find_namespace(r->sqe.nsid);
     if (ns && !ns->reservations.written(std::get<Command::DurableWait>(r->steps).ticket, durable)) {
       waiting[kept++] = r;
       continue;

@@ -101,18 +101,29 @@ std::string check_ranges(const TargetConfig& cfg) {
   return {};
 }
 
-// A key field of a host: the key itself or "@FILE"; parse checks it. Errors name the field and
-// the host, never the key.
+// A key field of a host: the name of a keyring key (ref then names it), the key itself or
+// "@FILE"; parse checks it. A name is looked up first: no key text is a valid name (both
+// interchange formats hold ':' after their first character). Errors name the field, the host
+// and a keyring key's name, never the key.
 template <class Key, class Parse>
 std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, const std::string& hostnqn,
-                                    Parse parse) {
+                                    Parse parse, const Keyring* keyring, KeyringRef& ref) {
   if (!h.contains(field)) return nullptr;
   if (!h[field].is_string()) throw std::runtime_error(fmt::format("host {}: {} must be a string", hostnqn, field));
+  const std::string& value = h[field].get_ref<const std::string&>();
   auth::SecretString text;
   std::string err;
   auto key = std::make_shared<Key>();
-  if (!auth::read_key_value(h[field].get_ref<const std::string&>(), text, err) || !parse(text.view(), *key, err))
+  if (keyring && keyring->find(value)) {
+    if (!keyring->read(value, text, ref, err) || !parse(text.view(), *key, err))
+      throw std::runtime_error(fmt::format("host {}: {}: keyring key '{}': {}", hostnqn, field, value, err));
+    return key;
+  }
+  if (!auth::read_key_value(value, text, err) || !parse(text.view(), *key, err)) {
+    // Not a name the keyring has, nor a key: the value is not repeated (it may be a key cut short).
+    if (keyring) err += " (nor is it the name of a key in the keyring: keyring_file_add_key adds one)";
     throw std::runtime_error(fmt::format("host {}: {}: {}", hostnqn, field, err));
+  }
   return key;
 }
 
@@ -138,7 +149,7 @@ void read_rbd(const nlohmann::json& n, backend::RbdSpec& rbd) {
 
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
 // "psk": ..., "allow_plain": ...}.
-void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
+void read_host(SubsystemConfig& sc, const nlohmann::json& h, const Keyring* keyring) {
   if (h.is_string()) {
     sc.hosts.push_back(h.get<std::string>());
     return;
@@ -154,9 +165,10 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h) {
                       "psk, allow_plain)",
                       nqn, k));
   HostKeys keys;
-  keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret);
-  keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret);
-  keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk);
+  keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret, keyring, keys.dhchap_ref);
+  keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret, keyring,
+                                                  keys.dhchap_ctrl_ref);
+  keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk, keyring, keys.psk_ref);
   if (h.contains("dhchap_hash")) {
     const std::string v = h["dhchap_hash"].is_string() ? h["dhchap_hash"].get<std::string>() : "";
     uint8_t id = 0;
@@ -282,6 +294,11 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         nc.block_size = int_field(n, "block_size", nc.block_size);
         nc.name = n.value("name", "");
         nc.anagrpid = int_field(n, "anagrpid", 0u);
+        // Masking: "visible_to": [host NQNs] and no other host sees the namespace.
+        if (n.contains("visible_to")) {
+          nc.no_auto_visible = true;
+          nc.visible_hosts = n.at("visible_to").get<std::vector<std::string>>();
+        }
         if (nc.type == "rbd") read_rbd(n, nc.rbd);
         sc.namespaces.push_back(nc);
       }

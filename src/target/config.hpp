@@ -12,6 +12,7 @@
 #include "auth/keys.hpp"
 #include "backend/block_device.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "target/keyring.hpp"
 
 namespace nvtcp::target {
 
@@ -33,6 +34,9 @@ struct NamespaceConfig {
   // Its ANA group (1 .. the subsystem's max_namespaces); 0: its NSID, as SPDK does. Only
   // reported when the subsystem has ana_reporting.
   uint32_t anagrpid = 0;
+  // SPDK's no_auto_visible: no host sees the namespace until named for it (nvmf_ns_add_host).
+  bool no_auto_visible = false;
+  std::vector<std::string> visible_hosts;  // with no_auto_visible: the hosts that see it
   // rbd only: the image (pool, image) and how to reach its cluster (a ceph.conf, a client
   // ID, options such as mon_host); the size is the image's.
   backend::RbdSpec rbd;
@@ -54,6 +58,9 @@ struct HostKeys {
   // and the groups up to ffdhe4096 (ffdhe2048 first, NULL last; DhchapPolicy::controller_default).
   std::vector<uint8_t> dhchap_hashes;
   std::vector<uint8_t> dhchap_groups;
+  // The keyring keys the keys above were read from (nvmf_subsystem_add_host naming them):
+  // save_config writes these names, never the keys; unset for a key given inline.
+  KeyringRef dhchap_ref, dhchap_ctrl_ref, psk_ref;
 };
 
 // The highest dynamic controller ID (NVMe base spec: FFF0h and above are reserved).
@@ -136,6 +143,9 @@ struct TargetConfig {
   // Ceph clusters registered by name (bdev_rbd_register_cluster), which RBD namespaces and bdevs
   // name by rbd.cluster_name; each one's pool and image are empty.
   std::vector<backend::RbdSpec> rbd_clusters;
+  // SPDK's file keyring (keyring_file_add_key): keys by name that hosts name. Shared by the
+  // copies of this configuration (the target's, its state's): one keyring per target.
+  std::shared_ptr<Keyring> keyring = std::make_shared<Keyring>();
   uint16_t discovery_port = 8009;       // 0 = only the discovery service on every listener
   std::vector<SubsystemConfig> subsystems;
   unsigned cores = 1;                   // reactor threads
@@ -195,8 +205,9 @@ struct TargetConfig {
 inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_buffer_memory / 16; }
 
 // Adds one "hosts" entry (a host NQN, or an object with "nqn" and its keys, each checked) to
-// sc; throws std::runtime_error naming the host and field, never a key.
-void read_host(SubsystemConfig& sc, const nlohmann::json& entry);
+// sc; throws std::runtime_error naming the host and field, never a key. With a keyring, a key
+// field that names one of its keys is that key, read from its file (and remembered by name).
+void read_host(SubsystemConfig& sc, const nlohmann::json& entry, const Keyring* keyring = nullptr);
 
 // SPDK's save_config shape ({"subsystems": [{"subsystem": ..., "config": [...]}]}), which
 // nvtcp's save_config writes too: is_spdk_config tells it from nvtcp's own format, and

@@ -46,11 +46,13 @@ Controller::Controller(TargetState& target, Subsystem& subsys, uint16_t cntlid, 
   ns_slots_ = subsys.max_namespaces() + 1;
   resv_masks_.reset(new std::atomic<uint32_t>[ns_slots_]);
   for (uint32_t i = 0; i < ns_slots_; ++i) resv_masks_[i].store(0, std::memory_order_relaxed);
+  hidden_.reset(new std::atomic<bool>[ns_slots_]);  // set for the namespaces there are as it joins (add_controller)
+  for (uint32_t i = 0; i < ns_slots_; ++i) hidden_[i].store(false, std::memory_order_relaxed);
   touch();
 }
 
 std::atomic<uint32_t>* Controller::resv_mask(uint32_t nsid) const {
-  return subsys_.find_namespace(nsid) ? &resv_masks_[nsid] : nullptr;
+  return find_namespace(nsid) ? &resv_masks_[nsid] : nullptr;
 }
 
 Controller::~Controller() = default;

@@ -72,6 +72,18 @@ class Controller : public std::enable_shared_from_this<Controller> {
   Subsystem& subsystem() { return subsys_; }
   const Subsystem& subsystem() const { return subsys_; }
   const std::string& hostnqn() const { return hostnqn_; }
+  // The namespace nsid as this controller's host sees it: null when there is none, or when it
+  // is masked from this host (no_auto_visible and not named for it). Every command that names
+  // a namespace finds it here: one byte load beyond the subsystem's table.
+  Namespace* find_namespace(uint32_t nsid) const {
+    Namespace* ns = subsys_.find_namespace(nsid);
+    return ns && !hidden_[nsid].load(std::memory_order_acquire) ? ns : nullptr;
+  }
+  // Subsystem only, under its controller lock: whether nsid is masked from this host. True when
+  // that changed.
+  bool set_hidden(uint32_t nsid, bool hidden) {
+    return hidden_[nsid].exchange(hidden, std::memory_order_acq_rel) != hidden;
+  }
 
   // The Error Information log (01h): every failed command of any of this controller's
   // queues, the last kErrorLogEntries kept. Called from each queue's reactor; failures are
@@ -233,6 +245,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint64_t error_count_ = 0;
 
   uint32_t ns_slots_ = 1;
+  std::unique_ptr<std::atomic<bool>[]> hidden_;  // by NSID: masked from this host (find_namespace)
 };
 
 }  // namespace nvtcp::target

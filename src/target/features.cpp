@@ -136,7 +136,7 @@ void AdminCommands::set_write_cache(Command& r) {
 void AdminCommands::set_reservation_persistence(Command& r) {
   const Sqe& sqe = r.sqe;
   Controller& c = ctrl();
-  Namespace* ns = c.subsys_.find_namespace(sqe.nsid);
+  Namespace* ns = c.find_namespace(sqe.nsid);
   if (!ns) {
     finish(r, sc::InvalidNamespace);
     return;
@@ -211,7 +211,7 @@ void AdminCommands::get_features(Command& r) {
       break;
     }
     case kFeatureReservationPersistence: {
-      const Namespace* ns = c.subsys_.find_namespace(sqe.nsid);
+      const Namespace* ns = c.find_namespace(sqe.nsid);
       if (!ns) {
         finish(r, sc::InvalidNamespace);
         return;

@@ -33,10 +33,12 @@ class HostAccess {
   bool add(const std::string& hostnqn, std::optional<HostKeys> keys);
   // The list only: Subsystem::remove_host also ends the removed host's controllers.
   bool remove(const std::string& hostnqn);  // false: it was not allowed
-  // The allowed hosts, each with whether it has keys (which never leave the target).
+  // The allowed hosts, each with whether it has keys (which never leave the target), and the
+  // keyring keys they were read from (their names are what save_config writes).
   struct Entry {
     std::string nqn;
     bool dhchap = false, dhchap_ctrl = false, psk = false, allow_plain = false;
+    KeyringRef dhchap_ref, dhchap_ctrl_ref, psk_ref;
   };
   std::vector<Entry> list() const;
 

@@ -124,7 +124,7 @@ uint32_t IdentifyData::namespace_data(const Sqe& sqe, uint8_t* buf, Status& st) 
     st = sc::InvalidNamespace;
     return 0;
   }
-  const Namespace* ns = c_.subsys_.find_namespace(nsid);
+  const Namespace* ns = c_.find_namespace(nsid);
   if (!ns) return kIdentifyLen;  // an inactive NSID returns a zero-filled structure
   auto* id = reinterpret_cast<IdentifyNamespace*>(buf);
   id->nsze = id->ncap = id->nuse = ns->blocks;
@@ -145,7 +145,7 @@ uint32_t IdentifyData::namespace_data(const Sqe& sqe, uint8_t* buf, Status& st) 
 
 uint32_t IdentifyData::namespace_descriptors(const Sqe& sqe, uint8_t* buf, Status& st) const {
   const bool discovery = c_.subsys_.is_discovery();
-  const Namespace* ns = discovery ? nullptr : c_.subsys_.find_namespace(sqe.nsid);
+  const Namespace* ns = discovery ? nullptr : c_.find_namespace(sqe.nsid);
   if (!ns) {
     st = sc::InvalidNamespace;
     return 0;
@@ -174,6 +174,7 @@ uint32_t IdentifyData::active_namespace_list(uint32_t after, uint8_t* buf, Statu
   auto* list = reinterpret_cast<uint32_t*>(buf);
   size_t n = 0;
   for (const auto& ns : c_.subsys_.namespaces()) {
+    if (!c_.find_namespace(ns->nsid)) continue;  // masked from this host: not active for it
     if (ns->nsid > after && n < kIdentifyLen / 4) list[n++] = ns->nsid;
   }
   return kIdentifyLen;
@@ -185,7 +186,7 @@ uint32_t IdentifyData::independent_namespace(const Sqe& sqe, uint8_t* buf, Statu
     st = sc::InvalidNamespace;
     return 0;
   }
-  const Namespace* ns = c_.subsys_.find_namespace(sqe.nsid);
+  const Namespace* ns = c_.find_namespace(sqe.nsid);
   if (!ns) return kIdentifyLen;  // inactive: zero-filled, as CNS 00h
   auto* id = reinterpret_cast<IndependentIdentifyNamespace*>(buf);
   id->nmic = 1;  // as CNS 00h

@@ -96,7 +96,7 @@ Namespace* IoCommands::permitted_namespace(Command& r) {
     // Flush to that namespace alone, and nothing is flushed.
     const Subsystem& sub = ctrl().subsystem();
     for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
-      const Namespace* each = sub.find_namespace(nsid);
+      const Namespace* each = ctrl().find_namespace(nsid);
       if (!each) continue;
       if (Status st = ctrl().ana_status(*each); !st.ok()) {
         r.status = st;  // one it cannot reach through this port: nothing is flushed
@@ -110,7 +110,7 @@ Namespace* IoCommands::permitted_namespace(Command& r) {
     }
     return nullptr;  // no one namespace: the flush goes to all
   }
-  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
   if (!ns) {
     r.status = sc::InvalidNamespace;
     return nullptr;
@@ -426,7 +426,7 @@ void IoCommands::copy_step(Command& r) {
     q_.complete(r, sc::Success);
     return;
   }
-  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
@@ -451,7 +451,7 @@ void IoCommands::copy_done(Command& r) {
     q_.complete(r, st);
     return;
   }
-  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   // A device that lent its own memory for the read: into the buffer, since the write may
@@ -479,7 +479,7 @@ void IoCommands::dsm_step(Command& r) {
     return;
   }
   auto& dsm = std::get<Command::DsmSteps>(r.steps);
-  Namespace* ns = ctrl().subsystem().find_namespace(r.sqe.nsid);
+  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
   const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf);
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
   while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
@@ -513,7 +513,7 @@ void IoCommands::flush_step(Command& r) {
     const uint32_t nsid = ++flush.next;
     // One namespace: the one parse found (and holds). Every one: each held while its flush
     // runs, so that none is removed under it.
-    Namespace* ns = flush.all ? sub.find_namespace(nsid) : (nsid == r.sqe.nsid ? r.ns : nullptr);
+    Namespace* ns = flush.all ? ctrl().find_namespace(nsid) : (nsid == r.sqe.nsid ? r.ns : nullptr);
     if (!ns || !ns->device->volatile_write_cache()) continue;
     if (flush.all) q_.hold_namespace(r, ns);
     r.io.op = backend::BlockIo::Op::Flush;
@@ -584,7 +584,7 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
     end_fused(cmp, sc::CommandSequenceError, sc::FailedFusedCommand);
     return;
   }
-  Namespace* ns = ctrl().subsystem().find_namespace(cmp.sqe.nsid);
+  Namespace* ns = ctrl().find_namespace(cmp.sqe.nsid);
   if (!ns) {
     end_fused(cmp, sc::InvalidNamespace, sc::FailedFusedCommand);
     return;

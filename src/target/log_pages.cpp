@@ -110,7 +110,8 @@ void LogPages::ana(const Sqe& sqe) {
   // Each group that has a namespace, ascending, with its state through this controller's
   // port and (unless RGO) its NSIDs; CHGCNT counts that port's changes.
   const bool groups_only = sqe.cdw10 & kLogAnaReturnGroupsOnly;
-  const std::vector<Namespace*> nss = c.subsys_.namespaces();
+  std::vector<Namespace*> nss = c.subsys_.namespaces();
+  std::erase_if(nss, [&c](const Namespace* ns) { return !c.find_namespace(ns->nsid); });  // masked from this host
   const std::vector<uint32_t> groups = c.subsys_.ana_groups();
   const uint64_t chgcnt = c.port_->change_count.load(std::memory_order_relaxed);
   page_.assign(sizeof(AnaLogHeader) + groups.size() * sizeof(AnaGroupDescriptor) +
@@ -177,7 +178,7 @@ Status LogPages::smart_health(const Sqe& sqe) {
   // Controller-wide for NSID 0 and FFFFFFFFh, else one namespace's (LPA bit 0).
   const Namespace* ns = nullptr;
   if (sqe.nsid != 0 && sqe.nsid != kNsidAll) {
-    ns = c.subsys_.find_namespace(sqe.nsid);
+    ns = c.find_namespace(sqe.nsid);
     if (!ns) {
       return sc::InvalidNamespace;
     }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A configuration in SPDK's save_config shape ({"subsystems": [{"subsystem": "bdev", "config":
 // [{"method", "params"}, ...]}, {"subsystem": "nvmf", ...}]}), as nvmf_tgt and nvtcp's own
-// save_config write it, read into a TargetConfig: the bdev and nvmf methods nvtcp has are
-// replayed in order; the rest (SPDK's framework, sock, accel, iobuf options) have no meaning
+// save_config write it, read into a TargetConfig: the keyring, bdev and nvmf methods nvtcp has
+// are replayed in order (the keyring's first, as save_config writes them, so that hosts find
+// the keys they name); the rest (SPDK's framework, sock, accel, iobuf options) have no meaning
 // here and are listed in one log line.
 #include <fmt/format.h>
 
@@ -69,6 +70,8 @@ class SpdkConfigReplay {
       create_bdev(method, p);
     } else if (method == "bdev_rbd_register_cluster") {
       register_cluster(method, p);
+    } else if (method == "keyring_file_add_key") {
+      add_key(method, p);
     } else if (method == "nvmf_create_transport") {
       create_transport(method, p);
     } else if (method == "nvmf_create_subsystem") {
@@ -77,6 +80,8 @@ class SpdkConfigReplay {
       add_host(method, p);
     } else if (method == "nvmf_subsystem_add_ns") {
       add_ns(method, p);
+    } else if (method == "nvmf_ns_add_host") {
+      ns_add_host(method, p);
     } else if (method == "nvmf_subsystem_add_listener") {
       add_listener(method, p);
     } else if (method == "nvmf_subsystem_listener_set_ana_state") {
@@ -148,6 +153,15 @@ class SpdkConfigReplay {
     cfg_.rbd_clusters.push_back(c);
   }
 
+  // With SPDK's checks (an absolute path, a file only its owner can read): a key file whose mode
+  // has changed since it was saved stops the load rather than serve hosts without their key.
+  void add_key(const std::string& method, const Json& p) {
+    const std::string name = str(p, "name", method);
+    std::string why;
+    if (cfg_.keyring->add_file_key(name, str(p, "path", method), why) != 0)
+      throw std::runtime_error(fmt::format("{}: key '{}': {}", method, name, why));
+  }
+
   void create_transport(const std::string& method, const Json& p) {
     if (p.contains("max_queue_depth")) cfg_.max_queue_depth = uint32_t(u64(p, "max_queue_depth", method));
     if (p.contains("in_capsule_data_size")) cfg_.in_capsule_data = uint32_t(u64(p, "in_capsule_data_size", method));
@@ -177,7 +191,7 @@ class SpdkConfigReplay {
     if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
     if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
     if (p.contains("allow_plain")) host["allow_plain"] = p["allow_plain"];
-    read_host(sc, host);
+    read_host(sc, host, cfg_.keyring.get());
   }
 
   void add_ns(const std::string& method, const Json& p) {
@@ -198,7 +212,23 @@ class SpdkConfigReplay {
     if (!bdev_uuid.empty()) inherit_identifiers(bdev_uuid, nc);
     nc.device_uuid = bdev_uuid;
     nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
+    nc.no_auto_visible = ns.value("no_auto_visible", false);
     sc.namespaces.push_back(nc);
+  }
+
+  // A namespace added with no_auto_visible, seen by one more host.
+  void ns_add_host(const std::string& method, const Json& p) {
+    SubsystemConfig& sc = find_sub(str(p, "nqn", method), method);
+    const uint32_t nsid = uint32_t(p.value("nsid", 0u));
+    const std::string host = str(p, "host", method);
+    for (auto& nc : sc.namespaces)
+      if (nc.nsid == nsid) {
+        if (!nc.no_auto_visible)
+          throw std::runtime_error(fmt::format("{}: namespace {} of {} is visible to every host", method, nsid, sc.nqn));
+        nc.visible_hosts.push_back(host);
+        return;
+      }
+    throw std::runtime_error(fmt::format("{}: no namespace {} in {} (nvmf_subsystem_add_ns comes first)", method, nsid, sc.nqn));
   }
 
   void add_listener(const std::string& method, const Json& p) {
@@ -249,6 +279,7 @@ std::string load_spdk_config(const nlohmann::json& j, TargetConfig& cfg) {
   SpdkConfigReplay replay(cfg);
   try {
     cfg.subsystems.clear();
+    cfg.keyring = std::make_shared<Keyring>();  // the file's keys only
     cfg.discovery_port = 0;  // unless the file gives the discovery subsystem a listener
     for (const auto& group : j["subsystems"]) {
       const auto& config = group.value("config", Json::array());

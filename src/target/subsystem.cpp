@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -60,8 +61,28 @@ bool Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
   ns->index = nsid;
   Namespace* raw = ns.get();
   namespaces_.emplace(nsid, std::move(ns));
+  // Under the controller lock: each controller there is learns whether its host sees it before
+  // it is published, and one that joins meanwhile (add_controller) finds it published.
+  std::lock_guard clk(mu_);
+  for (auto& [id, c] : controllers_) c->set_hidden(nsid, !raw->visible_to(c->hostnqn()));
   ns_by_id_[nsid].store(raw, std::memory_order_release);
   return true;
+}
+
+int Subsystem::set_namespace_visible(uint32_t nsid, const std::string& hostnqn, bool visible) {
+  std::lock_guard lk(ns_mu_);
+  auto it = namespaces_.find(nsid);
+  if (it == namespaces_.end()) return -ENOENT;
+  Namespace& ns = *it->second;
+  if (ns.auto_visible) return -EPERM;  // SPDK: no control of single hosts over one every host sees
+  std::lock_guard clk(mu_);
+  if (visible) ns.visible_hosts.insert(hostnqn);
+  else ns.visible_hosts.erase(hostnqn);
+  for (auto& [id, c] : controllers_)
+    if (c->hostnqn() == hostnqn && c->set_hidden(nsid, !visible))
+      c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces,
+               nsid);
+  return 0;
 }
 
 std::unique_ptr<Namespace> Subsystem::detach_namespace(uint32_t nsid) {
@@ -85,6 +106,21 @@ void Subsystem::notify_namespace_changed(uint32_t nsid) {
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
+}
+
+int Subsystem::set_namespace_ana_group(uint32_t nsid, uint32_t grp) {
+  if (grp == 0 || grp > max_namespaces_) return -EINVAL;
+  std::lock_guard lk(ns_mu_);
+  auto it = namespaces_.find(nsid);
+  if (it == namespaces_.end()) return -ENOENT;
+  it->second->anagrpid.store(grp, std::memory_order_relaxed);
+  listeners_.note_change();
+  std::lock_guard clk(mu_);
+  for (auto& [id, c] : controllers_) {
+    c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
+    if (ana_reporting_) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
+  }
+  return 0;
 }
 
 void Subsystem::notify_discovery_log_changed() {
@@ -129,6 +165,10 @@ std::shared_ptr<Controller> Subsystem::add_controller(std::shared_ptr<Controller
   // it tears down that listener's controllers (under mu_ too), and one taken away before is
   // seen here, so no controller outlives the listener it came in through.
   if (!listeners_.reachable_through(c->portid())) return nullptr;
+  // The namespaces masked from its host, as they are now (add_namespace and
+  // set_namespace_visible change them under this lock too).
+  for (uint32_t nsid = 1; nsid <= max_namespaces_; ++nsid)
+    if (const Namespace* ns = find_namespace(nsid); ns && !ns->visible_to(c->hostnqn())) c->set_hidden(nsid, true);
   controllers_[c->cntlid()] = c;
   return c;
 }

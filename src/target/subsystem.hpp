@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -134,11 +135,20 @@ struct Namespace {
   uint8_t nguid[16] = {};
   uint8_t uuid[16] = {};
   uint8_t eui64[8] = {};
-  uint32_t anagrpid = 1;      // its ANA group: 1 .. the subsystem's max_namespaces (ANAGRPMAX)
+  // Its ANA group: 1 .. the subsystem's max_namespaces (ANAGRPMAX). Read by every I/O command
+  // (Controller::ana_status); moved live by nvmf_subsystem_set_ns_ana_group.
+  std::atomic<uint32_t> anagrpid{1};
   Reservations reservations;  // persisted next to a regular file's image (PTPL)
   WriteFence fence;           // one slot per reactor
   NamespaceHolds holds;       // one slot per reactor
   IoMetrics metrics;   // one slot per reactor (the metrics endpoint)
+  // Masking (SPDK's no_auto_visible): without auto_visible only the hosts named here see the
+  // namespace. The list changes on the control thread under both of the subsystem's locks
+  // (Subsystem::set_namespace_visible); commands never read it: each controller keeps its own
+  // answer (Controller::find_namespace), worked out as it joins and whenever the list changes.
+  bool auto_visible = true;
+  std::set<std::string> visible_hosts;
+  bool visible_to(const std::string& hostnqn) const { return auto_visible || visible_hosts.count(hostnqn) != 0; }
 
   explicit Namespace(std::string reservations_path = {},
                      uint32_t max_registrants = Reservations::kDefaultMaxRegistrants)
@@ -203,8 +213,19 @@ class Subsystem : public std::enable_shared_from_this<Subsystem> {
   // calling reactor's turn ends, or on the control thread until the namespace is removed).
   std::vector<Namespace*> namespaces() const;
   // Adds a namespace at its NSID (free, from 1 to max_namespaces); false if that is taken.
-  // Control path; hosts hear of it through notify_namespace_changed.
+  // Control path; hosts hear of it through notify_namespace_changed. Each controller learns
+  // whether its host sees it before any command can find it.
   bool add_namespace(std::unique_ptr<Namespace> ns);
+  // nvmf_ns_add_host / nvmf_ns_remove_host: hostnqn sees namespace nsid from now on, or no
+  // longer; that host's controllers get a namespace attribute notice with nsid in their
+  // changed-namespace log when it changed for them. 0, or SPDK's errno: -ENOENT (no such
+  // namespace), -EPERM (it is seen by every host: no_auto_visible was not set).
+  int set_namespace_visible(uint32_t nsid, const std::string& hostnqn, bool visible);
+  // nvmf_subsystem_set_ns_ana_group: namespace nsid moves to ANA group grp. Every controller
+  // gets a namespace attribute notice for it and, with ANA reporting, an ANA change notice (the
+  // ANA log lists it under its new group, with a new CHGCNT). 0, -EINVAL (grp not 1 ..
+  // max_namespaces) or -ENOENT (no such namespace).
+  int set_namespace_ana_group(uint32_t nsid, uint32_t grp);
   // Takes the namespace out of the table: no new command finds it. The caller must let every
   // reactor pass a turn and wait for its holds to drain before destroying it (Target does).
   std::unique_ptr<Namespace> detach_namespace(uint32_t nsid);

@@ -53,6 +53,11 @@ std::shared_ptr<const SubsystemPort> SubsystemListeners::find_port(uint16_t port
   return it == ports_.end() ? nullptr : it->second;
 }
 
+void SubsystemListeners::note_change() {
+  std::lock_guard lk(mu_);
+  for (auto& [portid, p] : ports_) p->change_count.fetch_add(1, std::memory_order_relaxed);
+}
+
 std::vector<uint32_t> SubsystemListeners::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
   std::vector<uint32_t> changed;
   const std::shared_ptr<SubsystemPort> p = port(portid);

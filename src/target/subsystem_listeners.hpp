@@ -58,6 +58,9 @@ class SubsystemListeners {
   // Sets group grp (0: every group) to state through listener portid; returns the groups
   // whose state changed (Subsystem::set_ana_state tells the controllers).
   std::vector<uint32_t> set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state);
+  // What log 0Ch reports changed for every port (a namespace moved to another group): each
+  // port's CHGCNT goes up.
+  void note_change();
 
  private:
   const uint32_t groups_, reactors_;

@@ -75,6 +75,8 @@ std::string LiveConfig::add_namespace(const std::string& subnqn, NamespaceConfig
   spec.eui64 = nc.eui64;
   spec.uuid = nc.uuid;
   spec.anagrpid = nc.anagrpid;
+  spec.no_auto_visible = nc.no_auto_visible;
+  spec.visible_hosts = nc.visible_hosts;
   auto ns = make_namespace(t_.state_->config, subnqn, spec, std::move(device), err, bdev_uuid);
   if (!ns) return err;  // not with identifiers checked above
   Namespace* raw = ns.get();

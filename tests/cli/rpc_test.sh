@@ -123,7 +123,21 @@ rpc bdev_null_create --name Null5 --num-blocks 1024 --block-size 4096 >/dev/null
 rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Null5 --namespace.nsid 5 >/dev/null
 rpc nvmf_subsystem_add_host --nqn "$NQN" --host "$HOST" >/dev/null
 rpc nvmf_subsystem_allow_any_host --nqn "$NQN" --allow-any-host false >/dev/null
+# Masking: namespace 6 is seen by $HOST only (no_auto_visible, then nvmf_ns_add_host); a host
+# cannot be named for a namespace every host sees.
+rpc bdev_null_create --name Null6 --num-blocks 1024 --block-size 4096 >/dev/null
+rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Null6 --namespace.nsid 6 --namespace.no-auto-visible true >/dev/null
+rpc nvmf_ns_add_host --nqn "$NQN" --nsid 6 --host "$HOST" >/dev/null
+refused=$("$NVTCP" rpc -s "$SOCK" nvmf_ns_add_host --nqn "$NQN" --nsid 5 --host "$HOST" 2>&1) &&
+  fail "nvmf_ns_add_host on a namespace every host sees was taken"
+grep -q "Invalid parameters" <<<"$refused" || fail "nvmf_ns_add_host's refusal is not SPDK's: $refused"
+rpc nvmf_get_subsystems | python3 -c '
+import json, sys
+ns = {n["nsid"]: n for s in json.load(sys.stdin) if s["nqn"] == sys.argv[1] for n in s["namespaces"]}
+assert ns[6]["no_auto_visible"] and ns[6]["hosts"] == [sys.argv[2]], ns[6]
+assert not ns[5]["no_auto_visible"], ns[5]' "$NQN" "$HOST" || fail "nvmf_get_subsystems does not show the masking"
 rpc save_config >"$dir/saved.json"
+grep -q '"nvmf_ns_add_host"' "$dir/saved.json" || fail "save_config left out nvmf_ns_add_host"
 stop_target
 [ -e "$SOCK" ] && fail "the socket outlived the target"
 start_target --config "$dir/saved.json" --rpc-socket "$SOCK"  # from its saved configuration
@@ -134,6 +148,8 @@ python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); ass
   >"$dir/perf5.log" 2>&1 && fail "a host not listed reached the reloaded subsystem"
 "$NVTCP" perf -r "${trid% ns:1} ns:5" -q 4 -o 4K -w randread -t 1 >"$dir/perf5.log" 2>&1 \
   || fail "no I/O to namespace 5 after the reload: $(tail -2 "$dir/perf5.log")"
+"$NVTCP" perf -r "${trid% ns:1} ns:6" -q 4 -o 4K -w randread -t 1 >"$dir/perf6.log" 2>&1 \
+  || fail "the host named for namespace 6 has no I/O to it after the reload: $(tail -2 "$dir/perf6.log")"
 # Keys never leave the target: a host saved with one does not load without it being given again.
 rpc nvmf_subsystem_add_host --nqn "$NQN" --host "$HOST" --dhchap-key 'DHHC-1:01:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:' >/dev/null
 rpc save_config >"$dir/saved-keys.json"

@@ -229,6 +229,89 @@ TEST(LiveNamespaces, NamespacesComingAndGoingUnderLoadLoseNoCommand) {
   EXPECT_TRUE(wait_for([&] { return ctrl->active_namespaces() == std::vector<uint32_t>{1, 2, 3}; }, kDueMs));
 }
 
+
+// Masking (SPDK's no_auto_visible and nvmf_ns_add_host): a namespace added with no_auto_visible
+// is seen only by the hosts named for it. To another host it is not in the active list, Identify
+// gives zeros and its I/O answers Invalid Namespace; naming that host shows it at once (the
+// host hears of it from a namespace attribute notice and rescans), and taking the name back
+// hides it again. Hosts that see it are not told when another host is named.
+TEST(LiveNamespaces, AMaskedNamespaceIsSeenOnlyByTheHostsNamedForIt) {
+  RunningTarget t;
+  auto& tgt = t.target();
+  const std::string host_a = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-0000-0000-000000000001";
+  const std::string host_b = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-0000-0000-000000000002";
+  auto connect_as = [&](const std::string& hostnqn, std::atomic<int>& notices) {
+    host::TransportId id = t.trid();
+    id.hostnqn = hostnqn;
+    host::ControllerOptions o = without_keep_alive();
+    o.on_namespace_change = [&notices](uint32_t) { ++notices; };
+    std::string err;
+    auto c = Controller::connect(id, o, err);
+    EXPECT_TRUE(c) << err;
+    return c;
+  };
+  std::atomic<int> notices_a{0}, notices_b{0};
+  auto a = connect_as(host_a, notices_a);
+  ASSERT_TRUE(a);
+
+  ASSERT_EQ(tgt.live_config().create_bdev(bdev_config("Masked0", "ram", 8 << 20, 4096)), "");
+  auto nc = bdev_config("Masked0", "", 0);
+  nc.nsid = 6;
+  nc.no_auto_visible = true;
+  uint32_t nsid = 0;
+  ASSERT_EQ(tgt.live_config().add_namespace(kTestNqn, nc, nsid), "");
+  auto sub = tgt.state().find_subsystem(kTestNqn);
+  ASSERT_TRUE(sub);
+  EXPECT_EQ(sub->set_namespace_visible(6, host_a, true), 0);
+  EXPECT_EQ(sub->set_namespace_visible(1, host_a, true), -EPERM) << "namespace 1 is seen by every host";
+  EXPECT_EQ(sub->set_namespace_visible(9, host_a, true), -ENOENT);
+  ASSERT_TRUE(wait_for([&] { return has_namespace(*a, 6); }, kDueMs)) << "host A, named for it, never saw it";
+
+  auto b = connect_as(host_b, notices_b);  // joins after the namespace and A's name
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->active_namespaces(), (std::vector<uint32_t>{1, 2, 3})) << "namespace 6 is masked from B";
+  std::string err;
+  auto qa = a->create_io_qpair(16, err);
+  ASSERT_TRUE(qa) << err;
+  auto qb = b->create_io_qpair(16, err);
+  ASSERT_TRUE(qb) << err;
+  auto data = pattern(4096, 6);
+  std::vector<uint8_t> back(4096);
+  auto write = [&](QueuePair& q) {
+    return one_command(q, [&](host::CompletionFn cb, void* ctx) { return q.write(6, 2, 1, data.data(), cb, ctx); });
+  };
+  // A raw Read: the host library keeps to the namespaces it knows, and this asks the target.
+  auto read = [&](QueuePair& q) {
+    return one_command(q, [&](host::CompletionFn cb, void* ctx) {
+      nvme::Sqe sqe{};
+      sqe.opc = uint8_t(nvme::IoOpcode::Read);
+      sqe.nsid = 6;
+      sqe.cdw10 = 2;  // SLBA 2, one block (NLB 0's based)
+      return q.submit(sqe, back.data(), 4096, false, cb, ctx);
+    });
+  };
+  EXPECT_TRUE(write(*qa).ok());
+  EXPECT_EQ(read(*qb), nvme::sc::InvalidNamespace) << "B's I/O to a namespace masked from it";
+  // Identify Namespace of an NSID B cannot see: zero-filled, as for one that does not exist.
+  std::vector<uint8_t> idns(4096, 0xFF);
+  ASSERT_TRUE(b->identify(0x00, 6, idns.data()).status.ok());
+  EXPECT_EQ(idns, std::vector<uint8_t>(4096, 0)) << "Identify Namespace for B";
+
+  const int a_before = notices_a.load();
+  EXPECT_EQ(sub->set_namespace_visible(6, host_b, true), 0);
+  ASSERT_TRUE(wait_for([&] { return has_namespace(*b, 6); }, kDueMs)) << "B named for it never saw it";
+  EXPECT_TRUE(wait_for([&] { return notices_b.load() >= 1; }, kDueMs));
+  EXPECT_TRUE(read(*qb).ok());
+  EXPECT_EQ(back, data) << "B reads what A wrote";
+  EXPECT_EQ(notices_a.load(), a_before) << "A, which saw it all along, is not told";
+
+  EXPECT_EQ(sub->set_namespace_visible(6, host_b, false), 0);
+  ASSERT_TRUE(wait_for([&] { return !has_namespace(*b, 6); }, kDueMs)) << "B still sees it after its name went";
+  EXPECT_EQ(read(*qb), nvme::sc::InvalidNamespace);
+  EXPECT_TRUE(has_namespace(*a, 6));
+  EXPECT_TRUE(write(*qa).ok()) << "A still sees it";
+}
+
 }  // namespace
 }  // namespace nvtcp::test::live_namespaces_test
 
@@ -269,6 +352,7 @@ TEST(LiveNamespaces, ConfiguredNamespacesTakeTheirIdentityFromTheirStorage) {
   }
   std::remove(path.c_str());
 }
+
 
 }  // namespace
 }  // namespace nvtcp::test::live_namespaces_test

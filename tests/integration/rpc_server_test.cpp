@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <thread>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "auth/keys.hpp"
 #include "control/rpc_server.hpp"
 #include "nvtcp/host.hpp"
 #include "nvtcp/log.hpp"
@@ -612,11 +615,7 @@ TEST(RpcServer, ASubsystemHandsOutControllerIdsFromItsOwnRange) {
                                              {"max_cntlid", 2050}})["result"],
             true);
   ASSERT_EQ(f.call("bdev_null_create", {{"name", "Null7"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Null7");
-  // What nvtcp cannot do yet is refused, never taken without effect: a namespace meant for named
-  // hosts only would otherwise be visible to all.
-  EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}, {"no_auto_visible", true}}}})
-                ["error"]["code"],
-            control::kInvalidParams);
+  // What nvtcp cannot do is refused, never taken without effect: reservations would not persist.
   EXPECT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null7"}, {"ptpl_file", "/p.json"}}}})
                 ["error"]["code"],
             control::kInvalidParams);
@@ -658,6 +657,74 @@ TEST(RpcServer, ASubsystemHandsOutControllerIdsFromItsOwnRange) {
   ASSERT_NE(saved, again.subsystems.end());
   EXPECT_EQ(saved->min_cntlid, 2049);
   EXPECT_EQ(saved->max_cntlid, 2050);
+}
+
+// nvmf_subsystem_set_ns_ana_group moves a namespace to another ANA group live: a connected host
+// finds it under the new group in the ANA log (with a new CHGCNT) and in Identify Namespace, and
+// the group's state through the listener applies to its I/O at once. SPDK's checks: a group from
+// 1 to max_namespaces, a namespace that exists.
+TEST(RpcServer, ANamespaceMovesToAnotherAnaGroupLive) {
+  RpcFixture f("ana-group");
+  const std::string nqn = "nqn.2016-06.io.spdk:ana";
+  ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}, {"ana_reporting", true},
+                                             {"max_namespaces", 4}})["result"],
+            true);
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "Null8"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Null8");
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null8"}, {"anagrpid", 1}}}})
+                ["result"],
+            1);
+  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
+  // Group 2 is inaccessible through this listener; group 1 (the namespace's) optimized.
+  ASSERT_EQ(f.call("nvmf_subsystem_listener_set_ana_state",
+                   {{"nqn", nqn}, {"listen_address", where}, {"ana_state", "inaccessible"}, {"anagrpid", 2}})["result"],
+            true);
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  ASSERT_TRUE(c) << err;
+  auto qp = c->create_io_qpair(4, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> buf(512);
+  auto read = [&] {
+    return one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(1, 0, 1, buf.data(), cb, ctx); });
+  };
+  // The ANA log: the group that lists NSID 1, and CHGCNT.
+  auto group_of_ns1 = [&](uint64_t& chgcnt) -> uint32_t {
+    std::vector<uint8_t> log(4096, 0);
+    if (!c->get_log_page(0x0C, 0, log.data(), uint32_t(log.size())).status.ok()) return 0;
+    nvme::AnaLogHeader h;
+    std::memcpy(&h, log.data(), sizeof(h));
+    chgcnt = h.chgcnt;
+    size_t off = sizeof(h);
+    for (uint16_t g = 0; g < h.ngrps; ++g) {
+      nvme::AnaGroupDescriptor d;
+      std::memcpy(&d, log.data() + off, sizeof(d));
+      off += sizeof(d);
+      for (uint32_t i = 0; i < d.nnsids; ++i, off += 4)
+        if (log[off] == 1) return d.anagrpid;
+    }
+    return 0;
+  };
+  uint64_t before = 0, after = 0;
+  EXPECT_EQ(group_of_ns1(before), 1u);
+  EXPECT_TRUE(read().ok());
+
+  EXPECT_EQ(f.call("nvmf_subsystem_set_ns_ana_group", {{"nqn", nqn}, {"nsid", 1}, {"anagrpid", 0}})["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_EQ(f.call("nvmf_subsystem_set_ns_ana_group", {{"nqn", nqn}, {"nsid", 1}, {"anagrpid", 5}})["error"]["code"],
+            control::kInvalidParams) << "above max_namespaces";
+  EXPECT_EQ(f.call("nvmf_subsystem_set_ns_ana_group", {{"nqn", nqn}, {"nsid", 3}, {"anagrpid", 2}})["error"]["code"],
+            control::kInvalidParams) << "no namespace 3";
+  ASSERT_EQ(f.call("nvmf_subsystem_set_ns_ana_group", {{"nqn", nqn}, {"nsid", 1}, {"anagrpid", 2}})["result"], true);
+  EXPECT_EQ(group_of_ns1(after), 2u);
+  EXPECT_GT(after, before) << "CHGCNT";
+  EXPECT_EQ(read(), nvme::sc::AnaInaccessible) << "its new group's state applies to its I/O";
+  std::vector<uint8_t> id(4096, 0);
+  ASSERT_TRUE(c->identify(0x00, 1, id.data()).status.ok());
+  EXPECT_EQ(reinterpret_cast<const nvme::IdentifyNamespace*>(id.data())->anagrpid, 2u);
+  EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", nqn}})["result"][0]["namespaces"][0]["anagrpid"], 2);
 }
 
 // Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
@@ -900,6 +967,183 @@ TEST(RpcServer, ANamespaceShowsItsDevicesIdentityNotTheIdentityOfItsNsid) {
     EXPECT_EQ(restarted.call("bdev_get_bdevs", {{"name", name}})["result"][0]["uuid"],
               f.call("bdev_get_bdevs", {{"name", name}})["result"][0]["uuid"])
         << name;
+}
+
+// ---- SPDK's file keyring, as Ceph's NVMe-oF gateway drives it ---------------------------------
+
+constexpr const char* kKeyHost = "nqn.2014-08.org.nvmexpress:uuid:6c1f0e2a-8b1d-4f0e-9d3c-5a7b9e2f4c10";
+
+// A DH-HMAC-CHAP secret of 32 bytes of fill, as nvme-cli's gen-dhchap-key writes it (SHA-256).
+std::string dhchap_text(uint8_t fill) {
+  std::vector<uint8_t> key(32, fill);
+  return std::string(auth::format_dhchap_secret(1, key).view());
+}
+
+// A directory of key files, gone with the test.
+struct KeyDir {
+  std::string dir = fmt::format("/tmp/nvtcp-keyring-test-{}", ::getpid());
+  KeyDir() { ::mkdir(dir.c_str(), 0700); }
+  ~KeyDir() {
+    for (const auto& f : files) std::remove(f.c_str());
+    ::rmdir(dir.c_str());
+  }
+  std::string write(const std::string& name, const std::string& text, mode_t mode = 0600) {
+    const std::string path = dir + "/" + name;
+    {
+      std::ofstream f(path);
+      f << text << "\n";
+    }
+    ::chmod(path.c_str(), mode);
+    files.push_back(path);
+    return path;
+  }
+  std::vector<std::string> files;
+};
+
+host::ControllerOptions keyed_host(const std::string& secret, const std::string& ctrl_secret = {}) {
+  host::ControllerOptions o;
+  o.hostnqn = kKeyHost;
+  o.kato_ms = 0;
+  o.io_queues = 1;
+  o.dhchap_secret = secret;
+  o.dhchap_ctrl_secret = ctrl_secret;
+  return o;
+}
+
+// The keyring entry of name in keyring_get_keys, or null.
+Json key_entry(RpcFixture& f, const std::string& name) {
+  const Json keys = f.call("keyring_get_keys")["result"];
+  for (const auto& k : keys)
+    if (k["name"] == name) return k;
+  return Json();
+}
+
+// Keys added as files, checked as SPDK checks them (an absolute path, a file only its owner can
+// read or write, a name not taken) with SPDK's codes and messages; a host added with its keys by
+// keyring name authenticates with them (and not with another key); the keyring counts its users;
+// a removed key stays with the host that holds it until that host goes.
+TEST(RpcServer, KeyringKeysAddedAsSpdkChecksThemAdmitAHostThatNamesThem) {
+  RpcFixture f("keyring");
+  KeyDir keys;
+  const std::string key0 = keys.write("key0", dhchap_text(0x11));
+  const std::string key1 = keys.write("key1", dhchap_text(0x22));
+  const std::string open_key = keys.write("open", dhchap_text(0x33), 0644);
+  EXPECT_EQ(f.call("keyring_file_add_key", {{"name", "key0"}, {"path", key0}})["result"], true);
+  EXPECT_EQ(f.call("keyring_file_add_key", {{"name", "key1"}, {"path", key1}})["result"], true);
+  const Json refused[][2] = {
+    {Json{{"name", "key0"}, {"path", key1}}, Json{{"code", -17}, {"message", "File exists"}}},
+    {Json{{"name", "rel"}, {"path", "keys/key0"}}, Json{{"code", -1}, {"message", "Operation not permitted"}}},
+    {Json{{"name", "open"}, {"path", open_key}}, Json{{"code", -1}, {"message", "Operation not permitted"}}},
+    {Json{{"name", "gone"}, {"path", keys.dir + "/none"}}, Json{{"code", -2}, {"message", "No such file or directory"}}},
+    {Json{{"name", "ring:key"}, {"path", key0}}, Json{{"code", -22}, {"message", "Invalid argument"}}},
+    {Json{{"name", "nopath"}}, Json{{"code", control::kInvalidParams}, {"message", "Invalid argument"}}},
+  };
+  for (const auto& [params, error] : refused) EXPECT_EQ(f.call("keyring_file_add_key", params)["error"], error) << params;
+  Json listed = f.call("keyring_get_keys")["result"];
+  ASSERT_EQ(listed.size(), 2u) << listed;
+  EXPECT_EQ(listed[0], (Json{{"name", "key0"}, {"module", "keyring_file"}, {"removed", false}, {"probed", false},
+                             {"refcnt", 1}, {"path", key0}}));
+
+  // Only this host, with its keys by name; a name the keyring does not have is refused.
+  EXPECT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  EXPECT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", kKeyHost}, {"dhchap_key", "key9"}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  Json r = f.call("nvmf_subsystem_add_host",
+                  {{"nqn", kTestNqn}, {"host", kKeyHost}, {"dhchap_key", "key0"}, {"dhchap_ctrlr_key", "key1"}});
+  ASSERT_EQ(r["result"], true) << r.dump();
+  EXPECT_EQ(key_entry(f, "key0")["refcnt"], 2);
+  EXPECT_EQ(key_entry(f, "key1")["refcnt"], 2);
+  std::string err;
+  auto ctrl = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x12)), err), nullptr) << "a wrong key let in";
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(""), err), nullptr) << "no key let in";
+
+  // Removed while the host holds it: listed as removed with the host's reference only, gone by
+  // name (a second remove, a new host), and still the host's key.
+  EXPECT_EQ(f.call("keyring_file_remove_key", {{"name", "key0"}})["result"], true);
+  EXPECT_EQ(key_entry(f, "key0"),
+            (Json{{"name", "key0"}, {"module", "keyring_file"}, {"removed", true}, {"probed", false}, {"refcnt", 1}}));
+  EXPECT_EQ(f.call("keyring_file_remove_key", {{"name", "key0"}})["error"],
+            (Json{{"code", -126}, {"message", "Required key not available"}}));
+  EXPECT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.h2"}, {"dhchap_key", "key0"}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  auto again = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err);
+  EXPECT_NE(again, nullptr) << err;
+  // The host gone, so is the removed key; key1 is the keyring's alone again.
+  again.reset();
+  ctrl.reset();
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", kKeyHost}})["result"], true);
+  EXPECT_TRUE(key_entry(f, "key0").is_null());
+  EXPECT_EQ(key_entry(f, "key1")["refcnt"], 1);
+  // The name is free again, for another file.
+  EXPECT_EQ(f.call("keyring_file_add_key", {{"name", "key0"}, {"path", key1}})["result"], true);
+}
+
+// save_config writes the keyring (names and paths) before nvmf, and hosts' keys by name, never
+// a key; a target started from that file admits the host with its key, and saves the same.
+TEST(RpcServer, SavedKeyringKeysBringARestartedTargetsHostsBackByName) {
+  RpcFixture f("keyring-save");
+  KeyDir keys;
+  const std::string key0 = keys.write("key0", dhchap_text(0x44));
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "key0"}, {"path", key0}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", kKeyHost}, {"dhchap_key", "key0"}})["result"],
+            true);
+  // A host with a TLS PSK by name.
+  std::vector<uint8_t> psk_bytes(32, 0x66);
+  const std::string psk_text(auth::format_tls_psk(1, psk_bytes).view());
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "psk0"}, {"path", keys.write("psk0", psk_text)}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.psk"}, {"psk", "psk0"}})["result"], true);
+  // One host with its key inline: saved with the placeholder, as before.
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.inline"}, {"dhchap_key", dhchap_text(0x55)}})
+                ["result"],
+            true);
+  Json saved = f.call("save_config")["result"];
+  const std::string text = saved.dump();
+  const std::string secret0 = dhchap_text(0x44), secret1 = dhchap_text(0x55);
+  EXPECT_EQ(text.find(secret0.substr(10, 20)), std::string::npos) << "save_config wrote a key: " << text;
+  EXPECT_EQ(text.find(secret1.substr(10, 20)), std::string::npos) << "save_config wrote a key: " << text;
+  EXPECT_EQ(text.find(psk_text.substr(16, 20)), std::string::npos) << "save_config wrote a key: " << text;
+  ASSERT_EQ(saved["subsystems"][0]["subsystem"], "keyring");
+  ASSERT_EQ(saved["subsystems"][0]["config"].size(), 2u);
+  EXPECT_EQ(saved["subsystems"][0]["config"][0],
+            (Json{{"method", "keyring_file_add_key"}, {"params", {{"name", "key0"}, {"path", key0}}}}));
+  EXPECT_EQ(saved["subsystems"][0]["config"][1]["params"]["name"], "psk0");
+  EXPECT_EQ(f.call("framework_get_config", {{"name", "keyring"}})["result"], saved["subsystems"][0]["config"]);
+  std::map<std::string, Json> hosts;
+  for (const auto& group : saved["subsystems"])
+    for (const auto& m : group["config"])
+      if (m["method"] == "nvmf_subsystem_add_host") hosts[m["params"]["host"]] = m["params"];
+  EXPECT_EQ(hosts[kKeyHost]["dhchap_key"], "key0") << text;
+  EXPECT_EQ(hosts["nqn.psk"]["psk"], "psk0") << text;
+  EXPECT_TRUE(hosts["nqn.inline"]["dhchap_key"].is_string());
+  EXPECT_NE(hosts["nqn.inline"]["dhchap_key"], "key0");
+  // Replayed without the inline host (its key is not in the file: it must be given again).
+  for (auto& group : saved["subsystems"]) {
+    auto& config = group["config"];
+    for (size_t i = config.size(); i-- > 0;)
+      if (config[i]["method"] == "nvmf_subsystem_add_host" && config[i]["params"]["host"] == "nqn.inline")
+        config.erase(i);
+  }
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(saved, again), "");
+  for (auto& l : again.listeners) l.port = 0;  // the first target's port is taken
+  for (auto& s : again.subsystems) s.listeners.clear();
+  ASSERT_EQ(target::finalize_config(again), "");
+  RpcFixture restarted("keyring-restarted", {}, again);
+  std::string err;
+  EXPECT_EQ(host::Controller::connect(restarted.t.trid(), keyed_host(dhchap_text(0x45)), err), nullptr)
+      << "a wrong key let in";
+  auto ctrl = host::Controller::connect(restarted.t.trid(), keyed_host(secret0), err);
+  EXPECT_NE(ctrl, nullptr) << err;
+  EXPECT_EQ(key_entry(restarted, "key0"), (Json{{"name", "key0"}, {"module", "keyring_file"}, {"removed", false},
+                                                 {"probed", false}, {"refcnt", 2}, {"path", key0}}));
+  const std::string resaved = restarted.call("save_config")["result"].dump();
+  EXPECT_NE(resaved.find(R"("dhchap_key":"key0")"), std::string::npos) << resaved;
+  EXPECT_NE(resaved.find(R"("psk":"psk0")"), std::string::npos) << resaved;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -510,6 +511,58 @@ TEST(SpdkConfig, WhatCannotBeReplayedIsAnError) {
       {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "host": "nqn.h",
         "dhchap_key": "(a key is configured here; keys are never exported: give it again)"}}]}]})J", err);
   EXPECT_NE(err.find("host nqn.h: dhchap_key"), std::string::npos) << err;
+}
+
+// SPDK's file keyring as save_config writes it (its section first): a host's dhchap_key that
+// names a key is that key's file, read now and remembered by name; the keyring's checks stop
+// the load (a relative path, a file others can read, a name given twice), as does a host that
+// names a key the file does not add.
+TEST(SpdkConfig, KeyringKeysAreReplayedAndHostsNameThem) {
+  const std::string key_path = "/tmp/nvtcp-config-keyring-" + std::to_string(getpid());
+  {
+    std::ofstream f(key_path);
+    f << kKey << "\n";
+  }
+  chmod(key_path.c_str(), 0600);
+  auto config = [&](const std::string& keys, const std::string& host_key) {
+    return R"({"subsystems": [{"subsystem": "keyring", "config": [)" + keys +
+           R"(]}, {"subsystem": "nvmf", "config": [
+        {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1"}},
+        {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "host": "nqn.h",
+          "dhchap_key": ")" + host_key + R"("}}]}]})";
+  };
+  auto add_key = [](const std::string& name, const std::string& path) {
+    return R"({"method": "keyring_file_add_key", "params": {"name": ")" + name + R"(", "path": ")" + path + R"("}})";
+  };
+  std::string err;
+  TargetConfig cfg = load_spdk(config(add_key("key0", key_path), "key0"), err);
+  ASSERT_EQ(err, "");
+  const HostKeys& keys = cfg.subsystems.at(0).host_keys.at("nqn.h");
+  ASSERT_TRUE(keys.dhchap);
+  EXPECT_EQ(keys.dhchap_ref.name, "key0");
+  EXPECT_FALSE(keys.dhchap_ctrl_ref);
+  ASSERT_EQ(cfg.keyring->keys().size(), 1u);
+  EXPECT_EQ(cfg.keyring->keys()[0].path, key_path);
+  // The key read is the file's: the same secret as given inline.
+  TargetConfig inline_cfg = load_spdk(config("", kKey), err);
+  ASSERT_EQ(err, "");
+  const HostKeys& inline_keys = inline_cfg.subsystems.at(0).host_keys.at("nqn.h");
+  EXPECT_FALSE(inline_keys.dhchap_ref);
+  EXPECT_EQ(inline_keys.dhchap->key.size(), keys.dhchap->key.size());
+  EXPECT_EQ(std::memcmp(inline_keys.dhchap->key.data(), keys.dhchap->key.data(), keys.dhchap->key.size()), 0);
+
+  load_spdk(config("", "key0"), err);
+  EXPECT_NE(err.find("host nqn.h: dhchap_key"), std::string::npos) << err;
+  EXPECT_NE(err.find("keyring_file_add_key adds one"), std::string::npos) << err;
+  load_spdk(config(add_key("key0", "relative/key"), "key0"), err);
+  EXPECT_NE(err.find("Non-absolute paths are not allowed: relative/key"), std::string::npos) << err;
+  load_spdk(config(add_key("key0", key_path) + "," + add_key("key0", key_path), "key0"), err);
+  EXPECT_NE(err.find("Key 'key0' already exists"), std::string::npos) << err;
+  chmod(key_path.c_str(), 0644);
+  load_spdk(config(add_key("key0", key_path), "key0"), err);
+  EXPECT_NE(err.find("Invalid permissions for key file '" + key_path + "'"), std::string::npos) << err;
+  EXPECT_EQ(err.find("ia6zGodOr4"), std::string::npos) << "a key in an error: " << err;
+  std::remove(key_path.c_str());
 }
 
 }  // namespace
