@@ -61,13 +61,15 @@ struct Command {
     bool shutdown_after = false;  // Property Set CC.SHN: report the shutdown complete at the end
   };
   struct DsmSteps {
-    uint32_t next = 0;  // next range to deallocate
+    uint32_t next = 0;   // next range to deallocate
+    uint64_t bytes = 0;  // deallocated so far (IoMetrics::unmap_done)
   };
   struct CopySteps {
     uint32_t next = 0;     // the source range being copied
     uint64_t dst = 0;      // where it goes (LBA)
     uint64_t done = 0;     // bytes of range `next` copied so far
     bool writing = false;  // the device is writing the piece (else reading it)
+    uint64_t bytes = 0;    // written at the destination so far (IoMetrics::copy_done)
   };
   struct FusedHalf {
     Command* partner = nullptr;  // the other half of a fused Compare and Write

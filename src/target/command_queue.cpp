@@ -154,9 +154,20 @@ void CommandQueue::count_response(const Command& r) {
     }
     return;
   }
-  if (!read && opc != IoOpcode::Write) return;
+  // A Dataset Management that deallocated, a Copy: their steps hold the bytes they moved.
+  const auto* dsm = opc == IoOpcode::DatasetManagement ? std::get_if<Command::DsmSteps>(&r.steps) : nullptr;
+  const auto* copy = opc == IoOpcode::Copy ? std::get_if<Command::CopySteps>(&r.steps) : nullptr;
+  if (!read && opc != IoOpcode::Write && !dsm && !copy) return;
   const uint64_t now = clock().turn_ns(reactor());
   const uint64_t latency = now > r.arrived_ns ? now - r.arrived_ns : 0;
+  if (dsm || copy) {  // Deallocate and Copy: no histogram (bdev_get_iostat's counts and range)
+    for (IoMetrics* m : {ns, port}) {
+      if (!m) continue;
+      if (dsm) m->unmap_done(slot, dsm->bytes, latency);
+      else m->copy_done(slot, copy->bytes, latency);
+    }
+    return;
+  }
   const size_t bucket = latency_bucket(latency);
   for (IoMetrics* m : {ns, port}) {
     if (!m) continue;
@@ -358,7 +369,7 @@ void CommandQueue::on_durable_timer(reactor::Timer* t) {
   size_t kept = 0;
   for (Command* r : waiting) {
     bool durable = false;
-    Namespace* ns = self->ctrl_->find_namespace(r->sqe.nsid);
+    Namespace* ns = r->ns;  // held since parse, even if masked from the host meanwhile
     if (ns && !ns->reservations.written(std::get<Command::DurableWait>(r->steps).ticket, durable)) {
       waiting[kept++] = r;
       continue;

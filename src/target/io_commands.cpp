@@ -426,7 +426,7 @@ void IoCommands::copy_step(Command& r) {
     q_.complete(r, sc::Success);
     return;
   }
-  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
+  Namespace* ns = r.ns;  // held since parse, even if masked from the host meanwhile
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
@@ -451,7 +451,7 @@ void IoCommands::copy_done(Command& r) {
     q_.complete(r, st);
     return;
   }
-  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
+  Namespace* ns = r.ns;  // held since parse, even if masked from the host meanwhile
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   // A device that lent its own memory for the read: into the buffer, since the write may
@@ -459,6 +459,7 @@ void IoCommands::copy_done(Command& r) {
   if (!copy.writing && r.io.read_data && r.io.read_data != r.io.buffer)
     std::memcpy(r.io.buffer, r.io.read_data, r.io.length);
   copy.done += r.io.length;
+  if (copy.writing) copy.bytes += r.io.length;
   if (copy.done == range_bytes) {
     copy.done = 0;
     if (copy.writing) {  // a range done: the next one a turn later at the earliest
@@ -479,7 +480,7 @@ void IoCommands::dsm_step(Command& r) {
     return;
   }
   auto& dsm = std::get<Command::DsmSteps>(r.steps);
-  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
+  Namespace* ns = r.ns;  // held since parse, even if masked from the host meanwhile
   const auto* ranges = reinterpret_cast<const DsmRange*>(r.buf);
   const uint32_t nr = (r.sqe.cdw10 & 0xFF) + 1;
   while (dsm.next < nr && ranges[dsm.next].nlb == 0) ++dsm.next;
@@ -491,6 +492,7 @@ void IoCommands::dsm_step(Command& r) {
   r.io.op = backend::BlockIo::Op::Deallocate;
   r.io.offset = d.slba << ns->lbads;
   r.io.length = uint64_t(d.nlb) << ns->lbads;
+  dsm.bytes += r.io.length;
   submit(r, *ns);
 }
 

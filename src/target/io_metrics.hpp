@@ -9,6 +9,7 @@
 // reactor's clock of the turn (Clock::turn_ns): no clock read per command, and a resolution of
 // one loop turn.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -28,12 +29,23 @@ inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
 }
 }  // namespace detail
 
+// The shortest and longest latency of one kind of command (bdev_get_iostat's min_ and max_*).
+struct LatencyRange {
+  uint64_t min_ns = 0, max_ns = 0;  // 0 and 0 until one was counted
+  bool counted = false;
+};
+
 // Plain totals: a snapshot of one slot, or the sum of them.
 struct IoTotals {
   uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0;
   uint64_t read_errors = 0, write_errors = 0, other_errors = 0;
   std::array<uint64_t, kLatencyBuckets> read_latency{}, write_latency{};  // per bucket, not cumulative
   uint64_t read_latency_ns = 0, write_latency_ns = 0;                     // sums
+  // Dataset Management with Deallocate, and Copy: commands, bytes (deallocated; written at the
+  // destination) and the sum of their latencies.
+  uint64_t unmaps = 0, unmap_bytes = 0, unmap_latency_ns = 0;
+  uint64_t copies = 0, copy_bytes = 0, copy_latency_ns = 0;
+  LatencyRange read_range, write_range, unmap_range, copy_range;
 };
 
 class IoMetrics {
@@ -50,6 +62,7 @@ class IoMetrics {
     detail::bump(s.read_bytes, bytes);
     detail::bump(s.read_latency[bucket]);
     detail::bump(s.read_latency_ns, latency_ns);
+    s.read_range.count(latency_ns);
   }
   void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns, size_t bucket) {
     Slot& s = slots_[slot];
@@ -57,12 +70,27 @@ class IoMetrics {
     detail::bump(s.write_bytes, bytes);
     detail::bump(s.write_latency[bucket]);
     detail::bump(s.write_latency_ns, latency_ns);
+    s.write_range.count(latency_ns);
   }
   void read_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
     read_done(slot, bytes, latency_ns, latency_bucket(latency_ns));
   }
   void write_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
     write_done(slot, bytes, latency_ns, latency_bucket(latency_ns));
+  }
+  void unmap_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    Slot& s = slots_[slot];
+    detail::bump(s.unmaps);
+    detail::bump(s.unmap_bytes, bytes);
+    detail::bump(s.unmap_latency_ns, latency_ns);
+    s.unmap_range.count(latency_ns);
+  }
+  void copy_done(uint32_t slot, uint64_t bytes, uint64_t latency_ns) {
+    Slot& s = slots_[slot];
+    detail::bump(s.copies);
+    detail::bump(s.copy_bytes, bytes);
+    detail::bump(s.copy_latency_ns, latency_ns);
+    s.copy_range.count(latency_ns);
   }
   void read_failed(uint32_t slot) { detail::bump(slots_[slot].read_errors); }
   void write_failed(uint32_t slot) { detail::bump(slots_[slot].write_errors); }
@@ -88,16 +116,45 @@ class IoMetrics {
       }
       t.read_latency_ns += get(s.read_latency_ns);
       t.write_latency_ns += get(s.write_latency_ns);
+      t.unmaps += get(s.unmaps);
+      t.unmap_bytes += get(s.unmap_bytes);
+      t.unmap_latency_ns += get(s.unmap_latency_ns);
+      t.copies += get(s.copies);
+      t.copy_bytes += get(s.copy_bytes);
+      t.copy_latency_ns += get(s.copy_latency_ns);
+      s.read_range.add_to(t.read_range);
+      s.write_range.add_to(t.write_range);
+      s.unmap_range.add_to(t.unmap_range);
+      s.copy_range.add_to(t.copy_range);
     }
     return t;
   }
 
  private:
+  // The shortest and longest latency a slot counted: a load and, rarely, a store each (its
+  // reactor the only writer, as for the counters).
+  struct SlotRange {
+    std::atomic<uint64_t> min_ns{UINT64_MAX}, max_ns{0};
+    void count(uint64_t ns) {
+      if (ns < min_ns.load(std::memory_order_relaxed)) min_ns.store(ns, std::memory_order_relaxed);
+      if (ns > max_ns.load(std::memory_order_relaxed)) max_ns.store(ns, std::memory_order_relaxed);
+    }
+    void add_to(LatencyRange& r) const {
+      const uint64_t lo = min_ns.load(std::memory_order_relaxed), hi = max_ns.load(std::memory_order_relaxed);
+      if (lo == UINT64_MAX) return;  // none counted
+      r.min_ns = r.counted ? std::min(r.min_ns, lo) : lo;
+      r.max_ns = r.counted ? std::max(r.max_ns, hi) : hi;
+      r.counted = true;
+    }
+  };
   struct alignas(64) Slot {
     std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0};
     std::atomic<uint64_t> read_errors{0}, write_errors{0}, other_errors{0};
     std::atomic<uint64_t> read_latency_ns{0}, write_latency_ns{0};
     std::array<std::atomic<uint64_t>, kLatencyBuckets> read_latency{}, write_latency{};
+    std::atomic<uint64_t> unmaps{0}, unmap_bytes{0}, unmap_latency_ns{0};
+    std::atomic<uint64_t> copies{0}, copy_bytes{0}, copy_latency_ns{0};
+    SlotRange read_range, write_range, unmap_range, copy_range;
   };
   std::unique_ptr<Slot[]> slots_;
   uint32_t nslots_ = 0;

@@ -145,6 +145,8 @@ grep -q "namespace 2: its rbd was resized: 16384 -> 24576 blocks" "$dir/target.l
 "$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" >"$dir/identify-2.txt" ||
   fail "identify of namespace 2"
 grep -qE "100663296|96(\.0)? MiB" "$dir/identify-2.txt" || { cat "$dir/identify-2.txt"; fail "identify does not show the new size"; }
+rpc bdev_get_bdevs --name Ceph7 | python3 -c 'import json,sys; b=json.load(sys.stdin)[0]; assert b["num_blocks"] == 96 * 256, b' ||
+  fail "bdev_get_bdevs does not show the size the cluster gave the image"
 # And grown from the gateway (bdev_rbd_resize, MiB as rpc.py sends it): the image on the cluster
 # grows; shrinking is refused, as SPDK refuses it.
 rpc bdev_rbd_resize --name Ceph7 --new-size 128 >/dev/null || fail "bdev_rbd_resize"

@@ -727,6 +727,78 @@ TEST(RpcServer, ANamespaceMovesToAnotherAnaGroupLive) {
   EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", nqn}})["result"][0]["namespaces"][0]["anagrpid"], 2);
 }
 
+// bdev_get_iostat in SPDK's shape, from what hosts' commands did: reads, writes, deallocations
+// and copies with their bytes, latency sums and their shortest and longest; a bdev no namespace
+// has shows zeros, an unknown one is No such device, per_channel is refused.
+TEST(RpcServer, BdevIostatCountsWhatHostsDid) {
+  RpcFixture f("iostat");
+  const std::string nqn = "nqn.2016-06.io.spdk:iostat";
+  ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);
+  ASSERT_EQ(f.call("bdev_malloc_create", {{"name", "Malloc3"}, {"num_blocks", 2048}, {"block_size", 512}})["result"],
+            "Malloc3");
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "Idle0"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Idle0");
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc3"}}}})["result"], 1);
+  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  ASSERT_TRUE(c) << err;
+  auto qp = c->create_io_qpair(4, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> buf(4096, 0x5A);
+  auto run = [&](const std::function<int(host::CompletionFn, void*)>& submit) { EXPECT_TRUE(one_command(*qp, submit).ok()); };
+  for (int i = 0; i < 3; ++i)
+    run([&](host::CompletionFn cb, void* ctx) { return qp->write(1, uint64_t(i) * 8, 8, buf.data(), cb, ctx); });
+  for (int i = 0; i < 2; ++i)
+    run([&](host::CompletionFn cb, void* ctx) { return qp->read(1, 0, 2, buf.data(), cb, ctx); });
+  nvme::DsmRange trim{0, 16, 100};  // 16 blocks from LBA 100
+  run([&](host::CompletionFn cb, void* ctx) { return qp->deallocate(1, &trim, 1, cb, ctx); });
+  nvme::CopySourceRange src{};
+  src.slba = 0;
+  src.nlb = 3;  // 4 blocks, to LBA 500
+  nvme::Sqe copy{};
+  copy.opc = uint8_t(nvme::IoOpcode::Copy);
+  copy.nsid = 1;
+  copy.cdw10 = 500;
+  std::memcpy(buf.data(), &src, sizeof(src));
+  run([&](host::CompletionFn cb, void* ctx) { return qp->submit(copy, buf.data(), sizeof(src), true, cb, ctx); });
+
+  // Counted as each response leaves: a moment after the host saw it.
+  Json st;
+  ASSERT_TRUE(wait_for([&] {
+    st = f.call("bdev_get_iostat", {{"name", "Malloc3"}})["result"];
+    return st["bdevs"][0]["num_copy_ops"] == 1;
+  }, 5000)) << st.dump();
+  EXPECT_EQ(st["tick_rate"], 1000000000ull);
+  EXPECT_GT(st["ticks"].get<uint64_t>(), 0u);
+  const Json& b = st["bdevs"][0];
+  EXPECT_EQ(b["name"], "Malloc3");
+  EXPECT_EQ(b["num_write_ops"], 3);
+  EXPECT_EQ(b["bytes_written"], 3 * 4096);
+  EXPECT_EQ(b["num_read_ops"], 2);
+  EXPECT_EQ(b["bytes_read"], 2 * 1024);
+  EXPECT_EQ(b["num_unmap_ops"], 1);
+  EXPECT_EQ(b["bytes_unmapped"], 16 * 512);
+  EXPECT_EQ(b["bytes_copied"], 4 * 512);
+  for (const char* kind : {"read", "write", "unmap", "copy"}) {
+    const uint64_t sum = b[fmt::format("{}_latency_ticks", kind)], lo = b[fmt::format("min_{}_latency_ticks", kind)],
+                   hi = b[fmt::format("max_{}_latency_ticks", kind)];
+    EXPECT_LE(lo, hi) << kind;
+    EXPECT_LE(hi, sum) << kind;
+  }
+  EXPECT_EQ(b["io_error"], Json::object());
+
+  Json idle = f.call("bdev_get_iostat", {{"name", "Idle0"}})["result"]["bdevs"][0];
+  EXPECT_EQ(idle["num_read_ops"], 0);
+  EXPECT_EQ(idle["max_read_latency_ticks"], 0);
+  EXPECT_EQ(f.call("bdev_get_iostat")["result"]["bdevs"].size(), f.call("bdev_get_bdevs")["result"].size())
+      << "every bdev";
+  EXPECT_EQ(f.call("bdev_get_iostat", {{"name", "nope"}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_EQ(f.call("bdev_get_iostat", {{"per_channel", true}})["error"]["code"], -22);
+}
+
 // Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
 // images: an RBD bdev of the cluster connects with the cluster's settings (the device factory
 // stands in for librbd here and sees them; ceph.rbd_failover does it against a real cluster),
