@@ -82,6 +82,7 @@ std::string Target::start() {
     raw->connections.set_index(i);
     bool accept_here = i == 0;
     int cpu = i < cfg_.cpus.size() ? cfg_.cpus[i] : -1;
+    raw->pinned_cpu = cpu;
     rt->thread = std::thread([this, raw, accept_here, cpu] { run_reactor(raw, accept_here, cpu); });
     std::unique_lock lk(raw->mu);
     raw->cv.wait(lk, [raw] { return raw->ready; });
@@ -142,11 +143,13 @@ void Target::run_reactor(ReactorThread* raw, bool accept_here, int cpu) {
   // The CPU figure is sampled every millisecond, not every turn: getrusage is a system
   // call, and a polling reactor turns hundreds of thousands of times a second.
   uint64_t next_cpu_sample_ns = 0;
+  const uint64_t started_ns = r.now_ns();
   while (!stopping_.load(std::memory_order_relaxed)) {
     r.run_once(100000);
     if (r.now_ns() >= next_cpu_sample_ns) {
       raw->cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
       raw->busy_ns.store(r.busy_ns(), std::memory_order_relaxed);
+      raw->run_ns.store(r.now_ns() - started_ns, std::memory_order_relaxed);
       next_cpu_sample_ns = r.now_ns() + 1'000'000;
     }
   }
@@ -306,6 +309,13 @@ std::vector<double> Target::cpu_seconds_per_reactor() const {
 std::vector<double> Target::busy_seconds_per_reactor() const {
   std::vector<double> out;
   for (auto& rt : reactors_) out.push_back(double(rt->busy_ns.load(std::memory_order_relaxed)) / 1e9);
+  return out;
+}
+
+std::vector<Target::ReactorTimes> Target::reactor_times() const {
+  std::vector<ReactorTimes> out;
+  for (auto& rt : reactors_)
+    out.push_back({rt->busy_ns.load(std::memory_order_relaxed), rt->run_ns.load(std::memory_order_relaxed), rt->pinned_cpu});
   return out;
 }
 

@@ -45,6 +45,13 @@ class Target {
   // both sampled by the reactor once a millisecond.
   std::vector<double> cpu_seconds_per_reactor() const;
   std::vector<double> busy_seconds_per_reactor() const;
+  // Per reactor (thread_get_stats): nanoseconds in turns that had work and since it started,
+  // both from the same once-a-millisecond sample, and the CPU it is pinned to (-1: none).
+  struct ReactorTimes {
+    uint64_t busy_ns = 0, run_ns = 0;
+    int cpu = -1;
+  };
+  std::vector<ReactorTimes> reactor_times() const;
   // What the metrics endpoint reports (control path: takes the live-change lock so that no
   // namespace goes while it is read, and asks the reactors for their connections).
   TargetMetrics metrics();
@@ -94,6 +101,8 @@ class Target {
     ConnectionSet connections;
     std::atomic<double> cpu{0};
     std::atomic<uint64_t> busy_ns{0};  // Reactor::busy_ns(), sampled with cpu
+    std::atomic<uint64_t> run_ns{0};   // since the reactor started, sampled with busy_ns
+    int pinned_cpu = -1;               // the CPU it is pinned to (-1: none)
     std::mutex mu;
     std::condition_variable cv;
     bool ready = false;

@@ -799,6 +799,50 @@ TEST(RpcServer, BdevIostatCountsWhatHostsDid) {
   EXPECT_EQ(f.call("bdev_get_iostat", {{"per_channel", true}})["error"]["code"], -22);
 }
 
+// thread_get_stats in SPDK's shape: one thread per reactor, named as nvmf_get_stats names its poll
+// group; busy and idle add up to the time since the reactor started, and busy grows with work.
+TEST(RpcServer, ThreadStatsShowEachReactorsBusyAndIdleTime) {
+  target::TargetConfig cfg = default_config();
+  cfg.cores = 2;
+  RpcFixture f("threads", {}, cfg);
+  auto sample = [&f] {
+    Json st = f.call("thread_get_stats")["result"];
+    EXPECT_EQ(st["tick_rate"], 1000000000ull);
+    return st["threads"];
+  };
+  Json before = sample();
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before[0]["name"], "nvmf_tgt_poll_group_0");
+  EXPECT_EQ(before[1]["id"], 2);
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto c = host::Controller::connect(f.t.trid(), o, err);
+  ASSERT_TRUE(c) << err;
+  auto qp = c->create_io_qpair(4, err);
+  ASSERT_TRUE(qp) << err;
+  std::vector<uint8_t> buf(4096);
+  for (int i = 0; i < 200; ++i)
+    ASSERT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(1, 0, 8, buf.data(), cb, ctx); }).ok());
+  // Sampled by each reactor once a millisecond: a later sample shows the work.
+  Json after;
+  ASSERT_TRUE(wait_for([&] {
+    after = sample();
+    uint64_t b0 = 0, b1 = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      b0 += before[i]["busy"].get<uint64_t>();
+      b1 += after[i]["busy"].get<uint64_t>();
+    }
+    return b1 > b0;
+  }, 5000)) << "no reactor got busier: " << after.dump();
+  for (size_t i = 0; i < 2; ++i) {
+    const uint64_t total0 = before[i]["busy"].get<uint64_t>() + before[i]["idle"].get<uint64_t>();
+    const uint64_t total1 = after[i]["busy"].get<uint64_t>() + after[i]["idle"].get<uint64_t>();
+    EXPECT_GT(total1, total0) << "reactor " << i << ": busy + idle is the time since it started";
+    EXPECT_EQ(after[i]["active_pollers_count"], 1);
+  }
+}
+
 // Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
 // images: an RBD bdev of the cluster connects with the cluster's settings (the device factory
 // stands in for librbd here and sees them; ceph.rbd_failover does it against a real cluster),
