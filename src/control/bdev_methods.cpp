@@ -64,6 +64,13 @@ void create_bdev(Target& t, const target::NamespaceConfig& nc) {
   }
 }
 
+Json qos_json(const target::QosLimits& q) {
+  return Json{{"rw_ios_per_sec", q.rw_ios_per_sec},
+              {"rw_mbytes_per_sec", q.rw_mbytes_per_sec},
+              {"r_mbytes_per_sec", q.r_mbytes_per_sec},
+              {"w_mbytes_per_sec", q.w_mbytes_per_sec}};
+}
+
 Json bdev_json(const target::BdevTable::Info& b) {
   const bool null = b.spec.type == "null", file = b.spec.type == "file";
   Json j{{"name", b.spec.name},
@@ -79,6 +86,7 @@ Json bdev_json(const target::BdevTable::Info& b) {
            {"nvme_admin", false}, {"nvme_io", false}}},
          {"driver_specific", Json::object()}};
   if (!b.spec.uuid.empty()) j["uuid"] = b.spec.uuid;
+  j["assigned_rate_limits"] = qos_json(b.spec.qos);
   if (!b.subnqn.empty()) {
     j["claim_type"] = "exclusive_write";
     j["driver_specific"]["nvtcp"] = {{"subsystem", b.subnqn}, {"nsid", b.nsid}};
@@ -307,7 +315,7 @@ Json bdev_rbd_resize(MethodContext& ctx, const Json& params) {
 }
 
 // The namespace a bdev serves now (null: none). Control path: namespaces change on it alone.
-const target::Namespace* namespace_of(Target& t, const target::BdevTable::Info& b) {
+target::Namespace* namespace_of(Target& t, const target::BdevTable::Info& b) {
   if (b.subnqn.empty()) return nullptr;
   const auto sub = t.state().find_subsystem(b.subnqn);
   return sub ? sub->find_namespace(b.nsid) : nullptr;
@@ -359,6 +367,34 @@ Json bdev_iostat_json(const std::string& name, const target::IoTotals& io) {
   range("unmap", io.unmap_range);
   range("copy", io.copy_range);
   return j;
+}
+
+// Rate limits on a bdev, enforced on every reactor for the namespace that has it (QosLimiter):
+// SPDK's parameters, each left as it was when not given, 0 for none; its checks.
+Json bdev_set_qos_limit(MethodContext& ctx, const Json& params) {
+  Target& t = ctx.target;
+  Params p(params);
+  const std::string name = p.str("name");
+  const auto ios = p.opt_u64("rw_ios_per_sec"), rw = p.opt_u64("rw_mbytes_per_sec"), r = p.opt_u64("r_mbytes_per_sec"),
+             w = p.opt_u64("w_mbytes_per_sec");
+  p.done();
+  if (!ios && !rw && !r && !w) throw RpcError(kInvalidArgument, "No rate limits specified");
+  if (ios && *ios % 1000)
+    throw RpcError(kInvalidArgument, fmt::format("rw_ios_per_sec {} is not a multiple of 1000", *ios));
+  for (auto v : {rw, r, w})
+    if (v && *v > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("{} MB/s is out of range", *v));
+  target::BdevTable::Info b;
+  if (!t.state().bdevs.find(name, b)) throw RpcError(kNoSuchDevice, fmt::format("No such device: {}", name));
+  target::QosLimits q = b.spec.qos;
+  if (ios) q.rw_ios_per_sec = *ios;
+  if (rw) q.rw_mbytes_per_sec = *rw;
+  if (r) q.r_mbytes_per_sec = *r;
+  if (w) q.w_mbytes_per_sec = *w;
+  if (!t.state().bdevs.set_qos(name, q, b)) throw RpcError(kNoSuchDevice, fmt::format("No such device: {}", name));
+  if (target::Namespace* ns = namespace_of(t, b)) ns->qos.set(q);
+  log::info("RPC: bdev {} rate limits: {} IO/s, {} MB/s read and write, {} MB/s read, {} MB/s write (0: none)", name,
+            q.rw_ios_per_sec, q.rw_mbytes_per_sec, q.r_mbytes_per_sec, q.w_mbytes_per_sec);
+  return Json(true);
 }
 
 Json bdev_get_iostat(MethodContext& ctx, const Json& params) {
@@ -426,6 +462,11 @@ Json bdev_config(Target& t) {
     }
     if (!b.spec.uuid.empty()) p["uuid"] = b.spec.uuid;
     out.push_back(Json{{"method", method}, {"params", p}});
+    if (b.spec.qos.any()) {
+      Json q = qos_json(b.spec.qos);
+      q["name"] = b.spec.name;
+      out.push_back(Json{{"method", "bdev_set_qos_limit"}, {"params", q}});
+    }
   }
   return out;
 }
@@ -447,6 +488,7 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
     {"bdev_rbd_resize", bdev_rbd_resize},
     {"bdev_get_iostat", bdev_get_iostat},
+    {"bdev_set_qos_limit", bdev_set_qos_limit},
     {"bdev_null_resize", bdev_null_resize},
     {"bdev_get_bdevs", bdev_get_bdevs},
   };

@@ -180,6 +180,7 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   ns->nsid = nc.nsid;
   ns->anagrpid = nc.anagrpid ? nc.anagrpid : nc.nsid;
   ns->auto_visible = !nc.no_auto_visible;
+  ns->qos.set(nc.qos);
   ns->visible_hosts.insert(nc.visible_hosts.begin(), nc.visible_hosts.end());
   ns->name = nc.name;
   ns->block_size = nc.block_size;
@@ -295,6 +296,15 @@ bool BdevTable::resize(const std::string& name, uint64_t bytes) {
 void BdevTable::set_size(const std::string& name, uint64_t bytes) {
   std::lock_guard lk(mu_);
   if (auto it = entries_.find(name); it != entries_.end()) it->second.spec.size = bytes;
+}
+
+bool BdevTable::set_qos(const std::string& name, const QosLimits& limits, Info& out) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return false;
+  it->second.spec.qos = limits;
+  out = {it->second.spec, it->second.subnqn, it->second.nsid, 0};
+  return true;
 }
 
 bool RbdClusterTable::add(const backend::RbdSpec& cluster) {

@@ -95,6 +95,9 @@ class BdevTable {
   std::vector<Info> list() const;
   // Changes the recorded size (bdev_null_resize).
   void set_size(const std::string& name, uint64_t bytes);
+  // Records the bdev's rate limits (bdev_set_qos_limit) and gives back the entry as it is now;
+  // false if there is none by that name. A namespace that has it takes them from the caller.
+  bool set_qos(const std::string& name, const QosLimits& limits, Info& out);
   // Resizes the device of an unclaimed entry; false if there is none or it cannot resize.
   bool resize(const std::string& name, uint64_t bytes);
 

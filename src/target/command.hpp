@@ -37,6 +37,7 @@ struct Command {
     AwaitingDurable,       // a reservation change waiting for its state file to be on disk
     HeldAer,               // an Asynchronous Event Request waiting for an event
     HeldAbort,             // an Abort waiting for the I/O queue's answer
+    AwaitingQos,           // its device operation waits for its namespace's rate limit (bdev_set_qos_limit)
     kCount
   };
   static constexpr size_t kStateCount = size_t(State::kCount);
@@ -164,6 +165,8 @@ inline constexpr TransitionTable<Command::State, Command::kStateCount> kCommandT
     {Command::State::Running, Command::State::AwaitingDurable},
     {Command::State::Running, Command::State::HeldAer},
     {Command::State::Running, Command::State::HeldAbort},
+    {Command::State::Running, Command::State::AwaitingQos},
+    {Command::State::AwaitingQos, Command::State::Running},           // the next slice's budget
     {Command::State::AwaitingFusedPartner, Command::State::Running},  // its Write came, or another command
     {Command::State::AwaitingFence, Command::State::Running},
     {Command::State::InDevice, Command::State::Running},              // the device answered

@@ -49,6 +49,7 @@ const char* command_state_name(Command::State s) {
     case Command::State::Running: return "Running";
     case Command::State::AwaitingFusedPartner: return "AwaitingFusedPartner";
     case Command::State::AwaitingFence: return "AwaitingFence";
+    case Command::State::AwaitingQos: return "AwaitingQos";
     case Command::State::InDevice: return "InDevice";
     case Command::State::OnWorker: return "OnWorker";
     case Command::State::BetweenSteps: return "BetweenSteps";

@@ -16,6 +16,13 @@
 
 namespace nvtcp::target {
 
+// bdev_set_qos_limit's limits (0: none of that kind); QosLimiter enforces them.
+struct QosLimits {
+  uint64_t rw_ios_per_sec = 0, rw_mbytes_per_sec = 0, r_mbytes_per_sec = 0, w_mbytes_per_sec = 0;
+  bool any() const { return rw_ios_per_sec || rw_mbytes_per_sec || r_mbytes_per_sec || w_mbytes_per_sec; }
+  bool operator==(const QosLimits&) const = default;
+};
+
 struct NamespaceConfig {
   uint32_t nsid = 0;            // 0 = next free
   std::string type = "null";    // null | ram | file | rbd
@@ -37,6 +44,7 @@ struct NamespaceConfig {
   // SPDK's no_auto_visible: no host sees the namespace until named for it (nvmf_ns_add_host).
   bool no_auto_visible = false;
   std::vector<std::string> visible_hosts;  // with no_auto_visible: the hosts that see it
+  QosLimits qos;                           // its bdev's rate limits (bdev_set_qos_limit)
   // rbd only: the image (pool, image) and how to reach its cluster (a ceph.conf, a client
   // ID, options such as mon_host); the size is the image's.
   backend::RbdSpec rbd;

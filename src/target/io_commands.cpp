@@ -51,9 +51,14 @@ bool host_data(Command& r, uint32_t len, uint32_t mdts) {
 IoCommands::IoCommands(CommandQueue& q) : q_(q) {
   fence_timer_.owner = this;
   fence_timer_.fn = on_fence_timer;
+  qos_timer_.owner = this;
+  qos_timer_.fn = on_qos_timer;
 }
 
-IoCommands::~IoCommands() { q_.reactor().cancel_timer(&fence_timer_); }
+IoCommands::~IoCommands() {
+  q_.reactor().cancel_timer(&fence_timer_);
+  q_.reactor().cancel_timer(&qos_timer_);
+}
 
 Controller& IoCommands::ctrl() const { return *q_.ctrl_; }
 
@@ -704,6 +709,45 @@ void IoCommands::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
 // ---------------------------------------------------------------- the fence
 
 void IoCommands::submit(Command& r, Namespace& ns) {
+  // Reads and writes draw on the namespace's rate limits; over them, or behind others of this
+  // queue that wait already (first come, first served), they wait for the next slice.
+  const auto op = r.io.op;
+  if (ns.qos.enabled() && (op == backend::BlockIo::Op::Read || op == backend::BlockIo::Op::Write)) {
+    if (qos_first_ < qos_waiters_.size() ||
+        !ns.qos.admit(op == backend::BlockIo::Op::Read, r.io.length, q_.clock().turn_ns(q_.reactor()))) {
+      wait_for_qos(r, ns);
+      return;
+    }
+  }
+  submit_past_qos(r, ns);
+}
+
+void IoCommands::wait_for_qos(Command& r, Namespace& ns) {
+  q_.set_state(r, State::AwaitingQos);
+  qos_waiters_.push_back({&r, &ns});
+  if (!qos_timer_.linked) q_.reactor().arm_timer(&qos_timer_, QosLimiter::kSliceNs);
+}
+
+void IoCommands::on_qos_timer(reactor::Timer* t) {
+  auto* self = static_cast<QosTimer*>(t)->owner;
+  auto& waiting = self->qos_waiters_;
+  const uint64_t now = self->q_.clock().turn_ns(self->q_.reactor());
+  while (self->qos_first_ < waiting.size()) {
+    auto [r, ns] = waiting[self->qos_first_];
+    if (!ns->qos.admit(r->io.op == backend::BlockIo::Op::Read, r->io.length, now)) break;
+    ++self->qos_first_;
+    self->q_.set_state(*r, State::Running);
+    self->submit_past_qos(*r, *ns);
+  }
+  if (self->qos_first_ == waiting.size()) {
+    waiting.clear();
+    self->qos_first_ = 0;
+  } else {
+    self->q_.reactor().arm_timer(&self->qos_timer_, QosLimiter::kSliceNs);
+  }
+}
+
+void IoCommands::submit_past_qos(Command& r, Namespace& ns) {
   // Writes count themselves against the namespace's fence, or wait while a fused Compare
   // and Write holds it.
   const auto op = r.io.op;
@@ -734,11 +778,14 @@ void IoCommands::on_fence_timer(reactor::Timer* t) {
     // A fused Compare waits to own the fence or for it to drain; anything else is a write
     // whose device operation is ready to go.
     if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
-    else self->submit(*r, *r->fence_ns);
+    else self->submit_past_qos(*r, *r->fence_ns);
   }
 }
 
 void IoCommands::closed() {
+  q_.reactor().cancel_timer(&qos_timer_);
+  qos_waiters_.clear();  // none reached a fence or the device
+  qos_first_ = 0;
   q_.reactor().cancel_timer(&fence_timer_);
   for (Command* w : fence_waiters_) {
     if (w->fence_owner) w->fence_ns->fence.release();

@@ -68,10 +68,14 @@ class IoCommands final : public CommandAborter {
   void run_fused(Command& cmp);
   void fused_done(Command& r);
   void end_fused(Command& cmp, wire::Status cmp_st, wire::Status wr_st);
-  // A write (or a fused pair) through its namespace's fence to the device, or held.
+  // A device operation of r: through its namespace's rate limits (reads and writes), then a
+  // write (or a fused pair) through its fence, to the device; held where either says wait.
   void submit(Command& r, Namespace& ns);
+  void submit_past_qos(Command& r, Namespace& ns);
   void wait_for_fence(Command& r);
   static void on_fence_timer(reactor::Timer* t);
+  void wait_for_qos(Command& r, Namespace& ns);
+  static void on_qos_timer(reactor::Timer* t);
 
   CommandQueue& q_;
   QueueStats* stats_ = nullptr;  // this queue's counters, one per namespace
@@ -81,6 +85,15 @@ class IoCommands final : public CommandAborter {
     IoCommands* owner = nullptr;
   } fence_timer_;
   std::vector<Command*> fence_waiters_;
+  struct QosTimer : reactor::Timer {
+    IoCommands* owner = nullptr;
+  } qos_timer_;
+  struct QosWaiter {
+    Command* r;
+    Namespace* ns;
+  };
+  std::vector<QosWaiter> qos_waiters_;  // in arrival order: the first goes first
+  size_t qos_first_ = 0;               // qos_waiters_ before this have gone
   Command* fused_first_ = nullptr;  // a fused first half waiting for its second
 };
 

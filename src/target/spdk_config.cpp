@@ -68,6 +68,8 @@ class SpdkConfigReplay {
     if (method == "bdev_null_create" || method == "bdev_malloc_create" || method == "bdev_aio_create" ||
         method == "bdev_uring_create" || method == "bdev_rbd_create") {
       create_bdev(method, p);
+    } else if (method == "bdev_set_qos_limit") {
+      set_qos(method, p);
     } else if (method == "bdev_rbd_register_cluster") {
       register_cluster(method, p);
     } else if (method == "keyring_file_add_key") {
@@ -214,6 +216,18 @@ class SpdkConfigReplay {
     nc.anagrpid = uint32_t(ns.value("anagrpid", 0u));
     nc.no_auto_visible = ns.value("no_auto_visible", false);
     sc.namespaces.push_back(nc);
+  }
+
+  // A bdev's rate limits: after its bdev_*_create, before a namespace takes it.
+  void set_qos(const std::string& method, const Json& p) {
+    const std::string name = str(p, "name", method);
+    auto it = bdevs_.find(name);
+    if (it == bdevs_.end()) throw std::runtime_error(fmt::format("{}: no bdev {} (its bdev_*_create comes first)", method, name));
+    QosLimits& q = it->second.qos;
+    q.rw_ios_per_sec = p.value("rw_ios_per_sec", q.rw_ios_per_sec);
+    q.rw_mbytes_per_sec = p.value("rw_mbytes_per_sec", q.rw_mbytes_per_sec);
+    q.r_mbytes_per_sec = p.value("r_mbytes_per_sec", q.r_mbytes_per_sec);
+    q.w_mbytes_per_sec = p.value("w_mbytes_per_sec", q.w_mbytes_per_sec);
   }
 
   // A namespace added with no_auto_visible, seen by one more host.

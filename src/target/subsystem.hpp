@@ -25,6 +25,7 @@
 #include "target/config.hpp"
 #include "target/host_access.hpp"
 #include "target/io_metrics.hpp"
+#include "target/qos.hpp"
 #include "target/reservations.hpp"
 #include "target/subsystem_listeners.hpp"
 
@@ -142,6 +143,7 @@ struct Namespace {
   WriteFence fence;           // one slot per reactor
   NamespaceHolds holds;       // one slot per reactor
   IoMetrics metrics;   // one slot per reactor (the metrics endpoint)
+  QosLimiter qos;      // its bdev's rate limits, on every reactor (IoCommands::submit)
   // Masking (SPDK's no_auto_visible): without auto_visible only the hosts named here see the
   // namespace. The list changes on the control thread under both of the subsystem's locks
   // (Subsystem::set_namespace_visible); commands never read it: each controller keeps its own

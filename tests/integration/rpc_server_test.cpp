@@ -843,6 +843,83 @@ TEST(RpcServer, ThreadStatsShowEachReactorsBusyAndIdleTime) {
   }
 }
 
+// bdev_set_qos_limit: SPDK's parameters and checks, shown by bdev_get_bdevs, kept by save_config,
+// and enforced on the data path: with 1000 I/Os a second (one a millisecond) 64 reads at queue
+// depth 16 wait for their turn (the command layer counts them into AwaitingQos) and all succeed;
+// with the limit taken off none waits. No timing is asserted (QosLimiter's own test steps a clock).
+TEST(RpcServer, BdevQosLimitsHoldCommandsBackAndAreSaved) {
+  RpcFixture f("qos");
+  const std::string nqn = "nqn.2016-06.io.spdk:qos";
+  ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);
+  ASSERT_EQ(f.call("bdev_malloc_create", {{"name", "Malloc4"}, {"num_blocks", 2048}, {"block_size", 512}})["result"],
+            "Malloc4");
+  EXPECT_EQ(f.call("bdev_set_qos_limit", {{"name", "Malloc4"}})["error"]["code"], -22) << "no limit given";
+  EXPECT_EQ(f.call("bdev_set_qos_limit", {{"name", "Malloc4"}, {"rw_ios_per_sec", 1500}})["error"]["code"], -22)
+      << "not a multiple of 1000";
+  EXPECT_EQ(f.call("bdev_set_qos_limit", {{"name", "nope"}, {"rw_ios_per_sec", 1000}})["error"]["code"],
+            control::kNoSuchDevice);
+  ASSERT_EQ(f.call("bdev_set_qos_limit", {{"name", "Malloc4"}, {"rw_ios_per_sec", 1000}})["result"], true);
+  ASSERT_EQ(f.call("bdev_set_qos_limit", {{"name", "Malloc4"}, {"w_mbytes_per_sec", 50}})["result"], true);
+  Json limits = f.call("bdev_get_bdevs", {{"name", "Malloc4"}})["result"][0]["assigned_rate_limits"];
+  EXPECT_EQ(limits, (Json{{"rw_ios_per_sec", 1000}, {"rw_mbytes_per_sec", 0}, {"r_mbytes_per_sec", 0},
+                          {"w_mbytes_per_sec", 50}}))
+      << "a limit not given is left as it was";
+  // Set before the namespace: it takes them with the bdev.
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc4"}}}})["result"], 1);
+  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
+
+  host::ControllerOptions o;
+  o.kato_ms = 0;
+  std::string err;
+  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  ASSERT_TRUE(c) << err;
+  auto qp = c->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  // 64 reads, 16 outstanding at a time.
+  auto burst = [&] {
+    std::vector<uint8_t> buf(16 * 512);
+    struct Ctx {
+      int done = 0, failed = 0;
+    } ctx;
+    auto cb = [](void* p, const host::Completion& cpl) {
+      auto* x = static_cast<Ctx*>(p);
+      ++x->done;
+      if (!cpl.status.ok()) ++x->failed;
+    };
+    int issued = 0;
+    while (ctx.done < 64) {
+      while (issued < 64 && issued - ctx.done < 16 && qp->read(1, uint64_t(issued % 16), 1, buf.data() + (issued % 16) * 512, cb, &ctx) == 0)
+        ++issued;
+      qp->process_completions(1000);
+    }
+    return ctx.failed;
+  };
+  const auto waits = [&] { return f.t.target().command_entries()[size_t(target::Command::State::AwaitingQos)]; };
+  const uint64_t before = waits();
+  EXPECT_EQ(burst(), 0);
+  const uint64_t held = waits() - before;
+  EXPECT_GT(held, 0u) << "no read waited for the limit of one a millisecond";
+
+  target::TargetConfig again;
+  ASSERT_EQ(target::load_spdk_config(f.call("save_config")["result"], again), "");
+  ASSERT_EQ(target::finalize_config(again), "");
+  bool found = false;
+  for (const auto& s : again.subsystems)
+    for (const auto& n : s.namespaces)
+      if (n.name == "Malloc4") {
+        found = true;
+        EXPECT_EQ(n.qos, (target::QosLimits{.rw_ios_per_sec = 1000, .w_mbytes_per_sec = 50}));
+      }
+  EXPECT_TRUE(found) << "save_config and its replay lost the namespace";
+
+  ASSERT_EQ(f.call("bdev_set_qos_limit", {{"name", "Malloc4"}, {"rw_ios_per_sec", 0}, {"w_mbytes_per_sec", 0}})["result"],
+            true);
+  const uint64_t before_off = waits();
+  EXPECT_EQ(burst(), 0);
+  EXPECT_EQ(waits(), before_off) << "a read waited with the limits taken off";
+}
+
 // Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
 // images: an RBD bdev of the cluster connects with the cluster's settings (the device factory
 // stands in for librbd here and sees them; ceph.rbd_failover does it against a real cluster),
