@@ -90,7 +90,10 @@ check_stall "$dir/perf/bench.json" perf
 
 # fio with the nvtcp engine: its timeline comes from fio's own IOPS logs.
 so="$(dirname "$NVTCP")/libnvtcp_fio.so"
-if command -v fio >/dev/null && [ -f "$so" ] && ! ldd "$so" | grep -qE "lib(asan|tsan|ubsan)"; then
+# ldd's output read whole first: with pipefail, grep -q leaving early can make ldd die of SIGPIPE and
+# the pipeline fail, which the ! turned into "no sanitizer" (fio then ran an ASan engine: CI).
+so_libs=$([ -f "$so" ] && ldd "$so" 2>/dev/null || true)
+if command -v fio >/dev/null && [ -f "$so" ] && ! grep -qE "lib(asan|tsan|ubsan)" <<<"$so_libs"; then
   run_bench fio "$dir/fio" --runtime 3 --ramp 0.3 --max-reruns 2 &
   bench_pid=$!
   stall_once 32

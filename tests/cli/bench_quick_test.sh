@@ -10,7 +10,10 @@ trap 'rm -rf "$out"' EXIT
 # (Not with a sanitizer build of the fio engine: fio would need the sanitizer preloaded.)
 inits=perf
 so="$(dirname "$NVTCP")/libnvtcp_fio.so"
-if command -v fio >/dev/null && [ -f "$so" ] && ! ldd "$so" | grep -qE "lib(asan|tsan|ubsan)"; then
+# ldd's output read whole first: with pipefail, grep -q leaving early can make ldd die of SIGPIPE and
+# the pipeline fail, which the ! turned into "no sanitizer" (fio then ran an ASan engine: CI).
+so_libs=$([ -f "$so" ] && ldd "$so" 2>/dev/null || true)
+if command -v fio >/dev/null && [ -f "$so" ] && ! grep -qE "lib(asan|tsan|ubsan)" <<<"$so_libs"; then
   inits=perf,fio,engine
 fi
 "$NVTCP" bench --quick --points 2 --runtime 1 --repeat 2 --initiators "$inits" -O "$out" | tee "$out/stdout.txt"

@@ -125,6 +125,17 @@ struct RpcFixture {
     ::close(fd);
     return a.empty() ? Json() : a[0];
   }
+  // nvmf_subsystem_add_listener of the target's own port; the answer's result.
+  Json listen(const std::string& nqn) {
+    const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(t.port())}};
+    return call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"];
+  }
+  // A host without keep-alive on nqn (null, and why in err, if it cannot connect).
+  std::unique_ptr<host::Controller> connect_host(const std::string& nqn, std::string& err) {
+    host::ControllerOptions o;
+    o.kato_ms = 0;
+    return host::Controller::connect(t.trid(nqn), o, err);
+  }
 };
 
 TEST(RpcServer, AnswersRequestsBackToBackAndSplitAnywhereInOrder) {
@@ -673,16 +684,16 @@ TEST(RpcServer, ANamespaceMovesToAnotherAnaGroupLive) {
   ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Null8"}, {"anagrpid", 1}}}})
                 ["result"],
             1);
-  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
-  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
+  ASSERT_EQ(f.listen(nqn), true);
   // Group 2 is inaccessible through this listener; group 1 (the namespace's) optimized.
   ASSERT_EQ(f.call("nvmf_subsystem_listener_set_ana_state",
-                   {{"nqn", nqn}, {"listen_address", where}, {"ana_state", "inaccessible"}, {"anagrpid", 2}})["result"],
+                   {{"nqn", nqn},
+                    {"listen_address", {{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}}},
+                    {"ana_state", "inaccessible"},
+                    {"anagrpid", 2}})["result"],
             true);
-  host::ControllerOptions o;
-  o.kato_ms = 0;
   std::string err;
-  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  auto c = f.connect_host(nqn, err);
   ASSERT_TRUE(c) << err;
   auto qp = c->create_io_qpair(4, err);
   ASSERT_TRUE(qp) << err;
@@ -738,12 +749,9 @@ TEST(RpcServer, BdevIostatCountsWhatHostsDid) {
             "Malloc3");
   ASSERT_EQ(f.call("bdev_null_create", {{"name", "Idle0"}, {"num_blocks", 1024}, {"block_size", 512}})["result"], "Idle0");
   ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc3"}}}})["result"], 1);
-  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
-  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
-  host::ControllerOptions o;
-  o.kato_ms = 0;
+  ASSERT_EQ(f.listen(nqn), true);
   std::string err;
-  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  auto c = f.connect_host(nqn, err);
   ASSERT_TRUE(c) << err;
   auto qp = c->create_io_qpair(4, err);
   ASSERT_TRUE(qp) << err;
@@ -866,13 +874,10 @@ TEST(RpcServer, BdevQosLimitsHoldCommandsBackAndAreSaved) {
       << "a limit not given is left as it was";
   // Set before the namespace: it takes them with the bdev.
   ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc4"}}}})["result"], 1);
-  const Json where{{"trtype", "TCP"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}};
-  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", nqn}, {"listen_address", where}})["result"], true);
+  ASSERT_EQ(f.listen(nqn), true);
 
-  host::ControllerOptions o;
-  o.kato_ms = 0;
   std::string err;
-  auto c = host::Controller::connect(f.t.trid(nqn), o, err);
+  auto c = f.connect_host(nqn, err);
   ASSERT_TRUE(c) << err;
   auto qp = c->create_io_qpair(16, err);
   ASSERT_TRUE(qp) << err;
