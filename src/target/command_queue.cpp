@@ -370,7 +370,9 @@ void CommandQueue::on_durable_timer(reactor::Timer* t) {
   size_t kept = 0;
   for (Command* r : waiting) {
     bool durable = false;
-    Namespace* ns = r->ns;  // held since parse, even if masked from the host meanwhile
+    // The subsystem's table, not the controller's view: a host unnamed for a masked namespace
+    // meanwhile still gets the answer to the change it made.
+    Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
     if (ns && !ns->reservations.written(std::get<Command::DurableWait>(r->steps).ticket, durable)) {
       waiting[kept++] = r;
       continue;
