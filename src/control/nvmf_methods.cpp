@@ -77,11 +77,13 @@ Json subsystem_json(Target& t, const Subsystem& s) {
   Json hosts = Json::array();
   for (const auto& h : s.hosts().list()) {
     Json e{{"nqn", h.nqn}};
-    // Whether a key is configured, never the key.
-    if (h.psk) e["psk"] = "(configured)";
+    // The keyring key's name a key came from, as SPDK lists them; a key given inline only as
+    // configured. Never the key.
+    auto key = [](const target::KeyringRef& ref) { return ref ? ref.name : std::string("(configured)"); };
+    if (h.psk) e["psk"] = key(h.psk_ref);
     if (h.allow_plain) e["allow_plain"] = true;
-    if (h.dhchap) e["dhchap_key"] = "(configured)";
-    if (h.dhchap_ctrl) e["dhchap_ctrlr_key"] = "(configured)";
+    if (h.dhchap) e["dhchap_key"] = key(h.dhchap_ref);
+    if (h.dhchap_ctrl) e["dhchap_ctrlr_key"] = key(h.dhchap_ctrl_ref);
     hosts.push_back(std::move(e));
   }
   Json j{{"nqn", s.nqn()},

@@ -1252,6 +1252,15 @@ TEST(RpcServer, KeyringKeysAddedAsSpdkChecksThemAdmitAHostThatNamesThem) {
   ASSERT_EQ(r["result"], true) << r.dump();
   EXPECT_EQ(key_entry(f, "key0")["refcnt"], 2);
   EXPECT_EQ(key_entry(f, "key1")["refcnt"], 2);
+  int listed_host = 0;
+  const Json subsystems = f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}});
+  for (const Json& h : subsystems["result"][0]["hosts"])
+    if (h["nqn"] == kKeyHost) {
+      ++listed_host;
+      EXPECT_EQ(h["dhchap_key"], "key0") << "the keyring name, as SPDK lists it";
+      EXPECT_EQ(h["dhchap_ctrlr_key"], "key1");
+    }
+  EXPECT_EQ(listed_host, 1) << subsystems.dump();
   std::string err;
   auto ctrl = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err);
   ASSERT_NE(ctrl, nullptr) << err;
