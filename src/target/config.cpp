@@ -133,6 +133,7 @@ std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, 
 void read_rbd(const nlohmann::json& n, backend::RbdSpec& rbd) {
   rbd.pool = n.value("pool", "");
   rbd.image = n.value("image", "");
+  rbd.cluster_name = n.value("cluster", "");  // one of "ceph_clusters": its settings, not these
   rbd.config_file = n.value("ceph_conf", "");
   rbd.user = n.value("user", "");
   rbd.key_file = n.value("key_file", "");
@@ -302,7 +303,26 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         if (nc.type == "rbd") read_rbd(n, nc.rbd);
         sc.namespaces.push_back(nc);
       }
+      // States listeners start in: [{"listener": "ADDRESS:PORT", "anagrpid": 1, "state": "non_optimized"}]
+      // (anagrpid 0 or none: every group), as save_config's nvmf_subsystem_listener_set_ana_state.
+      for (const auto& a : s.value("ana_states", nlohmann::json::array())) {
+        SubsystemConfig::AnaSetting set;
+        set.listener = a.at("listener").get<std::string>();
+        set.anagrpid = int_field(a, "anagrpid", 0u);
+        if (!nvme::ana_state_from_name(a.value("state", ""), set.state))
+          throw std::runtime_error(fmt::format("subsystem {}: ANA state '{}' is not optimized, non_optimized or "
+                                               "inaccessible", sc.nqn, a.value("state", "")));
+        sc.ana_states.push_back(set);
+      }
       cfg.subsystems.push_back(sc);
+    }
+    // Ceph clusters by name (bdev_rbd_register_cluster's): [{"name": ..., "ceph_conf", "user",
+    // "key_file", "config": {...}}]; an rbd namespace names one with "cluster".
+    for (const auto& c : j.value("ceph_clusters", nlohmann::json::array())) {
+      backend::RbdSpec cluster;
+      read_rbd(c, cluster);
+      cluster.cluster_name = c.at("name").get<std::string>();
+      cfg.rbd_clusters.push_back(cluster);
     }
   } catch (const std::exception& e) {
     return fmt::format("config '{}': {}", path, e.what());

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "target/config.hpp"
@@ -563,6 +565,62 @@ TEST(SpdkConfig, KeyringKeysAreReplayedAndHostsNameThem) {
   EXPECT_NE(err.find("Invalid permissions for key file '" + key_path + "'"), std::string::npos) << err;
   EXPECT_EQ(err.find("ia6zGodOr4"), std::string::npos) << "a key in an error: " << err;
   std::remove(key_path.c_str());
+}
+
+// The two gateways of the README ("Two gateways in front of one image", in nvtcp's own
+// configuration file): a Ceph cluster by name, an rbd namespace of it in ANA group 1, each
+// gateway's controller ID range, and B's listener starting non-optimized.
+TEST(ConfigGateways, TheReadmesTwoGatewayFilesLoad) {
+  auto gateway = [](const char* address, int min_cntlid, int max_cntlid, const char* ana_states) {
+    return fmt::format(R"({{
+  "listeners": [{{"address": "{0}", "port": 4420}}],
+  "discovery_port": 0,
+  "ceph_clusters": [{{"name": "cluster_a", "user": "nvmeof",
+                      "config": {{"mon_host": "v2:10.0.0.9:3300"}},
+                      "key_file": "/etc/ceph/ceph.client.nvmeof.keyring"}}],
+  "subsystems": [{{
+    "nqn": "nqn.2016-06.io.spdk:cnode1", "serial": "SPDK00000000000001",
+    "allow_any_host": true, "ana_reporting": true, "min_cntlid": {1}, "max_cntlid": {2},
+    "namespaces": [{{"nsid": 1, "type": "rbd", "pool": "rbd", "image": "disk1", "cluster": "cluster_a",
+                     "block_size": 4096, "anagrpid": 1}}]{3}
+  }}]
+}})",
+                       address, min_cntlid, max_cntlid, ana_states);
+  };
+  const std::string b_states = R"(,
+    "ana_states": [{"listener": "10.0.0.2:4420", "anagrpid": 1, "state": "non_optimized"}])";
+  for (const auto& [text, is_b] : {std::pair{gateway("10.0.0.1", 1, 1000, ""), false},
+                                   std::pair{gateway("10.0.0.2", 1001, 2000, b_states.c_str()), true}}) {
+    std::string path = "/tmp/nvtcp-config-gw-" + std::to_string(getpid()) + ".json";
+    {
+      std::ofstream f(path);
+      f << text;
+    }
+    TargetConfig cfg;
+    std::string err = load_config_file(path, cfg);
+    std::remove(path.c_str());
+    ASSERT_EQ(err, "") << text;
+    ASSERT_EQ(finalize_config(cfg), "") << text;
+    ASSERT_EQ(cfg.rbd_clusters.size(), 1u);
+    EXPECT_EQ(cfg.rbd_clusters[0].cluster_name, "cluster_a");
+    EXPECT_EQ(cfg.rbd_clusters[0].user, "nvmeof");
+    ASSERT_EQ(cfg.subsystems.size(), 1u);
+    const SubsystemConfig& s = cfg.subsystems[0];
+    EXPECT_EQ(s.min_cntlid, is_b ? 1001 : 1);
+    EXPECT_EQ(s.max_cntlid, is_b ? 2000 : 1000);
+    ASSERT_EQ(s.namespaces.size(), 1u);
+    EXPECT_EQ(s.namespaces[0].rbd.cluster_name, "cluster_a");
+    EXPECT_EQ(s.namespaces[0].anagrpid, 1u);
+    ASSERT_EQ(s.ana_states.size(), is_b ? 1u : 0u);
+    if (is_b) {
+      EXPECT_EQ(s.ana_states[0].listener, "10.0.0.2:4420");
+      EXPECT_EQ(s.ana_states[0].state, nvme::AnaState::NonOptimized);
+    }
+  }
+  EXPECT_NE(load(R"({"subsystems": [{"nqn": "nqn.2026-12.io.nvtcp:x", "namespaces": [{"type": "rbd", "pool": "p",
+               "image": "i", "cluster": "nope"}]}]})"),
+            "")
+      << "a namespace of a cluster not registered";
 }
 
 }  // namespace
