@@ -146,6 +146,31 @@ void read_rbd(const nlohmann::json& n, backend::RbdSpec& rbd) {
   }
 }
 
+// States listeners start in: [{"listener": "ADDRESS:PORT", "anagrpid": 1, "state": "non_optimized"}]
+// (anagrpid 0 or none: every group), as save_config's nvmf_subsystem_listener_set_ana_state.
+void read_ana_states(const nlohmann::json& s, SubsystemConfig& sc) {
+  for (const auto& a : s.value("ana_states", nlohmann::json::array())) {
+    SubsystemConfig::AnaSetting set;
+    set.listener = a.at("listener").get<std::string>();
+    set.anagrpid = int_field(a, "anagrpid", 0u);
+    if (!nvme::ana_state_from_name(a.value("state", ""), set.state))
+      throw std::runtime_error(fmt::format("subsystem {}: ANA state '{}' is not optimized, non_optimized or inaccessible",
+                                           sc.nqn, a.value("state", "")));
+    sc.ana_states.push_back(set);
+  }
+}
+
+// Ceph clusters by name (bdev_rbd_register_cluster's): [{"name": ..., "ceph_conf", "user",
+// "key_file", "config": {...}}]; an rbd namespace names one with "cluster".
+void read_ceph_clusters(const nlohmann::json& j, TargetConfig& cfg) {
+  for (const auto& c : j.value("ceph_clusters", nlohmann::json::array())) {
+    backend::RbdSpec cluster;
+    read_rbd(c, cluster);
+    cluster.cluster_name = c.at("name").get<std::string>();
+    cfg.rbd_clusters.push_back(cluster);
+  }
+}
+
 }  // namespace
 
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
@@ -303,27 +328,10 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         if (nc.type == "rbd") read_rbd(n, nc.rbd);
         sc.namespaces.push_back(nc);
       }
-      // States listeners start in: [{"listener": "ADDRESS:PORT", "anagrpid": 1, "state": "non_optimized"}]
-      // (anagrpid 0 or none: every group), as save_config's nvmf_subsystem_listener_set_ana_state.
-      for (const auto& a : s.value("ana_states", nlohmann::json::array())) {
-        SubsystemConfig::AnaSetting set;
-        set.listener = a.at("listener").get<std::string>();
-        set.anagrpid = int_field(a, "anagrpid", 0u);
-        if (!nvme::ana_state_from_name(a.value("state", ""), set.state))
-          throw std::runtime_error(fmt::format("subsystem {}: ANA state '{}' is not optimized, non_optimized or "
-                                               "inaccessible", sc.nqn, a.value("state", "")));
-        sc.ana_states.push_back(set);
-      }
+      read_ana_states(s, sc);
       cfg.subsystems.push_back(sc);
     }
-    // Ceph clusters by name (bdev_rbd_register_cluster's): [{"name": ..., "ceph_conf", "user",
-    // "key_file", "config": {...}}]; an rbd namespace names one with "cluster".
-    for (const auto& c : j.value("ceph_clusters", nlohmann::json::array())) {
-      backend::RbdSpec cluster;
-      read_rbd(c, cluster);
-      cluster.cluster_name = c.at("name").get<std::string>();
-      cfg.rbd_clusters.push_back(cluster);
-    }
+    read_ceph_clusters(j, cfg);
   } catch (const std::exception& e) {
     return fmt::format("config '{}': {}", path, e.what());
   }
