@@ -370,8 +370,8 @@ void CommandQueue::on_durable_timer(reactor::Timer* t) {
   size_t kept = 0;
   for (Command* r : waiting) {
     bool durable = false;
-    // The subsystem's table, not the controller's view: a host unnamed for a masked namespace
-    // meanwhile still gets the answer to the change it made.
+    // The subsystem's table: the waiter may be an admin command (Set Features 83h), which holds
+    // no namespace, and a host unnamed for a masked namespace meanwhile still gets its answer.
     Namespace* ns = self->ctrl_->subsystem().find_namespace(r->sqe.nsid);
     if (ns && !ns->reservations.written(std::get<Command::DurableWait>(r->steps).ticket, durable)) {
       waiting[kept++] = r;
