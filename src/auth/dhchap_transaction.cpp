@@ -112,8 +112,8 @@ const char* to_string(DhchapHost::State s) {
 
 // ---- controller ---------------------------------------------------------------------------------
 
-DhchapController::DhchapController(DhchapKeys keys, DhchapPolicy policy)
-    : keys_(std::move(keys)), policy_(std::move(policy)) {}
+DhchapController::DhchapController(DhchapKeys keys, DhchapPolicy policy, DhchapSecretSource source)
+    : keys_(std::move(keys)), policy_(std::move(policy)), source_(std::move(source)) {}
 
 void DhchapController::set_state(State s) {
   if (kCheckTransitions && !kControllerMoves.allows(state_, s))
@@ -219,6 +219,13 @@ void DhchapController::on_negotiate(std::span<const uint8_t> msg) {
     }
   if (group == 0xFF) {
     fail(AuthFailureReason::DhGroupUnusable, "no DH group in common with the host");
+    return;
+  }
+  // The secrets this transaction binds, read now if they live in a file: a host whose key cannot
+  // be had is refused as one with a wrong key would be (AUTH_Failure1, "failed").
+  std::string why;
+  if (source_ && !source_(keys_, why)) {
+    fail(AuthFailureReason::Failed, why);
     return;
   }
   if (!keys_.host_secret) {

@@ -7,6 +7,7 @@
 // Each machine changes state in one setter that checks the move (util/state_machine.hpp).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +49,12 @@ struct DhchapKeys {
 // A fresh non-zero sequence number, from one process-wide counter that starts at random.
 uint32_t next_sequence_number();
 
+// Where a controller's secrets come from when they are kept where they can change (a key file
+// an administrator rewrites): asked as each transaction starts (a Negotiate taken), on the
+// thread that runs on_send, to set keys' secret pointers (to memory the source keeps until it
+// is asked again or goes). False, with why: that transaction fails as with a wrong key.
+using DhchapSecretSource = std::function<bool(DhchapKeys& keys, std::string& why)>;
+
 class DhchapController {
  public:
   enum class State : uint8_t {
@@ -62,7 +69,8 @@ class DhchapController {
     kCount
   };
 
-  DhchapController(DhchapKeys keys, DhchapPolicy policy);
+  // source, when set, gives the secrets afresh for each transaction (keys' own are then unused).
+  DhchapController(DhchapKeys keys, DhchapPolicy policy, DhchapSecretSource source = {});
 
   // The host's message of an Authentication Send.
   void on_send(std::span<const uint8_t> msg);
@@ -91,6 +99,7 @@ class DhchapController {
 
   DhchapKeys keys_;
   DhchapPolicy policy_;
+  DhchapSecretSource source_;
   State state_ = State::Idle;
   uint16_t tid_ = 0;
   uint8_t hash_ = 0;

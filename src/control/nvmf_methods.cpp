@@ -440,8 +440,9 @@ Json nvmf_subsystem_allow_any_host(MethodContext& ctx, const Json& params) {
 }
 
 // Keys under SPDK's parameter names: the name of a keyring key (keyring_file_add_key), as
-// SPDK (24.05 and later) and Ceph's gateway give them, read from its file now and remembered
-// by name for save_config; or, as nvtcp's configuration takes them, the interchange string
+// SPDK (24.05 and later) and Ceph's gateway give them, checked now (its file reads and parses,
+// as SPDK checks the key exists) and held by name: read from its file at each use, and written
+// by name by save_config; or, as nvtcp's configuration takes them, the interchange string
 // nvme-cli writes or "@FILE".
 Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
@@ -463,7 +464,7 @@ Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   if (allow_plain) entry["allow_plain"] = *allow_plain;
   target::SubsystemConfig parsed;
   try {
-    target::read_host(parsed, entry, t.state().config.keyring.get());
+    target::read_host(parsed, entry, t.state().config.keyring);
   } catch (const std::exception& e) {
     log::warn("RPC nvmf_subsystem_add_host: subsystem {}: {}", nqn, e.what());
     throw RpcError(kInvalidParams, e.what());
@@ -472,7 +473,7 @@ Json nvmf_subsystem_add_host(MethodContext& ctx, const Json& params) {
   if (auto it = parsed.host_keys.find(host); it != parsed.host_keys.end()) keys = it->second;
   std::string from_keyring;
   if (keys)
-    for (const target::KeyringRef* r : {&keys->dhchap_ref, &keys->dhchap_ctrl_ref, &keys->psk_ref})
+    for (const target::KeyringRef* r : {&keys->dhchap.ref(), &keys->dhchap_ctrl.ref(), &keys->psk.ref()})
       if (*r) from_keyring += (from_keyring.empty() ? " (keyring keys: " : ", ") + r->name;
   if (!from_keyring.empty()) from_keyring += ")";
   const bool added = s.hosts().add(host, std::move(keys));

@@ -21,6 +21,27 @@ namespace {
 // The largest message either side sends is under 1.2 KiB (a Reply with SHA-512 and ffdhe8192);
 // the Linux host receives with AL = 4096.
 constexpr uint32_t kMaxAuthTransfer = 8192;
+
+// The host's secrets for each transaction, had as it starts: a key named in the keyring is read
+// from its file then, as SPDK's file keyring reads it at each use, so that a rewritten file holds
+// from the next authentication on (re-authentication included). The transaction starts in an
+// Authentication Send's part on a worker thread (execute_auth), so the read (a key file of at
+// most 4 KiB) never holds the reactor. A key that cannot be had fails the transaction as a
+// wrong key would, and why (the key's name and file) is the failure's log line.
+auth::DhchapSecretSource secrets_of(const HostKeys& host) {
+  struct Held {
+    HostKey<auth::DhchapSecret> dhchap, dhchap_ctrl;
+    std::shared_ptr<const auth::DhchapSecret> secret, ctrl_secret;  // this transaction's
+  };
+  auto held = std::make_shared<Held>(Held{host.dhchap, host.dhchap_ctrl, nullptr, nullptr});
+  return [held](auth::DhchapKeys& keys, std::string& why) {
+    held->secret = held->dhchap ? held->dhchap.material(why) : nullptr;
+    held->ctrl_secret = held->secret && held->dhchap_ctrl ? held->dhchap_ctrl.material(why) : nullptr;
+    keys.host_secret = held->secret.get();
+    keys.ctrl_secret = held->ctrl_secret.get();
+    return (!held->dhchap || held->secret) && (!held->dhchap_ctrl || held->ctrl_secret);
+  };
+}
 }  // namespace
 
 void FabricsCommands::parse_auth(Command& r) {
@@ -74,17 +95,18 @@ void FabricsCommands::execute_auth(Command& r) {
     return;
   }
   if (!auth_) {
-    auth::DhchapKeys keys{auth_keys_.dhchap.get(), auth_keys_.dhchap_ctrl.get(), hostnqn, q_.ctrl_->subsystem().nqn()};
+    auth::DhchapKeys keys{nullptr, nullptr, hostnqn, q_.ctrl_->subsystem().nqn()};
     auth::DhchapPolicy policy = auth::DhchapPolicy::controller_default();
     if (!auth_keys_.dhchap_hashes.empty()) policy.hashes = auth_keys_.dhchap_hashes;
     if (!auth_keys_.dhchap_groups.empty()) policy.dh_groups = auth_keys_.dhchap_groups;
-    auth_ = std::make_unique<auth::DhchapController>(std::move(keys), std::move(policy));
+    auth_ = std::make_unique<auth::DhchapController>(std::move(keys), std::move(policy), secrets_of(auth_keys_));
   }
   auth_was_authenticated_ = auth_->authenticated();
   if (send) {
     // What the host sends may cost a modular exponentiation (a Negotiate: our DH key pair; a
-    // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything:
-    // it runs on a worker, and the reactor goes on with its other queues (auth_send_done).
+    // Reply: the shared secret), up to 100 ms in ffdhe8192 before the host has proven anything,
+    // and a Negotiate reads a keyring key's file (secrets_of): it runs on a worker, and the
+    // reactor goes on with its other queues (auth_send_done).
     auth_work_ = {&r, auth_.get(), r.buf, r.xfer.len};
     q_.run_off_reactor(
         r,

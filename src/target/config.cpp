@@ -101,30 +101,32 @@ std::string check_ranges(const TargetConfig& cfg) {
   return {};
 }
 
-// A key field of a host: the name of a keyring key (ref then names it), the key itself or
-// "@FILE"; parse checks it. A name is looked up first: no key text is a valid name (both
-// interchange formats hold ':' after their first character). Errors name the field, the host
+// A key field of a host: the name of a keyring key, the key itself or "@FILE"; parse checks
+// it. A name is looked up first: no key text is a valid name (both interchange formats hold ':'
+// after their first character). A keyring key's file is read and parsed here as a check only:
+// the host holds the key by reference, read again at each use. Errors name the field, the host
 // and a keyring key's name, never the key.
-template <class Key, class Parse>
-std::shared_ptr<const Key> read_key(const nlohmann::json& h, const char* field, const std::string& hostnqn,
-                                    Parse parse, const Keyring* keyring, KeyringRef& ref) {
-  if (!h.contains(field)) return nullptr;
+template <class Key>
+HostKey<Key> read_key(const nlohmann::json& h, const char* field, const std::string& hostnqn,
+                      typename HostKey<Key>::Parse parse, const std::shared_ptr<const Keyring>& keyring) {
+  if (!h.contains(field)) return {};
   if (!h[field].is_string()) throw std::runtime_error(fmt::format("host {}: {} must be a string", hostnqn, field));
   const std::string& value = h[field].get_ref<const std::string&>();
   auth::SecretString text;
   std::string err;
   auto key = std::make_shared<Key>();
   if (keyring && keyring->find(value)) {
+    KeyringRef ref;
     if (!keyring->read(value, text, ref, err) || !parse(text.view(), *key, err))
       throw std::runtime_error(fmt::format("host {}: {}: keyring key '{}': {}", hostnqn, field, value, err));
-    return key;
+    return HostKey<Key>(keyring, std::move(ref), parse);
   }
   if (!auth::read_key_value(value, text, err) || !parse(text.view(), *key, err)) {
     // Not a name the keyring has, nor a key: the value is not repeated (it may be a key cut short).
     if (keyring) err += " (nor is it the name of a key in the keyring: keyring_file_add_key adds one)";
     throw std::runtime_error(fmt::format("host {}: {}: {}", hostnqn, field, err));
   }
-  return key;
+  return HostKey<Key>(std::move(key));
 }
 
 // An rbd namespace's image and cluster: "pool", "image", and optionally "ceph_conf" (a
@@ -175,7 +177,7 @@ void read_ceph_clusters(const nlohmann::json& j, TargetConfig& cfg) {
 
 // One "hosts" entry: a host NQN, or {"nqn": ..., "dhchap_key": ..., "dhchap_ctrl_key": ...,
 // "psk": ..., "allow_plain": ...}.
-void read_host(SubsystemConfig& sc, const nlohmann::json& h, const Keyring* keyring) {
+void read_host(SubsystemConfig& sc, const nlohmann::json& h, std::shared_ptr<const Keyring> keyring) {
   if (h.is_string()) {
     sc.hosts.push_back(h.get<std::string>());
     return;
@@ -191,10 +193,9 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h, const Keyring* keyr
                       "psk, allow_plain)",
                       nqn, k));
   HostKeys keys;
-  keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret, keyring, keys.dhchap_ref);
-  keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret, keyring,
-                                                  keys.dhchap_ctrl_ref);
-  keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk, keyring, keys.psk_ref);
+  keys.dhchap = read_key<auth::DhchapSecret>(h, "dhchap_key", nqn, auth::parse_dhchap_secret, keyring);
+  keys.dhchap_ctrl = read_key<auth::DhchapSecret>(h, "dhchap_ctrl_key", nqn, auth::parse_dhchap_secret, keyring);
+  keys.psk = read_key<auth::ConfiguredPsk>(h, "psk", nqn, auth::parse_tls_psk, keyring);
   if (h.contains("dhchap_hash")) {
     const std::string v = h["dhchap_hash"].is_string() ? h["dhchap_hash"].get<std::string>() : "";
     uint8_t id = 0;

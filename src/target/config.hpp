@@ -50,12 +50,14 @@ struct NamespaceConfig {
   backend::RbdSpec rbd;
 };
 
-// An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), parsed and checked
-// when the configuration is read. Shared, never copied: key material lives in one place.
+// An allowed host's keys ("hosts": [{"nqn": ..., "dhchap_key": ..., ...}]), checked when the
+// configuration is read. A key given inline is parsed then and shared, never copied: its
+// material lives in one place. A key named in the keyring is read from its file at each use
+// (HostKey::material): a DH-HMAC-CHAP transaction, a TLS handshake.
 struct HostKeys {
-  std::shared_ptr<const auth::DhchapSecret> dhchap;       // set: the host must authenticate
-  std::shared_ptr<const auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
-  std::shared_ptr<const auth::ConfiguredPsk> psk;         // its TLS PSK
+  HostKey<auth::DhchapSecret> dhchap;       // set: the host must authenticate
+  HostKey<auth::DhchapSecret> dhchap_ctrl;  // set: it may ask the controller to as well
+  HostKey<auth::ConfiguredPsk> psk;         // its TLS PSK
   // A host with a PSK is admitted only over TLS: a Connect in the clear under its NQN is refused
   // (the NQN is no secret: every ClientHello carries it in the PSK identity) and its discovery
   // log lists TLS ports only. "allow_plain": true admits it on plain listeners as well, as a
@@ -66,9 +68,8 @@ struct HostKeys {
   // and the groups up to ffdhe4096 (ffdhe2048 first, NULL last; DhchapPolicy::controller_default).
   std::vector<uint8_t> dhchap_hashes;
   std::vector<uint8_t> dhchap_groups;
-  // The keyring keys the keys above were read from (nvmf_subsystem_add_host naming them):
-  // save_config writes these names, never the keys; unset for a key given inline.
-  KeyringRef dhchap_ref, dhchap_ctrl_ref, psk_ref;
+  // The keys above that name keyring keys (nvmf_subsystem_add_host) hold the name in their
+  // ref(): save_config writes these names, never the keys.
 };
 
 // The highest dynamic controller ID (NVMe base spec: FFF0h and above are reserved).
@@ -214,8 +215,9 @@ inline uint64_t admin_buffer_reserve(const TargetConfig& cfg) { return cfg.max_b
 
 // Adds one "hosts" entry (a host NQN, or an object with "nqn" and its keys, each checked) to
 // sc; throws std::runtime_error naming the host and field, never a key. With a keyring, a key
-// field that names one of its keys is that key, read from its file (and remembered by name).
-void read_host(SubsystemConfig& sc, const nlohmann::json& entry, const Keyring* keyring = nullptr);
+// field that names one of its keys is that key: its file is read and parsed now, as a check (SPDK
+// checks the key at add_host), and the host holds the key by reference, read again at each use.
+void read_host(SubsystemConfig& sc, const nlohmann::json& entry, std::shared_ptr<const Keyring> keyring = nullptr);
 
 // SPDK's save_config shape ({"subsystems": [{"subsystem": ..., "config": [...]}]}), which
 // nvtcp's save_config writes too: is_spdk_config tells it from nvtcp's own format, and

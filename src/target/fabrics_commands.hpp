@@ -76,7 +76,8 @@ class FabricsCommands {
   bool qid_claim_after_auth_ = false;
   // Authentication: required when the host has a DH-HMAC-CHAP key (Connect answered with ATR);
   // until the transaction succeeds, every other command but Disconnect is refused. The keys are
-  // held for the queue's life; the transaction is made at the first Authentication Send.
+  // held for the queue's life (a keyring key by reference, read as each transaction starts);
+  // the transaction is made at the first Authentication command.
   bool auth_required_ = false;
   HostKeys auth_keys_;
   std::unique_ptr<auth::DhchapController> auth_;

@@ -78,9 +78,9 @@ std::vector<HostAccess::Entry> HostAccess::list() const {
       e.dhchap_ctrl = bool(k->second.dhchap_ctrl);
       e.psk = bool(k->second.psk);
       e.allow_plain = k->second.allow_plain;
-      e.dhchap_ref = k->second.dhchap_ref;
-      e.dhchap_ctrl_ref = k->second.dhchap_ctrl_ref;
-      e.psk_ref = k->second.psk_ref;
+      e.dhchap_ref = k->second.dhchap.ref();
+      e.dhchap_ctrl_ref = k->second.dhchap_ctrl.ref();
+      e.psk_ref = k->second.psk.ref();
     }
     out.push_back(std::move(e));
   }

@@ -22,7 +22,8 @@ class HostAccess {
   bool allowed(const std::string& hostnqn) const;
   bool allows_any() const { return allow_any_.load(std::memory_order_relaxed); }
   // The keys configured for a host (nullopt: none; it connects without authenticating). A
-  // copy: the host may be removed (RPC) while its connection uses them.
+  // copy: the host may be removed (RPC) while its connection uses them. A keyring key in it is
+  // a reference, read from its file when it is used (HostKey::material), off this lock.
   std::optional<HostKeys> keys(const std::string& hostnqn) const;
   // Whether the host may come in through a listener with TLS (over_tls) or without: over TLS
   // only with a PSK of its own; in the clear unless it has a PSK (and no allow_plain).
@@ -34,7 +35,7 @@ class HostAccess {
   // The list only: Subsystem::remove_host also ends the removed host's controllers.
   bool remove(const std::string& hostnqn);  // false: it was not allowed
   // The allowed hosts, each with whether it has keys (which never leave the target), and the
-  // keyring keys they were read from (their names are what save_config writes).
+  // keyring keys they name (their names are what save_config writes).
   struct Entry {
     std::string nqn;
     bool dhchap = false, dhchap_ctrl = false, psk = false, allow_plain = false;

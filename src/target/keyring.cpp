@@ -86,7 +86,7 @@ int Keyring::remove_file_key(const std::string& name, std::string& why) {
   it->removed = true;
   // Listed after the keys still by name, as SPDK lists its removed keys.
   std::stable_partition(keys_.begin(), keys_.end(), [](const Key& k) { return !k.removed; });
-  log::info("keyring: key '{}' removed (hosts that hold it keep it)", name);
+  log::info("keyring: key '{}' removed (hosts that name it are refused from their next connection on)", name);
   return 0;
 }
 
@@ -109,6 +109,26 @@ bool Keyring::read(std::string_view name, auth::SecretString& out, KeyringRef& r
   if (!auth::read_key_value("@" + k->path, out, why)) return false;
   ref = KeyringRef{k->name, k->id};
   return true;
+}
+
+bool Keyring::use(const KeyringRef& ref, const ParseText& parse, std::string& why) const {
+  std::optional<Key> k;
+  {
+    std::lock_guard lk(mu_);  // held for the lookup only: the file is read without it
+    for (const Key& key : keys_)
+      if (key.id == ref.id) k = key;
+  }
+  if (!k || k->removed) {
+    why = fmt::format("keyring key '{}' was removed (keyring_file_remove_key): it is no longer usable", ref.name);
+    return false;
+  }
+  auth::SecretString text;
+  std::string err;
+  // As SPDK's keyring_file_get_key: the file checked as at keyring_file_add_key, then read.
+  const bool ok = check_key_file(k->path, err) == 0 && auth::read_key_value("@" + k->path, text, err) &&
+                  parse(text.view(), err);
+  if (!ok) why = fmt::format("keyring key '{}' (file {}): {}", k->name, k->path, err);
+  return ok;
 }
 
 std::vector<Keyring::Key> Keyring::keys() const {

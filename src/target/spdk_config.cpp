@@ -193,7 +193,7 @@ class SpdkConfigReplay {
     if (p.contains("dhchap_key")) host["dhchap_key"] = p["dhchap_key"];
     if (p.contains("dhchap_ctrlr_key")) host["dhchap_ctrl_key"] = p["dhchap_ctrlr_key"];
     if (p.contains("allow_plain")) host["allow_plain"] = p["allow_plain"];
-    read_host(sc, host, cfg_.keyring.get());
+    read_host(sc, host, cfg_.keyring);
   }
 
   void add_ns(const std::string& method, const Json& p) {

@@ -12,12 +12,12 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
                                 std::string& why) const {
   auth::PskIdentity id;
   if (!auth::parse_psk_identity(identity, id, why)) return false;
-  std::shared_ptr<const auth::ConfiguredPsk> psk;  // held: RPC may remove the host meanwhile
+  HostKey<auth::ConfiguredPsk> configured;  // a copy: RPC may remove the host meanwhile
   if (id.subnqn == nvme::kDiscoveryNqn) {
     for (const auto& s : state_.subsystems()) {
       auto k = s->hosts().allowed(id.hostnqn) ? s->hosts().keys(id.hostnqn) : std::nullopt;
       if (k && k->psk) {
-        psk = k->psk;
+        configured = k->psk;
         break;
       }
     }
@@ -32,12 +32,21 @@ bool TargetPskResolver::resolve(std::string_view identity, std::vector<tls::Psk>
       return false;
     }
     auto k = sub->hosts().keys(id.hostnqn);
-    if (k && k->psk) psk = k->psk;
+    if (k && k->psk) configured = k->psk;
   }
-  if (!psk) {
+  if (!configured) {
     why = fmt::format("no PSK is configured for host {} on {}", id.hostnqn, id.subnqn);
     return false;
   }
+  // A PSK named in the keyring is read from its file here, at each handshake, so that a rewritten
+  // file holds from the next connection on (SPDK 24.05's TCP transport reads it once, at
+  // add_host). This runs on the reactor, in the ClientHello callback: the read is of one key
+  // file of at most 4 KiB (a few system calls), for at most kMaxIdentitiesLookedUp distinct
+  // identities per hello (handshake_keys.cpp), as the binder checks next to it are bounded. One
+  // that cannot be read refuses the handshake as a wrong key would, and why (the key's name and
+  // file) is the handshake's refusal line.
+  const std::shared_ptr<const auth::ConfiguredPsk> psk = configured.material(why);
+  if (!psk) return false;
   const PskDerivations accepted = state_.config.tls_psk_derivations;
   for (auto enc : {auth::LabelEncoding::Rfc8446, auth::LabelEncoding::Libnvme}) {
     if ((enc == auth::LabelEncoding::Rfc8446 && accepted == PskDerivations::Libnvme) ||

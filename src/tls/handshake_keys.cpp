@@ -107,9 +107,14 @@ int HandshakeKeys::on_client_hello(SSL* ssl, int* alert, void*) {
   // identity it selects (RFC 8446 4.2.11); nvtcp tries the first kMaxIdentitiesTried distinct
   // identities it knows (a host may offer both identity versions of one key) and no more.
   constexpr size_t kMaxIdentitiesTried = 2;
+  // Looking an identity up may read a key file (the target reads a PSK named in its keyring at
+  // each handshake): each distinct identity is looked up once, and no more than
+  // kMaxIdentitiesLookedUp of them, whether they name keys or not.
+  constexpr size_t kMaxIdentitiesLookedUp = 8;
   constexpr size_t kMaxReasons = 4;
   size_t reasons_given = 0, reasons_left_out = 0;
-  std::vector<std::string_view> tried;
+  std::vector<std::string_view> tried, looked_up;
+  bool lookups_capped = false;
   std::string reasons;
   auto reason = [&](const std::string& identity, const std::string& refusal) {
     if (reasons_given == kMaxReasons) {
@@ -123,7 +128,9 @@ int HandshakeKeys::on_client_hello(SSL* ssl, int* alert, void*) {
     std::vector<Psk> candidates;
     std::string none;
     const std::string& identity = psks.identities[i];
-    if (std::find(tried.begin(), tried.end(), identity) != tried.end()) continue;  // its binder was checked
+    if (std::find(looked_up.begin(), looked_up.end(), identity) != looked_up.end()) continue;  // answered
+    if ((lookups_capped = looked_up.size() == kMaxIdentitiesLookedUp)) break;
+    looked_up.push_back(identity);
     if (!self->resolver_->resolve(identity, candidates, none)) {
       reason(identity, none);
       continue;
@@ -155,6 +162,8 @@ int HandshakeKeys::on_client_hello(SSL* ssl, int* alert, void*) {
   }
   if (tried.size() == kMaxIdentitiesTried)
     reasons += fmt::format("; only the first {} identities known here are checked", kMaxIdentitiesTried);
+  if (lookups_capped)
+    reasons += fmt::format("; only the first {} distinct identities are looked up", kMaxIdentitiesLookedUp);
   if (reasons_left_out) reasons += fmt::format("; {} more identities refused", reasons_left_out);
   self->refusal_ = "no usable pre-shared key: " + reasons;
   *alert = SSL_AD_HANDSHAKE_FAILURE;

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <poll.h>
 #include <sys/socket.h>
@@ -1219,7 +1221,8 @@ Json key_entry(RpcFixture& f, const std::string& name) {
 // Keys added as files, checked as SPDK checks them (an absolute path, a file only its owner can
 // read or write, a name not taken) with SPDK's codes and messages; a host added with its keys by
 // keyring name authenticates with them (and not with another key); the keyring counts its users;
-// a removed key stays with the host that holds it until that host goes.
+// a removed key stays referenced by the host that names it until that host goes, and, as SPDK's
+// spdk_key_get_key answers -ENOKEY for a removed key, no longer admits it.
 TEST(RpcServer, KeyringKeysAddedAsSpdkChecksThemAdmitAHostThatNamesThem) {
   RpcFixture f("keyring");
   KeyDir keys;
@@ -1268,7 +1271,8 @@ TEST(RpcServer, KeyringKeysAddedAsSpdkChecksThemAdmitAHostThatNamesThem) {
   EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(""), err), nullptr) << "no key let in";
 
   // Removed while the host holds it: listed as removed with the host's reference only, gone by
-  // name (a second remove, a new host), and still the host's key.
+  // name (a second remove, a new host), and no longer usable: the host is refused from its next
+  // connection on, while the controller it has goes on.
   EXPECT_EQ(f.call("keyring_file_remove_key", {{"name", "key0"}})["result"], true);
   EXPECT_EQ(key_entry(f, "key0"),
             (Json{{"name", "key0"}, {"module", "keyring_file"}, {"removed", true}, {"probed", false}, {"refcnt", 1}}));
@@ -1277,10 +1281,11 @@ TEST(RpcServer, KeyringKeysAddedAsSpdkChecksThemAdmitAHostThatNamesThem) {
   EXPECT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.h2"}, {"dhchap_key", "key0"}})
                 ["error"]["code"],
             control::kInvalidParams);
-  auto again = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err);
-  EXPECT_NE(again, nullptr) << err;
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err), nullptr)
+      << "a removed key let its host in";
+  std::vector<uint8_t> id(4096);
+  EXPECT_TRUE(ctrl->identify(1, 0, id.data()).status.ok()) << "the controller authenticated before the removal ended";
   // The host gone, so is the removed key; key1 is the keyring's alone again.
-  again.reset();
   ctrl.reset();
   EXPECT_EQ(f.call("nvmf_subsystem_remove_host", {{"nqn", kTestNqn}, {"host", kKeyHost}})["result"], true);
   EXPECT_TRUE(key_entry(f, "key0").is_null());
@@ -1351,6 +1356,187 @@ TEST(RpcServer, SavedKeyringKeysBringARestartedTargetsHostsBackByName) {
   const std::string resaved = restarted.call("save_config")["result"].dump();
   EXPECT_NE(resaved.find(R"("dhchap_key":"key0")"), std::string::npos) << resaved;
   EXPECT_NE(resaved.find(R"("psk":"psk0")"), std::string::npos) << resaved;
+}
+
+// The warning lines logged while it lives (every thread's), kept instead of written to stderr.
+struct WarningLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  const LogLevel level_before = log_level();
+  WarningLines() {
+    if (level_before > LogLevel::Warn) set_log_level(LogLevel::Warn);
+    set_log_sink([this](LogLevel l, std::string_view m) {
+      if (l < LogLevel::Warn) return;
+      std::lock_guard lk(mu);
+      lines.emplace_back(m);
+    });
+  }
+  ~WarningLines() {
+    set_log_sink({});
+    set_log_level(level_before);
+  }
+  // The lines that hold every one of parts.
+  std::vector<std::string> holding(std::initializer_list<std::string> parts) {
+    std::lock_guard lk(mu);
+    std::vector<std::string> out;
+    for (const auto& l : lines)
+      if (std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return l.find(p) != std::string::npos; }))
+        out.push_back(l);
+    return out;
+  }
+  bool any_holds(const std::string& part) { return !holding({part}).empty(); }
+  void clear() {
+    std::lock_guard lk(mu);
+    lines.clear();
+  }
+};
+
+// A host that has no key, on the keyring tests' subsystem, writes and reads back (namespace 2,
+// RAM).
+void expect_keyless_host_served(RpcFixture& f, const char* hostnqn) {
+  host::ControllerOptions o;
+  o.hostnqn = hostnqn;
+  o.kato_ms = 0;
+  o.io_queues = 1;
+  std::string err;
+  auto ctrl = host::Controller::connect(f.t.trid(), o, err);
+  ASSERT_NE(ctrl, nullptr) << err;
+  auto qp = ctrl->create_io_qpair(8, err);
+  ASSERT_NE(qp, nullptr) << err;
+  std::vector<uint8_t> data = pattern(4096, 7), back(4096, 0);
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->write(2, 8, 8, data.data(), cb, ctx); })
+                  .ok());
+  EXPECT_TRUE(one_command(*qp, [&](host::CompletionFn cb, void* ctx) { return qp->read(2, 8, 8, back.data(), cb, ctx); })
+                  .ok());
+  EXPECT_EQ(back, data);
+}
+
+// SPDK's keyring_file reads a key's file each time the key is used: an administrator who
+// rewrites the file rotates the key for the next authentication, with no RPC in between. The
+// old secret is refused from then on and the new one admitted (the controller key too: a host
+// that checks the controller with the old one refuses it); a controller that authenticated
+// before goes on, and its next re-authentication takes the file as it is then.
+TEST(RpcServer, AKeyringKeyFileRewrittenRotatesTheKeyForTheNextConnection) {
+  RpcFixture f("keyring-rotate");
+  KeyDir keys;
+  const std::string key0 = keys.write("key0", dhchap_text(0x11));
+  const std::string key1 = keys.write("key1", dhchap_text(0x22));
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "key0"}, {"path", key0}})["result"], true);
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "key1"}, {"path", key1}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host",
+                   {{"nqn", kTestNqn}, {"host", kKeyHost}, {"dhchap_key", "key0"}, {"dhchap_ctrlr_key", "key1"}})["result"],
+            true);
+  std::string err;
+  auto before = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err);
+  ASSERT_NE(before, nullptr) << err;
+
+  keys.write("key0", dhchap_text(0x33));
+  keys.write("key1", dhchap_text(0x44));
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x11), dhchap_text(0x22)), err), nullptr)
+      << "the old key let in after its file was rewritten";
+  EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x33), dhchap_text(0x22)), err), nullptr)
+      << "the controller proved itself with the old controller key";
+  auto after = host::Controller::connect(f.t.trid(), keyed_host(dhchap_text(0x33), dhchap_text(0x44)), err);
+  EXPECT_NE(after, nullptr) << "the new key refused: " << err;
+  std::vector<uint8_t> id(4096);
+  EXPECT_TRUE(before->identify(1, 0, id.data()).status.ok()) << "a controller authenticated with the old key was ended";
+  EXPECT_NE(before->reauthenticate(err), 0) << "re-authenticated with the old key after the file was rewritten";
+  if (after) {
+    EXPECT_EQ(after->reauthenticate(err), 0) << err;
+  }
+  // The keyring lists the same keys, by the same paths: nothing was changed by RPC.
+  EXPECT_EQ(key_entry(f, "key0")["path"], key0);
+  EXPECT_EQ(key_entry(f, "key0")["refcnt"], 2);
+}
+
+// A key file that no longer reads (garbage in it, opened to others, gone) refuses its host as
+// a wrong key would, with one log line that names the key and its file (and not the key), and
+// nothing else breaks: the target goes on serving other hosts, and admits the host again once
+// the file holds its key.
+TEST(RpcServer, AKeyringKeyFileThatNoLongerReadsRefusesItsHostAndTheTargetGoesOn) {
+  WarningLines warnings;
+  RpcFixture f("keyring-broken");
+  KeyDir keys;
+  const std::string secret = dhchap_text(0x11);
+  const std::string key0 = keys.write("key0", secret);
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "key0"}, {"path", key0}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", kKeyHost}, {"dhchap_key", "key0"}})["result"],
+            true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.keyless"}})["result"], true);
+  std::string err;
+  ASSERT_NE(host::Controller::connect(f.t.trid(), keyed_host(secret), err), nullptr) << err;
+
+  const std::pair<std::function<void()>, std::string> breakages[] = {
+    {[&] { keys.write("key0", "DHHC-1:01:bm90IGEga2V5IGF0IGFsbCwgbm90IGF0IGFsbA==:"); }, "DH-HMAC-CHAP secret"},
+    {[&] { ::chmod(key0.c_str(), 0644); }, "Invalid permissions for key file"},
+    {[&] { std::remove(key0.c_str()); }, "No such file or directory"},
+  };
+  for (const auto& [make, why] : breakages) {
+    SCOPED_TRACE(why);
+    make();
+    EXPECT_EQ(host::Controller::connect(f.t.trid(), keyed_host(secret), err), nullptr) << "let in with a broken key file";
+    const auto logged = warnings.holding({"'key0'", key0, why});
+    EXPECT_EQ(logged.size(), 1u) << "one line naming the key, its file and what is wrong";
+    warnings.clear();
+    expect_keyless_host_served(f, "nqn.keyless");
+    keys.write("key0", secret);
+    auto back = host::Controller::connect(f.t.trid(), keyed_host(secret), err);
+    EXPECT_NE(back, nullptr) << "the key file mended, its host still refused: " << err;
+  }
+  EXPECT_FALSE(warnings.any_holds(secret.substr(10, 20))) << "a key in the log";
+  EXPECT_EQ(key_entry(f, "key0")["path"], key0);
+}
+
+// A TLS PSK named in the keyring is read from its file at each handshake: a rewritten file
+// rotates it for the next connection, with no RPC; one that no longer reads refuses the
+// handshake (one log line naming the key and its file) and the target serves others on.
+TEST(RpcServer, AKeyringPskFileRewrittenRotatesTheTlsKeyForTheNextHandshake) {
+  WarningLines warnings;
+  target::TargetConfig cfg = default_config();
+  target::ListenerConfig secure{"127.0.0.1", 0};
+  secure.tls_required = true;
+  cfg.listeners.push_back(secure);
+  RpcFixture f("keyring-psk", {}, cfg);
+  KeyDir keys;
+  auto psk_text = [](uint8_t fill) { return std::string(auth::format_tls_psk(1, std::vector<uint8_t>(32, fill)).view()); };
+  const std::string psk0 = keys.write("psk0", psk_text(0x61));
+  ASSERT_EQ(f.call("keyring_file_add_key", {{"name", "psk0"}, {"path", psk0}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_allow_any_host", {{"nqn", kTestNqn}, {"allow_any_host", false}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", kKeyHost}, {"psk", "psk0"}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.keyless"}})["result"], true);
+  host::TransportId tls_trid = f.t.trid();
+  tls_trid.trsvcid = f.t.port(1);
+  auto over_tls = [&](const std::string& key) {
+    host::ControllerOptions o;
+    o.hostnqn = kKeyHost;
+    o.kato_ms = 0;
+    o.io_queues = 1;
+    o.tls = true;
+    o.tls_key = key;
+    o.connect_timeout_ms = 3000;
+    std::string err;
+    auto ctrl = host::Controller::connect(tls_trid, o, err);
+    return ctrl != nullptr;
+  };
+  EXPECT_TRUE(over_tls(psk_text(0x61)));
+  keys.write("psk0", psk_text(0x62));
+  EXPECT_FALSE(over_tls(psk_text(0x61))) << "the old PSK let in after its file was rewritten";
+  EXPECT_TRUE(over_tls(psk_text(0x62))) << "the new PSK refused";
+
+  keys.write("psk0", "NVMeTLSkey-1:01:bm90IGEga2V5:");
+  warnings.clear();
+  EXPECT_FALSE(over_tls(psk_text(0x62))) << "let in with a broken key file";
+  // nvtcp's host tries a second handshake with libnvme's older derivation: a line each.
+  const auto refused = warnings.holding({"TLS: handshake failed"});
+  EXPECT_FALSE(refused.empty());
+  EXPECT_EQ(warnings.holding({"'psk0'", psk0, "too short"}).size(), refused.size())
+      << "a line per refused handshake, naming the key and its file: " << ::testing::PrintToString(refused);
+  expect_keyless_host_served(f, "nqn.keyless");
+  keys.write("psk0", psk_text(0x62));
+  EXPECT_TRUE(over_tls(psk_text(0x62))) << "the key file mended, its host still refused";
+  EXPECT_FALSE(warnings.any_holds(psk_text(0x62).substr(16, 20))) << "a key in the log";
 }
 
 }  // namespace

@@ -271,9 +271,13 @@ TEST(ConfigHosts, PlainNqnsAndHostsWithKeys) {
   EXPECT_EQ(sc.host_keys.count("nqn.h1"), 0u);
   const HostKeys& k = sc.host_keys.at("nqn.h2");
   ASSERT_TRUE(k.dhchap && k.dhchap_ctrl && k.psk);
-  EXPECT_EQ(k.dhchap->transform, 1);
-  EXPECT_EQ(k.dhchap->key.size(), 32u);
-  EXPECT_EQ(k.psk->hash, 1);
+  std::string why;
+  const auto dhchap = k.dhchap.material(why);
+  const auto psk = k.psk.material(why);
+  ASSERT_TRUE(dhchap && psk) << why;
+  EXPECT_EQ(dhchap->transform, 1);
+  EXPECT_EQ(dhchap->key.size(), 32u);
+  EXPECT_EQ(psk->hash, 1);
   EXPECT_FALSE(k.allow_plain) << "a PSK host is admitted over TLS only unless the configuration says otherwise";
 }
 
@@ -516,7 +520,7 @@ TEST(SpdkConfig, WhatCannotBeReplayedIsAnError) {
 }
 
 // SPDK's file keyring as save_config writes it (its section first): a host's dhchap_key that
-// names a key is that key's file, read now and remembered by name; the keyring's checks stop
+// names a key is that key's file, checked now and held by name; the keyring's checks stop
 // the load (a relative path, a file others can read, a name given twice), as does a host that
 // names a key the file does not add.
 TEST(SpdkConfig, KeyringKeysAreReplayedAndHostsNameThem) {
@@ -541,17 +545,19 @@ TEST(SpdkConfig, KeyringKeysAreReplayedAndHostsNameThem) {
   ASSERT_EQ(err, "");
   const HostKeys& keys = cfg.subsystems.at(0).host_keys.at("nqn.h");
   ASSERT_TRUE(keys.dhchap);
-  EXPECT_EQ(keys.dhchap_ref.name, "key0");
-  EXPECT_FALSE(keys.dhchap_ctrl_ref);
+  EXPECT_EQ(keys.dhchap.ref().name, "key0");
+  EXPECT_FALSE(keys.dhchap_ctrl.ref());
   ASSERT_EQ(cfg.keyring->keys().size(), 1u);
   EXPECT_EQ(cfg.keyring->keys()[0].path, key_path);
   // The key read is the file's: the same secret as given inline.
   TargetConfig inline_cfg = load_spdk(config("", kKey), err);
   ASSERT_EQ(err, "");
   const HostKeys& inline_keys = inline_cfg.subsystems.at(0).host_keys.at("nqn.h");
-  EXPECT_FALSE(inline_keys.dhchap_ref);
-  EXPECT_EQ(inline_keys.dhchap->key.size(), keys.dhchap->key.size());
-  EXPECT_EQ(std::memcmp(inline_keys.dhchap->key.data(), keys.dhchap->key.data(), keys.dhchap->key.size()), 0);
+  EXPECT_FALSE(inline_keys.dhchap.ref());
+  const auto from_file = keys.dhchap.material(err), given = inline_keys.dhchap.material(err);
+  ASSERT_TRUE(from_file && given) << err;
+  EXPECT_EQ(given->key.size(), from_file->key.size());
+  EXPECT_EQ(std::memcmp(given->key.data(), from_file->key.data(), from_file->key.size()), 0);
 
   load_spdk(config("", "key0"), err);
   EXPECT_NE(err.find("host nqn.h: dhchap_key"), std::string::npos) << err;
@@ -564,6 +570,57 @@ TEST(SpdkConfig, KeyringKeysAreReplayedAndHostsNameThem) {
   load_spdk(config(add_key("key0", key_path), "key0"), err);
   EXPECT_NE(err.find("Invalid permissions for key file '" + key_path + "'"), std::string::npos) << err;
   EXPECT_EQ(err.find("ia6zGodOr4"), std::string::npos) << "a key in an error: " << err;
+  std::remove(key_path.c_str());
+}
+
+// A host's key named in the keyring is its file as it is each time it is used (as SPDK's
+// keyring_file reads it): a rewritten file gives the new key; one that no longer reads, or a key
+// removed from the keyring (SPDK: -ENOKEY), gives none, with why naming the key and its file and
+// never the key; the key given inline is the one given.
+TEST(SpdkConfig, KeyringKeysAreReadAtEachUse) {
+  const std::string key_path = "/tmp/nvtcp-config-keyring-use-" + std::to_string(getpid());
+  auto write = [&](const std::string& text) {
+    std::ofstream f(key_path);
+    f << text << "\n";
+  };
+  write(kKey);
+  chmod(key_path.c_str(), 0600);
+  auto keyring = std::make_shared<Keyring>();
+  std::string why;
+  ASSERT_EQ(keyring->add_file_key("key0", key_path, why), 0) << why;
+  SubsystemConfig sc;
+  read_host(sc, nlohmann::json{{"nqn", "nqn.h"}, {"dhchap_key", "key0"}}, keyring);
+  const HostKey<auth::DhchapSecret> key = sc.host_keys.at("nqn.h").dhchap;
+  ASSERT_TRUE(key);
+  EXPECT_EQ(key.ref().name, "key0");
+  auto first = key.material(why);
+  ASSERT_TRUE(first) << why;
+
+  const std::vector<uint8_t> other(32, 0x5A);
+  const std::string other_text(auth::format_dhchap_secret(0, other).view());
+  write(other_text);
+  auto second = key.material(why);
+  ASSERT_TRUE(second) << why;
+  EXPECT_EQ(second->transform, 0);
+  ASSERT_EQ(second->key.size(), other.size());
+  EXPECT_EQ(std::memcmp(second->key.data(), other.data(), other.size()), 0) << "the key read when the host was added";
+
+  write("DHHC-1:01:garbage:");
+  EXPECT_FALSE(key.material(why));
+  EXPECT_NE(why.find("keyring key 'key0' (file " + key_path + ")"), std::string::npos) << why;
+  write(other_text);
+  chmod(key_path.c_str(), 0640);
+  EXPECT_FALSE(key.material(why));
+  EXPECT_NE(why.find("Invalid permissions for key file"), std::string::npos) << why;
+  chmod(key_path.c_str(), 0600);
+  ASSERT_TRUE(key.material(why)) << why;
+  EXPECT_EQ(keyring->remove_file_key("key0", why), 0);
+  EXPECT_FALSE(key.material(why)) << "a removed key still usable";
+  EXPECT_NE(why.find("'key0' was removed"), std::string::npos) << why;
+  // A new key0, another file: the host still holds the removed one.
+  ASSERT_EQ(keyring->add_file_key("key0", key_path, why), 0) << why;
+  EXPECT_FALSE(key.material(why));
+  EXPECT_EQ(why.find(other_text.substr(10, 20)), std::string::npos) << "a key in an error: " << why;
   std::remove(key_path.c_str());
 }
 

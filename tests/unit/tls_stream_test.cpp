@@ -352,9 +352,10 @@ std::vector<uint8_t> openssl_client_hello(const Psk* psk) {
 }
 
 // The ClientHello `hello` (one record: header, then the message) with its pre_shared_key
-// extension (the last one) rewritten to offer `copies` copies of `identity`, each with a junk
-// binder of 32 bytes.
-std::vector<uint8_t> with_identities(const std::vector<uint8_t>& hello, const std::string& identity, size_t copies) {
+// extension (the last one) rewritten to offer `copies` copies of `identity` (each made distinct
+// by a number after it, when `distinct`), each with a junk binder of 32 bytes.
+std::vector<uint8_t> with_identities(const std::vector<uint8_t>& hello, const std::string& identity, size_t copies,
+                                     bool distinct = false) {
   auto u16 = [](const uint8_t* p) { return size_t(p[0]) << 8 | p[1]; };
   auto put16 = [](std::vector<uint8_t>& v, size_t at, size_t x) {
     v[at] = uint8_t(x >> 8);
@@ -375,9 +376,10 @@ std::vector<uint8_t> with_identities(const std::vector<uint8_t>& hello, const st
   EXPECT_NE(psk_at, 0u);
   std::vector<uint8_t> ids, binders;
   for (size_t i = 0; i < copies; ++i) {
-    ids.push_back(uint8_t(identity.size() >> 8));
-    ids.push_back(uint8_t(identity.size()));
-    ids.insert(ids.end(), identity.begin(), identity.end());
+    const std::string id = distinct ? identity + " " + std::to_string(i) : identity;
+    ids.push_back(uint8_t(id.size() >> 8));
+    ids.push_back(uint8_t(id.size()));
+    ids.insert(ids.end(), id.begin(), id.end());
     ids.insert(ids.end(), 4, 0);
     binders.push_back(32);
     binders.insert(binders.end(), 32, uint8_t(0x5A + i));
@@ -418,6 +420,29 @@ TEST_F(TlsServerAlone, AHelloOfManyCopiesOfAKnownIdentityCostsAFewBinders) {
   EXPECT_LE(server->counters().binders_checked, 2u) << "a binder per copy of the identity";
   EXPECT_GE(server->counters().binders_checked, 1u);
   EXPECT_LT(server->failure().size(), 2048u) << "a reason per copy in one log line";
+}
+
+// Looking an identity up may read a key file (the target reads a PSK named in its keyring at
+// each handshake): a hello of hundreds of identities, the same one or each different, none with
+// a usable key, costs a few lookups, not one per identity.
+TEST_F(TlsServerAlone, AHelloOfManyUnknownIdentitiesCostsAFewLookups) {
+  const Psk psk = make_psk(kIdentity, 1, 0x41);
+  lower->deliver(with_identities(openssl_client_hello(&psk), psk.identity, 450));
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_EQ(keys.calls, 1) << "the same identity looked up again";
+  EXPECT_NE(server->failure().find("no key for this identity"), std::string::npos) << server->failure();
+}
+
+TEST_F(TlsServerAlone, AHelloOfManyDistinctUnknownIdentitiesCostsAFewLookups) {
+  const Psk psk = make_psk(kIdentity, 1, 0x41);
+  lower->deliver(with_identities(openssl_client_hello(&psk), psk.identity, 450, true));
+  settle();
+  EXPECT_TRUE(owner.closed);
+  EXPECT_LE(keys.calls, 8) << "an identity looked up per identity offered";
+  EXPECT_GE(keys.calls, 1);
+  EXPECT_NE(server->failure().find("distinct identities are looked up"), std::string::npos) << server->failure();
+  EXPECT_LT(server->failure().size(), 2048u) << "a reason per identity in one log line";
 }
 
 TEST_F(TlsServerAlone, AClientHelloWithoutAPskIsRefused) {
