@@ -14,6 +14,8 @@
 #   trim/flush fio's trims (Deallocate: rbd_aio_discard) and fsyncs (Flush) succeed
 #   resize     `rbd resize` on the cluster reaches the namespace (librbd's header watch);
 #              bdev_rbd_resize grows the image from the gateway
+#   lost       the OSD stopped past the client's operation timeout: commands end with a path
+#              error, none hangs; the OSD back, the same gateway serves again
 #
 # Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
 set -euo pipefail
@@ -167,5 +169,43 @@ assert second["pool_name"] == "rbd" and second["name"] == "Ceph7" and second["bl
 assert second["config"]["mon_host"], second
 print("save_config: bdev_rbd_create for both images")
 PY
+
+step "a lost cluster: the OSD stopped past the client's operation timeout, then back"
+# An image whose client gives up on an operation after 3 s (rados_osd_op_timeout; the gateway's
+# default is 30 s). While the OSD is stopped, the gateway's commands end with a path error
+# (a multipath host takes that to another gateway), none hangs; once it is back, the same
+# gateway serves again with nothing restarted (librados reconnects by itself).
+rbd_cli "$cluster" create --size 64 rbd/lost || fail "rbd create rbd/lost"
+rpc bdev_rbd_create "{\"pool_name\": \"rbd\", \"rbd_name\": \"lost\", \"block_size\": 4096, \"name\": \"Ceph8\",
+  \"config\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\", \"rados_osd_op_timeout\": \"3\"}}" \
+  >/dev/null || fail "bdev_rbd_create of rbd/lost"
+lost_ns=$(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Ceph8) || fail "nvmf_subsystem_add_ns of rbd/lost"
+osd_pid=$(cat "$cluster/run/osd.0.pid")
+trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN"  # this gateway's
+"$NVTCP" perf -r "$trid ns:$lost_ns" -q 4 -o 4K -w randwrite -t 8 --io-timeout 0 --json >"$dir/perf-lost.json" \
+  2>"$dir/perf-lost.log" &
+perf_pid=$!
+sleep 1
+kill -STOP "$osd_pid"
+sleep 5
+kill -CONT "$osd_pid"
+wait "$perf_pid" && fail "perf saw no error with the OSD stopped for 5 s"
+python3 - "$dir/perf-lost.json" <<'PY' || { tail -5 "$dir/perf-lost.log"; fail "perf with the OSD stopped"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+# Each command in flight when the OSD stopped ended with an error after the 3 s timeout: no hang.
+assert 0 < r["errors"] <= 4 and r["ios"] > r["errors"], r
+print(f"OSD stopped for 5 s: {r['errors']} commands failed, {r['ios']} I/Os in all")
+PY
+grep -q "Internal Path Error" "$dir/perf-lost.log" || { tail -5 "$dir/perf-lost.log"; fail "the failed commands' status is not a path error"; }
+"$NVTCP" perf -r "$trid ns:$lost_ns" -q 16 -o 4K -w randwrite --verify -t 1 --json >"$dir/perf-back.json" 2>&1 ||
+  fail "perf --verify with the OSD back"
+python3 - "$dir/perf-back.json" <<'PY' || fail "the gateway did not serve again with the OSD back"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["errors"] == 0 and r["verify_failures"] == 0 and r["ios"] > 0, r
+print(f"the OSD back: {r['ios']} I/Os verified through the same gateway, no error")
+PY
+
 stop_target
-echo "PASS: an RBD image served over NVMe/TCP: identify, perf --verify, bytes on the cluster, trim, flush, a second gateway, bdev_rbd_create, a resize made on the cluster and save_config"
+echo "PASS: an RBD image served over NVMe/TCP: identify, perf --verify, bytes on the cluster, trim, flush, a second gateway, bdev_rbd_create, a resize made on the cluster, save_config, and a lost cluster (path errors, then served again)"
