@@ -734,6 +734,10 @@ void IoCommands::on_qos_timer(reactor::Timer* t) {
   const uint64_t now = self->q_.clock().turn_ns(self->q_.reactor());
   while (self->qos_first_ < waiting.size()) {
     auto [r, ns] = waiting[self->qos_first_];
+    if (!r) {  // aborted while it waited
+      ++self->qos_first_;
+      continue;
+    }
     if (!ns->qos.admit(r->io.op == backend::BlockIo::Op::Read, r->io.length, now)) break;
     ++self->qos_first_;
     self->q_.set_state(*r, State::Running);
@@ -802,6 +806,7 @@ bool IoCommands::abort_command(uint16_t cid) {
   if (found.ended) return true;
   if (!found.running) return false;
   Command& r = *found.running;
+  if (r.state() == State::AwaitingQos) return abort_qos_waiter(r);
   // Commands that go to the device one step at a time (a range, a namespace) stop at the
   // next step: what the finished steps did stays done, as an aborted command may leave it.
   const State st = r.state();
@@ -813,6 +818,18 @@ bool IoCommands::abort_command(uint16_t cid) {
     return true;
   }
   return false;  // one operation on the device, or being sent
+}
+
+// A command that waits for its namespace's rate limit has taken nothing from the budgets and
+// holds no fence: it leaves its place in the line (the line keeps its order) and ends now.
+bool IoCommands::abort_qos_waiter(Command& r) {
+  for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
+    if (qos_waiters_[i].r == &r) qos_waiters_[i].r = nullptr;
+  q_.set_state(r, State::Running);
+  log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for its namespace's rate limit", q_.link_.peer,
+            r.sqe.cid, r.sqe.opc);
+  q_.complete(r, sc::AbortRequested);
+  return true;
 }
 
 }  // namespace nvtcp::target

@@ -76,6 +76,7 @@ class IoCommands final : public CommandAborter {
   static void on_fence_timer(reactor::Timer* t);
   void wait_for_qos(Command& r, Namespace& ns);
   static void on_qos_timer(reactor::Timer* t);
+  bool abort_qos_waiter(Command& r);
 
   CommandQueue& q_;
   QueueStats* stats_ = nullptr;  // this queue's counters, one per namespace

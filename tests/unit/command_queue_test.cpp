@@ -59,9 +59,10 @@ struct FakeCommand : target::Command {
 // the worker, its holds) is the command layer's own code.
 class FakeTransport final : public target::CommandTransport {
  public:
-  FakeTransport(reactor::Reactor& r, target::ReactorCommands& shared, target::TargetState& ts = state())
+  FakeTransport(reactor::Reactor& r, target::ReactorCommands& shared, target::TargetState& ts = state(),
+                const reactor::Clock& clock = reactor::monotonic_clock())
       : reactor_(r),
-        link_{&r, &reactor::monotonic_clock(), "fake", target::Arrival{}},
+        link_{&r, &clock, "fake", target::Arrival{}},
         commands_(ts, *this, link_, memory_, shared, [](void*) {}, nullptr),
         memory_(ts.config, ts.usage, sizeof(FakeCommand)),
         slots_(kSlots) {}
@@ -580,6 +581,49 @@ TEST_F(CommandQueueTest, AnAbortOfAnIoCommandIsHeldUntilItsQueueAnswers) {
   EXPECT_EQ(admin.completed.back(), abort);
   EXPECT_EQ(admin.cqes.back().cid, 90u);
   EXPECT_EQ(admin.cqes.back().dw0, 1u) << "nothing was aborted: cid 99 is not there";
+}
+
+// A read that waits for its namespace's rate limit (bdev_set_qos_limit) can be aborted: it ends
+// Command Abort Requested at once, the Abort says so, and the read behind it keeps its place and
+// goes with the next slice. The limit's clock is the test's: time moves only when it says.
+TEST_F(CommandQueueTest, AReadWaitingForItsRateLimitCanBeAborted) {
+  reactor::FakeClock clock;
+  FakeTransport admin(reactor_, set_), io(reactor_, set_, state(), clock);
+  ASSERT_NO_FATAL_FAILURE(bring_up_admin(admin));
+  ASSERT_NO_FATAL_FAILURE(bring_up_io(io));
+  target::Namespace* ns = admin.commands().controller()->subsystem().find_namespace(test::kConnRamNsid);
+  ASSERT_NE(ns, nullptr);
+  ns->qos.set({.rw_ios_per_sec = 1000});  // one operation a millisecond
+  struct NoLimitAfter {
+    target::Namespace* ns;
+    ~NoLimitAfter() { ns->qos.set({}); }  // the namespace is shared with the other tests
+  } reset{ns};
+
+  target::Command* first = io.run(rw(IoOpcode::Read, 10, test::kConnRamNsid, 0, 1, 512));
+  ASSERT_EQ(io.completed.size(), 1u) << "the slice's one read goes at once";
+  EXPECT_TRUE(io.completed.back()->status.ok());
+  io.release(first);
+  target::Command* held = io.run(rw(IoOpcode::Read, 11, test::kConnRamNsid, 1, 1, 512));
+  target::Command* next = io.run(rw(IoOpcode::Read, 12, test::kConnRamNsid, 2, 1, 512));
+  EXPECT_EQ(held->state(), S::AwaitingQos);
+  EXPECT_EQ(next->state(), S::AwaitingQos);
+
+  target::Command* abort = admin.run(with_sgl(cmd::abort(1, 11), 90, 0));
+  for (int i = 0; i < 20 && admin.completed.empty(); ++i) reactor_.run_once(1'000'000);
+  ASSERT_EQ(admin.completed.size(), 1u);
+  EXPECT_EQ(admin.completed.back(), abort);
+  EXPECT_EQ(admin.cqes.back().dw0 & 1, 0u) << "the waiting read was not aborted";
+  ASSERT_EQ(io.completed.size(), 2u);
+  EXPECT_EQ(io.completed.back(), held);
+  EXPECT_EQ(io.completed.back()->status, sc::AbortRequested);
+  EXPECT_EQ(next->state(), S::AwaitingQos) << "the read behind it went without a slice of its own";
+
+  clock.step_ms(1);
+  for (int i = 0; i < 20 && io.completed.size() < 3; ++i) reactor_.run_once(1'000'000);
+  ASSERT_EQ(io.completed.size(), 3u) << "the read behind the aborted one did not go with the next slice";
+  EXPECT_EQ(io.completed.back(), next);
+  EXPECT_TRUE(next->status.ok());
+  EXPECT_EQ(io.command_count(S::AwaitingQos), 0u);
 }
 
 // A reservation change that must survive power loss (CPTPL) completes once its state file is
