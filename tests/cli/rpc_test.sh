@@ -180,4 +180,16 @@ grep -Eq "^ *cntlid *: *(0x0*64|100)\b" "$dir/identify.txt" || fail "the control
 [ "$(rpc spdk_kill_instance --sig-name SIGTERM)" = true ] || fail "spdk_kill_instance did not answer"
 wait "$target_pid" || fail "the target did not exit cleanly after spdk_kill_instance"
 target_pid=
+# SIGINT shuts down as cleanly; SIGKILL ends it at once (the answer still comes first).
+for sig in SIGINT SIGKILL; do
+  start_target --rpc-socket "$SOCK"
+  [ "$(rpc spdk_kill_instance --sig-name "$sig")" = true ] || fail "spdk_kill_instance $sig did not answer"
+  rc=0
+  wait "$target_pid" || rc=$?
+  target_pid=
+  want=0
+  [ "$sig" = SIGKILL ] && want=137
+  [ "$rc" = "$want" ] || fail "after spdk_kill_instance $sig the target exited $rc, not $want"
+  rm -f "$SOCK"  # a killed target leaves its socket behind
+done
 echo "PASS: JSON-RPC from nvtcp rpc and rpc.py framing; hosts and namespaces changed live; save_config loads back; an empty start configured over RPC"
