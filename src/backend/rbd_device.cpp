@@ -34,6 +34,7 @@
 #include <mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,13 @@ nvme::Status rbd_status(int64_t r) {
   }
 }
 
+// Sets key to ours if it still has Ceph's default (the configuration file did not set it).
+void default_option(rados_t r, const char* key, std::string_view ceph_default, const char* ours) {
+  char value[64] = {};
+  if (rados_conf_get(r, key, value, sizeof value) == 0 && std::string_view(value) != ceph_default) return;
+  rados_conf_set(r, key, ours);
+}
+
 // One connection to a cluster: an image's own, or shared by the images of one registered
 // cluster (shared_connection).
 class RadosCluster {
@@ -90,13 +98,15 @@ class RadosCluster {
         return nullptr;
       }
     }
-    // Defaults first, then what the configuration gives, which wins. librados' own log stays
-    // out of the target's output (its errors come back as return values, which are logged).
+    // librados' own log stays out of the target's output (its errors come back as return
+    // values, which are logged). Then nvtcp's defaults, each only where the configuration file
+    // left Ceph's own (an option set through the API outranks the file), then the options given
+    // by RPC, which win.
     rados_conf_set(c->rados_, "log_to_stderr", "false");
     rados_conf_set(c->rados_, "err_to_stderr", "false");
-    rados_conf_set(c->rados_, "rados_osd_op_timeout", "30");
-    rados_conf_set(c->rados_, "rados_mon_op_timeout", "30");
-    rados_conf_set(c->rados_, "client_mount_timeout", "30");
+    default_option(c->rados_, "rados_osd_op_timeout", "0", "30");
+    default_option(c->rados_, "rados_mon_op_timeout", "0", "30");
+    default_option(c->rados_, "client_mount_timeout", "300", "30");
     for (const auto& [k, v] : spec.config) {
       if (int r = rados_conf_set(c->rados_, k.c_str(), v.c_str()); r < 0) {
         err = fmt::format("Ceph option {}={}: {}", k, v, std::strerror(-r));

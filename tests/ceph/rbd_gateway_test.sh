@@ -171,14 +171,17 @@ print("save_config: bdev_rbd_create for both images")
 PY
 
 step "a lost cluster: the OSD stopped past the client's operation timeout, then back"
-# An image whose client gives up on an operation after 3 s (rados_osd_op_timeout; the gateway's
-# default is 30 s). While the OSD is stopped, the gateway's commands end with a path error
-# (a multipath host takes that to another gateway), none hangs; once it is back, the same
-# gateway serves again with nothing restarted (librados reconnects by itself).
+# An image whose client gives up on an operation after 3 s: rados_osd_op_timeout from the
+# registered cluster's configuration file (the gateway's default, 30 s, applies only where the
+# file says nothing). While the OSD is stopped, the gateway's commands end with a path error (a
+# multipath host takes that to another gateway), none hangs; once it is back, the same gateway
+# serves again with nothing restarted (librados reconnects by itself).
 rbd_cli "$cluster" create --size 64 rbd/lost || fail "rbd create rbd/lost"
-rpc bdev_rbd_create "{\"pool_name\": \"rbd\", \"rbd_name\": \"lost\", \"block_size\": 4096, \"name\": \"Ceph8\",
-  \"config\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\", \"rados_osd_op_timeout\": \"3\"}}" \
-  >/dev/null || fail "bdev_rbd_create of rbd/lost"
+{ cat "$cluster/ceph.conf"; printf '[client]\nrados osd op timeout = 3\n'; } >"$dir/short-timeout.conf"
+rpc bdev_rbd_register_cluster "{\"name\": \"short\", \"config_file\": \"$dir/short-timeout.conf\"}" >/dev/null ||
+  fail "bdev_rbd_register_cluster with a configuration file"
+rpc bdev_rbd_create --name Ceph8 --pool-name rbd --rbd-name lost --block-size 4096 --cluster-name short >/dev/null ||
+  fail "bdev_rbd_create of rbd/lost"
 lost_ns=$(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Ceph8) || fail "nvmf_subsystem_add_ns of rbd/lost"
 osd_pid=$(cat "$cluster/run/osd.0.pid")
 trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN"  # this gateway's
