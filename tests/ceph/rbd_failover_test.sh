@@ -42,7 +42,11 @@ pid_a= pid_b= perf_pid= eperf_pid= fio_pid= engine_pid=
 # The gateways first (KILL: a target whose cluster is gone can wait on it), then the cluster.
 cleanup() {
   local p
-  for p in "$perf_pid" "$eperf_pid" "$fio_pid" "$engine_pid" "$pid_a" "$pid_b"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
+  # "|| true": under set -e a failed kill (a process already gone) would end the cleanup there,
+  # leaving the rest (the cluster among them) running.
+  for p in "$perf_pid" "$eperf_pid" "$fio_pid" "$engine_pid" "$pid_a" "$pid_b"; do
+    [ -n "$p" ] && kill -KILL "$p" 2>/dev/null || true
+  done
   ceph_cluster_stop "$cluster" >/dev/null 2>&1 || true
   [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }

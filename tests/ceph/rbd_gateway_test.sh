@@ -31,7 +31,7 @@ ceph_skip_unless_available
 cluster=$dir/ceph
 # The gateway goes first (KILL: a target whose cluster is gone can wait on it), then the cluster,
 # then the directory that holds both.
-trap '[ -n "$target_pid" ] && kill -KILL "$target_pid" 2>/dev/null; ceph_cluster_stop "$cluster" >/dev/null 2>&1 || true; cleanup' EXIT
+trap '[ -n "$target_pid" ] && kill -KILL "$target_pid" 2>/dev/null || true; ceph_cluster_stop "$cluster" >/dev/null 2>&1 || true; cleanup' EXIT
 step() { echo "== $*"; }
 
 step "a one-node cluster (memstore OSD) and a 256 MiB image"
