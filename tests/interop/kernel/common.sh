@@ -508,6 +508,25 @@ kernel_stop() {
 }
 
 # kernel_dmesg: the guest's dmesg dump from the console (empty if the guest did not get that far).
+# kernel_check_steps STEP...: each named guest step printed PASS in $WORK/console.txt (one that
+# printed FAIL, or nothing, fails the test with the guest's line), and no other step printed FAIL.
+kernel_check_steps() {
+  local s verdict step
+  local -A status=()
+  while read -r verdict step; do status[$step]=$verdict; done \
+    < <(sed -nE 's/^NVTCP-GUEST \[[0-9.]+\] (PASS|FAIL) ([a-z0-9.-]+).*/\1 \2/p' "$WORK/console.txt")
+  for s in "$@"; do
+    case ${status[$s]:-missing} in
+      PASS) ;;
+      FAIL) fail "guest step $s: $(grep -a "FAIL $s" "$WORK/console.txt" | head -1 | sed 's/^NVTCP-GUEST \[[0-9.]*\] //')" ;;
+      *) fail "guest step $s did not run" ;;
+    esac
+  done
+  for s in "${!status[@]}"; do
+    if [[ ${status[$s]} == FAIL && " $* " != *" $s "* ]]; then fail "guest step $s: FAIL"; fi
+  done
+  return 0
+}
 kernel_dmesg() {
   sed -n '/^=== dmesg begin ===/,/^=== dmesg end ===/p' "$CONSOLE" | tr -d '\r'
 }

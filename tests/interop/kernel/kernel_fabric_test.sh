@@ -129,21 +129,9 @@ tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
 grep -a 'NVTCP-GUEST' "$WORK/console.txt" | grep -v REQUEST | sed 's/^/  /'
 grep -a '^LISTSUBSYS ' "$WORK/console.txt" | sed 's/^LISTSUBSYS /    /'
 grep -qa 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest script did not exit cleanly"
-declare -A STATUS=()
-while read -r verdict step; do STATUS[$step]=$verdict; done \
-  < <(sed -nE 's/^NVTCP-GUEST \[[0-9.]+\] (PASS|FAIL) ([a-z0-9.-]+).*/\1 \2/p' "$WORK/console.txt")
 STEPS=(connect multipath id.ana ana.initial list-subsys io.head ana.a ana.b ana.c io.flip io.cut cut.down cut.restored
        ns.add io.ns2 ns.resize ns.remove ns.noreconnect)
-for s in "${STEPS[@]}"; do
-  case ${STATUS[$s]:-missing} in
-    PASS) ;;
-    FAIL) fail "guest step $s: $(grep -a "FAIL $s" "$WORK/console.txt" | head -1 | sed 's/^NVTCP-GUEST \[[0-9.]*\] //')" ;;
-    *) fail "guest step $s did not run" ;;
-  esac
-done
-for s in "${!STATUS[@]}"; do
-  [[ ${STATUS[$s]} == FAIL && " ${STEPS[*]} " != *" $s "* ]] && fail "guest step $s: FAIL"
-done
+kernel_check_steps "${STEPS[@]}"
 
 # The target logged each transition once (A: 4 in ana.a/b and the flip; B: 3 and 2 in the flip).
 n=$(grep -c "ANA: subsystem $NQN listener 127.0.0.1:$PORT_A group 1: " "$WORK/target.log" || true)

@@ -126,21 +126,9 @@ kernel_stop 30
 tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
 grep -a 'NVTCP-GUEST' "$WORK/console.txt" | grep -v REQUEST | sed 's/^/  /'
 grep -qa 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest script did not exit cleanly"
-declare -A STATUS=()
-while read -r verdict step; do STATUS[$step]=$verdict; done \
-  < <(sed -nE 's/^NVTCP-GUEST \[[0-9.]+\] (PASS|FAIL) ([a-z0-9.-]+).*/\1 \2/p' "$WORK/console.txt")
 STEPS=(connect ana.initial io.failover failback.path io.failback io.failback.write mask.hidden mask.shown
        mask.removed)
-for s in "${STEPS[@]}"; do
-  case ${STATUS[$s]:-missing} in
-    PASS) ;;
-    FAIL) fail "guest step $s: $(grep -a "FAIL $s" "$WORK/console.txt" | head -1 | sed 's/^NVTCP-GUEST \[[0-9.]*\] //')" ;;
-    *) fail "guest step $s did not run" ;;
-  esac
-done
-for s in "${!STATUS[@]}"; do
-  [[ ${STATUS[$s]} == FAIL && " ${STEPS[*]} " != *" $s "* ]] && fail "guest step $s: FAIL"
-done
+kernel_check_steps "${STEPS[@]}"
 
 # The restarted A's own counts: the guest's verify pass and last write went to it (failback).
 if [[ -n $pid_a ]]; then
