@@ -207,27 +207,19 @@ class RbdDevice final : public BlockDevice {
     watch_header(*h);
     current_.store(h.get());
     handles_.push_back(std::move(h));
+    size_reader_ = std::jthread([this](std::stop_token stop) { read_sizes(stop); });
   }
   ~RbdDevice() override {
-    recovery_ = {};  // asks a reconnection in progress to stop, and waits for it
+    size_reader_ = {};  // stopped and joined: it reads through the handles
+    recovery_ = {};     // asks a reconnection in progress to stop, and waits for it
     // The handles close as handles_ goes; the target has no operation left in flight by now.
   }
   uint64_t size_bytes() const override { return size_.load(std::memory_order_relaxed); }
-  // Once a second on reactor 0 (the target's revalidation): nothing unless the header changed.
-  uint64_t revalidate_size() override {
-    if (!header_changed_.exchange(false, std::memory_order_acq_rel) && watching_.load()) return size_bytes();
-    ImageHandle* h = acquire();
-    uint64_t have = 0;
-    int r = rbd_get_size(h->image, &have);
-    h->users.fetch_sub(1);
-    if (r < 0) {
-      log::warn("rbd {}: cannot read the image's size: {}", name_, std::strerror(-r));
-      return size_bytes();
-    }
-    have -= have % bs_;
-    if (have != 0) size_.store(have, std::memory_order_relaxed);
-    return size_bytes();
-  }
+  // Once a second on reactor 0 (the target's revalidation): the size the device's size reader
+  // last found. Asking librbd here could stall every connection of reactor 0: after a header
+  // change librbd reads the new header from the cluster before it answers, for as long as the
+  // operation timeout (30 s) when the cluster cannot be reached.
+  uint64_t revalidate_size() override { return size_bytes(); }
   // The image itself grows (bdev_rbd_resize): every gateway that has it open sees the new size
   // through its header watch. Never shrinks: the size to beat is the cluster's now (another
   // client may have grown it since this device last looked), and librbd is told not to shrink
@@ -349,7 +341,7 @@ class RbdDevice final : public BlockDevice {
         // What was issued through the old client fails soon (it is fenced): wait for it, then close.
         while (old->users.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         old->close();
-        header_changed_.store(true);  // the size is read again on the next revalidation
+        header_changed();  // the size is read again
         log::info("rbd {}: reconnected to the cluster as a new client: serving again", name_);
         break;
       }
@@ -363,9 +355,36 @@ class RbdDevice final : public BlockDevice {
     recovering_.store(false);
   }
 
-  static void on_header_update(void* arg) {
-    static_cast<RbdDevice*>(arg)->header_changed_.store(true, std::memory_order_release);
+  // The device's own thread: reads the image's size when its header changed (librbd's watch says
+  // so: a resize made anywhere), or once a second when there is no watch.
+  void read_sizes(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      {
+        std::unique_lock lk(size_mu_);
+        size_cv_.wait_for(lk, stop, std::chrono::seconds(1), [this] { return header_changed_.load(); });
+      }
+      if (stop.stop_requested()) break;
+      if (!header_changed_.exchange(false, std::memory_order_acq_rel) && watching_.load()) continue;
+      ImageHandle* h = acquire();
+      uint64_t have = 0;
+      int r = rbd_get_size(h->image, &have);
+      h->users.fetch_sub(1);
+      if (r < 0) {
+        log::warn("rbd {}: cannot read the image's size: {}", name_, std::strerror(-r));
+        continue;
+      }
+      have -= have % bs_;
+      if (have != 0) size_.store(have, std::memory_order_relaxed);
+    }
   }
+  void header_changed() {
+    {
+      std::lock_guard lk(size_mu_);  // the reader is either before its check or waiting: not woken in between
+      header_changed_.store(true, std::memory_order_release);
+    }
+    size_cv_.notify_one();
+  }
+  static void on_header_update(void* arg) { static_cast<RbdDevice*>(arg)->header_changed(); }
   static void on_librbd_thread(rbd_completion_t c, void* arg) {
     auto* io = static_cast<BlockIo*>(arg);
     io->remote.result = rbd_aio_get_return_value(c);
@@ -408,7 +427,10 @@ class RbdDevice final : public BlockDevice {
   std::mutex handles_mu_;
   std::vector<std::unique_ptr<ImageHandle>> handles_;  // every handle the device had, current_ among them
   std::atomic<bool> recovering_{false};
-  std::jthread recovery_;  // last: stopped and joined before the rest goes
+  std::mutex size_mu_;
+  std::condition_variable_any size_cv_;
+  std::jthread recovery_;     // stopped and joined before the rest goes
+  std::jthread size_reader_;  // last: stopped and joined first
 };
 
 }  // namespace

@@ -25,6 +25,10 @@
 #   mask.shown       nvmf_ns_add_host names this host on both: the kernel rescans (namespace
 #                    attribute notice) and the namespace appears with two paths and takes I/O
 #   mask.removed     nvmf_ns_remove_host: it goes away again
+#   ana.move         nvmf_subsystem_set_ns_ana_group moves namespace 1 to group 2 (inaccessible
+#                    through A, optimized through B) on both gateways: the kernel's paths take
+#                    group 2's states (sysfs ana_grpid 2) and I/O goes on through B
+#   ana.back         moved back to group 1: A optimized again
 #
 # Also: the restarted A's bdev_get_iostat counts the guest's reads and writes, the guest kernel
 # printed no warning. Runs as root (apt-get); otherwise, without Debian's packages or without
@@ -114,6 +118,14 @@ while :; do
       done ;;
     ns-show) for g in a b; do gw_rpc "$g" nvmf_ns_add_host --nqn "$NQN" --nsid 2 --host "$HOSTNQN"; done ;;
     ns-hide) for g in a b; do gw_rpc "$g" nvmf_ns_remove_host --nqn "$NQN" --nsid 2 --host "$HOSTNQN"; done ;;
+    ana-move)
+      for g in a b; do
+        port=$PORT_A state=inaccessible
+        [[ $g == b ]] && port=$PORT_B state=optimized
+        gw_rpc "$g" nvmf_subsystem_listener_set_ana_state --nqn "$NQN" --listen-address.trtype tcp \
+          --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$port" --ana-state "$state" --anagrpid 2
+        gw_rpc "$g" nvmf_subsystem_set_ns_ana_group --nqn "$NQN" --nsid 1 --anagrpid "${req[1]}"
+      done ;;
     done) done_seq=$next; break ;;
     *) fail "unknown guest request: ${req[*]}" ;;
   esac
@@ -127,7 +139,7 @@ tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
 grep -a 'NVTCP-GUEST' "$WORK/console.txt" | grep -v REQUEST | sed 's/^/  /'
 grep -qa 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest script did not exit cleanly"
 STEPS=(connect ana.initial io.failover failback.path io.failback io.failback.write mask.hidden mask.shown
-       mask.removed)
+       mask.removed ana.move ana.back)
 kernel_check_steps "${STEPS[@]}"
 
 # The restarted A's own counts: the guest's verify pass and last write went to it (failback).

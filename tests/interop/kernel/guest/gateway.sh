@@ -157,6 +157,22 @@ if within 20 ns2_count_is 0; then pass mask.removed "nvmf_ns_remove_host: namesp
 else fail mask.removed "paths of namespace 2: $(ns2_paths | tr '\n' ' ')"; fi
 kmsg mask
 
+# --- a namespace moved to another ANA group live (nvmf_subsystem_set_ns_ana_group, as
+# ceph-nvmeof moves a namespace between gateways' groups): group 2 is inaccessible through A and
+# optimized through B; the kernel re-reads the ANA log and its paths take group 2's states -----
+grp_of() { cat "/sys/block/$(path_of "$1")/ana_grpid" 2>/dev/null; }
+moved_to() { [ "$(grp_of "$CA")" = "$1" ] && [ "$(grp_of "$CB")" = "$1" ] && paths_are "$2" "$3"; }
+request ana-move 2
+if within 20 moved_to 2 inaccessible optimized; then
+  rw ana.move.io "$H1" 16 && pass ana.move "namespace 1 in group 2: $(path_of "$CA") inaccessible, $(path_of "$CB") optimized, I/O through B"
+else
+  fail ana.move "groups '$(grp_of "$CA")' / '$(grp_of "$CB")', paths '$(ana_of "$CA")' / '$(ana_of "$CB")'"
+fi
+request ana-move 1
+if within 20 moved_to 1 optimized non-optimized; then pass ana.back "namespace 1 in group 1 again: A optimized"
+else fail ana.back "groups '$(grp_of "$CA")' / '$(grp_of "$CB")', paths '$(ana_of "$CA")' / '$(ana_of "$CB")'"; fi
+kmsg ana
+
 nvme disconnect -n "$NQN" >/dev/null 2>&1
 request done
 exit $FAILED
