@@ -508,6 +508,23 @@ kernel_stop() {
 }
 
 # kernel_dmesg: the guest's dmesg dump from the console (empty if the guest did not get that far).
+# kernel_serve_requests HANDLER: carries out the guest's "NVTCP-GUEST [..] REQUEST SEQ ACTION ARGS..."
+# console lines in order, each with HANDLER ACTION ARGS..., until the guest asks "done" or its
+# script ends. The guest never waits for an answer: what it checks is the kernel's own view.
+kernel_serve_requests() {
+  local handler=$1 seq=0 line
+  local -a req
+  while :; do
+    seq=$((seq + 1))
+    kernel_wait_marker "NVTCP-GUEST .* (REQUEST $seq |RUN-EXIT)" 300 || die "the guest stopped asking (request $seq) in time"
+    line=$(grep -a -m1 "NVTCP-GUEST .* REQUEST $seq " "$CONSOLE" | tr -d '\r') || return 0
+    read -r -a req <<<"${line#* REQUEST $seq }"
+    echo "guest request $seq: ${req[*]}"
+    [[ ${req[0]} == done ]] && return 0
+    "$handler" "${req[@]}"
+  done
+}
+
 # kernel_check_steps STEP...: each named guest step printed PASS in $WORK/console.txt (one that
 # printed FAIL, or nothing, fails the test with the guest's line), and no other step printed FAIL.
 kernel_check_steps() {

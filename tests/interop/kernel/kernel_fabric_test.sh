@@ -86,40 +86,34 @@ ana_state() {
     --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$1" --ana-state "${2//-/_}" >/dev/null
 }
 # Carry out the guest's requests in order until it is done.
-done_seq=0
-while :; do
-  next=$((done_seq + 1))
-  kernel_wait_marker "NVTCP-GUEST .* (REQUEST $next |RUN-EXIT)" 300 || die "the guest stopped asking (request $next) in time"
-  line=$(grep -a -m1 "NVTCP-GUEST .* REQUEST $next " "$CONSOLE" | tr -d '\r') || break
-  read -r -a req <<<"${line#* REQUEST $next }"
-  echo "guest request $next: ${req[*]}"
-  case ${req[0]} in
-    ana) ana_state "${req[1]}" "${req[2]}" || fail "rpc for request $next (${req[*]})" ;;
+# The guest's requests, carried out in order.
+serve() {
+  case $1 in
+    ana) ana_state "$2" "$3" || fail "rpc for the request ($*)" ;;
     flip)
-      for s in "${req[1]} inaccessible" "${req[1]} optimized" "${req[2]} inaccessible" "${req[2]} optimized"; do
+      for s in "$2 inaccessible" "$2 optimized" "$3 inaccessible" "$3 optimized"; do
         sleep 0.5
-        ana_state $s || fail "rpc for request $next ($s)"
+        ana_state $s || fail "rpc for the request ($s)"
       done ;;
     ns-add)
       rpc bdev_null_create --name Live2 --num-blocks $((RAM_MIB * 2048)) --block-size 512 >/dev/null \
         && [[ $(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Live2 --namespace.nsid 2) == 2 ]] \
-        || fail "rpc for request $next (ns-add)" ;;
+        || fail "rpc for the request (ns-add)" ;;
     cut)  # once fio is under way
       sleep 1.5
       rpc nvmf_subsystem_remove_listener --nqn "$NQN" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
-        --listen-address.trsvcid "${req[1]}" >/dev/null || fail "rpc for request $next (${req[*]})" ;;
+        --listen-address.trsvcid "$2" >/dev/null || fail "rpc for the request ($*)" ;;
     restore)
       rpc nvmf_subsystem_add_listener --nqn "$NQN" --listen-address.trtype tcp --listen-address.traddr 127.0.0.1 \
-        --listen-address.trsvcid "${req[1]}" >/dev/null || fail "rpc for request $next (${req[*]})" ;;
-    ns-resize) rpc bdev_null_resize --name Live2 --new-size $((RAM_MIB * 2)) >/dev/null || fail "rpc for request $next (ns-resize)" ;;
+        --listen-address.trsvcid "$2" >/dev/null || fail "rpc for the request ($*)" ;;
+    ns-resize) rpc bdev_null_resize --name Live2 --new-size $((RAM_MIB * 2)) >/dev/null || fail "rpc for the request (ns-resize)" ;;
     ns-remove)
       rpc nvmf_subsystem_remove_ns --nqn "$NQN" --nsid 2 >/dev/null && rpc bdev_null_delete --name Live2 >/dev/null \
-        || fail "rpc for request $next (ns-remove)" ;;
-    done) done_seq=$next; break ;;
-    *) fail "unknown guest request: ${req[*]}" ;;
+        || fail "rpc for the request (ns-remove)" ;;
+    *) fail "unknown guest request: $*" ;;
   esac
-  done_seq=$next
-done
+}
+kernel_serve_requests serve
 kernel_wait_marker 'NVTCP-GUEST .* RUN-EXIT' 120 || fail "the guest did not finish in time"
 GUEST_S=$((SECONDS - T0))
 kernel_stop 30

@@ -91,14 +91,9 @@ cat "$WORK/hostbin.cpio" >>"$WORK/initrd.cpio"
 KERNEL_MEMORY=1024M kernel_boot gateway "$WORK/initrd.cpio"
 T0=$SECONDS
 
-done_seq=0
-while :; do
-  next=$((done_seq + 1))
-  kernel_wait_marker "NVTCP-GUEST .* (REQUEST $next |RUN-EXIT)" 300 || die "the guest stopped asking (request $next) in time"
-  line=$(grep -a -m1 "NVTCP-GUEST .* REQUEST $next " "$CONSOLE" | tr -d '\r') || break
-  read -r -a req <<<"${line#* REQUEST $next }"
-  echo "guest request $next: ${req[*]}"
-  case ${req[0]} in
+# The guest's requests: what the orchestrator and the administrator do, carried out in order.
+serve() {
+  case $1 in
     kill-a)
       kill -KILL "$pid_a"
       wait "$pid_a" 2>/dev/null || true
@@ -124,13 +119,12 @@ while :; do
         [[ $g == b ]] && port=$PORT_B state=optimized
         gw_rpc "$g" nvmf_subsystem_listener_set_ana_state --nqn "$NQN" --listen-address.trtype tcp \
           --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$port" --ana-state "$state" --anagrpid 2
-        gw_rpc "$g" nvmf_subsystem_set_ns_ana_group --nqn "$NQN" --nsid 1 --anagrpid "${req[1]}"
+        gw_rpc "$g" nvmf_subsystem_set_ns_ana_group --nqn "$NQN" --nsid 1 --anagrpid "$2"
       done ;;
-    done) done_seq=$next; break ;;
-    *) fail "unknown guest request: ${req[*]}" ;;
+    *) fail "unknown guest request: $*" ;;
   esac
-  done_seq=$next
-done
+}
+kernel_serve_requests serve
 kernel_wait_marker 'NVTCP-GUEST .* RUN-EXIT' 120 || fail "the guest did not finish in time"
 GUEST_S=$((SECONDS - T0))
 kernel_stop 30
