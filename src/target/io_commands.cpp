@@ -824,7 +824,17 @@ bool IoCommands::abort_command(uint16_t cid) {
 // holds no fence: it leaves its place in the line (the line keeps its order) and ends now.
 bool IoCommands::abort_qos_waiter(Command& r) {
   for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
-    if (qos_waiters_[i].r == &r) qos_waiters_[i].r = nullptr;
+    if (qos_waiters_[i].r == &r) {
+      qos_waiters_[i].r = nullptr;
+      break;
+    }
+  // Gaps at the head of the line go now, so that a line of nothing but gaps does not hold back
+  // the next command until the timer clears it.
+  while (qos_first_ < qos_waiters_.size() && !qos_waiters_[qos_first_].r) ++qos_first_;
+  if (qos_first_ == qos_waiters_.size()) {
+    qos_waiters_.clear();
+    qos_first_ = 0;
+  }
   q_.set_state(r, State::Running);
   log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for its namespace's rate limit", q_.link_.peer,
             r.sqe.cid, r.sqe.opc);
