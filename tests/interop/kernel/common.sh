@@ -508,6 +508,19 @@ kernel_stop() {
 }
 
 # kernel_dmesg: the guest's dmesg dump from the console (empty if the guest did not get that far).
+# kernel_boot_with_dd_fio NAME GUEST_SCRIPT CONF_LINE...: boots the guest (kernel_boot NAME) with
+# GUEST_SCRIPT and its configuration (kernel_overlay), and this machine's GNU dd (busybox dd has
+# no iflag/oflag=direct) and fio with their loader and libraries. 1 GiB of guest memory: fio's
+# libraries (its Ceph and Gluster engines among them) unpack into it.
+kernel_boot_with_dd_fio() {
+  local name=$1 script=$2
+  shift 2
+  kernel_overlay "$WORK/initrd.cpio" "$script" "$@"
+  stage_host_binaries "$WORK/hostbin.cpio" "$(command -v dd)" "$(command -v fio)" || die "could not stage dd and fio for the guest"
+  cat "$WORK/hostbin.cpio" >>"$WORK/initrd.cpio"
+  KERNEL_MEMORY=1024M kernel_boot "$name" "$WORK/initrd.cpio"
+}
+
 # kernel_serve_requests HANDLER: carries out the guest's "NVTCP-GUEST [..] REQUEST SEQ ACTION ARGS..."
 # console lines in order, each with HANDLER ACTION ARGS..., until the guest asks "done" or its
 # script ends. The guest never waits for an answer: what it checks is the kernel's own view.

@@ -71,13 +71,8 @@ done
 echo "nvtcp target on 127.0.0.1:$PORT_A and :$PORT_B, pid $TARGET_PID, RPC $SOCK"
 rpc() { "$NVTCP" rpc -s "$SOCK" "$@"; }
 
-kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/fabric.sh" "NQN=$NQN" "PORT_A=$PORT_A" "PORT_B=$PORT_B" \
+kernel_boot_with_dd_fio fabric "$KERNEL_TEST_DIR/guest/fabric.sh" "NQN=$NQN" "PORT_A=$PORT_A" "PORT_B=$PORT_B" \
   "HOSTNQN=$HOSTNQN" "HOSTID=$HOSTID" "RAM_MIB=$RAM_MIB"
-# GNU dd (busybox dd has no iflag/oflag=direct), with this machine's loader and libraries.
-stage_host_binaries "$WORK/hostbin.cpio" "$(command -v dd)" "$(command -v fio)" || die "could not stage dd and fio for the guest"
-cat "$WORK/hostbin.cpio" >>"$WORK/initrd.cpio"
-# fio's libraries (its Ceph and Gluster engines among them) unpack into the guest's memory.
-KERNEL_MEMORY=1024M kernel_boot fabric "$WORK/initrd.cpio"
 T0=$SECONDS
 
 # ana_state PORT STATE: the guest's names (non-optimized) are RPC's with a dash.

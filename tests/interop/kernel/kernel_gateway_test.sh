@@ -84,11 +84,8 @@ gw_ana b "$PORT_B" non_optimized
 "$NVTCP" rpc -s "$WORK/a.sock" save_config >"$WORK/a.json" || die "save_config on A"
 echo "gateways on 127.0.0.1:$PORT_A (A, pid $pid_a) and :$PORT_B (B, pid $pid_b) in front of rbd/gw"
 
-kernel_overlay "$WORK/initrd.cpio" "$KERNEL_TEST_DIR/guest/gateway.sh" "NQN=$NQN" "PORT_A=$PORT_A" \
-  "PORT_B=$PORT_B" "HOSTNQN=$HOSTNQN" "HOSTID=$HOSTID"
-stage_host_binaries "$WORK/hostbin.cpio" "$(command -v dd)" "$(command -v fio)" || die "could not stage dd and fio for the guest"
-cat "$WORK/hostbin.cpio" >>"$WORK/initrd.cpio"
-KERNEL_MEMORY=1024M kernel_boot gateway "$WORK/initrd.cpio"
+kernel_boot_with_dd_fio gateway "$KERNEL_TEST_DIR/guest/gateway.sh" "NQN=$NQN" "PORT_A=$PORT_A" "PORT_B=$PORT_B" \
+  "HOSTNQN=$HOSTNQN" "HOSTID=$HOSTID"
 T0=$SECONDS
 
 # The guest's requests: what the orchestrator and the administrator do, carried out in order.
