@@ -87,6 +87,10 @@ class BlockDevice {
   virtual bool resize(uint64_t) { return false; }
   virtual uint32_t block_size() const = 0;
   virtual const char* kind() const = 0;
+  // What names this device's storage wherever it is opened, by any process on any machine
+  // (an RBD image: its cluster's fsid, its pool's ID and its own ID); empty when nothing
+  // beyond the device's configuration does.
+  virtual std::string storage_identity() const { return {}; }
   // Read needs a caller buffer only when this is false. True only for a device whose blocks
   // no command can change while a read's data is still being sent (NULL).
   virtual bool zero_copy_reads() const { return false; }

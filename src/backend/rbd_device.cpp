@@ -200,10 +200,28 @@ std::unique_ptr<ImageHandle> open_image(std::shared_ptr<RadosCluster> cluster, c
   return h;
 }
 
+// The image's identity on every gateway and after every restart: the cluster's fsid, the pool's
+// ID and the image's ID. Not the names: two clusters may each have an rbd/disk1, and an image
+// removed and made anew under its old name is other storage (a host must not keep its cache).
+std::string image_identity(const ImageHandle& h, const std::string& name, std::string& err) {
+  char fsid[64] = {};
+  char id[128] = {};
+  if (int r = rados_cluster_fsid(h.cluster->handle(), fsid, sizeof fsid - 1); r < 0) {
+    err = fmt::format("RBD image {}: the cluster's fsid: {}", name, std::strerror(-r));
+    return {};
+  }
+  if (int r = rbd_get_id(h.image, id, sizeof id - 1); r < 0) {
+    err = fmt::format("RBD image {}: its ID: {}", name, std::strerror(-r));
+    return {};
+  }
+  return fmt::format("{}\n{}\n{}", fsid, rados_ioctx_get_id(h.ioctx), id);
+}
+
 class RbdDevice final : public BlockDevice {
  public:
-  RbdDevice(RbdSpec spec, std::unique_ptr<ImageHandle> h, uint64_t size, uint32_t bs)
-      : spec_(std::move(spec)), name_(spec_.pool + "/" + spec_.image), size_(size), bs_(bs) {
+  RbdDevice(RbdSpec spec, std::unique_ptr<ImageHandle> h, std::string identity, uint64_t size, uint32_t bs)
+      : spec_(std::move(spec)), name_(spec_.pool + "/" + spec_.image), identity_(std::move(identity)), size_(size),
+        bs_(bs) {
     watch_header(*h);
     current_.store(h.get());
     handles_.push_back(std::move(h));
@@ -246,6 +264,7 @@ class RbdDevice final : public BlockDevice {
   }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "rbd"; }
+  std::string storage_identity() const override { return identity_; }
   Persistence persistence() const override { return Persistence::Media; }
   bool atomic_compare_and_write() const override { return true; }
 
@@ -419,6 +438,7 @@ class RbdDevice final : public BlockDevice {
 
   const RbdSpec spec_;
   const std::string name_;  // pool/image, for the log
+  const std::string identity_;  // image_identity: fsid, pool ID, image ID
   std::atomic<uint64_t> size_;
   const uint32_t bs_;
   std::atomic<bool> header_changed_{false};
@@ -451,9 +471,11 @@ std::unique_ptr<BlockDevice> make_rbd(const RbdSpec& spec, uint32_t block_size, 
     err = fmt::format("RBD image {}/{} is smaller than one {}-byte block", spec.pool, spec.image, block_size);
     return nullptr;
   }
+  std::string identity = image_identity(*h, spec.pool + "/" + spec.image, err);
+  if (identity.empty()) return nullptr;
   size -= size % block_size;
   log::info("rbd {}/{}: {} bytes, {}-byte blocks", spec.pool, spec.image, size, block_size);
-  return std::make_unique<RbdDevice>(spec, std::move(h), size, block_size);
+  return std::make_unique<RbdDevice>(spec, std::move(h), std::move(identity), size, block_size);
 }
 
 }  // namespace nvtcp::backend

@@ -112,7 +112,8 @@ std::string random_uuid() {
   return as_uuid(u);
 }
 
-std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid) {
+std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid,
+                         const backend::BlockDevice* device) {
   if (spec.type == "file") {
     struct statx sx {};
     if (::statx(AT_FDCWD, spec.path.c_str(), 0, STATX_INO | STATX_BTIME | STATX_TYPE, &sx) != 0) {
@@ -129,8 +130,16 @@ std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn,
                                born ? sx.stx_btime.tv_nsec : sx.stx_ctime.tv_nsec));
   }
   // An RBD image is the same storage through every gateway that opens it: its namespace shows
-  // the same identifiers on each, so a multipath host sees one namespace over both paths.
-  if (spec.type == "rbd") return uuid_of(fmt::format("nvtcp rbd\n{}\n{}", spec.rbd.pool, spec.rbd.image));
+  // the same identifiers on each, so a multipath host sees one namespace over both paths. Named
+  // by the cluster's fsid and the pool's and image's IDs (the device's storage_identity), never
+  // by the names alone, which two clusters, or an image made anew, share.
+  if (spec.type == "rbd") {
+    const std::string identity = device ? device->storage_identity() : std::string();
+    if (!identity.empty()) return uuid_of("nvtcp rbd\n" + identity);
+    log::warn("bdev {}: RBD image {}/{} without its cluster's identity: it gets a random UUID", spec.name,
+              spec.rbd.pool, spec.rbd.image);
+    return random_uuid();
+  }
   if (subnqn.empty()) return random_uuid();
   if (spec.type == "ram")
     return uuid_of(fmt::format("nvtcp ram\n{}\n{}\n{}\n{}", process_salt(), subnqn, nsid, spec.name));
@@ -159,10 +168,11 @@ std::unique_ptr<backend::BlockDevice> make_device(const NamespaceConfig& nc, uns
   return nullptr;
 }
 
-std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn) {
+std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn,
+                                   const backend::BlockDevice* device) {
   std::string uuid;
   if (!nc.device_uuid.empty() && canonical_uuid(nc.device_uuid, uuid)) return uuid;
-  if (nc.uuid.empty() || !canonical_uuid(nc.uuid, uuid)) uuid = storage_uuid(nc, subnqn, nc.nsid);
+  if (nc.uuid.empty() || !canonical_uuid(nc.uuid, uuid)) uuid = storage_uuid(nc, subnqn, nc.nsid, device);
   return uuid;
 }
 
@@ -194,7 +204,7 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   // The identity of the storage, never of the slot: a namespace made of another device at a
   // freed NSID must not pass for the one that was there (a host keeps its cache of a namespace
   // whose identifiers did not change).
-  const std::string device_uuid = bdev_uuid.empty() ? configured_device_uuid(nc, subnqn) : bdev_uuid;
+  const std::string device_uuid = bdev_uuid.empty() ? configured_device_uuid(nc, subnqn, ns->device.get()) : bdev_uuid;
   if (!device_identifiers(device_uuid, ns->uuid, ns->nguid, ns->eui64)) {
     err = fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, device_uuid);
     return nullptr;
@@ -212,7 +222,7 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   if (entries_.count(spec.name)) return false;
   Entry& e = entries_[spec.name];
   e.spec = spec;
-  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid);
+  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid, device.get());
   // An image's size is the cluster's: kept here, for the listings, once the device is claimed.
   if (e.spec.type == "rbd" && device) e.spec.size = device->size_bytes();
   e.device = std::move(device);

@@ -42,7 +42,10 @@ std::string random_uuid();
 // even one that got the same inode number, does not); a block device: its path and device
 // number. RAM: random at each start of the process (its data does not outlive it). NULL: the
 // subsystem, NSID, name and size (it holds no data to mistake); random when no namespace has it.
-std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid);
+// An RBD image: the device's storage_identity (its cluster's fsid, its pool's and its own ID),
+// the same on every gateway that opens it.
+std::string storage_uuid(const NamespaceConfig& spec, const std::string& subnqn, uint32_t nsid,
+                         const backend::BlockDevice* device);
 
 // Fills the identifiers nc does not give (uuid, nguid, eui64) as a namespace of the device
 // whose UUID is bdev_uuid shows them (make_namespace); false if bdev_uuid is not a UUID.
@@ -51,11 +54,12 @@ bool inherit_identifiers(const std::string& bdev_uuid, NamespaceConfig& nc);
 // A namespace of subnqn over device, as nc describes it (NSID, block size, its reservations
 // restored from beside a regular file's image). Its identifiers are those nc gives, else its
 // device's: UUID and NGUID the bdev's UUID (as SPDK's), EUI-64 a digest of it. bdev_uuid
-// empty (a namespace the configuration makes): configured_device_uuid(nc, subnqn).
+// empty (a namespace the configuration makes): configured_device_uuid(nc, subnqn, device).
 // The UUID of the device of a namespace the configuration makes: the one a saved configuration
 // names for it (nc.device_uuid), else the namespace's given UUID, else storage_uuid(nc, subnqn,
-// nc.nsid).
-std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn);
+// nc.nsid, device).
+std::string configured_device_uuid(const NamespaceConfig& nc, const std::string& subnqn,
+                                   const backend::BlockDevice* device);
 
 std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::string& subnqn, const NamespaceConfig& nc,
                                           std::unique_ptr<backend::BlockDevice> device, std::string& err,
@@ -78,7 +82,7 @@ class BdevTable {
     uint64_t size_bytes = 0;
   };
   // Adds a device (device nullptr: a namespace already has it, subnqn/nsid say which). False if
-  // the name is taken. A spec without a UUID gets storage_uuid(spec, subnqn, nsid).
+  // the name is taken. A spec without a UUID gets storage_uuid(spec, subnqn, nsid, device).
   bool add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockDevice> device, const std::string& subnqn = {},
            uint32_t nsid = 0);
   // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise).

@@ -138,7 +138,7 @@ std::string build_state(const TargetConfig& cfg, TargetState& st, const DeviceFa
       std::string err;
       auto device = device_of(nc, err);
       if (!device) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
-      const std::string device_uuid = configured_device_uuid(nc, sc.nqn);
+      const std::string device_uuid = configured_device_uuid(nc, sc.nqn, device.get());
       auto ns = make_namespace(cfg, sc.nqn, nc, std::move(device), err, device_uuid);
       if (!ns) return fmt::format("subsystem {} namespace {}: {}", sc.nqn, nc.nsid, err);
       if (!sub->add_namespace(std::move(ns)))

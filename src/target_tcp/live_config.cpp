@@ -26,20 +26,27 @@ std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
   if (t_.state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
   // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
   // takes), as SPDK gives each bdev: the one given, or a random one; an RBD image's is the
-  // image's, the same on every gateway that opens it.
+  // image's (known once it is open), the same on every gateway that opens it.
   NamespaceConfig nc = given;
-  if (nc.uuid.empty()) {
-    nc.uuid = nc.type == "rbd" ? storage_uuid(nc, {}, 0) : random_uuid();
-  } else if (!canonical_uuid(given.uuid, nc.uuid)) {
+  if (!nc.uuid.empty() && !canonical_uuid(given.uuid, nc.uuid))
     return fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, given.uuid);
-  }
-  if (std::string other = t_.state_->bdevs.name_of_uuid(nc.uuid); !other.empty())
+  auto taken = [&]() -> std::string {
+    const std::string other = t_.state_->bdevs.name_of_uuid(nc.uuid);
+    if (other.empty()) return {};
     return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
                        nc.uuid, other);
+  };
+  // A UUID given is checked before the device is made (a file device may create its file).
+  if (!nc.uuid.empty())
+    if (std::string e = taken(); !e.empty()) return e;
   std::string err;
   if (nc.type == "rbd" && !t_.state_->rbd_clusters.resolve(nc.rbd, err)) return err;
   auto device = make_device(nc, t_.cfg_.cores, t_.factory_, err);
   if (!device) return err;
+  if (nc.uuid.empty()) {
+    nc.uuid = nc.type == "rbd" ? storage_uuid(nc, {}, 0, device.get()) : random_uuid();
+    if (std::string e = taken(); !e.empty()) return e;  // the same image twice
+  }
   const uint64_t bytes = device->size_bytes();  // a file's or an image's size is the device's, not the request's
   if (!t_.state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
   log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, bytes, nc.block_size,

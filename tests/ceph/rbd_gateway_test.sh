@@ -5,7 +5,9 @@
 #
 #   rbd_gateway_test.sh path/to/nvtcp [path/to/libnvtcp_fio.so]
 #
-#   identify   the namespace is the image: its size, and the same identifiers from two gateways
+#   identify   the namespace is the image: its size, and the same identifiers from two gateways;
+#              its UUID from the cluster's fsid, the pool's ID and the image's ID (an image made
+#              anew under its old name gets another)
 #   perf       nvtcp perf --verify, 4 KiB and 128 KiB, reads and writes through librbd
 #   bytes      what fio writes through the gateway is what `rbd export` reads from the cluster,
 #              at the same offsets
@@ -136,6 +138,49 @@ b = json.load(open(sys.argv[1]))[0]
 assert b["product_name"] == "Ceph Rbd Disk", b
 assert b["block_size"] == 4096 and b["num_blocks"] == 64 * 256, b
 PY
+# The bdev's UUID (which its namespace shows as its UUID and NGUID) names the image on this cluster:
+# the cluster's fsid, the pool's ID and the image's ID, not the names alone (two clusters may
+# each have an rbd/second; an image made anew under the old name is other storage).
+image_uuid() {  # POOL IMAGE: the UUID nvtcp gives a bdev of that image of this cluster
+  python3 - "$(ceph_cluster "$cluster" fsid)" "$(ceph_cluster "$cluster" osd pool ls detail --format json)" \
+    "$(rbd_cli "$cluster" info "$1/$2" --format json)" "$1" <<'PY'
+import hashlib, json, sys
+fsid, pools, info, pool = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+pool_id = [p["pool_id"] for p in pools if p["pool_name"] == pool][0]
+d = bytearray(hashlib.sha256(f"nvtcp rbd\n{fsid}\n{pool_id}\n{info['id']}".encode()).digest()[:16])
+d[6] = (d[6] & 0x0F) | 0x40
+d[8] = (d[8] & 0x3F) | 0x80
+h = d.hex()
+print(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+PY
+}
+bdev_uuid() { rpc bdev_get_bdevs --name "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["uuid"])'; }
+want=$(image_uuid rbd second) || fail "the image's fsid, pool ID and image ID"
+[ "$(bdev_uuid Ceph7)" = "$want" ] || fail "bdev Ceph7's UUID is $(bdev_uuid Ceph7), not $want (fsid, pool ID, image ID)"
+"$NVTCP" identify -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" >"$dir/identify-uuid.txt" ||
+  fail "identify of namespace 2"
+grep -qi "nguid *: *${want//-/}" "$dir/identify-uuid.txt" ||
+  { cat "$dir/identify-uuid.txt"; fail "namespace 2 does not show NGUID ${want//-/}"; }
+# An image removed and made anew under its old name is another device: another UUID.
+rbd_cli "$cluster" create --size 16 rbd/anew || fail "rbd create rbd/anew"
+create_anew() {  # NAME: a bdev of rbd/anew
+  rpc bdev_rbd_create "{\"pool_name\": \"rbd\", \"rbd_name\": \"anew\", \"block_size\": 4096, \"name\": \"$1\",
+    \"config\": {\"mon_host\": \"$mon_host\", \"auth_client_required\": \"none\"}}"
+}
+create_anew Anew >/dev/null || fail "bdev_rbd_create of rbd/anew"
+first=$(bdev_uuid Anew)
+# The same image twice is refused: two bdevs must not show one identity.
+create_anew Anew2 >"$dir/twice.txt" 2>&1 && fail "a second bdev of the same image was created"
+grep -q "two devices must not show one identity" "$dir/twice.txt" || { cat "$dir/twice.txt"; fail "no reason for refusing the same image twice"; }
+rpc bdev_rbd_delete --name Anew >/dev/null || fail "bdev_rbd_delete"
+rbd_cli "$cluster" rm rbd/anew >/dev/null 2>&1 || fail "rbd rm rbd/anew"
+rbd_cli "$cluster" create --size 16 rbd/anew || fail "rbd create rbd/anew again"
+create_anew Anew >/dev/null || fail "bdev_rbd_create of the new rbd/anew"
+second=$(bdev_uuid Anew)
+[ "$first" != "$second" ] || fail "an image made anew under its old name kept the old image's UUID $first"
+[ "$second" = "$(image_uuid rbd anew)" ] || fail "the new image's UUID is not its fsid, pool ID and image ID"
+rpc bdev_rbd_delete --name Anew >/dev/null || fail "bdev_rbd_delete"
+echo "UUIDs: rbd/second $want; rbd/anew $first, then $second once made anew"
 "$NVTCP" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN ns:2" -q 8 -o 4K -w randwrite --verify -t 1 \
   >"$dir/perf-ns2.txt" || { cat "$dir/perf-ns2.txt"; fail "perf --verify on the RBD namespace added by RPC"; }
 # A resize made on the cluster: librbd's header watch tells the gateway, whose once-a-second
@@ -158,7 +203,7 @@ grep -q "control: bdev Ceph7 resized to 134217728 bytes (namespace 2" "$dir/targ
 rpc bdev_rbd_resize --name Ceph7 --new-size 100 >/dev/null 2>&1 && fail "bdev_rbd_resize accepted a shrink"
 rbd_cli "$cluster" info rbd/second 2>/dev/null | grep -q "size 128 MiB" || fail "bdev_rbd_resize shrank the image"
 rpc save_config >"$dir/saved.json" || fail "save_config"
-python3 - "$dir/saved.json" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
+python3 - "$dir/saved.json" "$want" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 calls = [c for s in doc["subsystems"] for c in (s.get("config") or [])]
@@ -167,6 +212,9 @@ assert len(rbd) == 2, rbd  # the command line's image and the one added by RPC
 second = [p for p in rbd if p["rbd_name"] == "second"][0]
 assert second["pool_name"] == "rbd" and second["name"] == "Ceph7" and second["block_size"] == 4096, second
 assert second["config"]["mon_host"], second
+# The UUID is written, so that a restarted gateway shows the same identifiers whatever the
+# release that derived them.
+assert second["uuid"] == sys.argv[2], second
 print("save_config: bdev_rbd_create for both images")
 PY
 
