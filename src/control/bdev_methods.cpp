@@ -340,9 +340,10 @@ Json bdev_get_bdevs(MethodContext& ctx, const Json& params) {
 }
 
 // SPDK's I/O statistics of a bdev, in its shape (ceph-nvmeof reads every field): what the hosts'
-// commands to the namespace it serves did, counted as each response leaves (IoMetrics), in ticks
-// of one nanosecond. A bdev no namespace has shows zeros: nvtcp counts at the namespace, so the
-// counts start when the bdev becomes one (SPDK's start when the bdev is made).
+// commands to the namespaces it served did, counted as each response leaves (IoMetrics), in
+// ticks of one nanosecond. Counted at the namespace (commands reach a bdev through one only) and
+// kept by the bdev when its namespace is removed, so they run from the bdev's creation, as
+// SPDK's do.
 Json bdev_iostat_json(const std::string& name, const target::IoTotals& io) {
   Json j{{"name", name},
          {"bytes_read", io.read_bytes},
@@ -409,8 +410,9 @@ Json bdev_get_iostat(MethodContext& ctx, const Json& params) {
   Json bdevs = Json::array();
   for (const auto& b : t.state().bdevs.list()) {
     if (name && b.spec.name != *name) continue;
-    const target::Namespace* ns = namespace_of(t, b);
-    bdevs.push_back(bdev_iostat_json(b.spec.name, ns ? ns->metrics.totals() : target::IoTotals{}));
+    target::IoTotals io = b.past_io;
+    if (const target::Namespace* ns = namespace_of(t, b)) target::add_totals(io, ns->metrics.totals());
+    bdevs.push_back(bdev_iostat_json(b.spec.name, io));
   }
   if (name && bdevs.empty()) throw RpcError(kNoSuchDevice, fmt::format("No such device: {}", *name));
   const uint64_t now =

@@ -250,11 +250,12 @@ std::unique_ptr<backend::BlockDevice> BdevTable::claim(const std::string& name, 
   return std::move(it->second.device);
 }
 
-void BdevTable::unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device) {
+void BdevTable::unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device, const IoTotals& io) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return;  // deleted meanwhile: the device goes
   it->second.device = std::move(device);
+  add_totals(it->second.past_io, io);
   it->second.subnqn.clear();
   it->second.nsid = 0;
 }
@@ -271,7 +272,7 @@ bool BdevTable::find(const std::string& name, Info& out) const {
   std::lock_guard lk(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
-  out = {it->second.spec, it->second.subnqn, it->second.nsid, it->second.spec.size};
+  out = {it->second.spec, it->second.subnqn, it->second.nsid, it->second.spec.size, it->second.past_io};
   if (it->second.device) out.size_bytes = it->second.device->size_bytes();
   return true;
 }
@@ -287,7 +288,7 @@ std::vector<BdevTable::Info> BdevTable::list() const {
   std::lock_guard lk(mu_);
   std::vector<std::pair<uint64_t, Info>> sorted;
   for (const auto& [name, e] : entries_) {
-    Info i{e.spec, e.subnqn, e.nsid, e.spec.size};
+    Info i{e.spec, e.subnqn, e.nsid, e.spec.size, e.past_io};
     if (e.device) i.size_bytes = e.device->size_bytes();
     sorted.emplace_back(e.order, std::move(i));
   }
@@ -313,7 +314,7 @@ bool BdevTable::set_qos(const std::string& name, const QosLimits& limits, Info& 
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
   it->second.spec.qos = limits;
-  out = {it->second.spec, it->second.subnqn, it->second.nsid, 0};
+  out = {it->second.spec, it->second.subnqn, it->second.nsid, 0, it->second.past_io};
   return true;
 }
 

@@ -13,6 +13,7 @@
 
 #include "backend/block_device.hpp"
 #include "target/config.hpp"
+#include "target/io_metrics.hpp"
 
 namespace nvtcp::target {
 
@@ -73,6 +74,7 @@ class BdevTable {
     std::string subnqn;                            // the namespace that has it ("" when none)
     uint32_t nsid = 0;
     uint64_t order = 0;                            // creation order (save_config replays it)
+    IoTotals past_io;                              // what the namespaces that had it before did
   };
   // A snapshot of one entry, for listing.
   struct Info {
@@ -80,6 +82,7 @@ class BdevTable {
     std::string subnqn;
     uint32_t nsid = 0;
     uint64_t size_bytes = 0;
+    IoTotals past_io;  // Entry::past_io (the namespace that has it now counts the rest)
   };
   // Adds a device (device nullptr: a namespace already has it, subnqn/nsid say which). False if
   // the name is taken. A spec without a UUID gets storage_uuid(spec, subnqn, nsid, device).
@@ -88,8 +91,9 @@ class BdevTable {
   // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise).
   std::unique_ptr<backend::BlockDevice> claim(const std::string& name, const std::string& subnqn, uint32_t nsid,
                                               NamespaceConfig& spec, std::string& why);
-  // A namespace gave its device back (removed).
-  void unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device);
+  // A namespace gave its device back (removed), with what its commands did: the bdev keeps
+  // the counts (bdev_get_iostat), as an SPDK bdev keeps its statistics when it leaves a subsystem.
+  void unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device, const IoTotals& io = {});
   // Removes an unclaimed entry; false if there is none by that name.
   bool remove(const std::string& name);
   bool find(const std::string& name, Info& out) const;

@@ -48,6 +48,39 @@ struct IoTotals {
   LatencyRange read_range, write_range, unmap_range, copy_range;
 };
 
+// Adds what `more` counted to `to` (the counts of a bdev's past namespaces and its present one).
+inline void add_totals(IoTotals& to, const IoTotals& more) {
+  to.reads += more.reads;
+  to.writes += more.writes;
+  to.read_bytes += more.read_bytes;
+  to.write_bytes += more.write_bytes;
+  to.read_errors += more.read_errors;
+  to.write_errors += more.write_errors;
+  to.other_errors += more.other_errors;
+  for (size_t b = 0; b < kLatencyBuckets; ++b) {
+    to.read_latency[b] += more.read_latency[b];
+    to.write_latency[b] += more.write_latency[b];
+  }
+  to.read_latency_ns += more.read_latency_ns;
+  to.write_latency_ns += more.write_latency_ns;
+  to.unmaps += more.unmaps;
+  to.unmap_bytes += more.unmap_bytes;
+  to.unmap_latency_ns += more.unmap_latency_ns;
+  to.copies += more.copies;
+  to.copy_bytes += more.copy_bytes;
+  to.copy_latency_ns += more.copy_latency_ns;
+  auto range = [](LatencyRange& r, const LatencyRange& m) {
+    if (!m.counted) return;
+    r.min_ns = r.counted ? std::min(r.min_ns, m.min_ns) : m.min_ns;
+    r.max_ns = r.counted ? std::max(r.max_ns, m.max_ns) : m.max_ns;
+    r.counted = true;
+  };
+  range(to.read_range, more.read_range);
+  range(to.write_range, more.write_range);
+  range(to.unmap_range, more.unmap_range);
+  range(to.copy_range, more.copy_range);
+}
+
 class IoMetrics {
  public:
   void init(uint32_t reactors) {

@@ -134,7 +134,7 @@ void LiveConfig::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<
     }
     log::info("control: subsystem {} namespace {} (bdev {}) removed{}", sub.nqn(), ns->nsid, ns->name,
               waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
-    t_.state_->bdevs.unclaim(ns->name, std::move(ns->device));
+    t_.state_->bdevs.unclaim(ns->name, std::move(ns->device), ns->metrics.totals());
   }
 }
 

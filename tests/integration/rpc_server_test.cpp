@@ -741,8 +741,9 @@ TEST(RpcServer, ANamespaceMovesToAnotherAnaGroupLive) {
 }
 
 // bdev_get_iostat in SPDK's shape, from what hosts' commands did: reads, writes, deallocations
-// and copies with their bytes, latency sums and their shortest and longest; a bdev no namespace
-// has shows zeros, an unknown one is No such device, per_channel is refused.
+// and copies with their bytes, latency sums and their shortest and longest; kept by the bdev
+// when its namespace is removed; a bdev no namespace ever had shows zeros, an unknown one is No
+// such device, per_channel is refused.
 TEST(RpcServer, BdevIostatCountsWhatHostsDid) {
   RpcFixture f("iostat");
   const std::string nqn = "nqn.2016-06.io.spdk:iostat";
@@ -799,6 +800,29 @@ TEST(RpcServer, BdevIostatCountsWhatHostsDid) {
     EXPECT_LE(hi, sum) << kind;
   }
   EXPECT_EQ(b["io_error"], Json::object());
+
+  // The bdev keeps its counts when its namespace goes, and counts on in the next one.
+  ASSERT_EQ(f.call("nvmf_subsystem_remove_ns", {{"nqn", nqn}, {"nsid", 1}})["result"], true);
+  Json kept = f.call("bdev_get_iostat", {{"name", "Malloc3"}})["result"]["bdevs"][0];
+  EXPECT_EQ(kept["num_write_ops"], 3) << kept.dump();
+  EXPECT_EQ(kept["num_read_ops"], 2);
+  EXPECT_EQ(kept["num_copy_ops"], 1);
+  EXPECT_EQ(kept["max_write_latency_ticks"], b["max_write_latency_ticks"]);
+  auto host_lists_1 = [&] {
+    const auto active = c->active_namespaces();
+    return std::find(active.begin(), active.end(), 1u) != active.end();
+  };
+  ASSERT_TRUE(wait_for([&] { return !host_lists_1(); }, 5000)) << "the host did not see the namespace go";
+  ASSERT_EQ(f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "Malloc3"}}}})["result"], 1);
+  ASSERT_TRUE(wait_for(host_lists_1, 5000)) << "the host did not see the namespace come back";
+  run([&](host::CompletionFn cb, void* ctx) { return qp->write(1, 0, 8, buf.data(), cb, ctx); });
+  ASSERT_TRUE(wait_for([&] {
+    kept = f.call("bdev_get_iostat", {{"name", "Malloc3"}})["result"]["bdevs"][0];
+    return kept["num_write_ops"] == 4;
+  }, 5000)) << kept.dump();
+  EXPECT_EQ(kept["bytes_written"], 4 * 4096);
+  EXPECT_EQ(kept["num_read_ops"], 2);
+  EXPECT_LE(kept["min_write_latency_ticks"].get<uint64_t>(), b["min_write_latency_ticks"].get<uint64_t>());
 
   Json idle = f.call("bdev_get_iostat", {{"name", "Idle0"}})["result"]["bdevs"][0];
   EXPECT_EQ(idle["num_read_ops"], 0);
