@@ -29,6 +29,9 @@
 #                    through A, optimized through B) on both gateways: the kernel's paths take
 #                    group 2's states (sysfs ana_grpid 2) and I/O goes on through B
 #   ana.back         moved back to group 1: A optimized again
+#   qos              bdev_set_qos_limit rw_ios_per_sec 1000 on both gateways: fio's 4 KiB random
+#                    reads through the head device get no more than 1,150 IOPS (only the upper
+#                    bound is checked), where the same job without the limit got more
 #
 # Also: the restarted A's bdev_get_iostat counts the guest's reads and writes, the guest kernel
 # printed no warning. Runs as root (apt-get); otherwise, without Debian's packages or without
@@ -118,6 +121,7 @@ serve() {
           --listen-address.traddr 127.0.0.1 --listen-address.trsvcid "$port" --ana-state "$state" --anagrpid 2
         gw_rpc "$g" nvmf_subsystem_set_ns_ana_group --nqn "$NQN" --nsid 1 --anagrpid "$2"
       done ;;
+    qos) for g in a b; do gw_rpc "$g" bdev_set_qos_limit --name Ceph0 --rw-ios-per-sec "$2"; done ;;
     *) fail "unknown guest request: $*" ;;
   esac
 }
@@ -130,7 +134,7 @@ tr -d '\r' <"$CONSOLE" >"$WORK/console.txt"
 grep -a 'NVTCP-GUEST' "$WORK/console.txt" | grep -v REQUEST | sed 's/^/  /'
 grep -qa 'NVTCP-GUEST .* RUN-EXIT 0$' "$WORK/console.txt" || fail "the guest script did not exit cleanly"
 STEPS=(connect ana.initial io.failover failback.path io.failback io.failback.write mask.hidden mask.shown
-       mask.removed ana.move ana.back)
+       mask.removed ana.move ana.back qos)
 kernel_check_steps "${STEPS[@]}"
 
 # The restarted A's own counts: the guest's verify pass and last write went to it (failback).

@@ -173,6 +173,24 @@ if within 20 moved_to 1 optimized non-optimized; then pass ana.back "namespace 1
 else fail ana.back "groups '$(grp_of "$CA")' / '$(grp_of "$CB")', paths '$(ana_of "$CA")' / '$(ana_of "$CB")'"; fi
 kmsg ana
 
+# --- a rate limit on the namespace (bdev_set_qos_limit on both gateways, as ceph-nvmeof sets it):
+# the kernel's reads through the optimized path get no more than the limit. Only the upper bound
+# is checked (a slow machine may get fewer); without the limit the same job ran faster ----------
+fio_rate() {  # fio_rate NAME: 3 s of 4 KiB random reads at queue depth 16; prints the IOPS
+  fio --name=qos --filename="/dev/$H1" --direct=1 --ioengine=libaio --iodepth=16 --rw=randread --bs=4k \
+    --size=8M --time_based --runtime=3 --output-format=terse --output=/tmp/$1.out >/dev/null 2>/tmp/$1.err
+  cut -d';' -f8 /tmp/$1.out
+}
+free=$(fio_rate qos-free)
+request qos 1000
+limited=$(fio_rate qos-limited)
+request qos 0
+if [ -n "$limited" ] && [ "$limited" -gt 0 ] && [ "$limited" -le 1150 ] && [ "${free:-0}" -gt 1150 ]; then
+  pass qos "rw_ios_per_sec 1000: fio got $limited IOPS through /dev/$H1 ($free without the limit)"
+else
+  fail qos "rw_ios_per_sec 1000: fio got '$limited' IOPS ('$free' without the limit): $(tail -1 /tmp/qos-limited.err)"
+fi
+
 nvme disconnect -n "$NQN" >/dev/null 2>&1
 request done
 exit $FAILED
