@@ -21,6 +21,12 @@
 
 namespace nvtcp::target {
 
+// Frees a request's data buffer: munmap for one mapped on its own (mapped_bytes), free() otherwise.
+struct RequestBufferFree {
+  size_t mapped_bytes = 0;
+  void operator()(uint8_t* p) const;
+};
+
 class TcpQueue;
 
 struct TcpRequest : Command {
@@ -50,7 +56,9 @@ struct TcpRequest : Command {
   uint32_t tx_pending = 0;        // bytes promised to the send queue while it executes
 
   // The data buffer (Command::buf), grown to the largest transfer this slot has seen, then reused.
-  std::unique_ptr<uint8_t, void (*)(void*)> buffer{nullptr, free};
+  // From 128 KiB on it is a mapping of its own (RequestBufferFree::mapped_bytes), so that freeing
+  // it gives the memory back to the system.
+  std::unique_ptr<uint8_t, RequestBufferFree> buffer;
 
   // Header storage for the PDUs this request sends; they must outlive the send.
   alignas(8) uint8_t resp_pdu[sizeof(wire::CapsuleRespPdu) + wire::kDigestLen];

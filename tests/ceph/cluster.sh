@@ -44,6 +44,10 @@ ceph_cluster_start() {
   mkdir -p "$dir/mon" "$dir/osd" "$dir/run" "$dir/log"
   port=$(ceph_free_port)
   fsid=$(cat /proc/sys/kernel/random/uuid)
+  # memstore page set: objects kept as 64 KiB pages. Ceph's default keeps each object as one
+  # buffer list that every small write at a random offset splits further, so each operation on
+  # it costs more than the one before: a run of random writes made every later run slower
+  # (bench/RESULTS.md, 08:10).
   cat >"$dir/ceph.conf" <<CONF
 [global]
 fsid = $fsid
@@ -53,6 +57,7 @@ auth cluster required = none
 auth service required = none
 auth client required = none
 osd objectstore = memstore
+memstore page set = true
 memstore device bytes = 1073741824
 osd pool default size = 1
 osd pool default min size = 1
