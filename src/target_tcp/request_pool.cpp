@@ -14,7 +14,7 @@ namespace {
 // memory a burst of large commands took does not stay with the process once they end. Done here
 // rather than with mallopt(M_MMAP_THRESHOLD) for the whole process, which also turns off glibc's
 // own threshold for every library in it: librbd's messenger then mapped, faulted in and unmapped
-// fresh memory for each 128 KiB message it received (bench/RESULTS.md, 08:40).
+// fresh memory for each 128 KiB message it received (bench/RESULTS.md, 08:10).
 constexpr uint64_t kMappedBufferBytes = 128 * 1024;
 
 }  // namespace

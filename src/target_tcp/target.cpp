@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "target_tcp/target.hpp"
 
-#include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -69,10 +68,6 @@ std::string Target::start() {
   state_->workers();
 
   raise_descriptor_limit(cfg_);
-  // Request buffers of 128 KiB and more are mapped and unmapped on their own: glibc would
-  // otherwise raise this threshold as big buffers are freed and keep later ones in its heap,
-  // so memory a burst of large commands took would stay with the process once they end.
-  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   // Bind every listener first so that errors surface before any thread starts.
   if (std::string err = sockets_.bind_configured(); !err.empty()) return err;
 

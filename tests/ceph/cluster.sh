@@ -47,7 +47,7 @@ ceph_cluster_start() {
   # memstore page set: objects kept as 64 KiB pages. Ceph's default keeps each object as one
   # buffer list that every small write at a random offset splits further, so each operation on
   # it costs more than the one before: a run of random writes made every later run slower
-  # (bench/RESULTS.md, 08:10).
+  # (bench/RESULTS.md, 08:05).
   cat >"$dir/ceph.conf" <<CONF
 [global]
 fsid = $fsid

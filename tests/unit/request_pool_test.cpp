@@ -2,6 +2,10 @@
 // RequestPool without a socket: requests, their transport states and the memory budgets
 // (QueueMemory) behind them.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <cstdint>
@@ -184,6 +188,35 @@ TEST_F(PoolTest, BuffersAreAlignedCountedAndReused) {
   pool.release(r, false);  // under half the budget: the buffer stays for the next command
   EXPECT_EQ(r->buf_cap, 8192u);
   EXPECT_EQ(memory.buffer_bytes(), 8192u);
+}
+
+// A buffer of 128 KiB or more is a mapping of its own, so that freeing it gives the memory back
+// to the system (the target leaves glibc's own threshold alone: librbd's messenger in the same
+// process relies on it). msync fails with ENOMEM on a range that is not mapped.
+TEST_F(PoolTest, LargeBuffersAreMappingsOfTheirOwnAndGoBackWhenFreed) {
+  // As any library in the process may do: a large block freed raises glibc's threshold, so that
+  // later blocks below it come from its heap and stay with the process when freed.
+  void* raise = std::malloc(4 << 20);
+  static_cast<volatile char*>(raise)[0] = 1;
+  std::free(raise);
+  QueueMemory memory(cfg, usage, sizeof(TcpRequest));
+  RequestPool pool(memory, nullptr, no_send_done);
+  pool.resize(1);
+  TcpRequest* r = pool.alloc();
+  ASSERT_EQ(pool.ensure_buffer(r, 64 << 10, true), RequestPool::BufferResult::Ok);
+  ASSERT_EQ(pool.ensure_buffer(r, 200 << 10, true), RequestPool::BufferResult::Ok);  // grows: 200 KiB, mapped
+  EXPECT_EQ(r->buf_cap, 200u << 10);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r->buf) % 4096, 0u);
+  r->buf[0] = 1;
+  r->buf[r->buf_cap - 1] = 2;
+  uint8_t* big = r->buf;
+  const size_t len = r->buf_cap;
+  EXPECT_EQ(::msync(big, len, MS_ASYNC), 0) << "mapped while the request holds it";
+  pool.free_buffer(r);
+  errno = 0;
+  EXPECT_EQ(::msync(big, len, MS_ASYNC), -1);
+  EXPECT_EQ(errno, ENOMEM) << "a freed large buffer stays mapped";
+  EXPECT_EQ(memory.buffer_bytes(), 0u);
 }
 
 TEST_F(PoolTest, ConnectionBudgetExhaustionWaitsUntilIdleBuffersAreReclaimed) {
