@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 
 #include "util/latency_buckets.hpp"
@@ -48,37 +49,32 @@ struct IoTotals {
   LatencyRange read_range, write_range, unmap_range, copy_range;
 };
 
+// The plain counters of IoTotals, and of IoMetrics' slots in the same order: what a sum adds.
+inline constexpr uint64_t IoTotals::*kTotalsCounters[] = {
+    &IoTotals::reads,           &IoTotals::writes,           &IoTotals::read_bytes,      &IoTotals::write_bytes,
+    &IoTotals::read_errors,     &IoTotals::write_errors,     &IoTotals::other_errors,    &IoTotals::read_latency_ns,
+    &IoTotals::write_latency_ns, &IoTotals::unmaps,          &IoTotals::unmap_bytes,     &IoTotals::unmap_latency_ns,
+    &IoTotals::copies,          &IoTotals::copy_bytes,       &IoTotals::copy_latency_ns};
+
+// The shortest and longest of both.
+inline void merge_range(LatencyRange& r, const LatencyRange& m) {
+  if (!m.counted) return;
+  r.min_ns = r.counted ? std::min(r.min_ns, m.min_ns) : m.min_ns;
+  r.max_ns = r.counted ? std::max(r.max_ns, m.max_ns) : m.max_ns;
+  r.counted = true;
+}
+
 // Adds what `more` counted to `to` (the counts of a bdev's past namespaces and its present one).
 inline void add_totals(IoTotals& to, const IoTotals& more) {
-  to.reads += more.reads;
-  to.writes += more.writes;
-  to.read_bytes += more.read_bytes;
-  to.write_bytes += more.write_bytes;
-  to.read_errors += more.read_errors;
-  to.write_errors += more.write_errors;
-  to.other_errors += more.other_errors;
+  for (auto c : kTotalsCounters) to.*c += more.*c;
   for (size_t b = 0; b < kLatencyBuckets; ++b) {
     to.read_latency[b] += more.read_latency[b];
     to.write_latency[b] += more.write_latency[b];
   }
-  to.read_latency_ns += more.read_latency_ns;
-  to.write_latency_ns += more.write_latency_ns;
-  to.unmaps += more.unmaps;
-  to.unmap_bytes += more.unmap_bytes;
-  to.unmap_latency_ns += more.unmap_latency_ns;
-  to.copies += more.copies;
-  to.copy_bytes += more.copy_bytes;
-  to.copy_latency_ns += more.copy_latency_ns;
-  auto range = [](LatencyRange& r, const LatencyRange& m) {
-    if (!m.counted) return;
-    r.min_ns = r.counted ? std::min(r.min_ns, m.min_ns) : m.min_ns;
-    r.max_ns = r.counted ? std::max(r.max_ns, m.max_ns) : m.max_ns;
-    r.counted = true;
-  };
-  range(to.read_range, more.read_range);
-  range(to.write_range, more.write_range);
-  range(to.unmap_range, more.unmap_range);
-  range(to.copy_range, more.copy_range);
+  merge_range(to.read_range, more.read_range);
+  merge_range(to.write_range, more.write_range);
+  merge_range(to.unmap_range, more.unmap_range);
+  merge_range(to.copy_range, more.copy_range);
 }
 
 class IoMetrics {
@@ -133,33 +129,7 @@ class IoMetrics {
   // seen in one before another while it completes).
   IoTotals totals() const {
     IoTotals t;
-    for (uint32_t i = 0; i < nslots_; ++i) {
-      const Slot& s = slots_[i];
-      auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
-      t.reads += get(s.reads);
-      t.writes += get(s.writes);
-      t.read_bytes += get(s.read_bytes);
-      t.write_bytes += get(s.write_bytes);
-      t.read_errors += get(s.read_errors);
-      t.write_errors += get(s.write_errors);
-      t.other_errors += get(s.other_errors);
-      for (size_t b = 0; b < kLatencyBuckets; ++b) {
-        t.read_latency[b] += get(s.read_latency[b]);
-        t.write_latency[b] += get(s.write_latency[b]);
-      }
-      t.read_latency_ns += get(s.read_latency_ns);
-      t.write_latency_ns += get(s.write_latency_ns);
-      t.unmaps += get(s.unmaps);
-      t.unmap_bytes += get(s.unmap_bytes);
-      t.unmap_latency_ns += get(s.unmap_latency_ns);
-      t.copies += get(s.copies);
-      t.copy_bytes += get(s.copy_bytes);
-      t.copy_latency_ns += get(s.copy_latency_ns);
-      s.read_range.add_to(t.read_range);
-      s.write_range.add_to(t.write_range);
-      s.unmap_range.add_to(t.unmap_range);
-      s.copy_range.add_to(t.copy_range);
-    }
+    for (uint32_t i = 0; i < nslots_; ++i) add_totals(t, snapshot(slots_[i]));
     return t;
   }
 
@@ -189,6 +159,28 @@ class IoMetrics {
     std::atomic<uint64_t> copies{0}, copy_bytes{0}, copy_latency_ns{0};
     SlotRange read_range, write_range, unmap_range, copy_range;
   };
+  // The slots' counters, in kTotalsCounters' order.
+  static constexpr std::atomic<uint64_t> Slot::*kSlotCounters[] = {
+      &Slot::reads,           &Slot::writes,           &Slot::read_bytes,      &Slot::write_bytes,
+      &Slot::read_errors,     &Slot::write_errors,     &Slot::other_errors,    &Slot::read_latency_ns,
+      &Slot::write_latency_ns, &Slot::unmaps,          &Slot::unmap_bytes,     &Slot::unmap_latency_ns,
+      &Slot::copies,          &Slot::copy_bytes,       &Slot::copy_latency_ns};
+  static_assert(std::size(kSlotCounters) == std::size(kTotalsCounters));
+  // One slot's counters as they are now.
+  static IoTotals snapshot(const Slot& s) {
+    auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+    IoTotals t;
+    for (size_t i = 0; i < std::size(kSlotCounters); ++i) t.*kTotalsCounters[i] = get(s.*kSlotCounters[i]);
+    for (size_t b = 0; b < kLatencyBuckets; ++b) {
+      t.read_latency[b] = get(s.read_latency[b]);
+      t.write_latency[b] = get(s.write_latency[b]);
+    }
+    s.read_range.add_to(t.read_range);
+    s.write_range.add_to(t.write_range);
+    s.unmap_range.add_to(t.unmap_range);
+    s.copy_range.add_to(t.copy_range);
+    return t;
+  }
   std::unique_ptr<Slot[]> slots_;
   uint32_t nslots_ = 0;
 };
