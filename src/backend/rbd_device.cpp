@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A namespace backed by a Ceph RBD image, through librbd's asynchronous API.
 //
+// The way out: librbd starts each operation on the submitting reactor (rbd_non_blocking_aio is
+// off, and the Objecter's throttle that could make that wait is lifted: RadosCluster::connect).
 // The way back: librbd calls a completion's callback on a thread of its own. The callback
 // takes the result, releases librbd's completion and hands the BlockIo to the submitting
 // reactor with Reactor::complete_from_any_thread: a push onto a lock-free list the reactor
@@ -107,6 +109,15 @@ class RadosCluster {
     default_option(c->rados_, "rados_osd_op_timeout", "0", "30");
     default_option(c->rados_, "rados_mon_op_timeout", "0", "30");
     default_option(c->rados_, "client_mount_timeout", "300", "30");
+    // librbd starts each operation on the calling reactor instead of posting it to its own
+    // thread first: one thread hand-off (a futex wake and a context switch) less per I/O, 6-11 us
+    // of the gateway's CPU per 4 KiB I/O here (bench/RESULTS.md, 08:52). What could then block the
+    // reactor is the Objecter's in-flight throttle (1024 operations, 100 MiB per client), which
+    // waits for operations to finish, for as long as the cluster takes: it is lifted, and the
+    // target's own limits (queue depths, max_buffer_memory) bound what is in flight instead.
+    default_option(c->rados_, "rbd_non_blocking_aio", "true", "false");
+    default_option(c->rados_, "objecter_inflight_ops", "1024", "0");
+    default_option(c->rados_, "objecter_inflight_op_bytes", "104857600", "0");
     for (const auto& [k, v] : spec.config) {
       if (int r = rados_conf_set(c->rados_, k.c_str(), v.c_str()); r < 0) {
         err = fmt::format("Ceph option {}={}: {}", k, v, std::strerror(-r));

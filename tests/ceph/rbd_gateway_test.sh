@@ -17,7 +17,8 @@
 #   resize     `rbd resize` on the cluster reaches the namespace (librbd's header watch);
 #              bdev_rbd_resize grows the image from the gateway
 #   lost       the OSD stopped past the client's operation timeout: commands end with a path
-#              error, none hangs; the OSD back, the same gateway serves again
+#              error, none hangs; a RAM namespace of the same gateway is served meanwhile, with
+#              1,536 reads waiting on the OSD; the OSD back, the same gateway serves again
 #
 # Needs root and Debian's ceph-mon, ceph-osd and ceph-common (make deps); exits 77 without them.
 set -euo pipefail
@@ -236,10 +237,27 @@ trid="trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$NQN"  # this gateway's
 "$NVTCP" perf -r "$trid ns:$lost_ns" -q 4 -o 4K -w randwrite -t 8 --io-timeout 0 --json >"$dir/perf-lost.json" \
   2>"$dir/perf-lost.log" &
 perf_pid=$!
+# A RAM namespace on the same gateway: its reactor starts librbd's operations itself
+# (rbd_non_blocking_aio off), and must not wait for the stopped OSD even when more reads wait on
+# it than the Objecter's default in-flight throttle (1024) would let through.
+rpc bdev_malloc_create --name Ram9 --num-blocks 8192 --block-size 4096 >/dev/null || fail "bdev_malloc_create"
+ram_ns=$(rpc nvmf_subsystem_add_ns --nqn "$NQN" --namespace.bdev-name Ram9) || fail "nvmf_subsystem_add_ns of a RAM bdev"
 sleep 1
 kill -STOP "$osd_pid"
-sleep 5
+"$NVTCP" perf -r "$trid ns:$lost_ns" -q 128 -P 12 -o 4K -w randread -t 4 --io-timeout 0 >/dev/null 2>&1 &
+crowd_pid=$!
+sleep 1
+timeout 20 "$NVTCP" perf -r "$trid ns:$ram_ns" -q 8 -o 4K -w randread -t 1 --io-timeout 5 --json >"$dir/perf-ram.json" \
+  2>"$dir/perf-ram.log" || { tail -3 "$dir/perf-ram.log"; fail "the RAM namespace was not served while the OSD was stopped"; }
+python3 - "$dir/perf-ram.json" <<'PY' || fail "the RAM namespace with the OSD stopped"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ios"] > 0 and r["errors"] == 0, r
+print(f"OSD stopped, 1,536 reads waiting on it: the RAM namespace on the same gateway did {r['ios']} I/Os, no error")
+PY
+sleep 3
 kill -CONT "$osd_pid"
+wait "$crowd_pid" || true  # its reads end with path errors after the 3 s timeout
 wait "$perf_pid" && fail "perf saw no error with the OSD stopped for 5 s"
 python3 - "$dir/perf-lost.json" <<'PY' || { tail -5 "$dir/perf-lost.log"; fail "perf with the OSD stopped"; }
 import json, sys
