@@ -203,6 +203,25 @@ grep -q "control: bdev Ceph7 resized to 134217728 bytes (namespace 2" "$dir/targ
 # 100 MiB: above the size the gateway was created with (64), below the image's now (128).
 rpc bdev_rbd_resize --name Ceph7 --new-size 100 >/dev/null 2>&1 && fail "bdev_rbd_resize accepted a shrink"
 rbd_cli "$cluster" info rbd/second 2>/dev/null | grep -q "size 128 MiB" || fail "bdev_rbd_resize shrank the image"
+# nvtcp's librbd settings (rbd_non_blocking_aio off, the Objecter's throttles lifted) apply where
+# nothing else sets them, and a cluster's config_param overrides them: read back from each
+# client's admin socket.
+for c in plain over; do
+  extra=
+  [ $c = over ] && extra=', "rbd_non_blocking_aio": "true", "objecter_inflight_ops": "1024"'
+  rpc bdev_rbd_register_cluster "{\"name\": \"$c\", \"config_param\": {\"mon_host\": \"$mon_host\",
+    \"auth_client_required\": \"none\", \"admin_socket\": \"$dir/$c.asok\"$extra}}" >/dev/null ||
+    fail "bdev_rbd_register_cluster $c"
+  rpc bdev_rbd_create --name "Opt_$c" --pool-name rbd --rbd-name second --block-size 4096 --cluster-name "$c" \
+    --uuid "$(python3 -c 'import uuid; print(uuid.uuid4())')" >/dev/null || fail "bdev_rbd_create through cluster $c"
+done
+client_option() { ceph --admin-daemon "$dir/$1.asok" config get "$2" | python3 -c 'import json,sys; print(*json.load(sys.stdin).values())'; }
+[ "$(client_option plain rbd_non_blocking_aio) $(client_option plain objecter_inflight_ops) $(client_option plain objecter_inflight_op_bytes)" = "false 0 0" ] ||
+  fail "nvtcp's librbd defaults: $(client_option plain rbd_non_blocking_aio) $(client_option plain objecter_inflight_ops)"
+[ "$(client_option over rbd_non_blocking_aio) $(client_option over objecter_inflight_ops) $(client_option over objecter_inflight_op_bytes)" = "true 1024 0" ] ||
+  fail "config_param did not override nvtcp's librbd defaults"
+for c in plain over; do rpc bdev_rbd_delete --name "Opt_$c" >/dev/null || fail "bdev_rbd_delete Opt_$c"; done
+echo "librbd settings: nvtcp's where nothing else sets them, config_param's where it does"
 rpc save_config >"$dir/saved.json" || fail "save_config"
 python3 - "$dir/saved.json" "$want" <<'PY' || fail "save_config does not hold the RBD bdev as bdev_rbd_create"
 import json, sys
