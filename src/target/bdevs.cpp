@@ -204,7 +204,8 @@ std::unique_ptr<Namespace> make_namespace(const TargetConfig& cfg, const std::st
   // The identity of the storage, never of the slot: a namespace made of another device at a
   // freed NSID must not pass for the one that was there (a host keeps its cache of a namespace
   // whose identifiers did not change).
-  const std::string device_uuid = bdev_uuid.empty() ? configured_device_uuid(nc, subnqn, ns->device.get()) : bdev_uuid;
+  const std::string device_uuid =
+      bdev_uuid.empty() ? configured_device_uuid(nc, subnqn, ns->device.get()) : bdev_uuid;
   if (!device_identifiers(device_uuid, ns->uuid, ns->nguid, ns->eui64)) {
     err = fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, device_uuid);
     return nullptr;
@@ -222,7 +223,8 @@ bool BdevTable::add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockD
   if (entries_.count(spec.name)) return false;
   Entry& e = entries_[spec.name];
   e.spec = spec;
-  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid)) e.spec.uuid = storage_uuid(spec, subnqn, nsid, device.get());
+  if (e.spec.uuid.empty() || !canonical_uuid(e.spec.uuid, e.spec.uuid))
+    e.spec.uuid = storage_uuid(spec, subnqn, nsid, device.get());
   // An image's size is the cluster's: kept here, for the listings, once the device is claimed.
   if (e.spec.type == "rbd" && device) e.spec.size = device->size_bytes();
   e.device = std::move(device);

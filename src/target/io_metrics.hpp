@@ -142,12 +142,10 @@ class IoMetrics {
       if (ns < min_ns.load(std::memory_order_relaxed)) min_ns.store(ns, std::memory_order_relaxed);
       if (ns > max_ns.load(std::memory_order_relaxed)) max_ns.store(ns, std::memory_order_relaxed);
     }
-    void add_to(LatencyRange& r) const {
+    LatencyRange get() const {
       const uint64_t lo = min_ns.load(std::memory_order_relaxed), hi = max_ns.load(std::memory_order_relaxed);
-      if (lo == UINT64_MAX) return;  // none counted
-      r.min_ns = r.counted ? std::min(r.min_ns, lo) : lo;
-      r.max_ns = r.counted ? std::max(r.max_ns, hi) : hi;
-      r.counted = true;
+      if (lo == UINT64_MAX) return {};  // none counted
+      return {lo, hi, true};
     }
   };
   struct alignas(64) Slot {
@@ -175,10 +173,10 @@ class IoMetrics {
       t.read_latency[b] = get(s.read_latency[b]);
       t.write_latency[b] = get(s.write_latency[b]);
     }
-    s.read_range.add_to(t.read_range);
-    s.write_range.add_to(t.write_range);
-    s.unmap_range.add_to(t.unmap_range);
-    s.copy_range.add_to(t.copy_range);
+    t.read_range = s.read_range.get();
+    t.write_range = s.write_range.get();
+    t.unmap_range = s.unmap_range.get();
+    t.copy_range = s.copy_range.get();
     return t;
   }
   std::unique_ptr<Slot[]> slots_;

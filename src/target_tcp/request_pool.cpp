@@ -114,7 +114,7 @@ RequestPool::BufferResult RequestPool::ensure_buffer(TcpRequest* r, uint32_t len
     memory_.release_buffer(grow);
     return BufferResult::Fail;
   }
-  r->buffer.reset();  // the old one, with its own deleter, before the new deleter is set
+  // The old buffer goes with its own deleter; the new one brings its own.
   r->buffer = std::unique_ptr<uint8_t, RequestBufferFree>(static_cast<uint8_t*>(p),
                                                           RequestBufferFree{mapped ? size_t(cap) : 0});
   r->buf = r->buffer.get();
