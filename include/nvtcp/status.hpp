@@ -55,6 +55,7 @@ inline constexpr Status SglDescriptorTypeInvalid{Sct::Generic, 0x11};
 inline constexpr Status SglOffsetInvalid{Sct::Generic, 0x16};
 inline constexpr Status HostIdInconsistentFormat{Sct::Generic, 0x18};
 inline constexpr Status KeepAliveExpired{Sct::Generic, 0x19};
+inline constexpr Status AbortedPreempt{Sct::Generic, 0x1B};  // Command Aborted due to Preempt and Abort
 inline constexpr Status TransientTransportError{Sct::Generic, 0x22};
 inline constexpr Status LbaOutOfRange{Sct::Generic, 0x80};
 inline constexpr Status NamespaceNotReady{Sct::Generic, 0x82};

@@ -93,6 +93,8 @@ struct Command {
     tx_data = nullptr;
     tx_len = tx_pad = 0;
     fence_counted = fence_owner = false;
+    qos_admitted = false;
+    resv_abort_epoch = 0;
     close_queue_after = false;
     steps = std::monostate{};
     arrived_ns = arrived;
@@ -134,12 +136,15 @@ struct Command {
   bool fence_counted = false;
   bool fence_owner = false;
   bool fence_waiting = false;       // a write the fence held back, registered as waiting
+  bool qos_admitted = false;        // a fused pair: both halves passed the rate limit at once
+  uint64_t resv_abort_epoch = 0;    // its namespace's Preempt and Abort epoch when it was parsed
   Steps steps;
   // BetweenSteps: the no-op whose completion starts the next range.
   reactor::OwnedCompletion<Command> next_step;
   CommandQueue* queue = nullptr;  // whose device, step and worker completions these are
 
   FusedHalf* fused() { return std::get_if<FusedHalf>(&steps); }
+  bool is_fused() const { return std::holds_alternative<FusedHalf>(steps); }
 
  private:
   friend class CommandQueue;

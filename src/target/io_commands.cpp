@@ -93,7 +93,15 @@ bool IoCommands::io_allowed(Command& r) {
   return true;
 }
 
-Namespace* IoCommands::permitted_namespace(Command& r) {
+// The reservation groups a command is in; a fused pair reads and writes.
+void IoCommands::groups(const Command& r, bool& read, bool& write) {
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  read = reads_blocks(opc) || r.is_fused();
+  write = writes_blocks(opc) || r.is_fused();
+}
+
+Status IoCommands::admission(const Command& r, Namespace*& ns) {
+  ns = nullptr;
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
   if (opc == IoOpcode::Flush && r.sqe.nsid == kNsidAll) {
     // Flush is in the write group a reservation restricts, on every namespace it reaches:
@@ -103,36 +111,88 @@ Namespace* IoCommands::permitted_namespace(Command& r) {
     for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
       const Namespace* each = ctrl().find_namespace(nsid);
       if (!each) continue;
-      if (Status st = ctrl().ana_status(*each); !st.ok()) {
-        r.status = st;  // one it cannot reach through this port: nothing is flushed
-        return nullptr;
-      }
+      if (Status st = ctrl().ana_status(*each); !st.ok()) return st;  // one it cannot reach: nothing is flushed
       if (each->reservations.held() &&
-          !each->reservations.allowed(ctrl().hostid(), false, true, resv_cache_[each->index])) {
-        r.status = sc::ReservationConflict;
-        return nullptr;
-      }
+          !each->reservations.allowed(ctrl().hostid(), false, true, resv_cache_[each->index]))
+        return sc::ReservationConflict;
     }
-    return nullptr;  // no one namespace: the flush goes to all
+    return sc::Success;  // no one namespace: the flush goes to all
   }
-  Namespace* ns = ctrl().find_namespace(r.sqe.nsid);
-  if (!ns) {
-    r.status = sc::InvalidNamespace;
-    return nullptr;
-  }
+  Namespace* found = ctrl().find_namespace(r.sqe.nsid);
+  if (!found) return sc::InvalidNamespace;
   // Its ANA group not reachable through this port: a path status (no DNR), so that a
   // multipath host sends it down another path.
-  if (Status st = ctrl().ana_status(*ns); !st.ok()) {
-    r.status = st;
-    return nullptr;
-  }
+  if (Status st = ctrl().ana_status(*found); !st.ok()) return st;
   // A reservation held on the namespace: one relaxed load while there is none.
-  if (ns->reservations.held() &&
-      !ns->reservations.allowed(ctrl().hostid(), reads_blocks(opc), writes_blocks(opc), resv_cache_[ns->index])) {
-    r.status = sc::ReservationConflict;
-    return nullptr;
-  }
+  bool read = false, write = false;
+  groups(r, read, write);
+  if (found->reservations.held() &&
+      !found->reservations.allowed(ctrl().hostid(), read, write, resv_cache_[found->index]))
+    return sc::ReservationConflict;
+  ns = found;
+  return sc::Success;
+}
+
+Namespace* IoCommands::permitted_namespace(Command& r) {
+  Namespace* ns = nullptr;
+  if (Status st = admission(r, ns); !st.ok()) r.status = st;
   return ns;
+}
+
+Status IoCommands::readmission(Command& r) {
+  if (!io_allowed(r)) {
+    const Status st = std::exchange(r.status, Status{});
+    return st.ok() ? sc::CommandSequenceError : st;  // ok: the queue is closing
+  }
+  // Its host preempted with Abort meanwhile: it ends so, whatever else changed.
+  if (r.ns && r.ns->reservations.aborted_since(ctrl().hostid(), r.resv_abort_epoch)) return sc::AbortedPreempt;
+  Namespace* ns = nullptr;
+  Status st = admission(r, ns);
+  // The namespace it holds since parse, not another one added at its NSID since: that one's
+  // range was never checked, and its removal would not wait for this command.
+  if (st.ok() && ns != r.ns) st = sc::InvalidNamespace;
+  return st;
+}
+
+bool IoCommands::readmitted(Command& r) {
+  if (!q_.link_.closing) {
+    const Status st = readmission(r);
+    if (st.ok()) return true;
+    if (!q_.link_.closing) {
+      end_resumed(r, st);
+      return false;
+    }
+  }
+  // The queue closes: r runs no more and is answered no more. It is in no wait list, where
+  // closed() would find it, so what it holds goes now.
+  let_go(r);
+  return false;
+}
+
+// The fence r owns (a fused operation) or waits for (a write) is let go: r will not run again.
+void IoCommands::let_go(Command& r) {
+  if (r.fence_owner && r.fused() && r.sqe.opc == uint8_t(IoOpcode::Compare)) r.fence_ns->fence.release();
+  r.fence_owner = false;
+  if (r.fence_waiting) r.fence_ns->fence.stop_waiting(r.fence_waiting);
+}
+
+void IoCommands::end_resumed(Command& r, Status st) {
+  log::debug("{}: cid {} (opcode 0x{:02x}) ends as it resumes: {}", q_.link_.peer, r.sqe.cid, r.sqe.opc,
+             status_name(st));
+  end_command(r, st);
+}
+
+// r (Running, in no wait list) ends with st, and lets go of the fence it waits for or owns; a
+// fused half ends its pair: the half that failed gets st, the other Failed Fused Command.
+void IoCommands::end_command(Command& r, Status st) {
+  if (r.fence_waiting) r.fence_ns->fence.stop_waiting(r.fence_waiting);
+  if (Command::FusedHalf* f = r.fused(); f && f->partner) {
+    const bool is_compare = r.sqe.opc == uint8_t(IoOpcode::Compare);
+    Command& cmp = is_compare ? r : *f->partner;
+    end_fused(cmp, is_compare ? st : sc::FailedFusedCommand, is_compare ? sc::FailedFusedCommand : st);
+    return;
+  }
+  q_.complete(r, st);
 }
 
 // ---------------------------------------------------------------- parse
@@ -147,6 +207,7 @@ void IoCommands::parse(Command& r) {
   Namespace* ns = permitted_namespace(r);
   q_.hold_namespace(r, ns);
   if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
+  r.resv_abort_epoch = ns->reservations.abort_epoch();
   const uint32_t mdts = ctrl().mdts_bytes();
   uint64_t len = 0;
   switch (opc) {
@@ -217,20 +278,10 @@ void IoCommands::parse(Command& r) {
 
 void IoCommands::execute(Command& r) {
   // Checked again when the command waited (for memory, its turn or the host's data): the
-  // controller, or a reservation, may have changed meanwhile. Otherwise parse checked it
-  // this very turn.
+  // controller, the namespace, its ANA state or a reservation may have changed meanwhile.
+  // Otherwise parse checked it this very turn.
+  if (r.waited && !readmitted(r)) return;
   Namespace* ns = r.ns;
-  if (r.waited) {
-    if (!io_allowed(r)) {
-      if (!r.status.ok()) q_.complete(r, r.status);
-      return;  // else the queue is closing
-    }
-    ns = permitted_namespace(r);
-    if (!ns && !r.status.ok()) {
-      q_.complete(r, r.status);
-      return;
-    }
-  }
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
   if (!ns) {
@@ -427,6 +478,7 @@ void IoCommands::copy_step(Command& r) {
     return;
   }
   const uint32_t nr = (r.sqe.cdw12 & 0xFF) + 1;
+  if (copy.next < nr && !readmitted(r)) return;  // each piece as if it were a command of its own
   if (copy.next == nr) {
     q_.complete(r, sc::Success);
     return;
@@ -493,6 +545,7 @@ void IoCommands::dsm_step(Command& r) {
     q_.complete(r, sc::Success);
     return;
   }
+  if (!readmitted(r)) return;  // each range as if it were a command of its own
   const DsmRange& d = ranges[dsm.next++];
   r.io.op = backend::BlockIo::Op::Deallocate;
   r.io.offset = d.slba << ns->lbads;
@@ -509,6 +562,27 @@ void IoCommands::start_flush(Command& r, bool all, bool shutdown_after) {
   flush_step(r);
 }
 
+// Before each namespace's flush: what readmitted() checks, for that namespace. (A Flush of
+// every namespace checked them all at parse; it does not look at all again at each step.) The
+// flushes a controller runs for itself (shutdown, a cache turned off: admin queue) are no host
+// I/O, which a reservation or a path state could refuse.
+bool IoCommands::flush_admitted(Command& r, bool all, Namespace& ns) {
+  if (q_.qid_ == 0) return true;
+  if (!all) return readmitted(r);
+  if (q_.link_.closing) return false;
+  if (!io_allowed(r)) {
+    if (!r.status.ok()) end_resumed(r, std::exchange(r.status, Status{}));
+    return false;
+  }
+  Status st = ctrl().ana_status(ns);
+  if (st.ok() && ns.reservations.held() &&
+      !ns.reservations.allowed(ctrl().hostid(), false, true, resv_cache_[ns.index]))
+    st = sc::ReservationConflict;
+  if (st.ok()) return true;
+  end_resumed(r, st);
+  return false;
+}
+
 void IoCommands::flush_step(Command& r) {
   if (r.aborted) {
     q_.complete(r, sc::AbortRequested);
@@ -522,6 +596,7 @@ void IoCommands::flush_step(Command& r) {
     // runs, so that none is removed under it.
     Namespace* ns = flush.all ? ctrl().find_namespace(nsid) : (nsid == r.sqe.nsid ? r.ns : nullptr);
     if (!ns || !ns->device->volatile_write_cache()) continue;
+    if (!flush_admitted(r, flush.all, *ns)) return;
     if (flush.all) q_.hold_namespace(r, ns);
     r.io.op = backend::BlockIo::Op::Flush;
     r.io.offset = r.io.length = 0;
@@ -599,6 +674,7 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
   // Both halves hold the namespace as any I/O does: removed live, it outlives their device I/O.
   q_.hold_namespace(cmp, ns);
   q_.hold_namespace(wr, ns);
+  cmp.resv_abort_epoch = wr.resv_abort_epoch = ns->reservations.abort_epoch();
   // Its ANA group not reachable through this port: as for a plain Write, a path status.
   if (Status st = ctrl().ana_status(*ns); !st.ok()) {
     end_fused(cmp, st, sc::FailedFusedCommand);
@@ -623,12 +699,21 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
   run_fused(cmp);
 }
 
-// Owns the fence, waits for the writes in flight to drain, then reads the blocks to compare;
-// a device that compares and writes atomically itself (RBD, against every gateway of the image)
-// is given the pair as one CompareAndWrite instead. The fence is owned either way, so that this
-// target's own writes keep their order around the pair.
+// First the pair's rate limit (both halves at once, before anything is owned: a pair that waits
+// for its slice holds no other host's writes back), then the fence: owned, and the writes in
+// flight drained; then the blocks to compare are read. A device that compares and writes
+// atomically itself (RBD, against every gateway of the image) is given the pair as one
+// CompareAndWrite instead. The fence is owned either way, so that this target's own writes keep
+// their order around the pair.
 void IoCommands::run_fused(Command& cmp) {
   Namespace* ns = cmp.fence_ns;
+  if (!cmp.qos_admitted && ns->qos.enabled()) {
+    if (qos_first_ < qos_waiters_.size() || !ns->qos.admit(qos_cost(cmp), q_.clock().turn_ns(q_.reactor()))) {
+      wait_for_qos(cmp, *ns);
+      return;
+    }
+  }
+  cmp.qos_admitted = true;
   if (!cmp.fence_owner) {
     if (!ns->fence.try_own()) {  // another fused operation on this namespace runs
       wait_for_fence(cmp);
@@ -651,12 +736,12 @@ void IoCommands::run_fused(Command& cmp) {
     io.compare = cmp.buf;
     io.buffer = wr.buf;
     io.fua = wr.sqe.fua();
-    submit(cmp, *ns);
+    q_.start_device(cmp, *ns);
     return;
   }
   io.op = backend::BlockIo::Op::Read;
   io.buffer = cmp.buf + align_4k(cmp.capsule_len);
-  submit(cmp, *ns);
+  q_.start_device(cmp, *ns);
 }
 
 void IoCommands::fused_done(Command& r) {
@@ -679,6 +764,13 @@ void IoCommands::fused_done(Command& r) {
     end_fused(cmp, st, sc::FailedFusedCommand);
     return;
   }
+  // The Write was aborted while its Compare read: the pair ends before anything is written.
+  if (wr.aborted) {
+    end_fused(cmp, sc::FailedFusedCommand, sc::AbortRequested);
+    return;
+  }
+  // The Compare's read was a wait too: the Write is admitted again before it writes.
+  if (!readmitted(cmp)) return;
   Namespace* ns = cmp.fence_ns;
   backend::BlockIo& io = wr.io;
   io.op = backend::BlockIo::Op::Write;
@@ -691,7 +783,7 @@ void IoCommands::fused_done(Command& r) {
   wr.fence_ns = ns;
   q_.set_state(cmp, State::AwaitingFusedPartner);  // until its Write is done
   q_.set_state(wr, State::Running);
-  submit(wr, *ns);
+  q_.start_device(wr, *ns);  // its rate limit was paid with its Compare's
 }
 
 void IoCommands::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
@@ -706,20 +798,55 @@ void IoCommands::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
   q_.complete(wr, wr_st);
 }
 
-// ---------------------------------------------------------------- the fence
+// ---------------------------------------------------------------- the waits
+//
+// Every place an I/O command can wait, who wakes it, what it is checked against when it
+// resumes, and how Abort and the queue's end finish it. Whatever it waited for, it resumes
+// through readmitted(): the checks of parse again (controller alive and enabled, the namespace
+// it holds still the one at its NSID and visible to its host, the path's ANA state, the
+// reservation for its groups, and no Preempt and Abort of its host since it was parsed).
+//
+// | wait (state)                  | woken by                      | on resume          | Abort                          | queue ends             |
+// |-------------------------------|-------------------------------|--------------------|--------------------------------|------------------------|
+// | memory, turn, host data       | the transport (TcpQueue)      | execute(): readmit | the transport ends it          | the transport's pool   |
+// | AwaitingQos                   | qos_timer_, each 1 ms slice   | readmit, then pay  | leaves the line, ends now      | line dropped           |
+// | AwaitingFence (write)         | fence_timer_, every 20 us     | readmit            | leaves the list, stops waiting | stops waiting          |
+// | AwaitingFence (fused Compare) | fence_timer_                  | readmit            | pair ends, fence let go        | fence let go           |
+// | AwaitingFusedPartner (first)  | its second half's capsule     | start_fused checks | it ends (Abort Requested)      | dropped                |
+// | AwaitingFusedPartner (Write)  | its Compare's device answer   | readmit the pair   | pair ends before the write     | with its Compare       |
+// | InDevice                      | the device                    | next step: readmit | Copy, DSM, Flush: next step    | gate: device finishes  |
+// | BetweenSteps                  | a no-op on the next turn      | readmit            | at the next step               | gate                   |
+// | AwaitingDurable (reservation) | durable_timer_                | nothing to run     | not abortable (change is made) | dropped                |
+//
+// A command on the device is not taken back: a single Read or Write there ends as the device
+// answers.
 
 void IoCommands::submit(Command& r, Namespace& ns) {
-  // Reads and writes draw on the namespace's rate limits; over them, or behind others of this
-  // queue that wait already (first come, first served), they wait for the next slice.
-  const auto op = r.io.op;
-  if (ns.qos.enabled() && (op == backend::BlockIo::Op::Read || op == backend::BlockIo::Op::Write)) {
-    if (qos_first_ < qos_waiters_.size() ||
-        !ns.qos.admit(op == backend::BlockIo::Op::Read, r.io.length, q_.clock().turn_ns(q_.reactor()))) {
+  // Device work draws on the namespace's rate limits; over them, or behind others of this queue
+  // that wait already (first come, first served), it waits for the next slice.
+  if (ns.qos.enabled()) {
+    const QosLimiter::Cost cost = qos_cost(r);
+    if (cost.ios && (qos_first_ < qos_waiters_.size() || !ns.qos.admit(cost, q_.clock().turn_ns(q_.reactor())))) {
       wait_for_qos(r, ns);
       return;
     }
   }
   submit_past_qos(r, ns);
+}
+
+// What r's next device operation costs against its namespace's rate limits. Reads (and what the
+// device reads to Verify, Compare or Copy) and writes count their bytes; Write Zeroes and
+// Deallocate count as I/Os only (they move no data, but every one reaches the device: on RBD, the
+// cluster); a fused pair pays for both halves at once. A Flush is not counted.
+QosLimiter::Cost IoCommands::qos_cost(const Command& r) const {
+  if (r.is_fused()) return {2, r.capsule_len, r.capsule_len};
+  switch (r.io.op) {
+    case backend::BlockIo::Op::Read: return {1, r.io.length, 0};
+    case backend::BlockIo::Op::Write: return {1, 0, r.io.length};
+    case backend::BlockIo::Op::WriteZeroes:
+    case backend::BlockIo::Op::Deallocate: return {1, 0, 0};
+    default: return {};
+  }
 }
 
 void IoCommands::wait_for_qos(Command& r, Namespace& ns) {
@@ -732,17 +859,33 @@ void IoCommands::on_qos_timer(reactor::Timer* t) {
   auto* self = static_cast<QosTimer*>(t)->owner;
   auto& waiting = self->qos_waiters_;
   const uint64_t now = self->q_.clock().turn_ns(self->q_.reactor());
-  while (self->qos_first_ < waiting.size()) {
+  while (self->qos_first_ < waiting.size() && !self->q_.link_.closing) {
     auto [r, ns] = waiting[self->qos_first_];
     if (!r) {  // aborted while it waited
       ++self->qos_first_;
       continue;
     }
-    if (!ns->qos.admit(r->io.op == backend::BlockIo::Op::Read, r->io.length, now)) break;
+    // Checked before it pays: a command its host may no longer run (fenced, unmasked, its path
+    // made inaccessible) ends now, without using the slice, and the line behind it moves on.
+    const Status st = self->readmission(*r);
+    if (self->q_.link_.closing) break;
+    if (!st.ok()) {
+      ++self->qos_first_;
+      self->q_.set_state(*r, State::Running);
+      self->end_resumed(*r, st);
+      continue;
+    }
+    if (!ns->qos.admit(self->qos_cost(*r), now)) break;
     ++self->qos_first_;
     self->q_.set_state(*r, State::Running);
-    self->submit_past_qos(*r, *ns);
+    if (r->fused()) {
+      r->qos_admitted = true;
+      self->run_fused(*r);
+    } else {
+      self->submit_past_qos(*r, *ns);
+    }
   }
+  if (self->q_.link_.closing) return;  // closed() drops the line
   if (self->qos_first_ == waiting.size()) {
     waiting.clear();
     self->qos_first_ = 0;
@@ -777,8 +920,18 @@ void IoCommands::on_fence_timer(reactor::Timer* t) {
   auto* self = static_cast<FenceTimer*>(t)->owner;
   std::vector<Command*> waiting;
   waiting.swap(self->fence_waiters_);
-  for (Command* r : waiting) {
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    Command* r = waiting[i];
+    const Status st = self->q_.link_.closing ? Status{} : self->readmission(*r);
+    if (self->q_.link_.closing) {  // still in the list: closed() lets go of what they hold
+      self->fence_waiters_.insert(self->fence_waiters_.end(), waiting.begin() + long(i), waiting.end());
+      return;
+    }
     self->q_.set_state(*r, State::Running);
+    if (!st.ok()) {
+      self->end_resumed(*r, st);  // its fence let go
+      continue;
+    }
     // A fused Compare waits to own the fence or for it to drain; anything else is a write
     // whose device operation is ready to go.
     if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
@@ -786,15 +939,42 @@ void IoCommands::on_fence_timer(reactor::Timer* t) {
   }
 }
 
+// r leaves the wait list it is in (its state says which): true if it was there.
+bool IoCommands::leave_wait(Command& r) {
+  if (r.state() == State::AwaitingQos) {
+    for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
+      if (qos_waiters_[i].r == &r) {
+        qos_waiters_[i].r = nullptr;
+        // Gaps at the head of the line go now, so that a line of nothing but gaps does not hold
+        // back the next command until the timer clears it.
+        while (qos_first_ < qos_waiters_.size() && !qos_waiters_[qos_first_].r) ++qos_first_;
+        if (qos_first_ == qos_waiters_.size()) {
+          qos_waiters_.clear();
+          qos_first_ = 0;
+        }
+        return true;
+      }
+    return false;
+  }
+  if (r.state() == State::AwaitingFence) {
+    auto it = std::find(fence_waiters_.begin(), fence_waiters_.end(), &r);
+    if (it == fence_waiters_.end()) return false;
+    fence_waiters_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void IoCommands::closed() {
   q_.reactor().cancel_timer(&qos_timer_);
-  qos_waiters_.clear();  // none reached a fence or the device
+  // A waiting command holds no budget; a fused Compare among them holds no fence yet, but let
+  // one go if it does, and stop a write's wait on the fence.
+  for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
+    if (qos_waiters_[i].r) let_go(*qos_waiters_[i].r);
+  qos_waiters_.clear();
   qos_first_ = 0;
   q_.reactor().cancel_timer(&fence_timer_);
-  for (Command* w : fence_waiters_) {
-    if (w->fence_owner) w->fence_ns->fence.release();
-    w->fence_ns->fence.stop_waiting(w->fence_waiting);  // a write it held back no longer waits
-  }
+  for (Command* w : fence_waiters_) let_go(*w);
   fence_waiters_.clear();
 }
 
@@ -806,12 +986,21 @@ bool IoCommands::abort_command(uint16_t cid) {
   if (found.ended) return true;
   if (!found.running) return false;
   Command& r = *found.running;
-  if (r.state() == State::AwaitingQos) return abort_qos_waiter(r);
+  const State st = r.state();
+  if (st == State::AwaitingQos || st == State::AwaitingFence) {
+    if (r.fused() && r.sqe.opc != uint8_t(IoOpcode::Compare)) return false;  // a Write is never in a list
+    if (!leave_wait(r)) return false;
+    q_.set_state(r, State::Running);
+    log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for {}", q_.link_.peer, cid, r.sqe.opc,
+              st == State::AwaitingQos ? "its namespace's rate limit" : "its namespace's write fence");
+    end_command(r, sc::AbortRequested);  // a fused Compare ends its pair and lets go of the fence
+    return true;
+  }
+  if (st == State::AwaitingFusedPartner) return abort_fused_half(r);
   // Commands that go to the device one step at a time (a range, a namespace) stop at the
   // next step: what the finished steps did stays done, as an aborted command may leave it.
-  const State st = r.state();
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);
-  if ((st == State::InDevice || st == State::BetweenSteps || st == State::AwaitingFence) && !r.aborted && !r.fused() &&
+  if ((st == State::InDevice || st == State::BetweenSteps) && !r.aborted && !r.fused() &&
       (opc == IoOpcode::DatasetManagement || opc == IoOpcode::Copy || opc == IoOpcode::Flush)) {
     r.aborted = true;
     log::info("{}: cid {} (opcode 0x{:02x}) aborted between its steps", q_.link_.peer, cid, r.sqe.opc);
@@ -820,25 +1009,29 @@ bool IoCommands::abort_command(uint16_t cid) {
   return false;  // one operation on the device, or being sent
 }
 
-// A command that waits for its namespace's rate limit has taken nothing from the budgets and
-// holds no fence: it leaves its place in the line (the line keeps its order) and ends now.
-bool IoCommands::abort_qos_waiter(Command& r) {
-  for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
-    if (qos_waiters_[i].r == &r) {
-      qos_waiters_[i].r = nullptr;
-      break;
-    }
-  // Gaps at the head of the line go now, so that a line of nothing but gaps does not hold back
-  // the next command until the timer clears it.
-  while (qos_first_ < qos_waiters_.size() && !qos_waiters_[qos_first_].r) ++qos_first_;
-  if (qos_first_ == qos_waiters_.size()) {
-    qos_waiters_.clear();
-    qos_first_ = 0;
+// A fused half that waits for its partner: a first half whose Write has not come ends alone; a
+// Write whose Compare waits for its slice or the fence ends with it now; a Write whose Compare
+// is reading ends the pair once the read is back, before anything is written. A Compare whose
+// Write is on the device is not taken back.
+bool IoCommands::abort_fused_half(Command& r) {
+  if (fused_first_ == &r) {
+    log::info("{}: cid {} (fused Compare) aborted before its Write came", q_.link_.peer, r.sqe.cid);
+    refuse_fused_first(sc::AbortRequested);
+    return true;
   }
-  q_.set_state(r, State::Running);
-  log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for its namespace's rate limit", q_.link_.peer,
-            r.sqe.cid, r.sqe.opc);
-  q_.complete(r, sc::AbortRequested);
+  Command::FusedHalf* f = r.fused();
+  if (!f || !f->partner || r.sqe.opc == uint8_t(IoOpcode::Compare) || r.aborted) return false;
+  Command& cmp = *f->partner;
+  if (cmp.state() == State::InDevice) {
+    r.aborted = true;  // fused_done ends the pair
+    log::info("{}: cid {} (fused Write) aborted while its Compare reads", q_.link_.peer, r.sqe.cid);
+    return true;
+  }
+  if (!leave_wait(cmp)) return false;
+  log::info("{}: cid {} (fused Write) aborted while its Compare waited", q_.link_.peer, r.sqe.cid);
+  q_.set_state(cmp, State::Running);
+  if (cmp.fence_waiting) cmp.fence_ns->fence.stop_waiting(cmp.fence_waiting);
+  end_fused(cmp, sc::FailedFusedCommand, sc::AbortRequested);
   return true;
 }
 

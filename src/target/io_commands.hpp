@@ -12,6 +12,7 @@
 #include "reactor/reactor.hpp"
 #include "target/command.hpp"
 #include "target/controller.hpp"
+#include "target/qos.hpp"
 
 namespace nvtcp::target {
 
@@ -50,12 +51,31 @@ class IoCommands final : public CommandAborter {
 
  private:
   using State = Command::State;
+  using Status = wire::Status;
   Controller& ctrl() const;
   // The checks every I/O command passes before it runs: its queue's controller is alive and
   // enabled. False when r was ended (or the queue closed).
   bool io_allowed(Command& r);
-  // The namespace r names, if its reservation lets this host run r; else r is ended.
+  // The admission check, the same at parse and whenever a command resumes from a wait (the
+  // table of waits is in io_commands.cpp): the namespace r names as this host sees it, its
+  // path's ANA state and the reservation for r's groups. Success with ns (nullptr: a Flush of
+  // every namespace), or the status r ends with.
+  Status admission(const Command& r, Namespace*& ns);
+  static void groups(const Command& r, bool& read, bool& write);
+  // admission() at parse: the namespace, or nullptr with r.status set (or a Flush of all).
   Namespace* permitted_namespace(Command& r);
+  // On resume: io_allowed(), admission(), the namespace still the one r holds, and no Preempt
+  // and Abort of its host since parse. readmission() only checks (it may close the queue);
+  // readmitted() ends r (Running) with what it found. False: r was ended, or the queue closes.
+  Status readmission(Command& r);
+  bool readmitted(Command& r);
+  bool flush_admitted(Command& r, bool all, Namespace& ns);
+  void end_resumed(Command& r, Status st);
+  // r (Running, in no wait list) ends with st and lets go of the fence it waits for or owns; a
+  // fused half ends its pair.
+  void end_command(Command& r, Status st);
+  // r runs no more (its queue closes): the fence it owns or waits for is let go.
+  void let_go(Command& r);
   wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
   void execute_copy(Command& r, Namespace& ns);
   void execute_dsm(Command& r, Namespace& ns);
@@ -74,9 +94,11 @@ class IoCommands final : public CommandAborter {
   void submit_past_qos(Command& r, Namespace& ns);
   void wait_for_fence(Command& r);
   static void on_fence_timer(reactor::Timer* t);
+  QosLimiter::Cost qos_cost(const Command& r) const;
   void wait_for_qos(Command& r, Namespace& ns);
   static void on_qos_timer(reactor::Timer* t);
-  bool abort_qos_waiter(Command& r);
+  bool leave_wait(Command& r);
+  bool abort_fused_half(Command& r);
 
   CommandQueue& q_;
   QueueStats* stats_ = nullptr;  // this queue's counters, one per namespace

@@ -36,8 +36,19 @@ class QosLimiter {
   }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
 
+  // What one command's device work draws: I/Os, and bytes the device reads and writes. A
+  // budget is drawn on only by a cost that has some of it (a Write Zeroes, 0 bytes, counts as an
+  // I/O only).
+  struct Cost {
+    uint32_t ios = 0;
+    uint64_t read_bytes = 0, write_bytes = 0;
+  };
+
   // Reactor: whether an operation of `bytes` may go at now_ns; when it may, its cost is taken.
   bool admit(bool read, uint64_t bytes, uint64_t now_ns) {
+    return admit(Cost{1, read ? bytes : 0, read ? 0 : bytes}, now_ns);
+  }
+  bool admit(const Cost& c, uint64_t now_ns) {
     if (!enabled()) return true;
     uint64_t end = slice_end_.load(std::memory_order_acquire);
     if (now_ns >= end) {
@@ -47,8 +58,10 @@ class QosLimiter {
       const uint64_t next = end + kSliceNs > now_ns ? end + kSliceNs : now_ns + kSliceNs;
       if (slice_end_.compare_exchange_strong(end, next, std::memory_order_acq_rel)) refill();
     }
-    const std::array<bool, kBudgets> draws = {true, true, read, !read};
-    const std::array<int64_t, kBudgets> cost = {1, int64_t(bytes), int64_t(bytes), int64_t(bytes)};
+    const uint64_t bytes = c.read_bytes + c.write_bytes;
+    const std::array<bool, kBudgets> draws = {c.ios != 0, bytes != 0, c.read_bytes != 0, c.write_bytes != 0};
+    const std::array<int64_t, kBudgets> cost = {int64_t(c.ios), int64_t(bytes), int64_t(c.read_bytes),
+                                                int64_t(c.write_bytes)};
     for (size_t k = 0; k < kBudgets; ++k)
       if (draws[k] && per_slice_[k].load(std::memory_order_relaxed) && left_[k].load(std::memory_order_relaxed) <= 0)
         return false;

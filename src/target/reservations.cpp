@@ -309,9 +309,10 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
       lk.unlock();  // the writer's lock is never taken under mu_
       return finish(sc::Success, ticket);
     }
-    // Preempt, and preempt and abort (the commands the preempted hosts have in flight were
-    // admitted before; they are not aborted, and new ones are refused).
+    // Preempt, and preempt and abort: new commands of the preempted hosts are refused; with
+    // Abort, their commands still waiting to reach the device end too (record_abort).
     const ReservationType was = type_;
+    const size_t first_notice = notices.size();
     if (type_ == ReservationType::None) {
       if (!preempt_key(d.prkey, host, notices)) return {sc::ReservationConflict};
     } else if (all_registrants(type_)) {
@@ -338,9 +339,33 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
       return {sc::InvalidField};
     }
     ++generation_;
+    if (action == uint32_t(wire::AcquireAction::PreemptAndAbort)) record_abort(notices, first_notice);
     ticket = changed(Access::MayHaveChanged);
   }
   return finish(sc::Success, ticket);
+}
+
+void Reservations::record_abort(const std::vector<Notice>& notices, size_t first) {
+  const uint64_t epoch = abort_epoch_.load(std::memory_order_relaxed) + 1;
+  bool any = false;
+  for (size_t i = first; i < notices.size(); ++i) {
+    if (notices[i].type != ReservationNotice::RegistrationPreempted) continue;
+    auto it = std::find_if(aborted_hosts_.begin(), aborted_hosts_.end(),
+                           [&](const auto& e) { return e.first == notices[i].host; });
+    if (it != aborted_hosts_.end()) it->second = epoch;
+    else aborted_hosts_.emplace_back(notices[i].host, epoch);
+    any = true;
+  }
+  // Published after the entries: a reader that sees the new epoch finds them under mu_.
+  if (any) abort_epoch_.store(epoch, std::memory_order_release);
+}
+
+bool Reservations::aborted_since(const uint8_t* host, uint64_t epoch) const {
+  if (abort_epoch_.load(std::memory_order_acquire) == epoch) return false;
+  std::lock_guard lk(mu_);
+  for (const auto& [h, at] : aborted_hosts_)
+    if (at > epoch && std::memcmp(h.data(), host, h.size()) == 0) return true;
+  return false;
 }
 
 Reservations::Outcome Reservations::apply_release(const HostId& host, uint32_t cdw10,

@@ -26,6 +26,7 @@ const char* known_name(Status s) {
     case sc::SglOffsetInvalid.value: return "SGL Offset Invalid";
     case sc::HostIdInconsistentFormat.value: return "Host Identifier Inconsistent Format";
     case sc::KeepAliveExpired.value: return "Keep Alive Timer Expired";
+    case sc::AbortedPreempt.value: return "Command Aborted due to Preempt and Abort";
     case sc::TransientTransportError.value: return "Transient Transport Error";
     case sc::LbaOutOfRange.value: return "LBA Out of Range";
     case sc::NamespaceNotReady.value: return "Namespace Not Ready";
