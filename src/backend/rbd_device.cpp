@@ -25,6 +25,7 @@
 // thread of its own (RbdDevice::fenced).
 #include <rados/librados.h>
 #include <rbd/librbd.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -93,6 +94,22 @@ class RadosCluster {
       err = fmt::format("rados_create: {}", std::strerror(-r));
       c->rados_ = nullptr;
       return nullptr;
+    }
+    // librados opens these files and reads them to the end on the calling thread (the RPC
+    // server's): a FIFO, a device or a directory there would hold it, so only regular files
+    // go through.
+    for (const std::string* f : {&spec.config_file, &spec.key_file}) {
+      struct stat st {};
+      if (f->empty()) continue;
+      if (::stat(f->c_str(), &st) != 0) {
+        err = fmt::format("Ceph {} {}: {}", f == &spec.config_file ? "configuration" : "key file", *f,
+                          std::strerror(errno));
+        return nullptr;
+      }
+      if (!S_ISREG(st.st_mode)) {
+        err = fmt::format("Ceph {} {}: not a regular file", f == &spec.config_file ? "configuration" : "key file", *f);
+        return nullptr;
+      }
     }
     if (!spec.config_file.empty()) {
       if (int r = rados_conf_read_file(c->rados_, spec.config_file.c_str()); r < 0) {

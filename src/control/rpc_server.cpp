@@ -42,6 +42,11 @@ class RpcServer::Session final : public PollServer::Session {
   void on_gone() override {
     if (splitter_.pending()) log::info("RPC: a client left in the middle of a request ({} bytes)", splitter_.pending());
   }
+  bool partial() const override { return splitter_.pending() != 0; }
+  void on_request_timeout(std::string& out) override {
+    out += Dispatcher::parse_error("the request was not whole in time");
+    out += '\n';
+  }
 
  private:
   RpcServer& server_;
@@ -75,7 +80,12 @@ bool someone_serves(const sockaddr_un& sa) {
 RpcServer::RpcServer(Dispatcher& methods, RpcServerOptions opts)
     : methods_(methods),
       opts_(opts),
-      server_({"RPC", opts.max_clients, opts.max_unsent_bytes, 0, false},
+      server_({.name = "RPC",
+               .max_clients = opts.max_clients,
+               .max_unsent_bytes = opts.max_unsent_bytes,
+               .request_timeout_ms = opts.request_timeout_ms,
+               .evict_unfinished = opts.evict_unfinished,
+               .clock = opts.clock},
               [this] { return std::make_unique<Session>(*this, opts_.max_request_bytes); }) {}
 
 RpcServer::~RpcServer() { stop(); }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "control/json_rpc.hpp"
@@ -20,6 +21,15 @@ struct RpcServerOptions {
   size_t max_request_bytes = 4u << 20;  // one JSON text; longer: Parse Error and the socket closes
   size_t max_clients = 16;              // more are closed at once (with a log line)
   size_t max_unsent_bytes = 16u << 20;  // answers a client has not read; over this it is closed
+  // A request must be whole within this many ms of its first byte (a client's first, of its
+  // connect): past it the client is told so and closed. A client that keeps its connection
+  // open between requests (ceph-nvmeof does) is not timed while it sends nothing.
+  uint32_t request_timeout_ms = 30'000;
+  // Every slot taken: a new client closes the one whose request has been unfinished longest
+  // (one that connected and never sent a whole request, first), so that clients that hang
+  // cannot keep an orchestrator's failover call out.
+  bool evict_unfinished = true;
+  std::function<uint64_t()> clock;  // milliseconds, monotonic; tests step their own
 };
 
 class RpcServer {
@@ -38,6 +48,7 @@ class RpcServer {
   const std::string& path() const { return path_; }
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   uint64_t clients_refused() const { return server_.clients_refused(); }
+  uint64_t clients_evicted() const { return server_.clients_evicted(); }
 
  private:
   class Session;

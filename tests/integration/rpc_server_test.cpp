@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <netinet/in.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -314,6 +316,45 @@ TEST(RpcServer, ClientsOverTheLimitAreClosedAndTheRestServed) {
   ::close(a);
   ::close(b);
   EXPECT_TRUE(wait_for([&] { return f.call("spdk_get_version").contains("result"); }, 5000));
+}
+
+// Every slot held by clients that connected and sent nothing, or half a request, and hang: an
+// orchestrator's call still gets in (it takes the slot of the client unfinished longest), and
+// once the request deadline has passed on the server's clock the hung clients are told so and
+// closed. A client that finished its request and keeps its connection for the next is never
+// timed. The clock is the test's: nothing here waits for the deadline.
+TEST(RpcServer, HungClientsInEverySlotKeepNoCallOut) {
+  std::atomic<uint64_t> now_ms{1'000'000};
+  control::RpcServerOptions o;
+  o.max_clients = 16;
+  o.clock = [&] { return now_ms.load(); };
+  RpcFixture f("hung", o);
+  int kept = connect_to(f.path);  // an orchestrator's connection, kept between requests
+  ASSERT_GE(kept, 0);
+  send_all(kept, rpc_py_request("spdk_get_version", 1));
+  ASSERT_EQ(read_answers(kept, 1).size(), 1u);
+  std::vector<int> hung;
+  for (int i = 0; i < 15; ++i) {
+    const int fd = connect_to(f.path);
+    ASSERT_GE(fd, 0);
+    if (i % 2) send_all(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"nvmf_get_sub");
+    hung.push_back(fd);
+  }
+  // Every slot is taken now (once the server has taken them all in: the call below retries).
+  Json r;
+  ASSERT_TRUE(wait_for([&] { return !(r = f.call("nvmf_subsystem_listener_set_ana_state_probe")).is_null(); }, 5000))
+      << "a call could not get in past 16 hung clients";
+  EXPECT_TRUE(r.contains("error")) << r.dump();  // an unknown method, answered: the call got in
+  EXPECT_GE(f.server.clients_evicted(), 1u);
+  // The deadline passes: the hung clients are answered and closed; the kept one is not.
+  now_ms += 31'000;
+  size_t closed = 0;
+  for (int fd : hung) closed += closed_by_server(fd) ? 1 : 0;
+  EXPECT_GE(closed, hung.size() - 1) << "hung clients outlived the request deadline";
+  send_all(kept, rpc_py_request("spdk_get_version", 2));
+  EXPECT_EQ(read_answers(kept, 1).size(), 1u) << "a kept connection between requests was closed";
+  for (int fd : hung) ::close(fd);
+  ::close(kept);
 }
 
 TEST(RpcServer, HostsAllowedAndRemovedLiveDecideTheNextConnect) {
@@ -949,6 +990,33 @@ TEST(RpcServer, BdevQosLimitsHoldCommandsBackAndAreSaved) {
   const uint64_t before_off = waits();
   EXPECT_EQ(burst(), 0);
   EXPECT_EQ(waits(), before_off) << "a read waited with the limits taken off";
+}
+
+// A Ceph configuration file that is a FIFO (or a key file that is a directory) is refused with
+// its reason at once: librados would read it on the RPC server's thread and hold every other
+// call until someone wrote to it.
+TEST(RpcServer, ACephConfigurationThatIsNoRegularFileIsRefusedAtOnce) {
+  RpcFixture f("fifo");
+  const std::string dir = f.path.substr(0, f.path.rfind('/'));
+  const std::string fifo = dir + "/ceph.conf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(f.call("bdev_rbd_register_cluster", {{"name", "fifo"}, {"config_file", fifo}})["result"], "fifo");
+  ASSERT_EQ(f.call("bdev_rbd_register_cluster", {{"name", "dir"}, {"key_file", dir}})["result"], "dir");
+  for (const char* cluster : {"fifo", "dir"}) {
+    auto answer = std::async(std::launch::async, [&] {
+      return f.call("bdev_rbd_create", {{"name", "Ceph0"}, {"pool_name", "rbd"}, {"rbd_name", "disk1"},
+                                        {"block_size", 4096}, {"cluster_name", cluster}});
+    });
+    if (answer.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << cluster << ": bdev_rbd_create still reads after 10 s";
+      const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let librados read its end
+      if (w >= 0) ::close(w);
+    }
+    const Json a = answer.get();
+    ASSERT_TRUE(a.contains("error")) << a.dump();
+    EXPECT_NE(a["error"]["message"].get<std::string>().find("not a regular file"), std::string::npos) << a.dump();
+  }
+  ::unlink(fifo.c_str());
 }
 
 // Ceph clusters registered by name, as ceph-nvmeof registers one on each gateway before its
