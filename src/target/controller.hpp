@@ -79,6 +79,9 @@ class Controller : public std::enable_shared_from_this<Controller> {
     Namespace* ns = subsys_.find_namespace(nsid);
     return ns && !hidden_[nsid].load(std::memory_order_acquire) ? ns : nullptr;
   }
+  // Whether nsid is masked from this host, whether or not a namespace is there now (a removed
+  // one keeps the answer it had): who hears of a namespace's changes.
+  bool masked(uint32_t nsid) const { return hidden_[nsid].load(std::memory_order_acquire); }
   // Subsystem only, under its controller lock: whether nsid is masked from this host. True when
   // that changed.
   bool set_hidden(uint32_t nsid, bool hidden) {

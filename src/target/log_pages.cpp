@@ -112,7 +112,12 @@ void LogPages::ana(const Sqe& sqe) {
   const bool groups_only = sqe.cdw10 & kLogAnaReturnGroupsOnly;
   std::vector<Namespace*> nss = c.subsys_.namespaces();
   std::erase_if(nss, [&c](const Namespace* ns) { return !c.find_namespace(ns->nsid); });  // masked from this host
-  const std::vector<uint32_t> groups = c.subsys_.ana_groups();
+  // The groups of the namespaces this host sees: a group of masked namespaces only would tell
+  // it they exist.
+  std::vector<uint32_t> groups;
+  for (const Namespace* ns : nss) groups.push_back(ns->anagrpid.load(std::memory_order_relaxed));
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
   const uint64_t chgcnt = c.port_->change_count.load(std::memory_order_relaxed);
   page_.assign(sizeof(AnaLogHeader) + groups.size() * sizeof(AnaGroupDescriptor) +
                    (groups_only ? 0 : nss.size() * sizeof(uint32_t)),

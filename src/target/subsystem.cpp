@@ -103,9 +103,13 @@ std::vector<Namespace*> Subsystem::namespaces() const {
 }
 
 void Subsystem::notify_namespace_changed(uint32_t nsid) {
+  // Only the hosts that see it hear of it: a masked NSID in another host's Changed Namespace
+  // List would tell that host the namespace exists.
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
-    c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
+    if (!c->masked(nsid))
+      c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces,
+               nsid);
 }
 
 int Subsystem::set_namespace_ana_group(uint32_t nsid, uint32_t grp) {
@@ -117,6 +121,7 @@ int Subsystem::set_namespace_ana_group(uint32_t nsid, uint32_t grp) {
   listeners_.note_change();
   std::lock_guard clk(mu_);
   for (auto& [id, c] : controllers_) {
+    if (c->masked(nsid)) continue;  // nothing it can see changed
     c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeNamespaceChanged, nvme::LogPageId::ChangedNamespaces, nsid);
     if (ana_reporting_) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
   }
@@ -132,9 +137,20 @@ void Subsystem::notify_discovery_log_changed() {
 std::vector<uint32_t> Subsystem::set_ana_state(uint16_t portid, uint32_t grp, nvme::AnaState state) {
   std::vector<uint32_t> changed = listeners_.set_ana_state(portid, grp, state);
   if (changed.empty()) return changed;
+  // The NSIDs in the groups that changed: a host hears of the change if it sees one of them
+  // (its ANA log lists only the groups of the namespaces it sees).
+  std::vector<uint32_t> nsids;
+  {
+    std::lock_guard nlk(ns_mu_);
+    for (const auto& [nsid, ns] : namespaces_)
+      if (std::find(changed.begin(), changed.end(), ns->anagrpid.load(std::memory_order_relaxed)) != changed.end())
+        nsids.push_back(nsid);
+  }
   std::lock_guard lk(mu_);
   for (auto& [id, c] : controllers_)
-    if (c->portid() == portid) c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
+    if (c->portid() == portid &&
+        std::any_of(nsids.begin(), nsids.end(), [&c = *c](uint32_t nsid) { return !c.masked(nsid); }))
+      c->raise(nvme::AsyncEventType::Notice, nvme::kAsyncNoticeAnaChange, nvme::LogPageId::Ana);
   return changed;
 }
 
