@@ -529,8 +529,7 @@ Json ns_visible(MethodContext& ctx, const Json& params, bool visible) {
   const auto sub = subsystem_named(t, nqn);
   const char* verb = visible ? "add" : "remove";
   std::string why;
-  // An NQN as SPDK checks one: "nqn." and at most 223 bytes.
-  if (host.rfind("nqn.", 0) != 0 || host.size() > 223) why = "not a valid host NQN";
+  if (std::string bad = target::check_nqn(host, "host NQN"); !bad.empty()) why = bad;
   else if (nsid == 0 || nsid > sub->max_namespaces()) why = fmt::format("nsid {} is out of range", nsid);
   else if (int r = sub->set_namespace_visible(uint32_t(nsid), host, visible); r == -ENOENT) why = "no such namespace";
   else if (r == -EPERM) why = "the namespace is visible to every host (it was added without no_auto_visible)";

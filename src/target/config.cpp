@@ -185,6 +185,7 @@ void read_host(SubsystemConfig& sc, const nlohmann::json& h, std::shared_ptr<con
   if (!h.is_object() || !h.contains("nqn") || !h["nqn"].is_string())
     throw std::runtime_error(fmt::format("subsystem {}: a hosts entry is a host NQN or an object with \"nqn\"", sc.nqn));
   const std::string nqn = h["nqn"].get<std::string>();
+  if (std::string err = check_nqn(nqn, "host NQN"); !err.empty()) throw std::runtime_error(err);
   for (const auto& [k, v] : h.items())
     if (k != "nqn" && k != "dhchap_key" && k != "dhchap_ctrl_key" && k != "psk" && k != "dhchap_hash" &&
         k != "dhchap_dhgroup" && k != "allow_plain")
@@ -397,6 +398,8 @@ std::string finalize_config(TargetConfig& cfg) {
     if (highest > s.max_namespaces)
       return fmt::format("subsystem {}: nsid {} is above its max_namespaces ({})", s.nqn, highest, s.max_namespaces);
     for (auto& n : s.namespaces) {
+      if (!n.name.empty())
+        if (std::string err = check_name(n.name, "namespace name"); !err.empty()) return err;
       if (!n.name.empty() && !names.insert(n.name).second) return fmt::format("namespace name '{}' is used twice", n.name);
       // ANA group IDs run from 1 to ANAGRPMAX, which is max_namespaces (as SPDK has it).
       if (n.anagrpid == 0) n.anagrpid = n.nsid;
@@ -453,9 +456,49 @@ std::string finalize_config(TargetConfig& cfg) {
   return {};
 }
 
+namespace {
+// Valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF) without C0 or C1
+// control characters or DEL.
+bool printable_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned c = *p;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) return false;
+      ++p;
+      continue;
+    }
+    const int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : -1;
+    if (n < 0 || c > 0xF4 || end - p <= n) return false;
+    uint32_t cp = c & (0x3F >> n);
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || (cp >= 0x80 && cp <= 0x9F)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+}  // namespace
+
+std::string check_nqn(const std::string& nqn, const char* what) {
+  if (nqn.empty() || nqn.size() > 223) return fmt::format("a {} is 1 to 223 bytes long ({} given)", what, nqn.size());
+  if (!printable_utf8(nqn)) return fmt::format("the {} is not UTF-8 text without control characters", what);
+  if (nqn.rfind("nqn.", 0) != 0) return fmt::format("{} '{}' is not an NQN (it must start with 'nqn.')", what, nqn);
+  return {};
+}
+
+std::string check_name(const std::string& name, const char* what) {
+  if (name.empty() || name.size() > 255) return fmt::format("a {} is 1 to 255 bytes long ({} given)", what, name.size());
+  if (!printable_utf8(name)) return fmt::format("the {} is not UTF-8 text without control characters", what);
+  return {};
+}
+
 std::string check_subsystem_identity(SubsystemConfig& s, unsigned index) {
-  if (s.nqn.empty() || s.nqn.size() > 223) return "every subsystem needs an NQN of at most 223 bytes";
-  if (s.nqn.rfind("nqn.", 0) != 0) return fmt::format("'{}' is not an NQN (it must start with 'nqn.')", s.nqn);
+  if (std::string err = check_nqn(s.nqn, "subsystem NQN"); !err.empty()) return err;
   if (s.serial.empty()) s.serial = fmt::format("NVTCP{:015d}", index);
   if (s.serial.size() > 20) return fmt::format("serial '{}' is longer than 20 characters", s.serial);
   if (s.model.size() > 40) return fmt::format("model '{}' is longer than 40 characters", s.model);

@@ -234,6 +234,12 @@ int listener_index(const TargetConfig& cfg, const std::string& name);
 // Checks a subsystem's NQN, serial (made from index, its place in the target, if empty) and
 // model; check_subsystem also its max_namespaces (0: the default). Error or empty.
 std::string check_subsystem_identity(SubsystemConfig& s, unsigned index);
+// An NQN (what: "subsystem NQN", "host NQN") as the spec bounds it, at most 223 bytes and
+// starting "nqn.", and as text that goes into logs, listings and save_config unharmed: valid
+// UTF-8 with no control characters (SPDK checks the UTF-8). Empty: valid; else why not.
+std::string check_nqn(const std::string& nqn, const char* what);
+// A bdev's (namespace's) name: 1 to 255 bytes of such text.
+std::string check_name(const std::string& name, const char* what);
 std::string check_subsystem(SubsystemConfig& s, unsigned index);
 
 // Checks and completes a configuration (serials, nsids, listeners); returns error or empty.

@@ -22,6 +22,7 @@ constexpr auto kDrainLimit = std::chrono::seconds(60);
 
 std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
   std::lock_guard lk(t_.control_mu_);
+  if (std::string err = check_name(given.name, "bdev name"); !err.empty()) return err;
   BdevTable::Info existing;
   if (t_.state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
   // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
@@ -166,6 +167,17 @@ std::string LiveConfig::delete_subsystem(const std::string& nqn) {
   for (Namespace* ns : sub->namespaces()) nss.push_back(sub->detach_namespace(ns->nsid));
   const size_t namespaces = nss.size();
   release_namespaces(*sub, std::move(nss));
+  // The listeners only it was reachable through close, as SPDK's do when their last subsystem
+  // goes: left open, one would stay in the discovery log while save_config no longer names it.
+  const auto rest = t_.state_->subsystems();
+  for (const Listener& l : t_.state_->listeners()) {
+    if (!sub->listeners().reachable_through(l.portid)) continue;
+    if (std::any_of(rest.begin(), rest.end(), [&](const auto& s) { return s->listeners().reachable_through(l.portid); }))
+      continue;
+    t_.state_->remove_listener(l.portid);
+    t_.sockets_.close_listener(l.portid);
+    log::info("control: listener {}:{} closed: subsystem {} was the last reachable through it", l.address, l.port, nqn);
+  }
   log::info("control: subsystem {} deleted ({} controller(s) torn down, {} namespace(s) removed)", nqn, controllers,
             namespaces);
   discovery_log_changed();

@@ -582,6 +582,65 @@ TEST(RpcServer, TheDiscoveryPortIsListedSavedAndRemovedAsTheDiscoverySubsystemsL
       << "removing twice";
 }
 
+// A subsystem deleted with its listener still added: the port closes with it (as SPDK's does
+// once no subsystem listens on it), so neither the discovery log nor a connect finds a port that
+// save_config no longer names. A listener another subsystem still uses stays.
+TEST(RpcServer, DeletingASubsystemClosesTheListenersOnlyItUsed) {
+  RpcFixture f("delete-listener");
+  auto address = [](const std::string& port) {
+    return Json{{"trtype", "TCP"}, {"adrfam", "IPv4"}, {"traddr", "127.0.0.1"}, {"trsvcid", port}};
+  };
+  auto tcp_connects = [](uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+    ::close(fd);
+    return ok;
+  };
+  const std::string a = "nqn.2016-06.io.spdk:cnode-a", b = "nqn.2016-06.io.spdk:cnode-b";
+  for (const std::string& nqn : {a, b})
+    ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", a}, {"listen_address", address("0")}})["result"], true);
+  const std::string own = f.call("nvmf_subsystem_get_listeners", {{"nqn", a}})["result"][0]["address"]["trsvcid"];
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", a}, {"listen_address", address("0")}})["result"], true);
+  Json two = f.call("nvmf_subsystem_get_listeners", {{"nqn", a}})["result"];
+  ASSERT_EQ(two.size(), 2u);
+  const std::string shared = two[0]["address"]["trsvcid"] == own ? two[1]["address"]["trsvcid"] : two[0]["address"]["trsvcid"];
+  ASSERT_EQ(f.call("nvmf_subsystem_add_listener", {{"nqn", b}, {"listen_address", address(shared)}})["result"], true);
+  ASSERT_TRUE(tcp_connects(uint16_t(std::stoul(own))));
+
+  ASSERT_EQ(f.call("nvmf_delete_subsystem", {{"nqn", a}})["result"], true);
+  EXPECT_FALSE(tcp_connects(uint16_t(std::stoul(own)))) << "the port only the deleted subsystem used is still open";
+  EXPECT_TRUE(tcp_connects(uint16_t(std::stoul(shared)))) << "the port another subsystem uses was closed";
+  const std::string saved = f.call("save_config")["result"].dump();
+  EXPECT_EQ(saved.find("\"trsvcid\": \"" + own + "\""), std::string::npos);
+  Json listed = f.call("nvmf_subsystem_get_listeners", {{"nqn", b}})["result"];
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["address"]["trsvcid"], shared);
+}
+
+// NQNs and names are checked as the spec bounds them and as text that goes into logs and
+// listings: control characters, invalid UTF-8 and lengths past the limit are refused.
+TEST(RpcServer, NqnsAndNamesWithControlCharactersOrPastTheirLengthAreRefused) {
+  RpcFixture f("names");
+  for (const std::string& nqn : {std::string("nqn.2026-12.io.nvtcp:a\n\x1b[2J"), std::string("nqn.2026-12.io.nvtcp:\xc2\x9b"),
+                                 std::string("nqn.2026-12.io.nvtcp:") + std::string(210, 'x')})
+    EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}})["error"]["code"], control::kInvalidParams) << nqn.size();
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", "nqn.2026-12.io.nvtcp:caf\xc3\xa9"}})["result"], true)
+      << "UTF-8 text is an NQN";
+  EXPECT_EQ(f.call("nvmf_subsystem_add_host", {{"nqn", kTestNqn}, {"host", "nqn.2026-12.io.nvtcp:h\x1b]0;x\x07"}})
+                ["error"]["code"],
+            control::kInvalidParams);
+  EXPECT_TRUE(f.call("bdev_malloc_create", {{"name", std::string(70000, 'm')}, {"num_blocks", 16}, {"block_size", 512}})
+                  .contains("error"));
+  EXPECT_TRUE(f.call("bdev_malloc_create", {{"name", "M\r1"}, {"num_blocks", 16}, {"block_size", 512}}).contains("error"));
+  EXPECT_EQ(f.call("bdev_malloc_create", {{"name", std::string(255, 'm')}, {"num_blocks", 16}, {"block_size", 512}})["result"],
+            std::string(255, 'm'));
+}
+
 TEST(RpcServer, SubsystemsAndListenersMadeAndTakenAwayAsRpcPySendsThem) {
   RpcFixture f("subsystems");
   const std::string nqn = "nqn.2016-06.io.spdk:cnode1";

@@ -37,6 +37,25 @@ std::string load(const std::string& json) {
 
 TEST(ConfigRanges, DefaultsAreAccepted) { EXPECT_EQ(load("{}"), ""); }
 
+// NQNs: at most 223 bytes, "nqn." first, UTF-8 text with no control character (C0, DEL, C1),
+// no overlong form, no surrogate. Names: 1 to 255 bytes of the same text.
+TEST(ConfigNames, NqnsAndNamesAreBoundedPrintableUtf8) {
+  EXPECT_EQ(check_nqn("nqn.2014-08.org.nvmexpress:uuid:2b9e1c7a-0d3f-4c55-9a61-7f00a1b2c3d4", "host NQN"), "");
+  EXPECT_EQ(check_nqn("nqn.2026-12.io.nvtcp:caf\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x92\xbe", "subsystem NQN"), "");
+  EXPECT_EQ(check_nqn("nqn." + std::string(219, 'x'), "subsystem NQN"), "");
+  for (const std::string& bad :
+       {std::string(), "nqn." + std::string(220, 'x'), std::string("iqn.2026-12.io.nvtcp:a"),
+        std::string("nqn.a\nb"), std::string("nqn.a\x1b[2J"), std::string("nqn.a\x7f"), std::string("nqn.a\xc2\x9b"),
+        std::string("nqn.a\xff"), std::string("nqn.a\xc0\xaf"), std::string("nqn.a\xed\xa0\x80"),
+        std::string("nqn.a\xf4\x90\x80\x80"), std::string("nqn.a\xe2\x82")})
+    EXPECT_NE(check_nqn(bad, "subsystem NQN"), "") << bad.size();
+  EXPECT_EQ(check_name("Malloc0", "bdev name"), "");
+  EXPECT_EQ(check_name(std::string(255, 'n'), "bdev name"), "");
+  EXPECT_NE(check_name(std::string(256, 'n'), "bdev name"), "");
+  EXPECT_NE(check_name("", "bdev name"), "");
+  EXPECT_NE(check_name("a\tb", "bdev name"), "");
+}
+
 // MDTS comes from the file (SPDK's default is 128 KiB); it was checked but never read.
 TEST(ConfigRanges, MdtsIsReadFromTheFile) {
   std::string path = "/tmp/nvtcp-config-mdts-" + std::to_string(getpid()) + ".json";
