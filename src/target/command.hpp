@@ -30,7 +30,8 @@ struct Command {
     Running,               // in a command handler (never held here: a handler moves it on before it returns)
     AwaitingFusedPartner,  // a fused Compare waiting for the Write that must follow it
     AwaitingFence,         // a write held while a fused Compare and Write owns its namespace, or such a
-                           // pair waiting to own the fence or for the writes in flight to drain
+                           // pair (or a Preempt and Abort) waiting to own the fence or for the writes
+                           // in flight to drain
     InDevice,              // a device operation of it is running
     OnWorker,              // its CPU-heavy part (a DH-HMAC-CHAP exponentiation) runs on a worker thread
     BetweenSteps,          // Copy, Dataset Management: the next range starts on a later reactor turn
@@ -78,7 +79,10 @@ struct Command {
   struct DurableWait {
     uint64_t ticket = 0;  // the reservation state write it waits for (Reservations::written)
   };
-  using Steps = std::variant<std::monostate, FlushSteps, DsmSteps, CopySteps, FusedHalf, DurableWait>;
+  struct FenceDrain {            // a Preempt and Abort waiting for the writes in flight to end
+    uint64_t durable_ticket = 0;  // then its state's write, if persistence is on
+  };
+  using Steps = std::variant<std::monostate, FlushSteps, DsmSteps, CopySteps, FusedHalf, DurableWait, FenceDrain>;
 
   // A new command from the submission queue (its sqe is copied in next): everything but the
   // buffer starts over.

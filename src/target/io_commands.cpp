@@ -20,9 +20,6 @@ using namespace nvtcp::wire;
 namespace {
 using Direction = Command::Direction;
 
-// How often writes waiting for a fused Compare and Write look at its namespace's fence again.
-constexpr uint64_t kFenceRetryNs = 20'000;
-
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
   return op == IoOpcode::Read || op == IoOpcode::Compare || op == IoOpcode::Verify || op == IoOpcode::Copy;
@@ -46,19 +43,32 @@ bool host_data(Command& r, uint32_t len, uint32_t mdts) {
   r.xfer = {Direction::HostToController, len, buffer_bytes_for(r.sqe, len, mdts)};
   return true;
 }
+// The reservation groups a command is in; a fused pair reads and writes.
+void groups(const Command& r, bool& read, bool& write) {
+  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
+  read = reads_blocks(opc) || r.is_fused();
+  write = writes_blocks(opc) || r.is_fused();
+}
+
+// What r's next device operation costs against its namespace's rate limits. Reads (and what the
+// device reads to Verify, Compare or Copy) and writes count their bytes; Write Zeroes and
+// Deallocate count as I/Os only (they move no data, but every one reaches the device: on RBD, the
+// cluster); a fused pair pays for both halves at once. A Flush is not counted.
+QosLimiter::Cost qos_cost(const Command& r) {
+  if (r.is_fused()) return {2, r.capsule_len, r.capsule_len};
+  switch (r.io.op) {
+    case backend::BlockIo::Op::Read: return {1, r.io.length, 0};
+    case backend::BlockIo::Op::Write: return {1, 0, r.io.length};
+    case backend::BlockIo::Op::WriteZeroes:
+    case backend::BlockIo::Op::Deallocate: return {1, 0, 0};
+    default: return {};
+  }
+}
 }  // namespace
 
-IoCommands::IoCommands(CommandQueue& q) : q_(q) {
-  fence_timer_.owner = this;
-  fence_timer_.fn = on_fence_timer;
-  qos_timer_.owner = this;
-  qos_timer_.fn = on_qos_timer;
-}
+IoCommands::IoCommands(CommandQueue& q) : q_(q), waits_(*this, q.reactor(), q.clock(), q.link_.closing) {}
 
-IoCommands::~IoCommands() {
-  q_.reactor().cancel_timer(&fence_timer_);
-  q_.reactor().cancel_timer(&qos_timer_);
-}
+IoCommands::~IoCommands() = default;
 
 Controller& IoCommands::ctrl() const { return *q_.ctrl_; }
 
@@ -91,13 +101,6 @@ bool IoCommands::io_allowed(Command& r) {
     return false;
   }
   return true;
-}
-
-// The reservation groups a command is in; a fused pair reads and writes.
-void IoCommands::groups(const Command& r, bool& read, bool& write) {
-  const auto opc = static_cast<IoOpcode>(r.sqe.opc);
-  read = reads_blocks(opc) || r.is_fused();
-  write = writes_blocks(opc) || r.is_fused();
 }
 
 Status IoCommands::admission(const Command& r, Namespace*& ns) {
@@ -133,19 +136,13 @@ Status IoCommands::admission(const Command& r, Namespace*& ns) {
   return sc::Success;
 }
 
-Namespace* IoCommands::permitted_namespace(Command& r) {
-  Namespace* ns = nullptr;
-  if (Status st = admission(r, ns); !st.ok()) r.status = st;
-  return ns;
-}
-
 Status IoCommands::readmission(Command& r) {
   if (!io_allowed(r)) {
     const Status st = std::exchange(r.status, Status{});
     return st.ok() ? sc::CommandSequenceError : st;  // ok: the queue is closing
   }
   // Its host preempted with Abort meanwhile: it ends so, whatever else changed.
-  if (r.ns && r.ns->reservations.aborted_since(ctrl().hostid(), r.resv_abort_epoch)) return sc::AbortedPreempt;
+  if (r.ns && r.ns->reservations.aborts().aborted_since(ctrl().hostid(), r.resv_abort_epoch)) return sc::AbortedPreempt;
   Namespace* ns = nullptr;
   Status st = admission(r, ns);
   // The namespace it holds since parse, not another one added at its NSID since: that one's
@@ -159,32 +156,22 @@ bool IoCommands::readmitted(Command& r) {
     const Status st = readmission(r);
     if (st.ok()) return true;
     if (!q_.link_.closing) {
-      end_resumed(r, st);
+      end_command(r, st, true);
       return false;
     }
   }
-  // The queue closes: r runs no more and is answered no more. It is in no wait list, where
-  // closed() would find it, so what it holds goes now.
-  let_go(r);
+  // The queue closes: r runs no more and is answered no more. It is in no wait line, where
+  // drop_all() would find it, so what it holds goes now.
+  IoWaits::let_go(r);
   return false;
-}
-
-// The fence r owns (a fused operation) or waits for (a write) is let go: r will not run again.
-void IoCommands::let_go(Command& r) {
-  if (r.fence_owner && r.fused() && r.sqe.opc == uint8_t(IoOpcode::Compare)) r.fence_ns->fence.release();
-  r.fence_owner = false;
-  if (r.fence_waiting) r.fence_ns->fence.stop_waiting(r.fence_waiting);
-}
-
-void IoCommands::end_resumed(Command& r, Status st) {
-  log::debug("{}: cid {} (opcode 0x{:02x}) ends as it resumes: {}", q_.link_.peer, r.sqe.cid, r.sqe.opc,
-             status_name(st));
-  end_command(r, st);
 }
 
 // r (Running, in no wait list) ends with st, and lets go of the fence it waits for or owns; a
 // fused half ends its pair: the half that failed gets st, the other Failed Fused Command.
-void IoCommands::end_command(Command& r, Status st) {
+void IoCommands::end_command(Command& r, Status st, bool resumed) {
+  if (resumed)
+    log::debug("{}: cid {} (opcode 0x{:02x}) ends as it resumes: {}", q_.link_.peer, r.sqe.cid, r.sqe.opc,
+               status_name(st));
   if (r.fence_waiting) r.fence_ns->fence.stop_waiting(r.fence_waiting);
   if (Command::FusedHalf* f = r.fused(); f && f->partner) {
     const bool is_compare = r.sqe.opc == uint8_t(IoOpcode::Compare);
@@ -204,10 +191,11 @@ void IoCommands::parse(Command& r) {
   }
   const Sqe& sqe = r.sqe;
   const auto opc = static_cast<IoOpcode>(sqe.opc);
-  Namespace* ns = permitted_namespace(r);
+  Namespace* ns = nullptr;
+  if (Status st = admission(r, ns); !st.ok()) r.status = st;
   q_.hold_namespace(r, ns);
   if (!ns) return;  // failed, or a Flush of every namespace (nothing to declare)
-  r.resv_abort_epoch = ns->reservations.abort_epoch();
+  r.resv_abort_epoch = ns->reservations.aborts().epoch();
   const uint32_t mdts = ctrl().mdts_bytes();
   uint64_t len = 0;
   switch (opc) {
@@ -399,12 +387,48 @@ void IoCommands::execute_reservation(Command& r, Namespace& ns) {
     log::debug("{}: host {} reservation opcode 0x{:02x} cdw10 0x{:08x} on namespace {}: type now {}",
                q_.link_.peer, ctrl().hostnqn(), sqe.opc, sqe.cdw10, ns.nsid, uint8_t(ns.reservations.type()));
   ctrl().subsystem().notify_reservation(ns.nsid, notices);
-  if (!o.durable_ticket) {
-    q_.complete(r, o.status);
+  // Preempt and Abort: the preempted hosts' commands that still wait end as they resume
+  // (readmission); those already on the device are waited for, as nvmet waits for them, so
+  // that once the command completes no write of a preempted host lands after the new holder's.
+  const uint32_t action = sqe.cdw10 & 0x7;
+  if (o.status.ok() && opc == IoOpcode::ReservationAcquire && action == uint32_t(AcquireAction::PreemptAndAbort)) {
+    r.steps = Command::FenceDrain{o.durable_ticket};
+    r.fence_ns = &ns;
+    drain_fence(r);
+    return;
+  }
+  finish_reservation(r, o.status, o.durable_ticket);
+}
+
+void IoCommands::finish_reservation(Command& r, Status st, uint64_t durable_ticket) {
+  if (!durable_ticket) {
+    q_.complete(r, st);
     return;
   }
   // Persistence on (CPTPL): the command completes once its state is durable.
-  q_.wait_until_durable(r, o.durable_ticket);
+  q_.wait_until_durable(r, durable_ticket);
+}
+
+// The fence owned (new writes of every host held back for that while), the writes in flight on
+// the namespace, on every reactor, drained, the fence let go: a Preempt and Abort may complete.
+void IoCommands::drain_fence(Command& r) {
+  Namespace& ns = *r.fence_ns;
+  if (!r.fence_owner) {
+    if (!ns.fence.try_own()) {  // a fused operation owns it, or writes wait for one that did
+      wait_for_fence(r);
+      return;
+    }
+    r.fence_owner = true;
+  }
+  if (!ns.fence.drained()) {
+    wait_for_fence(r);
+    return;
+  }
+  ns.fence.release();
+  r.fence_owner = false;
+  const uint64_t ticket = std::get<Command::FenceDrain>(r.steps).durable_ticket;
+  r.steps = std::monostate{};
+  finish_reservation(r, sc::Success, ticket);
 }
 
 // ---------------------------------------------------------------- device completions
@@ -571,7 +595,7 @@ bool IoCommands::flush_admitted(Command& r, bool all, Namespace& ns) {
   if (!all) return readmitted(r);
   if (q_.link_.closing) return false;
   if (!io_allowed(r)) {
-    if (!r.status.ok()) end_resumed(r, std::exchange(r.status, Status{}));
+    if (!r.status.ok()) end_command(r, std::exchange(r.status, Status{}), true);
     return false;
   }
   Status st = ctrl().ana_status(ns);
@@ -579,7 +603,7 @@ bool IoCommands::flush_admitted(Command& r, bool all, Namespace& ns) {
       !ns.reservations.allowed(ctrl().hostid(), false, true, resv_cache_[ns.index]))
     st = sc::ReservationConflict;
   if (st.ok()) return true;
-  end_resumed(r, st);
+  end_command(r, st, true);
   return false;
 }
 
@@ -674,7 +698,7 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
   // Both halves hold the namespace as any I/O does: removed live, it outlives their device I/O.
   q_.hold_namespace(cmp, ns);
   q_.hold_namespace(wr, ns);
-  cmp.resv_abort_epoch = wr.resv_abort_epoch = ns->reservations.abort_epoch();
+  cmp.resv_abort_epoch = wr.resv_abort_epoch = ns->reservations.aborts().epoch();
   // Its ANA group not reachable through this port: as for a plain Write, a path status.
   if (Status st = ctrl().ana_status(*ns); !st.ok()) {
     end_fused(cmp, st, sc::FailedFusedCommand);
@@ -708,7 +732,7 @@ void IoCommands::start_fused(Command& cmp, Command& wr) {
 void IoCommands::run_fused(Command& cmp) {
   Namespace* ns = cmp.fence_ns;
   if (!cmp.qos_admitted && ns->qos.enabled()) {
-    if (qos_first_ < qos_waiters_.size() || !ns->qos.admit(qos_cost(cmp), q_.clock().turn_ns(q_.reactor()))) {
+    if (waits_.rate_line_busy() || !ns->qos.admit(qos_cost(cmp), q_.clock().turn_ns(q_.reactor()))) {
       wait_for_qos(cmp, *ns);
       return;
     }
@@ -798,35 +822,14 @@ void IoCommands::end_fused(Command& cmp, Status cmp_st, Status wr_st) {
   q_.complete(wr, wr_st);
 }
 
-// ---------------------------------------------------------------- the waits
-//
-// Every place an I/O command can wait, who wakes it, what it is checked against when it
-// resumes, and how Abort and the queue's end finish it. Whatever it waited for, it resumes
-// through readmitted(): the checks of parse again (controller alive and enabled, the namespace
-// it holds still the one at its NSID and visible to its host, the path's ANA state, the
-// reservation for its groups, and no Preempt and Abort of its host since it was parsed).
-//
-// | wait (state)                  | woken by                      | on resume          | Abort                          | queue ends             |
-// |-------------------------------|-------------------------------|--------------------|--------------------------------|------------------------|
-// | memory, turn, host data       | the transport (TcpQueue)      | execute(): readmit | the transport ends it          | the transport's pool   |
-// | AwaitingQos                   | qos_timer_, each 1 ms slice   | readmit, then pay  | leaves the line, ends now      | line dropped           |
-// | AwaitingFence (write)         | fence_timer_, every 20 us     | readmit            | leaves the list, stops waiting | stops waiting          |
-// | AwaitingFence (fused Compare) | fence_timer_                  | readmit            | pair ends, fence let go        | fence let go           |
-// | AwaitingFusedPartner (first)  | its second half's capsule     | start_fused checks | it ends (Abort Requested)      | dropped                |
-// | AwaitingFusedPartner (Write)  | its Compare's device answer   | readmit the pair   | pair ends before the write     | with its Compare       |
-// | InDevice                      | the device                    | next step: readmit | Copy, DSM, Flush: next step    | gate: device finishes  |
-// | BetweenSteps                  | a no-op on the next turn      | readmit            | at the next step               | gate                   |
-// | AwaitingDurable (reservation) | durable_timer_                | nothing to run     | not abortable (change is made) | dropped                |
-//
-// A command on the device is not taken back: a single Read or Write there ends as the device
-// answers.
+// ---------------------------------------------------------------- the waits (io_waits.hpp has their table)
 
 void IoCommands::submit(Command& r, Namespace& ns) {
   // Device work draws on the namespace's rate limits; over them, or behind others of this queue
   // that wait already (first come, first served), it waits for the next slice.
   if (ns.qos.enabled()) {
     const QosLimiter::Cost cost = qos_cost(r);
-    if (cost.ios && (qos_first_ < qos_waiters_.size() || !ns.qos.admit(cost, q_.clock().turn_ns(q_.reactor())))) {
+    if (cost.ios && (waits_.rate_line_busy() || !ns.qos.admit(cost, q_.clock().turn_ns(q_.reactor())))) {
       wait_for_qos(r, ns);
       return;
     }
@@ -834,64 +837,29 @@ void IoCommands::submit(Command& r, Namespace& ns) {
   submit_past_qos(r, ns);
 }
 
-// What r's next device operation costs against its namespace's rate limits. Reads (and what the
-// device reads to Verify, Compare or Copy) and writes count their bytes; Write Zeroes and
-// Deallocate count as I/Os only (they move no data, but every one reaches the device: on RBD, the
-// cluster); a fused pair pays for both halves at once. A Flush is not counted.
-QosLimiter::Cost IoCommands::qos_cost(const Command& r) const {
-  if (r.is_fused()) return {2, r.capsule_len, r.capsule_len};
-  switch (r.io.op) {
-    case backend::BlockIo::Op::Read: return {1, r.io.length, 0};
-    case backend::BlockIo::Op::Write: return {1, 0, r.io.length};
-    case backend::BlockIo::Op::WriteZeroes:
-    case backend::BlockIo::Op::Deallocate: return {1, 0, 0};
-    default: return {};
-  }
-}
-
 void IoCommands::wait_for_qos(Command& r, Namespace& ns) {
   q_.set_state(r, State::AwaitingQos);
-  qos_waiters_.push_back({&r, &ns});
-  if (!qos_timer_.linked) q_.reactor().arm_timer(&qos_timer_, QosLimiter::kSliceNs);
+  waits_.wait_for_slice(r, ns);
 }
 
-void IoCommands::on_qos_timer(reactor::Timer* t) {
-  auto* self = static_cast<QosTimer*>(t)->owner;
-  auto& waiting = self->qos_waiters_;
-  const uint64_t now = self->q_.clock().turn_ns(self->q_.reactor());
-  while (self->qos_first_ < waiting.size() && !self->q_.link_.closing) {
-    auto [r, ns] = waiting[self->qos_first_];
-    if (!r) {  // aborted while it waited
-      ++self->qos_first_;
-      continue;
-    }
-    // Checked before it pays: a command its host may no longer run (fenced, unmasked, its path
-    // made inaccessible) ends now, without using the slice, and the line behind it moves on.
-    const Status st = self->readmission(*r);
-    if (self->q_.link_.closing) break;
-    if (!st.ok()) {
-      ++self->qos_first_;
-      self->q_.set_state(*r, State::Running);
-      self->end_resumed(*r, st);
-      continue;
-    }
-    if (!ns->qos.admit(self->qos_cost(*r), now)) break;
-    ++self->qos_first_;
-    self->q_.set_state(*r, State::Running);
-    if (r->fused()) {
-      r->qos_admitted = true;
-      self->run_fused(*r);
-    } else {
-      self->submit_past_qos(*r, *ns);
-    }
+IoWaits::Resumed IoCommands::resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns) {
+  // Checked before it pays: a command its host may no longer run (fenced, unmasked, its path
+  // made inaccessible) ends now, without using the slice, and the line behind it moves on.
+  const Status st = readmission(r);
+  if (q_.link_.closing) return IoWaits::Resumed::NotYet;  // the line goes with the queue
+  if (st.ok() && !ns.qos.admit(qos_cost(r), now_ns)) return IoWaits::Resumed::NotYet;
+  q_.set_state(r, State::Running);
+  if (!st.ok()) {
+    end_command(r, st, true);
+    return IoWaits::Resumed::Ended;
   }
-  if (self->q_.link_.closing) return;  // closed() drops the line
-  if (self->qos_first_ == waiting.size()) {
-    waiting.clear();
-    self->qos_first_ = 0;
+  if (r.fused()) {
+    r.qos_admitted = true;
+    run_fused(r);
   } else {
-    self->q_.reactor().arm_timer(&self->qos_timer_, QosLimiter::kSliceNs);
+    submit_past_qos(r, ns);
   }
+  return IoWaits::Resumed::Went;
 }
 
 void IoCommands::submit_past_qos(Command& r, Namespace& ns) {
@@ -912,71 +880,23 @@ void IoCommands::submit_past_qos(Command& r, Namespace& ns) {
 
 void IoCommands::wait_for_fence(Command& r) {
   q_.set_state(r, State::AwaitingFence);
-  fence_waiters_.push_back(&r);
-  if (!fence_timer_.linked) q_.reactor().arm_timer(&fence_timer_, kFenceRetryNs);
+  waits_.wait_for_fence(r);
 }
 
-void IoCommands::on_fence_timer(reactor::Timer* t) {
-  auto* self = static_cast<FenceTimer*>(t)->owner;
-  std::vector<Command*> waiting;
-  waiting.swap(self->fence_waiters_);
-  for (size_t i = 0; i < waiting.size(); ++i) {
-    Command* r = waiting[i];
-    const Status st = self->q_.link_.closing ? Status{} : self->readmission(*r);
-    if (self->q_.link_.closing) {  // still in the list: closed() lets go of what they hold
-      self->fence_waiters_.insert(self->fence_waiters_.end(), waiting.begin() + long(i), waiting.end());
-      return;
-    }
-    self->q_.set_state(*r, State::Running);
-    if (!st.ok()) {
-      self->end_resumed(*r, st);  // its fence let go
-      continue;
-    }
-    // A fused Compare waits to own the fence or for it to drain; anything else is a write
-    // whose device operation is ready to go.
-    if (r->fused() && r->sqe.opc == uint8_t(IoOpcode::Compare)) self->run_fused(*r);
-    else self->submit_past_qos(*r, *r->fence_ns);
+void IoCommands::resume_from_fence(Command& r) {
+  q_.set_state(r, State::Running);
+  if (std::holds_alternative<Command::FenceDrain>(r.steps)) {
+    drain_fence(r);  // its change is made: it completes, whatever changed since
+    return;
   }
+  if (!readmitted(r)) return;  // ended, its fence let go
+  // A fused Compare waits to own the fence or for it to drain; anything else is a write whose
+  // device operation is ready to go.
+  if (r.fused() && r.sqe.opc == uint8_t(IoOpcode::Compare)) run_fused(r);
+  else submit_past_qos(r, *r.fence_ns);
 }
 
-// r leaves the wait list it is in (its state says which): true if it was there.
-bool IoCommands::leave_wait(Command& r) {
-  if (r.state() == State::AwaitingQos) {
-    for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
-      if (qos_waiters_[i].r == &r) {
-        qos_waiters_[i].r = nullptr;
-        // Gaps at the head of the line go now, so that a line of nothing but gaps does not hold
-        // back the next command until the timer clears it.
-        while (qos_first_ < qos_waiters_.size() && !qos_waiters_[qos_first_].r) ++qos_first_;
-        if (qos_first_ == qos_waiters_.size()) {
-          qos_waiters_.clear();
-          qos_first_ = 0;
-        }
-        return true;
-      }
-    return false;
-  }
-  if (r.state() == State::AwaitingFence) {
-    auto it = std::find(fence_waiters_.begin(), fence_waiters_.end(), &r);
-    if (it == fence_waiters_.end()) return false;
-    fence_waiters_.erase(it);
-    return true;
-  }
-  return false;
-}
-
-void IoCommands::closed() {
-  q_.reactor().cancel_timer(&qos_timer_);
-  // A waiting command holds no budget; a fused Compare among them holds no fence yet, but let
-  // one go if it does, and stop a write's wait on the fence.
-  for (size_t i = qos_first_; i < qos_waiters_.size(); ++i)
-    if (qos_waiters_[i].r) let_go(*qos_waiters_[i].r);
-  qos_waiters_.clear();
-  qos_first_ = 0;
-  q_.reactor().cancel_timer(&fence_timer_);
-  for (Command* w : fence_waiters_) let_go(*w);
-  fence_waiters_.clear();
-}
+void IoCommands::closed() { waits_.drop_all(); }
 
 // ---------------------------------------------------------------- Abort of an I/O command
 
@@ -989,7 +909,8 @@ bool IoCommands::abort_command(uint16_t cid) {
   const State st = r.state();
   if (st == State::AwaitingQos || st == State::AwaitingFence) {
     if (r.fused() && r.sqe.opc != uint8_t(IoOpcode::Compare)) return false;  // a Write is never in a list
-    if (!leave_wait(r)) return false;
+    if (std::holds_alternative<Command::FenceDrain>(r.steps)) return false;  // its change is made
+    if (!waits_.leave(r)) return false;
     q_.set_state(r, State::Running);
     log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for {}", q_.link_.peer, cid, r.sqe.opc,
               st == State::AwaitingQos ? "its namespace's rate limit" : "its namespace's write fence");
@@ -1027,7 +948,7 @@ bool IoCommands::abort_fused_half(Command& r) {
     log::info("{}: cid {} (fused Write) aborted while its Compare reads", q_.link_.peer, r.sqe.cid);
     return true;
   }
-  if (!leave_wait(cmp)) return false;
+  if (!waits_.leave(cmp)) return false;
   log::info("{}: cid {} (fused Write) aborted while its Compare waited", q_.link_.peer, r.sqe.cid);
   q_.set_state(cmp, State::Running);
   if (cmp.fence_waiting) cmp.fence_ns->fence.stop_waiting(cmp.fence_waiting);

@@ -12,6 +12,7 @@
 #include "reactor/reactor.hpp"
 #include "target/command.hpp"
 #include "target/controller.hpp"
+#include "target/io_waits.hpp"
 #include "target/qos.hpp"
 
 namespace nvtcp::target {
@@ -46,8 +47,13 @@ class IoCommands final : public CommandAborter {
   // The queue closed: a fused operation that owned its namespace's fence and never reached
   // the device lets go, and so does every write the fence held back.
   void closed();
-  // CommandAborter: a Dataset Management, Copy or Flush stops at its next step.
+  // CommandAborter: a command that waits ends now; a Dataset Management, Copy or Flush stops at
+  // its next step.
   bool abort_command(uint16_t cid) override;
+  // IoWaits: r's line woke it (still in its wait state): with the slice's budget it goes on
+  // (Went), else it stays (NotYet), unless it may no longer run (Ended).
+  IoWaits::Resumed resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns);
+  void resume_from_fence(Command& r);
 
  private:
   using State = Command::State;
@@ -57,29 +63,25 @@ class IoCommands final : public CommandAborter {
   // enabled. False when r was ended (or the queue closed).
   bool io_allowed(Command& r);
   // The admission check, the same at parse and whenever a command resumes from a wait (the
-  // table of waits is in io_commands.cpp): the namespace r names as this host sees it, its
-  // path's ANA state and the reservation for r's groups. Success with ns (nullptr: a Flush of
-  // every namespace), or the status r ends with.
+  // table of waits is in io_waits.hpp): the namespace r names as this host sees it, its path's
+  // ANA state and the reservation for r's groups. Success with ns (nullptr: a Flush of every
+  // namespace), or the status r ends with.
   Status admission(const Command& r, Namespace*& ns);
-  static void groups(const Command& r, bool& read, bool& write);
-  // admission() at parse: the namespace, or nullptr with r.status set (or a Flush of all).
-  Namespace* permitted_namespace(Command& r);
   // On resume: io_allowed(), admission(), the namespace still the one r holds, and no Preempt
   // and Abort of its host since parse. readmission() only checks (it may close the queue);
   // readmitted() ends r (Running) with what it found. False: r was ended, or the queue closes.
   Status readmission(Command& r);
   bool readmitted(Command& r);
   bool flush_admitted(Command& r, bool all, Namespace& ns);
-  void end_resumed(Command& r, Status st);
-  // r (Running, in no wait list) ends with st and lets go of the fence it waits for or owns; a
-  // fused half ends its pair.
-  void end_command(Command& r, Status st);
-  // r runs no more (its queue closes): the fence it owns or waits for is let go.
-  void let_go(Command& r);
+  // r (Running, in no wait line) ends with st and lets go of the fence it waits for or owns; a
+  // fused half ends its pair. resumed: it ends as it resumes from a wait (logged at debug).
+  void end_command(Command& r, Status st, bool resumed = false);
   wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
   void execute_copy(Command& r, Namespace& ns);
   void execute_dsm(Command& r, Namespace& ns);
   void execute_reservation(Command& r, Namespace& ns);
+  void finish_reservation(Command& r, Status st, uint64_t durable_ticket);
+  void drain_fence(Command& r);
   // The steps of Copy, Dataset Management and Flush: one device operation each.
   void copy_step(Command& r);
   void copy_done(Command& r);
@@ -93,30 +95,14 @@ class IoCommands final : public CommandAborter {
   void submit(Command& r, Namespace& ns);
   void submit_past_qos(Command& r, Namespace& ns);
   void wait_for_fence(Command& r);
-  static void on_fence_timer(reactor::Timer* t);
-  QosLimiter::Cost qos_cost(const Command& r) const;
   void wait_for_qos(Command& r, Namespace& ns);
-  static void on_qos_timer(reactor::Timer* t);
-  bool leave_wait(Command& r);
   bool abort_fused_half(Command& r);
 
   CommandQueue& q_;
   QueueStats* stats_ = nullptr;  // this queue's counters, one per namespace
   // This host's reservation access per namespace (by Namespace::index), made at Connect.
   std::vector<Reservations::AccessCache> resv_cache_;
-  struct FenceTimer : reactor::Timer {
-    IoCommands* owner = nullptr;
-  } fence_timer_;
-  std::vector<Command*> fence_waiters_;
-  struct QosTimer : reactor::Timer {
-    IoCommands* owner = nullptr;
-  } qos_timer_;
-  struct QosWaiter {
-    Command* r;
-    Namespace* ns;
-  };
-  std::vector<QosWaiter> qos_waiters_;  // in arrival order: the first goes first
-  size_t qos_first_ = 0;               // qos_waiters_ before this have gone
+  IoWaits waits_;  // the lines its commands wait in (rate limit, fence)
   Command* fused_first_ = nullptr;  // a fused first half waiting for its second
 };
 

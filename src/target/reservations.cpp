@@ -339,31 +339,34 @@ Reservations::Outcome Reservations::apply_acquire(const HostId& host, uint32_t c
       return {sc::InvalidField};
     }
     ++generation_;
-    if (action == uint32_t(wire::AcquireAction::PreemptAndAbort)) record_abort(notices, first_notice);
+    if (action == uint32_t(wire::AcquireAction::PreemptAndAbort)) {
+      std::vector<PreemptAborts::HostId> preempted;
+      for (size_t i = first_notice; i < notices.size(); ++i)
+        if (notices[i].type == ReservationNotice::RegistrationPreempted) preempted.push_back(notices[i].host);
+      aborts_.record(preempted);
+    }
     ticket = changed(Access::MayHaveChanged);
   }
   return finish(sc::Success, ticket);
 }
 
-void Reservations::record_abort(const std::vector<Notice>& notices, size_t first) {
-  const uint64_t epoch = abort_epoch_.load(std::memory_order_relaxed) + 1;
-  bool any = false;
-  for (size_t i = first; i < notices.size(); ++i) {
-    if (notices[i].type != ReservationNotice::RegistrationPreempted) continue;
-    auto it = std::find_if(aborted_hosts_.begin(), aborted_hosts_.end(),
-                           [&](const auto& e) { return e.first == notices[i].host; });
-    if (it != aborted_hosts_.end()) it->second = epoch;
-    else aborted_hosts_.emplace_back(notices[i].host, epoch);
-    any = true;
+void PreemptAborts::record(const std::vector<HostId>& hosts) {
+  if (hosts.empty()) return;
+  std::lock_guard lk(mu_);
+  const uint64_t epoch = epoch_.load(std::memory_order_relaxed) + 1;
+  for (const HostId& h : hosts) {
+    auto it = std::find_if(at_.begin(), at_.end(), [&](const auto& e) { return e.first == h; });
+    if (it != at_.end()) it->second = epoch;
+    else at_.emplace_back(h, epoch);
   }
-  // Published after the entries: a reader that sees the new epoch finds them under mu_.
-  if (any) abort_epoch_.store(epoch, std::memory_order_release);
+  // Published after the entries: a reader that sees the new epoch finds them under the lock.
+  epoch_.store(epoch, std::memory_order_release);
 }
 
-bool Reservations::aborted_since(const uint8_t* host, uint64_t epoch) const {
-  if (abort_epoch_.load(std::memory_order_acquire) == epoch) return false;
+bool PreemptAborts::aborted_since(const uint8_t* host, uint64_t epoch) const {
+  if (epoch_.load(std::memory_order_acquire) == epoch) return false;
   std::lock_guard lk(mu_);
-  for (const auto& [h, at] : aborted_hosts_)
+  for (const auto& [h, at] : at_)
     if (at > epoch && std::memcmp(h.data(), host, h.size()) == 0) return true;
   return false;
 }

@@ -30,6 +30,25 @@
 
 namespace nvtcp::target {
 
+// Preempt and Abort: the preempted hosts' commands that have not reached the device yet end
+// with Command Aborted due to Preempt and Abort, wherever they wait. A command takes the
+// namespace's epoch when it is parsed (one load); when it resumes from a wait it asks
+// aborted_since() with that epoch, which takes the lock only if a Preempt and Abort happened
+// meanwhile. One entry per host ever preempted so, bounded by the hosts that registered.
+class PreemptAborts {
+ public:
+  using HostId = std::array<uint8_t, 16>;
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  bool aborted_since(const uint8_t* host, uint64_t epoch) const;
+  // A Preempt and Abort preempted these hosts (none: nothing changes).
+  void record(const std::vector<HostId>& hosts);
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<uint64_t> epoch_{0};
+  std::vector<std::pair<HostId, uint64_t>> at_;  // each host, the epoch it was last aborted at
+};
+
 class Reservations {
  public:
   using HostId = std::array<uint8_t, 16>;
@@ -113,13 +132,8 @@ class Reservations {
   bool held() const { return type_seen_.load(std::memory_order_acquire) != 0; }
   bool allowed(const uint8_t* host, bool read_group, bool write_group, AccessCache& cache) const;
 
-  // Preempt and Abort: the preempted hosts' commands that have not reached the device yet end
-  // with Command Aborted due to Preempt and Abort, wherever they wait. A command takes the
-  // namespace's abort epoch when it is parsed (one relaxed load); when it resumes from a wait
-  // it asks aborted_since() with that epoch, which takes the lock only if a Preempt and Abort
-  // happened meanwhile.
-  uint64_t abort_epoch() const { return abort_epoch_.load(std::memory_order_acquire); }
-  bool aborted_since(const uint8_t* host, uint64_t epoch) const;
+  // Who Preempt and Abort aborted, and when (PreemptAborts).
+  const PreemptAborts& aborts() const { return aborts_; }
 
   // What a test or the log wants to know.
   uint32_t generation() const;
@@ -183,11 +197,7 @@ class Reservations {
   // Bumped by changes that can change access (changed()): every connection with a cached
   // decision then takes mu_ once on its next command, so a key Replace loop must not bump it.
   std::atomic<uint64_t> version_{0};
-  // Preempt and Abort: bumped by each; the epoch at which each preempted host was last aborted
-  // (under mu_; one entry per host, so bounded by the hosts that ever registered).
-  std::atomic<uint64_t> abort_epoch_{0};
-  std::vector<std::pair<HostId, uint64_t>> aborted_hosts_;
-  void record_abort(const std::vector<Notice>& notices, size_t first);  // under mu_
+  PreemptAborts aborts_;
   uint32_t generation_ = 0;
   bool ptpl_ = false;
   uint64_t state_ticket_ = 0;        // the last change that must reach the file (under mu_)

@@ -68,15 +68,7 @@ Bytes connect_bytes(uint16_t cntlid, const uint8_t (&hostid)[16] = kHostId, cons
 class CommandQueueTest : public ::testing::Test {
  protected:
   // The last command's status, its request released for the next one.
-  Status last_status(FakeTransport& q) {
-    EXPECT_FALSE(q.completed.empty());
-    if (q.completed.empty()) return sc::InternalError;
-    target::Command* r = q.completed.back();
-    const Status st = r->status;
-    q.release(r);
-    q.completed.pop_back();
-    return st;
-  }
+  Status last_status(FakeTransport& q) { return test::command_layer::last_status(q); }
   // An admin queue with an enabled controller (and I/O queues granted), as a host brings it up.
   void bring_up_admin(FakeTransport& admin, const uint8_t (&hostid)[16] = kHostId, const char* hostnqn = kHostNqn) {
     admin.run(cmd::connect(0, 31, 0), connect_bytes(kDynamicCntlid, hostid, hostnqn));

@@ -178,6 +178,17 @@ class FakeTransport : public target::CommandTransport {
 };
 
 
+// The status of q's last completion; its command is released for the next one.
+inline wire::Status last_status(FakeTransport& q) {
+  EXPECT_FALSE(q.completed.empty());
+  if (q.completed.empty()) return wire::sc::InternalError;
+  target::Command* r = q.completed.back();
+  const wire::Status st = r->status;
+  q.release(r);
+  q.completed.pop_back();
+  return st;
+}
+
 inline wire::Sqe with_sgl(wire::Sqe s, uint16_t cid, uint32_t len, uint8_t type = wire::kSglTransportDataBlock) {
   s.cid = cid;
   s.flags = (s.flags & ~wire::kSqeFlagsPsdtMask) | wire::kSqeFlagsPsdtSgl;

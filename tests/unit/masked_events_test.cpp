@@ -78,15 +78,7 @@ class MaskedEvents : public ::testing::Test {
     admin.run(with_sgl(cmd::property_set(prop::CC, prop::kCcEnableNvm), 1, 0));
     ASSERT_TRUE(done(admin).ok());
   }
-  static Status done(FakeTransport& q) {
-    EXPECT_FALSE(q.completed.empty());
-    if (q.completed.empty()) return sc::InternalError;
-    target::Command* r = q.completed.back();
-    const Status st = r->status;
-    q.release(r);
-    q.completed.pop_back();
-    return st;
-  }
+  static Status done(FakeTransport& q) { return test::command_layer::last_status(q); }
   // Events are queued on the admin queue's reactor: run it until they are in.
   void settle() {
     for (int i = 0; i < 5; ++i) reactor_.run_once(0);

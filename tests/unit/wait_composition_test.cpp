@@ -150,15 +150,7 @@ class WaitFixture : public ::testing::Test {
     return test::command_layer::bytes_of(cmd::connect_data(id, cntlid, kNqn, hostnqn));
   }
   // The last completion of q: its status, the command released.
-  static Status done(FakeTransport& q) {
-    EXPECT_FALSE(q.completed.empty());
-    if (q.completed.empty()) return sc::InternalError;
-    target::Command* r = q.completed.back();
-    const Status st = r->status;
-    q.release(r);
-    q.completed.pop_back();
-    return st;
-  }
+  static Status done(FakeTransport& q) { return test::command_layer::last_status(q); }
   // The status q answered cid with, if it has.
   static bool answered(const FakeTransport& q, uint16_t cid, Status& st) {
     for (const Cqe& c : q.cqes)
@@ -432,6 +424,37 @@ TEST_F(WaitFixture, AFusedPairWaitingForItsSliceHoldsNoOtherHostsWrite) {
   ns_->qos.set({});
   b_.io->run(with_sgl(cmd::block_range(IoOpcode::Read, kNsid, kBlock, 1), 41, 512));
   EXPECT_EQ(b_.io->sent.back(), Bytes(512, 0x5a)) << "the pair's Write did not land";
+}
+
+// Preempt and Abort completes once the writes on the device when it took effect have ended (as
+// nvmet waits for them): after it, no write of the preempted host lands over the new holder's.
+// A write on the device is stood in for by a count in the namespace's fence, as a device that
+// has not answered yet leaves it.
+TEST_F(WaitFixture, APreemptAndAbortCompletesOnceTheWritesInFlightHaveEnded) {
+  ASSERT_NO_FATAL_FAILURE(register_key(*a_.io, 10, kKeyA));
+  ASSERT_NO_FATAL_FAILURE(register_key(*b_.io, 10, kKeyB));
+  const ReservationAcquireData mine{kKeyA, 0};
+  a_.io->run(reservation(IoOpcode::ReservationAcquire, 11, uint32_t(AcquireAction::Acquire) | kWriteExclusive,
+                         sizeof(mine)),
+             test::command_layer::bytes_of(mine));
+  ASSERT_TRUE(done(*a_.io).ok());
+  bool waiting = false;
+  ASSERT_TRUE(ns_->fence.begin_write(set_.index(), waiting));  // host A's write, still on the device
+  const ReservationAcquireData acq{kKeyB, kKeyA};
+  target::Command* preempt = b_.io->run(
+      reservation(IoOpcode::ReservationAcquire, 12, uint32_t(AcquireAction::PreemptAndAbort) | kWriteExclusive,
+                  sizeof(acq)),
+      test::command_layer::bytes_of(acq));
+  run_for_ms(3);
+  Status st;
+  EXPECT_FALSE(answered(*b_.io, 12, st)) << "Preempt and Abort completed with a preempted write in flight";
+  EXPECT_EQ(preempt->state(), S::AwaitingFence);
+  ns_->fence.end_write(set_.index());  // the device answers
+  run_for_ms(2);
+  ASSERT_TRUE(answered(*b_.io, 12, st)) << "Preempt and Abort still waits once the write has ended";
+  EXPECT_TRUE(st.ok()) << status_name(st);
+  EXPECT_FALSE(ns_->fence.owned());
+  ASSERT_NO_FATAL_FAILURE(b_writes_and_reads_back(0x33));
 }
 
 // Write Zeroes and Deallocate reach the device one by one and count against the I/O limit (as
