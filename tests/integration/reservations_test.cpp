@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include "nvtcp/host.hpp"
 #include "nvtcp/identify.hpp"
 #include "nvtcp/log_pages.hpp"
+#include "target/subsystem.hpp"
 #include "test_target.hpp"
 #include "wire/features.hpp"
 #include "wire/reservations.hpp"
@@ -203,6 +205,73 @@ TEST(Reservations, WriteExclusiveFencesTheOtherHostsWritesNotItsReads) {
       << "not the type held";
   ASSERT_TRUE(a.release(wire::ReleaseAction::Release, ReservationType::WriteExclusive, kKeyA).ok());
   EXPECT_TRUE(b.write(10).ok()) << "released";
+}
+
+// The fence a cluster relies on (WSFC, Pacemaker's fence_mpath): host A holds Write Exclusive and
+// has writes queued under its namespace's write limit; host B preempts it with Preempt and
+// Abort and writes. None of A's queued writes may land after B's Acquire has returned: they end
+// with Command Aborted due to Preempt and Abort, and B's data is what the blocks hold, however
+// long after A's writes would have had their turn. (Which of A's writes went before the Acquire
+// depends on the machine's speed; that some were queued is checked, and the outcome is.)
+TEST(Reservations, AFencedHostsWritesQueuedUnderARateLimitNeverLand) {
+  RunningTarget t;
+  Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
+  ASSERT_TRUE(a.qp && b.qp);
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  target::Namespace* ns = t.target().state().find_subsystem(kTestNqn)->find_namespace(kRamNsid);
+  ASSERT_NE(ns, nullptr);
+  ns->qos.set({.w_mbytes_per_sec = 1});  // 8 KiB writes: one every 8 ms or so
+  constexpr int kWrites = 8;
+  constexpr uint32_t kBlocks = 16;
+  struct Done {
+    std::atomic<int> n{0};
+    std::vector<nvme::Status> statuses;
+  } done;
+  done.statuses.resize(kWrites);
+  struct Ctx {
+    Done* d;
+    int i;
+  };
+  std::vector<Ctx> ctx;
+  for (int i = 0; i < kWrites; ++i) ctx.push_back({&done, i});
+  std::memset(a.buf, 0xAA, kBlocks * 512);
+  for (int i = 0; i < kWrites; ++i)
+    ASSERT_EQ(a.qp->write(kRamNsid, uint64_t(i) * kBlocks, kBlocks, a.buf,
+                          [](void* c, const host::Completion& cpl) {
+                            auto* x = static_cast<Ctx*>(c);
+                            x->d->statuses[size_t(x->i)] = cpl.status;
+                            x->d->n.fetch_add(1);
+                          },
+                          &ctx[size_t(i)]),
+              0);
+  // The writes reach the target: the first goes, the rest queue for their slices.
+  const auto sent = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+  while (std::chrono::steady_clock::now() < sent) a.qp->process_completions(500);
+  ASSERT_LT(done.n.load(), kWrites) << "every write went before the fence: the limit held none back";
+  ASSERT_TRUE(b.acquire(wire::AcquireAction::PreemptAndAbort, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
+  std::memset(b.buf, 0x5B, kBlocks * 512);
+  for (int i = 0; i < kWrites; ++i)
+    ASSERT_TRUE(one_command(*b.qp, [&](host::CompletionFn cb, void* c) {
+                  return b.qp->write(kRamNsid, uint64_t(i) * kBlocks, kBlocks, b.buf, cb, c);
+                }).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done.n.load() < kWrites && std::chrono::steady_clock::now() < deadline) a.qp->process_completions(1000);
+  ASSERT_EQ(done.n.load(), kWrites) << "host A's writes were never answered";
+  int aborted = 0;
+  for (int i = 0; i < kWrites; ++i) aborted += done.statuses[size_t(i)] == sc::AbortedPreempt;
+  EXPECT_GT(aborted, 0) << "no queued write ended with Command Aborted due to Preempt and Abort";
+  // Long after A's writes would have had their slices, the blocks are B's.
+  const auto later = std::chrono::steady_clock::now() + std::chrono::milliseconds(150);
+  while (std::chrono::steady_clock::now() < later) a.qp->process_completions(1000);
+  ns->qos.set({});
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_TRUE(one_command(*b.qp, [&](host::CompletionFn cb, void* c) {
+                  return b.qp->read(kRamNsid, uint64_t(i) * kBlocks, kBlocks, b.buf, cb, c);
+                }).ok());
+    EXPECT_EQ(std::count(b.buf, b.buf + kBlocks * 512, 0x5B), kBlocks * 512) << "range " << i << " holds host A's data";
+  }
 }
 
 TEST(Reservations, ExclusiveAccessTypesAndRegistrantsOnly) {
