@@ -42,7 +42,13 @@ class FakeTransport : public target::CommandTransport {
         commands_(ts, *this, link_, memory_, shared, [](void*) {}, nullptr),
         memory_(ts.config, ts.usage, sizeof(FakeCommand)),
         slots_(kSlots) {}
-  ~FakeTransport() override { commands_.closed(); }
+  // As the TCP queue keeps its requests' memory while the command layer's gate counts them in
+  // flight (a device operation, a step's no-op on the reactor), the fake keeps its slots until
+  // those have come back.
+  ~FakeTransport() override {
+    commands_.closed();
+    for (int i = 0; i < 1000 && commands_.in_flight(); ++i) reactor_.run_once(1000);
+  }
 
   target::CommandQueue& commands() { return commands_; }
   uint32_t command_count(S s) const { return commands_.command_states(uint32_t(kSlots))[size_t(s)]; }
