@@ -14,10 +14,7 @@ fail() { echo "FAIL: $*"; echo "--- target log"; tail -30 "$dir/target.log"; ech
 NQN=nqn.2026-12.io.nvtcp:multipath
 SOCK=$dir/rpc.sock
 # Two free ports: bound by the target (port 0 twice would give one port to the first only).
-read -r pa pb < <(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
+read -r pa pb < <(free_ports 2)
 start_target -l "127.0.0.1:$pa" -l "127.0.0.1:$pb" --discovery-port 0 --nqn "$NQN" --ram 64M --ana-reporting \
   --rpc-socket "$SOCK"
 [ -S "$SOCK" ] || fail "the target is ready without its RPC socket"

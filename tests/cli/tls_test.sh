@@ -14,7 +14,7 @@ NVTCP=$1
 sectypes_of_subsystem() {
   awk -v nqn="$NQN" '/^=====Discovery Log Entry/ { s = "" } /^subnqn:/ { s = $2 } /^sectype:/ { if (s == nqn) print $2 }' "$1"
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { free_ports 1; }
 NQN=nqn.2026-12.io.nvtcp:tls
 HOST=nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6
 PLAIN_HOST=nqn.2014-08.org.nvmexpress:uuid:0b1d2f5e-8d3c-4a49-9a1e-4f1f5a6b7c8d

@@ -203,10 +203,19 @@ PY
     # listeners; while fio's crc32c verify runs, listener A's group turns inaccessible and back
     # through nvtcp rpc. No I/O error, every block verifies, and the target saw both paths.
     stop "$tpid"
-    read -r pa pb < <(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
+    # Below the kernel's ephemeral range: a test beside this one cannot take them for a client
+    # connection before the target binds them.
+    read -r pa pb < <(python3 -c 'import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+held, ports = [], []
+while len(ports) < 2:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randint(10000, low - 1) if low > 10100 else 0))
+    except OSError:
+        continue
+    held.append(s); ports.append(s.getsockname()[1])
+print(*ports)')
     rm -f "$work/ready"
     "$nvtcp" target --ram 256M --listen "127.0.0.1:$pa" --listen "127.0.0.1:$pb" --discovery-port 0 --nqn "$NQN" \
       --ana-reporting --rpc-socket "$work/rpc.sock" --ready-file "$work/ready" >"$work/target.log" 2>&1 &

@@ -32,6 +32,28 @@ wait_ready() {
   for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done
   fail "$2 did not start"
 }
+# free_ports N: N loopback ports free now, for a target that must listen on ports named before
+# it starts. Taken below the kernel's ephemeral range: a port the kernel hands out for bind(0)
+# is also what any client connection of a test running beside this one may take before the
+# target binds it ("Address already in use", seen in CI).
+free_ports() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+held, ports = [], []
+while len(ports) < n:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randint(10000, low - 1) if low > 10100 else 0))
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    ports.append(s.getsockname()[1])
+print(*ports)
+PY
+}
 # Options given to nvtcp before `target` (--log-format json, ...).
 nvtcp_opts=()
 # start_target ARGS...: `nvtcp target ARGS` in the background, its output in $dir/target.log
