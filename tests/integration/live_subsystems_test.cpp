@@ -40,17 +40,6 @@ AssertionResult admin_connect(Session& s, uint16_t port, const std::string& subn
   return ok(en);
 }
 
-bool tcp_connects(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-  ::close(fd);
-  return ok;
-}
-
 size_t controllers_of(target::Target& t, const std::string& nqn) {
   auto s = t.state().find_subsystem(nqn);
   return s ? s->controller_count() : 0;

@@ -590,16 +590,6 @@ TEST(RpcServer, DeletingASubsystemClosesTheListenersOnlyItUsed) {
   auto address = [](const std::string& port) {
     return Json{{"trtype", "TCP"}, {"adrfam", "IPv4"}, {"traddr", "127.0.0.1"}, {"trsvcid", port}};
   };
-  auto tcp_connects = [](uint16_t port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-    ::close(fd);
-    return ok;
-  };
   const std::string a = "nqn.2016-06.io.spdk:cnode-a", b = "nqn.2016-06.io.spdk:cnode-b";
   for (const std::string& nqn : {a, b})
     ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);

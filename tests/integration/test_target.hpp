@@ -109,6 +109,18 @@ inline uint16_t unused_port() {
   return port;
 }
 
+// Whether something accepts TCP connections on the loopback port now.
+inline bool tcp_connects(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 inline std::vector<uint8_t> pattern(size_t len, uint64_t seed) {
   std::vector<uint8_t> b(len);
   std::mt19937_64 g(seed * 0x9E3779B97F4A7C15ull + 1);
