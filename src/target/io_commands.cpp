@@ -50,6 +50,17 @@ void groups(const Command& r, bool& read, bool& write) {
   write = writes_blocks(opc) || r.is_fused();
 }
 
+// What a host may do on ns through its controller's port: its ANA group reachable (else the path
+// status, no DNR, so that a multipath host tries another path), and, while a reservation is held
+// (one relaxed load otherwise), the reservation letting it run the groups asked for.
+Status path_and_reservation(const Controller& c, const Namespace& ns, bool read, bool write,
+                            Reservations::AccessCache& cache) {
+  if (Status st = c.ana_status(ns); !st.ok()) return st;
+  if (ns.reservations.held() && !ns.reservations.allowed(c.hostid(), read, write, cache))
+    return sc::ReservationConflict;
+  return sc::Success;
+}
+
 // What r's next device operation costs against its namespace's rate limits. Reads (and what the
 // device reads to Verify, Compare or Copy) and writes count their bytes; Write Zeroes and
 // Deallocate count as I/Os only (they move no data, but every one reaches the device: on RBD, the
@@ -114,24 +125,16 @@ Status IoCommands::admission(const Command& r, Namespace*& ns) {
     for (uint32_t nsid = 1; nsid <= sub.max_namespaces(); ++nsid) {
       const Namespace* each = ctrl().find_namespace(nsid);
       if (!each) continue;
-      if (Status st = ctrl().ana_status(*each); !st.ok()) return st;  // one it cannot reach: nothing is flushed
-      if (each->reservations.held() &&
-          !each->reservations.allowed(ctrl().hostid(), false, true, resv_cache_[each->index]))
-        return sc::ReservationConflict;
+      // One it cannot reach or may not write: nothing is flushed.
+      if (Status st = path_and_reservation(ctrl(), *each, false, true, resv_cache_[each->index]); !st.ok()) return st;
     }
     return sc::Success;  // no one namespace: the flush goes to all
   }
   Namespace* found = ctrl().find_namespace(r.sqe.nsid);
   if (!found) return sc::InvalidNamespace;
-  // Its ANA group not reachable through this port: a path status (no DNR), so that a
-  // multipath host sends it down another path.
-  if (Status st = ctrl().ana_status(*found); !st.ok()) return st;
-  // A reservation held on the namespace: one relaxed load while there is none.
   bool read = false, write = false;
   groups(r, read, write);
-  if (found->reservations.held() &&
-      !found->reservations.allowed(ctrl().hostid(), read, write, resv_cache_[found->index]))
-    return sc::ReservationConflict;
+  if (Status st = path_and_reservation(ctrl(), *found, read, write, resv_cache_[found->index]); !st.ok()) return st;
   ns = found;
   return sc::Success;
 }
@@ -598,10 +601,7 @@ bool IoCommands::flush_admitted(Command& r, bool all, Namespace& ns) {
     if (!r.status.ok()) end_command(r, std::exchange(r.status, Status{}), true);
     return false;
   }
-  Status st = ctrl().ana_status(ns);
-  if (st.ok() && ns.reservations.held() &&
-      !ns.reservations.allowed(ctrl().hostid(), false, true, resv_cache_[ns.index]))
-    st = sc::ReservationConflict;
+  const Status st = path_and_reservation(ctrl(), ns, false, true, resv_cache_[ns.index]);
   if (st.ok()) return true;
   end_command(r, st, true);
   return false;
@@ -842,16 +842,16 @@ void IoCommands::wait_for_qos(Command& r, Namespace& ns) {
   waits_.wait_for_slice(r, ns);
 }
 
-IoWaits::Resumed IoCommands::resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns) {
+bool IoCommands::resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns) {
   // Checked before it pays: a command its host may no longer run (fenced, unmasked, its path
   // made inaccessible) ends now, without using the slice, and the line behind it moves on.
   const Status st = readmission(r);
-  if (q_.link_.closing) return IoWaits::Resumed::NotYet;  // the line goes with the queue
-  if (st.ok() && !ns.qos.admit(qos_cost(r), now_ns)) return IoWaits::Resumed::NotYet;
+  if (q_.link_.closing) return false;  // the line goes with the queue
+  if (st.ok() && !ns.qos.admit(qos_cost(r), now_ns)) return false;
   q_.set_state(r, State::Running);
   if (!st.ok()) {
     end_command(r, st, true);
-    return IoWaits::Resumed::Ended;
+    return true;
   }
   if (r.fused()) {
     r.qos_admitted = true;
@@ -859,7 +859,7 @@ IoWaits::Resumed IoCommands::resume_from_qos(Command& r, Namespace& ns, uint64_t
   } else {
     submit_past_qos(r, ns);
   }
-  return IoWaits::Resumed::Went;
+  return true;
 }
 
 void IoCommands::submit_past_qos(Command& r, Namespace& ns) {
@@ -951,8 +951,7 @@ bool IoCommands::abort_fused_half(Command& r) {
   if (!waits_.leave(cmp)) return false;
   log::info("{}: cid {} (fused Write) aborted while its Compare waited", q_.link_.peer, r.sqe.cid);
   q_.set_state(cmp, State::Running);
-  if (cmp.fence_waiting) cmp.fence_ns->fence.stop_waiting(cmp.fence_waiting);
-  end_fused(cmp, sc::FailedFusedCommand, sc::AbortRequested);
+  end_command(r, sc::AbortRequested);  // the pair ends: the Compare Failed Fused Command, the fence let go
   return true;
 }
 

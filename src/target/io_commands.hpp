@@ -50,9 +50,9 @@ class IoCommands final : public CommandAborter {
   // CommandAborter: a command that waits ends now; a Dataset Management, Copy or Flush stops at
   // its next step.
   bool abort_command(uint16_t cid) override;
-  // IoWaits: r's line woke it (still in its wait state): with the slice's budget it goes on
-  // (Went), else it stays (NotYet), unless it may no longer run (Ended).
-  IoWaits::Resumed resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns);
+  // IoWaits: r's line woke it (still in its wait state). True: it left the line (it went on
+  // with the slice's budget, or ended because it may no longer run); false: it stays.
+  bool resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns);
   void resume_from_fence(Command& r);
 
  private:

@@ -51,8 +51,7 @@ void IoWaits::on_rate_timer(reactor::Timer* t) {
     }
     // Past the head before it resumes: what it runs into may queue it again, behind the rest.
     const size_t at = self.rate_first_++;
-    const Resumed how = self.io_.resume_from_qos(*head.r, *head.ns, now);
-    if (how == Resumed::NotYet) {
+    if (!self.io_.resume_from_qos(*head.r, *head.ns, now)) {
       self.rate_first_ = at;
       break;
     }

@@ -41,9 +41,6 @@ struct Namespace;
 
 class IoWaits {
  public:
-  // What became of a command the rate line woke (IoCommands::resume_from_qos).
-  enum class Resumed { Went, Ended, NotYet };
-
   // closing: the queue's flag (QueueLink::closing): once set, nothing is woken any more.
   IoWaits(IoCommands& io, reactor::Reactor& reactor, const reactor::Clock& clock, const bool& closing);
   ~IoWaits();

@@ -481,6 +481,35 @@ TEST_F(WaitFixture, WriteZeroesAndDeallocateCountAgainstTheIoLimit) {
   ns_->qos.set({});
 }
 
+// What the device reads for a Verify, a Compare or a Copy counts against a read limit, as a Read
+// does: with the slice spent, each waits for the next.
+TEST_F(WaitFixture, VerifyCompareAndCopyReadsCountAgainstTheReadLimit) {
+  FakeTransport& a = *a_.io;
+  ns_->qos.set({.r_mbytes_per_sec = 1});  // 1,048 bytes a slice: one 4 KiB read overdraws it
+  a.run(with_sgl(cmd::block_range(IoOpcode::Read, kNsid, 0, 8), 60, 4096));
+  ASSERT_TRUE(done(a).ok()) << "the slice's first read goes at once";
+  target::Command* verify = a.run(with_sgl(cmd::block_range(IoOpcode::Verify, kNsid, 0, 8), 61, 0));
+  EXPECT_EQ(verify->state(), S::AwaitingQos) << "a Verify read past the read limit";
+  target::Command* compare = a.run(block_io(IoOpcode::Compare, 62, kBlock), Bytes(512, 0));
+  EXPECT_EQ(compare->state(), S::AwaitingQos) << "a Compare read past the read limit";
+  CopySourceRange range{};
+  range.slba = 0;
+  range.nlb = 7;
+  Sqe copy = with_sgl(cmd::block_range(IoOpcode::Copy, kNsid, 64, 1), 63, sizeof(range), kSglDataBlockOffset);
+  copy.cdw12 = 0;  // one range, format 0h
+  Bytes list(sizeof(range));
+  std::memcpy(list.data(), &range, sizeof(range));
+  target::Command* copied = a.run(copy, list);
+  EXPECT_EQ(copied->state(), S::AwaitingQos) << "a Copy read its source past the read limit";
+  run_for_ms(60);
+  for (uint16_t cid : {61, 62, 63}) {
+    Status st;
+    ASSERT_TRUE(answered(a, cid, st)) << "cid " << cid << " never went";
+    EXPECT_TRUE(st.ok()) << "cid " << cid << ": " << status_name(st);
+  }
+  ns_->qos.set({});
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EveryPair, WaitComposition,
     ::testing::Combine(::testing::Values(Wait::QosWrite, Wait::QosRead, Wait::FenceWrite, Wait::FusedQos,
