@@ -47,8 +47,8 @@ void log_statistics(target::Target& t) {
   std::string waits;
   for (R s : {R::Queued, R::NeedBuffer, R::AwaitingH2C})
     waits += fmt::format("{}{} {}", waits.empty() ? "" : ", ", target::request_state_name(s), request_entries[size_t(s)]);
-  for (C s : {C::AwaitingFusedPartner, C::AwaitingFence, C::InDevice, C::OnWorker, C::BetweenSteps, C::AwaitingDurable,
-              C::HeldAer, C::HeldAbort})
+  for (C s : {C::AwaitingFusedPartner, C::AwaitingFence, C::AwaitingQos, C::AwaitingTurn, C::InDevice, C::OnWorker,
+              C::BetweenSteps, C::AwaitingDurable, C::HeldAer, C::HeldAbort})
     waits += fmt::format(", {} {}", target::command_state_name(s), command_entries[size_t(s)]);
   log::info("target statistics: {} connections, {} I/O commands ({} Flush, {} FUA writes), {} buffer bytes; "
             "requests: {}; commands: {}; entered since start: {}",

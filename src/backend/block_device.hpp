@@ -94,6 +94,11 @@ class BlockDevice {
   // Read needs a caller buffer only when this is false. True only for a device whose blocks
   // no command can change while a read's data is still being sent (NULL).
   virtual bool zero_copy_reads() const { return false; }
+  // True for a device that moves a Read's or a Write's bytes on the submitting reactor's
+  // thread before submit returns (RAM: a memcpy): the target then runs a large one a piece at
+  // a time within its reactor's budget of work per turn, so that it does not hold every other
+  // command of that reactor for the whole copy.
+  virtual bool copies_on_reactor() const { return false; }
   // True for a device that never looks at what a Write gives it (NULL): the target then
   // receives a Write's data into no buffer at all (its digest is still checked), as the
   // data would only be copied once more to be dropped.

@@ -84,6 +84,7 @@ class RamDevice final : public BlockDevice {
   uint64_t size_bytes() const override { return size_; }
   uint32_t block_size() const override { return bs_; }
   const char* kind() const override { return "ram"; }
+  bool copies_on_reactor() const override { return true; }
   // Memory is the medium: a write is as durable as it will ever be once copied (until the
   // process exits), so there is no volatile cache and Flush has nothing to do.
   Persistence persistence() const override { return Persistence::Process; }

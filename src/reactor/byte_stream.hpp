@@ -38,6 +38,13 @@ class StreamOwner {
 //   the bytes leaving (the owner's memory is released though nothing more is sent), as does a
 //   send() after close(); on_closed follows later, from the reactor, never inside a call the
 //   owner made.
+// What a stream hands the kernel per reactor turn at most: bytes, while the reactor's time is
+// before until_ns (TcpStream::limit_send_per_turn).
+struct SendLimit {
+  size_t bytes = 0;
+  uint64_t until_ns = 0;
+};
+
 class ByteStream {
  public:
   virtual ~ByteStream() = default;

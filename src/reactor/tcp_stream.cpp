@@ -317,16 +317,29 @@ void TcpStream::flush() {
   int n = 0;
   size_t off = head_offset_;
   bool zc = false;
-  for (size_t i = 0; i < seg_count_ && n < kMaxIov; ++i) {
+  const size_t limit = send_limit_ && reactor_.now_ns() < send_limit_->until_ns ? send_limit_->bytes : 0;
+  size_t room = limit ? limit : SIZE_MAX, batch = 0;
+  for (size_t i = 0; i < seg_count_ && n < kMaxIov && room > 0; ++i) {
     const Segment& s = seg_[(seg_head_ + i) % seg_.size()];
     if (s.len - off > 0) {
+      const size_t len = std::min(s.len - off, room);
       iov_[n].iov_base = const_cast<uint8_t*>(s.data + off);
-      iov_[n].iov_len = s.len - off;
-      zc |= zc_threshold_ && s.len - off >= zc_threshold_;
+      iov_[n].iov_len = len;
+      zc |= zc_threshold_ && len >= zc_threshold_;
+      room -= len;
+      batch += len;
       ++n;
     }
     off = 0;
   }
+  // Under a limit, a stream that handed the kernel its share this turn (directly, or through
+  // io_uring at this turn's submission) sends the rest through io_uring, which hands it over at
+  // the next turn's submission.
+  if (limit && reactor_.turn() != send_turn_) {
+    send_turn_ = reactor_.turn();
+    sent_in_turn_ = 0;
+  }
+  const bool turn_spent = limit && sent_in_turn_ >= limit;
   if (n == 0) {
     on_send(0);  // only zero-length segments: complete them
     return;
@@ -349,9 +362,10 @@ void TcpStream::flush() {
   // completion would take a CQE. Only when nothing else of ours is in flight on the socket
   // (no earlier send, no zero-copy send still held), so the bytes keep their order. What
   // the socket does not take at once goes on through io_uring.
-  if (!zc && zc_busy_ == 0 && poll_next_ && !direct_send_blocked_ && reactor_.spin_receiving()) {
+  if (!zc && zc_busy_ == 0 && poll_next_ && !direct_send_blocked_ && !turn_spent && reactor_.spin_receiving()) {
     ssize_t sent = ::sendmsg(fd_, &msg_, MSG_NOSIGNAL | MSG_DONTWAIT);
     const int err = sent < 0 ? errno : 0;
+    if (sent > 0) sent_in_turn_ += size_t(sent);
     if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
       ++reactor_.stats().direct_sends;
       size_t total = 0;
@@ -380,6 +394,10 @@ void TcpStream::flush() {
   } else {
     io_uring_prep_sendmsg(sqe, fd_, &msg_, MSG_NOSIGNAL);
     reactor_.prep(sqe, &send_c_);
+  }
+  if (limit) {  // handed over at the next turn's submission: that turn's share
+    send_turn_ = reactor_.turn() + 1;
+    sent_in_turn_ = batch;
   }
   send_inflight_ = true;
 }

@@ -92,6 +92,12 @@ class TcpStream final : public ByteStream {
   // No zero-copy sends from now on: the socket refuses them once a ULP such as kTLS is on it.
   // Sends already in flight complete as before.
   void disable_zero_copy() { zc_threshold_ = 0; }
+  // At most limit->bytes handed to the kernel per reactor turn while it holds (limit->until_ns),
+  // read at each send: the owner changes it as it sees fit. Each byte sent costs the sending core its copy and, on
+  // loopback, the peer's TCP receive too: a target that sent a 1 MiB response whole spent
+  // 170 us on it in one turn, and every other connection of that reactor waited. The rest goes
+  // on the next turns.
+  void limit_send_per_turn(const SendLimit* limit) { send_limit_ = limit; }
   // SendDones whose bytes have left but which wait for a zero-copy notification.
   size_t held_send_dones() const { return pending_count_; }
 
@@ -149,6 +155,9 @@ class TcpStream final : public ByteStream {
   std::vector<Segment> seg_;
   size_t seg_head_ = 0, seg_count_ = 0;
   size_t head_offset_ = 0;        // bytes of the head segment already sent
+  const SendLimit* send_limit_ = nullptr;  // limit_send_per_turn
+  uint64_t send_turn_ = UINT64_MAX;
+  size_t sent_in_turn_ = 0;       // handed to the kernel in send_turn_
   size_t queued_bytes_ = 0;
   uint64_t sent_bytes_ = 0;
   static constexpr int kMaxIov = 64;

@@ -39,6 +39,8 @@ struct Command {
     HeldAer,               // an Asynchronous Event Request waiting for an event
     HeldAbort,             // an Abort waiting for the I/O queue's answer
     AwaitingQos,           // its device operation waits for its namespace's rate limit (bdev_set_qos_limit)
+    AwaitingTurn,          // its device operation waits for a turn of its reactor with room in the
+                           // budget of work per turn (ReactorCommands::take_turn)
     kCount
   };
   static constexpr size_t kStateCount = size_t(State::kCount);
@@ -98,6 +100,8 @@ struct Command {
     tx_len = tx_pad = 0;
     fence_counted = fence_owner = false;
     qos_admitted = false;
+    turn_granted = false;
+    pieces = {};
     resv_abort_epoch = 0;
     close_queue_after = false;
     steps = std::monostate{};
@@ -141,9 +145,19 @@ struct Command {
   bool fence_owner = false;
   bool fence_waiting = false;       // a write the fence held back, registered as waiting
   bool qos_admitted = false;        // a fused pair: both halves passed the rate limit at once
+  bool turn_granted = false;        // AwaitingTurn: its reactor's line woke it, its cost taken
+  // InDevice on a device that copies on the reactor: a Read or Write larger than a piece goes
+  // to the device a piece at a time (CommandQueue::start_device), io holding the piece; here
+  // the whole operation, and how much of it is done.
+  struct DevicePieces {
+    uint64_t offset = 0, length = 0, done = 0;  // length 0: in one go
+    uint8_t* buffer = nullptr;
+    Namespace* ns = nullptr;
+  } pieces;
   uint64_t resv_abort_epoch = 0;    // its namespace's Preempt and Abort epoch when it was parsed
   Steps steps;
-  // BetweenSteps: the no-op whose completion starts the next range.
+  // BetweenSteps: the no-op whose completion starts the next range; AwaitingTurn: what its
+  // reactor's line runs when it has room.
   reactor::OwnedCompletion<Command> next_step;
   CommandQueue* queue = nullptr;  // whose device, step and worker completions these are
 
@@ -175,7 +189,9 @@ inline constexpr TransitionTable<Command::State, Command::kStateCount> kCommandT
     {Command::State::Running, Command::State::HeldAer},
     {Command::State::Running, Command::State::HeldAbort},
     {Command::State::Running, Command::State::AwaitingQos},
+    {Command::State::Running, Command::State::AwaitingTurn},
     {Command::State::AwaitingQos, Command::State::Running},           // the next slice's budget
+    {Command::State::AwaitingTurn, Command::State::Running},          // a later turn had room
     {Command::State::AwaitingFusedPartner, Command::State::Running},  // its Write came, or another command
     {Command::State::AwaitingFence, Command::State::Running},
     {Command::State::InDevice, Command::State::Running},              // the device answered

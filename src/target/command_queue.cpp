@@ -18,6 +18,26 @@ namespace nvtcp::target {
 using namespace nvtcp::wire;
 
 namespace {
+constexpr uint64_t kDevicePieceBytes = ReactorCommands::kPieceBytes;
+
+// The next piece of r's device operation (Command::pieces) to its device.
+void submit_piece(Command& r, reactor::Reactor& loop) {
+  Command::DevicePieces& p = r.pieces;
+  r.io.offset = p.offset + p.done;
+  r.io.length = std::min(kDevicePieceBytes, p.length - p.done);
+  r.io.buffer = p.buffer + p.done;
+  r.io.read_data = nullptr;
+  p.ns->device->submit(&r.io, loop);
+}
+
+// The whole operation in io again, as the command's device completion reads it.
+void whole_again(Command& r) {
+  const Command::DevicePieces p = std::exchange(r.pieces, {});
+  r.io.offset = p.offset;
+  r.io.length = p.length;
+  r.io.buffer = p.buffer;
+  r.io.read_data = r.io.op == backend::BlockIo::Op::Read ? p.buffer : nullptr;
+}
 // How often reservation commands waiting for their state to be durable look again: an fsync
 // takes far longer.
 constexpr uint64_t kDurableRetryNs = 100'000;
@@ -50,6 +70,7 @@ const char* command_state_name(Command::State s) {
     case Command::State::AwaitingFusedPartner: return "AwaitingFusedPartner";
     case Command::State::AwaitingFence: return "AwaitingFence";
     case Command::State::AwaitingQos: return "AwaitingQos";
+    case Command::State::AwaitingTurn: return "AwaitingTurn";
     case Command::State::InDevice: return "InDevice";
     case Command::State::OnWorker: return "OnWorker";
     case Command::State::BetweenSteps: return "BetweenSteps";
@@ -235,12 +256,52 @@ void CommandQueue::start_device(Command& r, Namespace& ns) {
   // Only a closed queue refuses, and nothing runs commands once it is closed: the request
   // goes with the transport's pool.
   if (!gate_.enter()) return;
+  if (ns.device->copies_on_reactor() && shared_.contended(reactor().now_ns()) && r.io.length > kDevicePieceBytes &&
+      (r.io.op == backend::BlockIo::Op::Read || r.io.op == backend::BlockIo::Op::Write)) {
+    r.pieces = {r.io.offset, r.io.length, 0, r.io.buffer, &ns};
+    r.io.done = on_piece_done;
+    submit_piece(r, reactor());  // the first piece's cost was taken with the command's
+    return;
+  }
   ns.device->submit(&r.io, reactor());
 }
 
 void CommandQueue::on_device_done(backend::BlockIo* io, Status st) {
   Command* r = static_cast<Command*>(io->user);
   r->queue->device_done(*r, st);
+}
+
+// A device that copies on the reactor (RAM) copies a 1 MiB Read or Write in pieces, each within
+// the reactor's budget of work per turn; the pieces over it wait in the reactor's line, the
+// command InDevice throughout (its fence count and gate held, as for one device operation).
+// A queue that closes meanwhile stops at the next piece.
+void CommandQueue::on_piece_done(backend::BlockIo* io, Status st) {
+  Command& r = *static_cast<Command*>(io->user);
+  CommandQueue& q = *r.queue;
+  r.pieces.done += io->length;
+  if (!st.ok() || r.pieces.done == r.pieces.length || q.gate_.closed() || q.link_.closing) {
+    whole_again(r);
+    r.io.done = on_device_done;
+    q.device_done(r, st);
+    return;
+  }
+  if (q.shared_.take_turn(q.reactor().turn(), q.reactor().now_ns(), kDevicePieceBytes)) {
+    submit_piece(r, q.reactor());
+    return;
+  }
+  r.next_step.owner = &r;
+  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
+    Command& req = *static_cast<reactor::OwnedCompletion<Command>*>(c)->owner;
+    CommandQueue& self = *req.queue;
+    if (!self.gate_.closed() && !self.link_.closing) {
+      submit_piece(req, self.reactor());
+      return;
+    }
+    whole_again(req);
+    req.io.done = on_device_done;
+    self.device_done(req, sc::AbortRequested);
+  };
+  q.shared_.wait_for_turn(q.reactor(), &r.next_step, kDevicePieceBytes);
 }
 
 void CommandQueue::device_done(Command& r, Status st) {
@@ -280,6 +341,31 @@ void CommandQueue::next_turn(Command& r) {
   io_uring_sqe* sqe = reactor().get_sqe();
   io_uring_prep_nop(sqe);
   reactor().prep(sqe, &r.next_step);
+}
+
+// Every device operation of a command (a Read, a Write, a Copy piece, a Dataset Management
+// range...) draws on its reactor's budget of work per turn, before its rate limit and its
+// fence: over it, the command waits for a later turn holding neither (AwaitingTurn), and the
+// I/O part's next_step runs it again then. A fused pair does not wait here: it owns its
+// namespace's fence once past its rate limit.
+bool CommandQueue::take_turn(Command& r, uint64_t bytes, bool always) {
+  if (std::exchange(r.turn_granted, false) || r.is_fused()) return true;
+  if (shared_.take_turn(reactor().turn(), reactor().now_ns(), bytes, always)) return true;
+  set_state(r, State::AwaitingTurn);
+  r.waited = true;
+  if (!gate_.enter()) return false;  // closed: nothing runs commands any more
+  r.queue = this;
+  r.next_step.owner = &r;
+  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
+    Command* req = static_cast<reactor::OwnedCompletion<Command>*>(c)->owner;
+    CommandQueue* self = req->queue;
+    if (!self->leave_gate()) return;
+    self->set_state(*req, State::Running);
+    req->turn_granted = true;
+    self->io_.next_step(*req);
+  };
+  shared_.wait_for_turn(reactor(), &r.next_step, bytes);
+  return false;
 }
 
 void CommandQueue::run_off_reactor(Command& r, void (*work)(void* arg), void* arg) {

@@ -178,6 +178,8 @@ class CommandQueue final {
   // back once it answers, on this reactor.
   void start_device(Command& r, Namespace& ns);
   static void on_device_done(backend::BlockIo* io, wire::Status st);
+  // A large Read or Write on a device that copies on the reactor, a piece at a time.
+  static void on_piece_done(backend::BlockIo* io, wire::Status st);
   void device_done(Command& r, wire::Status st);
   // The device let go of r.io: the counts it held in its namespace's fence go, whether or not
   // the queue is still open. queue_ending: r will not run again (the queue is closing), so a
@@ -186,6 +188,12 @@ class CommandQueue final {
   // BetweenSteps: the I/O part's next_step runs from a no-op's completion, among that turn's
   // other completions.
   void next_turn(Command& r);
+  // r's device operation of `bytes` within its reactor's budget of work for this turn (true; while
+  // the reactor is contended, or always),
+  // or r waits for a later turn (AwaitingTurn, false) in the reactor's line
+  // (ReactorCommands::wait_for_turn), and the I/O part's next_step runs it again then, its
+  // cost taken (Command::turn_granted).
+  bool take_turn(Command& r, uint64_t bytes, bool always = false);
   // OnWorker: work(arg) runs on a worker thread (CPU-heavy control-path work, a DH-HMAC-CHAP
   // exponentiation), then worker_done(r) on the reactor, unless the queue has closed meanwhile.
   // work must touch nothing the reactor touches until then.

@@ -20,6 +20,18 @@ using namespace nvtcp::wire;
 namespace {
 using Direction = Command::Direction;
 
+// What r's device operation costs its reactor's turn: its bytes on a device that copies them
+// on the reactor (RAM), nothing beside a command's least on the others (NULL moves nothing; aio,
+// files and RBD work elsewhere: the sends and receives their data takes are bounded by the
+// streams). A large Read or Write there goes a piece at a time while the reactor is contended:
+// the first piece's cost now, the others' as they go (CommandQueue::start_device).
+uint64_t device_cost(const Command& r, const Namespace& ns, bool contended) {
+  if (!ns.device->copies_on_reactor()) return 0;
+  const bool pieces = r.io.op != backend::BlockIo::Op::WriteZeroes && contended;
+  return pieces ? std::min(r.io.length, ReactorCommands::kPieceBytes) : r.io.length;
+}
+
+
 // The command groups a reservation restricts (NVMe base specification, reservations).
 bool reads_blocks(IoOpcode op) {
   return op == IoOpcode::Read || op == IoOpcode::Compare || op == IoOpcode::Verify || op == IoOpcode::Copy;
@@ -299,6 +311,7 @@ void IoCommands::execute(Command& r) {
     case IoOpcode::Flush: start_flush(r, false); return;
     default: execute_reservation(r, *ns); return;  // parse let only these through
   }
+  if (!q_.take_turn(r, device_cost(r, *ns, q_.shared_.contended(q_.reactor().now_ns())))) return;
   submit(r, *ns);
 }
 
@@ -486,16 +499,25 @@ void IoCommands::device_done(Command& r) {
 
 // ---------------------------------------------------------------- commands in steps
 
+// The step or command that waited (between steps, or for its turn) runs again from where it
+// stopped; each step looks at Abort and checks again whether its host may still run it.
 void IoCommands::next_step(Command& r) {
-  if (r.sqe.opc == uint8_t(IoOpcode::Copy)) copy_step(r);
-  else dsm_step(r);
+  if (std::holds_alternative<Command::CopySteps>(r.steps)) {
+    copy_step(r);
+  } else if (std::holds_alternative<Command::DsmSteps>(r.steps)) {
+    dsm_step(r);
+  } else if (r.aborted) {  // it waited for its turn, and holds nothing
+    r.turn_granted = false;
+    q_.complete(r, sc::AbortRequested);
+  } else {
+    execute(r);  // readmits: it waited
+  }
 }
 
 // Copy: each source range is read into the buffer after the range list, then written at the
 // destination, which moves on by that range's length; one range per reactor turn at most. Both
-// go a piece of at most kCopyPieceBytes at a time, each piece within its reactor's budget for
-// data moved inside the target per turn (ReactorCommands::take_step_budget), the pieces over it
-// on later turns: the whole range is read before any of it is written, as when it went in one
+// go a piece of at most kCopyPieceBytes at a time, each piece within its reactor's budget of
+// work per turn (take_turn), the pieces over it on later turns: the whole range is read before any of it is written, as when it went in one
 // piece, so a destination overlapping its source reads the same either way.
 void IoCommands::copy_step(Command& r) {
   auto& copy = std::get<Command::CopySteps>(r.steps);
@@ -514,10 +536,7 @@ void IoCommands::copy_step(Command& r) {
   const auto& range = reinterpret_cast<const CopySourceRange*>(r.buf)[copy.next];
   const uint64_t range_bytes = (uint64_t(range.nlb) + 1) << ns->lbads;
   const uint64_t piece = std::min(range_bytes - copy.done, std::max(kCopyPieceBytes, uint64_t(1) << ns->lbads));
-  if (!q_.shared_.take_step_budget(q_.reactor().turn(), piece)) {
-    q_.next_turn(r);  // over this turn's budget: a later turn
-    return;
-  }
+  if (!q_.take_turn(r, piece, true)) return;  // over this turn's budget: a later turn
   uint8_t* data = r.buf + kCopyRangesBytes + copy.done;
   r.io.op = copy.writing ? backend::BlockIo::Op::Write : backend::BlockIo::Op::Read;
   r.io.offset = (copy.writing ? copy.dst << ns->lbads : range.slba << ns->lbads) + copy.done;
@@ -573,6 +592,7 @@ void IoCommands::dsm_step(Command& r) {
     return;
   }
   if (!readmitted(r)) return;  // each range as if it were a command of its own
+  if (!q_.take_turn(r, ns->device->copies_on_reactor() ? uint64_t(ranges[dsm.next].nlb) << ns->lbads : 0)) return;
   const DsmRange& d = ranges[dsm.next++];
   r.io.op = backend::BlockIo::Op::Deallocate;
   r.io.offset = d.slba << ns->lbads;
@@ -918,6 +938,12 @@ bool IoCommands::abort_command(uint16_t cid) {
     return true;
   }
   if (st == State::AwaitingFusedPartner) return abort_fused_half(r);
+  if (st == State::AwaitingTurn && !r.aborted) {  // it holds nothing yet: it ends when woken
+    r.aborted = true;
+    log::info("{}: cid {} (opcode 0x{:02x}) aborted while it waited for its reactor's turn", q_.link_.peer, cid,
+              r.sqe.opc);
+    return true;
+  }
   // Commands that go to the device one step at a time (a range, a namespace) stop at the
   // next step: what the finished steps did stays done, as an aborted command may leave it.
   const auto opc = static_cast<IoOpcode>(r.sqe.opc);

@@ -30,7 +30,8 @@ class IoCommands final : public CommandAborter {
   void execute(Command& r);
   // What a device answered (r.device_status), by what r was doing.
   void device_done(Command& r);
-  // BetweenSteps: Copy and Dataset Management move on one range per reactor turn.
+  // BetweenSteps: Copy and Dataset Management move on one range per reactor turn; AwaitingTurn:
+  // a command or step whose turn came runs again.
   void next_step(Command& r);
   // Flush makes durable every write that completed before it arrived (also what Property Set
   // CC.SHN and Set Features 06h turning a cache off wait for).
@@ -55,6 +56,7 @@ class IoCommands final : public CommandAborter {
   bool resume_from_qos(Command& r, Namespace& ns, uint64_t now_ns);
   void resume_from_fence(Command& r);
 
+
  private:
   using State = Command::State;
   using Status = wire::Status;
@@ -76,6 +78,7 @@ class IoCommands final : public CommandAborter {
   // r (Running, in no wait line) ends with st and lets go of the fence it waits for or owns; a
   // fused half ends its pair. resumed: it ends as it resumes from a wait (logged at debug).
   void end_command(Command& r, Status st, bool resumed = false);
+
   wire::Status block_range(const wire::Sqe& sqe, const Namespace& ns, bool bounded_by_mdts, uint64_t& len) const;
   void execute_copy(Command& r, Namespace& ns);
   void execute_dsm(Command& r, Namespace& ns);

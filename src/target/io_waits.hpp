@@ -21,6 +21,7 @@
 // | AwaitingFusedPartner (Write)  | its Compare's device answer   | readmit the pair   | pair ends before the write     | with its Compare       |
 // | InDevice                      | the device                    | next step: readmit | Copy, DSM, Flush: next step    | gate: device finishes  |
 // | BetweenSteps                  | a no-op on the next turn      | readmit            | at the next step               | gate                   |
+// | AwaitingTurn (reactor budget) | its reactor's line, next turn | readmit            | ends when woken (holds nothing)| gate                   |
 // | AwaitingDurable (reservation) | durable_timer_ (CommandQueue) | nothing to run     | not abortable (change is made) | dropped                |
 //
 // A command on the device is not taken back: a single Read or Write there ends as the device

@@ -226,10 +226,11 @@ void ListenSockets::on_accept(ListenSocket* sock, int res, uint32_t flags) {
       TcpQueue* conn;
       if (tls) {
         reactor::Reactor& r = *dst->reactor;
-        auto make = [this, &r, fd, ktls, &peer](reactor::StreamOwner& owner) -> std::unique_ptr<reactor::ByteStream> {
+        const ConnectionSet& set = dst->connections;
+        auto make = [this, &r, fd, ktls, &peer, &set](reactor::StreamOwner& owner) -> std::unique_ptr<reactor::ByteStream> {
           auto s = tls::TlsStream::server(r, owner, *t_.psk_resolver_, peer);
           s->set_kernel_tx(ktls);
-          s->attach([&r, fd](reactor::StreamOwner& o) { return std::make_unique<reactor::TcpStream>(r, fd, &o); });
+          s->attach([&r, fd, &set](reactor::StreamOwner& o) { return target_tcp_stream(r, fd, o, set); });
           return s;
         };
         conn = new TcpQueue(*t_.state_, r, make, peer, dst->connections, std::move(address), std::move(arrival));

@@ -283,15 +283,15 @@ uint64_t Target::fua_write_count() const {
   return n;
 }
 
-uint64_t Target::steps_deferred() const {
+uint64_t Target::turn_waits() const {
   uint64_t n = 0;
-  for (auto& rt : reactors_) n += rt->connections.steps_deferred();
+  for (auto& rt : reactors_) n += rt->connections.turn_waits();
   return n;
 }
 
-uint64_t Target::most_step_bytes_in_a_turn() const {
+uint64_t Target::most_bytes_in_a_turn() const {
   uint64_t most = 0;
-  for (auto& rt : reactors_) most = std::max(most, rt->connections.most_step_bytes_in_a_turn());
+  for (auto& rt : reactors_) most = std::max(most, rt->connections.most_bytes_in_a_turn());
   return most;
 }
 

@@ -86,11 +86,11 @@ class Target {
   // Flush commands and FUA writes completed with success so far.
   uint64_t flush_count() const;
   uint64_t fua_write_count() const;
-  // Steps of commands that move data inside the target (Copy) which waited for a later reactor
-  // turn under the per-turn budget, and the most bytes such steps moved in one turn (any
-  // reactor): ConnectionSet::take_step_budget.
-  uint64_t steps_deferred() const;
-  uint64_t most_step_bytes_in_a_turn() const;
+  // Device operations (commands, Copy pieces, Dataset Management ranges) that waited for a later
+  // reactor turn under the budget of work per turn, and the most bytes operations that could
+  // wait moved in one turn (any reactor): ConnectionSet::take_turn.
+  uint64_t turn_waits() const;
+  uint64_t most_bytes_in_a_turn() const;
 
  private:
   friend class ListenSockets;

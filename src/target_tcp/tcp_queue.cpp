@@ -73,10 +73,17 @@ void ConnectionSet::close_all() {
 
 // ---------------------------------------------------------------- life cycle
 
+std::unique_ptr<reactor::TcpStream> target_tcp_stream(reactor::Reactor& r, int fd, reactor::StreamOwner& owner,
+                                                      const ReactorCommands& set) {
+  auto s = std::make_unique<reactor::TcpStream>(r, fd, &owner);
+  s->limit_send_per_turn(set.send_limit());
+  return s;
+}
+
 TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
                    std::string address, Arrival arrival, const reactor::Clock& clock)
     : TcpQueue(
-          target, r, [&r, fd](reactor::StreamOwner& owner) { return std::make_unique<reactor::TcpStream>(r, fd, &owner); },
+          target, r, [&r, fd, &set](reactor::StreamOwner& owner) { return target_tcp_stream(r, fd, owner, set); },
           std::move(peer), set, std::move(address), std::move(arrival), clock) {}
 
 TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
@@ -186,6 +193,20 @@ void TcpQueue::set_state(State to) {
                        long(commands_.qid()));
   state_ = to;
   link_.closing = to == State::Closing;
+  note_load();
+}
+
+// This I/O queue's load (its commands and their data outstanding), as its reactor counts it:
+// the budgets of work per turn hold while a light queue shares the reactor with a heavy one
+// (ReactorCommands::queue_load).
+void TcpQueue::note_load() {
+  using Load = ReactorCommands::Load;
+  const uint32_t commands = uint32_t(pool_.size() - pool_.count(RState::Free));
+  const Load load = state_ == State::Ready && commands_.qid() != 0 ? ReactorCommands::load_of(commands, outstanding_bytes_)
+                                                                   : Load::Idle;
+  if (load == load_) return;
+  set_.queue_load(load_, load, reactor_.now_ns());
+  load_ = load;
 }
 
 void TcpQueue::on_receive(const uint8_t* data, size_t len) {
@@ -381,7 +402,9 @@ void TcpQueue::release(TcpRequest& r) {
   commands_.release(r);
   // Admin and discovery commands are few and far between: their buffers (log pages up to
   // MDTS) go back at once instead of waiting, idle, for the next one.
+  outstanding_bytes_ -= r.sqe.sgl.length;
   pool_.release(&r, commands_.qid() == 0);
+  note_load();
   if (wait_head_) reactor_.defer(&resume_d_);
   if (last) close("host sent Disconnect");
 }

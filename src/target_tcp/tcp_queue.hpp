@@ -24,6 +24,7 @@
 #include "reactor/byte_stream.hpp"
 #include "reactor/clock.hpp"
 #include "reactor/reactor.hpp"
+#include "reactor/tcp_stream.hpp"
 #include "target/command_queue.hpp"
 #include "target_tcp/deadline_set.hpp"
 #include "target_tcp/request_pool.hpp"
@@ -94,6 +95,11 @@ class ConnectionSet : public ReactorCommands {
   RequestStateEntries retired_requests_{};  // of the connections that are gone
   CommandStateEntries retired_commands_{};
 };
+
+// The TCP stream of a target connection of `set`'s reactor: what it hands the kernel per turn
+// is bounded while that reactor is contended (ReactorCommands::send_limit).
+std::unique_ptr<reactor::TcpStream> target_tcp_stream(reactor::Reactor& r, int fd, reactor::StreamOwner& owner,
+                                                      const ReactorCommands& set);
 
 class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
  public:
@@ -168,6 +174,9 @@ class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
 
   using Deadline = TcpQueueTimeouts::Deadline;
   bool live() const { return state_ == State::Ready && commands_.connected(); }
+  void note_load();
+  ReactorCommands::Load load_ = ReactorCommands::Load::Idle;
+  uint64_t outstanding_bytes_ = 0;  // data of the commands outstanding (their SGLs)
 
   TargetState& target_;
   // Counts the connection in ResourceUsage::connections from its construction until every

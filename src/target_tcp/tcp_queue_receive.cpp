@@ -154,6 +154,8 @@ bool TcpQueueReceive::capsule_header(const CapsuleCmdHeader& pdu, uint32_t data_
   TcpRequest& r = *found;
   r.start(q_.clock().turn_ns(q_.reactor_));
   std::memcpy(&r.sqe, pdu.sqe, sizeof(Sqe));
+  q_.outstanding_bytes_ += r.sqe.sgl.length;
+  q_.note_load();
   r.rx_next = 0;
   r.r2t_next = 0;
   h2c_req_ = &r;

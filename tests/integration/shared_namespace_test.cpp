@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -176,6 +178,19 @@ TEST(SharedNamespace, ACopyOfManyRangesLetsACommandBehindItFinishFirst) {
   expect_read_works(io);
 }
 
+// Another host's I/O queue on the same reactor, light (one small command outstanding, as a QD1
+// reader's) for as long as the test runs: a 32 KiB write whose data never comes (its R2T
+// unanswered). Beside a heavy queue the reactor is then contended, and its budgets of work per
+// turn hold (ReactorCommands::queue_load).
+void hold_a_command_outstanding(RunningTarget& t, Session& admin, Session& io) {
+  ASSERT_NO_FATAL_FAILURE(open_io_queue(t, admin, io));
+  ASSERT_TRUE(io.c.send(capsule_pdu(rw_sqe(IoOpcode::Write, io.cid(), kNsid4K, 16000, 8, 32768), {}, false,
+                                    false)));
+  Bytes r2t;
+  ASSERT_TRUE(io.read_pdu(r2t));
+  ASSERT_EQ(r2t[0], uint8_t(PduType::R2T));
+}
+
 // Data moved inside the target costs the reactor as a read of the same bytes would: Copies from
 // one host, however many and however large, move at most the reactor's budget per turn, and a
 // reader on the same reactor is served in the turns between. (Before the budget, eight Copies
@@ -190,9 +205,68 @@ TEST(SharedNamespace, CopiesMoveAtMostTheReactorsBudgetPerTurn) {
   for (uint32_t c = 0; c < kCopies; ++c)
     copies.push_back(copy_sqe(io.cid(), ranges, kRanges, 8192 + c * kRanges * kRangeBlocks));
   ASSERT_NO_FATAL_FAILURE(expect_read_overtakes(io, copies, ranges));
-  EXPECT_LE(t.target().most_step_bytes_in_a_turn(), target::ConnectionSet::kStepBytesPerTurn);
-  EXPECT_GT(t.target().steps_deferred(), 0u) << "eight Copies never met the budget";
+  EXPECT_LE(t.target().most_bytes_in_a_turn(), target::ConnectionSet::kTurnBytes);
+  EXPECT_GT(t.target().turn_waits(), 0u) << "eight Copies never met the budget";
   expect_read_works(io);
+}
+
+
+// A host's 1 MiB reads and writes beside another host's queue (on a RAM namespace, whose
+// device copies on the reactor) go to the device in pieces within the reactor's budget per
+// turn, and each comes out whole: every byte written reads back, 16 commands of each at once.
+// (Before the budget, the reactor ran all 16 in the turn they came: 16 MiB of copies, while the
+// other host's commands waited.)
+TEST(SharedNamespace, LargeReadsAndWritesBesideAnotherHostGoInPiecesAndStayWhole) {
+  RunningTarget t;
+  Session other_admin, other;
+  ASSERT_NO_FATAL_FAILURE(hold_a_command_outstanding(t, other_admin, other));
+  std::string err;
+  host::ControllerOptions o;
+  o.hostnqn = "nqn.2026-12.io.nvtcp:large";
+  auto ctrl = host::Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(16, err);
+  ASSERT_TRUE(qp) << err;
+  constexpr uint32_t kCommands = 16, kBlocks = 256, kLen = kBlocks * 4096;
+  std::vector<uint8_t*> out, in;
+  for (uint32_t c = 0; c < kCommands; ++c) {
+    out.push_back(static_cast<uint8_t*>(ctrl->alloc_io_buffer(kLen)));
+    in.push_back(static_cast<uint8_t*>(ctrl->alloc_io_buffer(kLen)));
+    ASSERT_TRUE(out.back() && in.back());
+    for (uint32_t i = 0; i < kLen; ++i) out.back()[i] = uint8_t(c * 31 + i * 7 + (i >> 12));
+    std::memset(in.back(), 0, kLen);
+  }
+  struct Count {
+    uint32_t done = 0, failed = 0;
+  } count;
+  const host::CompletionFn cb = [](void* ctx, const host::Completion& c) {
+    auto* n = static_cast<Count*>(ctx);
+    ++n->done;
+    if (!c.status.ok()) ++n->failed;
+  };
+  auto run_all = [&](bool write) {
+    count = {};
+    for (uint32_t c = 0; c < kCommands; ++c) {
+      const int rc = write ? qp->write(kNsid4K, c * kBlocks, kBlocks, out[c], cb, &count)
+                           : qp->read(kNsid4K, c * kBlocks, kBlocks, in[c], cb, &count);
+      ASSERT_EQ(rc, 0);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (count.done < kCommands && std::chrono::steady_clock::now() < deadline) qp->process_completions(1000);
+    ASSERT_EQ(count.done, kCommands) << "commands never completed";
+    EXPECT_EQ(count.failed, 0u);
+  };
+  ASSERT_NO_FATAL_FAILURE(run_all(true));
+  ASSERT_NO_FATAL_FAILURE(run_all(false));
+  for (uint32_t c = 0; c < kCommands; ++c)
+    EXPECT_EQ(std::memcmp(in[c], out[c], kLen), 0) << "command " << c << " came back changed";
+  EXPECT_LE(t.target().most_bytes_in_a_turn(), target::ConnectionSet::kTurnBytes)
+      << "a 1 MiB command went to the device whole beside another host";
+  EXPECT_GT(t.target().turn_waits(), 0u) << "16 commands of 1 MiB never met the budget";
+  for (uint32_t c = 0; c < kCommands; ++c) {
+    ctrl->free_io_buffer(out[c]);
+    ctrl->free_io_buffer(in[c]);
+  }
 }
 
 }  // namespace

@@ -599,5 +599,57 @@ TEST(TcpStreamSpinRecv, MoreStreamsThanThePollLimitAllGetTheirBytes) {
   }));
 }
 
+
+// A send limit (the target's, while its reactor is contended: ReactorCommands::send_limit)
+// hands the kernel at most its bytes per reactor turn, whatever is queued, through io_uring and
+// through direct sends alike, and every byte arrives in order; a limit that has lapsed
+// (until_ns passed) holds nothing back.
+class TcpStreamSendLimit : public ::testing::TestWithParam<PollMode> {
+ protected:
+  // Sends 1 MiB under limit; the most sent_bytes() moved in one turn, and the turns it took.
+  static void send_under(const SendLimit& limit, uint64_t& most, int& turns) {
+    Reactor r(256, polling(GetParam()));
+    StreamPair<Sink> p(r);
+    ASSERT_TRUE(p.tx);
+    p.tx->limit_send_per_turn(&limit);
+    std::vector<uint8_t> data(1 << 20);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 13 + 7);
+    p.tx->send(data.data(), data.size());
+    most = 0;
+    turns = 0;
+    while (p.tx->sent_bytes() < data.size() && turns < 1'000'000) {
+      const uint64_t before = p.tx->sent_bytes();
+      r.run_once(1000);
+      most = std::max(most, p.tx->sent_bytes() - before);
+      ++turns;
+    }
+    ASSERT_EQ(p.tx->sent_bytes(), data.size());
+    ASSERT_TRUE(run_until(r, [&] { return p.sink.got.size() == data.size(); }));
+    EXPECT_TRUE(p.sink.got == data) << "the bytes arrived out of order or changed";
+  }
+};
+
+TEST_P(TcpStreamSendLimit, AStreamHandsTheKernelAtMostItsLimitPerTurn) {
+  const SendLimit limit{64 * 1024, UINT64_MAX};
+  uint64_t most = 0;
+  int turns = 0;
+  ASSERT_NO_FATAL_FAILURE(send_under(limit, most, turns));
+  EXPECT_LE(most, limit.bytes);
+  EXPECT_GE(turns, 16) << "1 MiB went in fewer turns than the limit allows";
+}
+
+TEST_P(TcpStreamSendLimit, ALapsedLimitHoldsNothingBack) {
+  const SendLimit limit{64 * 1024, 0};
+  uint64_t most = 0;
+  int turns = 0;
+  ASSERT_NO_FATAL_FAILURE(send_under(limit, most, turns));
+  EXPECT_GT(most, limit.bytes) << "a lapsed limit still cut the sends";
+}
+
+INSTANTIATE_TEST_SUITE_P(PollModes, TcpStreamSendLimit, ::testing::Values(PollMode::Interrupt, PollMode::Busy),
+                         [](const ::testing::TestParamInfo<PollMode>& p) {
+                           return std::string(p.param == PollMode::Busy ? "Busy" : "Interrupt");
+                         });
+
 }  // namespace
 }  // namespace nvtcp::reactor::tcp_stream_modes_test

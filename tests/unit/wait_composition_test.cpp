@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Features that meet on one command: an I/O command of host A waits (for its namespace's rate
 // limit, for the write fence a fused Compare and Write owns, as a fused pair, between the steps
-// of a Dataset Management, for its data to arrive), and while it waits the world changes (an
+// of a Dataset Management, for its data to arrive, for a turn of its reactor with room in the
+// budget of work), and while it waits the world changes (an
 // Abort, a reservation Preempt or Preempt and Abort by host B, A's path made inaccessible, the
 // namespace masked from A, removed, removed and added again at its NSID, A's queue torn down,
 // A's controller lost to keep-alive). Whatever it waited for, it must resume into the world as
@@ -46,7 +47,7 @@ constexpr uint64_t kBlock = 8;  // the block A's waiting command is about
 constexpr uint64_t kKeyA = 0xA, kKeyB = 0xB;
 
 // Where A's command waits when the world changes.
-enum class Wait { QosWrite, QosRead, FenceWrite, FusedQos, FusedFence, DsmSteps, DataInFlight };
+enum class Wait { QosWrite, QosRead, FenceWrite, FusedQos, FusedFence, DsmSteps, DataInFlight, TurnWrite };
 // What changes.
 enum class Change {
   Abort,
@@ -69,6 +70,7 @@ const char* name(Wait w) {
     case Wait::FusedFence: return "FusedFence";
     case Wait::DsmSteps: return "DsmSteps";
     case Wait::DataInFlight: return "DataInFlight";
+    case Wait::TurnWrite: return "TurnWrite";
   }
   return "?";
 }
@@ -211,6 +213,7 @@ class WaitFixture : public ::testing::Test {
   target::Subsystem* sub_ = nullptr;
   target::Namespace* ns_ = nullptr;
   bool fence_held_ = false;  // the test owns the fence, as a fused operation of another host would
+  reactor::Completion line_ahead_[8] = {};  // TurnWrite: others' commands (no-ops) ahead of A's
   Host a_, b_;
 };
 
@@ -261,6 +264,20 @@ TEST_P(WaitComposition, AWaitingCommandResumesIntoTheWorldAsItIsNow) {
     ASSERT_TRUE(ns_->fence.try_own());
     fence_held_ = true;
   }
+  if (wait == Wait::TurnWrite) {
+    // A light queue and a heavy one on the reactor, and this turn's budget spent by another's
+    // large command.
+    using Load = target::ReactorCommands::Load;
+    set_.queue_load(Load::Idle, Load::Light, reactor_.now_ns());
+    set_.queue_load(Load::Idle, Load::Heavy, reactor_.now_ns());
+    ASSERT_TRUE(set_.take_turn(reactor_.turn(), reactor_.now_ns(), target::ReactorCommands::kTurnBytes));
+    // Others' commands wait in the line ahead of A's, one a turn: A's waits while the change
+    // (an Abort goes through the reactor) reaches it.
+    for (auto& f : line_ahead_) {
+      f.fn = [](reactor::Completion*, int, uint32_t) {};
+      set_.wait_for_turn(reactor_, &f, target::ReactorCommands::kTurnBytes);
+    }
+  }
   constexpr uint16_t kCid = 20, kWriteCid = 21;
   target::Command* cmd = nullptr;
   switch (wait) {
@@ -286,10 +303,17 @@ TEST_P(WaitComposition, AWaitingCommandResumesIntoTheWorldAsItIsNow) {
       break;
     }
     case Wait::DataInFlight: break;  // below: the change happens while the data travels
+    case Wait::TurnWrite: {           // 32 KiB: more than a write that never waits
+      constexpr uint32_t kBlocks = 64;
+      cmd = a.run(with_sgl(cmd::block_range(IoOpcode::Write, kNsid, kBlock, kBlocks), kCid, kBlocks * 512),
+                  Bytes(kBlocks * 512, 0xAA), true);
+      break;
+    }
   }
   const int device_ops_before = a.device_ops();
   const S waiting_in = wait == Wait::QosWrite || wait == Wait::QosRead || wait == Wait::FusedQos ? S::AwaitingQos
                        : wait == Wait::DsmSteps                                                 ? S::BetweenSteps
+                       : wait == Wait::TurnWrite                                                ? S::AwaitingTurn
                                                                                                 : S::AwaitingFence;
   if (wait != Wait::DataInFlight) {
     ASSERT_NE(cmd, nullptr);
@@ -513,7 +537,7 @@ TEST_F(WaitFixture, VerifyCompareAndCopyReadsCountAgainstTheReadLimit) {
 INSTANTIATE_TEST_SUITE_P(
     EveryPair, WaitComposition,
     ::testing::Combine(::testing::Values(Wait::QosWrite, Wait::QosRead, Wait::FenceWrite, Wait::FusedQos,
-                                         Wait::FusedFence, Wait::DsmSteps, Wait::DataInFlight),
+                                         Wait::FusedFence, Wait::DsmSteps, Wait::DataInFlight, Wait::TurnWrite),
                        ::testing::Values(Change::Abort, Change::Preempt, Change::PreemptAndAbort,
                                          Change::AnaInaccessible, Change::Unmask, Change::Remove,
                                          Change::RemoveAndAddAgain, Change::QueueTeardown,
