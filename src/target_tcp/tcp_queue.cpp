@@ -201,12 +201,11 @@ void TcpQueue::set_state(State to) {
 // (ReactorCommands::queue_load).
 void TcpQueue::note_load() {
   using Load = ReactorCommands::Load;
-  const uint32_t commands = uint32_t(pool_.size() - pool_.count(RState::Free));
-  const Load load = state_ == State::Ready && commands_.qid() != 0 ? ReactorCommands::load_of(commands, outstanding_bytes_)
-                                                                   : Load::Idle;
-  if (load == load_) return;
-  set_.queue_load(load_, load, reactor_.now_ns());
-  load_ = load;
+  const bool counted = state_ == State::Ready && commands_.qid() != 0;
+  const uint32_t commands = counted ? uint32_t(pool_.size() - pool_.count(RState::Free)) : 0;
+  const Load was = load_.load;
+  load_.load = load_.update(commands, outstanding_bytes_, reactor_.now_ns());
+  if (load_.load != was) set_.queue_load(was, load_.load, reactor_.now_ns());
 }
 
 void TcpQueue::on_receive(const uint8_t* data, size_t len) {

@@ -175,7 +175,7 @@ class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
   using Deadline = TcpQueueTimeouts::Deadline;
   bool live() const { return state_ == State::Ready && commands_.connected(); }
   void note_load();
-  ReactorCommands::Load load_ = ReactorCommands::Load::Idle;
+  ReactorCommands::QueueLoad load_;
   uint64_t outstanding_bytes_ = 0;  // data of the commands outstanding (their SGLs)
 
   TargetState& target_;

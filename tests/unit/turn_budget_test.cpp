@@ -66,7 +66,8 @@ TEST_F(TurnBudget, ALoadIsLightHeavyOrNeitherByItsDataOutstanding) {
   EXPECT_EQ(RC::load_of(1, 4096), Load::Light);
   EXPECT_EQ(RC::load_of(2, 8192), Load::Light);
   EXPECT_EQ(RC::load_of(3, 12288), Load::Medium) << "QD3 of 4 KiB";
-  EXPECT_EQ(RC::load_of(32, 128 * 1024), Load::Medium) << "QD32 of 4 KiB";
+  EXPECT_EQ(RC::load_of(7, 28 * 1024), Load::Medium) << "QD7 of 4 KiB";
+  EXPECT_EQ(RC::load_of(16, 0), Load::Heavy) << "QD16 of Verify or Write Zeroes (no data on the wire)";
   EXPECT_EQ(RC::load_of(1, 1 << 20), Load::Heavy) << "one 1 MiB read";
   EXPECT_EQ(RC::load_of(2, RC::kHeavyBytes), Load::Heavy);
 }
@@ -117,6 +118,17 @@ TEST_F(TurnBudget, ANewCommandGoesBehindTheLineEvenInATurnWithRoom) {
   EXPECT_TRUE(set_.take_turn(next, kNow, 4096)) << "a small one waited behind the line";
   for (int i = 0; i < 10 && order_.empty(); ++i) r_.run_once(0);
   EXPECT_EQ(order_.size(), 1u);
+}
+
+TEST_F(TurnBudget, ADeepQueueThatDipsIsNotLight) {
+  RC::QueueLoad q;
+  EXPECT_EQ(q.update(32, 32 * 4096, kNow), Load::Heavy);
+  EXPECT_EQ(q.update(2, 8192, kNow + 1'000'000), Load::Heavy) << "a QD32 queue dipping to 2 counted as light";
+  EXPECT_EQ(q.update(1, 4096, kNow + RC::kLoadWindowNs + 1), Load::Heavy) << "the last window's peak is forgotten";
+  EXPECT_EQ(q.update(1, 4096, kNow + 2 * RC::kLoadWindowNs + 2), Load::Light) << "a queue that stays at QD1 is light";
+  EXPECT_EQ(q.update(0, 0, kNow + 2 * RC::kLoadWindowNs + 3), Load::Idle);
+  RC::QueueLoad reader;
+  EXPECT_EQ(reader.update(1, 4096, kNow), Load::Light);
 }
 
 TEST_F(TurnBudget, TheBudgetsLingerAfterTheLastOtherQueueGoesIdle) {
