@@ -325,9 +325,10 @@ bool CommandQueue::leave_gate() {
 
 // A device that completes inline (RAM) would otherwise run a command's every range in one
 // turn: 128 ranges of 1 MiB are 256 MiB of memcpy, and every other command on this reactor
-// would wait for it.
-void CommandQueue::next_turn(Command& r) {
-  set_state(r, State::BetweenSteps);
+// would wait for it. With turn_bytes, r waits in its reactor's line for a turn with that much
+// room instead of for the next turn (AwaitingTurn), and runs with its cost taken.
+void CommandQueue::next_turn(Command& r, uint64_t turn_bytes) {
+  set_state(r, turn_bytes ? State::AwaitingTurn : State::BetweenSteps);
   if (!gate_.enter()) return;  // closed: nothing runs commands any more
   r.queue = this;
   r.next_step.owner = &r;
@@ -335,9 +336,14 @@ void CommandQueue::next_turn(Command& r) {
     Command* req = static_cast<reactor::OwnedCompletion<Command>*>(c)->owner;
     CommandQueue* self = req->queue;
     if (!self->leave_gate()) return;
+    req->turn_granted = req->state() == State::AwaitingTurn;
     self->set_state(*req, State::Running);
     self->io_.next_step(*req);
   };
+  if (turn_bytes) {
+    shared_.wait_for_turn(reactor(), &r.next_step, turn_bytes);
+    return;
+  }
   io_uring_sqe* sqe = reactor().get_sqe();
   io_uring_prep_nop(sqe);
   reactor().prep(sqe, &r.next_step);
@@ -351,20 +357,8 @@ void CommandQueue::next_turn(Command& r) {
 bool CommandQueue::take_turn(Command& r, uint64_t bytes, bool always) {
   if (std::exchange(r.turn_granted, false) || r.is_fused()) return true;
   if (shared_.take_turn(reactor().turn(), reactor().now_ns(), bytes, always)) return true;
-  set_state(r, State::AwaitingTurn);
   r.waited = true;
-  if (!gate_.enter()) return false;  // closed: nothing runs commands any more
-  r.queue = this;
-  r.next_step.owner = &r;
-  r.next_step.fn = [](reactor::Completion* c, int, uint32_t) {
-    Command* req = static_cast<reactor::OwnedCompletion<Command>*>(c)->owner;
-    CommandQueue* self = req->queue;
-    if (!self->leave_gate()) return;
-    self->set_state(*req, State::Running);
-    req->turn_granted = true;
-    self->io_.next_step(*req);
-  };
-  shared_.wait_for_turn(reactor(), &r.next_step, bytes);
+  next_turn(r, std::max<uint64_t>(bytes, 1));
   return false;
 }
 

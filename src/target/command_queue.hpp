@@ -186,8 +186,9 @@ class CommandQueue final {
   // fused operation's ownership of the fence ends here too.
   void device_released(Command& r, bool queue_ending);
   // BetweenSteps: the I/O part's next_step runs from a no-op's completion, among that turn's
-  // other completions.
-  void next_turn(Command& r);
+  // other completions; with turn_bytes, AwaitingTurn: from the reactor's line, once a turn has
+  // that much room.
+  void next_turn(Command& r, uint64_t turn_bytes = 0);
   // r's device operation of `bytes` within its reactor's budget of work for this turn (true; while
   // the reactor is contended, or always),
   // or r waits for a later turn (AwaitingTurn, false) in the reactor's line
