@@ -54,8 +54,8 @@ class ReactorCommands {
   // budget. The line's head runs on the turn it is woken, whatever the budget, unless one that
   // could have waited ran in that turn already; nothing large overtakes the line, so it always
   // moves. (Without a budget, one host with 16 commands of 1 MiB made every turn 16 MiB
-  // of work, and a QD1 reader beside it kept 1-7% of its rate: bench/RESULTS.md, "a reader's
-  // share of one reactor".)
+  // of work, and a QD1 reader beside it kept 5-8% of its rate: bench/reactor-fairness in
+  // bench/RESULTS.md, 2026-12-07.)
   static constexpr uint64_t kTurnBytes = 128 * 1024;
   static constexpr uint64_t kNeverWaitBytes = 16 * 1024;
   static constexpr uint64_t kMinTurnCost = 4096;
@@ -83,15 +83,8 @@ class ReactorCommands {
   // fn runs, on this reactor, its cost taken.
   void wait_for_turn(reactor::Reactor& r, reactor::Completion* woken, uint64_t bytes) {
     line_.push_back({woken, std::max(bytes, kMinTurnCost)});
-    if (!wake_.armed) {
-      wake_.armed = true;
-      wake_.owner = this;
-      wake_.fn = on_wake;
-      io_uring_sqe* sqe = r.get_sqe();
-      io_uring_prep_nop(sqe);
-      r.prep(sqe, &wake_);
-      wake_reactor_ = &r;
-    }
+    wake_reactor_ = &r;
+    arm_wake();
   }
   size_t waiting_for_turn() const { return line_.size() - line_first_; }
 
@@ -99,8 +92,8 @@ class ReactorCommands {
   // QD1 reader) shares it with a heavy one (a lot of data, or a deep queue, outstanding: the
   // transport sees no data for a Verify or a Write Zeroes, whatever their length), and for
   // kContendedLingerNs after. Queues that are all alike have nobody to be fair to and go as fast
-  // as they can: a send limit of 64 KiB a turn halved one host's 128 KiB reads at QD32, and
-  // eight queues' 128 KiB reads at QD4 from 66 K to 38 K IOPS. The linger covers a QD1 reader's
+  // as they can: a send limit of 64 KiB a turn on every stream cut eight queues' 128 KiB reads at
+  // QD4 from 66 K to 38 K IOPS (bench/RESULTS.md, 2026-12-07, under bench/queues-alike). The linger covers a QD1 reader's
   // gaps, between its answer and its next command: when the budgets lapsed in them, the heavy
   // host's 1 MiB sends went whole, and the reader kept 0.1 of its rate. Each queue says when its
   // load changes (load_of), with its reactor's time.
@@ -140,8 +133,9 @@ class ReactorCommands {
   bool contended(uint64_t now_ns) const { return now_ns < send_limit_.until_ns; }
   // What each connection of this reactor hands the kernel per turn at most (TcpStream reads it
   // at each send): bytes until until_ns, then no limit. A 1 MiB response sent whole cost the
-  // core 170 us in one turn; in pieces of 64 KiB a QD1 reader beside 16 such reads kept
-  // 0.41-0.47 of its rate alone, in pieces of 128 KiB 0.2.
+  // core about 170 us in one turn; with 64 KiB a turn a QD1 reader beside 16 such reads keeps
+  // 0.51 of its rate alone (bench/reactor-fairness); with 128 KiB it kept about 0.2 (two runs by
+  // hand, not recorded).
   static constexpr size_t kSendBytesPerTurn = 64 * 1024;
   const reactor::SendLimit* send_limit() const { return &send_limit_; }
   // Commands that waited for a later turn, and the most bytes commands that can wait moved in
@@ -183,12 +177,19 @@ class ReactorCommands {
     if (self.line_first_ == self.line_.size()) {
       self.line_.clear();
       self.line_first_ = 0;
-    } else if (!self.wake_.armed) {
-      self.wake_.armed = true;
-      io_uring_sqe* sqe = self.wake_reactor_->get_sqe();
-      io_uring_prep_nop(sqe);
-      self.wake_reactor_->prep(sqe, &self.wake_);
+    } else {
+      self.arm_wake();
     }
+  }
+  // The line is looked at on the next turn: a no-op's completion, among that turn's others.
+  void arm_wake() {
+    if (wake_.armed) return;
+    wake_.armed = true;
+    wake_.owner = this;
+    wake_.fn = on_wake;
+    io_uring_sqe* sqe = wake_reactor_->get_sqe();
+    io_uring_prep_nop(sqe);
+    wake_reactor_->prep(sqe, &wake_);
   }
   void note_contention(uint64_t now_ns) {
     if (loads_[size_t(Load::Light)] && loads_[size_t(Load::Heavy)]) send_limit_.until_ns = UINT64_MAX;

@@ -118,6 +118,13 @@ class Host {
   uint32_t nsid_;
 };
 
+// Both hosts registered (keys A and B), host A holding Write Exclusive.
+void a_holds_write_exclusive(Host& a, Host& b) {
+  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
+  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
+  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+}
+
 // A file namespace's image in /tmp and the reservation state file beside it, both removed
 // when the test ends.
 struct ImageFile {
@@ -217,9 +224,7 @@ TEST(Reservations, AFencedHostsWritesQueuedUnderARateLimitNeverLand) {
   RunningTarget t;
   Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
   ASSERT_TRUE(a.qp && b.qp);
-  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
-  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
-  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_NO_FATAL_FAILURE(a_holds_write_exclusive(a, b));
   target::Namespace* ns = t.target().state().find_subsystem(kTestNqn)->find_namespace(kRamNsid);
   ASSERT_NE(ns, nullptr);
   ns->qos.set({.w_mbytes_per_sec = 1});  // 8 KiB writes: one every 8 ms or so
@@ -343,9 +348,7 @@ TEST(Reservations, PreemptMovesTheReservationAndTellsTheLoser) {
   RunningTarget t;
   Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
   ASSERT_TRUE(a.qp && b.qp);
-  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
-  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
-  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_NO_FATAL_FAILURE(a_holds_write_exclusive(a, b));
   EXPECT_EQ(a.notice().type, uint8_t(wire::ReservationNotice::Empty));
   // b fences a off: a's registration is gone, b holds the reservation.
   ASSERT_TRUE(b.acquire(wire::AcquireAction::PreemptAndAbort, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
@@ -399,9 +402,7 @@ TEST(Reservations, NotificationMaskSilencesANoticeType) {
   set.cdw11 = 0;
   EXPECT_EQ(a.ctrl->admin(set, nullptr, 0, false).status, sc::InvalidNamespace);
 
-  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
-  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
-  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_NO_FATAL_FAILURE(a_holds_write_exclusive(a, b));
   ASSERT_TRUE(b.acquire(wire::AcquireAction::Preempt, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
   EXPECT_EQ(a.write(1), sc::ReservationConflict);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a notice, had there been one, is queued by now
@@ -494,9 +495,7 @@ TEST(Reservations, AFailedNotificationLogReadKeepsTheNotice) {
   RunningTarget t;
   Host a(t, 1, kRamNsid), b(t, 2, kRamNsid);
   ASSERT_TRUE(a.qp && b.qp);
-  ASSERT_TRUE(a.reg(wire::RegisterAction::Register, 0, kKeyA).ok());
-  ASSERT_TRUE(b.reg(wire::RegisterAction::Register, 0, kKeyB).ok());
-  ASSERT_TRUE(a.acquire(wire::AcquireAction::Acquire, ReservationType::WriteExclusive, kKeyA).ok());
+  ASSERT_NO_FATAL_FAILURE(a_holds_write_exclusive(a, b));
   ASSERT_TRUE(b.acquire(wire::AcquireAction::Preempt, ReservationType::WriteExclusive, kKeyB, kKeyA).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the notice is queued for a by now
   wire::ReservationNotificationLog l{};
