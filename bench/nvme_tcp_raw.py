@@ -97,10 +97,10 @@ def set_queues(s, cid, n):
     return response(s)[2]
 
 
-def controller(port, subnqn, hostnqn, io_queues=1):
+def controller(port, subnqn, hostnqn, io_queues=1, source="127.0.0.1"):
     """An enabled controller with io_queues I/O queues granted: (admin socket, CNTLID)."""
     hostid = os.urandom(16)
-    a = open_queue(port)
+    a = open_queue(port, source)
     dw0, status = connect(a, subnqn, hostnqn, hostid, 0)
     if status:
         raise ConnectionError("admin Connect: status 0x%x" % status)

@@ -90,6 +90,7 @@ struct TargetArgs {
   uint32_t max_connections = 0;
   bool no_connection_limit = false;
   std::string max_buffer_memory, max_connection_buffer_memory, max_host_buffer_memory, max_send_queue;
+  std::string send_buffer_budget, address_send_buffer;
   std::string socket_buffer;
   std::string send_buffer;
   uint32_t icreq_timeout_ms = 0;
@@ -191,6 +192,10 @@ int run_target(const TargetArgs& a) {
                                    std::tuple{&a.max_host_buffer_memory, &cfg.max_host_buffer_memory,
                                               "--max-host-buffer-memory"},
                                    std::tuple{&a.max_send_queue, &cfg.max_send_queue_bytes, "--max-send-queue"},
+                                   std::tuple{&a.send_buffer_budget, &cfg.send_buffer_budget_bytes,
+                                              "--send-buffer-budget"},
+                                   std::tuple{&a.address_send_buffer, &cfg.address_send_buffer_bytes,
+                                              "--address-send-buffer"},
                                    std::tuple{&a.socket_buffer, &cfg.socket_buffer_bytes, "--socket-buffer"}}) {
     if (text->empty()) continue;
     if (!backend::parse_size(*text, *field)) {
@@ -360,6 +365,12 @@ void add_target_command(CLI::App& app, int& rc) {
                 "SO_SNDBUF alone (0: the kernel autotunes it; default: --socket-buffer if given, else 512K)");
   c->add_option("--max-send-queue", a->max_send_queue,
                 "bytes queued for one connection's socket above which its new commands wait (default 8M; 0 = no limit)");
+  c->add_option("--send-buffer-budget", a->send_buffer_budget,
+                "SO_SNDBUF of all connections together; over it every connection's is cut (default 0: a quarter "
+                "of tcp_mem's pressure point)");
+  c->add_option("--address-send-buffer", a->address_send_buffer,
+                "SO_SNDBUF of one source address's connections together; over it they are cut, then its newest "
+                "refused (default 0: a quarter of the target's budget)");
   c->add_option("--icreq-timeout-ms", a->icreq_timeout_ms, "close connections that send no ICReq within this (default 10000)")
       ->check(CLI::Range(1, 3600000));
   c->add_option("--send-timeout-ms", a->send_timeout_ms,

@@ -79,6 +79,9 @@ std::string check_ranges(const TargetConfig& cfg) {
       {"max_connections_per_address", cfg.max_connections_per_address, 0, 1u << 20, "0 = no limit"},
       {"max_connections_per_host", cfg.max_connections_per_host, 0, 1u << 20, "0 = no limit"},
       {"max_send_queue_bytes", cfg.max_send_queue_bytes, 0, 1ull << 30, "0 = no limit"},
+      {"send_buffer_budget_bytes", cfg.send_buffer_budget_bytes, 0, 1ull << 40, "0 = a quarter of tcp_mem's pressure point"},
+      {"address_send_buffer_bytes", cfg.address_send_buffer_bytes, 0, 1ull << 40, "0 = a quarter of the target's budget"},
+      {"min_send_buffer_bytes", cfg.min_send_buffer_bytes, 4096, 1u << 30, "the least SO_SNDBUF a connection gets"},
       {"max_registrants_per_namespace", cfg.max_registrants_per_namespace, 1, 65535,
        "Reservation Report counts registrants in 16 bits"},
       {"sqpoll_idle_ms", cfg.sqpoll_idle_ms, 0, 60000, "at most a minute"},
@@ -287,6 +290,9 @@ std::string load_config_file(const std::string& path, TargetConfig& cfg) {
         size_field(j, "max_connection_buffer_memory", cfg.max_connection_buffer_memory);
     cfg.max_host_buffer_memory = size_field(j, "max_host_buffer_memory", cfg.max_host_buffer_memory);
     cfg.max_send_queue_bytes = size_field(j, "max_send_queue_bytes", cfg.max_send_queue_bytes);
+    cfg.send_buffer_budget_bytes = size_field(j, "send_buffer_budget_bytes", cfg.send_buffer_budget_bytes);
+    cfg.address_send_buffer_bytes = size_field(j, "address_send_buffer_bytes", cfg.address_send_buffer_bytes);
+    cfg.min_send_buffer_bytes = size32_field(j, "min_send_buffer_bytes", cfg.min_send_buffer_bytes);
     cfg.max_registrants_per_namespace =
         int_field(j, "max_registrants_per_namespace", cfg.max_registrants_per_namespace);
     cfg.tcp_congestion = j.value("tcp_congestion", cfg.tcp_congestion);

@@ -187,6 +187,13 @@ struct TargetConfig {
   uint64_t max_connection_buffer_memory = 256ull << 20;  // the same, per connection
   uint64_t max_host_buffer_memory = 512ull << 20;        // the same, per host NQN (all its connections)
   uint64_t max_send_queue_bytes = 8u << 20; // per connection: new commands wait above this
+  // The kernel's send buffers (target_tcp/send_shares.hpp), in SO_SNDBUF bytes (the kernel
+  // doubles them): all connections together (0: a quarter of tcp_mem's pressure point), one
+  // source address's connections (0: a quarter of the target's), and the least a connection
+  // gets: an address whose next connection would get less is refused at accept.
+  uint64_t send_buffer_budget_bytes = 0;
+  uint64_t address_send_buffer_bytes = 0;
+  uint32_t min_send_buffer_bytes = 64u << 10;
   // Reservation registrants per namespace (a registration outlives its host's connections,
   // as NVMe requires, so a host that invents host IDs would otherwise grow it for good).
   // At most 65535: Reservation Report counts them in 16 bits.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a target holds for all its connections: its configuration, subsystems and listeners,
-// devices, and the budgets its connections draw on (ResourceUsage, HostBudget, AddressCounts);
+// devices, and the budgets its connections draw on (ResourceUsage, HostBudget);
 // with the test hooks every connection consults (ResponseObserver, OffloadHook).
 #pragma once
 #include <atomic>
@@ -73,31 +73,6 @@ struct HostBudget {
   void release(uint64_t n) { bytes.fetch_sub(n, std::memory_order_relaxed); }
 };
 
-// Live connections per source address, against TargetConfig::max_connections_per_address
-// (taken at accept on reactor 0, given back by whichever reactor ends the connection).
-class AddressCounts {
- public:
-  bool acquire(const std::string& addr, uint32_t max) {
-    std::lock_guard lk(mu_);
-    uint32_t& n = counts_[addr];
-    if (max && n >= max) {
-      if (n == 0) counts_.erase(addr);
-      return false;
-    }
-    ++n;
-    return true;
-  }
-  void release(const std::string& addr) {
-    std::lock_guard lk(mu_);
-    auto it = counts_.find(addr);
-    if (it != counts_.end() && --it->second == 0) counts_.erase(it);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, uint32_t> counts_;
-};
-
 // Test hook: runs on the worker thread before each piece of work a queue takes off its
 // reactor (CommandTransport::run_off_reactor), so a test can hold it there.
 class OffloadHook {
@@ -117,7 +92,6 @@ struct TargetState {
   std::atomic<uint64_t> genctr{1};
   std::atomic<ResponseObserver*> response_observer{nullptr};
   std::atomic<OffloadHook*> offload_hook{nullptr};
-  AddressCounts addresses;
   // The threads that run the DH-HMAC-CHAP computations off the reactors (Target::start makes
   // them; else the first call).
   // Every reactor waits at shutdown until its queues' work has come back, so none is left

@@ -86,14 +86,33 @@ std::string local_address(int fd) {
   return host;
 }
 
-// The peer's IP address alone (no port): what max_connections_per_address counts.
+// The peer's IP address alone (no port): what max_connections_per_address and the send
+// buffers' shares count.
 std::string peer_address(int fd) {
   reactor::Endpoint ep = peer_of(fd);
   return ep.addr.ss_family == AF_UNSPEC ? "?" : ep.host();
 }
+// The kernel send-buffer budgets of cfg, with what it leaves to the machine filled in.
+SendShares::Limits send_share_limits(const TargetConfig& cfg) {
+  SendShares::Limits l;
+  l.ceiling_bytes = uint32_t(reactor::send_buffer_for(cfg.send_buffer_bytes, cfg.socket_buffer_bytes));
+  l.target_bytes = cfg.send_buffer_budget_bytes ? cfg.send_buffer_budget_bytes : SendShares::tcp_mem_pressure_bytes() / 4;
+  l.address_bytes = cfg.address_send_buffer_bytes ? cfg.address_send_buffer_bytes : l.target_bytes / 4;
+  l.floor_bytes = l.ceiling_bytes ? std::min(cfg.min_send_buffer_bytes, l.ceiling_bytes) : cfg.min_send_buffer_bytes;
+  l.max_per_address = cfg.max_connections_per_address;
+  if (const uint64_t wmem = SendShares::tcp_wmem_max_bytes()) l.autotuned_up_to = uint32_t(std::min<uint64_t>(wmem / 2, 1u << 30));
+  return l;
+}
+
 }  // namespace
 
-ListenSockets::ListenSockets(Target& target) : t_(target) {}
+ListenSockets::ListenSockets(Target& target) : t_(target), shares_(send_share_limits(target.cfg_)) {
+  const SendShares::Limits& l = shares_.limits();
+  log::info("kernel send buffers: {} MiB for all connections, {} MiB for one source address, {} KiB at least and {} "
+            "at most for one connection",
+            l.target_bytes >> 20, l.address_bytes >> 20, l.floor_bytes >> 10,
+            l.ceiling_bytes ? fmt::format("{} KiB", l.ceiling_bytes >> 10) : std::string("autotuned"));
+}
 ListenSockets::~ListenSockets() = default;
 
 std::string ListenSockets::bind_configured() {
@@ -184,41 +203,43 @@ void ListenSockets::on_accept(ListenSocket* sock, int res, uint32_t flags) {
     return;
   }
   std::string address;
-  bool refused = false;  // by max_connections_per_address
-  if (res >= 0 && t_.cfg_.max_connections_per_address) {
+  SendShares::Admission admission;
+  bool refused = res >= 0 && over_connection_limit();
+  if (refused) ::close(res);
+  if (res >= 0 && !refused) {
     address = peer_address(res);
-    if (!t_.state_->addresses.acquire(address, t_.cfg_.max_connections_per_address)) {
-      const uint64_t n = t_.state_->usage.refused_connections.fetch_add(1) + 1;
-      const uint64_t now = reactor::monotonic_ns();
-      if (now - last_refusal_log_ns_ > 1'000'000'000ull) {
-        log::warn("connection from {} refused: it has {} open (max_connections_per_address); {} refused so far",
-                  address, t_.cfg_.max_connections_per_address, n);
-        last_refusal_log_ns_ = now;
-      }
+    admission = shares_.admit(address, res);
+    if (!admission.log.empty()) {
+      if (admission.lease)
+        log::info("{}", admission.log);  // slowed
+      else
+        log::warn("{}", admission.log);
+    }
+    if (!admission.lease) {
+      t_.state_->usage.refused_connections.fetch_add(1);
       ::close(res);
       refused = true;
     }
   }
-  if (res >= 0 && !refused && over_connection_limit()) {
-    if (!address.empty()) t_.state_->addresses.release(address);
-    ::close(res);
-  } else if (res >= 0 && !refused) {
+  if (res >= 0 && !refused) {
     sock->backoff_ns = 0;
     accepted_.fetch_add(1);
     t_.state_->usage.handoff.fetch_add(1);
     const int rcvbuf = reactor::receive_buffer_for(t_.cfg_.socket_buffer_bytes, reactor::net_core_rmem_max());
-    const int sndbuf = reactor::send_buffer_for(t_.cfg_.send_buffer_bytes, t_.cfg_.socket_buffer_bytes);
+    const int sndbuf = int(admission.share);  // 0: autotuned
     std::string e = reactor::apply_socket_options(res, {true, sndbuf, rcvbuf, t_.cfg_.tcp_congestion});
     if (!e.empty()) log::warn("accepted socket: {}", e);
     unsigned idx = next_reactor_.fetch_add(1) % unsigned(t_.reactors_.size());
     Target::ReactorThread* dst = t_.reactors_[idx].get();
     int fd = res;
-    Arrival arrival{sock->portid, local_address(fd), address.empty() ? peer_address(fd) : address};
+    Arrival arrival{sock->portid, local_address(fd), address};
     const bool tls = sock->tls, ktls = sock->ktls;
-    dst->reactor->post([this, dst, fd, tls, ktls, address = std::move(address), arrival = std::move(arrival)]() mutable {
+    // The lease goes with the connection (a posted function must be copyable).
+    auto lease = std::make_shared<SendShares::Lease>(std::move(admission.lease));
+    dst->reactor->post([this, dst, fd, tls, ktls, lease, arrival = std::move(arrival)]() mutable {
       if (t_.stopping_.load()) {
         close(fd);
-        if (!address.empty()) t_.state_->addresses.release(address);
+        *lease = {};
         t_.state_->usage.handoff.fetch_sub(1);
         return;
       }
@@ -233,9 +254,9 @@ void ListenSockets::on_accept(ListenSocket* sock, int res, uint32_t flags) {
           s->attach([&r, fd, &set](reactor::StreamOwner& o) { return target_tcp_stream(r, fd, o, set); });
           return s;
         };
-        conn = new TcpQueue(*t_.state_, r, make, peer, dst->connections, std::move(address), std::move(arrival));
+        conn = new TcpQueue(*t_.state_, r, make, peer, dst->connections, std::move(*lease), std::move(arrival));
       } else {
-        conn = new TcpQueue(*t_.state_, *dst->reactor, fd, peer, dst->connections, std::move(address),
+        conn = new TcpQueue(*t_.state_, *dst->reactor, fd, peer, dst->connections, std::move(*lease),
                             std::move(arrival));
       }
       t_.state_->usage.handoff.fetch_sub(1);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The target's listening sockets, what nvmet-tcp's ports are: bound at start or by RPC, each
-// accepting on reactor 0 with a multishot accept, refusing what max_connections and
-// max_connections_per_address do not allow, and handing each connection to a reactor in turn,
-// where it becomes a TcpQueue (behind a TLS handshake on a TLS listener). Accept failing for
+// accepting on reactor 0 with a multishot accept, refusing what max_connections,
+// max_connections_per_address and an address's share of the kernel's send buffers
+// (send_shares.hpp) do not allow, and handing each connection to a reactor in turn, where it becomes a TcpQueue (behind a TLS handshake on a TLS listener). Accept failing for
 // want of descriptors backs off; a socket taken away goes once nothing of it is in the ring.
 #pragma once
 #include <atomic>
@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "target_tcp/send_shares.hpp"
 
 namespace nvtcp::target {
 
@@ -39,6 +41,7 @@ class ListenSockets {
   // through it are not touched here).
   void close_listener(uint16_t portid);
   uint64_t accepted() const { return accepted_.load(); }
+  const SendShares& send_shares() const { return shares_; }
 
  private:
   struct ListenSocket;
@@ -54,6 +57,7 @@ class ListenSockets {
 
   Target& t_;
   std::vector<std::unique_ptr<ListenSocket>> sockets_;  // reactor 0's while the reactors run
+  SendShares shares_;  // outlives every connection (the reactors stop first)
   std::atomic<uint64_t> accepted_{0};
   std::atomic<unsigned> next_reactor_{0};
   uint64_t last_refusal_log_ns_ = 0;  // reactor 0 only

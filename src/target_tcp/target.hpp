@@ -56,6 +56,8 @@ class Target {
   // namespace goes while it is read, and asks the reactors for their connections).
   TargetMetrics metrics();
   uint64_t connections_accepted() const { return sockets_.accepted(); }
+  // The kernel send buffers' shares by source address (send_shares.hpp).
+  const SendShares& send_shares() const { return sockets_.send_shares(); }
   // What the target holds now, against the limits of its configuration.
   const ResourceUsage& usage() const { return state_->usage; }
   uint32_t live_connections() const { return state_ ? state_->usage.connections.load() : 0; }

@@ -81,13 +81,13 @@ std::unique_ptr<reactor::TcpStream> target_tcp_stream(reactor::Reactor& r, int f
 }
 
 TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-                   std::string address, Arrival arrival, const reactor::Clock& clock)
+                   SendShares::Lease send_share, Arrival arrival, const reactor::Clock& clock)
     : TcpQueue(
           target, r, [&r, fd, &set](reactor::StreamOwner& owner) { return target_tcp_stream(r, fd, owner, set); },
-          std::move(peer), set, std::move(address), std::move(arrival), clock) {}
+          std::move(peer), set, std::move(send_share), std::move(arrival), clock) {}
 
 TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
-                   ConnectionSet& set, std::string address, Arrival arrival, const reactor::Clock& clock)
+                   ConnectionSet& set, SendShares::Lease send_share, Arrival arrival, const reactor::Clock& clock)
     : target_(target),
       live_count_(target.usage.connections),
       reactor_(r),
@@ -96,7 +96,7 @@ TcpQueue::TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& m
       stream_(make_stream(*this)),
       receive_(*this),
       receiver_(transport::Side::Target, &receive_),
-      address_(std::move(address)),
+      send_share_(std::move(send_share)),
       commands_(target, *this, link_, memory_, set, release_closed, this),
       memory_(target.config, target.usage, sizeof(TcpRequest)),
       pool_(memory_, this,
@@ -133,7 +133,6 @@ TcpQueue::~TcpQueue() {
   set_.retire(pool_.entries(), commands_.command_entries());
   reactor_.cancel_timer(&retry_timer_);
   reactor_.undefer(&resume_d_);
-  if (!address_.empty()) target_.addresses.release(address_);
 }
 
 ConnectionInfo TcpQueue::info() const {

@@ -28,6 +28,7 @@
 #include "target/command_queue.hpp"
 #include "target_tcp/deadline_set.hpp"
 #include "target_tcp/request_pool.hpp"
+#include "target_tcp/send_shares.hpp"
 #include "target_tcp/tcp_queue_receive.hpp"
 #include "target_tcp/tcp_queue_send.hpp"
 #include "target_tcp/tcp_queue_timeouts.hpp"
@@ -103,15 +104,16 @@ std::unique_ptr<reactor::TcpStream> target_tcp_stream(reactor::Reactor& r, int f
 
 class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
  public:
-  // address: the source address counted for max_connections_per_address (empty: none).
-  // clock: what the connection's deadlines read (tests pass one they step).
+  // send_share: the connection's part of its source address's kernel send buffers (empty: none
+  // counted, as in tests). clock: what the connection's deadlines read (tests pass one they step).
   TcpQueue(TargetState& target, reactor::Reactor& r, int fd, std::string peer, ConnectionSet& set,
-           std::string address = {}, Arrival arrival = {}, const reactor::Clock& clock = reactor::monotonic_clock());
+           SendShares::Lease send_share = {}, Arrival arrival = {},
+           const reactor::Clock& clock = reactor::monotonic_clock());
   // The same over a stream that make_stream builds for the connection (its owner): what a test
   // passes to keep the bytes in memory, and the TLS stream of a secure channel.
   using MakeStream = std::function<std::unique_ptr<reactor::ByteStream>(reactor::StreamOwner& owner)>;
   TcpQueue(TargetState& target, reactor::Reactor& r, const MakeStream& make_stream, std::string peer,
-           ConnectionSet& set, std::string address = {}, Arrival arrival = {},
+           ConnectionSet& set, SendShares::Lease send_share = {}, Arrival arrival = {},
            const reactor::Clock& clock = reactor::monotonic_clock());
   ~TcpQueue() override;
 
@@ -198,7 +200,7 @@ class TcpQueue final : public reactor::StreamOwner, public CommandTransport {
   TcpQueueReceive receive_;  // the PDUs receiver_ hands on
   transport::PduReceiver receiver_;
   State state_ = State::AwaitICReq;
-  std::string address_;  // counted in TargetState::addresses
+  SendShares::Lease send_share_;  // counted until the connection goes; applied on its periodic check
 
   // Negotiated at ICReq
   bool hdgst_ = false, ddgst_ = false;

@@ -90,6 +90,7 @@ void TcpQueueTimeouts::on_controller_poll(uint64_t) {
     q_.close("its controller was torn down");
     return;
   }
+  q_.send_share_.apply();  // its address's share of the kernel's send buffers moved
   q_.deadlines_.arm(Deadline::ControllerPoll, poll_period());
 }
 

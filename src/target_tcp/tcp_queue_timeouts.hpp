@@ -17,7 +17,8 @@ class TcpQueueTimeouts {
   // The connection's deadlines, each with its own handler (run in this order when several
   // fall due together). ICReq: the host has icreq_timeout_ms from accept to send its ICReq;
   // Connect: and its Connect, by the same deadline. On a connected queue, at least every
-  // poll_period(): ControllerPoll (its controller was torn down elsewhere), and, each also at
+  // poll_period(): ControllerPoll (its controller was torn down elsewhere; its address's send
+  // buffer share moved), and, each also at
   // the instant it would expire (arm_check()), KeepAlive (admin queue: the host's KATO),
   // SendStall (the host reads no responses), H2CData (the host owes data an R2T asked for).
   // TermReqLinger: how long a C2HTermReq gets to leave before the socket closes.

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "nvtcp/host.hpp"
+#include "raw_session.hpp"
 #include "reactor/tcp_stream.hpp"
 #include "test_target.hpp"
 
@@ -55,6 +57,31 @@ std::vector<Buffers> connected_sockets(uint16_t port, bool local) {
     out.push_back(b);
   }
   return out;
+}
+
+// SO_SNDBUF of this process's sockets accepted on port from IPv4 address from.
+std::vector<int> send_buffers_from(uint16_t port, const char* from) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    sockaddr_in here{}, there{};
+    socklen_t hl = sizeof(here), tl = sizeof(there);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&here), &hl) != 0 || here.sin_family != AF_INET) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&there), &tl) != 0 || ntohs(here.sin_port) != port) continue;
+    char addr[INET_ADDRSTRLEN] = {};
+    if (!inet_ntop(AF_INET, &there.sin_addr, addr, sizeof(addr)) || std::string(addr) != from) continue;
+    int v = 0;
+    socklen_t len = sizeof(v);
+    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len);
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Whether n sockets from `from` are accepted on port, each with SO_SNDBUF set to `set`.
+bool all_from_at(uint16_t port, const char* from, size_t n, uint32_t set) {
+  const std::vector<int> b = send_buffers_from(port, from);
+  return b.size() == n && std::all_of(b.begin(), b.end(), [&](int v) { return v == int(set) * 2; });
 }
 
 // tcp_rmem's or tcp_wmem's default: where an autotuned buffer starts (it only grows from there).
@@ -141,6 +168,53 @@ TEST(SocketBuffers, SendBufferOverridesTheSocketBufferForSendsOnly) {
 }
 
 TEST(SocketBuffers, SocketBufferFixesBoth) { connect_and_check({96u << 10, {}}, {80u << 10, {}}); }
+
+// The kernel's send buffers are shared out by source address (target_tcp/send_shares.hpp): an
+// address that opens more connections than its budget covers at the ceiling gets smaller
+// buffers on all of them, then its newest connections are refused at accept; another address
+// keeps the ceiling and is served; as the crowd leaves, its share comes back.
+TEST(SocketBuffers, OneAddressOverItsShareIsCutThenRefusedAndAnotherKeepsItsBuffers) {
+  constexpr uint32_t KiB = 1024;
+  target::TargetConfig cfg = default_config();
+  cfg.send_buffer_bytes = 256 * KiB;
+  cfg.address_send_buffer_bytes = 1024 * KiB;  // four at the ceiling, sixteen at the floor
+  cfg.min_send_buffer_bytes = 64 * KiB;
+  cfg.send_buffer_budget_bytes = 64u << 20;
+  RunningTarget t(cfg);
+  std::vector<std::unique_ptr<Session>> crowd;
+  for (int i = 0; i < 16; ++i) {
+    crowd.push_back(std::make_unique<Session>());
+    ASSERT_TRUE(crowd.back()->open(t.port(), 0, "127.0.0.2"));
+    Cqe cqe{};
+    ASSERT_TRUE(crowd.back()->connect_admin(cqe));
+    ASSERT_TRUE(ok(cqe));
+  }
+  RawClient extra;
+  ASSERT_TRUE(extra.connect(t.port(), "127.0.0.2"));
+  EXPECT_TRUE(extra.expect_eof()) << "a seventeenth connection from 127.0.0.2 would get less than the floor";
+  EXPECT_EQ(t.target().send_shares().refused(), 1u);
+  // Every connection of the crowd is cut to the floor at its next periodic check.
+  EXPECT_TRUE(wait_for([&] { return all_from_at(t.port(), "127.0.0.2", 16, 64 * KiB); }, 10000))
+      << "the crowd's send buffers were not all cut to 64 KiB";
+  // Another address keeps the ceiling and is served.
+  expect_healthy(t);
+  host::ControllerOptions o;
+  o.io_queues = 1;
+  std::string err;
+  auto ctrl = host::Controller::connect(t.trid(), o, err);
+  ASSERT_TRUE(ctrl) << err;
+  auto qp = ctrl->create_io_qpair(32, err);
+  ASSERT_TRUE(qp) << err;
+  EXPECT_TRUE(wait_for([&] { return all_from_at(t.port(), "127.0.0.1", 2, 256 * KiB); }, 10000))
+      << "127.0.0.1's admin and I/O queues do not have the ceiling";
+  EXPECT_EQ(t.target().send_shares().share_of("127.0.0.1"), 256 * KiB);
+  // Half the crowd leaves: the rest get 128 KiB (1 MiB / 8).
+  crowd.resize(8);
+  EXPECT_TRUE(wait_for([&] { return all_from_at(t.port(), "127.0.0.2", 8, 128 * KiB); }, 10000))
+      << "the send buffers of the eight left did not come back to 128 KiB";
+  Session again;
+  EXPECT_TRUE(again.open(t.port(), 0, "127.0.0.2")) << "under its share, the address is served again";
+}
 
 }  // namespace
 }  // namespace nvtcp::test::socket_buffers_test
