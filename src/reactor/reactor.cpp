@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -212,9 +213,9 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     // Don't sleep past the next timer.
     const uint64_t now = now_ns_;
     uint64_t wait_ns = uint64_t(timeout_us) * 1000;
-    for (Timer* t = timers_; t; t = t->next) {
-      uint64_t d = t->deadline_ns > now ? t->deadline_ns - now : 0;
-      if (d < wait_ns) wait_ns = d;
+    if (!timers_.empty()) {
+      const uint64_t due = timers_.front()->deadline_ns;
+      wait_ns = std::min(wait_ns, due > now ? due - now : 0);
     }
     __kernel_timespec ts{};
     ts.tv_sec = static_cast<long long>(wait_ns / 1000000000ull);
@@ -252,7 +253,7 @@ unsigned Reactor::run_once(uint32_t timeout_us) {
     last_yield_ns_ = now_ns_;
     ++stats_.spin_yields;
   }
-  if (timers_) run_timers();
+  if (!timers_.empty() && timers_.front()->deadline_ns <= now_ns_) run_timers();
   if (has_posted_.load(std::memory_order_acquire)) run_posted();
   if (remote_.load(std::memory_order_acquire)) run_remote();
   return handled;
@@ -334,38 +335,76 @@ void Reactor::run_deferred() {
   }
 }
 
+namespace {
+
+// The timer heap's moves: a timer whose deadline went down goes up, and the other way.
+void place(std::vector<Timer*>& heap, uint32_t i, Timer* t) {
+  heap[i] = t;
+  t->heap_index = i;
+}
+
+void sift_up(std::vector<Timer*>& heap, uint32_t i) {
+  Timer* t = heap[i];
+  while (i > 0) {
+    const uint32_t parent = (i - 1) / 2;
+    if (heap[parent]->deadline_ns <= t->deadline_ns) break;
+    place(heap, i, heap[parent]);
+    i = parent;
+  }
+  place(heap, i, t);
+}
+
+void sift_down(std::vector<Timer*>& heap, uint32_t i) {
+  Timer* t = heap[i];
+  const auto n = uint32_t(heap.size());
+  for (;;) {
+    uint32_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && heap[child + 1]->deadline_ns < heap[child]->deadline_ns) ++child;
+    if (heap[child]->deadline_ns >= t->deadline_ns) break;
+    place(heap, i, heap[child]);
+    i = child;
+  }
+  place(heap, i, t);
+}
+
+}  // namespace
+
 void Reactor::arm_timer(Timer* t, uint64_t delay_ns) {
+  const uint64_t before = t->deadline_ns;
   t->deadline_ns = monotonic_ns() + delay_ns;
-  if (t->linked) return;
-  t->linked = true;
-  t->prev = nullptr;
-  t->next = timers_;
-  if (timers_) timers_->prev = t;
-  timers_ = t;
+  if (!t->linked) {
+    t->linked = true;
+    timers_.push_back(t);
+    sift_up(timers_, uint32_t(timers_.size() - 1));
+  } else if (t->deadline_ns < before) {
+    sift_up(timers_, t->heap_index);
+  } else {
+    sift_down(timers_, t->heap_index);
+  }
 }
 
 void Reactor::cancel_timer(Timer* t) {
   if (!t->linked) return;
-  if (t->prev) t->prev->next = t->next; else timers_ = t->next;
-  if (t->next) t->next->prev = t->prev;
-  t->next = t->prev = nullptr;
+  const uint32_t i = t->heap_index;
+  Timer* last = timers_.back();
+  timers_.pop_back();
+  if (last != t) {
+    place(timers_, i, last);
+    sift_down(timers_, i);
+    sift_up(timers_, last->heap_index);
+  }
   t->linked = false;
   t->deadline_ns = 0;
 }
 
 void Reactor::run_timers() {
-  // Timers are per connection, not per I/O: a short list. A fired timer is unlinked
-  // before its callback so the callback may re-arm or destroy it.
-  Timer* t = timers_;
-  while (t) {
-    Timer* next = t->next;
-    if (t->deadline_ns <= now_ns_) {
-      cancel_timer(t);
-      t->fn(t);
-      next = timers_;  // the list may have changed; rescan (fired timers are unlinked)
-      while (next && next->deadline_ns > now_ns_) next = next->next;
-    }
-    t = next;
+  // A fired timer leaves the heap before its callback, so that the callback may re-arm or
+  // destroy it; one re-armed for now or earlier runs again in this turn.
+  while (!timers_.empty() && timers_.front()->deadline_ns <= now_ns_) {
+    Timer* t = timers_.front();
+    cancel_timer(t);
+    t->fn(t);
   }
 }
 

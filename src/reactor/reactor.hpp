@@ -50,13 +50,14 @@ struct RemoteCompletion {
   RemoteCompletion* next = nullptr;
 };
 
-// A periodic or one-shot deadline checked by the loop; owners embed it (intrusive list).
+// A periodic or one-shot deadline checked by the loop; owners embed it. The reactor keeps the
+// armed ones in a binary heap by deadline (heap_index: its place there): a target with thousands
+// of connections has a few timers each, and a loop turn looks only at the earliest.
 struct Timer {
   uint64_t deadline_ns = 0;        // 0 = not armed
   void (*fn)(Timer* self) = nullptr;
-  Timer* next = nullptr;
-  Timer* prev = nullptr;
-  bool linked = false;
+  uint32_t heap_index = 0;
+  bool linked = false;             // armed
 };
 
 // A receive that a spinning reactor performs itself, with one non-blocking recv per loop
@@ -253,10 +254,10 @@ class Reactor {
   uint64_t busy_ns_ = 0;
   uint64_t work_start_ns_ = 0;   // when this turn's handling started
   bool turn_had_work_ = false;   // the previous turn's, until the clock is read
-  SpinRecv* spin_recvs_ = nullptr;  // doubly linked, like timers_
+  SpinRecv* spin_recvs_ = nullptr;  // doubly linked
   SpinRecv* spin_cursor_ = nullptr;  // the next to poll during poll_spin_recvs
   uint32_t spin_recv_count_ = 0;
-  Timer* timers_ = nullptr;
+  std::vector<Timer*> timers_;  // armed timers, a binary min-heap by deadline
   Deferred* deferred_ = nullptr;
   Deferred* deferred_tail_ = nullptr;
 

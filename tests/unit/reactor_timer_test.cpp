@@ -4,7 +4,9 @@
 // now (due on the next turn) or an hour away (never due in a test): no timing is asserted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "reactor/reactor.hpp"
@@ -102,6 +104,54 @@ TEST_F(ReactorTimer, ManyTimersEachFireWhenDue) {
   turns(100);
   for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].fired, i % 2 ? 0 : 1) << "timer " << i;
   for (auto& c : all) r_.cancel_timer(&c.timer);
+}
+
+// Many timers, armed, moved and cancelled in a scrambled order (a target holds a few per
+// connection, thousands in all): the due ones fire once each, in deadline order, within one
+// turn; the moved-away and cancelled ones never do.
+struct Ordered {
+  Timer timer;  // first member
+  int id = 0;
+  std::vector<int>* order = nullptr;
+};
+
+void on_ordered(Timer* t) {
+  auto* o = reinterpret_cast<Ordered*>(t);
+  o->order->push_back(o->id);
+}
+
+TEST_F(ReactorTimer, ThousandsOfTimersFireInDeadlineOrderAndOnlyTheDueOnes) {
+  constexpr int kTimers = 3000;
+  std::vector<Ordered> timers(kTimers);
+  std::vector<int> order;
+  std::vector<uint64_t> deadline(kTimers);
+  for (int i = 0; i < kTimers; ++i) {
+    timers[i].timer.fn = on_ordered;
+    timers[i].id = i;
+    timers[i].order = &order;
+  }
+  // Scrambled: timer i due i microseconds after it is armed (at most 3 ms); every third moved an hour
+  // away after being armed, every seventh cancelled.
+  for (int k = 0; k < kTimers; ++k) {
+    const int i = int((uint64_t(k) * 7919) % kTimers);
+    r_.arm_timer(&timers[i].timer, uint64_t(i) * 1000);
+    deadline[i] = timers[i].timer.deadline_ns;
+  }
+  for (int i = 0; i < kTimers; i += 3) r_.arm_timer(&timers[i].timer, kHour);
+  for (int i = 0; i < kTimers; i += 7) r_.cancel_timer(&timers[i].timer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // every one left is due
+  r_.run_once(0);
+  std::vector<int> expected;
+  for (int i = 0; i < kTimers; ++i)
+    if (i % 3 != 0 && i % 7 != 0) expected.push_back(i);
+  std::vector<int> fired = order;
+  std::sort(fired.begin(), fired.end());
+  EXPECT_EQ(fired, expected) << "not exactly the due ones fired";
+  for (size_t k = 1; k < order.size(); ++k)
+    ASSERT_LE(deadline[order[k - 1]], deadline[order[k]]) << "fired out of deadline order at " << k;
+  turns(10);
+  EXPECT_EQ(order.size(), expected.size()) << "a timer fired twice, or one moved away fired";
+  for (int i = 0; i < kTimers; i += 3) r_.cancel_timer(&timers[i].timer);
 }
 
 }  // namespace
