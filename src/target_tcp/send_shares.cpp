@@ -27,6 +27,16 @@ constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 
 uint64_t pow2_below(uint64_t v) { return v ? std::bit_floor(v) : 0; }
 
+// Value `which` of a sysctl of three numbers (tcp_mem: pages; tcp_wmem: bytes); 0 if unreadable.
+uint64_t sysctl_triple(const char* path, int which) {
+  FILE* f = std::fopen(path, "re");
+  if (!f) return 0;
+  unsigned long long v[3] = {};
+  const int got = std::fscanf(f, "%llu %llu %llu", &v[0], &v[1], &v[2]);
+  std::fclose(f);
+  return got == 3 ? v[which] : 0;
+}
+
 std::string size_text(uint64_t b) {
   if (b >= (1u << 20) && b % (1u << 20) == 0) return fmt::format("{} MiB", b >> 20);
   if (b >= 1024 && b % 1024 == 0) return fmt::format("{} KiB", b >> 10);
@@ -160,25 +170,9 @@ uint32_t SendShares::share_of(const std::string& address) const {
 }
 
 uint64_t SendShares::tcp_mem_pressure_bytes() {
-  FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_mem", "re");
-  if (!f) return 0;
-  unsigned long long lo = 0, pressure = 0, hi = 0;
-  const int got = std::fscanf(f, "%llu %llu %llu", &lo, &pressure, &hi);
-  std::fclose(f);
-  return got == 3 ? pressure * uint64_t(::sysconf(_SC_PAGESIZE)) : 0;
+  return sysctl_triple("/proc/sys/net/ipv4/tcp_mem", 1) * uint64_t(::sysconf(_SC_PAGESIZE));
 }
 
-}  // namespace nvtcp::target
-
-namespace nvtcp::target {
-
-uint64_t SendShares::tcp_wmem_max_bytes() {
-  FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_wmem", "re");
-  if (!f) return 0;
-  unsigned long long lo = 0, dflt = 0, hi = 0;
-  const int got = std::fscanf(f, "%llu %llu %llu", &lo, &dflt, &hi);
-  std::fclose(f);
-  return got == 3 ? hi : 0;
-}
+uint64_t SendShares::tcp_wmem_max_bytes() { return sysctl_triple("/proc/sys/net/ipv4/tcp_wmem", 2); }
 
 }  // namespace nvtcp::target
