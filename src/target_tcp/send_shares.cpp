@@ -115,6 +115,7 @@ SendShares::Admission SendShares::admit(const std::string& address, int fd) {
   }
   ++a->connections;
   ++total_;
+  peak_ = std::max(peak_, total_);
   const uint64_t step = limits_.target_bytes ? pow2_below(limits_.target_bytes / total_) : kUnbounded;
   if (step != target_step_) {
     target_step_ = step;
@@ -135,7 +136,15 @@ SendShares::Admission SendShares::admit(const std::string& address, int fd) {
 }
 
 void SendShares::leave(Address& a) {
-  std::lock_guard lk(mu_);
+  bool many_gone = false;
+  {
+    std::lock_guard lk(mu_);
+    many_gone = leave_locked(a);
+  }
+  if (many_gone && many_gone_) many_gone_();
+}
+
+bool SendShares::leave_locked(Address& a) {
   --a.connections;
   --total_;
   // Refusing again is logged again once the address has fallen well under where it stopped.
@@ -150,6 +159,9 @@ void SendShares::leave(Address& a) {
   const uint32_t share = a.share.load(std::memory_order_relaxed);
   a.slowed = share != kAutotuned && (!limits_.ceiling_bytes || share < limits_.ceiling_bytes);
   if (a.connections == 0) addresses_.erase(a.name);  // the last lease still holds it
+  if (peak_ - total_ < kManyGone || total_ > peak_ / 2) return false;
+  peak_ = total_;
+  return true;
 }
 
 uint32_t SendShares::connections() const {

@@ -23,6 +23,7 @@
 // moved (Lease::apply), never per I/O.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -89,6 +90,13 @@ class SendShares {
   // refuses it.
   Admission admit(const std::string& address, int fd);
 
+  // fn runs (on the thread that ended the connection, outside the lock) when the target's
+  // connections have fallen to half of their peak since the last time, by kManyGone or more:
+  // what a crowd's connections allocated is free then, and the allocator keeps it unless told
+  // (ListenSockets has a worker give it back to the system).
+  static constexpr uint32_t kManyGone = 256;
+  void on_many_gone(std::function<void()> fn) { many_gone_ = std::move(fn); }
+
   const Limits& limits() const { return limits_; }
   uint32_t connections() const;
   uint32_t connections_of(const std::string& address) const;
@@ -104,6 +112,7 @@ class SendShares {
 
  private:
   void leave(Address& a);
+  bool leave_locked(Address& a);  // true: many have gone (on_many_gone)
   uint32_t share_for(uint32_t n_address) const;  // with mu_ held
   void update_all();                              // with mu_ held: the target's step moved
 
@@ -111,6 +120,8 @@ class SendShares {
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Address>> addresses_;
   uint32_t total_ = 0;
+  uint32_t peak_ = 0;  // the most connections since many_gone_ last ran
+  std::function<void()> many_gone_;
   uint64_t target_step_ = 0;  // pow2 below target_bytes / total_ (UINT64_MAX: no bound), last computed
   std::atomic<uint64_t> refused_{0};
 };

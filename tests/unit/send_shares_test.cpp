@@ -151,5 +151,25 @@ TEST(SendShares, ALeaseSetsTheSocketsSendBufferWhenItsShareMoved) {
   ::close(sv[1]);
 }
 
+// When a crowd has gone (half of the peak, and at least kManyGone connections), the target is told
+// once, so that the allocator gives the crowd's memory back; a few coming and going never tell it.
+TEST(SendShares, ACrowdThatLeftIsToldOnceAndAFewNever) {
+  SendShares s(limits(0, 0));
+  int told = 0;
+  s.on_many_gone([&] { ++told; });
+  auto few = admit_n(s, "10.0.0.2", 10);
+  few.resize(4);
+  EXPECT_EQ(told, 0);
+  auto crowd = admit_n(s, "10.0.0.3", 596);  // 600 in all
+  crowd.resize(400);                          // 404 left: not half yet
+  EXPECT_EQ(told, 0);
+  crowd.resize(296);  // 300: half of the peak, 300 gone
+  EXPECT_EQ(told, 1);
+  crowd.clear();  // 4 left: 296 more gone, from a new peak of 300, and under half of it
+  EXPECT_EQ(told, 2);
+  few.clear();
+  EXPECT_EQ(told, 2) << "four more gone is not a crowd";
+}
+
 }  // namespace
 }  // namespace nvtcp::target::send_shares_test
