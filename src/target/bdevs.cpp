@@ -300,10 +300,10 @@ std::vector<BdevTable::Info> BdevTable::list() const {
   return out;
 }
 
-bool BdevTable::resize(const std::string& name, uint64_t bytes) {
+backend::BlockDevice* BdevTable::unclaimed_device(const std::string& name) const {
   std::lock_guard lk(mu_);
   auto it = entries_.find(name);
-  return it != entries_.end() && it->second.device && it->second.device->resize(bytes);
+  return it == entries_.end() ? nullptr : it->second.device.get();
 }
 
 void BdevTable::set_size(const std::string& name, uint64_t bytes) {

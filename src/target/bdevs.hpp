@@ -106,8 +106,9 @@ class BdevTable {
   // Records the bdev's rate limits (bdev_set_qos_limit) and gives back the entry as it is now;
   // false if there is none by that name. A namespace that has it takes them from the caller.
   bool set_qos(const std::string& name, const QosLimits& limits, Info& out);
-  // Resizes the device of an unclaimed entry; false if there is none or it cannot resize.
-  bool resize(const std::string& name, uint64_t bytes);
+  // The device of an unclaimed entry (nullptr: none, or a namespace has it). It stays where it
+  // is, and alive, until remove(name): claim and unclaim move its owner, not the device.
+  backend::BlockDevice* unclaimed_device(const std::string& name) const;
 
  private:
   mutable std::mutex mu_;

@@ -20,36 +20,68 @@ constexpr auto kDrainLimit = std::chrono::seconds(60);
 
 }  // namespace
 
-std::string LiveConfig::create_bdev(const NamespaceConfig& given) {
+std::string LiveConfig::create_bdev(const NamespaceConfig& nc) {
+  BdevInTheMaking b;
+  if (std::string err = prepare_bdev(nc, b); !err.empty()) return err;
+  make_bdev(b);
+  return adopt_bdev(std::move(b));
+}
+
+namespace {
+
+// Why a bdev cannot take its name or its uuid in bdevs as they are now (empty: it can).
+std::string name_or_uuid_taken(const BdevTable& bdevs, const NamespaceConfig& nc) {
+  BdevTable::Info existing;
+  if (bdevs.find(nc.name, existing)) return fmt::format("a bdev named {} exists", nc.name);
+  if (nc.uuid.empty()) return {};
+  const std::string other = bdevs.name_of_uuid(nc.uuid);
+  if (other.empty()) return {};
+  return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
+                     nc.uuid, other);
+}
+
+}  // namespace
+
+std::string LiveConfig::prepare_bdev(const NamespaceConfig& given, BdevInTheMaking& out) {
   std::lock_guard lk(t_.control_mu_);
   if (std::string err = check_name(given.name, "bdev name"); !err.empty()) return err;
-  BdevTable::Info existing;
-  if (t_.state_->bdevs.find(given.name, existing)) return fmt::format("a bdev named {} exists", given.name);
   // Its own identity, which its namespaces show (a new device gets a new one, whatever NSID it
   // takes), as SPDK gives each bdev: the one given, or a random one; an RBD image's is the
   // image's (known once it is open), the same on every gateway that opens it.
   NamespaceConfig nc = given;
   if (!nc.uuid.empty() && !canonical_uuid(given.uuid, nc.uuid))
     return fmt::format("bdev {}: uuid '{}' is not a UUID", nc.name, given.uuid);
-  auto taken = [&]() -> std::string {
-    const std::string other = t_.state_->bdevs.name_of_uuid(nc.uuid);
-    if (other.empty()) return {};
-    return fmt::format("bdev {}: a bdev with uuid {} exists ({}): two devices must not show one identity", nc.name,
-                       nc.uuid, other);
-  };
   // A UUID given is checked before the device is made (a file device may create its file).
-  if (!nc.uuid.empty())
-    if (std::string e = taken(); !e.empty()) return e;
+  if (std::string e = name_or_uuid_taken(t_.state_->bdevs, nc); !e.empty()) return e;
   std::string err;
   if (nc.type == "rbd" && !t_.state_->rbd_clusters.resolve(nc.rbd, err)) return err;
-  auto device = make_device(nc, t_.cfg_.cores, t_.factory_, err);
-  if (!device) return err;
+  out.nc = std::move(nc);
+  out.reactors = t_.cfg_.cores;
+  out.factory = t_.factory_;
+  return {};
+}
+
+void LiveConfig::make_bdev(BdevInTheMaking& b) {
+  b.device = make_device(b.nc, b.reactors, b.factory, b.err);
+  if (!b.device && b.err.empty()) b.err = fmt::format("bdev {}: no device was made", b.nc.name);
+}
+
+std::string LiveConfig::adopt_bdev(BdevInTheMaking b) {
+  if (!b.device) return b.err;
+  std::lock_guard lk(t_.control_mu_);
+  NamespaceConfig& nc = b.nc;
+  // Calls served while the device was made may have taken its name or its uuid, or taken its
+  // cluster away.
+  if (std::string e = name_or_uuid_taken(t_.state_->bdevs, nc); !e.empty()) return e;
+  backend::RbdSpec cluster;
+  if (nc.type == "rbd" && !nc.rbd.cluster_name.empty() && !t_.state_->rbd_clusters.find(nc.rbd.cluster_name, cluster))
+    return fmt::format("bdev {}: cluster {} was unregistered while its image opened", nc.name, nc.rbd.cluster_name);
   if (nc.uuid.empty()) {
-    nc.uuid = nc.type == "rbd" ? storage_uuid(nc, {}, 0, device.get()) : random_uuid();
-    if (std::string e = taken(); !e.empty()) return e;  // the same image twice
+    nc.uuid = nc.type == "rbd" ? storage_uuid(nc, {}, 0, b.device.get()) : random_uuid();
+    if (std::string e = name_or_uuid_taken(t_.state_->bdevs, nc); !e.empty()) return e;  // the same image twice
   }
-  const uint64_t bytes = device->size_bytes();  // a file's or an image's size is the device's, not the request's
-  if (!t_.state_->bdevs.add(nc, std::move(device))) return fmt::format("a bdev named {} exists", nc.name);
+  const uint64_t bytes = b.device->size_bytes();  // a file's or an image's size is the device's, not the request's
+  if (!t_.state_->bdevs.add(nc, std::move(b.device))) return fmt::format("a bdev named {} exists", nc.name);
   log::info("control: bdev {}: {} {} bytes, {}-byte blocks{}, uuid {}", nc.name, nc.type, bytes, nc.block_size,
             nc.path.empty() ? "" : fmt::format(" ({})", nc.path), nc.uuid);
   return {};
@@ -256,35 +288,59 @@ void LiveConfig::discovery_log_changed() {
 }
 
 std::string LiveConfig::delete_bdev(const std::string& name) {
+  auto resizing = [&] {
+    return resizing_.count(name) ? fmt::format("bdev {} is being resized: delete it once that is done", name)
+                                 : std::string();
+  };
   BdevTable::Info info;
-  if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  {
+    std::lock_guard lk(t_.control_mu_);
+    if (std::string e = resizing(); !e.empty()) return e;
+    if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  }
   if (!info.subnqn.empty())
     if (std::string err = remove_namespace(info.subnqn, info.nsid); !err.empty()) return err;
   std::lock_guard lk(t_.control_mu_);
+  if (std::string e = resizing(); !e.empty()) return e;
   if (!t_.state_->bdevs.remove(name)) return fmt::format("no bdev named {}", name);
   log::info("control: bdev {} deleted", name);
   return {};
 }
 
 std::string LiveConfig::resize_bdev(const std::string& name, uint64_t bytes) {
+  backend::BlockDevice* device = nullptr;
+  if (std::string err = begin_resize(name, bytes, device); !err.empty()) return err;
+  return end_resize(name, bytes, device->resize(bytes));
+}
+
+std::string LiveConfig::begin_resize(const std::string& name, uint64_t bytes, backend::BlockDevice*& device) {
   std::lock_guard lk(t_.control_mu_);
   BdevTable::Info info;
   if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
   if (info.spec.type != "null" && info.spec.type != "rbd")
     return fmt::format("bdev {} is {}: only NULL and RBD bdevs resize", name, info.spec.type);
   if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
-  Namespace* ns = nullptr;
+  if (resizing_.count(name)) return fmt::format("bdev {} is being resized already", name);
+  // The device of a namespace is the namespace's; one nobody has is in the table. Either way it
+  // stays this object until the bdev is deleted, which resizing_ holds off.
   const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : t_.state_->find_subsystem(info.subnqn);
-  if (sub) ns = sub->find_namespace(info.nsid);
-  // The device of a namespace is the namespace's; one nobody has is in the table.
-  bool ok = false;
-  if (ns) {
-    ok = ns->device->resize(bytes);
-    ns->blocks.store(ns->device->size_bytes() / ns->block_size, std::memory_order_relaxed);
-  } else {
-    ok = t_.state_->bdevs.resize(name, bytes);
-  }
-  if (!ok) return fmt::format("bdev {} cannot be resized", name);
+  const Namespace* ns = sub ? sub->find_namespace(info.nsid) : nullptr;
+  device = ns ? ns->device.get() : t_.state_->bdevs.unclaimed_device(name);
+  if (!device) return fmt::format("bdev {} cannot be resized", name);
+  resizing_.insert(name);
+  return {};
+}
+
+std::string LiveConfig::end_resize(const std::string& name, uint64_t bytes, bool resized) {
+  std::lock_guard lk(t_.control_mu_);
+  resizing_.erase(name);
+  if (!resized) return fmt::format("bdev {} cannot be resized", name);
+  // Which namespace has the device now (it may have moved while it resized).
+  BdevTable::Info info;
+  t_.state_->bdevs.find(name, info);
+  const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : t_.state_->find_subsystem(info.subnqn);
+  Namespace* ns = sub ? sub->find_namespace(info.nsid) : nullptr;
+  if (ns) ns->blocks.store(ns->device->size_bytes() / ns->block_size, std::memory_order_relaxed);
   t_.state_->bdevs.set_size(name, bytes - bytes % info.spec.block_size);
   log::info("control: bdev {} resized to {} bytes{}", name, bytes - bytes % info.spec.block_size,
             ns ? fmt::format(" (namespace {} of {})", info.nsid, info.subnqn) : "");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,12 +27,40 @@ class LiveConfig {
   LiveConfig(const LiveConfig&) = delete;
   LiveConfig& operator=(const LiveConfig&) = delete;
 
-  // A device by name (nc: name, type, size, path, block size) for namespaces to take later.
+  // A device by name (nc: name, type, size, path, block size) for namespaces to take later:
+  // prepare_bdev, make_bdev and adopt_bdev in a row.
   std::string create_bdev(const NamespaceConfig& nc);
+  // create_bdev in three steps, for a caller that makes the device off its thread (the RPC
+  // server's slow methods): making one can wait on the network or a file for as long as a
+  // Ceph cluster's timeout, and no lock of the target is held meanwhile.
+  struct BdevInTheMaking {
+    NamespaceConfig nc;  // checked; its uuid canonical, or empty (chosen once the device is made)
+    unsigned reactors = 0;
+    DeviceFactory factory;
+    std::unique_ptr<backend::BlockDevice> device;  // what make_bdev made
+    std::string err;                               // or why it could not
+  };
+  // The checks (the name well formed and free, the uuid, an RBD cluster resolved to its
+  // settings): empty with out ready for make_bdev, or why not.
+  std::string prepare_bdev(const NamespaceConfig& nc, BdevInTheMaking& out);
+  // Makes the device from what prepare_bdev gave and nothing else of the target: any thread,
+  // for as long as it takes, while the target changes.
+  static void make_bdev(BdevInTheMaking& b);
+  // Adds the device made, checking again what may have changed since prepare_bdev (the name
+  // taken by another create, the uuid, the cluster unregistered); a device not added is closed.
+  std::string adopt_bdev(BdevInTheMaking b);
   // Deletes a device; one a namespace has is removed from it first (as SPDK hot-removes).
+  // Refused while it is being resized.
   std::string delete_bdev(const std::string& name);
-  // A NULL device's new size; the hosts of its namespace are told.
+  // A NULL or RBD device's new size (begin_resize, the device's resize, end_resize); the hosts
+  // of its namespace are told.
   std::string resize_bdev(const std::string& name, uint64_t bytes);
+  // resize_bdev in three steps, for a caller that waits for the device's resize (an RBD image's
+  // cluster) off its thread: begin_resize checks and gives the device, which stays alive (the
+  // bdev cannot be deleted, or resized again) until end_resize; device->resize(bytes) may run
+  // on any thread meanwhile (devices resize beside their I/O); end_resize records its outcome.
+  std::string begin_resize(const std::string& name, uint64_t bytes, backend::BlockDevice*& device);
+  std::string end_resize(const std::string& name, uint64_t bytes, bool resized);
   // A namespace of subnqn over the device named nc.name, at nc.nsid (0: the lowest free), with
   // nc's identifiers if given; its NSID comes back in nsid. The subsystem's controllers get a
   // namespace attribute notice (hosts rescan).
@@ -69,6 +98,8 @@ class LiveConfig {
   void release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss);
 
   Target& t_;
+  // Bdevs between begin_resize and end_resize (control_mu_).
+  std::set<std::string> resizing_;
   // Namespaces removed whose commands never finished (a device that stopped answering): kept
   // alive rather than freed under them.
   std::mutex graveyard_mu_;
