@@ -144,6 +144,8 @@ Json rpc_error(const Json& id, int code, const std::string& message) {
 std::vector<std::string> Dispatcher::names() const {
   std::vector<std::string> out;
   for (const auto& [name, h] : methods_) out.push_back(name);
+  for (const auto& [name, h] : slow_) out.push_back(name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -151,7 +153,36 @@ std::string Dispatcher::parse_error(const std::string& why) {
   return dump(rpc_error(nullptr, kParseError, fmt::format("Parse error: {}", why)));
 }
 
-Json Dispatcher::call(const Json& req) {
+namespace {
+
+// The answer to request id: what f returns as its result, or what it throws as an error.
+template <class F>
+Json answer_of(const Json& id, F&& f) {
+  try {
+    return Json{{"jsonrpc", "2.0"}, {"id", id}, {"result", f()}};
+  } catch (const RpcError& e) {
+    return rpc_error(id, e.code, e.what());
+  } catch (const Json::exception& e) {
+    // A parameter of a type the method did not expect, caught where it was read.
+    return rpc_error(id, kInvalidParams, fmt::format("Invalid parameters: {}", e.what()));
+  } catch (const std::exception& e) {
+    return rpc_error(id, kInternalError, e.what());
+  }
+}
+
+}  // namespace
+
+SlowCommit Answering::run_blocking() {
+  try {
+    SlowCommit commit = work_();
+    if (!commit) throw RpcError(kInternalError, fmt::format("{}: its blocking part gave no commit", method_));
+    return commit;
+  } catch (...) {
+    return [e = std::current_exception()]() -> Json { std::rethrow_exception(e); };
+  }
+}
+
+Json Dispatcher::call(const Json& req, Answering& a) {
   if (!req.is_object()) return rpc_error(nullptr, kInvalidRequest, "Invalid request: not an object");
   const auto id_it = req.find("id");
   const bool notification = id_it == req.end();
@@ -173,39 +204,69 @@ Json Dispatcher::call(const Json& req) {
   const Json& params = p == req.end() ? kNoParams : *p;
   if (!params.is_null() && !params.is_object() && !params.is_array())
     return rpc_error(id, kInvalidRequest, "Invalid request: \"params\" must be an object or an array");
-  auto h = methods_.find(m->get<std::string>());
+  const std::string& name = m->get_ref<const std::string&>();
   Json answer;
-  if (h == methods_.end()) {
-    answer = rpc_error(id, kMethodNotFound, "Method not found");
-  } else {
-    try {
-      answer = Json{{"jsonrpc", "2.0"}, {"id", id}, {"result", h->second(params)}};
-    } catch (const RpcError& e) {
-      answer = rpc_error(id, e.code, e.what());
-    } catch (const Json::exception& e) {
-      // A parameter of a type the method did not expect, caught where it was read.
-      answer = rpc_error(id, kInvalidParams, fmt::format("Invalid parameters: {}", e.what()));
-    } catch (const std::exception& e) {
-      answer = rpc_error(id, kInternalError, e.what());
+  if (auto h = methods_.find(name); h != methods_.end()) {
+    answer = answer_of(id, [&] { return h->second(params); });
+  } else if (auto s = slow_.find(name); s != slow_.end()) {
+    // Its checks now; if they pass, the answer waits for its blocking part and its commit.
+    answer = answer_of(id, [&] {
+      a.work_ = s->second(params);
+      if (!a.work_) throw RpcError(kInternalError, fmt::format("{} gave no blocking part", name));
+      return Json();
+    });
+    if (a.work_) {
+      a.id_ = id;
+      a.notification_ = notification;
+      a.method_ = name;
+      return Json();
     }
+  } else {
+    answer = rpc_error(id, kMethodNotFound, "Method not found");
   }
   return notification ? Json(nullptr) : answer;
 }
 
-std::string Dispatcher::handle(std::string_view text) {
-  Json req = Json::parse(text.begin(), text.end(), nullptr, false);
-  if (req.is_discarded()) return parse_error("not valid JSON");
-  if (req.is_array()) {
-    if (req.empty()) return dump(rpc_error(nullptr, kInvalidRequest, "Invalid request: an empty batch"));
-    Json answers = Json::array();
-    for (const auto& one : req) {
-      Json a = call(one);
-      if (!a.is_null()) answers.push_back(std::move(a));
-    }
-    return answers.empty() ? std::string() : dump(answers);
+void Dispatcher::advance(Answering& a) {
+  const size_t n = a.batch_ ? a.text_.size() : 1;
+  while (a.next_ < n) {
+    const Json& req = a.batch_ ? a.text_[a.next_] : a.text_;
+    ++a.next_;
+    Json answer = call(req, a);
+    if (a.work_) return;  // a slow method: the rest waits for its commit
+    if (!answer.is_null()) a.answers_.push_back(std::move(answer));
   }
-  Json a = call(req);
-  return a.is_null() ? std::string() : dump(a);
+  if (!a.answers_.empty()) a.answer_ = dump(a.batch_ ? a.answers_ : a.answers_[0]);
+  a.text_ = Json();
+  a.answers_ = Json::array();
+}
+
+Answering Dispatcher::start(std::string_view text) {
+  Answering a;
+  Json req = Json::parse(text.begin(), text.end(), nullptr, false);
+  if (req.is_discarded()) {
+    a.answer_ = parse_error("not valid JSON");
+  } else if (req.is_array() && req.empty()) {
+    a.answer_ = dump(rpc_error(nullptr, kInvalidRequest, "Invalid request: an empty batch"));
+  } else {
+    a.batch_ = req.is_array();
+    a.text_ = std::move(req);
+    advance(a);
+  }
+  return a;
+}
+
+void Dispatcher::resume(Answering& a, const SlowCommit& commit) {
+  a.work_ = nullptr;
+  Json answer = answer_of(a.id_, commit);
+  if (!a.notification_) a.answers_.push_back(std::move(answer));
+  advance(a);
+}
+
+std::string Dispatcher::handle(std::string_view text) {
+  Answering a = start(text);
+  while (!a.done()) resume(a, a.run_blocking());
+  return a.take_answer();
 }
 
 }  // namespace nvtcp::control

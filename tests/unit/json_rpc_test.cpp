@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The JSON-RPC layer without a socket: cutting a stream into texts the way SPDK's rpc.py
 // sends them (back to back, pretty-printed, split anywhere), and the answers JSON-RPC 2.0
-// requires for good and bad requests.
+// requires for good and bad requests; slow methods run in their three parts, in order.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "control/json_rpc.hpp"
 
@@ -144,6 +146,85 @@ TEST(Dispatcher, NotificationsAreNotAnsweredAndBatchesAnswerTheRest) {
   EXPECT_EQ(a[1]["error"]["code"], kMethodNotFound);
   EXPECT_EQ(a[2]["error"]["code"], kInvalidRequest);
   EXPECT_EQ(d.handle(R"([{"jsonrpc":"2.0","method":"echo","params":{"name":"b"}}])"), "");
+}
+
+// "note" records its name; "slow" records each of its parts as it runs: checks (a name "bad"
+// fails them), blocking part (a name "lost" throws there), commit (a name "late" throws there).
+struct SlowMethods {
+  std::vector<std::string> seen;
+  Dispatcher d;
+  SlowMethods() {
+    d.add("note", [this](const Json& params) -> Json {
+      Params p(params);
+      seen.push_back(p.str("name"));
+      p.done();
+      return Json(seen.back());
+    });
+    d.add_slow("slow", [this](const Json& params) -> SlowWork {
+      Params p(params);
+      const std::string name = p.str("name");
+      p.done();
+      if (name == "bad") throw RpcError(kInvalidParams, "bad name");
+      seen.push_back("check " + name);
+      return [this, name]() -> SlowCommit {
+        seen.push_back("block " + name);
+        if (name == "lost") throw RpcError(kNoSuchDevice, "the cluster is gone");
+        return [this, name]() -> Json {
+          seen.push_back("commit " + name);
+          if (name == "late") throw RpcError(kExists, "taken meanwhile");
+          return Json(name);
+        };
+      };
+    });
+  }
+  static std::string call(const char* method, const char* name, int id) {
+    return Json{{"jsonrpc", "2.0"}, {"method", method}, {"id", id}, {"params", {{"name", name}}}}.dump();
+  }
+};
+
+TEST(Dispatcher, ASlowMethodStopsItsTextUntilItsBlockingPartRanAndItsCommitAnswers) {
+  SlowMethods m;
+  const std::string batch = "[" + SlowMethods::call("note", "a", 1) + "," + SlowMethods::call("slow", "x", 2) + "," +
+                            SlowMethods::call("note", "b", 3) + "]";
+  Answering a = m.d.start(batch);
+  ASSERT_FALSE(a.done());
+  EXPECT_EQ(a.method(), "slow");
+  EXPECT_EQ(m.seen, (std::vector<std::string>{"a", "check x"})) << "the request after the slow one ran before it";
+  const SlowCommit commit = a.run_blocking();
+  EXPECT_EQ(m.seen.back(), "block x");
+  m.d.resume(a, commit);
+  ASSERT_TRUE(a.done());
+  EXPECT_EQ(m.seen, (std::vector<std::string>{"a", "check x", "block x", "commit x", "b"}));
+  const Json answers = Json::parse(a.take_answer());
+  ASSERT_EQ(answers.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(answers[size_t(i)]["id"], i + 1);
+  EXPECT_EQ(answers[1]["result"], "x");
+  EXPECT_EQ(answers[2]["result"], "b");
+
+  // handle() runs the same whole, on its caller's thread.
+  m.seen.clear();
+  EXPECT_EQ(Json::parse(m.d.handle(SlowMethods::call("slow", "y", 4)))["result"], "y");
+  EXPECT_EQ(m.seen, (std::vector<std::string>{"check y", "block y", "commit y"}));
+  const auto names = m.d.names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "slow"), names.end()) << "rpc_get_methods must list slow methods";
+}
+
+TEST(Dispatcher, ASlowMethodFailsInAnyOfItsPartsWithItsOwnError) {
+  SlowMethods m;
+  Answering a = m.d.start(SlowMethods::call("slow", "bad", 1));
+  ASSERT_TRUE(a.done()) << "checks that fail leave nothing to run";
+  EXPECT_EQ(Json::parse(a.take_answer())["error"]["code"], kInvalidParams);
+  EXPECT_EQ(Json::parse(m.d.handle(SlowMethods::call("slow", "lost", 2)))["error"]["code"], kNoSuchDevice);
+  EXPECT_EQ(m.seen.back(), "block lost") << "a blocking part that threw was committed";
+  EXPECT_EQ(Json::parse(m.d.handle(SlowMethods::call("slow", "late", 3)))["error"]["code"], kExists);
+  // A notification runs all three parts and is not answered.
+  m.seen.clear();
+  Answering n = m.d.start(R"({"jsonrpc":"2.0","method":"slow","params":{"name":"n"}})");
+  ASSERT_FALSE(n.done());
+  m.d.resume(n, n.run_blocking());
+  EXPECT_TRUE(n.done());
+  EXPECT_EQ(n.take_answer(), "");
+  EXPECT_EQ(m.seen, (std::vector<std::string>{"check n", "block n", "commit n"}));
 }
 
 }  // namespace
