@@ -95,9 +95,9 @@ class RadosCluster {
       c->rados_ = nullptr;
       return nullptr;
     }
-    // librados opens these files and reads them to the end on the calling thread (the RPC
-    // server's): a FIFO, a device or a directory there would hold it, so only regular files
-    // go through.
+    // librados opens these files and reads them to the end on the calling thread (an RPC
+    // worker's, one of a few): a FIFO, a device or a directory there would hold it for good, so
+    // only regular files go through.
     for (const std::string* f : {&spec.config_file, &spec.key_file}) {
       struct stat st {};
       if (f->empty()) continue;

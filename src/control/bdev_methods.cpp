@@ -53,15 +53,37 @@ std::string first_free_name(Target& t, const char* prefix) {
     if (std::string name = fmt::format("{}{}", prefix, i); !t.state().bdevs.find(name, ignored)) return name;
 }
 
+[[noreturn]] void refuse_create(const std::string& err) {
+  const int code = err.find("exists") != std::string::npos ? kExists
+                   : err.find("No such file") != std::string::npos || err.find("cannot open") != std::string::npos
+                       ? kNoSuchFile
+                       : kInvalidArgument;
+  throw RpcError(code, err);
+}
+
 void create_bdev(Target& t, const target::NamespaceConfig& nc) {
   if (nc.name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
-  if (std::string err = t.live_config().create_bdev(nc); !err.empty()) {
-    const int code = err.find("exists") != std::string::npos ? kExists
-                     : err.find("No such file") != std::string::npos || err.find("cannot open") != std::string::npos
-                         ? kNoSuchFile
-                         : kInvalidArgument;
-    throw RpcError(code, err);
-  }
+  if (std::string err = t.live_config().create_bdev(nc); !err.empty()) refuse_create(err);
+}
+
+// create_bdev as a slow method (method_table.hpp): the checks now, the device made on a worker
+// (make_bdev reaches nothing of the target), added by the commit if its name and uuid are still
+// free. auto_prefix: the name was chosen here as the first free PREFIXn, and is chosen again at
+// the commit if a bdev made meanwhile took it.
+SlowWork create_bdev_slowly(Target& t, const target::NamespaceConfig& nc, const char* auto_prefix = nullptr) {
+  if (nc.name.empty()) throw RpcError(kInvalidParams, "\"name\" is required");
+  using Making = target::LiveConfig::BdevInTheMaking;
+  auto making = std::make_shared<Making>();
+  if (std::string err = t.live_config().prepare_bdev(nc, *making); !err.empty()) refuse_create(err);
+  return [&t, making, auto_prefix]() -> SlowCommit {
+    target::LiveConfig::make_bdev(*making);
+    return [&t, making, auto_prefix]() -> Json {
+      if (auto_prefix) making->nc.name = first_free_name(t, auto_prefix);
+      const std::string name = making->nc.name;
+      if (std::string err = t.live_config().adopt_bdev(std::move(*making)); !err.empty()) refuse_create(err);
+      return Json(name);
+    };
+  };
 }
 
 Json qos_json(const target::QosLimits& q) {
@@ -102,7 +124,8 @@ void delete_bdev(Target& t, const Json& params, const char* type) {
   target::BdevTable::Info info;
   if (!t.state().bdevs.find(name, info) || info.spec.type != type)
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no {} bdev named {}", type, name));
-  if (std::string err = t.live_config().delete_bdev(name); !err.empty()) throw RpcError(kInternalError, err);
+  if (std::string err = t.live_config().delete_bdev(name); !err.empty())
+    throw RpcError(err.find("being resized") != std::string::npos ? kBusy : kInternalError, err);
 }
 
 Json bdev_null_create(MethodContext& ctx, const Json& params) {
@@ -137,8 +160,9 @@ Json bdev_malloc_create(MethodContext& ctx, const Json& params) {
   return Json(nc.name);
 }
 
-// A file or block device; nvtcp's file namespaces go through io_uring either way.
-Json bdev_file_create(MethodContext& ctx, const Json& params) {
+// A file or block device; nvtcp's file namespaces go through io_uring either way. Slow: the
+// open of a path on a network file system waits for its server.
+SlowWork bdev_file_create(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   target::NamespaceConfig nc;
@@ -150,8 +174,7 @@ Json bdev_file_create(MethodContext& ctx, const Json& params) {
   if (p.opt_bool("readonly").value_or(false)) throw RpcError(kInvalidArgument, "read-only bdevs are not supported");
   p.opt_bool("fallocate");
   p.done();
-  create_bdev(t, nc);
-  return Json(nc.name);
+  return create_bdev_slowly(t, nc);
 }
 
 // Ceph options as SPDK takes them ({"mon_host": "...", ...}), every value a string.
@@ -248,8 +271,9 @@ Json bdev_rbd_get_clusters_info(MethodContext& ctx, const Json& params) {
 
 // A Ceph RBD image, as SPDK's bdev_rbd_create takes it: pool_name/rbd_name of a cluster
 // registered by name (cluster_name), or as user_id with Ceph options in "config"
-// ({"mon_host": ...}) over the default ceph.conf. The image's size is its own.
-Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
+// ({"mon_host": ...}) over the default ceph.conf. The image's size is its own. Slow: the
+// connect waits for the cluster's monitors (30 s, Ceph's mount timeout, when none answers).
+SlowWork bdev_rbd_create(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   target::NamespaceConfig nc;
@@ -265,9 +289,9 @@ Json bdev_rbd_create(MethodContext& ctx, const Json& params) {
     throw RpcError(kInvalidArgument, "cluster_name and user_id or config: the registered cluster's settings are used");
   nc.uuid = p.opt_str("uuid").value_or("");
   p.done();
-  if (nc.name.empty()) nc.name = first_free_name(t, "Ceph");
-  create_bdev(t, nc);
-  return Json(nc.name);
+  if (!nc.name.empty()) return create_bdev_slowly(t, nc);
+  nc.name = first_free_name(t, "Ceph");
+  return create_bdev_slowly(t, nc, "Ceph");
 }
 
 // bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete: each deletes a bdev of
@@ -296,8 +320,10 @@ Json bdev_null_resize(MethodContext& ctx, const Json& params) {
 
 // The image grows on the cluster (SPDK's bdev_rbd_resize: new_size in MiB, larger than now);
 // hosts of its namespace get a namespace attribute notice, other gateways of the image see it
-// through their header watch.
-Json bdev_rbd_resize(MethodContext& ctx, const Json& params) {
+// through their header watch. Slow: the resize waits for the cluster. The device is the
+// target's, but begin_resize holds it for the worker (the bdev cannot be deleted until
+// end_resize), and a device resizes beside the I/O of the reactors.
+SlowWork bdev_rbd_resize(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   const std::string name = p.str("name");
@@ -309,9 +335,18 @@ Json bdev_rbd_resize(MethodContext& ctx, const Json& params) {
   // Whether it grows is the device's to say: the image's size now is the cluster's, which another
   // client may have changed since this gateway last looked.
   if (mib == 0 || mib > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB is out of range", mib));
-  if (std::string err = t.live_config().resize_bdev(name, mib << 20); !err.empty())
-    throw RpcError(kInvalidArgument, err);
-  return Json(true);
+  const uint64_t bytes = mib << 20;
+  backend::BlockDevice* device = nullptr;
+  if (std::string err = t.live_config().begin_resize(name, bytes, device); !err.empty())
+    throw RpcError(err.find("being resized") != std::string::npos ? kBusy : kInvalidArgument, err);
+  return [&t, name, bytes, device]() -> SlowCommit {
+    const bool resized = device->resize(bytes);
+    return [&t, name, bytes, resized]() -> Json {
+      if (std::string err = t.live_config().end_resize(name, bytes, resized); !err.empty())
+        throw RpcError(kInvalidArgument, err);
+      return Json(true);
+    };
+  };
 }
 
 // The namespace a bdev serves now (null: none). Control path: namespaces change on it alone.
@@ -477,8 +512,6 @@ std::span<const MethodEntry> bdev_methods() {
   static constexpr MethodEntry kMethods[] = {
     {"bdev_null_create", bdev_null_create},
     {"bdev_malloc_create", bdev_malloc_create},
-    {"bdev_aio_create", bdev_file_create},
-    {"bdev_uring_create", bdev_file_create},
     {"bdev_null_delete", bdev_delete_of_type<kNullType>},
     {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
     {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
@@ -486,13 +519,21 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_rbd_register_cluster", bdev_rbd_register_cluster},
     {"bdev_rbd_unregister_cluster", bdev_rbd_unregister_cluster},
     {"bdev_rbd_get_clusters_info", bdev_rbd_get_clusters_info},
-    {"bdev_rbd_create", bdev_rbd_create},
     {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
-    {"bdev_rbd_resize", bdev_rbd_resize},
     {"bdev_get_iostat", bdev_get_iostat},
     {"bdev_set_qos_limit", bdev_set_qos_limit},
     {"bdev_null_resize", bdev_null_resize},
     {"bdev_get_bdevs", bdev_get_bdevs},
+  };
+  return kMethods;
+}
+
+std::span<const SlowMethodEntry> bdev_slow_methods() {
+  static constexpr SlowMethodEntry kMethods[] = {
+    {"bdev_aio_create", bdev_file_create},
+    {"bdev_uring_create", bdev_file_create},
+    {"bdev_rbd_create", bdev_rbd_create},
+    {"bdev_rbd_resize", bdev_rbd_resize},
   };
   return kMethods;
 }

@@ -160,7 +160,9 @@ MetricsServer::MetricsServer(RenderMetrics render, MetricsServerOptions opts)
                .request_timeout_ms = opts.request_timeout_ms,
                .evict_unfinished = true,
                .clock = opts.clock},
-              [this] { return std::make_unique<MetricsHttpSession>(render_, opts_.max_request_bytes, &scrapes_, true); }) {}
+              [this](PollServer::ClientId) {
+                return std::make_unique<MetricsHttpSession>(render_, opts_.max_request_bytes, &scrapes_, true);
+              }) {}
 
 MetricsServer::~MetricsServer() { stop(); }
 

@@ -4,14 +4,18 @@
 // through poll(), so a client that sends half a request and stops, sends garbage or never
 // reads its answers holds up no other. What the bytes mean is a Session's business (one per
 // client); the loop bounds the clients, the answers a client leaves unread and, when asked,
-// how long a client may make no progress.
+// how long a client may make no progress. A session may wait for work it handed to another
+// thread (Session::waiting): that work's end comes back through post(), on the loop's thread.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace nvtcp::control {
 
@@ -61,10 +65,21 @@ class PollServer {
     // The client did not finish its request within request_timeout_ms: append what to tell it
     // (it is closed after).
     virtual void on_request_timeout(std::string& /*out*/) {}
+    // Whether it waits for work it handed off (a slow request) before it goes on: nothing more
+    // is read from its client meanwhile (what it sends waits in its socket), no request of it
+    // is timed and it is not closed for making no progress. A client that hangs up meanwhile is
+    // closed (on_gone); the work's end, posted, then finds no session.
+    virtual bool waiting() const { return false; }
   };
   // SO_SNDBUF of a client's socket with one_answer_at_a_time (the kernel doubles it).
   static constexpr int kOneAnswerSendBuffer = 256 * 1024;
-  using MakeSession = std::function<std::unique_ptr<Session>()>;
+  // A client, for post(): never reused while the server lives.
+  using ClientId = uint64_t;
+  using MakeSession = std::function<std::unique_ptr<Session>(ClientId)>;
+  // Runs on the loop's thread with the session of the client posted for, and its answers to
+  // append to; nullptr (and a string nobody sends) when that client is gone. False: as
+  // on_bytes' false.
+  using Posted = std::function<bool(Session* session, std::string& out)>;
 
   PollServer(PollServerOptions opts, MakeSession make);
   ~PollServer();
@@ -74,9 +89,17 @@ class PollServer {
   // Serves listen_fd (listening, non-blocking; it stays the caller's) on a new thread.
   // Returns an error or empty.
   std::string start(int listen_fd);
-  // Stops the thread and closes every client.
+  // Stops the thread and closes every client (what was posted before runs first).
   void stop();
   bool running() const { return thread_.joinable(); }
+  // Whether the loop still turns (false once it has stopped, or ended on an error).
+  bool serving() const { return serving_.load(std::memory_order_acquire); }
+  // From any thread while the server runs, never once stop() has begun (the caller waits for
+  // its threads first): fn runs on the loop's thread at its next turn, or in stop() on the
+  // caller's thread when the loop ended first (on an error).
+  void post(ClientId client, Posted fn);
+  // Clients connected now.
+  size_t clients() const { return clients_now_.load(std::memory_order_relaxed); }
   uint64_t clients_refused() const { return refused_.load(std::memory_order_relaxed); }
   // Clients closed for a new one (evict_unfinished) or past request_timeout_ms.
   uint64_t clients_evicted() const { return evicted_.load(std::memory_order_relaxed); }
@@ -85,6 +108,12 @@ class PollServer {
  private:
   struct Client;
   void loop();
+  int poll_timeout(const std::list<Client>& clients) const;
+  // One client's turn after poll (revents: what poll saw); false: close it.
+  bool serve(Client& c, short revents, uint64_t now);
+  void accept_clients(std::list<Client>& clients);
+  // Runs what was posted; clients whose conversation ends there are closed.
+  void run_posted(std::list<Client>& clients);
   bool on_readable(Client& c);
   bool answer_due(const Client& c) const;
   bool flush(Client& c);
@@ -96,6 +125,12 @@ class PollServer {
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> serving_{false};
+  std::atomic<size_t> clients_now_{0};
+  ClientId next_client_ = 0;  // the loop's
+  std::mutex posted_mu_;
+  std::vector<std::pair<ClientId, Posted>> posted_;
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> evicted_{0};
   std::atomic<uint64_t> timed_out_{0};

@@ -7,7 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -15,14 +17,45 @@
 
 namespace nvtcp::control {
 
-// One client: JSON texts split out of its bytes, each answered in turn.
+// One client: JSON texts split out of its bytes, each answered in turn. While a slow request
+// of it is carried out it waits (the server reads nothing more from it), and the texts it has
+// split or buffered behind are answered after that one.
 class RpcServer::Session final : public PollServer::Session {
  public:
-  Session(RpcServer& server, size_t max_text) : server_(server), splitter_(max_text) {}
+  Session(RpcServer& server, PollServer::ClientId id, size_t max_text)
+      : server_(server), id_(id), splitter_(max_text) {}
   bool on_bytes(const char* data, size_t len, std::string& out) override {
     splitter_.feed(data, len);
+    return answer_texts(out);
+  }
+  // The slow request it waited on is answered (answer: empty for notifications only).
+  bool on_slow_answer(const std::string& answer, std::string& out) {
+    waiting_ = false;
+    append(answer, out);
+    return answer_texts(out);
+  }
+  void on_gone() override {
+    if (waiting_)
+      log::info("RPC: a client left while its slow request was carried out");
+    else if (splitter_.pending())
+      log::info("RPC: a client left in the middle of a request ({} bytes)", splitter_.pending());
+  }
+  bool partial() const override { return splitter_.pending() != 0; }
+  bool waiting() const override { return waiting_; }
+  void on_request_timeout(std::string& out) override {
+    out += Dispatcher::parse_error("the request was not whole in time");
+    out += '\n';
+  }
+
+ private:
+  static void append(const std::string& answer, std::string& out) {
+    if (answer.empty()) return;
+    out += answer;
+    out += '\n';
+  }
+  bool answer_texts(std::string& out) {
     std::string text, why;
-    for (;;) {
+    while (!waiting_) {
       auto next = splitter_.next(text, why);
       if (next == JsonTextSplitter::Next::NeedMore) return true;
       if (next == JsonTextSplitter::Next::Error) {
@@ -31,27 +64,71 @@ class RpcServer::Session final : public PollServer::Session {
         out += '\n';
         return false;  // nothing more is read from a stream that went wrong
       }
-      std::string answer = server_.methods_.handle(text);
+      Answering a = server_.methods_.start(text);
       server_.requests_.fetch_add(1, std::memory_order_relaxed);
-      if (!answer.empty()) {
-        out += answer;
-        out += '\n';
+      if (!a.done() && server_.run_slow(id_, a)) {
+        waiting_ = true;
+        return true;
       }
+      append(a.take_answer(), out);
     }
-  }
-  void on_gone() override {
-    if (splitter_.pending()) log::info("RPC: a client left in the middle of a request ({} bytes)", splitter_.pending());
-  }
-  bool partial() const override { return splitter_.pending() != 0; }
-  void on_request_timeout(std::string& out) override {
-    out += Dispatcher::parse_error("the request was not whole in time");
-    out += '\n';
+    return true;
   }
 
- private:
   RpcServer& server_;
+  const PollServer::ClientId id_;
   JsonTextSplitter splitter_;
+  bool waiting_ = false;
 };
+
+bool RpcServer::run_slow(PollServer::ClientId client, Answering& a) {
+  std::unique_lock lk(slow_mu_);
+  if (slow_refused_) {
+    lk.unlock();
+    const SlowCommit refuse = []() -> Json { throw RpcError(kBusy, "the RPC server is stopping"); };
+    while (!a.done()) methods_.resume(a, refuse);
+    return false;
+  }
+  ++slow_in_flight_;
+  if (!workers_) workers_ = std::make_unique<WorkerPool>(std::max(1u, opts_.slow_workers), "nvtcp-rpc-slow");
+  auto job = std::make_shared<Answering>(std::move(a));
+  workers_->submit([this, client, job] {
+    bool refused = false;
+    {
+      std::lock_guard g(slow_mu_);
+      refused = slow_refused_;
+    }
+    // One that had not begun when stop() did is not begun: stop() waits for the others only.
+    SlowCommit commit =
+        refused ? SlowCommit([]() -> Json { throw RpcError(kBusy, "the RPC server stopped before this request ran"); })
+                : job->run_blocking();
+    server_.post(client, [this, client, job, commit = std::move(commit)](PollServer::Session* s, std::string& out) {
+      return slow_part_done(client, job, commit, s, out);
+    });
+  });
+  return true;
+}
+
+bool RpcServer::slow_part_done(PollServer::ClientId client, const std::shared_ptr<Answering>& job,
+                               const SlowCommit& commit, PollServer::Session* session, std::string& out) {
+  const std::string method = job->method();
+  methods_.resume(*job, commit);  // carried out whether or not its client is still there
+  // A batch's next slow method goes to a worker before this one counts as done, so that stop()
+  // never sees none in flight while one is.
+  const bool more = !job->done() && run_slow(client, *job);
+  {
+    std::lock_guard g(slow_mu_);
+    --slow_in_flight_;
+  }
+  slow_done_.notify_all();
+  if (more) return true;
+  if (!session) {
+    slow_dropped_.fetch_add(1, std::memory_order_relaxed);
+    log::info("RPC: {} was carried out for a client that has left: its answer is dropped", method);
+    return true;
+  }
+  return static_cast<Session*>(session)->on_slow_answer(job->take_answer(), out);
+}
 
 namespace {
 
@@ -86,7 +163,9 @@ RpcServer::RpcServer(Dispatcher& methods, RpcServerOptions opts)
                .request_timeout_ms = opts.request_timeout_ms,
                .evict_unfinished = opts.evict_unfinished,
                .clock = opts.clock},
-              [this] { return std::make_unique<Session>(*this, opts_.max_request_bytes); }) {}
+              [this](PollServer::ClientId id) {
+                return std::make_unique<Session>(*this, id, opts_.max_request_bytes);
+              }) {}
 
 RpcServer::~RpcServer() { stop(); }
 
@@ -159,12 +238,26 @@ std::string RpcServer::start(const std::string& path) {
 
 void RpcServer::stop() {
   if (!server_.running()) return;
+  {
+    std::unique_lock lk(slow_mu_);
+    slow_refused_ = true;
+    if (slow_in_flight_)
+      log::info("RPC: stopping: waiting for {} slow request(s) in flight (a Ceph connect or a file's open) to "
+                "be carried out and answered",
+                slow_in_flight_);
+    // Their commits run on the server's thread; one that ended on an error commits none, and
+    // stop() runs what is left of them below.
+    while (slow_in_flight_ && server_.serving()) slow_done_.wait_for(lk, std::chrono::milliseconds(100));
+  }
+  workers_.reset();  // joins the workers, done by now unless the loop ended on its own
   server_.stop();
   ::close(listen_fd_);
   listen_fd_ = -1;
   // Only our own socket: another target may have taken the path since (after a stale check).
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) ::unlink(path_.c_str());
+  std::lock_guard lk(slow_mu_);
+  slow_refused_ = false;  // a server started again takes slow requests again
 }
 
 }  // namespace nvtcp::control

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -1499,20 +1500,21 @@ TEST(RpcServer, SavedKeyringKeysBringARestartedTargetsHostsBackByName) {
   EXPECT_NE(resaved.find(R"("psk":"psk0")"), std::string::npos) << resaved;
 }
 
-// The warning lines logged while it lives (every thread's), kept instead of written to stderr.
-struct WarningLines {
+// The log lines of level least and above (warnings unless told) logged while it lives (every
+// thread's), kept instead of written to stderr.
+struct LogLines {
   std::mutex mu;
   std::vector<std::string> lines;
   const LogLevel level_before = log_level();
-  WarningLines() {
-    if (level_before > LogLevel::Warn) set_log_level(LogLevel::Warn);
-    set_log_sink([this](LogLevel l, std::string_view m) {
-      if (l < LogLevel::Warn) return;
+  explicit LogLines(LogLevel least = LogLevel::Warn) {
+    if (level_before > least) set_log_level(least);
+    set_log_sink([this, least](LogLevel l, std::string_view m) {
+      if (l < least) return;
       std::lock_guard lk(mu);
       lines.emplace_back(m);
     });
   }
-  ~WarningLines() {
+  ~LogLines() {
     set_log_sink({});
     set_log_level(level_before);
   }
@@ -1596,7 +1598,7 @@ TEST(RpcServer, AKeyringKeyFileRewrittenRotatesTheKeyForTheNextConnection) {
 // nothing else breaks: the target goes on serving other hosts, and admits the host again once
 // the file holds its key.
 TEST(RpcServer, AKeyringKeyFileThatNoLongerReadsRefusesItsHostAndTheTargetGoesOn) {
-  WarningLines warnings;
+  LogLines warnings;
   RpcFixture f("keyring-broken");
   KeyDir keys;
   const std::string secret = dhchap_text(0x11);
@@ -1634,7 +1636,7 @@ TEST(RpcServer, AKeyringKeyFileThatNoLongerReadsRefusesItsHostAndTheTargetGoesOn
 // rotates it for the next connection, with no RPC; one that no longer reads refuses the
 // handshake (one log line naming the key and its file) and the target serves others on.
 TEST(RpcServer, AKeyringPskFileRewrittenRotatesTheTlsKeyForTheNextHandshake) {
-  WarningLines warnings;
+  LogLines warnings;
   target::TargetConfig cfg = default_config();
   target::ListenerConfig secure{"127.0.0.1", 0};
   secure.tls_required = true;
@@ -1678,6 +1680,224 @@ TEST(RpcServer, AKeyringPskFileRewrittenRotatesTheTlsKeyForTheNextHandshake) {
   keys.write("psk0", psk_text(0x62));
   EXPECT_TRUE(over_tls(psk_text(0x62))) << "the key file mended, its host still refused";
   EXPECT_FALSE(warnings.any_holds(psk_text(0x62).substr(16, 20))) << "a key in the log";
+}
+
+// Devices that stand in for an RBD image whose cluster is slow to answer (or a file on a network
+// file system): an RBD or file bdev named Held* is made only once the test lets it (as librbd's
+// connect returns once the monitors answer), one named Grows* at once, but each resize of it
+// returns only once the test lets it. The waits are the test's to end; their bound only keeps a
+// broken server from hanging the test.
+struct HeldDevices {
+  std::mutex mu;
+  std::condition_variable changed;
+  size_t arrived = 0;  // creates and resizes that reached the device
+  bool open = false;
+
+  // Waits for the test's release; false if it never came.
+  bool pass() {
+    std::unique_lock lk(mu);
+    ++arrived;
+    changed.notify_all();
+    return changed.wait_for(lk, std::chrono::seconds(20), [&] { return open; });
+  }
+  bool wait_until_arrived(size_t n) {
+    std::unique_lock lk(mu);
+    return changed.wait_for(lk, std::chrono::seconds(10), [&] { return arrived >= n; });
+  }
+  void release() {
+    std::lock_guard lk(mu);
+    open = true;
+    changed.notify_all();
+  }
+  target::DeviceFactory factory();
+};
+
+class HeldResizeDevice final : public backend::BlockDevice {
+ public:
+  HeldResizeDevice(std::unique_ptr<backend::BlockDevice> ram, HeldDevices& held)
+      : ram_(std::move(ram)), held_(held), size_(ram_->size_bytes()) {}
+  uint64_t size_bytes() const override { return size_.load(); }
+  bool resize(uint64_t bytes) override {
+    if (!held_.pass()) return false;
+    size_.store(bytes);
+    return true;
+  }
+  uint32_t block_size() const override { return ram_->block_size(); }
+  const char* kind() const override { return "rbd"; }
+  void submit(backend::BlockIo* io, reactor::Reactor& r) override { ram_->submit(io, r); }
+  backend::Persistence persistence() const override { return ram_->persistence(); }
+
+ private:
+  std::unique_ptr<backend::BlockDevice> ram_;
+  HeldDevices& held_;
+  std::atomic<uint64_t> size_;
+};
+
+target::DeviceFactory HeldDevices::factory() {
+  return [this](const target::NamespaceConfig& nc, std::string& err) -> std::unique_ptr<backend::BlockDevice> {
+    const bool held = nc.name.rfind("Held", 0) == 0, grows = nc.name.rfind("Grows", 0) == 0;
+    if ((!held && !grows) || (nc.type != "rbd" && nc.type != "file")) return nullptr;
+    if (held && !pass()) {
+      err = "the test never let the device be made";
+      return nullptr;
+    }
+    auto ram = backend::make_ram(4 << 20, nc.block_size, 1, err);
+    if (grows && ram) return std::make_unique<HeldResizeDevice>(std::move(ram), *this);
+    return ram;
+  };
+}
+
+// Whether fd has nothing to read now (no answer has come).
+bool nothing_to_read(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+Json held_rbd_params(const std::string& name) {
+  return Json{{"name", name},
+              {"pool_name", "rbd"},
+              {"rbd_name", "disk1"},
+              {"block_size", 4096},
+              {"config", {{"mon_host", "v2:192.0.2.1:3300"}}}};
+}
+
+// bdev_rbd_create against a cluster that does not answer holds the RPC thread no more: an ANA
+// failover call and a listing from other clients are answered while it waits; the client that
+// sent it gets its answers in order, the request right behind it (already read) and the one
+// sent after it (still in its socket) answered after the create, as the bdev it made.
+TEST(RpcServer, SlowCreateHoldsUpOnlyTheLaterRequestsOfItsOwnClient) {
+  HeldDevices held;
+  target::TargetConfig cfg = default_config();
+  cfg.subsystems[0].ana_reporting = true;
+  RpcFixture f("slow-create", {}, cfg, held.factory());
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  send_all(a, rpc_py_request("bdev_rbd_create", 1, held_rbd_params("HeldCeph")) +
+                  rpc_py_request("bdev_get_bdevs", 2, {{"name", "HeldCeph"}}));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  send_all(a, rpc_py_request("spdk_get_version", 3));
+  const Json ana{
+      {"nqn", kTestNqn},
+      {"listen_address",
+       {{"trtype", "tcp"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}, {"adrfam", "ipv4"}}},
+      {"ana_state", "inaccessible"}};
+  EXPECT_EQ(f.call("nvmf_subsystem_listener_set_ana_state", ana)["result"], true)
+      << "a failover call waited for another client's create";
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "HeldCeph"}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_TRUE(nothing_to_read(a)) << "the client of the create was answered before the create was";
+  held.release();
+  const auto answers = read_answers(a, 3);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(answers[size_t(i)]["id"], i + 1) << "answered out of order";
+  EXPECT_EQ(answers[0]["result"], "HeldCeph");
+  ASSERT_EQ(answers[1]["result"].size(), 1u) << "the request behind the create ran before it: " << answers[1].dump();
+  EXPECT_EQ(answers[1]["result"][0]["product_name"], "Ceph Rbd Disk");
+  EXPECT_EQ(answers[2]["result"]["version"], "nvtcp 0.1.0");
+}
+
+// A client that leaves while its create waits on the device: the create is still carried out
+// (the request was received), its answer is dropped, and the requests it had sent behind it,
+// never begun, are not run.
+TEST(RpcServer, SlowCreateOfAClientThatLeftIsStillCarriedOut) {
+  HeldDevices held;
+  RpcFixture f("slow-gone", {}, default_config(), held.factory());
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  send_all(a,
+           rpc_py_request("bdev_aio_create", 1, {{"name", "HeldFile"}, {"filename", "/net/share/disk.img"}}) +
+               rpc_py_request("bdev_null_create", 2, {{"name", "Behind"}, {"num_blocks", 2048}, {"block_size", 512}}));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  ::close(a);
+  ASSERT_TRUE(wait_for([&] { return f.server.clients() == 0; }, 5000)) << "the server did not see its client leave";
+  held.release();
+  ASSERT_TRUE(wait_for([&] { return f.server.slow_answers_dropped() == 1; }, 5000)) << "the create was not committed";
+  const Json made = f.call("bdev_get_bdevs", {{"name", "HeldFile"}});
+  ASSERT_EQ(made["result"].size(), 1u) << made.dump();
+  EXPECT_EQ(made["result"][0]["driver_specific"]["aio"]["filename"], "/net/share/disk.img");
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "Behind"}})["error"]["code"], control::kNoSuchDevice);
+}
+
+// A create that waits on its device and one that does not, of the same name (then of the same
+// uuid): the one committed first wins, the other is answered that the bdev exists, and the
+// device it made is closed.
+TEST(RpcServer, SlowAndFastCreatesOfOneNameOrUuidOneWins) {
+  HeldDevices held;
+  RpcFixture f("slow-race", {}, default_config(), held.factory());
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  const std::string uuid = "6a1b2c3d-0000-4000-8000-00000000abcd";
+  send_all(a, rpc_py_request("bdev_uring_create", 1, {{"name", "HeldSame"}, {"filename", "/net/share/same.img"}}) +
+                  rpc_py_request("bdev_rbd_create", 2, [&] {
+                    Json p = held_rbd_params("HeldUuid");
+                    p["uuid"] = uuid;
+                    return p;
+                  }()));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "HeldSame"}, {"num_blocks", 2048}, {"block_size", 512}})["result"],
+            "HeldSame");
+  // The second create is read only once the first is answered: the uuid is free until then.
+  EXPECT_EQ(f.call("bdev_null_create",
+                   {{"name", "Other"}, {"num_blocks", 2048}, {"block_size", 512}, {"uuid", uuid}})["result"],
+            "Other");
+  held.release();
+  const auto answers = read_answers(a, 2);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0]["error"]["code"], control::kExists) << answers[0].dump();
+  EXPECT_EQ(answers[1]["error"]["code"], control::kExists) << answers[1].dump();
+  const Json same = f.call("bdev_get_bdevs", {{"name", "HeldSame"}})["result"];
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0]["product_name"], "Null disk");
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "HeldUuid"}})["error"]["code"], control::kNoSuchDevice);
+}
+
+// bdev_rbd_resize waits for the cluster off the RPC thread too; meanwhile its bdev cannot be
+// deleted (the worker resizes its device) and other calls are answered.
+TEST(RpcServer, SlowResizeHoldsItsBdevAndNoOtherCall) {
+  HeldDevices held;
+  RpcFixture f("slow-resize", {}, default_config(), held.factory());
+  ASSERT_EQ(f.call("bdev_rbd_create", held_rbd_params("GrowsCeph"))["result"], "GrowsCeph");
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  send_all(a, rpc_py_request("bdev_rbd_resize", 1, {{"name", "GrowsCeph"}, {"new_size", 8}}));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  EXPECT_EQ(f.call("bdev_rbd_delete", {{"name", "GrowsCeph"}})["error"]["code"], control::kBusy);
+  EXPECT_EQ(f.call("bdev_rbd_resize", {{"name", "GrowsCeph"}, {"new_size", 16}})["error"]["code"], control::kBusy);
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "GrowsCeph"}})["result"][0]["num_blocks"], (4u << 20) / 4096);
+  held.release();
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "GrowsCeph"}})["result"][0]["num_blocks"], (8u << 20) / 4096);
+  EXPECT_EQ(f.call("bdev_rbd_delete", {{"name", "GrowsCeph"}})["result"], true);
+}
+
+// stop() with a slow create in flight says so, answers slow requests that come meanwhile that
+// the server stops, and returns once the create is carried out and answered.
+TEST(RpcServer, SlowRequestInFlightIsCarriedOutBeforeStopReturns) {
+  HeldDevices held;
+  LogLines log(LogLevel::Info);
+  RpcFixture f("slow-stop", {}, default_config(), held.factory());
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  send_all(a, rpc_py_request("bdev_rbd_create", 1, held_rbd_params("HeldStop")));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  auto stopped = std::async(std::launch::async, [&] { f.server.stop(); });
+  ASSERT_TRUE(wait_for([&] { return log.any_holds("waiting for 1 slow request"); }, 5000));
+  EXPECT_EQ(f.call("bdev_aio_create", {{"name", "HeldLate"}, {"filename", "/net/late.img"}})["error"]["code"],
+            control::kBusy);
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "stop() left a create behind";
+  held.release();
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], "HeldStop");
+  target::BdevTable::Info info;
+  EXPECT_TRUE(f.t.target().state().bdevs.find("HeldStop", info));
+  EXPECT_FALSE(f.t.target().state().bdevs.find("HeldLate", info));
 }
 
 }  // namespace
