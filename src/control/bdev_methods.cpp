@@ -117,15 +117,18 @@ Json bdev_json(const target::BdevTable::Info& b) {
   return j;
 }
 
-void delete_bdev(Target& t, const Json& params, const char* type) {
+// The bdev named in params, of type, taken from the target: its device is the caller's to close.
+std::unique_ptr<backend::BlockDevice> take_bdev(Target& t, const Json& params, const char* type) {
   Params p(params);
   const std::string name = p.str("name");
   p.done();
   target::BdevTable::Info info;
   if (!t.state().bdevs.find(name, info) || info.spec.type != type)
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no {} bdev named {}", type, name));
-  if (std::string err = t.live_config().delete_bdev(name); !err.empty())
+  std::unique_ptr<backend::BlockDevice> device;
+  if (std::string err = t.live_config().take_bdev(name, device); !err.empty())
     throw RpcError(err.find("being resized") != std::string::npos ? kBusy : kInternalError, err);
+  return device;
 }
 
 Json bdev_null_create(MethodContext& ctx, const Json& params) {
@@ -294,13 +297,25 @@ SlowWork bdev_rbd_create(MethodContext& ctx, const Json& params) {
   return create_bdev_slowly(t, nc, "Ceph");
 }
 
-// bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete: each deletes a bdev of
-// its own type (nvtcp's file type serves both aio and uring).
+// bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete, bdev_rbd_delete:
+// each deletes a bdev of its own type (nvtcp's file type serves both aio and uring).
 constexpr char kNullType[] = "null", kRamType[] = "ram", kFileType[] = "file", kRbdType[] = "rbd";
 template <const char* Type>
 Json bdev_delete_of_type(MethodContext& ctx, const Json& params) {
-  delete_bdev(ctx.target, params, Type);
+  take_bdev(ctx.target, params, Type);  // and closed here
   return Json(true);
+}
+
+// The same for devices whose close can wait (an RBD image's for its cluster, a file's on a
+// network file system for its server): the bdev is gone from the target once the checks
+// pass; its device, the worker's alone by then, closes off the RPC thread.
+template <const char* Type>
+SlowWork bdev_slow_delete_of_type(MethodContext& ctx, const Json& params) {
+  std::shared_ptr<backend::BlockDevice> device = take_bdev(ctx.target, params, Type);
+  return [device = std::move(device)]() mutable -> SlowCommit {
+    device.reset();
+    return [] { return Json(true); };
+  };
 }
 
 Json bdev_null_resize(MethodContext& ctx, const Json& params) {
@@ -514,12 +529,9 @@ std::span<const MethodEntry> bdev_methods() {
     {"bdev_malloc_create", bdev_malloc_create},
     {"bdev_null_delete", bdev_delete_of_type<kNullType>},
     {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
-    {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
-    {"bdev_uring_delete", bdev_delete_of_type<kFileType>},
     {"bdev_rbd_register_cluster", bdev_rbd_register_cluster},
     {"bdev_rbd_unregister_cluster", bdev_rbd_unregister_cluster},
     {"bdev_rbd_get_clusters_info", bdev_rbd_get_clusters_info},
-    {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
     {"bdev_get_iostat", bdev_get_iostat},
     {"bdev_set_qos_limit", bdev_set_qos_limit},
     {"bdev_null_resize", bdev_null_resize},
@@ -534,6 +546,9 @@ std::span<const SlowMethodEntry> bdev_slow_methods() {
     {"bdev_uring_create", bdev_file_create},
     {"bdev_rbd_create", bdev_rbd_create},
     {"bdev_rbd_resize", bdev_rbd_resize},
+    {"bdev_aio_delete", bdev_slow_delete_of_type<kFileType>},
+    {"bdev_uring_delete", bdev_slow_delete_of_type<kFileType>},
+    {"bdev_rbd_delete", bdev_slow_delete_of_type<kRbdType>},
   };
   return kMethods;
 }

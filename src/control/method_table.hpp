@@ -25,8 +25,8 @@ struct MethodEntry {
   TargetMethod fn;
 };
 
-// A slow method: one that can wait on the network or a file (a Ceph cluster's connect or
-// resize, an open of a path on a network file system). Every other client's calls, an ANA
+// A slow method: one that can wait on the network or a file (a Ceph cluster's connect, resize
+// or close, an open or close of a path on a network file system). Every other client's calls, an ANA
 // failover among them, are answered while it waits; its own client's later requests wait for
 // its answer (RpcServer). It runs in three parts, and what each may touch is the rule:
 //  1. The function in the table, on the RPC thread: parameters, names, what it needs from the
@@ -35,9 +35,10 @@ struct MethodEntry {
 //  2. The blocking part, on a worker thread, while the RPC thread serves other calls (which
 //     change the target, and may end its subsystems, bdevs and clusters): it touches nothing of
 //     the target, no table, no lock of it, no Target& (capture it for part 3 only), and nothing
-//     the RPC thread uses; only what part 1 gave it (copies), what it builds (the device, held
-//     alone until part 3) and what part 1 holds alive for it until part 3 and made safe to
-//     use beside the reactors (LiveConfig::begin_resize's device). Returns part 3.
+//     the RPC thread uses; only what part 1 gave it (copies, or a device it took out of the
+//     target), what it builds (the device, held alone until part 3) and what part 1 holds alive
+//     for it until part 3 and made safe to use beside the reactors (LiveConfig::begin_resize's
+//     device). Returns part 3.
 //  3. The commit, on the RPC thread under the target's locks (LiveConfig): checks again what
 //     part 1 checked and calls since may have changed (the name taken by another create, the
 //     uuid, the cluster unregistered), then changes the target or gives up (what part 2 built

@@ -242,8 +242,8 @@ void RpcServer::stop() {
     std::unique_lock lk(slow_mu_);
     slow_refused_ = true;
     if (slow_in_flight_)
-      log::info("RPC: stopping: waiting for {} slow request(s) in flight (a Ceph connect or a file's open) to "
-                "be carried out and answered",
+      log::info("RPC: stopping: waiting for {} slow request(s) in flight (waiting on a Ceph cluster or a "
+                "file) to be carried out and answered",
                 slow_in_flight_);
     // Their commits run on the server's thread; one that ended on an error commits none, and
     // stop() runs what is left of them below.

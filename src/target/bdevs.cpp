@@ -262,12 +262,13 @@ void BdevTable::unclaim(const std::string& name, std::unique_ptr<backend::BlockD
   it->second.nsid = 0;
 }
 
-bool BdevTable::remove(const std::string& name) {
+std::unique_ptr<backend::BlockDevice> BdevTable::take(const std::string& name) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(name);
-  if (it == entries_.end() || !it->second.device) return false;
+  if (it == entries_.end() || !it->second.device) return nullptr;
+  std::unique_ptr<backend::BlockDevice> device = std::move(it->second.device);
   entries_.erase(it);
-  return true;
+  return device;
 }
 
 bool BdevTable::find(const std::string& name, Info& out) const {

@@ -94,8 +94,9 @@ class BdevTable {
   // A namespace gave its device back (removed), with what its commands did: the bdev keeps
   // the counts (bdev_get_iostat), as an SPDK bdev keeps its statistics when it leaves a subsystem.
   void unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device, const IoTotals& io = {});
-  // Removes an unclaimed entry; false if there is none by that name.
-  bool remove(const std::string& name);
+  // Removes an unclaimed entry and gives its device (to close outside the table's lock: an RBD
+  // image's close waits for its cluster); nullptr if there is none by that name.
+  std::unique_ptr<backend::BlockDevice> take(const std::string& name);
   bool find(const std::string& name, Info& out) const;
   // The name of the bdev whose UUID is uuid (canonical text), or empty.
   std::string name_of_uuid(const std::string& uuid) const;
@@ -107,7 +108,7 @@ class BdevTable {
   // false if there is none by that name. A namespace that has it takes them from the caller.
   bool set_qos(const std::string& name, const QosLimits& limits, Info& out);
   // The device of an unclaimed entry (nullptr: none, or a namespace has it). It stays where it
-  // is, and alive, until remove(name): claim and unclaim move its owner, not the device.
+  // is, and alive, until take(name): claim and unclaim move its owner, not the device.
   backend::BlockDevice* unclaimed_device(const std::string& name) const;
 
  private:

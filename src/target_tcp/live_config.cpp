@@ -288,6 +288,11 @@ void LiveConfig::discovery_log_changed() {
 }
 
 std::string LiveConfig::delete_bdev(const std::string& name) {
+  std::unique_ptr<backend::BlockDevice> device;
+  return take_bdev(name, device);  // closed here, as it goes
+}
+
+std::string LiveConfig::take_bdev(const std::string& name, std::unique_ptr<backend::BlockDevice>& device) {
   auto resizing = [&] {
     return resizing_.count(name) ? fmt::format("bdev {} is being resized: delete it once that is done", name)
                                  : std::string();
@@ -302,7 +307,8 @@ std::string LiveConfig::delete_bdev(const std::string& name) {
     if (std::string err = remove_namespace(info.subnqn, info.nsid); !err.empty()) return err;
   std::lock_guard lk(t_.control_mu_);
   if (std::string e = resizing(); !e.empty()) return e;
-  if (!t_.state_->bdevs.remove(name)) return fmt::format("no bdev named {}", name);
+  device = t_.state_->bdevs.take(name);
+  if (!device) return fmt::format("no bdev named {}", name);
   log::info("control: bdev {} deleted", name);
   return {};
 }

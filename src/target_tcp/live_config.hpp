@@ -50,8 +50,12 @@ class LiveConfig {
   // taken by another create, the uuid, the cluster unregistered); a device not added is closed.
   std::string adopt_bdev(BdevInTheMaking b);
   // Deletes a device; one a namespace has is removed from it first (as SPDK hot-removes).
-  // Refused while it is being resized.
+  // Refused while it is being resized. take_bdev, then the device closed.
   std::string delete_bdev(const std::string& name);
+  // delete_bdev for a caller that closes the device off its thread (an RBD image's close waits
+  // for its cluster, a file's close on a network file system for its server): the bdev is gone
+  // from the target when it returns, and device is the caller's alone.
+  std::string take_bdev(const std::string& name, std::unique_ptr<backend::BlockDevice>& device);
   // A NULL or RBD device's new size (begin_resize, the device's resize, end_resize); the hosts
   // of its namespace are told.
   std::string resize_bdev(const std::string& name, uint64_t bytes);

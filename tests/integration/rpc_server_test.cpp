@@ -1684,9 +1684,9 @@ TEST(RpcServer, AKeyringPskFileRewrittenRotatesTheTlsKeyForTheNextHandshake) {
 
 // Devices that stand in for an RBD image whose cluster is slow to answer (or a file on a network
 // file system): an RBD or file bdev named Held* is made only once the test lets it (as librbd's
-// connect returns once the monitors answer), one named Grows* at once, but each resize of it
-// returns only once the test lets it. The waits are the test's to end; their bound only keeps a
-// broken server from hanging the test.
+// connect returns once the monitors answer); one named Grows* is made at once, but each resize
+// of it returns only once the test lets it; one named Closes* closes only once the test lets it.
+// The waits are the test's to end; their bound only keeps a broken server from hanging the test.
 struct HeldDevices {
   std::mutex mu;
   std::condition_variable changed;
@@ -1712,13 +1712,18 @@ struct HeldDevices {
   target::DeviceFactory factory();
 };
 
-class HeldResizeDevice final : public backend::BlockDevice {
+// A RAM device whose resize (or close) waits for the test, as an RBD image's waits for its cluster.
+class HeldRamDevice final : public backend::BlockDevice {
  public:
-  HeldResizeDevice(std::unique_ptr<backend::BlockDevice> ram, HeldDevices& held)
-      : ram_(std::move(ram)), held_(held), size_(ram_->size_bytes()) {}
+  enum class Waits { Resize, Close };
+  HeldRamDevice(std::unique_ptr<backend::BlockDevice> ram, HeldDevices& held, Waits waits)
+      : ram_(std::move(ram)), held_(held), waits_(waits), size_(ram_->size_bytes()) {}
+  ~HeldRamDevice() override {
+    if (waits_ == Waits::Close) held_.pass();
+  }
   uint64_t size_bytes() const override { return size_.load(); }
   bool resize(uint64_t bytes) override {
-    if (!held_.pass()) return false;
+    if (waits_ == Waits::Resize && !held_.pass()) return false;
     size_.store(bytes);
     return true;
   }
@@ -1730,20 +1735,23 @@ class HeldResizeDevice final : public backend::BlockDevice {
  private:
   std::unique_ptr<backend::BlockDevice> ram_;
   HeldDevices& held_;
+  const Waits waits_;
   std::atomic<uint64_t> size_;
 };
 
 target::DeviceFactory HeldDevices::factory() {
   return [this](const target::NamespaceConfig& nc, std::string& err) -> std::unique_ptr<backend::BlockDevice> {
-    const bool held = nc.name.rfind("Held", 0) == 0, grows = nc.name.rfind("Grows", 0) == 0;
-    if ((!held && !grows) || (nc.type != "rbd" && nc.type != "file")) return nullptr;
+    auto named = [&](const char* prefix) { return nc.name.rfind(prefix, 0) == 0; };
+    const bool held = named("Held"), grows = named("Grows"), closes = named("Closes");
+    if ((!held && !grows && !closes) || (nc.type != "rbd" && nc.type != "file")) return nullptr;
     if (held && !pass()) {
       err = "the test never let the device be made";
       return nullptr;
     }
     auto ram = backend::make_ram(4 << 20, nc.block_size, 1, err);
-    if (grows && ram) return std::make_unique<HeldResizeDevice>(std::move(ram), *this);
-    return ram;
+    if (!ram || held) return ram;
+    using Waits = HeldRamDevice::Waits;
+    return std::make_unique<HeldRamDevice>(std::move(ram), *this, grows ? Waits::Resize : Waits::Close);
   };
 }
 
@@ -1872,6 +1880,28 @@ TEST(RpcServer, SlowResizeHoldsItsBdevAndNoOtherCall) {
   EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
   EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "GrowsCeph"}})["result"][0]["num_blocks"], (8u << 20) / 4096);
   EXPECT_EQ(f.call("bdev_rbd_delete", {{"name", "GrowsCeph"}})["result"], true);
+}
+
+// bdev_rbd_delete (and the file deletes) close the device off the RPC thread: the bdev is gone
+// at once, other calls are answered while its image closes, and the client that asked is
+// answered once it has.
+TEST(RpcServer, SlowDeleteClosesTheDeviceOffTheRpcThread) {
+  HeldDevices held;
+  RpcFixture f("slow-delete", {}, default_config(), held.factory());
+  ASSERT_EQ(f.call("bdev_rbd_create", held_rbd_params("ClosesCeph"))["result"], "ClosesCeph");
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  send_all(a, rpc_py_request("bdev_rbd_delete", 1, {{"name", "ClosesCeph"}}));
+  ASSERT_TRUE(held.wait_until_arrived(1));
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "ClosesCeph"}})["error"]["code"], control::kNoSuchDevice)
+      << "the bdev stayed while its device closed";
+  EXPECT_EQ(f.call("nvmf_get_subsystems")["result"].size(), 2u) << "a call waited for another client's delete";
+  EXPECT_TRUE(nothing_to_read(a)) << "the delete was answered before its device closed";
+  held.release();
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
 }
 
 // stop() with a slow create in flight says so, answers slow requests that come meanwhile that
