@@ -112,23 +112,27 @@ Json bdev_json(const target::BdevTable::Info& b) {
   if (!b.subnqn.empty()) {
     j["claim_type"] = "exclusive_write";
     j["driver_specific"]["nvtcp"] = {{"subsystem", b.subnqn}, {"nsid", b.nsid}};
+    // Its namespace is taken away and the commands on it are finishing: the bdev is free once
+    // they have (LiveConfig::Leaving).
+    if (b.leaving) j["driver_specific"]["nvtcp"]["being_removed"] = true;
   }
   if (file) j["driver_specific"]["aio"] = {{"filename", b.spec.path}, {"readonly", false}};
   return j;
 }
 
-// The bdev named in params, of type, taken from the target: its device is the caller's to close.
-std::unique_ptr<backend::BlockDevice> take_bdev(Target& t, const Json& params, const char* type) {
+// The bdev named in params, of type, on its way out of the target (LiveConfig::begin_delete_bdev):
+// gone from the table if no namespace had it, else its namespace detached and draining.
+std::shared_ptr<target::LiveConfig::Leaving> begin_delete(Target& t, const Json& params, const char* type) {
   Params p(params);
   const std::string name = p.str("name");
   p.done();
   target::BdevTable::Info info;
   if (!t.state().bdevs.find(name, info) || info.spec.type != type)
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no {} bdev named {}", type, name));
-  std::unique_ptr<backend::BlockDevice> device;
-  if (std::string err = t.live_config().take_bdev(name, device); !err.empty())
-    throw RpcError(err.find("being resized") != std::string::npos ? kBusy : kInternalError, err);
-  return device;
+  auto leaving = std::make_shared<target::LiveConfig::Leaving>();
+  if (std::string err = t.live_config().begin_delete_bdev(name, *leaving); !err.empty())
+    throw RpcError(target::busy_error(err) ? kBusy : kInternalError, err);
+  return leaving;
 }
 
 Json bdev_null_create(MethodContext& ctx, const Json& params) {
@@ -298,24 +302,15 @@ SlowWork bdev_rbd_create(MethodContext& ctx, const Json& params) {
 }
 
 // bdev_null_delete, bdev_malloc_delete, bdev_aio_delete, bdev_uring_delete, bdev_rbd_delete:
-// each deletes a bdev of its own type (nvtcp's file type serves both aio and uring).
+// each deletes a bdev of its own type (nvtcp's file type serves both aio and uring). One no
+// namespace has leaves the table at once; one a namespace has loses it at once and leaves once
+// the commands on it are done. Those commands (waiting on the device) and the device's close (an
+// RBD image's waits for its cluster, a file's on a network file system for its server) are
+// waited for off the RPC thread; the client is answered once they are done.
 constexpr char kNullType[] = "null", kRamType[] = "ram", kFileType[] = "file", kRbdType[] = "rbd";
 template <const char* Type>
-Json bdev_delete_of_type(MethodContext& ctx, const Json& params) {
-  take_bdev(ctx.target, params, Type);  // and closed here
-  return Json(true);
-}
-
-// The same for devices whose close can wait (an RBD image's for its cluster, a file's on a
-// network file system for its server): the bdev is gone from the target once the checks
-// pass; its device, the worker's alone by then, closes off the RPC thread.
-template <const char* Type>
-SlowWork bdev_slow_delete_of_type(MethodContext& ctx, const Json& params) {
-  std::shared_ptr<backend::BlockDevice> device = take_bdev(ctx.target, params, Type);
-  return [device = std::move(device)]() mutable -> SlowCommit {
-    device.reset();
-    return [] { return Json(true); };
-  };
+SlowWork bdev_delete_of_type(MethodContext& ctx, const Json& params) {
+  return settle_slowly(ctx.target, begin_delete(ctx.target, params, Type), kInternalError);
 }
 
 Json bdev_null_resize(MethodContext& ctx, const Json& params) {
@@ -329,7 +324,7 @@ Json bdev_null_resize(MethodContext& ctx, const Json& params) {
     throw RpcError(kNoSuchDevice, fmt::format("No such device: no null bdev named {}", name));
   if (mib == 0 || mib > (1ull << 40)) throw RpcError(kInvalidArgument, fmt::format("new_size {} MiB is out of range", mib));
   if (std::string err = t.live_config().resize_bdev(name, mib << 20); !err.empty())
-    throw RpcError(kInvalidArgument, err);
+    throw RpcError(target::busy_error(err) ? kBusy : kInvalidArgument, err);
   return Json(true);
 }
 
@@ -353,7 +348,7 @@ SlowWork bdev_rbd_resize(MethodContext& ctx, const Json& params) {
   const uint64_t bytes = mib << 20;
   backend::BlockDevice* device = nullptr;
   if (std::string err = t.live_config().begin_resize(name, bytes, device); !err.empty())
-    throw RpcError(err.find("being resized") != std::string::npos ? kBusy : kInvalidArgument, err);
+    throw RpcError(target::busy_error(err) ? kBusy : kInvalidArgument, err);
   return [&t, name, bytes, device]() -> SlowCommit {
     const bool resized = device->resize(bytes);
     return [&t, name, bytes, resized]() -> Json {
@@ -364,9 +359,10 @@ SlowWork bdev_rbd_resize(MethodContext& ctx, const Json& params) {
   };
 }
 
-// The namespace a bdev serves now (null: none). Control path: namespaces change on it alone.
+// The namespace a bdev serves now (null: none; one leaving serves none, and another namespace
+// may have its NSID already). Control path: namespaces change on it alone.
 target::Namespace* namespace_of(Target& t, const target::BdevTable::Info& b) {
-  if (b.subnqn.empty()) return nullptr;
+  if (b.subnqn.empty() || b.leaving) return nullptr;
   const auto sub = t.state().find_subsystem(b.subnqn);
   return sub ? sub->find_namespace(b.nsid) : nullptr;
 }
@@ -492,7 +488,7 @@ Json bdev_config(Target& t) {
       if (t.state().bdevs.find(ns->name, b)) ordered.push_back(b);
     }
   for (const auto& b : t.state().bdevs.list())
-    if (b.subnqn.empty()) ordered.push_back(b);
+    if (b.subnqn.empty() || b.leaving) ordered.push_back(b);  // leaving its namespace: free once settled
   for (const auto& b : ordered) {
     Json p{{"name", b.spec.name}, {"block_size", b.spec.block_size}};
     const char* method = "bdev_aio_create";
@@ -527,8 +523,6 @@ std::span<const MethodEntry> bdev_methods() {
   static constexpr MethodEntry kMethods[] = {
     {"bdev_null_create", bdev_null_create},
     {"bdev_malloc_create", bdev_malloc_create},
-    {"bdev_null_delete", bdev_delete_of_type<kNullType>},
-    {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
     {"bdev_rbd_register_cluster", bdev_rbd_register_cluster},
     {"bdev_rbd_unregister_cluster", bdev_rbd_unregister_cluster},
     {"bdev_rbd_get_clusters_info", bdev_rbd_get_clusters_info},
@@ -546,9 +540,11 @@ std::span<const SlowMethodEntry> bdev_slow_methods() {
     {"bdev_uring_create", bdev_file_create},
     {"bdev_rbd_create", bdev_rbd_create},
     {"bdev_rbd_resize", bdev_rbd_resize},
-    {"bdev_aio_delete", bdev_slow_delete_of_type<kFileType>},
-    {"bdev_uring_delete", bdev_slow_delete_of_type<kFileType>},
-    {"bdev_rbd_delete", bdev_slow_delete_of_type<kRbdType>},
+    {"bdev_null_delete", bdev_delete_of_type<kNullType>},
+    {"bdev_malloc_delete", bdev_delete_of_type<kRamType>},
+    {"bdev_aio_delete", bdev_delete_of_type<kFileType>},
+    {"bdev_uring_delete", bdev_delete_of_type<kFileType>},
+    {"bdev_rbd_delete", bdev_delete_of_type<kRbdType>},
   };
   return kMethods;
 }

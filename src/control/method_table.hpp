@@ -3,6 +3,7 @@
 // in a table per family (nvmf_*, bdev_*, keyring_*, and the framework's), each family in its own file.
 // add_target_methods (target_methods.cpp) registers every table with the dispatcher.
 #pragma once
+#include <memory>
 #include <span>
 #include <string>
 
@@ -26,7 +27,8 @@ struct MethodEntry {
 };
 
 // A slow method: one that can wait on the network or a file (a Ceph cluster's connect, resize
-// or close, an open or close of a path on a network file system). Every other client's calls, an ANA
+// or close, an open or close of a path on a network file system, the commands still on a
+// namespace taken away, which wait on its device). Every other client's calls, an ANA
 // failover among them, are answered while it waits; its own client's later requests wait for
 // its answer (RpcServer). It runs in three parts, and what each may touch is the rule:
 //  1. The function in the table, on the RPC thread: parameters, names, what it needs from the
@@ -38,7 +40,8 @@ struct MethodEntry {
 //     the RPC thread uses; only what part 1 gave it (copies, or a device it took out of the
 //     target), what it builds (the device, held alone until part 3) and what part 1 holds alive
 //     for it until part 3 and made safe to use beside the reactors (LiveConfig::begin_resize's
-//     device). Returns part 3.
+//     device, the namespaces LiveConfig::Leaving detached, whose holds the reactors drop
+//     atomically). Returns part 3.
 //  3. The commit, on the RPC thread under the target's locks (LiveConfig): checks again what
 //     part 1 checked and calls since may have changed (the name taken by another create, the
 //     uuid, the cluster unregistered), then changes the target or gives up (what part 2 built
@@ -51,9 +54,15 @@ struct SlowMethodEntry {
 };
 
 std::span<const MethodEntry> nvmf_methods();  // nvmf_methods.cpp
+std::span<const SlowMethodEntry> nvmf_slow_methods();  // nvmf_methods.cpp
 std::span<const MethodEntry> bdev_methods();  // bdev_methods.cpp
 std::span<const SlowMethodEntry> bdev_slow_methods();  // bdev_methods.cpp
 std::span<const MethodEntry> keyring_methods();  // keyring_methods.cpp
+
+// Parts 2 and 3 of a method that took namespaces away (part 1: a LiveConfig::begin_* into
+// leaving): the wait for their commands, then LiveConfig::settle; answers true, or error_code
+// and why (nvmf_methods.cpp).
+SlowWork settle_slowly(target::Target& t, std::shared_ptr<target::LiveConfig::Leaving> leaving, int error_code);
 
 // Each family's part of save_config / framework_get_config, in SPDK's shapes.
 Json nvmf_config(target::Target& t);

@@ -256,15 +256,20 @@ Json nvmf_create_subsystem(MethodContext& ctx, const Json& params) {
   return Json(true);
 }
 
-Json nvmf_delete_subsystem(MethodContext& ctx, const Json& params) {
+// Slow: the subsystem is gone at once (its controllers torn down, its namespaces detached), and
+// the answer comes once the commands on its namespaces are done and their devices are back with
+// their bdevs (LiveConfig::Leaving), off the RPC thread.
+SlowWork nvmf_delete_subsystem(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   const std::string nqn = p.str("nqn");
   p.opt_str("tgt_name");
   p.done();
   subsystem_named(t, nqn);
-  if (std::string err = t.live_config().delete_subsystem(nqn); !err.empty()) throw RpcError(kInvalidParams, err);
-  return Json(true);
+  auto leaving = std::make_shared<target::LiveConfig::Leaving>();
+  if (std::string err = t.live_config().begin_delete_subsystem(nqn, *leaving); !err.empty())
+    throw RpcError(kInvalidParams, err);
+  return settle_slowly(t, std::move(leaving), kInvalidParams);
 }
 
 // The discovery NQN (rpc.py turns "discovery" into it) opens a listener that serves
@@ -511,7 +516,8 @@ Json nvmf_subsystem_add_ns(MethodContext& ctx, const Json& params) {
   q.done();
   subsystem_named(t, nqn);
   uint32_t got = 0;
-  if (std::string err = t.live_config().add_namespace(nqn, nc, got); !err.empty()) throw RpcError(kInvalidParams, err);
+  if (std::string err = t.live_config().add_namespace(nqn, nc, got); !err.empty())
+    throw RpcError(target::busy_error(err) ? kBusy : kInvalidParams, err);
   return Json(got);
 }
 
@@ -566,7 +572,9 @@ Json nvmf_subsystem_set_ns_ana_group(MethodContext& ctx, const Json& params) {
 }
 Json nvmf_ns_remove_host(MethodContext& ctx, const Json& params) { return ns_visible(ctx, params, false); }
 
-Json nvmf_subsystem_remove_ns(MethodContext& ctx, const Json& params) {
+// Slow as nvmf_delete_subsystem: no command finds the namespace once the checks pass, and the
+// answer comes once the commands under way on it are done and its device is its bdev's again.
+SlowWork nvmf_subsystem_remove_ns(MethodContext& ctx, const Json& params) {
   Target& t = ctx.target;
   Params p(params);
   const std::string nqn = p.str("nqn");
@@ -574,10 +582,12 @@ Json nvmf_subsystem_remove_ns(MethodContext& ctx, const Json& params) {
   p.opt_str("tgt_name");
   p.done();
   subsystem_named(t, nqn);
-  if (std::string err = t.live_config().remove_namespace(nqn, uint32_t(std::min<uint64_t>(nsid, 0xFFFFFFFF)));
+  auto leaving = std::make_shared<target::LiveConfig::Leaving>();
+  if (std::string err =
+          t.live_config().begin_remove_namespace(nqn, uint32_t(std::min<uint64_t>(nsid, 0xFFFFFFFF)), *leaving);
       !err.empty())
     throw RpcError(kInvalidParams, err);
-  return Json(true);
+  return settle_slowly(t, std::move(leaving), kInvalidParams);
 }
 
 Json nvmf_subsystem_remove_host(MethodContext& ctx, const Json& params) {
@@ -672,13 +682,30 @@ Json nvmf_config(Target& t) {
   return out;
 }
 
+SlowWork settle_slowly(Target& t, std::shared_ptr<target::LiveConfig::Leaving> leaving, int error_code) {
+  return [&t, leaving = std::move(leaving), error_code]() -> SlowCommit {
+    target::LiveConfig::drain(*leaving);  // the commands on its namespaces, up to 60 s
+    return [&t, leaving, error_code]() -> Json {
+      if (std::string err = t.live_config().settle(std::move(*leaving)); !err.empty()) throw RpcError(error_code, err);
+      return Json(true);
+    };
+  };
+}
+
+std::span<const SlowMethodEntry> nvmf_slow_methods() {
+  static constexpr SlowMethodEntry kMethods[] = {
+    {"nvmf_delete_subsystem", nvmf_delete_subsystem},
+    {"nvmf_subsystem_remove_ns", nvmf_subsystem_remove_ns},
+  };
+  return kMethods;
+}
+
 std::span<const MethodEntry> nvmf_methods() {
   static constexpr MethodEntry kMethods[] = {
     {"nvmf_create_transport", nvmf_create_transport},
     {"nvmf_get_transports", nvmf_get_transports},
     {"nvmf_get_subsystems", nvmf_get_subsystems},
     {"nvmf_create_subsystem", nvmf_create_subsystem},
-    {"nvmf_delete_subsystem", nvmf_delete_subsystem},
     {"nvmf_subsystem_add_listener", nvmf_subsystem_add_listener},
     {"nvmf_subsystem_remove_listener", nvmf_subsystem_remove_listener},
     {"nvmf_subsystem_get_listeners", nvmf_subsystem_get_listeners},
@@ -689,7 +716,6 @@ std::span<const MethodEntry> nvmf_methods() {
     {"nvmf_subsystem_allow_any_host", nvmf_subsystem_allow_any_host},
     {"nvmf_subsystem_add_host", nvmf_subsystem_add_host},
     {"nvmf_subsystem_add_ns", nvmf_subsystem_add_ns},
-    {"nvmf_subsystem_remove_ns", nvmf_subsystem_remove_ns},
     {"nvmf_ns_add_host", nvmf_ns_add_host},
     {"nvmf_ns_remove_host", nvmf_ns_remove_host},
     {"nvmf_subsystem_set_ns_ana_group", nvmf_subsystem_set_ns_ana_group},

@@ -204,8 +204,9 @@ void add_target_methods(Dispatcher& d, Target& t, const std::string& version) {
   auto c = std::make_shared<MethodContext>(MethodContext{d, t, version});
   for (auto family : {framework_methods(), nvmf_methods(), bdev_methods(), keyring_methods()})
     for (const MethodEntry& m : family) d.add(m.name, [c, fn = m.fn](const Json& params) { return fn(*c, params); });
-  for (const SlowMethodEntry& m : bdev_slow_methods())
-    d.add_slow(m.name, [c, fn = m.fn](const Json& params) { return fn(*c, params); });
+  for (auto family : {nvmf_slow_methods(), bdev_slow_methods()})
+    for (const SlowMethodEntry& m : family)
+      d.add_slow(m.name, [c, fn = m.fn](const Json& params) { return fn(*c, params); });
 }
 
 }  // namespace nvtcp::control

@@ -242,6 +242,11 @@ std::unique_ptr<backend::BlockDevice> BdevTable::claim(const std::string& name, 
     why = fmt::format("no bdev named {}", name);
     return nullptr;
   }
+  if (it->second.leaving) {
+    why = fmt::format("bdev {} is being removed from namespace {} of {} (its commands are finishing): add it once "
+                      "that is done", name, it->second.nsid, it->second.subnqn);
+    return nullptr;
+  }
   if (!it->second.device) {
     why = fmt::format("bdev {} is namespace {} of {} already", name, it->second.nsid, it->second.subnqn);
     return nullptr;
@@ -260,6 +265,23 @@ void BdevTable::unclaim(const std::string& name, std::unique_ptr<backend::BlockD
   add_totals(it->second.past_io, io);
   it->second.subnqn.clear();
   it->second.nsid = 0;
+  it->second.leaving = false;
+}
+
+bool BdevTable::set_leaving(const std::string& name) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end() || it->second.subnqn.empty()) return false;
+  it->second.leaving = true;
+  return true;
+}
+
+bool BdevTable::remove_leaving(const std::string& name) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end() || !it->second.leaving || it->second.device) return false;
+  entries_.erase(it);
+  return true;
 }
 
 std::unique_ptr<backend::BlockDevice> BdevTable::take(const std::string& name) {
@@ -275,7 +297,8 @@ bool BdevTable::find(const std::string& name, Info& out) const {
   std::lock_guard lk(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
-  out = {it->second.spec, it->second.subnqn, it->second.nsid, it->second.spec.size, it->second.past_io};
+  out = {it->second.spec, it->second.subnqn, it->second.nsid, it->second.spec.size, it->second.past_io,
+         it->second.leaving};
   if (it->second.device) out.size_bytes = it->second.device->size_bytes();
   return true;
 }
@@ -291,7 +314,7 @@ std::vector<BdevTable::Info> BdevTable::list() const {
   std::lock_guard lk(mu_);
   std::vector<std::pair<uint64_t, Info>> sorted;
   for (const auto& [name, e] : entries_) {
-    Info i{e.spec, e.subnqn, e.nsid, e.spec.size, e.past_io};
+    Info i{e.spec, e.subnqn, e.nsid, e.spec.size, e.past_io, e.leaving};
     if (e.device) i.size_bytes = e.device->size_bytes();
     sorted.emplace_back(e.order, std::move(i));
   }
@@ -317,7 +340,7 @@ bool BdevTable::set_qos(const std::string& name, const QosLimits& limits, Info& 
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
   it->second.spec.qos = limits;
-  out = {it->second.spec, it->second.subnqn, it->second.nsid, 0, it->second.past_io};
+  out = {it->second.spec, it->second.subnqn, it->second.nsid, 0, it->second.past_io, it->second.leaving};
   return true;
 }
 

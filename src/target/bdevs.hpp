@@ -75,6 +75,9 @@ class BdevTable {
     uint32_t nsid = 0;
     uint64_t order = 0;                            // creation order (save_config replays it)
     IoTotals past_io;                              // what the namespaces that had it before did
+    // Its namespace is taken away and the commands on it are finishing (LiveConfig::Leaving):
+    // still claimed, but subnqn/nsid name no namespace any more (another may have that NSID now).
+    bool leaving = false;
   };
   // A snapshot of one entry, for listing.
   struct Info {
@@ -83,17 +86,25 @@ class BdevTable {
     uint32_t nsid = 0;
     uint64_t size_bytes = 0;
     IoTotals past_io;  // Entry::past_io (the namespace that has it now counts the rest)
+    bool leaving = false;  // Entry::leaving
   };
   // Adds a device (device nullptr: a namespace already has it, subnqn/nsid say which). False if
   // the name is taken. A spec without a UUID gets storage_uuid(spec, subnqn, nsid, device).
   bool add(const NamespaceConfig& spec, std::unique_ptr<backend::BlockDevice> device, const std::string& subnqn = {},
            uint32_t nsid = 0);
-  // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise).
+  // Takes the device of an unclaimed entry for a namespace (nullptr and why otherwise: a
+  // leaving one says it is "being removed").
   std::unique_ptr<backend::BlockDevice> claim(const std::string& name, const std::string& subnqn, uint32_t nsid,
                                               NamespaceConfig& spec, std::string& why);
   // A namespace gave its device back (removed), with what its commands did: the bdev keeps
   // the counts (bdev_get_iostat), as an SPDK bdev keeps its statistics when it leaves a subsystem.
   void unclaim(const std::string& name, std::unique_ptr<backend::BlockDevice> device, const IoTotals& io = {});
+  // Marks a claimed entry's namespace as taken away, its commands finishing (Entry::leaving);
+  // unclaim ends it. False if there is no claimed entry by that name.
+  bool set_leaving(const std::string& name);
+  // Removes a leaving entry whose device its namespace closed (a bdev deleted with its
+  // namespace); false if there is none such by that name.
+  bool remove_leaving(const std::string& name);
   // Removes an unclaimed entry and gives its device (to close outside the table's lock: an RBD
   // image's close waits for its cluster); nullptr if there is none by that name.
   std::unique_ptr<backend::BlockDevice> take(const std::string& name);

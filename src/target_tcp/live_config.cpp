@@ -132,6 +132,13 @@ std::string LiveConfig::add_namespace(const std::string& subnqn, NamespaceConfig
 }
 
 std::string LiveConfig::remove_namespace(const std::string& subnqn, uint32_t nsid) {
+  Leaving l;
+  if (std::string err = begin_remove_namespace(subnqn, nsid, l); !err.empty()) return err;
+  drain(l);
+  return settle(std::move(l));
+}
+
+std::string LiveConfig::begin_remove_namespace(const std::string& subnqn, uint32_t nsid, Leaving& out) {
   std::lock_guard lk(t_.control_mu_);
   const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(subnqn);
   if (!sub || sub->is_discovery()) return fmt::format("no subsystem {}", subnqn);
@@ -139,36 +146,72 @@ std::string LiveConfig::remove_namespace(const std::string& subnqn, uint32_t nsi
   if (!ns) return fmt::format("subsystem {} has no namespace {}", subnqn, nsid);
   // From here no command finds it; the hosts hear of it while the last ones finish.
   sub->notify_namespace_changed(nsid);
-  std::vector<std::unique_ptr<Namespace>> nss;
-  nss.push_back(std::move(ns));
-  release_namespaces(*sub, std::move(nss));
+  out.what = Leaving::What::Namespace;
+  out.subnqn = subnqn;
+  out.nss.push_back(std::move(ns));
+  leave(out);
   return {};
 }
 
-void LiveConfig::release_namespaces(Subsystem& sub, std::vector<std::unique_ptr<Namespace>> nss) {
+void LiveConfig::leave(Leaving& out) {
+  for (const auto& ns : out.nss) t_.state_->bdevs.set_leaving(ns->name);
   t_.quiesce();
+}
+
+void LiveConfig::drain(Leaving& l) {
   const auto start = std::chrono::steady_clock::now();
-  for (auto& ns : nss) {
-    uint64_t held = 0;
-    while ((held = ns->holds.total()) != 0) {
+  l.drained.clear();
+  for (const auto& ns : l.nss) {
+    Leaving::Drained d;
+    while ((d.held = ns->holds.total()) != 0) {
       if (std::chrono::steady_clock::now() - start > kDrainLimit) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    const uint64_t waited_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-    if (held != 0) {
+    d.waited_ms = uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+    l.drained.push_back(d);
+  }
+  if (l.what != Leaving::What::Bdev) return;
+  // A bdev deleted: its namespace's device, once no command is left on it, is the job's alone.
+  if (!l.nss.empty() && l.drained[0].held == 0) l.device = std::move(l.nss[0]->device);
+  l.device.reset();  // closed here: an RBD image's close waits for its cluster, a file's for its server
+}
+
+std::string LiveConfig::settle(Leaving l) {
+  std::lock_guard lk(t_.control_mu_);
+  size_t set_aside = 0;
+  for (size_t i = 0; i < l.nss.size(); ++i) {
+    std::unique_ptr<Namespace>& ns = l.nss[i];
+    const Leaving::Drained d = i < l.drained.size() ? l.drained[i] : Leaving::Drained{ns->holds.total(), 0};
+    if (d.held != 0) {
       // Destroying it would pull the device from under commands that may still finish: it is
-      // kept (its memory and file) rather than risk that.
+      // kept (its memory and file) rather than risk that, and its bdev stays leaving.
       log::error("control: subsystem {} namespace {}: {} command(s) still on it after {} s; it is set aside, not freed",
-                 sub.nqn(), ns->nsid, held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+                 l.subnqn, ns->nsid, d.held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
       std::lock_guard g(graveyard_mu_);
       graveyard_.push_back(std::move(ns));
+      ++set_aside;
       continue;
     }
-    log::info("control: subsystem {} namespace {} (bdev {}) removed{}", sub.nqn(), ns->nsid, ns->name,
-              waited_ms ? fmt::format(" after its commands finished ({} ms)", waited_ms) : "");
-    t_.state_->bdevs.unclaim(ns->name, std::move(ns->device), ns->metrics.totals());
+    log::info("control: subsystem {} namespace {} (bdev {}) removed{}", l.subnqn, ns->nsid, ns->name,
+              d.waited_ms ? fmt::format(" after its commands finished ({} ms)", d.waited_ms) : "");
+    if (l.what != Leaving::What::Bdev) t_.state_->bdevs.unclaim(ns->name, std::move(ns->device), ns->metrics.totals());
   }
+  switch (l.what) {
+    case Leaving::What::Namespace:
+      return {};
+    case Leaving::What::Subsystem:
+      log::info("control: subsystem {} deleted ({} controller(s) torn down, {} namespace(s) removed)", l.subnqn,
+                l.controllers, l.nss.size());
+      return {};
+    case Leaving::What::Bdev:
+      if (set_aside) return fmt::format("bdev {}: the commands on its namespace never finished; it is set aside", l.bdev);
+      // One a namespace had is still in the table (leaving), its device closed by drain.
+      if (!l.nss.empty() && !t_.state_->bdevs.remove_leaving(l.bdev)) return fmt::format("no bdev named {}", l.bdev);
+      log::info("control: bdev {} deleted", l.bdev);
+      return {};
+  }
+  return {};
 }
 
 std::string LiveConfig::create_subsystem(SubsystemConfig sc) {
@@ -189,16 +232,23 @@ std::string LiveConfig::create_subsystem(SubsystemConfig sc) {
 }
 
 std::string LiveConfig::delete_subsystem(const std::string& nqn) {
+  Leaving l;
+  if (std::string err = begin_delete_subsystem(nqn, l); !err.empty()) return err;
+  drain(l);
+  return settle(std::move(l));
+}
+
+std::string LiveConfig::begin_delete_subsystem(const std::string& nqn, Leaving& out) {
   std::lock_guard lk(t_.control_mu_);
   if (nqn == nvme::kDiscoveryNqn) return "the discovery subsystem cannot be deleted";
   const std::shared_ptr<Subsystem> sub = t_.state_->take_subsystem(nqn);
   if (!sub) return fmt::format("no subsystem {}", nqn);
+  out.what = Leaving::What::Subsystem;
+  out.subnqn = nqn;
   // No Connect finds it now; one that found it just before is refused by add_controller.
-  const size_t controllers = sub->mark_deleted();
-  std::vector<std::unique_ptr<Namespace>> nss;
-  for (Namespace* ns : sub->namespaces()) nss.push_back(sub->detach_namespace(ns->nsid));
-  const size_t namespaces = nss.size();
-  release_namespaces(*sub, std::move(nss));
+  out.controllers = sub->mark_deleted();
+  for (Namespace* ns : sub->namespaces()) out.nss.push_back(sub->detach_namespace(ns->nsid));
+  leave(out);
   // The listeners only it was reachable through close, as SPDK's do when their last subsystem
   // goes: left open, one would stay in the discovery log while save_config no longer names it.
   const auto rest = t_.state_->subsystems();
@@ -210,8 +260,6 @@ std::string LiveConfig::delete_subsystem(const std::string& nqn) {
     t_.sockets_.close_listener(l.portid);
     log::info("control: listener {}:{} closed: subsystem {} was the last reachable through it", l.address, l.port, nqn);
   }
-  log::info("control: subsystem {} deleted ({} controller(s) torn down, {} namespace(s) removed)", nqn, controllers,
-            namespaces);
   discovery_log_changed();
   return {};
 }
@@ -288,28 +336,34 @@ void LiveConfig::discovery_log_changed() {
 }
 
 std::string LiveConfig::delete_bdev(const std::string& name) {
-  std::unique_ptr<backend::BlockDevice> device;
-  return take_bdev(name, device);  // closed here, as it goes
+  Leaving l;
+  if (std::string err = begin_delete_bdev(name, l); !err.empty()) return err;
+  drain(l);
+  return settle(std::move(l));
 }
 
-std::string LiveConfig::take_bdev(const std::string& name, std::unique_ptr<backend::BlockDevice>& device) {
-  auto resizing = [&] {
-    return resizing_.count(name) ? fmt::format("bdev {} is being resized: delete it once that is done", name)
-                                 : std::string();
-  };
-  BdevTable::Info info;
-  {
-    std::lock_guard lk(t_.control_mu_);
-    if (std::string e = resizing(); !e.empty()) return e;
-    if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
-  }
-  if (!info.subnqn.empty())
-    if (std::string err = remove_namespace(info.subnqn, info.nsid); !err.empty()) return err;
+std::string LiveConfig::begin_delete_bdev(const std::string& name, Leaving& out) {
   std::lock_guard lk(t_.control_mu_);
-  if (std::string e = resizing(); !e.empty()) return e;
-  device = t_.state_->bdevs.take(name);
-  if (!device) return fmt::format("no bdev named {}", name);
-  log::info("control: bdev {} deleted", name);
+  if (resizing_.count(name)) return fmt::format("bdev {} is being resized: delete it once that is done", name);
+  BdevTable::Info info;
+  if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (info.leaving)
+    return fmt::format("bdev {} is being removed from namespace {} of {} (its commands are finishing): delete it "
+                       "once that is done",
+                       name, info.nsid, info.subnqn);
+  out.what = Leaving::What::Bdev;
+  out.bdev = name;
+  if (info.subnqn.empty()) {
+    out.device = t_.state_->bdevs.take(name);  // gone from the table at once; drain closes it
+    return out.device ? std::string() : fmt::format("no bdev named {}", name);
+  }
+  const std::shared_ptr<Subsystem> sub = t_.state_->find_subsystem(info.subnqn);
+  std::unique_ptr<Namespace> ns = sub ? sub->detach_namespace(info.nsid) : nullptr;
+  if (!ns) return fmt::format("bdev {}: namespace {} of {} is not there", name, info.nsid, info.subnqn);
+  sub->notify_namespace_changed(info.nsid);
+  out.subnqn = info.subnqn;
+  out.nss.push_back(std::move(ns));
+  leave(out);
   return {};
 }
 
@@ -323,6 +377,9 @@ std::string LiveConfig::begin_resize(const std::string& name, uint64_t bytes, ba
   std::lock_guard lk(t_.control_mu_);
   BdevTable::Info info;
   if (!t_.state_->bdevs.find(name, info)) return fmt::format("no bdev named {}", name);
+  if (info.leaving)
+    return fmt::format("bdev {} is being removed from namespace {} of {} (its commands are finishing)", name,
+                       info.nsid, info.subnqn);
   if (info.spec.type != "null" && info.spec.type != "rbd")
     return fmt::format("bdev {} is {}: only NULL and RBD bdevs resize", name, info.spec.type);
   if (bytes < info.spec.block_size) return fmt::format("bdev {}: {} bytes is less than a block", name, bytes);
@@ -341,10 +398,12 @@ std::string LiveConfig::end_resize(const std::string& name, uint64_t bytes, bool
   std::lock_guard lk(t_.control_mu_);
   resizing_.erase(name);
   if (!resized) return fmt::format("bdev {} cannot be resized", name);
-  // Which namespace has the device now (it may have moved while it resized).
+  // Which namespace has the device now (it may have moved while it resized; one leaving is no
+  // namespace's any more).
   BdevTable::Info info;
   t_.state_->bdevs.find(name, info);
-  const std::shared_ptr<Subsystem> sub = info.subnqn.empty() ? nullptr : t_.state_->find_subsystem(info.subnqn);
+  const std::shared_ptr<Subsystem> sub =
+      info.subnqn.empty() || info.leaving ? nullptr : t_.state_->find_subsystem(info.subnqn);
   Namespace* ns = sub ? sub->find_namespace(info.nsid) : nullptr;
   if (ns) ns->blocks.store(ns->device->size_bytes() / ns->block_size, std::memory_order_relaxed);
   t_.state_->bdevs.set_size(name, bytes - bytes % info.spec.block_size);
