@@ -30,6 +30,7 @@
 #include "nvtcp/log.hpp"
 #include "nvtcp/identify.hpp"
 #include "control/target_methods.hpp"
+#include "test_devices.hpp"
 #include "test_target.hpp"
 
 namespace nvtcp::test::rpc_server_test {
@@ -1902,6 +1903,174 @@ TEST(RpcServer, SlowDeleteClosesTheDeviceOffTheRpcThread) {
   ::close(a);
   ASSERT_EQ(answers.size(), 1u);
   EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+}
+
+// A command on a namespace that its device does not complete until the test lets it, as a Ceph
+// cluster that stopped answering or a hung network file system keeps one: a Deallocate a host
+// sends to the namespace over the bdev "gated" (GatedFactory's device holds each Deallocate).
+struct HeldCommand {
+  std::atomic<bool> done{false};
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+
+  // Sends it to namespace nsid of nqn and waits until the device has it; false if it did not come.
+  bool send(RpcFixture& f, GatedFactory& gated, const std::string& nqn, uint32_t nsid, std::string& err) {
+    ctrl = f.connect_host(nqn, err);
+    if (!ctrl || !(qp = ctrl->create_io_qpair(16, err))) return false;
+    nvme::DsmRange range{};
+    range.nlb = 8;
+    auto on_done = [](void* ctx, const host::Completion&) { static_cast<HeldCommand*>(ctx)->done = true; };
+    if (qp->deallocate(nsid, &range, 1, on_done, this) != 0) return false;
+    return wait_for([&] { qp->process_completions(); return gated.dev.load() && gated.dev.load()->held() == 1; }, 5000);
+  }
+};
+
+// Whether a bdev_get_bdevs answer lists one bdev whose namespace is being removed.
+bool being_removed(const Json& answer) {
+  if (!answer.contains("result") || answer["result"].size() != 1) return false;
+  const Json& b = answer["result"][0];
+  return b.contains("driver_specific") && b["driver_specific"].contains("nvtcp") &&
+         b["driver_specific"]["nvtcp"].value("being_removed", false);
+}
+
+Json ana_call(RpcFixture& f, const char* state) {
+  return f.call("nvmf_subsystem_listener_set_ana_state",
+                {{"nqn", kTestNqn},
+                 {"listen_address",
+                  {{"trtype", "tcp"}, {"traddr", "127.0.0.1"}, {"trsvcid", std::to_string(f.t.port())}, {"adrfam", "ipv4"}}},
+                 {"ana_state", state}});
+}
+
+Json add_gated(RpcFixture& f, const std::string& nqn, uint32_t nsid) {
+  return f.call("nvmf_subsystem_add_ns", {{"nqn", nqn}, {"namespace", {{"bdev_name", "gated"}, {"nsid", nsid}}}});
+}
+
+// A target whose bdev "gated" serves namespace 5 of the test subsystem (which reports ANA).
+struct GatedNamespaceFixture {
+  GatedFactory gated;
+  RpcFixture f;
+  explicit GatedNamespaceFixture(const char* name) : f(name, {}, ana_config(), gated.factory()) {}
+  static target::TargetConfig ana_config() {
+    target::TargetConfig cfg = default_config();
+    cfg.subsystems[0].ana_reporting = true;
+    return cfg;
+  }
+};
+
+// nvmf_subsystem_remove_ns of a namespace with a command its device holds: the namespace is
+// gone at once, but its client is answered only once that command is done and the bdev is
+// free; meanwhile an ANA failover call and a listing from another client are answered, and the
+// bdev, still claimed, can be neither deleted nor added to a namespace (busy).
+TEST(RpcServer, SlowRemoveNsWaitsForItsCommandsOffTheRpcThread) {
+  GatedNamespaceFixture g("slow-remove-ns");
+  RpcFixture& f = g.f;
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "gated"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "gated");
+  ASSERT_EQ(add_gated(f, kTestNqn, 5)["result"], 5);
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  HeldCommand held;
+  std::string err;
+  ASSERT_TRUE(held.send(f, g.gated, kTestNqn, 5, err)) << err;
+  // From here to the release, no fatal check: the device must let its command go at the end.
+  send_all(a, rpc_py_request("nvmf_subsystem_remove_ns", 1, {{"nqn", kTestNqn}, {"nsid", 5}}));
+  EXPECT_TRUE(wait_for([&] { return being_removed(f.call("bdev_get_bdevs", {{"name", "gated"}})); }, 5000))
+      << "the bdev is not shown leaving its namespace";
+  EXPECT_EQ(ana_call(f, "inaccessible")["result"], true) << "a failover call waited for another client's removal";
+  const Json subs = f.call("nvmf_get_subsystems", {{"nqn", kTestNqn}});
+  EXPECT_TRUE(subs.contains("result") && subs["result"].size() == 1 && subs["result"][0]["namespaces"].size() == 3)
+      << "namespace 5 still listed, or the listing waited: " << subs.dump();
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "gated"}})["error"]["code"], control::kBusy);
+  EXPECT_EQ(add_gated(f, kTestNqn, 6)["error"]["code"], control::kBusy);
+  EXPECT_EQ(f.call("bdev_null_resize", {{"name", "gated"}, {"new_size", 2}})["error"]["code"], control::kBusy);
+  EXPECT_TRUE(nothing_to_read(a)) << "the removal was answered before the command on its namespace was done";
+  EXPECT_FALSE(held.done.load());
+
+  g.gated.dev.load()->release_one();
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+  EXPECT_TRUE(wait_for([&] { held.qp->process_completions(); return held.done.load(); }, 5000));
+  const Json free = f.call("bdev_get_bdevs", {{"name", "gated"}});
+  ASSERT_EQ(free["result"].size(), 1u) << free.dump();
+  EXPECT_EQ(free["result"][0]["claimed"], false) << "the device did not go back to its bdev";
+  EXPECT_EQ(add_gated(f, kTestNqn, 6)["result"], 6) << "the bdev cannot serve a namespace again";
+  EXPECT_EQ(f.call("nvmf_subsystem_remove_ns", {{"nqn", kTestNqn}, {"nsid", 6}})["result"], true);
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "gated"}})["result"], true);
+}
+
+// nvmf_delete_subsystem with a command on one of its namespaces: the subsystem is gone at once
+// (another of the same NQN may be made), and the client is answered once the command is done
+// and the bdev is free; other clients are answered meanwhile, and the bdev is busy for them.
+TEST(RpcServer, SlowDeleteSubsystemWaitsForItsCommandsOffTheRpcThread) {
+  GatedNamespaceFixture g("slow-delete-subsystem");
+  RpcFixture& f = g.f;
+  const std::string nqn = "nqn.2016-06.io.spdk:doomed";
+  ASSERT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);
+  ASSERT_EQ(f.listen(nqn), true);
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "gated"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "gated");
+  ASSERT_EQ(add_gated(f, nqn, 1)["result"], 1);
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  HeldCommand held;
+  std::string err;
+  ASSERT_TRUE(held.send(f, g.gated, nqn, 1, err)) << err;
+  // From here to the release, no fatal check: the device must let its command go at the end.
+  send_all(a, rpc_py_request("nvmf_delete_subsystem", 1, {{"nqn", nqn}}));
+  EXPECT_TRUE(wait_for([&] { return being_removed(f.call("bdev_get_bdevs", {{"name", "gated"}})); }, 5000))
+      << "the bdev is not shown leaving its namespace";
+  EXPECT_EQ(ana_call(f, "inaccessible")["result"], true) << "a failover call waited for another client's delete";
+  EXPECT_EQ(f.call("nvmf_get_subsystems", {{"nqn", nqn}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_EQ(f.call("nvmf_delete_subsystem", {{"nqn", nqn}})["error"]["code"], control::kInvalidParams);
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "gated"}})["error"]["code"], control::kBusy);
+  // The same NQN again, at once: the bdev is not yet its to take.
+  EXPECT_EQ(f.call("nvmf_create_subsystem", {{"nqn", nqn}, {"allow_any_host", true}})["result"], true);
+  EXPECT_EQ(add_gated(f, nqn, 1)["error"]["code"], control::kBusy);
+  EXPECT_TRUE(nothing_to_read(a)) << "the delete was answered before the command on its namespace was done";
+
+  g.gated.dev.load()->release_one();
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+  const Json free = f.call("bdev_get_bdevs", {{"name", "gated"}});
+  ASSERT_EQ(free["result"].size(), 1u) << free.dump();
+  EXPECT_EQ(free["result"][0]["claimed"], false) << "the device did not go back to its bdev";
+  EXPECT_EQ(add_gated(f, nqn, 1)["result"], 1) << "the bdev cannot serve the new subsystem";
+  EXPECT_EQ(f.call("nvmf_delete_subsystem", {{"nqn", nqn}})["result"], true);
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "gated"}})["result"], true);
+}
+
+// Deleting the bdev of a namespace with a command on it: the namespace goes at once, the bdev
+// once the command is done (its device closed off the RPC thread); another client is answered
+// meanwhile, and a second delete of the bdev, or taking it for a namespace, is busy.
+TEST(RpcServer, SlowDeleteOfABdevInUseWaitsForItsCommandsOffTheRpcThread) {
+  GatedNamespaceFixture g("slow-delete-used");
+  RpcFixture& f = g.f;
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "gated"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "gated");
+  ASSERT_EQ(add_gated(f, kTestNqn, 5)["result"], 5);
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  HeldCommand held;
+  std::string err;
+  ASSERT_TRUE(held.send(f, g.gated, kTestNqn, 5, err)) << err;
+  // From here to the release, no fatal check: the device must let its command go at the end.
+  send_all(a, rpc_py_request("bdev_null_delete", 1, {{"name", "gated"}}));
+  EXPECT_TRUE(wait_for([&] { return being_removed(f.call("bdev_get_bdevs", {{"name", "gated"}})); }, 5000))
+      << "the bdev is not shown leaving its namespace";
+  EXPECT_EQ(ana_call(f, "inaccessible")["result"], true) << "a failover call waited for another client's delete";
+  EXPECT_EQ(f.call("bdev_null_delete", {{"name", "gated"}})["error"]["code"], control::kBusy);
+  EXPECT_EQ(add_gated(f, kTestNqn, 6)["error"]["code"], control::kBusy);
+  EXPECT_TRUE(nothing_to_read(a)) << "the delete was answered before the command on its namespace was done";
+
+  g.gated.dev.load()->release_one();
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+  EXPECT_EQ(f.call("bdev_get_bdevs", {{"name", "gated"}})["error"]["code"], control::kNoSuchDevice);
+  EXPECT_EQ(f.call("bdev_null_create", {{"name", "gated"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "gated")
+      << "the name is not free again";
 }
 
 // stop() with a slow create in flight says so, answers slow requests that come meanwhile that
