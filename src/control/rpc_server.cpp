@@ -243,7 +243,7 @@ void RpcServer::stop() {
     slow_refused_ = true;
     if (slow_in_flight_)
       log::info("RPC: stopping: waiting for {} slow request(s) in flight (waiting on a Ceph cluster or a "
-                "file) to be carried out and answered",
+                "file, or for the commands on a namespace taken away, up to 60 s) to be carried out and answered",
                 slow_in_flight_);
     // Their commits run on the server's thread; one that ended on an error commits none, and
     // stop() runs what is left of them below.

@@ -2073,6 +2073,37 @@ TEST(RpcServer, SlowDeleteOfABdevInUseWaitsForItsCommandsOffTheRpcThread) {
       << "the name is not free again";
 }
 
+// stop() with a removal waiting for the commands on its namespace says what it waits for and
+// returns once the removal is settled and answered (the bdev free again), not before.
+TEST(RpcServer, SlowRemoveNsInFlightIsSettledBeforeStopReturns) {
+  LogLines log(LogLevel::Info);
+  GatedNamespaceFixture g("slow-stop-drain");
+  RpcFixture& f = g.f;
+  ASSERT_EQ(f.call("bdev_null_create", {{"name", "gated"}, {"num_blocks", 2048}, {"block_size", 512}})["result"], "gated");
+  ASSERT_EQ(add_gated(f, kTestNqn, 5)["result"], 5);
+  const int a = connect_to(f.path);
+  ASSERT_GE(a, 0);
+  HeldCommand held;
+  std::string err;
+  ASSERT_TRUE(held.send(f, g.gated, kTestNqn, 5, err)) << err;
+  // From here to the release, no fatal check: the device must let its command go at the end.
+  send_all(a, rpc_py_request("nvmf_subsystem_remove_ns", 1, {{"nqn", kTestNqn}, {"nsid", 5}}));
+  EXPECT_TRUE(wait_for([&] { return being_removed(f.call("bdev_get_bdevs", {{"name", "gated"}})); }, 5000));
+  auto stopped = std::async(std::launch::async, [&] { f.server.stop(); });
+  EXPECT_TRUE(wait_for([&] { return log.any_holds("for the commands on a namespace taken away"); }, 5000));
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "stop() left a removal behind";
+  g.gated.dev.load()->release_one();
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const auto answers = read_answers(a, 1);
+  ::close(a);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0]["result"], true) << answers[0].dump();
+  target::BdevTable::Info info;
+  ASSERT_TRUE(f.t.target().state().bdevs.find("gated", info));
+  EXPECT_TRUE(info.subnqn.empty() && !info.leaving) << "the device did not go back to its bdev";
+}
+
 // stop() with a slow create in flight says so, answers slow requests that come meanwhile that
 // the server stops, and returns once the create is carried out and answered.
 TEST(RpcServer, SlowRequestInFlightIsCarriedOutBeforeStopReturns) {
