@@ -93,11 +93,16 @@ class GatedDevice final : public backend::BlockDevice {
     std::lock_guard lk(mu_);
     return held_.size();
   }
+  // Once the Deallocate completes, the device may be gone (its bdev deleted with its namespace,
+  // the device closed as the last command left): nothing of it is touched after the post.
   void release_one() {
-    std::lock_guard lk(mu_);
-    auto [io, r] = held_.front();
-    held_.erase(held_.begin());
-    r->post([io = io] { io->done(io, nvme::sc::Success); });
+    std::pair<backend::BlockIo*, reactor::Reactor*> one;
+    {
+      std::lock_guard lk(mu_);
+      one = held_.front();
+      held_.erase(held_.begin());
+    }
+    one.second->post([io = one.first] { io->done(io, nvme::sc::Success); });
   }
 
  private:
