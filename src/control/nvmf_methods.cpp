@@ -682,11 +682,36 @@ Json nvmf_config(Target& t) {
   return out;
 }
 
+namespace {
+
+// Namespaces part 1 detached are finished whatever becomes of the request: one the RPC server
+// drops without running its parts 2 and 3 (it stopped before a worker took the request) waits
+// for their commands and settles them as it goes, rather than freeing them under those commands.
+struct Settling {
+  Target& t;
+  target::LiveConfig::Leaving leaving;
+  bool drained = false, settled = false;
+  Settling(Target& target, target::LiveConfig::Leaving&& l) : t(target), leaving(std::move(l)) {}
+  Settling(const Settling&) = delete;
+  Settling& operator=(const Settling&) = delete;
+  ~Settling() {
+    if (settled) return;
+    if (!drained) target::LiveConfig::drain(leaving);
+    t.live_config().settle(std::move(leaving));
+  }
+};
+
+}  // namespace
+
 SlowWork settle_slowly(Target& t, std::shared_ptr<target::LiveConfig::Leaving> leaving, int error_code) {
-  return [&t, leaving = std::move(leaving), error_code]() -> SlowCommit {
-    target::LiveConfig::drain(*leaving);  // the commands on its namespaces, up to 60 s
-    return [&t, leaving, error_code]() -> Json {
-      if (std::string err = t.live_config().settle(std::move(*leaving)); !err.empty()) throw RpcError(error_code, err);
+  auto s = std::make_shared<Settling>(t, std::move(*leaving));
+  return [s, error_code]() -> SlowCommit {
+    target::LiveConfig::drain(s->leaving);  // the commands on its namespaces, up to 60 s
+    s->drained = true;
+    return [s, error_code]() -> Json {
+      s->settled = true;
+      if (std::string err = s->t.live_config().settle(std::move(s->leaving)); !err.empty())
+        throw RpcError(error_code, err);
       return Json(true);
     };
   };

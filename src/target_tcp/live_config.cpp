@@ -163,6 +163,9 @@ void LiveConfig::drain(Leaving& l) {
   l.drained.clear();
   for (const auto& ns : l.nss) {
     Leaving::Drained d;
+    if (const uint64_t held = ns->holds.total(); held != 0)
+      log::info("control: subsystem {} namespace {}: waiting for the {} command(s) still on it (up to {} s)", l.subnqn,
+                ns->nsid, held, std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
     while ((d.held = ns->holds.total()) != 0) {
       if (std::chrono::steady_clock::now() - start > kDrainLimit) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
